@@ -1,0 +1,38 @@
+# airlock: the two commands that matter on a fresh Debian bookworm machine:
+#   make demo   installs, builds, builds the guest image, runs the agent tasks in microVMs
+#   make test   installs, builds, builds the guest image, passes every test
+BUILD ?= build
+STATE_DIR ?= /var/lib/airlock
+JOBS ?= $(shell nproc)
+
+.PHONY: all setup build image demo test unit-test bench clean format
+
+all: build
+
+setup:
+	scripts/setup
+
+build: setup
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(BUILD) -j $(JOBS)
+
+image: build
+	$(BUILD)/airlock image build --state-dir $(STATE_DIR)
+
+demo: image
+	scripts/demo $(BUILD)/airlock
+
+test: image
+	cd $(BUILD) && ctest --output-on-failure -j 1 --timeout 1200
+
+unit-test: build
+	cd $(BUILD) && ctest --output-on-failure -L unit
+
+bench: image
+	$(BUILD)/bench/airlock-bench --state-dir $(STATE_DIR)
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h')
+
+clean:
+	rm -rf $(BUILD)

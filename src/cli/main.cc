@@ -1,0 +1,230 @@
+// airlock: command-line entry point.
+//
+//   airlock run [options] -- CMD [ARGS...]   run one command in a fresh microVM
+//   airlock image build [--force]            build (or verify) the guest image
+//   airlock doctor                           check what this host has and lacks
+//
+// Global: --state-dir DIR (env AIRLOCK_STATE_DIR, default /var/lib/airlock).
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "cli/doctor.h"
+#include "cli/run_command.h"
+#include "common/log.h"
+#include "image/image.h"
+
+namespace po = boost::program_options;
+
+namespace airlock::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: airlock [--state-dir DIR] COMMAND ...\n"
+    "\n"
+    "commands:\n"
+    "  run [options] -- CMD [ARGS...]  run a command in a new microVM sandbox, then destroy it\n"
+    "  image build [--force]           build the guest image (kernel, initramfs, base template)\n"
+    "  doctor                          report what this host has and what it lacks, with fixes\n"
+    "  version                         print the version\n"
+    "\n"
+    "Run 'airlock COMMAND --help' for a command's options.\n";
+
+std::string DefaultStateDir() {
+  const char* env = std::getenv("AIRLOCK_STATE_DIR");
+  return env && *env ? env : "/var/lib/airlock";
+}
+
+// The static guest agent: --agent, $AIRLOCK_AGENT, beside this binary, or the
+// installed location.
+std::string FindAgentBinary(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* env = std::getenv("AIRLOCK_AGENT"); env && *env) return env;
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    auto sibling = self.parent_path() / "airlock-agent";
+    if (std::filesystem::exists(sibling)) return sibling.string();
+  }
+  return "/usr/lib/airlock/airlock-agent";
+}
+
+void PrintProgress(std::string_view step) {
+  if (::isatty(STDERR_FILENO)) std::fprintf(stderr, "\033[2K\r\033[1m==>\033[0m %.*s\n", (int)step.size(), step.data());
+  else std::fprintf(stderr, "==> %.*s\n", (int)step.size(), step.data());
+}
+
+int CmdImage(const std::string& state_dir, const std::vector<std::string>& args) {
+  po::options_description desc("airlock image build [options]");
+  bool force = false;
+  std::string agent, tmpl;
+  desc.add_options()("help,h", "show this help")("force", po::bool_switch(&force), "rebuild even if cached")(
+      "template", po::value(&tmpl)->default_value("base"), "template to build")(
+      "agent", po::value(&agent), "path of the static airlock-agent to install in the template");
+  if (args.empty() || args[0] != "build") {
+    std::fprintf(stderr, "usage: airlock image build [--force] [--template NAME] [--agent PATH]\n");
+    return 2;
+  }
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(std::vector<std::string>(args.begin() + 1, args.end())).options(desc).run(), vm);
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "airlock image build: %s\n", e.what());
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << desc;
+    return 0;
+  }
+  image::ImageOptions opts;
+  opts.state_dir = state_dir;
+  opts.template_name = tmpl;
+  opts.agent_binary = FindAgentBinary(agent);
+  opts.force = force;
+  opts.progress = PrintProgress;
+  auto t0 = std::chrono::steady_clock::now();
+  auto img = image::EnsureImage(opts);
+  if (!img.ok()) {
+    std::fprintf(stderr, "airlock image build: %s\n", img.status().message().c_str());
+    return 1;
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("image %s ready in %.1fs\n  kernel  %s (%s)\n  initrd  %s\n  rootfs  %s\n", img->id.c_str(), s,
+              img->kernel.c_str(), img->kernel_release.c_str(), img->initrd.c_str(), img->rootfs.c_str());
+  return 0;
+}
+
+int CmdRun(const std::string& state_dir, const std::vector<std::string>& args) {
+  po::options_description desc("airlock run [options] -- CMD [ARGS...]");
+  RunOptions o;
+  std::vector<std::string> uploads, downloads, envs;
+  std::string agent;
+  int ready_timeout_s = 120;
+  desc.add_options()("help,h", "show this help")(
+      "upload,u", po::value(&uploads)->composing(), "HOST:GUEST  copy a host file into the sandbox first")(
+      "download,d", po::value(&downloads)->composing(),
+      "GUEST:HOST  copy a guest file or directory out afterwards")(
+      "env,e", po::value(&envs)->composing(), "K=V  environment variable for the command")(
+      "cwd,w", po::value(&o.cwd), "working directory in the guest (default: the user's home)")(
+      "user", po::value(&o.user), "guest user to run as: user (default) or root")(
+      "interactive,i", po::bool_switch(&o.forward_stdin), "forward this process's stdin to the command")(
+      "timeout", po::value(&o.timeout_s)->default_value(0), "kill the command after SECONDS (0: no limit)")(
+      "template,t", po::value(&o.create.template_name)->default_value("base"), "template to start from")(
+      "cpus", po::value(&o.create.vcpus)->default_value(1), "vCPUs")(
+      "memory", po::value(&o.create.memory_mib)->default_value(512), "guest memory in MiB")(
+      "ready-timeout", po::value(&ready_timeout_s)->default_value(120), "seconds to wait for the guest agent")(
+      "agent", po::value(&agent), "static airlock-agent for building the image on first use")(
+      "timings", po::bool_switch(&o.timings), "print where the time went");
+  auto sep = std::find(args.begin(), args.end(), "--");
+  std::vector<std::string> opts(args.begin(), sep);
+  if (sep != args.end()) o.argv.assign(sep + 1, args.end());
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(opts).options(desc).run(), vm);
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "airlock run: %s\n", e.what());
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << desc;
+    return 0;
+  }
+  if (o.argv.empty()) {
+    std::fprintf(stderr, "airlock run: no command given (usage: airlock run [options] -- CMD [ARGS...])\n");
+    return 2;
+  }
+  if (o.create.vcpus < 1 || o.create.vcpus > 64) {
+    std::fprintf(stderr, "airlock run: --cpus must be 1..64\n");
+    return 2;
+  }
+  if (o.create.memory_mib < 128 || o.create.memory_mib > 65536) {
+    std::fprintf(stderr, "airlock run: --memory must be 128..65536 MiB\n");
+    return 2;
+  }
+  o.create.ready_timeout = std::chrono::seconds(ready_timeout_s);
+  for (const auto& u : uploads) {
+    auto t = ParseTransfer(u, "--upload");
+    if (!t.ok()) { std::fprintf(stderr, "airlock run: %s\n", t.status().message().c_str()); return 2; }
+    if (::access(t->from.c_str(), R_OK) != 0) {
+      std::fprintf(stderr, "airlock run: --upload: cannot read %s: %s\n", t->from.c_str(), std::strerror(errno));
+      return 2;
+    }
+    o.uploads.push_back(*t);
+  }
+  for (const auto& d : downloads) {
+    auto t = ParseTransfer(d, "--download");
+    if (!t.ok()) { std::fprintf(stderr, "airlock run: %s\n", t.status().message().c_str()); return 2; }
+    o.downloads.push_back(*t);
+  }
+  for (const auto& e : envs) {
+    auto eq = e.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::fprintf(stderr, "airlock run: --env expects K=V, got '%s'\n", e.c_str());
+      return 2;
+    }
+    o.env[e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  ManagerConfig mc;
+  mc.state_dir = state_dir;
+  mc.agent_binary = FindAgentBinary(agent);
+  auto manager = Manager::Open(mc);
+  if (!manager.ok()) {
+    std::fprintf(stderr, "airlock run: %s\n", manager.status().message().c_str());
+    return 125;
+  }
+  return RunInSandbox(**manager, o);
+}
+
+}  // namespace
+}  // namespace airlock::cli
+
+int main(int argc, char** argv) {
+  using namespace airlock::cli;
+  airlock::InitLogging("warn");
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::string state_dir = DefaultStateDir();
+  // Global options come before the command.
+  while (!args.empty() && args[0].rfind("--", 0) == 0 && args[0] != "--") {
+    if (args[0] == "--state-dir" && args.size() >= 2) {
+      state_dir = args[1];
+      args.erase(args.begin(), args.begin() + 2);
+    } else if (args[0].rfind("--state-dir=", 0) == 0) {
+      state_dir = args[0].substr(12);
+      args.erase(args.begin());
+    } else if (args[0] == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "airlock: unknown option %s\n%s", args[0].c_str(), kUsage);
+      return 2;
+    }
+  }
+  if (args.empty()) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  std::string cmd = args[0];
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  // Subcommand options may also carry --state-dir (e.g. `airlock image build --state-dir D`).
+  for (size_t i = 0; i < rest.size() && rest[i] != "--"; ++i) {
+    if (rest[i] == "--state-dir" && i + 1 < rest.size()) {
+      state_dir = rest[i + 1];
+      rest.erase(rest.begin() + i, rest.begin() + i + 2);
+      break;
+    }
+  }
+  if (cmd == "run") return CmdRun(state_dir, rest);
+  if (cmd == "image") return CmdImage(state_dir, rest);
+  if (cmd == "doctor") return RunDoctor(state_dir);
+  if (cmd == "version" || cmd == "--version") {
+    std::puts("airlock 0.1.0");
+    return 0;
+  }
+  std::fprintf(stderr, "airlock: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+  return 2;
+}

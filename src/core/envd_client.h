@@ -1,0 +1,109 @@
+// Host-side client of a sandbox's agent (the envd-compatible API of
+// shared/spec/e2b-wire.md §3–4), over plain HTTP/1.1 to the agent's
+// host-reachable endpoint.
+//
+// Everything the agent sends is untrusted: response sizes are bounded, stream
+// messages are size-checked by the envelope decoder, and directory downloads
+// refuse guest-supplied names that would escape the destination.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace airlock {
+
+struct AgentEndpoint {
+  std::string host;  // IPv4 literal
+  uint16_t port = 49983;
+};
+
+struct ExecRequest {
+  std::string cmd;                       // e.g. "/bin/bash"
+  std::vector<std::string> args;         // e.g. {"-l", "-c", "echo hi"}
+  std::map<std::string, std::string> envs;
+  std::optional<std::string> cwd;
+  std::string user;                      // empty: the sandbox's default user
+  bool stdin = false;                    // open a stdin pipe (SendStdin/CloseStdin)
+  std::optional<std::chrono::milliseconds> timeout;  // process lifetime (Connect-Timeout-Ms)
+};
+
+struct ExecCallbacks {
+  std::function<void(uint32_t pid)> on_start;
+  std::function<void(std::string_view bytes)> on_stdout;
+  std::function<void(std::string_view bytes)> on_stderr;
+};
+
+// The end event of a process (spec §3.2).
+struct ExecResult {
+  uint32_t pid = 0;
+  int exit_code = 0;    // -1 when killed by a signal
+  bool exited = false;  // true for a normal exit
+  std::string status;   // "exit status 3", "signal: killed"
+  std::string error;
+  // Shell convention: the exit code, or 128+N when killed by signal N.
+  int ShellCode() const;
+};
+
+struct RemoteEntry {
+  std::string name;
+  std::string path;   // absolute path in the guest
+  std::string type;   // FILE_TYPE_FILE | FILE_TYPE_DIRECTORY | FILE_TYPE_SYMLINK
+  uint64_t size = 0;
+  uint32_t mode = 0;
+};
+
+class EnvdClient {
+ public:
+  explicit EnvdClient(AgentEndpoint endpoint, std::string access_token = "");
+
+  // GET /health answered 204 within `timeout` (one attempt).
+  Status Health(std::chrono::milliseconds timeout) const;
+  // Polls Health until it answers or `deadline` passes; `keep_going` is asked
+  // between attempts (e.g. "is the VMM still alive?") and stops early with its
+  // Status when not OK.
+  Status WaitReady(std::chrono::steady_clock::time_point deadline,
+                   const std::function<Status()>& keep_going) const;
+
+  // process.Process/Start, streamed until the end event. Returns the end
+  // event; a stream that ends without one is an Unavailable error.
+  StatusOr<ExecResult> Exec(const ExecRequest& request, const ExecCallbacks& callbacks) const;
+  Status SendStdin(uint32_t pid, std::string_view bytes) const;
+  Status CloseStdin(uint32_t pid) const;
+  Status SendSignal(uint32_t pid, std::string_view signal_name /* "SIGNAL_SIGKILL" */) const;
+
+  // Unary Connect call: POST /<service>/<method> with a JSON body.
+  StatusOr<nlohmann::json> Call(std::string_view method_path, const nlohmann::json& request,
+                                const std::string& user = "") const;
+
+  // POST /files?path=GUEST (application/octet-stream, streamed from disk).
+  Status UploadFile(const std::string& local_path, const std::string& guest_path,
+                    const std::string& user = "") const;
+  // GET /files?path=GUEST into local_path (at most max_bytes).
+  Status DownloadFile(const std::string& guest_path, const std::string& local_path,
+                      uint64_t max_bytes = kDefaultMaxDownload) const;
+  // Copies a guest file or directory tree to local_path. Symlinks are skipped.
+  Status Download(const std::string& guest_path, const std::string& local_path,
+                  uint64_t max_bytes = kDefaultMaxDownload) const;
+  StatusOr<RemoteEntry> Stat(const std::string& guest_path, const std::string& user = "") const;
+  StatusOr<std::vector<RemoteEntry>> ListDir(const std::string& guest_path, uint32_t depth,
+                                             const std::string& user = "") const;
+  Status MakeDir(const std::string& guest_path, const std::string& user = "") const;
+
+  static constexpr uint64_t kDefaultMaxDownload = 8ull << 30;  // 8 GiB in total
+
+ private:
+  AgentEndpoint endpoint_;
+  std::string access_token_;
+};
+
+}  // namespace airlock
