@@ -211,16 +211,37 @@ StatusOr<ExecResult> EnvdClient::Exec(const ExecRequest& r, const ExecCallbacks&
   if (!r.envs.empty()) process["envs"] = r.envs;
   if (r.cwd) process["cwd"] = *r.cwd;
   nlohmann::json body = {{"process", process}, {"stdin", r.stdin}};
+  return StreamProcess("process.Process/Start", body, r.user, r.timeout, cb, false);
+}
+
+StatusOr<uint32_t> EnvdClient::StartBackground(const ExecRequest& r) const {
+  nlohmann::json process = {{"cmd", r.cmd}, {"args", r.args}};
+  if (!r.envs.empty()) process["envs"] = r.envs;
+  if (r.cwd) process["cwd"] = *r.cwd;
+  nlohmann::json body = {{"process", process}, {"stdin", r.stdin}};
+  ASSIGN_OR_RETURN(ExecResult started, StreamProcess("process.Process/Start", body, r.user, r.timeout, {}, true));
+  return started.pid;
+}
+
+StatusOr<ExecResult> EnvdClient::Attach(uint32_t pid, const ExecCallbacks& cb) const {
+  return StreamProcess("process.Process/Connect", {{"process", {{"pid", pid}}}}, "", std::nullopt, cb, false);
+}
+
+StatusOr<ExecResult> EnvdClient::StreamProcess(std::string_view method_path, const nlohmann::json& body,
+                                               const std::string& user,
+                                               std::optional<std::chrono::milliseconds> timeout,
+                                               const ExecCallbacks& cb, bool stop_after_start) const {
+  std::string what(method_path);
   try {
     Connection c;
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
-    http::request<http::string_body> req{http::verb::post, "/process.Process/Start", 11};
+    http::request<http::string_body> req{http::verb::post, "/" + what, 11};
     AddCommonHeaders(req, endpoint_, access_token_);
     req.set(http::field::content_type, "application/connect+json");
     req.set("Connect-Protocol-Version", "1");
     req.set("Keepalive-Ping-Interval", "30");
-    if (r.timeout) req.set("Connect-Timeout-Ms", std::to_string(r.timeout->count()));
-    if (!r.user.empty()) req.set(http::field::authorization, BasicAuth(r.user));
+    if (timeout) req.set("Connect-Timeout-Ms", std::to_string(timeout->count()));
+    if (!user.empty()) req.set(http::field::authorization, BasicAuth(user));
     req.body() = envd::EncodeEnvelope(body.dump());
     req.prepare_payload();
     http::write(c.stream(), req);
@@ -230,27 +251,26 @@ StatusOr<ExecResult> EnvdClient::Exec(const ExecRequest& r, const ExecCallbacks&
     parser.body_limit(boost::none);  // a stream: each message is bounded by the decoder
     http::read_header(c.stream(), buf, parser);
     if (parser.get().result_int() != 200) {
-      return Unavailable("process.Process/Start: HTTP " + std::to_string(parser.get().result_int()));
+      return Unavailable(what + ": HTTP " + std::to_string(parser.get().result_int()));
     }
     envd::EnvelopeDecoder decoder;
     std::optional<ExecResult> result;
-    Status stream_status;
-    bool end_of_stream = false;
+    bool ended = false;
     char chunk[64 * 1024];
-    while (!parser.is_done() && !end_of_stream) {
+    while (!parser.is_done()) {
       parser.get().body().data = chunk;
       parser.get().body().size = sizeof(chunk);
       boost::system::error_code ec;
       http::read_some(c.stream(), buf, parser, ec);
       if (ec == http::error::need_buffer) ec = {};
-      if (ec) return Unavailable("process stream broke: " + ec.message());
+      if (ec) return Unavailable(what + ": stream broke: " + ec.message());
       size_t n = sizeof(chunk) - parser.get().body().size;
       RETURN_IF_ERROR(decoder.Feed(std::string_view(chunk, n)));
       while (auto msg = decoder.Next()) {
         if (msg->end_stream()) {
-          end_of_stream = true;
-          stream_status = envd::ParseEndStream(msg->payload);
-          break;
+          RETURN_IF_ERROR(envd::ParseEndStream(msg->payload));
+          if (!result || !ended) return Unavailable("process exited without a result");
+          return *result;
         }
         auto j = nlohmann::json::parse(msg->payload, nullptr, false);
         if (j.is_discarded() || !j.contains("event")) return Internal("agent sent an invalid process event");
@@ -260,6 +280,7 @@ StatusOr<ExecResult> EnvdClient::Exec(const ExecRequest& r, const ExecCallbacks&
           s.pid = ev["start"].value("pid", 0u);
           result = s;
           if (cb.on_start) cb.on_start(s.pid);
+          if (stop_after_start) return *result;  // closing the stream leaves the process running
         } else if (ev.contains("data")) {
           const auto& d = ev["data"];
           if (d.contains("stdout")) {
@@ -276,16 +297,15 @@ StatusOr<ExecResult> EnvdClient::Exec(const ExecRequest& r, const ExecCallbacks&
           result->exited = e.value("exited", false);
           result->status = e.value("status", "");
           result->error = e.value("error", "");
+          ended = true;
         }
       }
     }
-    if (!stream_status.ok()) return stream_status;
-    if (!result || result->status.empty()) return Unavailable("process exited without a result");
-    return *result;
+    return Unavailable(what + ": stream ended without an end-of-stream message");
   } catch (const nlohmann::json::exception& e) {
-    return Internal(std::string("agent sent a malformed process event: ") + e.what());
+    return Internal(what + ": agent sent a malformed process event: " + e.what());
   } catch (const std::exception& e) {
-    return Unavailable(std::string("process stream: ") + e.what());
+    return Unavailable(what + ": " + e.what());
   }
 }
 

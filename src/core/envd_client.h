@@ -77,6 +77,12 @@ class EnvdClient {
   // process.Process/Start, streamed until the end event. Returns the end
   // event; a stream that ends without one is an Unavailable error.
   StatusOr<ExecResult> Exec(const ExecRequest& request, const ExecCallbacks& callbacks) const;
+  // Starts a process and returns its pid as soon as the start event arrives,
+  // dropping the stream; the process keeps running in the guest.
+  StatusOr<uint32_t> StartBackground(const ExecRequest& request) const;
+  // process.Process/Connect: re-attach to a running (or recently ended)
+  // process; output from now on, then its end event.
+  StatusOr<ExecResult> Attach(uint32_t pid, const ExecCallbacks& callbacks) const;
   Status SendStdin(uint32_t pid, std::string_view bytes) const;
   Status CloseStdin(uint32_t pid) const;
   Status SendSignal(uint32_t pid, std::string_view signal_name /* "SIGNAL_SIGKILL" */) const;
@@ -102,6 +108,9 @@ class EnvdClient {
   static constexpr uint64_t kDefaultMaxDownload = 8ull << 30;  // 8 GiB in total
 
  private:
+  StatusOr<ExecResult> StreamProcess(std::string_view method_path, const nlohmann::json& body,
+                                     const std::string& user, std::optional<std::chrono::milliseconds> timeout,
+                                     const ExecCallbacks& callbacks, bool stop_after_start) const;
   AgentEndpoint endpoint_;
   std::string access_token_;
 };

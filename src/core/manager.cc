@@ -1,0 +1,237 @@
+#include "core/manager.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+
+#include "common/log.h"
+#include "image/image.h"
+#include "net/sandbox_network.h"
+#include "runtime/qemu/qemu_runtime.h"
+
+namespace airlock {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Status JoinErrors(const std::vector<Status>& errors) {
+  std::string msg;
+  StatusCode code = StatusCode::kOk;
+  for (const auto& e : errors) {
+    if (e.ok()) continue;
+    if (code == StatusCode::kOk) code = e.code();
+    msg += (msg.empty() ? "" : "; ") + e.message();
+  }
+  return code == StatusCode::kOk ? OkStatus() : Status(code, msg);
+}
+
+}  // namespace
+
+std::string NewSandboxId() {
+  static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  std::random_device rd;
+  std::uniform_int_distribution<int> pick(0, sizeof(kAlphabet) - 2);
+  std::string id;
+  for (int i = 0; i < 20; ++i) id.push_back(kAlphabet[pick(rd)]);
+  return id;
+}
+
+// ---- Sandbox ----
+
+Sandbox::~Sandbox() { (void)TearDown(); }
+
+SandboxState Sandbox::state() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return state_;
+}
+
+pid_t Sandbox::vmm_pid() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return vm_ ? vm_->pid() : -1;
+}
+
+Status Sandbox::Transition(SandboxState to) {
+  std::lock_guard<std::mutex> l(mu_);
+  RETURN_IF_ERROR(CheckTransition(state_, to));
+  LOG_DEBUG("sandbox={} state {} -> {}", id_, SandboxStateName(state_), SandboxStateName(to));
+  state_ = to;
+  return OkStatus();
+}
+
+Status Sandbox::TearDown() {
+  std::vector<Status> errors;
+  std::unique_ptr<VmInstance> vm;
+  std::unique_ptr<net::SandboxNetwork> network;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    vm = std::move(vm_);
+    network = std::move(network_);
+  }
+  // Order matters: the VMM holds the tap inside the netns.
+  if (vm) errors.push_back(vm->Destroy().WithContext("destroy VMM"));
+  if (network) errors.push_back(network->Destroy().WithContext("destroy network"));
+  if (!run_dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(run_dir_, ec);
+    if (ec) errors.push_back(Internal("remove " + run_dir_ + ": " + ec.message()));
+  }
+  return JoinErrors(errors);
+}
+
+// ---- Manager ----
+
+StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config) {
+  std::unique_ptr<Manager> m(new Manager());
+  m->config_ = std::move(config);
+  std::error_code ec;
+  fs::create_directories(m->config_.state_dir + "/run", ec);
+  if (ec) {
+    return Status(StatusCode::kFailedPrecondition,
+                  "cannot create state directory " + m->config_.state_dir + ": " + ec.message() +
+                      " (run as root, or pass --state-dir / AIRLOCK_STATE_DIR)");
+  }
+  ASSIGN_OR_RETURN(m->pool_, net::AddressPool::Open(m->config_.state_dir, m->config_.address_pool));
+  ASSIGN_OR_RETURN(m->runtime_, qemu::NewQemuRuntime(m->config_.state_dir));
+  // Sandboxes of a crashed or killed `airlock run` left their netns and run
+  // dirs; their VMMs died with it (PDEATHSIG). Reclaim them now.
+  net::CleanupLeftovers(m->config_.state_dir);
+  for (auto& e : fs::directory_iterator(m->config_.state_dir + "/run", ec)) {
+    std::string owner_file = e.path().string() + "/owner";
+    int pid = 0;
+    if (FILE* f = std::fopen(owner_file.c_str(), "r")) {
+      if (std::fscanf(f, "%d", &pid) != 1) pid = 0;
+      std::fclose(f);
+    }
+    if (pid > 0 && ::kill(pid, 0) == 0) continue;  // its owner still runs
+    fs::remove_all(e.path(), ec);
+  }
+  return m;
+}
+
+Manager::~Manager() { DestroyAll(); }
+
+StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (options.vcpus < 1 || options.vcpus > 64) return InvalidArgument("vcpus must be 1..64");
+  if (options.memory_mib < 128 || options.memory_mib > 65536) return InvalidArgument("memory must be 128..65536 MiB");
+
+  // The image: found, or built on first use.
+  auto img = image::FindImage(config_.state_dir, options.template_name);
+  if (!img.ok() && img.status().code() == StatusCode::kNotFound && config_.build_image_if_missing &&
+      options.template_name == "base") {
+    image::ImageOptions io;
+    io.state_dir = config_.state_dir;
+    io.template_name = options.template_name;
+    io.agent_binary = config_.agent_binary;
+    io.progress = [](std::string_view step) { std::fprintf(stderr, "==> %.*s\n", (int)step.size(), step.data()); };
+    img = image::EnsureImage(io);
+  }
+  if (!img.ok()) return img.status();
+
+  std::shared_ptr<Sandbox> sb(new Sandbox());
+  sb->id_ = NewSandboxId();
+  sb->run_dir_ = config_.state_dir + "/run/" + sb->id_;
+  if (::mkdir(sb->run_dir_.c_str(), 0700) != 0) return ErrnoError("mkdir " + sb->run_dir_);
+  {
+    FILE* f = std::fopen((sb->run_dir_ + "/owner").c_str(), "w");
+    if (f) {
+      std::fprintf(f, "%d\n", ::getpid());
+      std::fclose(f);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    sandboxes_[sb->id_] = sb;
+  }
+  auto fail = [&](Status s) -> Status {
+    (void)sb->Transition(SandboxState::kFailed);
+    (void)Destroy(sb->id_);
+    return s;
+  };
+
+  // 1. network
+  auto t1 = std::chrono::steady_clock::now();
+  auto network = net::SandboxNetwork::Create(sb->id_, *pool_);
+  if (!network.ok()) return fail(network.status().WithContext("network"));
+  sb->timings_.network_ms = MsSince(t1);
+  {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    sb->network_ = std::move(network).value();
+  }
+  // 2. disk overlay + VMM
+  auto t2 = std::chrono::steady_clock::now();
+  VmStartRequest req;
+  req.sandbox_id = sb->id_;
+  req.kernel = img->kernel;
+  req.initrd = img->initrd;
+  req.rootfs = img->rootfs;
+  req.run_dir = sb->run_dir_ + "/vm";
+  req.vcpus = options.vcpus;
+  req.memory_mib = options.memory_mib;
+  req.netns_fd = sb->network_->netns_fd();
+  req.tap = sb->network_->tap_name();
+  auto vm = runtime_->Start(req);
+  if (!vm.ok()) return fail(vm.status().WithContext("start VMM"));
+  sb->timings_.vmm_start_ms = MsSince(t2);
+  VmInstance* vm_raw = vm->get();
+  {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    sb->vm_ = std::move(vm).value();
+  }
+  // 3. agent ready
+  auto t3 = std::chrono::steady_clock::now();
+  auto ep = sb->network_->agent_endpoint();
+  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ep.host, ep.port});
+  Status ready = sb->agent_->WaitReady(t3 + options.ready_timeout, [&]() -> Status {
+    if (!vm_raw->alive()) return Unavailable("the VMM exited during boot; console:\n" + vm_raw->ConsoleTail());
+    return OkStatus();
+  });
+  if (!ready.ok()) {
+    std::string tail = vm_raw->ConsoleTail();
+    if (ready.code() == StatusCode::kDeadlineExceeded && !tail.empty()) {
+      ready = Status(ready.code(), ready.message() + "; console:\n" + tail);
+    }
+    return fail(ready.WithContext("sandbox " + sb->id_));
+  }
+  sb->timings_.agent_ready_ms = MsSince(t3);
+  RETURN_IF_ERROR(sb->Transition(SandboxState::kRunning));
+  sb->timings_.total_ms = MsSince(t0);
+  LOG_INFO("sandbox={} running network_ms={:.1f} vmm_ms={:.1f} ready_ms={:.1f}", sb->id_, sb->timings_.network_ms,
+           sb->timings_.vmm_start_ms, sb->timings_.agent_ready_ms);
+  return sb;
+}
+
+Status Manager::Destroy(const std::string& id) {
+  std::shared_ptr<Sandbox> sb;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return NotFound("sandbox " + id + " not found");
+    sb = it->second;
+    sandboxes_.erase(it);
+  }
+  (void)sb->Transition(SandboxState::kKilling);
+  Status s = sb->TearDown();
+  (void)sb->Transition(SandboxState::kKilled);
+  if (!s.ok()) LOG_WARN("sandbox={} destroy: {}", id, s.message());
+  return s;
+}
+
+void Manager::DestroyAll() {
+  std::vector<std::string> ids;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [id, _] : sandboxes_) ids.push_back(id);
+  }
+  for (auto& id : ids) (void)Destroy(id);
+}
+
+}  // namespace airlock

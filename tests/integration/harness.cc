@@ -1,0 +1,150 @@
+#include "tests/integration/harness.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace airlock::testing {
+
+namespace fs = std::filesystem;
+
+static std::string Env(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+std::string AirlockBin() { return Env("AIRLOCK_BIN", "build/airlock"); }
+std::string StateDir() { return Env("AIRLOCK_STATE_DIR", "/var/lib/airlock"); }
+std::string ExamplesDir() { return Env("AIRLOCK_EXAMPLES", "examples/agent-tasks"); }
+
+std::string SkipReason() {
+  if (::geteuid() != 0) return "microVM tests need root (netns, tap)";
+  if (!FindExecutable("qemu-system-x86_64").ok()) return "qemu-system-x86_64 not installed (run scripts/setup)";
+  if (::access(AirlockBin().c_str(), X_OK) != 0) return "airlock binary not found at " + AirlockBin();
+  if (!fs::exists(StateDir() + "/images")) return "no guest image in " + StateDir() + " (run: make image)";
+  return "";
+}
+
+CliResult RunCli(const std::vector<std::string>& args, const std::string& stdin_bytes, size_t max_output) {
+  std::vector<std::string> argv = {AirlockBin(), "--state-dir", StateDir()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  int in[2], out[2], err[2];
+  if (::pipe2(in, O_CLOEXEC) || ::pipe2(out, O_CLOEXEC) || ::pipe2(err, O_CLOEXEC)) std::abort();
+  SpawnOptions so;
+  so.argv = argv;
+  so.stdin_fd = in[0];
+  so.stdout_fd = out[1];
+  so.stderr_fd = err[1];
+  so.new_session = false;
+  auto child = Spawn(so);
+  ::close(in[0]);
+  ::close(out[1]);
+  ::close(err[1]);
+  CliResult r;
+  if (!child.ok()) {
+    r.err = child.status().ToString();
+    ::close(in[1]);
+    ::close(out[0]);
+    ::close(err[0]);
+    return r;
+  }
+  // Feed stdin and drain both outputs without deadlocking.
+  ::fcntl(in[1], F_SETFL, O_NONBLOCK);
+  size_t fed = 0;
+  int in_fd = in[1];
+  if (stdin_bytes.empty()) { ::close(in_fd); in_fd = -1; }
+  pollfd p[3];
+  int open_outputs = 2;
+  int fds[2] = {out[0], err[0]};
+  while (open_outputs > 0) {
+    int n = 0;
+    for (int i = 0; i < 2; ++i) p[n++] = {fds[i], POLLIN, 0};
+    if (in_fd >= 0) p[n++] = {in_fd, POLLOUT, 0};
+    if (::poll(p, n, -1) < 0) continue;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i] < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[65536];
+      ssize_t got = ::read(fds[i], buf, sizeof(buf));
+      if (got <= 0) {
+        ::close(fds[i]);
+        fds[i] = -1;
+        --open_outputs;
+        continue;
+      }
+      std::string& dst = i == 0 ? r.out : r.err;
+      if (dst.size() < max_output) dst.append(buf, std::min<size_t>(got, max_output - dst.size()));
+    }
+    if (in_fd >= 0 && (p[n - 1].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      ssize_t w = ::write(in_fd, stdin_bytes.data() + fed, stdin_bytes.size() - fed);
+      if (w > 0) fed += w;
+      if (w < 0 && errno != EAGAIN) fed = stdin_bytes.size();
+      if (fed == stdin_bytes.size()) { ::close(in_fd); in_fd = -1; }
+    }
+    // Keep the poll array aligned with fds for closed outputs.
+    for (int i = 0; i < 2; ++i) if (fds[i] < 0) fds[i] = -1;
+  }
+  if (in_fd >= 0) ::close(in_fd);
+  auto st = child->Wait();
+  if (st.ok()) r.code = st->ShellCode();
+  return r;
+}
+
+std::string ReadFileOrDie(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return "<missing " + path + ">";
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string MakeTempDir() {
+  std::string t = (fs::temp_directory_path() / "airlock-test-XXXXXX").string();
+  if (!::mkdtemp(t.data())) std::abort();
+  return t;
+}
+
+static std::vector<std::string> ListNames(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(dir, ec)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+HostResources SnapshotResources() {
+  HostResources r;
+  for (auto& n : ListNames("/run/netns")) if (n.rfind("al-", 0) == 0) r.netns.push_back(n);
+  for (auto& n : ListNames("/sys/class/net")) if (n.rfind("alh", 0) == 0) r.links.push_back(n);
+  r.run_dirs = ListNames(StateDir() + "/run");
+  r.leases = ListNames(StateDir() + "/net/leases");
+  for (auto& n : ListNames("/proc")) {
+    if (n.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = ReadFileOrDie("/proc/" + n + "/cmdline");
+    if (cmd.find("qemu-system") != std::string::npos && cmd.find(StateDir() + "/run/") != std::string::npos)
+      r.vmm_pids.push_back(n);
+  }
+  return r;
+}
+
+std::string HostResources::ToString() const {
+  std::string s;
+  auto add = [&](const char* what, const std::vector<std::string>& v) {
+    s += what;
+    s += "=[";
+    for (auto& x : v) s += x + " ";
+    s += "] ";
+  };
+  add("netns", netns);
+  add("links", links);
+  add("run_dirs", run_dirs);
+  add("leases", leases);
+  add("vmm", vmm_pids);
+  return s;
+}
+
+}  // namespace airlock::testing

@@ -1,0 +1,182 @@
+// Sandbox lifecycle through the Manager, against real microVMs: cleanup,
+// re-attach, signals, boot failures, hostile programs, Ctrl-C.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "core/manager.h"
+#include "tests/integration/harness.h"
+
+namespace airlock::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<Manager> OpenManager() {
+  ManagerConfig c;
+  c.state_dir = StateDir();
+  c.build_image_if_missing = false;
+  auto m = Manager::Open(c);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+ExecRequest Bash(const std::string& script) {
+  ExecRequest r;
+  r.cmd = "/bin/bash";
+  r.args = {"-c", script};
+  return r;
+}
+
+TEST(LifecycleTest, TwentyCreateDestroyCyclesLeaveNothingBehind) {
+  AIRLOCK_REQUIRE_VM();
+  HostResources before = SnapshotResources();
+  auto m = OpenManager();
+  ASSERT_TRUE(m);
+  for (int i = 0; i < 20; ++i) {
+    auto sb = m->Create({});
+    ASSERT_TRUE(sb.ok()) << "cycle " << i << ": " << sb.status().ToString();
+    auto r = (*sb)->agent().Exec(Bash("echo $((6*7))"), {});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->exit_code, 0);
+    pid_t vmm = (*sb)->vmm_pid();
+    ASSERT_TRUE(m->Destroy((*sb)->id()).ok());
+    EXPECT_EQ((*sb)->state(), SandboxState::kKilled);
+    EXPECT_NE(::kill(vmm, 0), 0) << "VMM " << vmm << " still alive";
+  }
+  m.reset();
+  HostResources after = SnapshotResources();
+  EXPECT_EQ(before, after) << "before: " << before.ToString() << "\nafter: " << after.ToString();
+}
+
+TEST(LifecycleTest, BackgroundProcessOutlivesItsStreamAndReattaches) {
+  AIRLOCK_REQUIRE_VM();
+  auto m = OpenManager();
+  ASSERT_TRUE(m);
+  auto sb = m->Create({});
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  const EnvdClient& agent = (*sb)->agent();
+  auto pid = agent.StartBackground(Bash("sleep 1; for i in 1 2 3; do echo tick $i; sleep 0.5; done; exit 7"));
+  ASSERT_TRUE(pid.ok()) << pid.status().ToString();
+  std::string out;
+  ExecCallbacks cb;
+  cb.on_stdout = [&](std::string_view b) { out.append(b); };
+  auto r = agent.Attach(*pid, cb);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->exit_code, 7);
+  EXPECT_NE(out.find("tick 3\n"), std::string::npos) << out;
+  // A late Connect still gets the end event.
+  auto late = agent.Attach(*pid, {});
+  ASSERT_TRUE(late.ok()) << late.status().ToString();
+  EXPECT_EQ(late->exit_code, 7);
+}
+
+TEST(LifecycleTest, SendSignalKillsTheProcessTree) {
+  AIRLOCK_REQUIRE_VM();
+  auto m = OpenManager();
+  ASSERT_TRUE(m);
+  auto sb = m->Create({});
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  const EnvdClient& agent = (*sb)->agent();
+  auto pid = agent.StartBackground(Bash("sleep 1000 & sleep 1000; wait"));
+  ASSERT_TRUE(pid.ok());
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_TRUE(agent.SendSignal(*pid, "SIGNAL_SIGKILL").ok());
+  });
+  auto r = agent.Attach(*pid, {});
+  killer.join();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->exited);
+  EXPECT_EQ(r->status, "signal: killed");
+  EXPECT_EQ(r->ShellCode(), 137);
+  // Nothing of the tree survives.
+  auto ps = agent.Exec(Bash("pgrep -c -x sleep || true"), {});
+  ASSERT_TRUE(ps.ok());
+  auto unknown = agent.SendSignal(999999, "SIGNAL_SIGKILL");
+  EXPECT_EQ(unknown.code(), StatusCode::kNotFound) << unknown.ToString();
+}
+
+TEST(LifecycleTest, GuestThatNeverBecomesReadyIsCleanedUp) {
+  AIRLOCK_REQUIRE_VM();
+  HostResources before = SnapshotResources();
+  auto m = OpenManager();
+  ASSERT_TRUE(m);
+  CreateOptions o;
+  o.ready_timeout = std::chrono::milliseconds(50);  // far shorter than any boot
+  auto sb = m->Create(o);
+  ASSERT_FALSE(sb.ok());
+  EXPECT_EQ(sb.status().code(), StatusCode::kDeadlineExceeded) << sb.status().ToString();
+  EXPECT_NE(sb.status().message().find("did not become ready"), std::string::npos);
+  m.reset();
+  EXPECT_EQ(before, SnapshotResources());
+}
+
+TEST(LifecycleTest, UnknownTemplateNamesTheFix) {
+  AIRLOCK_REQUIRE_VM();
+  auto m = OpenManager();
+  ASSERT_TRUE(m);
+  CreateOptions o;
+  o.template_name = "no-such-template";
+  auto sb = m->Create(o);
+  ASSERT_FALSE(sb.ok());
+  EXPECT_EQ(sb.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(sb.status().message().find("no-such-template"), std::string::npos) << sb.status().ToString();
+}
+
+TEST(LifecycleTest, HostileProgramsDoNotHurtTheHost) {
+  AIRLOCK_REQUIRE_VM();
+  HostResources before = SnapshotResources();
+  auto m = OpenManager();
+  ASSERT_TRUE(m);
+  auto sb = m->Create({});
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  const EnvdClient& agent = (*sb)->agent();
+  // A thousand children, a spinning loop and a filling disk, all at once.
+  auto forks = agent.StartBackground(Bash("for i in $(seq 1000); do (sleep 300 &) ; done; wait"));
+  auto spin = agent.StartBackground(Bash("while :; do :; done"));
+  auto fill = agent.StartBackground(Bash("dd if=/dev/zero of=/home/user/fill bs=1M count=300 2>&1; sync"));
+  EXPECT_TRUE(forks.ok() && spin.ok() && fill.ok());
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  pid_t vmm = (*sb)->vmm_pid();
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(m->Destroy((*sb)->id()).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_NE(::kill(vmm, 0), 0);
+  m.reset();
+  EXPECT_EQ(before, SnapshotResources());
+}
+
+TEST(LifecycleTest, CtrlCOfAirlockRunDestroysTheSandbox) {
+  AIRLOCK_REQUIRE_VM();
+  HostResources before = SnapshotResources();
+  SpawnOptions so;
+  so.argv = {AirlockBin(), "--state-dir", StateDir(), "run", "--", "bash", "-c", "echo started; sleep 600"};
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  so.stdout_fd = p[1];
+  so.stderr_to_devnull = true;
+  auto child = Spawn(so);
+  ::close(p[1]);
+  ASSERT_TRUE(child.ok());
+  // Wait for the command to be running in the guest.
+  std::string got;
+  char buf[256];
+  while (got.find("started") == std::string::npos) {
+    ssize_t n = ::read(p[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    got.append(buf, n);
+  }
+  ::close(p[0]);
+  ASSERT_NE(got.find("started"), std::string::npos);
+  ASSERT_TRUE(child->Signal(SIGINT).ok());
+  auto st = child->WaitFor(std::chrono::seconds(30));
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->ShellCode(), 130);
+  EXPECT_EQ(before, SnapshotResources()) << SnapshotResources().ToString();
+}
+
+}  // namespace
+}  // namespace airlock::testing

@@ -1,0 +1,65 @@
+#include <gtest/gtest.h>
+
+#include "core/envd_client.h"
+#include "core/manager.h"
+#include "core/sandbox_state.h"
+
+namespace airlock {
+namespace {
+
+using S = SandboxState;
+
+TEST(SandboxStateTest, LegalTransitions) {
+  EXPECT_TRUE(CheckTransition(S::kCreating, S::kRunning).ok());
+  EXPECT_TRUE(CheckTransition(S::kCreating, S::kFailed).ok());
+  EXPECT_TRUE(CheckTransition(S::kRunning, S::kKilling).ok());
+  EXPECT_TRUE(CheckTransition(S::kFailed, S::kKilling).ok());
+  EXPECT_TRUE(CheckTransition(S::kKilling, S::kKilled).ok());
+  EXPECT_TRUE(CheckTransition(S::kRunning, S::kPausing).ok());
+  EXPECT_TRUE(CheckTransition(S::kPaused, S::kResuming).ok());
+}
+
+TEST(SandboxStateTest, IllegalTransitionsNameBothStates) {
+  Status s = CheckTransition(S::kKilled, S::kRunning);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("killed"), std::string::npos);
+  EXPECT_NE(s.message().find("running"), std::string::npos);
+  EXPECT_FALSE(CheckTransition(S::kCreating, S::kPaused).ok());
+  EXPECT_FALSE(CheckTransition(S::kRunning, S::kCreating).ok());
+  EXPECT_FALSE(CheckTransition(S::kKilling, S::kRunning).ok());
+  EXPECT_FALSE(CheckTransition(S::kPaused, S::kRunning).ok());  // only through resuming
+}
+
+TEST(SandboxStateTest, EveryStateHasAName) {
+  for (S s : {S::kCreating, S::kRunning, S::kPausing, S::kPaused, S::kResuming, S::kKilling, S::kKilled, S::kFailed}) {
+    EXPECT_NE(SandboxStateName(s), "unknown");
+  }
+}
+
+TEST(SandboxIdTest, ShapeAndUniqueness) {
+  std::string a = NewSandboxId(), b = NewSandboxId();
+  EXPECT_EQ(a.size(), 20u);
+  EXPECT_NE(a, b);
+  for (char c : a) EXPECT_TRUE((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) << a;
+}
+
+TEST(ExecResultTest, ShellCodeFollowsTheShellConvention) {
+  ExecResult r;
+  r.exited = true;
+  r.exit_code = 3;
+  r.status = "exit status 3";
+  EXPECT_EQ(r.ShellCode(), 3);
+  r = {};
+  r.exit_code = -1;
+  r.status = "signal: killed";
+  EXPECT_EQ(r.ShellCode(), 137);
+  r.status = "signal: terminated";
+  EXPECT_EQ(r.ShellCode(), 143);
+  r.status = "signal: interrupt";
+  EXPECT_EQ(r.ShellCode(), 130);
+  r.status = "signal: segmentation fault";
+  EXPECT_EQ(r.ShellCode(), 139);
+}
+
+}  // namespace
+}  // namespace airlock
