@@ -27,15 +27,6 @@ std::string_view StatusCodeName(StatusCode code) {
   return "unknown";
 }
 
-StatusCode StatusCodeFromName(std::string_view name) {
-  for (int i = 0; i <= static_cast<int>(StatusCode::kUnauthenticated); ++i) {
-    auto c = static_cast<StatusCode>(i);
-    if (StatusCodeName(c) == name) return c;
-  }
-  if (name == "cancelled") return StatusCode::kCancelled;
-  return StatusCode::kUnknown;
-}
-
 std::string Status::ToString() const {
   if (ok()) return "ok";
   return std::string(StatusCodeName(code_)) + ": " + message_;

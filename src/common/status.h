@@ -36,8 +36,6 @@ enum class StatusCode {
 
 // Connect/gRPC snake_case name of a code ("not_found").
 std::string_view StatusCodeName(StatusCode code);
-// Inverse of StatusCodeName; unknown names map to kUnknown.
-StatusCode StatusCodeFromName(std::string_view name);
 
 class [[nodiscard]] Status {
  public:

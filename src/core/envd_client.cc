@@ -12,8 +12,9 @@
 #include <filesystem>
 #include <thread>
 
-#include "envd/connect.h"
-#include "envd/json.h"
+#include "envd/connect_error.h"
+#include "envd/envelope.h"
+#include "envd/proto_json.h"
 
 namespace airlock {
 
@@ -73,24 +74,20 @@ void AddCommonHeaders(Req& req, const AgentEndpoint& ep, const std::string& toke
   if (!token.empty()) req.set("X-Access-Token", token);
 }
 
-// Turns a non-2xx agent reply into a Status. RPC errors carry a string code,
-// REST errors an integer one (spec §3.1, §4).
+// Turns a non-2xx agent reply into a Status. RPC errors carry a string code
+// (spec §3.1), the REST endpoints an integer one (spec §4).
 Status ErrorFromBody(unsigned status, const std::string& body, std::string_view what) {
-  try {
-    auto j = nlohmann::json::parse(body);
-    std::string msg = j.value("message", "");
-    if (j.contains("code") && j["code"].is_string()) {
-      return Status(StatusCodeFromName(j["code"].get<std::string>()), std::string(what) + ": " + msg);
-    }
-    StatusCode code = status == 404 ? StatusCode::kNotFound
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_object() && j.contains("code") && j["code"].is_number()) {
+    StatusCode code = status == 404   ? StatusCode::kNotFound
                       : status == 400 ? StatusCode::kInvalidArgument
                       : status == 401 ? StatusCode::kUnauthenticated
                       : status == 507 ? StatusCode::kResourceExhausted
                                       : StatusCode::kInternal;
+    std::string msg = j.contains("message") && j["message"].is_string() ? j["message"].get<std::string>() : "";
     return Status(code, std::string(what) + ": " + msg);
-  } catch (const std::exception&) {
-    return Internal(std::string(what) + ": HTTP " + std::to_string(status));
   }
+  return envd::StatusFromErrorResponse(static_cast<int>(status), body).WithContext(what);
 }
 
 RemoteEntry EntryFromJson(const nlohmann::json& j) {
@@ -99,7 +96,7 @@ RemoteEntry EntryFromJson(const nlohmann::json& j) {
   e.path = j.value("path", "");
   e.type = j.value("type", "FILE_TYPE_UNSPECIFIED");
   if (j.contains("size")) {
-    auto s = envd::ParseInt64(j["size"]);
+    auto s = envd::Int64FromJson(j["size"]);
     if (s.ok() && *s >= 0) e.size = static_cast<uint64_t>(*s);
   }
   e.mode = j.value("mode", 0u);

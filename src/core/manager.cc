@@ -1,6 +1,7 @@
 #include "core/manager.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include "common/log.h"
 #include "image/image.h"
 #include "net/sandbox_network.h"
+#include "net/address_pool.h"
 #include "runtime/qemu/qemu_runtime.h"
 
 namespace airlock {
@@ -17,6 +19,8 @@ namespace airlock {
 namespace fs = std::filesystem;
 
 namespace {
+
+constexpr uint16_t kAgentPort = 49983;  // envd's port (spec §2.1)
 
 double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -98,11 +102,14 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config) {
                   "cannot create state directory " + m->config_.state_dir + ": " + ec.message() +
                       " (run as root, or pass --state-dir / AIRLOCK_STATE_DIR)");
   }
-  ASSIGN_OR_RETURN(m->pool_, net::AddressPool::Open(m->config_.state_dir, m->config_.address_pool));
+  ASSIGN_OR_RETURN(auto pool, net::AddressPool::Create(m->config_.state_dir, m->config_.address_pool));
+  m->pool_ = std::make_unique<net::AddressPool>(std::move(pool));
   ASSIGN_OR_RETURN(m->runtime_, qemu::NewQemuRuntime(m->config_.state_dir));
   // Sandboxes of a crashed or killed `airlock run` left their netns and run
   // dirs; their VMMs died with it (PDEATHSIG). Reclaim them now.
-  net::CleanupLeftovers(m->config_.state_dir);
+  if (auto cleaned = net::CleanupLeftovers(m->config_.state_dir); !cleaned.ok()) {
+    LOG_WARN("cleanup of leftover networks: {}", cleaned.status().message());
+  }
   for (auto& e : fs::directory_iterator(m->config_.state_dir + "/run", ec)) {
     std::string owner_file = e.path().string() + "/owner";
     int pid = 0;
@@ -188,8 +195,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   }
   // 3. agent ready
   auto t3 = std::chrono::steady_clock::now();
-  auto ep = sb->network_->agent_endpoint();
-  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ep.host, ep.port});
+  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{sb->network_->netns_ip(), kAgentPort});
   Status ready = sb->agent_->WaitReady(t3 + options.ready_timeout, [&]() -> Status {
     if (!vm_raw->alive()) return Unavailable("the VMM exited during boot; console:\n" + vm_raw->ConsoleTail());
     return OkStatus();

@@ -15,7 +15,7 @@
 
 #include "common/status.h"
 #include "core/envd_client.h"
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 #include "core/sandbox_state.h"
 
 namespace airlock {

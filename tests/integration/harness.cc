@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -85,8 +86,6 @@ CliResult RunCli(const std::vector<std::string>& args, const std::string& stdin_
       if (w < 0 && errno != EAGAIN) fed = stdin_bytes.size();
       if (fed == stdin_bytes.size()) { ::close(in_fd); in_fd = -1; }
     }
-    // Keep the poll array aligned with fds for closed outputs.
-    for (int i = 0; i < 2; ++i) if (fds[i] < 0) fds[i] = -1;
   }
   if (in_fd >= 0) ::close(in_fd);
   auto st = child->Wait();

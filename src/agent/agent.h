@@ -1,0 +1,71 @@
+// The agent: owns the HTTP server, the process table and the SIGCHLD
+// reaper, and routes each request to one handler (spec §3, §4):
+//   /process.Process/*        process_service.cc
+//   /filesystem.Filesystem/*  filesystem_service.cc
+//   /files                    files_handler.cc
+//   /health /envs /metrics    agent.cc, metrics.cc
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <memory>
+#include <string>
+
+#include "agent/http_server.h"
+#include "agent/process_table.h"
+#include "agent/users.h"
+#include "common/status.h"
+
+namespace airlock::agent {
+
+struct AgentOptions {
+  std::string listen = "0.0.0.0:49983";
+  std::string root_prefix;          // where etc/passwd and etc/group are read ("" = /)
+  std::string default_user = "user";
+  bool verbose = false;
+};
+
+inline constexpr const char* kChildPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+inline constexpr size_t kMaxRequestBody = 1 << 20;
+
+class Agent {
+ public:
+  Agent(asio::io_context& io, AgentOptions options);
+  // Starts the reaper and listens. Errors: the listen failure.
+  Status Start();
+  uint16_t port() const { return server_.port(); }
+
+  asio::io_context& io() { return io_; }
+  ProcessTable& processes() { return processes_; }
+  const AgentOptions& options() const { return options_; }
+  // True when the agent may change uid/gid (it runs as root).
+  bool can_switch_user() const { return is_root_; }
+  UserDb LoadUsers() const { return UserDb::Load(options_.root_prefix); }
+  // User named by `Authorization: Basic base64(user:)`, else the default
+  // user. unauthenticated when the header is malformed or the user unknown.
+  StatusOr<User> UserFromAuthHeader(const Session& s) const;
+  StatusOr<User> UserByName(const std::string& name) const;
+
+ private:
+  void Handle(std::shared_ptr<Session> s);
+  void ReapChildren();
+
+  asio::io_context& io_;
+  AgentOptions options_;
+  bool is_root_;
+  ProcessTable processes_;
+  HttpServer server_;
+  asio::signal_set sigchld_;
+};
+
+// Handlers (one file each).
+void HandleProcessRpc(Agent& agent, std::shared_ptr<Session> s, const std::string& method);
+void HandleFilesystemRpc(Agent& agent, std::shared_ptr<Session> s, const std::string& method);
+void HandleFilesGet(Agent& agent, std::shared_ptr<Session> s);
+void HandleFilesPost(Agent& agent, std::shared_ptr<Session> s);
+std::string MetricsJson();
+
+// JSON error of the plain HTTP endpoints: {"code":<http status>,"message":...}.
+void RespondHttpError(Session& s, int status, const std::string& message);
+
+}  // namespace airlock::agent

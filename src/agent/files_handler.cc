@@ -1,0 +1,259 @@
+// GET /files (download) and POST /files (upload, spec §4.1). Uploads stream
+// to disk chunk by chunk: multipart parts through MultipartParser, raw
+// application/octet-stream bodies (optionally gzip, inflated by zlib as they
+// arrive). Errors use the envd JSON shape {"code":<http>,"message":...}.
+#include <fcntl.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <set>
+
+#include "agent/agent.h"
+#include "agent/fs_util.h"
+#include "agent/log.h"
+#include "agent/multipart.h"
+#include "agent/paths.h"
+#include "common/fd.h"
+#include "envd/messages.h"
+
+namespace airlock::agent {
+namespace {
+
+constexpr size_t kDownloadChunk = 256 * 1024;
+
+int HttpStatusFor(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kInvalidArgument: case StatusCode::kAlreadyExists: return 400;
+    case StatusCode::kUnauthenticated: return 401;
+    case StatusCode::kPermissionDenied: return 403;
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kResourceExhausted: return 507;
+    default: return 500;
+  }
+}
+
+StatusOr<User> FilesUser(Agent& agent, const Session& s) {
+  if (auto name = s.Query("username"); name && !name->empty()) return agent.UserByName(*name);
+  return agent.UserFromAuthHeader(s);
+}
+
+class Gunzip {
+ public:
+  Gunzip() { ok_ = inflateInit2(&z_, 16 + MAX_WBITS) == Z_OK; }
+  ~Gunzip() { inflateEnd(&z_); }
+  Gunzip(const Gunzip&) = delete;
+  Gunzip& operator=(const Gunzip&) = delete;
+
+  Status Feed(std::string_view in, const std::function<Status(std::string_view)>& out) {
+    if (!ok_) return Internal("zlib init failed");
+    z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+    z_.avail_in = static_cast<uInt>(in.size());
+    char buf[64 * 1024];
+    do {
+      if (ended_ && z_.avail_in > 0) {  // concatenated gzip members
+        if (inflateReset(&z_) != Z_OK) return InvalidArgument("gzip: reset failed");
+        ended_ = false;
+      }
+      z_.next_out = reinterpret_cast<Bytef*>(buf);
+      z_.avail_out = sizeof buf;
+      int rc = inflate(&z_, Z_NO_FLUSH);
+      if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR) {
+        return InvalidArgument(std::string("gzip: ") + (z_.msg ? z_.msg : "corrupt data"));
+      }
+      size_t n = sizeof buf - z_.avail_out;
+      if (n > 0) RETURN_IF_ERROR(out(std::string_view(buf, n)));
+      if (rc == Z_STREAM_END) ended_ = true;
+      if (rc == Z_BUF_ERROR) break;  // needs more input
+    } while (z_.avail_in > 0 || z_.avail_out == 0);
+    return OkStatus();
+  }
+  Status Finish() { return ended_ ? OkStatus() : InvalidArgument("gzip: truncated stream"); }
+
+ private:
+  z_stream z_{};
+  bool ok_ = false;
+  bool ended_ = false;
+};
+
+// One upload request; writes its files one after another.
+class Upload {
+ public:
+  Upload(Agent& agent, User user) : agent_(agent), user_(std::move(user)) {}
+
+  Status Open(const std::string& raw_path) {
+    ASSIGN_OR_RETURN(std::string path, ResolvePath(raw_path, user_.home));
+    if (!seen_.insert(path).second) return InvalidArgument("path '" + path + "' is given more than once");
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      return InvalidArgument("path '" + path + "' is a directory");
+    }
+    Owner owner{user_.uid, user_.gid, agent_.can_switch_user()};
+    RETURN_IF_ERROR(MakeDirs(ParentPath(path), owner));
+    fd_.Reset(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+    if (!fd_) return ErrnoError("open " + path);
+    if (owner.apply && fchown(fd_.get(), owner.uid, owner.gid) != 0) return ErrnoError("chown " + path);
+    path_ = path;
+    return OkStatus();
+  }
+
+  Status Write(std::string_view data) {
+    if (!fd_) return OkStatus();  // a part we ignore
+    while (!data.empty()) {
+      ssize_t n = write(fd_.get(), data.data(), data.size());
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoError("write " + path_);
+      }
+      data.remove_prefix(static_cast<size_t>(n));
+    }
+    return OkStatus();
+  }
+
+  Status Close() {
+    if (!fd_) return OkStatus();
+    int rc = close(fd_.Release());
+    if (rc != 0) return ErrnoError("close " + path_);
+    envd::OJson e = envd::OJson::object();
+    e["path"] = path_;
+    e["name"] = BaseName(path_);
+    e["type"] = "file";
+    result_.push_back(std::move(e));
+    return OkStatus();
+  }
+
+  envd::OJson& result() { return result_; }
+
+ private:
+  Agent& agent_;
+  User user_;
+  UniqueFd fd_;
+  std::string path_;
+  std::set<std::string> seen_;
+  envd::OJson result_ = envd::OJson::array();
+};
+
+void Finish(std::shared_ptr<Session> s, std::shared_ptr<Upload> up, Status st) {
+  if (s->closed()) return;
+  if (st.ok()) st = up->Close();
+  if (!st.ok()) {
+    LogDebug("upload failed: %s", st.ToString().c_str());
+    return RespondHttpError(*s, HttpStatusFor(st), st.message());
+  }
+  if (up->result().empty()) return RespondHttpError(*s, 400, "no file in the upload");
+  s->Respond(200, "application/json", envd::Dump(up->result()));
+}
+
+// Streams an open file into a fixed-length response, pausing on backpressure.
+class Download : public std::enable_shared_from_this<Download> {
+ public:
+  Download(std::shared_ptr<Session> s, UniqueFd fd, uint64_t size)
+      : s_(std::move(s)), fd_(std::move(fd)), remaining_(size), buf_(kDownloadChunk) {}
+  void Start() {
+    std::weak_ptr<Download> weak = shared_from_this();
+    s_->SetOnDrain([weak] {
+      if (auto self = weak.lock()) self->Pump();
+    });
+    keep_ = shared_from_this();  // alive until the body is out
+    Pump();
+  }
+
+ private:
+  void Pump() {
+    while (remaining_ > 0 && !s_->closed() && s_->pending_bytes() < (1u << 20)) {
+      ssize_t n = read(fd_.get(), buf_.data(), std::min<uint64_t>(buf_.size(), remaining_));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {  // the file shrank: the promised length cannot be met
+        s_->Abort();
+        keep_.reset();
+        return;
+      }
+      remaining_ -= static_cast<uint64_t>(n);
+      s_->Write(std::string_view(buf_.data(), static_cast<size_t>(n)));
+    }
+    if (remaining_ == 0 || s_->closed()) {
+      s_->EndResponse();
+      keep_.reset();
+    }
+  }
+  std::shared_ptr<Session> s_;
+  UniqueFd fd_;
+  uint64_t remaining_;
+  std::vector<char> buf_;
+  std::shared_ptr<Download> keep_;
+};
+
+}  // namespace
+
+void HandleFilesGet(Agent& agent, std::shared_ptr<Session> s) {
+  auto user = FilesUser(agent, *s);
+  if (!user.ok()) return RespondHttpError(*s, 401, user.status().message());
+  auto path = ResolvePath(s->Query("path").value_or(""), user->home);
+  if (!path.ok()) return RespondHttpError(*s, 400, path.status().message());
+  UniqueFd fd(open(path->c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOENT) return RespondHttpError(*s, 404, "path '" + *path + "' does not exist");
+    Status st = ErrnoError("open " + *path);
+    return RespondHttpError(*s, HttpStatusFor(st), st.message());
+  }
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return RespondHttpError(*s, 500, "fstat " + *path);
+  if (S_ISDIR(st.st_mode)) return RespondHttpError(*s, 400, "path '" + *path + "' is a directory");
+  if (!S_ISREG(st.st_mode)) return RespondHttpError(*s, 400, "path '" + *path + "' is not a regular file");
+  s->BeginResponse(200, "application/octet-stream", static_cast<uint64_t>(st.st_size));
+  std::make_shared<Download>(s, std::move(fd), static_cast<uint64_t>(st.st_size))->Start();
+}
+
+void HandleFilesPost(Agent& agent, std::shared_ptr<Session> s) {
+  auto user = FilesUser(agent, *s);
+  if (!user.ok()) return RespondHttpError(*s, 401, user.status().message());
+  auto up = std::make_shared<Upload>(agent, *user);
+  std::optional<std::string> query_path = s->Query("path");
+  if (query_path && query_path->empty()) query_path.reset();
+  std::string ct = s->Header("Content-Type");
+  std::string encoding = s->Header("Content-Encoding");
+
+  if (strncasecmp(ct.c_str(), "multipart/form-data", 19) == 0) {
+    auto boundary = MultipartBoundary(ct);
+    if (!boundary.ok()) return RespondHttpError(*s, 400, boundary.status().message());
+    MultipartParser::Callbacks cb;
+    cb.on_part_begin = [up, query_path](const PartHeaders& h) -> Status {
+      if (h.name != "file") return OkStatus();  // other fields are ignored
+      if (query_path) return up->Open(*query_path);
+      if (!h.filename || h.filename->empty()) return InvalidArgument("file part without a filename");
+      return up->Open(*h.filename);
+    };
+    cb.on_part_data = [up](std::string_view d) { return up->Write(d); };
+    cb.on_part_end = [up] { return up->Close(); };
+    auto parser = std::make_shared<MultipartParser>(*boundary, std::move(cb));
+    return s->ReadBody([parser](std::string_view chunk) { return parser->Feed(chunk); },
+                       [s, up, parser](Status st) {
+                         if (st.ok()) st = parser->Finish();
+                         Finish(s, up, st);
+                       });
+  }
+
+  bool octet = ct.empty() || strncasecmp(ct.c_str(), "application/octet-stream", 24) == 0;
+  if (!octet) return RespondHttpError(*s, 400, "unsupported content type '" + ct + "'");
+  if (!query_path) return RespondHttpError(*s, 400, "the path query parameter is required for raw uploads");
+  std::shared_ptr<Gunzip> gz;
+  if (strcasecmp(encoding.c_str(), "gzip") == 0 || strcasecmp(encoding.c_str(), "x-gzip") == 0) {
+    gz = std::make_shared<Gunzip>();
+  } else if (!encoding.empty() && strcasecmp(encoding.c_str(), "identity") != 0) {
+    return RespondHttpError(*s, 400, "unsupported content encoding '" + encoding + "'");
+  }
+  Status st = up->Open(*query_path);
+  if (!st.ok()) return RespondHttpError(*s, HttpStatusFor(st), st.message());
+  s->ReadBody(
+      [up, gz](std::string_view chunk) -> Status {
+        if (!gz) return up->Write(chunk);
+        return gz->Feed(chunk, [&](std::string_view d) { return up->Write(d); });
+      },
+      [s, up, gz](Status st) {
+        if (st.ok() && gz) st = gz->Finish();
+        Finish(s, up, st);
+      });
+}
+
+}  // namespace airlock::agent

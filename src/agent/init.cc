@@ -1,0 +1,181 @@
+#include "agent/init.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <net/route.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "agent/log.h"
+#include "common/fd.h"
+
+namespace airlock::agent {
+namespace {
+
+Status MountOne(const char* source, const char* target, const char* type, unsigned long flags, const char* data) {
+  mkdir(target, 0755);
+  if (mount(source, target, type, flags, data) != 0 && errno != EBUSY) {
+    return ErrnoError(std::string("mount ") + type + " on " + target);
+  }
+  return OkStatus();
+}
+
+Status SetIfAddr(int sock, const char* ifname, unsigned long req, in_addr addr) {
+  ifreq ifr{};
+  strncpy(ifr.ifr_name, ifname, IFNAMSIZ - 1);
+  auto* sin = reinterpret_cast<sockaddr_in*>(&ifr.ifr_addr);
+  sin->sin_family = AF_INET;
+  sin->sin_addr = addr;
+  if (ioctl(sock, req, &ifr) != 0) return ErrnoError(std::string("ioctl on ") + ifname);
+  return OkStatus();
+}
+
+Status InterfaceUp(int sock, const char* ifname) {
+  ifreq ifr{};
+  strncpy(ifr.ifr_name, ifname, IFNAMSIZ - 1);
+  if (ioctl(sock, SIOCGIFFLAGS, &ifr) != 0) return ErrnoError(std::string("SIOCGIFFLAGS ") + ifname);
+  ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+  if (ioctl(sock, SIOCSIFFLAGS, &ifr) != 0) return ErrnoError(std::string("SIOCSIFFLAGS ") + ifname);
+  return OkStatus();
+}
+
+}  // namespace
+
+BootConfig ParseKernelCmdline(std::string_view cmdline) {
+  BootConfig c;
+  size_t i = 0;
+  while (i < cmdline.size()) {
+    while (i < cmdline.size() && (cmdline[i] == ' ' || cmdline[i] == '\n' || cmdline[i] == '\t')) ++i;
+    size_t j = i;
+    while (j < cmdline.size() && cmdline[j] != ' ' && cmdline[j] != '\n' && cmdline[j] != '\t') ++j;
+    std::string_view tok = cmdline.substr(i, j - i);
+    i = j;
+    size_t eq = tok.find('=');
+    if (eq == std::string_view::npos) continue;
+    std::string_view k = tok.substr(0, eq), v = tok.substr(eq + 1);
+    if (k == "airlock.hostname") c.hostname = v;
+    else if (k == "airlock.ip") c.ip = std::string(v);
+    else if (k == "airlock.gw") c.gateway = std::string(v);
+    else if (k == "airlock.route") c.default_route = (v == "default");
+  }
+  return c;
+}
+
+Status MountFilesystems() {
+  Status first;
+  auto step = [&](Status st) {
+    if (!st.ok()) {
+      LogError("%s", st.ToString().c_str());
+      if (first.ok()) first = st;
+    }
+  };
+  step(MountOne("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
+  step(MountOne("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
+  step(MountOne("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755"));
+  step(MountOne("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "gid=5,mode=0620,ptmxmode=0666"));
+  step(MountOne("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777"));
+  step(MountOne("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777"));
+  step(MountOne("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755"));
+  // The usual /dev links that devtmpfs does not create.
+  symlink("/proc/self/fd", "/dev/fd");
+  symlink("/proc/self/fd/0", "/dev/stdin");
+  symlink("/proc/self/fd/1", "/dev/stdout");
+  symlink("/proc/self/fd/2", "/dev/stderr");
+  struct stat st;
+  if (stat("/dev/ptmx", &st) != 0) symlink("pts/ptmx", "/dev/ptmx");
+  return first;
+}
+
+Status SetHostname(const std::string& name) {
+  if (name.empty()) return OkStatus();
+  if (sethostname(name.data(), name.size()) != 0) return ErrnoError("sethostname " + name);
+  return OkStatus();
+}
+
+Status ConfigureNetwork(const BootConfig& cfg) {
+  UniqueFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!sock) return ErrnoError("socket");
+  RETURN_IF_ERROR(InterfaceUp(sock.get(), "lo"));
+  if (!cfg.ip) return OkStatus();
+  std::string ip = *cfg.ip;
+  int prefix = 32;
+  if (size_t slash = ip.find('/'); slash != std::string::npos) {
+    prefix = std::atoi(ip.c_str() + slash + 1);
+    ip.resize(slash);
+  }
+  if (prefix < 0 || prefix > 32) return InvalidArgument("airlock.ip: bad prefix length");
+  in_addr addr{}, mask{};
+  if (inet_pton(AF_INET, ip.c_str(), &addr) != 1) return InvalidArgument("airlock.ip: bad address '" + ip + "'");
+  mask.s_addr = htonl(prefix == 0 ? 0 : ~uint32_t{0} << (32 - prefix));
+  RETURN_IF_ERROR(SetIfAddr(sock.get(), "eth0", SIOCSIFADDR, addr));
+  RETURN_IF_ERROR(SetIfAddr(sock.get(), "eth0", SIOCSIFNETMASK, mask));
+  RETURN_IF_ERROR(InterfaceUp(sock.get(), "eth0"));
+  if (cfg.default_route && cfg.gateway) {
+    in_addr gw{};
+    if (inet_pton(AF_INET, cfg.gateway->c_str(), &gw) != 1) return InvalidArgument("airlock.gw: bad address");
+    rtentry rt{};
+    auto* dst = reinterpret_cast<sockaddr_in*>(&rt.rt_dst);
+    auto* gwa = reinterpret_cast<sockaddr_in*>(&rt.rt_gateway);
+    auto* msk = reinterpret_cast<sockaddr_in*>(&rt.rt_genmask);
+    dst->sin_family = gwa->sin_family = msk->sin_family = AF_INET;
+    gwa->sin_addr = gw;
+    rt.rt_flags = RTF_UP | RTF_GATEWAY;
+    char dev[] = "eth0";
+    rt.rt_dev = dev;
+    if (ioctl(sock.get(), SIOCADDRT, &rt) != 0 && errno != EEXIST) return ErrnoError("add default route");
+  }
+  return OkStatus();
+}
+
+void SetupProcessBasics(bool pid1) {
+  // fds 0-2 must be valid so that pipes never land on them.
+  while (true) {
+    int fd = open("/dev/null", O_RDWR);
+    if (fd < 0) fd = open("/", O_RDONLY);
+    if (fd < 0) break;
+    if (fd > 2) {
+      close(fd);
+      break;
+    }
+  }
+  signal(SIGPIPE, SIG_IGN);
+  if (pid1) {
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+  }
+}
+
+void RunPid1Setup() {
+  (void)MountFilesystems();
+  std::ifstream f("/proc/cmdline");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  BootConfig cfg = ParseKernelCmdline(ss.str());
+  if (Status st = SetHostname(cfg.hostname); !st.ok()) LogError("%s", st.ToString().c_str());
+  if (Status st = ConfigureNetwork(cfg); !st.ok()) LogError("network: %s", st.ToString().c_str());
+  setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);
+}
+
+void ConsoleLine(const std::string& line) {
+  std::string l = line + "\n";
+  int fd = open("/dev/console", O_WRONLY | O_NOCTTY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)!write(fd, l.data(), l.size());
+    close(fd);
+  } else {
+    (void)!write(2, l.data(), l.size());
+  }
+}
+
+}  // namespace airlock::agent

@@ -1,0 +1,34 @@
+// PID 1 duties for the guest (run only when the agent is PID 1 or --init):
+// a checklist of small named steps. Each step logs its own failure to the
+// console and the agent carries on serving what it can (PID 1 must never
+// exit: the kernel would panic).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace airlock::agent {
+
+// Settings read from the kernel command line (airlock.* keys).
+struct BootConfig {
+  std::string hostname;             // airlock.hostname=
+  std::optional<std::string> ip;    // airlock.ip=169.254.0.21/30 (address/prefix)
+  std::optional<std::string> gateway;  // airlock.gw=169.254.0.22
+  bool default_route = false;       // airlock.route=default
+};
+BootConfig ParseKernelCmdline(std::string_view cmdline);
+
+Status MountFilesystems();
+Status SetHostname(const std::string& name);
+Status ConfigureNetwork(const BootConfig& cfg);
+// Ignores SIGTERM/SIGINT (PID 1) and SIGPIPE; makes fds 0-2 valid.
+void SetupProcessBasics(bool pid1);
+// Runs every step above; errors are logged, never fatal.
+void RunPid1Setup();
+// Writes one line to /dev/console (falls back to stderr).
+void ConsoleLine(const std::string& line);
+
+}  // namespace airlock::agent

@@ -1,0 +1,89 @@
+// airlock-agent: the guest's PID 1 and its envd-compatible API server.
+//
+//   airlock-agent [--listen IP:PORT] [--init] [--root-prefix DIR]
+//                 [--default-user NAME] [--verbose]
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "agent/agent.h"
+#include "agent/init.h"
+#include "agent/log.h"
+
+namespace {
+
+void Usage() {
+  std::fprintf(stderr,
+               "usage: airlock-agent [--listen IP:PORT] [--init] [--root-prefix DIR]\n"
+               "                     [--default-user NAME] [--verbose]\n"
+               "  --listen IP:PORT     address to serve on (default 0.0.0.0:49983; port 0 = any)\n"
+               "  --init               do PID 1 duties (mounts, hostname, network) even if not PID 1\n"
+               "  --root-prefix DIR    read DIR/etc/passwd and DIR/etc/group for users (tests)\n"
+               "  --default-user NAME  user when a request names none (default: user)\n"
+               "  --verbose            debug logging\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace airlock::agent;
+  AgentOptions opts;
+  bool init = getpid() == 1;
+  bool pid1 = init;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "airlock-agent: %s needs a value\n", flag);
+        if (!pid1) std::exit(2);
+        return "";
+      }
+      return argv[++i];
+    };
+    if (a == "--listen") opts.listen = value("--listen");
+    else if (a == "--init") init = true;
+    else if (a == "--root-prefix") opts.root_prefix = value("--root-prefix");
+    else if (a == "--default-user") opts.default_user = value("--default-user");
+    else if (a == "--verbose") opts.verbose = true;
+    else if (a == "--help" || a == "-h") {
+      Usage();
+      return 0;
+    } else {
+      std::fprintf(stderr, "airlock-agent: unknown flag '%s'\n", a.c_str());
+      Usage();
+      if (!pid1) return 2;  // as PID 1 a bad flag must not kill the guest
+    }
+  }
+  SetLogVerbose(opts.verbose);
+  SetupProcessBasics(pid1);
+  if (init) RunPid1Setup();
+  if (!pid1) prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphans of our children come back to us
+
+  while (true) {
+    try {
+      boost::asio::io_context io(1);
+      Agent agent(io, opts);
+      airlock::Status st = agent.Start();
+      if (!st.ok()) {
+        LogError("%s", st.ToString().c_str());
+        if (!pid1) return 1;
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        continue;  // retry: PID 1 never exits
+      }
+      LogInfo("listening on %s (port %u)", opts.listen.c_str(), agent.port());
+      if (pid1 || init) ConsoleLine("airlock-agent: ready");
+      else std::fprintf(stderr, "airlock-agent: ready port=%u\n", agent.port());
+      io.run();
+      LogError("event loop returned");
+    } catch (const std::exception& e) {
+      LogError("fatal: %s", e.what());
+    }
+    if (!pid1) return 1;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}

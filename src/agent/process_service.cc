@@ -1,0 +1,243 @@
+// process.Process RPCs (spec §3.2).
+#include <sys/stat.h>
+
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdlib>
+
+#include "agent/agent.h"
+#include "agent/log.h"
+#include "agent/paths.h"
+#include "agent/rpc.h"
+#include "envd/envelope.h"
+
+namespace airlock::agent {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kDefaultKeepalive = std::chrono::seconds(90);
+
+// One live Start/Connect response stream subscribed to one process.
+class EventStream : public ProcessSubscriber, public std::enable_shared_from_this<EventStream> {
+ public:
+  EventStream(std::shared_ptr<Session> s, std::chrono::milliseconds keepalive)
+      : session_(std::move(s)), timer_(session_->executor()), keepalive_(keepalive) {}
+
+  void Begin(std::shared_ptr<Process> proc) {
+    process_ = proc;
+    BeginStream(*session_);
+    Send(envd::StartEvent{static_cast<uint32_t>(proc->pid())});
+    std::weak_ptr<EventStream> weak = shared_from_this();
+    session_->SetOnDrain([weak] {
+      if (auto self = weak.lock()) {
+        if (auto p = self->process_.lock()) p->Resume();
+      }
+    });
+    session_->SetOnClose([weak] {
+      if (auto self = weak.lock()) self->Detach();
+    });
+    session_->WatchForDisconnect();
+    ArmKeepalive();
+    proc->Subscribe(shared_from_this());
+  }
+
+  void OnEvent(const envd::ProcessEvent& e) override {
+    if (done_) return;
+    Send(e);
+    if (std::holds_alternative<envd::EndEvent>(e)) {
+      session_->Write(envd::EncodeEndStream(OkStatus()));
+      Finish();
+      session_->EndResponse();
+    }
+  }
+
+  size_t QueuedBytes() const override { return session_->pending_bytes(); }
+
+ private:
+  void Send(const envd::ProcessEvent& e) {
+    last_ = Clock::now();
+    std::string frame;
+    envd::AppendEnvelope(&frame, envd::EventResponsePayload(e));
+    session_->Write(frame);
+  }
+
+  void ArmKeepalive() {
+    if (done_) return;
+    auto due = last_ + keepalive_;
+    timer_.expires_at(due);
+    timer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
+      auto self = weak.lock();
+      if (!self || ec || self->done_) return;
+      if (Clock::now() - self->last_ >= self->keepalive_) self->Send(envd::KeepAliveEvent{});
+      self->ArmKeepalive();
+    });
+  }
+
+  void Finish() {
+    done_ = true;
+    timer_.cancel();
+  }
+
+  // The client went away: the process keeps running.
+  void Detach() {
+    if (done_) return;
+    Finish();
+    if (auto p = process_.lock()) p->Unsubscribe(this);
+  }
+
+  std::shared_ptr<Session> session_;
+  asio::steady_timer timer_;
+  std::chrono::milliseconds keepalive_;
+  Clock::time_point last_ = Clock::now();
+  std::weak_ptr<Process> process_;
+  bool done_ = false;
+};
+
+std::chrono::milliseconds KeepaliveInterval(const Session& s) {
+  std::string v = s.Header("Keepalive-Ping-Interval");
+  if (!v.empty()) {
+    char* end;
+    long secs = std::strtol(v.c_str(), &end, 10);
+    if (*end == '\0' && secs > 0 && secs < 86400) return std::chrono::seconds(secs);
+  }
+  return kDefaultKeepalive;
+}
+
+std::optional<std::chrono::milliseconds> ConnectTimeout(const Session& s) {
+  std::string v = s.Header("Connect-Timeout-Ms");
+  if (v.empty()) return std::nullopt;
+  char* end;
+  long long ms = std::strtoll(v.c_str(), &end, 10);
+  if (*end != '\0' || ms <= 0) return std::nullopt;
+  return std::chrono::milliseconds(ms);
+}
+
+void Start(Agent& agent, std::shared_ptr<Session> s) {
+  ReadStreamRequest(s, [&agent, s](const envd::Json& j) {
+    auto req = envd::StartRequestFromJson(j);
+    if (!req.ok()) return RespondStreamStatus(*s, req.status());
+    auto user = agent.UserFromAuthHeader(*s);
+    if (!user.ok()) return RespondStreamStatus(*s, user.status());
+
+    SpawnRequest sp;
+    sp.user = *user;
+    sp.change_user = agent.can_switch_user();
+    sp.env["PATH"] = kChildPath;
+    sp.env["HOME"] = user->home;
+    sp.env["USER"] = user->name;
+    sp.env["LOGNAME"] = user->name;
+    if (!user->shell.empty()) sp.env["SHELL"] = user->shell;
+    for (const auto& [k, v] : req->process.envs) {
+      if (k.empty() || k.find('=') != std::string::npos) {
+        return RespondStreamStatus(*s, InvalidArgument("invalid environment variable name '" + k + "'"));
+      }
+      sp.env[k] = v;
+    }
+    struct stat st;
+    if (req->process.cwd && !req->process.cwd->empty()) {
+      auto cwd = ResolvePath(*req->process.cwd, user->home);
+      if (!cwd.ok()) return RespondStreamStatus(*s, cwd.status());
+      if (stat(cwd->c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+        return RespondStreamStatus(*s, InvalidArgument("cwd '" + *cwd + "' does not exist"));
+      }
+      sp.cwd = *cwd;
+    } else {
+      sp.cwd = (stat(user->home.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) ? user->home : "/";
+    }
+    sp.timeout = ConnectTimeout(*s);
+    sp.start = std::move(*req);
+    auto proc = agent.processes().Spawn(std::move(sp));
+    if (!proc.ok()) return RespondStreamStatus(*s, proc.status());
+    LogDebug("started process %d: %s", (*proc)->pid(), (*proc)->config().cmd.c_str());
+    std::make_shared<EventStream>(s, KeepaliveInterval(*s))->Begin(*proc);
+  });
+}
+
+void Connect(Agent& agent, std::shared_ptr<Session> s) {
+  ReadStreamRequest(s, [&agent, s](const envd::Json& j) {
+    auto sel = envd::SelectorRequestFromJson(j);
+    if (!sel.ok()) return RespondStreamStatus(*s, sel.status());
+    if (auto proc = agent.processes().Find(*sel)) {
+      return std::make_shared<EventStream>(s, KeepaliveInterval(*s))->Begin(proc);
+    }
+    if (auto end = agent.processes().FindFinished(*sel); end && sel->pid) {
+      BeginStream(*s);
+      std::string out;
+      envd::AppendEnvelope(&out, envd::EventResponsePayload(envd::StartEvent{*sel->pid}));
+      envd::AppendEnvelope(&out, envd::EventResponsePayload(*end));
+      out += envd::EncodeEndStream(OkStatus());
+      s->Write(out);
+      return s->EndResponse();
+    }
+    RespondStreamStatus(*s, NotFound("process with " +
+                                     (sel->pid ? "pid " + std::to_string(*sel->pid) : "tag '" + *sel->tag + "'") +
+                                     " not found"));
+  });
+}
+
+StatusOr<std::shared_ptr<Process>> FindProcess(Agent& agent, const envd::ProcessSelector& sel) {
+  auto p = agent.processes().Find(sel);
+  if (!p || p->finished()) {
+    return NotFound("process with " + (sel.pid ? "pid " + std::to_string(*sel.pid) : "tag '" + *sel.tag + "'") +
+                    " not found");
+  }
+  return p;
+}
+
+}  // namespace
+
+void HandleProcessRpc(Agent& agent, std::shared_ptr<Session> s, const std::string& method) {
+  if (method == "Start") return Start(agent, s);
+  if (method == "Connect") return Connect(agent, s);
+  if (method == "SendSignal") {
+    return ServeUnary(s, [&agent](const envd::Json& j) -> StatusOr<envd::OJson> {
+      ASSIGN_OR_RETURN(auto req, envd::SendSignalRequestFromJson(j));
+      ASSIGN_OR_RETURN(auto p, FindProcess(agent, req.process));
+      int sig = static_cast<int>(req.signal);
+      if (sig <= 0 || sig >= 65) return Unimplemented("unsupported signal " + std::to_string(sig));
+      RETURN_IF_ERROR(p->Signal(sig));
+      return envd::OJson::object();
+    });
+  }
+  if (method == "SendInput") {
+    return ServeUnary(s, [&agent](const envd::Json& j) -> StatusOr<envd::OJson> {
+      ASSIGN_OR_RETURN(auto req, envd::SendInputRequestFromJson(j));
+      ASSIGN_OR_RETURN(auto p, FindProcess(agent, req.process));
+      RETURN_IF_ERROR(p->WriteInput(std::move(req.input.data), req.input.kind == envd::ProcessInput::Kind::kPty));
+      return envd::OJson::object();
+    });
+  }
+  if (method == "CloseStdin") {
+    return ServeUnary(s, [&agent](const envd::Json& j) -> StatusOr<envd::OJson> {
+      ASSIGN_OR_RETURN(auto sel, envd::SelectorRequestFromJson(j));
+      ASSIGN_OR_RETURN(auto p, FindProcess(agent, sel));
+      RETURN_IF_ERROR(p->CloseStdin());
+      return envd::OJson::object();
+    });
+  }
+  if (method == "List") {
+    return ServeUnary(s, [&agent](const envd::Json&) -> StatusOr<envd::OJson> {
+      envd::OJson list = envd::OJson::array();
+      for (const auto& p : agent.processes().Running()) {
+        envd::ProcessInfo info{p->config(), static_cast<uint32_t>(p->pid()), p->tag()};
+        list.push_back(envd::ToJson(info));
+      }
+      envd::OJson out = envd::OJson::object();
+      out["processes"] = std::move(list);
+      return out;
+    });
+  }
+  if (method == "Update") {
+    return ServeUnary(s, [&agent](const envd::Json& j) -> StatusOr<envd::OJson> {
+      ASSIGN_OR_RETURN(auto req, envd::UpdateRequestFromJson(j));
+      ASSIGN_OR_RETURN(auto p, FindProcess(agent, req.process));
+      if (req.pty) RETURN_IF_ERROR(p->Resize(req.pty->cols, req.pty->rows));
+      return envd::OJson::object();
+    });
+  }
+  Status st = Unimplemented("process.Process/" + method + " is not implemented");
+  if (IsStreamRequest(*s)) return RespondStreamStatus(*s, st);
+  RespondUnaryError(*s, st);
+}
+
+}  // namespace airlock::agent

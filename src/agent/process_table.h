@@ -1,0 +1,152 @@
+// The agent's table of processes it started (spec §3.2).
+//
+// Ownership: ProcessTable owns every Process (shared_ptr) from spawn until its
+// end event has been delivered; afterwards only the end event is kept
+// (last kMaxFinished, for late Connects). A Process owns its pipe fds
+// (asio descriptors) and its subscribers (the live streams). Everything runs
+// on the one io_context thread: no locks.
+//
+// Output flow: each pipe is read in 32 KiB pieces; every piece goes to every
+// subscriber as a DataEvent. Backpressure: while any subscriber has more
+// than kHighWatermark bytes queued on its socket, the pipes are not read
+// (the child blocks on write); the subscriber calls Resume() when drained.
+// With no subscribers, output is read and dropped.
+//
+// End: the end event is sent once the child has been reaped AND its pipes
+// reached EOF (or stayed idle for kExitGrace after exit, for when a
+// background grandchild keeps them open).
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <array>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/users.h"
+#include "common/status.h"
+#include "envd/messages.h"
+
+namespace airlock::agent {
+
+namespace asio = boost::asio;
+
+inline constexpr size_t kHighWatermark = 1 << 20;  // per-subscriber queued bytes
+inline constexpr size_t kReadChunk = 32 * 1024;
+inline constexpr size_t kPtyReadChunk = 16 * 1024;
+
+class ProcessSubscriber {
+ public:
+  virtual ~ProcessSubscriber() = default;
+  // Data/end events after subscription (the start event is the stream's own).
+  virtual void OnEvent(const envd::ProcessEvent& event) = 0;
+  // Bytes queued but not yet written to the subscriber's socket.
+  virtual size_t QueuedBytes() const = 0;
+};
+
+struct SpawnRequest {
+  envd::StartRequest start;
+  User user;
+  bool change_user = true;  // false when the agent itself is not root
+  std::string cwd;          // resolved, verified to exist
+  std::map<std::string, std::string> env;  // complete environment
+  std::optional<std::chrono::milliseconds> timeout;  // kill the group after this
+};
+
+class Process : public std::enable_shared_from_this<Process> {
+ public:
+  Process(asio::io_context& io, pid_t pid, SpawnRequest req);
+  pid_t pid() const { return pid_; }
+  const envd::ProcessConfig& config() const { return req_.start.process; }
+  const std::optional<std::string>& tag() const { return req_.start.tag; }
+  bool finished() const { return end_.has_value(); }
+
+  void Subscribe(std::shared_ptr<ProcessSubscriber> sub);
+  void Unsubscribe(const ProcessSubscriber* sub);
+  // Restart pipe reads paused for backpressure.
+  void Resume();
+
+  // Signal the whole process group.
+  Status Signal(int sig);
+  // Queue bytes for stdin (or the PTY master). failed_precondition when
+  // stdin is closed or was not requested.
+  Status WriteInput(std::string data, bool pty);
+  Status CloseStdin();
+  Status Resize(uint32_t cols, uint32_t rows);
+
+ private:
+  friend class ProcessTable;
+  struct Pipe {
+    std::optional<asio::posix::stream_descriptor> fd;
+    envd::DataEvent::Stream stream;
+    std::vector<char> buf;
+    bool reading = false;
+  };
+  void Attach(int stdout_fd, int stderr_fd, int pty_fd, int stdin_fd);
+  void StartRead(Pipe& p);
+  bool Paused() const;
+  void OnExit(int wait_status);
+  void MaybeFinish();
+  void Broadcast(const envd::ProcessEvent& e);
+  void FlushInput();
+
+  asio::io_context& io_;
+  pid_t pid_;
+  SpawnRequest req_;
+  std::array<Pipe, 2> pipes_;  // stdout (or pty), stderr
+  std::optional<asio::posix::stream_descriptor> input_;  // stdin pipe or a dup of the pty master
+  bool is_pty_ = false;
+  std::deque<std::string> input_queue_;
+  bool input_writing_ = false;
+  bool input_close_pending_ = false;
+  std::vector<std::shared_ptr<ProcessSubscriber>> subs_;
+  std::optional<int> wait_status_;
+  std::optional<envd::EndEvent> end_;
+  asio::steady_timer deadline_;
+  asio::steady_timer grace_;
+  bool read_since_grace_ = false;
+  std::function<void(pid_t, const envd::EndEvent&)> on_finished_;
+};
+
+class ProcessTable {
+ public:
+  explicit ProcessTable(asio::io_context& io) : io_(io) {}
+
+  // fork/exec per the request. Errors: invalid_argument (empty cmd),
+  // resource_exhausted / internal (pipe, fork).
+  StatusOr<std::shared_ptr<Process>> Spawn(SpawnRequest req);
+  // Running (or still draining) process by pid or tag; nullptr if none.
+  std::shared_ptr<Process> Find(const envd::ProcessSelector& sel) const;
+  // End event of a recently finished process.
+  std::optional<envd::EndEvent> FindFinished(const envd::ProcessSelector& sel) const;
+  std::vector<std::shared_ptr<Process>> Running() const;
+
+  // Feed from the SIGCHLD handler: waitpid(-1) results. Unknown pids
+  // (orphans reparented to PID 1) are ignored.
+  void OnChildExit(pid_t pid, int wait_status);
+
+ private:
+  struct Finished {
+    pid_t pid;
+    std::optional<std::string> tag;
+    envd::EndEvent end;
+  };
+  static constexpr size_t kMaxFinished = 64;
+  asio::io_context& io_;
+  std::map<pid_t, std::shared_ptr<Process>> procs_;
+  std::deque<Finished> finished_;
+};
+
+// Looks cmd up in PATH (from env) when it has no '/'. Returns cmd itself
+// when not found (exec then fails with ENOENT → exit 127).
+std::string LookupCommand(const std::string& cmd, const std::map<std::string, std::string>& env);
+
+}  // namespace airlock::agent

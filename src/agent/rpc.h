@@ -1,0 +1,30 @@
+// Connect plumbing for the handlers: unary calls (JSON in, JSON or a JSON
+// error with its HTTP status out) and server-streaming calls (one request
+// envelope in; HTTP 200, envelopes, mandatory end-of-stream out; errors only
+// inside the end-of-stream).
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "agent/http_server.h"
+#include "envd/messages.h"
+
+namespace airlock::agent {
+
+using UnaryFn = std::function<StatusOr<envd::OJson>(const envd::Json& request)>;
+// Reads the body (bounded), parses it, calls fn, writes the reply.
+void ServeUnary(std::shared_ptr<Session> s, UnaryFn fn);
+void RespondUnaryError(Session& s, const Status& st);
+
+// Reads the single request envelope of a server-streaming call. On error
+// the stream has already been answered (200 + end-of-stream error) and
+// done is not called.
+void ReadStreamRequest(std::shared_ptr<Session> s, std::function<void(const envd::Json&)> done);
+// HTTP 200 application/connect+json header for a stream.
+void BeginStream(Session& s);
+// A complete stream that only carries an error (or {} when OK).
+void RespondStreamStatus(Session& s, const Status& st);
+bool IsStreamRequest(const Session& s);
+
+}  // namespace airlock::agent

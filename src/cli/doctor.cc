@@ -1,0 +1,40 @@
+#include "cli/doctor.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "image/image.h"
+#include "net/doctor.h"
+#include "runtime/qemu/doctor.h"
+
+namespace airlock::cli {
+
+int RunDoctor(const std::string& state_dir) {
+  int failed = 0;
+  auto print = [&](const std::string& name, bool ok, const std::string& detail, const std::string& fix) {
+    std::printf("%s %-22s %s\n", ok ? "ok  " : "FAIL", name.c_str(), detail.c_str());
+    if (!ok) {
+      ++failed;
+      if (!fix.empty()) std::printf("     %-22s fix: %s\n", "", fix.c_str());
+    }
+  };
+  print("root", ::geteuid() == 0, ::geteuid() == 0 ? "running as root" : "not root",
+        "run airlock as root (it creates network namespaces and tap devices)");
+  std::error_code ec;
+  bool sd = std::filesystem::is_directory(state_dir, ec) && ::access(state_dir.c_str(), W_OK) == 0;
+  print("state dir", sd, state_dir, "mkdir -p " + state_dir + " (as root), or pass --state-dir");
+  for (const auto& c : qemu::QemuDoctorChecks(state_dir)) print(c.name, c.ok, c.detail, c.fix);
+  for (const auto& c : net::NetworkDoctorChecks()) print(c.name, c.ok, c.detail, c.fix);
+  auto img = image::FindImage(state_dir, "base");
+  if (img.ok()) {
+    print("guest image", true, "base " + img->id.substr(0, 12) + ", kernel " + img->kernel_release, "");
+  } else {
+    print("guest image", false, img.status().message(), "airlock image build");
+  }
+  std::printf("\n%s\n", failed == 0 ? "all checks passed" : (std::to_string(failed) + " check(s) failed").c_str());
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace airlock::cli

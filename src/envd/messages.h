@@ -1,0 +1,166 @@
+// Typed messages of process.proto and filesystem.proto (spec §3.5) with
+// their proto3-JSON forms. Output uses nlohmann::ordered_json so keys come
+// out in field-number order, lowerCamelCase, a oneof as one key, defaults
+// omitted like connect-go (except explicit-presence fields, which are
+// emitted whenever set). Parsers accept lowerCamelCase or snake_case names,
+// ignore unknown fields, and return invalid_argument on wrong types; they
+// never throw.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "envd/proto_json.h"
+
+namespace airlock::envd {
+
+using OJson = nlohmann::ordered_json;
+using Json = nlohmann::json;
+
+// Parses a request body; invalid_argument on malformed JSON or a non-object.
+StatusOr<Json> ParseJsonObject(std::string_view body);
+// Compact dump; invalid UTF-8 in strings is replaced, never thrown.
+std::string Dump(const OJson& j);
+
+// ---- process ----
+
+struct ProcessConfig {
+  std::string cmd;
+  std::vector<std::string> args;
+  std::map<std::string, std::string> envs;
+  std::optional<std::string> cwd;
+};
+OJson ToJson(const ProcessConfig& c);
+StatusOr<ProcessConfig> ProcessConfigFromJson(const Json& j);
+
+struct PtySize {
+  uint32_t cols = 0;
+  uint32_t rows = 0;
+};
+
+struct ProcessSelector {
+  std::optional<uint32_t> pid;
+  std::optional<std::string> tag;
+};
+OJson ToJson(const ProcessSelector& s);
+// invalid_argument when neither pid nor tag is set.
+StatusOr<ProcessSelector> ProcessSelectorFromJson(const Json& j);
+
+struct StartRequest {
+  ProcessConfig process;
+  std::optional<PtySize> pty;
+  std::optional<std::string> tag;
+  std::optional<bool> stdin;
+};
+OJson ToJson(const StartRequest& r);
+StatusOr<StartRequest> StartRequestFromJson(const Json& j);
+
+// {"process":{...}} for Connect, CloseStdin.
+StatusOr<ProcessSelector> SelectorRequestFromJson(const Json& j);
+
+struct SendSignalRequest {
+  ProcessSelector process;
+  Signal signal = Signal::kUnspecified;
+};
+StatusOr<SendSignalRequest> SendSignalRequestFromJson(const Json& j);
+
+struct ProcessInput {
+  enum class Kind { kStdin, kPty } kind = Kind::kStdin;
+  std::string data;  // raw bytes
+};
+struct SendInputRequest {
+  ProcessSelector process;
+  ProcessInput input;
+};
+StatusOr<SendInputRequest> SendInputRequestFromJson(const Json& j);
+
+struct UpdateRequest {
+  ProcessSelector process;
+  std::optional<PtySize> pty;
+};
+StatusOr<UpdateRequest> UpdateRequestFromJson(const Json& j);
+
+struct StartEvent {
+  uint32_t pid = 0;
+};
+struct DataEvent {
+  enum class Stream { kStdout, kStderr, kPty } stream = Stream::kStdout;
+  std::string data;  // raw bytes; base64 on the wire
+};
+// Filled from an exit the way Go's os.ProcessState is (spec §3.2).
+struct EndEvent {
+  int32_t exit_code = 0;
+  bool exited = false;
+  std::string status;
+  std::optional<std::string> error;
+};
+struct KeepAliveEvent {};
+using ProcessEvent = std::variant<StartEvent, DataEvent, EndEvent, KeepAliveEvent>;
+
+// exit_code set → exited, that code, "exit status N", error unless 0;
+// signal → exitCode -1, exited false, "signal: killed" etc.
+EndEvent EndEventFromExit(std::optional<int> exit_code, std::optional<int> signal);
+
+// The ProcessEvent message: {"start":{...}} / {"data":{...}} / ...
+OJson ToJson(const ProcessEvent& e);
+StatusOr<ProcessEvent> ProcessEventFromJson(const Json& j);
+// StartResponse / ConnectResponse payload {"event":{...}} as a string.
+// Data events are serialized without building a JSON tree.
+std::string EventResponsePayload(const ProcessEvent& e);
+// Reverse of EventResponsePayload (host-side client).
+StatusOr<ProcessEvent> ParseEventResponse(std::string_view payload);
+
+struct ProcessInfo {
+  ProcessConfig config;
+  uint32_t pid = 0;
+  std::optional<std::string> tag;
+};
+OJson ToJson(const ProcessInfo& p);
+StatusOr<ProcessInfo> ProcessInfoFromJson(const Json& j);
+
+// ---- filesystem ----
+
+struct EntryInfo {
+  std::string name;
+  FileType type = FileType::kUnspecified;
+  std::string path;
+  int64_t size = 0;
+  uint32_t mode = 0;  // permission bits only (st_mode & 0777)
+  std::string permissions;  // "-rw-r--r--"
+  std::string owner;
+  std::string group;
+  Timestamp modified_time;
+  std::optional<std::string> symlink_target;
+  std::map<std::string, std::string> metadata;
+};
+OJson ToJson(const EntryInfo& e);
+StatusOr<EntryInfo> EntryInfoFromJson(const Json& j);
+
+// {"path":...} (Stat, MakeDir, Remove).
+StatusOr<std::string> PathRequestFromJson(const Json& j);
+struct ListDirRequest {
+  std::string path;
+  uint32_t depth = 0;
+};
+StatusOr<ListDirRequest> ListDirRequestFromJson(const Json& j);
+struct MoveRequest {
+  std::string source;
+  std::string destination;
+};
+StatusOr<MoveRequest> MoveRequestFromJson(const Json& j);
+struct WatchDirRequest {
+  std::string path;
+  bool recursive = false;
+  bool include_entry = false;
+  bool allow_network_mounts = false;
+};
+StatusOr<WatchDirRequest> WatchDirRequestFromJson(const Json& j);
+
+}  // namespace airlock::envd

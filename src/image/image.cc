@@ -1,0 +1,344 @@
+// EnsureImage / FindImage: the cache under <state_dir>/images/ (layout in
+// docs/image.md) and the order of the build steps.
+#include "image/image.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "common/log.h"
+#include "image/builders.h"
+#include "image/fs_util.h"
+#include "image/hash.h"
+
+namespace airlock::image {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::string_view kElfMagic(
+    "\x7f"
+    "ELF",
+    4);
+
+struct Layout {
+  std::string root;  // <state_dir>/images
+  std::string lock() const { return root + "/.lock"; }
+  std::string tmp() const { return root + "/tmp"; }
+  std::string debs() const { return root + "/cache/debs"; }
+  std::string boot(const std::string& key = "") const {
+    return root + "/boot" + (key.empty() ? "" : "/" + key);
+  }
+  std::string rootfs(const std::string& key = "") const {
+    return root + "/rootfs" + (key.empty() ? "" : "/" + key);
+  }
+  std::string templates() const { return root + "/templates"; }
+  std::string pointer(const std::string& name) const { return templates() + "/" + name + ".json"; }
+};
+
+Layout LayoutFor(const std::string& state_dir) { return Layout{state_dir + "/images"}; }
+
+void Say(const Progress& p, const std::string& s) {
+  LOG_INFO("image: {}", s);
+  if (p) p(s);
+}
+
+Status ValidTemplateName(const std::string& name) {
+  if (name.empty() || name.size() > 64 ||
+      name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_") != std::string::npos) {
+    return InvalidArgument("template name \"" + name + "\" must be 1-64 of [a-z0-9_-]");
+  }
+  return OkStatus();
+}
+
+// The pointer file: which boot and rootfs builds make up a template's image.
+struct Pointer {
+  std::string id, boot_key, rootfs_key, boot_local, kernel_name, kernel_version, kernel_release;
+};
+
+StatusOr<Pointer> ReadPointer(const Layout& l, const std::string& name) {
+  std::string path = l.pointer(name);
+  auto text = ReadFile(path);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) {
+      return NotFound("no guest image for template \"" + name + "\" in " + l.root +
+                      " (run: airlock image build)");
+    }
+    return text.status();
+  }
+  json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return NotFound(path + " is not valid JSON (run: airlock image build)");
+  }
+  Pointer p;
+  auto get = [&](const char* k) {
+    return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : "";
+  };
+  p.id = get("id");
+  p.boot_key = get("boot_key");
+  p.rootfs_key = get("rootfs_key");
+  p.boot_local = get("boot_local_inputs");
+  p.kernel_name = get("kernel_package");
+  p.kernel_version = get("kernel_version");
+  p.kernel_release = get("kernel_release");
+  if (p.id.empty() || p.boot_key.empty() || p.rootfs_key.empty() || p.kernel_release.empty()) {
+    return NotFound(path + " is incomplete (run: airlock image build)");
+  }
+  return p;
+}
+
+Status WritePointer(const Layout& l, const std::string& name, const Pointer& p) {
+  json j = {{"template", name},
+            {"id", p.id},
+            {"boot_key", p.boot_key},
+            {"rootfs_key", p.rootfs_key},
+            {"boot_local_inputs", p.boot_local},
+            {"kernel_package", p.kernel_name},
+            {"kernel_version", p.kernel_version},
+            {"kernel_release", p.kernel_release},
+            {"builder_version", kBuilderVersion}};
+  return WriteFileAtomic(l.pointer(name), j.dump(2) + "\n");
+}
+
+StatusOr<GuestImage> ImageFrom(const Layout& l, const std::string& name, const Pointer& p) {
+  GuestImage g;
+  g.kernel = l.boot(p.boot_key) + "/vmlinux";
+  g.initrd = l.boot(p.boot_key) + "/initrd.cpio.gz";
+  g.rootfs = l.rootfs(p.rootfs_key) + "/rootfs.ext4";
+  g.kernel_release = p.kernel_release;
+  g.kernel_package = p.kernel_name + " " + p.kernel_version;
+  g.template_name = name;
+  g.id = p.id;
+  for (const auto* f : {&g.kernel, &g.initrd, &g.rootfs}) {
+    if (!Exists(*f)) {
+      return NotFound("guest image for template \"" + name + "\" is incomplete: " + *f +
+                      " is missing (run: airlock image build)");
+    }
+  }
+  return g;
+}
+
+StatusOr<std::string> AbsolutePath(const std::string& path) {
+  char* r = ::realpath(path.c_str(), nullptr);
+  if (r == nullptr) return ErrnoError("realpath " + path);
+  std::string s = r;
+  ::free(r);
+  return s;
+}
+
+// Builds one artefact directory: `build` fills a fresh out dir, which then
+// replaces `dest` atomically (rename); a previous `dest` is removed after.
+Status BuildInto(
+    const Layout& l, const std::string& dest,
+    const std::function<Status(const std::string& work, const std::string& out)>& build) {
+  ASSIGN_OR_RETURN(std::string work, MakeTempDir(l.tmp(), "build-"));
+  std::string out = work + "/out";
+  Status st = MakeDirs(out);
+  if (st.ok()) st = build(work, out);
+  if (st.ok() && IsDirectory(dest)) {
+    std::string old = work + "/old";
+    if (::rename(dest.c_str(), old.c_str()) != 0) st = ErrnoError("rename " + dest);
+  }
+  if (st.ok() && ::rename(out.c_str(), dest.c_str()) != 0)
+    st = ErrnoError("rename " + out + " -> " + dest);
+  Status rm = RemoveTree(work);
+  if (!rm.ok()) LOG_WARN("image: cleaning {}: {}", work, rm.ToString());
+  return st;
+}
+
+// Removes boot and rootfs builds no template points at, and kernel packages
+// other than the ones in use.
+void CollectGarbage(const Layout& l) {
+  std::set<std::string> boot, rootfs, debs;
+  auto names = ListDir(l.templates());
+  if (!names.ok()) return;
+  for (const auto& n : *names) {
+    if (n.size() <= 5 || n.compare(n.size() - 5, 5, ".json") != 0) continue;
+    auto p = ReadPointer(l, n.substr(0, n.size() - 5));
+    if (!p.ok()) continue;
+    boot.insert(p->boot_key);
+    rootfs.insert(p->rootfs_key);
+    std::string v;
+    for (char c : p->kernel_version) v += c == ':' ? std::string("%3a") : std::string(1, c);
+    debs.insert(p->kernel_name + "_" + v + "_");
+  }
+  auto sweep = [](const std::string& dir, const std::function<bool(const std::string&)>& keep) {
+    auto entries = ListDir(dir);
+    if (!entries.ok()) return;
+    for (const auto& e : *entries) {
+      if (keep(e)) continue;
+      LOG_INFO("image: removing superseded {}/{}", dir, e);
+      if (Status st = RemoveTree(dir + "/" + e); !st.ok()) LOG_WARN("image: {}", st.ToString());
+    }
+  };
+  sweep(l.boot(), [&](const std::string& e) { return boot.count(e) > 0; });
+  sweep(l.rootfs(), [&](const std::string& e) { return rootfs.count(e) > 0; });
+  sweep(l.debs(), [&](const std::string& e) {
+    for (const auto& prefix : debs) {
+      if (e.rfind(prefix, 0) == 0) return true;
+    }
+    return false;
+  });
+}
+
+std::string FindBusybox() {
+  for (const char* p : {"/bin/busybox", "/usr/bin/busybox"}) {
+    if (Exists(p)) return p;
+  }
+  return "";
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> TemplatePackages(const std::string& template_name) {
+  if (template_name != "base") {
+    return InvalidArgument("unknown template \"" + template_name + "\" (known: base)");
+  }
+  return std::vector<std::string>{"bash",         "coreutils",
+                                  "procps",       "iproute2",
+                                  "netbase",      "ca-certificates",
+                                  "curl",         "git",
+                                  "less",         "mount",
+                                  "xz-utils",     "unzip",
+                                  "python3",      "python3-pip",
+                                  "python3-venv", "python-is-python3",
+                                  "nodejs",       "npm"};
+}
+
+StatusOr<GuestImage> FindImage(const std::string& state_dir, const std::string& template_name) {
+  RETURN_IF_ERROR(ValidTemplateName(template_name));
+  auto abs = AbsolutePath(state_dir);
+  Layout l = LayoutFor(abs.ok() ? *abs : state_dir);
+  ASSIGN_OR_RETURN(Pointer p, ReadPointer(l, template_name));
+  return ImageFrom(l, template_name, p);
+}
+
+StatusOr<GuestImage> EnsureImage(const ImageOptions& o) {
+  const Progress& progress = o.progress;
+  RETURN_IF_ERROR(ValidTemplateName(o.template_name));
+  ASSIGN_OR_RETURN(std::vector<std::string> packages, TemplatePackages(o.template_name));
+  if (o.state_dir.empty()) return InvalidArgument("state_dir is empty");
+  if (o.agent_binary.empty()) return InvalidArgument("no agent binary given");
+  struct stat ast;
+  if (::stat(o.agent_binary.c_str(), &ast) != 0)
+    return ErrnoError("agent binary " + o.agent_binary).WithContext("image");
+  if (!S_ISREG(ast.st_mode) || (ast.st_mode & 0111) == 0) {
+    return InvalidArgument("agent binary " + o.agent_binary + " is not an executable file");
+  }
+  {
+    // PID 1 in the guest: the kernel must be able to exec it.
+    std::ifstream f(o.agent_binary, std::ios::binary);
+    char magic[4] = {};
+    f.read(magic, sizeof magic);
+    std::string_view head(magic, static_cast<size_t>(f.gcount()));
+    if (head != kElfMagic && head.substr(0, 2) != "#!") {
+      return InvalidArgument("agent binary " + o.agent_binary +
+                             " is neither an ELF executable nor a #! script");
+    }
+  }
+  std::string busybox = FindBusybox();
+  if (busybox.empty()) {
+    return FailedPrecondition("no static busybox found (apt-get install busybox-static)");
+  }
+
+  RETURN_IF_ERROR(MakeDirs(o.state_dir + "/images"));
+  ASSIGN_OR_RETURN(std::string state_dir, AbsolutePath(o.state_dir));
+  Layout l = LayoutFor(state_dir);
+  for (const auto& d : {l.tmp(), l.debs(), l.boot(), l.rootfs(), l.templates()}) {
+    RETURN_IF_ERROR(MakeDirs(d));
+  }
+  ASSIGN_OR_RETURN(UniqueFd lock, LockFile(l.lock(), [&] {
+                     Say(progress, "waiting for another image build to finish");
+                   }));
+
+  // Inputs known without asking apt.
+  ASSIGN_OR_RETURN(std::string agent_sha, Sha256File(o.agent_binary));
+  ASSIGN_OR_RETURN(std::string busybox_sha, Sha256File(busybox));
+  std::string boot_local = KeyBuilder()
+                               .Add("builder", kBuilderVersion)
+                               .Add("init", InitramfsInitScript())
+                               .Add("modules", InitramfsModules())
+                               .Add("busybox", busybox_sha)
+                               .Digest();
+  std::string rootfs_key = KeyBuilder()
+                               .Add("builder", kBuilderVersion)
+                               .Add("template", o.template_name)
+                               .Add("suite", kSuite)
+                               .Add("packages", packages)
+                               .Add("agent", agent_sha)
+                               .ShortDigest();
+
+  // Stale build directories from a killed build (we hold the lock).
+  if (auto stale = ListDir(l.tmp()); stale.ok()) {
+    for (const auto& s : *stale) {
+      if (Status st = RemoveTree(l.tmp() + "/" + s); !st.ok()) return st;
+    }
+  }
+  auto prev = ReadPointer(l, o.template_name);
+  if (!o.force && !o.refresh && prev.ok() && prev->boot_local == boot_local &&
+      prev->rootfs_key == rootfs_key) {
+    if (auto img = ImageFrom(l, o.template_name, *prev); img.ok()) return img;
+  }
+
+  if (::geteuid() != 0) {
+    return PermissionDenied("building the guest image needs root (mmdebstrap, chroot)");
+  }
+
+  KernelPackage kernel;
+  if (prev.ok() && !o.refresh && !prev->kernel_name.empty() && !prev->kernel_version.empty()) {
+    kernel = {prev->kernel_name, prev->kernel_version, prev->kernel_release};
+  } else {
+    ASSIGN_OR_RETURN(std::string work, MakeTempDir(l.tmp(), "apt-"));
+    auto k = ResolveKernelPackage(o.refresh, work, progress);
+    (void)RemoveTree(work);
+    if (!k.ok()) return k.status();
+    kernel = *k;
+  }
+  std::string boot_key = KeyBuilder()
+                             .Add("builder", kBuilderVersion)
+                             .Add("kernel_package", kernel.name)
+                             .Add("kernel_version", kernel.version)
+                             .Add("local", boot_local)
+                             .ShortDigest();
+
+  auto t0 = std::chrono::steady_clock::now();
+  if (o.force || !Exists(l.boot(boot_key) + "/initrd.cpio.gz")) {
+    BootInputs in{kernel, busybox, l.debs()};
+    RETURN_IF_ERROR(
+        BuildInto(l, l.boot(boot_key), [&](const std::string& w, const std::string& out) {
+          return BuildBoot(in, w, out, progress);
+        }));
+  } else {
+    Say(progress, "kernel and initramfs up to date (" + kernel.name + " " + kernel.version + ")");
+  }
+  if (o.force || !Exists(l.rootfs(rootfs_key) + "/rootfs.ext4")) {
+    RootfsInputs in{kSuite, packages, o.agent_binary, agent_sha, rootfs_key};
+    RETURN_IF_ERROR(
+        BuildInto(l, l.rootfs(rootfs_key), [&](const std::string& w, const std::string& out) {
+          return BuildRootfs(in, w, out, progress);
+        }));
+  } else {
+    Say(progress, "template rootfs up to date");
+  }
+
+  Pointer p;
+  p.boot_key = boot_key;
+  p.rootfs_key = rootfs_key;
+  p.boot_local = boot_local;
+  p.kernel_name = kernel.name;
+  p.kernel_version = kernel.version;
+  p.kernel_release = kernel.release;
+  p.id = KeyBuilder().Add("boot", boot_key).Add("rootfs", rootfs_key).ShortDigest();
+  RETURN_IF_ERROR(WritePointer(l, o.template_name, p));
+  CollectGarbage(l);
+  auto secs =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - t0);
+  Say(progress, "image " + p.id + " ready (" + std::to_string(secs.count()) + " s)");
+  return ImageFrom(l, o.template_name, p);
+}
+
+}  // namespace airlock::image

@@ -1,0 +1,301 @@
+#include "net/sandbox_network.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "common/log.h"
+#include "common/subprocess.h"
+#include "net/names.h"
+#include "net/nft_rules.h"
+
+namespace airlock::net {
+namespace {
+
+// Runs a command; a failure whose stderr contains one of `gone` counts as
+// success (the object was already removed).
+Status RunIgnoringGone(const std::vector<std::string>& argv, int netns_fd = -1) {
+  auto r = Run(argv, netns_fd);
+  if (!r.ok()) return r.status();
+  if (r->status.success()) return OkStatus();
+  static const char* kGone[] = {"Cannot find device", "No such file or directory", "does not exist",
+                                "Cannot open network namespace"};
+  for (const char* g : kGone) {
+    if (r->err.find(g) != std::string::npos) return OkStatus();
+  }
+  std::string cmd;
+  for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
+  std::string err = r->err;
+  while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+  return Internal("'" + cmd + "' failed (" + r->status.ToString() + "): " + err);
+}
+
+Status Ok(const StatusOr<std::string>& r) { return r.ok() ? OkStatus() : r.status(); }
+
+std::string NetDir(const AddressPool& pool) {
+  // lease_dir is <state_dir>/net/leases
+  std::string d = pool.lease_dir();
+  return d.substr(0, d.rfind('/'));
+}
+
+std::string NftFile(const std::string& net_dir, const std::string& id) {
+  return net_dir + "/" + NetnsName(id) + ".nft";
+}
+
+Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::trunc);
+  if (!f) return ErrnoError("open " + path);
+  f << text;
+  f.close();
+  if (!f) return ErrnoError("write " + path);
+  return OkStatus();
+}
+
+// Host-side IPv6 off on our veth, so nothing v6 leaks onto the link.
+void DisableHostIpv6(const std::string& link) {
+  std::ofstream f("/proc/sys/net/ipv6/conf/" + link + "/disable_ipv6");
+  if (f) f << "1";
+}
+
+}  // namespace
+
+Status TeardownByName(const std::string& id) {
+  RETURN_IF_ERROR(ValidateSandboxId(id));
+  const std::string ns = NetnsName(id);
+  Status first;
+  auto note = [&](Status s) {
+    if (!s.ok() && first.ok()) first = s;
+  };
+  if (NetnsExists(ns)) {
+    std::string p = "/run/netns/" + ns;
+    UniqueFd fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd) note(RunIgnoringGone({"nft", "delete", "table", "inet", kNftTable}, fd.get()));
+  }
+  note(RunIgnoringGone({"ip", "link", "del", HostVethName(id)}));
+  note(RunIgnoringGone({"ip", "netns", "del", ns}));
+  return first;
+}
+
+StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(const std::string& sandbox_id,
+                                                                 AddressPool& pool,
+                                                                 const NetworkOptions& options) {
+  RETURN_IF_ERROR(ValidateSandboxId(sandbox_id));
+  std::unique_ptr<SandboxNetwork> n(new SandboxNetwork());
+  n->id_ = sandbox_id;
+  n->netns_ = NetnsName(sandbox_id);
+  n->host_veth_ = HostVethName(sandbox_id);
+  n->tap_ = kTapName;
+  n->pool_ = &pool;
+  SandboxNetwork* self = n.get();
+  Checklist& c = n->steps_;
+  const std::string ns = n->netns_, veth = n->host_veth_, tap = n->tap_;
+  const std::string net_dir = NetDir(pool);
+
+  RETURN_IF_ERROR(c.Do(
+      "lease",
+      [&]() -> Status {
+        ASSIGN_OR_RETURN(self->lease_, pool.Acquire(sandbox_id));
+        return OkStatus();
+      },
+      [self]() { return self->pool_->Release(self->lease_); }));
+  const std::string host_ip = n->lease_.host_str(), netns_ip = n->lease_.netns_str();
+
+  RETURN_IF_ERROR(c.Do(
+      "netns", [&]() { return Ok(RunChecked({"ip", "netns", "add", ns})); },
+      [ns]() { return RunIgnoringGone({"ip", "netns", "del", ns}); }));
+  RETURN_IF_ERROR(c.Do(
+      "netns-fd",
+      [&]() -> Status {
+        std::string p = "/run/netns/" + ns;
+        self->netns_fd_.Reset(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!self->netns_fd_) return ErrnoError("open " + p);
+        return OkStatus();
+      },
+      [self]() {
+        self->netns_fd_.Reset();  // else the netns outlives `ip netns del`
+        return OkStatus();
+      }));
+  const int fd = n->netns_fd_.get();
+
+  RETURN_IF_ERROR(c.Do(
+      "veth",
+      [&]() {
+        return Ok(RunChecked({"ip", "link", "add", veth, "type", "veth", "peer", "name", kNetnsVeth, "netns", ns}));
+      },
+      [veth]() { return RunIgnoringGone({"ip", "link", "del", veth}); }));
+  RETURN_IF_ERROR(c.Do(
+      "host-addr",
+      [&]() -> Status {
+        DisableHostIpv6(veth);
+        RETURN_IF_ERROR(Ok(RunChecked({"ip", "addr", "add", host_ip + "/31", "dev", veth})));
+        return Ok(RunChecked({"ip", "link", "set", veth, "up"}));
+      },
+      nullptr));
+  RETURN_IF_ERROR(c.Do(
+      "netns-sysctl",
+      [&]() {
+        return Ok(RunChecked({"sysctl", "-q", "-w", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.disable_ipv6=1",
+                              "net.ipv6.conf.default.disable_ipv6=1"},
+                             fd));
+      },
+      nullptr));
+  RETURN_IF_ERROR(c.Do(
+      "netns-links",
+      [&]() -> Status {
+        RETURN_IF_ERROR(Ok(RunChecked({"ip", "link", "set", "lo", "up"}, fd)));
+        RETURN_IF_ERROR(Ok(RunChecked({"ip", "addr", "add", netns_ip + "/31", "dev", kNetnsVeth}, fd)));
+        return Ok(RunChecked({"ip", "link", "set", kNetnsVeth, "up"}, fd));
+      },
+      nullptr));
+  RETURN_IF_ERROR(c.Do(
+      "tap",
+      [&]() -> Status {
+        std::vector<std::string> add = {"ip", "tuntap", "add", "dev", tap, "mode", "tap"};
+        if (options.tap_owner) {
+          add.push_back("user");
+          add.push_back(std::to_string(*options.tap_owner));
+        }
+        RETURN_IF_ERROR(Ok(RunChecked(add, fd)));
+        RETURN_IF_ERROR(Ok(RunChecked(
+            {"ip", "addr", "add", std::string(kGatewayIp) + "/" + std::to_string(kGuestPrefix), "dev", tap}, fd)));
+        return Ok(RunChecked({"ip", "link", "set", tap, "up"}, fd));
+      },
+      [self, tap]() {
+        if (!self->netns_fd_) return OkStatus();
+        return RunIgnoringGone({"ip", "link", "del", tap}, self->netns_fd_.get());
+      }));
+  const std::string nft_file = NftFile(net_dir, sandbox_id);
+  RETURN_IF_ERROR(c.Do(
+      "nft",
+      [&]() -> Status {
+        RETURN_IF_ERROR(WriteFile(nft_file, NftRuleset(netns_ip)));
+        Status st = Ok(RunChecked({"nft", "-f", nft_file}, fd));
+        if (!st.ok()) ::unlink(nft_file.c_str());
+        return st;
+      },
+      [self, nft_file]() {
+        ::unlink(nft_file.c_str());
+        if (!self->netns_fd_) return OkStatus();
+        return RunIgnoringGone({"nft", "delete", "table", "inet", kNftTable}, self->netns_fd_.get());
+      }));
+  LOG_INFO("network ready sandbox={} netns={} veth={} host_ip={} netns_ip={}", sandbox_id, ns, veth, host_ip,
+           netns_ip);
+  return n;
+}
+
+StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Adopt(const std::string& sandbox_id, AddressPool& pool) {
+  RETURN_IF_ERROR(ValidateSandboxId(sandbox_id));
+  ASSIGN_OR_RETURN(auto lease, pool.Find(sandbox_id));
+  if (!lease) return NotFound("no address lease for sandbox " + sandbox_id);
+  std::unique_ptr<SandboxNetwork> n(new SandboxNetwork());
+  n->id_ = sandbox_id;
+  n->netns_ = NetnsName(sandbox_id);
+  n->host_veth_ = HostVethName(sandbox_id);
+  n->tap_ = kTapName;
+  n->pool_ = &pool;
+  n->lease_ = *lease;
+  n->adopted_ = true;
+  std::string p = "/run/netns/" + n->netns_;
+  n->netns_fd_.Reset(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!n->netns_fd_) return ErrnoError("open " + p);
+  RETURN_IF_ERROR(pool.Adopt(*lease));
+  // Teardown for an adopted network is by name (see Destroy).
+  return n;
+}
+
+SandboxNetwork::~SandboxNetwork() {
+  if (released_) return;
+  Status st = Destroy();
+  if (!st.ok()) LOG_WARN("network destroy failed sandbox={} error={}", id_, st.ToString());
+}
+
+std::string SandboxNetwork::agent_endpoint() const { return netns_ip() + ":" + std::to_string(kAgentPort); }
+
+Status SandboxNetwork::ExposeTcpPort(uint16_t netns_port, uint16_t guest_port) {
+  if (destroyed_ || !netns_fd_) return FailedPrecondition("network of sandbox " + id_ + " is destroyed");
+  std::vector<std::string> argv = {"nft", "add", "rule", "inet", kNftTable, "prerouting"};
+  std::stringstream ss(NftExposeRule(netns_ip(), netns_port, guest_port));
+  std::string w;
+  while (ss >> w) {
+    if (w.size() >= 2 && w.front() == '"' && w.back() == '"') w = w.substr(1, w.size() - 2);
+    argv.push_back(w);
+  }
+  auto r = RunChecked(argv, netns_fd_.get());
+  return r.ok() ? OkStatus() : r.status().WithContext("expose port " + std::to_string(netns_port));
+}
+
+Status SandboxNetwork::Destroy() {
+  if (destroyed_) return OkStatus();
+  Status st;
+  if (!adopted_) {
+    st = steps_.UndoAll();
+  } else {
+    // Adopted: tear down by name, then the lease.
+    netns_fd_.Reset();
+    if (pool_) ::unlink(NftFile(NetDir(*pool_), id_).c_str());
+    st = TeardownByName(id_);
+    if (st.ok() && pool_ && lease_.host_ip) st = pool_->Release(lease_);
+  }
+  netns_fd_.Reset();
+  if (st.ok()) {
+    destroyed_ = true;
+    LOG_INFO("network destroyed sandbox={}", id_);
+  }
+  return st;
+}
+
+StatusOr<std::vector<std::string>> CleanupLeftovers(const std::string& state_dir) {
+  ASSIGN_OR_RETURN(AddressPool pool, AddressPool::Create(state_dir));
+  ASSIGN_OR_RETURN(auto leases, pool.List());
+  std::set<std::string> live_ids, live_links;
+  for (const auto& [l, o] : leases) {
+    if (AddressPool::OwnerAlive(o) && !o.sandbox_id.empty()) {
+      live_ids.insert(o.sandbox_id);
+      live_links.insert(HostVethName(o.sandbox_id));
+    }
+  }
+  std::vector<std::string> removed;
+  Status first;
+  // 1. Namespaces al-<id> without a live owner.
+  if (DIR* d = ::opendir("/run/netns")) {
+    std::vector<std::string> names;
+    while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
+    ::closedir(d);
+    for (const auto& name : names) {
+      if (name.rfind(kNetnsPrefix, 0) != 0) continue;
+      std::string id = name.substr(sizeof(kNetnsPrefix) - 1);
+      if (!ValidateSandboxId(id).ok() || live_ids.count(id)) continue;
+      Status st = TeardownByName(id);
+      if (st.ok()) removed.push_back("netns " + name);
+      else if (first.ok()) first = st;
+      ::unlink(NftFile(state_dir + "/net", id).c_str());
+    }
+  }
+  // 2. Host links alh* not belonging to a live sandbox.
+  ASSIGN_OR_RETURN(std::string links, RunChecked({"ip", "-o", "link", "show"}));
+  std::stringstream ss(links);
+  std::string line;
+  while (std::getline(ss, line)) {
+    // "12: alhfoo@if3: <BROADCAST,..."
+    auto a = line.find(": ");
+    if (a == std::string::npos) continue;
+    auto b = line.find_first_of("@:", a + 2);
+    if (b == std::string::npos) continue;
+    std::string name = line.substr(a + 2, b - a - 2);
+    if (name.rfind(kHostVethPrefix, 0) != 0 || live_links.count(name)) continue;
+    Status st = RunIgnoringGone({"ip", "link", "del", name});
+    if (st.ok()) removed.push_back("link " + name);
+    else if (first.ok()) first = st;
+  }
+  // 3. Leases whose netns is gone and whose owner is dead.
+  ASSIGN_OR_RETURN(auto reclaimed, pool.Reclaim());
+  for (auto& id : reclaimed) removed.push_back("lease " + id);
+  if (!first.ok()) return first;
+  return removed;
+}
+
+}  // namespace airlock::net

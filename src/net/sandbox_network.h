@@ -1,0 +1,91 @@
+// SandboxNetwork: one sandbox's network, built as a checklist of named steps
+// (docs/network.md):
+//
+//   host ── alh<x> (even /31 addr) ══ veth ══ eth0 (odd) ─┐ netns al-<id>
+//                                   guest 169.254.0.21 ◀── tap0 169.254.0.22/30
+//
+// The host reaches the guest agent at agent_endpoint() = "<odd>:49983",
+// DNAT'd and SNAT'd inside the netns. The guest can reach nothing (no egress).
+// No rule is added in the root namespace.
+//
+// Requires root (CAP_NET_ADMIN + CAP_SYS_ADMIN for `ip netns`), `ip`, `nft`.
+// Destroy() (also run by the destructor) is idempotent and removes nft table,
+// tap, veth, netns and lease; errors name the step that failed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/fd.h"
+#include "common/status.h"
+#include "net/address_pool.h"
+#include "net/checklist.h"
+
+namespace airlock::net {
+
+struct NetworkOptions {
+  // Owner of tap0 (so a VMM that dropped root with -runas may still open it);
+  // nullopt = root only.
+  std::optional<uid_t> tap_owner;
+};
+
+class SandboxNetwork {
+ public:
+  // `pool` must outlive the network.
+  static StatusOr<std::unique_ptr<SandboxNetwork>> Create(const std::string& sandbox_id, AddressPool& pool,
+                                                          const NetworkOptions& options = {});
+  // Takes over an existing network (a daemon restarting): the netns and lease
+  // must exist; the lease's owner becomes this process.
+  static StatusOr<std::unique_ptr<SandboxNetwork>> Adopt(const std::string& sandbox_id, AddressPool& pool);
+  ~SandboxNetwork();
+  SandboxNetwork(const SandboxNetwork&) = delete;
+  SandboxNetwork& operator=(const SandboxNetwork&) = delete;
+
+  const std::string& sandbox_id() const { return id_; }
+  const std::string& netns_name() const { return netns_; }
+  // fd of /run/netns/al-<id> (O_RDONLY|O_CLOEXEC), for setns(CLONE_NEWNET)
+  // before exec'ing the VMM. Valid until Destroy().
+  int netns_fd() const { return netns_fd_.get(); }
+  const std::string& tap_name() const { return tap_; }
+  const std::string& host_veth() const { return host_veth_; }
+  const AddressLease& lease() const { return lease_; }
+  std::string host_ip() const { return lease_.host_str(); }
+  std::string netns_ip() const { return lease_.netns_str(); }
+  // "<netns ip>:49983", reachable from the root namespace.
+  std::string agent_endpoint() const;
+
+  // DNAT <netns ip>:netns_port → 169.254.0.21:guest_port (TCP).
+  Status ExposeTcpPort(uint16_t netns_port, uint16_t guest_port);
+
+  // Removes everything; idempotent.
+  Status Destroy();
+  // Forget the network without tearing it down (the daemon keeps it).
+  void Release() { released_ = true; }
+
+ private:
+  SandboxNetwork() = default;
+
+  std::string id_, netns_, host_veth_, tap_;
+  AddressLease lease_;
+  UniqueFd netns_fd_;
+  AddressPool* pool_ = nullptr;
+  Checklist steps_;
+  bool destroyed_ = false;
+  bool released_ = false;
+  bool adopted_ = false;  // built by Adopt(): torn down by name, not by checklist
+};
+
+// Removes airlock's network objects whose owner is gone: netns al-* and
+// links alh* without a live lease, then stale leases. Returns what was removed.
+StatusOr<std::vector<std::string>> CleanupLeftovers(const std::string& state_dir);
+
+// Teardown of one sandbox's network by name (used by cleanup and by Destroy
+// of an adopted network): nft table, veth, netns; each "already gone" is OK.
+Status TeardownByName(const std::string& sandbox_id);
+
+}  // namespace airlock::net

@@ -1,0 +1,41 @@
+// VmCgroup: a cgroup for one VMM, created before it starts and removed after
+// it exits. cgroup v2 (unified at /sys/fs/cgroup) → /sys/fs/cgroup/airlock/<id>
+// with memory.max + pids.max; v1 (hybrid) → /sys/fs/cgroup/{memory,pids}/
+// airlock/<id> with memory.limit_in_bytes + pids.max. Best effort: when the
+// hierarchy is missing or not writable, Create() returns an error the caller
+// logs and the VMM runs without one (docs/runtime-qemu.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace airlock::qemu {
+
+enum class CgroupVersion { kNone, kV1, kV2 };
+CgroupVersion DetectCgroupVersion(const std::string& root = "/sys/fs/cgroup");
+
+class VmCgroup {
+ public:
+  VmCgroup() = default;
+  static StatusOr<VmCgroup> Create(const std::string& sandbox_id, uint64_t memory_bytes, int pids_max,
+                                   const std::string& root = "/sys/fs/cgroup");
+  VmCgroup(VmCgroup&&) = default;
+  VmCgroup& operator=(VmCgroup&&) = default;
+
+  // cgroup.procs files a child must write its pid into before exec.
+  const std::vector<std::string>& procs_files() const { return procs_; }
+  const std::vector<std::string>& dirs() const { return dirs_; }
+  CgroupVersion version() const { return version_; }
+  // rmdir the leaves (the processes must have exited); idempotent.
+  Status Remove();
+
+ private:
+  CgroupVersion version_ = CgroupVersion::kNone;
+  std::vector<std::string> dirs_;
+  std::vector<std::string> procs_;
+};
+
+}  // namespace airlock::qemu

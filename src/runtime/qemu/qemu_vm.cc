@@ -1,0 +1,354 @@
+#include "runtime/qemu/qemu_vm.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/log.h"
+
+namespace airlock::qemu {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr uint64_t kOverheadBytes = 256ull << 20;  // QEMU itself
+constexpr int kTcgTbMib = 128;                      // TCG translation cache
+constexpr int kPidsMax = 256;
+
+Status ValidateSpec(const VmSpec& s) {
+  if (s.sandbox_id.empty() || s.sandbox_id.size() > 63) return InvalidArgument("sandbox id must be 1..63 chars");
+  for (char c : s.sandbox_id) {
+    if (!(isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'))
+      return InvalidArgument("sandbox id '" + s.sandbox_id + "' has characters outside [A-Za-z0-9_-]");
+  }
+  for (const auto& [what, path] : std::vector<std::pair<std::string, std::string>>{
+           {"kernel", s.kernel}, {"initrd", s.initrd}, {"rootfs template", s.rootfs_template}}) {
+    struct stat st;
+    if (path.empty()) return InvalidArgument(what + " path is empty");
+    if (::stat(path.c_str(), &st) != 0) return ErrnoError("stat " + what + " " + path);
+    if (!S_ISREG(st.st_mode)) return InvalidArgument(what + " " + path + " is not a regular file");
+  }
+  if (s.run_dir.empty() || s.run_dir[0] != '/') return InvalidArgument("run dir must be an absolute path");
+  if (s.run_dir.size() + 16 >= sizeof(sockaddr_un{}.sun_path))
+    return InvalidArgument("run dir too long for unix sockets: " + s.run_dir);
+  if (s.vcpus < 1 || s.vcpus > 64) return InvalidArgument("vcpus must be 1..64");
+  if (s.memory_mib < 64 || s.memory_mib > 1 << 20) return InvalidArgument("memory must be 64 MiB..1 TiB");
+  for (char c : s.extra_cmdline) {
+    if (c == '\n' || c == '\0') return InvalidArgument("kernel cmdline has a newline or NUL");
+  }
+  if (!s.tap_name.empty() && s.tap_name.find_first_of(",= ") != std::string::npos)
+    return InvalidArgument("bad tap name");
+  return OkStatus();
+}
+
+// QEMU option values escape ',' by doubling it.
+std::string QemuEscape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    o += c;
+    if (c == ',') o += ',';
+  }
+  return o;
+}
+
+}  // namespace
+
+VmPaths VmPaths::For(const std::string& run_dir) {
+  return {run_dir + "/overlay.qcow2", run_dir + "/qmp.sock", run_dir + "/console.sock"};
+}
+
+namespace {
+// TSC ticks per ms over a short sleep (median of three); 0 if implausible.
+uint64_t MeasureTscKhz() {
+#if defined(__x86_64__)
+  uint64_t s[3];
+  for (auto& khz : s) {
+    auto t0 = std::chrono::steady_clock::now();
+    uint64_t c0 = __builtin_ia32_rdtsc();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    uint64_t c1 = __builtin_ia32_rdtsc();
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    khz = ns > 0 ? (c1 - c0) * 1000000ull / static_cast<uint64_t>(ns) : 0;
+  }
+  std::sort(s, s + 3);
+  if (s[1] < 100000 || s[1] > 20000000) return 0;
+  return (s[1] + 500) / 1000 * 1000;
+#else
+  return 0;
+#endif
+}
+}  // namespace
+
+uint64_t HostTscKhz() {
+  static const uint64_t measured = MeasureTscKhz();
+  if (measured) return measured;
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("cpu MHz", 0) != 0) continue;
+    try {
+      double mhz = std::stod(line.substr(line.find(':') + 1));
+      if (mhz > 100) return static_cast<uint64_t>(mhz * 1000);
+    } catch (...) {
+    }
+  }
+  return 2000000;
+}
+
+bool QemuSupportsSandbox(const std::string& bin) {
+  static std::mutex mu;
+  static std::map<std::string, bool> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(bin);
+  if (it != cache.end()) return it->second;
+  auto r = Run({bin, "-help"});
+  bool ok = r.ok() && r->out.find("-sandbox") != std::string::npos;
+  cache[bin] = ok;
+  return ok;
+}
+
+std::string BuildKernelCmdline(const VmSpec& spec, Accel accel, uint64_t tsc_khz) {
+  std::string c = "console=ttyS0 quiet panic=-1 pci=off airlock.ip=169.254.0.21/30 airlock.gw=169.254.0.22 airlock.hostname=" +
+                  spec.sandbox_id;
+  if (accel == Accel::kTcg) c += " tsc_early_khz=" + std::to_string(tsc_khz);
+  if (!spec.extra_cmdline.empty()) c += " " + spec.extra_cmdline;
+  return c;
+}
+
+std::vector<std::string> BuildQemuArgv(const VmSpec& spec, Accel accel, const VmPaths& p, bool sandbox_supported,
+                                       uint64_t tsc_khz) {
+  std::vector<std::string> a = {spec.qemu_binary, "-name", "airlock-" + spec.sandbox_id};
+  a.insert(a.end(), {"-M", "microvm,acpi=on,x-option-roms=off,isa-serial=on,rtc=on"});
+  if (accel == Accel::kKvm) {
+    a.insert(a.end(), {"-accel", "kvm", "-cpu", "host"});
+  } else {
+    a.insert(a.end(), {"-accel", "tcg,tb-size=" + std::to_string(kTcgTbMib), "-cpu", "max"});
+  }
+  a.insert(a.end(), {"-smp", std::to_string(spec.vcpus), "-m", std::to_string(spec.memory_mib)});
+  a.insert(a.end(), {"-nodefaults", "-no-user-config", "-nographic", "-no-reboot"});
+  a.insert(a.end(), {"-kernel", spec.kernel, "-initrd", spec.initrd, "-append",
+                     BuildKernelCmdline(spec, accel, tsc_khz)});
+  a.insert(a.end(), {"-drive", "file=" + QemuEscape(p.overlay) + ",if=none,id=root,format=qcow2,discard=unmap",
+                     "-device", "virtio-blk-device,drive=root"});
+  if (!spec.tap_name.empty()) {
+    a.insert(a.end(), {"-netdev", "tap,id=n0,ifname=" + spec.tap_name + ",script=no,downscript=no", "-device",
+                       "virtio-net-device,netdev=n0"});
+  }
+  a.insert(a.end(), {"-qmp", "unix:" + QemuEscape(p.qmp_socket) + ",server=on,wait=off"});
+  a.insert(a.end(), {"-chardev", "socket,id=con0,path=" + QemuEscape(p.console_socket) + ",server=on,wait=off",
+                     "-serial", "chardev:con0"});
+  if (sandbox_supported) {
+    // -runas needs set*uid after the filter is installed, so elevateprivileges
+    // must stay allowed then; the process has no capabilities afterwards.
+    std::string elevate = spec.runas ? "allow" : "deny";
+    a.insert(a.end(), {"-sandbox", "on,obsolete=deny,elevateprivileges=" + elevate +
+                                       ",spawn=deny,resourcecontrol=deny"});
+  }
+  if (spec.runas) {
+    a.insert(a.end(), {"-runas", std::to_string(spec.runas->first) + ":" + std::to_string(spec.runas->second)});
+  }
+  return a;
+}
+
+StatusOr<std::unique_ptr<QemuVm>> QemuVm::Start(const VmSpec& spec) {
+  RETURN_IF_ERROR(ValidateSpec(spec));
+  std::unique_ptr<QemuVm> vm(new QemuVm());
+  vm->spec_ = spec;
+  vm->paths_ = VmPaths::For(spec.run_dir);
+  const VmPaths& p = vm->paths_;
+  auto t0 = std::chrono::steady_clock::now();
+
+  // accel
+  if (spec.accel) vm->accel_ = *spec.accel;
+  else vm->accel_ = (spec.state_dir.empty() ? ProbeAccel() : ProbeAccelCached(spec.state_dir)).accel;
+
+  // run dir: ours alone, so Destroy() may remove it whole.
+  vm->spec_.run_dir.clear();  // not ours (yet): Destroy() must not remove it
+  std::error_code ec;
+  if (fs::exists(spec.run_dir, ec) && !fs::is_empty(spec.run_dir, ec))
+    return FailedPrecondition("run dir " + spec.run_dir + " exists and is not empty");
+  fs::create_directories(spec.run_dir, ec);
+  if (ec) return Internal("mkdir " + spec.run_dir + ": " + ec.message());
+  vm->spec_.run_dir = spec.run_dir;
+  ::chmod(spec.run_dir.c_str(), 0700);
+  // From here on, failures are undone by the destructor (Destroy()).
+
+  // overlay (qemu-img writes only the new file; the template is the backing file)
+  auto img = RunChecked({spec.qemu_img, "create", "-q", "-f", "qcow2", "-F", "raw", "-b",
+                         fs::absolute(spec.rootfs_template).string(), p.overlay});
+  if (!img.ok()) return img.status().WithContext("overlay");
+
+  if (spec.runas) {
+    for (const auto& path : {spec.run_dir, p.overlay}) {
+      if (::chown(path.c_str(), spec.runas->first, spec.runas->second) != 0)
+        return ErrnoError("chown " + path);
+    }
+  }
+
+  // cgroup (best effort)
+  if (spec.cgroup) {
+    uint64_t bytes = (uint64_t(spec.memory_mib) << 20) + kOverheadBytes +
+                     (vm->accel_ == Accel::kTcg ? uint64_t(kTcgTbMib) << 20 : 0);
+    auto cg = VmCgroup::Create(spec.sandbox_id, bytes, kPidsMax);
+    if (cg.ok()) vm->cgroup_ = std::move(*cg);
+    else LOG_WARN("no cgroup for VMM, running unconfined by cgroup sandbox={} error={}", spec.sandbox_id,
+                  cg.status().ToString());
+  }
+
+  // spawn
+  int ep[2];
+  if (::pipe2(ep, O_CLOEXEC) != 0) return ErrnoError("pipe2");
+  UniqueFd err_r(ep[0]), err_w(ep[1]);
+  std::vector<std::string> qemu_argv =
+      BuildQemuArgv(spec, vm->accel_, p, QemuSupportsSandbox(spec.qemu_binary), HostTscKhz());
+  SpawnOptions so;
+  if (!vm->cgroup_.procs_files().empty()) {
+    // Join the cgroup before exec, so no QEMU allocation escapes the limit.
+    so.argv = {"/bin/sh", "-c",
+               "while [ \"$1\" != -- ]; do echo $$ > \"$1\" || exit 125; shift; done; shift; exec \"$@\"",
+               "airlock-vmm"};
+    for (const auto& f : vm->cgroup_.procs_files()) so.argv.push_back(f);
+    so.argv.push_back("--");
+  }
+  so.argv.insert(so.argv.end(), qemu_argv.begin(), qemu_argv.end());
+  so.stdout_fd = err_w.get();
+  so.stderr_fd = err_w.get();
+  so.netns_fd = spec.netns_fd;
+  so.die_with_parent = !spec.detach;
+  so.new_session = true;
+  auto child = Spawn(so);
+  if (!child.ok()) return child.status().WithContext("spawn qemu");
+  vm->child_ = std::move(*child);
+  err_w.Reset();
+  RETURN_IF_ERROR(vm->stderr_.Start(std::move(err_r)));
+
+  // QMP: retry until QEMU listens, it dies, or the deadline passes.
+  auto deadline = std::chrono::steady_clock::now() + spec.start_timeout;
+  while (true) {
+    if (auto es = vm->child_.Poll()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the stderr drain catch up
+      return FailedPrecondition("qemu exited during start: " + vm->DeathReport(*es));
+    }
+    auto q = QmpClient::Connect(p.qmp_socket, std::chrono::seconds(2));
+    if (q.ok()) {
+      vm->qmp_ = std::move(*q);
+      break;
+    }
+    if (q.status().code() != StatusCode::kUnavailable) return q.status().WithContext("qmp connect");
+    if (std::chrono::steady_clock::now() > deadline)
+      return DeadlineExceeded("qemu did not open its QMP socket within " +
+                              std::to_string(spec.start_timeout.count()) + " ms; stderr: " + vm->stderr_.Tail());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+
+  // console
+  {
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, p.console_socket.c_str(), p.console_socket.size() + 1);
+    UniqueFd c(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!c) return ErrnoError("socket");
+    if (::connect(c.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0)
+      return ErrnoError("connect " + p.console_socket);
+    RETURN_IF_ERROR(vm->console_.Start(std::move(c)));
+  }
+
+  auto st = vm->qmp_->Execute("query-status");
+  if (!st.ok()) return st.status();
+  auto t1 = std::chrono::steady_clock::now();
+  LOG_INFO("vmm started sandbox={} pid={} accel={} status={} ms={}", spec.sandbox_id, vm->pid(),
+           AccelName(vm->accel_), st->value("status", "?"),
+           std::chrono::duration_cast<std::chrono::milliseconds>(t1 - t0).count());
+  return vm;
+}
+
+QemuVm::~QemuVm() {
+  if (released_) return;
+  Status st = Destroy();
+  if (!st.ok()) LOG_WARN("vmm destroy failed sandbox={} error={}", spec_.sandbox_id, st.ToString());
+}
+
+std::string QemuVm::DeathReport(const ExitStatus& es) const {
+  std::string r = es.ToString();
+  std::string err = stderr_.Tail();
+  while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+  if (!err.empty()) r += "; qemu stderr: " + err;
+  std::string con = console_.Tail();
+  if (con.size() > 4096) con = "..." + con.substr(con.size() - 4096);
+  if (!con.empty()) r += "; console tail: " + con;
+  return r;
+}
+
+Status QemuVm::CheckAlive() {
+  if (destroyed_) return FailedPrecondition("vmm destroyed");
+  if (auto es = child_.Poll()) return FailedPrecondition("qemu exited: " + DeathReport(*es));
+  return OkStatus();
+}
+
+Status QemuVm::WaitForConsole(const std::string& marker, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!console_.Contains(marker)) {
+    if (auto es = child_.Poll()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (console_.Contains(marker)) return OkStatus();
+      return FailedPrecondition("qemu exited before the guest printed '" + marker + "': " + DeathReport(*es));
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::string con = console_.Tail();
+      if (con.size() > 2048) con = "..." + con.substr(con.size() - 2048);
+      return DeadlineExceeded("guest did not print '" + marker + "' within " + std::to_string(timeout.count()) +
+                              " ms; console tail: " + con);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return OkStatus();
+}
+
+StatusOr<ExitStatus> QemuVm::WaitForExit(std::chrono::milliseconds timeout) { return child_.WaitFor(timeout); }
+
+pid_t QemuVm::Release() {
+  released_ = true;
+  console_.Stop();
+  stderr_.Stop();
+  return child_.Release();
+}
+
+Status QemuVm::Destroy() {
+  if (destroyed_) return OkStatus();
+  Status first;
+  if (child_.running()) {
+    if (qmp_) {
+      auto q = qmp_->Execute("quit", nullptr, std::chrono::milliseconds(500));
+      if (!q.ok()) LOG_DEBUG("qmp quit failed sandbox={} error={}", spec_.sandbox_id, q.status().ToString());
+    }
+    auto w = child_.WaitFor(std::chrono::seconds(2));
+    if (!w.ok()) {
+      LOG_WARN("vmm did not quit in 2 s, killing sandbox={} pid={}", spec_.sandbox_id, child_.pid());
+      child_.Kill();
+    }
+  }
+  qmp_.reset();
+  console_.Stop();
+  stderr_.Stop();
+  Status cg = cgroup_.Remove();
+  if (!cg.ok()) first = cg;
+  if (!spec_.run_dir.empty()) {
+    std::error_code ec;
+    fs::remove_all(spec_.run_dir, ec);
+    if (ec && first.ok()) first = Internal("remove " + spec_.run_dir + ": " + ec.message());
+  }
+  if (first.ok()) destroyed_ = true;
+  return first;
+}
+
+}  // namespace airlock::qemu

@@ -1,0 +1,127 @@
+// QemuVm: one `qemu-system-x86_64 -M microvm` per sandbox, controlled over
+// QMP (docs/runtime-qemu.md).
+//
+// Start() is a checklist: validate → accel → run dir → qcow2 overlay on the
+// (never written) raw template → cgroup (best effort) → spawn QEMU inside the
+// sandbox netns (joining the cgroup before exec) → QMP handshake → console.
+// Any failure undoes what was done and, when QEMU died, the error carries the
+// tail of its stderr and of the guest console.
+//
+// The guest console is a unix socket drained into a 256 KiB in-memory tail;
+// nothing the guest prints reaches the disk. Destroy() (also in the
+// destructor; idempotent) asks QEMU to quit over QMP, waits ≤ 2 s, SIGKILLs,
+// then removes the cgroup, overlay, sockets and run dir.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/subprocess.h"
+#include "runtime/qemu/accel_probe.h"
+#include "runtime/qemu/cgroup.h"
+#include "runtime/qemu/output_tail.h"
+#include "runtime/qemu/qmp_client.h"
+
+namespace airlock::qemu {
+
+struct VmSpec {
+  std::string sandbox_id;       // [A-Za-z0-9_-], becomes airlock.hostname
+  std::string kernel;           // uncompressed ELF vmlinux
+  std::string initrd;
+  std::string rootfs_template;  // raw ext4, opened read-only as the overlay's backing file
+  std::string run_dir;          // absolute; must not exist or be empty; removed by Destroy()
+  int vcpus = 1;
+  int memory_mib = 512;
+  std::string extra_cmdline;
+  // Borrowed netns fd (e.g. SandboxNetwork::netns_fd()); -1 = stay in ours.
+  // Must stay open until Start() returns.
+  int netns_fd = -1;
+  std::string tap_name;  // empty = no network device
+  // nullopt: ProbeAccelCached(state_dir) (or ProbeAccel() when state_dir is empty).
+  std::optional<Accel> accel;
+  std::string state_dir;
+  // true: QEMU survives this process (a daemon re-adopts it); false: it gets
+  // SIGKILL when the thread that started it exits (PR_SET_PDEATHSIG).
+  bool detach = false;
+  // Drop root after setup (-runas uid:gid); the run dir is chowned to it.
+  std::optional<std::pair<uid_t, gid_t>> runas;
+  bool cgroup = true;  // best effort
+  std::string qemu_binary = "qemu-system-x86_64";
+  std::string qemu_img = "qemu-img";
+  std::chrono::milliseconds start_timeout{15000};
+};
+
+inline constexpr size_t kConsoleTailBytes = 256 * 1024;
+inline constexpr size_t kStderrTailBytes = 16 * 1024;
+
+// Paths inside the run dir.
+struct VmPaths {
+  std::string overlay, qmp_socket, console_socket;
+  static VmPaths For(const std::string& run_dir);
+};
+
+// The QEMU command line (pure; unit-tested). `sandbox_supported`: whether
+// this QEMU has -sandbox (seccomp). `tsc_khz`: TSC frequency given to a TCG
+// guest (microvm has no PIT/HPET/PM timer to calibrate against; without it
+// the guest hangs at boot).
+std::vector<std::string> BuildQemuArgv(const VmSpec& spec, Accel accel, const VmPaths& paths,
+                                       bool sandbox_supported, uint64_t tsc_khz);
+std::string BuildKernelCmdline(const VmSpec& spec, Accel accel, uint64_t tsc_khz);
+
+class QemuVm {
+ public:
+  static StatusOr<std::unique_ptr<QemuVm>> Start(const VmSpec& spec);
+  ~QemuVm();
+  QemuVm(const QemuVm&) = delete;
+  QemuVm& operator=(const QemuVm&) = delete;
+
+  pid_t pid() const { return child_.pid(); }
+  Accel accel() const { return accel_; }
+  QmpClient& qmp() { return *qmp_; }
+  std::string console_tail() const { return console_.Tail(); }
+  std::string stderr_tail() const { return stderr_.Tail(); }
+  const VmSpec& spec() const { return spec_; }
+  const VmPaths& paths() const { return paths_; }
+
+  // OK while QEMU runs; otherwise FailedPrecondition with how it ended and
+  // the console tail.
+  Status CheckAlive();
+  // Waits until the console has printed `marker`; fails early (with the
+  // console tail) if QEMU exits, DeadlineExceeded after `timeout`.
+  Status WaitForConsole(const std::string& marker, std::chrono::milliseconds timeout);
+  // Waits for QEMU to exit on its own.
+  StatusOr<ExitStatus> WaitForExit(std::chrono::milliseconds timeout);
+  // quit over QMP, ≤ 2 s grace, SIGKILL; then cgroup, overlay, sockets, run dir.
+  Status Destroy();
+  // Forget the process (it keeps running; requires spec.detach).
+  pid_t Release();
+
+ private:
+  QemuVm() : console_(kConsoleTailBytes), stderr_(kStderrTailBytes) {}
+  std::string DeathReport(const ExitStatus& es) const;
+
+  VmSpec spec_;
+  VmPaths paths_;
+  Accel accel_ = Accel::kTcg;
+  Child child_;
+  std::unique_ptr<QmpClient> qmp_;
+  OutputTail console_;
+  OutputTail stderr_;
+  VmCgroup cgroup_;
+  bool destroyed_ = false;
+  bool released_ = false;
+};
+
+// Does this QEMU binary accept -sandbox (built with seccomp)? Cached.
+bool QemuSupportsSandbox(const std::string& qemu_binary);
+// Host TSC frequency in kHz: measured against CLOCK_MONOTONIC once (60 ms),
+// else /proc/cpuinfo "cpu MHz", else 2'000'000.
+uint64_t HostTscKhz();
+
+}  // namespace airlock::qemu

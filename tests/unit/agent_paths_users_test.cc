@@ -1,0 +1,91 @@
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+
+#include "agent/fs_util.h"
+#include "agent/init.h"
+#include "agent/paths.h"
+#include "agent/users.h"
+
+namespace airlock::agent {
+namespace {
+
+TEST(Paths, Resolve) {
+  const std::string home = "/home/user";
+  EXPECT_EQ(*ResolvePath("/etc/passwd", home), "/etc/passwd");
+  EXPECT_EQ(*ResolvePath("a.txt", home), "/home/user/a.txt");
+  EXPECT_EQ(*ResolvePath("~", home), "/home/user");
+  EXPECT_EQ(*ResolvePath("~/x/y", home), "/home/user/x/y");
+  EXPECT_EQ(*ResolvePath("", home), "/home/user");
+  EXPECT_EQ(*ResolvePath("../../../etc", home), "/etc");
+  EXPECT_EQ(*ResolvePath("/a/./b//c/../d/", home), "/a/b/d");
+  EXPECT_EQ(*ResolvePath("/../..", home), "/");
+  EXPECT_EQ(*ResolvePath("dir/..", home), "/home/user");
+  EXPECT_EQ(*ResolvePath("~/../other", home), "/home/other");
+  EXPECT_FALSE(ResolvePath("~root/x", home).ok());
+  EXPECT_FALSE(ResolvePath(std::string("a\0b", 3), home).ok());
+  EXPECT_EQ(ParentPath("/a/b"), "/a");
+  EXPECT_EQ(ParentPath("/a"), "/");
+  EXPECT_EQ(BaseName("/a/b"), "b");
+  EXPECT_EQ(BaseName("/"), "/");
+}
+
+TEST(Users, ParsePasswdAndGroup) {
+  auto db = UserDb::Parse(
+      "# comment\n"
+      "root:x:0:0:root:/root:/bin/bash\n"
+      "broken line\n"
+      "bad:x:notanumber:0::/:/bin/sh\n"
+      "user:x:1000:1000:User,,,:/home/user:/bin/bash\r\n"
+      "nosh:x:1001:1001::/home/nosh:\n",
+      "root:x:0:\n"
+      "sudo:x:27:user,other\n"
+      "user:x:1000:\n"
+      "docker:x:999:other,user\n"
+      "garbage\n");
+  auto u = db.Lookup("user");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->uid, 1000u);
+  EXPECT_EQ(u->gid, 1000u);
+  EXPECT_EQ(u->home, "/home/user");
+  EXPECT_EQ(u->shell, "/bin/bash");
+  EXPECT_EQ(u->groups, (std::vector<gid_t>{1000, 27, 999}));
+  auto r = db.Lookup("root");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->groups, (std::vector<gid_t>{0}));
+  EXPECT_EQ(db.Lookup("bad").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(db.Lookup("nobody").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(db.Lookup("nosh")->shell, "");
+  EXPECT_EQ(db.UserName(1000), "user");
+  EXPECT_EQ(db.UserName(4242), "4242");
+  EXPECT_EQ(db.GroupName(27), "sudo");
+  EXPECT_EQ(db.GroupName(4242), "4242");
+}
+
+TEST(Users, LoadMissingFilesIsEmpty) {
+  auto db = UserDb::Load("/nonexistent-root");
+  EXPECT_FALSE(db.Lookup("root").ok());
+}
+
+TEST(FsUtil, PermissionString) {
+  EXPECT_EQ(PermissionString(S_IFREG | 0644), "-rw-r--r--");
+  EXPECT_EQ(PermissionString(S_IFDIR | 0755), "drwxr-xr-x");
+  EXPECT_EQ(PermissionString(S_IFLNK | 0777), "lrwxrwxrwx");
+  EXPECT_EQ(PermissionString(S_IFDIR | 01777), "drwxrwxrwt");
+  EXPECT_EQ(PermissionString(S_IFREG | 04755), "-rwsr-xr-x");
+  EXPECT_EQ(PermissionString(S_IFREG | 02644), "-rw-r-Sr--");
+}
+
+TEST(Init, KernelCmdline) {
+  auto c = ParseKernelCmdline(
+      "console=ttyS0 airlock.hostname=sbx-1 airlock.ip=169.254.0.21/30 airlock.gw=169.254.0.22 quiet\n");
+  EXPECT_EQ(c.hostname, "sbx-1");
+  EXPECT_EQ(c.ip, "169.254.0.21/30");
+  EXPECT_EQ(c.gateway, "169.254.0.22");
+  EXPECT_FALSE(c.default_route);
+  EXPECT_TRUE(ParseKernelCmdline("airlock.route=default").default_route);
+  EXPECT_FALSE(ParseKernelCmdline("").ip.has_value());
+}
+
+}  // namespace
+}  // namespace airlock::agent

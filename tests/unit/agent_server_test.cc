@@ -1,0 +1,812 @@
+// Runs the real airlock-agent binary on 127.0.0.1:<free port> with a fake
+// user database (--root-prefix) and talks HTTP/1.1 to it with a tiny
+// blocking client. Run as root for the user-switching checks (they are
+// skipped otherwise).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "envd/envelope.h"
+#include "envd/messages.h"
+
+namespace airlock::agent {
+namespace {
+
+using envd::Json;
+
+std::string g_root;  // fake root with etc/passwd, etc/group, home/user
+std::string g_home;
+pid_t g_agent = -1;
+int g_port = 0;
+bool g_is_root = geteuid() == 0;
+
+struct Response {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+};
+
+class Conn {
+ public:
+  Conn() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(g_port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) ADD_FAILURE() << "connect: " << strerror(errno);
+  }
+  ~Conn() { Close(); }
+  void Close() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+  bool Send(std::string_view d) {
+    while (!d.empty()) {
+      ssize_t n = send(fd_, d.data(), d.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      d.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+  bool Fill() {
+    char b[65536];
+    ssize_t n = recv(fd_, b, sizeof b, 0);
+    if (n <= 0) return false;
+    buf_.append(b, static_cast<size_t>(n));
+    return true;
+  }
+  bool ReadHead(Response* r) {
+    size_t p;
+    while ((p = buf_.find("\r\n\r\n")) == std::string::npos) {
+      if (!Fill()) return false;
+    }
+    std::string head = buf_.substr(0, p);
+    buf_.erase(0, p + 4);
+    std::istringstream in(head);
+    std::string line;
+    std::getline(in, line);
+    r->status = std::atoi(line.c_str() + 9);
+    while (std::getline(in, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      size_t c = line.find(':');
+      if (c == std::string::npos) continue;
+      std::string k = line.substr(0, c);
+      for (auto& ch : k) ch = static_cast<char>(tolower(ch));
+      r->headers[k] = line.substr(line.find_first_not_of(' ', c + 1));
+    }
+    if (r->status == 100) {
+      *r = Response{};
+      return ReadHead(r);
+    }
+    return true;
+  }
+  bool chunked(const Response& r) { return r.headers.count("transfer-encoding") > 0; }
+  // Next piece of a chunked body; false at the end (or on error).
+  bool ReadChunk(std::string* out) {
+    size_t p;
+    while ((p = buf_.find("\r\n")) == std::string::npos) {
+      if (!Fill()) return false;
+    }
+    size_t n = std::strtoul(buf_.c_str(), nullptr, 16);
+    buf_.erase(0, p + 2);
+    while (buf_.size() < n + 2) {
+      if (!Fill()) return false;
+    }
+    out->assign(buf_, 0, n);
+    buf_.erase(0, n + 2);
+    return n > 0;
+  }
+  bool ReadBody(Response* r) {
+    if (chunked(*r)) {
+      std::string c;
+      while (ReadChunk(&c)) r->body += c;
+      return true;
+    }
+    size_t len = r->headers.count("content-length") ? std::stoul(r->headers["content-length"]) : 0;
+    while (buf_.size() < len) {
+      if (!Fill()) return false;
+    }
+    r->body = buf_.substr(0, len);
+    buf_.erase(0, len);
+    return true;
+  }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+  std::string buf_;
+};
+
+std::string RequestHead(const std::string& method, const std::string& target, const std::string& ctype,
+                        const std::vector<std::string>& headers, std::optional<size_t> length) {
+  std::string h = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  if (!ctype.empty()) h += "Content-Type: " + ctype + "\r\n";
+  for (const auto& x : headers) h += x + "\r\n";
+  if (length) h += "Content-Length: " + std::to_string(*length) + "\r\n";
+  else h += "Transfer-Encoding: chunked\r\n";
+  return h + "\r\n";
+}
+
+Response Http(const std::string& method, const std::string& target, const std::string& body = "",
+              const std::string& ctype = "", const std::vector<std::string>& headers = {}) {
+  Conn c;
+  Response r;
+  c.Send(RequestHead(method, target, ctype, headers, body.size()) + body);
+  EXPECT_TRUE(c.ReadHead(&r));
+  EXPECT_TRUE(c.ReadBody(&r));
+  return r;
+}
+
+Response Rpc(const std::string& method, const std::string& json, const std::vector<std::string>& headers = {}) {
+  return Http("POST", "/" + method, json, "application/json", headers);
+}
+
+// A server-streaming call in progress.
+struct Stream {
+  Conn conn;
+  Response head;
+  envd::EnvelopeDecoder dec;
+  bool ended = false;
+  Status end_status;
+
+  Stream(const std::string& method, const std::string& json, std::vector<std::string> headers = {}) {
+    std::string env = envd::EncodeEnvelope(json);
+    headers.push_back("Connect-Protocol-Version: 1");
+    conn.Send(RequestHead("POST", "/" + method, "application/connect+json", headers, env.size()) + env);
+    EXPECT_TRUE(conn.ReadHead(&head));
+    EXPECT_EQ(head.status, 200);
+    EXPECT_EQ(head.headers["content-type"], "application/connect+json");
+  }
+  // Next message; nullopt at end of stream (end_status set).
+  std::optional<envd::ProcessEvent> Next() {
+    while (!ended) {
+      if (auto e = dec.Next()) {
+        if (e->end_stream()) {
+          ended = true;
+          end_status = envd::ParseEndStream(e->payload);
+          return std::nullopt;
+        }
+        auto ev = envd::ParseEventResponse(e->payload);
+        EXPECT_TRUE(ev.ok()) << e->payload;
+        if (!ev.ok()) return std::nullopt;
+        return *ev;
+      }
+      std::string chunk;
+      if (!conn.ReadChunk(&chunk)) {
+        ADD_FAILURE() << "stream ended without end-of-stream";
+        ended = true;
+        return std::nullopt;
+      }
+      EXPECT_TRUE(dec.Feed(chunk).ok());
+    }
+    return std::nullopt;
+  }
+};
+
+struct RunResult {
+  uint32_t pid = 0;
+  std::string out, err;
+  std::optional<envd::EndEvent> end;
+  Status status;
+  int keepalives = 0;
+};
+
+RunResult Drain(Stream& s, bool expect_start = true) {
+  RunResult r;
+  bool first = true;
+  while (auto ev = s.Next()) {
+    if (first && expect_start) {
+      EXPECT_TRUE(std::holds_alternative<envd::StartEvent>(*ev)) << "first event must be start";
+    }
+    first = false;
+    if (auto* st = std::get_if<envd::StartEvent>(&*ev)) r.pid = st->pid;
+    if (auto* d = std::get_if<envd::DataEvent>(&*ev)) {
+      (d->stream == envd::DataEvent::Stream::kStderr ? r.err : r.out) += d->data;
+    }
+    if (auto* e = std::get_if<envd::EndEvent>(&*ev)) r.end = *e;
+    if (std::holds_alternative<envd::KeepAliveEvent>(*ev)) ++r.keepalives;
+  }
+  r.status = s.end_status;
+  return r;
+}
+
+std::string StartJson(const std::string& script, bool stdin = false, const std::string& extra = "") {
+  envd::OJson j = {{"process", {{"cmd", "/bin/bash"}, {"args", {"-l", "-c", script}}}}, {"stdin", stdin}};
+  std::string s = envd::Dump(j);
+  if (!extra.empty()) s = s.substr(0, s.size() - 1) + "," + extra + "}";
+  return s;
+}
+
+RunResult RunScript(const std::string& script, std::vector<std::string> headers = {}) {
+  Stream s("process.Process/Start", StartJson(script), std::move(headers));
+  return Drain(s);
+}
+
+uint32_t ReadStartPid(Stream& s) {
+  auto ev = s.Next();
+  EXPECT_TRUE(ev && std::holds_alternative<envd::StartEvent>(*ev));
+  return ev ? std::get<envd::StartEvent>(*ev).pid : 0;
+}
+
+long AgentRssKb() {
+  std::ifstream f("/proc/" + std::to_string(g_agent) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return -1;
+}
+
+int AgentThreads() {
+  std::ifstream f("/proc/" + std::to_string(g_agent) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+  }
+  return -1;
+}
+
+std::string ReadFileBytes(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class AgentServer : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    char tmpl[] = "/tmp/airlock-agent-test-XXXXXX";
+    g_root = mkdtemp(tmpl);
+    chmod(g_root.c_str(), 0755);
+    g_home = g_root + "/home/user";
+    mkdir((g_root + "/etc").c_str(), 0755);
+    mkdir((g_root + "/home").c_str(), 0755);
+    mkdir(g_home.c_str(), 0755);
+    std::ofstream(g_root + "/etc/passwd") << "root:x:0:0:root:/root:/bin/bash\n"
+                                          << "user:x:1000:1000::" << g_home << ":/bin/bash\n";
+    std::ofstream(g_root + "/etc/group") << "root:x:0:\nuser:x:1000:\nextra:x:1500:user\n";
+    if (g_is_root) {
+      ASSERT_EQ(chown(g_home.c_str(), 1000, 1000), 0);
+    }
+    std::string log = g_root + "/agent.log";
+    g_agent = fork();
+    if (g_agent == 0) {
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 2);
+      execl(AIRLOCK_AGENT_BINARY, "airlock-agent", "--listen", "127.0.0.1:0", "--root-prefix", g_root.c_str(),
+            (char*)nullptr);
+      _exit(127);
+    }
+    for (int i = 0; i < 200 && g_port == 0; ++i) {
+      std::string l = ReadFileBytes(log);
+      size_t p = l.find("ready port=");
+      if (p != std::string::npos) g_port = std::atoi(l.c_str() + p + 11);
+      else std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    ASSERT_NE(g_port, 0) << "agent did not become ready: " << ReadFileBytes(log);
+  }
+  void TearDown() override {
+    if (g_agent > 0) {
+      kill(g_agent, SIGTERM);
+      waitpid(g_agent, nullptr, 0);
+    }
+    if (!g_root.empty()) (void)!system(("rm -rf '" + g_root + "'").c_str());
+  }
+};
+
+const auto* const g_env = ::testing::AddGlobalTestEnvironment(new AgentServer);
+
+// ---------------- the binary ----------------
+
+TEST(AgentBinary, IsStatic) {
+  if (system("command -v file >/dev/null 2>&1") != 0) GTEST_SKIP() << "file(1) not installed";
+  FILE* p = popen("file -L '" AIRLOCK_AGENT_BINARY "'", "r");
+  ASSERT_NE(p, nullptr);
+  char buf[1024] = {};
+  size_t n = fread(buf, 1, sizeof buf - 1, p);
+  pclose(p);
+  EXPECT_NE(std::string(buf, n).find("statically linked"), std::string::npos) << buf;
+}
+
+// ---------------- plain endpoints and errors ----------------
+
+TEST(AgentHttp, HealthEnvsMetrics) {
+  EXPECT_EQ(Http("GET", "/health").status, 204);
+  auto envs = Http("GET", "/envs");
+  EXPECT_EQ(envs.status, 200);
+  EXPECT_EQ(envs.body, "{}");
+  auto m = Http("GET", "/metrics");
+  ASSERT_EQ(m.status, 200);
+  auto j = Json::parse(m.body);
+  for (const char* k : {"ts", "cpu_count", "cpu_used_pct", "mem_total", "mem_used", "mem_cache", "mem_total_mib",
+                        "mem_used_mib", "disk_used", "disk_total"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  EXPECT_GT(j["mem_total"].get<uint64_t>(), 0u);
+}
+
+TEST(AgentHttp, ErrorsAreJson) {
+  auto r = Http("GET", "/nope");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(Json::parse(r.body)["code"], 404);
+  r = Rpc("process.Process/Bogus", "{}");
+  EXPECT_EQ(r.status, 501);
+  EXPECT_EQ(Json::parse(r.body)["code"], "unimplemented");
+  r = Rpc("filesystem.Filesystem/Stat", "{not json");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Json::parse(r.body)["code"], "invalid_argument");
+  r = Rpc("filesystem.Filesystem/Stat", "{\"path\":5}");
+  EXPECT_EQ(Json::parse(r.body)["code"], "invalid_argument");
+  r = Rpc("process.Process/SendSignal", R"({"process":{"pid":999999},"signal":"SIGNAL_SIGKILL"})");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(Json::parse(r.body)["code"], "not_found");
+  r = Rpc("filesystem.Filesystem/Stat", "{}", {"Authorization: Basic " + std::string("bm9ib2R5Og==")});
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(Json::parse(r.body)["code"], "unauthenticated");
+  // Oversized unary body.
+  r = Rpc("filesystem.Filesystem/Stat", "{\"path\":\"" + std::string(2 << 20, 'a') + "\"}");
+  EXPECT_EQ(r.status, 429);
+  // Garbage request line: a JSON 400 and the agent survives.
+  {
+    Conn c;
+    c.Send("THIS IS NOT HTTP\r\n\r\n");
+    Response resp;
+    ASSERT_TRUE(c.ReadHead(&resp));
+    EXPECT_EQ(resp.status, 400);
+  }
+  // Header names with underscores are fine; chunked request bodies too.
+  {
+    Conn c;
+    c.Send(RequestHead("POST", "/filesystem.Filesystem/Stat", "application/json", {"X_Custom_Header: 1"},
+                       std::nullopt) +
+           "5\r\n{\"pat\r\n7\r\nh\":\"/\"}\r\n0\r\n\r\n");
+    Response resp;
+    ASSERT_TRUE(c.ReadHead(&resp));
+    ASSERT_TRUE(c.ReadBody(&resp));
+    EXPECT_EQ(resp.status, 200) << resp.body;
+    // keep-alive: a second request on the same connection
+    c.Send(RequestHead("GET", "/health", "", {}, 0));
+    Response r2;
+    ASSERT_TRUE(c.ReadHead(&r2));
+    EXPECT_EQ(r2.status, 204);
+  }
+  EXPECT_EQ(Http("GET", "/health").status, 204);
+}
+
+TEST(AgentHttp, StreamErrorsInsideEndOfStream) {
+  Stream s("process.Process/Start", StartJson("pwd", false, R"("x":1)").substr(0) , {});
+  Drain(s);
+  EXPECT_TRUE(s.end_status.ok());
+  envd::OJson j = {{"process", {{"cmd", "/bin/bash"}, {"args", {"-c", "pwd"}}, {"cwd", "/nonexistent"}}}};
+  Stream bad("process.Process/Start", envd::Dump(j));
+  EXPECT_FALSE(bad.Next().has_value());
+  EXPECT_EQ(bad.end_status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.end_status.message(), "cwd '/nonexistent' does not exist");
+  Stream nf("process.Process/Connect", R"({"process":{"pid":999999}})");
+  EXPECT_FALSE(nf.Next().has_value());
+  EXPECT_EQ(nf.end_status.code(), StatusCode::kNotFound);
+  Stream un("filesystem.Filesystem/WatchDir", R"({"path":"/"})");
+  EXPECT_FALSE(un.Next().has_value());
+  EXPECT_EQ(un.end_status.code(), StatusCode::kUnimplemented);
+}
+
+TEST(AgentHttp, KeepAliveAfterStream) {
+  Stream s("process.Process/Start", StartJson("echo one"));
+  EXPECT_EQ(Drain(s).out, "one\n");
+  std::string last;
+  EXPECT_FALSE(s.conn.ReadChunk(&last));  // the chunked terminator
+  // The SDK reuses connections: the next request goes on the same socket.
+  s.conn.Send(RequestHead("GET", "/health", "", {}, 0));
+  Response r;
+  ASSERT_TRUE(s.conn.ReadHead(&r));
+  EXPECT_EQ(r.status, 204);
+  std::string env = envd::EncodeEnvelope(StartJson("echo two"));
+  s.conn.Send(RequestHead("POST", "/process.Process/Start", "application/connect+json", {}, env.size()) + env);
+  Response r2;
+  ASSERT_TRUE(s.conn.ReadHead(&r2));
+  std::string all, c;
+  while (s.conn.ReadChunk(&c)) all += c;
+  EXPECT_NE(all.find(envd::Base64Encode("two\n")), std::string::npos);
+}
+
+// ---------------- processes ----------------
+
+TEST(AgentProcess, StdoutStderrAndExitCodes) {
+  auto r = RunScript("echo hi; echo err >&2; exit 3");
+  EXPECT_NE(r.pid, 0u);
+  EXPECT_EQ(r.out, "hi\n");
+  EXPECT_EQ(r.err, "err\n");
+  ASSERT_TRUE(r.end);
+  EXPECT_EQ(r.end->exit_code, 3);
+  EXPECT_TRUE(r.end->exited);
+  EXPECT_EQ(r.end->status, "exit status 3");
+  EXPECT_EQ(r.end->error, "exit status 3");
+  EXPECT_TRUE(r.status.ok());
+
+  r = RunScript("true");
+  ASSERT_TRUE(r.end);
+  EXPECT_EQ(r.end->exit_code, 0);
+  EXPECT_TRUE(r.end->exited);
+  EXPECT_EQ(r.end->status, "exit status 0");
+  EXPECT_FALSE(r.end->error.has_value());
+
+  r = RunScript("no_such_command_xyz");
+  ASSERT_TRUE(r.end);
+  EXPECT_EQ(r.end->exit_code, 127);
+  EXPECT_NE(r.err.find("not found"), std::string::npos);
+
+  Stream direct("process.Process/Start", R"({"process":{"cmd":"no_such_binary_xyz"}})");
+  auto d = Drain(direct);
+  ASSERT_TRUE(d.end);
+  EXPECT_EQ(d.end->exit_code, 127);
+  EXPECT_EQ(d.err, "no_such_binary_xyz: command not found\n");
+}
+
+TEST(AgentProcess, BinaryOutputIsByteExact) {
+  auto r = RunScript("printf '\\x00\\xff\\xfe\\xc3(abc'; head -c 100000 /dev/zero | tr '\\0' 'z'");
+  ASSERT_TRUE(r.end);
+  EXPECT_EQ(r.out.substr(0, 8), std::string("\0\xff\xfe\xc3(abc", 8));
+  EXPECT_EQ(r.out.size(), 100008u);
+}
+
+TEST(AgentProcess, UserEnvAndCwd) {
+  envd::OJson j = {{"process", {{"cmd", "/bin/bash"},
+                                {"args", {"-l", "-c", "id -u; id -G; pwd; echo $HOME $USER $LOGNAME $X; echo $PATH"}},
+                                {"envs", {{"X", "y"}}}}}};
+  Stream s("process.Process/Start", envd::Dump(j));
+  auto r = Drain(s);
+  if (g_is_root) {
+    EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "1000");
+    EXPECT_NE(r.out.find("1000 1500"), std::string::npos) << r.out;
+  }
+  EXPECT_NE(r.out.find(g_home + "\n" + g_home + " user user y\n"), std::string::npos) << r.out;
+  envd::OJson j2 = {{"process", {{"cmd", "/bin/bash"}, {"args", {"-c", "id -u; pwd"}}, {"cwd", "/tmp"}}}};
+  Stream s2("process.Process/Start", envd::Dump(j2), {"Authorization: Basic cm9vdDo="});
+  auto r2 = Drain(s2);
+  EXPECT_EQ(r2.out, std::string(g_is_root ? "0" : std::to_string(geteuid())) + "\n/tmp\n");
+  envd::OJson j3 = {{"process", {{"cmd", "pwd"}, {"cwd", "~/"}}}};
+  Stream s3("process.Process/Start", envd::Dump(j3));
+  EXPECT_EQ(Drain(s3).out, g_home + "\n");
+}
+
+TEST(AgentProcess, SignalKill) {
+  Stream s("process.Process/Start", StartJson("sleep 30"));
+  uint32_t pid = ReadStartPid(s);
+  ASSERT_NE(pid, 0u);
+  auto list = Rpc("process.Process/List", "{}");
+  ASSERT_EQ(list.status, 200);
+  bool listed = false;
+  Json listed_json = Json::parse(list.body);
+  for (auto& p : listed_json["processes"]) {
+    if (p["pid"] == pid) {
+      listed = true;
+      EXPECT_EQ(p["config"]["cmd"], "/bin/bash");
+      EXPECT_EQ(p["config"]["args"][2], "sleep 30");
+    }
+  }
+  EXPECT_TRUE(listed) << list.body;
+  auto r = Rpc("process.Process/SendSignal",
+               R"({"process":{"pid":)" + std::to_string(pid) + R"(},"signal":"SIGNAL_SIGKILL"})");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "{}");
+  auto res = Drain(s, false);
+  ASSERT_TRUE(res.end);
+  EXPECT_EQ(res.end->exit_code, -1);
+  EXPECT_FALSE(res.end->exited);
+  EXPECT_EQ(res.end->status, "signal: killed");
+  EXPECT_EQ(res.end->error, "signal: killed");
+  EXPECT_TRUE(res.status.ok());
+}
+
+TEST(AgentProcess, ConnectTimeoutKillsTheGroup) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = RunScript("sleep 30 & sleep 30; wait", {"Connect-Timeout-Ms: 500"});
+  ASSERT_TRUE(r.end);
+  EXPECT_EQ(r.end->status, "signal: killed");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+TEST(AgentProcess, KeepaliveAfterSilence) {
+  auto r = RunScript("sleep 2.5; echo x", {"Keepalive-Ping-Interval: 1"});
+  EXPECT_GE(r.keepalives, 1);
+  EXPECT_EQ(r.out, "x\n");
+}
+
+TEST(AgentProcess, ConnectReattachesAfterDroppedStream) {
+  uint32_t pid;
+  {
+    Stream s("process.Process/Start", StartJson("sleep 1; echo after; exit 4"));
+    pid = ReadStartPid(s);
+  }  // stream dropped: the process must live on
+  Stream c1("process.Process/Connect", R"({"process":{"pid":)" + std::to_string(pid) + "}}");
+  Stream c2("process.Process/Connect", R"({"process":{"pid":)" + std::to_string(pid) + "}}");
+  auto r1 = Drain(c1);
+  auto r2 = Drain(c2);
+  for (auto* r : {&r1, &r2}) {
+    EXPECT_EQ(r->pid, pid);
+    EXPECT_EQ(r->out, "after\n");
+    ASSERT_TRUE(r->end);
+    EXPECT_EQ(r->end->exit_code, 4);
+  }
+  // A late Connect still gets start + end.
+  Stream late("process.Process/Connect", R"({"process":{"pid":)" + std::to_string(pid) + "}}");
+  auto r3 = Drain(late);
+  EXPECT_EQ(r3.pid, pid);
+  ASSERT_TRUE(r3.end);
+  EXPECT_EQ(r3.end->exit_code, 4);
+}
+
+TEST(AgentProcess, StdinInputAndClose) {
+  Stream s("process.Process/Start", StartJson("cat; echo done", true));
+  uint32_t pid = ReadStartPid(s);
+  std::string sel = R"({"process":{"pid":)" + std::to_string(pid) + "}";
+  auto r = Rpc("process.Process/SendInput", sel + R"(,"input":{"stdin":"YWJjCg=="}})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  auto ev = s.Next();
+  ASSERT_TRUE(ev && std::holds_alternative<envd::DataEvent>(*ev));
+  EXPECT_EQ(std::get<envd::DataEvent>(*ev).data, "abc\n");
+  EXPECT_EQ(Rpc("process.Process/CloseStdin", sel + "}").status, 200);
+  auto rest = Drain(s, false);
+  EXPECT_EQ(rest.out, "done\n");
+  ASSERT_TRUE(rest.end);
+  EXPECT_EQ(rest.end->exit_code, 0);
+  // stdin not requested → SendInput fails cleanly.
+  Stream s2("process.Process/Start", StartJson("sleep 5"));
+  uint32_t pid2 = ReadStartPid(s2);
+  auto bad = Rpc("process.Process/SendInput",
+                 R"({"process":{"pid":)" + std::to_string(pid2) + R"(},"input":{"stdin":"YQ=="}})");
+  EXPECT_EQ(Json::parse(bad.body)["code"], "failed_precondition");
+  Rpc("process.Process/SendSignal", R"({"process":{"pid":)" + std::to_string(pid2) + R"(},"signal":9})");
+  Drain(s2, false);
+}
+
+TEST(AgentProcess, PtyStart) {
+  envd::OJson j = {{"process", {{"cmd", "/bin/bash"}, {"args", {"-c", "tty >/dev/null && stty size"}}}},
+                   {"pty", {{"size", {{"cols", 100}, {"rows", 30}}}}}};
+  Stream s("process.Process/Start", envd::Dump(j));
+  auto r = Drain(s);
+  ASSERT_TRUE(r.end);
+  EXPECT_EQ(r.end->exit_code, 0);
+}
+
+TEST(AgentProcess, BigOutputWithBackpressureHasBoundedMemory) {
+  const size_t kBytes = 200u << 20;
+  Stream s("process.Process/Start", StartJson("head -c " + std::to_string(kBytes) + " /dev/zero"));
+  ReadStartPid(s);
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // a slow reader
+  long rss = AgentRssKb();
+  EXPECT_LT(rss, 64 * 1024) << "agent RSS while the reader stalls: " << rss << " KiB";
+  auto r = Drain(s, false);
+  EXPECT_EQ(r.out.size(), kBytes);
+  ASSERT_TRUE(r.end);
+  EXPECT_EQ(r.end->exit_code, 0);
+}
+
+TEST(AgentProcess, ManyConcurrentStreamsOneThread) {
+  std::vector<std::unique_ptr<Stream>> streams;
+  for (int i = 0; i < 150; ++i) {
+    streams.push_back(std::make_unique<Stream>("process.Process/Start", StartJson("sleep 1; echo " + std::to_string(i))));
+  }
+  EXPECT_EQ(AgentThreads(), 1);
+  for (int i = 0; i < 150; ++i) {
+    auto r = Drain(*streams[static_cast<size_t>(i)]);
+    EXPECT_EQ(r.out, std::to_string(i) + "\n");
+  }
+}
+
+// ---------------- filesystem ----------------
+
+Json Ok(const Response& r) {
+  EXPECT_EQ(r.status, 200) << r.body;
+  return Json::parse(r.body, nullptr, false);
+}
+
+TEST(AgentFilesystem, StatListMakeMoveRemove) {
+  std::string base = g_home + "/fs";
+  auto mk = Ok(Rpc("filesystem.Filesystem/MakeDir", R"({"path":"fs/a/b"})"));
+  EXPECT_EQ(mk["entry"]["path"], base + "/a/b");
+  EXPECT_EQ(mk["entry"]["type"], "FILE_TYPE_DIRECTORY");
+  if (g_is_root) {
+    EXPECT_EQ(mk["entry"]["owner"], "user");
+  }
+  struct stat st;
+  ASSERT_EQ(stat((base + "/a").c_str(), &st), 0);
+  if (g_is_root) {
+    EXPECT_EQ(st.st_uid, 1000u);
+  }
+  auto again = Rpc("filesystem.Filesystem/MakeDir", R"({"path":"~/fs/a/b"})");
+  EXPECT_EQ(again.status, 409);
+  EXPECT_EQ(Json::parse(again.body)["code"], "already_exists");
+  std::ofstream(base + "/a/file.txt") << "hello";
+  auto onfile = Rpc("filesystem.Filesystem/MakeDir", R"({"path":")" + base + R"(/a/file.txt"})");
+  EXPECT_EQ(Json::parse(onfile.body)["code"], "invalid_argument");
+  ASSERT_EQ(symlink("file.txt", (base + "/a/link").c_str()), 0);
+
+  auto stat_r = Ok(Rpc("filesystem.Filesystem/Stat", R"({"path":")" + base + R"(/a/file.txt"})"));
+  auto e = stat_r["entry"];
+  EXPECT_EQ(e["name"], "file.txt");
+  EXPECT_EQ(e["type"], "FILE_TYPE_FILE");
+  EXPECT_EQ(e["size"], "5");
+  EXPECT_EQ(e["permissions"], "-rw-r--r--");
+  EXPECT_EQ(e["mode"], 0644);
+  EXPECT_FALSE(e.contains("symlinkTarget"));
+  EXPECT_TRUE(envd::ParseTimestamp(e["modifiedTime"].get<std::string>()).ok());
+  auto link = Ok(Rpc("filesystem.Filesystem/Stat", R"({"path":"fs/a/link"})"))["entry"];
+  EXPECT_EQ(link["type"], "FILE_TYPE_SYMLINK");
+  EXPECT_EQ(link["symlinkTarget"], "file.txt");
+
+  auto l1 = Ok(Rpc("filesystem.Filesystem/ListDir", R"({"path":")" + base + R"(","depth":1})"));
+  ASSERT_EQ(l1["entries"].size(), 1u);
+  EXPECT_EQ(l1["entries"][0]["path"], base + "/a");
+  auto l3 = Ok(Rpc("filesystem.Filesystem/ListDir", R"({"path":"~/fs","depth":3})"));
+  std::vector<std::string> paths;
+  for (auto& x : l3["entries"]) paths.push_back(x["path"]);
+  EXPECT_EQ(paths, (std::vector<std::string>{base + "/a", base + "/a/b", base + "/a/file.txt", base + "/a/link"}));
+  auto notdir = Rpc("filesystem.Filesystem/ListDir", R"({"path":")" + base + R"(/a/file.txt"})");
+  EXPECT_EQ(Json::parse(notdir.body)["code"], "invalid_argument");
+  auto missing = Rpc("filesystem.Filesystem/ListDir", R"({"path":"/nonexistent-dir"})");
+  EXPECT_EQ(missing.status, 404);
+
+  auto mv = Ok(Rpc("filesystem.Filesystem/Move",
+                   R"({"source":")" + base + R"(/a/file.txt","destination":"fs/new/deep/f.txt"})"));
+  EXPECT_EQ(mv["entry"]["path"], base + "/new/deep/f.txt");
+  EXPECT_EQ(mv["entry"]["size"], "5");
+  auto mv404 = Rpc("filesystem.Filesystem/Move", R"({"source":"/nonexistent-x","destination":"/tmp/y"})");
+  EXPECT_EQ(Json::parse(mv404.body)["code"], "not_found");
+
+  EXPECT_EQ(Ok(Rpc("filesystem.Filesystem/Remove", R"({"path":"fs"})")), Json::object());
+  EXPECT_NE(stat(base.c_str(), &st), 0);
+  Ok(Rpc("filesystem.Filesystem/Remove", R"({"path":"fs"})"));  // missing: still OK
+  auto gone = Rpc("filesystem.Filesystem/Stat", R"({"path":"fs"})");
+  EXPECT_EQ(gone.status, 404);
+  EXPECT_EQ(Json::parse(gone.body)["code"], "not_found");
+}
+
+// ---------------- /files ----------------
+
+std::string UrlEncode(const std::string& s) {
+  std::string o;
+  char b[4];
+  for (unsigned char c : s) {
+    if (isalnum(c) || c == '/' || c == '.' || c == '-' || c == '_' || c == '~') {
+      o.push_back(static_cast<char>(c));
+    } else {
+      snprintf(b, sizeof b, "%%%02X", c);
+      o += b;
+    }
+  }
+  return o;
+}
+
+std::string Multipart(const std::vector<std::pair<std::string, std::string>>& files, const std::string& boundary) {
+  std::string b;
+  for (const auto& [name, data] : files) {
+    b += "--" + boundary + "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"" + name +
+         "\"\r\nContent-Type: application/octet-stream\r\n\r\n" + data + "\r\n";
+  }
+  return b + "--" + boundary + "--\r\n";
+}
+
+TEST(AgentFiles, MultipartUploadAndDownload) {
+  std::string bin;
+  for (int i = 0; i < 70000; ++i) bin.push_back(static_cast<char>(i * 7 + (i >> 8)));
+  std::string utf = "/tmp/" + g_root.substr(5) + "/d\xc3\xa9j\xc3\xa0/\xe6\x97\xa5\xe6\x9c\xac.bin";
+  std::string body = Multipart({{utf, bin}, {"rel/c.txt", "see"}}, "XyZ");
+  auto r = Http("POST", "/files", body, "multipart/form-data; boundary=XyZ");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto j = Json::parse(r.body);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["path"], utf);
+  EXPECT_EQ(j[0]["name"], "\xe6\x97\xa5\xe6\x9c\xac.bin");
+  EXPECT_EQ(j[0]["type"], "file");
+  EXPECT_EQ(j[1]["path"], g_home + "/rel/c.txt");
+  EXPECT_EQ(ReadFileBytes(utf), bin);
+  struct stat st;
+  ASSERT_EQ(stat((g_home + "/rel/c.txt").c_str(), &st), 0);
+  if (g_is_root) {
+    EXPECT_EQ(st.st_uid, 1000u);
+    ASSERT_EQ(stat((g_home + "/rel").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 1000u);
+  }
+  auto down = Http("GET", "/files?path=" + UrlEncode(utf));
+  EXPECT_EQ(down.status, 200);
+  EXPECT_EQ(down.body, bin);
+  auto rel = Http("GET", "/files?path=rel%2Fc.txt&username=user");
+  EXPECT_EQ(rel.body, "see");
+
+  // path query parameter wins over the filename.
+  auto q = Http("POST", "/files?path=" + UrlEncode(g_home + "/q.txt"), Multipart({{"ignored.txt", "Q"}}, "b"),
+                "multipart/form-data; boundary=b");
+  ASSERT_EQ(q.status, 200) << q.body;
+  EXPECT_EQ(Json::parse(q.body)[0]["path"], g_home + "/q.txt");
+  EXPECT_EQ(ReadFileBytes(g_home + "/q.txt"), "Q");
+
+  // Errors.
+  auto missing = Http("GET", "/files?path=%2Fnonexistent-file");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(Json::parse(missing.body)["code"], 404);
+  EXPECT_EQ(Http("GET", "/files?path=%2Ftmp").status, 400);
+  EXPECT_EQ(Http("POST", "/files?path=%2Ftmp", Multipart({{"x", "y"}}, "b"), "multipart/form-data; boundary=b").status,
+            400);
+  EXPECT_EQ(Http("POST", "/files", "--b\r\ntruncated", "multipart/form-data; boundary=b").status, 400);
+  EXPECT_EQ(Http("POST", "/files", Multipart({{"/tmp/dup", "1"}, {"/tmp/dup", "2"}}, "b"),
+                 "multipart/form-data; boundary=b")
+                .status,
+            400);
+  EXPECT_EQ(Http("GET", "/files?path=x&username=nobody").status, 401);
+}
+
+std::string Gzip(const std::string& in) {
+  z_stream z{};
+  deflateInit2(&z, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
+  std::string out(compressBound(in.size()) + 64, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+TEST(AgentFiles, OctetStreamAndGzip) {
+  std::string data(3 << 20, 'a');
+  for (size_t i = 0; i < data.size(); i += 97) data[i] = static_cast<char>(i);
+  auto r = Http("POST", "/files?path=raw.bin", data, "application/octet-stream");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(ReadFileBytes(g_home + "/raw.bin"), data);
+  auto g = Http("POST", "/files?path=" + UrlEncode(g_home + "/g.txt"), Gzip(data), "application/octet-stream",
+                {"Content-Encoding: gzip"});
+  ASSERT_EQ(g.status, 200) << g.body;
+  EXPECT_EQ(Json::parse(g.body)[0]["path"], g_home + "/g.txt");
+  EXPECT_EQ(ReadFileBytes(g_home + "/g.txt"), data);
+  auto bad = Http("POST", "/files?path=bad.txt", "not gzip", "application/octet-stream", {"Content-Encoding: gzip"});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(Http("POST", "/files", "x", "application/octet-stream").status, 400);  // path required
+}
+
+TEST(AgentFiles, Upload200MBStreamsToDisk) {
+  const size_t kTotal = 200u << 20;
+  Conn c;
+  c.Send(RequestHead("POST", "/files?path=big.bin", "application/octet-stream", {}, std::nullopt));
+  std::string chunk(1 << 20, '\0');
+  for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<char>(i % 251);
+  long max_rss = 0;
+  char hdr[32];
+  for (size_t sent = 0; sent < kTotal; sent += chunk.size()) {
+    snprintf(hdr, sizeof hdr, "%zx\r\n", chunk.size());
+    ASSERT_TRUE(c.Send(hdr) && c.Send(chunk) && c.Send("\r\n"));
+    if ((sent >> 20) % 32 == 0) max_rss = std::max(max_rss, AgentRssKb());
+  }
+  c.Send("0\r\n\r\n");
+  Response r;
+  ASSERT_TRUE(c.ReadHead(&r));
+  ASSERT_TRUE(c.ReadBody(&r));
+  EXPECT_EQ(r.status, 200) << r.body;
+  struct stat st;
+  ASSERT_EQ(stat((g_home + "/big.bin").c_str(), &st), 0);
+  EXPECT_EQ(static_cast<size_t>(st.st_size), kTotal);
+  EXPECT_LT(max_rss, 64 * 1024) << "agent buffered the upload";
+  unlink((g_home + "/big.bin").c_str());
+}
+
+}  // namespace
+}  // namespace airlock::agent

@@ -1,0 +1,186 @@
+// EnvdClient against a hostile fake agent: everything a guest sends is
+// untrusted. The fake serves canned answers over real HTTP on loopback.
+#include <gtest/gtest.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "core/envd_client.h"
+#include "envd/envelope.h"
+
+namespace airlock {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace fs = std::filesystem;
+using tcp = asio::ip::tcp;
+
+using Handler = std::function<http::response<http::string_body>(const http::request<http::string_body>&)>;
+
+// Serves each connection's requests with `handler` until destroyed.
+class FakeAgent {
+ public:
+  explicit FakeAgent(Handler h) : handler_(std::move(h)), acceptor_(ioc_, {asio::ip::make_address("127.0.0.1"), 0}) {
+    port_ = acceptor_.local_endpoint().port();
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        tcp::socket s(ioc_);
+        boost::system::error_code ec;
+        acceptor_.accept(s, ec);
+        if (ec || stop_) return;
+        try {
+          beast::flat_buffer buf;
+          while (true) {
+            http::request<http::string_body> req;
+            http::read(s, buf, req);
+            auto res = handler_(req);
+            res.prepare_payload();
+            http::write(s, res);
+            if (!req.keep_alive()) break;
+          }
+        } catch (...) {
+        }
+      }
+    });
+  }
+  ~FakeAgent() {
+    stop_ = true;
+    boost::system::error_code ec;
+    tcp::socket poke(ioc_);
+    poke.connect({asio::ip::make_address("127.0.0.1"), port_}, ec);
+    thread_.join();
+  }
+  AgentEndpoint endpoint() const { return {"127.0.0.1", port_}; }
+
+ private:
+  Handler handler_;
+  asio::io_context ioc_;
+  tcp::acceptor acceptor_;
+  uint16_t port_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+http::response<http::string_body> Json(const std::string& body, http::status st = http::status::ok) {
+  http::response<http::string_body> r{st, 11};
+  r.set(http::field::content_type, "application/json");
+  r.body() = body;
+  return r;
+}
+
+std::string TempDir() {
+  std::string t = (fs::temp_directory_path() / "airlock-client-XXXXXX").string();
+  return ::mkdtemp(t.data());
+}
+
+TEST(EnvdClientTest, DirectoryDownloadRefusesPathsOutsideTheRequestedDir) {
+  FakeAgent agent([](const auto& req) {
+    std::string t(req.target());
+    if (t == "/filesystem.Filesystem/Stat")
+      return Json(R"({"entry":{"name":"out","type":"FILE_TYPE_DIRECTORY","path":"/home/user/out"}})");
+    if (t == "/filesystem.Filesystem/ListDir")
+      return Json(R"({"entries":[{"name":"x","type":"FILE_TYPE_FILE","path":"/home/user/out/../../../tmp/evil","size":"4"}]})");
+    return Json("pwnd");
+  });
+  EnvdClient c(agent.endpoint());
+  std::string dir = TempDir();
+  Status s = c.Download("/home/user/out", dir + "/dst");
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s.ToString();
+  EXPECT_FALSE(fs::exists(dir + "/tmp/evil"));
+  fs::remove_all(dir);
+}
+
+TEST(EnvdClientTest, DirectoryDownloadRefusesEntriesOfAnotherTree) {
+  FakeAgent agent([](const auto& req) {
+    std::string t(req.target());
+    if (t == "/filesystem.Filesystem/Stat")
+      return Json(R"({"entry":{"name":"out","type":"FILE_TYPE_DIRECTORY","path":"/home/user/out"}})");
+    return Json(R"({"entries":[{"name":"passwd","type":"FILE_TYPE_FILE","path":"/etc/passwd","size":"4"}]})");
+  });
+  EnvdClient c(agent.endpoint());
+  std::string dir = TempDir();
+  EXPECT_EQ(c.Download("/home/user/out", dir + "/dst").code(), StatusCode::kPermissionDenied);
+  fs::remove_all(dir);
+}
+
+TEST(EnvdClientTest, DownloadIsBoundedInSize) {
+  FakeAgent agent([](const auto& req) {
+    http::response<http::string_body> r{http::status::ok, 11};
+    r.body() = std::string(1 << 20, 'x');
+    return r;
+  });
+  EnvdClient c(agent.endpoint());
+  std::string dir = TempDir();
+  Status s = c.DownloadFile("/big", dir + "/big", 1000);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_FALSE(fs::exists(dir + "/big"));
+  EXPECT_FALSE(fs::exists(dir + "/big.airlock-part"));
+  fs::remove_all(dir);
+}
+
+TEST(EnvdClientTest, StreamWithoutEndEventIsAnError) {
+  FakeAgent agent([](const auto& req) {
+    http::response<http::string_body> r{http::status::ok, 11};
+    r.set(http::field::content_type, "application/connect+json");
+    r.body() = envd::EncodeEnvelope(R"({"event":{"start":{"pid":5}}})") + envd::EncodeEndStream(OkStatus());
+    return r;
+  });
+  EnvdClient c(agent.endpoint());
+  ExecRequest req;
+  req.cmd = "true";
+  auto r = c.Exec(req, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("without a result"), std::string::npos) << r.status().ToString();
+}
+
+TEST(EnvdClientTest, OversizedStreamMessageIsRejected) {
+  FakeAgent agent([](const auto& req) {
+    http::response<http::string_body> r{http::status::ok, 11};
+    std::string frame = "\x00\x7f\xff\xff\xff";  // claims a 2 GiB message
+    r.body() = std::string(frame.data(), 5) + std::string(100, 'a');
+    return r;
+  });
+  EnvdClient c(agent.endpoint());
+  ExecRequest req;
+  req.cmd = "true";
+  auto r = c.Exec(req, {});
+  ASSERT_FALSE(r.ok());
+}
+
+TEST(EnvdClientTest, StreamErrorsSurfaceWithTheirCode) {
+  FakeAgent agent([](const auto& req) {
+    http::response<http::string_body> r{http::status::ok, 11};
+    r.body() = envd::EncodeEndStream(InvalidArgument("cwd '/nonexistent' does not exist"));
+    return r;
+  });
+  EnvdClient c(agent.endpoint());
+  ExecRequest req;
+  req.cmd = "true";
+  auto r = c.Exec(req, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("/nonexistent"), std::string::npos);
+}
+
+TEST(EnvdClientTest, UnaryErrorsMapTheirJsonCode) {
+  FakeAgent agent([](const auto& req) {
+    return Json(R"({"code":"not_found","message":"process 9 not found"})", http::status::not_found);
+  });
+  EnvdClient c(agent.endpoint());
+  Status s = c.SendSignal(9, "SIGNAL_SIGKILL");
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+}
+
+TEST(EnvdClientTest, UnreachableAgentIsUnavailable) {
+  EnvdClient c({"127.0.0.1", 1});
+  EXPECT_EQ(c.Health(std::chrono::milliseconds(200)).code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace airlock
