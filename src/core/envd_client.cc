@@ -10,6 +10,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "envd/connect_error.h"
@@ -88,19 +89,6 @@ Status ErrorFromBody(unsigned status, const std::string& body, std::string_view 
     return Status(code, std::string(what) + ": " + msg);
   }
   return envd::StatusFromErrorResponse(static_cast<int>(status), body).WithContext(what);
-}
-
-RemoteEntry EntryFromJson(const nlohmann::json& j) {
-  RemoteEntry e;
-  e.name = j.value("name", "");
-  e.path = j.value("path", "");
-  e.type = j.value("type", "FILE_TYPE_UNSPECIFIED");
-  if (j.contains("size")) {
-    auto s = envd::Int64FromJson(j["size"]);
-    if (s.ok() && *s >= 0) e.size = static_cast<uint64_t>(*s);
-  }
-  e.mode = j.value("mode", 0u);
-  return e;
 }
 
 // A guest-supplied relative path is safe to join under a host directory only
@@ -203,28 +191,33 @@ StatusOr<nlohmann::json> EnvdClient::Call(std::string_view method_path, const nl
   }
 }
 
+namespace {
+std::string StartBody(const ExecRequest& r) {
+  envd::StartRequest start;
+  start.process.cmd = r.cmd;
+  start.process.args = r.args;
+  start.process.envs = r.envs;
+  start.process.cwd = r.cwd;
+  start.stdin = r.stdin;
+  return envd::Dump(envd::ToJson(start));
+}
+}  // namespace
+
 StatusOr<ExecResult> EnvdClient::Exec(const ExecRequest& r, const ExecCallbacks& cb) const {
-  nlohmann::json process = {{"cmd", r.cmd}, {"args", r.args}};
-  if (!r.envs.empty()) process["envs"] = r.envs;
-  if (r.cwd) process["cwd"] = *r.cwd;
-  nlohmann::json body = {{"process", process}, {"stdin", r.stdin}};
-  return StreamProcess("process.Process/Start", body, r.user, r.timeout, cb, false);
+  return StreamProcess("process.Process/Start", StartBody(r), r.user, r.timeout, cb, false);
 }
 
 StatusOr<uint32_t> EnvdClient::StartBackground(const ExecRequest& r) const {
-  nlohmann::json process = {{"cmd", r.cmd}, {"args", r.args}};
-  if (!r.envs.empty()) process["envs"] = r.envs;
-  if (r.cwd) process["cwd"] = *r.cwd;
-  nlohmann::json body = {{"process", process}, {"stdin", r.stdin}};
-  ASSIGN_OR_RETURN(ExecResult started, StreamProcess("process.Process/Start", body, r.user, r.timeout, {}, true));
+  ASSIGN_OR_RETURN(ExecResult started, StreamProcess("process.Process/Start", StartBody(r), r.user, r.timeout, {}, true));
   return started.pid;
 }
 
 StatusOr<ExecResult> EnvdClient::Attach(uint32_t pid, const ExecCallbacks& cb) const {
-  return StreamProcess("process.Process/Connect", {{"process", {{"pid", pid}}}}, "", std::nullopt, cb, false);
+  nlohmann::json body = {{"process", {{"pid", pid}}}};
+  return StreamProcess("process.Process/Connect", body.dump(), "", std::nullopt, cb, false);
 }
 
-StatusOr<ExecResult> EnvdClient::StreamProcess(std::string_view method_path, const nlohmann::json& body,
+StatusOr<ExecResult> EnvdClient::StreamProcess(std::string_view method_path, const std::string& body,
                                                const std::string& user,
                                                std::optional<std::chrono::milliseconds> timeout,
                                                const ExecCallbacks& cb, bool stop_after_start) const {
@@ -239,13 +232,15 @@ StatusOr<ExecResult> EnvdClient::StreamProcess(std::string_view method_path, con
     req.set("Keepalive-Ping-Interval", "30");
     if (timeout) req.set("Connect-Timeout-Ms", std::to_string(timeout->count()));
     if (!user.empty()) req.set(http::field::authorization, BasicAuth(user));
-    req.body() = envd::EncodeEnvelope(body.dump());
+    req.body() = envd::EncodeEnvelope(body);
     req.prepare_payload();
     http::write(c.stream(), req);
 
     beast::flat_buffer buf;
     http::response_parser<http::buffer_body> parser;
-    parser.body_limit(boost::none);  // a stream: each message is bounded by the decoder
+    // A stream: each message is bounded by the decoder. (boost::none would
+    // mean "no limit" but Beast 1.74 compares it wrongly against Content-Length.)
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     http::read_header(c.stream(), buf, parser);
     if (parser.get().result_int() != 200) {
       return Unavailable(what + ": HTTP " + std::to_string(parser.get().result_int()));
@@ -269,31 +264,24 @@ StatusOr<ExecResult> EnvdClient::StreamProcess(std::string_view method_path, con
           if (!result || !ended) return Unavailable("process exited without a result");
           return *result;
         }
-        auto j = nlohmann::json::parse(msg->payload, nullptr, false);
-        if (j.is_discarded() || !j.contains("event")) return Internal("agent sent an invalid process event");
-        const auto& ev = j["event"];
-        if (ev.contains("start")) {
-          ExecResult s;
-          s.pid = ev["start"].value("pid", 0u);
-          result = s;
-          if (cb.on_start) cb.on_start(s.pid);
+        ASSIGN_OR_RETURN(envd::ProcessEvent ev, envd::ParseEventResponse(msg->payload));
+        if (auto* start = std::get_if<envd::StartEvent>(&ev)) {
+          result = ExecResult{};
+          result->pid = start->pid;
+          if (cb.on_start) cb.on_start(start->pid);
           if (stop_after_start) return *result;  // closing the stream leaves the process running
-        } else if (ev.contains("data")) {
-          const auto& d = ev["data"];
-          if (d.contains("stdout")) {
-            ASSIGN_OR_RETURN(std::string bytes, envd::Base64Decode(d["stdout"].get<std::string>()));
-            if (cb.on_stdout) cb.on_stdout(bytes);
-          } else if (d.contains("stderr")) {
-            ASSIGN_OR_RETURN(std::string bytes, envd::Base64Decode(d["stderr"].get<std::string>()));
-            if (cb.on_stderr) cb.on_stderr(bytes);
+        } else if (auto* data = std::get_if<envd::DataEvent>(&ev)) {
+          if (data->stream == envd::DataEvent::Stream::kStderr) {
+            if (cb.on_stderr) cb.on_stderr(data->data);
+          } else if (cb.on_stdout) {
+            cb.on_stdout(data->data);
           }
-        } else if (ev.contains("end")) {
-          const auto& e = ev["end"];
+        } else if (auto* end = std::get_if<envd::EndEvent>(&ev)) {
           if (!result) result = ExecResult{};
-          result->exit_code = e.value("exitCode", 0);
-          result->exited = e.value("exited", false);
-          result->status = e.value("status", "");
-          result->error = e.value("error", "");
+          result->exit_code = end->exit_code;
+          result->exited = end->exited;
+          result->status = end->status;
+          result->error = end->error.value_or("");
           ended = true;
         }
       }
@@ -359,7 +347,12 @@ Status EnvdClient::DownloadFile(const std::string& guest_path, const std::string
     beast::flat_buffer buf;
     http::response_parser<http::file_body> parser;
     parser.body_limit(max_bytes);
-    http::read_header(c.stream(), buf, parser);
+    beast::error_code hec;
+    http::read_header(c.stream(), buf, parser, hec);
+    if (hec == http::error::body_limit) {
+      return ResourceExhausted(what + ": larger than " + std::to_string(max_bytes) + " bytes");
+    }
+    if (hec) return Unavailable(what + ": " + hec.message());
     if (parser.get().result_int() != 200) {
       http::response_parser<http::string_body> err{std::move(parser)};
       err.body_limit(kMaxUnaryResponse);
@@ -392,19 +385,20 @@ Status EnvdClient::DownloadFile(const std::string& guest_path, const std::string
   }
 }
 
-StatusOr<RemoteEntry> EnvdClient::Stat(const std::string& guest_path, const std::string& user) const {
+StatusOr<envd::EntryInfo> EnvdClient::Stat(const std::string& guest_path, const std::string& user) const {
   ASSIGN_OR_RETURN(auto j, Call("filesystem.Filesystem/Stat", {{"path", guest_path}}, user));
   if (!j.contains("entry") || !j["entry"].is_object()) return Internal("Stat: reply without entry");
-  return EntryFromJson(j["entry"]);
+  return envd::EntryInfoFromJson(j["entry"]);
 }
 
-StatusOr<std::vector<RemoteEntry>> EnvdClient::ListDir(const std::string& guest_path, uint32_t depth,
-                                                       const std::string& user) const {
+StatusOr<std::vector<envd::EntryInfo>> EnvdClient::ListDir(const std::string& guest_path, uint32_t depth,
+                                                            const std::string& user) const {
   ASSIGN_OR_RETURN(auto j, Call("filesystem.Filesystem/ListDir", {{"path", guest_path}, {"depth", depth}}, user));
-  std::vector<RemoteEntry> out;
+  std::vector<envd::EntryInfo> out;
   if (j.contains("entries") && j["entries"].is_array()) {
     for (const auto& e : j["entries"]) {
-      if (e.is_object()) out.push_back(EntryFromJson(e));
+      ASSIGN_OR_RETURN(envd::EntryInfo entry, envd::EntryInfoFromJson(e));
+      out.push_back(std::move(entry));
     }
   }
   return out;
@@ -418,9 +412,10 @@ Status EnvdClient::MakeDir(const std::string& guest_path, const std::string& use
 
 Status EnvdClient::Download(const std::string& guest_path, const std::string& local_path,
                             uint64_t max_bytes) const {
-  ASSIGN_OR_RETURN(RemoteEntry root, Stat(guest_path));
-  if (root.type == "FILE_TYPE_FILE") return DownloadFile(root.path, local_path, max_bytes);
-  if (root.type != "FILE_TYPE_DIRECTORY") return InvalidArgument(guest_path + " is neither a file nor a directory");
+  using envd::FileType;
+  ASSIGN_OR_RETURN(envd::EntryInfo root, Stat(guest_path));
+  if (root.type == FileType::kFile) return DownloadFile(root.path, local_path, max_bytes);
+  if (root.type != FileType::kDirectory) return InvalidArgument(guest_path + " is neither a file nor a directory");
   std::error_code ec;
   std::filesystem::create_directories(local_path, ec);
   if (ec) return Internal("mkdir " + local_path + ": " + ec.message());
@@ -431,9 +426,9 @@ Status EnvdClient::Download(const std::string& guest_path, const std::string& lo
   // Directories first (ListDir walks top-down), then files.
   for (int pass = 0; pass < 2; ++pass) {
     for (const auto& e : entries) {
-      bool dir = e.type == "FILE_TYPE_DIRECTORY";
+      bool dir = e.type == FileType::kDirectory;
       if ((pass == 0) != dir) continue;
-      if (e.type == "FILE_TYPE_SYMLINK" || (!dir && e.type != "FILE_TYPE_FILE")) continue;
+      if (!dir && e.type != FileType::kFile) continue;  // symlinks are not followed out of the guest
       if (e.path.rfind(prefix, 0) != 0) return PermissionDenied("agent listed " + e.path + " outside " + root.path);
       std::string rel = e.path.substr(prefix.size());
       if (!SafeRelativePath(rel)) return PermissionDenied("agent listed an unsafe path: " + e.path);
@@ -443,7 +438,7 @@ Status EnvdClient::Download(const std::string& guest_path, const std::string& lo
         struct stat st;
         if (::lstat(dst.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return PermissionDenied(dst + " is not a directory");
       } else {
-        if (e.size > budget) return ResourceExhausted("download of " + guest_path + " exceeds " + std::to_string(max_bytes) + " bytes");
+        if (e.size < 0 || static_cast<uint64_t>(e.size) > budget) return ResourceExhausted("download of " + guest_path + " exceeds " + std::to_string(max_bytes) + " bytes");
         RETURN_IF_ERROR(DownloadFile(e.path, dst, budget));
         struct stat st;
         if (::stat(dst.c_str(), &st) == 0) budget -= std::min<uint64_t>(budget, st.st_size);

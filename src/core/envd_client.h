@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "envd/messages.h"
 
 namespace airlock {
 
@@ -52,14 +53,6 @@ struct ExecResult {
   std::string error;
   // Shell convention: the exit code, or 128+N when killed by signal N.
   int ShellCode() const;
-};
-
-struct RemoteEntry {
-  std::string name;
-  std::string path;   // absolute path in the guest
-  std::string type;   // FILE_TYPE_FILE | FILE_TYPE_DIRECTORY | FILE_TYPE_SYMLINK
-  uint64_t size = 0;
-  uint32_t mode = 0;
 };
 
 class EnvdClient {
@@ -100,15 +93,15 @@ class EnvdClient {
   // Copies a guest file or directory tree to local_path. Symlinks are skipped.
   Status Download(const std::string& guest_path, const std::string& local_path,
                   uint64_t max_bytes = kDefaultMaxDownload) const;
-  StatusOr<RemoteEntry> Stat(const std::string& guest_path, const std::string& user = "") const;
-  StatusOr<std::vector<RemoteEntry>> ListDir(const std::string& guest_path, uint32_t depth,
+  StatusOr<envd::EntryInfo> Stat(const std::string& guest_path, const std::string& user = "") const;
+  StatusOr<std::vector<envd::EntryInfo>> ListDir(const std::string& guest_path, uint32_t depth,
                                              const std::string& user = "") const;
   Status MakeDir(const std::string& guest_path, const std::string& user = "") const;
 
   static constexpr uint64_t kDefaultMaxDownload = 8ull << 30;  // 8 GiB in total
 
  private:
-  StatusOr<ExecResult> StreamProcess(std::string_view method_path, const nlohmann::json& body,
+  StatusOr<ExecResult> StreamProcess(std::string_view method_path, const std::string& body,
                                      const std::string& user, std::optional<std::chrono::milliseconds> timeout,
                                      const ExecCallbacks& callbacks, bool stop_after_start) const;
   AgentEndpoint endpoint_;
