@@ -55,8 +55,9 @@ struct GuestImage {
   std::string kernel_release;  // e.g. "6.1.0-57-cloud-amd64"
   std::string kernel_package;  // e.g. "linux-image-6.1.0-57-cloud-amd64 6.1.192-3"
   std::string template_name;   // "base"
-  // Hex hash over the inputs of the kernel, initramfs and rootfs builds: equal
-  // ids mean identical artefacts (a snapshot made from one id is valid for it).
+  // 20 hex digits hashing the inputs of the kernel, initramfs and rootfs builds
+  // (not their bytes): equal ids mean the same inputs, so a template snapshot
+  // made for one id is valid only for that id.
   std::string id;
 };
 
