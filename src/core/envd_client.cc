@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,17 +49,29 @@ std::string BasicAuth(const std::string& user) {
 }
 
 // One TCP connection to the agent with socket-level timeouts.
+// One TCP connection to the agent, registered with the client's cancel
+// registry while open so CancelAll() can wake a blocked read.
 class Connection {
  public:
-  Connection() : stream_(ioc_) {}
+  explicit Connection(const std::shared_ptr<ConnectionRegistry>& registry) : stream_(ioc_), registry_(registry) {}
+  ~Connection() {
+    if (fd_ >= 0) registry_->Remove(fd_);
+  }
   Status Open(const AgentEndpoint& ep, std::chrono::milliseconds timeout) {
     boost::system::error_code ec;
     auto addr = asio::ip::make_address(ep.host, ec);
     if (ec) return InvalidArgument("bad agent address '" + ep.host + "'");
-    stream_.expires_after(timeout);
-    stream_.connect(tcp::endpoint(addr, ep.port), ec);
+    stream_.socket().open(tcp::v4(), ec);
+    if (ec) return Internal("socket: " + ec.message());
+    fd_ = stream_.socket().native_handle();
+    if (!registry_->Add(fd_)) return Status(StatusCode::kCancelled, "sandbox is being destroyed");
+    // A blocking connect honours SO_SNDTIMEO on Linux.
+    timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    stream_.socket().connect(tcp::endpoint(addr, ep.port), ec);
+    timeval none{0, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof(none));
     if (ec) return Unavailable("connect " + ep.host + ":" + std::to_string(ep.port) + ": " + ec.message());
-    stream_.expires_never();
     return OkStatus();
   }
   beast::tcp_stream& stream() { return stream_; }
@@ -66,6 +79,8 @@ class Connection {
  private:
   asio::io_context ioc_;
   beast::tcp_stream stream_;
+  std::shared_ptr<ConnectionRegistry> registry_;
+  int fd_ = -1;
 };
 
 template <class Req>
@@ -127,12 +142,36 @@ int ExecResult::ShellCode() const {
   return exit_code < 0 ? 255 : exit_code;
 }
 
+bool ConnectionRegistry::Add(int fd) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (cancelled_) return false;
+  fds_.insert(fd);
+  return true;
+}
+
+void ConnectionRegistry::Remove(int fd) {
+  std::lock_guard<std::mutex> l(mu_);
+  fds_.erase(fd);
+}
+
+void ConnectionRegistry::CancelAll() {
+  std::lock_guard<std::mutex> l(mu_);
+  cancelled_ = true;
+  // shutdown() wakes a thread blocked in recv/poll on the socket; the socket
+  // itself is closed by its owner.
+  for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+}
+
 EnvdClient::EnvdClient(AgentEndpoint endpoint, std::string access_token)
-    : endpoint_(std::move(endpoint)), access_token_(std::move(access_token)) {}
+    : endpoint_(std::move(endpoint)),
+      access_token_(std::move(access_token)),
+      registry_(std::make_shared<ConnectionRegistry>()) {}
+
+void EnvdClient::CancelAll() const { registry_->CancelAll(); }
 
 Status EnvdClient::Health(std::chrono::milliseconds timeout) const {
   try {
-    Connection c;
+    Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, timeout));
     http::request<http::empty_body> req{http::verb::get, "/health", 11};
     AddCommonHeaders(req, endpoint_, access_token_);
@@ -166,7 +205,7 @@ StatusOr<nlohmann::json> EnvdClient::Call(std::string_view method_path, const nl
                                           const std::string& user) const {
   std::string what(method_path);
   try {
-    Connection c;
+    Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
     http::request<http::string_body> req{http::verb::post, "/" + what, 11};
     AddCommonHeaders(req, endpoint_, access_token_);
@@ -223,7 +262,7 @@ StatusOr<ExecResult> EnvdClient::StreamProcess(std::string_view method_path, con
                                                const ExecCallbacks& cb, bool stop_after_start) const {
   std::string what(method_path);
   try {
-    Connection c;
+    Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
     http::request<http::string_body> req{http::verb::post, "/" + what, 11};
     AddCommonHeaders(req, endpoint_, access_token_);
@@ -319,7 +358,7 @@ Status EnvdClient::UploadFile(const std::string& local_path, const std::string& 
     AddCommonHeaders(req, endpoint_, access_token_);
     req.set(http::field::content_type, "application/octet-stream");
     req.prepare_payload();
-    Connection c;
+    Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
     http::write(c.stream(), req);
     beast::flat_buffer buf;
@@ -338,7 +377,7 @@ Status EnvdClient::DownloadFile(const std::string& guest_path, const std::string
   std::string what = "download " + guest_path;
   std::string tmp = local_path + ".airlock-part";
   try {
-    Connection c;
+    Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
     http::request<http::empty_body> req{http::verb::get, "/files?path=" + UrlEncode(guest_path), 11};
     AddCommonHeaders(req, endpoint_, access_token_);

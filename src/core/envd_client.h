@@ -11,6 +11,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <set>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -53,6 +56,19 @@ struct ExecResult {
   std::string error;
   // Shell convention: the exit code, or 128+N when killed by signal N.
   int ShellCode() const;
+};
+
+// The sockets a client has open, so another thread can cancel them.
+class ConnectionRegistry {
+ public:
+  bool Add(int fd);  // false once cancelled
+  void Remove(int fd);
+  void CancelAll();
+
+ private:
+  std::mutex mu_;
+  std::set<int> fds_;
+  bool cancelled_ = false;
 };
 
 class EnvdClient {
@@ -98,6 +114,10 @@ class EnvdClient {
                                              const std::string& user = "") const;
   Status MakeDir(const std::string& guest_path, const std::string& user = "") const;
 
+  // Wakes every call blocked on this agent (they fail with an error) and
+  // makes later calls fail at once. Used when the sandbox is destroyed.
+  void CancelAll() const;
+
   static constexpr uint64_t kDefaultMaxDownload = 8ull << 30;  // 8 GiB in total
 
  private:
@@ -106,6 +126,7 @@ class EnvdClient {
                                      const ExecCallbacks& callbacks, bool stop_after_start) const;
   AgentEndpoint endpoint_;
   std::string access_token_;
+  std::shared_ptr<ConnectionRegistry> registry_;
 };
 
 }  // namespace airlock

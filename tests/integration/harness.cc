@@ -19,9 +19,9 @@ static std::string Env(const char* name, const char* fallback) {
   return v && *v ? v : fallback;
 }
 
-std::string AirlockBin() { return Env("AIRLOCK_BIN", "build/airlock"); }
+std::string AirlockBin() { return Env("AIRLOCK_BIN", AIRLOCK_BUILD_DIR "/airlock"); }
 std::string StateDir() { return Env("AIRLOCK_STATE_DIR", "/var/lib/airlock"); }
-std::string ExamplesDir() { return Env("AIRLOCK_EXAMPLES", "examples/agent-tasks"); }
+std::string ExamplesDir() { return Env("AIRLOCK_EXAMPLES", AIRLOCK_SOURCE_DIR "/examples/agent-tasks"); }
 
 std::string SkipReason() {
   if (::geteuid() != 0) return "microVM tests need root (netns, tap)";
@@ -31,7 +31,14 @@ std::string SkipReason() {
   return "";
 }
 
-CliResult RunCli(const std::vector<std::string>& args, const std::string& stdin_bytes, size_t max_output) {
+long PeakRssKib(pid_t pid) {
+  std::string status = ReadFileOrDie("/proc/" + std::to_string(pid) + "/status");
+  auto at = status.find("VmHWM:");
+  return at == std::string::npos ? 0 : std::atol(status.c_str() + at + 6);
+}
+
+CliResult RunCli(const std::vector<std::string>& args, const std::string& stdin_bytes, size_t max_output,
+                 const std::function<void(pid_t)>& on_tick) {
   std::vector<std::string> argv = {AirlockBin(), "--state-dir", StateDir()};
   argv.insert(argv.end(), args.begin(), args.end());
   int in[2], out[2], err[2];
@@ -66,7 +73,8 @@ CliResult RunCli(const std::vector<std::string>& args, const std::string& stdin_
     int n = 0;
     for (int i = 0; i < 2; ++i) p[n++] = {fds[i], POLLIN, 0};
     if (in_fd >= 0) p[n++] = {in_fd, POLLOUT, 0};
-    if (::poll(p, n, -1) < 0) continue;
+    if (on_tick) on_tick(child->pid());
+    if (::poll(p, n, 100) <= 0) continue;
     for (int i = 0; i < 2; ++i) {
       if (fds[i] < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       char buf[65536];

@@ -3,6 +3,7 @@
 // image; without them a test skips and says what is missing.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,12 @@ struct CliResult {
   std::string err;
 };
 // Runs `airlock --state-dir D ARGS...` with optional stdin bytes; bounded output capture.
+// `on_tick(pid)` is called about every 100 ms while the CLI runs.
 CliResult RunCli(const std::vector<std::string>& args, const std::string& stdin_bytes = "",
-                 size_t max_output = 64 << 20);
+                 size_t max_output = 64 << 20, const std::function<void(pid_t)>& on_tick = {});
+
+// Peak resident set (VmHWM) of a live process in KiB; 0 if unknown.
+long PeakRssKib(pid_t pid);
 
 std::string ReadFileOrDie(const std::string& path);
 std::string MakeTempDir();
