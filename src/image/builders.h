@@ -1,4 +1,4 @@
-// Internal to the image module: the two build steps EnsureImage chains.
+// Internal to the image module: the build steps EnsureImage chains.
 // Each writes its artefacts into `out_dir` (an existing empty directory that
 // the caller renames into the cache when the step succeeds) and may use
 // `work_dir` (existing, removed by the caller) for scratch files.
@@ -16,7 +16,7 @@ namespace airlock::image {
 using Progress = std::function<void(std::string_view)>;
 
 // Bumped whenever a build step changes what it produces; part of every key.
-inline constexpr char kBuilderVersion[] = "1";
+inline constexpr char kBuilderVersion[] = "2";
 inline constexpr char kSuite[] = "bookworm";
 inline constexpr char kKernelMetapackage[] = "linux-image-cloud-amd64";
 
@@ -45,15 +45,54 @@ struct BootInputs {
 Status BuildBoot(const BootInputs& in, const std::string& work_dir, const std::string& out_dir,
                  const Progress& progress);
 
-struct RootfsInputs {
+// The template rootfs is built in two cached layers (docs/image.md):
+//   base layer  - mmdebstrap + everything that does not depend on the agent,
+//                 kept unpacked as <out_dir>/root (root-owned, device nodes);
+//   template    - a hard-link copy of the base layer plus the agent, exported
+//                 as rootfs.ext4.
+// An agent change therefore rebuilds only the second layer (seconds).
+
+// Everything the base-layer build does besides installing the packages
+// (dpkg path excludes, user, files it writes), as canonical text: part of
+// the base-layer key, so changing a step here changes the key.
+std::string BaseLayerRecipe();
+
+// Key of the base layer: builder version, template, suite, package list,
+// BaseLayerRecipe(). Does not depend on the agent.
+std::string BaseLayerKey(std::string_view template_name, std::string_view suite,
+                         const std::vector<std::string>& packages);
+// Key of the template rootfs: builder version, base-layer key, agent SHA-256.
+std::string TemplateRootfsKey(std::string_view base_key, std::string_view agent_sha256);
+
+struct BaseLayerInputs {
   std::string suite;
   std::vector<std::string> packages;
-  std::string agent_binary;
-  std::string agent_sha256;  // what the key was computed from
+};
+// Writes out_dir/root (the unpacked tree) and out_dir/packages.txt; makes
+// out_dir mode 0700.
+Status BuildBaseLayer(const BaseLayerInputs& in, const std::string& work_dir,
+                      const std::string& out_dir, const Progress& progress);
+
+struct TemplateInputs {
+  std::string base_dir;      // a complete base layer (<images>/base/<key>)
+  std::string agent_binary;  // installed stripped of debug info
+  std::string agent_sha256;  // of the unstripped binary: what the key was computed from
   std::string key;           // written to /etc/airlock/rootfs-id
 };
-// Writes out_dir/{rootfs.ext4,packages.txt}.
-Status BuildRootfs(const RootfsInputs& in, const std::string& work_dir, const std::string& out_dir,
-                   const Progress& progress);
+// Writes out_dir/{rootfs.ext4,packages.txt}; stages the tree in
+// work_dir/stage (hard links into the base layer), which goes with work_dir.
+Status BuildTemplateRootfs(const TemplateInputs& in, const std::string& work_dir,
+                           const std::string& out_dir, const Progress& progress);
+
+// The staging step of BuildTemplateRootfs, separate so it can be tested
+// without root: `stage` (must not exist) becomes a hard-link copy of
+// `base_root` (cp -al), then `agent` is installed as a new file at
+// /sbin/airlock-agent (ELF: objcopy --strip-debug; else copied; mode 0755) and
+// `rootfs_id` + "\n" as a new /etc/airlock/rootfs-id. Files of the base tree
+// are never written: every file this step adds replaces the link (unlink +
+// create), and /sbin must be a directory or a relative symlink inside the tree.
+Status StageTemplateTree(const std::string& base_root, const std::string& stage,
+                         const std::string& agent, const std::string& rootfs_id,
+                         const std::string& log);
 
 }  // namespace airlock::image

@@ -36,6 +36,10 @@ struct Layout {
   std::string rootfs(const std::string& key = "") const {
     return root + "/rootfs" + (key.empty() ? "" : "/" + key);
   }
+  // Base layers (unpacked, root-only: mode 0700).
+  std::string base(const std::string& key = "") const {
+    return root + "/base" + (key.empty() ? "" : "/" + key);
+  }
   std::string templates() const { return root + "/templates"; }
   std::string pointer(const std::string& name) const { return templates() + "/" + name + ".json"; }
 };
@@ -55,9 +59,12 @@ Status ValidTemplateName(const std::string& name) {
   return OkStatus();
 }
 
-// The pointer file: which boot and rootfs builds make up a template's image.
+// The pointer file: which boot and rootfs builds make up a template's image,
+// the base layer the rootfs was made from, and the rootfs it replaced (kept
+// so that sandboxes started just before a rebuild keep their backing file).
 struct Pointer {
-  std::string id, boot_key, rootfs_key, boot_local, kernel_name, kernel_version, kernel_release;
+  std::string id, boot_key, rootfs_key, base_key, previous_rootfs_key, boot_local, kernel_name,
+      kernel_version, kernel_release;
 };
 
 StatusOr<Pointer> ReadPointer(const Layout& l, const std::string& name) {
@@ -81,6 +88,8 @@ StatusOr<Pointer> ReadPointer(const Layout& l, const std::string& name) {
   p.id = get("id");
   p.boot_key = get("boot_key");
   p.rootfs_key = get("rootfs_key");
+  p.base_key = get("base_key");
+  p.previous_rootfs_key = get("previous_rootfs_key");
   p.boot_local = get("boot_local_inputs");
   p.kernel_name = get("kernel_package");
   p.kernel_version = get("kernel_version");
@@ -96,6 +105,8 @@ Status WritePointer(const Layout& l, const std::string& name, const Pointer& p) 
             {"id", p.id},
             {"boot_key", p.boot_key},
             {"rootfs_key", p.rootfs_key},
+            {"base_key", p.base_key},
+            {"previous_rootfs_key", p.previous_rootfs_key},
             {"boot_local_inputs", p.boot_local},
             {"kernel_package", p.kernel_name},
             {"kernel_version", p.kernel_version},
@@ -150,10 +161,11 @@ Status BuildInto(
   return st;
 }
 
-// Removes boot and rootfs builds no template points at, and kernel packages
+// Removes boot builds, base layers and rootfs builds no template points at
+// (a template keeps its current and previous rootfs), and kernel packages
 // other than the ones in use.
 void CollectGarbage(const Layout& l) {
-  std::set<std::string> boot, rootfs, debs;
+  std::set<std::string> boot, rootfs, base, debs;
   auto names = ListDir(l.templates());
   if (!names.ok()) return;
   for (const auto& n : *names) {
@@ -162,6 +174,8 @@ void CollectGarbage(const Layout& l) {
     if (!p.ok()) continue;
     boot.insert(p->boot_key);
     rootfs.insert(p->rootfs_key);
+    if (!p->previous_rootfs_key.empty()) rootfs.insert(p->previous_rootfs_key);
+    if (!p->base_key.empty()) base.insert(p->base_key);
     std::string v;
     for (char c : p->kernel_version) v += c == ':' ? std::string("%3a") : std::string(1, c);
     debs.insert(p->kernel_name + "_" + v + "_");
@@ -177,6 +191,7 @@ void CollectGarbage(const Layout& l) {
   };
   sweep(l.boot(), [&](const std::string& e) { return boot.count(e) > 0; });
   sweep(l.rootfs(), [&](const std::string& e) { return rootfs.count(e) > 0; });
+  sweep(l.base(), [&](const std::string& e) { return base.count(e) > 0; });
   sweep(l.debs(), [&](const std::string& e) {
     for (const auto& prefix : debs) {
       if (e.rfind(prefix, 0) == 0) return true;
@@ -248,7 +263,7 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& o) {
   RETURN_IF_ERROR(MakeDirs(o.state_dir + "/images"));
   ASSIGN_OR_RETURN(std::string state_dir, AbsolutePath(o.state_dir));
   Layout l = LayoutFor(state_dir);
-  for (const auto& d : {l.tmp(), l.debs(), l.boot(), l.rootfs(), l.templates()}) {
+  for (const auto& d : {l.tmp(), l.debs(), l.boot(), l.rootfs(), l.base(), l.templates()}) {
     RETURN_IF_ERROR(MakeDirs(d));
   }
   ASSIGN_OR_RETURN(UniqueFd lock, LockFile(l.lock(), [&] {
@@ -264,13 +279,8 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& o) {
                                .Add("modules", InitramfsModules())
                                .Add("busybox", busybox_sha)
                                .Digest();
-  std::string rootfs_key = KeyBuilder()
-                               .Add("builder", kBuilderVersion)
-                               .Add("template", o.template_name)
-                               .Add("suite", kSuite)
-                               .Add("packages", packages)
-                               .Add("agent", agent_sha)
-                               .ShortDigest();
+  std::string base_key = BaseLayerKey(o.template_name, kSuite, packages);
+  std::string rootfs_key = TemplateRootfsKey(base_key, agent_sha);
 
   // Stale build directories from a killed build (we hold the lock).
   if (auto stale = ListDir(l.tmp()); stale.ok()) {
@@ -316,10 +326,23 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& o) {
     Say(progress, "kernel and initramfs up to date (" + kernel.name + " " + kernel.version + ")");
   }
   if (o.force || !Exists(l.rootfs(rootfs_key) + "/rootfs.ext4")) {
-    RootfsInputs in{kSuite, packages, o.agent_binary, agent_sha, rootfs_key};
+    // A base layer directory is complete once it exists (renamed into place).
+    std::string base_dir = l.base(base_key);
+    if (o.force || !Exists(base_dir + "/packages.txt")) {
+      // Base layers are unpacked root filesystems (device nodes, setuid
+      // files, other users' files): root only.
+      if (::chmod(l.base().c_str(), 0700) != 0) return ErrnoError("chmod " + l.base());
+      BaseLayerInputs in{kSuite, packages};
+      RETURN_IF_ERROR(BuildInto(l, base_dir, [&](const std::string& w, const std::string& out) {
+        return BuildBaseLayer(in, w, out, progress);
+      }));
+    } else {
+      Say(progress, "base layer up to date (" + base_key + ")");
+    }
+    TemplateInputs in{base_dir, o.agent_binary, agent_sha, rootfs_key};
     RETURN_IF_ERROR(
         BuildInto(l, l.rootfs(rootfs_key), [&](const std::string& w, const std::string& out) {
-          return BuildRootfs(in, w, out, progress);
+          return BuildTemplateRootfs(in, w, out, progress);
         }));
   } else {
     Say(progress, "template rootfs up to date");
@@ -328,6 +351,15 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& o) {
   Pointer p;
   p.boot_key = boot_key;
   p.rootfs_key = rootfs_key;
+  p.base_key = base_key;
+  if (prev.ok()) {
+    p.previous_rootfs_key =
+        prev->rootfs_key != rootfs_key ? prev->rootfs_key : prev->previous_rootfs_key;
+  }
+  if (p.previous_rootfs_key.empty() || p.previous_rootfs_key == rootfs_key ||
+      !Exists(l.rootfs(p.previous_rootfs_key) + "/rootfs.ext4")) {
+    p.previous_rootfs_key.clear();
+  }
   p.boot_local = boot_local;
   p.kernel_name = kernel.name;
   p.kernel_version = kernel.version;

@@ -1,10 +1,17 @@
-// Template root filesystem: mmdebstrap a Debian suite with the template's
-// packages, add user `user` and the agent, and export it as a sparse ext4
-// image with mkfs.ext4 -d.
+// Template root filesystem, in two layers (builders.h, docs/image.md):
+//   BuildBaseLayer      - mmdebstrap a Debian suite with the template's
+//                         packages, add user `user`, hostname, hosts, an empty
+//                         resolv.conf; kept unpacked.
+//   BuildTemplateRootfs - hard-link copy of the base layer + the stripped
+//                         agent, exported as a sparse ext4 image with
+//                         mkfs.ext4 -d.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <fstream>
 
 #include "image/builders.h"
 #include "image/command.h"
@@ -23,6 +30,26 @@ constexpr const char* kDpkgOpts[] = {
     "path-include=/usr/share/doc/*/copyright", "path-exclude=/usr/share/info/*",
     "path-exclude=/usr/share/locale/*",        "path-exclude=/usr/share/lintian/*",
 };
+
+constexpr char kHostname[] = "airlock\n";
+constexpr char kHosts[] =
+    "127.0.0.1\tlocalhost\n127.0.1.1\tairlock\n"
+    "::1\t\tlocalhost ip6-localhost ip6-loopback\n"
+    "ff02::1\t\tip6-allnodes\nff02::2\t\tip6-allrouters\n";
+// The host's resolver must not leak into the template; the agent writes the
+// sandbox's resolver configuration at start.
+constexpr char kResolvConf[] = "";
+
+const std::vector<std::string>& GroupAdd() {
+  static const std::vector<std::string> v = {"groupadd", "--gid", "1000", "user"};
+  return v;
+}
+const std::vector<std::string>& UserAdd() {
+  static const std::vector<std::string> v = {
+      "useradd",    "--uid",      "1000",    "--gid",     "1000", "--create-home",
+      "--home-dir", "/home/user", "--shell", "/bin/bash", "user"};
+  return v;
+}
 
 void Say(const Progress& p, const std::string& s) {
   if (p) p(s);
@@ -55,11 +82,80 @@ Status Chroot(const std::string& root, std::vector<std::string> argv, const std:
   return RunCommand(argv, LogTo(log));
 }
 
+// Writes a new file at `path`: whatever was there (a hard link into another
+// tree, a symlink pointing out of the chroot) is unlinked first, never
+// written through.
+Status ReplaceFile(const std::string& path, std::string_view data, mode_t mode = 0644) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoError("unlink " + path);
+  return WriteFile(path, data, mode);
+}
+
+bool IsElf(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char magic[4] = {};
+  f.read(magic, sizeof magic);
+  return f.gcount() == 4 && std::string_view(magic, 4) == std::string_view("\x7f" "ELF", 4);
+}
+
+// `dir` inside `root` (e.g. "sbin"), resolved without leaving the tree: a
+// real directory, or a relative symlink without ".." (merged /usr: sbin ->
+// usr/sbin) to one.
+StatusOr<std::string> DirInTree(const std::string& root, const std::string& dir) {
+  std::string path = root + "/" + dir;
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return ErrnoError("lstat " + path);
+  if (S_ISDIR(st.st_mode)) return path;
+  if (!S_ISLNK(st.st_mode)) return FailedPrecondition(path + " is neither a directory nor a symlink");
+  char buf[4096];
+  ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
+  if (n < 0) return ErrnoError("readlink " + path);
+  std::string target(buf, static_cast<size_t>(n));
+  if (target.empty() || target[0] == '/' || target.find("..") != std::string::npos) {
+    return FailedPrecondition(path + " -> " + target + " leaves the tree");
+  }
+  std::string resolved = root + "/" + target;
+  if (::lstat(resolved.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return FailedPrecondition(path + " -> " + target + " is not a directory in the tree");
+  }
+  return resolved;
+}
+
 }  // namespace
 
-Status BuildRootfs(const RootfsInputs& in, const std::string& work_dir, const std::string& out_dir,
-                   const Progress& progress) {
-  std::string root = work_dir + "/root";
+std::string BaseLayerRecipe() {
+  KeyBuilder k;
+  k.Add("variant", "apt");
+  for (const char* o : kDpkgOpts) k.Add("dpkgopt", o);
+  k.Add("groupadd", GroupAdd()).Add("useradd", UserAdd());
+  k.Add("/etc/hostname", kHostname).Add("/etc/hosts", kHosts).Add("/etc/resolv.conf", kResolvConf);
+  return k.Digest();
+}
+
+std::string BaseLayerKey(std::string_view template_name, std::string_view suite,
+                         const std::vector<std::string>& packages) {
+  return KeyBuilder()
+      .Add("builder", kBuilderVersion)
+      .Add("template", template_name)
+      .Add("suite", suite)
+      .Add("packages", packages)
+      .Add("recipe", BaseLayerRecipe())
+      .ShortDigest();
+}
+
+std::string TemplateRootfsKey(std::string_view base_key, std::string_view agent_sha256) {
+  return KeyBuilder()
+      .Add("builder", kBuilderVersion)
+      .Add("base", base_key)
+      .Add("agent", agent_sha256)
+      .ShortDigest();
+}
+
+Status BuildBaseLayer(const BaseLayerInputs& in, const std::string& work_dir,
+                      const std::string& out_dir, const Progress& progress) {
+  // mmdebstrap runs as root and the tree holds device nodes and other
+  // users' files: only root may enter it.
+  if (::chmod(out_dir.c_str(), 0700) != 0) return ErrnoError("chmod " + out_dir);
+  std::string root = out_dir + "/root";
   std::string log = work_dir + "/mmdebstrap.log";
   ASSIGN_OR_RETURN(std::vector<std::string> sources, HostAptSources());
 
@@ -89,32 +185,56 @@ Status BuildRootfs(const RootfsInputs& in, const std::string& work_dir, const st
                     " packages (mmdebstrap; a few minutes; log: " + log + ")");
   RETURN_IF_ERROR(RunCommand(argv, LogTo(log)));
 
-  Say(progress, "configuring the template (user, agent, hostname)");
-  RETURN_IF_ERROR(Chroot(root, {"groupadd", "--gid", "1000", "user"}, log));
-  RETURN_IF_ERROR(Chroot(root,
-                         {"useradd", "--uid", "1000", "--gid", "1000", "--create-home",
-                          "--home-dir", "/home/user", "--shell", "/bin/bash", "user"},
-                         log));
-  RETURN_IF_ERROR(CopyFile(in.agent_binary, root + "/sbin/airlock-agent", 0755));
-  ASSIGN_OR_RETURN(std::string copied_sha, Sha256File(root + "/sbin/airlock-agent"));
+  Say(progress, "configuring the base layer (user, hostname)");
+  RETURN_IF_ERROR(Chroot(root, GroupAdd(), log));
+  RETURN_IF_ERROR(Chroot(root, UserAdd(), log));
+  RETURN_IF_ERROR(ReplaceFile(root + "/etc/hostname", kHostname));
+  RETURN_IF_ERROR(ReplaceFile(root + "/etc/hosts", kHosts));
+  RETURN_IF_ERROR(ReplaceFile(root + "/etc/resolv.conf", kResolvConf));
+  return RunCommand({"chroot", root, "dpkg-query", "-W", "-f", "${Package} ${Version}\\n"},
+                    LogTo(out_dir + "/packages.txt"));
+}
+
+Status StageTemplateTree(const std::string& base_root, const std::string& stage,
+                         const std::string& agent, const std::string& rootfs_id,
+                         const std::string& log) {
+  // -a keeps ownership, modes, times and xattrs of the directories and
+  // symlinks it creates; regular files and device nodes become hard links.
+  RETURN_IF_ERROR(RunCommand({"cp", "-al", "--", base_root, stage}, LogTo(log)));
+  ASSIGN_OR_RETURN(std::string sbin, DirInTree(stage, "sbin"));
+  std::string dest = sbin + "/airlock-agent";
+  if (::unlink(dest.c_str()) != 0 && errno != ENOENT) return ErrnoError("unlink " + dest);
+  if (IsElf(agent)) {
+    // objcopy creates `dest` (a new inode); debug info is most of a
+    // development build's size and useless in the guest.
+    RETURN_IF_ERROR(RunCommand({"objcopy", "--strip-debug", agent, dest}, LogTo(log)));
+  } else {
+    RETURN_IF_ERROR(CopyFile(agent, dest, 0755));
+  }
+  if (::geteuid() == 0 && ::chown(dest.c_str(), 0, 0) != 0) return ErrnoError("chown " + dest);
+  if (::chmod(dest.c_str(), 0755) != 0) return ErrnoError("chmod " + dest);
+  RETURN_IF_ERROR(MakeDirs(stage + "/etc/airlock"));
+  return ReplaceFile(stage + "/etc/airlock/rootfs-id", rootfs_id + "\n");
+}
+
+Status BuildTemplateRootfs(const TemplateInputs& in, const std::string& work_dir,
+                           const std::string& out_dir, const Progress& progress) {
+  std::string log = work_dir + "/template.log";
+  // The agent is copied first and the copy hashed: what is installed is
+  // exactly what the key was computed from.
+  std::string agent = work_dir + "/airlock-agent";
+  RETURN_IF_ERROR(CopyFile(in.agent_binary, agent, 0755));
+  ASSIGN_OR_RETURN(std::string copied_sha, Sha256File(agent));
   if (copied_sha != in.agent_sha256) {
     return Status(StatusCode::kAborted,
                   "agent binary " + in.agent_binary + " changed during the build; run it again");
   }
-  RETURN_IF_ERROR(WriteFile(root + "/etc/hostname", "airlock\n"));
-  RETURN_IF_ERROR(WriteFile(root + "/etc/hosts",
-                            "127.0.0.1\tlocalhost\n127.0.1.1\tairlock\n"
-                            "::1\t\tlocalhost ip6-localhost ip6-loopback\n"
-                            "ff02::1\t\tip6-allnodes\nff02::2\t\tip6-allrouters\n"));
-  // The host's resolver must not leak into the template; the agent writes
-  // the sandbox's resolver configuration at start.
-  RETURN_IF_ERROR(WriteFile(root + "/etc/resolv.conf", ""));
-  RETURN_IF_ERROR(MakeDirs(root + "/etc/airlock"));
-  RETURN_IF_ERROR(WriteFile(root + "/etc/airlock/rootfs-id", in.key + "\n"));
-  RETURN_IF_ERROR(RunCommand({"chroot", root, "dpkg-query", "-W", "-f", "${Package} ${Version}\\n"},
-                             LogTo(out_dir + "/packages.txt")));
+  std::string stage = work_dir + "/stage";
+  Say(progress, "staging the template (hard links to the base layer + stripped agent)");
+  RETURN_IF_ERROR(StageTemplateTree(in.base_dir + "/root", stage, agent, in.key, log));
+  RETURN_IF_ERROR(CopyFile(in.base_dir + "/packages.txt", out_dir + "/packages.txt", 0644));
 
-  ASSIGN_OR_RETURN(TreeUsage usage, MeasureTree(root));
+  ASSIGN_OR_RETURN(TreeUsage usage, MeasureTree(stage));
   // ext4 metadata: ~256 B per inode plus block-group overhead; 10% slack.
   uint64_t bytes = usage.bytes + usage.bytes / 10 + usage.inodes * 256 + 64 * kMiB + kFreeSpace;
   uint64_t mib = (bytes + kMiB - 1) / kMiB;
@@ -124,10 +244,12 @@ Status BuildRootfs(const RootfsInputs& in, const std::string& work_dir, const st
   RETURN_IF_ERROR(RunCommand({"mkfs.ext4", "-q", "-F", "-L", "airlock-root", "-m", "0",
                               // Initialise inode tables and journal now: otherwise the guest's
                               // ext4lazyinit thread writes them into every sandbox's overlay.
-                              "-E", "lazy_itable_init=0,lazy_journal_init=0", "-d", root, image,
+                              "-E", "lazy_itable_init=0,lazy_journal_init=0", "-d", stage, image,
                               std::to_string(mib) + "M"},
                              LogTo(work_dir + "/mkfs.log")));
   if (::chmod(image.c_str(), 0444) != 0) return ErrnoError("chmod " + image);
+  // The staging tree (links only) goes with work_dir, which the caller
+  // removes after renaming out_dir into place.
   return OkStatus();
 }
 
