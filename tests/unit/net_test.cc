@@ -31,6 +31,11 @@
 namespace airlock::net {
 namespace {
 
+// Tests lease from their own corner of the benchmark range, away from where a
+// real state dir's pool (default 198.18.0.0/15, lowest pairs first) allocates,
+// so a test netns never shadows a live sandbox's address.
+constexpr char kTestPoolCidr[] = "198.19.240.0/22";
+
 namespace fs = std::filesystem;
 
 // Removed at scope exit, also when an ASSERT returns early. Declare it
@@ -100,14 +105,14 @@ TEST(NetChecklist, FailureUndoesInReverse) {
 TEST(NetPool, AcquireReleaseAndExhaust) {
   ScopedDir scoped_dir{TempDir()};
   const std::string& dir = scoped_dir.path;
-  auto pool = AddressPool::Create(dir, "198.18.4.0/30");  // two /31 pairs
+  auto pool = AddressPool::Create(dir, "198.19.236.0/30");  // two /31 pairs
   ASSERT_TRUE(pool.ok()) << pool.status().ToString();
   auto a = pool->Acquire("a");
   auto b = pool->Acquire("b");
   ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ(a->host_str(), "198.18.4.0");
-  EXPECT_EQ(a->netns_str(), "198.18.4.1");
-  EXPECT_EQ(b->host_str(), "198.18.4.2");
+  EXPECT_EQ(a->host_str(), "198.19.236.0");
+  EXPECT_EQ(a->netns_str(), "198.19.236.1");
+  EXPECT_EQ(b->host_str(), "198.19.236.2");
   EXPECT_EQ(pool->Acquire("a").status().code(), StatusCode::kAlreadyExists);
   auto c = pool->Acquire("c");
   EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);  // owners alive: nothing to reclaim
@@ -115,7 +120,7 @@ TEST(NetPool, AcquireReleaseAndExhaust) {
   ASSERT_TRUE(pool->Release(*a).ok());  // idempotent
   auto c2 = pool->Acquire("c");
   ASSERT_TRUE(c2.ok());
-  EXPECT_EQ(c2->host_str(), "198.18.4.0");
+  EXPECT_EQ(c2->host_str(), "198.19.236.0");
   auto found = pool->Find("c");
   ASSERT_TRUE(found.ok() && found->has_value());
   EXPECT_EQ((*found)->path, c2->path);
@@ -131,7 +136,7 @@ TEST(NetPool, ConcurrentProcessesGetDistinctPairs) {
     pid_t p = ::fork();
     ASSERT_GE(p, 0);
     if (p == 0) {
-      auto pool = AddressPool::Create(dir, "198.18.8.0/24");
+      auto pool = AddressPool::Create(dir, "198.19.237.0/24");
       if (!pool.ok()) ::_exit(2);
       auto l = pool->Acquire("p" + std::to_string(i));
       ::_exit(l.ok() ? 0 : 1);
@@ -143,7 +148,7 @@ TEST(NetPool, ConcurrentProcessesGetDistinctPairs) {
     ::waitpid(p, &ws, 0);
     EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
   }
-  auto pool = AddressPool::Create(dir, "198.18.8.0/24");
+  auto pool = AddressPool::Create(dir, "198.19.237.0/24");
   auto all = pool->List();
   ASSERT_TRUE(all.ok());
   std::set<uint32_t> ips;
@@ -162,16 +167,16 @@ TEST(NetPool, FullPoolReclaimsStaleLease) {
   const std::string& dir = scoped_dir.path;
   pid_t p = ::fork();
   if (p == 0) {
-    auto pool = AddressPool::Create(dir, "198.18.4.0/31");
+    auto pool = AddressPool::Create(dir, "198.19.236.4/31");
     ::_exit(pool.ok() && pool->Acquire("dead").ok() ? 0 : 1);
   }
   int ws = 0;
   ::waitpid(p, &ws, 0);
   ASSERT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
-  auto pool = AddressPool::Create(dir, "198.18.4.0/31");
+  auto pool = AddressPool::Create(dir, "198.19.236.4/31");
   auto l = pool->Acquire("alive");
   ASSERT_TRUE(l.ok()) << l.status().ToString();
-  EXPECT_EQ(l->host_str(), "198.18.4.0");
+  EXPECT_EQ(l->host_str(), "198.19.236.4");
   fs::remove_all(dir);
 }
 
@@ -216,7 +221,7 @@ TEST(NetRoot, CreateDestroyLeavesNothing) {
   REQUIRE_NETNS();
   ScopedDir scoped_dir{TempDir()};
   const std::string& dir = scoped_dir.path;
-  auto pool = AddressPool::Create(dir);
+  auto pool = AddressPool::Create(dir, kTestPoolCidr);
   ASSERT_TRUE(pool.ok());
   std::string id = TestId("a");
   auto t0 = std::chrono::steady_clock::now();
@@ -255,7 +260,7 @@ TEST(NetRoot, TwoNetworksDifferentAddresses) {
   REQUIRE_NETNS();
   ScopedDir scoped_dir{TempDir()};
   const std::string& dir = scoped_dir.path;
-  auto pool = AddressPool::Create(dir);
+  auto pool = AddressPool::Create(dir, kTestPoolCidr);
   auto a = SandboxNetwork::Create(TestId("x"), *pool);
   auto b = SandboxNetwork::Create(TestId("y"), *pool);
   ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
@@ -273,7 +278,7 @@ TEST(NetRoot, FailedStepRollsBack) {
   REQUIRE_NETNS();
   ScopedDir scoped_dir{TempDir()};
   const std::string& dir = scoped_dir.path;
-  auto pool = AddressPool::Create(dir);
+  auto pool = AddressPool::Create(dir, kTestPoolCidr);
   std::string id = TestId("f");
   // A netns of that name already exists: step "netns" fails, the lease is undone.
   ASSERT_TRUE(RunChecked({"ip", "netns", "add", "al-" + id}).ok());
@@ -352,7 +357,7 @@ TEST(NetRoot, HostReachesGuestAgentGuestReachesNothing) {
   REQUIRE_NETNS();
   ScopedDir scoped_dir{TempDir()};
   const std::string& dir = scoped_dir.path;
-  auto pool = AddressPool::Create(dir);
+  auto pool = AddressPool::Create(dir, kTestPoolCidr);
   auto n = SandboxNetwork::Create(TestId("d"), *pool);
   ASSERT_TRUE(n.ok()) << n.status().ToString();
   FakeGuest guest;
@@ -425,7 +430,7 @@ TEST(NetRoot, CleanupLeftoversRemovesOrphans) {
   // A child process creates a network and dies without cleaning up.
   pid_t p = ::fork();
   if (p == 0) {
-    auto pool = AddressPool::Create(dir);
+    auto pool = AddressPool::Create(dir, kTestPoolCidr);
     auto n = SandboxNetwork::Create(id, *pool);
     if (!n.ok()) ::_exit(1);
     (*n)->Release();
@@ -436,7 +441,7 @@ TEST(NetRoot, CleanupLeftoversRemovesOrphans) {
   ASSERT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
   ASSERT_TRUE(NetnsExists("al-" + id));
   // A live network of ours must survive the cleanup.
-  auto pool = AddressPool::Create(dir);
+  auto pool = AddressPool::Create(dir, kTestPoolCidr);
   auto live = SandboxNetwork::Create(TestId("l"), *pool);
   ASSERT_TRUE(live.ok());
   auto removed = CleanupLeftovers(dir);
@@ -454,7 +459,7 @@ TEST(NetRoot, AdoptThenDestroy) {
   REQUIRE_NETNS();
   ScopedDir scoped_dir{TempDir()};
   const std::string& dir = scoped_dir.path;
-  auto pool = AddressPool::Create(dir);
+  auto pool = AddressPool::Create(dir, kTestPoolCidr);
   std::string id = TestId("r");
   auto n = SandboxNetwork::Create(id, *pool);
   ASSERT_TRUE(n.ok());

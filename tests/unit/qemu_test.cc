@@ -32,6 +32,11 @@
 namespace airlock::qemu {
 namespace {
 
+// Tests lease from their own corner of the benchmark range, away from where a
+// real state dir's pool (default 198.18.0.0/15, lowest pairs first) allocates,
+// so a test netns never shadows a live sandbox's address.
+constexpr char kTestPoolCidr[] = "198.19.240.0/22";
+
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
@@ -425,7 +430,7 @@ TEST(QemuVmTest, HostReachesGuestThroughSandboxNetwork) {
   if (!ipn.ok() || !ipn->status.success()) GTEST_SKIP() << "`ip netns` unavailable";
   ScopedDir scoped_dir{TempDir()};
   const std::string& dir = scoped_dir.path;
-  auto pool = net::AddressPool::Create(dir);
+  auto pool = net::AddressPool::Create(dir, kTestPoolCidr);
   ASSERT_TRUE(pool.ok());
   std::string id = "vmnet" + std::to_string(::getpid());
   auto t0 = std::chrono::steady_clock::now();

@@ -1,0 +1,607 @@
+// Snapshot save/restore for QemuVm, and the snapshot directory format
+// (docs/snapshots.md).
+//
+// Why we stream the migration ourselves: QEMU runs under
+// `-sandbox ...,spawn=deny`, so `exec:cat > file` would kill it with SIGSYS,
+// and QEMU 7.2 has no `file:` URI. QEMU instead talks to a unix socket in its
+// run dir (the path is not netns-scoped): on save it connects to us and we
+// write the file; on restore it listens and we feed the file. Both ends are
+// bounded (size, deadline) and CRC-32 the bytes on the way through, so a
+// corrupted memory file is refused before the guest runs a single
+// instruction.
+#include "runtime/qemu/snapshot.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "common/log.h"
+#include "runtime/qemu/qemu_vm.h"
+
+namespace airlock::qemu {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+namespace {
+
+constexpr size_t kChunk = 1 << 20;
+constexpr uint64_t kStreamOverheadBytes = 256ull << 20;  // device state etc. beyond guest RAM
+constexpr int kTickMs = 200;                             // how often a blocked stream checks on QEMU
+constexpr uint64_t kMaxBandwidth = 1ull << 40;           // bytes/s; QEMU's default is 32 MiB/s
+
+int64_t MsSince(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+int MsLeft(Clock::time_point deadline) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return ms < 0 ? 0 : static_cast<int>(std::min<int64_t>(ms, kTickMs));
+}
+
+std::string Rfc3339Now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Status FsyncPath(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return ErrnoError("open " + path);
+  if (::fsync(fd.get()) != 0) return ErrnoError("fsync " + path);
+  return OkStatus();
+}
+
+Status WriteAll(int fd, const char* p, size_t n, const std::string& what) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return ErrnoError("write " + what);
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return OkStatus();
+}
+
+// temp + fsync + rename + fsync(dir): readers see the old file or the whole new one.
+Status WriteFileAtomic(const std::string& path, const std::string& content) {
+  std::string tmp = path + ".tmp";
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd) return ErrnoError("open " + tmp);
+  RETURN_IF_ERROR(WriteAll(fd.get(), content.data(), content.size(), tmp));
+  if (::fsync(fd.get()) != 0) return ErrnoError("fsync " + tmp);
+  fd.Reset();
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp);
+  return FsyncPath(fs::path(path).parent_path());
+}
+
+// Copies a file (copy_file_range: reflinks where the filesystem can), fsyncs it.
+Status CopyFileSynced(const std::string& from, const std::string& to, mode_t mode) {
+  UniqueFd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in) return ErrnoError("open " + from);
+  UniqueFd out(::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
+  if (!out) return ErrnoError("create " + to);
+  bool fallback = false;
+  std::vector<char> buf;
+  while (true) {
+    ssize_t n;
+    if (!fallback) {
+      n = ::copy_file_range(in.get(), nullptr, out.get(), nullptr, 64 << 20, 0);
+      if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EOPNOTSUPP || errno == EINVAL)) {
+        fallback = true;
+        buf.resize(kChunk);
+        continue;
+      }
+    } else {
+      n = ::read(in.get(), buf.data(), buf.size());
+      if (n > 0) RETURN_IF_ERROR(WriteAll(out.get(), buf.data(), static_cast<size_t>(n), to));
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("copy " + from + " to " + to);
+    if (n == 0) break;
+  }
+  if (::fsync(out.get()) != 0) return ErrnoError("fsync " + to);
+  return OkStatus();
+}
+
+StatusOr<UniqueFd> ListenUnix(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(a.sun_path)) return InvalidArgument("socket path too long: " + path);
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  ::unlink(path.c_str());
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) return ErrnoError("socket");
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return ErrnoError("bind " + path);
+  if (::listen(fd.get(), 1) != 0) return ErrnoError("listen " + path);
+  return fd;
+}
+
+StatusOr<UniqueFd> ConnectUnix(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(a.sun_path)) return InvalidArgument("socket path too long: " + path);
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return ErrnoError("socket");
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return ErrnoError("connect " + path);
+  return fd;
+}
+
+uint64_t Fnv1a64(const std::string& s, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string QemuVersionOf(const nlohmann::json& greeting) {
+  const auto* v = &greeting;
+  for (const char* k : {"QMP", "version", "qemu"}) {
+    if (!v->is_object() || !v->contains(k)) return "";
+    v = &(*v)[k];
+  }
+  auto num = [&](const char* k) { return v->contains(k) && (*v)[k].is_number() ? (*v)[k].get<int>() : -1; };
+  return std::to_string(num("major")) + "." + std::to_string(num("minor")) + "." + std::to_string(num("micro"));
+}
+std::string MajorMinor(const std::string& v) { return v.substr(0, v.rfind('.')); }
+
+}  // namespace
+
+// ---- manifest ------------------------------------------------------------------
+
+nlohmann::json SnapshotManifest::ToJson() const {
+  return {{"format", "airlock-snapshot"},
+          {"format_version", format_version},
+          {"image_id", image_id},
+          {"kernel", kernel},
+          {"initrd", initrd},
+          {"rootfs", rootfs},
+          {"vcpus", vcpus},
+          {"memory_mib", memory_mib},
+          {"accel", accel},
+          {"network", network},
+          {"machine_hash", machine_hash},
+          {"qemu_version", qemu_version},
+          {"memory_file", memory_file},
+          {"memory_bytes", memory_bytes},
+          {"memory_crc32", memory_crc32},
+          {"disk_file", disk_file},
+          {"disk_bytes", disk_bytes},
+          {"disk_backing", disk_backing},
+          {"disk_backing_format", disk_backing_format},
+          {"source_sandbox_id", source_sandbox_id},
+          {"created_at", created_at},
+          {"host_tsc_khz", host_tsc_khz},
+          {"save_ms", save_ms}};
+}
+
+StatusOr<SnapshotManifest> SnapshotManifest::FromJson(const nlohmann::json& j) {
+  if (!j.is_object() || j.value("format", "") != "airlock-snapshot")
+    return InvalidArgument("manifest: not an airlock snapshot manifest");
+  SnapshotManifest m;
+  auto str = [&](const char* k, std::string& out) -> Status {
+    if (!j.contains(k) || !j[k].is_string()) return InvalidArgument(std::string("manifest: field ") + k + " missing or not a string");
+    out = j[k].get<std::string>();
+    return OkStatus();
+  };
+  auto num = [&](const char* k, auto& out) -> Status {
+    if (!j.contains(k) || !j[k].is_number_integer()) return InvalidArgument(std::string("manifest: field ") + k + " missing or not an integer");
+    out = j[k].get<std::remove_reference_t<decltype(out)>>();
+    return OkStatus();
+  };
+  RETURN_IF_ERROR(num("format_version", m.format_version));
+  for (auto [k, f] : std::initializer_list<std::pair<const char*, std::string*>>{
+           {"image_id", &m.image_id}, {"kernel", &m.kernel}, {"initrd", &m.initrd}, {"rootfs", &m.rootfs},
+           {"accel", &m.accel}, {"machine_hash", &m.machine_hash}, {"qemu_version", &m.qemu_version},
+           {"memory_file", &m.memory_file}, {"disk_file", &m.disk_file}, {"disk_backing", &m.disk_backing},
+           {"disk_backing_format", &m.disk_backing_format}, {"source_sandbox_id", &m.source_sandbox_id},
+           {"created_at", &m.created_at}}) {
+    RETURN_IF_ERROR(str(k, *f));
+  }
+  RETURN_IF_ERROR(num("vcpus", m.vcpus));
+  RETURN_IF_ERROR(num("memory_mib", m.memory_mib));
+  RETURN_IF_ERROR(num("memory_bytes", m.memory_bytes));
+  RETURN_IF_ERROR(num("memory_crc32", m.memory_crc32));
+  RETURN_IF_ERROR(num("disk_bytes", m.disk_bytes));
+  RETURN_IF_ERROR(num("host_tsc_khz", m.host_tsc_khz));
+  RETURN_IF_ERROR(num("save_ms", m.save_ms));
+  if (!j.contains("network") || !j["network"].is_boolean()) return InvalidArgument("manifest: field network missing");
+  m.network = j["network"].get<bool>();
+  // File names are plain names inside the snapshot dir, never paths.
+  for (const std::string* f : {&m.memory_file, &m.disk_file}) {
+    if (f->empty() || f->find('/') != std::string::npos || *f == "." || *f == "..")
+      return InvalidArgument("manifest: bad file name '" + *f + "'");
+  }
+  return m;
+}
+
+StatusOr<SnapshotManifest> ReadSnapshot(const std::string& dir) {
+  std::string path = dir + "/" + kSnapshotManifest;
+  std::ifstream f(path);
+  if (!f) return NotFound("no snapshot at " + dir + " (" + kSnapshotManifest + " missing: never saved, or the save did not commit)");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument(path + ": not JSON");
+  auto m = SnapshotManifest::FromJson(j);
+  if (!m.ok()) return m.status().WithContext(path);
+  if (m->format_version != kSnapshotFormatVersion)
+    return FailedPrecondition(path + ": format version " + std::to_string(m->format_version) + ", this build reads " +
+                              std::to_string(kSnapshotFormatVersion));
+  for (auto [name, want] : {std::pair{m->memory_file, m->memory_bytes}, std::pair{m->disk_file, m->disk_bytes}}) {
+    struct stat st;
+    std::string p = dir + "/" + name;
+    if (::stat(p.c_str(), &st) != 0) return Status(StatusCode::kDataLoss, ErrnoError("snapshot file " + p).message());
+    if (static_cast<uint64_t>(st.st_size) != want)
+      return Status(StatusCode::kDataLoss, "snapshot file " + p + " is " + std::to_string(st.st_size) +
+                                               " bytes, manifest says " + std::to_string(want) + " (truncated or replaced)");
+  }
+  if (m->memory_bytes > (uint64_t(m->memory_mib) << 20) + kStreamOverheadBytes)
+    return InvalidArgument(path + ": memory file larger than guest RAM + overhead");
+  struct stat st;
+  if (::stat(m->disk_backing.c_str(), &st) != 0)
+    return FailedPrecondition(ErrnoError("snapshot disk's backing file " + m->disk_backing).message());
+  return m;
+}
+
+std::string MachineShapeHash(const VmSpec& spec, Accel accel) {
+  VmSpec n;
+  n.sandbox_id = "snapshot";
+  n.kernel = fs::absolute(spec.kernel).string();
+  n.initrd = fs::absolute(spec.initrd).string();
+  n.run_dir = "/snapshot";
+  n.vcpus = spec.vcpus;
+  n.memory_mib = spec.memory_mib;
+  n.tap_name = spec.tap_name.empty() ? "" : "tap0";
+  n.qemu_binary = "qemu";
+  uint64_t h = Fnv1a64("airlock-machine-v1");
+  for (const auto& a : BuildQemuArgv(n, accel, VmPaths::For(n.run_dir), false, 0)) h = Fnv1a64(a + '\0', h);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+Status CheckSnapshotFits(const SnapshotManifest& m, const VmSpec& spec, Accel accel,
+                         const std::string& expected_image_id) {
+  std::string diffs;
+  auto diff = [&](const std::string& what, const std::string& snap, const std::string& mine) {
+    if (snap != mine) diffs += (diffs.empty() ? "" : "; ") + what + ": snapshot " + snap + ", spec " + mine;
+  };
+  if (!expected_image_id.empty()) diff("image_id", m.image_id, expected_image_id);
+  diff("kernel", m.kernel, fs::absolute(spec.kernel).string());
+  diff("initrd", m.initrd, fs::absolute(spec.initrd).string());
+  diff("rootfs", m.rootfs, fs::absolute(spec.rootfs_template).string());
+  diff("vcpus", std::to_string(m.vcpus), std::to_string(spec.vcpus));
+  diff("memory_mib", std::to_string(m.memory_mib), std::to_string(spec.memory_mib));
+  diff("accel", m.accel, std::string(AccelName(accel)));
+  diff("network", m.network ? "yes" : "no", spec.tap_name.empty() ? "no" : "yes");
+  if (diffs.empty()) diff("machine_hash", m.machine_hash, MachineShapeHash(spec, accel));
+  if (!diffs.empty()) return FailedPrecondition("snapshot does not fit this machine: " + diffs);
+  return OkStatus();
+}
+
+Status DeleteSnapshot(const std::string& dir) {
+  std::string manifest = dir + "/" + kSnapshotManifest;
+  if (::unlink(manifest.c_str()) != 0 && errno != ENOENT) return ErrnoError("unlink " + manifest);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) return Internal("remove " + dir + ": " + ec.message());
+  return OkStatus();
+}
+
+// ---- QemuVm ---------------------------------------------------------------------
+
+Status QemuVm::Pause() {
+  RETURN_IF_ERROR(CheckAlive());
+  auto r = qmp_->Execute("stop");
+  return r.ok() ? OkStatus() : r.status();
+}
+
+Status QemuVm::Resume() {
+  RETURN_IF_ERROR(CheckAlive());
+  auto r = qmp_->Execute("cont");
+  if (!r.ok()) return r.status();
+  auto st = qmp_->Execute("query-status");
+  if (!st.ok()) return st.status();
+  if (!st->value("running", false)) return Internal("cont: guest not running, status " + st->value("status", "?"));
+  return OkStatus();
+}
+
+namespace {
+
+// Polls query-migrate until the migration leaves setup/active. Returns the
+// final status object; Internal naming the status and QEMU's error otherwise.
+StatusOr<nlohmann::json> WaitMigration(QemuVm& vm, Clock::time_point deadline, const char* what) {
+  while (true) {
+    RETURN_IF_ERROR(vm.CheckAlive().WithContext(what));
+    auto q = vm.qmp().Execute("query-migrate");
+    if (!q.ok()) {
+      // A closed QMP socket usually means QEMU exited: say how, with its stderr.
+      (void)vm.WaitForExit(std::chrono::milliseconds(500));
+      RETURN_IF_ERROR(vm.CheckAlive().WithContext(what));
+      return q.status().WithContext(what);
+    }
+    std::string s = q->value("status", "none");
+    if (s == "completed") return *q;
+    if (s == "failed" || s == "cancelled") {
+      return Internal(std::string(what) + ": migration " + s +
+                      (q->contains("error-desc") ? ": " + q->value("error-desc", "") : ""));
+    }
+    if (Clock::now() > deadline) return DeadlineExceeded(std::string(what) + ": migration still '" + s + "' at the deadline");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace
+
+StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const SaveSnapshotOptions& o) {
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + o.timeout;
+  RETURN_IF_ERROR(CheckAlive());
+  if (dir.empty() || dir[0] != '/') return InvalidArgument("snapshot dir must be an absolute path: " + dir);
+  std::error_code ec;
+  bool created = !fs::exists(dir, ec);
+  if (!created && !fs::is_empty(dir, ec)) return FailedPrecondition("snapshot dir " + dir + " exists and is not empty");
+  fs::create_directories(dir, ec);
+  if (ec) return Internal("mkdir " + dir + ": " + ec.message());
+  ::chmod(dir.c_str(), 0700);
+
+  ASSIGN_OR_RETURN(auto st0, qmp_->Execute("query-status"));
+  const bool was_running = st0.value("running", false);
+  const std::string sock = spec_.run_dir + "/mig-out.sock";
+  const std::string mem_tmp = dir + "/" + kSnapshotMemory + ".tmp";
+  const std::string disk_tmp = dir + "/" + kSnapshotDisk + ".tmp";
+  SnapshotManifest m;
+  uint64_t stop_ms = 0, migrate_ms = 0, disk_ms = 0;
+
+  auto save = [&]() -> Status {
+    if (was_running) RETURN_IF_ERROR(Pause().WithContext("stop"));  // also drains + flushes the block layer
+    stop_ms = MsSince(t0);
+    auto p = qmp_->Execute("migrate-set-parameters", {{"max-bandwidth", kMaxBandwidth}});
+    if (!p.ok()) return p.status();
+    ASSIGN_OR_RETURN(UniqueFd listener, ListenUnix(sock));
+    if (spec_.runas && ::chown(sock.c_str(), spec_.runas->first, spec_.runas->second) != 0)
+      return ErrnoError("chown " + sock);
+    UniqueFd out(::open(mem_tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!out) return ErrnoError("create " + mem_tmp);
+    auto mig = qmp_->Execute("migrate", {{"uri", "unix:" + sock}});
+    if (!mig.ok()) return mig.status();
+
+    // Bounded receive: QEMU is untrusted, so cap the size and the time, and
+    // notice when it dies or gives up instead of blocking on a dead socket.
+    const uint64_t limit = (uint64_t(spec_.memory_mib) << 20) + kStreamOverheadBytes;
+    auto check_qemu = [&]() -> Status {
+      RETURN_IF_ERROR(CheckAlive());
+      auto q = qmp_->Execute("query-migrate");
+      if (!q.ok()) {
+        (void)WaitForExit(std::chrono::milliseconds(500));
+        RETURN_IF_ERROR(CheckAlive());
+        return q.status();
+      }
+      std::string s = q->value("status", "none");
+      if (s == "failed" || s == "cancelled")
+        return Internal("migration " + s + (q->contains("error-desc") ? ": " + q->value("error-desc", "") : ""));
+      if (Clock::now() > deadline) return DeadlineExceeded("snapshot not written within " + std::to_string(o.timeout.count()) + " ms");
+      return OkStatus();
+    };
+    UniqueFd conn;
+    while (!conn) {
+      pollfd pf{listener.get(), POLLIN, 0};
+      int r = ::poll(&pf, 1, MsLeft(deadline));
+      if (r < 0 && errno != EINTR) return ErrnoError("poll " + sock);
+      if (r > 0) {
+        conn.Reset(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        if (!conn && errno != EAGAIN && errno != EINTR) return ErrnoError("accept " + sock);
+      }
+      if (!conn) RETURN_IF_ERROR(check_qemu());
+    }
+    listener.Reset();
+    ::unlink(sock.c_str());
+    std::vector<char> buf(kChunk);
+    uLong crc = crc32_z(0, nullptr, 0);
+    while (true) {
+      pollfd pf{conn.get(), POLLIN, 0};
+      int r = ::poll(&pf, 1, MsLeft(deadline));
+      if (r < 0 && errno != EINTR) return ErrnoError("poll migration stream");
+      if (r <= 0) {
+        RETURN_IF_ERROR(check_qemu());
+        continue;
+      }
+      ssize_t n = ::read(conn.get(), buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoError("read migration stream");
+      if (n == 0) break;
+      m.memory_bytes += static_cast<uint64_t>(n);
+      if (m.memory_bytes > limit)
+        return ResourceExhausted("migration stream exceeds " + std::to_string(limit) + " bytes (guest RAM + overhead)");
+      crc = crc32_z(crc, reinterpret_cast<const Bytef*>(buf.data()), static_cast<size_t>(n));
+      RETURN_IF_ERROR(WriteAll(out.get(), buf.data(), static_cast<size_t>(n), mem_tmp));
+    }
+    m.memory_crc32 = static_cast<uint32_t>(crc);
+    RETURN_IF_ERROR(WaitMigration(*this, deadline, "snapshot").status());
+    if (::fsync(out.get()) != 0) return ErrnoError("fsync " + mem_tmp);
+    out.Reset();
+    if (::rename(mem_tmp.c_str(), (dir + "/" + kSnapshotMemory).c_str()) != 0) return ErrnoError("rename " + mem_tmp);
+    migrate_ms = MsSince(t0) - stop_ms;
+
+    // Disk: after a completed migration QEMU has flushed and inactivated the
+    // overlay and will not write it again before `cont`, so a copy now is
+    // exactly the disk the memory image refers to.
+    RETURN_IF_ERROR(CopyFileSynced(paths_.overlay, disk_tmp, 0444));
+    if (::rename(disk_tmp.c_str(), (dir + "/" + kSnapshotDisk).c_str()) != 0) return ErrnoError("rename " + disk_tmp);
+    struct stat ds;
+    if (::stat((dir + "/" + kSnapshotDisk).c_str(), &ds) != 0) return ErrnoError("stat disk");
+    m.disk_bytes = static_cast<uint64_t>(ds.st_size);
+    disk_ms = MsSince(t0) - stop_ms - migrate_ms;
+    RETURN_IF_ERROR(FsyncPath(dir));
+
+    m.image_id = o.image_id;
+    m.kernel = fs::absolute(spec_.kernel).string();
+    m.initrd = fs::absolute(spec_.initrd).string();
+    m.rootfs = fs::absolute(spec_.rootfs_template).string();
+    m.vcpus = spec_.vcpus;
+    m.memory_mib = spec_.memory_mib;
+    m.accel = std::string(AccelName(accel_));
+    m.network = !spec_.tap_name.empty();
+    m.machine_hash = MachineShapeHash(spec_, accel_);
+    m.qemu_version = QemuVersionOf(qmp_->greeting());
+    m.disk_backing = disk_backing_;
+    m.disk_backing_format = disk_backing_format_;
+    m.source_sandbox_id = spec_.sandbox_id;
+    m.created_at = Rfc3339Now();
+    m.host_tsc_khz = HostTscKhz();
+    m.save_ms = static_cast<uint64_t>(MsSince(t0));
+    return WriteFileAtomic(dir + "/" + kSnapshotManifest, m.ToJson().dump(2) + "\n");  // the commit point
+  };
+
+  Status st = save();
+  if (!st.ok()) {
+    auto cancel = qmp_ ? qmp_->Execute("migrate_cancel") : StatusOr<nlohmann::json>(Internal("no qmp"));
+    (void)cancel;
+    ::unlink(sock.c_str());
+    for (const char* f : {kSnapshotManifest, kSnapshotMemory, kSnapshotDisk}) {
+      ::unlink((dir + "/" + f).c_str());
+      ::unlink((dir + "/" + f + ".tmp").c_str());
+    }
+    if (created) fs::remove(dir, ec);
+    if (was_running && CheckAlive().ok()) {
+      // Give a cancelled migration a moment to settle; cont is refused mid-cancel.
+      Status r;
+      for (int i = 0; i < 50; ++i) {
+        r = Resume();
+        if (r.ok()) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (!r.ok()) LOG_WARN("resume after failed snapshot failed sandbox={} error={}", spec_.sandbox_id, r.ToString());
+    }
+    LOG_WARN("snapshot failed sandbox={} dir={} error={}", spec_.sandbox_id, dir, st.ToString());
+    return st.WithContext("snapshot " + dir);
+  }
+  if (o.keep_running && was_running) RETURN_IF_ERROR(Resume().WithContext("snapshot saved, but cont failed"));
+  LOG_INFO("snapshot saved sandbox={} dir={} memory_bytes={} disk_bytes={} stop_ms={} migrate_ms={} disk_ms={} total_ms={}",
+           spec_.sandbox_id, dir, m.memory_bytes, m.disk_bytes, stop_ms, migrate_ms, disk_ms, MsSince(t0));
+  return m;
+}
+
+StatusOr<std::unique_ptr<QemuVm>> QemuVm::Restore(const VmSpec& spec, const std::string& dir,
+                                                  const RestoreOptions& o) {
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + o.timeout;
+  ASSIGN_OR_RETURN(SnapshotManifest m, ReadSnapshot(dir));
+  VmSpec s = spec;
+  if (!s.accel) s.accel = (s.state_dir.empty() ? ProbeAccel() : ProbeAccelCached(s.state_dir)).accel;
+  RETURN_IF_ERROR(CheckSnapshotFits(m, s, *s.accel, o.image_id).WithContext("restore " + dir));
+  const std::string mem_path = dir + "/" + m.memory_file;
+  UniqueFd in(::open(mem_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in) return ErrnoError("open " + mem_path);
+
+  LaunchPlan plan;
+  plan.backing = fs::absolute(dir + "/" + m.disk_file).string();
+  plan.backing_format = "qcow2";
+  plan.incoming = true;
+  ASSIGN_OR_RETURN(std::unique_ptr<QemuVm> vm, Launch(s, plan));
+  const auto launched_ms = MsSince(t0);
+  // From here on, returning destroys the VM (and its run dir).
+  std::string version = QemuVersionOf(vm->qmp_->greeting());
+  if (MajorMinor(version) != MajorMinor(m.qemu_version))
+    return FailedPrecondition("restore " + dir + ": snapshot written by QEMU " + m.qemu_version + ", this is " + version);
+
+  const std::string sock = s.run_dir + "/mig-in.sock";
+  auto inc = vm->qmp_->Execute("migrate-incoming", {{"uri", "unix:" + sock}});
+  if (!inc.ok()) return inc.status().WithContext("restore " + dir);
+  UniqueFd conn;
+  while (!conn) {
+    auto c = ConnectUnix(sock);
+    if (c.ok()) {
+      conn = std::move(*c);
+      break;
+    }
+    RETURN_IF_ERROR(vm->CheckAlive().WithContext("restore " + dir));
+    if (Clock::now() > deadline) return c.status().WithContext("restore " + dir + ": qemu never listened");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+
+  // Stream the memory file in, CRC-32 on the way; the guest stays stopped (-S)
+  // until the whole stream is loaded and the CRC matches.
+  std::vector<char> buf(kChunk);
+  uLong crc = crc32_z(0, nullptr, 0);
+  uint64_t sent = 0;  // bytes read from the file (and CRC'd)
+  Status stream;      // why QEMU did not get them all
+  bool read_all = false;
+  while (true) {
+    ssize_t n = ::read(in.get(), buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      stream = ErrnoError("read " + mem_path);
+      break;
+    }
+    if (n == 0) {
+      read_all = true;
+      break;
+    }
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(buf.data()), static_cast<size_t>(n));
+    sent += static_cast<uint64_t>(n);
+    // Once QEMU stopped taking bytes, keep reading only to finish the CRC,
+    // so a load failure can be told apart from a corrupt file.
+    size_t off = 0;
+    while (off < static_cast<size_t>(n) && stream.ok()) {
+      pollfd pf{conn.get(), POLLOUT, 0};
+      int r = ::poll(&pf, 1, MsLeft(deadline));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) {
+        stream = ErrnoError("poll migration stream");
+      } else if (r == 0) {
+        if (Clock::now() > deadline) stream = DeadlineExceeded("qemu stopped reading the memory stream");
+        else stream = vm->CheckAlive();
+      } else {
+        ssize_t w = ::send(conn.get(), buf.data() + off, static_cast<size_t>(n) - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        if (w < 0) stream = ErrnoError("send memory stream to qemu");
+        else off += static_cast<size_t>(w);
+      }
+    }
+    if (!stream.ok() && (stream.code() == StatusCode::kDeadlineExceeded)) break;
+  }
+  conn.Reset();  // EOF: a truncated stream fails the load instead of hanging it
+  const auto streamed_ms = MsSince(t0);
+  // QEMU's own verdict first (it names what it could not load), then ours.
+  auto done = WaitMigration(*vm, deadline, "restore: loading the memory stream");
+  const bool corrupt = read_all && (sent != m.memory_bytes || static_cast<uint32_t>(crc) != m.memory_crc32);
+  std::string corrupt_msg;
+  if (corrupt) {
+    char got[16], want[16];
+    std::snprintf(got, sizeof got, "%08x", static_cast<unsigned>(crc));
+    std::snprintf(want, sizeof want, "%08x", m.memory_crc32);
+    corrupt_msg = std::string("memory file is corrupt (crc32 ") + got + ", manifest " + want + ", " +
+                  std::to_string(sent) + " of " + std::to_string(m.memory_bytes) + " bytes); the guest was not started";
+  }
+  if (!done.ok()) {
+    // A load failure on a file that fails its CRC is data loss; otherwise QEMU's words.
+    if (corrupt) return Status(StatusCode::kDataLoss, "restore " + dir + ": " + corrupt_msg + "; " + done.status().message());
+    return Status(done.status().code(), "restore " + dir + ": " + done.status().message() +
+                                            (stream.ok() ? "" : "; stream: " + stream.message()));
+  }
+  if (!stream.ok()) return stream.WithContext("restore " + dir);
+  if (corrupt) return Status(StatusCode::kDataLoss, "restore " + dir + ": " + corrupt_msg);
+  const auto loaded_ms = MsSince(t0);
+  RETURN_IF_ERROR(vm->Resume().WithContext("restore " + dir));
+  LOG_INFO("vmm restored sandbox={} snapshot={} launch_ms={} stream_ms={} loaded_ms={} total_ms={}", s.sandbox_id, dir,
+           launched_ms, streamed_ms, loaded_ms, MsSince(t0));
+  return vm;
+}
+
+}  // namespace airlock::qemu

@@ -1,0 +1,98 @@
+// Snapshots of a QEMU microVM: on-disk format, manifest, and the checks that
+// a snapshot fits the machine it is restored into (docs/snapshots.md).
+//
+// A snapshot is a directory:
+//   memory         QEMU migration stream (device state + RAM), as QEMU wrote it
+//   disk.qcow2     the VM's disk overlay frozen at snapshot time (read-only
+//                  from then on; its backing file is the template, or the disk
+//                  of the snapshot the VM was itself restored from)
+//   manifest.json  written last, by temp + rename: the commit point. A
+//                  directory without a manifest, or whose files do not match
+//                  the sizes it records, is not a snapshot.
+// QemuVm::SaveSnapshot / QemuVm::Restore (qemu_vm.h) write and read it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/status.h"
+#include "runtime/qemu/accel_probe.h"
+
+namespace airlock::qemu {
+
+struct VmSpec;
+
+inline constexpr int kSnapshotFormatVersion = 1;
+inline constexpr char kSnapshotManifest[] = "manifest.json";
+inline constexpr char kSnapshotMemory[] = "memory";
+inline constexpr char kSnapshotDisk[] = "disk.qcow2";
+
+struct SaveSnapshotOptions {
+  // true: `cont` after the save (a checkpoint); false: the VM stays stopped
+  // (pause semantics: the caller destroys it, or Resume()s it).
+  bool keep_running = true;
+  // GuestImage::id of the image the VM runs (recorded, checked on restore).
+  std::string image_id;
+  // Bound on the whole save (migration + disk copy); on expiry the migration
+  // is cancelled and the VM resumed.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+};
+
+struct RestoreOptions {
+  // When non-empty, the manifest's image id must equal it.
+  std::string image_id;
+  // Bound on launch + loading the memory stream.
+  std::chrono::milliseconds timeout{std::chrono::minutes(2)};
+};
+
+struct SnapshotManifest {
+  int format_version = kSnapshotFormatVersion;
+  std::string image_id;
+  std::string kernel, initrd, rootfs;  // absolute paths the VM was started with
+  int vcpus = 0;
+  int memory_mib = 0;
+  std::string accel;         // "tcg" | "kvm"
+  bool network = false;      // has a virtio-net device
+  std::string machine_hash;  // MachineShapeHash()
+  std::string qemu_version;  // "7.2.22": restored only by the same major.minor
+  std::string memory_file = kSnapshotMemory;
+  uint64_t memory_bytes = 0;
+  uint32_t memory_crc32 = 0;
+  std::string disk_file = kSnapshotDisk;
+  uint64_t disk_bytes = 0;
+  std::string disk_backing;         // absolute path of disk.qcow2's backing file
+  std::string disk_backing_format;  // "raw" | "qcow2"
+  std::string source_sandbox_id;
+  std::string created_at;  // RFC 3339, UTC
+  uint64_t host_tsc_khz = 0;
+  uint64_t save_ms = 0;
+
+  nlohmann::json ToJson() const;
+  // InvalidArgument naming the bad field.
+  static StatusOr<SnapshotManifest> FromJson(const nlohmann::json& j);
+};
+
+// Reads and validates <dir>/manifest.json against the files next to it:
+// NotFound when there is no manifest (not a snapshot, or a save that never
+// committed); DataLoss when a file is missing or its size differs from the
+// manifest (truncated, half-copied); FailedPrecondition for an unknown
+// format version or a missing disk backing file.
+StatusOr<SnapshotManifest> ReadSnapshot(const std::string& dir);
+
+// Identity of the machine a migration stream can be loaded into: the QEMU
+// command line of `spec` with everything per-sandbox (id, run dir, tap name,
+// uid, kernel cmdline extras, seccomp) normalised away. "fnv1a64:<16 hex>".
+std::string MachineShapeHash(const VmSpec& spec, Accel accel);
+
+// OK when a VM built from (spec, accel) can load this snapshot; otherwise
+// FailedPrecondition listing every mismatch ("memory_mib: snapshot 512, spec 256").
+Status CheckSnapshotFits(const SnapshotManifest& m, const VmSpec& spec, Accel accel,
+                         const std::string& expected_image_id);
+
+// Removes a snapshot directory: the manifest first (so a crash part-way
+// leaves an invalid snapshot, never a valid-looking broken one), then the rest.
+Status DeleteSnapshot(const std::string& dir);
+
+}  // namespace airlock::qemu
