@@ -41,7 +41,7 @@ void RunAgentTask(const AgentTask& t) {
   EXPECT_EQ(std::to_string(r.code) + "\n", ReadFileOrDie(ex + "/expected/" + t.name + ".exit")) << r.err;
   if (t.artefacts) {
     std::string csv = ReadFileOrDie(out_dir + "/out/revenue_by_region.csv");
-    EXPECT_EQ(csv.substr(0, 15), "region,revenue\n");
+    EXPECT_EQ(csv.substr(0, 16), "region,revenue\r\n");  // csv.writer ends rows with CRLF
     EXPECT_NE(csv.find("east,272.42"), std::string::npos) << csv;
     std::string svg = ReadFileOrDie(out_dir + "/out/revenue_by_region.svg");
     EXPECT_EQ(svg.rfind("<svg", 0), 0u);

@@ -1,0 +1,262 @@
+// Integration tests of `airlock serve` against real microVMs: routing, auth,
+// error codes and bodies, bounded/slow requests, TTL expiry, and a daemon
+// killed with SIGKILL whose sandbox a new daemon re-adopts. Each test starts
+// its own daemon on a free port with a temp registry (fresh API key) and the
+// real state dir for images. Skips without root / QEMU / image.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/subprocess.h"
+#include "core/http_client.h"
+#include "tests/integration/harness.h"
+
+namespace airlock::testing {
+namespace {
+
+using nlohmann::json;
+
+uint16_t FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+class Daemon {
+ public:
+  Daemon(std::string dir, uint16_t port, std::vector<std::string> extra = {}) : dir_(std::move(dir)), port_(port) {
+    SpawnOptions so;
+    so.argv = {AirlockBin(), "--state-dir", StateDir(), "serve", "--listen", "127.0.0.1:" + std::to_string(port_),
+               "--db", dir_ + "/airlock.db"};
+    so.argv.insert(so.argv.end(), extra.begin(), extra.end());
+    so.stdout_to_devnull = true;
+    auto c = Spawn(so);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    if (c.ok()) child_ = std::move(c).value();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto r = Do("GET", "/health", "", false);
+      if (r.ok() && r->status == 200) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    std::ifstream f(dir_ + "/cli.key");
+    std::getline(f, key_);
+  }
+  ~Daemon() {
+    if (child_.running()) {
+      (void)child_.Signal(SIGTERM);
+      (void)child_.WaitFor(std::chrono::seconds(60));
+    }
+  }
+  void Kill9() {
+    (void)child_.Signal(SIGKILL);
+    (void)child_.Wait();
+  }
+  uint16_t port() const { return port_; }
+  const std::string& key() const { return key_; }
+
+  StatusOr<HttpReply> Do(const std::string& method, const std::string& target, const std::string& body = "",
+                         bool with_key = true, std::vector<std::pair<std::string, std::string>> headers = {}) const {
+    HttpCall c;
+    c.host = "127.0.0.1";
+    c.port = port_;
+    c.method = method;
+    c.target = target;
+    c.body = body;
+    c.headers = std::move(headers);
+    if (with_key) c.headers.push_back({"X-API-Key", key_});
+    if (!body.empty()) c.headers.push_back({"Content-Type", "application/json"});
+    c.timeout = std::chrono::seconds(180);
+    return HttpDo(c);
+  }
+  // For the data plane of sandbox `id`.
+  StatusOr<HttpReply> Data(const std::string& id, const std::string& token, const std::string& target) const {
+    std::vector<std::pair<std::string, std::string>> h = {{"E2b-Sandbox-Id", id}};
+    if (!token.empty()) h.push_back({"X-Access-Token", token});
+    return Do("GET", target, "", false, h);
+  }
+
+ private:
+  std::string dir_;
+  uint16_t port_;
+  std::string key_;
+  Child child_;
+};
+
+void ExpectJsonError(const StatusOr<HttpReply>& r, int status) {
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, status) << r->body;
+  auto j = json::parse(r->body, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r->body;
+  EXPECT_EQ(j.value("code", 0), status) << r->body;
+  EXPECT_TRUE(j.contains("message") && j["message"].is_string()) << r->body;
+  EXPECT_EQ(r->Header("content-type"), "application/json");
+}
+
+// Sends raw bytes, then waits up to `wait` for the reply (or EOF).
+std::string RawExchange(uint16_t port, const std::string& bytes, std::chrono::seconds wait) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return "connect failed";
+  (void)!::write(fd, bytes.data(), bytes.size());
+  timeval tv{static_cast<time_t>(wait.count()), 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+StatusOr<json> CreateSandbox(const Daemon& d, const json& body) {
+  ASSIGN_OR_RETURN(auto r, d.Do("POST", "/v2/sandboxes", body.dump()));
+  if (r.status != 201) return Internal("create: " + std::to_string(r.status) + " " + r.body);
+  return json::parse(r.body);
+}
+
+TEST(ServerTest, RoutingAuthAndErrorsWithoutSandboxes) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  Daemon d(dir, FreePort(), {"--header-timeout", "2", "--body-timeout", "2"});
+  ASSERT_FALSE(d.key().empty());
+  // Auth: no key, wrong key.
+  ExpectJsonError(d.Do("GET", "/v2/sandboxes", "", false), 401);
+  ExpectJsonError(d.Do("GET", "/v2/sandboxes", "", false, {{"X-API-Key", "al_wrong"}}), 401);
+  // Not found: unknown routes and sandboxes, on both planes.
+  ExpectJsonError(d.Do("GET", "/nope"), 404);
+  ExpectJsonError(d.Do("GET", "/sandboxes/doesnotexist"), 404);
+  ExpectJsonError(d.Do("DELETE", "/sandboxes/doesnotexist"), 404);
+  ExpectJsonError(d.Do("POST", "/sandboxes/doesnotexist/timeout", "{\"timeout\":5}"), 404);
+  ExpectJsonError(d.Do("POST", "/v2/sandboxes/doesnotexist/connect", "{}"), 404);
+  ExpectJsonError(d.Do("POST", "/sandboxes/doesnotexist/pause", "{}"), 404);
+  ExpectJsonError(d.Data("doesnotexist", "", "/health"), 502);
+  ExpectJsonError(d.Data("doesnotexist", "", "/files?path=/etc/hostname"), 404);
+  // Malformed and ill-typed JSON.
+  ExpectJsonError(d.Do("POST", "/v2/sandboxes", "{not json"), 400);
+  ExpectJsonError(d.Do("POST", "/v2/sandboxes", "[1,2]"), 400);
+  ExpectJsonError(d.Do("POST", "/v2/sandboxes", "{\"templateID\":\"base\",\"timeout\":\"soon\"}"), 400);
+  ExpectJsonError(d.Do("POST", "/v2/sandboxes", "{\"templateID\":\"base\",\"metadata\":{\"a\":1}}"), 400);
+  ExpectJsonError(d.Do("GET", "/v2/sandboxes?limit=0"), 400);
+  ExpectJsonError(d.Do("GET", "/v2/sandboxes?nextToken=garbage"), 400);
+  // Oversized control-plane body (limit 1 MiB).
+  ExpectJsonError(d.Do("POST", "/v2/sandboxes", "{\"x\":\"" + std::string(2 << 20, 'a') + "\"}"), 413);
+  // Chunked body + underscore header names (what the SDK sends).
+  std::string chunked = "POST /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: " + d.key() +
+                        "\r\nlang_version: 20\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n"
+                        "3\r\n{no\r\n0\r\n\r\n";
+  std::string reply = RawExchange(d.port(), chunked, std::chrono::seconds(5));
+  EXPECT_NE(reply.find("HTTP/1.1 400"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("{\"code\":400"), std::string::npos) << reply;
+  // Slow header and slow body are cut off (timeouts set to 2 s above).
+  auto t0 = std::chrono::steady_clock::now();
+  reply = RawExchange(d.port(), "GET /v2/sandboxes HTTP/1.1\r\nHost: x\r\n", std::chrono::seconds(10));
+  EXPECT_NE(reply.find("HTTP/1.1 408"), std::string::npos) << reply;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(6));
+  t0 = std::chrono::steady_clock::now();
+  reply = RawExchange(d.port(),
+                      "POST /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: " + d.key() +
+                          "\r\nContent-Length: 100\r\n\r\n{\"templ",
+                      std::chrono::seconds(10));
+  EXPECT_NE(reply.find("HTTP/1.1 408"), std::string::npos) << reply;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(6));
+  // Still serving afterwards.
+  auto list = d.Do("GET", "/v2/sandboxes");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->status, 200);
+  EXPECT_EQ(list->body, "[]");
+}
+
+TEST(ServerTest, TokensTtlExpiryAndCleanup) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  Daemon d(dir, FreePort());
+  auto a = CreateSandbox(d, {{"templateID", "base"}, {"timeout", 4}, {"envVars", {{"K", "v"}}}});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  std::string id = (*a)["sandboxID"], token = (*a)["envdAccessToken"];
+  EXPECT_EQ(token.size(), 64u);
+  EXPECT_EQ((*a)["envdVersion"], "0.6.13");
+  // Data plane: health is open; everything else wants this sandbox's token.
+  auto h = d.Data(id, "", "/health");
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->status, 204);
+  ExpectJsonError(d.Data(id, "", "/envs"), 401);
+  ExpectJsonError(d.Data(id, std::string(64, '0'), "/envs"), 401);
+  auto envs = d.Data(id, token, "/envs");
+  ASSERT_TRUE(envs.ok());
+  EXPECT_EQ(envs->status, 200);
+  EXPECT_EQ(json::parse(envs->body), json({{"K", "v"}}));
+  // The agent itself refuses a direct request without the token.
+  auto info = d.Do("GET", "/sandboxes/" + id);
+  ASSERT_TRUE(info.ok());
+  ASSERT_EQ(info->status, 200) << info->body;
+  // TTL of 4 s: the reaper kills it and nothing is left behind.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  int status = 200;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto r = d.Do("GET", "/sandboxes/" + id);
+    status = r.ok() ? r->status : 0;
+    if (status == 404) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  EXPECT_EQ(status, 404);
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  struct stat st;
+  while (std::chrono::steady_clock::now() < deadline &&
+         (::stat(("/run/netns/al-" + id).c_str(), &st) == 0 || ::stat((StateDir() + "/run/" + id).c_str(), &st) == 0)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(::stat(("/run/netns/al-" + id).c_str(), &st), 0) << "netns left behind";
+  EXPECT_NE(::stat((StateDir() + "/run/" + id).c_str(), &st), 0) << "run dir left behind";
+}
+
+TEST(ServerTest, DaemonKilledWithSigkillIsReadopted) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  uint16_t port = FreePort();
+  std::string id, token;
+  {
+    Daemon d(dir, port);
+    auto a = CreateSandbox(d, {{"templateID", "base"}, {"metadata", {{"keep", "me"}}}});
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    id = (*a)["sandboxID"];
+    token = (*a)["envdAccessToken"];
+    d.Kill9();
+  }
+  // Same port: nothing of the old daemon (e.g. its listener) leaked into the VMM.
+  Daemon d2(dir, port);
+  auto list = d2.Do("GET", "/v2/sandboxes?metadata=keep%3Dme");
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->status, 200);
+  auto arr = json::parse(list->body);
+  ASSERT_EQ(arr.size(), 1u) << list->body;
+  EXPECT_EQ(arr[0]["sandboxID"], id);
+  auto envs = d2.Data(id, token, "/envs");
+  ASSERT_TRUE(envs.ok());
+  EXPECT_EQ(envs->status, 200) << envs->body;
+  ExpectJsonError(d2.Data(id, "", "/envs"), 401);
+  auto del = d2.Do("DELETE", "/sandboxes/" + id);
+  ASSERT_TRUE(del.ok());
+  EXPECT_EQ(del->status, 204);
+  ExpectJsonError(d2.Do("DELETE", "/sandboxes/" + id), 404);
+}
+
+}  // namespace
+}  // namespace airlock::testing
