@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agent/auth.h"
 #include "agent/log.h"
 #include "agent/rpc.h"
 #include "envd/proto_json.h"
@@ -21,7 +22,8 @@ Agent::Agent(asio::io_context& io, AgentOptions options)
       is_root_(geteuid() == 0),
       processes_(io),
       server_(io, [this](std::shared_ptr<Session> s) { Handle(std::move(s)); }),
-      sigchld_(io, SIGCHLD) {}
+      sigchld_(io, SIGCHLD),
+      default_user_(options_.default_user) {}
 
 Status Agent::Start() {
   ReapChildren();  // arms the SIGCHLD wait and collects anything already dead
@@ -46,20 +48,22 @@ StatusOr<User> Agent::UserByName(const std::string& name) const {
 
 StatusOr<User> Agent::UserFromAuthHeader(const Session& s) const {
   std::string auth = s.Header("Authorization");
-  if (auth.empty()) return UserByName(options_.default_user);
+  if (auth.empty()) return UserByName(default_user_);
   if (auth.size() < 6 || strncasecmp(auth.c_str(), "basic ", 6) != 0) {
     return Status(StatusCode::kUnauthenticated, "unsupported Authorization scheme");
   }
   auto decoded = envd::Base64Decode(std::string_view(auth).substr(6));
   if (!decoded.ok()) return Status(StatusCode::kUnauthenticated, "malformed Basic credentials");
   std::string name = decoded->substr(0, decoded->find(':'));
-  if (name.empty()) return UserByName(options_.default_user);
+  if (name.empty()) return UserByName(default_user_);
   return UserByName(name);
 }
 
 void Agent::Handle(std::shared_ptr<Session> s) {
   const std::string& path = s->path();
   LogDebug("%s %s", std::string(http::to_string(s->method())).c_str(), path.c_str());
+  if (Status access = CheckAccess(*this, *s); !access.ok()) return RespondHttpError(*s, 401, access.message());
+  if (path == "/init") return HandleInit(*this, s);
   constexpr std::string_view kProcess = "/process.Process/";
   constexpr std::string_view kFilesystem = "/filesystem.Filesystem/";
   if (path.rfind(kProcess, 0) == 0 || path.rfind(kFilesystem, 0) == 0) {
@@ -81,7 +85,7 @@ void Agent::Handle(std::shared_ptr<Session> s) {
     return RespondHttpError(*s, 405, "method not allowed");
   }
   if (path == "/envs" && s->method() == http::verb::get) {
-    return s->Respond(200, "application/json", "{}");  // no sandbox-wide env vars yet
+    return s->Respond(200, "application/json", envd::Dump(envd::OJson(env_vars_)));
   }
   if (path == "/metrics" && s->method() == http::verb::get) {
     return s->Respond(200, "application/json", MetricsJson());

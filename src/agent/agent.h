@@ -8,6 +8,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -46,6 +47,16 @@ class Agent {
   StatusOr<User> UserFromAuthHeader(const Session& s) const;
   StatusOr<User> UserByName(const std::string& name) const;
 
+  // Set by POST /init (agent/auth.h).
+  const std::string& access_token() const { return access_token_; }
+  void SetAccessToken(std::string token) { access_token_ = std::move(token); }
+  // Sandbox-wide env of every process (below each request's own envs).
+  const std::map<std::string, std::string>& env_vars() const { return env_vars_; }
+  void MergeEnvVars(const std::map<std::string, std::string>& envs) {
+    for (const auto& [k, v] : envs) env_vars_[k] = v;
+  }
+  void SetDefaultUser(std::string user) { default_user_ = std::move(user); }
+
  private:
   void Handle(std::shared_ptr<Session> s);
   void ReapChildren();
@@ -56,6 +67,9 @@ class Agent {
   ProcessTable processes_;
   HttpServer server_;
   asio::signal_set sigchld_;
+  std::string access_token_;
+  std::map<std::string, std::string> env_vars_;
+  std::string default_user_;
 };
 
 // Handlers (one file each).

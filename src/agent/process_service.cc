@@ -127,6 +127,7 @@ void Start(Agent& agent, std::shared_ptr<Session> s) {
     sp.env["USER"] = user->name;
     sp.env["LOGNAME"] = user->name;
     if (!user->shell.empty()) sp.env["SHELL"] = user->shell;
+    for (const auto& [k, v] : agent.env_vars()) sp.env[k] = v;
     for (const auto& [k, v] : req->process.envs) {
       if (k.empty() || k.find('=') != std::string::npos) {
         return RespondStreamStatus(*s, InvalidArgument("invalid environment variable name '" + k + "'"));

@@ -3,6 +3,9 @@
 //   airlock run [options] -- CMD [ARGS...]   run one command in a fresh microVM
 //   airlock image build [--force]            build (or verify) the guest image
 //   airlock doctor                           check what this host has and lacks
+//   airlock serve [--listen ADDR]            run the daemon (E2B-compatible API)
+//   airlock apikey create|ls|rm              manage the daemon's API keys
+//   airlock sandbox ls|info|kill|exec|cp|timeout   talk to a running daemon
 //
 // Global: --state-dir DIR (env AIRLOCK_STATE_DIR, default /var/lib/airlock).
 #include <unistd.h>
@@ -12,8 +15,10 @@
 #include <filesystem>
 #include <iostream>
 
+#include "cli/commands.h"
 #include "cli/doctor.h"
 #include "cli/run_command.h"
+#include "cli/run_via_daemon.h"
 #include "common/log.h"
 #include "image/image.h"
 
@@ -29,6 +34,10 @@ constexpr const char* kUsage =
     "  run [options] -- CMD [ARGS...]  run a command in a new microVM sandbox, then destroy it\n"
     "  image build [--force]           build the guest image (kernel, initramfs, base template)\n"
     "  doctor                          report what this host has and what it lacks, with fixes\n"
+    "  serve [--listen IP:PORT]        run the daemon: E2B-compatible API on one port (default 127.0.0.1:3000)\n"
+    "  apikey create --name N | ls | rm ID   manage API keys (printed once, stored hashed)\n"
+    "  sandbox ls | info ID | kill ID | exec ID -- CMD | cp SRC DST | timeout ID S\n"
+    "                                  client of a running daemon (--server, AIRLOCK_SERVER, AIRLOCK_API_KEY)\n"
     "  version                         print the version\n"
     "\n"
     "Run 'airlock COMMAND --help' for a command's options.\n";
@@ -169,6 +178,8 @@ int CmdRun(const std::string& state_dir, const std::vector<std::string>& args) {
     }
     o.env[e.substr(0, eq)] = e.substr(eq + 1);
   }
+  // A running daemon does the work when one answers; else an embedded manager.
+  if (auto code = RunViaDaemon(state_dir, o)) return *code;
   ManagerConfig mc;
   mc.state_dir = state_dir;
   mc.agent_binary = FindAgentBinary(agent);
@@ -221,6 +232,20 @@ int main(int argc, char** argv) {
   if (cmd == "run") return CmdRun(state_dir, rest);
   if (cmd == "image") return CmdImage(state_dir, rest);
   if (cmd == "doctor") return RunDoctor(state_dir);
+  if (cmd == "serve") {
+    if (!std::getenv("AIRLOCK_LOG")) spdlog::set_level(spdlog::level::info);
+    std::string agent;
+    for (size_t i = 0; i + 1 < rest.size(); ++i) {
+      if (rest[i] == "--agent") {
+        agent = rest[i + 1];
+        rest.erase(rest.begin() + i, rest.begin() + i + 2);
+        break;
+      }
+    }
+    return CmdServe(state_dir, FindAgentBinary(agent), rest);
+  }
+  if (cmd == "apikey") return CmdApiKey(state_dir, rest);
+  if (cmd == "sandbox") return CmdSandbox(state_dir, rest);
   if (cmd == "version" || cmd == "--version") {
     std::puts("airlock 0.1.0");
     return 0;

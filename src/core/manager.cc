@@ -9,9 +9,13 @@
 #include <random>
 
 #include "common/log.h"
+#include "core/adopted_vm.h"
+#include "core/http_client.h"
+#include "core/registry.h"
 #include "image/image.h"
 #include "net/sandbox_network.h"
 #include "net/address_pool.h"
+#include "net/names.h"
 #include "runtime/qemu/qemu_runtime.h"
 
 namespace airlock {
@@ -37,6 +41,41 @@ Status JoinErrors(const std::vector<Status>& errors) {
   return code == StatusCode::kOk ? OkStatus() : Status(code, msg);
 }
 
+void WriteOwnerFile(const std::string& run_dir) {
+  if (FILE* f = std::fopen((run_dir + "/owner").c_str(), "w")) {
+    std::fprintf(f, "%d\n", ::getpid());
+    std::fclose(f);
+  }
+}
+
+std::string Rfc3339Now() {
+  auto now = std::chrono::system_clock::now();
+  std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// POST /init (spec §4): the agent learns its access token and env vars.
+Status InitAgent(const std::string& host, const std::string& token, const std::map<std::string, std::string>& envs) {
+  HttpCall call;
+  call.host = host;
+  call.port = kAgentPort;
+  call.method = "POST";
+  call.target = "/init";
+  call.headers = {{"Content-Type", "application/json"}};
+  nlohmann::json body = {{"accessToken", token}, {"envVars", envs}, {"timestamp", Rfc3339Now()}};
+  call.body = body.dump();
+  call.timeout = std::chrono::seconds(10);
+  ASSIGN_OR_RETURN(auto reply, HttpDo(call));
+  if (reply.status != 204 && reply.status != 200) {
+    return Unavailable("agent /init answered " + std::to_string(reply.status) + ": " + reply.body.substr(0, 200));
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 std::string NewSandboxId() {
@@ -50,7 +89,23 @@ std::string NewSandboxId() {
 
 // ---- Sandbox ----
 
-Sandbox::~Sandbox() { (void)TearDown(); }
+Sandbox::~Sandbox() {
+  if (!released_) (void)TearDown();
+}
+
+std::string Sandbox::netns_ip() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return network_ ? network_->netns_ip() : "";
+}
+
+Status Sandbox::ExposePort(uint16_t port) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (port == kAgentPort || exposed_ports_.count(port)) return OkStatus();
+  if (!network_) return FailedPrecondition("sandbox " + id_ + " has no network");
+  RETURN_IF_ERROR(network_->ExposeTcpPort(port, port));
+  exposed_ports_.insert(port);
+  return OkStatus();
+}
 
 SandboxState Sandbox::state() const {
   std::lock_guard<std::mutex> l(mu_);
@@ -79,6 +134,9 @@ Status Sandbox::TearDown() {
     vm = std::move(vm_);
     network = std::move(network_);
   }
+  // Wake whoever is blocked on the agent: once the netns is gone its TCP
+  // connections would never see a reset.
+  if (agent_) agent_->CancelAll();
   // Order matters: the VMM holds the tap inside the netns.
   if (vm) errors.push_back(vm->Destroy().WithContext("destroy VMM"));
   if (network) errors.push_back(network->Destroy().WithContext("destroy network"));
@@ -92,7 +150,7 @@ Status Sandbox::TearDown() {
 
 // ---- Manager ----
 
-StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config) {
+StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std::vector<AdoptRequest>& adopt) {
   std::unique_ptr<Manager> m(new Manager());
   m->config_ = std::move(config);
   std::error_code ec;
@@ -105,8 +163,24 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config) {
   ASSIGN_OR_RETURN(auto pool, net::AddressPool::Create(m->config_.state_dir, m->config_.address_pool));
   m->pool_ = std::make_unique<net::AddressPool>(std::move(pool));
   ASSIGN_OR_RETURN(m->runtime_, qemu::NewQemuRuntime(m->config_.state_dir));
-  // Sandboxes of a crashed or killed `airlock run` left their netns and run
-  // dirs; their VMMs died with it (PDEATHSIG). Reclaim them now.
+  // A previous daemon's sandboxes: take over the live ones first, so the
+  // cleanup below sees us as the owner of their leases and run dirs.
+  for (const auto& r : adopt) {
+    auto sb = m->AdoptOne(r);
+    if (sb.ok()) {
+      std::lock_guard<std::mutex> l(m->mu_);
+      m->sandboxes_[r.id] = *sb;
+      LOG_INFO("sandbox={} adopted vmm_pid={}", r.id, r.vmm_pid);
+      continue;
+    }
+    LOG_WARN("sandbox={} not adopted, cleaning up: {}", r.id, sb.status().message());
+    std::string run_dir = m->config_.state_dir + "/run/" + r.id;
+    AdoptedVm(r.id, r.vmm_pid, run_dir).Destroy().ok();  // kills it only if the pid is still that VMM
+    if (auto st = net::TeardownByName(r.id); !st.ok()) LOG_WARN("sandbox={} network teardown: {}", r.id, st.message());
+    fs::remove_all(run_dir, ec);
+  }
+  // Sandboxes of a crashed or killed `airlock run` (or daemon) left their
+  // netns and run dirs; reclaim them now.
   if (auto cleaned = net::CleanupLeftovers(m->config_.state_dir); !cleaned.ok()) {
     LOG_WARN("cleanup of leftover networks: {}", cleaned.status().message());
   }
@@ -121,6 +195,33 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config) {
     fs::remove_all(e.path(), ec);
   }
   return m;
+}
+
+StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
+  RETURN_IF_ERROR(net::ValidateSandboxId(r.id));
+  std::shared_ptr<Sandbox> sb(new Sandbox());
+  sb->id_ = r.id;
+  sb->run_dir_ = config_.state_dir + "/run/" + r.id;
+  sb->template_ = r.template_name;
+  sb->access_token_ = r.access_token;
+  sb->vcpus_ = r.vcpus;
+  sb->memory_mib_ = r.memory_mib;
+  // Until every check passes, the Sandbox must not tear anything down.
+  sb->released_ = true;
+  if (!ProcessMatches(r.vmm_pid, sb->run_dir_)) {
+    return Unavailable("VMM pid " + std::to_string(r.vmm_pid) + " is gone");
+  }
+  ASSIGN_OR_RETURN(auto network, net::SandboxNetwork::Adopt(r.id, *pool_));
+  sb->network_ = std::move(network);
+  sb->vm_ = std::make_unique<AdoptedVm>(r.id, r.vmm_pid, sb->run_dir_);
+  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{sb->network_->netns_ip(), kAgentPort}, r.access_token);
+  sb->released_ = false;  // from here on, a failure tears it all down
+  Status health = sb->agent_->WaitReady(std::chrono::steady_clock::now() + std::chrono::seconds(5),
+                                        [] { return OkStatus(); });
+  if (!health.ok()) return health.WithContext("agent");
+  WriteOwnerFile(sb->run_dir_);
+  sb->state_ = SandboxState::kRunning;
+  return sb;
 }
 
 Manager::~Manager() { DestroyAll(); }
@@ -146,14 +247,12 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   std::shared_ptr<Sandbox> sb(new Sandbox());
   sb->id_ = NewSandboxId();
   sb->run_dir_ = config_.state_dir + "/run/" + sb->id_;
+  sb->template_ = options.template_name;
+  sb->access_token_ = options.access_token.empty() ? RandomHex(32) : options.access_token;
+  sb->vcpus_ = options.vcpus;
+  sb->memory_mib_ = options.memory_mib;
   if (::mkdir(sb->run_dir_.c_str(), 0700) != 0) return ErrnoError("mkdir " + sb->run_dir_);
-  {
-    FILE* f = std::fopen((sb->run_dir_ + "/owner").c_str(), "w");
-    if (f) {
-      std::fprintf(f, "%d\n", ::getpid());
-      std::fclose(f);
-    }
-  }
+  WriteOwnerFile(sb->run_dir_);
   {
     std::lock_guard<std::mutex> l(mu_);
     sandboxes_[sb->id_] = sb;
@@ -185,6 +284,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   req.memory_mib = options.memory_mib;
   req.netns_fd = sb->network_->netns_fd();
   req.tap = sb->network_->tap_name();
+  req.detach = options.detach;
   auto vm = runtime_->Start(req);
   if (!vm.ok()) return fail(vm.status().WithContext("start VMM"));
   sb->timings_.vmm_start_ms = MsSince(t2);
@@ -207,8 +307,12 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
     }
     return fail(ready.WithContext("sandbox " + sb->id_));
   }
+  // 4. token + sandbox-wide env (POST /init); from now on the agent wants the token.
+  Status init = InitAgent(sb->network_->netns_ip(), sb->access_token_, options.env_vars);
+  if (!init.ok()) return fail(init.WithContext("sandbox " + sb->id_ + ": init agent"));
+  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{sb->network_->netns_ip(), kAgentPort}, sb->access_token_);
   sb->timings_.agent_ready_ms = MsSince(t3);
-  RETURN_IF_ERROR(sb->Transition(SandboxState::kRunning));
+  if (Status st = sb->Transition(SandboxState::kRunning); !st.ok()) return fail(st);
   sb->timings_.total_ms = MsSince(t0);
   LOG_INFO("sandbox={} running network_ms={:.1f} vmm_ms={:.1f} ready_ms={:.1f}", sb->id_, sb->timings_.network_ms,
            sb->timings_.vmm_start_ms, sb->timings_.agent_ready_ms);
@@ -229,6 +333,34 @@ Status Manager::Destroy(const std::string& id) {
   (void)sb->Transition(SandboxState::kKilled);
   if (!s.ok()) LOG_WARN("sandbox={} destroy: {}", id, s.message());
   return s;
+}
+
+std::shared_ptr<Sandbox> Manager::Get(const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = sandboxes_.find(id);
+  return it == sandboxes_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<Sandbox>> Manager::List() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::shared_ptr<Sandbox>> out;
+  for (auto& [_, sb] : sandboxes_) out.push_back(sb);
+  return out;
+}
+
+void Manager::ReleaseAll() {
+  std::map<std::string, std::shared_ptr<Sandbox>> all;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    all.swap(sandboxes_);
+  }
+  for (auto& [id, sb] : all) {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    if (sb->vm_) sb->vm_->Release();
+    if (sb->network_) sb->network_->Release();
+    sb->released_ = true;
+    LOG_INFO("sandbox={} released (VMM keeps running)", id);
+  }
 }
 
 void Manager::DestroyAll() {

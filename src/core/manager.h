@@ -3,13 +3,21 @@
 // agent ready), each undone if a later step fails, and destroys it leaving
 // nothing behind (VMM, netns, veth, tap, overlay, sockets, run dir).
 //
-// `airlock run` uses it directly; the daemon (later) wraps the same class.
-// Thread-safe: Create/Destroy may be called from any thread.
+// `airlock run` uses it directly; the daemon (src/server) wraps the same
+// class, starting VMMs detached so they outlive a daemon restart and
+// re-adopting them on start (Open's `adopt` list).
+//
+// Every sandbox gets an access token (64 hex chars, or the one given) and its
+// sandbox-wide env vars through the agent's POST /init right after the agent
+// answers /health; from then on the agent refuses requests without the token.
+// Thread-safe: Create/Destroy/Get/List may be called from any thread.
 #pragma once
 
 #include <chrono>
 #include <map>
 #include <memory>
+#include <set>
+#include <vector>
 #include <mutex>
 #include <string>
 
@@ -40,6 +48,23 @@ struct CreateOptions {
   int memory_mib = 512;   // 128..65536
   // Bound on cold boot to agent-ready (TCG boots take seconds, KVM far less).
   std::chrono::milliseconds ready_timeout{std::chrono::seconds(120)};
+  // Sandbox-wide environment of every process (agent /init envVars).
+  std::map<std::string, std::string> env_vars;
+  // Empty: a random 32-byte token (64 hex chars) is generated.
+  std::string access_token;
+  // true: the VMM survives this process (daemon); false: it dies with the
+  // thread that called Create (airlock run).
+  bool detach = false;
+};
+
+// A sandbox left running by a previous daemon, to be taken over by Open().
+struct AdoptRequest {
+  std::string id;
+  int vmm_pid = -1;
+  std::string template_name;
+  std::string access_token;
+  int vcpus = 1;
+  int memory_mib = 512;
 };
 
 // Where the time of a create went, in milliseconds.
@@ -58,6 +83,16 @@ class Sandbox {
   const EnvdClient& agent() const { return *agent_; }
   const CreateTimings& timings() const { return timings_; }
   pid_t vmm_pid() const;
+  const std::string& template_name() const { return template_; }
+  const std::string& access_token() const { return access_token_; }
+  const std::string& run_dir() const { return run_dir_; }
+  int vcpus() const { return vcpus_; }
+  int memory_mib() const { return memory_mib_; }
+  // The host-reachable address of the sandbox (veth, netns side).
+  std::string netns_ip() const;
+  // Makes guest TCP `port` reachable at netns_ip():port (idempotent).
+  // The agent port (49983) is always reachable.
+  Status ExposePort(uint16_t port);
 
  private:
   friend class Manager;
@@ -67,6 +102,12 @@ class Sandbox {
 
   std::string id_;
   std::string run_dir_;
+  std::string template_;
+  std::string access_token_;
+  int vcpus_ = 1;
+  int memory_mib_ = 512;
+  std::set<uint16_t> exposed_ports_;
+  bool released_ = false;
   mutable std::mutex mu_;
   SandboxState state_ = SandboxState::kCreating;
   std::unique_ptr<net::SandboxNetwork> network_;
@@ -79,17 +120,29 @@ class Manager {
  public:
   // Prepares the state dir, picks the runtime (QEMU; KVM if it really works,
   // else TCG) and removes leftovers of sandboxes whose owner died.
-  static StatusOr<std::unique_ptr<Manager>> Open(ManagerConfig config);
-  ~Manager();  // destroys every sandbox it still owns
+  // `adopt`: sandboxes of a previous daemon; each whose VMM still runs (pid
+  // alive and its command line names the sandbox's run dir) and whose agent
+  // answers is taken over (network via SandboxNetwork::Adopt); the others
+  // are cleaned up fully (VMM, netns, run dir, lease). Get(id) tells which.
+  static StatusOr<std::unique_ptr<Manager>> Open(ManagerConfig config,
+                                                 const std::vector<AdoptRequest>& adopt = {});
+  ~Manager();  // destroys every sandbox it still owns (none after ReleaseAll)
 
   StatusOr<std::shared_ptr<Sandbox>> Create(const CreateOptions& options);
   Status Destroy(const std::string& id);
   void DestroyAll();
+  // Forgets every sandbox without stopping it (a daemon shutting down for a
+  // restart leaves detached VMMs for the next one to adopt).
+  void ReleaseAll();
+  std::shared_ptr<Sandbox> Get(const std::string& id);
+  std::vector<std::shared_ptr<Sandbox>> List();
   Runtime& runtime() { return *runtime_; }
   const ManagerConfig& config() const { return config_; }
 
  private:
   Manager() = default;
+  // Takes over one sandbox of a previous daemon; errors mean "clean it up".
+  StatusOr<std::shared_ptr<Sandbox>> AdoptOne(const AdoptRequest& r);
   ManagerConfig config_;
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<net::AddressPool> pool_;

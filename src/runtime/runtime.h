@@ -29,6 +29,9 @@ struct VmStartRequest {
   int netns_fd = -1;        // the sandbox's network namespace (not owned)
   std::string tap;          // tap device inside that netns
   std::string kernel_cmdline_extra;
+  // true: the VMM survives this process (a daemon re-adopts it after a
+  // restart); false: it dies with the thread that started it.
+  bool detach = false;
 };
 
 // One running microVM. Destroy() is idempotent and also run by the destructor.
@@ -40,6 +43,9 @@ class VmInstance {
   // The last few KiB the guest wrote on its console (for error messages).
   virtual std::string ConsoleTail() = 0;
   virtual Status Destroy() = 0;
+  // Forget the VMM without stopping it (only for detach=true); returns its
+  // pid. Afterwards Destroy() and the destructor do nothing.
+  virtual pid_t Release() = 0;
 };
 
 class Runtime {

@@ -16,10 +16,15 @@ class QemuInstance final : public VmInstance {
     constexpr size_t kShown = 4096;  // enough for an error message
     return tail.size() > kShown ? tail.substr(tail.size() - kShown) : tail;
   }
-  Status Destroy() override { return vm_->Destroy(); }
+  Status Destroy() override { return released_ ? OkStatus() : vm_->Destroy(); }
+  pid_t Release() override {
+    released_ = true;
+    return vm_->Release();
+  }
 
  private:
   std::unique_ptr<QemuVm> vm_;
+  bool released_ = false;
 };
 
 class QemuRuntime final : public Runtime {
@@ -42,6 +47,7 @@ class QemuRuntime final : public Runtime {
     spec.tap_name = r.tap;
     spec.accel = accel_.accel;
     spec.state_dir = state_dir_;
+    spec.detach = r.detach;
     ASSIGN_OR_RETURN(auto vm, QemuVm::Start(spec));
     return std::unique_ptr<VmInstance>(new QemuInstance(std::move(vm)));
   }

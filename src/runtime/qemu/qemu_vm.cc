@@ -160,7 +160,9 @@ std::vector<std::string> BuildQemuArgv(const VmSpec& spec, Accel accel, const Vm
   return a;
 }
 
-StatusOr<std::unique_ptr<QemuVm>> QemuVm::Start(const VmSpec& spec) {
+StatusOr<std::unique_ptr<QemuVm>> QemuVm::Start(const VmSpec& spec) { return Launch(spec, LaunchPlan{}); }
+
+StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const LaunchPlan& plan) {
   RETURN_IF_ERROR(ValidateSpec(spec));
   std::unique_ptr<QemuVm> vm(new QemuVm());
   vm->spec_ = spec;
@@ -183,9 +185,12 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Start(const VmSpec& spec) {
   ::chmod(spec.run_dir.c_str(), 0700);
   // From here on, failures are undone by the destructor (Destroy()).
 
-  // overlay (qemu-img writes only the new file; the template is the backing file)
-  auto img = RunChecked({spec.qemu_img, "create", "-q", "-f", "qcow2", "-F", "raw", "-b",
-                         fs::absolute(spec.rootfs_template).string(), p.overlay});
+  // overlay (qemu-img writes only the new file; the template, or a snapshot's
+  // frozen disk, is the backing file)
+  vm->disk_backing_ = fs::absolute(plan.backing.empty() ? spec.rootfs_template : plan.backing).string();
+  vm->disk_backing_format_ = plan.backing_format;
+  auto img = RunChecked({spec.qemu_img, "create", "-q", "-f", "qcow2", "-F", plan.backing_format, "-b",
+                         vm->disk_backing_, p.overlay});
   if (!img.ok()) return img.status().WithContext("overlay");
 
   if (spec.runas) {
@@ -211,6 +216,8 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Start(const VmSpec& spec) {
   UniqueFd err_r(ep[0]), err_w(ep[1]);
   std::vector<std::string> qemu_argv =
       BuildQemuArgv(spec, vm->accel_, p, QemuSupportsSandbox(spec.qemu_binary), HostTscKhz());
+  // Restore: wait for migrate-incoming, and stay stopped after it until `cont`.
+  if (plan.incoming) qemu_argv.insert(qemu_argv.end(), {"-S", "-incoming", "defer"});
   SpawnOptions so;
   if (!vm->cgroup_.procs_files().empty()) {
     // Join the cgroup before exec, so no QEMU allocation escapes the limit.

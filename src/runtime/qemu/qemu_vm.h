@@ -27,6 +27,7 @@
 #include "runtime/qemu/cgroup.h"
 #include "runtime/qemu/output_tail.h"
 #include "runtime/qemu/qmp_client.h"
+#include "runtime/qemu/snapshot.h"
 
 namespace airlock::qemu {
 
@@ -102,7 +103,38 @@ class QemuVm {
   // Forget the process (it keeps running; requires spec.detach).
   pid_t Release();
 
+  // ---- snapshots (snapshot.cc, docs/snapshots.md) ----
+  // Writes a snapshot of this VM into `dir` (absolute; must not exist or be
+  // empty): `stop`, device + memory state through QMP `migrate` (streamed by
+  // us into <dir>/memory), a copy of the disk overlay as <dir>/disk.qcow2 and,
+  // last, <dir>/manifest.json (the commit point; temp + rename). A failure
+  // removes what was written and, if the guest was running, resumes it.
+  // With keep_running = false the VM is left stopped ("postmigrate").
+  StatusOr<SnapshotManifest> SaveSnapshot(const std::string& dir, const SaveSnapshotOptions& options = {});
+  // Starts a new QEMU from a snapshot: same machine shape as `spec` (checked
+  // against the manifest; FailedPrecondition when it differs), a fresh
+  // overlay in spec.run_dir backed by <dir>/disk.qcow2, `-S -incoming defer`,
+  // `migrate-incoming`, the memory file streamed in (CRC-checked; DataLoss on
+  // mismatch), then `cont`. Any failure leaves nothing running.
+  static StatusOr<std::unique_ptr<QemuVm>> Restore(const VmSpec& spec, const std::string& dir,
+                                                   const RestoreOptions& options = {});
+  // `stop` / `cont` over QMP (a VM left stopped by SaveSnapshot resumes with Resume()).
+  Status Pause();
+  Status Resume();
+  // The overlay's backing file and its format ("raw" template, or "qcow2":
+  // the disk of the snapshot this VM was restored from).
+  const std::string& disk_backing() const { return disk_backing_; }
+  const std::string& disk_backing_format() const { return disk_backing_format_; }
+
  private:
+  // How Launch() differs between a cold boot and a restore.
+  struct LaunchPlan {
+    std::string backing;                  // empty: spec.rootfs_template
+    std::string backing_format = "raw";
+    bool incoming = false;                // add -S -incoming defer
+  };
+  static StatusOr<std::unique_ptr<QemuVm>> Launch(const VmSpec& spec, const LaunchPlan& plan);
+
   QemuVm() : console_(kConsoleTailBytes), stderr_(kStderrTailBytes) {}
   std::string DeathReport(const ExitStatus& es) const;
 
@@ -116,6 +148,7 @@ class QemuVm {
   VmCgroup cgroup_;
   bool destroyed_ = false;
   bool released_ = false;
+  std::string disk_backing_, disk_backing_format_;
 };
 
 // Does this QEMU binary accept -sandbox (built with seccomp)? Cached.

@@ -1,0 +1,133 @@
+#include "agent/auth.h"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "agent/agent.h"
+#include "agent/http_server.h"
+#include "agent/log.h"
+#include "agent/sha256.h"
+#include "envd/proto_json.h"
+
+namespace airlock::agent {
+
+std::string FileSignature(const std::string& path, const std::string& operation, const std::string& user,
+                          const std::string& token, std::optional<int64_t> expiration) {
+  std::string s = path + ":" + operation + ":" + user + ":" + token;
+  if (expiration) s += ":" + std::to_string(*expiration);
+  auto digest = Sha256(s);
+  std::string b64 = envd::Base64Encode(std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size()));
+  while (!b64.empty() && b64.back() == '=') b64.pop_back();
+  return "v1_" + b64;
+}
+
+bool SecureEqual(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+std::optional<int64_t> ParseRfc3339(const std::string& s) {
+  std::tm tm{};
+  const char* rest = strptime(s.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (!rest) return std::nullopt;
+  if (*rest == '.') {
+    ++rest;
+    while (*rest >= '0' && *rest <= '9') ++rest;
+  }
+  int64_t offset = 0;
+  if (*rest == 'Z' || *rest == 'z') {
+    ++rest;
+  } else if (*rest == '+' || *rest == '-') {
+    int hh = 0, mm = 0;
+    if (std::sscanf(rest + 1, "%2d:%2d", &hh, &mm) != 2) return std::nullopt;
+    offset = (hh * 3600 + mm * 60) * (*rest == '+' ? 1 : -1);
+    rest += 6;
+  } else {
+    return std::nullopt;
+  }
+  if (*rest != '\0') return std::nullopt;
+  return static_cast<int64_t>(timegm(&tm)) - offset;
+}
+
+namespace {
+
+Status CheckFileSignature(const Agent& agent, const Session& s) {
+  auto sig = s.Query("signature");
+  if (!sig) return Status(StatusCode::kUnauthenticated, "missing X-Access-Token or signature");
+  std::optional<int64_t> exp;
+  if (auto e = s.Query("signature_expiration"); e && !e->empty()) {
+    char* end = nullptr;
+    long long v = std::strtoll(e->c_str(), &end, 10);
+    if (*end != '\0') return Status(StatusCode::kUnauthenticated, "malformed signature_expiration");
+    if (v < static_cast<long long>(::time(nullptr))) return Status(StatusCode::kUnauthenticated, "signature expired");
+    exp = v;
+  }
+  std::string op = s.method() == http::verb::get ? "read" : "write";
+  std::string want = FileSignature(s.Query("path").value_or(""), op, s.Query("username").value_or(""),
+                                   agent.access_token(), exp);
+  if (!SecureEqual(*sig, want)) return Status(StatusCode::kUnauthenticated, "invalid signature");
+  return OkStatus();
+}
+
+}  // namespace
+
+Status CheckAccess(const Agent& agent, const Session& s) {
+  const std::string& token = agent.access_token();
+  if (token.empty()) return OkStatus();
+  const std::string& path = s.path();
+  if (path == "/health" && (s.method() == http::verb::get || s.method() == http::verb::head)) return OkStatus();
+  if (path == "/init") return OkStatus();  // HandleInit checks the token itself
+  std::string got = s.Header("X-Access-Token");
+  if (!got.empty() && SecureEqual(got, token)) return OkStatus();
+  if (path == "/files") return CheckFileSignature(agent, s);
+  return Status(StatusCode::kUnauthenticated, got.empty() ? "missing X-Access-Token" : "invalid X-Access-Token");
+}
+
+void HandleInit(Agent& agent, std::shared_ptr<Session> s) {
+  if (s->method() != http::verb::post) return RespondHttpError(*s, 405, "method not allowed");
+  if (!agent.access_token().empty() && !SecureEqual(s->Header("X-Access-Token"), agent.access_token())) {
+    return RespondHttpError(*s, 401, "an access token is already set; /init needs it in X-Access-Token");
+  }
+  s->ReadBodyToString(kMaxRequestBody, [&agent, s](StatusOr<std::string> body) {
+    if (!body.ok()) return RespondHttpError(*s, 400, body.status().message());
+    envd::Json j = body->empty() ? envd::Json::object() : envd::Json::parse(*body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return RespondHttpError(*s, 400, "/init body must be a JSON object");
+    std::map<std::string, std::string> envs;
+    if (auto it = j.find("envVars"); it != j.end() && !it->is_null()) {
+      if (!it->is_object()) return RespondHttpError(*s, 400, "envVars must be an object of strings");
+      for (auto& [k, v] : it->items()) {
+        if (!v.is_string() || k.empty() || k.find('=') != std::string::npos) {
+          return RespondHttpError(*s, 400, "invalid env var '" + k + "'");
+        }
+        envs[k] = v.get<std::string>();
+      }
+    }
+    std::optional<std::string> user;
+    if (auto it = j.find("defaultUser"); it != j.end() && it->is_string() && !it->get<std::string>().empty()) {
+      user = it->get<std::string>();
+      if (!agent.UserByName(*user).ok()) return RespondHttpError(*s, 400, "unknown defaultUser '" + *user + "'");
+    }
+    // Only the guest's PID 1 owns the clock: an agent run on a host (tests,
+    // --listen on a dev box) must never set the host's time.
+    if (auto it = j.find("timestamp"); ::getpid() == 1 && it != j.end() && it->is_string()) {
+      if (auto t = ParseRfc3339(it->get<std::string>())) {
+        timespec now{};
+        clock_gettime(CLOCK_REALTIME, &now);
+        if (std::llabs(static_cast<long long>(now.tv_sec) - *t) > 2) {
+          timespec set{static_cast<time_t>(*t), 0};
+          if (clock_settime(CLOCK_REALTIME, &set) != 0) LogDebug("clock_settime: %s", std::strerror(errno));
+        }
+      }
+    }
+    if (auto it = j.find("accessToken"); it != j.end() && it->is_string()) agent.SetAccessToken(it->get<std::string>());
+    agent.MergeEnvVars(envs);
+    if (user) agent.SetDefaultUser(*user);
+    s->Respond(204, "", "", {{"X-Envd-Version", "0.6.13"}});
+  });
+}
+
+}  // namespace airlock::agent

@@ -1,0 +1,29 @@
+// The daemon-related verbs of the CLI (serve_command.cc, apikey_command.cc,
+// sandbox_command.cc). Each returns the process exit code: 0 success, 1 the
+// operation failed, 2 usage error.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace airlock::cli {
+
+// airlock serve [--listen ADDR] [--max-timeout S] ...: runs the daemon.
+int CmdServe(const std::string& state_dir, const std::string& agent_binary, const std::vector<std::string>& args);
+// airlock apikey create --name N | ls | rm ID|NAME (local SQLite, root).
+int CmdApiKey(const std::string& state_dir, const std::vector<std::string>& args);
+// airlock sandbox ls | info ID | kill ID | exec ID -- CMD | cp SRC DST | timeout ID S
+int CmdSandbox(const std::string& state_dir, const std::vector<std::string>& args);
+
+// The daemon's address (--server, $AIRLOCK_SERVER, default 127.0.0.1:3000)
+// and API key ($AIRLOCK_API_KEY, else <state_dir>/cli.key).
+struct DaemonTarget {
+  std::string host;
+  uint16_t port = 3000;
+  std::string api_key;
+};
+DaemonTarget ResolveDaemon(const std::string& state_dir, const std::string& server_flag);
+// True when a daemon answers GET /health at `t` within ~300 ms.
+bool DaemonAnswers(const DaemonTarget& t);
+
+}  // namespace airlock::cli

@@ -1,0 +1,157 @@
+// `airlock sandbox ...`: a client of the daemon's HTTP API (control plane
+// with X-API-Key; exec and cp through the data plane with the sandbox's
+// envdAccessToken and E2b-Sandbox-Id routing headers).
+#include <unistd.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/daemon_client.h"
+#include "core/http_client.h"
+#include "envd/envelope.h"
+#include "envd/messages.h"
+
+namespace airlock::cli {
+
+using nlohmann::json;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace asio = boost::asio;
+
+DaemonTarget ResolveDaemon(const std::string& state_dir, const std::string& server_flag) {
+  DaemonTarget t{"127.0.0.1", 3000, ""};
+  std::string addr = server_flag;
+  if (addr.empty()) {
+    if (const char* env = std::getenv("AIRLOCK_SERVER"); env && *env) addr = env;
+  }
+  if (!addr.empty()) {
+    if (auto hp = ParseHostPort(addr); hp.ok()) {
+      t.host = hp->first;
+      t.port = hp->second;
+    }
+  }
+  if (const char* env = std::getenv("AIRLOCK_API_KEY"); env && *env) {
+    t.api_key = env;
+  } else if (std::ifstream f(state_dir + "/cli.key"); f) {
+    std::getline(f, t.api_key);
+  }
+  return t;
+}
+
+bool DaemonAnswers(const DaemonTarget& t) {
+  HttpCall call{t.host, t.port, "GET", "/health", {}, "", std::chrono::milliseconds(300), 4096};
+  auto r = HttpDo(call);
+  return r.ok() && r->status == 200;
+}
+
+namespace {
+
+StatusOr<HttpReply> Api(const DaemonTarget& t, const std::string& method, const std::string& target,
+                        const std::string& body = "") {
+  return DaemonApi(t, method, target, body);
+}
+
+int Fail(const char* what, const Status& st) {
+  std::fprintf(stderr, "airlock sandbox %s: %s\n", what, st.message().c_str());
+  return 1;
+}
+
+// cp: "ID:/guest/path" on one side, a host path on the other.
+int Copy(const DaemonTarget& t, const std::string& src, const std::string& dst) {
+  auto split = [](const std::string& s, std::string* id, std::string* path) {
+    size_t colon = s.find(':');
+    if (colon == std::string::npos || colon == 0 || s[0] == '/' || s[0] == '.') return false;
+    *id = s.substr(0, colon);
+    *path = s.substr(colon + 1);
+    return true;
+  };
+  std::string id, guest;
+  bool upload = split(dst, &id, &guest);
+  if (!upload && !split(src, &id, &guest)) {
+    std::fprintf(stderr, "airlock sandbox cp: one side must be ID:/guest/path\n");
+    return 2;
+  }
+  auto token = DaemonToken(t, id);
+  if (!token.ok()) return Fail("cp", token.status());
+  DaemonSandbox sb{id, *token};
+  Status st = upload ? DaemonUpload(t, sb, src, guest) : DaemonDownload(t, sb, guest, dst);
+  if (!st.ok()) return Fail("cp", st);
+  return 0;
+}
+
+}  // namespace
+
+int CmdSandbox(const std::string& state_dir, const std::vector<std::string>& in) {
+  const char* usage =
+      "usage: airlock sandbox [--server ADDR] ls | info ID | kill ID | exec ID -- CMD [ARGS...] |\n"
+      "                        cp SRC DST (one side ID:/guest/path) | timeout ID SECONDS\n";
+  std::vector<std::string> args = in;
+  std::string server;
+  if (args.size() >= 2 && args[0] == "--server") {
+    server = args[1];
+    args.erase(args.begin(), args.begin() + 2);
+  }
+  if (args.empty()) {
+    std::fputs(usage, stderr);
+    return 2;
+  }
+  DaemonTarget t = ResolveDaemon(state_dir, server);
+  const std::string& verb = args[0];
+  if (verb == "ls") {
+    auto r = Api(t, "GET", "/v2/sandboxes?limit=100");
+    if (!r.ok()) return Fail("ls", r.status());
+    auto j = json::parse(r->body, nullptr, false);
+    std::printf("%-22s %-12s %-8s %-26s %s\n", "ID", "TEMPLATE", "STATE", "ENDS AT", "METADATA");
+    if (j.is_array()) {
+      for (auto& s : j) {
+        std::printf("%-22s %-12s %-8s %-26s %s\n", s.value("sandboxID", "").c_str(), s.value("templateID", "").c_str(),
+                    s.value("state", "").c_str(), s.value("endAt", "").c_str(), s["metadata"].dump().c_str());
+      }
+    }
+    return 0;
+  }
+  if (verb == "info" && args.size() == 2) {
+    auto r = Api(t, "GET", "/sandboxes/" + UrlEncodeComponent(args[1]));
+    if (!r.ok()) return Fail("info", r.status());
+    auto j = json::parse(r->body, nullptr, false);
+    std::printf("%s\n", j.is_discarded() ? r->body.c_str() : j.dump(2).c_str());
+    return 0;
+  }
+  if (verb == "kill" && args.size() == 2) {
+    auto r = Api(t, "DELETE", "/sandboxes/" + UrlEncodeComponent(args[1]));
+    if (!r.ok()) return Fail("kill", r.status());
+    return 0;
+  }
+  if (verb == "timeout" && args.size() == 3) {
+    char* end = nullptr;
+    long s = std::strtol(args[2].c_str(), &end, 10);
+    if (*end != '\0' || s < 0) {
+      std::fputs(usage, stderr);
+      return 2;
+    }
+    auto r = Api(t, "POST", "/sandboxes/" + UrlEncodeComponent(args[1]) + "/timeout", json{{"timeout", s}}.dump());
+    if (!r.ok()) return Fail("timeout", r.status());
+    return 0;
+  }
+  if (verb == "exec" && args.size() >= 4 && args[2] == "--") {
+    auto token = DaemonToken(t, args[1]);
+    if (!token.ok()) return Fail("exec", token.status());
+    DaemonExecSpec spec;
+    spec.argv.assign(args.begin() + 3, args.end());
+    auto code = DaemonExec(t, DaemonSandbox{args[1], *token}, spec);
+    if (!code.ok()) return Fail("exec", code.status());
+    return *code;
+  }
+  if (verb == "cp" && args.size() == 3) return Copy(t, args[1], args[2]);
+  std::fputs(usage, stderr);
+  return 2;
+}
+
+}  // namespace airlock::cli

@@ -1,0 +1,119 @@
+// `airlock serve` and `airlock apikey`.
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "common/log.h"
+#include "core/registry.h"
+#include "server/server.h"
+
+namespace po = boost::program_options;
+
+namespace airlock::cli {
+
+int CmdServe(const std::string& state_dir, const std::string& agent_binary, const std::vector<std::string>& args) {
+  server::ServerConfig cfg;
+  if (const char* env = std::getenv("AIRLOCK_LISTEN"); env && *env) cfg.listen = env;
+  cfg.manager.state_dir = state_dir;
+  cfg.manager.agent_binary = agent_binary;
+  int header_timeout_s = 30, body_timeout_s = 30;
+  po::options_description desc("airlock serve [options]");
+  desc.add_options()("help,h", "show this help")(
+      "listen", po::value(&cfg.listen)->default_value(cfg.listen), "ip:port to serve on (env AIRLOCK_LISTEN)")(
+      "db", po::value(&cfg.db_path), "registry database (default STATE_DIR/airlock.db; cli.key is written beside it)")(
+      "default-timeout", po::value(&cfg.default_timeout_s)->default_value(300), "sandbox TTL when create gives none (s)")(
+      "max-timeout", po::value(&cfg.max_timeout_s)->default_value(86400), "largest TTL a client may ask for (s)")(
+      "workers", po::value(&cfg.workers)->default_value(4), "threads for blocking work (create, destroy)")(
+      "cpus", po::value(&cfg.default_vcpus)->default_value(1), "vCPUs per sandbox")(
+      "memory", po::value(&cfg.default_memory_mib)->default_value(512), "memory per sandbox (MiB)")(
+      "header-timeout", po::value(&header_timeout_s)->default_value(30), "seconds to receive a request header")(
+      "body-timeout", po::value(&body_timeout_s)->default_value(30), "seconds a request body may stall")(
+      "kill-on-exit", po::bool_switch(&cfg.kill_on_exit),
+      "destroy every sandbox on SIGINT/SIGTERM (default: leave them for the next daemon to adopt)");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    po::notify(vm);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "airlock serve: %s\n", e.what());
+    return 2;
+  }
+  if (vm.count("help")) {
+    std::cout << desc;
+    return 0;
+  }
+  if (cfg.max_timeout_s < 1 || cfg.default_timeout_s < 1 || header_timeout_s < 1 || body_timeout_s < 1) {
+    std::fprintf(stderr, "airlock serve: timeouts must be positive\n");
+    return 2;
+  }
+  cfg.default_timeout_s = std::min(cfg.default_timeout_s, cfg.max_timeout_s);
+  cfg.limits.header_timeout = std::chrono::seconds(header_timeout_s);
+  cfg.limits.body_idle_timeout = std::chrono::seconds(body_timeout_s);
+  auto srv = server::Server::Open(cfg);
+  if (!srv.ok()) {
+    std::fprintf(stderr, "airlock serve: %s\n", srv.status().message().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "airlock serve: listening on port %u (state dir %s)\n", (*srv)->port(), state_dir.c_str());
+  (*srv)->Run();
+  return 0;
+}
+
+int CmdApiKey(const std::string& state_dir, const std::vector<std::string>& args) {
+  const char* usage = "usage: airlock apikey create --name NAME | ls | rm ID|NAME\n";
+  if (args.empty()) {
+    std::fputs(usage, stderr);
+    return 2;
+  }
+  auto reg = Registry::Open(state_dir + "/airlock.db");
+  if (!reg.ok()) {
+    std::fprintf(stderr, "airlock apikey: %s\n", reg.status().message().c_str());
+    return 1;
+  }
+  if (args[0] == "create") {
+    std::string name;
+    for (size_t i = 1; i < args.size(); ++i) {
+      if (args[i] == "--name" && i + 1 < args.size()) name = args[++i];
+      else if (args[i].rfind("--name=", 0) == 0) name = args[i].substr(7);
+    }
+    if (name.empty()) {
+      std::fputs(usage, stderr);
+      return 2;
+    }
+    auto k = (*reg)->CreateApiKey(name);
+    if (!k.ok()) {
+      std::fprintf(stderr, "airlock apikey create: %s\n", k.status().message().c_str());
+      return 1;
+    }
+    std::printf("%s\n", k->second.c_str());
+    std::fprintf(stderr, "key %s (%s) created; it is shown only once\n", k->first.id.c_str(), name.c_str());
+    return 0;
+  }
+  if (args[0] == "ls") {
+    auto keys = (*reg)->ListApiKeys();
+    if (!keys.ok()) {
+      std::fprintf(stderr, "airlock apikey ls: %s\n", keys.status().message().c_str());
+      return 1;
+    }
+    std::printf("%-10s %-20s %-12s %s\n", "ID", "NAME", "PREFIX", "CREATED");
+    for (const auto& k : *keys) {
+      std::printf("%-10s %-20s %-12s %s\n", k.id.c_str(), k.name.c_str(), (k.prefix + "...").c_str(),
+                  server::FormatRfc3339(k.created_at_ms).c_str());
+    }
+    return 0;
+  }
+  if (args[0] == "rm" && args.size() == 2) {
+    Status st = (*reg)->RemoveApiKey(args[1]);
+    if (!st.ok()) {
+      std::fprintf(stderr, "airlock apikey rm: %s\n", st.message().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  std::fputs(usage, stderr);
+  return 2;
+}
+
+}  // namespace airlock::cli

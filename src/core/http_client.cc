@@ -1,0 +1,95 @@
+#include "core/http_client.h"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <algorithm>
+#include <cctype>
+
+namespace airlock {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+StatusOr<HttpReply> HttpDo(const HttpCall& call) {
+  std::string peer = call.host + ":" + std::to_string(call.port);
+  try {
+    asio::io_context io;
+    beast::tcp_stream stream(io);
+    stream.expires_after(call.timeout);
+    tcp::resolver resolver(io);
+    beast::error_code ec;
+    auto results = resolver.resolve(call.host, std::to_string(call.port),
+                                    tcp::resolver::numeric_service, ec);
+    if (ec) return Unavailable("resolve " + peer + ": " + ec.message());
+    stream.connect(results, ec);
+    if (ec) return Unavailable("connect " + peer + ": " + ec.message());
+    http::request<http::string_body> req{http::string_to_verb(call.method), call.target, 11};
+    req.set(http::field::host, peer);
+    req.set(http::field::connection, "close");
+    for (const auto& [k, v] : call.headers) req.set(k, v);
+    req.body() = call.body;
+    if (!call.body.empty() || call.method == "POST" || call.method == "PUT") req.prepare_payload();
+    http::write(stream, req, ec);
+    if (ec == beast::error::timeout) return DeadlineExceeded("HTTP " + call.method + " " + peer + ": timed out");
+    if (ec) return Unavailable("write to " + peer + ": " + ec.message());
+    beast::flat_buffer buf;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(call.max_body);
+    http::read(stream, buf, parser, ec);
+    if (ec == http::error::body_limit) {
+      return ResourceExhausted("response from " + peer + " exceeds " + std::to_string(call.max_body) + " bytes");
+    }
+    if (ec == beast::error::timeout) return DeadlineExceeded("HTTP " + call.method + " " + peer + ": timed out");
+    if (ec) return Unavailable("read from " + peer + ": " + ec.message());
+    auto& res = parser.get();
+    HttpReply reply;
+    reply.status = static_cast<int>(res.result_int());
+    for (const auto& f : res) {
+      std::string name(f.name_string());
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      reply.headers[name] = std::string(f.value());
+    }
+    reply.body = std::move(res.body());
+    return reply;
+  } catch (const std::exception& e) {
+    return Unavailable("HTTP " + call.method + " " + peer + ": " + e.what());
+  }
+}
+
+StatusOr<std::pair<std::string, uint16_t>> ParseHostPort(std::string address) {
+  if (address.rfind("http://", 0) == 0) address = address.substr(7);
+  while (!address.empty() && address.back() == '/') address.pop_back();
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon + 1 >= address.size()) {
+    return InvalidArgument("address '" + address + "' is not host:port");
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty()) host = "127.0.0.1";
+  char* end = nullptr;
+  unsigned long port = std::strtoul(address.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || port == 0 || port > 65535) return InvalidArgument("address '" + address + "': bad port");
+  return std::make_pair(host, static_cast<uint16_t>(port));
+}
+
+std::string UrlEncodeComponent(std::string_view s) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+}  // namespace airlock

@@ -1,0 +1,224 @@
+#include "core/registry.h"
+
+#include <sqlite3.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "image/hash.h"
+
+namespace airlock {
+namespace {
+
+// One prepared statement; finalized on scope exit.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  bool ok() const { return rc_ == SQLITE_OK; }
+  Stmt& Bind(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& Bind(int i, int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  int Step() { return sqlite3_step(s_); }
+  std::string Text(int col) const {
+    auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, col));
+    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(s_, col))) : std::string();
+  }
+  int64_t Int(int col) const { return sqlite3_column_int64(s_, col); }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+  int rc_ = SQLITE_ERROR;
+};
+
+std::string MapToJson(const std::map<std::string, std::string>& m) { return nlohmann::json(m).dump(); }
+
+std::map<std::string, std::string> JsonToMap(const std::string& s) {
+  std::map<std::string, std::string> out;
+  auto j = nlohmann::json::parse(s, nullptr, false);
+  if (!j.is_object()) return out;
+  for (auto& [k, v] : j.items()) {
+    if (v.is_string()) out[k] = v.get<std::string>();
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string RandomHex(size_t bytes) {
+  std::string raw(bytes, '\0');
+  size_t got = 0;
+  while (got < bytes) {
+    ssize_t n = ::getrandom(raw.data() + got, bytes - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : raw) {
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 15]);
+  }
+  return out;
+}
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& path) {
+  std::unique_ptr<Registry> r(new Registry());
+  mode_t old = ::umask(077);
+  int rc = sqlite3_open_v2(path.c_str(), &r->db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  ::umask(old);
+  if (rc != SQLITE_OK) {
+    std::string msg = r->db_ ? sqlite3_errmsg(r->db_) : sqlite3_errstr(rc);
+    return Internal("open database " + path + ": " + msg);
+  }
+  sqlite3_busy_timeout(r->db_, 5000);
+  RETURN_IF_ERROR(r->Exec("PRAGMA journal_mode=WAL", "set WAL"));
+  RETURN_IF_ERROR(r->Exec(
+      "CREATE TABLE IF NOT EXISTS sandboxes ("
+      " id TEXT PRIMARY KEY, template TEXT NOT NULL, state TEXT NOT NULL,"
+      " created_at INTEGER NOT NULL, ends_at INTEGER NOT NULL, metadata TEXT NOT NULL,"
+      " env_vars TEXT NOT NULL, token TEXT NOT NULL, vcpus INTEGER NOT NULL, memory_mib INTEGER NOT NULL,"
+      " netns_ip TEXT NOT NULL, vmm_pid INTEGER NOT NULL, run_dir TEXT NOT NULL);"
+      "CREATE TABLE IF NOT EXISTS api_keys ("
+      " id TEXT PRIMARY KEY, name TEXT NOT NULL, prefix TEXT NOT NULL, hash TEXT NOT NULL UNIQUE,"
+      " created_at INTEGER NOT NULL);",
+      "create tables"));
+  return r;
+}
+
+Registry::~Registry() { sqlite3_close_v2(db_); }
+
+Status Registry::Exec(const std::string& sql, const char* what) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return Internal(std::string("sqlite ") + what + ": " + msg);
+  }
+  return OkStatus();
+}
+
+#define AIRLOCK_SQL_CHECK(cond, what) \
+  if (!(cond)) return Internal(std::string("sqlite ") + (what) + ": " + sqlite3_errmsg(db_))
+
+Status Registry::PutSandbox(const SandboxRecord& r) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_,
+         "INSERT OR REPLACE INTO sandboxes (id, template, state, created_at, ends_at, metadata, env_vars, token,"
+         " vcpus, memory_mib, netns_ip, vmm_pid, run_dir) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare put sandbox");
+  s.Bind(1, r.id).Bind(2, r.template_id).Bind(3, r.state).Bind(4, r.created_at_ms).Bind(5, r.ends_at_ms);
+  s.Bind(6, MapToJson(r.metadata)).Bind(7, MapToJson(r.env_vars)).Bind(8, r.access_token);
+  s.Bind(9, int64_t{r.vcpus}).Bind(10, int64_t{r.memory_mib}).Bind(11, r.netns_ip).Bind(12, int64_t{r.vmm_pid});
+  s.Bind(13, r.run_dir);
+  AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "put sandbox " + r.id);
+  return OkStatus();
+}
+
+Status Registry::DeleteSandbox(const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "DELETE FROM sandboxes WHERE id = ?");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare delete sandbox");
+  s.Bind(1, id);
+  AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "delete sandbox " + id);
+  return OkStatus();
+}
+
+Status Registry::SetEndsAt(const std::string& id, int64_t ends_at_ms) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "UPDATE sandboxes SET ends_at = ? WHERE id = ?");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare set ends_at");
+  s.Bind(1, ends_at_ms).Bind(2, id);
+  AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "set ends_at of " + id);
+  if (sqlite3_changes(db_) == 0) return NotFound("sandbox " + id + " not in registry");
+  return OkStatus();
+}
+
+StatusOr<std::vector<SandboxRecord>> Registry::ListSandboxes() {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_,
+         "SELECT id, template, state, created_at, ends_at, metadata, env_vars, token, vcpus, memory_mib, netns_ip,"
+         " vmm_pid, run_dir FROM sandboxes ORDER BY created_at");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare list sandboxes");
+  std::vector<SandboxRecord> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    SandboxRecord r;
+    r.id = s.Text(0);
+    r.template_id = s.Text(1);
+    r.state = s.Text(2);
+    r.created_at_ms = s.Int(3);
+    r.ends_at_ms = s.Int(4);
+    r.metadata = JsonToMap(s.Text(5));
+    r.env_vars = JsonToMap(s.Text(6));
+    r.access_token = s.Text(7);
+    r.vcpus = static_cast<int>(s.Int(8));
+    r.memory_mib = static_cast<int>(s.Int(9));
+    r.netns_ip = s.Text(10);
+    r.vmm_pid = static_cast<int>(s.Int(11));
+    r.run_dir = s.Text(12);
+    out.push_back(std::move(r));
+  }
+  AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "list sandboxes");
+  return out;
+}
+
+StatusOr<std::pair<ApiKeyRecord, std::string>> Registry::CreateApiKey(const std::string& name) {
+  if (name.empty() || name.size() > 128) return InvalidArgument("API key name must be 1..128 characters");
+  std::string key = "al_" + RandomHex(24);
+  ApiKeyRecord rec{RandomHex(4), name, key.substr(0, 9), NowUnixMs()};
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "INSERT INTO api_keys (id, name, prefix, hash, created_at) VALUES (?,?,?,?,?)");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare create api key");
+  s.Bind(1, rec.id).Bind(2, rec.name).Bind(3, rec.prefix).Bind(4, image::Sha256Hex(key)).Bind(5, rec.created_at_ms);
+  AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "create api key");
+  return std::make_pair(rec, key);
+}
+
+StatusOr<std::vector<ApiKeyRecord>> Registry::ListApiKeys() {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "SELECT id, name, prefix, created_at FROM api_keys ORDER BY created_at");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare list api keys");
+  std::vector<ApiKeyRecord> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3)});
+  AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "list api keys");
+  return out;
+}
+
+Status Registry::RemoveApiKey(const std::string& id_or_name) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "DELETE FROM api_keys WHERE id = ? OR name = ?");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare remove api key");
+  s.Bind(1, id_or_name).Bind(2, id_or_name);
+  AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "remove api key");
+  if (sqlite3_changes(db_) == 0) return NotFound("no API key with id or name '" + id_or_name + "'");
+  return OkStatus();
+}
+
+StatusOr<bool> Registry::CheckApiKey(const std::string& key) {
+  if (key.empty()) return false;
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "SELECT 1 FROM api_keys WHERE hash = ?");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare check api key");
+  s.Bind(1, image::Sha256Hex(key));
+  int rc = s.Step();
+  AIRLOCK_SQL_CHECK(rc == SQLITE_ROW || rc == SQLITE_DONE, "check api key");
+  return rc == SQLITE_ROW;
+}
+
+}  // namespace airlock

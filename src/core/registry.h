@@ -1,0 +1,82 @@
+// Registry: the daemon's durable state in SQLite (<state_dir>/airlock.db):
+// the sandboxes it runs (so a restarted daemon can re-adopt them) and the
+// API keys of its control plane (stored as SHA-256 hex, never in clear).
+//
+// A thin RAII wrapper over the sqlite3 C API. Every method is one statement
+// or one transaction; the class is thread-safe (one connection behind a
+// mutex, WAL journal, busy timeout 5 s). Errors: Internal with the SQLite
+// message and the statement's purpose; NotFound for missing rows.
+// Times are Unix milliseconds.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+struct sqlite3;
+
+namespace airlock {
+
+struct SandboxRecord {
+  std::string id;
+  std::string template_id;
+  std::string state;  // "running" (the only state persisted today)
+  int64_t created_at_ms = 0;
+  int64_t ends_at_ms = 0;
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> env_vars;
+  std::string access_token;
+  int vcpus = 1;
+  int memory_mib = 512;
+  std::string netns_ip;
+  int vmm_pid = -1;
+  std::string run_dir;
+};
+
+struct ApiKeyRecord {
+  std::string id;      // short random id, shown by `apikey ls`
+  std::string name;
+  std::string prefix;  // first characters of the key, for recognition
+  int64_t created_at_ms = 0;
+};
+
+class Registry {
+ public:
+  // Opens (creating if needed, mode 0600) and migrates the database.
+  static StatusOr<std::unique_ptr<Registry>> Open(const std::string& path);
+  ~Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  Status PutSandbox(const SandboxRecord& r);  // insert or replace
+  Status DeleteSandbox(const std::string& id);
+  Status SetEndsAt(const std::string& id, int64_t ends_at_ms);
+  StatusOr<std::vector<SandboxRecord>> ListSandboxes();
+
+  // Creates a key: returns (record, the clear key "al_<48 hex>"); only the
+  // hash is stored.
+  StatusOr<std::pair<ApiKeyRecord, std::string>> CreateApiKey(const std::string& name);
+  StatusOr<std::vector<ApiKeyRecord>> ListApiKeys();
+  // Removes by id or by name; NotFound when nothing matched.
+  Status RemoveApiKey(const std::string& id_or_name);
+  // Is `key` a stored key? (hash lookup)
+  StatusOr<bool> CheckApiKey(const std::string& key);
+
+ private:
+  Registry() = default;
+  Status Exec(const std::string& sql, const char* what);
+  sqlite3* db_ = nullptr;
+  std::mutex mu_;
+};
+
+// Lower-case hex of `bytes` random bytes from getrandom(2).
+std::string RandomHex(size_t bytes);
+int64_t NowUnixMs();
+
+}  // namespace airlock

@@ -1,0 +1,408 @@
+// Control plane: the E2B REST API of spec §1 (schemas §1.5), plus path
+// aliases for older SDKs (§1.7). Every route but GET /health needs a valid
+// X-API-Key (401 JSON otherwise). Blocking work runs on the worker pool.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "core/http_client.h"
+#include "image/image.h"
+#include "server/server.h"
+
+namespace airlock::server {
+
+using nlohmann::json;
+
+namespace {
+
+int HttpStatusFor(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kInvalidArgument: return 400;
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kAlreadyExists: return 409;
+    case StatusCode::kUnauthenticated: return 401;
+    case StatusCode::kPermissionDenied: return 403;
+    case StatusCode::kResourceExhausted: return 503;
+    case StatusCode::kUnimplemented: return 501;
+    case StatusCode::kDeadlineExceeded: return 504;
+    case StatusCode::kUnavailable: return 503;
+    default: return 500;
+  }
+}
+
+// {"k": "v", ...} → map, or an error naming the field.
+StatusOr<std::map<std::string, std::string>> StringMap(const json& body, const char* field) {
+  std::map<std::string, std::string> out;
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return out;
+  if (!it->is_object()) return InvalidArgument(std::string(field) + " must be an object of strings");
+  for (auto& [k, v] : it->items()) {
+    if (!v.is_string()) return InvalidArgument(std::string(field) + "." + k + " must be a string");
+    out[k] = v.get<std::string>();
+  }
+  return out;
+}
+
+// Optional non-negative integer field; error when present and not one.
+StatusOr<std::optional<int64_t>> OptionalSeconds(const json& body, const char* field) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return std::optional<int64_t>();
+  if (!it->is_number_integer() && !it->is_number_unsigned()) {
+    return InvalidArgument(std::string(field) + " must be an integer number of seconds");
+  }
+  int64_t v = it->get<int64_t>();
+  if (v < 0) return InvalidArgument(std::string(field) + " must not be negative");
+  return std::optional<int64_t>(v);
+}
+
+// Splits "/a/b/c" into {"a","b","c"}.
+std::vector<std::string> Segments(const std::string& path) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < path.size()) {
+    if (path[i] == '/') {
+      ++i;
+      continue;
+    }
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    out.push_back(path.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
+}  // namespace
+
+void Server::ReadJson(std::shared_ptr<HttpConn> c, std::function<void(json)> then) {
+  c->ReadBodyToString(config_.max_json_body, [c, then = std::move(then)](StatusOr<std::string> body) {
+    if (!body.ok()) {
+      int code = body.status().code() == StatusCode::kResourceExhausted  ? 413
+                 : body.status().code() == StatusCode::kDeadlineExceeded ? 408
+                                                                         : 400;
+      return c->RespondError(code, body.status().message());
+    }
+    json j = body->empty() ? json::object() : json::parse(*body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return c->RespondError(400, "request body must be a JSON object");
+    then(std::move(j));
+  });
+}
+
+static json SandboxJson(const SandboxRecord& r) {
+  return json{{"sandboxID", r.id},
+              {"templateID", r.template_id},
+              {"clientID", "airlock"},
+              {"envdVersion", kEnvdVersion},
+              {"envdAccessToken", r.access_token},
+              {"domain", nullptr}};
+}
+
+static json ListedJson(const SandboxRecord& r, int disk_mib, bool detail) {
+  json j{{"sandboxID", r.id},
+         {"templateID", r.template_id},
+         {"clientID", "airlock"},
+         {"startedAt", FormatRfc3339(r.created_at_ms)},
+         {"endAt", FormatRfc3339(r.ends_at_ms)},
+         {"state", "running"},
+         {"cpuCount", r.vcpus},
+         {"memoryMB", r.memory_mib},
+         {"diskSizeMB", disk_mib},
+         {"envdVersion", kEnvdVersion},
+         {"metadata", r.metadata},
+         {"volumeMounts", json::array()}};
+  if (detail) {
+    j["envdAccessToken"] = r.access_token;
+    j["domain"] = nullptr;
+    j["allowInternetAccess"] = false;
+    j["lifecycle"] = {{"onTimeout", "kill"}, {"autoResume", false}};
+  }
+  return j;
+}
+
+void Server::HandleControl(std::shared_ptr<HttpConn> c) {
+  const std::string& path = c->path();
+  auto verb = c->method();
+  if (path == "/health" && verb == http::verb::get) return c->Respond(200, "application/json", "{\"status\":\"ok\"}");
+  auto ok = registry_->CheckApiKey(c->Header("X-API-Key"));
+  if (!ok.ok()) return c->RespondError(500, ok.status().message());
+  if (!*ok) return c->RespondError(401, c->Header("X-API-Key").empty() ? "missing X-API-Key" : "invalid X-API-Key");
+
+  auto seg = Segments(path);
+  bool v2 = !seg.empty() && seg[0] == "v2";
+  if (v2) seg.erase(seg.begin());
+  if (seg.empty() || seg[0] != "sandboxes") return c->RespondError(404, "no route for " + c->method_string() + " " + path);
+  if (seg.size() == 1) {
+    if (verb == http::verb::post) return CreateSandbox(c);
+    if (verb == http::verb::get) return ListSandboxes(c, v2);
+    return c->RespondError(405, "method not allowed");
+  }
+  const std::string& id = seg[1];
+  if (seg.size() == 2) {
+    if (verb == http::verb::get && !v2) return GetSandbox(c, id);
+    if (verb == http::verb::delete_ && !v2) return KillSandbox(c, id);
+    return c->RespondError(405, "method not allowed");
+  }
+  if (seg.size() == 3) {
+    const std::string& action = seg[2];
+    if (action == "timeout" && verb == http::verb::post) return SetTimeout(c, id);
+    if ((action == "connect" || action == "resume") && verb == http::verb::post) return ConnectSandbox(c, id);
+    if (action == "metrics" && verb == http::verb::get) return Metrics(c, id);
+    if (action == "logs" && verb == http::verb::get) return Logs(c, id, v2);
+    if (action == "pause" && verb == http::verb::post) {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!sandboxes_.count(id)) return c->RespondError(404, "sandbox " + id + " not found");
+      return c->RespondError(501, "pause is not supported by airlock yet (sandbox " + id + " keeps running)");
+    }
+  }
+  c->RespondError(404, "no route for " + c->method_string() + " " + path);
+}
+
+void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
+  ReadJson(c, [this, c](json body) {
+    CreateOptions opts;
+    opts.detach = true;
+    opts.vcpus = config_.default_vcpus;
+    opts.memory_mib = config_.default_memory_mib;
+    if (auto it = body.find("templateID"); it != body.end() && !it->is_null()) {
+      if (!it->is_string() || it->get<std::string>().empty()) return c->RespondError(400, "templateID must be a string");
+      opts.template_name = it->get<std::string>();
+    }
+    auto timeout = OptionalSeconds(body, "timeout");
+    if (!timeout.ok()) return c->RespondError(400, timeout.status().message());
+    auto metadata = StringMap(body, "metadata");
+    if (!metadata.ok()) return c->RespondError(400, metadata.status().message());
+    auto envs = StringMap(body, "envVars");
+    if (!envs.ok()) return c->RespondError(400, envs.status().message());
+    opts.env_vars = *envs;
+    int ttl = ClampTimeout(timeout->value_or(config_.default_timeout_s));
+    auto meta = std::move(metadata).value();
+    asio::post(*workers_, [this, c, opts, ttl, meta] {
+      auto t0 = std::chrono::steady_clock::now();
+      auto sb = manager_->Create(opts);
+      if (!sb.ok()) {
+        LOG_WARN("create failed: {}", sb.status().message());
+        Status st = sb.status();
+        return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
+      }
+      SandboxRecord r;
+      r.id = (*sb)->id();
+      r.template_id = opts.template_name;
+      r.state = "running";
+      r.created_at_ms = NowUnixMs();
+      r.ends_at_ms = r.created_at_ms + int64_t{ttl} * 1000;
+      r.metadata = meta;
+      r.env_vars = opts.env_vars;
+      r.access_token = (*sb)->access_token();
+      r.vcpus = opts.vcpus;
+      r.memory_mib = opts.memory_mib;
+      r.netns_ip = (*sb)->netns_ip();
+      r.vmm_pid = (*sb)->vmm_pid();
+      r.run_dir = (*sb)->run_dir();
+      if (Status st = registry_->PutSandbox(r); !st.ok()) LOG_WARN("sandbox={} registry: {}", r.id, st.message());
+      int disk_mib = 0;
+      if (auto img = image::FindImage(config_.manager.state_dir, r.template_id); img.ok()) {
+        struct stat st;
+        if (::stat(img->rootfs.c_str(), &st) == 0) disk_mib = static_cast<int>(st.st_size >> 20);
+      }
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        Entry e{r, *sb, disk_mib, {}};
+        e.logs.push_back({r.created_at_ms, "info", "sandbox created in " + std::to_string(static_cast<int>(ms)) + " ms"});
+        sandboxes_[r.id] = std::move(e);
+      }
+      LOG_INFO("sandbox={} created total_ms={:.0f} ttl_s={}", r.id, ms, ttl);
+      std::string out = SandboxJson(r).dump();
+      asio::post(c->executor(), [c, out] { c->Respond(201, "application/json", out); });
+    });
+  });
+}
+
+void Server::ListSandboxes(std::shared_ptr<HttpConn> c, bool v2) {
+  std::map<std::string, std::string> meta;
+  if (auto m = c->Query("metadata"); m && !m->empty()) meta = ParseMetadataFilter(*m);
+  bool want_running = true;
+  if (auto st = c->Query("state"); st && !st->empty()) {
+    want_running = ("," + *st + ",").find(",running,") != std::string::npos;
+  }
+  std::string tmpl = c->Query("template").value_or("");
+  bool asc = c->Query("order").value_or("desc") == "asc";
+  int limit = 100;
+  if (auto l = c->Query("limit"); l && !l->empty()) {
+    char* end = nullptr;
+    long v = std::strtol(l->c_str(), &end, 10);
+    if (*end != '\0' || v < 1) return c->RespondError(400, "limit must be a positive integer");
+    limit = static_cast<int>(std::min<long>(v, 100));
+  }
+  std::optional<std::pair<int64_t, std::string>> after;
+  if (auto t = c->Query("nextToken"); t && !t->empty()) {
+    after = ParsePageToken(*t);
+    if (!after) return c->RespondError(400, "invalid nextToken");
+  }
+  std::vector<std::pair<SandboxRecord, int>> rows;
+  size_t total_running = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    total_running = sandboxes_.size();
+    for (auto& [id, e] : sandboxes_) {
+      if (!want_running) break;
+      if (!tmpl.empty() && e.rec.template_id != tmpl) continue;
+      bool match = true;
+      for (auto& [k, v] : meta) {
+        auto it = e.rec.metadata.find(k);
+        if (it == e.rec.metadata.end() || it->second != v) match = false;
+      }
+      if (match) rows.emplace_back(e.rec, e.disk_mib);
+    }
+  }
+  auto key = [](const SandboxRecord& r) { return std::make_pair(r.created_at_ms, r.id); };
+  std::sort(rows.begin(), rows.end(), [&](auto& a, auto& b) {
+    return asc ? key(a.first) < key(b.first) : key(b.first) < key(a.first);
+  });
+  json arr = json::array();
+  HeaderList extra = {{"X-Total-Running", std::to_string(total_running)}};
+  int taken = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i].first;
+    if (after && (asc ? !(key(r) > *after) : !(key(r) < *after))) continue;
+    if (taken == limit) {
+      const auto& last = rows[i - 1].first;
+      extra.push_back({"X-Next-Token", std::to_string(last.created_at_ms) + "_" + last.id});
+      break;
+    }
+    arr.push_back(ListedJson(r, rows[i].second, false));
+    ++taken;
+  }
+  (void)v2;
+  c->Respond(200, "application/json", arr.dump(), extra);
+}
+
+void Server::GetSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
+  c->Respond(200, "application/json", ListedJson(it->second.rec, it->second.disk_mib, true).dump());
+}
+
+void Server::KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!sandboxes_.count(id)) return c->RespondError(404, "sandbox " + id + " not found");
+    sandboxes_.erase(id);
+  }
+  LOG_INFO("sandbox={} kill requested", id);
+  asio::post(*workers_, [this, c, id] {
+    Status st = manager_->Destroy(id);
+    (void)registry_->DeleteSandbox(id);
+    asio::post(c->executor(), [c, st, id] {
+      if (!st.ok() && st.code() != StatusCode::kNotFound) LOG_WARN("sandbox={} destroy: {}", id, st.message());
+      c->Respond(204, "", "");
+    });
+  });
+}
+
+void Server::SetTimeout(std::shared_ptr<HttpConn> c, const std::string& id) {
+  ReadJson(c, [this, c, id](json body) {
+    auto t = OptionalSeconds(body, "timeout");
+    if (!t.ok()) return c->RespondError(400, t.status().message());
+    if (!*t) return c->RespondError(400, "timeout is required");
+    int64_t ends = NowUnixMs() + int64_t{ClampTimeout(**t)} * 1000;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = sandboxes_.find(id);
+      if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
+      it->second.rec.ends_at_ms = ends;
+      if (it->second.logs.size() >= kMaxLogs) it->second.logs.pop_front();
+      it->second.logs.push_back({NowUnixMs(), "info", "timeout set to " + std::to_string(**t) + " s"});
+    }
+    asio::post(*workers_, [this, c, id, ends] {
+      (void)registry_->SetEndsAt(id, ends);
+      asio::post(c->executor(), [c] { c->Respond(204, "", ""); });
+    });
+  });
+}
+
+void Server::ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
+  ReadJson(c, [this, c, id](json body) {
+    auto t = OptionalSeconds(body, "timeout");
+    if (!t.ok()) return c->RespondError(400, t.status().message());
+    int64_t ends = NowUnixMs() + int64_t{ClampTimeout(t->value_or(config_.default_timeout_s))} * 1000;
+    SandboxRecord rec;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = sandboxes_.find(id);
+      if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
+      // A running sandbox's TTL is only ever extended (spec §1.5.6).
+      if (ends > it->second.rec.ends_at_ms) it->second.rec.ends_at_ms = ends;
+      rec = it->second.rec;
+    }
+    asio::post(*workers_, [this, c, rec] {
+      (void)registry_->SetEndsAt(rec.id, rec.ends_at_ms);
+      std::string out = SandboxJson(rec).dump();
+      asio::post(c->executor(), [c, out] { c->Respond(200, "application/json", out); });
+    });
+  });
+}
+
+void Server::Metrics(std::shared_ptr<HttpConn> c, const std::string& id) {
+  SandboxRecord rec;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
+    rec = it->second.rec;
+  }
+  asio::post(*workers_, [c, rec] {
+    HttpCall call;
+    call.host = rec.netns_ip;
+    call.port = kEnvdPort;
+    call.target = "/metrics";
+    call.headers = {{"X-Access-Token", rec.access_token}};
+    call.timeout = std::chrono::seconds(10);
+    call.max_body = 64 * 1024;
+    auto reply = HttpDo(call);
+    int status = 200;
+    std::string out;
+    json m = reply.ok() && reply->status == 200 ? json::parse(reply->body, nullptr, false) : json();
+    if (!m.is_object()) {
+      status = 502;
+      out = JsonError(502, reply.ok() ? "agent /metrics answered " + std::to_string(reply->status)
+                                      : "agent /metrics: " + reply.status().message());
+    } else {
+      auto num = [&](const char* k) { return m.contains(k) && m[k].is_number() ? m[k] : json(0); };
+      int64_t ts = m.contains("ts") && m["ts"].is_number_integer() ? m["ts"].get<int64_t>() : NowUnixMs() / 1000;
+      json point{{"timestamp", FormatRfc3339(ts * 1000)}, {"timestampUnix", ts},  {"cpuCount", num("cpu_count")},
+                 {"cpuUsedPct", num("cpu_used_pct")},       {"memUsed", num("mem_used")}, {"memTotal", num("mem_total")},
+                 {"memCache", num("mem_cache")},            {"diskUsed", num("disk_used")},
+                 {"diskTotal", num("disk_total")}};
+      out = json::array({point}).dump();
+    }
+    asio::post(c->executor(), [c, status, out] { c->Respond(status, "application/json", out); });
+  });
+}
+
+void Server::Logs(std::shared_ptr<HttpConn> c, const std::string& id, bool v2) {
+  int64_t from = 0;
+  if (auto s = c->Query(v2 ? "cursor" : "start"); s && !s->empty()) from = std::strtoll(s->c_str(), nullptr, 10);
+  size_t limit = 1000;
+  if (auto s = c->Query("limit"); s && !s->empty()) limit = std::strtoul(s->c_str(), nullptr, 10);
+  json entries = json::array(), lines = json::array();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
+    for (const auto& e : it->second.logs) {
+      if (e.ts_ms < from || entries.size() >= limit) continue;
+      entries.push_back({{"timestamp", FormatRfc3339(e.ts_ms)}, {"level", e.level}, {"message", e.message},
+                         {"fields", json::object()}});
+      lines.push_back({{"timestamp", FormatRfc3339(e.ts_ms)}, {"line", e.message}});
+    }
+  }
+  json out = v2 ? json{{"logs", entries}} : json{{"logs", lines}, {"logEntries", entries}};
+  c->Respond(200, "application/json", out.dump());
+}
+
+}  // namespace airlock::server

@@ -1,0 +1,253 @@
+#include "server/server.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+
+#include "common/log.h"
+#include "image/image.h"
+
+namespace airlock::server {
+
+std::map<std::string, std::string> ParseMetadataFilter(const std::string& value) {
+  std::map<std::string, std::string> out;
+  std::string once = UrlDecode(value, false);
+  size_t i = 0;
+  while (i <= once.size()) {
+    size_t amp = once.find('&', i);
+    if (amp == std::string::npos) amp = once.size();
+    std::string kv = once.substr(i, amp - i);
+    if (!kv.empty()) {
+      size_t eq = kv.find('=');
+      std::string k = UrlDecode(kv.substr(0, eq), true);
+      std::string v = eq == std::string::npos ? "" : UrlDecode(kv.substr(eq + 1), true);
+      out[k] = v;
+    }
+    i = amp + 1;
+  }
+  return out;
+}
+
+std::string FormatRfc3339(int64_t unix_ms) {
+  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(unix_ms % 1000));
+  return buf;
+}
+
+std::optional<std::pair<int64_t, std::string>> ParsePageToken(const std::string& token) {
+  size_t u = token.find('_');
+  if (u == std::string::npos || u == 0 || u + 1 >= token.size()) return std::nullopt;
+  char* end = nullptr;
+  long long ms = std::strtoll(token.c_str(), &end, 10);
+  if (end != token.c_str() + u) return std::nullopt;
+  return std::make_pair(static_cast<int64_t>(ms), token.substr(u + 1));
+}
+
+Server::Server(ServerConfig config) : config_(std::move(config)) {}
+
+StatusOr<std::unique_ptr<Server>> Server::Open(ServerConfig config) {
+  std::unique_ptr<Server> s(new Server(std::move(config)));
+  RETURN_IF_ERROR(s->Init());
+  return s;
+}
+
+Status Server::Init() {
+  const std::string& dir = config_.manager.state_dir;
+  ::mkdir(dir.c_str(), 0700);
+  std::string db = config_.db_path.empty() ? dir + "/airlock.db" : config_.db_path;
+  std::string db_dir = db.find('/') == std::string::npos ? "." : db.substr(0, db.rfind('/'));
+  ASSIGN_OR_RETURN(registry_, Registry::Open(db));
+  // Sandboxes of a previous daemon: adopt the live ones, forget the rest.
+  ASSIGN_OR_RETURN(auto records, registry_->ListSandboxes());
+  std::vector<AdoptRequest> adopt;
+  for (const auto& r : records) {
+    adopt.push_back({r.id, r.vmm_pid, r.template_id, r.access_token, r.vcpus, r.memory_mib});
+  }
+  ASSIGN_OR_RETURN(manager_, Manager::Open(config_.manager, adopt));
+  for (auto& r : records) {
+    auto sb = manager_->Get(r.id);
+    if (!sb) {
+      (void)registry_->DeleteSandbox(r.id);
+      continue;
+    }
+    Entry e;
+    e.rec = r;
+    e.rec.netns_ip = sb->netns_ip();
+    e.sb = sb;
+    if (auto img = image::FindImage(dir, r.template_id); img.ok()) {
+      struct stat st;
+      if (::stat(img->rootfs.c_str(), &st) == 0) e.disk_mib = static_cast<int>(st.st_size >> 20);
+    }
+    e.logs.push_back({NowUnixMs(), "info", "sandbox adopted by a restarted daemon"});
+    sandboxes_[r.id] = std::move(e);
+  }
+  if (config_.write_cli_key) {
+    std::string path = db_dir + "/cli.key";
+    std::string existing;
+    if (std::ifstream f(path); f) std::getline(f, existing);
+    auto valid = registry_->CheckApiKey(existing);
+    if (!valid.ok() || !*valid) {
+      (void)registry_->RemoveApiKey("cli");
+      ASSIGN_OR_RETURN(auto created, registry_->CreateApiKey("cli"));
+      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (fd < 0) return ErrnoError("open " + path);
+      std::string line = created.second + "\n";
+      bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+      ::close(fd);
+      if (!ok) return ErrnoError("write " + path);
+    }
+  }
+  workers_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(1, config_.workers)));
+  listener_ = std::make_unique<HttpListener>(
+      io_, [this](std::shared_ptr<HttpConn> c) { Handle(std::move(c)); }, config_.limits);
+  RETURN_IF_ERROR(listener_->Listen(config_.listen));
+  signals_ = std::make_unique<asio::signal_set>(io_, SIGINT, SIGTERM);
+  signals_->async_wait([this](boost::system::error_code ec, int sig) {
+    if (!ec) {
+      LOG_WARN("signal {} received, stopping", sig);
+      Stop();
+    }
+  });
+  reaper_ = std::make_unique<asio::steady_timer>(io_);
+  ScheduleReaper();
+  LOG_WARN("airlock serve listening on {} (port {}), {} sandbox(es) adopted", config_.listen, port(),
+           sandboxes_.size());
+  return OkStatus();
+}
+
+Server::~Server() {
+  Stop();
+  if (workers_) workers_->join();
+  if (manager_) {
+    if (config_.kill_on_exit) {
+      manager_->DestroyAll();
+    } else {
+      manager_->ReleaseAll();
+    }
+  }
+}
+
+void Server::Run() { io_.run(); }
+
+void Server::Stop() {
+  asio::post(io_, [this] {
+    if (listener_) listener_->Stop();
+    if (reaper_) reaper_->cancel();
+    if (signals_) signals_->cancel();
+    io_.stop();
+  });
+}
+
+int Server::ClampTimeout(int64_t seconds) const {
+  if (seconds < 0) seconds = 0;
+  if (seconds > config_.max_timeout_s) seconds = config_.max_timeout_s;
+  return static_cast<int>(seconds);
+}
+
+void Server::AddLog(const std::string& id, std::string level, std::string message) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return;
+  auto& logs = it->second.logs;
+  if (logs.size() >= kMaxLogs) logs.pop_front();
+  logs.push_back({NowUnixMs(), std::move(level), std::move(message)});
+}
+
+void Server::ScheduleReaper() {
+  reaper_->expires_after(config_.reaper_interval);
+  reaper_->async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
+    Reap();
+    ScheduleReaper();
+  });
+}
+
+void Server::Reap() {
+  std::vector<std::string> expired;
+  int64_t now = NowUnixMs();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [id, e] : sandboxes_) {
+      if (e.rec.ends_at_ms <= now) expired.push_back(id);
+    }
+  }
+  for (auto& id : expired) DestroyAsync(id, "TTL expired");
+}
+
+void Server::DestroyAsync(const std::string& id, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (sandboxes_.erase(id) == 0) return;
+  }
+  LOG_INFO("sandbox={} destroying: {}", id, why);
+  asio::post(*workers_, [this, id] {
+    Status st = manager_->Destroy(id);
+    if (!st.ok() && st.code() != StatusCode::kNotFound) LOG_WARN("sandbox={} destroy: {}", id, st.message());
+    (void)registry_->DeleteSandbox(id);
+  });
+}
+
+namespace {
+
+bool HostIsDirect(std::string host) {
+  if (host.empty()) return true;
+  if (host.front() == '[') {
+    size_t close = host.find(']');
+    host = host.substr(1, close == std::string::npos ? std::string::npos : close - 1);
+  } else if (size_t colon = host.rfind(':'); colon != std::string::npos && host.find(':') == colon) {
+    host = host.substr(0, colon);
+  }
+  if (host == "localhost" || host.rfind("sandbox.", 0) == 0) return true;
+  boost::system::error_code ec;
+  asio::ip::make_address(host, ec);
+  return !ec;
+}
+
+}  // namespace
+
+// Which sandbox a request is for (data plane), if any: E2b-Sandbox-Id when the
+// Host is localhost / an IP / sandbox.<domain>, else "<port>-<id>.<domain>".
+std::optional<std::string> Server::DataPlaneTarget(const HttpConn& c, uint16_t* port) const {
+  std::string host = c.Header("Host");
+  std::string id = c.Header("E2b-Sandbox-Id");
+  *port = kEnvdPort;
+  if (!id.empty() && HostIsDirect(host)) {
+    std::string p = c.Header("E2b-Sandbox-Port");
+    if (!p.empty()) {
+      char* end = nullptr;
+      unsigned long v = std::strtoul(p.c_str(), &end, 10);
+      if (*end != '\0' || v == 0 || v > 65535) return std::nullopt;
+      *port = static_cast<uint16_t>(v);
+    }
+    return id;
+  }
+  // "<port>-<id>.<domain>"
+  size_t dash = host.find('-'), dot = host.find('.');
+  if (dash != std::string::npos && dot != std::string::npos && dash < dot && dash > 0) {
+    std::string p = host.substr(0, dash);
+    char* end = nullptr;
+    unsigned long v = std::strtoul(p.c_str(), &end, 10);
+    if (*end == '\0' && v > 0 && v <= 65535) {
+      *port = static_cast<uint16_t>(v);
+      return host.substr(dash + 1, dot - dash - 1);
+    }
+  }
+  return std::nullopt;
+}
+
+void Server::Handle(std::shared_ptr<HttpConn> c) {
+  uint16_t port = kEnvdPort;
+  if (auto id = DataPlaneTarget(*c, &port)) return HandleData(std::move(c), *id, port);
+  HandleControl(std::move(c));
+}
+
+}  // namespace airlock::server

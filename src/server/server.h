@@ -1,0 +1,137 @@
+// The daemon (`airlock serve`): one HTTP port serving the E2B control plane
+// (spec §1: /v2/sandboxes, /sandboxes/{id}, ...; X-API-Key) and the data
+// plane (requests carrying E2b-Sandbox-Id are proxied to that sandbox's agent
+// or another guest port; X-Access-Token), see docs/server.md.
+//
+// Threads: one io_context thread runs every connection, the proxy and the
+// TTL reaper; blocking work (Manager::Create/Destroy, agent /metrics, SQLite
+// writes that follow them) runs on a small worker pool and posts its result
+// back to the connection's executor, so the event loop never blocks on a VM.
+//
+// State: an in-memory table of running sandboxes (guarded by mu_), mirrored
+// in the Registry (SQLite) so a restarted daemon re-adopts detached VMMs.
+// Errors are Status values; HTTP errors are JSON {"code","message"}.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "core/manager.h"
+#include "core/registry.h"
+#include "server/http_conn.h"
+
+namespace airlock::server {
+
+inline constexpr const char* kEnvdVersion = "0.6.13";
+inline constexpr uint16_t kEnvdPort = 49983;
+
+struct ServerConfig {
+  std::string listen = "127.0.0.1:3000";
+  ManagerConfig manager;
+  // The registry; empty: <state_dir>/airlock.db. The CLI key file is
+  // written beside it (cli.key, 0600). Tests point this at a temp dir so a
+  // test daemon never adopts the sandboxes of the real one.
+  std::string db_path;
+  int default_timeout_s = 300;  // TTL when create gives none
+  int max_timeout_s = 86400;    // upper bound of every TTL
+  int workers = 4;
+  int default_vcpus = 1;
+  int default_memory_mib = 512;
+  HttpLimits limits;
+  size_t max_json_body = 1 << 20;  // control-plane request bodies
+  // Write <state_dir>/cli.key (0600) holding a key for the local CLI.
+  bool write_cli_key = true;
+  std::chrono::milliseconds reaper_interval{1000};
+  // On a clean stop: true destroys every sandbox; false leaves the detached
+  // VMMs running for the next daemon to adopt.
+  bool kill_on_exit = false;
+};
+
+// One lifecycle/exec event of a sandbox (GET /v2/sandboxes/{id}/logs).
+struct LogEvent {
+  int64_t ts_ms = 0;
+  std::string level;  // "info" | "warn"
+  std::string message;
+};
+
+class Server {
+ public:
+  // Opens the registry and the Manager (re-adopting live sandboxes of a
+  // previous daemon), then listens. Errors: the failing step.
+  static StatusOr<std::unique_ptr<Server>> Open(ServerConfig config);
+  ~Server();
+  uint16_t port() const { return listener_->port(); }
+  // Serves until Stop() or SIGINT/SIGTERM.
+  void Run();
+  void Stop();  // thread-safe
+  Registry& registry() { return *registry_; }
+  Manager& manager() { return *manager_; }
+
+ private:
+  struct Entry {
+    SandboxRecord rec;
+    std::shared_ptr<Sandbox> sb;
+    int disk_mib = 0;
+    std::deque<LogEvent> logs;  // bounded (kMaxLogs)
+  };
+  static constexpr size_t kMaxLogs = 1000;
+
+  explicit Server(ServerConfig config);
+  Status Init();
+  void Handle(std::shared_ptr<HttpConn> c);
+  std::optional<std::string> DataPlaneTarget(const HttpConn& c, uint16_t* port) const;
+
+  // control plane (control_plane.cc)
+  void HandleControl(std::shared_ptr<HttpConn> c);
+  void CreateSandbox(std::shared_ptr<HttpConn> c);
+  void ListSandboxes(std::shared_ptr<HttpConn> c, bool v2);
+  void GetSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
+  void KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
+  void SetTimeout(std::shared_ptr<HttpConn> c, const std::string& id);
+  void ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
+  void Metrics(std::shared_ptr<HttpConn> c, const std::string& id);
+  void Logs(std::shared_ptr<HttpConn> c, const std::string& id, bool v2);
+  // Reads a bounded JSON object body; answers 400/413 itself and returns
+  // nothing on failure.
+  void ReadJson(std::shared_ptr<HttpConn> c, std::function<void(nlohmann::json)> then);
+
+  // data plane (proxy.cc)
+  void HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint16_t port);
+
+  // state
+  void AddLog(const std::string& id, std::string level, std::string message);
+  void Reap();
+  void ScheduleReaper();
+  void DestroyAsync(const std::string& id, const std::string& why);
+  int ClampTimeout(int64_t seconds) const;
+
+  ServerConfig config_;
+  asio::io_context io_;
+  std::unique_ptr<asio::thread_pool> workers_;
+  std::unique_ptr<HttpListener> listener_;
+  std::unique_ptr<asio::signal_set> signals_;
+  std::unique_ptr<asio::steady_timer> reaper_;
+  std::unique_ptr<Registry> registry_;
+  std::unique_ptr<Manager> manager_;
+  std::mutex mu_;
+  std::map<std::string, Entry> sandboxes_;
+};
+
+// Spec §1.5.5 metadata filter: the decoded query value is unescaped once
+// more, split on '&' and '=', and each key and value unescaped again.
+std::map<std::string, std::string> ParseMetadataFilter(const std::string& value);
+// RFC 3339 UTC with milliseconds, e.g. "2026-01-02T03:04:05.678Z".
+std::string FormatRfc3339(int64_t unix_ms);
+// Parses "<created_ms>_<id>" page tokens; nullopt when malformed.
+std::optional<std::pair<int64_t, std::string>> ParsePageToken(const std::string& token);
+
+}  // namespace airlock::server

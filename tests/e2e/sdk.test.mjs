@@ -1,0 +1,196 @@
+// End-to-end: the official e2b SDK (2.51.0, unmodified) against a real
+// `airlock serve` started here with a temp port, a fresh registry (so a fresh
+// API key) and the real state dir for images. Every SDK call of
+// shared/spec/e2b-wire.md §6 that airlock supports is exercised.
+//
+// Env: AIRLOCK_BIN (the airlock binary, required), AIRLOCK_STATE_DIR
+// (default /var/lib/airlock). Skips (with the reason) when not root or when
+// no guest image exists.
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+
+const BIN = process.env.AIRLOCK_BIN
+const STATE_DIR = process.env.AIRLOCK_STATE_DIR || '/var/lib/airlock'
+let skipReason = null
+if (!BIN || !existsSync(BIN)) skipReason = 'AIRLOCK_BIN is not set to the airlock binary'
+else if (process.getuid() !== 0) skipReason = 'needs root (microVMs, network namespaces)'
+else if (!existsSync(join(STATE_DIR, 'images'))) skipReason = `no guest image in ${STATE_DIR} (run make image)`
+let e2b = null
+if (!skipReason) {
+  try {
+    e2b = await import('e2b')
+  } catch (e) {
+    skipReason = `the e2b SDK is not installed (run: npm ci in tests/e2e; scripts/setup does): ${e.message}`
+  }
+}
+if (skipReason) console.log(`# SKIP e2e: ${skipReason}`)
+const { Sandbox, CommandExitError, SandboxNotFoundError } = e2b ?? {}
+
+let daemon, tmp, url, opts
+const t0 = Date.now()
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer()
+    s.once('error', reject)
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address()
+      s.close(() => resolve(port))
+    })
+  })
+}
+
+async function waitHealthy(base, ms) {
+  const end = Date.now() + ms
+  while (Date.now() < end) {
+    try {
+      const r = await fetch(`${base}/health`)
+      if (r.status === 200) return
+    } catch {}
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  throw new Error('daemon did not answer /health')
+}
+
+before(async () => {
+  if (skipReason) return
+  tmp = mkdtempSync(join(tmpdir(), 'airlock-e2e-'))
+  const port = await freePort()
+  url = `http://127.0.0.1:${port}`
+  daemon = spawn(BIN, ['--state-dir', STATE_DIR, 'serve', '--listen', `127.0.0.1:${port}`,
+    '--db', join(tmp, 'airlock.db'), '--kill-on-exit'], { stdio: ['ignore', 'inherit', 'inherit'] })
+  await waitHealthy(url, 20000)
+  const apiKey = readFileSync(join(tmp, 'cli.key'), 'utf8').trim()
+  opts = { apiKey, apiUrl: url, sandboxUrl: url, requestTimeoutMs: 120000 }
+})
+
+after(async () => {
+  if (daemon) {
+    daemon.kill('SIGTERM')
+    await new Promise((r) => daemon.once('exit', r))
+  }
+  if (tmp) rmSync(tmp, { recursive: true, force: true })
+})
+
+const maybe = skipReason ? test.skip : test
+
+maybe('sandbox lifecycle, commands and files through the official SDK', { timeout: 600000 }, async (t) => {
+  const c0 = Date.now()
+  const sbx = await Sandbox.create('base', { ...opts, metadata: { suite: 'e2e', n: '1' }, envs: { FOO: 'bar' }, timeoutMs: 120000 })
+  const createMs = Date.now() - c0
+  console.log(`# create latency ${createMs} ms`)
+  const tti0 = Date.now()
+  const first = await sbx.commands.run('echo ready')
+  console.log(`# first command after create ${Date.now() - tti0} ms (TTI create+run ${createMs + Date.now() - tti0} ms)`)
+  assert.equal(first.stdout, 'ready\n')
+  try {
+    await t.test('commands.run foreground with onStdout/onStderr', async () => {
+      const out = [], err = []
+      const r = await sbx.commands.run('echo hi; echo err >&2', { onStdout: (d) => out.push(d), onStderr: (d) => err.push(d) })
+      assert.equal(r.exitCode, 0)
+      assert.equal(r.stdout, 'hi\n')
+      assert.equal(r.stderr, 'err\n')
+      assert.equal(out.join(''), 'hi\n')
+      assert.equal(err.join(''), 'err\n')
+    })
+    await t.test('non-zero exit throws CommandExitError', async () => {
+      await assert.rejects(sbx.commands.run('exit 3'), (e) => e instanceof CommandExitError && e.exitCode === 3)
+    })
+    await t.test('sandbox-wide envVars, cwd, env and user', async () => {
+      assert.equal((await sbx.commands.run('echo $FOO')).stdout, 'bar\n')
+      const r = await sbx.commands.run('pwd; echo $X; whoami', { cwd: '/tmp', envs: { X: 'y' }, user: 'root' })
+      assert.equal(r.stdout, '/tmp\ny\nroot\n')
+      assert.equal((await sbx.commands.run('whoami')).stdout, 'user\n')
+    })
+    await t.test('background + kill', async () => {
+      const h = await sbx.commands.run('sleep 30', { background: true })
+      assert.ok(h.pid > 0)
+      assert.equal(await h.kill(), true)
+      await assert.rejects(h.wait(), (e) => e instanceof CommandExitError)
+    })
+    await t.test('stdin: sendStdin + closeStdin', async () => {
+      const h = await sbx.commands.run('cat', { background: true, stdin: true })
+      await h.sendStdin('abc\n')
+      await h.closeStdin()
+      const r = await h.wait()
+      assert.equal(r.stdout, 'abc\n')
+    })
+    await t.test('files: write/read/list/exists/makeDir/rename/remove', async () => {
+      const w = await sbx.files.write('/home/user/a.txt', 'hello')
+      assert.equal(w.path, '/home/user/a.txt')
+      assert.equal(await sbx.files.read('/home/user/a.txt'), 'hello')
+      const multi = await sbx.files.write([{ path: '/home/user/b.txt', data: 'B' }, { path: 'c.txt', data: 'C' }])
+      assert.deepEqual(multi.map((e) => e.path), ['/home/user/b.txt', '/home/user/c.txt'])
+      assert.equal(await sbx.files.read('/home/user/c.txt'), 'C')
+      const stream = new ReadableStream({
+        start(c) { c.enqueue(new TextEncoder().encode('stream-')); c.enqueue(new TextEncoder().encode('data')); c.close() },
+      })
+      await sbx.files.write('/home/user/s.bin', stream)
+      assert.equal(await sbx.files.read('/home/user/s.bin'), 'stream-data')
+      await sbx.files.write('/home/user/g.txt', 'gzipped', { gzip: true })
+      assert.equal(await sbx.files.read('/home/user/g.txt'), 'gzipped')
+      const big = 'x'.repeat(3 * 1024 * 1024)
+      await sbx.files.write('/home/user/big.txt', big)
+      assert.equal((await sbx.files.read('/home/user/big.txt')).length, big.length)
+      const names = (await sbx.files.list('/home/user')).map((e) => e.name)
+      for (const n of ['a.txt', 'b.txt', 'c.txt', 's.bin', 'g.txt']) assert.ok(names.includes(n), n)
+      assert.equal(await sbx.files.exists('/home/user/a.txt'), true)
+      assert.equal(await sbx.files.exists('/home/user/nope'), false)
+      assert.equal(await sbx.files.makeDir('/home/user/dir'), true)
+      assert.equal(await sbx.files.makeDir('/home/user/dir'), false)
+      const moved = await sbx.files.rename('/home/user/dir', '/home/user/dir2')
+      assert.equal(moved.path, '/home/user/dir2')
+      await sbx.files.remove('/home/user/a.txt')
+      assert.equal(await sbx.files.exists('/home/user/a.txt'), false)
+      await assert.rejects(sbx.files.read('/home/user/a.txt'))
+    })
+    await t.test('getInfo, setTimeout, getMetrics, isRunning, connect', async () => {
+      const info = await sbx.getInfo()
+      assert.equal(info.sandboxId, sbx.sandboxId)
+      assert.equal(info.templateId, 'base')
+      assert.deepEqual(info.metadata, { suite: 'e2e', n: '1' })
+      assert.equal(info.state, 'running')
+      await sbx.setTimeout(600000)
+      const info2 = await sbx.getInfo()
+      assert.ok(info2.endAt.getTime() - Date.now() > 500000, 'setTimeout moved endAt')
+      const m = await sbx.getMetrics()
+      assert.ok(m.length >= 1 && m[0].memTotal > 0 && m[0].cpuCount >= 1)
+      assert.equal(await sbx.isRunning(), true)
+      const again = await Sandbox.connect(sbx.sandboxId, opts)
+      assert.equal((await again.commands.run('echo again')).stdout, 'again\n')
+      await assert.rejects(Sandbox.connect('nosuchsandbox0000000', opts), (e) => e instanceof SandboxNotFoundError)
+      await assert.rejects(sbx.pause(), /501|not supported/)
+    })
+    await t.test('list, metadata filter and paging', async () => {
+      const other = await Sandbox.create('base', { ...opts, metadata: { suite: 'e2e', n: '2' } })
+      try {
+        const all = await Sandbox.list({ ...opts, query: { metadata: { suite: 'e2e' } } }).nextItems()
+        assert.deepEqual(new Set(all.map((s) => s.sandboxId)), new Set([sbx.sandboxId, other.sandboxId]))
+        const only = await Sandbox.list({ ...opts, query: { metadata: { n: '2' } } }).nextItems()
+        assert.deepEqual(only.map((s) => s.sandboxId), [other.sandboxId])
+        const p = Sandbox.list({ ...opts, limit: 1, query: { metadata: { suite: 'e2e' } } })
+        const seen = []
+        while (p.hasNext) seen.push(...(await p.nextItems()))
+        assert.equal(seen.length, 2)
+        // One sandbox's token does not open another sandbox.
+        const detail = await (await fetch(`${url}/sandboxes/${sbx.sandboxId}`, { headers: { 'X-API-Key': opts.apiKey } })).json()
+        assert.match(detail.envdAccessToken, /^[0-9a-f]{64}$/)
+        const mine = await fetch(`${url}/envs`, { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': detail.envdAccessToken } })
+        assert.equal(mine.status, 200)
+        const r = await fetch(`${url}/envs`, { headers: { 'E2b-Sandbox-Id': other.sandboxId, 'X-Access-Token': detail.envdAccessToken } })
+        assert.equal(r.status, 401)
+      } finally {
+        await other.kill()
+      }
+    })
+  } finally {
+    assert.equal(await sbx.kill(), true)
+  }
+  assert.equal(await Sandbox.kill(sbx.sandboxId, opts), false)
+  assert.equal(await sbx.isRunning(), false)
+})

@@ -1,0 +1,127 @@
+// The agent's side of sandbox auth (agent/auth.h): POST /init, the
+// X-Access-Token check, the exempt paths and signed /files URLs, against an
+// in-process Agent on 127.0.0.1:<free port>.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "agent/agent.h"
+#include "agent/auth.h"
+#include "agent/sha256.h"
+
+namespace airlock::agent {
+namespace {
+
+std::string Hex(const std::array<uint8_t, 32>& d) {
+  static const char* k = "0123456789abcdef";
+  std::string s;
+  for (uint8_t b : d) {
+    s.push_back(k[b >> 4]);
+    s.push_back(k[b & 15]);
+  }
+  return s;
+}
+
+TEST(AgentAuthTest, Sha256KnownVectors) {
+  EXPECT_EQ(Hex(Sha256("")), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(Hex(Sha256("abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(Hex(Sha256(std::string(1000, 'a'))), "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3");
+}
+
+TEST(AgentAuthTest, HelpersParseAndCompare) {
+  EXPECT_EQ(ParseRfc3339("1970-01-01T00:00:10Z"), 10);
+  EXPECT_EQ(ParseRfc3339("2026-01-02T03:04:05.123Z"), 1767323045);
+  EXPECT_EQ(ParseRfc3339("2026-01-02T04:04:05+01:00"), 1767323045);
+  EXPECT_FALSE(ParseRfc3339("yesterday"));
+  EXPECT_TRUE(SecureEqual("abc", "abc"));
+  EXPECT_FALSE(SecureEqual("abc", "abd"));
+  EXPECT_FALSE(SecureEqual("abc", "ab"));
+  std::string sig = FileSignature("/home/user/a.txt", "read", "", "tok", std::nullopt);
+  EXPECT_EQ(sig.rfind("v1_", 0), 0u);
+  EXPECT_EQ(sig.find('='), std::string::npos);
+  EXPECT_NE(sig, FileSignature("/home/user/a.txt", "write", "", "tok", std::nullopt));
+  EXPECT_NE(sig, FileSignature("/home/user/a.txt", "read", "", "tok", 123));
+}
+
+class AgentServer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    AgentOptions o;
+    o.listen = "127.0.0.1:0";
+    agent_ = std::make_unique<Agent>(io_, o);
+    ASSERT_TRUE(agent_->Start().ok());
+    port_ = agent_->port();
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  void TearDown() override {
+    io_.stop();
+    thread_.join();
+  }
+  // One request on its own connection; returns "status\nbody".
+  std::pair<int, std::string> Req(const std::string& method, const std::string& target, const std::string& headers,
+                                  const std::string& body = "") {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port_);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    std::string req = method + " " + target + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + headers +
+                      "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    EXPECT_EQ(::write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    int status = out.size() > 12 ? std::atoi(out.c_str() + 9) : 0;
+    size_t p = out.find("\r\n\r\n");
+    return {status, p == std::string::npos ? "" : out.substr(p + 4)};
+  }
+  asio::io_context io_;
+  std::unique_ptr<Agent> agent_;
+  uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+TEST_F(AgentServer, InitSetsTokenOnceAndEveryPathChecksIt) {
+  // Before /init: open (backwards compatible with token-less use).
+  EXPECT_EQ(Req("GET", "/envs", "").first, 200);
+  EXPECT_EQ(Req("POST", "/init", "Content-Type: application/json\r\n", "{not json").first, 400);
+  auto init = Req("POST", "/init", "", R"({"accessToken":"secret","envVars":{"A":"1"}})");
+  EXPECT_EQ(init.first, 204) << init.second;
+  // Exempt: /health. Everything else needs the token.
+  EXPECT_EQ(Req("GET", "/health", "").first, 204);
+  auto no = Req("GET", "/envs", "");
+  EXPECT_EQ(no.first, 401);
+  EXPECT_NE(no.second.find("\"code\":401"), std::string::npos) << no.second;
+  EXPECT_EQ(Req("GET", "/envs", "X-Access-Token: wrong\r\n").first, 401);
+  EXPECT_EQ(Req("POST", "/process.Process/List", "Content-Type: application/json\r\n", "{}").first, 401);
+  auto ok = Req("GET", "/envs", "X-Access-Token: secret\r\n");
+  EXPECT_EQ(ok.first, 200);
+  EXPECT_EQ(ok.second, R"({"A":"1"})");
+  // The token cannot be replaced without the current one.
+  EXPECT_EQ(Req("POST", "/init", "", R"({"accessToken":"mine"})").first, 401);
+  EXPECT_EQ(Req("POST", "/init", "X-Access-Token: secret\r\n", R"({"accessToken":"next"})").first, 204);
+  EXPECT_EQ(Req("GET", "/envs", "X-Access-Token: secret\r\n").first, 401);
+  EXPECT_EQ(Req("GET", "/envs", "X-Access-Token: next\r\n").first, 200);
+  // /files: a valid signature instead of the header; a bad or expired one fails.
+  std::string path = "/nonexistent-airlock-test";
+  std::string sig = FileSignature(path, "read", "", "next", std::nullopt);
+  EXPECT_EQ(Req("GET", "/files?path=" + path, "").first, 401);
+  EXPECT_EQ(Req("GET", "/files?path=" + path + "&signature=v1_bogus", "").first, 401);
+  auto signed_req = Req("GET", "/files?path=" + path + "&signature=" + sig, "");
+  // Past the token check: 404, or 401 "invalid username" when this host has
+  // no user named `user`; never a signature/token failure.
+  EXPECT_EQ(signed_req.second.find("signature"), std::string::npos) << signed_req.second;
+  EXPECT_EQ(signed_req.second.find("X-Access-Token"), std::string::npos) << signed_req.second;
+  std::string expired = FileSignature(path, "read", "", "next", 1000);
+  EXPECT_EQ(Req("GET", "/files?path=" + path + "&signature=" + expired + "&signature_expiration=1000", "").first, 401);
+}
+
+}  // namespace
+}  // namespace airlock::agent

@@ -1,0 +1,103 @@
+// Pure pieces of the daemon: query/metadata parsing, page tokens, time
+// formatting, address parsing, and the SQLite registry (temp file).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "core/http_client.h"
+#include "core/registry.h"
+#include "server/server.h"
+
+namespace airlock {
+namespace {
+
+TEST(ServerUnitTest, MetadataFilterAsTheSdkEncodesIt) {
+  // Spec §1.5.5 capture: metadata=k%252520y%3Dv%2525261, once decoded by the
+  // HTTP layer → "k%2520y=v%25261".
+  auto m = server::ParseMetadataFilter("k%2520y=v%25261");
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m["k y"], "v&1");
+  auto two = server::ParseMetadataFilter("a%3Db%26c%3Dd");  // "a=b&c=d" escaped once more
+  EXPECT_EQ(two, (std::map<std::string, std::string>{{"a", "b"}, {"c", "d"}}));
+  EXPECT_TRUE(server::ParseMetadataFilter("").empty());
+}
+
+TEST(ServerUnitTest, PageTokensAndTimes) {
+  auto t = server::ParsePageToken("1700000000123_abc");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->first, 1700000000123);
+  EXPECT_EQ(t->second, "abc");
+  EXPECT_FALSE(server::ParsePageToken("garbage"));
+  EXPECT_FALSE(server::ParsePageToken("_abc"));
+  EXPECT_FALSE(server::ParsePageToken("12x_abc"));
+  EXPECT_EQ(server::FormatRfc3339(0), "1970-01-01T00:00:00.000Z");
+  EXPECT_EQ(server::FormatRfc3339(1767323045123), "2026-01-02T03:04:05.123Z");
+}
+
+TEST(ServerUnitTest, HostPortAndEncoding) {
+  auto a = ParseHostPort("http://127.0.0.1:3000/");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->first, "127.0.0.1");
+  EXPECT_EQ(a->second, 3000);
+  auto b = ParseHostPort("[::1]:80");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->first, "::1");
+  EXPECT_FALSE(ParseHostPort("nohost").ok());
+  EXPECT_FALSE(ParseHostPort("h:99999").ok());
+  EXPECT_EQ(UrlEncodeComponent("/a b&c"), "%2Fa%20b%26c");
+}
+
+TEST(ServerUnitTest, RegistrySandboxesAndKeys) {
+  std::string dir = std::filesystem::temp_directory_path() / ("airlock-reg-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    auto reg = Registry::Open(dir + "/airlock.db");
+    ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+    SandboxRecord r;
+    r.id = "abc";
+    r.template_id = "base";
+    r.state = "running";
+    r.created_at_ms = 1;
+    r.ends_at_ms = 2;
+    r.metadata = {{"k", "v"}};
+    r.env_vars = {{"E", "1"}};
+    r.access_token = "tok";
+    r.netns_ip = "198.18.0.1";
+    r.vmm_pid = 42;
+    r.run_dir = "/x";
+    ASSERT_TRUE((*reg)->PutSandbox(r).ok());
+    ASSERT_TRUE((*reg)->SetEndsAt("abc", 99).ok());
+    EXPECT_EQ((*reg)->SetEndsAt("nope", 1).code(), StatusCode::kNotFound);
+    auto key = (*reg)->CreateApiKey("ci");
+    ASSERT_TRUE(key.ok());
+    EXPECT_EQ(key->second.rfind("al_", 0), 0u);
+    EXPECT_EQ(key->second.size(), 51u);
+    EXPECT_TRUE(*(*reg)->CheckApiKey(key->second));
+    EXPECT_FALSE(*(*reg)->CheckApiKey("al_nope"));
+    EXPECT_FALSE(*(*reg)->CheckApiKey(""));
+    EXPECT_FALSE((*reg)->CreateApiKey("").ok());
+  }
+  // Reopened: everything persisted; keys stored hashed only.
+  auto reg = Registry::Open(dir + "/airlock.db");
+  ASSERT_TRUE(reg.ok());
+  auto list = (*reg)->ListSandboxes();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].ends_at_ms, 99);
+  EXPECT_EQ((*list)[0].metadata.at("k"), "v");
+  EXPECT_EQ((*list)[0].env_vars.at("E"), "1");
+  EXPECT_EQ((*list)[0].vmm_pid, 42);
+  auto keys = (*reg)->ListApiKeys();
+  ASSERT_TRUE(keys.ok());
+  ASSERT_EQ(keys->size(), 1u);
+  EXPECT_EQ((*keys)[0].name, "ci");
+  EXPECT_TRUE((*reg)->RemoveApiKey("ci").ok());
+  EXPECT_EQ((*reg)->RemoveApiKey("ci").code(), StatusCode::kNotFound);
+  ASSERT_TRUE((*reg)->DeleteSandbox("abc").ok());
+  EXPECT_TRUE((*reg)->ListSandboxes()->empty());
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace airlock
