@@ -5,7 +5,7 @@ BUILD ?= build
 STATE_DIR ?= /var/lib/airlock
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build image demo test unit-test bench clean format
+.PHONY: all setup build image demo test unit-test bench bench-tti clean format
 
 all: build
 
@@ -30,6 +30,10 @@ unit-test: build
 
 bench: image
 	$(BUILD)/bench/airlock-bench --state-dir $(STATE_DIR)
+
+# Time to interactive through the official SDK (issue 3's table); N=100 takes a while under TCG.
+bench-tti: image
+	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/tti.mjs $(or $(N),100)
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

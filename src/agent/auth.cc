@@ -3,12 +3,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
 #include <cstring>
 
 #include "agent/agent.h"
 #include "agent/http_server.h"
 #include "agent/log.h"
-#include "agent/sha256.h"
 #include "envd/proto_json.h"
 
 namespace airlock::agent {
@@ -17,40 +19,15 @@ std::string FileSignature(const std::string& path, const std::string& operation,
                           const std::string& token, std::optional<int64_t> expiration) {
   std::string s = path + ":" + operation + ":" + user + ":" + token;
   if (expiration) s += ":" + std::to_string(*expiration);
-  auto digest = Sha256(s);
-  std::string b64 = envd::Base64Encode(std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size()));
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), digest);
+  std::string b64 = envd::Base64Encode(std::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
   while (!b64.empty() && b64.back() == '=') b64.pop_back();
   return "v1_" + b64;
 }
 
 bool SecureEqual(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
-std::optional<int64_t> ParseRfc3339(const std::string& s) {
-  std::tm tm{};
-  const char* rest = strptime(s.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
-  if (!rest) return std::nullopt;
-  if (*rest == '.') {
-    ++rest;
-    while (*rest >= '0' && *rest <= '9') ++rest;
-  }
-  int64_t offset = 0;
-  if (*rest == 'Z' || *rest == 'z') {
-    ++rest;
-  } else if (*rest == '+' || *rest == '-') {
-    int hh = 0, mm = 0;
-    if (std::sscanf(rest + 1, "%2d:%2d", &hh, &mm) != 2) return std::nullopt;
-    offset = (hh * 3600 + mm * 60) * (*rest == '+' ? 1 : -1);
-    rest += 6;
-  } else {
-    return std::nullopt;
-  }
-  if (*rest != '\0') return std::nullopt;
-  return static_cast<int64_t>(timegm(&tm)) - offset;
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 namespace {
@@ -114,11 +91,11 @@ void HandleInit(Agent& agent, std::shared_ptr<Session> s) {
     // Only the guest's PID 1 owns the clock: an agent run on a host (tests,
     // --listen on a dev box) must never set the host's time.
     if (auto it = j.find("timestamp"); ::getpid() == 1 && it != j.end() && it->is_string()) {
-      if (auto t = ParseRfc3339(it->get<std::string>())) {
+      if (auto t = envd::ParseTimestamp(it->get<std::string>()); t.ok()) {
         timespec now{};
         clock_gettime(CLOCK_REALTIME, &now);
-        if (std::llabs(static_cast<long long>(now.tv_sec) - *t) > 2) {
-          timespec set{static_cast<time_t>(*t), 0};
+        if (std::llabs(static_cast<long long>(now.tv_sec) - t->seconds) > 2) {
+          timespec set{static_cast<time_t>(t->seconds), t->nanos};
           if (clock_settime(CLOCK_REALTIME, &set) != 0) LogDebug("clock_settime: %s", std::strerror(errno));
         }
       }

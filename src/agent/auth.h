@@ -34,8 +34,6 @@ std::string FileSignature(const std::string& path, const std::string& operation,
                           const std::string& token, std::optional<int64_t> expiration);
 // Constant-time string comparison.
 bool SecureEqual(const std::string& a, const std::string& b);
-// RFC 3339 "YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)" → Unix seconds.
-std::optional<int64_t> ParseRfc3339(const std::string& s);
 
 // OK when the request may proceed; Unauthenticated otherwise.
 Status CheckAccess(const Agent& agent, const Session& s);

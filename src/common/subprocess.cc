@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -171,6 +172,14 @@ StatusOr<Child> Spawn(const SpawnOptions& o) {
     if (::dup2(in, 0) < 0) fail(stage);
     if (out >= 0 && ::dup2(out, 1) < 0) fail(stage);
     if (er >= 0 && ::dup2(er, 2) < 0) fail(stage);
+    // Nothing else of ours leaks into the child (listening sockets, other
+    // sandboxes' fds): close every fd above 2 except the exec-error pipe,
+    // which closes itself on exec.
+    {
+      unsigned ew = static_cast<unsigned>(err_w.get());
+      if (ew > 3) ::syscall(SYS_close_range, 3u, ew - 1, 0u);
+      ::syscall(SYS_close_range, ew + 1, ~0u, 0u);
+    }
     stage = 3;
     if (cwd && ::chdir(cwd) != 0) fail(stage);
     stage = 4;

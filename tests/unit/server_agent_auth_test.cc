@@ -11,32 +11,19 @@
 
 #include "agent/agent.h"
 #include "agent/auth.h"
-#include "agent/sha256.h"
 
 namespace airlock::agent {
 namespace {
 
-std::string Hex(const std::array<uint8_t, 32>& d) {
-  static const char* k = "0123456789abcdef";
-  std::string s;
-  for (uint8_t b : d) {
-    s.push_back(k[b >> 4]);
-    s.push_back(k[b & 15]);
-  }
-  return s;
-}
-
-TEST(AgentAuthTest, Sha256KnownVectors) {
-  EXPECT_EQ(Hex(Sha256("")), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(Hex(Sha256("abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  EXPECT_EQ(Hex(Sha256(std::string(1000, 'a'))), "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3");
+// Signatures as the SDK computes them (spec §4.2): "v1_" + unpadded base64 of
+// SHA-256("<path>:<operation>:<user>:<token>[:<expiration>]"). Expected
+// values computed independently (Python hashlib).
+TEST(AgentAuthTest, FileSignatureKnownVectors) {
+  EXPECT_EQ(FileSignature("/home/user/a.txt", "read", "", "tok", std::nullopt), "v1_Zkbb3914oLJLvMBzCAHQhm2ydBLxbSx2eQUR/kLdvIY");
+  EXPECT_EQ(FileSignature("/home/user/a.txt", "write", "root", "tok", 1767323045), "v1_c2qyCWEXv9vQwQg1ZvGMaq/J8saYSfmfa8Xkejbw5+s");
 }
 
 TEST(AgentAuthTest, HelpersParseAndCompare) {
-  EXPECT_EQ(ParseRfc3339("1970-01-01T00:00:10Z"), 10);
-  EXPECT_EQ(ParseRfc3339("2026-01-02T03:04:05.123Z"), 1767323045);
-  EXPECT_EQ(ParseRfc3339("2026-01-02T04:04:05+01:00"), 1767323045);
-  EXPECT_FALSE(ParseRfc3339("yesterday"));
   EXPECT_TRUE(SecureEqual("abc", "abc"));
   EXPECT_FALSE(SecureEqual("abc", "abd"));
   EXPECT_FALSE(SecureEqual("abc", "ab"));

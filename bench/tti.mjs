@@ -1,0 +1,91 @@
+// Time to interactive through the official e2b SDK, the way public sandbox
+// benchmarks measure it: Sandbox.create() then the first
+// commands.run('echo hi') result, N times in sequence; plus the exec round
+// trip of `true` through the SDK beside the same RPC as raw HTTP (one
+// Connect envelope, read to the end of the stream) in the same run.
+//
+// Usage (root): node bench/tti.mjs [N]   (default 100; AIRLOCK_BIN, AIRLOCK_STATE_DIR)
+// Run via `make bench-tti`. Starts its own daemon on a free port.
+import { spawn } from 'node:child_process'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+const here = dirname(fileURLToPath(import.meta.url))
+const require = createRequire(join(here, '../tests/e2e/package.json'))
+const { Sandbox } = require('e2b')
+const N = Number(process.argv[2] || 100)
+const EXECS = 50
+const BIN = process.env.AIRLOCK_BIN || join(here, '../build/airlock')
+const STATE_DIR = process.env.AIRLOCK_STATE_DIR || '/var/lib/airlock'
+
+const freePort = () => new Promise((res, rej) => {
+  const s = createServer().once('error', rej)
+  s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => res(port)) })
+})
+const pct = (v, p) => { const s = [...v].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.ceil(p / 100 * s.length) - 1)] }
+const row = (name, v) => console.log(`| ${name.padEnd(46)} | ${pct(v, 50).toFixed(1).padStart(8)} | ${pct(v, 95).toFixed(1).padStart(8)} | ${pct(v, 99).toFixed(1).padStart(8)} | ${String(v.length).padStart(4)} |`)
+
+const tmp = mkdtempSync(join(tmpdir(), 'airlock-tti-'))
+const port = await freePort()
+const url = `http://127.0.0.1:${port}`
+const daemon = spawn(BIN, ['--state-dir', STATE_DIR, 'serve', '--listen', `127.0.0.1:${port}`, '--db', join(tmp, 'airlock.db'),
+  '--kill-on-exit'], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, AIRLOCK_LOG: 'warn' } })
+try {
+  for (let i = 0; ; i++) {
+    try { if ((await fetch(`${url}/health`)).ok) break } catch {}
+    if (i > 200) throw new Error('daemon did not start')
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  const apiKey = readFileSync(join(tmp, 'cli.key'), 'utf8').trim()
+  const opts = { apiKey, apiUrl: url, sandboxUrl: url, requestTimeoutMs: 120000 }
+
+  const tti = [], create = []
+  for (let i = 0; i < N; i++) {
+    const t0 = performance.now()
+    const sb = await Sandbox.create('base', opts)
+    const t1 = performance.now()
+    const r = await sb.commands.run('echo hi')
+    const t2 = performance.now()
+    if (r.stdout !== 'hi\n') throw new Error(`unexpected output ${JSON.stringify(r.stdout)}`)
+    create.push(t1 - t0)
+    tti.push(t2 - t0)
+    await sb.kill()
+  }
+
+  const sb = await Sandbox.create('base', opts)
+  const info = await sb.getInfo()
+  const sdk = [], raw = []
+  const body = JSON.stringify({ process: { cmd: '/bin/bash', args: ['-l', '-c', 'true'] }, stdin: false })
+  const frame = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), Buffer.from(body)])
+  frame.writeUInt32BE(body.length, 1)
+  for (let i = 0; i < EXECS; i++) {
+    let t0 = performance.now()
+    await sb.commands.run('true')
+    sdk.push(performance.now() - t0)
+    t0 = performance.now()
+    const res = await fetch(`${url}/process.Process/Start`, {
+      method: 'POST', body: frame,
+      headers: { 'content-type': 'application/connect+json', 'connect-protocol-version': '1',
+        'e2b-sandbox-id': sb.sandboxId, 'e2b-sandbox-port': '49983', 'x-access-token': sb.envdAccessToken ?? info.envdAccessToken ?? '' },
+    })
+    const bytes = Buffer.from(await res.arrayBuffer())
+    if (res.status !== 200 || bytes.at(-7) !== 2) throw new Error(`raw exec failed: HTTP ${res.status}`)
+    raw.push(performance.now() - t0)
+  }
+  await sb.kill()
+
+  console.log(`\n| ${'measurement (ms)'.padEnd(46)} | ${'p50'.padStart(8)} | ${'p95'.padStart(8)} | ${'p99'.padStart(8)} | ${'n'.padStart(4)} |`)
+  console.log(`|${'-'.repeat(48)}|${'-'.repeat(10)}|${'-'.repeat(10)}|${'-'.repeat(10)}|${'-'.repeat(6)}|`)
+  row("create → first commands.run('echo hi') (TTI)", tti)
+  row('  of which Sandbox.create()', create)
+  row('exec `true`: raw HTTP Connect stream (primitive)', raw)
+  row('exec `true`: SDK commands.run (bash -l -c)', sdk)
+} finally {
+  daemon.kill('SIGTERM')
+  await new Promise((r) => daemon.once('exit', r))
+  rmSync(tmp, { recursive: true, force: true })
+}
