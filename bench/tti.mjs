@@ -27,7 +27,7 @@ const freePort = () => new Promise((res, rej) => {
   s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => res(port)) })
 })
 const pct = (v, p) => { const s = [...v].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.ceil(p / 100 * s.length) - 1)] }
-const row = (name, v) => console.log(`| ${name.padEnd(46)} | ${pct(v, 50).toFixed(1).padStart(8)} | ${pct(v, 95).toFixed(1).padStart(8)} | ${pct(v, 99).toFixed(1).padStart(8)} | ${String(v.length).padStart(4)} |`)
+const row = (name, v) => console.log(`| ${name.padEnd(50)} | ${pct(v, 50).toFixed(1).padStart(8)} | ${pct(v, 95).toFixed(1).padStart(8)} | ${pct(v, 99).toFixed(1).padStart(8)} | ${String(v.length).padStart(4)} |`)
 
 const tmp = mkdtempSync(join(tmpdir(), 'airlock-tti-'))
 const port = await freePort()
@@ -78,8 +78,8 @@ try {
   }
   await sb.kill()
 
-  console.log(`\n| ${'measurement (ms)'.padEnd(46)} | ${'p50'.padStart(8)} | ${'p95'.padStart(8)} | ${'p99'.padStart(8)} | ${'n'.padStart(4)} |`)
-  console.log(`|${'-'.repeat(48)}|${'-'.repeat(10)}|${'-'.repeat(10)}|${'-'.repeat(10)}|${'-'.repeat(6)}|`)
+  console.log(`\n| ${'measurement (ms)'.padEnd(50)} | ${'p50'.padStart(8)} | ${'p95'.padStart(8)} | ${'p99'.padStart(8)} | ${'n'.padStart(4)} |`)
+  console.log(`|${'-'.repeat(52)}|${'-'.repeat(10)}|${'-'.repeat(10)}|${'-'.repeat(10)}|${'-'.repeat(6)}|`)
   row("create → first commands.run('echo hi') (TTI)", tti)
   row('  of which Sandbox.create()', create)
   row('exec `true`: raw HTTP Connect stream (primitive)', raw)
