@@ -8,6 +8,7 @@
 #include <iostream>
 #include <thread>
 
+#include "cli/termination_watcher.h"
 #include "common/log.h"
 
 namespace airlock::cli {
@@ -40,38 +41,15 @@ StatusOr<Transfer> ParseTransfer(const std::string& spec, const char* flag) {
 }
 
 int RunInSandbox(Manager& manager, const RunOptions& o) {
-  // SIGINT/SIGTERM/SIGHUP are handled by a dedicated thread (sigwait), which
-  // destroys the sandbox; the stream then ends and we exit 128+signal.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
-
-  std::atomic<int> interrupted{0};
+  // Ctrl-C destroys the sandbox; the stream then ends and we exit 128+signal.
   std::mutex mu;
   std::shared_ptr<Sandbox> sandbox;
-  std::atomic<bool> done{false};
-  std::thread signal_thread([&] {
-    while (!done) {
-      timespec ts{0, 100 * 1000 * 1000};
-      int sig = sigtimedwait(&sigs, nullptr, &ts);
-      if (sig <= 0) continue;
-      interrupted = sig;
-      std::fprintf(stderr, "airlock: %s, destroying the sandbox\n", sigdescr_np(sig));
-      std::lock_guard<std::mutex> l(mu);
-      if (sandbox) (void)manager.Destroy(sandbox->id());
-      return;
-    }
+  TerminationWatcher watcher([&](int) {
+    std::lock_guard<std::mutex> l(mu);
+    if (sandbox) (void)manager.Destroy(sandbox->id());
   });
-  auto finish = [&](int code) {
-    done = true;
-    signal_thread.join();
-    if (interrupted) return 128 + interrupted.load();
-    return code;
-  };
+  auto finish = [&](int code) { return watcher.signal() ? 128 + watcher.signal() : code; };
 
   auto t0 = std::chrono::steady_clock::now();
   auto created = manager.Create(o.create);
@@ -83,7 +61,7 @@ int RunInSandbox(Manager& manager, const RunOptions& o) {
     std::lock_guard<std::mutex> l(mu);
     sandbox = *created;
   }
-  if (interrupted) return finish(0);
+  if (watcher.signal()) return finish(0);
   double create_ms = MsSince(t0);
   const EnvdClient& agent = sandbox->agent();
 
@@ -134,14 +112,14 @@ int RunInSandbox(Manager& manager, const RunOptions& o) {
   }
   int code = 0;
   if (!result.ok()) {
-    if (!interrupted) std::fprintf(stderr, "airlock: run: %s\n", result.status().message().c_str());
+    if (!watcher.signal()) std::fprintf(stderr, "airlock: run: %s\n", result.status().message().c_str());
     code = 125;
   } else {
     code = result->ShellCode();
   }
 
   auto t3 = std::chrono::steady_clock::now();
-  if (result.ok() && !interrupted) {
+  if (result.ok() && !watcher.signal()) {
     for (const auto& down : o.downloads) {
       Status s = agent.Download(down.from, down.to);
       if (!s.ok()) {

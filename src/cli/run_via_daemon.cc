@@ -1,5 +1,7 @@
 #include "cli/run_via_daemon.h"
 
+#include "cli/termination_watcher.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -27,28 +29,13 @@ std::optional<int> RunViaDaemon(const std::string& state_dir, const RunOptions& 
     return 125;
   }
   double create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  // SIGINT/SIGTERM/SIGHUP: kill the sandbox through the daemon, exit 128+sig.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  std::atomic<bool> done{false};
-  std::thread watcher([&] {
-    while (!done) {
-      timespec ts{0, 100 * 1000 * 1000};
-      int sig = sigtimedwait(&sigs, nullptr, &ts);
-      if (sig <= 0) continue;
-      std::fprintf(stderr, "airlock: %s, destroying the sandbox\n", sigdescr_np(sig));
-      (void)DaemonApi(t, "DELETE", "/sandboxes/" + sb->id);
-      std::_Exit(128 + sig);
-    }
+  // Ctrl-C: kill the sandbox through the daemon, exit 128+sig.
+  TerminationWatcher watcher([&](int sig) {
+    (void)DaemonApi(t, "DELETE", "/sandboxes/" + sb->id);
+    std::_Exit(128 + sig);
   });
   auto finish = [&](int code) {
     (void)DaemonApi(t, "DELETE", "/sandboxes/" + sb->id);
-    done = true;
-    watcher.join();
     return code;
   };
   for (const auto& u : o.uploads) {

@@ -14,6 +14,7 @@
 #include <limits>
 #include <thread>
 
+#include "core/http_client.h"
 #include "envd/connect_error.h"
 #include "envd/envelope.h"
 #include "envd/proto_json.h"
@@ -29,20 +30,6 @@ namespace {
 
 constexpr size_t kMaxUnaryResponse = 16 << 20;  // agent replies are small JSON
 
-std::string UrlEncode(std::string_view s) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  return out;
-}
 
 std::string BasicAuth(const std::string& user) {
   return "Basic " + envd::Base64Encode(user + ":");
@@ -350,8 +337,8 @@ Status EnvdClient::UploadFile(const std::string& local_path, const std::string& 
                               const std::string& user) const {
   std::string what = "upload " + local_path + " to " + guest_path;
   try {
-    http::request<http::file_body> req{http::verb::post, "/files?path=" + UrlEncode(guest_path) +
-                                                             (user.empty() ? "" : "&username=" + UrlEncode(user)), 11};
+    http::request<http::file_body> req{http::verb::post, "/files?path=" + UrlEncodeComponent(guest_path) +
+                                                             (user.empty() ? "" : "&username=" + UrlEncodeComponent(user)), 11};
     beast::error_code ec;
     req.body().open(local_path.c_str(), beast::file_mode::scan, ec);
     if (ec) return Status(StatusCode::kNotFound, "open " + local_path + ": " + ec.message());
@@ -379,7 +366,7 @@ Status EnvdClient::DownloadFile(const std::string& guest_path, const std::string
   try {
     Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
-    http::request<http::empty_body> req{http::verb::get, "/files?path=" + UrlEncode(guest_path), 11};
+    http::request<http::empty_body> req{http::verb::get, "/files?path=" + UrlEncodeComponent(guest_path), 11};
     AddCommonHeaders(req, endpoint_, access_token_);
     req.set(http::field::accept_encoding, "identity");
     http::write(c.stream(), req);
