@@ -188,17 +188,28 @@ Status EnvdClient::WaitReady(std::chrono::steady_clock::time_point deadline,
   return DeadlineExceeded("agent did not become ready in time (last: " + last.message() + ")");
 }
 
+// A Connect RPC request (spec §3.1): POST /<service>/<method>, the protocol
+// header, and the user as Basic auth when one is named.
+namespace {
+http::request<http::string_body> RpcRequest(const AgentEndpoint& endpoint, const std::string& token,
+                                            const std::string& method_path, const char* content_type,
+                                            const std::string& user) {
+  http::request<http::string_body> req{http::verb::post, "/" + method_path, 11};
+  AddCommonHeaders(req, endpoint, token);
+  req.set(http::field::content_type, content_type);
+  req.set("Connect-Protocol-Version", "1");
+  if (!user.empty()) req.set(http::field::authorization, BasicAuth(user));
+  return req;
+}
+}  // namespace
+
 StatusOr<nlohmann::json> EnvdClient::Call(std::string_view method_path, const nlohmann::json& request,
                                           const std::string& user) const {
   std::string what(method_path);
   try {
     Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
-    http::request<http::string_body> req{http::verb::post, "/" + what, 11};
-    AddCommonHeaders(req, endpoint_, access_token_);
-    req.set(http::field::content_type, "application/json");
-    req.set("Connect-Protocol-Version", "1");
-    if (!user.empty()) req.set(http::field::authorization, BasicAuth(user));
+    auto req = RpcRequest(endpoint_, access_token_, what, "application/json", user);
     req.body() = request.dump();
     req.prepare_payload();
     c.stream().expires_after(std::chrono::seconds(60));
@@ -251,13 +262,9 @@ StatusOr<ExecResult> EnvdClient::StreamProcess(std::string_view method_path, con
   try {
     Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
-    http::request<http::string_body> req{http::verb::post, "/" + what, 11};
-    AddCommonHeaders(req, endpoint_, access_token_);
-    req.set(http::field::content_type, "application/connect+json");
-    req.set("Connect-Protocol-Version", "1");
+    auto req = RpcRequest(endpoint_, access_token_, what, "application/connect+json", user);
     req.set("Keepalive-Ping-Interval", "30");
     if (timeout) req.set("Connect-Timeout-Ms", std::to_string(timeout->count()));
-    if (!user.empty()) req.set(http::field::authorization, BasicAuth(user));
     req.body() = envd::EncodeEnvelope(body);
     req.prepare_payload();
     http::write(c.stream(), req);

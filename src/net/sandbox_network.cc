@@ -80,16 +80,18 @@ Status TeardownByName(const std::string& id) {
   return first;
 }
 
+SandboxNetwork::SandboxNetwork(const std::string& sandbox_id, AddressPool& pool)
+    : id_(sandbox_id),
+      netns_(NetnsName(sandbox_id)),
+      host_veth_(HostVethName(sandbox_id)),
+      tap_(kTapName),
+      pool_(&pool) {}
+
 StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(const std::string& sandbox_id,
                                                                  AddressPool& pool,
                                                                  const NetworkOptions& options) {
   RETURN_IF_ERROR(ValidateSandboxId(sandbox_id));
-  std::unique_ptr<SandboxNetwork> n(new SandboxNetwork());
-  n->id_ = sandbox_id;
-  n->netns_ = NetnsName(sandbox_id);
-  n->host_veth_ = HostVethName(sandbox_id);
-  n->tap_ = kTapName;
-  n->pool_ = &pool;
+  std::unique_ptr<SandboxNetwork> n(new SandboxNetwork(sandbox_id, pool));
   SandboxNetwork* self = n.get();
   Checklist& c = n->steps_;
   const std::string ns = n->netns_, veth = n->host_veth_, tap = n->tap_;
@@ -191,12 +193,7 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Adopt(const std::strin
   RETURN_IF_ERROR(ValidateSandboxId(sandbox_id));
   ASSIGN_OR_RETURN(auto lease, pool.Find(sandbox_id));
   if (!lease) return NotFound("no address lease for sandbox " + sandbox_id);
-  std::unique_ptr<SandboxNetwork> n(new SandboxNetwork());
-  n->id_ = sandbox_id;
-  n->netns_ = NetnsName(sandbox_id);
-  n->host_veth_ = HostVethName(sandbox_id);
-  n->tap_ = kTapName;
-  n->pool_ = &pool;
+  std::unique_ptr<SandboxNetwork> n(new SandboxNetwork(sandbox_id, pool));
   n->lease_ = *lease;
   n->adopted_ = true;
   std::string p = "/run/netns/" + n->netns_;

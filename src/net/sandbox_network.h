@@ -68,7 +68,8 @@ class SandboxNetwork {
   void Release() { released_ = true; }
 
  private:
-  SandboxNetwork() = default;
+  // Names (netns, veth, tap) follow from the id; see names.h.
+  SandboxNetwork(const std::string& sandbox_id, AddressPool& pool);
 
   std::string id_, netns_, host_veth_, tap_;
   AddressLease lease_;
