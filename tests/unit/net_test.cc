@@ -28,6 +28,8 @@
 #include "net/nft_rules.h"
 #include "net/sandbox_network.h"
 
+#include "tests/unit/scoped_dir.h"
+
 namespace airlock::net {
 namespace {
 
@@ -38,21 +40,8 @@ constexpr char kTestPoolCidr[] = "198.19.240.0/22";
 
 namespace fs = std::filesystem;
 
-// Removed at scope exit, also when an ASSERT returns early. Declare it
-// first so it outlives everything that lives inside it.
-struct ScopedDir {
-  std::string path;
-  ~ScopedDir() {
-    std::error_code ec;
-    if (!path.empty()) std::filesystem::remove_all(path, ec);
-  }
-};
-
-std::string TempDir() {
-  char tmpl[] = "/tmp/airlock-net-test-XXXXXX";
-  char* d = ::mkdtemp(tmpl);
-  return d ? d : "";
-}
+using test_util::ScopedDir;
+std::string TempDir() { return test_util::MakeTempDir("airlock-net-test"); }
 
 TEST(NetNames, VethNameFitsIfnamsiz) {
   EXPECT_EQ(HostVethName("abc"), "alhabc");

@@ -30,6 +30,8 @@
 #include "runtime/qemu/qemu_vm.h"
 #include "runtime/qemu/snapshot.h"
 
+#include "tests/unit/scoped_dir.h"
+
 namespace airlock::qemu {
 namespace {
 
@@ -37,19 +39,8 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-struct ScopedDir {
-  std::string path;
-  ~ScopedDir() {
-    std::error_code ec;
-    if (!path.empty()) fs::remove_all(path, ec);
-  }
-};
-
-std::string TempDir() {
-  char tmpl[] = "/tmp/airlock-snap-test-XXXXXX";
-  char* d = ::mkdtemp(tmpl);
-  return d ? d : "";
-}
+using test_util::ScopedDir;
+std::string TempDir() { return test_util::MakeTempDir("airlock-snap-test"); }
 
 int64_t Ms(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count();

@@ -29,6 +29,8 @@
 #include "runtime/qemu/qemu_vm.h"
 #include "runtime/qemu/qmp_client.h"
 
+#include "tests/unit/scoped_dir.h"
+
 namespace airlock::qemu {
 namespace {
 
@@ -40,21 +42,8 @@ constexpr char kTestPoolCidr[] = "198.19.240.0/22";
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-// Removed at scope exit, also when an ASSERT returns early. Declare it
-// first so it outlives everything that lives inside it.
-struct ScopedDir {
-  std::string path;
-  ~ScopedDir() {
-    std::error_code ec;
-    if (!path.empty()) std::filesystem::remove_all(path, ec);
-  }
-};
-
-std::string TempDir() {
-  char tmpl[] = "/tmp/airlock-qemu-test-XXXXXX";
-  char* d = ::mkdtemp(tmpl);
-  return d ? d : "";
-}
+using test_util::ScopedDir;
+std::string TempDir() { return test_util::MakeTempDir("airlock-qemu-test"); }
 
 // ---- accel ------------------------------------------------------------------
 
