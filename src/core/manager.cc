@@ -160,7 +160,7 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
                   "cannot create state directory " + m->config_.state_dir + ": " + ec.message() +
                       " (run as root, or pass --state-dir / AIRLOCK_STATE_DIR)");
   }
-  ASSIGN_OR_RETURN(auto pool, net::AddressPool::Create(m->config_.state_dir, m->config_.address_pool));
+  ASSIGN_OR_RETURN(auto pool, net::AddressPool::Create(m->config_.lease_root, m->config_.address_pool));
   m->pool_ = std::make_unique<net::AddressPool>(std::move(pool));
   ASSIGN_OR_RETURN(m->runtime_, qemu::NewQemuRuntime(m->config_.state_dir));
   // A previous daemon's sandboxes: take over the live ones first, so the
@@ -181,7 +181,7 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   }
   // Sandboxes of a crashed or killed `airlock run` (or daemon) left their
   // netns and run dirs; reclaim them now.
-  if (auto cleaned = net::CleanupLeftovers(m->config_.state_dir); !cleaned.ok()) {
+  if (auto cleaned = net::CleanupLeftovers(m->config_.lease_root); !cleaned.ok()) {
     LOG_WARN("cleanup of leftover networks: {}", cleaned.status().message());
   }
   for (auto& e : fs::directory_iterator(m->config_.state_dir + "/run", ec)) {
@@ -213,6 +213,8 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
   }
   ASSIGN_OR_RETURN(auto network, net::SandboxNetwork::Adopt(r.id, *pool_));
   sb->network_ = std::move(network);
+  // The VMM owns the lease, so it stays live while no daemon runs.
+  RETURN_IF_ERROR(pool_->Adopt(sb->network_->lease(), r.vmm_pid));
   sb->vm_ = std::make_unique<AdoptedVm>(r.id, r.vmm_pid, sb->run_dir_);
   sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{sb->network_->netns_ip(), kAgentPort}, r.access_token);
   sb->released_ = false;  // from here on, a failure tears it all down
@@ -289,6 +291,9 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   if (!vm.ok()) return fail(vm.status().WithContext("start VMM"));
   sb->timings_.vmm_start_ms = MsSince(t2);
   VmInstance* vm_raw = vm->get();
+  // The VMM owns the lease from now on: it outlives a daemon killed with -9,
+  // and while it lives no other airlock process reclaims the sandbox's network.
+  if (Status st = pool_->Adopt(sb->network_->lease(), vm_raw->pid()); !st.ok()) return fail(st.WithContext("lease"));
   {
     std::lock_guard<std::mutex> l(sb->mu_);
     sb->vm_ = std::move(vm).value();

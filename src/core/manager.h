@@ -36,6 +36,8 @@ class SandboxNetwork;
 struct ManagerConfig {
   std::string state_dir = "/var/lib/airlock";
   std::string address_pool = "198.18.0.0/15";
+  // Host-wide lease directory root shared by every state directory (net::kHostLeaseRoot).
+  std::string lease_root = "/run/airlock";
   // Path of the static airlock-agent installed into templates when an image
   // has to be built on first use; empty: next to the running binary.
   std::string agent_binary;

@@ -50,8 +50,7 @@ class DirLock {
   UniqueFd fd_;  // closing releases the lock
 };
 
-std::string OwnerText(const std::string& id) {
-  pid_t pid = ::getpid();
+std::string OwnerText(const std::string& id, pid_t pid = ::getpid()) {
   return "sandbox=" + id + "\npid=" + std::to_string(pid) + "\nstart=" +
          std::to_string(ProcessStartTicks(pid)) + "\n";
 }
@@ -145,9 +144,9 @@ bool AddressPool::OwnerAlive(const LeaseOwner& o) {
   return st != 0 && st == o.start_ticks;
 }
 
-StatusOr<AddressPool> AddressPool::Create(const std::string& state_dir, const std::string& cidr) {
+StatusOr<AddressPool> AddressPool::Create(const std::string& root, const std::string& cidr) {
   ASSIGN_OR_RETURN(Cidr c, Cidr::Parse(cidr));
-  std::string dir = state_dir + "/net/leases";
+  std::string dir = root + "/net/leases";
   RETURN_IF_ERROR(MkdirP(dir, 0700));
   return AddressPool(dir, c);
 }
@@ -236,12 +235,12 @@ StatusOr<std::optional<AddressLease>> AddressPool::Find(const std::string& sandb
   return std::optional<AddressLease>();
 }
 
-Status AddressPool::Adopt(const AddressLease& lease) {
+Status AddressPool::Adopt(const AddressLease& lease, pid_t owner) {
   ASSIGN_OR_RETURN(DirLock lock, DirLock::Take(dir_));
   std::string tmp = lease.path + ".tmp";
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!fd) return ErrnoError("open " + tmp);
-  RETURN_IF_ERROR(WriteAll(fd.get(), OwnerText(lease.sandbox_id), tmp));
+  RETURN_IF_ERROR(WriteAll(fd.get(), OwnerText(lease.sandbox_id, owner > 0 ? owner : ::getpid()), tmp));
   if (::rename(tmp.c_str(), lease.path.c_str()) != 0) return ErrnoError("rename " + tmp);
   return OkStatus();
 }

@@ -1,6 +1,6 @@
 // AddressPool: hands out /31 pairs from a CIDR (default 198.18.0.0/15) to
 // sandboxes. Safe across concurrent processes without a daemon: every
-// mutation runs under an exclusive flock on <state_dir>/net/leases/.lock and
+// mutation runs under an exclusive flock on <root>/net/leases/.lock and
 // each lease is a file created with O_EXCL, named after the pair's even
 // address ("198.18.0.4"), holding "sandbox=<id>\npid=<pid>\nstart=<ticks>\n".
 //
@@ -23,6 +23,10 @@
 #include "common/status.h"
 
 namespace airlock::net {
+
+// Where every airlock process on this host keeps its address leases (tmpfs:
+// leases die with the host's netns and links at reboot).
+inline constexpr const char* kHostLeaseRoot = "/run/airlock";
 
 // IPv4 in host byte order.
 std::string Ipv4ToString(uint32_t addr);
@@ -53,8 +57,10 @@ struct LeaseOwner {
 
 class AddressPool {
  public:
-  // Creates <state_dir>/net/leases/ (0700) if needed.
-  static StatusOr<AddressPool> Create(const std::string& state_dir,
+  // Creates <root>/net/leases/ (0700) if needed. Addresses, links and netns
+  // names are host-wide, so every airlock process on a host, whatever its
+  // state directory, must share one root: kHostLeaseRoot (tests pass their own).
+  static StatusOr<AddressPool> Create(const std::string& root,
                                       const std::string& cidr = "198.18.0.0/15");
 
   // Leases the lowest free /31 for `sandbox_id`; the calling process is the owner.
@@ -63,9 +69,9 @@ class AddressPool {
   Status Release(const AddressLease& lease);
   // The lease held by `sandbox_id`, if any.
   StatusOr<std::optional<AddressLease>> Find(const std::string& sandbox_id);
-  // Rewrites the owner of an existing lease to the calling process (a daemon
-  // re-adopting a sandbox).
-  Status Adopt(const AddressLease& lease);
+  // Rewrites the owner of an existing lease: to `owner` (the sandbox's VMM,
+  // so the lease stays live while no daemon runs), or to the calling process.
+  Status Adopt(const AddressLease& lease, pid_t owner = 0);
   // Removes stale leases; returns the sandbox ids whose lease was removed.
   StatusOr<std::vector<std::string>> Reclaim();
   // All leases with their owners (for cleanup and diagnostics).

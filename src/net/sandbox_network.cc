@@ -37,7 +37,7 @@ Status RunIgnoringGone(const std::vector<std::string>& argv, int netns_fd = -1) 
 Status Ok(const StatusOr<std::string>& r) { return r.ok() ? OkStatus() : r.status(); }
 
 std::string NetDir(const AddressPool& pool) {
-  // lease_dir is <state_dir>/net/leases
+  // lease_dir is <root>/net/leases
   std::string d = pool.lease_dir();
   return d.substr(0, d.rfind('/'));
 }
@@ -245,8 +245,8 @@ Status SandboxNetwork::Destroy() {
   return st;
 }
 
-StatusOr<std::vector<std::string>> CleanupLeftovers(const std::string& state_dir) {
-  ASSIGN_OR_RETURN(AddressPool pool, AddressPool::Create(state_dir));
+StatusOr<std::vector<std::string>> CleanupLeftovers(const std::string& lease_root) {
+  ASSIGN_OR_RETURN(AddressPool pool, AddressPool::Create(lease_root));
   ASSIGN_OR_RETURN(auto leases, pool.List());
   std::set<std::string> live_ids, live_links;
   for (const auto& [l, o] : leases) {
@@ -269,7 +269,7 @@ StatusOr<std::vector<std::string>> CleanupLeftovers(const std::string& state_dir
       Status st = TeardownByName(id);
       if (st.ok()) removed.push_back("netns " + name);
       else if (first.ok()) first = st;
-      ::unlink(NftFile(state_dir + "/net", id).c_str());
+      ::unlink(NftFile(lease_root + "/net", id).c_str());
     }
   }
   // 2. Host links alh* not belonging to a live sandbox.

@@ -83,7 +83,8 @@ class SandboxNetwork {
 
 // Removes airlock's network objects whose owner is gone: netns al-* and
 // links alh* without a live lease, then stale leases. Returns what was removed.
-StatusOr<std::vector<std::string>> CleanupLeftovers(const std::string& state_dir);
+// `lease_root` is the AddressPool root (kHostLeaseRoot outside tests).
+StatusOr<std::vector<std::string>> CleanupLeftovers(const std::string& lease_root);
 
 // Teardown of one sandbox's network by name (used by cleanup and by Destroy
 // of an adopted network): nft table, veth, netns; each "already gone" is OK.

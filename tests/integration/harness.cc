@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "net/address_pool.h"
+
 namespace airlock::testing {
 
 namespace fs = std::filesystem;
@@ -128,7 +130,7 @@ HostResources SnapshotResources() {
   for (auto& n : ListNames("/run/netns")) if (n.rfind("al-", 0) == 0) r.netns.push_back(n);
   for (auto& n : ListNames("/sys/class/net")) if (n.rfind("alh", 0) == 0) r.links.push_back(n);
   r.run_dirs = ListNames(StateDir() + "/run");
-  r.leases = ListNames(StateDir() + "/net/leases");
+  r.leases = ListNames(std::string(net::kHostLeaseRoot) + "/net/leases");
   for (auto& n : ListNames("/proc")) {
     if (n.find_first_not_of("0123456789") != std::string::npos) continue;
     std::string cmd = ReadFileOrDie("/proc/" + n + "/cmdline");
