@@ -1,0 +1,114 @@
+// Internals shared by egress_service.cc (service, resolver) and
+// proxy_conn.cc (TCP proxy). Everything here lives on the loop thread.
+#pragma once
+
+#include <utility>  // before Asio: Boost 1.74 awaitable.hpp needs std::exchange
+
+#include <boost/asio.hpp>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "egress/egress_service.h"
+
+namespace airlock::egress {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using asio::ip::udp;
+using Clock = std::chrono::steady_clock;
+
+struct Resolved {
+  std::vector<uint32_t> ips;
+  Clock::time_point expiry;
+};
+
+// Shared bandwidth budget of one sandbox (token bucket, 1 s burst).
+class TokenBucket {
+ public:
+  void SetRate(uint64_t bytes_per_second) {
+    rate_ = bytes_per_second;
+    tokens_ = static_cast<double>(rate_);
+    last_ = Clock::now();
+  }
+  // How long the caller must wait before sending n bytes (0 = now).
+  Clock::duration Take(size_t n) {
+    if (rate_ == 0) return Clock::duration::zero();
+    auto now = Clock::now();
+    tokens_ = std::min<double>(static_cast<double>(rate_),
+                               tokens_ + std::chrono::duration<double>(now - last_).count() * rate_);
+    last_ = now;
+    tokens_ -= static_cast<double>(n);
+    if (tokens_ >= 0) return Clock::duration::zero();
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(-tokens_ / rate_));
+  }
+
+ private:
+  uint64_t rate_ = 0;
+  double tokens_ = 0;
+  Clock::time_point last_ = Clock::now();
+};
+
+class ProxyConn;
+
+struct SandboxEgress {
+  SandboxEgress(asio::io_context& io) : dns_udp(io), dns_tcp(io), http(io), tls(io) {}
+  std::string id;
+  asio::ip::address_v4 host_ip, netns_ip;
+  std::shared_ptr<const EgressPolicy> policy;
+  EgressLimits limits;
+  udp::socket dns_udp;
+  tcp::acceptor dns_tcp, http, tls;
+  std::map<std::string, Resolved> resolved;
+  std::set<std::shared_ptr<ProxyConn>> conns;
+  TokenBucket bucket;
+  int upstream_pending = 0;
+  bool closed = false;
+  // Records (guarded by EgressService::Impl::records_mu_).
+  std::deque<nlohmann::json> records;
+  int records_this_second = 0;
+  int64_t suppressed = 0;
+  Clock::time_point second_start = Clock::now();
+};
+
+class EgressService::Impl {
+ public:
+  explicit Impl(EgressConfig c) : config(std::move(c)) {}
+  EgressConfig config;
+  asio::io_context io;
+  std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::thread thread;
+  udp::endpoint upstream;
+  std::map<std::string, std::shared_ptr<SandboxEgress>> sandboxes;  // loop thread only
+  std::mutex records_mu;
+  std::map<std::string, std::shared_ptr<SandboxEgress>> by_id;  // for Records(), under records_mu
+
+  // Runs fn on the loop thread and waits for it.
+  template <typename F>
+  auto OnLoop(F&& fn) -> decltype(fn());
+
+  void Emit(SandboxEgress& sb, nlohmann::json record);
+  // The addresses this sandbox may reach for `name` (resolver answers that
+  // are not expired and that the current policy still allows).
+  std::vector<uint32_t> PinnedAddresses(SandboxEgress& sb, const std::string& name, uint16_t port);
+
+  // Resolver.
+  void StartDnsUdp(std::shared_ptr<SandboxEgress> sb);
+  void StartDnsTcp(std::shared_ptr<SandboxEgress> sb);
+  // Answers one query; `reply` is called (on the loop) with the bytes to send
+  // (empty: send nothing).
+  void HandleQuery(std::shared_ptr<SandboxEgress> sb, const uint8_t* data, size_t size, const char* transport,
+                   std::function<void(std::vector<uint8_t>)> reply);
+  // Proxy.
+  void StartAccept(std::shared_ptr<SandboxEgress> sb, bool tls);
+  void CloseSandbox(SandboxEgress& sb);
+  void EnforcePolicy(SandboxEgress& sb);
+};
+
+std::string NowRfc3339();
+
+}  // namespace airlock::egress

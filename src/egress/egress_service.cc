@@ -1,0 +1,506 @@
+#include "egress/egress_service.h"
+
+#include <ctime>
+#include <fstream>
+#include <future>
+#include <random>
+#include <sstream>
+
+#include "common/log.h"
+#include "egress/dns_message.h"
+#include "egress/egress_internal.h"
+#include "egress/proxy_conn.h"
+
+namespace airlock::egress {
+
+std::string NowRfc3339() {
+  auto now = std::chrono::system_clock::now();
+  std::time_t t = std::chrono::system_clock::to_time_t(now);
+  int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+  return buf;
+}
+
+namespace {
+
+StatusOr<udp::endpoint> ParseUpstream(std::string s) {
+  if (s.empty()) {
+    std::ifstream f("/etc/resolv.conf");
+    std::string line;
+    while (std::getline(f, line)) {
+      std::istringstream ls(line);
+      std::string k, v;
+      if (ls >> k >> v && k == "nameserver" && ParseIpv4(v)) {
+        s = v;
+        break;
+      }
+    }
+    if (s.empty()) return FailedPrecondition("egress: no upstream resolver (no IPv4 nameserver in /etc/resolv.conf)");
+  }
+  uint16_t port = 53;
+  if (auto c = s.find(':'); c != std::string::npos) {
+    int p = std::atoi(s.c_str() + c + 1);
+    if (p <= 0 || p > 65535) return InvalidArgument("egress: bad upstream resolver port in '" + s + "'");
+    port = static_cast<uint16_t>(p);
+    s.resize(c);
+  }
+  auto ip = ParseIpv4(s);
+  if (!ip) return InvalidArgument("egress: upstream resolver '" + s + "' is not an IPv4 address");
+  return udp::endpoint(asio::ip::address_v4(*ip), port);
+}
+
+uint16_t RandomId() {
+  static thread_local std::mt19937 rng(std::random_device{}());
+  return static_cast<uint16_t>(rng());
+}
+
+}  // namespace
+
+template <typename F>
+auto EgressService::Impl::OnLoop(F&& fn) -> decltype(fn()) {
+  using R = decltype(fn());
+  std::packaged_task<R()> task(std::forward<F>(fn));
+  auto fut = task.get_future();
+  asio::post(io, [&task]() { task(); });
+  return fut.get();
+}
+
+void EgressService::Impl::Emit(SandboxEgress& sb, nlohmann::json record) {
+  record["time"] = NowRfc3339();
+  record["sandboxID"] = sb.id;
+  {
+    std::lock_guard<std::mutex> lock(records_mu);
+    auto now = Clock::now();
+    if (now - sb.second_start >= std::chrono::seconds(1)) {
+      if (sb.suppressed > 0) {
+        nlohmann::json s = {{"time", record["time"]},          {"sandboxID", sb.id},
+                            {"protocol", "audit"},             {"decision", "deny"},
+                            {"rule", "rate-limit"},            {"reason", "records suppressed (rate limit)"},
+                            {"suppressed", sb.suppressed}};
+        sb.records.push_back(s);
+        if (config.audit_sink) config.audit_sink(s);
+        sb.suppressed = 0;
+      }
+      sb.second_start = now;
+      sb.records_this_second = 0;
+    }
+    if (++sb.records_this_second > kMaxRecordsPerSecond) {
+      ++sb.suppressed;
+      return;
+    }
+    sb.records.push_back(record);
+    while (sb.records.size() > config.records_per_sandbox) sb.records.pop_front();
+  }
+  if (config.audit_sink) config.audit_sink(record);
+}
+
+std::vector<uint32_t> EgressService::Impl::PinnedAddresses(SandboxEgress& sb, const std::string& name,
+                                                           uint16_t port) {
+  std::vector<uint32_t> out;
+  auto it = sb.resolved.find(name);
+  if (it == sb.resolved.end()) return out;
+  if (it->second.expiry < Clock::now()) {
+    sb.resolved.erase(it);
+    return out;
+  }
+  for (uint32_t ip : it->second.ips) {
+    if (IsForbiddenAddress(ip)) continue;
+    bool denied = false;
+    for (const auto& r : sb.policy->deny()) {
+      if (r.kind != Rule::Kind::kCidr) continue;
+      uint32_t mask = r.prefix == 0 ? 0 : ~uint32_t{0} << (32 - r.prefix);
+      if ((ip & mask) == r.net && (!r.port || *r.port == port)) denied = true;
+    }
+    if (!denied) out.push_back(ip);
+  }
+  return out;
+}
+
+// ---- Resolver ---------------------------------------------------------------
+
+void EgressService::Impl::HandleQuery(std::shared_ptr<SandboxEgress> sb, const uint8_t* data, size_t size,
+                                      const char* transport, std::function<void(std::vector<uint8_t>)> reply) {
+  auto q = dns::ParseQuery(data, size);
+  if (!q.ok()) {
+    Emit(*sb, {{"protocol", "dns"}, {"decision", "deny"}, {"rule", "default-deny"}, {"reason", q.status().message()},
+               {"transport", transport}});
+    reply(dns::BuildFormErr(data, size));
+    return;
+  }
+  nlohmann::json rec = {{"protocol", "dns"},
+                        {"transport", transport},
+                        {"destination", {{"name", q->name}, {"ip", ""}, {"port", 53}}},
+                        {"queryType", q->qtype}};
+  Decision d = sb->policy->CheckName(q->name);
+  if (!d.allowed) {
+    rec["decision"] = "deny";
+    rec["rule"] = d.rule;
+    rec["reason"] = d.reason + " (NXDOMAIN, not asked upstream)";
+    Emit(*sb, rec);
+    reply(dns::BuildResponse(*q, dns::kRcodeNxDomain, {}));
+    return;
+  }
+  rec["decision"] = "allow";
+  rec["rule"] = d.rule;
+  if (q->qtype != dns::kTypeA) {
+    rec["reason"] = "only A records are served (no IPv6)";
+    Emit(*sb, rec);
+    reply(dns::BuildResponse(*q, dns::kRcodeNoError, {}));
+    return;
+  }
+  if (sb->upstream_pending >= 64) {
+    rec["decision"] = "deny";
+    rec["reason"] = "too many queries in flight";
+    Emit(*sb, rec);
+    reply(dns::BuildResponse(*q, dns::kRcodeServFail, {}));
+    return;
+  }
+  // Fresh upstream query: only the name crosses.
+  struct Pending {
+    Pending(asio::io_context& io) : sock(io), timer(io) {}
+    udp::socket sock;
+    asio::steady_timer timer;
+    std::array<uint8_t, dns::kMaxMessage> buf;
+    udp::endpoint from;
+    std::vector<uint8_t> query;
+    bool done = false;
+  };
+  auto p = std::make_shared<Pending>(io);
+  uint16_t id = RandomId();
+  p->query = dns::BuildQuery(id, q->name, dns::kTypeA);
+  boost::system::error_code ec;
+  p->sock.open(udp::v4(), ec);
+  if (ec) {
+    rec["reason"] = "upstream socket: " + ec.message();
+    Emit(*sb, rec);
+    reply(dns::BuildResponse(*q, dns::kRcodeServFail, {}));
+    return;
+  }
+  ++sb->upstream_pending;
+  auto finish = [this, sb, p, q = *q, rec, reply](uint8_t rcode, std::vector<dns::ARecord> a,
+                                                   const std::string& reason) mutable {
+    if (p->done) return;
+    p->done = true;
+    --sb->upstream_pending;
+    boost::system::error_code ignore;
+    p->timer.cancel();
+    p->sock.close(ignore);
+    if (sb->closed) return;
+    std::vector<dns::ARecord> kept;
+    nlohmann::json ips = nlohmann::json::array();
+    uint32_t ttl = 3600;
+    for (const auto& r : a) {
+      if (IsForbiddenAddress(r.ip) || !sb->policy->CheckName(q.name).allowed) continue;
+      kept.push_back({r.ip, std::min<uint32_t>(r.ttl, 300)});
+      ips.push_back(Ipv4ToString(r.ip));
+      ttl = std::min(ttl, r.ttl);
+    }
+    if (!kept.empty()) {
+      Resolved& res = sb->resolved[q.name];
+      res.ips.clear();
+      for (const auto& k : kept) res.ips.push_back(k.ip);
+      // Remembered a while beyond the TTL: clients cache answers longer.
+      res.expiry = Clock::now() + std::chrono::seconds(std::max<uint32_t>(ttl, 60) + 600);
+    }
+    rec["destination"]["ip"] = ips.empty() ? "" : ips[0].get<std::string>();
+    rec["answers"] = ips;
+    if (kept.size() < a.size()) rec["reason"] = "answers in forbidden ranges dropped";
+    if (!reason.empty()) rec["reason"] = reason;
+    Emit(*sb, rec);
+    reply(dns::BuildResponse(q, rcode, kept));
+  };
+  p->timer.expires_after(config.upstream_timeout);
+  p->timer.async_wait([finish](const boost::system::error_code& e) mutable {
+    if (!e) finish(dns::kRcodeServFail, {}, "upstream timeout");
+  });
+  p->sock.async_send_to(asio::buffer(p->query), upstream, [this, p, id, name = q->name, finish](
+                                                                const boost::system::error_code& e, size_t) mutable {
+    if (e) {
+      finish(dns::kRcodeServFail, {}, "upstream send: " + e.message());
+      return;
+    }
+    auto recv = std::make_shared<std::function<void()>>();
+    *recv = [this, p, id, name, finish, recv]() mutable {
+      p->sock.async_receive_from(asio::buffer(p->buf), p->from,
+                                 [this, p, id, name, finish, recv](const boost::system::error_code& e2,
+                                                                   size_t n) mutable {
+                                   if (p->done) return;
+                                   if (e2) {
+                                     finish(dns::kRcodeServFail, {}, "upstream receive: " + e2.message());
+                                     return;
+                                   }
+                                   if (p->from != upstream) {  // not from our resolver: ignore
+                                     (*recv)();
+                                     return;
+                                   }
+                                   auto ans = dns::ParseResponse(p->buf.data(), n, id, name, dns::kTypeA);
+                                   if (!ans.ok()) {
+                                     (*recv)();  // spoofed or malformed: keep waiting
+                                     return;
+                                   }
+                                   uint8_t rc = ans->rcode == dns::kRcodeNxDomain ? dns::kRcodeNxDomain
+                                                : ans->rcode == 0                  ? dns::kRcodeNoError
+                                                                                   : dns::kRcodeServFail;
+                                   *recv = nullptr;
+                                   finish(rc, ans->a, "");
+                                 });
+    };
+    (*recv)();
+  });
+}
+
+void EgressService::Impl::StartDnsUdp(std::shared_ptr<SandboxEgress> sb) {
+  struct Rx {
+    std::array<uint8_t, dns::kMaxMessage> buf;
+    udp::endpoint from;
+  };
+  auto rx = std::make_shared<Rx>();
+  sb->dns_udp.async_receive_from(
+      asio::buffer(rx->buf), rx->from, [this, sb, rx](const boost::system::error_code& ec, size_t n) {
+        if (sb->closed || ec == asio::error::operation_aborted) return;
+        if (!ec && rx->from.address() == asio::ip::address(sb->netns_ip)) {
+          udp::endpoint to = rx->from;
+          HandleQuery(sb, rx->buf.data(), n, "udp", [sb, to](std::vector<uint8_t> out) {
+            if (out.empty() || sb->closed) return;
+            boost::system::error_code ignore;
+            sb->dns_udp.send_to(asio::buffer(out), to, 0, ignore);
+          });
+        }
+        StartDnsUdp(sb);
+      });
+}
+
+void EgressService::Impl::StartDnsTcp(std::shared_ptr<SandboxEgress> sb) {
+  sb->dns_tcp.async_accept([this, sb](const boost::system::error_code& ec, tcp::socket s) {
+    if (sb->closed || ec == asio::error::operation_aborted) return;
+    if (!ec) {
+      boost::system::error_code e;
+      auto peer = s.remote_endpoint(e);
+      if (!e && peer.address() == asio::ip::address(sb->netns_ip)) {
+        auto sock = std::make_shared<tcp::socket>(std::move(s));
+        auto buf = std::make_shared<std::vector<uint8_t>>(2);
+        auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::seconds(5));
+        timer->async_wait([sock](const boost::system::error_code& te) {
+          boost::system::error_code ignore;
+          if (!te) sock->close(ignore);
+        });
+        asio::async_read(*sock, asio::buffer(*buf), [this, sb, sock, buf, timer](const boost::system::error_code& e1,
+                                                                                size_t) {
+          if (e1) return;
+          size_t len = ((*buf)[0] << 8) | (*buf)[1];
+          if (len < 12 || len > dns::kMaxMessage) {
+            boost::system::error_code ignore;
+            sock->close(ignore);
+            return;
+          }
+          buf->resize(len);
+          asio::async_read(*sock, asio::buffer(*buf), [this, sb, sock, buf, timer](const boost::system::error_code& e2,
+                                                                                  size_t) {
+            if (e2) return;
+            HandleQuery(sb, buf->data(), buf->size(), "tcp", [sock, timer](std::vector<uint8_t> out) {
+              timer->cancel();
+              if (out.empty()) return;
+              auto msg = std::make_shared<std::vector<uint8_t>>(out.size() + 2);
+              (*msg)[0] = static_cast<uint8_t>(out.size() >> 8);
+              (*msg)[1] = static_cast<uint8_t>(out.size());
+              std::copy(out.begin(), out.end(), msg->begin() + 2);
+              asio::async_write(*sock, asio::buffer(*msg), [sock, msg](const boost::system::error_code&, size_t) {
+                boost::system::error_code ignore;
+                sock->shutdown(tcp::socket::shutdown_both, ignore);
+                sock->close(ignore);
+              });
+            });
+          });
+        });
+      }
+    }
+    StartDnsTcp(sb);
+  });
+}
+
+// ---- Proxy accept -----------------------------------------------------------
+
+void EgressService::Impl::StartAccept(std::shared_ptr<SandboxEgress> sb, bool tls) {
+  tcp::acceptor& a = tls ? sb->tls : sb->http;
+  a.async_accept([this, sb, tls](const boost::system::error_code& ec, tcp::socket s) {
+    if (sb->closed || ec == asio::error::operation_aborted) return;
+    if (!ec) {
+      boost::system::error_code e;
+      auto peer = s.remote_endpoint(e);
+      if (e || peer.address() != asio::ip::address(sb->netns_ip)) {
+        s.close(e);
+      } else if (static_cast<int>(sb->conns.size()) >= sb->limits.max_connections) {
+        Emit(*sb, {{"protocol", tls ? "tls" : "http"},
+                   {"decision", "deny"},
+                   {"rule", "limit"},
+                   {"reason", "connection limit (" + std::to_string(sb->limits.max_connections) + ") reached"},
+                   {"destination", {{"name", ""}, {"ip", ""}, {"port", tls ? 443 : 80}}}});
+        s.close(e);
+      } else {
+        auto c = std::make_shared<ProxyConn>(*this, sb, std::move(s), tls);
+        sb->conns.insert(c);
+        c->Start();
+      }
+    }
+    StartAccept(sb, tls);
+  });
+}
+
+void EgressService::Impl::CloseSandbox(SandboxEgress& sb) {
+  sb.closed = true;
+  boost::system::error_code ignore;
+  sb.dns_udp.close(ignore);
+  sb.dns_tcp.close(ignore);
+  sb.http.close(ignore);
+  sb.tls.close(ignore);
+  auto conns = sb.conns;
+  for (auto& c : conns) c->Abort("sandbox removed");
+  sb.conns.clear();
+}
+
+void EgressService::Impl::EnforcePolicy(SandboxEgress& sb) {
+  for (auto it = sb.resolved.begin(); it != sb.resolved.end();) {
+    if (!sb.policy->CheckName(it->first).allowed) it = sb.resolved.erase(it);
+    else ++it;
+  }
+  auto conns = sb.conns;
+  for (auto& c : conns) {
+    if (c->host().empty()) continue;
+    bool ok = sb.policy->CheckNamePort(c->host(), c->port()).allowed;
+    if (ok && c->upstream_ip()) {
+      auto pinned = PinnedAddresses(sb, c->host(), c->port());
+      ok = std::find(pinned.begin(), pinned.end(), c->upstream_ip()) != pinned.end();
+    }
+    if (!ok) c->Abort("closed: no longer allowed after a policy update");
+  }
+}
+
+// ---- Public API -------------------------------------------------------------
+
+EgressService::EgressService(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+StatusOr<std::unique_ptr<EgressService>> EgressService::Start(EgressConfig config) {
+  auto impl = std::make_unique<Impl>(std::move(config));
+  ASSIGN_OR_RETURN(impl->upstream, ParseUpstream(impl->config.upstream_dns));
+  impl->work = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(impl->io.get_executor());
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw]() { raw->io.run(); });
+  LOG_INFO("egress: resolver upstream {}:{}", raw->upstream.address().to_string(), raw->upstream.port());
+  return std::unique_ptr<EgressService>(new EgressService(std::move(impl)));
+}
+
+EgressService::~EgressService() {
+  impl_->OnLoop([this]() {
+    for (auto& [id, sb] : impl_->sandboxes) impl_->CloseSandbox(*sb);
+    impl_->sandboxes.clear();
+    return 0;
+  });
+  impl_->work.reset();
+  impl_->io.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+const EgressConfig& EgressService::config() const { return impl_->config; }
+
+Status EgressService::AddSandbox(const std::string& id, const std::string& host_ip, const std::string& netns_ip,
+                                 EgressPolicy policy, std::optional<EgressLimits> limits) {
+  auto hip = ParseIpv4(host_ip), nip = ParseIpv4(netns_ip);
+  if (!hip || !nip) return InvalidArgument("egress: bad sandbox addresses " + host_ip + " / " + netns_ip);
+  return impl_->OnLoop([&]() -> Status {
+    if (impl_->sandboxes.count(id)) return AlreadyExists("egress: sandbox " + id + " already added");
+    auto sb = std::make_shared<SandboxEgress>(impl_->io);
+    sb->id = id;
+    sb->host_ip = asio::ip::address_v4(*hip);
+    sb->netns_ip = asio::ip::address_v4(*nip);
+    sb->policy = std::make_shared<const EgressPolicy>(std::move(policy));
+    sb->limits = limits.value_or(impl_->config.default_limits);
+    sb->bucket.SetRate(sb->limits.bytes_per_second);
+    boost::system::error_code ec;
+    auto bind_tcp = [&](tcp::acceptor& a, uint16_t port, const char* what) -> Status {
+      tcp::endpoint ep(sb->host_ip, port);
+      a.open(ep.protocol(), ec);
+      if (!ec) a.set_option(tcp::acceptor::reuse_address(true), ec);
+      if (!ec) a.bind(ep, ec);
+      if (!ec) a.listen(256, ec);
+      if (ec) return Internal(std::string("egress: ") + what + " listen on " + host_ip + ":" + std::to_string(port) +
+                              ": " + ec.message());
+      return OkStatus();
+    };
+    udp::endpoint uep(sb->host_ip, impl_->config.dns_port);
+    sb->dns_udp.open(udp::v4(), ec);
+    if (!ec) sb->dns_udp.bind(uep, ec);
+    if (ec) return Internal("egress: resolver bind " + host_ip + ": " + ec.message());
+    RETURN_IF_ERROR(bind_tcp(sb->dns_tcp, impl_->config.dns_port, "resolver"));
+    RETURN_IF_ERROR(bind_tcp(sb->http, impl_->config.http_port, "http proxy"));
+    RETURN_IF_ERROR(bind_tcp(sb->tls, impl_->config.tls_port, "tls proxy"));
+    impl_->sandboxes[id] = sb;
+    {
+      std::lock_guard<std::mutex> lock(impl_->records_mu);
+      impl_->by_id[id] = sb;
+    }
+    impl_->StartDnsUdp(sb);
+    impl_->StartDnsTcp(sb);
+    impl_->StartAccept(sb, false);
+    impl_->StartAccept(sb, true);
+    LOG_INFO("egress: sandbox={} policy={}", id, sb->policy->ToJson());
+    return OkStatus();
+  });
+}
+
+Status EgressService::UpdatePolicy(const std::string& id, EgressPolicy policy) {
+  return impl_->OnLoop([&]() -> Status {
+    auto it = impl_->sandboxes.find(id);
+    if (it == impl_->sandboxes.end()) return NotFound("egress: no sandbox " + id);
+    it->second->policy = std::make_shared<const EgressPolicy>(std::move(policy));
+    impl_->EnforcePolicy(*it->second);
+    impl_->Emit(*it->second, {{"protocol", "policy"},
+                              {"decision", "allow"},
+                              {"rule", "update"},
+                              {"reason", "egress policy replaced: " + it->second->policy->ToJson()}});
+    return OkStatus();
+  });
+}
+
+StatusOr<EgressPolicy> EgressService::Policy(const std::string& id) {
+  return impl_->OnLoop([&]() -> StatusOr<EgressPolicy> {
+    auto it = impl_->sandboxes.find(id);
+    if (it == impl_->sandboxes.end()) return NotFound("egress: no sandbox " + id);
+    return *it->second->policy;
+  });
+}
+
+Status EgressService::SetLimits(const std::string& id, EgressLimits limits) {
+  return impl_->OnLoop([&]() -> Status {
+    auto it = impl_->sandboxes.find(id);
+    if (it == impl_->sandboxes.end()) return NotFound("egress: no sandbox " + id);
+    it->second->limits = limits;
+    it->second->bucket.SetRate(limits.bytes_per_second);
+    return OkStatus();
+  });
+}
+
+void EgressService::RemoveSandbox(const std::string& id) {
+  impl_->OnLoop([&]() {
+    auto it = impl_->sandboxes.find(id);
+    if (it != impl_->sandboxes.end()) {
+      impl_->CloseSandbox(*it->second);
+      impl_->sandboxes.erase(it);
+    }
+    return 0;
+  });
+  std::lock_guard<std::mutex> lock(impl_->records_mu);
+  impl_->by_id.erase(id);
+}
+
+StatusOr<std::vector<nlohmann::json>> EgressService::Records(const std::string& id) {
+  std::lock_guard<std::mutex> lock(impl_->records_mu);
+  auto it = impl_->by_id.find(id);
+  if (it == impl_->by_id.end()) return NotFound("egress: no sandbox " + id);
+  return std::vector<nlohmann::json>(it->second->records.begin(), it->second->records.end());
+}
+
+}  // namespace airlock::egress

@@ -1,0 +1,102 @@
+// EgressService: airlock's resolver and egress proxy for every sandbox, on
+// one Boost.Asio event loop (its own thread). docs/network.md "Egress".
+//
+// Per sandbox it listens on the sandbox's host-side veth address (so nothing
+// is reachable from anywhere else, and the listening socket tells which
+// sandbox is talking); the sandbox netns DNATs the guest's traffic there:
+//   guest → 169.254.0.22:53 (UDP/TCP)  ⇒ host_ip:dns_port   resolver
+//   guest → any:80                      ⇒ host_ip:http_port  proxy, HTTP Host
+//   guest → any:443                     ⇒ host_ip:tls_port   proxy, TLS SNI
+// Resolver: a name the policy does not allow gets NXDOMAIN at once (nothing
+// is asked upstream, so query names carry nothing out). An allowed name's A
+// query is re-asked upstream (a fresh query: only the name crosses), answers
+// in forbidden ranges are dropped, and the rest remembered (name → IPs) for
+// the proxy. AAAA and other types of allowed names: NOERROR, no records.
+// Proxy: reads the first HTTP request head / TLS ClientHello, checks the name
+// at port 80/443, and connects only to an address the resolver answered for
+// that name to this sandbox (a name the sandbox never resolved is refused;
+// the guest's own destination address is never used).
+//
+// Every decision (DNS and TCP, allowed or denied) becomes one JSON record:
+//   {"time","sandboxID","protocol":"dns"|"http"|"tls","decision":"allow"|"deny",
+//    "rule","reason","destination":{"name","ip","port"},"bytesOut","bytesIn",
+//    "durationMs","queryType"}
+// handed to the audit sink and kept (last N) per sandbox for the logs API.
+// Records are rate-limited per sandbox (a guest can trigger them): beyond
+// kMaxRecordsPerSecond the rest are counted and reported in one record.
+//
+// Thread-safe: every public method may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "egress/policy.h"
+
+namespace airlock::egress {
+
+using AuditSink = std::function<void(const nlohmann::json&)>;
+
+inline constexpr uint16_t kDefaultDnsPort = 49153;
+inline constexpr uint16_t kDefaultHttpPort = 49180;
+inline constexpr uint16_t kDefaultTlsPort = 49443;
+inline constexpr int kMaxRecordsPerSecond = 200;
+
+struct EgressLimits {
+  int max_connections = 256;       // concurrent proxied TCP connections
+  uint64_t bytes_per_second = 0;   // both directions together; 0 = unlimited
+};
+
+struct EgressConfig {
+  // Upstream resolver "a.b.c.d" or "a.b.c.d:port"; empty = the first IPv4
+  // nameserver of /etc/resolv.conf.
+  std::string upstream_dns;
+  AuditSink audit_sink;
+  size_t records_per_sandbox = 2000;
+  uint16_t dns_port = kDefaultDnsPort;
+  uint16_t http_port = kDefaultHttpPort;
+  uint16_t tls_port = kDefaultTlsPort;
+  std::chrono::milliseconds upstream_timeout{3000};
+  std::chrono::milliseconds first_bytes_timeout{10000};  // Host/ClientHello
+  std::chrono::milliseconds connect_timeout{10000};
+  EgressLimits default_limits;
+};
+
+class EgressService {
+ public:
+  static StatusOr<std::unique_ptr<EgressService>> Start(EgressConfig config);
+  ~EgressService();  // closes every connection, joins the loop thread
+  EgressService(const EgressService&) = delete;
+  EgressService& operator=(const EgressService&) = delete;
+
+  // Opens the sandbox's listeners on host_ip (which must exist: the veth).
+  // Connections are accepted only from netns_ip.
+  Status AddSandbox(const std::string& id, const std::string& host_ip, const std::string& netns_ip,
+                    EgressPolicy policy, std::optional<EgressLimits> limits = std::nullopt);
+  // Replaces the policy; open connections it no longer allows are closed,
+  // remembered answers for names it no longer allows are forgotten.
+  Status UpdatePolicy(const std::string& id, EgressPolicy policy);
+  StatusOr<EgressPolicy> Policy(const std::string& id);
+  Status SetLimits(const std::string& id, EgressLimits limits);
+  // Closes listeners and connections; forgets records. Idempotent.
+  void RemoveSandbox(const std::string& id);
+  // The sandbox's records, oldest first; NotFound for an unknown sandbox.
+  StatusOr<std::vector<nlohmann::json>> Records(const std::string& id);
+
+  const EgressConfig& config() const;
+
+  class Impl;
+
+ private:
+  explicit EgressService(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace airlock::egress

@@ -1,0 +1,89 @@
+// Egress policy of one sandbox: what it may reach (docs/network.md "Egress").
+//
+// Rules come from the API (`allow_internet_access`, `network.allowOut` /
+// `denyOut`, `PUT /sandboxes/{id}/network`) and the CLI (`--allow`,
+// `--internet`), parsed at the edge into an immutable EgressPolicy.
+//
+// Rule syntax (one string each):
+//   example.com          the name itself (ports 80 and 443)
+//   *.example.com        every name below example.com (not the apex)
+//   example.com:443      only that port (80 or 443: names are enforced at L7
+//                        by the resolver + proxy, which only see 80/443)
+//   203.0.113.7          an IPv4 address, every port
+//   203.0.113.0/24:5432  an IPv4 CIDR, one TCP port
+// IPv6 literals are refused (IPv6 is never routed for a guest).
+//
+// Decision: deny rules win over allow rules; `internet` allows every public
+// name and address; destinations in a forbidden range (private, loopback,
+// link-local incl. 169.254.169.254, CGNAT, benchmarking 198.18/15 = the host
+// and other sandboxes, multicast, reserved) are denied whatever the rules say.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace airlock::egress {
+
+struct Rule {
+  enum class Kind { kName, kWildcard, kCidr };
+  Kind kind = Kind::kName;
+  std::string name;        // kName: "example.com"; kWildcard: "example.com" (suffix)
+  uint32_t net = 0;        // kCidr, host byte order
+  int prefix = 32;         // kCidr
+  std::optional<uint16_t> port;  // nullopt: any port
+  std::string text;        // the rule as given (normalised), for audit records
+};
+
+// Parses one rule; InvalidArgument names what is wrong.
+StatusOr<Rule> ParseRule(std::string_view text);
+// Lower-cases, strips one trailing dot; empty when not a valid DNS name
+// (labels 1..63 chars of [a-z0-9-_], total ≤ 253).
+std::string NormalizeName(std::string_view name);
+// Parses dotted-quad IPv4; nullopt otherwise. Host byte order.
+std::optional<uint32_t> ParseIpv4(std::string_view s);
+std::string Ipv4ToString(uint32_t ip);
+
+// True for addresses a guest may never reach (see header comment).
+bool IsForbiddenAddress(uint32_t ip);
+// The forbidden ranges as CIDR strings, for nftables.
+const std::vector<std::string>& ForbiddenCidrs();
+
+struct Decision {
+  bool allowed = false;
+  std::string rule;    // the matching rule's text, "internet", or "default-deny"
+  std::string reason;  // e.g. "forbidden range", "denyOut"
+};
+
+class EgressPolicy {
+ public:
+  EgressPolicy() = default;  // denies everything
+  // Parses every rule; the first bad one fails the whole policy.
+  static StatusOr<EgressPolicy> Create(bool internet, const std::vector<std::string>& allow,
+                                       const std::vector<std::string>& deny);
+
+  // A DNS name (any port): may the resolver answer it?
+  Decision CheckName(std::string_view name) const;
+  // A name at a TCP port (proxy, after Host/SNI).
+  Decision CheckNamePort(std::string_view name, uint16_t port) const;
+  // An address at a TCP port (L3 rules).
+  Decision CheckAddress(uint32_t ip, uint16_t port) const;
+
+  bool internet() const { return internet_; }
+  const std::vector<Rule>& allow() const { return allow_; }
+  const std::vector<Rule>& deny() const { return deny_; }
+  // CIDR allow rules (for nftables); forbidden ranges are dropped before them.
+  std::vector<Rule> CidrAllowRules() const;
+  // {"allowInternetAccess":bool,"allowOut":[...],"denyOut":[...]}
+  std::string ToJson() const;
+
+ private:
+  bool internet_ = false;
+  std::vector<Rule> allow_, deny_;
+};
+
+}  // namespace airlock::egress

@@ -1,0 +1,191 @@
+// Unit tests of src/egress: policy parsing and decisions, DNS messages, the
+// TLS ClientHello SNI and HTTP Host parsers (no root, no network).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "egress/dns_message.h"
+#include "egress/l7_parse.h"
+#include "egress/policy.h"
+#include "tests/unit/egress_test_util.h"
+
+using namespace airlock::egress;
+
+TEST(EgressPolicy, ParsesRules) {
+  auto r = ParseRule("Example.COM.");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->kind, Rule::Kind::kName);
+  EXPECT_EQ(r->text, "example.com");
+  r = ParseRule("*.example.com:443");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->kind, Rule::Kind::kWildcard);
+  EXPECT_EQ(*r->port, 443);
+  r = ParseRule("203.0.113.9/24:5432");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->text, "203.0.113.0/24:5432");
+  EXPECT_EQ(r->prefix, 24);
+  for (const char* bad : {"", "*.com", "exa mple.com", "example.com:22", "1.2.3.4/33", "::1", "2001:db8::1",
+                          "1.2.3.4:0", "1.2.3.4:70000", "example.com/8", "a..b", "01.2.3.4", "*.", "x:"}) {
+    EXPECT_FALSE(ParseRule(bad).ok()) << bad;
+  }
+}
+
+TEST(EgressPolicy, Decisions) {
+  auto p = EgressPolicy::Create(false, {"allowed.test", "*.wild.test", "203.0.113.0/24:8080", "api.test:443"},
+                                {"bad.wild.test", "203.0.113.66"});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_TRUE(p->CheckName("allowed.test").allowed);
+  EXPECT_TRUE(p->CheckName("ALLOWED.test.").allowed);
+  EXPECT_FALSE(p->CheckName("sub.allowed.test").allowed);
+  EXPECT_TRUE(p->CheckName("a.wild.test").allowed);
+  EXPECT_FALSE(p->CheckName("wild.test").allowed);
+  EXPECT_FALSE(p->CheckName("bad.wild.test").allowed);
+  EXPECT_EQ(p->CheckName("bad.wild.test").reason, "denyOut");
+  EXPECT_FALSE(p->CheckName("evilwild.test").allowed);
+  EXPECT_FALSE(p->CheckName("203.0.113.5").allowed);
+  EXPECT_TRUE(p->CheckNamePort("api.test", 443).allowed);
+  EXPECT_FALSE(p->CheckNamePort("api.test", 80).allowed);
+  EXPECT_TRUE(p->CheckAddress(0xCB007105, 8080).allowed);
+  EXPECT_FALSE(p->CheckAddress(0xCB007105, 8081).allowed);
+  EXPECT_FALSE(p->CheckAddress(0xCB007142, 8080).allowed);  // denyOut 203.0.113.66
+  EXPECT_FALSE(EgressPolicy().CheckName("allowed.test").allowed);
+  auto inet = EgressPolicy::Create(true, {}, {"blocked.test"});
+  ASSERT_TRUE(inet.ok());
+  EXPECT_TRUE(inet->CheckName("anything.test").allowed);
+  EXPECT_FALSE(inet->CheckName("blocked.test").allowed);
+  // Forbidden whatever the rules say.
+  auto all = EgressPolicy::Create(true, {"0.0.0.0/0", "169.254.169.254"}, {});
+  ASSERT_TRUE(all.ok());
+  for (const char* ip : {"169.254.169.254", "10.1.2.3", "127.0.0.1", "192.168.1.1", "172.16.0.1", "198.18.0.4",
+                         "198.19.1.1", "100.64.0.1", "224.0.0.1", "0.0.0.0", "255.255.255.255"}) {
+    EXPECT_FALSE(all->CheckAddress(*ParseIpv4(ip), 80).allowed) << ip;
+    EXPECT_TRUE(IsForbiddenAddress(*ParseIpv4(ip))) << ip;
+  }
+  EXPECT_TRUE(all->CheckAddress(*ParseIpv4("203.0.113.1"), 22).allowed);
+}
+
+TEST(EgressDns, QueryRoundTrip) {
+  auto q = dns::BuildQuery(0x1234, "allowed.test", dns::kTypeA);
+  auto parsed = dns::ParseQuery(q.data(), q.size());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->id, 0x1234);
+  EXPECT_EQ(parsed->name, "allowed.test");
+  EXPECT_EQ(parsed->qtype, dns::kTypeA);
+  auto resp = dns::BuildResponse(*parsed, dns::kRcodeNoError, {{0xCB00710A, 60}});
+  auto ans = dns::ParseResponse(resp.data(), resp.size(), 0x1234, "allowed.test", dns::kTypeA);
+  ASSERT_TRUE(ans.ok()) << ans.status().ToString();
+  ASSERT_EQ(ans->a.size(), 1u);
+  EXPECT_EQ(ans->a[0].ip, 0xCB00710Au);
+  EXPECT_FALSE(dns::ParseResponse(resp.data(), resp.size(), 0x1235, "allowed.test", dns::kTypeA).ok());
+  EXPECT_FALSE(dns::ParseResponse(resp.data(), resp.size(), 0x1234, "other.test", dns::kTypeA).ok());
+}
+
+TEST(EgressDns, RejectsHostileQueries) {
+  auto q = dns::BuildQuery(1, "a.test", dns::kTypeA);
+  // Forward / self pointer in the question name.
+  std::vector<uint8_t> loop(q.begin(), q.begin() + 12);
+  loop.insert(loop.end(), {0xC0, 12, 0, 1, 0, 1});
+  EXPECT_FALSE(dns::ParseQuery(loop.data(), loop.size()).ok());
+  // Label running past the end.
+  std::vector<uint8_t> trunc(q.begin(), q.begin() + 12);
+  trunc.insert(trunc.end(), {30, 'a', 'b'});
+  EXPECT_FALSE(dns::ParseQuery(trunc.data(), trunc.size()).ok());
+  // Name > 255 bytes.
+  std::string long_name;
+  for (int i = 0; i < 5; ++i) long_name += std::string(60, 'x') + ".";
+  long_name += "denied.test";
+  auto lq = dns::BuildQuery(2, long_name, dns::kTypeA);
+  EXPECT_FALSE(dns::ParseQuery(lq.data(), lq.size()).ok());
+  // Binary label bytes.
+  std::vector<uint8_t> bin(q.begin(), q.begin() + 12);
+  bin.insert(bin.end(), {2, 0xff, 0x00, 0, 0, 1, 0, 1});
+  EXPECT_FALSE(dns::ParseQuery(bin.data(), bin.size()).ok());
+  // A response is not a query; two questions are refused.
+  auto resp = dns::BuildResponse(*dns::ParseQuery(q.data(), q.size()), 0, {});
+  EXPECT_FALSE(dns::ParseQuery(resp.data(), resp.size()).ok());
+  std::vector<uint8_t> two = q;
+  two[5] = 2;
+  EXPECT_FALSE(dns::ParseQuery(two.data(), two.size()).ok());
+  EXPECT_FALSE(dns::ParseQuery(q.data(), 5).ok());
+}
+
+TEST(EgressDns, FollowsCnameAndIgnoresOtherOwners) {
+  // Hand-built response: allowed.test CNAME cdn.test; cdn.test A 203.0.113.10; other.test A 6.6.6.6.
+  std::vector<uint8_t> m = {0, 7, 0x81, 0x80, 0, 1, 0, 3, 0, 0, 0, 0};
+  auto name = [&](const std::string& n) {
+    size_t i = 0;
+    while (i < n.size()) {
+      size_t j = n.find('.', i);
+      if (j == std::string::npos) j = n.size();
+      m.push_back(static_cast<uint8_t>(j - i));
+      m.insert(m.end(), n.begin() + i, n.begin() + j);
+      i = j + 1;
+    }
+    m.push_back(0);
+  };
+  name("allowed.test");
+  m.insert(m.end(), {0, 1, 0, 1});
+  m.insert(m.end(), {0xC0, 12, 0, 5, 0, 1, 0, 0, 0, 60});
+  size_t len_at = m.size();
+  m.insert(m.end(), {0, 0});
+  size_t start = m.size();
+  name("cdn.test");
+  m[len_at + 1] = static_cast<uint8_t>(m.size() - start);
+  name("cdn.test");
+  m.insert(m.end(), {0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 203, 0, 113, 10});
+  name("other.test");
+  m.insert(m.end(), {0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 6, 6, 6, 6});
+  auto ans = dns::ParseResponse(m.data(), m.size(), 7, "allowed.test", dns::kTypeA);
+  ASSERT_TRUE(ans.ok()) << ans.status().ToString();
+  ASSERT_EQ(ans->a.size(), 1u);
+  EXPECT_EQ(ans->a[0].ip, 0xCB00710Au);
+}
+
+TEST(EgressL7, ClientHelloSni) {
+  auto ch = BuildClientHello("Allowed.Test");
+  auto r = ParseClientHello(ch.data(), ch.size());
+  ASSERT_EQ(r.kind, L7Result::Kind::kOk) << r.error;
+  EXPECT_EQ(r.host, "allowed.test");
+  // Every strict prefix needs more bytes (never a wrong answer).
+  for (size_t n = 0; n < ch.size(); n += 7) {
+    auto p = ParseClientHello(ch.data(), n);
+    EXPECT_EQ(p.kind, L7Result::Kind::kNeedMore) << n;
+  }
+  // Split across two records.
+  auto split = SplitIntoRecords(ch, 40);
+  r = ParseClientHello(split.data(), split.size());
+  ASSERT_EQ(r.kind, L7Result::Kind::kOk) << r.error;
+  EXPECT_EQ(r.host, "allowed.test");
+  EXPECT_EQ(ParseClientHello(BuildClientHello("").data(), BuildClientHello("").size()).kind,
+            L7Result::Kind::kInvalid);
+  auto ech = BuildClientHello("allowed.test", /*ech=*/true);
+  EXPECT_EQ(ParseClientHello(ech.data(), ech.size()).kind, L7Result::Kind::kInvalid);
+  auto two = BuildClientHello("allowed.test", false, "denied.test");
+  EXPECT_EQ(ParseClientHello(two.data(), two.size()).kind, L7Result::Kind::kInvalid);
+  auto ip = BuildClientHello("203.0.113.10");
+  EXPECT_EQ(ParseClientHello(ip.data(), ip.size()).kind, L7Result::Kind::kInvalid);
+  std::string http = "GET / HTTP/1.1\r\n";
+  EXPECT_EQ(ParseClientHello(reinterpret_cast<const uint8_t*>(http.data()), http.size()).kind,
+            L7Result::Kind::kInvalid);
+}
+
+TEST(EgressL7, HttpHost) {
+  auto parse = [](const std::string& s) {
+    return ParseHttpRequestHead(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  auto r = parse("GET /x HTTP/1.1\r\nHost: Allowed.test:80\r\nAccept: */*\r\n\r\nbody");
+  ASSERT_EQ(r.kind, L7Result::Kind::kOk) << r.error;
+  EXPECT_EQ(r.host, "allowed.test");
+  EXPECT_EQ(r.consumed, r.consumed);
+  EXPECT_EQ(parse("GET /x HTTP/1.1\r\nHost: a.test\r\n").kind, L7Result::Kind::kNeedMore);
+  EXPECT_EQ(parse("GET / HTTP/1.1\r\n\r\n").kind, L7Result::Kind::kInvalid);
+  EXPECT_EQ(parse("GET / HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n").kind, L7Result::Kind::kInvalid);
+  EXPECT_EQ(parse("GET http://denied.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n").kind, L7Result::Kind::kInvalid);
+  EXPECT_EQ(parse("GET http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n").kind, L7Result::Kind::kOk);
+  EXPECT_EQ(parse("CONNECT denied.test:443 HTTP/1.1\r\nHost: allowed.test\r\n\r\n").kind, L7Result::Kind::kInvalid);
+  EXPECT_EQ(parse("GET / HTTP/1.1\r\nHost: a.test\r\n folded\r\n\r\n").kind, L7Result::Kind::kInvalid);
+  EXPECT_EQ(parse("\x16\x03\x01").kind, L7Result::Kind::kInvalid);
+  EXPECT_EQ(parse("GET / HTTP/1.1\r\nHost: bad host\r\n\r\n").kind, L7Result::Kind::kInvalid);
+  EXPECT_EQ(parse(std::string(20000, 'A')).kind, L7Result::Kind::kInvalid);
+}
