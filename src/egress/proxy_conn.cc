@@ -173,9 +173,10 @@ void ProxyConn::Deny(const std::string& rule, const std::string& reason) {
   if (finished_) return;
   allowed_ = false;
   rule_ = rule;
-  if (!tls_ && !host_.empty()) {
+  if (!tls_) {
     // A plain HTTP client gets a readable refusal.
-    std::string body = "airlock: egress to " + host_ + " denied (" + reason + ")\n";
+    std::string body =
+        "airlock: egress to " + (host_.empty() ? std::string("this destination") : host_) + " denied (" + reason + ")\n";
     auto msg = std::make_shared<std::string>("HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: " +
                                              std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
     boost::system::error_code ignore;

@@ -4,23 +4,93 @@
 
 namespace airlock::net {
 
+const std::vector<std::string>& NftForbiddenRanges() {
+  // Keep in sync with egress::IsForbiddenAddress (tested).
+  static const std::vector<std::string> v = {"0.0.0.0/8",      "10.0.0.0/8",     "100.64.0.0/10",
+                                             "127.0.0.0/8",    "169.254.0.0/16", "172.16.0.0/12",
+                                             "192.0.0.0/24",   "192.168.0.0/16", "198.18.0.0/15",
+                                             "224.0.0.0/4",    "240.0.0.0/4"};
+  return v;
+}
+
 std::string NftExposeRule(const std::string& netns_ip, uint16_t netns_port, uint16_t guest_port) {
   return std::string("iifname \"") + kNetnsVeth + "\" ip daddr " + netns_ip + " tcp dport " +
          std::to_string(netns_port) + " dnat ip to " + kGuestIp + ":" + std::to_string(guest_port);
 }
 
-std::string NftRuleset(const std::string& netns_ip) {
+namespace {
+std::string CidrNatRules(const std::vector<NftCidr>& cidrs) {
+  std::string r;
+  for (const auto& c : cidrs) {
+    if (!c.bypass_proxy) continue;
+    if (c.port && *c.port != 80 && *c.port != 443) continue;
+    r += "add rule inet " + std::string(kNftTable) + " egress_cidr_nat ip daddr " + c.cidr + " tcp dport " +
+         (c.port ? std::to_string(*c.port) : std::string("{ 80, 443 }")) + " accept\n";
+  }
+  return r;
+}
+std::string CidrFwdRules(const std::vector<NftCidr>& cidrs) {
+  std::string r;
+  for (const auto& c : cidrs) {
+    r += "add rule inet " + std::string(kNftTable) + " egress_cidr_fwd ip daddr " + c.cidr +
+         (c.port ? " tcp dport " + std::to_string(*c.port) : std::string(" meta l4proto tcp")) + " accept\n";
+  }
+  return r;
+}
+}  // namespace
+
+std::string NftEgressCidrUpdate(const std::vector<NftCidr>& cidrs) {
+  std::string t = kNftTable;
+  return "flush chain inet " + t + " egress_cidr_nat\nflush chain inet " + t + " egress_cidr_fwd\n" +
+         CidrNatRules(cidrs) + CidrFwdRules(cidrs);
+}
+
+std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgress>& egress) {
   const std::string eth = std::string("\"") + kNetnsVeth + "\"";
   const std::string tap = std::string("\"") + kTapName + "\"";
   std::string r;
   r += std::string("table inet ") + kNftTable + " {\n";
+  if (egress) {
+    r += "  set forbidden {\n    type ipv4_addr; flags interval;\n    elements = { ";
+    for (size_t i = 0; i < NftForbiddenRanges().size(); ++i) r += (i ? ", " : "") + NftForbiddenRanges()[i];
+    r += " }\n  }\n";
+    r += "  chain egress_cidr_nat {\n    ip daddr @forbidden return\n  }\n";
+    r += "  chain egress_cidr_fwd {\n  }\n";
+  }
   r += "  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n";
-  r += "    " + NftExposeRule(netns_ip, kAgentPort, kAgentPort) + "\n  }\n";
+  r += "    " + NftExposeRule(netns_ip, kAgentPort, kAgentPort) + "\n";
+  if (egress) {
+    const std::string h = egress->host_ip;
+    const std::string gw = kGatewayIp;
+    r += "    iifname " + tap + " jump egress_cidr_nat\n";
+    r += "    iifname " + tap + " ip daddr " + gw + " udp dport 53 dnat ip to " + h + ":" +
+         std::to_string(egress->dns_port) + "\n";
+    r += "    iifname " + tap + " ip daddr " + gw + " tcp dport 53 dnat ip to " + h + ":" +
+         std::to_string(egress->dns_port) + "\n";
+    r += "    iifname " + tap + " tcp dport 80 dnat ip to " + h + ":" + std::to_string(egress->http_port) + "\n";
+    r += "    iifname " + tap + " tcp dport 443 dnat ip to " + h + ":" + std::to_string(egress->tls_port) + "\n";
+  }
+  r += "  }\n";
   r += "  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n";
-  r += "    oifname " + tap + " ct status dnat snat ip to " + kGatewayIp + "\n  }\n";
+  r += "    oifname " + tap + " ct status dnat snat ip to " + kGatewayIp + "\n";
+  if (egress) r += "    iifname " + tap + " oifname " + eth + " masquerade\n";
+  r += "  }\n";
   r += "  chain forward {\n    type filter hook forward priority filter; policy drop;\n";
   r += "    iifname " + eth + " oifname " + tap + " ct status dnat accept\n";
-  r += "    iifname " + tap + " oifname " + eth + " ct status dnat ct state established accept\n  }\n";
+  r += "    iifname " + tap + " oifname " + eth + " ct status dnat ct state established accept\n";
+  if (egress) {
+    const std::string h = egress->host_ip;
+    r += "    iifname " + tap + " oifname " + eth + " ip daddr " + h + " udp dport " + std::to_string(egress->dns_port) +
+         " ct status dnat accept\n";
+    r += "    iifname " + tap + " oifname " + eth + " ip daddr " + h + " tcp dport { " +
+         std::to_string(egress->dns_port) + ", " + std::to_string(egress->http_port) + ", " +
+         std::to_string(egress->tls_port) + " } ct status dnat accept\n";
+    r += "    iifname " + tap + " ip daddr @forbidden drop\n";
+    r += "    iifname " + tap + " oifname " + eth + " ct state new jump egress_cidr_fwd\n";
+    r += "    iifname " + tap + " oifname " + eth + " ct state established accept\n";
+    r += "    iifname " + eth + " oifname " + tap + " ct state established accept\n";
+  }
+  r += "  }\n";
   r += "  chain input {\n    type filter hook input priority filter; policy drop;\n";
   r += "    iifname \"lo\" accept\n";
   r += "    ct state established,related accept\n";

@@ -7,17 +7,44 @@
 //            pass, both directions; nothing the guest opens is forwarded
 //   input:   policy drop; lo, established/related, ICMP echo from eth0
 // IPv6 is dropped by the same inet chains (and disabled by sysctl).
+//
+// With egress (NftEgress given), guest-opened traffic is redirected to the
+// daemon's resolver/proxy listening on the host veth address:
+//   tap0 → 169.254.0.22:53 udp/tcp ⇒ host_ip:dns_port
+//   tap0 → *:80 ⇒ host_ip:http_port, tap0 → *:443 ⇒ host_ip:tls_port
+// and forwarded only when DNAT'd there; then forbidden ranges are dropped;
+// then chain egress_cidr_fwd (allowed CIDR:port pairs, TCP, replaceable live
+// with NftEgressCidrUpdate); guest-opened flows leave eth0 masqueraded.
+// Allowed CIDR rules covering 80/443 skip the proxy (chain egress_cidr_nat).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace airlock::net {
 
 inline constexpr char kNftTable[] = "airlock";  // family inet
 
-std::string NftRuleset(const std::string& netns_ip);
+struct NftEgress {
+  std::string host_ip;
+  uint16_t dns_port = 0, http_port = 0, tls_port = 0;
+};
+
+// An allowed destination for plain L3 forwarding (TCP).
+struct NftCidr {
+  std::string cidr;              // "203.0.113.0/24" or "203.0.113.7"
+  std::optional<uint16_t> port;  // nullopt: every TCP port
+  bool bypass_proxy = false;     // true: 80/443 to it are not redirected
+};
+
+std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgress>& egress = std::nullopt);
 // A rule (for `nft add rule`) that DNATs <netns_ip>:netns_port → guest:guest_port.
 std::string NftExposeRule(const std::string& netns_ip, uint16_t netns_port, uint16_t guest_port);
+// An `nft -f` script that atomically replaces the CIDR chains' rules.
+std::string NftEgressCidrUpdate(const std::vector<NftCidr>& cidrs);
+// The forbidden ranges (never forwarded), as an nft set body.
+const std::vector<std::string>& NftForbiddenRanges();
 
 }  // namespace airlock::net

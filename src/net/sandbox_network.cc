@@ -150,7 +150,10 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(const std::stri
       [&]() -> Status {
         RETURN_IF_ERROR(Ok(RunChecked({"ip", "link", "set", "lo", "up"}, fd)));
         RETURN_IF_ERROR(Ok(RunChecked({"ip", "addr", "add", netns_ip + "/31", "dev", kNetnsVeth}, fd)));
-        return Ok(RunChecked({"ip", "link", "set", kNetnsVeth, "up"}, fd));
+        RETURN_IF_ERROR(Ok(RunChecked({"ip", "link", "set", kNetnsVeth, "up"}, fd)));
+        // Egress CIDR flows leave through the host; the forward chain decides.
+        if (options.egress) return Ok(RunChecked({"ip", "route", "add", "default", "via", host_ip, "dev", kNetnsVeth}, fd));
+        return OkStatus();
       },
       nullptr));
   RETURN_IF_ERROR(c.Do(
@@ -174,7 +177,9 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(const std::stri
   RETURN_IF_ERROR(c.Do(
       "nft",
       [&]() -> Status {
-        RETURN_IF_ERROR(WriteFile(nft_file, NftRuleset(netns_ip)));
+        std::optional<NftEgress> egress = options.egress;
+        if (egress) egress->host_ip = host_ip;
+        RETURN_IF_ERROR(WriteFile(nft_file, NftRuleset(netns_ip, egress)));
         Status st = Ok(RunChecked({"nft", "-f", nft_file}, fd));
         if (!st.ok()) ::unlink(nft_file.c_str());
         return st;
@@ -223,6 +228,15 @@ Status SandboxNetwork::ExposeTcpPort(uint16_t netns_port, uint16_t guest_port) {
   }
   auto r = RunChecked(argv, netns_fd_.get());
   return r.ok() ? OkStatus() : r.status().WithContext("expose port " + std::to_string(netns_port));
+}
+
+Status SandboxNetwork::SetEgressCidrs(const std::vector<NftCidr>& cidrs) {
+  if (destroyed_ || !netns_fd_) return FailedPrecondition("network of sandbox " + id_ + " is destroyed");
+  const std::string file = NetDir(*pool_) + "/" + netns_ + ".cidr.nft";
+  RETURN_IF_ERROR(WriteFile(file, NftEgressCidrUpdate(cidrs)));
+  auto r = RunChecked({"nft", "-f", file}, netns_fd_.get());
+  ::unlink(file.c_str());
+  return r.ok() ? OkStatus() : r.status().WithContext("egress CIDR rules");
 }
 
 Status SandboxNetwork::Destroy() {

@@ -25,6 +25,7 @@
 #include "common/status.h"
 #include "net/address_pool.h"
 #include "net/checklist.h"
+#include "net/nft_rules.h"
 
 namespace airlock::net {
 
@@ -32,6 +33,9 @@ struct NetworkOptions {
   // Owner of tap0 (so a VMM that dropped root with -runas may still open it);
   // nullopt = root only.
   std::optional<uid_t> tap_owner;
+  // Egress through the daemon's resolver/proxy (nft_rules.h); host_ip is
+  // filled in from the lease. nullopt: the guest reaches nothing.
+  std::optional<NftEgress> egress;
 };
 
 class SandboxNetwork {
@@ -61,6 +65,8 @@ class SandboxNetwork {
 
   // DNAT <netns ip>:netns_port → 169.254.0.21:guest_port (TCP).
   Status ExposeTcpPort(uint16_t netns_port, uint16_t guest_port);
+  // Replaces the allowed CIDR:port pairs (atomically; needs egress).
+  Status SetEgressCidrs(const std::vector<NftCidr>& cidrs);
 
   // Removes everything; idempotent.
   Status Destroy();

@@ -1,0 +1,613 @@
+// Sealed network: default deny, allowlists, the bypass suite, live policy
+// updates, audit records. Hermetic: a fake internet (fake_internet.h) in
+// namespaces this test creates; the "daemon" (EgressService + sandbox
+// networks) runs in a namespace whose only uplink is that fake internet, and
+// each guest is a namespace wired where the VMM's tap would be (the same
+// address, route and resolver a microVM gets). Needs root, ip, nft, curl,
+// openssl; skips otherwise.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "common/fd.h"
+#include "common/subprocess.h"
+#include "egress/dns_message.h"
+#include "egress/egress_service.h"
+#include "egress/policy.h"
+#include "net/address_pool.h"
+#include "net/host_egress.h"
+#include "net/sandbox_network.h"
+#include "tests/integration/fake_internet.h"
+#include "tests/unit/scoped_dir.h"
+
+namespace fs = std::filesystem;
+using namespace airlock;
+using namespace airlock::egress;
+using airlock::test_util::FakeInternet;
+
+namespace {
+
+constexpr char kPool[] = "198.19.248.0/22";
+
+Status Ok(const StatusOr<std::string>& r) { return r.ok() ? OkStatus() : r.status(); }
+
+// A guest: a netns wired where the VMM's tap0 would be.
+class Guest {
+ public:
+  Status Start(net::SandboxNetwork& n, const std::string& tag) {
+    ns_ = "alt-g" + std::to_string(::getpid()) + tag;
+    RETURN_IF_ERROR(Ok(RunChecked({"ip", "netns", "add", ns_})));
+    const std::string sns = n.netns_name();
+    RETURN_IF_ERROR(Ok(RunChecked({"ip", "-n", sns, "link", "del", "tap0"})));
+    RETURN_IF_ERROR(Ok(RunChecked({"ip", "-n", sns, "link", "add", "tap0", "type", "veth", "peer", "name", "eth0",
+                                   "netns", ns_})));
+    RETURN_IF_ERROR(Ok(RunChecked({"ip", "-n", sns, "addr", "add", "169.254.0.22/30", "dev", "tap0"})));
+    RETURN_IF_ERROR(Ok(RunChecked({"ip", "-n", sns, "link", "set", "tap0", "up"})));
+    RETURN_IF_ERROR(Ok(RunChecked({"ip", "-n", ns_, "addr", "add", "169.254.0.21/30", "dev", "eth0"})));
+    RETURN_IF_ERROR(Ok(RunChecked({"ip", "-n", ns_, "link", "set", "eth0", "up"})));
+    RETURN_IF_ERROR(Ok(RunChecked({"ip", "-n", ns_, "link", "set", "lo", "up"})));
+    RETURN_IF_ERROR(Ok(RunChecked({"ip", "-n", ns_, "route", "add", "default", "via", "169.254.0.22"})));
+    fs::create_directories("/etc/netns/" + ns_);
+    std::ofstream("/etc/netns/" + ns_ + "/resolv.conf") << "nameserver 169.254.0.22\noptions timeout:2 attempts:1\n";
+    fd_.Reset(::open(("/run/netns/" + ns_).c_str(), O_RDONLY | O_CLOEXEC));
+    return fd_ ? OkStatus() : ErrnoError("open guest netns");
+  }
+  ~Guest() {
+    fd_.Reset();
+    if (!ns_.empty()) {
+      (void)Run({"ip", "netns", "del", ns_});
+      std::error_code ec;
+      fs::remove_all("/etc/netns/" + ns_, ec);
+    }
+  }
+  // Runs a command in the guest: {exit code, stdout}.
+  std::pair<int, std::string> Exec(std::vector<std::string> argv) {
+    argv.insert(argv.begin(), {"ip", "netns", "exec", ns_});
+    auto r = Run(argv);
+    if (!r.ok()) return {-1, r.status().ToString()};
+    return {r->status.ShellCode(), r->out + r->err};
+  }
+  std::pair<int, std::string> Curl(std::vector<std::string> args) {
+    std::vector<std::string> argv = {"curl", "-sS", "--max-time", "5", "--noproxy", "*"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return Exec(argv);
+  }
+  UniqueFd Socket(int family, int type) {
+    int s = -1;
+    std::thread([&] {
+      if (::setns(fd_.get(), CLONE_NEWNET) == 0) s = ::socket(family, type | SOCK_CLOEXEC, 0);
+    }).join();
+    return UniqueFd(s);
+  }
+  UniqueFd RawIcmpSocket() {
+    int s = -1;
+    std::thread([&] {
+      if (::setns(fd_.get(), CLONE_NEWNET) == 0) s = ::socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ICMP);
+    }).join();
+    return UniqueFd(s);
+  }
+  const std::string& ns() const { return ns_; }
+
+ private:
+  std::string ns_;
+  UniqueFd fd_;
+};
+
+sockaddr_in Addr(const std::string& ip, int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  ::inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  return a;
+}
+
+bool ConnectWithin(int s, const sockaddr_in& a, int ms) {
+  ::fcntl(s, F_SETFL, ::fcntl(s, F_GETFL) | O_NONBLOCK);
+  int r = ::connect(s, reinterpret_cast<const sockaddr*>(&a), sizeof(a));
+  if (r != 0 && errno != EINPROGRESS) return false;
+  pollfd p{s, POLLOUT, 0};
+  if (r != 0 && ::poll(&p, 1, ms) != 1) return false;
+  int err = 0;
+  socklen_t len = sizeof(err);
+  ::getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
+  ::fcntl(s, F_SETFL, ::fcntl(s, F_GETFL) & ~O_NONBLOCK);
+  return err == 0;
+}
+
+// Every TCP port of `ip` the guest can open a connection to.
+std::set<int> Sweep(Guest& g, const std::string& ip) {
+  std::set<int> open;
+  constexpr int kBatch = 4000;
+  for (int base = 1; base <= 65535; base += kBatch) {
+    std::vector<std::pair<int, UniqueFd>> socks;
+    for (int p = base; p < base + kBatch && p <= 65535; ++p) {
+      UniqueFd s = g.Socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK);
+      if (!s) continue;
+      sockaddr_in a = Addr(ip, p);
+      ::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a));
+      socks.emplace_back(p, std::move(s));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (auto& [p, s] : socks) {
+      pollfd pf{s.get(), POLLOUT, 0};
+      if (::poll(&pf, 1, 0) == 1) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        ::getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err == 0) open.insert(p);
+      }
+    }
+  }
+  return open;
+}
+
+// A DNS query from the guest over UDP; returns rcode or -1 when nothing came back.
+int GuestDnsQuery(Guest& g, const std::string& server, const std::string& name, std::vector<uint32_t>* ips = nullptr) {
+  UniqueFd s = g.Socket(AF_INET, SOCK_DGRAM);
+  auto q = dns::BuildQuery(0x4242, name, dns::kTypeA);
+  sockaddr_in a = Addr(server, 53);
+  ::sendto(s.get(), q.data(), q.size(), 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  pollfd p{s.get(), POLLIN, 0};
+  if (::poll(&p, 1, 1500) != 1) return -1;
+  uint8_t buf[4096];
+  ssize_t n = ::recv(s.get(), buf, sizeof(buf), 0);
+  if (n < 12) return -1;
+  if (ips) {
+    auto ans = dns::ParseResponse(buf, static_cast<size_t>(n), 0x4242, name, dns::kTypeA);
+    if (ans.ok())
+      for (auto& r : ans->a) ips->push_back(r.ip);
+  }
+  return buf[3] & 0xF;
+}
+
+// ICMP echo from the guest (raw socket); true when a reply came back.
+bool IcmpEcho(Guest& g, const std::string& ip) {
+  UniqueFd s = g.RawIcmpSocket();
+  if (!s) return false;
+  uint8_t pkt[16] = {8, 0, 0, 0, 0x12, 0x34, 0, 1, 'a', 'i', 'r', 'l', 'o', 'c', 'k', '!'};
+  uint32_t sum = 0;
+  for (int i = 0; i < 16; i += 2) sum += (pkt[i] << 8) | pkt[i + 1];
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  uint16_t cs = static_cast<uint16_t>(~sum);
+  pkt[2] = static_cast<uint8_t>(cs >> 8);
+  pkt[3] = static_cast<uint8_t>(cs);
+  sockaddr_in a = Addr(ip, 0);
+  if (::sendto(s.get(), pkt, sizeof(pkt), 0, reinterpret_cast<sockaddr*>(&a), sizeof(a)) < 0) return false;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{s.get(), POLLIN, 0};
+    if (::poll(&p, 1, 200) != 1) continue;
+    uint8_t buf[256];
+    ssize_t n = ::recv(s.get(), buf, sizeof(buf), 0);
+    if (n >= 28 && buf[20] == 0) return true;  // echo reply after the IP header
+  }
+  return false;
+}
+
+bool LogHasSuffix(const std::vector<std::string>& log, const std::string& suffix) {
+  for (const auto& n : log)
+    if (n.ends_with(suffix)) return true;
+  return false;
+}
+
+class EgressTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (::geteuid() != 0) {
+      skip_ = "needs root";
+      return;
+    }
+    for (const char* tool : {"ip", "nft", "curl", "openssl"}) {
+      if (!FindExecutable(tool).ok()) {
+        skip_ = std::string("needs ") + tool;
+        return;
+      }
+    }
+    rlimit rl{20000, 20000};
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+    dir_ = new test_util::ScopedDir{test_util::MakeTempDir("airlock-egress")};
+    auto fi = FakeInternet::Start(dir_->path);
+    if (!fi.ok()) {
+      error_ = "fake internet: " + fi.status().ToString();
+      return;
+    }
+    inet_ = fi->release();
+    ASSERT_TRUE(inet_->Enter().ok());
+    net::NftEgress ports{"", kDefaultDnsPort, kDefaultHttpPort, kDefaultTlsPort};
+    Status hs = net::InstallHostEgress(kPool, ports, true, dir_->path);
+    ASSERT_TRUE(hs.ok()) << hs.ToString();
+    EgressConfig cfg;
+    cfg.upstream_dns = FakeInternet::kDnsServer;
+    cfg.audit_sink = [](const nlohmann::json& j) {
+      std::lock_guard<std::mutex> l(sink_mu_);
+      sink_.push_back(j);
+    };
+    auto svc = EgressService::Start(cfg);
+    ASSERT_TRUE(svc.ok()) << svc.status().ToString();
+    svc_ = svc->release();
+    // The host-wide lease root: other airlock processes on this machine clean
+    // up netns al-* without a live lease owner there.
+    auto pool = net::AddressPool::Create(net::kHostLeaseRoot, kPool);
+    ASSERT_TRUE(pool.ok());
+    pool_ = new net::AddressPool(std::move(*pool));
+  }
+  static void TearDownTestSuite() {
+    delete svc_;
+    svc_ = nullptr;
+    delete pool_;
+    pool_ = nullptr;
+    delete inet_;  // leaves the daemon netns, deletes namespaces
+    inet_ = nullptr;
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    ASSERT_TRUE(error_.empty()) << error_;
+    ASSERT_TRUE(svc_ && pool_);
+  }
+
+  struct Box {
+    std::unique_ptr<net::SandboxNetwork> net;
+    std::unique_ptr<Guest> guest;
+    std::string id;
+    ~Box() {
+      if (svc_ && !id.empty()) svc_->RemoveSandbox(id);
+    }
+  };
+  // A sandbox network with egress, its guest and its policy.
+  std::unique_ptr<Box> NewBox(const std::string& tag, bool internet, std::vector<std::string> allow,
+                              std::vector<std::string> deny = {}) {
+    auto b = std::make_unique<Box>();
+    b->id = "t" + std::to_string(::getpid()) + tag;
+    net::NetworkOptions o;
+    o.egress = net::NftEgress{"", kDefaultDnsPort, kDefaultHttpPort, kDefaultTlsPort};
+    auto n = net::SandboxNetwork::Create(b->id, *pool_, o);
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    if (!n.ok()) return nullptr;
+    b->net = std::move(*n);
+    auto policy = EgressPolicy::Create(internet, allow, deny);
+    EXPECT_TRUE(policy.ok()) << policy.status().ToString();
+    Status st = ApplyCidrs(*b->net, *policy);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    st = svc_->AddSandbox(b->id, b->net->host_ip(), b->net->netns_ip(), *policy);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    b->guest = std::make_unique<Guest>();
+    st = b->guest->Start(*b->net, tag);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return b;
+  }
+  static Status ApplyCidrs(net::SandboxNetwork& n, const EgressPolicy& p) {
+    std::vector<net::NftCidr> cidrs;
+    for (const auto& r : p.CidrAllowRules())
+      cidrs.push_back({Ipv4ToString(r.net) + "/" + std::to_string(r.prefix), r.port, true});
+    if (p.internet()) cidrs.push_back({"0.0.0.0/0", std::nullopt, false});
+    return n.SetEgressCidrs(cidrs);
+  }
+  static std::vector<nlohmann::json> RecordsOf(const std::string& id) {
+    auto r = svc_->Records(id);
+    return r.ok() ? *r : std::vector<nlohmann::json>{};
+  }
+  static bool HasRecord(const std::string& id, const std::string& proto, const std::string& decision,
+                        const std::string& name) {
+    for (const auto& j : RecordsOf(id)) {
+      if (j.value("protocol", "") == proto && j.value("decision", "") == decision &&
+          j.contains("destination") && j["destination"].value("name", "") == name)
+        return true;
+    }
+    return false;
+  }
+
+  static inline std::string skip_, error_;
+  static inline test_util::ScopedDir* dir_ = nullptr;
+  static inline FakeInternet* inet_ = nullptr;
+  static inline EgressService* svc_ = nullptr;
+  static inline net::AddressPool* pool_ = nullptr;
+  static inline std::mutex sink_mu_;
+  static inline std::vector<nlohmann::json> sink_;
+};
+
+TEST_F(EgressTest, HarnessHasNoRouteOffTheMachine) {
+  // The daemon namespace: lo, the fake uplink, sandbox veths; nothing else.
+  auto links = RunChecked({"ip", "-o", "link", "show"});
+  ASSERT_TRUE(links.ok());
+  std::istringstream ls(*links);
+  std::string line;
+  while (std::getline(ls, line)) {
+    auto a = line.find(": ");
+    std::string name = line.substr(a + 2, line.find_first_of("@:", a + 2) - a - 2);
+    EXPECT_TRUE(name == "lo" || name == inet_->uplink() || name.rfind("alh", 0) == 0) << "unexpected link " << name;
+  }
+  auto routes = RunChecked({"ip", "route", "show", "default"});
+  ASSERT_TRUE(routes.ok());
+  EXPECT_NE(routes->find("via 192.0.2.1 dev " + inet_->uplink()), std::string::npos) << *routes;
+  // The fake internet: no default route, no link but its own.
+  auto iroutes = RunChecked({"ip", "-n", inet_->internet_ns(), "route", "show", "default"});
+  ASSERT_TRUE(iroutes.ok());
+  EXPECT_EQ(*iroutes, "");
+  auto ilinks = RunChecked({"ip", "-n", inet_->internet_ns(), "-o", "link", "show"});
+  ASSERT_TRUE(ilinks.ok());
+  EXPECT_EQ(std::count(ilinks->begin(), ilinks->end(), '\n'), 2) << *ilinks;  // lo, alti<pid>
+}
+
+TEST_F(EgressTest, DefaultDenyReachesNothing) {
+  auto b = NewBox("dd", false, {});
+  ASSERT_TRUE(b);
+  Guest& g = *b->guest;
+  size_t dns_before = inet_->DnsLog().size();
+  // DNS: NXDOMAIN for everything, nothing asked upstream.
+  auto [rc, out] = g.Curl({"http://allowed.test/"});
+  EXPECT_EQ(rc, 6) << out;  // could not resolve
+  EXPECT_EQ(GuestDnsQuery(g, "169.254.0.22", "allowed.test"), dns::kRcodeNxDomain);
+  EXPECT_EQ(inet_->DnsLog().size(), dns_before);
+  EXPECT_TRUE(HasRecord(b->id, "dns", "deny", "allowed.test"));
+  // Raw IP on 80/443: the proxy refuses (no name / not allowed), the host is never reached.
+  std::tie(rc, out) = g.Curl({"http://203.0.113.10/"});
+  EXPECT_NE(out.find("airlock: egress"), std::string::npos) << out;
+  std::tie(rc, out) = g.Curl({"-H", "Host: allowed.test", "http://203.0.113.10/"});
+  EXPECT_EQ(out.find("server="), std::string::npos) << out;
+  std::tie(rc, out) = g.Curl({"--cacert", inet_->ca_file(), "--resolve", "allowed.test:443:203.0.113.10",
+                              "https://allowed.test/"});
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_EQ(inet_->Accepted("203.0.113.10:80"), 0);
+  EXPECT_EQ(inet_->Accepted("203.0.113.10:443"), 0);
+  // Other TCP ports, UDP, ICMP, another resolver, metadata: nothing.
+  {
+    UniqueFd s = g.Socket(AF_INET, SOCK_STREAM);
+    EXPECT_FALSE(ConnectWithin(s.get(), Addr("203.0.113.30", 8080), 500));
+  }
+  EXPECT_EQ(GuestDnsQuery(g, "203.0.113.53", "direct.allowed.test"), -1);
+  {
+    UniqueFd s = g.Socket(AF_INET, SOCK_STREAM);
+    EXPECT_FALSE(ConnectWithin(s.get(), Addr("203.0.113.53", 53), 500));
+  }
+  {
+    UniqueFd u = g.Socket(AF_INET, SOCK_DGRAM);
+    sockaddr_in a = Addr("203.0.113.10", 9999);
+    ::sendto(u.get(), "x", 1, 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  }
+  EXPECT_FALSE(IcmpEcho(g, "203.0.113.10"));
+  EXPECT_FALSE(IcmpEcho(g, "169.254.0.22"));
+  for (int port : {22, 8080, 53}) {
+    UniqueFd s = g.Socket(AF_INET, SOCK_STREAM);
+    EXPECT_FALSE(ConnectWithin(s.get(), Addr("169.254.169.254", port), 300)) << port;
+  }
+  std::tie(rc, out) = g.Curl({"http://169.254.169.254/latest/meta-data/"});
+  EXPECT_NE(out.find("airlock: egress"), std::string::npos) << out;
+  // IPv6: no route, no address.
+  {
+    UniqueFd s6 = g.Socket(AF_INET6, SOCK_STREAM);
+    sockaddr_in6 a6{};
+    a6.sin6_family = AF_INET6;
+    a6.sin6_port = htons(80);
+    ::inet_pton(AF_INET6, "2001:db8::10", &a6.sin6_addr);
+    EXPECT_NE(::connect(s6.get(), reinterpret_cast<sockaddr*>(&a6), sizeof(a6)), 0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(inet_->UdpReceived(), 0);
+  EXPECT_TRUE(LogHasSuffix(inet_->DnsLog(), "direct.allowed.test") == false);
+  EXPECT_EQ(inet_->Accepted("203.0.113.30:8080"), 0);
+}
+
+TEST_F(EgressTest, GatewayHostAndOtherSandboxesClosedOnEveryPort) {
+  auto a = NewBox("ga", false, {"allowed.test"});
+  auto b = NewBox("gb", false, {"allowed.test"});
+  ASSERT_TRUE(a && b);
+  // A "daemon API" listening on every address of the daemon namespace.
+  UniqueFd api(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in any = Addr("0.0.0.0", 0);
+  ASSERT_EQ(::bind(api.get(), reinterpret_cast<sockaddr*>(&any), sizeof(any)), 0);
+  ASSERT_EQ(::listen(api.get(), 16), 0);
+  socklen_t len = sizeof(any);
+  ::getsockname(api.get(), reinterpret_cast<sockaddr*>(&any), &len);
+  int api_port = ntohs(any.sin_port);
+  {
+    auto [rc0, out0] = a->guest->Curl({"http://" + a->net->host_ip() + "/"});
+    EXPECT_NE(out0.find("airlock: egress"), std::string::npos) << out0;
+  }
+  // Only the redirected services answer: 53 (resolver), 80/443 (proxy).
+  EXPECT_EQ(Sweep(*a->guest, "169.254.0.22"), (std::set<int>{53, 80, 443}));
+  EXPECT_EQ(Sweep(*a->guest, a->net->host_ip()), (std::set<int>{80, 443}));
+  for (const std::string& ip : {b->net->netns_ip(), b->net->host_ip(), std::string("192.0.2.2")}) {
+    for (int port : {api_port, 49983, int(kDefaultDnsPort), int(kDefaultHttpPort), int(kDefaultTlsPort), 22}) {
+      UniqueFd s = a->guest->Socket(AF_INET, SOCK_STREAM);
+      EXPECT_FALSE(ConnectWithin(s.get(), Addr(ip, port), 200)) << ip << ":" << port;
+    }
+  }
+  // What answers on 80 of the host address is the proxy, not a host service.
+  auto [rc, out] = a->guest->Curl({"http://" + a->net->host_ip() + "/"});
+  EXPECT_NE(out.find("airlock: egress"), std::string::npos) << out;
+}
+
+TEST_F(EgressTest, AllowedNamesWorkAndBypassesFail) {
+  auto b = NewBox("al", false, {"allowed.test"});
+  ASSERT_TRUE(b);
+  Guest& g = *b->guest;
+  const std::string ca = inet_->ca_file();
+  // Raw IP to an allowed name's address without resolving: refused.
+  int tls10 = inet_->Accepted("203.0.113.10:443");
+  auto [rc, out] = g.Curl({"--cacert", ca, "--resolve", "allowed.test:443:203.0.113.10", "https://allowed.test/"});
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_EQ(inet_->Accepted("203.0.113.10:443"), tls10);
+  EXPECT_TRUE(HasRecord(b->id, "tls", "deny", "allowed.test"));
+  // The allowed path: DNS, HTTP, HTTPS.
+  std::tie(rc, out) = g.Curl({"http://allowed.test/x"});
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("server=203.0.113.10 host=allowed.test"), std::string::npos) << out;
+  std::tie(rc, out) = g.Curl({"--cacert", ca, "https://allowed.test/y"});
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("server=203.0.113.10 host=allowed.test sni=allowed.test"), std::string::npos) << out;
+  EXPECT_TRUE(HasRecord(b->id, "http", "allow", "allowed.test"));
+  EXPECT_TRUE(HasRecord(b->id, "tls", "allow", "allowed.test"));
+  // Resolved now, but pinned: a forged address for the name is never used.
+  int tls20 = inet_->Accepted("203.0.113.20:443");
+  std::tie(rc, out) = g.Curl({"--cacert", ca, "--resolve", "allowed.test:443:203.0.113.20", "https://allowed.test/"});
+  EXPECT_NE(out.find("server=203.0.113.10"), std::string::npos) << out;
+  EXPECT_EQ(inet_->Accepted("203.0.113.20:443"), tls20);
+  // Denied names: NXDOMAIN without asking upstream, also long exfiltration-shaped names.
+  std::tie(rc, out) = g.Curl({"http://denied.test/"});
+  EXPECT_EQ(rc, 6) << out;
+  std::string label(63, 'a');
+  std::string exfil = label + "." + std::string(63, 'b') + "." + std::string(63, 'c') + ".denied.test";
+  EXPECT_EQ(GuestDnsQuery(g, "169.254.0.22", exfil), dns::kRcodeNxDomain);
+  EXPECT_FALSE(LogHasSuffix(inet_->DnsLog(), "denied.test"));
+  // DNS to another resolver, UDP and TCP: nothing comes back, nothing arrives.
+  EXPECT_EQ(GuestDnsQuery(g, "203.0.113.53", "probe.denied.test"), -1);
+  {
+    UniqueFd s = g.Socket(AF_INET, SOCK_STREAM);
+    EXPECT_FALSE(ConnectWithin(s.get(), Addr("203.0.113.53", 53), 500));
+  }
+  EXPECT_FALSE(LogHasSuffix(inet_->DnsLog(), "denied.test"));
+  // TLS: allowed SNI with a denied Host goes to the allowed host only.
+  std::tie(rc, out) = g.Curl({"--cacert", ca, "-H", "Host: denied.test", "https://allowed.test/"});
+  EXPECT_NE(out.find("server=203.0.113.10"), std::string::npos) << out;
+  // Denied SNI with an allowed Host: refused.
+  std::tie(rc, out) = g.Curl({"-k", "--resolve", "denied.test:443:203.0.113.10", "-H", "Host: allowed.test",
+                              "https://denied.test/"});
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_TRUE(HasRecord(b->id, "tls", "deny", "denied.test"));
+  // HTTP: a denied Host to an allowed address is refused.
+  std::tie(rc, out) = g.Curl({"-H", "Host: denied.test", "http://203.0.113.10/"});
+  EXPECT_NE(out.find("airlock: egress"), std::string::npos) << out;
+  // DNS over HTTPS through an allowed host: the guest learns a denied
+  // name's address, and still cannot use it.
+  std::tie(rc, out) = g.Curl({"--cacert", ca, "https://allowed.test/doh?name=denied.test"});
+  EXPECT_NE(out.find("203.0.113.20"), std::string::npos) << out;
+  std::tie(rc, out) = g.Curl({"http://203.0.113.20/"});
+  EXPECT_NE(out.find("airlock: egress"), std::string::npos) << out;
+  std::tie(rc, out) = g.Curl({"-k", "--resolve", "denied.test:443:203.0.113.20", "https://denied.test/"});
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_EQ(inet_->Accepted("203.0.113.20:80"), 0);
+  EXPECT_EQ(inet_->Accepted("203.0.113.20:443"), tls20);
+  // Rebinding: an allowed name answering a forbidden address gets no address.
+  auto p2 = EgressPolicy::Create(false, {"allowed.test", "meta.test"}, {});
+  ASSERT_TRUE(svc_->UpdatePolicy(b->id, *p2).ok());
+  std::vector<uint32_t> ips;
+  EXPECT_EQ(GuestDnsQuery(g, "169.254.0.22", "meta.test", &ips), 0);
+  EXPECT_TRUE(ips.empty());
+  std::tie(rc, out) = g.Curl({"http://meta.test/"});
+  EXPECT_NE(rc, 0) << out;
+  // UDP anywhere, ICMP, IPv6: still nothing while the allowed path works.
+  {
+    UniqueFd u = g.Socket(AF_INET, SOCK_DGRAM);
+    sockaddr_in a = Addr("203.0.113.10", 9999);
+    ::sendto(u.get(), "x", 1, 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  }
+  EXPECT_FALSE(IcmpEcho(g, "203.0.113.10"));
+  {
+    UniqueFd s6 = g.Socket(AF_INET6, SOCK_STREAM);
+    sockaddr_in6 a6{};
+    a6.sin6_family = AF_INET6;
+    a6.sin6_port = htons(443);
+    ::inet_pton(AF_INET6, "2001:db8::10", &a6.sin6_addr);
+    EXPECT_NE(::connect(s6.get(), reinterpret_cast<sockaddr*>(&a6), sizeof(a6)), 0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(inet_->UdpReceived(), 0);
+  // Every record carries the audit fields; the sink saw them too.
+  auto recs = RecordsOf(b->id);
+  ASSERT_FALSE(recs.empty());
+  for (const auto& j : recs) {
+    EXPECT_EQ(j.value("sandboxID", ""), b->id);
+    EXPECT_TRUE(j.contains("time") && j.contains("decision") && j.contains("protocol") && j.contains("rule")) << j;
+  }
+  for (const auto& j : recs) {
+    if (j.value("protocol", "") == "http" && j.value("decision", "") == "allow") {
+      EXPECT_GT(j.value("bytesIn", 0), 0) << j;
+      EXPECT_GT(j.value("bytesOut", 0), 0) << j;
+      EXPECT_EQ(j["destination"].value("ip", ""), "203.0.113.10");
+      EXPECT_EQ(j["destination"].value("port", 0), 80);
+      EXPECT_TRUE(j.contains("durationMs"));
+    }
+  }
+  std::lock_guard<std::mutex> l(sink_mu_);
+  EXPECT_GE(sink_.size(), recs.size());
+}
+
+TEST_F(EgressTest, LivePolicyUpdateClosesAndBlocks) {
+  auto b = NewBox("lu", false, {"allowed.test"});
+  ASSERT_TRUE(b);
+  Guest& g = *b->guest;
+  auto [rc, out] = g.Curl({"http://allowed.test/"});
+  ASSERT_EQ(rc, 0) << out;
+  // A long request in flight through the proxy.
+  UniqueFd s = g.Socket(AF_INET, SOCK_STREAM);
+  ASSERT_TRUE(ConnectWithin(s.get(), Addr("203.0.113.10", 80), 2000));
+  std::string req = "GET /hold HTTP/1.1\r\nHost: allowed.test\r\n\r\n";
+  ASSERT_EQ(::write(s.get(), req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto none = EgressPolicy::Create(false, {"other.test"}, {});
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(svc_->UpdatePolicy(b->id, *none).ok());
+  char buf[256];
+  pollfd p{s.get(), POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 3000), 1) << "held connection not closed";
+  EXPECT_LE(::read(s.get(), buf, sizeof(buf)), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+  // New connections: no name, no pinned address.
+  std::tie(rc, out) = g.Curl({"http://allowed.test/"});
+  EXPECT_EQ(rc, 6) << out;
+  std::tie(rc, out) = g.Curl({"--resolve", "allowed.test:80:203.0.113.10", "http://allowed.test/"});
+  EXPECT_NE(out.find("airlock: egress"), std::string::npos) << out;
+  bool closed_record = false;
+  for (const auto& j : RecordsOf(b->id))
+    if (j.value("reason", "").find("no longer allowed") != std::string::npos) closed_record = true;
+  EXPECT_TRUE(closed_record);
+}
+
+TEST_F(EgressTest, CidrRulesAndInternetMode) {
+  auto b = NewBox("ci", false, {"203.0.113.30:8080"});
+  ASSERT_TRUE(b);
+  Guest& g = *b->guest;
+  {
+    UniqueFd s = g.Socket(AF_INET, SOCK_STREAM);
+    ASSERT_TRUE(ConnectWithin(s.get(), Addr("203.0.113.30", 8080), 2000));
+    char buf[64] = {};
+    pollfd p{s.get(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 2000), 1);
+    EXPECT_GT(::read(s.get(), buf, sizeof(buf) - 1), 0);
+    EXPECT_NE(std::string(buf).find("hello from 203.0.113.30:8080"), std::string::npos);
+  }
+  {
+    UniqueFd s = g.Socket(AF_INET, SOCK_STREAM);
+    EXPECT_FALSE(ConnectWithin(s.get(), Addr("203.0.113.10", 8080), 300));
+  }
+  // Internet mode: any public name and address, never the forbidden ranges
+  // or the daemon's own addresses.
+  auto c = NewBox("in", true, {}, {"denied.test"});
+  ASSERT_TRUE(c);
+  auto [rc, out] = c->guest->Curl({"http://other.test/"});
+  EXPECT_EQ(rc, 0) << out;
+  std::tie(rc, out) = c->guest->Curl({"http://denied.test/"});
+  EXPECT_EQ(rc, 6) << out;
+  {
+    UniqueFd s = c->guest->Socket(AF_INET, SOCK_STREAM);
+    EXPECT_TRUE(ConnectWithin(s.get(), Addr("203.0.113.30", 8080), 2000));
+  }
+  for (const std::string& ip : {std::string("192.0.2.2"), c->net->host_ip(), b->net->netns_ip()}) {
+    for (int port : {22, 3000, 49983, int(kDefaultDnsPort)}) {
+      UniqueFd s = c->guest->Socket(AF_INET, SOCK_STREAM);
+      EXPECT_FALSE(ConnectWithin(s.get(), Addr(ip, port), 200)) << ip << ":" << port;
+    }
+  }
+  // A live update removes the CIDR rule.
+  auto p = EgressPolicy::Create(false, {}, {});
+  ASSERT_TRUE(ApplyCidrs(*b->net, *p).ok());
+  ASSERT_TRUE(svc_->UpdatePolicy(b->id, *p).ok());
+  UniqueFd s = g.Socket(AF_INET, SOCK_STREAM);
+  EXPECT_FALSE(ConnectWithin(s.get(), Addr("203.0.113.30", 8080), 300));
+}
+
+}  // namespace
