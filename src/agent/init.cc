@@ -67,6 +67,7 @@ BootConfig ParseKernelCmdline(std::string_view cmdline) {
     else if (k == "airlock.ip") c.ip = std::string(v);
     else if (k == "airlock.gw") c.gateway = std::string(v);
     else if (k == "airlock.route") c.default_route = (v == "default");
+    else if (k == "airlock.dns") c.dns = std::string(v);
   }
   return c;
 }
@@ -137,6 +138,20 @@ Status ConfigureNetwork(const BootConfig& cfg) {
   return OkStatus();
 }
 
+Status WriteResolvConf(const BootConfig& cfg, const std::string& path) {
+  if (!cfg.dns) return OkStatus();
+  in_addr a{};
+  if (inet_pton(AF_INET, cfg.dns->c_str(), &a) != 1) return InvalidArgument("airlock.dns: bad address");
+  std::string text = "nameserver " + *cfg.dns + "\noptions timeout:2 attempts:2\n";
+  std::string tmp = path + ".airlock-tmp";
+  UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd) return ErrnoError("open " + tmp);
+  if (write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) return ErrnoError("write " + tmp);
+  fd.Reset();
+  if (rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp);
+  return OkStatus();
+}
+
 void SetupProcessBasics(bool pid1) {
   // fds 0-2 must be valid so that pipes never land on them.
   while (true) {
@@ -164,6 +179,7 @@ void RunPid1Setup() {
   BootConfig cfg = ParseKernelCmdline(ss.str());
   if (Status st = SetHostname(cfg.hostname); !st.ok()) LogError("%s", st.ToString().c_str());
   if (Status st = ConfigureNetwork(cfg); !st.ok()) LogError("network: %s", st.ToString().c_str());
+  if (Status st = WriteResolvConf(cfg); !st.ok()) LogError("resolv.conf: %s", st.ToString().c_str());
   setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);
 }
 

@@ -18,12 +18,15 @@ struct BootConfig {
   std::optional<std::string> ip;    // airlock.ip=169.254.0.21/30 (address/prefix)
   std::optional<std::string> gateway;  // airlock.gw=169.254.0.22
   bool default_route = false;       // airlock.route=default
+  std::optional<std::string> dns;   // airlock.dns=169.254.0.22 → /etc/resolv.conf
 };
 BootConfig ParseKernelCmdline(std::string_view cmdline);
 
 Status MountFilesystems();
 Status SetHostname(const std::string& name);
 Status ConfigureNetwork(const BootConfig& cfg);
+// Writes /etc/resolv.conf ("nameserver <dns>") when airlock.dns is given.
+Status WriteResolvConf(const BootConfig& cfg, const std::string& path = "/etc/resolv.conf");
 // Ignores SIGTERM/SIGINT (PID 1) and SIGPIPE; makes fds 0-2 valid.
 void SetupProcessBasics(bool pid1);
 // Runs every step above; errors are logged, never fatal.

@@ -61,8 +61,9 @@ StatusOr<HttpReply> DaemonApi(const DaemonTarget& t, const std::string& method, 
 }
 
 StatusOr<DaemonSandbox> DaemonCreate(const DaemonTarget& t, const std::string& template_name, int timeout_s,
-                                     const std::map<std::string, std::string>& env_vars) {
+                                     const std::map<std::string, std::string>& env_vars, const json& extra) {
   json body{{"templateID", template_name}};
+  if (extra.is_object()) body.update(extra);
   if (timeout_s > 0) body["timeout"] = timeout_s;
   if (!env_vars.empty()) body["envVars"] = env_vars;
   ASSIGN_OR_RETURN(auto r, DaemonApi(t, "POST", "/v2/sandboxes", body.dump()));

@@ -5,6 +5,8 @@
 // non-2xx answers, Unavailable for transport failures.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <map>
 #include <optional>
@@ -25,8 +27,10 @@ struct DaemonSandbox {
   std::string token;
 };
 // POST /v2/sandboxes; `timeout_s` 0: the daemon's default.
+// `extra`: more top-level fields of the body (e.g. network, allow_internet_access).
 StatusOr<DaemonSandbox> DaemonCreate(const DaemonTarget& t, const std::string& template_name, int timeout_s,
-                                     const std::map<std::string, std::string>& env_vars = {});
+                                     const std::map<std::string, std::string>& env_vars = {},
+                                     const nlohmann::json& extra = nlohmann::json::object());
 // GET /sandboxes/{id} → its envdAccessToken.
 StatusOr<std::string> DaemonToken(const DaemonTarget& t, const std::string& id);
 

@@ -110,7 +110,8 @@ int CmdImage(const std::string& state_dir, const std::vector<std::string>& args)
 int CmdRun(const std::string& state_dir, const std::vector<std::string>& args) {
   po::options_description desc("airlock run [options] -- CMD [ARGS...]");
   RunOptions o;
-  std::vector<std::string> uploads, downloads, envs;
+  std::vector<std::string> uploads, downloads, envs, allow;
+  bool internet = false;
   std::string agent;
   int ready_timeout_s = 120;
   desc.add_options()("help,h", "show this help")(
@@ -127,7 +128,10 @@ int CmdRun(const std::string& state_dir, const std::vector<std::string>& args) {
       "memory", po::value(&o.create.memory_mib)->default_value(512), "guest memory in MiB")(
       "ready-timeout", po::value(&ready_timeout_s)->default_value(120), "seconds to wait for the guest agent")(
       "agent", po::value(&agent), "static airlock-agent for building the image on first use")(
-      "timings", po::bool_switch(&o.timings), "print where the time went");
+      "timings", po::bool_switch(&o.timings), "print where the time went")(
+      "allow", po::value(&allow)->composing(),
+      "DOMAIN[:PORT] | *.DOMAIN | CIDR[:PORT]  let the sandbox reach it (default: nothing)")(
+      "internet", po::bool_switch(&internet), "let the sandbox reach any public address");
   auto sep = std::find(args.begin(), args.end(), "--");
   std::vector<std::string> opts(args.begin(), sep);
   if (sep != args.end()) o.argv.assign(sep + 1, args.end());
@@ -156,6 +160,12 @@ int CmdRun(const std::string& state_dir, const std::vector<std::string>& args) {
     return 2;
   }
   o.create.ready_timeout = std::chrono::seconds(ready_timeout_s);
+  if (auto p = airlock::egress::EgressPolicy::Create(internet, allow, {}); p.ok()) {
+    o.create.egress_policy = *p;
+  } else {
+    std::fprintf(stderr, "airlock run: --allow: %s\n", p.status().message().c_str());
+    return 2;
+  }
   for (const auto& u : uploads) {
     auto t = ParseTransfer(u, "--upload");
     if (!t.ok()) { std::fprintf(stderr, "airlock run: %s\n", t.status().message().c_str()); return 2; }

@@ -14,6 +14,8 @@
 
 namespace airlock::cli {
 
+using nlohmann::json;
+
 std::optional<int> RunViaDaemon(const std::string& state_dir, const RunOptions& o) {
   if (const char* env = std::getenv("AIRLOCK_NO_DAEMON"); env && *env) return std::nullopt;
   if (o.forward_stdin || o.create.vcpus != 1 || o.create.memory_mib != 512) return std::nullopt;
@@ -22,7 +24,10 @@ std::optional<int> RunViaDaemon(const std::string& state_dir, const RunOptions& 
 
   auto t0 = std::chrono::steady_clock::now();
   int ttl = o.timeout_s > 0 ? o.timeout_s + 600 : 3600;  // reaped by the daemon if we die
-  auto sb = DaemonCreate(t, o.create.template_name, ttl);
+  json egress = json::parse(o.create.egress_policy.ToJson());
+  json extra = {{"allow_internet_access", egress["allowInternetAccess"]},
+                {"network", {{"allowOut", egress["allowOut"]}, {"denyOut", egress["denyOut"]}}}};
+  auto sb = DaemonCreate(t, o.create.template_name, ttl, {}, extra);
   if (!sb.ok()) {
     std::fprintf(stderr, "airlock run: create via daemon %s:%u: %s\n", t.host.c_str(), t.port,
                  sb.status().message().c_str());

@@ -91,7 +91,8 @@ int Copy(const DaemonTarget& t, const std::string& src, const std::string& dst) 
 int CmdSandbox(const std::string& state_dir, const std::vector<std::string>& in) {
   const char* usage =
       "usage: airlock sandbox [--server ADDR] ls | info ID | kill ID | exec ID -- CMD [ARGS...] |\n"
-      "                        cp SRC DST (one side ID:/guest/path) | timeout ID SECONDS\n";
+      "                        cp SRC DST (one side ID:/guest/path) | timeout ID SECONDS |\n"
+      "                        log ID | network ID [--allow RULE]... [--deny RULE]... [--internet|--no-internet]\n";
   std::vector<std::string> args = in;
   std::string server;
   if (args.size() >= 2 && args[0] == "--server") {
@@ -150,6 +151,36 @@ int CmdSandbox(const std::string& state_dir, const std::vector<std::string>& in)
     return *code;
   }
   if (verb == "cp" && args.size() == 3) return Copy(t, args[1], args[2]);
+  if (verb == "log" && args.size() == 2) {
+    auto r = Api(t, "GET", "/v2/sandboxes/" + UrlEncodeComponent(args[1]) + "/logs?limit=10000");
+    if (!r.ok()) return Fail("log", r.status());
+    auto j = json::parse(r->body, nullptr, false);
+    if (!j.is_object() || !j.contains("logs") || !j["logs"].is_array()) return Fail("log", Internal("bad logs reply"));
+    for (const auto& e : j["logs"]) {
+      std::printf("%s %-5s %s\n", e.value("timestamp", "").c_str(), e.value("level", "").c_str(),
+                  e.value("message", "").c_str());
+    }
+    return 0;
+  }
+  if (verb == "network" && args.size() >= 2) {
+    json allow = json::array(), deny = json::array(), body = json::object();
+    for (size_t i = 2; i < args.size(); ++i) {
+      if ((args[i] == "--allow" || args[i] == "--deny") && i + 1 < args.size()) {
+        (args[i] == "--allow" ? allow : deny).push_back(args[i + 1]);
+        ++i;
+      } else if (args[i] == "--internet" || args[i] == "--no-internet") {
+        body["allow_internet_access"] = args[i] == "--internet";
+      } else {
+        std::fputs(usage, stderr);
+        return 2;
+      }
+    }
+    body["allowOut"] = allow;
+    body["denyOut"] = deny;
+    auto r = Api(t, "PUT", "/sandboxes/" + UrlEncodeComponent(args[1]) + "/network", body.dump());
+    if (!r.ok()) return Fail("network", r.status());
+    return 0;
+  }
   std::fputs(usage, stderr);
   return 2;
 }

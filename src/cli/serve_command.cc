@@ -30,6 +30,12 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "memory", po::value(&cfg.default_memory_mib)->default_value(512), "memory per sandbox (MiB)")(
       "header-timeout", po::value(&header_timeout_s)->default_value(30), "seconds to receive a request header")(
       "body-timeout", po::value(&body_timeout_s)->default_value(30), "seconds a request body may stall")(
+      "dns-upstream", po::value(&cfg.manager.upstream_dns),
+      "resolver airlock asks for allowed names, ip[:port] (default: the host's /etc/resolv.conf)")(
+      "egress-bandwidth", po::value(&cfg.manager.egress_limits.bytes_per_second)->default_value(0),
+      "per-sandbox proxied bandwidth, bytes/s (0: unlimited)")(
+      "egress-connections", po::value(&cfg.manager.egress_limits.max_connections)->default_value(256),
+      "per-sandbox concurrent proxied connections")(
       "kill-on-exit", po::bool_switch(&cfg.kill_on_exit),
       "destroy every sandbox on SIGINT/SIGTERM (default: leave them for the next daemon to adopt)");
   po::variables_map vm;

@@ -14,6 +14,7 @@
 #include "core/registry.h"
 #include "image/image.h"
 #include "net/sandbox_network.h"
+#include "core/sandbox_egress.h"
 #include "net/address_pool.h"
 #include "net/names.h"
 #include "runtime/qemu/qemu_runtime.h"
@@ -137,6 +138,7 @@ Status Sandbox::TearDown() {
   // Wake whoever is blocked on the agent: once the netns is gone its TCP
   // connections would never see a reset.
   if (agent_) agent_->CancelAll();
+  if (egress_) egress_->RemoveSandbox(id_);
   // Order matters: the VMM holds the tap inside the netns.
   if (vm) errors.push_back(vm->Destroy().WithContext("destroy VMM"));
   if (network) errors.push_back(network->Destroy().WithContext("destroy network"));
@@ -163,6 +165,12 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   ASSIGN_OR_RETURN(auto pool, net::AddressPool::Create(m->config_.lease_root, m->config_.address_pool));
   m->pool_ = std::make_unique<net::AddressPool>(std::move(pool));
   ASSIGN_OR_RETURN(m->runtime_, qemu::NewQemuRuntime(m->config_.state_dir));
+  if (m->config_.egress) {
+    auto eg = StartEgress({m->config_.address_pool, m->config_.upstream_dns, m->config_.state_dir,
+                           m->config_.egress_audit_sink, m->config_.egress_limits});
+    if (eg.ok()) m->egress_ = std::move(eg).value();
+    else LOG_WARN("egress disabled (guests reach nothing): {}", eg.status().message());
+  }
   // A previous daemon's sandboxes: take over the live ones first, so the
   // cleanup below sees us as the owner of their leases and run dirs.
   for (const auto& r : adopt) {
@@ -222,11 +230,26 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
                                         [] { return OkStatus(); });
   if (!health.ok()) return health.WithContext("agent");
   WriteOwnerFile(sb->run_dir_);
+  if (egress_) {
+    // The policy kept in the run dir (deny-all without it).
+    Status st = ApplyEgressPolicy(*sb->network_, *egress_, r.id, LoadEgressPolicy(sb->run_dir_), "", true);
+    if (st.ok()) sb->egress_ = egress_.get();
+    else LOG_WARN("sandbox={} egress not restored (guest reaches nothing): {}", r.id, st.message());
+  }
   sb->state_ = SandboxState::kRunning;
   return sb;
 }
 
 Manager::~Manager() { DestroyAll(); }
+
+Status Manager::UpdateEgress(const std::string& id, const egress::EgressPolicy& policy) {
+  if (!egress_) return FailedPrecondition("egress is off in this airlock (see the daemon's log)");
+  auto sb = Get(id);
+  if (!sb) return NotFound("sandbox " + id + " not found");
+  std::lock_guard<std::mutex> l(sb->mu_);
+  if (!sb->network_ || !sb->egress_) return FailedPrecondition("sandbox " + id + " has no egress");
+  return ApplyEgressPolicy(*sb->network_, *egress_, id, policy, sb->run_dir_, false);
+}
 
 StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
@@ -267,12 +290,20 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
 
   // 1. network
   auto t1 = std::chrono::steady_clock::now();
-  auto network = net::SandboxNetwork::Create(sb->id_, *pool_);
+  net::NetworkOptions net_options;
+  if (egress_) net_options.egress = EgressPorts(*egress_);
+  auto network = net::SandboxNetwork::Create(sb->id_, *pool_, net_options);
   if (!network.ok()) return fail(network.status().WithContext("network"));
   sb->timings_.network_ms = MsSince(t1);
   {
     std::lock_guard<std::mutex> l(sb->mu_);
     sb->network_ = std::move(network).value();
+  }
+  if (egress_) {
+    Status st = ApplyEgressPolicy(*sb->network_, *egress_, sb->id_, options.egress_policy, sb->run_dir_, true,
+                                  options.egress_limits);
+    if (!st.ok()) return fail(st.WithContext("egress"));
+    sb->egress_ = egress_.get();
   }
   // 2. disk overlay + VMM
   auto t2 = std::chrono::steady_clock::now();

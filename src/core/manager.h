@@ -19,12 +19,15 @@
 #include <set>
 #include <vector>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
 #include "core/envd_client.h"
 #include "runtime/runtime.h"
 #include "core/sandbox_state.h"
+#include "egress/egress_service.h"
+#include "egress/policy.h"
 
 namespace airlock {
 
@@ -42,6 +45,12 @@ struct ManagerConfig {
   // has to be built on first use; empty: next to the running binary.
   std::string agent_binary;
   bool build_image_if_missing = true;
+  // Egress (docs/network.md): airlock's resolver + proxy for every sandbox.
+  // Off, or when it cannot start: guests reach nothing at all.
+  bool egress = true;
+  std::string upstream_dns;  // "ip[:port]"; empty: the host's /etc/resolv.conf
+  egress::AuditSink egress_audit_sink;  // every egress decision (JSON)
+  egress::EgressLimits egress_limits;   // default per-sandbox limits
 };
 
 struct CreateOptions {
@@ -57,6 +66,9 @@ struct CreateOptions {
   // true: the VMM survives this process (daemon); false: it dies with the
   // thread that called Create (airlock run).
   bool detach = false;
+  // What the sandbox may reach (default: nothing) and its limits.
+  egress::EgressPolicy egress_policy;
+  std::optional<egress::EgressLimits> egress_limits;
 };
 
 // A sandbox left running by a previous daemon, to be taken over by Open().
@@ -110,6 +122,7 @@ class Sandbox {
   int memory_mib_ = 512;
   std::set<uint16_t> exposed_ports_;
   bool released_ = false;
+  egress::EgressService* egress_ = nullptr;  // the Manager's; outlives the sandbox
   mutable std::mutex mu_;
   SandboxState state_ = SandboxState::kCreating;
   std::unique_ptr<net::SandboxNetwork> network_;
@@ -139,6 +152,10 @@ class Manager {
   std::shared_ptr<Sandbox> Get(const std::string& id);
   std::vector<std::shared_ptr<Sandbox>> List();
   Runtime& runtime() { return *runtime_; }
+  // nullptr when egress is off.
+  egress::EgressService* egress() { return egress_.get(); }
+  // Replaces a sandbox's egress policy live (nft + resolver/proxy).
+  Status UpdateEgress(const std::string& id, const egress::EgressPolicy& policy);
   const ManagerConfig& config() const { return config_; }
 
  private:
@@ -148,6 +165,7 @@ class Manager {
   ManagerConfig config_;
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<net::AddressPool> pool_;
+  std::unique_ptr<egress::EgressService> egress_;  // before sandboxes_: outlives them
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
 };

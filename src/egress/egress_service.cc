@@ -71,6 +71,9 @@ auto EgressService::Impl::OnLoop(F&& fn) -> decltype(fn()) {
 
 void EgressService::Impl::Emit(SandboxEgress& sb, nlohmann::json record) {
   record["time"] = NowRfc3339();
+  record["timestampMs"] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
   record["sandboxID"] = sb.id;
   {
     std::lock_guard<std::mutex> lock(records_mu);

@@ -18,7 +18,7 @@
 // the guest's own destination address is never used).
 //
 // Every decision (DNS and TCP, allowed or denied) becomes one JSON record:
-//   {"time","sandboxID","protocol":"dns"|"http"|"tls","decision":"allow"|"deny",
+//   {"time","timestampMs","sandboxID","protocol":"dns"|"http"|"tls","decision":"allow"|"deny",
 //    "rule","reason","destination":{"name","ip","port"},"bytesOut","bytesIn",
 //    "durationMs","queryType"}
 // handed to the audit sink and kept (last N) per sandbox for the logs API.

@@ -22,6 +22,10 @@ namespace {
 std::string CidrNatRules(const std::vector<NftCidr>& cidrs) {
   std::string r;
   for (const auto& c : cidrs) {
+    if (!c.cidr.empty() && c.cidr[0] == '!') {  // denied: never skips the proxy
+      r += "add rule inet " + std::string(kNftTable) + " egress_cidr_nat ip daddr " + c.cidr.substr(1) + " return\n";
+      continue;
+    }
     if (!c.bypass_proxy) continue;
     if (c.port && *c.port != 80 && *c.port != 443) continue;
     r += "add rule inet " + std::string(kNftTable) + " egress_cidr_nat ip daddr " + c.cidr + " tcp dport " +
@@ -32,8 +36,10 @@ std::string CidrNatRules(const std::vector<NftCidr>& cidrs) {
 std::string CidrFwdRules(const std::vector<NftCidr>& cidrs) {
   std::string r;
   for (const auto& c : cidrs) {
-    r += "add rule inet " + std::string(kNftTable) + " egress_cidr_fwd ip daddr " + c.cidr +
-         (c.port ? " tcp dport " + std::to_string(*c.port) : std::string(" meta l4proto tcp")) + " accept\n";
+    bool deny = !c.cidr.empty() && c.cidr[0] == '!';
+    r += "add rule inet " + std::string(kNftTable) + " egress_cidr_fwd ip daddr " + (deny ? c.cidr.substr(1) : c.cidr) +
+         (c.port ? " tcp dport " + std::to_string(*c.port) : std::string(" meta l4proto tcp")) +
+         (deny ? " drop\n" : " accept\n");
   }
   return r;
 }

@@ -34,7 +34,8 @@ struct NftEgress {
 
 // An allowed destination for plain L3 forwarding (TCP).
 struct NftCidr {
-  std::string cidr;              // "203.0.113.0/24" or "203.0.113.7"
+  std::string cidr;              // "203.0.113.0/24" or "203.0.113.7"; "!<cidr>": denied
+                                 // (dropped, evaluated before the allowed ones that follow)
   std::optional<uint16_t> port;  // nullopt: every TCP port
   bool bypass_proxy = false;     // true: 80/443 to it are not redirected
 };

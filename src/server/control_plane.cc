@@ -11,6 +11,7 @@
 #include "core/http_client.h"
 #include "image/image.h"
 #include "server/server.h"
+#include "server/egress_routes.h"
 
 namespace airlock::server {
 
@@ -151,6 +152,7 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
     if ((action == "connect" || action == "resume") && verb == http::verb::post) return ConnectSandbox(c, id);
     if (action == "metrics" && verb == http::verb::get) return Metrics(c, id);
     if (action == "logs" && verb == http::verb::get) return Logs(c, id, v2);
+    if (action == "network" && verb == http::verb::put && !v2) return UpdateNetwork(c, id);
     if (action == "pause" && verb == http::verb::post) {
       std::lock_guard<std::mutex> l(mu_);
       if (!sandboxes_.count(id)) return c->RespondError(404, "sandbox " + id + " not found");
@@ -177,6 +179,9 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
     auto envs = StringMap(body, "envVars");
     if (!envs.ok()) return c->RespondError(400, envs.status().message());
     opts.env_vars = *envs;
+    auto policy = PolicyFromCreateBody(body);
+    if (!policy.ok()) return c->RespondError(400, policy.status().message());
+    opts.egress_policy = *policy;
     int ttl = ClampTimeout(timeout->value_or(config_.default_timeout_s));
     auto meta = std::move(metadata).value();
     asio::post(*workers_, [this, c, opts, ttl, meta] {
@@ -400,6 +405,11 @@ void Server::Logs(std::shared_ptr<HttpConn> c, const std::string& id, bool v2) {
                          {"fields", json::object()}});
       lines.push_back({{"timestamp", FormatRfc3339(e.ts_ms)}, {"line", e.message}});
     }
+  }
+  for (auto& e : EgressLogEntries(id, from)) {
+    if (entries.size() >= limit) break;
+    lines.push_back({{"timestamp", e["timestamp"]}, {"line", e["message"]}});
+    entries.push_back(std::move(e));
   }
   json out = v2 ? json{{"logs", entries}} : json{{"logs", lines}, {"logEntries", entries}};
   c->Respond(200, "application/json", out.dump());

@@ -72,6 +72,11 @@ Status Server::Init() {
   for (const auto& r : records) {
     adopt.push_back({r.id, r.vmm_pid, r.template_id, r.access_token, r.vcpus, r.memory_mib});
   }
+  if (!config_.manager.egress_audit_sink) {
+    // Until the audit log is wired in: every egress decision as a debug line
+    // (records are rate-limited per sandbox by the egress service).
+    config_.manager.egress_audit_sink = [](const nlohmann::json& j) { LOG_DEBUG("egress {}", j.dump()); };
+  }
   ASSIGN_OR_RETURN(manager_, Manager::Open(config_.manager, adopt));
   for (auto& r : records) {
     auto sb = manager_->Get(r.id);

@@ -100,6 +100,10 @@ class Server {
   void ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
   void Metrics(std::shared_ptr<HttpConn> c, const std::string& id);
   void Logs(std::shared_ptr<HttpConn> c, const std::string& id, bool v2);
+  // egress_routes.cc: PUT /sandboxes/{id}/network; the egress records of a
+  // sandbox as log entries (v2 shape) from `from_ms`.
+  void UpdateNetwork(std::shared_ptr<HttpConn> c, const std::string& id);
+  std::vector<nlohmann::json> EgressLogEntries(const std::string& id, int64_t from_ms);
   // Reads a bounded JSON object body; answers 400/413 itself and returns
   // nothing on failure.
   void ReadJson(std::shared_ptr<HttpConn> c, std::function<void(nlohmann::json)> then);

@@ -1,6 +1,10 @@
 #include <sys/stat.h>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
 
 #include "agent/fs_util.h"
 #include "agent/init.h"
@@ -85,6 +89,21 @@ TEST(Init, KernelCmdline) {
   EXPECT_FALSE(c.default_route);
   EXPECT_TRUE(ParseKernelCmdline("airlock.route=default").default_route);
   EXPECT_FALSE(ParseKernelCmdline("").ip.has_value());
+  EXPECT_EQ(ParseKernelCmdline("airlock.dns=169.254.0.22").dns, "169.254.0.22");
+}
+
+TEST(Init, ResolvConf) {
+  std::string path = "/tmp/airlock-resolv-" + std::to_string(::getpid());
+  BootConfig c;
+  c.dns = "169.254.0.22";
+  ASSERT_TRUE(WriteResolvConf(c, path).ok());
+  std::ifstream f(path);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.rfind("nameserver 169.254.0.22\n", 0), 0u) << text;
+  ::unlink(path.c_str());
+  c.dns = "not-an-ip";
+  EXPECT_FALSE(WriteResolvConf(c, path).ok());
+  EXPECT_TRUE(WriteResolvConf(BootConfig{}, path).ok());  // nothing to write
 }
 
 }  // namespace

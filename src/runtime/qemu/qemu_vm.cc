@@ -118,7 +118,7 @@ bool QemuSupportsSandbox(const std::string& bin) {
 }
 
 std::string BuildKernelCmdline(const VmSpec& spec, Accel accel, uint64_t tsc_khz) {
-  std::string c = "console=ttyS0 quiet panic=-1 pci=off airlock.ip=169.254.0.21/30 airlock.gw=169.254.0.22 airlock.hostname=" +
+  std::string c = "console=ttyS0 quiet panic=-1 pci=off airlock.ip=169.254.0.21/30 airlock.gw=169.254.0.22 airlock.route=default airlock.dns=169.254.0.22 airlock.hostname=" +
                   spec.sandbox_id;
   if (accel == Accel::kTcg) c += " tsc_early_khz=" + std::to_string(tsc_khz);
   if (!spec.extra_cmdline.empty()) c += " " + spec.extra_cmdline;

@@ -1,0 +1,93 @@
+#include "core/sandbox_egress.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "common/log.h"
+#include "egress/policy_json.h"
+#include "net/host_egress.h"
+
+namespace airlock {
+namespace {
+
+// IPv4 forwarding in the daemon's namespace, needed only once a sandbox has
+// CIDR rules (proxied traffic is opened by the daemon itself).
+Status EnsureIpForward() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_forward");
+  int v = 0;
+  if (in >> v && v == 1) return OkStatus();
+  std::ofstream out("/proc/sys/net/ipv4/ip_forward");
+  if (!(out << "1")) return ErrnoError("write /proc/sys/net/ipv4/ip_forward");
+  LOG_INFO("egress: enabled net.ipv4.ip_forward for CIDR egress rules");
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<egress::EgressService>> StartEgress(const EgressSetup& setup) {
+  egress::EgressConfig cfg;
+  cfg.upstream_dns = setup.upstream_dns;
+  cfg.audit_sink = setup.sink;
+  cfg.default_limits = setup.limits;
+  ASSIGN_OR_RETURN(auto svc, egress::EgressService::Start(cfg));
+  RETURN_IF_ERROR(net::InstallHostEgress(setup.pool_cidr, EgressPorts(*svc), false, setup.scratch_dir));
+  return svc;
+}
+
+net::NftEgress EgressPorts(const egress::EgressService& svc) {
+  return net::NftEgress{"", svc.config().dns_port, svc.config().http_port, svc.config().tls_port};
+}
+
+std::vector<net::NftCidr> NftCidrsFor(const egress::EgressPolicy& policy) {
+  // denyOut CIDRs first ("!": dropped, and never skip the proxy), then the
+  // allowed CIDRs, then "internet" (every public address; forbidden ranges
+  // are dropped before these chains run).
+  std::vector<net::NftCidr> out;
+  for (const auto& r : policy.deny()) {
+    if (r.kind != egress::Rule::Kind::kCidr) continue;
+    out.push_back({"!" + egress::Ipv4ToString(r.net) + "/" + std::to_string(r.prefix), r.port, false});
+  }
+  for (const auto& r : policy.CidrAllowRules())
+    out.push_back({egress::Ipv4ToString(r.net) + "/" + std::to_string(r.prefix), r.port, true});
+  if (policy.internet()) out.push_back({"0.0.0.0/0", std::nullopt, false});
+  return out;
+}
+
+Status ApplyEgressPolicy(net::SandboxNetwork& network, egress::EgressService& svc, const std::string& id,
+                         const egress::EgressPolicy& policy, const std::string& run_dir, bool add,
+                         std::optional<egress::EgressLimits> limits) {
+  auto cidrs = NftCidrsFor(policy);
+  bool forwarding = false;
+  for (const auto& c : cidrs)
+    if (c.cidr[0] != '!') forwarding = true;
+  if (forwarding) RETURN_IF_ERROR(EnsureIpForward());
+  // Order: tighten first. On add nothing is allowed yet; on update the
+  // service (names) and nft (CIDRs) are replaced one after the other.
+  RETURN_IF_ERROR(network.SetEgressCidrs(cidrs));
+  if (add) {
+    RETURN_IF_ERROR(svc.AddSandbox(id, network.host_ip(), network.netns_ip(), policy, limits));
+  } else {
+    RETURN_IF_ERROR(svc.UpdatePolicy(id, policy));
+  }
+  if (!run_dir.empty()) {
+    std::ofstream f(run_dir + "/egress.json", std::ios::trunc);
+    f << policy.ToJson();
+    if (!f) LOG_WARN("sandbox={} cannot write {}/egress.json", id, run_dir);
+  }
+  return OkStatus();
+}
+
+egress::EgressPolicy LoadEgressPolicy(const std::string& run_dir) {
+  std::ifstream f(run_dir + "/egress.json");
+  if (!f) return egress::EgressPolicy();
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto p = egress::PolicyFromStoredJson(ss.str());
+  if (!p.ok()) {
+    LOG_WARN("egress policy in {}: {}; denying all", run_dir, p.status().message());
+    return egress::EgressPolicy();
+  }
+  return *p;
+}
+
+}  // namespace airlock

@@ -1,0 +1,42 @@
+// Glue between a sandbox's network (src/net) and the egress service
+// (src/egress), used by the Manager: the policy goes to nftables (CIDR
+// chains), to the resolver/proxy, and to <run_dir>/egress.json (so a daemon
+// that re-adopts the sandbox restores it; without the file: deny all).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "egress/egress_service.h"
+#include "egress/policy.h"
+#include "net/nft_rules.h"
+#include "net/sandbox_network.h"
+
+namespace airlock {
+
+struct EgressSetup {
+  std::string pool_cidr;
+  std::string upstream_dns;
+  std::string scratch_dir;
+  egress::AuditSink sink;
+  egress::EgressLimits limits;
+};
+
+// Starts the resolver/proxy and installs the host-side table (net/host_egress.h).
+StatusOr<std::unique_ptr<egress::EgressService>> StartEgress(const EgressSetup& setup);
+// The ports the sandbox netns redirects to (host_ip filled in by the network).
+net::NftEgress EgressPorts(const egress::EgressService& svc);
+std::vector<net::NftCidr> NftCidrsFor(const egress::EgressPolicy& policy);
+
+// First time (`add`): registers the sandbox with the service; else replaces
+// its policy (closing connections no longer allowed).
+Status ApplyEgressPolicy(net::SandboxNetwork& network, egress::EgressService& svc, const std::string& id,
+                         const egress::EgressPolicy& policy, const std::string& run_dir, bool add,
+                         std::optional<egress::EgressLimits> limits = std::nullopt);
+// The policy stored in run_dir (deny-all when absent or unreadable).
+egress::EgressPolicy LoadEgressPolicy(const std::string& run_dir);
+
+}  // namespace airlock

@@ -1,0 +1,93 @@
+#include "server/egress_routes.h"
+
+#include "common/log.h"
+#include "egress/policy_json.h"
+#include "server/server.h"
+
+namespace airlock::server {
+
+using json = nlohmann::json;
+
+StatusOr<egress::EgressPolicy> PolicyFromCreateBody(const json& body, const egress::EgressPolicy& base) {
+  std::optional<bool> internet;
+  for (const char* key : {"allow_internet_access", "allowInternetAccess"}) {
+    if (auto it = body.find(key); it != body.end() && !it->is_null()) {
+      if (!it->is_boolean()) return InvalidArgument(std::string(key) + " must be a boolean");
+      internet = it->get<bool>();
+    }
+  }
+  const json* network = nullptr;
+  if (auto it = body.find("network"); it != body.end()) network = &*it;
+  // PUT /network sends the SandboxNetworkUpdateConfig fields at the top level.
+  if (!network && (body.contains("allowOut") || body.contains("denyOut") || body.contains("egressProxy") ||
+                   body.contains("rules")))
+    network = &body;
+  return egress::PolicyFromApi(network, internet, base);
+}
+
+json EgressLogEntry(const json& r) {
+  json fields = json::object();
+  for (auto it = r.begin(); it != r.end(); ++it) {
+    if (it.key() == "destination" && it->is_object()) {
+      for (auto d = it->begin(); d != it->end(); ++d)
+        fields["destination." + d.key()] = d->is_string() ? d->get<std::string>() : d->dump();
+      continue;
+    }
+    fields[it.key()] = it->is_string() ? it->get<std::string>() : it->dump();
+  }
+  std::string name, ip;
+  int port = 0;
+  if (auto d = r.find("destination"); d != r.end() && d->is_object()) {
+    name = d->value("name", "");
+    ip = d->value("ip", "");
+    port = d->value("port", 0);
+  }
+  std::string msg = "egress " + r.value("decision", "?") + " " + r.value("protocol", "?") + " " +
+                    (name.empty() ? ip : name) + (port ? ":" + std::to_string(port) : "") + " rule=" +
+                    r.value("rule", "");
+  if (r.contains("reason")) msg += " (" + r.value("reason", "") + ")";
+  if (r.contains("bytesOut")) msg += " out=" + r["bytesOut"].dump() + "B in=" + r["bytesIn"].dump() + "B";
+  return {{"timestamp", r.value("time", "")},
+          {"level", r.value("decision", "") == "deny" ? "warn" : "info"},
+          {"message", msg},
+          {"fields", fields}};
+}
+
+std::vector<json> Server::EgressLogEntries(const std::string& id, int64_t from_ms) {
+  std::vector<json> out;
+  auto* eg = manager_->egress();
+  if (!eg) return out;
+  auto recs = eg->Records(id);
+  if (!recs.ok()) return out;
+  for (const auto& r : *recs) {
+    if (r.value("timestampMs", int64_t{0}) < from_ms) continue;
+    out.push_back(EgressLogEntry(r));
+  }
+  return out;
+}
+
+void Server::UpdateNetwork(std::shared_ptr<HttpConn> c, const std::string& id) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!sandboxes_.count(id)) return c->RespondError(404, "sandbox " + id + " not found");
+  }
+  ReadJson(c, [this, c, id](json body) {
+    if (!body.is_object()) return c->RespondError(400, "body must be a JSON object");
+    auto* eg = manager_->egress();
+    if (!eg) return c->RespondError(503, "egress is off in this airlock");
+    auto current = eg->Policy(id);
+    if (!current.ok()) return c->RespondError(404, "sandbox " + id + " not found");
+    auto policy = PolicyFromCreateBody(body, *current);
+    if (!policy.ok()) return c->RespondError(400, policy.status().message());
+    asio::post(*workers_, [this, c, id, p = *policy] {
+      Status st = manager_->UpdateEgress(id, p);
+      if (st.ok()) LOG_INFO("sandbox={} egress policy updated: {}", id, p.ToJson());
+      asio::post(c->executor(), [c, st] {
+        if (!st.ok()) return c->RespondError(st.code() == StatusCode::kNotFound ? 404 : 500, st.message());
+        c->Respond(204, "", "");
+      });
+    });
+  });
+}
+
+}  // namespace airlock::server
