@@ -611,3 +611,77 @@ TEST_F(EgressTest, CidrRulesAndInternetMode) {
 }
 
 }  // namespace
+
+// ---- A real microVM behind the same fake internet ------------------------
+
+namespace airlock::testing {
+std::string StateDir();
+std::string SkipReason();
+}  // namespace airlock::testing
+
+#include "core/manager.h"
+
+namespace {
+
+ExecRequest Sh(const std::string& script) {
+  ExecRequest r;
+  r.cmd = "/bin/bash";
+  r.args = {"-c", script};
+  return r;
+}
+
+// stdout+stderr and the exit code of a shell snippet in the guest.
+std::pair<int, std::string> GuestSh(const Sandbox& sb, const std::string& script) {
+  std::string out;
+  ExecCallbacks cb;
+  cb.on_stdout = [&](std::string_view d) { out.append(d); };
+  cb.on_stderr = [&](std::string_view d) { out.append(d); };
+  auto r = sb.agent().Exec(Sh(script), cb);
+  if (!r.ok()) return {-1, r.status().ToString()};
+  return {r->ShellCode(), out};
+}
+
+TEST_F(EgressTest, MicroVmReachesOnlyAllowedNames) {
+  if (std::string why = airlock::testing::SkipReason(); !why.empty()) GTEST_SKIP() << why;
+  ManagerConfig c;
+  c.state_dir = airlock::testing::StateDir();
+  c.build_image_if_missing = false;
+  c.upstream_dns = FakeInternet::kDnsServer;
+  auto m = Manager::Open(c);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_NE((*m)->egress(), nullptr);
+  CreateOptions o;
+  o.egress_policy = *EgressPolicy::Create(false, {"allowed.test"}, {});
+  auto sb = (*m)->Create(o);
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  auto [rc, out] = GuestSh(**sb, "cat /etc/resolv.conf; ip route");
+  EXPECT_NE(out.find("nameserver 169.254.0.22"), std::string::npos) << out;
+  std::tie(rc, out) = GuestSh(**sb, "curl -sS --max-time 10 http://allowed.test/vm");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("server=203.0.113.10 host=allowed.test"), std::string::npos) << out;
+  std::tie(rc, out) = GuestSh(**sb, "curl -sSk --max-time 10 https://allowed.test/vm");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("sni=allowed.test"), std::string::npos) << out;
+  std::tie(rc, out) = GuestSh(**sb, "curl -sS --max-time 5 http://denied.test/");
+  EXPECT_EQ(rc, 6) << out;
+  std::tie(rc, out) = GuestSh(**sb, "curl -sS --max-time 3 http://203.0.113.30:8080/ || echo BLOCKED");
+  EXPECT_NE(out.find("BLOCKED"), std::string::npos) << out;
+  std::tie(rc, out) = GuestSh(**sb, "curl -sS --max-time 3 http://169.254.169.254/ ; echo");
+  EXPECT_NE(out.find("airlock: egress"), std::string::npos) << out;
+  EXPECT_FALSE(LogHasSuffix(inet_->DnsLog(), "denied.test"));
+  auto recs = (*m)->egress()->Records((*sb)->id());
+  ASSERT_TRUE(recs.ok());
+  bool allowed = false, denied = false;
+  for (const auto& j : *recs) {
+    if (j.value("protocol", "") == "http" && j.value("decision", "") == "allow") allowed = true;
+    if (j.value("protocol", "") == "dns" && j.value("decision", "") == "deny") denied = true;
+  }
+  EXPECT_TRUE(allowed && denied);
+  // Live update: the name is gone.
+  ASSERT_TRUE((*m)->UpdateEgress((*sb)->id(), EgressPolicy()).ok());
+  std::tie(rc, out) = GuestSh(**sb, "curl -sS --max-time 5 http://allowed.test/");
+  EXPECT_NE(rc, 0) << out;
+  ASSERT_TRUE((*m)->Destroy((*sb)->id()).ok());
+}
+
+}  // namespace
