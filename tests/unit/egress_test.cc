@@ -2,6 +2,8 @@
 // TLS ClientHello SNI and HTTP Host parsers (no root, no network).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -188,4 +190,17 @@ TEST(EgressL7, HttpHost) {
   EXPECT_EQ(parse("\x16\x03\x01").kind, L7Result::Kind::kInvalid);
   EXPECT_EQ(parse("GET / HTTP/1.1\r\nHost: bad host\r\n\r\n").kind, L7Result::Kind::kInvalid);
   EXPECT_EQ(parse(std::string(20000, 'A')).kind, L7Result::Kind::kInvalid);
+}
+
+// Real ClientHellos (captured from curl and openssl s_client on loopback,
+// kept as fuzz seeds) carry allowed.test.
+TEST(EgressL7, RealClientHellos) {
+  for (const char* f : {"tls_curl_clienthello", "tls_openssl_clienthello", "tls_fragmented"}) {
+    std::ifstream in(std::string(AIRLOCK_SOURCE_DIR) + "/tests/fuzz/corpus/egress_l7/" + f, std::ios::binary);
+    std::vector<uint8_t> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_GT(b.size(), 100u) << f;
+    auto r = ParseClientHello(b.data(), b.size());
+    ASSERT_EQ(r.kind, L7Result::Kind::kOk) << f << ": " << r.error;
+    EXPECT_EQ(r.host, "allowed.test") << f;
+  }
 }
