@@ -612,6 +612,33 @@ TEST_F(EgressTest, CidrRulesAndInternetMode) {
 
 }  // namespace
 
+TEST_F(EgressTest, ConnectionLimitPerSandbox) {
+  auto b = NewBox("cl", false, {"allowed.test"});
+  ASSERT_TRUE(b);
+  Guest& g = *b->guest;
+  ASSERT_EQ(g.Curl({"http://allowed.test/"}).first, 0);
+  ASSERT_TRUE(svc_->SetLimits(b->id, EgressLimits{2, 0}).ok());
+  std::vector<UniqueFd> held;
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(g.Socket(AF_INET, SOCK_STREAM));
+    ASSERT_TRUE(ConnectWithin(held.back().get(), Addr("203.0.113.10", 80), 2000));
+    std::string req = "GET /hold HTTP/1.1\r\nHost: allowed.test\r\n\r\n";
+    ASSERT_EQ(::write(held.back().get(), req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The third is accepted by the kernel and closed at once by the proxy.
+  auto [rc, out] = g.Curl({"http://allowed.test/"});
+  EXPECT_NE(rc, 0) << out;
+  bool limit_record = false;
+  for (const auto& j : RecordsOf(b->id))
+    if (j.value("rule", "") == "limit") limit_record = true;
+  EXPECT_TRUE(limit_record);
+  // Half-closed held connections still count (their upstream answers later);
+  // a higher limit lets new ones through.
+  ASSERT_TRUE(svc_->SetLimits(b->id, EgressLimits{3, 0}).ok());
+  EXPECT_EQ(g.Curl({"http://allowed.test/"}).first, 0);
+}
+
 // ---- A real microVM behind the same fake internet ------------------------
 
 namespace airlock::testing {
