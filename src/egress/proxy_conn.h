@@ -34,7 +34,7 @@ class ProxyConn : public std::enable_shared_from_this<ProxyConn> {
   struct Direction {
     tcp::socket* from;
     tcp::socket* to;
-    std::array<uint8_t, 16384> buf;
+    std::array<uint8_t, 65536> buf;
     uint64_t* counter;
     bool done = false;
   };

@@ -1,0 +1,115 @@
+// Egress proxy cost (docs/network.md "Measured"), hermetic: the fake
+// internet of the integration tests, a stand-in guest netns per path.
+//   throughput: a 100 MB HTTP download from 203.0.113.10 through the egress
+//     proxy (allowOut allowed.test) vs the same download with the proxy out
+//     of the path (allowOut 203.0.113.10:80: a plain nft forward), ratio
+//   added latency: median time-to-first-byte of a tiny request, proxied vs
+//     direct, over N requests (each is a new connection)
+// Usage: egress-bench [--mb 100] [--n 30]   (root; ip, nft, curl, openssl)
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "egress/egress_service.h"
+#include "egress/policy.h"
+#include "net/address_pool.h"
+#include "net/host_egress.h"
+#include "net/sandbox_network.h"
+#include "tests/integration/fake_guest.h"
+#include "tests/integration/fake_internet.h"
+#include "tests/unit/scoped_dir.h"
+
+using namespace airlock;
+
+namespace {
+
+struct Path {
+  std::unique_ptr<net::SandboxNetwork> net;
+  test_util::Guest guest;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  long mb = 100;
+  int n = 30;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--mb") mb = std::atol(argv[i + 1]);
+    if (a == "--n") n = std::atoi(argv[i + 1]);
+  }
+  spdlog::set_level(spdlog::level::warn);
+  test_util::ScopedDir dir{test_util::MakeTempDir("airlock-egress-bench")};
+  auto inet = test_util::FakeInternet::Start(dir.path);
+  if (!inet.ok()) {
+    std::fprintf(stderr, "fake internet: %s\n", inet.status().ToString().c_str());
+    return 1;
+  }
+  if (!(*inet)->Enter().ok()) return 1;
+  egress::EgressConfig cfg;
+  cfg.upstream_dns = test_util::FakeInternet::kDnsServer;
+  auto svc = egress::EgressService::Start(cfg);
+  if (!svc.ok()) return 1;
+  net::NftEgress ports{"", cfg.dns_port, cfg.http_port, cfg.tls_port};
+  if (!net::InstallHostEgress("198.19.252.0/22", ports, true, dir.path).ok()) return 1;
+  auto pool = net::AddressPool::Create(net::kHostLeaseRoot, "198.19.252.0/22");
+  if (!pool.ok()) return 1;
+  auto make = [&](const std::string& tag, const std::vector<std::string>& allow) -> std::unique_ptr<Path> {
+    auto p = std::make_unique<Path>();
+    std::string id = "b" + std::to_string(::getpid()) + tag;
+    net::NetworkOptions o;
+    o.egress = ports;
+    auto nw = net::SandboxNetwork::Create(id, *pool, o);
+    if (!nw.ok()) return nullptr;
+    p->net = std::move(*nw);
+    auto policy = egress::EgressPolicy::Create(false, allow, {});
+    std::vector<net::NftCidr> cidrs;
+    for (const auto& r : policy->CidrAllowRules())
+      cidrs.push_back({egress::Ipv4ToString(r.net) + "/" + std::to_string(r.prefix), r.port, true});
+    if (!p->net->SetEgressCidrs(cidrs).ok()) return nullptr;
+    if (!(*svc)->AddSandbox(id, p->net->host_ip(), p->net->netns_ip(), *policy).ok()) return nullptr;
+    if (!p->guest.Start(*p->net, tag).ok()) return nullptr;
+    return p;
+  };
+  auto proxied = make("p", {"allowed.test"});
+  auto direct = make("d", {"203.0.113.10:80"});
+  if (!proxied || !direct) {
+    std::fprintf(stderr, "setup failed\n");
+    return 1;
+  }
+  const std::string bytes = std::to_string(mb * 1000 * 1000);
+  auto curl = [](test_util::Guest& g, const std::string& url, const std::string& fmt) {
+    auto [rc, out] = g.Exec({"curl", "-sS", "-o", "/dev/null", "--max-time", "120", "-w", fmt, url});
+    return rc == 0 ? std::atof(out.c_str()) : -1.0;
+  };
+  // Warm up (resolves allowed.test for the proxied guest).
+  curl(proxied->guest, "http://allowed.test/", "%{time_total}");
+  curl(direct->guest, "http://203.0.113.10/", "%{time_total}");
+  double bps_proxy = curl(proxied->guest, "http://allowed.test/bytes?n=" + bytes, "%{speed_download}");
+  double bps_direct = curl(direct->guest, "http://203.0.113.10/bytes?n=" + bytes, "%{speed_download}");
+  std::vector<double> tp, td;
+  for (int i = 0; i < n; ++i) {
+    tp.push_back(curl(proxied->guest, "http://allowed.test/", "%{time_starttransfer}") * 1000);
+    td.push_back(curl(direct->guest, "http://203.0.113.10/", "%{time_starttransfer}") * 1000);
+  }
+  (*svc)->RemoveSandbox("b" + std::to_string(::getpid()) + "p");
+  (*svc)->RemoveSandbox("b" + std::to_string(::getpid()) + "d");
+  std::printf("| measure | through the egress proxy | proxy out of the path | ratio / added |\n");
+  std::printf("|---|---|---|---|\n");
+  std::printf("| %ld MB HTTP download | %.0f MB/s | %.0f MB/s | %.2f |\n", mb, bps_proxy / 1e6, bps_direct / 1e6,
+              bps_direct > 0 ? bps_proxy / bps_direct : 0);
+  std::printf("| time to first byte, new connection (median of %d) | %.2f ms | %.2f ms | +%.2f ms |\n", n,
+              Median(tp), Median(td), Median(tp) - Median(td));
+  return 0;
+}
