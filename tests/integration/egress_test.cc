@@ -652,3 +652,104 @@ TEST_F(EgressTest, MicroVmReachesOnlyAllowedNames) {
 }
 
 }  // namespace
+
+// ---- The daemon (`airlock serve`) inside the daemon namespace -------------
+
+#include "core/http_client.h"
+
+namespace airlock::testing {
+std::string AirlockBin();
+}
+
+namespace {
+
+TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
+  if (std::string why = airlock::testing::SkipReason(); !why.empty()) GTEST_SKIP() << why;
+  const std::string db_dir = dir_->path + "/daemon";
+  fs::create_directories(db_dir);
+  const uint16_t port = static_cast<uint16_t>(20000 + ::getpid() % 20000);
+  SpawnOptions so;
+  so.argv = {airlock::testing::AirlockBin(), "--state-dir", airlock::testing::StateDir(), "serve", "--listen",
+             "127.0.0.1:" + std::to_string(port), "--db", db_dir + "/airlock.db", "--dns-upstream",
+             FakeInternet::kDnsServer, "--kill-on-exit"};
+  so.stdout_to_devnull = true;
+  auto daemon = Spawn(so);  // born in the daemon namespace (this thread's)
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  std::string key;
+  for (int i = 0; i < 100 && key.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream f(db_dir + "/cli.key");
+    std::getline(f, key);
+  }
+  ASSERT_FALSE(key.empty());
+  auto api = [&](const std::string& method, const std::string& target, const std::string& body = "") {
+    HttpCall c{"127.0.0.1", port, method, target, {{"X-API-Key", key}, {"Content-Type", "application/json"}}, body,
+               std::chrono::seconds(120)};
+    return HttpDo(c);
+  };
+  for (int i = 0; i < 50; ++i) {
+    auto h = api("GET", "/health");
+    if (h.ok() && h->status == 200) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  // Bad rules are refused at the edge.
+  auto bad = api("POST", "/v2/sandboxes", R"({"templateID":"base","network":{"allowOut":["evil.test:22"]}})");
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  auto created = api("POST", "/v2/sandboxes", R"({"templateID":"base","network":{"allowOut":["allowed.test"]}})");
+  ASSERT_TRUE(created.ok());
+  ASSERT_EQ(created->status, 201) << created->body;
+  std::string id = nlohmann::json::parse(created->body)["sandboxID"];
+  ::setenv("AIRLOCK_API_KEY", key.c_str(), 1);
+  auto exec = [&](const std::string& script) {
+    auto r = airlock::Run({airlock::testing::AirlockBin(), "sandbox", "--server", "127.0.0.1:" + std::to_string(port), "exec",
+                  id, "--", "/bin/bash", "-c", script});
+    return r.ok() ? std::make_pair(r->status.ShellCode(), r->out + r->err) : std::make_pair(-1, std::string());
+  };
+  auto [rc, out] = exec("curl -sS --max-time 10 http://allowed.test/api");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("server=203.0.113.10"), std::string::npos) << out;
+  // Live update through the API: the name is gone.
+  auto upd = api("PUT", "/sandboxes/" + id + "/network", R"({"allowOut":["other.test"]})");
+  ASSERT_TRUE(upd.ok());
+  EXPECT_EQ(upd->status, 204) << upd->body;
+  std::tie(rc, out) = exec("curl -sS --max-time 5 http://allowed.test/");
+  EXPECT_EQ(rc, 6) << out;
+  std::tie(rc, out) = exec("curl -sS --max-time 10 http://other.test/");
+  EXPECT_EQ(rc, 0) << out;
+  auto missing = api("PUT", "/sandboxes/nosuchsandbox/network", R"({"allowOut":[]})");
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_EQ(nlohmann::json::parse(missing->body, nullptr, false).value("code", 0), 404);
+  auto badput = api("PUT", "/sandboxes/" + id + "/network", R"({"allowOut":["1.2.3.4/99"]})");
+  ASSERT_TRUE(badput.ok());
+  EXPECT_EQ(badput->status, 400);
+  // Logs: v2 and v1 shapes, and the CLI.
+  auto logs = api("GET", "/v2/sandboxes/" + id + "/logs");
+  ASSERT_TRUE(logs.ok());
+  auto lj = nlohmann::json::parse(logs->body, nullptr, false);
+  ASSERT_TRUE(lj.is_object() && lj["logs"].is_array()) << logs->body;
+  bool allow_http = false, deny_dns = false;
+  for (const auto& e : lj["logs"]) {
+    std::string m = e.value("message", "");
+    if (m.find("egress allow http allowed.test:80") != std::string::npos) allow_http = true;
+    if (m.find("egress deny dns allowed.test") != std::string::npos) deny_dns = true;
+    EXPECT_TRUE(e.contains("timestamp") && e.contains("level") && e["fields"].is_object()) << e;
+  }
+  EXPECT_TRUE(allow_http && deny_dns) << logs->body;
+  auto v1 = api("GET", "/sandboxes/" + id + "/logs");
+  ASSERT_TRUE(v1.ok());
+  auto v1j = nlohmann::json::parse(v1->body, nullptr, false);
+  EXPECT_TRUE(v1j["logs"].is_array() && v1j["logEntries"].is_array()) << v1->body;
+  auto cli = airlock::Run({airlock::testing::AirlockBin(), "sandbox", "--server", "127.0.0.1:" + std::to_string(port), "log",
+                  id});
+  ASSERT_TRUE(cli.ok());
+  EXPECT_NE(cli->out.find("egress allow http allowed.test:80"), std::string::npos) << cli->out;
+  auto kill = api("DELETE", "/sandboxes/" + id);
+  ASSERT_TRUE(kill.ok());
+  EXPECT_EQ(kill->status, 204);
+  (void)daemon->Signal(SIGTERM);
+  (void)daemon->WaitFor(std::chrono::seconds(20));
+}
+
+}  // namespace
