@@ -389,6 +389,20 @@ void HttpConn::WatchForDisconnect() {
   });
 }
 
+std::pair<tcp::socket, std::string> HttpConn::DetachSocket() {
+  DisarmTimer();
+  watching_ = false;
+  std::string extra(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+  buffer_.consume(buffer_.size());
+  closed_ = true;
+  response_ended_ = true;
+  out_.clear();
+  pending_ = 0;
+  on_drain_ = nullptr;
+  on_close_ = nullptr;
+  return {std::move(socket_), std::move(extra)};
+}
+
 void HttpConn::Close() {
   if (closed_) return;
   closed_ = true;

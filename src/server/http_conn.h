@@ -94,6 +94,10 @@ class HttpConn : public std::enable_shared_from_this<HttpConn> {
   void WatchForDisconnect();
   bool closed() const { return closed_; }
   void Abort() { Close(); }
+  // Protocol upgrade (WebSocket, after the upstream's 101): hands over the
+  // socket and the bytes already read past the request head. The HttpConn is
+  // finished: no more callbacks, nothing more is written by it.
+  std::pair<tcp::socket, std::string> DetachSocket();
   asio::any_io_executor executor() { return socket_.get_executor(); }
 
   static constexpr size_t kLowWatermark = 256 * 1024;

@@ -8,12 +8,18 @@
 //     Content-Length), are forwarded as they arrive: every Connect envelope
 //     is flushed to the client at once, and reading upstream pauses while
 //     more than HttpConn::kLowWatermark bytes wait for the client.
+// WebSocket (any request with Connection: upgrade + Upgrade): the upgrade
+// headers go upstream; on 101 the client socket is detached from HttpConn and
+// bytes are relayed both ways until either side closes; any other answer is
+// forwarded as a normal response.
 // Access: port 49983 needs the sandbox's X-Access-Token, except GET /health
 // and /files with a valid URL signature (spec §2.3, §4.2). Unknown sandbox:
 // 502 JSON for /health (the SDK reads it as "not running"), else 404 JSON.
 #include <openssl/evp.h>
 #include <strings.h>
 
+#include <array>
+#include <cctype>
 #include <cstring>
 
 #include <boost/asio/connect.hpp>
@@ -125,11 +131,16 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
     chunked_ = c_->chunked_request();
     if (chunked_) head += "Transfer-Encoding: chunked\r\n";
     else if (auto len = c_->content_length()) head += "Content-Length: " + std::to_string(*len) + "\r\n";
-    head += "Connection: close\r\n\r\n";
+    std::string conn = c_->Header("Connection"), upgrade = c_->Header("Upgrade");
+    for (auto& ch : conn) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    upgrade_ = !upgrade.empty() && conn.find("upgrade") != std::string::npos && c_->body_done();
+    if (upgrade_) head += "Connection: Upgrade\r\nUpgrade: " + upgrade + "\r\n\r\n";
+    else head += "Connection: close\r\n\r\n";
     auto buf = std::make_shared<std::string>(std::move(head));
     asio::async_write(up_, asio::buffer(*buf), [self = shared_from_this(), buf](boost::system::error_code ec, size_t) {
       if (ec) return self->Fail(502, "write to sandbox: " + ec.message());
       self->ReadResponseHead();
+      if (self->upgrade_) return;  // no body; the socket may be detached on 101
       if (self->c_->body_done()) {
         self->c_->WatchForDisconnect();
       } else {
@@ -189,6 +200,7 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
   void ForwardHead() {
     const auto& res = parser_->get();
     int status = static_cast<int>(res.result_int());
+    if (upgrade_ && status == 101) return Tunnel();
     framed_ = parser_->chunked() || parser_->content_length().has_value() || status == 204 || status == 304 ||
               (status >= 100 && status < 200) || c_->method() == http::verb::head;
     keep_alive_ = c_->keep_alive() && framed_;
@@ -238,7 +250,65 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
     });
   }
 
+  // 101 Switching Protocols: relay raw bytes both ways.
+  void Tunnel() {
+    const auto& res = parser_->get();
+    std::string head = "HTTP/1.1 101 " + std::string(res.reason()) + "\r\n";
+    for (const auto& f : res) {
+      head.append(f.name_string().data(), f.name_string().size());
+      head += ": ";
+      head.append(f.value().data(), f.value().size());
+      head += "\r\n";
+    }
+    head += "\r\n";
+    if (rbuf_.size() > 0) {
+      auto d = rbuf_.data();
+      head.append(static_cast<const char*>(d.data()), d.size());
+      rbuf_.consume(rbuf_.size());
+    }
+    auto [client, extra] = c_->DetachSocket();
+    struct Pipe : std::enable_shared_from_this<Pipe> {
+      Pipe(tcp::socket a, tcp::socket b) : client(std::move(a)), up(std::move(b)) {}
+      tcp::socket client, up;
+      std::array<char, 16384> b1, b2;
+      void Run(tcp::socket& from, tcp::socket& to, std::array<char, 16384>& buf) {
+        from.async_read_some(asio::buffer(buf), [self = shared_from_this(), &from, &to, &buf](
+                                                    boost::system::error_code ec, size_t n) {
+          if (ec) {
+            boost::system::error_code ig;
+            if (ec == asio::error::eof) to.shutdown(tcp::socket::shutdown_send, ig);
+            else self->CloseBoth();
+            return;
+          }
+          asio::async_write(to, asio::buffer(buf.data(), n), [self, &from, &to, &buf](boost::system::error_code e2,
+                                                                                      size_t) {
+            if (e2) return self->CloseBoth();
+            self->Run(from, to, buf);
+          });
+        });
+      }
+      void CloseBoth() {
+        boost::system::error_code ig;
+        client.close(ig);
+        up.close(ig);
+      }
+    };
+    auto pipe = std::make_shared<Pipe>(std::move(client), std::move(up_));
+    auto first_up = std::make_shared<std::string>(std::move(extra));
+    auto first_down = std::make_shared<std::string>(std::move(head));
+    asio::async_write(pipe->client, asio::buffer(*first_down), [pipe, first_down, first_up](
+                                                                   boost::system::error_code ec, size_t) {
+      if (ec) return pipe->CloseBoth();
+      asio::async_write(pipe->up, asio::buffer(*first_up), [pipe, first_up](boost::system::error_code e2, size_t) {
+        if (e2) return pipe->CloseBoth();
+        pipe->Run(pipe->client, pipe->up, pipe->b1);
+        pipe->Run(pipe->up, pipe->client, pipe->b2);
+      });
+    });
+  }
+
   std::shared_ptr<HttpConn> c_;
+  bool upgrade_ = false;
   tcp::socket up_;
   asio::steady_timer timer_;
   std::string host_;

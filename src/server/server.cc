@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <strings.h>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -237,6 +239,11 @@ std::optional<std::string> Server::DataPlaneTarget(const HttpConn& c, uint16_t* 
   }
   // "<port>-<id>.<domain>"
   size_t dash = host.find('-'), dot = host.find('.');
+  if (!config_.domain.empty() && dot != std::string::npos) {
+    std::string rest = host.substr(dot + 1);
+    if (size_t colon = rest.rfind(':'); colon != std::string::npos) rest.resize(colon);
+    if (strcasecmp(rest.c_str(), config_.domain.c_str()) != 0) return std::nullopt;
+  }
   if (dash != std::string::npos && dot != std::string::npos && dash < dot && dash > 0) {
     std::string p = host.substr(0, dash);
     char* end = nullptr;

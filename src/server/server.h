@@ -35,6 +35,9 @@ inline constexpr const char* kEnvdVersion = "0.6.13";
 inline constexpr uint16_t kEnvdPort = 49983;
 
 struct ServerConfig {
+  // Host-based data-plane routing "<port>-<id>.<domain>" only for this
+  // domain (serve --domain); empty: any domain (the E2B SDK's default shape).
+  std::string domain;
   std::string listen = "127.0.0.1:3000";
   ManagerConfig manager;
   // The registry; empty: <state_dir>/airlock.db. The CLI key file is

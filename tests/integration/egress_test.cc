@@ -671,7 +671,7 @@ TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
   SpawnOptions so;
   so.argv = {airlock::testing::AirlockBin(), "--state-dir", airlock::testing::StateDir(), "serve", "--listen",
              "127.0.0.1:" + std::to_string(port), "--db", db_dir + "/airlock.db", "--dns-upstream",
-             FakeInternet::kDnsServer, "--kill-on-exit"};
+             FakeInternet::kDnsServer, "--kill-on-exit", "--domain", "airlock.test"};
   so.stdout_to_devnull = true;
   auto daemon = Spawn(so);  // born in the daemon namespace (this thread's)
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
@@ -745,6 +745,69 @@ TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
                   id});
   ASSERT_TRUE(cli.ok());
   EXPECT_NE(cli->out.find("egress allow http allowed.test:80"), std::string::npos) << cli->out;
+  // Ports in: a WebSocket upgrade to guest port 8765 through the data plane,
+  // by header and by host name; nothing listens on the host for it.
+  std::tie(rc, out) = exec(
+      "cat > /tmp/ws.py <<'PY'\n"
+      "import socket,hashlib,base64\n"
+      "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1); s.bind(('0.0.0.0',8765)); s.listen(8)\n"
+      "while True:\n"
+      "  c,_=s.accept(); d=b''\n"
+      "  while b'\\r\\n\\r\\n' not in d:\n"
+      "    x=c.recv(4096)\n"
+      "    if not x: break\n"
+      "    d+=x\n"
+      "  k=[l.split(b':',1)[1].strip() for l in d.split(b'\\r\\n') if l.lower().startswith(b'sec-websocket-key')]\n"
+      "  if k:\n"
+      "    a=base64.b64encode(hashlib.sha1(k[0]+b'258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest())\n"
+      "    c.sendall(b'HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\nSec-WebSocket-Accept: '+a+b'\\r\\n\\r\\n')\n"
+      "    while True:\n"
+      "      x=c.recv(4096)\n"
+      "      if not x: break\n"
+      "      c.sendall(b'echo:'+x)\n"
+      "  c.close()\n"
+      "PY\n"
+      "setsid python3 /tmp/ws.py >/dev/null 2>&1 < /dev/null & sleep 1; echo started");
+  EXPECT_EQ(rc, 0) << out;
+  // Under TCG python starts slowly: wait until it listens.
+  std::tie(rc, out) = exec("for i in $(seq 50); do (echo > /dev/tcp/127.0.0.1/8765) 2>/dev/null && echo up && break; "
+                           "sleep 0.2; done");
+  EXPECT_NE(out.find("up"), std::string::npos) << out;
+  auto ws = [&](const std::string& routing) -> std::string {
+    UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!ConnectWithin(s.get(), Addr("127.0.0.1", port), 2000)) return "no connect";
+    std::string req = "GET /chat HTTP/1.1\r\n" + routing +
+                      "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+    if (::write(s.get(), req.data(), req.size()) != static_cast<ssize_t>(req.size())) return "write";
+    std::string got;
+    auto read_until = [&](const std::string& what) {
+      char buf[4096];
+      for (int i = 0; i < 50 && got.find(what) == std::string::npos; ++i) {
+        pollfd p{s.get(), POLLIN, 0};
+        if (::poll(&p, 1, 100) != 1) continue;
+        ssize_t n = ::read(s.get(), buf, sizeof(buf));
+        if (n <= 0) break;
+        got.append(buf, static_cast<size_t>(n));
+      }
+    };
+    read_until("\r\n\r\n");
+    if (got.find("101") == std::string::npos) {
+      read_until("}");
+      return got;
+    }
+    (void)::write(s.get(), "frame-1", 7);
+    read_until("echo:frame-1");
+    return got;
+  };
+  std::string r1 = ws("Host: 127.0.0.1\r\nE2b-Sandbox-Id: " + id + "\r\nE2b-Sandbox-Port: 8765\r\n");
+  EXPECT_NE(r1.find("HTTP/1.1 101"), std::string::npos) << r1;
+  EXPECT_NE(r1.find("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="), std::string::npos) << r1;
+  EXPECT_NE(r1.find("echo:frame-1"), std::string::npos) << r1;
+  std::string r2 = ws("Host: 8765-" + id + ".airlock.test\r\n");
+  EXPECT_NE(r2.find("echo:frame-1"), std::string::npos) << r2;
+  std::string r3 = ws("Host: 8765-" + id + ".elsewhere.test\r\n");  // not our --domain
+  EXPECT_EQ(r3.find("101"), std::string::npos) << r3;
   auto kill = api("DELETE", "/sandboxes/" + id);
   ASSERT_TRUE(kill.ok());
   EXPECT_EQ(kill->status, 204);
