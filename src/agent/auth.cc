@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "agent/agent.h"
+#include "agent/entropy.h"
 #include "agent/http_server.h"
 #include "agent/log.h"
 #include "envd/proto_json.h"
@@ -98,6 +99,21 @@ void HandleInit(Agent& agent, std::shared_ptr<Session> s) {
           timespec set{static_cast<time_t>(t->seconds), t->nanos};
           if (clock_settime(CLOCK_REALTIME, &set) != 0) LogDebug("clock_settime: %s", std::strerror(errno));
         }
+      }
+    }
+    // Fresh entropy after a snapshot restore (airlock extension): base64 of
+    // kMinEntropyBytes..kMaxEntropyBytes random bytes. Only PID 1 touches the
+    // kernel pool (an agent on a host must not credit the host's).
+    if (auto it = j.find("entropy"); it != j.end() && !it->is_null()) {
+      if (!it->is_string()) return RespondHttpError(*s, 400, "entropy must be a base64 string");
+      auto raw = envd::Base64Decode(it->get<std::string>());
+      if (!raw.ok()) return RespondHttpError(*s, 400, "entropy: " + raw.status().message());
+      if (raw->size() < kMinEntropyBytes || raw->size() > kMaxEntropyBytes) {
+        return RespondHttpError(*s, 400, "entropy must be " + std::to_string(kMinEntropyBytes) + ".." +
+                                             std::to_string(kMaxEntropyBytes) + " bytes");
+      }
+      if (::getpid() == 1) {
+        if (Status st = ReseedEntropy(*raw); !st.ok()) return RespondHttpError(*s, 500, st.message());
       }
     }
     if (auto it = j.find("accessToken"); it != j.end() && it->is_string()) agent.SetAccessToken(it->get<std::string>());

@@ -166,7 +166,13 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   // A previous daemon's sandboxes: take over the live ones first, so the
   // cleanup below sees us as the owner of their leases and run dirs.
   for (const auto& r : adopt) {
-    auto sb = m->AdoptOne(r);
+    auto sb = r.paused ? m->AdoptPausedOne(r) : m->AdoptOne(r);
+    if (!sb.ok() && !r.paused && m->RecoverPaused(r)) {
+      // Killed after a pause committed but before the registry said so.
+      AdoptRequest p = r;
+      p.paused = true;
+      sb = m->AdoptPausedOne(p);
+    }
     if (sb.ok()) {
       std::lock_guard<std::mutex> l(m->mu_);
       m->sandboxes_[r.id] = *sb;
@@ -178,7 +184,9 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
     AdoptedVm(r.id, r.vmm_pid, run_dir).Destroy().ok();  // kills it only if the pid is still that VMM
     if (auto st = net::TeardownByName(r.id); !st.ok()) LOG_WARN("sandbox={} network teardown: {}", r.id, st.message());
     fs::remove_all(run_dir, ec);
+    fs::remove_all(m->paused_dir() + "/" + r.id, ec);
   }
+  m->SweepSnapshots();
   // Sandboxes of a crashed or killed `airlock run` (or daemon) left their
   // netns and run dirs; reclaim them now.
   if (auto cleaned = net::CleanupLeftovers(m->config_.lease_root); !cleaned.ok()) {
@@ -206,6 +214,8 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
   sb->access_token_ = r.access_token;
   sb->vcpus_ = r.vcpus;
   sb->memory_mib_ = r.memory_mib;
+  sb->detach_ = true;
+  sb->env_vars_ = r.env_vars;
   // Until every check passes, the Sandbox must not tear anything down.
   sb->released_ = true;
   if (!ProcessMatches(r.vmm_pid, sb->run_dir_)) {
@@ -218,6 +228,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
   sb->vm_ = std::make_unique<AdoptedVm>(r.id, r.vmm_pid, sb->run_dir_);
   sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{sb->network_->netns_ip(), kAgentPort}, r.access_token);
   sb->released_ = false;  // from here on, a failure tears it all down
+  ContinueIfStopped(sb->run_dir_ + "/vm");  // a daemon killed mid-pause leaves it stopped
   Status health = sb->agent_->WaitReady(std::chrono::steady_clock::now() + std::chrono::seconds(5),
                                         [] { return OkStatus(); });
   if (!health.ok()) return health.WithContext("agent");
@@ -253,6 +264,8 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   sb->access_token_ = options.access_token.empty() ? RandomHex(32) : options.access_token;
   sb->vcpus_ = options.vcpus;
   sb->memory_mib_ = options.memory_mib;
+  sb->detach_ = options.detach;
+  sb->env_vars_ = options.env_vars;
   if (::mkdir(sb->run_dir_.c_str(), 0700) != 0) return ErrnoError("mkdir " + sb->run_dir_);
   WriteOwnerFile(sb->run_dir_);
   {
@@ -333,8 +346,10 @@ Status Manager::Destroy(const std::string& id) {
     sb = it->second;
     sandboxes_.erase(it);
   }
+  std::lock_guard<std::mutex> op(sb->op_mu_);  // waits for a pause/resume in flight
   (void)sb->Transition(SandboxState::kKilling);
   Status s = sb->TearDown();
+  s = JoinErrors({s, DeletePrivateSnapshots(*sb)});
   (void)sb->Transition(SandboxState::kKilled);
   if (!s.ok()) LOG_WARN("sandbox={} destroy: {}", id, s.message());
   return s;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -67,6 +68,30 @@ struct AdoptRequest {
   std::string access_token;
   int vcpus = 1;
   int memory_mib = 512;
+  std::map<std::string, std::string> env_vars;  // re-sent to the agent after a cold resume
+  // true: the registry says paused; the sandbox is taken over as paused
+  // (its snapshot under snapshots/paused/<id>), and a VMM a crashed daemon
+  // left behind is stopped.
+  bool paused = false;
+};
+
+// Pause (snapshots.cc, docs/snapshots.md).
+struct PauseOptions {
+  // false: the filesystem only (memory is dropped; resume boots from the disk).
+  bool keep_memory = true;
+  // Called once the snapshot is committed and before the VMM is stopped
+  // (the daemon records "paused" in its registry here). An error is logged.
+  std::function<Status()> on_saved;
+};
+
+struct PauseResult {
+  VmSnapshotInfo snapshot;
+  double total_ms = 0;
+};
+
+struct ResumeResult {
+  bool resumed = false;  // false: it was already running
+  double total_ms = 0;
 };
 
 // Where the time of a create went, in milliseconds.
@@ -95,12 +120,17 @@ class Sandbox {
   // Makes guest TCP `port` reachable at netns_ip():port (idempotent).
   // The agent port (49983) is always reachable.
   Status ExposePort(uint16_t port);
+  // The committed snapshot of a paused sandbox ("" when not paused).
+  std::string snapshot_dir() const;
 
  private:
   friend class Manager;
   Sandbox() = default;
   Status Transition(SandboxState to);
   Status TearDown();  // VMM, then network, then run dir; collects every error
+  // Pause/resume (snapshots.cc): stops the VMM and removes the network, keeping
+  // identity, token, run dir and snapshot.
+  Status StopRuntime();
 
   std::string id_;
   std::string run_dir_;
@@ -109,6 +139,12 @@ class Sandbox {
   int vcpus_ = 1;
   int memory_mib_ = 512;
   std::set<uint16_t> exposed_ports_;
+  bool detach_ = false;
+  std::map<std::string, std::string> env_vars_;
+  bool memory_snapshot_ = true;   // the pause snapshot has memory (false: reboot on resume)
+  std::string snapshot_dir_;      // committed pause snapshot while paused
+  // Serialises pause, resume and destroy of this sandbox.
+  std::mutex op_mu_;
   bool released_ = false;
   mutable std::mutex mu_;
   SandboxState state_ = SandboxState::kCreating;
@@ -138,6 +174,20 @@ class Manager {
   void ReleaseAll();
   std::shared_ptr<Sandbox> Get(const std::string& id);
   std::vector<std::shared_ptr<Sandbox>> List();
+  // Saves the sandbox (memory + device state + disk, or the disk only) under
+  // <state_dir>/snapshots/paused/<id> (written as <id>.tmp, renamed when
+  // committed), then stops its VMM and removes its network. NotFound;
+  // AlreadyExists when already paused; FailedPrecondition in another state;
+  // a failed save (e.g. ResourceExhausted: disk full) leaves it running.
+  StatusOr<PauseResult> Pause(const std::string& id, const PauseOptions& options = {});
+  // Restores a paused sandbox into a new network (same id, token, metadata),
+  // sends the agent the current time and fresh entropy, and deletes the pause
+  // snapshot. A running sandbox: OK with resumed=false. On failure it stays
+  // paused (snapshot kept).
+  StatusOr<ResumeResult> Resume(const std::string& id,
+                                std::chrono::milliseconds ready_timeout = std::chrono::seconds(60));
+  // <state_dir>/snapshots/paused
+  std::string paused_dir() const { return config_.state_dir + "/snapshots/paused"; }
   Runtime& runtime() { return *runtime_; }
   const ManagerConfig& config() const { return config_; }
 
@@ -145,6 +195,16 @@ class Manager {
   Manager() = default;
   // Takes over one sandbox of a previous daemon; errors mean "clean it up".
   StatusOr<std::shared_ptr<Sandbox>> AdoptOne(const AdoptRequest& r);
+  // A paused sandbox of a previous daemon (snapshots.cc).
+  StatusOr<std::shared_ptr<Sandbox>> AdoptPausedOne(const AdoptRequest& r);
+  // A VMM left stopped by a daemon killed mid-pause is continued (snapshots.cc).
+  void ContinueIfStopped(const std::string& run_dir);
+  // Is there a committed pause snapshot for r.id? (snapshots.cc)
+  bool RecoverPaused(const AdoptRequest& r);
+  // Removes uncommitted (.tmp) snapshot dirs left by a crash (snapshots.cc).
+  void SweepSnapshots();
+  // Deletes a sandbox's own snapshot data, never anything shared (snapshots.cc).
+  Status DeletePrivateSnapshots(Sandbox& sb);
   ManagerConfig config_;
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<net::AddressPool> pool_;

@@ -106,7 +106,7 @@ static json ListedJson(const SandboxRecord& r, int disk_mib, bool detail) {
          {"clientID", "airlock"},
          {"startedAt", FormatRfc3339(r.created_at_ms)},
          {"endAt", FormatRfc3339(r.ends_at_ms)},
-         {"state", "running"},
+         {"state", r.state == "paused" ? "paused" : "running"},
          {"cpuCount", r.vcpus},
          {"memoryMB", r.memory_mib},
          {"diskSizeMB", disk_mib},
@@ -151,11 +151,7 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
     if ((action == "connect" || action == "resume") && verb == http::verb::post) return ConnectSandbox(c, id);
     if (action == "metrics" && verb == http::verb::get) return Metrics(c, id);
     if (action == "logs" && verb == http::verb::get) return Logs(c, id, v2);
-    if (action == "pause" && verb == http::verb::post) {
-      std::lock_guard<std::mutex> l(mu_);
-      if (!sandboxes_.count(id)) return c->RespondError(404, "sandbox " + id + " not found");
-      return c->RespondError(501, "pause is not supported by airlock yet (sandbox " + id + " keeps running)");
-    }
+    if (action == "pause" && verb == http::verb::post) return PauseSandbox(c, id);
   }
   c->RespondError(404, "no route for " + c->method_string() + " " + path);
 }
@@ -224,9 +220,10 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
 void Server::ListSandboxes(std::shared_ptr<HttpConn> c, bool v2) {
   std::map<std::string, std::string> meta;
   if (auto m = c->Query("metadata"); m && !m->empty()) meta = ParseMetadataFilter(*m);
-  bool want_running = true;
+  bool want_running = true, want_paused = true;
   if (auto st = c->Query("state"); st && !st->empty()) {
     want_running = ("," + *st + ",").find(",running,") != std::string::npos;
+    want_paused = ("," + *st + ",").find(",paused,") != std::string::npos;
   }
   std::string tmpl = c->Query("template").value_or("");
   bool asc = c->Query("order").value_or("desc") == "asc";
@@ -248,7 +245,7 @@ void Server::ListSandboxes(std::shared_ptr<HttpConn> c, bool v2) {
     std::lock_guard<std::mutex> l(mu_);
     total_running = sandboxes_.size();
     for (auto& [id, e] : sandboxes_) {
-      if (!want_running) break;
+      if (!(e.rec.state == "paused" ? want_paused : want_running)) continue;
       if (!tmpl.empty() && e.rec.template_id != tmpl) continue;
       bool match = true;
       for (auto& [k, v] : meta) {
@@ -335,6 +332,7 @@ void Server::ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id) 
       std::lock_guard<std::mutex> l(mu_);
       auto it = sandboxes_.find(id);
       if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
+      if (it->second.rec.state == "paused") return ResumeSandbox(c, id, ends);
       // A running sandbox's TTL is only ever extended (spec §1.5.6).
       if (ends > it->second.rec.ends_at_ms) it->second.rec.ends_at_ms = ends;
       rec = it->second.rec;

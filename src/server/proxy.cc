@@ -271,6 +271,10 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
     int status = path == "/health" ? 502 : 404;
     return c->RespondError(status, "sandbox " + id + " is not running");
   }
+  if (sb->state() != SandboxState::kRunning) {
+    return c->RespondError(502, "sandbox " + id + " is " + std::string(SandboxStateName(sb->state())) +
+                                    " (connect resumes a paused sandbox)");
+  }
   if (port == kEnvdPort) {
     bool health = path == "/health" && (c->method() == http::verb::get || c->method() == http::verb::head);
     std::string got = c->Header("X-Access-Token");

@@ -70,7 +70,8 @@ Status Server::Init() {
   ASSIGN_OR_RETURN(auto records, registry_->ListSandboxes());
   std::vector<AdoptRequest> adopt;
   for (const auto& r : records) {
-    adopt.push_back({r.id, r.vmm_pid, r.template_id, r.access_token, r.vcpus, r.memory_mib});
+    adopt.push_back({r.id, r.vmm_pid, r.template_id, r.access_token, r.vcpus, r.memory_mib, r.env_vars,
+                     r.state == "paused"});
   }
   ASSIGN_OR_RETURN(manager_, Manager::Open(config_.manager, adopt));
   for (auto& r : records) {
@@ -82,6 +83,8 @@ Status Server::Init() {
     Entry e;
     e.rec = r;
     e.rec.netns_ip = sb->netns_ip();
+    e.rec.state = sb->state() == SandboxState::kPaused ? "paused" : "running";
+    if (e.rec.state != r.state) (void)registry_->PutSandbox(e.rec);  // a pause that committed as the daemon died
     e.sb = sb;
     if (auto img = image::FindImage(dir, r.template_id); img.ok()) {
       struct stat st;
@@ -177,6 +180,7 @@ void Server::Reap() {
   {
     std::lock_guard<std::mutex> l(mu_);
     for (auto& [id, e] : sandboxes_) {
+      if (e.rec.state == "paused") continue;  // a paused sandbox has no TTL until resumed
       if (e.rec.ends_at_ms <= now) expired.push_back(id);
     }
   }

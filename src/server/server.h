@@ -100,6 +100,14 @@ class Server {
   void ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
   void Metrics(std::shared_ptr<HttpConn> c, const std::string& id);
   void Logs(std::shared_ptr<HttpConn> c, const std::string& id, bool v2);
+  // snapshots (snapshot_routes.cc)
+  void PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
+  // Resumes a paused sandbox for connect (201 + Sandbox JSON; 200 if it was
+  // already running again by the time the worker got to it).
+  void ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, int64_t ends_at_ms);
+  // Records a sandbox's new state (and VMM/network after a resume) in the
+  // table and the registry.
+  void RecordState(const std::string& id, const std::string& state);
   // Reads a bounded JSON object body; answers 400/413 itself and returns
   // nothing on failure.
   void ReadJson(std::shared_ptr<HttpConn> c, std::function<void(nlohmann::json)> then);

@@ -189,9 +189,13 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
   // frozen disk, is the backing file)
   vm->disk_backing_ = fs::absolute(plan.backing.empty() ? spec.rootfs_template : plan.backing).string();
   vm->disk_backing_format_ = plan.backing_format;
-  auto img = RunChecked({spec.qemu_img, "create", "-q", "-f", "qcow2", "-F", plan.backing_format, "-b",
-                         vm->disk_backing_, p.overlay});
-  if (!img.ok()) return img.status().WithContext("overlay");
+  if (!plan.copy_overlay_from.empty()) {
+    RETURN_IF_ERROR(CopyFileSynced(plan.copy_overlay_from, p.overlay, 0600).WithContext("overlay"));
+  } else {
+    auto img = RunChecked({spec.qemu_img, "create", "-q", "-f", "qcow2", "-F", plan.backing_format, "-b",
+                           vm->disk_backing_, p.overlay});
+    if (!img.ok()) return img.status().WithContext("overlay");
+  }
 
   if (spec.runas) {
     for (const auto& path : {spec.run_dir, p.overlay}) {

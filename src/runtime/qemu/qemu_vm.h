@@ -132,6 +132,9 @@ class QemuVm {
     std::string backing;                  // empty: spec.rootfs_template
     std::string backing_format = "raw";
     bool incoming = false;                // add -S -incoming defer
+    // Non-empty: the overlay is a copy of this qcow2 (whose backing file is
+    // `backing`) instead of a new empty one.
+    std::string copy_overlay_from;
   };
   static StatusOr<std::unique_ptr<QemuVm>> Launch(const VmSpec& spec, const LaunchPlan& plan);
 

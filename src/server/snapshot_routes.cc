@@ -1,0 +1,118 @@
+// Snapshot routes of the control plane (spec §1.4 rows 2 and 6):
+//   POST /sandboxes/{id}/pause   {"memory"?: bool}  204; 404; 409 when already
+//                                paused (the SDK's pause() then returns false);
+//                                507 when the disk is full (it keeps running)
+//   POST /v2/sandboxes/{id}/connect on a paused sandbox resumes it: 201.
+// The work runs on the worker pool; Manager::Pause/Resume (core/snapshots.cc)
+// serialise per sandbox.
+#include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "server/server.h"
+
+namespace airlock::server {
+
+using nlohmann::json;
+
+namespace {
+
+int PauseHttpStatus(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kAlreadyExists: return 409;
+    case StatusCode::kFailedPrecondition: return 409;  // pausing, resuming, killing
+    case StatusCode::kResourceExhausted: return 507;
+    case StatusCode::kUnimplemented: return 501;
+    default: return 500;
+  }
+}
+
+}  // namespace
+
+void Server::RecordState(const std::string& id, const std::string& state) {
+  SandboxRecord rec;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return;
+    Entry& e = it->second;
+    e.rec.state = state;
+    if (state == "running" && e.sb) {
+      e.rec.netns_ip = e.sb->netns_ip();
+      e.rec.vmm_pid = e.sb->vmm_pid();
+    }
+    rec = e.rec;
+    if (e.logs.size() >= kMaxLogs) e.logs.pop_front();
+    e.logs.push_back({NowUnixMs(), "info", "sandbox " + state});
+  }
+  if (Status st = registry_->PutSandbox(rec); !st.ok()) LOG_WARN("sandbox={} registry: {}", id, st.message());
+}
+
+void Server::PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
+  ReadJson(c, [this, c, id](json body) {
+    PauseOptions opts;
+    if (auto it = body.find("memory"); it != body.end() && !it->is_null()) {
+      if (!it->is_boolean()) return c->RespondError(400, "memory must be a boolean");
+      opts.keep_memory = it->get<bool>();
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = sandboxes_.find(id);
+      if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
+      if (it->second.rec.state == "paused") return c->RespondError(409, "sandbox " + id + " is already paused");
+    }
+    opts.on_saved = [this, id] {
+      RecordState(id, "paused");
+      return OkStatus();
+    };
+    asio::post(*workers_, [this, c, id, opts] {
+      auto r = manager_->Pause(id, opts);
+      if (!r.ok()) {
+        Status st = r.status();
+        LOG_WARN("sandbox={} pause: {}", id, st.message());
+        return asio::post(c->executor(), [c, st] { c->RespondError(PauseHttpStatus(st), st.message()); });
+      }
+      AddLog(id, "info",
+             "paused in " + std::to_string(static_cast<int>(r->total_ms)) + " ms (memory " +
+                 std::to_string(r->snapshot.memory_bytes) + " B, disk " + std::to_string(r->snapshot.disk_bytes) + " B)");
+      asio::post(c->executor(), [c] { c->Respond(204, "", ""); });
+    });
+  });
+}
+
+void Server::ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, int64_t ends_at_ms) {
+  asio::post(*workers_, [this, c, id, ends_at_ms] {
+    auto r = manager_->Resume(id);
+    if (!r.ok()) {
+      Status st = r.status();
+      LOG_WARN("sandbox={} resume: {}", id, st.message());
+      int code = st.code() == StatusCode::kNotFound ? 404 : st.code() == StatusCode::kFailedPrecondition ? 409 : 500;
+      return asio::post(c->executor(), [c, code, st] { c->RespondError(code, st.message()); });
+    }
+    SandboxRecord rec;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = sandboxes_.find(id);
+      if (it == sandboxes_.end()) {
+        return asio::post(c->executor(), [c, id] { c->RespondError(404, "sandbox " + id + " not found"); });
+      }
+      it->second.rec.ends_at_ms = ends_at_ms;  // a resumed sandbox's TTL starts anew
+    }
+    if (r->resumed) RecordState(id, "running");
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = sandboxes_.find(id);
+      if (it != sandboxes_.end()) rec = it->second.rec;
+    }
+    if (!r->resumed) (void)registry_->SetEndsAt(id, ends_at_ms);
+    AddLog(id, "info", r->resumed ? "resumed in " + std::to_string(static_cast<int>(r->total_ms)) + " ms" : "connected");
+    json out{{"sandboxID", rec.id},         {"templateID", rec.template_id}, {"clientID", "airlock"},
+             {"envdVersion", kEnvdVersion}, {"envdAccessToken", rec.access_token}, {"domain", nullptr}};
+    int status = r->resumed ? 201 : 200;
+    std::string body = out.dump();
+    asio::post(c->executor(), [c, status, body] { c->Respond(status, "application/json", body); });
+  });
+}
+
+}  // namespace airlock::server
