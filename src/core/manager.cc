@@ -225,10 +225,16 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
   sb->network_ = std::move(network);
   // The VMM owns the lease, so it stays live while no daemon runs.
   RETURN_IF_ERROR(pool_->Adopt(sb->network_->lease(), r.vmm_pid));
-  sb->vm_ = std::make_unique<AdoptedVm>(r.id, r.vmm_pid, sb->run_dir_);
+  // Full control (pause, fork) when the runtime can reattach; else pid only.
+  ContinueIfStopped(sb->run_dir_ + "/vm");  // a daemon killed mid-pause leaves it stopped
+  if (auto vm = runtime_->Adopt(sb->run_dir_ + "/vm", r.vmm_pid); vm.ok()) {
+    sb->vm_ = std::move(vm).value();
+  } else {
+    LOG_WARN("sandbox={} VMM adopted by pid only (no pause/fork): {}", r.id, vm.status().message());
+    sb->vm_ = std::make_unique<AdoptedVm>(r.id, r.vmm_pid, sb->run_dir_);
+  }
   sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{sb->network_->netns_ip(), kAgentPort}, r.access_token);
   sb->released_ = false;  // from here on, a failure tears it all down
-  ContinueIfStopped(sb->run_dir_ + "/vm");  // a daemon killed mid-pause leaves it stopped
   Status health = sb->agent_->WaitReady(std::chrono::steady_clock::now() + std::chrono::seconds(5),
                                         [] { return OkStatus(); });
   if (!health.ok()) return health.WithContext("agent");

@@ -90,6 +90,13 @@ class Runtime {
   // The machine shape (vcpus, memory) must match the snapshot's
   // (FailedPrecondition otherwise); a corrupt memory file is DataLoss. The
   // guest runs when this returns.
+  // Takes over a detached VMM a previous process started in run_dir (its pid),
+  // with full control (snapshots included). Unimplemented where unsupported;
+  // then the caller falls back to a pid-only handle.
+  virtual StatusOr<std::unique_ptr<VmInstance>> Adopt(const std::string& run_dir, pid_t pid) {
+    (void)run_dir, (void)pid;
+    return Unimplemented("this runtime cannot reattach to a VMM");
+  }
   // memory=false: a cold boot on a private copy of the snapshot's disk.
   virtual StatusOr<std::unique_ptr<VmInstance>> Restore(const VmStartRequest& request,
                                                         const std::string& snapshot_dir, SnapshotDisk disk,

@@ -63,6 +63,11 @@ class QemuRuntime final : public Runtime {
     return std::unique_ptr<VmInstance>(new QemuInstance(std::move(vm)));
   }
 
+  StatusOr<std::unique_ptr<VmInstance>> Adopt(const std::string& run_dir, pid_t pid) override {
+    ASSIGN_OR_RETURN(auto vm, QemuVm::Reattach(run_dir, pid));
+    return std::unique_ptr<VmInstance>(new QemuInstance(std::move(vm)));
+  }
+
   StatusOr<std::unique_ptr<VmInstance>> Restore(const VmStartRequest& r, const std::string& dir,
                                                 SnapshotDisk disk, bool memory) override {
     ASSIGN_OR_RETURN(auto m, ReadSnapshot(dir));

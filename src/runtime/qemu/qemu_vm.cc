@@ -276,6 +276,7 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
 
   auto st = vm->qmp_->Execute("query-status");
   if (!st.ok()) return st.status();
+  if (spec.detach) RETURN_IF_ERROR(WriteVmRecord(*vm));
   auto t1 = std::chrono::steady_clock::now();
   LOG_INFO("vmm started sandbox={} pid={} accel={} status={} ms={}", spec.sandbox_id, vm->pid(),
            AccelName(vm->accel_), st->value("status", "?"),
@@ -302,6 +303,9 @@ std::string QemuVm::DeathReport(const ExitStatus& es) const {
 
 Status QemuVm::CheckAlive() {
   if (destroyed_) return FailedPrecondition("vmm destroyed");
+  if (adopted_pid_ > 0) {
+    return AdoptedAlive() ? OkStatus() : FailedPrecondition("qemu (pid " + std::to_string(adopted_pid_) + ") exited");
+  }
   if (auto es = child_.Poll()) return FailedPrecondition("qemu exited: " + DeathReport(*es));
   return OkStatus();
 }
@@ -325,18 +329,36 @@ Status QemuVm::WaitForConsole(const std::string& marker, std::chrono::millisecon
   return OkStatus();
 }
 
-StatusOr<ExitStatus> QemuVm::WaitForExit(std::chrono::milliseconds timeout) { return child_.WaitFor(timeout); }
+StatusOr<ExitStatus> QemuVm::WaitForExit(std::chrono::milliseconds timeout) {
+  if (adopted_pid_ > 0) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (AdoptedAlive()) {
+      if (std::chrono::steady_clock::now() >= deadline) return DeadlineExceeded("qemu still running");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return ExitStatus{};  // not our child: its status went to init
+  }
+  return child_.WaitFor(timeout);
+}
 
 pid_t QemuVm::Release() {
   released_ = true;
   console_.Stop();
   stderr_.Stop();
+  if (adopted_pid_ > 0) return adopted_pid_;
   return child_.Release();
 }
 
 Status QemuVm::Destroy() {
   if (destroyed_) return OkStatus();
   Status first;
+  if (adopted_pid_ > 0 && AdoptedAlive()) {
+    if (qmp_) (void)qmp_->Execute("quit", nullptr, std::chrono::milliseconds(500));
+    if (!WaitForExit(std::chrono::seconds(2)).ok()) {
+      ::kill(adopted_pid_, SIGKILL);
+      (void)WaitForExit(std::chrono::seconds(3));
+    }
+  }
   if (child_.running()) {
     if (qmp_) {
       auto q = qmp_->Execute("quit", nullptr, std::chrono::milliseconds(500));
