@@ -30,6 +30,8 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "memory", po::value(&cfg.default_memory_mib)->default_value(512), "memory per sandbox (MiB)")(
       "header-timeout", po::value(&header_timeout_s)->default_value(30), "seconds to receive a request header")(
       "body-timeout", po::value(&body_timeout_s)->default_value(30), "seconds a request body may stall")(
+      "no-template-snapshot", po::bool_switch(&cfg.no_template_snapshot),
+      "always cold boot (default: snapshot each template once, create sandboxes by restoring it)")(
       "kill-on-exit", po::bool_switch(&cfg.kill_on_exit),
       "destroy every sandbox on SIGINT/SIGTERM (default: leave them for the next daemon to adopt)");
   po::variables_map vm;

@@ -43,6 +43,9 @@ struct ManagerConfig {
   // has to be built on first use; empty: next to the running binary.
   std::string agent_binary;
   bool build_image_if_missing = true;
+  // Create restores the template's snapshot when one exists for the image and
+  // machine shape (EnsureTemplateSnapshot makes it); else it cold boots.
+  bool template_snapshots = false;
 };
 
 struct CreateOptions {
@@ -100,6 +103,7 @@ struct CreateTimings {
   double vmm_start_ms = 0;
   double agent_ready_ms = 0;
   double total_ms = 0;
+  bool from_snapshot = false;  // restored from the template snapshot (else cold boot)
 };
 
 class Sandbox {
@@ -188,6 +192,14 @@ class Manager {
                                 std::chrono::milliseconds ready_timeout = std::chrono::seconds(60));
   // <state_dir>/snapshots/paused
   std::string paused_dir() const { return config_.state_dir + "/snapshots/paused"; }
+  // Template snapshots (template_snapshots.cc): boots the template once in a
+  // throw-away network, waits for the agent (no /init: no token, no env),
+  // saves memory + device state + disk under TemplateSnapshotDir, committed
+  // by rename. OK at once when it exists. Keyed by image id, so a rebuilt
+  // template (new id) never uses an old snapshot.
+  Status EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib);
+  // <state_dir>/snapshots/templates/<image id>-<vcpus>c-<memory>m
+  std::string TemplateSnapshotDir(const std::string& image_id, int vcpus, int memory_mib) const;
   Runtime& runtime() { return *runtime_; }
   const ManagerConfig& config() const { return config_; }
 
@@ -195,6 +207,9 @@ class Manager {
   Manager() = default;
   // Takes over one sandbox of a previous daemon; errors mean "clean it up".
   StatusOr<std::shared_ptr<Sandbox>> AdoptOne(const AdoptRequest& r);
+  bool TemplateSnapshotUsable(const std::string& dir) const;
+  std::mutex template_mu_;  // one template snapshot build at a time
+  std::set<std::string> template_failed_;  // dirs whose build failed: not retried (guarded by template_mu_)
   // A paused sandbox of a previous daemon (snapshots.cc).
   StatusOr<std::shared_ptr<Sandbox>> AdoptPausedOne(const AdoptRequest& r);
   // A VMM left stopped by a daemon killed mid-pause is continued (snapshots.cc).
@@ -214,5 +229,7 @@ class Manager {
 
 // A new random sandbox id: 20 lowercase alphanumerics (E2B's shape).
 std::string NewSandboxId();
+// Base64 of 64 bytes from getrandom(2), for the agent's /init "entropy".
+std::string FreshEntropyBase64();
 
 }  // namespace airlock

@@ -72,7 +72,7 @@ Status InitRestoredAgent(const std::string& host, const std::string& token,
   call.target = "/init";
   call.headers = {{"Content-Type", "application/json"}, {"X-Access-Token", token}};
   nlohmann::json body = {{"timestamp", Rfc3339NowMs()},
-                         {"entropy", envd::Base64Encode(RandomBytes(kEntropyBytes))}};
+                         {"entropy", FreshEntropyBase64()}};
   if (envs) {
     body["accessToken"] = token;
     body["envVars"] = *envs;
@@ -96,6 +96,8 @@ Status FsyncDir(const std::string& dir) {
 }
 
 }  // namespace
+
+std::string FreshEntropyBase64() { return envd::Base64Encode(RandomBytes(kEntropyBytes)); }
 
 std::string Sandbox::snapshot_dir() const {
   std::lock_guard<std::mutex> l(mu_);
@@ -326,6 +328,14 @@ void Manager::ContinueIfStopped(const std::string& vm_run_dir) {
 
 void Manager::SweepSnapshots() {
   std::error_code ec;
+  // Template snapshot builds that never committed (a build takes seconds;
+  // one older than 10 minutes is dead, whichever daemon started it).
+  for (auto& e : fs::directory_iterator(config_.state_dir + "/snapshots/templates", ec)) {
+    std::string name = e.path().filename().string();
+    if (name.find(".tmp-") == std::string::npos) continue;
+    auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), ec);
+    if (!ec && age > std::chrono::minutes(10)) fs::remove_all(e.path(), ec);
+  }
   for (auto& e : fs::directory_iterator(paused_dir(), ec)) {
     std::string name = e.path().filename().string();
     if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {

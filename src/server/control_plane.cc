@@ -211,6 +211,7 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
         sandboxes_[r.id] = std::move(e);
       }
       LOG_INFO("sandbox={} created total_ms={:.0f} ttl_s={}", r.id, ms, ttl);
+      if (!(*sb)->timings().from_snapshot) EnsureTemplateSnapshotAsync(r.template_id, r.vcpus, r.memory_mib);
       std::string out = SandboxJson(r).dump();
       asio::post(c->executor(), [c, out] { c->Respond(201, "application/json", out); });
     });

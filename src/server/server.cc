@@ -73,6 +73,7 @@ Status Server::Init() {
     adopt.push_back({r.id, r.vmm_pid, r.template_id, r.access_token, r.vcpus, r.memory_mib, r.env_vars,
                      r.state == "paused"});
   }
+  config_.manager.template_snapshots = !config_.no_template_snapshot;
   ASSIGN_OR_RETURN(manager_, Manager::Open(config_.manager, adopt));
   for (auto& r : records) {
     auto sb = manager_->Get(r.id);
@@ -122,6 +123,7 @@ Status Server::Init() {
   });
   reaper_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleReaper();
+  if (image::FindImage(dir, "base").ok()) EnsureTemplateSnapshotAsync("base", config_.default_vcpus, config_.default_memory_mib);
   LOG_WARN("airlock serve listening on {} (port {}), {} sandbox(es) adopted", config_.listen, port(),
            sandboxes_.size());
   return OkStatus();

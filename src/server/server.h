@@ -54,6 +54,8 @@ struct ServerConfig {
   // On a clean stop: true destroys every sandbox; false leaves the detached
   // VMMs running for the next daemon to adopt.
   bool kill_on_exit = false;
+  // true: every create cold boots (no template snapshots are made or used).
+  bool no_template_snapshot = false;
 };
 
 // One lifecycle/exec event of a sandbox (GET /v2/sandboxes/{id}/logs).
@@ -108,6 +110,8 @@ class Server {
   // Records a sandbox's new state (and VMM/network after a resume) in the
   // table and the registry.
   void RecordState(const std::string& id, const std::string& state);
+  // Makes the template snapshot for (template, shape) on a worker, once.
+  void EnsureTemplateSnapshotAsync(const std::string& template_name, int vcpus, int memory_mib);
   // Reads a bounded JSON object body; answers 400/413 itself and returns
   // nothing on failure.
   void ReadJson(std::shared_ptr<HttpConn> c, std::function<void(nlohmann::json)> then);

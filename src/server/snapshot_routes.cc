@@ -30,6 +30,14 @@ int PauseHttpStatus(const Status& st) {
 
 }  // namespace
 
+void Server::EnsureTemplateSnapshotAsync(const std::string& template_name, int vcpus, int memory_mib) {
+  if (config_.no_template_snapshot) return;
+  asio::post(*workers_, [this, template_name, vcpus, memory_mib] {
+    Status st = manager_->EnsureTemplateSnapshot(template_name, vcpus, memory_mib);
+    if (!st.ok()) LOG_WARN("template={} snapshot: {}", template_name, st.message());
+  });
+}
+
 void Server::RecordState(const std::string& id, const std::string& state) {
   SandboxRecord rec;
   {
