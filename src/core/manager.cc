@@ -182,6 +182,7 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
     }
     if (sb.ok()) {
       std::lock_guard<std::mutex> l(m->mu_);
+      (*sb)->shared_snapshot_ = m->ForkSnapshotOf(r.id);
       m->sandboxes_[r.id] = *sb;
       LOG_INFO("sandbox={} adopted vmm_pid={}", r.id, r.vmm_pid);
       continue;
@@ -194,6 +195,7 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
     fs::remove_all(m->paused_dir() + "/" + r.id, ec);
   }
   m->SweepSnapshots();
+  m->SweepForkSnapshots();
   // Sandboxes of a crashed or killed `airlock run` (or daemon) left their
   // netns and run dirs; reclaim them now.
   if (auto cleaned = net::CleanupLeftovers(m->config_.lease_root); !cleaned.ok()) {
@@ -374,6 +376,7 @@ Status Manager::Destroy(const std::string& id) {
   (void)sb->Transition(SandboxState::kKilling);
   Status s = sb->TearDown();
   s = JoinErrors({s, DeletePrivateSnapshots(*sb)});
+  if (!sb->shared_snapshot_.empty()) ReleaseSharedSnapshot(sb->shared_snapshot_, sb.get());
   (void)sb->Transition(SandboxState::kKilled);
   if (!s.ok()) LOG_WARN("sandbox={} destroy: {}", id, s.message());
   return s;

@@ -145,6 +145,9 @@ class Sandbox {
   std::set<uint16_t> exposed_ports_;
   bool detach_ = false;
   std::map<std::string, std::string> env_vars_;
+  // The fork snapshot whose disk this sandbox's disk is layered on (shared
+  // with its siblings; deleted with the last of them). Empty otherwise.
+  std::string shared_snapshot_;
   bool memory_snapshot_ = true;   // the pause snapshot has memory (false: reboot on resume)
   std::string snapshot_dir_;      // committed pause snapshot while paused
   // Serialises pause, resume and destroy of this sandbox.
@@ -198,6 +201,15 @@ class Manager {
   // by rename. OK at once when it exists. Keyed by image id, so a rebuilt
   // template (new id) never uses an old snapshot.
   Status EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib);
+  // Fork (fork.cc): checkpoints the running sandbox `id` once (it keeps
+  // running) under snapshots/forks/<id>-<n>, then starts `count` (1..16)
+  // sandboxes from it in parallel, each in its own network namespace with
+  // its own id, token, hostname, clock and entropy, sharing the unchanged
+  // disk copy-on-write. One result per child (a child that failed is an
+  // error; the others run). NotFound; FailedPrecondition unless running.
+  StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Fork(const std::string& id, int count);
+  // <state_dir>/snapshots/forks
+  std::string forks_dir() const { return config_.state_dir + "/snapshots/forks"; }
   // <state_dir>/snapshots/templates/<image id>-<vcpus>c-<memory>m
   std::string TemplateSnapshotDir(const std::string& image_id, int vcpus, int memory_mib) const;
   Runtime& runtime() { return *runtime_; }
@@ -209,7 +221,8 @@ class Manager {
   StatusOr<std::shared_ptr<Sandbox>> AdoptOne(const AdoptRequest& r);
   bool TemplateSnapshotUsable(const std::string& dir) const;
   std::mutex template_mu_;  // one template snapshot build at a time
-  std::set<std::string> template_failed_;  // dirs whose build failed: not retried (guarded by template_mu_)
+  std::set<std::string> template_failed_;
+  std::set<std::string> forks_in_progress_;  // fork snapshot dirs (guarded by mu_)  // dirs whose build failed: not retried (guarded by template_mu_)
   // A paused sandbox of a previous daemon (snapshots.cc).
   StatusOr<std::shared_ptr<Sandbox>> AdoptPausedOne(const AdoptRequest& r);
   // A VMM left stopped by a daemon killed mid-pause is continued (snapshots.cc).
@@ -218,6 +231,12 @@ class Manager {
   bool RecoverPaused(const AdoptRequest& r);
   // Removes uncommitted (.tmp) snapshot dirs left by a crash (snapshots.cc).
   void SweepSnapshots();
+  // Deletes a fork snapshot once no sandbox other than `except` uses it (fork.cc).
+  void ReleaseSharedSnapshot(const std::string& dir, const Sandbox* except);
+  // At start: removes fork snapshots no run dir or paused snapshot refers to (fork.cc).
+  void SweepForkSnapshots();
+  // A fork snapshot the disk in run_dir/vm (or a paused manifest) is layered on, if any.
+  std::string ForkSnapshotOf(const std::string& id) const;
   // Deletes a sandbox's own snapshot data, never anything shared (snapshots.cc).
   Status DeletePrivateSnapshots(Sandbox& sb);
   ManagerConfig config_;

@@ -152,6 +152,7 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
     if (action == "metrics" && verb == http::verb::get) return Metrics(c, id);
     if (action == "logs" && verb == http::verb::get) return Logs(c, id, v2);
     if (action == "pause" && verb == http::verb::post) return PauseSandbox(c, id);
+    if (action == "fork" && verb == http::verb::post) return ForkSandbox(c, id);
   }
   c->RespondError(404, "no route for " + c->method_string() + " " + path);
 }

@@ -104,6 +104,8 @@ class Server {
   void Logs(std::shared_ptr<HttpConn> c, const std::string& id, bool v2);
   // snapshots (snapshot_routes.cc)
   void PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
+  // POST /sandboxes/{id}/fork {"timeout"?, "count"?}: 201 [{sandbox}|{error}].
+  void ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
   // Resumes a paused sandbox for connect (201 + Sandbox JSON; 200 if it was
   // already running again by the time the worker got to it).
   void ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, int64_t ends_at_ms);

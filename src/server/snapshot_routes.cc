@@ -28,6 +28,15 @@ int PauseHttpStatus(const Status& st) {
   }
 }
 
+StatusOr<std::optional<int64_t>> OptionalSecondsField(const json& body, const char* field) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return std::optional<int64_t>();
+  if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+    return InvalidArgument(std::string(field) + " must be a non-negative integer number of seconds");
+  }
+  return std::optional<int64_t>(it->get<int64_t>());
+}
+
 }  // namespace
 
 void Server::EnsureTemplateSnapshotAsync(const std::string& template_name, int vcpus, int memory_mib) {
@@ -35,6 +44,74 @@ void Server::EnsureTemplateSnapshotAsync(const std::string& template_name, int v
   asio::post(*workers_, [this, template_name, vcpus, memory_mib] {
     Status st = manager_->EnsureTemplateSnapshot(template_name, vcpus, memory_mib);
     if (!st.ok()) LOG_WARN("template={} snapshot: {}", template_name, st.message());
+  });
+}
+
+void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
+  ReadJson(c, [this, c, id](json body) {
+    auto timeout = OptionalSecondsField(body, "timeout");
+    if (!timeout.ok()) return c->RespondError(400, timeout.status().message());
+    int count = 1;
+    if (auto it = body.find("count"); it != body.end() && !it->is_null()) {
+      if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 16) {
+        return c->RespondError(400, "count must be an integer 1..16");
+      }
+      count = it->get<int>();
+    }
+    SandboxRecord parent;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = sandboxes_.find(id);
+      if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
+      parent = it->second.rec;
+    }
+    int ttl = ClampTimeout(timeout->value_or(config_.default_timeout_s));
+    asio::post(*workers_, [this, c, id, count, ttl, parent] {
+      auto children = manager_->Fork(id, count);
+      if (!children.ok()) {
+        Status st = children.status();
+        int code = st.code() == StatusCode::kNotFound              ? 404
+                   : st.code() == StatusCode::kFailedPrecondition  ? 409
+                   : st.code() == StatusCode::kInvalidArgument     ? 400
+                   : st.code() == StatusCode::kResourceExhausted   ? 507
+                                                                   : 500;
+        return asio::post(c->executor(), [c, code, st] { c->RespondError(code, st.message()); });
+      }
+      json out = json::array();
+      for (auto& child : *children) {
+        if (!child.ok()) {
+          out.push_back({{"error", {{"code", 500}, {"message", child.status().message()}}}});
+          continue;
+        }
+        SandboxRecord r = parent;
+        r.id = (*child)->id();
+        r.state = "running";
+        r.created_at_ms = NowUnixMs();
+        r.ends_at_ms = r.created_at_ms + int64_t{ttl} * 1000;
+        r.access_token = (*child)->access_token();
+        r.netns_ip = (*child)->netns_ip();
+        r.vmm_pid = (*child)->vmm_pid();
+        r.run_dir = (*child)->run_dir();
+        if (Status st = registry_->PutSandbox(r); !st.ok()) LOG_WARN("sandbox={} registry: {}", r.id, st.message());
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          int disk_mib = sandboxes_.count(id) ? sandboxes_[id].disk_mib : 0;
+          Entry e{r, *child, disk_mib, {}};
+          e.logs.push_back({r.created_at_ms, "info", "forked from " + id});
+          sandboxes_[r.id] = std::move(e);
+        }
+        out.push_back({{"sandbox",
+                        {{"sandboxID", r.id},
+                         {"templateID", r.template_id},
+                         {"clientID", "airlock"},
+                         {"envdVersion", kEnvdVersion},
+                         {"envdAccessToken", r.access_token},
+                         {"domain", nullptr}}}});
+      }
+      AddLog(id, "info", "forked " + std::to_string(count) + " time(s)");
+      std::string text = out.dump();
+      asio::post(c->executor(), [c, text] { c->Respond(201, "application/json", text); });
+    });
   });
 }
 

@@ -150,3 +150,77 @@ maybe('pause({keepMemory:false}) keeps the filesystem and reboots on connect', {
     await sbx.kill()
   }
 })
+
+// A Python process holding a counter in memory, served on 127.0.0.1:7000
+// inside the guest: every connection gets the next value.
+const COUNTER = `python3 -c '
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 7000)); s.listen(8)
+n = 0
+while True:
+    c, _ = s.accept(); n += 1; c.sendall(str(n).encode()); c.close()
+'`
+const ASK = `python3 -c 'import socket; s = socket.create_connection(("127.0.0.1", 7000)); print(s.recv(64).decode())'`
+
+async function ask(sbx) {
+  for (let i = 0; ; i++) {
+    try {
+      return Number((await sbx.commands.run(ASK)).stdout.trim())
+    } catch (e) {
+      if (i >= 20) throw e
+      await sleep(250)  // the server is still starting
+    }
+  }
+}
+
+maybe('Sandbox.fork: 5 children see memory and disk at fork time, write privately, differ in entropy', { timeout: 600000 }, async () => {
+  const parent = await Sandbox.create('base', { ...opts, timeoutMs: 300000 })
+  const children = []
+  try {
+    await parent.commands.run(COUNTER, { background: true })
+    assert.equal(await ask(parent), 1)
+    assert.equal(await ask(parent), 2)
+    await parent.files.write('/home/user/state.txt', 'parent state')
+
+    const t0 = Date.now()
+    const forks = await Sandbox.fork(parent.sandboxId, { ...opts, count: 5, timeoutMs: 120000 })
+    console.log(`# fork of 5 children: ${Date.now() - t0} ms`)
+    assert.equal(forks.length, 5)
+    for (const f of forks) {
+      assert.ok(!(f instanceof Error), `a fork failed: ${f}`)
+      children.push(f)
+    }
+    const ids = new Set([parent.sandboxId, ...children.map((c) => c.sandboxId)])
+    assert.equal(ids.size, 6, 'every child has its own id')
+
+    const rand = new Set()
+    for (const [i, child] of children.entries()) {
+      assert.equal(await ask(child), 3, `child ${i}: the in-memory counter continues from the fork point`)
+      assert.equal(await child.files.read('/home/user/state.txt'), 'parent state')
+      await child.files.write('/home/user/state.txt', `child ${i}`)
+      await child.files.write(`/home/user/only-${i}.txt`, 'mine')
+      assert.equal((await child.commands.run('hostname')).stdout.trim(), child.sandboxId)
+      rand.add((await child.commands.run('head -c 32 /dev/urandom | od -An -tx1 | tr -d " \\n"')).stdout)
+    }
+    assert.equal(rand.size, 5, '/dev/urandom output differs between siblings')
+    // Later writes stay private; the parent kept running with its own state.
+    for (const [i, child] of children.entries()) {
+      assert.equal(await child.files.read('/home/user/state.txt'), `child ${i}`)
+      for (let j = 0; j < children.length; j++) {
+        assert.equal(await child.files.exists(`/home/user/only-${j}.txt`), i === j)
+      }
+      assert.equal(await ask(child), 4, `child ${i}: its counter is its own`)
+    }
+    assert.equal(await parent.files.read('/home/user/state.txt'), 'parent state')
+    assert.equal(await parent.files.exists('/home/user/only-0.txt'), false)
+    assert.equal(await ask(parent), 3, 'the parent runs on with its own memory')
+    // Tokens are per sandbox: a child's token does not open the parent.
+    const detail = await (await fetch(`${url}/sandboxes/${children[0].sandboxId}`, { headers: { 'X-API-Key': opts.apiKey } })).json()
+    const r = await fetch(`${url}/envs`, { headers: { 'E2b-Sandbox-Id': parent.sandboxId, 'X-Access-Token': detail.envdAccessToken } })
+    assert.equal(r.status, 401)
+  } finally {
+    for (const c of children) await c.kill()
+    await parent.kill()
+  }
+})
