@@ -117,7 +117,7 @@ static json ListedJson(const SandboxRecord& r, int disk_mib, bool detail) {
     j["envdAccessToken"] = r.access_token;
     j["domain"] = nullptr;
     j["allowInternetAccess"] = false;
-    j["lifecycle"] = {{"onTimeout", "kill"}, {"autoResume", false}};
+    j["lifecycle"] = {{"onTimeout", r.auto_pause ? "pause" : "kill"}, {"autoResume", r.auto_resume}};
   }
   return j;
 }
@@ -176,7 +176,9 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
     opts.env_vars = *envs;
     int ttl = ClampTimeout(timeout->value_or(config_.default_timeout_s));
     auto meta = std::move(metadata).value();
-    asio::post(*workers_, [this, c, opts, ttl, meta] {
+    auto lifecycle = ParseLifecycle(body);
+    if (!lifecycle.ok()) return c->RespondError(400, lifecycle.status().message());
+    asio::post(*workers_, [this, c, opts, ttl, meta, lifecycle = *lifecycle] {
       auto t0 = std::chrono::steady_clock::now();
       auto sb = manager_->Create(opts);
       if (!sb.ok()) {
@@ -198,6 +200,9 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
       r.netns_ip = (*sb)->netns_ip();
       r.vmm_pid = (*sb)->vmm_pid();
       r.run_dir = (*sb)->run_dir();
+      r.auto_pause = lifecycle.auto_pause;
+      r.auto_pause_memory = lifecycle.auto_pause_memory;
+      r.auto_resume = lifecycle.auto_resume;
       if (Status st = registry_->PutSandbox(r); !st.ok()) LOG_WARN("sandbox={} registry: {}", r.id, st.message());
       int disk_mib = 0;
       if (auto img = image::FindImage(config_.manager.state_dir, r.template_id); img.ok()) {

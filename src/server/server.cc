@@ -178,15 +178,21 @@ void Server::ScheduleReaper() {
 
 void Server::Reap() {
   std::vector<std::string> expired;
+  std::vector<std::pair<std::string, bool>> to_pause;
   int64_t now = NowUnixMs();
   {
     std::lock_guard<std::mutex> l(mu_);
     for (auto& [id, e] : sandboxes_) {
       if (e.rec.state == "paused") continue;  // a paused sandbox has no TTL until resumed
+      if (e.rec.ends_at_ms <= now && e.rec.auto_pause) {
+        if (auto_pausing_.insert(id).second) to_pause.emplace_back(id, e.rec.auto_pause_memory);
+        continue;
+      }
       if (e.rec.ends_at_ms <= now) expired.push_back(id);
     }
   }
   for (auto& id : expired) DestroyAsync(id, "TTL expired");
+  for (auto& [id, memory] : to_pause) AutoPauseAsync(id, memory);
 }
 
 void Server::DestroyAsync(const std::string& id, const std::string& why) {

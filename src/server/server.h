@@ -21,6 +21,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <optional>
 #include <string>
 
@@ -113,6 +115,9 @@ class Server {
   // table and the registry.
   void RecordState(const std::string& id, const std::string& state);
   // Makes the template snapshot for (template, shape) on a worker, once.
+  // Reaper: pause (instead of kill) a sandbox whose TTL expired.
+  void AutoPauseAsync(const std::string& id, bool keep_memory);
+  std::set<std::string> auto_pausing_;  // guarded by mu_
   void EnsureTemplateSnapshotAsync(const std::string& template_name, int vcpus, int memory_mib);
   // Reads a bounded JSON object body; answers 400/413 itself and returns
   // nothing on failure.
@@ -139,6 +144,16 @@ class Server {
   std::mutex mu_;
   std::map<std::string, Entry> sandboxes_;
 };
+
+// Spec §1.5.1 lifecycle fields of a create body: autoPause (bool),
+// autoPauseMemory (bool), autoResume ({"enabled": bool}); InvalidArgument
+// naming the field. autoResume needs autoPause with memory.
+struct Lifecycle {
+  bool auto_pause = false;
+  bool auto_pause_memory = true;
+  bool auto_resume = false;
+};
+StatusOr<Lifecycle> ParseLifecycle(const nlohmann::json& body);
 
 // Spec §1.5.5 metadata filter: the decoded query value is unescaped once
 // more, split on '&' and '=', and each key and value unescaped again.

@@ -39,6 +39,50 @@ StatusOr<std::optional<int64_t>> OptionalSecondsField(const json& body, const ch
 
 }  // namespace
 
+StatusOr<Lifecycle> ParseLifecycle(const json& body) {
+  Lifecycle l;
+  auto flag = [&](const char* name, bool* out) -> Status {
+    auto it = body.find(name);
+    if (it == body.end() || it->is_null()) return OkStatus();
+    if (!it->is_boolean()) return InvalidArgument(std::string(name) + " must be a boolean");
+    *out = it->get<bool>();
+    return OkStatus();
+  };
+  RETURN_IF_ERROR(flag("autoPause", &l.auto_pause));
+  RETURN_IF_ERROR(flag("autoPauseMemory", &l.auto_pause_memory));
+  if (auto it = body.find("autoResume"); it != body.end() && !it->is_null()) {
+    if (!it->is_object() || !it->contains("enabled") || !(*it)["enabled"].is_boolean()) {
+      return InvalidArgument("autoResume must be {\"enabled\": bool}");
+    }
+    l.auto_resume = (*it)["enabled"].get<bool>();
+  }
+  if (l.auto_resume && (!l.auto_pause || !l.auto_pause_memory)) {
+    return InvalidArgument("autoResume needs autoPause with memory kept");
+  }
+  return l;
+}
+
+void Server::AutoPauseAsync(const std::string& id, bool keep_memory) {
+  LOG_INFO("sandbox={} TTL expired: pausing (autoPause)", id);
+  asio::post(*workers_, [this, id, keep_memory] {
+    PauseOptions opts;
+    opts.keep_memory = keep_memory;
+    opts.on_saved = [this, id] {
+      RecordState(id, "paused");
+      return OkStatus();
+    };
+    auto r = manager_->Pause(id, opts);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto_pausing_.erase(id);
+    }
+    if (r.ok()) return AddLog(id, "info", "paused at TTL (autoPause)");
+    // A sandbox that cannot be paused is not kept past its TTL.
+    LOG_WARN("sandbox={} autoPause failed, killing: {}", id, r.status().message());
+    DestroyAsync(id, "TTL expired (autoPause failed)");
+  });
+}
+
 void Server::EnsureTemplateSnapshotAsync(const std::string& template_name, int vcpus, int memory_mib) {
   if (config_.no_template_snapshot) return;
   asio::post(*workers_, [this, template_name, vcpus, memory_mib] {

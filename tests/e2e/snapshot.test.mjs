@@ -224,3 +224,24 @@ maybe('Sandbox.fork: 5 children see memory and disk at fork time, write privatel
     await parent.kill()
   }
 })
+
+maybe('lifecycle onTimeout:pause pauses at TTL; autoResume resumes on data-plane traffic', { timeout: 300000 }, async () => {
+  const sbx = await Sandbox.create('base', { ...opts, timeoutMs: 4000, lifecycle: { onTimeout: 'pause', autoResume: true } })
+  try {
+    await sbx.files.write('/home/user/auto.txt', 'kept across autoPause')
+    const info = await sbx.getInfo()
+    assert.deepEqual(info.lifecycle, { onTimeout: 'pause', autoResume: true })
+    let state = 'running'
+    const end = Date.now() + 60000
+    while (state !== 'paused' && Date.now() < end) {
+      await sleep(500)
+      state = (await Sandbox.getInfo(sbx.sandboxId, opts)).state
+    }
+    assert.equal(state, 'paused', 'paused at TTL instead of killed')
+    // Data-plane traffic (a file read through the same Sandbox object) resumes it.
+    assert.equal(await sbx.files.read('/home/user/auto.txt'), 'kept across autoPause')
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId, opts)).state, 'running')
+  } finally {
+    await sbx.kill()
+  }
+})
