@@ -9,6 +9,8 @@
 #include <cstring>
 
 #include "agent/agent.h"
+#include "agent/entropy.h"
+#include "agent/init.h"
 #include "agent/http_server.h"
 #include "agent/log.h"
 #include "envd/proto_json.h"
@@ -94,10 +96,40 @@ void HandleInit(Agent& agent, std::shared_ptr<Session> s) {
       if (auto t = envd::ParseTimestamp(it->get<std::string>()); t.ok()) {
         timespec now{};
         clock_gettime(CLOCK_REALTIME, &now);
-        if (std::llabs(static_cast<long long>(now.tv_sec) - t->seconds) > 2) {
+        // Step when off by more than 100 ms: a restored guest's clock is the
+        // snapshot's (seconds to days behind); the host sends milliseconds.
+        long long diff_ms = (static_cast<long long>(now.tv_sec) - t->seconds) * 1000 +
+                            (static_cast<long long>(now.tv_nsec) - t->nanos) / 1000000;
+        if (std::llabs(diff_ms) > 100) {
           timespec set{static_cast<time_t>(t->seconds), t->nanos};
           if (clock_settime(CLOCK_REALTIME, &set) != 0) LogDebug("clock_settime: %s", std::strerror(errno));
         }
+      }
+    }
+    // Fresh entropy after a snapshot restore (airlock extension): base64 of
+    // kMinEntropyBytes..kMaxEntropyBytes random bytes. Only PID 1 touches the
+    // kernel pool (an agent on a host must not credit the host's).
+    if (auto it = j.find("entropy"); it != j.end() && !it->is_null()) {
+      if (!it->is_string()) return RespondHttpError(*s, 400, "entropy must be a base64 string");
+      auto raw = envd::Base64Decode(it->get<std::string>());
+      if (!raw.ok()) return RespondHttpError(*s, 400, "entropy: " + raw.status().message());
+      if (raw->size() < kMinEntropyBytes || raw->size() > kMaxEntropyBytes) {
+        return RespondHttpError(*s, 400, "entropy must be " + std::to_string(kMinEntropyBytes) + ".." +
+                                             std::to_string(kMaxEntropyBytes) + " bytes");
+      }
+      if (::getpid() == 1) {
+        if (Status st = ReseedEntropy(*raw); !st.ok()) return RespondHttpError(*s, 500, st.message());
+      }
+    }
+    // The sandbox id as hostname (airlock extension): a guest restored from a
+    // template snapshot or forked carries the source's.
+    if (auto it = j.find("hostname"); it != j.end() && !it->is_null()) {
+      std::string h = it->is_string() ? it->get<std::string>() : "";
+      bool valid = !h.empty() && h.size() <= 63;
+      for (char c : h) valid = valid && (isalnum(static_cast<unsigned char>(c)) || c == '-');
+      if (!valid) return RespondHttpError(*s, 400, "hostname must be 1..63 of [A-Za-z0-9-]");
+      if (::getpid() == 1) {
+        if (Status st = SetHostname(h); !st.ok()) return RespondHttpError(*s, 500, st.message());
       }
     }
     if (auto it = j.find("accessToken"); it != j.end() && it->is_string()) agent.SetAccessToken(it->get<std::string>());

@@ -38,6 +38,8 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "per-sandbox proxied bandwidth, bytes/s (0: unlimited)")(
       "egress-connections", po::value(&cfg.manager.egress_limits.max_connections)->default_value(256),
       "per-sandbox concurrent proxied connections")(
+      "no-template-snapshot", po::bool_switch(&cfg.no_template_snapshot),
+      "always cold boot (default: snapshot each template once, create sandboxes by restoring it)")(
       "kill-on-exit", po::bool_switch(&cfg.kill_on_exit),
       "destroy every sandbox on SIGINT/SIGTERM (default: leave them for the next daemon to adopt)");
   po::variables_map vm;

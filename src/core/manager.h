@@ -14,6 +14,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -51,6 +52,9 @@ struct ManagerConfig {
   std::string upstream_dns;  // "ip[:port]"; empty: the host's /etc/resolv.conf
   egress::AuditSink egress_audit_sink;  // every egress decision (JSON)
   egress::EgressLimits egress_limits;   // default per-sandbox limits
+  // Create restores the template's snapshot when one exists for the image and
+  // machine shape (EnsureTemplateSnapshot makes it); else it cold boots.
+  bool template_snapshots = false;
 };
 
 struct CreateOptions {
@@ -79,6 +83,30 @@ struct AdoptRequest {
   std::string access_token;
   int vcpus = 1;
   int memory_mib = 512;
+  std::map<std::string, std::string> env_vars;  // re-sent to the agent after a cold resume
+  // true: the registry says paused; the sandbox is taken over as paused
+  // (its snapshot under snapshots/paused/<id>), and a VMM a crashed daemon
+  // left behind is stopped.
+  bool paused = false;
+};
+
+// Pause (snapshots.cc, docs/snapshots.md).
+struct PauseOptions {
+  // false: the filesystem only (memory is dropped; resume boots from the disk).
+  bool keep_memory = true;
+  // Called once the snapshot is committed and before the VMM is stopped
+  // (the daemon records "paused" in its registry here). An error is logged.
+  std::function<Status()> on_saved;
+};
+
+struct PauseResult {
+  VmSnapshotInfo snapshot;
+  double total_ms = 0;
+};
+
+struct ResumeResult {
+  bool resumed = false;  // false: it was already running
+  double total_ms = 0;
 };
 
 // Where the time of a create went, in milliseconds.
@@ -87,6 +115,7 @@ struct CreateTimings {
   double vmm_start_ms = 0;
   double agent_ready_ms = 0;
   double total_ms = 0;
+  bool from_snapshot = false;  // restored from the template snapshot (else cold boot)
 };
 
 class Sandbox {
@@ -107,12 +136,17 @@ class Sandbox {
   // Makes guest TCP `port` reachable at netns_ip():port (idempotent).
   // The agent port (49983) is always reachable.
   Status ExposePort(uint16_t port);
+  // The committed snapshot of a paused sandbox ("" when not paused).
+  std::string snapshot_dir() const;
 
  private:
   friend class Manager;
   Sandbox() = default;
   Status Transition(SandboxState to);
   Status TearDown();  // VMM, then network, then run dir; collects every error
+  // Pause/resume (snapshots.cc): stops the VMM and removes the network, keeping
+  // identity, token, run dir and snapshot.
+  Status StopRuntime();
 
   std::string id_;
   std::string run_dir_;
@@ -121,6 +155,15 @@ class Sandbox {
   int vcpus_ = 1;
   int memory_mib_ = 512;
   std::set<uint16_t> exposed_ports_;
+  bool detach_ = false;
+  std::map<std::string, std::string> env_vars_;
+  // The fork snapshot whose disk this sandbox's disk is layered on (shared
+  // with its siblings; deleted with the last of them). Empty otherwise.
+  std::string shared_snapshot_;
+  bool memory_snapshot_ = true;   // the pause snapshot has memory (false: reboot on resume)
+  std::string snapshot_dir_;      // committed pause snapshot while paused
+  // Serialises pause, resume and destroy of this sandbox.
+  std::mutex op_mu_;
   bool released_ = false;
   egress::EgressService* egress_ = nullptr;  // the Manager's; outlives the sandbox
   mutable std::mutex mu_;
@@ -151,6 +194,37 @@ class Manager {
   void ReleaseAll();
   std::shared_ptr<Sandbox> Get(const std::string& id);
   std::vector<std::shared_ptr<Sandbox>> List();
+  // Saves the sandbox (memory + device state + disk, or the disk only) under
+  // <state_dir>/snapshots/paused/<id> (written as <id>.tmp, renamed when
+  // committed), then stops its VMM and removes its network. NotFound;
+  // AlreadyExists when already paused; FailedPrecondition in another state;
+  // a failed save (e.g. ResourceExhausted: disk full) leaves it running.
+  StatusOr<PauseResult> Pause(const std::string& id, const PauseOptions& options = {});
+  // Restores a paused sandbox into a new network (same id, token, metadata),
+  // sends the agent the current time and fresh entropy, and deletes the pause
+  // snapshot. A running sandbox: OK with resumed=false. On failure it stays
+  // paused (snapshot kept).
+  StatusOr<ResumeResult> Resume(const std::string& id,
+                                std::chrono::milliseconds ready_timeout = std::chrono::seconds(60));
+  // <state_dir>/snapshots/paused
+  std::string paused_dir() const { return config_.state_dir + "/snapshots/paused"; }
+  // Template snapshots (template_snapshots.cc): boots the template once in a
+  // throw-away network, waits for the agent (no /init: no token, no env),
+  // saves memory + device state + disk under TemplateSnapshotDir, committed
+  // by rename. OK at once when it exists. Keyed by image id, so a rebuilt
+  // template (new id) never uses an old snapshot.
+  Status EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib);
+  // Fork (fork.cc): checkpoints the running sandbox `id` once (it keeps
+  // running) under snapshots/forks/<id>-<n>, then starts `count` (1..16)
+  // sandboxes from it in parallel, each in its own network namespace with
+  // its own id, token, hostname, clock and entropy, sharing the unchanged
+  // disk copy-on-write. One result per child (a child that failed is an
+  // error; the others run). NotFound; FailedPrecondition unless running.
+  StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Fork(const std::string& id, int count);
+  // <state_dir>/snapshots/forks
+  std::string forks_dir() const { return config_.state_dir + "/snapshots/forks"; }
+  // <state_dir>/snapshots/templates/<image id>-<vcpus>c-<memory>m
+  std::string TemplateSnapshotDir(const std::string& image_id, int vcpus, int memory_mib) const;
   Runtime& runtime() { return *runtime_; }
   // nullptr when egress is off.
   egress::EgressService* egress() { return egress_.get(); }
@@ -162,6 +236,26 @@ class Manager {
   Manager() = default;
   // Takes over one sandbox of a previous daemon; errors mean "clean it up".
   StatusOr<std::shared_ptr<Sandbox>> AdoptOne(const AdoptRequest& r);
+  bool TemplateSnapshotUsable(const std::string& dir) const;
+  std::mutex template_mu_;  // one template snapshot build at a time
+  std::set<std::string> template_failed_;
+  std::set<std::string> forks_in_progress_;  // fork snapshot dirs (guarded by mu_)  // dirs whose build failed: not retried (guarded by template_mu_)
+  // A paused sandbox of a previous daemon (snapshots.cc).
+  StatusOr<std::shared_ptr<Sandbox>> AdoptPausedOne(const AdoptRequest& r);
+  // A VMM left stopped by a daemon killed mid-pause is continued (snapshots.cc).
+  void ContinueIfStopped(const std::string& run_dir);
+  // Is there a committed pause snapshot for r.id? (snapshots.cc)
+  bool RecoverPaused(const AdoptRequest& r);
+  // Removes uncommitted (.tmp) snapshot dirs left by a crash (snapshots.cc).
+  void SweepSnapshots();
+  // Deletes a fork snapshot once no sandbox other than `except` uses it (fork.cc).
+  void ReleaseSharedSnapshot(const std::string& dir, const Sandbox* except);
+  // At start: removes fork snapshots no run dir or paused snapshot refers to (fork.cc).
+  void SweepForkSnapshots();
+  // A fork snapshot the disk in run_dir/vm (or a paused manifest) is layered on, if any.
+  std::string ForkSnapshotOf(const std::string& id) const;
+  // Deletes a sandbox's own snapshot data, never anything shared (snapshots.cc).
+  Status DeletePrivateSnapshots(Sandbox& sb);
   ManagerConfig config_;
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<net::AddressPool> pool_;
@@ -172,5 +266,7 @@ class Manager {
 
 // A new random sandbox id: 20 lowercase alphanumerics (E2B's shape).
 std::string NewSandboxId();
+// Base64 of 64 bytes from getrandom(2), for the agent's /init "entropy".
+std::string FreshEntropyBase64();
 
 }  // namespace airlock

@@ -97,6 +97,10 @@ StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& path) {
       " id TEXT PRIMARY KEY, name TEXT NOT NULL, prefix TEXT NOT NULL, hash TEXT NOT NULL UNIQUE,"
       " created_at INTEGER NOT NULL);",
       "create tables"));
+  // v2: lifecycle (JSON) of each sandbox; added to databases of older daemons.
+  if (!r->Exec("SELECT lifecycle FROM sandboxes LIMIT 0", "probe lifecycle").ok()) {
+    RETURN_IF_ERROR(r->Exec("ALTER TABLE sandboxes ADD COLUMN lifecycle TEXT NOT NULL DEFAULT '{}'", "add lifecycle"));
+  }
   return r;
 }
 
@@ -119,12 +123,15 @@ Status Registry::PutSandbox(const SandboxRecord& r) {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
          "INSERT OR REPLACE INTO sandboxes (id, template, state, created_at, ends_at, metadata, env_vars, token,"
-         " vcpus, memory_mib, netns_ip, vmm_pid, run_dir) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+         " vcpus, memory_mib, netns_ip, vmm_pid, run_dir, lifecycle) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   AIRLOCK_SQL_CHECK(s.ok(), "prepare put sandbox");
   s.Bind(1, r.id).Bind(2, r.template_id).Bind(3, r.state).Bind(4, r.created_at_ms).Bind(5, r.ends_at_ms);
   s.Bind(6, MapToJson(r.metadata)).Bind(7, MapToJson(r.env_vars)).Bind(8, r.access_token);
   s.Bind(9, int64_t{r.vcpus}).Bind(10, int64_t{r.memory_mib}).Bind(11, r.netns_ip).Bind(12, int64_t{r.vmm_pid});
   s.Bind(13, r.run_dir);
+  s.Bind(14, nlohmann::json{{"autoPause", r.auto_pause}, {"autoPauseMemory", r.auto_pause_memory},
+                            {"autoResume", r.auto_resume}}
+                 .dump());
   AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "put sandbox " + r.id);
   return OkStatus();
 }
@@ -152,7 +159,7 @@ StatusOr<std::vector<SandboxRecord>> Registry::ListSandboxes() {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
          "SELECT id, template, state, created_at, ends_at, metadata, env_vars, token, vcpus, memory_mib, netns_ip,"
-         " vmm_pid, run_dir FROM sandboxes ORDER BY created_at");
+         " vmm_pid, run_dir, lifecycle FROM sandboxes ORDER BY created_at");
   AIRLOCK_SQL_CHECK(s.ok(), "prepare list sandboxes");
   std::vector<SandboxRecord> out;
   int rc;
@@ -171,6 +178,12 @@ StatusOr<std::vector<SandboxRecord>> Registry::ListSandboxes() {
     r.netns_ip = s.Text(10);
     r.vmm_pid = static_cast<int>(s.Int(11));
     r.run_dir = s.Text(12);
+    auto lc = nlohmann::json::parse(s.Text(13), nullptr, false);
+    if (lc.is_object()) {
+      r.auto_pause = lc.value("autoPause", false);
+      r.auto_pause_memory = lc.value("autoPauseMemory", true);
+      r.auto_resume = lc.value("autoResume", false);
+    }
     out.push_back(std::move(r));
   }
   AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "list sandboxes");

@@ -37,6 +37,12 @@ struct SandboxRecord {
   std::string netns_ip;
   int vmm_pid = -1;
   std::string run_dir;
+  // Lifecycle (spec §1.5.1 autoPause, autoPauseMemory, autoResume): at TTL,
+  // pause (keeping memory or not) instead of killing; resume a paused
+  // sandbox when data-plane traffic arrives for it.
+  bool auto_pause = false;
+  bool auto_pause_memory = true;
+  bool auto_resume = false;
 };
 
 struct ApiKeyRecord {

@@ -107,7 +107,7 @@ static json ListedJson(const SandboxRecord& r, int disk_mib, bool detail) {
          {"clientID", "airlock"},
          {"startedAt", FormatRfc3339(r.created_at_ms)},
          {"endAt", FormatRfc3339(r.ends_at_ms)},
-         {"state", "running"},
+         {"state", r.state == "paused" ? "paused" : "running"},
          {"cpuCount", r.vcpus},
          {"memoryMB", r.memory_mib},
          {"diskSizeMB", disk_mib},
@@ -118,7 +118,7 @@ static json ListedJson(const SandboxRecord& r, int disk_mib, bool detail) {
     j["envdAccessToken"] = r.access_token;
     j["domain"] = nullptr;
     j["allowInternetAccess"] = false;
-    j["lifecycle"] = {{"onTimeout", "kill"}, {"autoResume", false}};
+    j["lifecycle"] = {{"onTimeout", r.auto_pause ? "pause" : "kill"}, {"autoResume", r.auto_resume}};
   }
   return j;
 }
@@ -153,11 +153,8 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
     if (action == "metrics" && verb == http::verb::get) return Metrics(c, id);
     if (action == "logs" && verb == http::verb::get) return Logs(c, id, v2);
     if (action == "network" && verb == http::verb::put && !v2) return UpdateNetwork(c, id);
-    if (action == "pause" && verb == http::verb::post) {
-      std::lock_guard<std::mutex> l(mu_);
-      if (!sandboxes_.count(id)) return c->RespondError(404, "sandbox " + id + " not found");
-      return c->RespondError(501, "pause is not supported by airlock yet (sandbox " + id + " keeps running)");
-    }
+    if (action == "pause" && verb == http::verb::post) return PauseSandbox(c, id);
+    if (action == "fork" && verb == http::verb::post) return ForkSandbox(c, id);
   }
   c->RespondError(404, "no route for " + c->method_string() + " " + path);
 }
@@ -184,7 +181,9 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
     opts.egress_policy = *policy;
     int ttl = ClampTimeout(timeout->value_or(config_.default_timeout_s));
     auto meta = std::move(metadata).value();
-    asio::post(*workers_, [this, c, opts, ttl, meta] {
+    auto lifecycle = ParseLifecycle(body);
+    if (!lifecycle.ok()) return c->RespondError(400, lifecycle.status().message());
+    asio::post(*workers_, [this, c, opts, ttl, meta, lifecycle = *lifecycle] {
       auto t0 = std::chrono::steady_clock::now();
       auto sb = manager_->Create(opts);
       if (!sb.ok()) {
@@ -206,6 +205,9 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
       r.netns_ip = (*sb)->netns_ip();
       r.vmm_pid = (*sb)->vmm_pid();
       r.run_dir = (*sb)->run_dir();
+      r.auto_pause = lifecycle.auto_pause;
+      r.auto_pause_memory = lifecycle.auto_pause_memory;
+      r.auto_resume = lifecycle.auto_resume;
       if (Status st = registry_->PutSandbox(r); !st.ok()) LOG_WARN("sandbox={} registry: {}", r.id, st.message());
       int disk_mib = 0;
       if (auto img = image::FindImage(config_.manager.state_dir, r.template_id); img.ok()) {
@@ -220,6 +222,7 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
         sandboxes_[r.id] = std::move(e);
       }
       LOG_INFO("sandbox={} created total_ms={:.0f} ttl_s={}", r.id, ms, ttl);
+      if (!(*sb)->timings().from_snapshot) EnsureTemplateSnapshotAsync(r.template_id, r.vcpus, r.memory_mib);
       std::string out = SandboxJson(r).dump();
       asio::post(c->executor(), [c, out] { c->Respond(201, "application/json", out); });
     });
@@ -229,9 +232,10 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
 void Server::ListSandboxes(std::shared_ptr<HttpConn> c, bool v2) {
   std::map<std::string, std::string> meta;
   if (auto m = c->Query("metadata"); m && !m->empty()) meta = ParseMetadataFilter(*m);
-  bool want_running = true;
+  bool want_running = true, want_paused = true;
   if (auto st = c->Query("state"); st && !st->empty()) {
     want_running = ("," + *st + ",").find(",running,") != std::string::npos;
+    want_paused = ("," + *st + ",").find(",paused,") != std::string::npos;
   }
   std::string tmpl = c->Query("template").value_or("");
   bool asc = c->Query("order").value_or("desc") == "asc";
@@ -253,7 +257,7 @@ void Server::ListSandboxes(std::shared_ptr<HttpConn> c, bool v2) {
     std::lock_guard<std::mutex> l(mu_);
     total_running = sandboxes_.size();
     for (auto& [id, e] : sandboxes_) {
-      if (!want_running) break;
+      if (!(e.rec.state == "paused" ? want_paused : want_running)) continue;
       if (!tmpl.empty() && e.rec.template_id != tmpl) continue;
       bool match = true;
       for (auto& [k, v] : meta) {
@@ -340,6 +344,7 @@ void Server::ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id) 
       std::lock_guard<std::mutex> l(mu_);
       auto it = sandboxes_.find(id);
       if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
+      if (it->second.rec.state == "paused") return ResumeSandbox(c, id, ends);
       // A running sandbox's TTL is only ever extended (spec §1.5.6).
       if (ends > it->second.rec.ends_at_ms) it->second.rec.ends_at_ms = ends;
       rec = it->second.rec;

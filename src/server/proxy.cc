@@ -341,6 +341,38 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
     int status = path == "/health" ? 502 : 404;
     return c->RespondError(status, "sandbox " + id + " is not running");
   }
+  if (sb->state() == SandboxState::kPaused || sb->state() == SandboxState::kResuming) {
+    bool auto_resume = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = sandboxes_.find(id);
+      auto_resume = it != sandboxes_.end() && it->second.rec.auto_resume;
+    }
+    if (auto_resume) {
+      // autoResume: bring it back, then serve this request as if it had been running.
+      return asio::post(*workers_, [this, c, id, port] {
+        auto r = manager_->Resume(id);
+        if (r.ok() && r->resumed) {
+          {
+            std::lock_guard<std::mutex> l(mu_);
+            auto it = sandboxes_.find(id);
+            if (it != sandboxes_.end()) it->second.rec.ends_at_ms = NowUnixMs() + int64_t{config_.default_timeout_s} * 1000;
+          }
+          RecordState(id, "running");
+          AddLog(id, "info", "resumed by data-plane traffic (autoResume)");
+        }
+        Status st = r.ok() ? OkStatus() : r.status();
+        asio::post(c->executor(), [this, c, id, port, st] {
+          if (!st.ok()) return c->RespondError(502, "sandbox " + id + " could not be resumed: " + st.message());
+          HandleData(c, id, port);
+        });
+      });
+    }
+  }
+  if (sb->state() != SandboxState::kRunning) {
+    return c->RespondError(502, "sandbox " + id + " is " + std::string(SandboxStateName(sb->state())) +
+                                    " (connect resumes a paused sandbox)");
+  }
   if (port == kEnvdPort) {
     bool health = path == "/health" && (c->method() == http::verb::get || c->method() == http::verb::head);
     std::string got = c->Header("X-Access-Token");

@@ -72,13 +72,15 @@ Status Server::Init() {
   ASSIGN_OR_RETURN(auto records, registry_->ListSandboxes());
   std::vector<AdoptRequest> adopt;
   for (const auto& r : records) {
-    adopt.push_back({r.id, r.vmm_pid, r.template_id, r.access_token, r.vcpus, r.memory_mib});
+    adopt.push_back({r.id, r.vmm_pid, r.template_id, r.access_token, r.vcpus, r.memory_mib, r.env_vars,
+                     r.state == "paused"});
   }
   if (!config_.manager.egress_audit_sink) {
     // Until the audit log is wired in: every egress decision as a debug line
     // (records are rate-limited per sandbox by the egress service).
     config_.manager.egress_audit_sink = [](const nlohmann::json& j) { LOG_DEBUG("egress {}", j.dump()); };
   }
+  config_.manager.template_snapshots = !config_.no_template_snapshot;
   ASSIGN_OR_RETURN(manager_, Manager::Open(config_.manager, adopt));
   for (auto& r : records) {
     auto sb = manager_->Get(r.id);
@@ -89,6 +91,8 @@ Status Server::Init() {
     Entry e;
     e.rec = r;
     e.rec.netns_ip = sb->netns_ip();
+    e.rec.state = sb->state() == SandboxState::kPaused ? "paused" : "running";
+    if (e.rec.state != r.state) (void)registry_->PutSandbox(e.rec);  // a pause that committed as the daemon died
     e.sb = sb;
     if (auto img = image::FindImage(dir, r.template_id); img.ok()) {
       struct stat st;
@@ -126,6 +130,7 @@ Status Server::Init() {
   });
   reaper_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleReaper();
+  if (image::FindImage(dir, "base").ok()) EnsureTemplateSnapshotAsync("base", config_.default_vcpus, config_.default_memory_mib);
   LOG_WARN("airlock serve listening on {} (port {}), {} sandbox(es) adopted", config_.listen, port(),
            sandboxes_.size());
   return OkStatus();
@@ -180,14 +185,21 @@ void Server::ScheduleReaper() {
 
 void Server::Reap() {
   std::vector<std::string> expired;
+  std::vector<std::pair<std::string, bool>> to_pause;
   int64_t now = NowUnixMs();
   {
     std::lock_guard<std::mutex> l(mu_);
     for (auto& [id, e] : sandboxes_) {
+      if (e.rec.state == "paused") continue;  // a paused sandbox has no TTL until resumed
+      if (e.rec.ends_at_ms <= now && e.rec.auto_pause) {
+        if (auto_pausing_.insert(id).second) to_pause.emplace_back(id, e.rec.auto_pause_memory);
+        continue;
+      }
       if (e.rec.ends_at_ms <= now) expired.push_back(id);
     }
   }
   for (auto& id : expired) DestroyAsync(id, "TTL expired");
+  for (auto& [id, memory] : to_pause) AutoPauseAsync(id, memory);
 }
 
 void Server::DestroyAsync(const std::string& id, const std::string& why) {

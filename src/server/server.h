@@ -21,6 +21,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <optional>
 #include <string>
 
@@ -57,6 +59,8 @@ struct ServerConfig {
   // On a clean stop: true destroys every sandbox; false leaves the detached
   // VMMs running for the next daemon to adopt.
   bool kill_on_exit = false;
+  // true: every create cold boots (no template snapshots are made or used).
+  bool no_template_snapshot = false;
 };
 
 // One lifecycle/exec event of a sandbox (GET /v2/sandboxes/{id}/logs).
@@ -107,6 +111,21 @@ class Server {
   // sandbox as log entries (v2 shape) from `from_ms`.
   void UpdateNetwork(std::shared_ptr<HttpConn> c, const std::string& id);
   std::vector<nlohmann::json> EgressLogEntries(const std::string& id, int64_t from_ms);
+  // snapshots (snapshot_routes.cc)
+  void PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
+  // POST /sandboxes/{id}/fork {"timeout"?, "count"?}: 201 [{sandbox}|{error}].
+  void ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
+  // Resumes a paused sandbox for connect (201 + Sandbox JSON; 200 if it was
+  // already running again by the time the worker got to it).
+  void ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, int64_t ends_at_ms);
+  // Records a sandbox's new state (and VMM/network after a resume) in the
+  // table and the registry.
+  void RecordState(const std::string& id, const std::string& state);
+  // Makes the template snapshot for (template, shape) on a worker, once.
+  // Reaper: pause (instead of kill) a sandbox whose TTL expired.
+  void AutoPauseAsync(const std::string& id, bool keep_memory);
+  std::set<std::string> auto_pausing_;  // guarded by mu_
+  void EnsureTemplateSnapshotAsync(const std::string& template_name, int vcpus, int memory_mib);
   // Reads a bounded JSON object body; answers 400/413 itself and returns
   // nothing on failure.
   void ReadJson(std::shared_ptr<HttpConn> c, std::function<void(nlohmann::json)> then);
@@ -132,6 +151,16 @@ class Server {
   std::mutex mu_;
   std::map<std::string, Entry> sandboxes_;
 };
+
+// Spec §1.5.1 lifecycle fields of a create body: autoPause (bool),
+// autoPauseMemory (bool), autoResume ({"enabled": bool}); InvalidArgument
+// naming the field. autoResume needs autoPause with memory.
+struct Lifecycle {
+  bool auto_pause = false;
+  bool auto_pause_memory = true;
+  bool auto_resume = false;
+};
+StatusOr<Lifecycle> ParseLifecycle(const nlohmann::json& body);
 
 // Spec §1.5.5 metadata filter: the decoded query value is unescaped once
 // more, split on '&' and '=', and each key and value unescaped again.

@@ -21,6 +21,13 @@ class QemuInstance final : public VmInstance {
     released_ = true;
     return vm_->Release();
   }
+  StatusOr<VmSnapshotInfo> SaveSnapshot(const std::string& dir, bool keep_running) override {
+    SaveSnapshotOptions o;
+    o.keep_running = keep_running;
+    ASSIGN_OR_RETURN(auto m, vm_->SaveSnapshot(dir, o));
+    return VmSnapshotInfo{m.memory_bytes, m.disk_bytes, m.save_ms};
+  }
+  Status ContinueGuest() override { return vm_->Resume(); }
 
  private:
   std::unique_ptr<QemuVm> vm_;
@@ -33,7 +40,7 @@ class QemuRuntime final : public Runtime {
   std::string_view name() const override { return "qemu"; }
   std::string accelerator() const override { return std::string(AccelName(accel_.accel)) + " (" + accel_.reason + ")"; }
 
-  StatusOr<std::unique_ptr<VmInstance>> Start(const VmStartRequest& r) override {
+  VmSpec SpecFor(const VmStartRequest& r) const {
     VmSpec spec;
     spec.sandbox_id = r.sandbox_id;
     spec.kernel = r.kernel;
@@ -48,7 +55,31 @@ class QemuRuntime final : public Runtime {
     spec.accel = accel_.accel;
     spec.state_dir = state_dir_;
     spec.detach = r.detach;
-    ASSIGN_OR_RETURN(auto vm, QemuVm::Start(spec));
+    return spec;
+  }
+
+  StatusOr<std::unique_ptr<VmInstance>> Start(const VmStartRequest& r) override {
+    ASSIGN_OR_RETURN(auto vm, QemuVm::Start(SpecFor(r)));
+    return std::unique_ptr<VmInstance>(new QemuInstance(std::move(vm)));
+  }
+
+  StatusOr<std::unique_ptr<VmInstance>> Adopt(const std::string& run_dir, pid_t pid) override {
+    ASSIGN_OR_RETURN(auto vm, QemuVm::Reattach(run_dir, pid));
+    return std::unique_ptr<VmInstance>(new QemuInstance(std::move(vm)));
+  }
+
+  StatusOr<std::unique_ptr<VmInstance>> Restore(const VmStartRequest& r, const std::string& dir,
+                                                SnapshotDisk disk, bool memory) override {
+    ASSIGN_OR_RETURN(auto m, ReadSnapshot(dir));
+    VmStartRequest req = r;
+    if (req.kernel.empty()) req.kernel = m.kernel;
+    if (req.initrd.empty()) req.initrd = m.initrd;
+    if (req.rootfs.empty()) req.rootfs = m.rootfs;
+    VmSpec spec = SpecFor(req);
+    RestoreOptions o;
+    o.private_disk = disk == SnapshotDisk::kPrivateCopy;
+    o.disk_only = !memory;
+    ASSIGN_OR_RETURN(auto vm, QemuVm::Restore(spec, dir, o));
     return std::unique_ptr<VmInstance>(new QemuInstance(std::move(vm)));
   }
 

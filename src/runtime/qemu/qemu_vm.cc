@@ -189,9 +189,13 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
   // frozen disk, is the backing file)
   vm->disk_backing_ = fs::absolute(plan.backing.empty() ? spec.rootfs_template : plan.backing).string();
   vm->disk_backing_format_ = plan.backing_format;
-  auto img = RunChecked({spec.qemu_img, "create", "-q", "-f", "qcow2", "-F", plan.backing_format, "-b",
-                         vm->disk_backing_, p.overlay});
-  if (!img.ok()) return img.status().WithContext("overlay");
+  if (!plan.copy_overlay_from.empty()) {
+    RETURN_IF_ERROR(CopyFileSynced(plan.copy_overlay_from, p.overlay, 0600).WithContext("overlay"));
+  } else {
+    auto img = RunChecked({spec.qemu_img, "create", "-q", "-f", "qcow2", "-F", plan.backing_format, "-b",
+                           vm->disk_backing_, p.overlay});
+    if (!img.ok()) return img.status().WithContext("overlay");
+  }
 
   if (spec.runas) {
     for (const auto& path : {spec.run_dir, p.overlay}) {
@@ -272,6 +276,7 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
 
   auto st = vm->qmp_->Execute("query-status");
   if (!st.ok()) return st.status();
+  if (spec.detach) RETURN_IF_ERROR(WriteVmRecord(*vm));
   auto t1 = std::chrono::steady_clock::now();
   LOG_INFO("vmm started sandbox={} pid={} accel={} status={} ms={}", spec.sandbox_id, vm->pid(),
            AccelName(vm->accel_), st->value("status", "?"),
@@ -298,6 +303,9 @@ std::string QemuVm::DeathReport(const ExitStatus& es) const {
 
 Status QemuVm::CheckAlive() {
   if (destroyed_) return FailedPrecondition("vmm destroyed");
+  if (adopted_pid_ > 0) {
+    return AdoptedAlive() ? OkStatus() : FailedPrecondition("qemu (pid " + std::to_string(adopted_pid_) + ") exited");
+  }
   if (auto es = child_.Poll()) return FailedPrecondition("qemu exited: " + DeathReport(*es));
   return OkStatus();
 }
@@ -321,18 +329,36 @@ Status QemuVm::WaitForConsole(const std::string& marker, std::chrono::millisecon
   return OkStatus();
 }
 
-StatusOr<ExitStatus> QemuVm::WaitForExit(std::chrono::milliseconds timeout) { return child_.WaitFor(timeout); }
+StatusOr<ExitStatus> QemuVm::WaitForExit(std::chrono::milliseconds timeout) {
+  if (adopted_pid_ > 0) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (AdoptedAlive()) {
+      if (std::chrono::steady_clock::now() >= deadline) return DeadlineExceeded("qemu still running");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return ExitStatus{};  // not our child: its status went to init
+  }
+  return child_.WaitFor(timeout);
+}
 
 pid_t QemuVm::Release() {
   released_ = true;
   console_.Stop();
   stderr_.Stop();
+  if (adopted_pid_ > 0) return adopted_pid_;
   return child_.Release();
 }
 
 Status QemuVm::Destroy() {
   if (destroyed_) return OkStatus();
   Status first;
+  if (adopted_pid_ > 0 && AdoptedAlive()) {
+    if (qmp_) (void)qmp_->Execute("quit", nullptr, std::chrono::milliseconds(500));
+    if (!WaitForExit(std::chrono::seconds(2)).ok()) {
+      ::kill(adopted_pid_, SIGKILL);
+      (void)WaitForExit(std::chrono::seconds(3));
+    }
+  }
   if (child_.running()) {
     if (qmp_) {
       auto q = qmp_->Execute("quit", nullptr, std::chrono::milliseconds(500));

@@ -82,7 +82,7 @@ class QemuVm {
   QemuVm(const QemuVm&) = delete;
   QemuVm& operator=(const QemuVm&) = delete;
 
-  pid_t pid() const { return child_.pid(); }
+  pid_t pid() const { return adopted_pid_ > 0 ? adopted_pid_ : child_.pid(); }
   Accel accel() const { return accel_; }
   QmpClient& qmp() { return *qmp_; }
   std::string console_tail() const { return console_.Tail(); }
@@ -118,6 +118,13 @@ class QemuVm {
   // mismatch), then `cont`. Any failure leaves nothing running.
   static StatusOr<std::unique_ptr<QemuVm>> Restore(const VmSpec& spec, const std::string& dir,
                                                    const RestoreOptions& options = {});
+  // Takes over a QEMU started (detached) by a previous process in `run_dir`
+  // (reattach.cc): the spec is read back from <run_dir>/vm.json (written by
+  // every launch), QMP is reconnected. The process is not our child: liveness
+  // is "pid runs and its command line names run_dir". No console tail, no
+  // cgroup removal. NotFound without vm.json; FailedPrecondition when the pid
+  // is not that QEMU.
+  static StatusOr<std::unique_ptr<QemuVm>> Reattach(const std::string& run_dir, pid_t pid);
   // `stop` / `cont` over QMP (a VM left stopped by SaveSnapshot resumes with Resume()).
   Status Pause();
   Status Resume();
@@ -132,6 +139,9 @@ class QemuVm {
     std::string backing;                  // empty: spec.rootfs_template
     std::string backing_format = "raw";
     bool incoming = false;                // add -S -incoming defer
+    // Non-empty: the overlay is a copy of this qcow2 (whose backing file is
+    // `backing`) instead of a new empty one.
+    std::string copy_overlay_from;
   };
   static StatusOr<std::unique_ptr<QemuVm>> Launch(const VmSpec& spec, const LaunchPlan& plan);
 
@@ -149,7 +159,12 @@ class QemuVm {
   bool destroyed_ = false;
   bool released_ = false;
   std::string disk_backing_, disk_backing_format_;
+  pid_t adopted_pid_ = -1;  // Reattach(): not our child
+  bool AdoptedAlive() const;
 };
+
+// <run_dir>/vm.json: what Reattach needs (reattach.cc).
+Status WriteVmRecord(const QemuVm& vm);
 
 // Does this QEMU binary accept -sandbox (built with seccomp)? Cached.
 bool QemuSupportsSandbox(const std::string& qemu_binary);

@@ -87,7 +87,8 @@ Status WriteFileAtomic(const std::string& path, const std::string& content) {
   return FsyncPath(fs::path(path).parent_path());
 }
 
-// Copies a file (copy_file_range: reflinks where the filesystem can), fsyncs it.
+}  // namespace
+
 Status CopyFileSynced(const std::string& from, const std::string& to, mode_t mode) {
   UniqueFd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
   if (!in) return ErrnoError("open " + from);
@@ -115,6 +116,8 @@ Status CopyFileSynced(const std::string& from, const std::string& to, mode_t mod
   if (::fsync(out.get()) != 0) return ErrnoError("fsync " + to);
   return OkStatus();
 }
+
+namespace {
 
 StatusOr<UniqueFd> ListenUnix(const std::string& path) {
   sockaddr_un a{};
@@ -227,6 +230,15 @@ StatusOr<SnapshotManifest> SnapshotManifest::FromJson(const nlohmann::json& j) {
       return InvalidArgument("manifest: bad file name '" + *f + "'");
   }
   return m;
+}
+
+Status DropSnapshotMemory(const std::string& dir) {
+  ASSIGN_OR_RETURN(SnapshotManifest m, ReadSnapshot(dir));
+  const std::string mem = dir + "/" + m.memory_file;
+  if (::truncate(mem.c_str(), 0) != 0) return ErrnoError("truncate " + mem);
+  m.memory_bytes = 0;
+  m.memory_crc32 = 0;
+  return WriteFileAtomic(dir + "/" + kSnapshotManifest, m.ToJson().dump(2) + "\n");
 }
 
 StatusOr<SnapshotManifest> ReadSnapshot(const std::string& dir) {
@@ -505,13 +517,26 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Restore(const VmSpec& spec, const std:
   VmSpec s = spec;
   if (!s.accel) s.accel = (s.state_dir.empty() ? ProbeAccel() : ProbeAccelCached(s.state_dir)).accel;
   RETURN_IF_ERROR(CheckSnapshotFits(m, s, *s.accel, o.image_id).WithContext("restore " + dir));
+  if (o.disk_only) {
+    LaunchPlan boot;
+    boot.copy_overlay_from = fs::absolute(dir + "/" + m.disk_file).string();
+    boot.backing = m.disk_backing;
+    boot.backing_format = m.disk_backing_format;
+    return Launch(s, boot);
+  }
   const std::string mem_path = dir + "/" + m.memory_file;
   UniqueFd in(::open(mem_path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!in) return ErrnoError("open " + mem_path);
 
   LaunchPlan plan;
-  plan.backing = fs::absolute(dir + "/" + m.disk_file).string();
-  plan.backing_format = "qcow2";
+  if (o.private_disk) {
+    plan.copy_overlay_from = fs::absolute(dir + "/" + m.disk_file).string();
+    plan.backing = m.disk_backing;
+    plan.backing_format = m.disk_backing_format;
+  } else {
+    plan.backing = fs::absolute(dir + "/" + m.disk_file).string();
+    plan.backing_format = "qcow2";
+  }
   plan.incoming = true;
   ASSIGN_OR_RETURN(std::unique_ptr<QemuVm> vm, Launch(s, plan));
   const auto launched_ms = MsSince(t0);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <sys/types.h>
 
 #include "common/status.h"
 #include "runtime/qemu/accel_probe.h"
@@ -45,6 +46,15 @@ struct RestoreOptions {
   std::string image_id;
   // Bound on launch + loading the memory stream.
   std::chrono::milliseconds timeout{std::chrono::minutes(2)};
+  // false: the VM's overlay is a new copy-on-write layer on <dir>/disk.qcow2
+  // (the snapshot must outlive the VM). true: the overlay is a private copy of
+  // <dir>/disk.qcow2 (same backing file as the snapshot's disk), so the
+  // snapshot may be deleted once the VM runs and pause/resume cycles never
+  // lengthen the backing chain.
+  bool private_disk = false;
+  // true: boot the kernel afresh on (a private copy of) the snapshot's disk,
+  // ignoring its memory (pause with keepMemory=false). Implies private_disk.
+  bool disk_only = false;
 };
 
 struct SnapshotManifest {
@@ -94,5 +104,14 @@ Status CheckSnapshotFits(const SnapshotManifest& m, const VmSpec& spec, Accel ac
 // Removes a snapshot directory: the manifest first (so a crash part-way
 // leaves an invalid snapshot, never a valid-looking broken one), then the rest.
 Status DeleteSnapshot(const std::string& dir);
+
+// Turns a snapshot into a disk-only one (pause with keepMemory=false): the
+// memory file is emptied and the manifest rewritten (atomically) with
+// memory_bytes = 0. Such a snapshot can only be booted (RestoreOptions::disk_only).
+Status DropSnapshotMemory(const std::string& dir);
+
+// Copies a file (copy_file_range: a reflink where the filesystem can) to a
+// new file `to` (O_EXCL, `mode`) and fsyncs it. ENOSPC is ResourceExhausted.
+Status CopyFileSynced(const std::string& from, const std::string& to, mode_t mode);
 
 }  // namespace airlock::qemu

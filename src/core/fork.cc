@@ -1,0 +1,253 @@
+// Fork (Manager::Fork, docs/snapshots.md): one checkpoint of a running
+// sandbox, N restores of it.
+//
+//   parent (keeps running) ──checkpoint──▶ snapshots/forks/<parent>-<rand>/
+//                                             memory, disk.qcow2 (read-only)
+//   child k: own netns al-<child>, overlay.qcow2 ─backing─▶ forks/.../disk.qcow2
+//
+// Disk: shared copy-on-write (qcow2 backing chain). Memory: each child's QEMU
+// loads its own copy of the memory stream (QEMU 7.2 has no mapped-ram; see
+// docs/snapshots.md). The guest address is 169.254.0.21 in every netns, so a
+// child needs no network rewrite, only a new tap in its own netns.
+// Each child gets in /init: a new token (rotated with the parent's), its id
+// as hostname, the time and fresh entropy.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "common/log.h"
+#include "core/http_client.h"
+#include "core/manager.h"
+#include "core/sandbox_egress.h"
+#include "core/registry.h"
+#include "net/address_pool.h"
+#include "net/sandbox_network.h"
+#include "runtime/qemu/snapshot.h"
+
+namespace airlock {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr uint16_t kAgentPort = 49983;
+constexpr int kMaxForks = 16;
+
+std::string NowRfc3339Ms() {
+  auto now = std::chrono::system_clock::now();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  std::time_t t = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(ms % 1000));
+  return buf;
+}
+
+// Rotates the copied agent's token (it holds the parent's) and makes it fresh.
+Status InitForkedAgent(const std::string& host, const std::string& parent_token, const std::string& token,
+                       const std::string& hostname) {
+  HttpCall call;
+  call.host = host;
+  call.port = kAgentPort;
+  call.method = "POST";
+  call.target = "/init";
+  call.headers = {{"Content-Type", "application/json"}, {"X-Access-Token", parent_token}};
+  nlohmann::json body = {{"accessToken", token},
+                         {"timestamp", NowRfc3339Ms()},
+                         {"entropy", FreshEntropyBase64()},
+                         {"hostname", hostname}};
+  call.body = body.dump();
+  call.timeout = std::chrono::seconds(10);
+  ASSIGN_OR_RETURN(auto reply, HttpDo(call));
+  if (reply.status != 204 && reply.status != 200) {
+    return Unavailable("agent /init answered " + std::to_string(reply.status) + ": " + reply.body.substr(0, 200));
+  }
+  return OkStatus();
+}
+
+std::string JsonField(const std::string& path, const char* field) {
+  std::ifstream f(path);
+  if (!f) return "";
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (!j.is_object() || !j.contains(field) || !j[field].is_string()) return "";
+  return j[field].get<std::string>();
+}
+
+}  // namespace
+
+StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const std::string& id, int count) {
+  if (count < 1 || count > kMaxForks) return InvalidArgument("count must be 1.." + std::to_string(kMaxForks));
+  std::shared_ptr<Sandbox> parent = Get(id);
+  if (!parent) return NotFound("sandbox " + id + " not found");
+  const std::string dir = forks_dir() + "/" + id + "-" + RandomHex(4);
+  {
+    std::lock_guard<std::mutex> op(parent->op_mu_);
+    if (parent->state() != SandboxState::kRunning) {
+      return FailedPrecondition("sandbox " + id + " is " + std::string(SandboxStateName(parent->state())) +
+                                "; only a running sandbox can be forked");
+    }
+    VmInstance* vm = nullptr;
+    {
+      std::lock_guard<std::mutex> l(parent->mu_);
+      vm = parent->vm_.get();
+    }
+    if (!vm) return FailedPrecondition("sandbox " + id + " has no VMM");
+    std::error_code ec;
+    fs::create_directories(forks_dir(), ec);
+    if (ec) return Internal("mkdir " + forks_dir() + ": " + ec.message());
+    // The checkpoint: the parent is stopped for the save only and continues.
+    auto info = vm->SaveSnapshot(dir + ".tmp", /*keep_running=*/true);
+    if (!info.ok()) return info.status().WithContext("fork " + id);
+    if (::rename((dir + ".tmp").c_str(), dir.c_str()) != 0) {
+      Status s = ErrnoError("rename " + dir + ".tmp");
+      fs::remove_all(dir + ".tmp", ec);
+      return s;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    forks_in_progress_.insert(dir);  // a child failing early must not delete it under its siblings
+  }
+  std::vector<StatusOr<std::shared_ptr<Sandbox>>> out(static_cast<size_t>(count), Internal("not started"));
+  std::vector<std::thread> threads;
+  for (int k = 0; k < count; ++k) {
+    threads.emplace_back([this, k, &out, &parent, &dir] {
+      std::shared_ptr<Sandbox> sb(new Sandbox());
+      sb->id_ = NewSandboxId();
+      sb->run_dir_ = config_.state_dir + "/run/" + sb->id_;
+      sb->template_ = parent->template_;
+      sb->access_token_ = RandomHex(32);
+      sb->vcpus_ = parent->vcpus_;
+      sb->memory_mib_ = parent->memory_mib_;
+      sb->detach_ = parent->detach_;
+      sb->env_vars_ = parent->env_vars_;
+      sb->shared_snapshot_ = dir;
+      if (::mkdir(sb->run_dir_.c_str(), 0700) != 0) {
+        out[k] = ErrnoError("mkdir " + sb->run_dir_);
+        return;
+      }
+      if (FILE* f = std::fopen((sb->run_dir_ + "/owner").c_str(), "w")) {
+        std::fprintf(f, "%d\n", ::getpid());
+        std::fclose(f);
+      }
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        sandboxes_[sb->id_] = sb;
+      }
+      auto fail = [&](Status s) {
+        LOG_WARN("sandbox={} fork child of {} failed: {}", sb->id_, parent->id_, s.message());
+        (void)sb->Transition(SandboxState::kFailed);
+        (void)Destroy(sb->id_);
+        out[k] = s.WithContext("fork child " + std::to_string(k));
+      };
+      auto t0 = std::chrono::steady_clock::now();
+      net::NetworkOptions net_options;
+      if (egress_) net_options.egress = EgressPorts(*egress_);
+      auto network = net::SandboxNetwork::Create(sb->id_, *pool_, net_options);
+      if (!network.ok()) return fail(network.status().WithContext("network"));
+      {
+        std::lock_guard<std::mutex> l(sb->mu_);
+        sb->network_ = std::move(network).value();
+      }
+      // A child inherits the parent's network policy at fork time.
+      if (egress_) {
+        Status st = ApplyEgressPolicy(*sb->network_, *egress_, sb->id_, LoadEgressPolicy(parent->run_dir_),
+                                      sb->run_dir_, true);
+        if (!st.ok()) return fail(st.WithContext("egress"));
+        sb->egress_ = egress_.get();
+      }
+      VmStartRequest req;
+      req.sandbox_id = sb->id_;
+      req.run_dir = sb->run_dir_ + "/vm";
+      req.vcpus = sb->vcpus_;
+      req.memory_mib = sb->memory_mib_;
+      req.netns_fd = sb->network_->netns_fd();
+      req.tap = sb->network_->tap_name();
+      req.detach = sb->detach_;
+      auto vm = runtime_->Restore(req, dir, SnapshotDisk::kShared);
+      if (!vm.ok()) return fail(vm.status());
+      VmInstance* raw = vm->get();
+      if (Status st = pool_->Adopt(sb->network_->lease(), raw->pid()); !st.ok()) {
+        {
+          std::lock_guard<std::mutex> l(sb->mu_);
+          sb->vm_ = std::move(vm).value();
+        }
+        return fail(st.WithContext("lease"));
+      }
+      {
+        std::lock_guard<std::mutex> l(sb->mu_);
+        sb->vm_ = std::move(vm).value();
+      }
+      const std::string ip = sb->network_->netns_ip();
+      sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, parent->access_token_);
+      Status ready = sb->agent_->WaitReady(std::chrono::steady_clock::now() + std::chrono::seconds(60), [raw]() {
+        return raw->alive() ? OkStatus() : Unavailable("the VMM exited: " + raw->ConsoleTail());
+      });
+      if (!ready.ok()) return fail(ready.WithContext("agent"));
+      Status init = InitForkedAgent(ip, parent->access_token_, sb->access_token_, sb->id_);
+      if (!init.ok()) return fail(init.WithContext("init agent"));
+      sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, sb->access_token_);
+      sb->timings_.total_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      sb->timings_.from_snapshot = true;
+      if (Status st = sb->Transition(SandboxState::kRunning); !st.ok()) return fail(st);
+      LOG_INFO("sandbox={} forked from {} total_ms={:.0f}", sb->id_, parent->id_, sb->timings_.total_ms);
+      out[k] = sb;
+    });
+  }
+  for (auto& t : threads) t.join();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    forks_in_progress_.erase(dir);
+  }
+  ReleaseSharedSnapshot(dir, nullptr);  // deleted here when no child started
+  return out;
+}
+
+void Manager::ReleaseSharedSnapshot(const std::string& dir, const Sandbox* except) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (forks_in_progress_.count(dir)) return;
+    for (auto& [_, sb] : sandboxes_) {
+      if (sb.get() != except && sb->shared_snapshot_ == dir) return;  // still in use
+    }
+  }
+  if (Status s = qemu::DeleteSnapshot(dir); !s.ok()) LOG_WARN("delete fork snapshot {}: {}", dir, s.message());
+}
+
+std::string Manager::ForkSnapshotOf(const std::string& id) const {
+  std::string backing = JsonField(config_.state_dir + "/run/" + id + "/vm/vm.json", "disk_backing");
+  if (backing.empty()) backing = JsonField(paused_dir() + "/" + id + "/" + qemu::kSnapshotManifest, "disk_backing");
+  const std::string prefix = forks_dir() + "/";
+  if (backing.rfind(prefix, 0) != 0) return "";
+  return fs::path(backing).parent_path().string();
+}
+
+void Manager::SweepForkSnapshots() {
+  std::error_code ec;
+  // Every sandbox on this state dir (any daemon's), running or paused.
+  std::set<std::string> used;
+  for (const auto& base : {config_.state_dir + "/run", paused_dir()}) {
+    for (auto& e : fs::directory_iterator(base, ec)) {
+      std::string f = ForkSnapshotOf(e.path().filename().string());
+      if (!f.empty()) used.insert(f);
+    }
+  }
+  for (auto& e : fs::directory_iterator(forks_dir(), ec)) {
+    if (used.count(e.path().string())) continue;
+    // A fork of another daemon may be between its checkpoint and its children.
+    auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), ec);
+    if (ec || age < std::chrono::minutes(10)) continue;
+    LOG_INFO("removing unused fork snapshot {}", e.path().string());
+    fs::remove_all(e.path(), ec);
+  }
+}
+
+}  // namespace airlock

@@ -1,0 +1,368 @@
+// Pause and resume of sandboxes (Manager::Pause / Manager::Resume), and their
+// crash-safety paths at daemon start (docs/snapshots.md, "Sandbox features").
+//
+// Pause:  running ─▶ pausing ─▶ snapshot into snapshots/paused/<id>.tmp,
+//         rename to <id> (the commit) ─▶ on_saved (registry: paused)
+//         ─▶ VMM stopped, network removed ─▶ paused.
+// Resume: paused ─▶ resuming ─▶ new network ─▶ VMM restored from <id> (a
+//         private copy of its disk) ─▶ agent /health ─▶ /init (time, fresh
+//         entropy) ─▶ running ─▶ <id> deleted.
+// A failure in pause leaves the sandbox running; in resume, paused.
+#include <fcntl.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/log.h"
+#include "core/adopted_vm.h"
+#include "core/http_client.h"
+#include "core/manager.h"
+#include "core/sandbox_egress.h"
+#include "envd/proto_json.h"
+#include "net/address_pool.h"
+#include "net/names.h"
+#include "net/sandbox_network.h"
+#include "runtime/qemu/qmp_client.h"
+#include "runtime/qemu/snapshot.h"
+
+namespace airlock {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr uint16_t kAgentPort = 49983;
+constexpr size_t kEntropyBytes = 64;
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string Rfc3339NowMs() {
+  auto now = std::chrono::system_clock::now();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  std::time_t t = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(ms % 1000));
+  return buf;
+}
+
+std::string RandomBytes(size_t n) {
+  std::string out(n, '\0');
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::getrandom(out.data() + got, n - got, 0);
+    if (r > 0) got += static_cast<size_t>(r);
+  }
+  return out;
+}
+
+// POST /init after a restore: the guest's clock and RNG are the snapshot's;
+// send the current time and fresh entropy (and, after a cold resume, the
+// token and env vars a fresh agent does not have yet).
+Status InitRestoredAgent(const std::string& host, const std::string& token,
+                         const std::map<std::string, std::string>* envs) {
+  HttpCall call;
+  call.host = host;
+  call.port = kAgentPort;
+  call.method = "POST";
+  call.target = "/init";
+  call.headers = {{"Content-Type", "application/json"}, {"X-Access-Token", token}};
+  nlohmann::json body = {{"timestamp", Rfc3339NowMs()},
+                         {"entropy", FreshEntropyBase64()}};
+  if (envs) {
+    body["accessToken"] = token;
+    body["envVars"] = *envs;
+  }
+  call.body = body.dump();
+  call.timeout = std::chrono::seconds(10);
+  ASSIGN_OR_RETURN(auto reply, HttpDo(call));
+  if (reply.status != 204 && reply.status != 200) {
+    return Unavailable("agent /init answered " + std::to_string(reply.status) + ": " + reply.body.substr(0, 200));
+  }
+  return OkStatus();
+}
+
+Status FsyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open " + dir);
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  return rc == 0 ? OkStatus() : ErrnoError("fsync " + dir, err);
+}
+
+}  // namespace
+
+std::string FreshEntropyBase64() { return envd::Base64Encode(RandomBytes(kEntropyBytes)); }
+
+std::string Sandbox::snapshot_dir() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return snapshot_dir_;
+}
+
+Status Sandbox::StopRuntime() {
+  std::unique_ptr<VmInstance> vm;
+  std::unique_ptr<net::SandboxNetwork> network;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    vm = std::move(vm_);
+    network = std::move(network_);
+    exposed_ports_.clear();
+  }
+  if (agent_) agent_->CancelAll();
+  // The policy stays in <run_dir>/egress.json; Resume registers it again.
+  if (egress_) egress_->RemoveSandbox(id_);
+  egress_ = nullptr;
+  Status st;
+  if (vm) st = vm->Destroy().WithContext("destroy VMM");
+  if (network) {
+    Status n = network->Destroy().WithContext("destroy network");
+    if (st.ok()) st = n;
+  }
+  return st;
+}
+
+StatusOr<PauseResult> Manager::Pause(const std::string& id, const PauseOptions& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<Sandbox> sb = Get(id);
+  if (!sb) return NotFound("sandbox " + id + " not found");
+  std::lock_guard<std::mutex> op(sb->op_mu_);
+  SandboxState state = sb->state();
+  if (state == SandboxState::kPaused) return AlreadyExists("sandbox " + id + " is already paused");
+  RETURN_IF_ERROR(sb->Transition(SandboxState::kPausing));
+  VmInstance* vm = nullptr;
+  {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    vm = sb->vm_.get();
+  }
+  const std::string dir = paused_dir() + "/" + id;
+  const std::string tmp = dir + ".tmp";
+  auto back_to_running = [&](Status s) -> Status {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    (void)sb->Transition(SandboxState::kRunning);
+    LOG_WARN("sandbox={} pause failed, still running: {}", id, s.message());
+    return s;
+  };
+  if (!vm) return back_to_running(FailedPrecondition("sandbox " + id + " has no VMM"));
+  std::error_code ec;
+  fs::create_directories(paused_dir(), ec);
+  if (ec) return back_to_running(Internal("mkdir " + paused_dir() + ": " + ec.message()));
+  fs::remove_all(tmp, ec);
+  fs::remove_all(dir, ec);  // a stale, never-registered pause of this sandbox
+  if (!options.keep_memory) {
+    // Only the disk is kept: what the guest has in its page cache must reach
+    // the virtual disk first, or the reboot would not see it.
+    ExecRequest sync;
+    sync.cmd = "/bin/sync";
+    sync.user = "root";
+    sync.timeout = std::chrono::seconds(60);
+    auto synced = sb->agent_->Exec(sync, {});
+    if (!synced.ok()) return back_to_running(synced.status().WithContext("sync guest filesystems"));
+    if (synced->exit_code != 0) return back_to_running(Internal("guest sync failed: " + synced->status));
+  }
+  // The save writes every file under a temporary name, the manifest last; the
+  // directory is renamed into place only once it is complete.
+  auto info = vm->SaveSnapshot(tmp, /*keep_running=*/false);
+  if (!info.ok()) return back_to_running(info.status().WithContext("pause " + id));
+  if (!options.keep_memory) {
+    // The filesystem only: the memory image is dropped before the commit
+    // (resume boots the kernel on the saved disk).
+    if (Status s = qemu::DropSnapshotMemory(tmp); !s.ok()) {
+      (void)vm->ContinueGuest();
+      return back_to_running(s);
+    }
+  }
+  if (::rename(tmp.c_str(), dir.c_str()) != 0) {
+    Status s = ErrnoError("rename " + tmp);
+    (void)vm->ContinueGuest();
+    return back_to_running(s);
+  }
+  if (Status s = FsyncDir(paused_dir()); !s.ok()) LOG_WARN("sandbox={} {}", id, s.message());
+  {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    sb->snapshot_dir_ = dir;
+    sb->memory_snapshot_ = options.keep_memory;
+  }
+  if (options.on_saved) {
+    if (Status s = options.on_saved(); !s.ok()) LOG_WARN("sandbox={} pause recorded badly: {}", id, s.message());
+  }
+  if (Status s = sb->StopRuntime(); !s.ok()) LOG_WARN("sandbox={} pause teardown: {}", id, s.message());
+  RETURN_IF_ERROR(sb->Transition(SandboxState::kPaused));
+  PauseResult r;
+  r.snapshot = *info;
+  r.total_ms = MsSince(t0);
+  LOG_INFO("sandbox={} paused memory_bytes={} disk_bytes={} save_ms={} total_ms={:.0f} keep_memory={}", id,
+           info->memory_bytes, info->disk_bytes, info->save_ms, r.total_ms, options.keep_memory);
+  return r;
+}
+
+StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milliseconds ready_timeout) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<Sandbox> sb = Get(id);
+  if (!sb) return NotFound("sandbox " + id + " not found");
+  std::lock_guard<std::mutex> op(sb->op_mu_);
+  ResumeResult result;
+  SandboxState state = sb->state();
+  if (state == SandboxState::kRunning) return result;
+  RETURN_IF_ERROR(sb->Transition(SandboxState::kResuming));
+  std::string dir;
+  bool memory = true;
+  {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    dir = sb->snapshot_dir_;
+    memory = sb->memory_snapshot_;
+  }
+  auto back_to_paused = [&](Status s) -> Status {
+    (void)sb->StopRuntime();
+    (void)sb->Transition(SandboxState::kPaused);
+    LOG_WARN("sandbox={} resume failed, still paused: {}", id, s.message());
+    return s.WithContext("resume " + id);
+  };
+  if (dir.empty()) return back_to_paused(FailedPrecondition("no pause snapshot"));
+  std::error_code ec;
+  fs::create_directories(sb->run_dir_, ec);
+  if (FILE* f = std::fopen((sb->run_dir_ + "/owner").c_str(), "w")) {
+    std::fprintf(f, "%d\n", ::getpid());
+    std::fclose(f);
+  }
+  fs::remove_all(sb->run_dir_ + "/vm", ec);
+
+  net::NetworkOptions net_options;
+  if (egress_) net_options.egress = EgressPorts(*egress_);
+  auto network = net::SandboxNetwork::Create(id, *pool_, net_options);
+  if (!network.ok()) return back_to_paused(network.status().WithContext("network"));
+  {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    sb->network_ = std::move(network).value();
+  }
+  // The same network policy as before the pause (kept in the run dir).
+  if (egress_) {
+    Status st = ApplyEgressPolicy(*sb->network_, *egress_, id, LoadEgressPolicy(sb->run_dir_), sb->run_dir_, true);
+    if (!st.ok()) return back_to_paused(st.WithContext("egress"));
+    sb->egress_ = egress_.get();
+  }
+  VmStartRequest req;
+  req.sandbox_id = id;
+  req.run_dir = sb->run_dir_ + "/vm";
+  req.vcpus = sb->vcpus_;
+  req.memory_mib = sb->memory_mib_;
+  req.netns_fd = sb->network_->netns_fd();
+  req.tap = sb->network_->tap_name();
+  req.detach = sb->detach_;
+  auto vm = runtime_->Restore(req, dir, SnapshotDisk::kPrivateCopy, memory);
+  if (!vm.ok()) return back_to_paused(vm.status());
+  VmInstance* vm_raw = vm->get();
+  if (Status st = pool_->Adopt(sb->network_->lease(), vm_raw->pid()); !st.ok()) {
+    (void)(*vm)->Destroy();
+    return back_to_paused(st.WithContext("lease"));
+  }
+  {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    sb->vm_ = std::move(vm).value();
+  }
+  const std::string ip = sb->network_->netns_ip();
+  // A fresh agent (cold resume) answers without a token until /init sets it.
+  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, memory ? sb->access_token_ : "");
+  Status ready = sb->agent_->WaitReady(std::chrono::steady_clock::now() + ready_timeout, [&]() -> Status {
+    if (!vm_raw->alive()) return Unavailable("the VMM exited during resume; console:\n" + vm_raw->ConsoleTail());
+    return OkStatus();
+  });
+  if (!ready.ok()) return back_to_paused(ready.WithContext("agent"));
+  Status init = InitRestoredAgent(ip, sb->access_token_, memory ? nullptr : &sb->env_vars_);
+  if (!init.ok()) return back_to_paused(init.WithContext("init agent"));
+  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, sb->access_token_);
+  {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    sb->snapshot_dir_.clear();
+  }
+  RETURN_IF_ERROR(sb->Transition(SandboxState::kRunning));
+  // The VM runs on a private copy of the snapshot's disk: the snapshot is no
+  // longer needed.
+  if (Status s = qemu::DeleteSnapshot(dir); !s.ok()) LOG_WARN("sandbox={} delete pause snapshot: {}", id, s.message());
+  result.resumed = true;
+  result.total_ms = MsSince(t0);
+  LOG_INFO("sandbox={} resumed total_ms={:.0f} memory={}", id, result.total_ms, memory);
+  return result;
+}
+
+StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptPausedOne(const AdoptRequest& r) {
+  RETURN_IF_ERROR(net::ValidateSandboxId(r.id));
+  const std::string dir = paused_dir() + "/" + r.id;
+  const std::string run_dir = config_.state_dir + "/run/" + r.id;
+  // A daemon killed between "registry: paused" and stopping the VMM left it
+  // running (stopped): stop it for good; the snapshot is the sandbox now.
+  if (r.vmm_pid > 0 && ProcessMatches(r.vmm_pid, run_dir)) {
+    (void)AdoptedVm(r.id, r.vmm_pid, run_dir).Destroy();
+    if (Status st = net::TeardownByName(r.id); !st.ok()) LOG_WARN("sandbox={} network teardown: {}", r.id, st.message());
+  }
+  ASSIGN_OR_RETURN(auto m, qemu::ReadSnapshot(dir));
+  std::shared_ptr<Sandbox> sb(new Sandbox());
+  sb->id_ = r.id;
+  sb->run_dir_ = run_dir;
+  sb->template_ = r.template_name;
+  sb->access_token_ = r.access_token;
+  sb->vcpus_ = r.vcpus;
+  sb->memory_mib_ = r.memory_mib;
+  sb->detach_ = true;
+  sb->env_vars_ = r.env_vars;
+  sb->snapshot_dir_ = dir;
+  sb->memory_snapshot_ = m.memory_bytes > 0;  // 0: a keepMemory=false pause
+  sb->state_ = SandboxState::kPaused;
+  return sb;
+}
+
+bool Manager::RecoverPaused(const AdoptRequest& r) {
+  if (net::ValidateSandboxId(r.id).ok() == false) return false;
+  const std::string run_dir = config_.state_dir + "/run/" + r.id;
+  if (r.vmm_pid > 0 && ProcessMatches(r.vmm_pid, run_dir)) return false;
+  return qemu::ReadSnapshot(paused_dir() + "/" + r.id).ok();
+}
+
+void Manager::ContinueIfStopped(const std::string& vm_run_dir) {
+  auto qmp = qemu::QmpClient::Connect(vm_run_dir + "/qmp.sock", std::chrono::seconds(2));
+  if (!qmp.ok()) return;
+  auto st = (*qmp)->Execute("query-status");
+  if (!st.ok() || st->value("running", true)) return;
+  std::string status = st->value("status", "");
+  LOG_WARN("vmm in {} was left '{}' (a daemon died mid-pause); continuing it", vm_run_dir, status);
+  (void)(*qmp)->Execute("migrate_cancel");
+  for (int i = 0; i < 50; ++i) {
+    if ((*qmp)->Execute("cont").ok()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void Manager::SweepSnapshots() {
+  std::error_code ec;
+  // Template snapshot builds that never committed (a build takes seconds;
+  // one older than 10 minutes is dead, whichever daemon started it).
+  for (auto& e : fs::directory_iterator(config_.state_dir + "/snapshots/templates", ec)) {
+    std::string name = e.path().filename().string();
+    if (name.find(".tmp-") == std::string::npos) continue;
+    auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), ec);
+    if (!ec && age > std::chrono::minutes(10)) fs::remove_all(e.path(), ec);
+  }
+  for (auto& e : fs::directory_iterator(paused_dir(), ec)) {
+    std::string name = e.path().filename().string();
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {
+      LOG_WARN("removing uncommitted snapshot {}", e.path().string());
+      fs::remove_all(e.path(), ec);
+    }
+  }
+}
+
+Status Manager::DeletePrivateSnapshots(Sandbox& sb) {
+  std::error_code ec;
+  fs::remove_all(paused_dir() + "/" + sb.id_ + ".tmp", ec);
+  const std::string dir = paused_dir() + "/" + sb.id_;
+  if (!fs::exists(dir, ec)) return OkStatus();
+  return qemu::DeleteSnapshot(dir);
+}
+
+}  // namespace airlock

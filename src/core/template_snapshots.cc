@@ -1,0 +1,100 @@
+// Template snapshots (docs/snapshots.md): a sandbox is created by restoring
+// a snapshot of its template booted once, instead of booting the kernel.
+//
+//   snapshots/templates/<image id>-<vcpus>c-<memory>m/   memory, disk.qcow2, manifest.json
+//
+// The snapshot is taken right after the agent first answers /health, before
+// any /init: it holds no token, no env vars, no sandbox id. Each sandbox
+// restored from it gets a copy-on-write overlay on its disk.qcow2 and, in
+// /init, its own token, env, hostname, the time and fresh entropy.
+// Keyed by image id (a hash of the template's inputs): a rebuilt template has
+// a new id, so an old snapshot is never used for it.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "common/log.h"
+#include "core/manager.h"
+#include "image/image.h"
+#include "net/address_pool.h"
+#include "net/sandbox_network.h"
+#include "runtime/qemu/snapshot.h"
+
+namespace airlock {
+namespace fs = std::filesystem;
+
+std::string Manager::TemplateSnapshotDir(const std::string& image_id, int vcpus, int memory_mib) const {
+  return config_.state_dir + "/snapshots/templates/" + image_id + "-" + std::to_string(vcpus) + "c-" +
+         std::to_string(memory_mib) + "m";
+}
+
+bool Manager::TemplateSnapshotUsable(const std::string& dir) const { return qemu::ReadSnapshot(dir).ok(); }
+
+Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib) {
+  ASSIGN_OR_RETURN(auto img, image::FindImage(config_.state_dir, template_name));
+  const std::string dir = TemplateSnapshotDir(img.id, vcpus, memory_mib);
+  std::lock_guard<std::mutex> once(template_mu_);
+  if (TemplateSnapshotUsable(dir)) return OkStatus();
+  if (template_failed_.count(dir)) return FailedPrecondition("template snapshot " + dir + " failed before; not retried");
+  auto t0 = std::chrono::steady_clock::now();
+  // A throw-away sandbox id for the builder VM (its netns, run dir, cgroup).
+  const std::string id = "tmpl" + NewSandboxId().substr(4);
+  const std::string run_dir = config_.state_dir + "/run/" + id;
+  const std::string tmp = dir + ".tmp-" + id;  // unique: another daemon may build the same one
+  std::error_code ec;
+  fs::create_directories(config_.state_dir + "/snapshots/templates", ec);
+  if (ec) return Internal("mkdir snapshots/templates: " + ec.message());
+  if (::mkdir(run_dir.c_str(), 0700) != 0) return ErrnoError("mkdir " + run_dir);
+  if (FILE* f = std::fopen((run_dir + "/owner").c_str(), "w")) {
+    std::fprintf(f, "%d\n", ::getpid());
+    std::fclose(f);
+  }
+  auto cleanup = [&](std::unique_ptr<VmInstance>& vm, std::unique_ptr<net::SandboxNetwork>& network) {
+    if (vm) (void)vm->Destroy();
+    if (network) (void)network->Destroy();
+    fs::remove_all(run_dir, ec);
+    fs::remove_all(tmp, ec);
+  };
+  std::unique_ptr<VmInstance> vm;
+  std::unique_ptr<net::SandboxNetwork> network;
+  auto build = [&]() -> Status {
+    ASSIGN_OR_RETURN(network, net::SandboxNetwork::Create(id, *pool_));
+    VmStartRequest req;
+    req.sandbox_id = id;
+    req.kernel = img.kernel;
+    req.initrd = img.initrd;
+    req.rootfs = img.rootfs;
+    req.run_dir = run_dir + "/vm";
+    req.vcpus = vcpus;
+    req.memory_mib = memory_mib;
+    req.netns_fd = network->netns_fd();
+    req.tap = network->tap_name();
+    ASSIGN_OR_RETURN(vm, runtime_->Start(req));
+    RETURN_IF_ERROR(pool_->Adopt(network->lease(), vm->pid()));
+    EnvdClient agent(AgentEndpoint{network->netns_ip(), 49983});
+    VmInstance* raw = vm.get();
+    RETURN_IF_ERROR(agent.WaitReady(std::chrono::steady_clock::now() + std::chrono::seconds(120), [raw]() -> Status {
+      return raw->alive() ? OkStatus() : Unavailable("the VMM exited during boot: " + raw->ConsoleTail());
+    }));
+    ASSIGN_OR_RETURN(auto info, vm->SaveSnapshot(tmp, /*keep_running=*/false));
+    (void)info;
+    if (::rename(tmp.c_str(), dir.c_str()) != 0) {
+      if (errno == ENOTEMPTY || errno == EEXIST) return OkStatus();  // another daemon committed it first
+      return ErrnoError("rename " + tmp);
+    }
+    return OkStatus();
+  };
+  Status st = build();
+  cleanup(vm, network);
+  if (!st.ok()) {
+    template_failed_.insert(dir);
+    LOG_WARN("template snapshot {} failed: {}", dir, st.message());
+    return st.WithContext("template snapshot of " + template_name);
+  }
+  LOG_INFO("template snapshot ready template={} dir={} ms={:.0f}", template_name, dir,
+           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  return OkStatus();
+}
+
+}  // namespace airlock

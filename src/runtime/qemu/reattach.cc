@@ -1,0 +1,100 @@
+// QemuVm::Reattach: a daemon restarted while detached VMMs kept running takes
+// them over with full control (QMP: pause, snapshot, fork), not just a pid.
+// Each launch with spec.detach writes <run_dir>/vm.json (0600) holding the
+// spec fields a snapshot manifest needs; Reattach reads it back. The file is
+// ours (root-written, in a 0700 run dir), but is still parsed defensively.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/log.h"
+#include "runtime/qemu/qemu_vm.h"
+
+namespace airlock::qemu {
+
+namespace {
+constexpr char kVmRecord[] = "vm.json";
+}
+
+Status WriteVmRecord(const QemuVm& vm) {
+  const VmSpec& s = vm.spec();
+  nlohmann::json j = {{"sandbox_id", s.sandbox_id},
+                      {"kernel", s.kernel},
+                      {"initrd", s.initrd},
+                      {"rootfs_template", s.rootfs_template},
+                      {"vcpus", s.vcpus},
+                      {"memory_mib", s.memory_mib},
+                      {"extra_cmdline", s.extra_cmdline},
+                      {"tap_name", s.tap_name},
+                      {"accel", std::string(AccelName(vm.accel()))},
+                      {"disk_backing", vm.disk_backing()},
+                      {"disk_backing_format", vm.disk_backing_format()},
+                      {"pid", vm.pid()}};
+  std::string path = s.run_dir + "/" + kVmRecord, tmp = path + ".tmp";
+  {
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!fd) return ErrnoError("open " + tmp);
+    std::string text = j.dump();
+    if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) return ErrnoError("write " + tmp);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp);
+  return OkStatus();
+}
+
+bool QemuVm::AdoptedAlive() const {
+  if (adopted_pid_ <= 0) return false;
+  std::ifstream f("/proc/" + std::to_string(adopted_pid_) + "/cmdline", std::ios::binary);
+  if (!f) return false;
+  std::string cmdline((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return cmdline.find(spec_.run_dir) != std::string::npos;
+}
+
+StatusOr<std::unique_ptr<QemuVm>> QemuVm::Reattach(const std::string& run_dir, pid_t pid) {
+  std::string path = run_dir + "/" + kVmRecord;
+  std::ifstream f(path);
+  if (!f) return NotFound("no " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (!j.is_object()) return InvalidArgument(path + ": not a JSON object");
+  std::unique_ptr<QemuVm> vm(new QemuVm());
+  try {
+    vm->spec_.sandbox_id = j.at("sandbox_id").get<std::string>();
+    vm->spec_.kernel = j.at("kernel").get<std::string>();
+    vm->spec_.initrd = j.at("initrd").get<std::string>();
+    vm->spec_.rootfs_template = j.at("rootfs_template").get<std::string>();
+    vm->spec_.vcpus = j.at("vcpus").get<int>();
+    vm->spec_.memory_mib = j.at("memory_mib").get<int>();
+    vm->spec_.extra_cmdline = j.at("extra_cmdline").get<std::string>();
+    vm->spec_.tap_name = j.at("tap_name").get<std::string>();
+    vm->accel_ = j.at("accel").get<std::string>() == "kvm" ? Accel::kKvm : Accel::kTcg;
+    vm->disk_backing_ = j.at("disk_backing").get<std::string>();
+    vm->disk_backing_format_ = j.at("disk_backing_format").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(path + ": " + e.what());
+  }
+  vm->spec_.run_dir = run_dir;
+  vm->spec_.detach = true;
+  vm->spec_.accel = vm->accel_;
+  vm->paths_ = VmPaths::For(run_dir);
+  vm->adopted_pid_ = pid;
+  if (!vm->AdoptedAlive()) {
+    vm->released_ = true;  // nothing of ours to destroy
+    vm->spec_.run_dir.clear();
+    return FailedPrecondition("pid " + std::to_string(pid) + " is not the QEMU of " + run_dir);
+  }
+  auto q = QmpClient::Connect(vm->paths_.qmp_socket, std::chrono::seconds(2));
+  if (!q.ok()) {
+    vm->released_ = true;
+    return q.status().WithContext("reattach qmp");
+  }
+  vm->qmp_ = std::move(*q);
+  LOG_INFO("vmm reattached sandbox={} pid={}", vm->spec_.sandbox_id, pid);
+  return vm;
+}
+
+}  // namespace airlock::qemu

@@ -1,0 +1,247 @@
+// Snapshot routes of the control plane (spec §1.4 rows 2 and 6):
+//   POST /sandboxes/{id}/pause   {"memory"?: bool}  204; 404; 409 when already
+//                                paused (the SDK's pause() then returns false);
+//                                507 when the disk is full (it keeps running)
+//   POST /v2/sandboxes/{id}/connect on a paused sandbox resumes it: 201.
+// The work runs on the worker pool; Manager::Pause/Resume (core/snapshots.cc)
+// serialise per sandbox.
+#include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "server/server.h"
+
+namespace airlock::server {
+
+using nlohmann::json;
+
+namespace {
+
+int PauseHttpStatus(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kAlreadyExists: return 409;
+    case StatusCode::kFailedPrecondition: return 409;  // pausing, resuming, killing
+    case StatusCode::kResourceExhausted: return 507;
+    case StatusCode::kUnimplemented: return 501;
+    default: return 500;
+  }
+}
+
+StatusOr<std::optional<int64_t>> OptionalSecondsField(const json& body, const char* field) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return std::optional<int64_t>();
+  if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+    return InvalidArgument(std::string(field) + " must be a non-negative integer number of seconds");
+  }
+  return std::optional<int64_t>(it->get<int64_t>());
+}
+
+}  // namespace
+
+StatusOr<Lifecycle> ParseLifecycle(const json& body) {
+  Lifecycle l;
+  auto flag = [&](const char* name, bool* out) -> Status {
+    auto it = body.find(name);
+    if (it == body.end() || it->is_null()) return OkStatus();
+    if (!it->is_boolean()) return InvalidArgument(std::string(name) + " must be a boolean");
+    *out = it->get<bool>();
+    return OkStatus();
+  };
+  RETURN_IF_ERROR(flag("autoPause", &l.auto_pause));
+  RETURN_IF_ERROR(flag("autoPauseMemory", &l.auto_pause_memory));
+  if (auto it = body.find("autoResume"); it != body.end() && !it->is_null()) {
+    if (!it->is_object() || !it->contains("enabled") || !(*it)["enabled"].is_boolean()) {
+      return InvalidArgument("autoResume must be {\"enabled\": bool}");
+    }
+    l.auto_resume = (*it)["enabled"].get<bool>();
+  }
+  if (l.auto_resume && (!l.auto_pause || !l.auto_pause_memory)) {
+    return InvalidArgument("autoResume needs autoPause with memory kept");
+  }
+  return l;
+}
+
+void Server::AutoPauseAsync(const std::string& id, bool keep_memory) {
+  LOG_INFO("sandbox={} TTL expired: pausing (autoPause)", id);
+  asio::post(*workers_, [this, id, keep_memory] {
+    PauseOptions opts;
+    opts.keep_memory = keep_memory;
+    opts.on_saved = [this, id] {
+      RecordState(id, "paused");
+      return OkStatus();
+    };
+    auto r = manager_->Pause(id, opts);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto_pausing_.erase(id);
+    }
+    if (r.ok()) return AddLog(id, "info", "paused at TTL (autoPause)");
+    // A sandbox that cannot be paused is not kept past its TTL.
+    LOG_WARN("sandbox={} autoPause failed, killing: {}", id, r.status().message());
+    DestroyAsync(id, "TTL expired (autoPause failed)");
+  });
+}
+
+void Server::EnsureTemplateSnapshotAsync(const std::string& template_name, int vcpus, int memory_mib) {
+  if (config_.no_template_snapshot) return;
+  asio::post(*workers_, [this, template_name, vcpus, memory_mib] {
+    Status st = manager_->EnsureTemplateSnapshot(template_name, vcpus, memory_mib);
+    if (!st.ok()) LOG_WARN("template={} snapshot: {}", template_name, st.message());
+  });
+}
+
+void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
+  ReadJson(c, [this, c, id](json body) {
+    auto timeout = OptionalSecondsField(body, "timeout");
+    if (!timeout.ok()) return c->RespondError(400, timeout.status().message());
+    int count = 1;
+    if (auto it = body.find("count"); it != body.end() && !it->is_null()) {
+      if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 16) {
+        return c->RespondError(400, "count must be an integer 1..16");
+      }
+      count = it->get<int>();
+    }
+    SandboxRecord parent;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = sandboxes_.find(id);
+      if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
+      parent = it->second.rec;
+    }
+    int ttl = ClampTimeout(timeout->value_or(config_.default_timeout_s));
+    asio::post(*workers_, [this, c, id, count, ttl, parent] {
+      auto children = manager_->Fork(id, count);
+      if (!children.ok()) {
+        Status st = children.status();
+        int code = st.code() == StatusCode::kNotFound              ? 404
+                   : st.code() == StatusCode::kFailedPrecondition  ? 409
+                   : st.code() == StatusCode::kInvalidArgument     ? 400
+                   : st.code() == StatusCode::kResourceExhausted   ? 507
+                                                                   : 500;
+        return asio::post(c->executor(), [c, code, st] { c->RespondError(code, st.message()); });
+      }
+      json out = json::array();
+      for (auto& child : *children) {
+        if (!child.ok()) {
+          out.push_back({{"error", {{"code", 500}, {"message", child.status().message()}}}});
+          continue;
+        }
+        SandboxRecord r = parent;
+        r.id = (*child)->id();
+        r.state = "running";
+        r.created_at_ms = NowUnixMs();
+        r.ends_at_ms = r.created_at_ms + int64_t{ttl} * 1000;
+        r.access_token = (*child)->access_token();
+        r.netns_ip = (*child)->netns_ip();
+        r.vmm_pid = (*child)->vmm_pid();
+        r.run_dir = (*child)->run_dir();
+        if (Status st = registry_->PutSandbox(r); !st.ok()) LOG_WARN("sandbox={} registry: {}", r.id, st.message());
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          int disk_mib = sandboxes_.count(id) ? sandboxes_[id].disk_mib : 0;
+          Entry e{r, *child, disk_mib, {}};
+          e.logs.push_back({r.created_at_ms, "info", "forked from " + id});
+          sandboxes_[r.id] = std::move(e);
+        }
+        out.push_back({{"sandbox",
+                        {{"sandboxID", r.id},
+                         {"templateID", r.template_id},
+                         {"clientID", "airlock"},
+                         {"envdVersion", kEnvdVersion},
+                         {"envdAccessToken", r.access_token},
+                         {"domain", nullptr}}}});
+      }
+      AddLog(id, "info", "forked " + std::to_string(count) + " time(s)");
+      std::string text = out.dump();
+      asio::post(c->executor(), [c, text] { c->Respond(201, "application/json", text); });
+    });
+  });
+}
+
+void Server::RecordState(const std::string& id, const std::string& state) {
+  SandboxRecord rec;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return;
+    Entry& e = it->second;
+    e.rec.state = state;
+    if (state == "running" && e.sb) {
+      e.rec.netns_ip = e.sb->netns_ip();
+      e.rec.vmm_pid = e.sb->vmm_pid();
+    }
+    rec = e.rec;
+    if (e.logs.size() >= kMaxLogs) e.logs.pop_front();
+    e.logs.push_back({NowUnixMs(), "info", "sandbox " + state});
+  }
+  if (Status st = registry_->PutSandbox(rec); !st.ok()) LOG_WARN("sandbox={} registry: {}", id, st.message());
+}
+
+void Server::PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
+  ReadJson(c, [this, c, id](json body) {
+    PauseOptions opts;
+    if (auto it = body.find("memory"); it != body.end() && !it->is_null()) {
+      if (!it->is_boolean()) return c->RespondError(400, "memory must be a boolean");
+      opts.keep_memory = it->get<bool>();
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = sandboxes_.find(id);
+      if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
+      if (it->second.rec.state == "paused") return c->RespondError(409, "sandbox " + id + " is already paused");
+    }
+    opts.on_saved = [this, id] {
+      RecordState(id, "paused");
+      return OkStatus();
+    };
+    asio::post(*workers_, [this, c, id, opts] {
+      auto r = manager_->Pause(id, opts);
+      if (!r.ok()) {
+        Status st = r.status();
+        LOG_WARN("sandbox={} pause: {}", id, st.message());
+        return asio::post(c->executor(), [c, st] { c->RespondError(PauseHttpStatus(st), st.message()); });
+      }
+      AddLog(id, "info",
+             "paused in " + std::to_string(static_cast<int>(r->total_ms)) + " ms (memory " +
+                 std::to_string(r->snapshot.memory_bytes) + " B, disk " + std::to_string(r->snapshot.disk_bytes) + " B)");
+      asio::post(c->executor(), [c] { c->Respond(204, "", ""); });
+    });
+  });
+}
+
+void Server::ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, int64_t ends_at_ms) {
+  asio::post(*workers_, [this, c, id, ends_at_ms] {
+    auto r = manager_->Resume(id);
+    if (!r.ok()) {
+      Status st = r.status();
+      LOG_WARN("sandbox={} resume: {}", id, st.message());
+      int code = st.code() == StatusCode::kNotFound ? 404 : st.code() == StatusCode::kFailedPrecondition ? 409 : 500;
+      return asio::post(c->executor(), [c, code, st] { c->RespondError(code, st.message()); });
+    }
+    SandboxRecord rec;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = sandboxes_.find(id);
+      if (it == sandboxes_.end()) {
+        return asio::post(c->executor(), [c, id] { c->RespondError(404, "sandbox " + id + " not found"); });
+      }
+      it->second.rec.ends_at_ms = ends_at_ms;  // a resumed sandbox's TTL starts anew
+    }
+    if (r->resumed) RecordState(id, "running");
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = sandboxes_.find(id);
+      if (it != sandboxes_.end()) rec = it->second.rec;
+    }
+    if (!r->resumed) (void)registry_->SetEndsAt(id, ends_at_ms);
+    AddLog(id, "info", r->resumed ? "resumed in " + std::to_string(static_cast<int>(r->total_ms)) + " ms" : "connected");
+    json out{{"sandboxID", rec.id},         {"templateID", rec.template_id}, {"clientID", "airlock"},
+             {"envdVersion", kEnvdVersion}, {"envdAccessToken", rec.access_token}, {"domain", nullptr}};
+    int status = r->resumed ? 201 : 200;
+    std::string body = out.dump();
+    asio::post(c->executor(), [c, status, body] { c->Respond(status, "application/json", body); });
+  });
+}
+
+}  // namespace airlock::server

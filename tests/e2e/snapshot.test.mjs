@@ -1,0 +1,247 @@
+// End-to-end: pause/resume and fork through the official e2b SDK (2.51.0,
+// unmodified) against a real `airlock serve` started here (temp port, fresh
+// registry, the real state dir for images). See docs/snapshots.md.
+//
+// Env: AIRLOCK_BIN (required), AIRLOCK_STATE_DIR (default /var/lib/airlock).
+// Skips (with the reason) when not root or when no guest image exists.
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { createHash, randomBytes } from 'node:crypto'
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+
+const BIN = process.env.AIRLOCK_BIN
+const STATE_DIR = process.env.AIRLOCK_STATE_DIR || '/var/lib/airlock'
+let skipReason = null
+if (!BIN || !existsSync(BIN)) skipReason = 'AIRLOCK_BIN is not set to the airlock binary'
+else if (process.getuid() !== 0) skipReason = 'needs root (microVMs, network namespaces)'
+else if (!existsSync(join(STATE_DIR, 'images'))) skipReason = `no guest image in ${STATE_DIR} (run make image)`
+let e2b = null
+if (!skipReason) {
+  try {
+    e2b = await import('e2b')
+  } catch (e) {
+    skipReason = `the e2b SDK is not installed (run: npm ci in tests/e2e; scripts/setup does): ${e.message}`
+  }
+}
+if (skipReason) console.log(`# SKIP e2e: ${skipReason}`)
+const { Sandbox, SandboxNotFoundError } = e2b ?? {}
+
+let daemon, tmp, url, opts
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer()
+    s.once('error', reject)
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address()
+      s.close(() => resolve(port))
+    })
+  })
+}
+
+async function waitHealthy(base, ms) {
+  const end = Date.now() + ms
+  while (Date.now() < end) {
+    try {
+      const r = await fetch(`${base}/health`)
+      if (r.status === 200) return
+    } catch {}
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  throw new Error('daemon did not answer /health')
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+const sha256 = (buf) => createHash('sha256').update(buf).digest('hex')
+
+before(async () => {
+  if (skipReason) return
+  tmp = mkdtempSync(join(tmpdir(), 'airlock-e2e-snap-'))
+  const port = await freePort()
+  url = `http://127.0.0.1:${port}`
+  daemon = spawn(BIN, ['--state-dir', STATE_DIR, 'serve', '--listen', `127.0.0.1:${port}`,
+    '--db', join(tmp, 'airlock.db'), '--kill-on-exit'], { stdio: ['ignore', 'inherit', 'inherit'] })
+  await waitHealthy(url, 20000)
+  const apiKey = readFileSync(join(tmp, 'cli.key'), 'utf8').trim()
+  opts = { apiKey, apiUrl: url, sandboxUrl: url, requestTimeoutMs: 120000 }
+})
+
+after(async () => {
+  if (daemon) {
+    daemon.kill('SIGTERM')
+    await new Promise((r) => daemon.once('exit', r))
+  }
+  if (tmp) rmSync(tmp, { recursive: true, force: true })
+})
+
+const maybe = skipReason ? test.skip : test
+
+// The ticker's log: "tick 0", "tick 1", ... one line per 200 ms.
+async function ticks(sbx) {
+  const text = await sbx.files.read('/home/user/ticks.log')
+  return text.trim().split('\n').map((l) => Number(l.split(' ')[1]))
+}
+
+function assertConsecutive(seq) {
+  seq.forEach((v, i) => assert.equal(v, i, `tick ${i} is ${v}: the ticker restarted or lost output`))
+}
+
+maybe('pause() then Sandbox.connect(): files, processes, memory and clock survive; pause twice', { timeout: 600000 }, async () => {
+  const sbx = await Sandbox.create('base', { ...opts, timeoutMs: 300000 })
+  try {
+    const data = randomBytes(1 << 20)
+    await sbx.files.write('/home/user/data.bin', data)
+    // A background process and an in-memory value (a shell variable) that only survive with memory.
+    const ticker = await sbx.commands.run(
+      "bash -c 'i=0; while :; do echo tick $i >> /home/user/ticks.log; i=$((i+1)); sleep 0.2; done'",
+      { background: true })
+    await sleep(1000)
+    const before = await ticks(sbx)
+    assert.ok(before.length >= 2, `ticker wrote ${before.length} lines`)
+
+    for (let cycle = 0; cycle < 2; cycle++) {
+      assert.equal(await sbx.pause(), true, `cycle ${cycle}: pause`)
+      assert.equal(await sbx.pause(), false, `cycle ${cycle}: a second pause answers 409 → false`)
+      assert.equal(await sbx.isRunning(), false)
+      const info = await Sandbox.getInfo(sbx.sandboxId, opts)
+      assert.equal(info.state, 'paused')
+      const paused = await Sandbox.list({ ...opts, query: { state: ['paused'] } }).nextItems()
+      assert.ok(paused.some((s) => s.sandboxId === sbx.sandboxId), 'listed as paused')
+      await sleep(3000)  // the guest clock stands still meanwhile; resume must fix it
+
+      const again = await Sandbox.connect(sbx.sandboxId, opts)
+      assert.equal(await again.isRunning(), true)
+      assert.equal((await Sandbox.getInfo(sbx.sandboxId, opts)).state, 'running')
+      const back = Buffer.from(await again.files.read('/home/user/data.bin', { format: 'bytes' }))
+      assert.equal(sha256(back), sha256(data), `cycle ${cycle}: file written before pause reads back identically`)
+      const procs = await again.commands.list()
+      assert.ok(procs.some((p) => p.pid === ticker.pid), `cycle ${cycle}: the background process still runs`)
+      const n0 = (await ticks(again)).length
+      await sleep(1000)
+      const after = await ticks(again)
+      assert.ok(after.length > n0, `cycle ${cycle}: its output continues (${n0} → ${after.length})`)
+      assertConsecutive(after)
+      // Wall clock correct right after restore (the agent sets it from the host).
+      const guestMs = Number((await again.commands.run('date +%s%3N')).stdout.trim())
+      assert.ok(Math.abs(guestMs - Date.now()) < 2500, `guest clock off by ${guestMs - Date.now()} ms`)
+    }
+  } finally {
+    await sbx.kill()
+  }
+  await assert.rejects(Sandbox.connect(sbx.sandboxId, opts), (e) => e instanceof SandboxNotFoundError)
+})
+
+maybe('pause({keepMemory:false}) keeps the filesystem and reboots on connect', { timeout: 300000 }, async () => {
+  const sbx = await Sandbox.create('base', { ...opts, envs: { KEEP: 'me' } })
+  try {
+    await sbx.files.write('/home/user/fs-only.txt', 'still here')
+    const bg = await sbx.commands.run('sleep 600', { background: true })
+    assert.equal(await sbx.pause({ keepMemory: false }), true)
+    const again = await Sandbox.connect(sbx.sandboxId, opts)
+    assert.equal(await again.files.read('/home/user/fs-only.txt'), 'still here')
+    const procs = await again.commands.list()
+    assert.ok(!procs.some((p) => p.pid === bg.pid && p.cmd === 'sleep'), 'a reboot does not keep processes')
+    assert.equal((await again.commands.run('echo $KEEP')).stdout, 'me\n', 'sandbox env vars survive a reboot')
+  } finally {
+    await sbx.kill()
+  }
+})
+
+// A Python process holding a counter in memory, served on 127.0.0.1:7000
+// inside the guest: every connection gets the next value.
+const COUNTER = `python3 -c '
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 7000)); s.listen(8)
+n = 0
+while True:
+    c, _ = s.accept(); n += 1; c.sendall(str(n).encode()); c.close()
+'`
+const ASK = `python3 -c 'import socket; s = socket.create_connection(("127.0.0.1", 7000)); print(s.recv(64).decode())'`
+
+async function ask(sbx) {
+  for (let i = 0; ; i++) {
+    try {
+      return Number((await sbx.commands.run(ASK)).stdout.trim())
+    } catch (e) {
+      if (i >= 20) throw e
+      await sleep(250)  // the server is still starting
+    }
+  }
+}
+
+maybe('Sandbox.fork: 5 children see memory and disk at fork time, write privately, differ in entropy', { timeout: 600000 }, async () => {
+  const parent = await Sandbox.create('base', { ...opts, timeoutMs: 300000 })
+  const children = []
+  try {
+    await parent.commands.run(COUNTER, { background: true })
+    assert.equal(await ask(parent), 1)
+    assert.equal(await ask(parent), 2)
+    await parent.files.write('/home/user/state.txt', 'parent state')
+
+    const t0 = Date.now()
+    const forks = await Sandbox.fork(parent.sandboxId, { ...opts, count: 5, timeoutMs: 120000 })
+    console.log(`# fork of 5 children: ${Date.now() - t0} ms`)
+    assert.equal(forks.length, 5)
+    for (const f of forks) {
+      assert.ok(!(f instanceof Error), `a fork failed: ${f}`)
+      children.push(f)
+    }
+    const ids = new Set([parent.sandboxId, ...children.map((c) => c.sandboxId)])
+    assert.equal(ids.size, 6, 'every child has its own id')
+
+    const rand = new Set()
+    for (const [i, child] of children.entries()) {
+      assert.equal(await ask(child), 3, `child ${i}: the in-memory counter continues from the fork point`)
+      assert.equal(await child.files.read('/home/user/state.txt'), 'parent state')
+      await child.files.write('/home/user/state.txt', `child ${i}`)
+      await child.files.write(`/home/user/only-${i}.txt`, 'mine')
+      assert.equal((await child.commands.run('hostname')).stdout.trim(), child.sandboxId)
+      rand.add((await child.commands.run('head -c 32 /dev/urandom | od -An -tx1 | tr -d " \\n"')).stdout)
+    }
+    assert.equal(rand.size, 5, '/dev/urandom output differs between siblings')
+    // Later writes stay private; the parent kept running with its own state.
+    for (const [i, child] of children.entries()) {
+      assert.equal(await child.files.read('/home/user/state.txt'), `child ${i}`)
+      for (let j = 0; j < children.length; j++) {
+        assert.equal(await child.files.exists(`/home/user/only-${j}.txt`), i === j)
+      }
+      assert.equal(await ask(child), 4, `child ${i}: its counter is its own`)
+    }
+    assert.equal(await parent.files.read('/home/user/state.txt'), 'parent state')
+    assert.equal(await parent.files.exists('/home/user/only-0.txt'), false)
+    assert.equal(await ask(parent), 3, 'the parent runs on with its own memory')
+    // Tokens are per sandbox: a child's token does not open the parent.
+    const detail = await (await fetch(`${url}/sandboxes/${children[0].sandboxId}`, { headers: { 'X-API-Key': opts.apiKey } })).json()
+    const r = await fetch(`${url}/envs`, { headers: { 'E2b-Sandbox-Id': parent.sandboxId, 'X-Access-Token': detail.envdAccessToken } })
+    assert.equal(r.status, 401)
+  } finally {
+    for (const c of children) await c.kill()
+    await parent.kill()
+  }
+})
+
+maybe('lifecycle onTimeout:pause pauses at TTL; autoResume resumes on data-plane traffic', { timeout: 300000 }, async () => {
+  const sbx = await Sandbox.create('base', { ...opts, timeoutMs: 4000, lifecycle: { onTimeout: 'pause', autoResume: true } })
+  try {
+    await sbx.files.write('/home/user/auto.txt', 'kept across autoPause')
+    const info = await sbx.getInfo()
+    assert.deepEqual(info.lifecycle, { onTimeout: 'pause', autoResume: true })
+    let state = 'running'
+    const end = Date.now() + 60000
+    while (state !== 'paused' && Date.now() < end) {
+      await sleep(500)
+      state = (await Sandbox.getInfo(sbx.sandboxId, opts)).state
+    }
+    assert.equal(state, 'paused', 'paused at TTL instead of killed')
+    // Data-plane traffic (a file read through the same Sandbox object) resumes it.
+    assert.equal(await sbx.files.read('/home/user/auto.txt'), 'kept across autoPause')
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId, opts)).state, 'running')
+  } finally {
+    await sbx.kill()
+  }
+})

@@ -1,0 +1,390 @@
+// Integration tests of pause/resume (docs/snapshots.md) against real
+// microVMs: 50 pause/resume cycles keep every byte (Manager, in-process); a
+// paused sandbox survives a daemon restart; a daemon killed with SIGKILL
+// mid-pause leaves the sandbox running or validly paused, never torn.
+// Skips without root / QEMU / image.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "common/subprocess.h"
+#include "core/http_client.h"
+#include "core/manager.h"
+#include "image/hash.h"
+#include "runtime/qemu/snapshot.h"
+#include "tests/integration/harness.h"
+
+namespace airlock::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+ExecRequest Bash(const std::string& script) {
+  ExecRequest r;
+  r.cmd = "/bin/bash";
+  r.args = {"-c", script};
+  return r;
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string RandomData(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(gen());
+  return s;
+}
+
+void WriteLocal(const std::string& path, const std::string& data) {
+  std::ofstream f(path, std::ios::binary);
+  f << data;
+}
+
+// Every snapshot directory of sandbox `id` under snapshots/paused must be
+// complete (no manifest-less or torn dir under the visible name). `<id>.tmp`
+// (the temporary name) may exist only while `allow_tmp` (right after a crash,
+// before the daemon's start-up sweep).
+void ExpectNoPartialSnapshots(const std::string& state_dir, const std::string& id, bool allow_tmp) {
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(state_dir + "/snapshots/paused", ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(id, 0) != 0) continue;  // other tests' sandboxes
+    if (allow_tmp && name == id + ".tmp") continue;
+    EXPECT_EQ(name, id) << "leftover " << e.path();
+    auto m = qemu::ReadSnapshot(e.path().string());
+    EXPECT_TRUE(m.ok()) << e.path() << ": " << m.status().ToString();
+  }
+}
+
+TEST(SnapshotTest, FiftyPauseResumeCyclesKeepEveryByte) {
+  AIRLOCK_REQUIRE_VM();
+  ManagerConfig c;
+  c.state_dir = StateDir();
+  c.build_image_if_missing = false;
+  auto m = Manager::Open(c);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto sb = (*m)->Create({});
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  const std::string id = (*sb)->id();
+  std::string local = MakeTempDir();
+  constexpr int kCycles = 50;
+  std::vector<std::string> sums;
+  double pause_ms = 0, resume_ms = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kCycles; ++i) {
+    // A file with a known checksum (random, 64 KiB + i bytes) and a log line.
+    std::string data = RandomData(65536 + i, static_cast<uint32_t>(i));
+    sums.push_back(image::Sha256Hex(data));
+    WriteLocal(local + "/f", data);
+    std::string guest = "/home/user/f" + std::to_string(i) + ".bin";
+    ASSERT_TRUE((*sb)->agent().UploadFile(local + "/f", guest).ok()) << "cycle " << i;
+    auto r = (*sb)->agent().Exec(Bash("echo cycle " + std::to_string(i) + " >> /home/user/cycles.log"), {});
+    ASSERT_TRUE(r.ok() && r->exit_code == 0) << "cycle " << i << ": " << r.status().ToString();
+
+    auto p = (*m)->Pause(id);
+    ASSERT_TRUE(p.ok()) << "cycle " << i << ": " << p.status().ToString();
+    ASSERT_EQ((*sb)->state(), SandboxState::kPaused);
+    ASSERT_EQ((*sb)->vmm_pid(), -1) << "no VMM while paused";
+    EXPECT_EQ((*m)->Pause(id).status().code(), StatusCode::kAlreadyExists);
+    auto again = (*m)->Resume(id);
+    ASSERT_TRUE(again.ok()) << "cycle " << i << ": " << again.status().ToString();
+    ASSERT_TRUE(again->resumed);
+    pause_ms += p->total_ms;
+    resume_ms += again->total_ms;
+  }
+  double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("# %d cycles in %.1f s: pause %.0f ms, resume %.0f ms on average\n", kCycles, total_s,
+              pause_ms / kCycles, resume_ms / kCycles);
+  // Every byte present at the end.
+  for (int i = 0; i < kCycles; ++i) {
+    ASSERT_TRUE((*sb)->agent().DownloadFile("/home/user/f" + std::to_string(i) + ".bin", local + "/g").ok());
+    EXPECT_EQ(image::Sha256Hex(ReadFileOrDie(local + "/g")), sums[i]) << "file " << i;
+  }
+  ASSERT_TRUE((*sb)->agent().DownloadFile("/home/user/cycles.log", local + "/log").ok());
+  std::string want;
+  for (int i = 0; i < kCycles; ++i) want += "cycle " + std::to_string(i) + "\n";
+  EXPECT_EQ(ReadFileOrDie(local + "/log"), want);
+  // The resumed VM runs on a private copy of the disk: no snapshot stays
+  // behind, and the disk chain does not grow with the cycles.
+  EXPECT_FALSE(fs::exists(StateDir() + "/snapshots/paused/" + id));
+  auto info = RunChecked({"qemu-img", "info", "-U", "--backing-chain", "--output=json",
+                          (*sb)->run_dir() + "/vm/overlay.qcow2"});
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  auto chain = json::parse(*info, nullptr, false);
+  ASSERT_TRUE(chain.is_array()) << *info;
+  EXPECT_LE(chain.size(), 3u) << "backing chain grew: " << *info;
+  ASSERT_TRUE((*m)->Destroy(id).ok());
+  fs::remove_all(local);
+}
+
+// ---- through the daemon ----
+
+uint16_t FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// `airlock serve` on a free port with a registry in `dir`; SIGTERM on scope
+// exit leaves detached VMMs for the next daemon (no --kill-on-exit).
+class SnapDaemon {
+ public:
+  SnapDaemon(std::string dir, uint16_t port) : dir_(std::move(dir)), port_(port) {
+    SpawnOptions so;
+    so.argv = {AirlockBin(), "--state-dir", StateDir(), "serve", "--listen", "127.0.0.1:" + std::to_string(port_),
+               "--db", dir_ + "/airlock.db"};
+    so.stdout_to_devnull = true;
+    auto c = Spawn(so);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    if (c.ok()) child_ = std::move(c).value();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      HttpCall h;
+      h.host = "127.0.0.1";
+      h.port = port_;
+      h.target = "/health";
+      h.timeout = std::chrono::seconds(2);
+      auto r = HttpDo(h);
+      if (r.ok() && r->status == 200) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    std::ifstream f(dir_ + "/cli.key");
+    std::getline(f, key_);
+  }
+  ~SnapDaemon() {
+    if (child_.running()) {
+      (void)child_.Signal(SIGTERM);
+      (void)child_.WaitFor(std::chrono::seconds(60));
+    }
+  }
+  void Kill9() {
+    (void)child_.Signal(SIGKILL);
+    (void)child_.Wait();
+  }
+  StatusOr<HttpReply> Do(const std::string& method, const std::string& target, const std::string& body = "",
+                         std::vector<std::pair<std::string, std::string>> headers = {}, bool key = true) const {
+    HttpCall c;
+    c.host = "127.0.0.1";
+    c.port = port_;
+    c.method = method;
+    c.target = target;
+    c.body = body;
+    c.headers = std::move(headers);
+    if (key) c.headers.push_back({"X-API-Key", key_});
+    if (!body.empty()) c.headers.push_back({"Content-Type", "application/json"});
+    c.timeout = std::chrono::seconds(180);
+    return HttpDo(c);
+  }
+  // Data plane, agent port.
+  StatusOr<HttpReply> Data(const std::string& id, const std::string& token, const std::string& method,
+                           const std::string& target, const std::string& body = "") const {
+    std::vector<std::pair<std::string, std::string>> h = {{"E2b-Sandbox-Id", id}, {"X-Access-Token", token}};
+    if (!body.empty()) h.push_back({"Content-Type", "application/octet-stream"});
+    HttpCall c;
+    c.host = "127.0.0.1";
+    c.port = port_;
+    c.method = method;
+    c.target = target;
+    c.body = body;
+    c.headers = h;
+    c.timeout = std::chrono::seconds(60);
+    return HttpDo(c);
+  }
+
+ private:
+  std::string dir_;
+  uint16_t port_;
+  std::string key_;
+  Child child_;
+};
+
+struct Created {
+  std::string id, token;
+};
+
+Created CreateVia(const SnapDaemon& d) {
+  auto r = d.Do("POST", "/v2/sandboxes", R"({"templateID":"base","timeout":600})");
+  EXPECT_TRUE(r.ok() && r->status == 201) << (r.ok() ? r->body : r.status().ToString());
+  if (!r.ok() || r->status != 201) return {};
+  auto j = json::parse(r->body);
+  return {j["sandboxID"], j["envdAccessToken"]};
+}
+
+std::string StateOf(const SnapDaemon& d, const std::string& id) {
+  auto r = d.Do("GET", "/sandboxes/" + id);
+  if (!r.ok() || r->status != 200) return r.ok() ? "http " + std::to_string(r->status) : r.status().ToString();
+  return json::parse(r->body).value("state", "?");
+}
+
+TEST(SnapshotTest, PausedSandboxSurvivesDaemonRestart) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  uint16_t port = FreePort();
+  Created sb;
+  const std::string data = RandomData(100000, 7);
+  {
+    SnapDaemon d(dir, port);
+    sb = CreateVia(d);
+    ASSERT_FALSE(sb.id.empty());
+    auto w = d.Data(sb.id, sb.token, "POST", "/files?path=/home/user/keep.bin&username=user", data);
+    ASSERT_TRUE(w.ok() && w->status == 200) << (w.ok() ? w->body : w.status().ToString());
+    auto p = d.Do("POST", "/sandboxes/" + sb.id + "/pause", "{}");
+    ASSERT_TRUE(p.ok());
+    ASSERT_EQ(p->status, 204) << p->body;
+    auto p2 = d.Do("POST", "/sandboxes/" + sb.id + "/pause", "{}");
+    ASSERT_TRUE(p2.ok());
+    EXPECT_EQ(p2->status, 409) << p2->body;
+    EXPECT_EQ(StateOf(d, sb.id), "paused");
+    auto h = d.Data(sb.id, sb.token, "GET", "/health");
+    ASSERT_TRUE(h.ok());
+    EXPECT_EQ(h->status, 502) << "a paused sandbox is not running";
+  }  // SIGTERM: the daemon stops; the paused sandbox stays on disk
+  SnapDaemon d(dir, port);
+  EXPECT_EQ(StateOf(d, sb.id), "paused");
+  auto c = d.Do("POST", "/v2/sandboxes/" + sb.id + "/connect", "{}");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->status, 201) << c->body;
+  auto c2 = d.Do("POST", "/v2/sandboxes/" + sb.id + "/connect", "{}");
+  ASSERT_TRUE(c2.ok());
+  EXPECT_EQ(c2->status, 200) << "already running: " << c2->body;
+  auto r = d.Data(sb.id, sb.token, "GET", "/files?path=/home/user/keep.bin&username=user");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(image::Sha256Hex(r->body), image::Sha256Hex(data));
+  auto k = d.Do("DELETE", "/sandboxes/" + sb.id);
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(k->status, 204);
+  EXPECT_FALSE(fs::exists(StateDir() + "/snapshots/paused/" + sb.id)) << "kill deletes the sandbox's snapshot";
+  fs::remove_all(dir);
+}
+
+TEST(SnapshotTest, Kill9DuringPauseLeavesRunningOrValidlyPaused) {
+  AIRLOCK_REQUIRE_VM();
+  // Kill the daemon at different moments of a pause (~150-300 ms under TCG:
+  // stop, memory stream, disk copy, rename, registry, teardown).
+  for (int delay_ms : {5, 60, 120, 250}) {
+    SCOPED_TRACE("kill -9 after " + std::to_string(delay_ms) + " ms");
+    std::string dir = MakeTempDir();
+    uint16_t port = FreePort();
+    const std::string data = RandomData(50000, static_cast<uint32_t>(delay_ms));
+    Created sb;
+    {
+      SnapDaemon d(dir, port);
+      sb = CreateVia(d);
+      ASSERT_FALSE(sb.id.empty());
+      auto w = d.Data(sb.id, sb.token, "POST", "/files?path=/home/user/k.bin&username=user", data);
+      ASSERT_TRUE(w.ok() && w->status == 200);
+      std::thread pause([&] { (void)d.Do("POST", "/sandboxes/" + sb.id + "/pause", "{}"); });
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      d.Kill9();
+      pause.join();
+    }
+    ExpectNoPartialSnapshots(StateDir(), sb.id, /*allow_tmp=*/true);
+    SnapDaemon d(dir, port);
+    ExpectNoPartialSnapshots(StateDir(), sb.id, /*allow_tmp=*/false);
+    std::string state = StateOf(d, sb.id);
+    std::printf("# kill -9 after %d ms: sandbox %s\n", delay_ms, state.c_str());
+    ASSERT_TRUE(state == "running" || state == "paused") << state;
+    if (state == "paused") {
+      auto c = d.Do("POST", "/v2/sandboxes/" + sb.id + "/connect", "{}");
+      ASSERT_TRUE(c.ok());
+      EXPECT_EQ(c->status, 201) << c->body;
+    }
+    auto r = d.Data(sb.id, sb.token, "GET", "/files?path=/home/user/k.bin&username=user");
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(image::Sha256Hex(r->body), image::Sha256Hex(data));
+    // And it still pauses and resumes normally.
+    auto p = d.Do("POST", "/sandboxes/" + sb.id + "/pause", "{}");
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(p->status, 204) << p->body;
+    auto c = d.Do("POST", "/v2/sandboxes/" + sb.id + "/connect", "{}");
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(c->status, 201) << c->body;
+    (void)d.Do("DELETE", "/sandboxes/" + sb.id);
+    fs::remove_all(dir);
+  }
+}
+
+}  // namespace
+}  // namespace airlock::testing
+
+namespace airlock::testing {
+namespace {
+
+// Creates from the template snapshot: fast path taken, and each sandbox is
+// fresh where it matters (hostname, entropy, clock, token) and private on disk.
+TEST(SnapshotTest, CreateFromTemplateSnapshotIsFreshAndPrivate) {
+  AIRLOCK_REQUIRE_VM();
+  ManagerConfig c;
+  c.state_dir = StateDir();
+  c.build_image_if_missing = false;
+  c.template_snapshots = true;
+  auto m = Manager::Open(c);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_TRUE((*m)->EnsureTemplateSnapshot("base", 1, 512).ok());
+  CreateOptions o;
+  o.env_vars = {{"WHO", "me"}};
+  auto a = (*m)->Create(o);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto b = (*m)->Create(o);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_TRUE((*a)->timings().from_snapshot);
+  EXPECT_TRUE((*b)->timings().from_snapshot);
+  EXPECT_NE((*a)->access_token(), (*b)->access_token());
+  auto probe = [](const Sandbox& sb) {
+    std::string out;
+    ExecCallbacks cb;
+    cb.on_stdout = [&](std::string_view s) { out.append(s); };
+    auto r = sb.agent().Exec(Bash("hostname; echo $WHO; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; "
+                                  "date +%s%3N; echo private > /home/user/mine-$(hostname)"),
+                             cb);
+    EXPECT_TRUE(r.ok() && r->exit_code == 0) << r.status().ToString();
+    return out;
+  };
+  auto lines = [](const std::string& s) {
+    std::vector<std::string> v;
+    size_t i = 0, j;
+    while ((j = s.find('\n', i)) != std::string::npos) v.push_back(s.substr(i, j - i)), i = j + 1;
+    return v;
+  };
+  auto la = lines(probe(**a)), lb = lines(probe(**b));
+  ASSERT_EQ(la.size(), 4u);
+  ASSERT_EQ(lb.size(), 4u);
+  EXPECT_EQ(la[0], (*a)->id());
+  EXPECT_EQ(lb[0], (*b)->id());
+  EXPECT_EQ(la[1], "me");
+  EXPECT_NE(la[2], lb[2]) << "two sandboxes from one snapshot share RNG output";
+  int64_t now_ms = NowMs();
+  EXPECT_LT(std::llabs(std::stoll(lb[3]) - now_ms), 2000) << "guest clock not set on restore";
+  // Private disks: a's file is not in b.
+  auto st = (*b)->agent().Stat("/home/user/mine-" + (*a)->id());
+  EXPECT_FALSE(st.ok());
+  // Other shapes have no snapshot: cold boot.
+  o.memory_mib = 384;
+  auto cold = (*m)->Create(o);
+  ASSERT_TRUE(cold.ok()) << cold.status().ToString();
+  EXPECT_FALSE((*cold)->timings().from_snapshot);
+}
+
+}  // namespace
+}  // namespace airlock::testing
