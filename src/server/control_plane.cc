@@ -128,11 +128,17 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
   if (path == "/health" && verb == http::verb::get) return c->Respond(200, "application/json", "{\"status\":\"ok\"}");
   auto ok = registry_->CheckApiKey(c->Header("X-API-Key"));
   if (!ok.ok()) return c->RespondError(500, ok.status().message());
-  if (!*ok) return c->RespondError(401, c->Header("X-API-Key").empty() ? "missing X-API-Key" : "invalid X-API-Key");
+  if (!*ok) {
+    AuditAuthFailure(c);
+    return c->RespondError(401, c->Header("X-API-Key").empty() ? "missing X-API-Key" : "invalid X-API-Key");
+  }
 
   auto seg = Segments(path);
   bool v2 = !seg.empty() && seg[0] == "v2";
   if (v2) seg.erase(seg.begin());
+  auto key_id = registry_->ApiKeyId(c->Header("X-API-Key"));
+  AuditControlCall(c, key_id.ok() ? *key_id : "", ControlActionName(seg, verb),
+                   seg.size() >= 2 && seg[0] == "sandboxes" ? seg[1] : "");
   if (seg.empty() || seg[0] != "sandboxes") return c->RespondError(404, "no route for " + c->method_string() + " " + path);
   if (seg.size() == 1) {
     if (verb == http::verb::post) return CreateSandbox(c);
@@ -151,6 +157,7 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
     if ((action == "connect" || action == "resume") && verb == http::verb::post) return ConnectSandbox(c, id);
     if (action == "metrics" && verb == http::verb::get) return Metrics(c, id);
     if (action == "logs" && verb == http::verb::get) return Logs(c, id, v2);
+    if (action == "audit" && verb == http::verb::get) return SandboxAudit(c, id);
     if (action == "pause" && verb == http::verb::post) {
       std::lock_guard<std::mutex> l(mu_);
       if (!sandboxes_.count(id)) return c->RespondError(404, "sandbox " + id + " not found");
@@ -179,12 +186,22 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
     opts.env_vars = *envs;
     int ttl = ClampTimeout(timeout->value_or(config_.default_timeout_s));
     auto meta = std::move(metadata).value();
-    asio::post(*workers_, [this, c, opts, ttl, meta] {
+    json secrets_spec = body.contains("secrets") ? body["secrets"] : json();
+    if (auto parsed = ParseSecretsSpec(secrets_spec); !parsed.ok()) return c->RespondError(400, parsed.status().message());
+    std::string key_id = registry_->ApiKeyId(c->Header("X-API-Key")).ok() ? *registry_->ApiKeyId(c->Header("X-API-Key")) : "";
+    asio::post(*workers_, [this, c, opts, ttl, meta, secrets_spec, key_id] {
       auto t0 = std::chrono::steady_clock::now();
-      auto sb = manager_->Create(opts);
+      CreateOptions run_opts = opts;  // + secret env vars, never persisted
+      auto attached = AttachSecrets(secrets_spec, &run_opts);
+      if (!attached.ok()) {
+        Status st = attached.status();
+        return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
+      }
+      auto sb = manager_->Create(run_opts);
       if (!sb.ok()) {
         LOG_WARN("create failed: {}", sb.status().message());
         Status st = sb.status();
+        Audit({{"action", "sandbox.create_failed"}, {"error", st.message()}});
         return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
       }
       SandboxRecord r;
@@ -202,6 +219,7 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
       r.vmm_pid = (*sb)->vmm_pid();
       r.run_dir = (*sb)->run_dir();
       if (Status st = registry_->PutSandbox(r); !st.ok()) LOG_WARN("sandbox={} registry: {}", r.id, st.message());
+      CommitSecrets(r.id, std::move(attached).value(), key_id);
       int disk_mib = 0;
       if (auto img = image::FindImage(config_.manager.state_dir, r.template_id); img.ok()) {
         struct stat st;
@@ -215,6 +233,8 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
         sandboxes_[r.id] = std::move(e);
       }
       LOG_INFO("sandbox={} created total_ms={:.0f} ttl_s={}", r.id, ms, ttl);
+      Audit({{"action", "sandbox.created"}, {"sandbox", r.id}, {"template", r.template_id}, {"vcpus", r.vcpus},
+             {"memory_mib", r.memory_mib}, {"ttl_s", ttl}, {"create_ms", static_cast<int64_t>(ms)}});
       std::string out = SandboxJson(r).dump();
       asio::post(c->executor(), [c, out] { c->Respond(201, "application/json", out); });
     });
@@ -294,6 +314,7 @@ void Server::KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
     sandboxes_.erase(id);
   }
   LOG_INFO("sandbox={} kill requested", id);
+  ForgetSecrets(id);
   asio::post(*workers_, [this, c, id] {
     Status st = manager_->Destroy(id);
     (void)registry_->DeleteSandbox(id);

@@ -22,6 +22,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
+#include "audit/data_plane_tap.h"
 #include "common/log.h"
 #include "envd/proto_json.h"
 #include "server/server.h"
@@ -77,6 +78,9 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
   ProxyCall(std::shared_ptr<HttpConn> c, std::string host, uint16_t port)
       : c_(std::move(c)), up_(c_->executor()), timer_(c_->executor()), host_(std::move(host)), port_(port) {}
 
+  // Audit observer of this exchange (exec, file reads/writes); may be null.
+  void SetTap(std::unique_ptr<audit::DataPlaneTap> tap) { tap_ = std::move(tap); }
+
   void Start() {
     boost::system::error_code ec;
     auto addr = asio::ip::make_address(host_, ec);
@@ -100,6 +104,7 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
 
  private:
   void Fail(int status, const std::string& msg) {
+    if (tap_) tap_->Finish(msg);
     CloseUpstream();
     if (!c_->response_started()) c_->RespondError(status, msg);
     else c_->Abort();
@@ -150,6 +155,7 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
         self->CloseUpstream();
         return self->c_->Abort();
       }
+      if (self->tap_ && !chunk.empty()) self->tap_->OnRequestBody(chunk);
       auto out = std::make_shared<std::string>();
       if (!chunk.empty()) {
         if (self->chunked_) {
@@ -205,8 +211,10 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
     if (!keep_alive_ || !c_->body_done()) head += "Connection: close\r\n";
     head += "\r\n";
     c_->SendRaw(std::move(head));
+    if (tap_) tap_->OnResponseHead(status, parser_->chunked());
     if (rbuf_.size() > 0) {
       auto d = rbuf_.data();
+      if (tap_) tap_->OnResponseBytes(std::string_view(static_cast<const char*>(d.data()), d.size()));
       c_->SendRaw(std::string(static_cast<const char*>(d.data()), d.size()));
       rbuf_.consume(rbuf_.size());
     }
@@ -225,12 +233,15 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
       return;
     }
     up_.async_read_some(asio::buffer(chunk_), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+      if (n > 0 && self->tap_) self->tap_->OnResponseBytes(std::string_view(self->chunk_.data(), n));
       if (n > 0) self->c_->SendRaw(std::string(self->chunk_.data(), n));
       if (ec == asio::error::eof) {
+        if (self->tap_) self->tap_->Finish();
         self->CloseUpstream();
         return self->c_->FinishRaw(self->keep_alive_);
       }
       if (ec) {
+        if (self->tap_) self->tap_->Finish("upstream read: " + ec.message());
         self->CloseUpstream();
         return self->c_->Abort();  // a truncated body must not look complete
       }
@@ -250,6 +261,7 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
   boost::beast::flat_buffer rbuf_;
   std::optional<http::response_parser<http::empty_body>> parser_;
   std::vector<char> chunk_;
+  std::unique_ptr<audit::DataPlaneTap> tap_;
 };
 
 }  // namespace
@@ -279,7 +291,13 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
     if (path == "/process.Process/Start" || path == "/process.Process/Connect") {
       AddLog(id, "info", "exec: " + path.substr(1));
     }
-    return std::make_shared<ProxyCall>(c, ip, port)->Start();
+    auto call = std::make_shared<ProxyCall>(c, ip, port);
+    audit::TapRequest tr{id, "", c->method_string(), path, {}, c->Header("Authorization"), c->Header("Content-Type")};
+    for (const char* q : {"path", "username"}) {
+      if (auto v = c->Query(q)) tr.query[q] = *v;
+    }
+    call->SetTap(audit::DataPlaneTap::Create(tr, AuditSinkFn()));
+    return call->Start();
   }
   // Another guest port: make it reachable first (nft, blocking → worker).
   asio::post(*workers_, [c, sb, ip, port] {

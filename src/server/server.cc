@@ -66,6 +66,9 @@ Status Server::Init() {
   std::string db = config_.db_path.empty() ? dir + "/airlock.db" : config_.db_path;
   std::string db_dir = db.find('/') == std::string::npos ? "." : db.substr(0, db.rfind('/'));
   ASSIGN_OR_RETURN(registry_, Registry::Open(db));
+  db_path_ = db;
+  db_dir_ = db_dir;
+  RETURN_IF_ERROR(InitAudit(db_dir));
   // Sandboxes of a previous daemon: adopt the live ones, forget the rest.
   ASSIGN_OR_RETURN(auto records, registry_->ListSandboxes());
   std::vector<AdoptRequest> adopt;
@@ -90,6 +93,7 @@ Status Server::Init() {
     e.logs.push_back({NowUnixMs(), "info", "sandbox adopted by a restarted daemon"});
     sandboxes_[r.id] = std::move(e);
   }
+  RETURN_IF_ERROR(InitSecrets());
   if (config_.write_cli_key) {
     std::string path = db_dir + "/cli.key";
     std::string existing;
@@ -189,6 +193,8 @@ void Server::DestroyAsync(const std::string& id, const std::string& why) {
     if (sandboxes_.erase(id) == 0) return;
   }
   LOG_INFO("sandbox={} destroying: {}", id, why);
+  Audit({{"action", "sandbox.destroy"}, {"sandbox", id}, {"reason", why}});
+  ForgetSecrets(id);
   asio::post(*workers_, [this, id] {
     Status st = manager_->Destroy(id);
     if (!st.ok() && st.code() != StatusCode::kNotFound) LOG_WARN("sandbox={} destroy: {}", id, st.message());
