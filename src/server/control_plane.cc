@@ -126,6 +126,7 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
   const std::string& path = c->path();
   auto verb = c->method();
   if (path == "/health" && verb == http::verb::get) return c->Respond(200, "application/json", "{\"status\":\"ok\"}");
+  if (path == "/metrics" && verb == http::verb::get) return ServeMetrics(c);
   auto ok = registry_->CheckApiKey(c->Header("X-API-Key"));
   if (!ok.ok()) return c->RespondError(500, ok.status().message());
   if (!*ok) {
@@ -184,16 +185,23 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
     auto envs = StringMap(body, "envVars");
     if (!envs.ok()) return c->RespondError(400, envs.status().message());
     opts.env_vars = *envs;
+    int template_disk_mib = 0;
+    if (auto img = image::FindImage(config_.manager.state_dir, opts.template_name); img.ok()) {
+      struct stat st;
+      if (::stat(img->rootfs.c_str(), &st) == 0) template_disk_mib = static_cast<int>(st.st_size >> 20);
+    }
+    if (Status st = ApplyResourceRequest(body, &opts, template_disk_mib); !st.ok()) return c->RespondError(400, st.message());
     int ttl = ClampTimeout(timeout->value_or(config_.default_timeout_s));
     auto meta = std::move(metadata).value();
     json secrets_spec = body.contains("secrets") ? body["secrets"] : json();
     if (auto parsed = ParseSecretsSpec(secrets_spec); !parsed.ok()) return c->RespondError(400, parsed.status().message());
     std::string key_id = registry_->ApiKeyId(c->Header("X-API-Key")).ok() ? *registry_->ApiKeyId(c->Header("X-API-Key")) : "";
-    asio::post(*workers_, [this, c, opts, ttl, meta, secrets_spec, key_id] {
+    Admit(c, key_id, opts.memory_mib, [this, c, opts, ttl, meta, secrets_spec, key_id](uint64_t ticket) {
       auto t0 = std::chrono::steady_clock::now();
       CreateOptions run_opts = opts;  // + secret env vars, never persisted
       auto attached = AttachSecrets(secrets_spec, &run_opts);
       if (!attached.ok()) {
+        AdmissionDone(ticket, "", 0);
         Status st = attached.status();
         return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
       }
@@ -202,6 +210,7 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
         LOG_WARN("create failed: {}", sb.status().message());
         Status st = sb.status();
         Audit({{"action", "sandbox.create_failed"}, {"error", st.message()}});
+        AdmissionDone(ticket, "", 0);
         return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
       }
       SandboxRecord r;
@@ -232,6 +241,7 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
         e.logs.push_back({r.created_at_ms, "info", "sandbox created in " + std::to_string(static_cast<int>(ms)) + " ms"});
         sandboxes_[r.id] = std::move(e);
       }
+      AdmissionDone(ticket, r.id, ms / 1000.0);
       LOG_INFO("sandbox={} created total_ms={:.0f} ttl_s={}", r.id, ms, ttl);
       Audit({{"action", "sandbox.created"}, {"sandbox", r.id}, {"template", r.template_id}, {"vcpus", r.vcpus},
              {"memory_mib", r.memory_mib}, {"ttl_s", ttl}, {"create_ms", static_cast<int64_t>(ms)}});
@@ -318,6 +328,7 @@ void Server::KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   asio::post(*workers_, [this, c, id] {
     Status st = manager_->Destroy(id);
     (void)registry_->DeleteSandbox(id);
+    SandboxReleased(id);
     asio::post(c->executor(), [c, st, id] {
       if (!st.ok() && st.code() != StatusCode::kNotFound) LOG_WARN("sandbox={} destroy: {}", id, st.message());
       c->Respond(204, "", "");

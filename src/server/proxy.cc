@@ -290,6 +290,7 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
     if (!ok) return c->RespondError(401, got.empty() ? "missing X-Access-Token" : "invalid X-Access-Token");
     if (path == "/process.Process/Start" || path == "/process.Process/Connect") {
       AddLog(id, "info", "exec: " + path.substr(1));
+      if (path == "/process.Process/Start") metrics_.Exec();
     }
     auto call = std::make_shared<ProxyCall>(c, ip, port);
     audit::TapRequest tr{id, "", c->method_string(), path, {}, c->Header("Authorization"), c->Header("Content-Type")};

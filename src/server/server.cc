@@ -69,6 +69,14 @@ Status Server::Init() {
   db_path_ = db;
   db_dir_ = db_dir;
   RETURN_IF_ERROR(InitAudit(db_dir));
+  admission_ = std::make_unique<Admission>(config_.admission);
+  if (!config_.otlp.endpoint.empty()) {
+    ASSIGN_OR_RETURN(otlp_, audit::OtlpExporter::Start(config_.otlp));
+  }
+  audit_->SetObserver([this](const nlohmann::json& r) {
+    metrics_.AuditRecord();
+    if (otlp_) otlp_->Enqueue(r);
+  });
   // Sandboxes of a previous daemon: adopt the live ones, forget the rest.
   ASSIGN_OR_RETURN(auto records, registry_->ListSandboxes());
   std::vector<AdoptRequest> adopt;
@@ -91,6 +99,7 @@ Status Server::Init() {
       if (::stat(img->rootfs.c_str(), &st) == 0) e.disk_mib = static_cast<int>(st.st_size >> 20);
     }
     e.logs.push_back({NowUnixMs(), "info", "sandbox adopted by a restarted daemon"});
+    admission_->Adopt(r.id, "", r.memory_mib);
     sandboxes_[r.id] = std::move(e);
   }
   RETURN_IF_ERROR(InitSecrets());
@@ -123,6 +132,8 @@ Status Server::Init() {
   });
   reaper_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleReaper();
+  admission_timer_ = std::make_unique<asio::steady_timer>(io_);
+  ScheduleAdmissionTick();
   LOG_WARN("airlock serve listening on {} (port {}), {} sandbox(es) adopted", config_.listen, port(),
            sandboxes_.size());
   return OkStatus();
@@ -146,6 +157,7 @@ void Server::Stop() {
   asio::post(io_, [this] {
     if (listener_) listener_->Stop();
     if (reaper_) reaper_->cancel();
+    if (admission_timer_) admission_timer_->cancel();
     if (signals_) signals_->cancel();
     io_.stop();
   });
@@ -182,6 +194,9 @@ void Server::Reap() {
     std::lock_guard<std::mutex> l(mu_);
     for (auto& [id, e] : sandboxes_) {
       if (e.rec.ends_at_ms <= now) expired.push_back(id);
+      else if (config_.max_lifetime_s > 0 && now >= e.rec.created_at_ms + int64_t{config_.max_lifetime_s} * 1000) {
+        expired.push_back(id);
+      }
     }
   }
   for (auto& id : expired) DestroyAsync(id, "TTL expired");
@@ -199,6 +214,7 @@ void Server::DestroyAsync(const std::string& id, const std::string& why) {
     Status st = manager_->Destroy(id);
     if (!st.ok() && st.code() != StatusCode::kNotFound) LOG_WARN("sandbox={} destroy: {}", id, st.message());
     (void)registry_->DeleteSandbox(id);
+    SandboxReleased(id);
   });
 }
 

@@ -25,13 +25,16 @@
 #include <string>
 
 #include "audit/audit_log.h"
+#include "audit/otlp_exporter.h"
 #include "common/status.h"
 #include "core/manager.h"
 #include "core/registry.h"
 #include "secrets/broker.h"
 #include "secrets/redactor.h"
 #include "secrets/secret_store.h"
+#include "server/admission.h"
 #include "server/http_conn.h"
+#include "server/metrics.h"
 
 
 namespace airlock::server {
@@ -58,6 +61,15 @@ struct ServerConfig {
   std::chrono::milliseconds reaper_interval{1000};
   // The audit trail (docs/audit.md); empty: <db dir>/audit.
   std::string audit_dir;
+  // OTLP/HTTP JSON log export of audit records; endpoint empty: off.
+  audit::OtlpConfig otlp;
+  // Limits (docs/limits.md): maxima a create request may ask for
+  // (cpuCount, memoryMB, diskSizeMB; 400 above), admission, lifetime.
+  int max_vcpus = 4;
+  int max_memory_mib = 4096;
+  int max_disk_mib = 16384;
+  int max_lifetime_s = 0;  // 0: none; else sandboxes die this long after create, whatever their TTL
+  AdmissionConfig admission;
   // On a clean stop: true destroys every sandbox; false leaves the detached
   // VMMs running for the next daemon to adopt.
   bool kill_on_exit = false;
@@ -93,6 +105,8 @@ class Server {
   // Appends to the audit trail (thread-safe; failures are logged).
   void Audit(nlohmann::json record);
   audit::AuditSink AuditSinkFn();
+  // Counters the network code bumps (egress decisions and bytes).
+  DaemonMetrics& daemon_metrics() { return metrics_; }
   // The brokered-secret table the egress proxy queries (docs/secrets.md).
   std::shared_ptr<secrets::Broker> broker() { return broker_; }
   Manager& manager() { return *manager_; }
@@ -133,6 +147,16 @@ class Server {
   void SandboxAudit(std::shared_ptr<HttpConn> c, const std::string& id);
   void AuditAuthFailure(const std::shared_ptr<HttpConn>& c);  // rate-limited (10/s)
 
+  // limits and metrics (limits_hooks.cc)
+  Status ApplyResourceRequest(const nlohmann::json& body, CreateOptions* opts, int template_disk_mib) const;
+  // Runs `work(ticket)` on a worker once admitted; else answers 429/503 itself.
+  void Admit(std::shared_ptr<HttpConn> c, const std::string& key_id, int memory_mib,
+             std::function<void(uint64_t)> work);
+  void AdmissionDone(uint64_t ticket, const std::string& sandbox_id, double seconds);
+  void SandboxReleased(const std::string& sandbox_id);
+  void ScheduleAdmissionTick();
+  void ServeMetrics(std::shared_ptr<HttpConn> c);
+
   // secrets (secrets_hooks.cc)
   Status InitSecrets();
   Status RefreshRedactor();
@@ -157,6 +181,10 @@ class Server {
   // Declared before io_: pending handlers destroyed with io_ still audit.
   std::shared_ptr<secrets::Redactor> redactor_;
   std::shared_ptr<audit::AuditLog> audit_;
+  std::unique_ptr<audit::OtlpExporter> otlp_;
+  DaemonMetrics metrics_;
+  std::unique_ptr<Admission> admission_;
+  std::unique_ptr<asio::steady_timer> admission_timer_;
   std::shared_ptr<secrets::Broker> broker_;
   std::mutex secrets_mu_;
   std::unique_ptr<secrets::SecretStore> secret_store_;
