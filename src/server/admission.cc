@@ -47,9 +47,13 @@ std::string Admission::MemoryProblem(int memory_mib) const {
   return m.str();
 }
 
-int Admission::RetryAfter() const {
-  double rate = config_.creates_per_second_per_key > 0 ? config_.creates_per_second_per_key : 1.0;
-  return std::clamp(static_cast<int>(std::ceil(1.0 / rate)), 1, 30);
+int Admission::RetryAfter(size_t waiting) const {
+  // When a slot is likely: the creates ahead, through the boots allowed in
+  // parallel, at the recent average create time; never sooner than the rate.
+  double slots = config_.max_creates_in_flight > 0 ? config_.max_creates_in_flight : 4;
+  double s = static_cast<double>(waiting + 1) * avg_create_s_ / slots;
+  if (config_.creates_per_second_per_key > 0) s = std::max(s, 1.0 / config_.creates_per_second_per_key);
+  return std::clamp(static_cast<int>(std::ceil(s)), 1, 60);
 }
 
 void Admission::Request(const std::string& key, int memory_mib, Clock::time_point now, Callback cb) {
@@ -65,7 +69,7 @@ void Admission::Request(const std::string& key, int memory_mib, Clock::time_poin
     } else if (queues_[key].size() >= config_.max_queue_per_key) {
       ++counters_.rejected_rate;
       d.http_status = 429;
-      d.retry_after_s = RetryAfter();
+      d.retry_after_s = RetryAfter(queues_[key].size());
       d.message = "too many creates waiting for this API key (" + std::to_string(config_.max_queue_per_key) +
                   "); retry after " + std::to_string(d.retry_after_s) + " s";
       out.push_back({std::move(cb), d});
@@ -101,7 +105,7 @@ std::optional<Admission::Clock::time_point> Admission::PumpLocked(
       ++counters_.queue_timeouts;
       AdmissionDecision d;
       d.http_status = 429;
-      d.retry_after_s = RetryAfter();
+      d.retry_after_s = RetryAfter(q.size() - 1);
       d.message = "sandbox limits reached and no slot freed within " +
                   std::to_string(config_.queue_timeout.count() / 1000) + " s; retry after " +
                   std::to_string(d.retry_after_s) + " s";
@@ -151,7 +155,7 @@ std::optional<Admission::Clock::time_point> Admission::PumpLocked(
       } else {
         if (config_.creates_per_second > 0) global_.tokens -= 1.0;
         if (config_.creates_per_second_per_key > 0) kb.tokens -= 1.0;
-        in_flight_[w.ticket] = {key, w.memory_mib};
+        in_flight_[w.ticket] = {key, w.memory_mib, now};
         ++per_key_[key];
         committed_mib_ += w.memory_mib;
         ++counters_.granted;
@@ -180,6 +184,10 @@ void Admission::CreateDone(uint64_t ticket, const std::string& sandbox_id, Clock
     Holder h = it->second;
     in_flight_.erase(it);
     if (!sandbox_id.empty()) {
+      double took = std::chrono::duration<double>(now - h.granted_at).count();
+      if (took > 0) avg_create_s_ = 0.7 * avg_create_s_ + 0.3 * took;
+    }
+    if (!sandbox_id.empty()) {
       live_[sandbox_id] = h;
     } else {
       --per_key_[h.key];
@@ -204,7 +212,7 @@ void Admission::SandboxGone(const std::string& sandbox_id, Clock::time_point now
 void Admission::Adopt(const std::string& sandbox_id, const std::string& key, int memory_mib) {
   std::lock_guard<std::mutex> l(mu_);
   if (live_.count(sandbox_id)) return;
-  live_[sandbox_id] = {key, memory_mib};
+  live_[sandbox_id] = {key, memory_mib, {}};
   ++per_key_[key];
   committed_mib_ += memory_mib;
 }

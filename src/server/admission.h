@@ -5,7 +5,8 @@
 // A create that does not fit waits in a bounded queue, one FIFO per API key
 // served round-robin (a key with a burst cannot starve another key). It is
 // answered when it fits (granted), or after `queue_timeout` with 429 and a
-// Retry-After (the E2B SDK retries those), or at once with 429 when the
+// Retry-After (the E2B SDK retries those; the value estimates when a slot
+// frees: waiting creates × average create time / creates in flight), or at once with 429 when the
 // key's queue is full. A create whose memory would take the host's committed
 // memory above ratio × physical memory is refused at once with 503 and a
 // message giving the numbers (waiting would not make a long-lived sandbox go
@@ -90,12 +91,13 @@ class Admission {
   struct Holder {
     std::string key;
     int memory_mib = 0;
+    Clock::time_point granted_at{};
   };
   void Refill(Bucket& b, double rate, double burst, Clock::time_point now) const;
   std::string MemoryProblem(int memory_mib) const;  // "" when it fits
   std::optional<Clock::time_point> PumpLocked(Clock::time_point now,
                                               std::vector<std::pair<Callback, AdmissionDecision>>* out);
-  int RetryAfter() const;
+  int RetryAfter(size_t waiting) const;  // seconds, 1..60
 
   AdmissionConfig config_;
   int64_t host_memory_mib_ = 0;
@@ -110,6 +112,7 @@ class Admission {
   std::map<std::string, Holder> live_;        // sandbox id → holder
   std::map<std::string, int> per_key_;        // live + in flight
   int64_t committed_mib_ = 0;
+  double avg_create_s_ = 5.0;  // EWMA of create times
   AdmissionStats counters_;
 };
 
