@@ -190,7 +190,17 @@ void DataPlaneTap::OnMessage(const std::string& payload) {
   const json& ev = j["event"];
   if (auto s = ev.find("start"); s != ev.end() && s->is_object() && s->contains("pid")) {
     auto pid = envd::Int64FromJson((*s)["pid"]);
-    if (pid.ok()) pid_ = *pid;
+    if (pid.ok() && !pid_) {
+      pid_ = *pid;
+      // The start is recorded at once: a process that never ends is audited too.
+      ParseStartRequest();
+      json r = {{"action", "exec.start"}, {"sandbox", req_.sandbox}, {"pid", *pid_}, {"started_at_ms", started_ms_}};
+      std::string user = BasicUser(req_.authorization);
+      r["user"] = user.empty() ? json("default") : json(user);
+      r.update(exec_fields_);
+      if (!req_.api_key_id.empty()) r["api_key_id"] = req_.api_key_id;
+      sink_(r);
+    }
   }
   if (auto d = ev.find("data"); d != ev.end() && d->is_object()) {
     for (const char* stream : {"stdout", "stderr", "pty"}) {
@@ -205,6 +215,8 @@ void DataPlaneTap::OnMessage(const std::string& payload) {
 }
 
 void DataPlaneTap::ParseStartRequest() {
+  if (start_parsed_) return;
+  start_parsed_ = true;
   // The Start request is one Connect envelope holding the JSON message.
   envd::EnvelopeDecoder dec(kMaxStartRequest);
   json body;
@@ -217,7 +229,7 @@ void DataPlaneTap::ParseStartRequest() {
     return;
   }
   const json& p = body["process"];
-  json rec;
+  json& rec = exec_fields_;
   if (p.contains("cmd") && p["cmd"].is_string()) rec["cmd"] = p["cmd"];
   if (p.contains("args") && p["args"].is_array()) rec["args"] = p["args"];
   if (p.contains("cwd") && p["cwd"].is_string()) rec["cwd"] = p["cwd"];
@@ -226,7 +238,6 @@ void DataPlaneTap::ParseStartRequest() {
     for (auto& [k, v] : p["envs"].items()) names.push_back(k);
   }
   rec["env_names"] = names;
-  for (auto& [k, v] : rec.items()) parts_.push_back({{k, v}});  // staged, merged in Finish
 }
 
 void DataPlaneTap::Finish(const std::string& error) {
@@ -239,7 +250,7 @@ void DataPlaneTap::Finish(const std::string& error) {
     std::string user = BasicUser(req_.authorization);
     r["user"] = user.empty() ? json("default") : json(user);
     ParseStartRequest();
-    for (auto& p : parts_) r.update(p);
+    r.update(exec_fields_);
     if (pid_) r["pid"] = *pid_;
     r["stdout_bytes"] = out_hash_.bytes();
     r["stdout_sha256"] = out_hash_.HexDigest();

@@ -4,7 +4,8 @@
 // of the request body of a process start (≤ kMaxStartRequest).
 //
 // What it records (docs/audit.md):
-//   POST /process.Process/Start  action "exec": cmd, args, cwd, user, env
+//   POST /process.Process/Start  action "exec.start" when the agent reports
+//       the pid (cmd, args, cwd, user, env names, pid), then action "exec": cmd, args, cwd, user, env
 //       var NAMES (never values), pid, started_at/ended_at, exit_code or
 //       signal, status text, stdout/stderr byte counts and SHA-256 of the
 //       decoded output, outcome ("ended" | "stream closed before the end").
@@ -107,6 +108,8 @@ class DataPlaneTap {
   // exec
   std::string start_body_;
   bool start_truncated_ = false;
+  bool start_parsed_ = false;
+  nlohmann::json exec_fields_ = nlohmann::json::object();  // cmd, args, cwd, env_names
   envd::EnvelopeDecoder response_frames_{envd::kDefaultMaxMessageBytes};
   Sha256Stream out_hash_, err_hash_;
   std::optional<int64_t> pid_;

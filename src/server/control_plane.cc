@@ -195,7 +195,8 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
     auto meta = std::move(metadata).value();
     json secrets_spec = body.contains("secrets") ? body["secrets"] : json();
     if (auto parsed = ParseSecretsSpec(secrets_spec); !parsed.ok()) return c->RespondError(400, parsed.status().message());
-    std::string key_id = registry_->ApiKeyId(c->Header("X-API-Key")).ok() ? *registry_->ApiKeyId(c->Header("X-API-Key")) : "";
+    auto kid = registry_->ApiKeyId(c->Header("X-API-Key"));
+    std::string key_id = kid.ok() ? *kid : "";
     Admit(c, key_id, opts.memory_mib, [this, c, opts, ttl, meta, secrets_spec, key_id](uint64_t ticket) {
       auto t0 = std::chrono::steady_clock::now();
       CreateOptions run_opts = opts;  // + secret env vars, never persisted

@@ -256,8 +256,12 @@ TEST(DataPlaneTap, ExecRecordHasCommandEnvNamesOutputHashesAndExit) {
   std::string framed = Chunked(stream);
   for (size_t i = 0; i < framed.size(); i += 5) tap->OnResponseBytes(framed.substr(i, 5));
   tap->Finish();
-  ASSERT_EQ(got.size(), 1u);
-  json r = got[0];
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0]["action"], "exec.start");
+  EXPECT_EQ(got[0]["pid"], 42);
+  EXPECT_EQ(got[0]["cmd"], "/bin/bash");
+  EXPECT_EQ(got[0]["env_names"], json({"SECRET_NAME"}));
+  json r = got[1];
   EXPECT_EQ(r["action"], "exec");
   EXPECT_EQ(r["sandbox"], "sb1");
   EXPECT_EQ(r["cmd"], "/bin/bash");
