@@ -58,6 +58,19 @@ void Broker::Register(const std::string& sandbox, std::vector<BrokeredSecret> se
 void Broker::Forget(const std::string& sandbox) {
   std::unique_lock<std::shared_mutex> l(mu_);
   by_sandbox_.erase(sandbox);
+  cas_.erase(sandbox);
+}
+
+void Broker::SetCa(const std::string& sandbox, std::shared_ptr<SandboxCa> ca) {
+  std::unique_lock<std::shared_mutex> l(mu_);
+  if (ca) cas_[sandbox] = std::move(ca);
+  else cas_.erase(sandbox);
+}
+
+std::shared_ptr<SandboxCa> Broker::CaFor(const std::string& sandbox) const {
+  std::shared_lock<std::shared_mutex> l(mu_);
+  auto it = cas_.find(sandbox);
+  return it == cas_.end() ? nullptr : it->second;
 }
 
 size_t Broker::size(const std::string& sandbox) const {

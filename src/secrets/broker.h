@@ -11,12 +11,15 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace airlock::secrets {
+
+class SandboxCa;
 
 struct BrokeredSecret {
   std::string name;
@@ -28,7 +31,10 @@ struct BrokeredSecret {
 class Broker {
  public:
   void Register(const std::string& sandbox, std::vector<BrokeredSecret> secrets);
-  void Forget(const std::string& sandbox);
+  void Forget(const std::string& sandbox);  // also drops its CA
+  // The sandbox's CA (TLS interception for its brokered hosts); null if none.
+  void SetCa(const std::string& sandbox, std::shared_ptr<SandboxCa> ca);
+  std::shared_ptr<SandboxCa> CaFor(const std::string& sandbox) const;
   // Does any secret of `sandbox` go to `host`? (the proxy intercepts TLS
   // for exactly these hosts).
   bool Intercepts(const std::string& sandbox, const std::string& host) const;
@@ -47,6 +53,7 @@ class Broker {
  private:
   mutable std::shared_mutex mu_;
   std::map<std::string, std::vector<BrokeredSecret>> by_sandbox_;
+  std::map<std::string, std::shared_ptr<SandboxCa>> cas_;
 };
 
 }  // namespace airlock::secrets

@@ -214,6 +214,11 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
         AdmissionDone(ticket, "", 0);
         return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
       }
+      if (Status ca = InstallSandboxCa(**sb, &attached.value()); !ca.ok()) {
+        (void)manager_->Destroy((*sb)->id());
+        AdmissionDone(ticket, "", 0);
+        return asio::post(c->executor(), [c, ca] { c->RespondError(500, ca.message()); });
+      }
       SandboxRecord r;
       r.id = (*sb)->id();
       r.template_id = opts.template_name;

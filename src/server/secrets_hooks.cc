@@ -18,6 +18,8 @@ namespace airlock::server {
 using nlohmann::json;
 
 namespace {
+constexpr const char* kSandboxCaPath = "/usr/local/share/ca-certificates/airlock-sandbox.crt";
+constexpr const char* kSystemBundle = "/etc/ssl/certs/ca-certificates.crt";
 constexpr size_t kMaxSecretsPerSandbox = 64;
 constexpr size_t kMaxHostsPerSecret = 32;
 }  // namespace
@@ -143,7 +145,33 @@ StatusOr<SecretAttachment> Server::AttachSecrets(const json& spec, CreateOptions
       att.brokered.push_back({b.name, b.placeholder, *v, b.hosts});
     }
   }
+  if (!att.brokered.empty()) {
+    // Runtimes that ignore the system bundle (Node, requests' certifi) are pointed at it.
+    for (auto [k, v] : {std::pair{"NODE_EXTRA_CA_CERTS", kSandboxCaPath}, {"REQUESTS_CA_BUNDLE", kSystemBundle},
+                        {"SSL_CERT_FILE", kSystemBundle}}) {
+      opts->env_vars.emplace(k, v);
+    }
+  }
   return att;
+}
+
+Status Server::InstallSandboxCa(const Sandbox& sb, SecretAttachment* att) {
+  if (att->brokered.empty()) return OkStatus();
+  std::vector<std::string> hosts;
+  for (const auto& b : att->brokered) hosts.insert(hosts.end(), b.hosts.begin(), b.hosts.end());
+  int64_t life_s = config_.max_lifetime_s > 0 ? config_.max_lifetime_s : config_.max_timeout_s;
+  ASSIGN_OR_RETURN(att->ca, secrets::SandboxCa::Generate(sb.id(), hosts, std::chrono::seconds(life_s + 86400)));
+  ExecRequest req;
+  req.cmd = "/bin/sh";
+  req.args = {"-c", std::string("set -e; umask 022; mkdir -p /usr/local/share/ca-certificates; "
+                                "printf '%s' \"$AIRLOCK_CA_PEM\" > ") + kSandboxCaPath +
+                        "; cat " + kSandboxCaPath + " >> " + kSystemBundle};
+  req.envs = {{"AIRLOCK_CA_PEM", att->ca->cert_pem()}};
+  req.user = "root";
+  req.timeout = std::chrono::seconds(30);
+  ASSIGN_OR_RETURN(auto res, sb.agent().Exec(req, {}));
+  if (res.ShellCode() != 0) return Internal("installing the sandbox CA in the guest: " + res.status);
+  return OkStatus();
 }
 
 void Server::CommitSecrets(const std::string& id, SecretAttachment att, const std::string& key_id) {
@@ -153,6 +181,7 @@ void Server::CommitSecrets(const std::string& id, SecretAttachment att, const st
     if (Status st = (*store)->PutBindings(att.bindings); !st.ok()) LOG_WARN("sandbox={} secrets: {}", id, st.message());
   }
   broker_->Register(id, std::move(att.brokered));
+  broker_->SetCa(id, att.ca);
   for (const auto& b : att.bindings) {
     json r = {{"action", "secret.attach"},         {"sandbox", id},
               {"name", b.name},                     {"scope", std::string(secrets::ScopeName(b.scope))},

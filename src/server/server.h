@@ -31,6 +31,7 @@
 #include "core/registry.h"
 #include "secrets/broker.h"
 #include "secrets/redactor.h"
+#include "secrets/sandbox_ca.h"
 #include "secrets/secret_store.h"
 #include "server/admission.h"
 #include "server/http_conn.h"
@@ -86,6 +87,7 @@ struct LogEvent {
 struct SecretAttachment {
   std::vector<secrets::Binding> bindings;
   std::vector<secrets::BrokeredSecret> brokered;
+  std::shared_ptr<secrets::SandboxCa> ca;  // when anything is brokered
 };
 // Parses the create request's "secrets" object (docs/secrets.md).
 StatusOr<std::vector<secrets::Binding>> ParseSecretsSpec(const nlohmann::json& spec);
@@ -165,6 +167,9 @@ class Server {
   // for scope env, a placeholder for brokered). Errors: invalid_argument.
   StatusOr<SecretAttachment> AttachSecrets(const nlohmann::json& spec, CreateOptions* opts);
   void CommitSecrets(const std::string& id, SecretAttachment att, const std::string& key_id);
+  // Writes the sandbox CA's certificate into the guest's trust store (root).
+  // Generates the sandbox's CA (when a secret is brokered) into att->ca.
+  Status InstallSandboxCa(const Sandbox& sb, SecretAttachment* att);
   void ForgetSecrets(const std::string& id);
 
   // data plane (proxy.cc)

@@ -113,6 +113,20 @@ TEST(AuditSecretsTest, CanariesNeverLeakAndEveryCallIsAudited) {
   }
   EXPECT_EQ(e->out.find(broker_canary), std::string::npos);
 
+  // The sandbox CA (certificate only) is trusted by the guest's runtimes.
+  auto ca = d.Run(id, token,
+                  "openssl x509 -in /usr/local/share/ca-certificates/airlock-sandbox.crt -noout -subject; "
+                  "grep -c \"$(sed -n 2p /usr/local/share/ca-certificates/airlock-sandbox.crt)\" "
+                  "/etc/ssl/certs/ca-certificates.crt; echo \"$NODE_EXTRA_CA_CERTS\"; "
+                  "grep -rl 'PRIVATE KEY' /usr/local/share/ca-certificates /etc/ssl/certs || echo no-key; "
+                  "python3 -c \"import ssl; print(any('airlock sandbox' in str(c) for c in "
+                  "ssl.create_default_context().get_ca_certs()))\"");
+  ASSERT_TRUE(ca.ok()) << ca.status().ToString();
+  EXPECT_NE(ca->out.find("airlock sandbox " + id), std::string::npos) << ca->out << ca->err;
+  EXPECT_NE(ca->out.find("\n1\n/usr/local/share/ca-certificates/airlock-sandbox.crt\nno-key\nTrue\n"),
+            std::string::npos)
+      << ca->out << ca->err;
+
   // The brokered value is nowhere in the guest; the env one is (positive control).
   std::string script = "python3 - " + XorHex(broker_canary) + " <<'EOF'\n" + kScanner + "EOF\n";
   auto scan = d.Run(id, token, script, 0, "root");

@@ -168,3 +168,68 @@ TEST(Broker, SubstitutesOnlyForListedHosts) {
 
 }  // namespace
 }  // namespace airlock::secrets
+
+// ---- per-sandbox CA ----
+#include <openssl/pem.h>
+#include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
+
+#include "secrets/sandbox_ca.h"
+
+namespace airlock::secrets {
+namespace {
+
+X509* ParsePem(const std::string& pem) {
+  BIO* b = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  X509* x = PEM_read_bio_X509(b, nullptr, nullptr, nullptr);
+  BIO_free(b);
+  return x;
+}
+
+// Verifies `leaf` against `ca` alone for `host` (chain, name constraints, hostname).
+bool Verifies(const std::string& ca_pem, const std::string& leaf_pem, const std::string& host) {
+  X509* ca = ParsePem(ca_pem);
+  X509* leaf = ParsePem(leaf_pem);
+  X509_STORE* store = X509_STORE_new();
+  X509_STORE_add_cert(store, ca);
+  X509_STORE_CTX* ctx = X509_STORE_CTX_new();
+  X509_STORE_CTX_init(ctx, store, leaf, nullptr);
+  X509_VERIFY_PARAM_set1_host(X509_STORE_CTX_get0_param(ctx), host.c_str(), host.size());
+  bool ok = X509_verify_cert(ctx) == 1;
+  X509_STORE_CTX_free(ctx);
+  X509_STORE_free(store);
+  X509_free(leaf);
+  X509_free(ca);
+  return ok;
+}
+
+TEST(SandboxCa, MintsLeavesOnlyForBrokeredHostsThatVerify) {
+  auto ca = SandboxCa::Generate("sb1", {"api.example.test", "*.corp.test"}, std::chrono::hours(24));
+  ASSERT_TRUE(ca.ok()) << ca.status().ToString();
+  EXPECT_EQ((*ca)->cert_pem().find("PRIVATE KEY"), std::string::npos);
+  X509* x = ParsePem((*ca)->cert_pem());
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(X509_check_ca(x), 1);
+  char cn[128];
+  X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, cn, sizeof cn);
+  EXPECT_STREQ(cn, "airlock sandbox sb1");
+  X509_free(x);
+
+  auto leaf = (*ca)->LeafFor("API.example.test:443");
+  ASSERT_TRUE(leaf.ok()) << leaf.status().ToString();
+  EXPECT_NE(leaf->key_pem.find("PRIVATE KEY"), std::string::npos);
+  EXPECT_TRUE(Verifies((*ca)->cert_pem(), leaf->cert_pem, "api.example.test"));
+  EXPECT_FALSE(Verifies((*ca)->cert_pem(), leaf->cert_pem, "evil.test"));
+  auto sub = (*ca)->LeafFor("x.corp.test");
+  ASSERT_TRUE(sub.ok());
+  EXPECT_TRUE(Verifies((*ca)->cert_pem(), sub->cert_pem, "x.corp.test"));
+  EXPECT_EQ((*ca)->LeafFor("api.example.test")->cert_pem, leaf->cert_pem);  // cached
+  EXPECT_EQ((*ca)->LeafFor("evil.test").status().code(), StatusCode::kPermissionDenied);
+  // Another sandbox's CA does not vouch for this one's leaves.
+  auto other = SandboxCa::Generate("sb2", {"api.example.test"}, std::chrono::hours(24));
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(Verifies((*other)->cert_pem(), leaf->cert_pem, "api.example.test"));
+}
+
+}  // namespace
+}  // namespace airlock::secrets
