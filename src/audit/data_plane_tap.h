@@ -88,6 +88,9 @@ class DataPlaneTap {
   void OnResponseHead(int status, bool chunked);
   void OnResponseBytes(std::string_view framed);  // as received from the agent
   void Finish(const std::string& error = "");
+  // An exec stream whose end has not been seen: worth reading to its end
+  // after the client left, so the record gets the exit code or signal.
+  bool WantsDrain() const { return kind_ == Kind::kExec && !finished_ && status_ == 200 && !end_; }
 
  private:
   enum class Kind { kExec, kFileWrite, kFileRead };

@@ -85,7 +85,12 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
     boost::system::error_code ec;
     auto addr = asio::ip::make_address(host_, ec);
     if (ec) return Fail(502, "sandbox address '" + host_ + "' is invalid");
-    c_->SetOnClose([self = shared_from_this()] { self->CloseUpstream(); });
+    c_->SetOnClose([self = shared_from_this()] {
+      // An exec whose client left (e.g. the SDK's timeoutMs): keep reading
+      // the agent's stream, for the audit only, until its end (≤ kDrain).
+      if (self->tap_ && self->tap_->WantsDrain()) return self->StartDrain();
+      self->CloseUpstream();
+    });
     timer_.expires_after(std::chrono::seconds(10));
     timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (!ec && !self->connected_) self->CloseUpstream();
@@ -108,6 +113,14 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
     CloseUpstream();
     if (!c_->response_started()) c_->RespondError(status, msg);
     else c_->Abort();
+  }
+
+  void StartDrain() {
+    draining_ = true;
+    timer_.expires_after(std::chrono::seconds(10));
+    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec) self->CloseUpstream();
+    });
   }
 
   void CloseUpstream() {
@@ -224,8 +237,8 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
 
   // upstream body bytes (already framed) → client, flushed as they come.
   void PumpResponse() {
-    if (c_->closed()) return CloseUpstream();
-    if (c_->pending_bytes() >= HttpConn::kLowWatermark) {
+    if (c_->closed() && !draining_) return CloseUpstream();
+    if (!draining_ && c_->pending_bytes() >= HttpConn::kLowWatermark) {
       c_->SetOnDrain([self = shared_from_this()] {
         self->c_->SetOnDrain(nullptr);
         asio::post(self->c_->executor(), [self] { self->PumpResponse(); });
@@ -234,7 +247,7 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
     }
     up_.async_read_some(asio::buffer(chunk_), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
       if (n > 0 && self->tap_) self->tap_->OnResponseBytes(std::string_view(self->chunk_.data(), n));
-      if (n > 0) self->c_->SendRaw(std::string(self->chunk_.data(), n));
+      if (n > 0 && !self->draining_) self->c_->SendRaw(std::string(self->chunk_.data(), n));
       if (ec == asio::error::eof) {
         if (self->tap_) self->tap_->Finish();
         self->CloseUpstream();
@@ -262,6 +275,7 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
   std::optional<http::response_parser<http::empty_body>> parser_;
   std::vector<char> chunk_;
   std::unique_ptr<audit::DataPlaneTap> tap_;
+  bool draining_ = false;
 };
 
 }  // namespace
