@@ -241,13 +241,13 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
         if (::stat(img->rootfs.c_str(), &st) == 0) disk_mib = static_cast<int>(st.st_size >> 20);
       }
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      AdmissionDone(ticket, r.id, ms / 1000.0);  // before a kill can see it
       {
         std::lock_guard<std::mutex> l(mu_);
         Entry e{r, *sb, disk_mib, {}};
         e.logs.push_back({r.created_at_ms, "info", "sandbox created in " + std::to_string(static_cast<int>(ms)) + " ms"});
         sandboxes_[r.id] = std::move(e);
       }
-      AdmissionDone(ticket, r.id, ms / 1000.0);
       LOG_INFO("sandbox={} created total_ms={:.0f} ttl_s={}", r.id, ms, ttl);
       Audit({{"action", "sandbox.created"}, {"sandbox", r.id}, {"template", r.template_id}, {"vcpus", r.vcpus},
              {"memory_mib", r.memory_mib}, {"ttl_s", ttl}, {"create_ms", static_cast<int64_t>(ms)}});
@@ -330,8 +330,8 @@ void Server::KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
     sandboxes_.erase(id);
   }
   LOG_INFO("sandbox={} kill requested", id);
-  ForgetSecrets(id);
   asio::post(*workers_, [this, c, id] {
+    ForgetSecrets(id);
     Status st = manager_->Destroy(id);
     (void)registry_->DeleteSandbox(id);
     SandboxReleased(id);

@@ -209,8 +209,8 @@ void Server::DestroyAsync(const std::string& id, const std::string& why) {
   }
   LOG_INFO("sandbox={} destroying: {}", id, why);
   Audit({{"action", "sandbox.destroy"}, {"sandbox", id}, {"reason", why}});
-  ForgetSecrets(id);
   asio::post(*workers_, [this, id] {
+    ForgetSecrets(id);
     Status st = manager_->Destroy(id);
     if (!st.ok() && st.code() != StatusCode::kNotFound) LOG_WARN("sandbox={} destroy: {}", id, st.message());
     (void)registry_->DeleteSandbox(id);
