@@ -96,6 +96,12 @@ std::string Sha256Hex(std::string_view data) {
   return out;
 }
 
+std::string StringField(const json& j, const char* key, const std::string& fallback) {
+  if (!j.is_object()) return fallback;
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
 std::string Canonical(const json& record) { return record.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 std::string RecordHash(const json& record_without_hash) { return Sha256Hex(Canonical(record_without_hash)); }
@@ -276,9 +282,9 @@ StatusOr<VerifyReport> Verify(const std::string& dir) {
       if (j.contains("ts") && j["ts"].is_string() && j["ts"].get<std::string>().substr(0, 10) != name.substr(0, 10)) {
         problem("record seq " + std::to_string(seq) + " is dated " + j["ts"].get<std::string>() + " but sits in " + name);
       }
-      if (j.value("action", "") == "audit.torn_tail") {
+      if (StringField(j, "action") == "audit.torn_tail") {
         rep.notes.push_back(name + ":" + std::to_string(line_no) + ": the daemon recovered a torn record of " +
-                            j.value("file", "?") + " (moved to " + j.value("moved_to", "?") + ")");
+                            StringField(j, "file", "?") + " (moved to " + StringField(j, "moved_to", "?") + ")");
       }
       expected_prev = hash;
       expected_seq = seq + 1;
@@ -326,8 +332,8 @@ StatusOr<std::vector<json>> Query(const std::string& dir, const QueryFilter& fil
       json j = json::parse(std::string_view(data).substr(pos, nl - pos), nullptr, false);
       pos = nl + 1;
       if (!j.is_object()) continue;
-      if (!filter.sandbox.empty() && j.value("sandbox", "") != filter.sandbox) continue;
-      if (!since_ts.empty() && j.value("ts", "") < since_ts) continue;
+      if (!filter.sandbox.empty() && StringField(j, "sandbox") != filter.sandbox) continue;
+      if (!since_ts.empty() && StringField(j, "ts") < since_ts) continue;
       out.push_back(std::move(j));
       if (out.size() > filter.limit) out.pop_front();
     }

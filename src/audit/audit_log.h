@@ -82,6 +82,10 @@ class AuditLog {
   int64_t last_sync_ms_ = 0;
 };
 
+// j[key] when it is a string, else `fallback` (never throws: records and
+// streams are untrusted input).
+std::string StringField(const nlohmann::json& j, const char* key, const std::string& fallback = "");
+
 // The canonical serialisation (see above) and the record hash.
 std::string Canonical(const nlohmann::json& record);
 std::string RecordHash(const nlohmann::json& record_without_hash);

@@ -137,6 +137,14 @@ DataPlaneTap::DataPlaneTap(Kind kind, TapRequest req, AuditSink sink)
 DataPlaneTap::~DataPlaneTap() { Finish("the exchange was abandoned"); }
 
 void DataPlaneTap::OnRequestBody(std::string_view d) {
+  try {
+    OnRequestBodyImpl(d);
+  } catch (const std::exception& e) {  // never let hostile bytes unwind the proxy
+    if (errors_.empty()) errors_ = std::string("request body: ") + e.what();
+  }
+}
+
+void DataPlaneTap::OnRequestBodyImpl(std::string_view d) {
   if (kind_ == Kind::kExec) {
     size_t room = kMaxStartRequest - std::min(kMaxStartRequest, start_body_.size());
     if (d.size() > room) start_truncated_ = true;
@@ -156,6 +164,14 @@ void DataPlaneTap::OnResponseHead(int status, bool chunked) {
 }
 
 void DataPlaneTap::OnResponseBytes(std::string_view framed) {
+  try {
+    OnResponseBytesImpl(framed);
+  } catch (const std::exception& e) {
+    if (errors_.empty()) errors_ = std::string("response: ") + e.what();
+  }
+}
+
+void DataPlaneTap::OnResponseBytesImpl(std::string_view framed) {
   if (!chunked_) return OnResponsePayload(framed);
   std::string out;
   Status st = dechunk_.Feed(framed, &out);
@@ -243,6 +259,14 @@ void DataPlaneTap::ParseStartRequest() {
 void DataPlaneTap::Finish(const std::string& error) {
   if (finished_) return;
   finished_ = true;
+  try {
+    FinishImpl(error);
+  } catch (const std::exception& e) {
+    sink_({{"action", "audit.tap_error"}, {"sandbox", req_.sandbox}, {"path", req_.path}, {"error", e.what()}});
+  }
+}
+
+void DataPlaneTap::FinishImpl(const std::string& error) {
   json r = {{"sandbox", req_.sandbox}, {"started_at_ms", started_ms_}, {"ended_at_ms", NowMs()}, {"status", status_}};
   if (!req_.api_key_id.empty()) r["api_key_id"] = req_.api_key_id;
   if (kind_ == Kind::kExec) {
@@ -263,7 +287,7 @@ void DataPlaneTap::Finish(const std::string& error) {
         auto c = envd::Int64FromJson(e["exitCode"]);
         if (c.ok()) code = *c;
       }
-      bool exited = e.value("exited", false);
+      bool exited = e.contains("exited") && e["exited"].is_boolean() && e["exited"].get<bool>();
       std::string status = e.contains("status") && e["status"].is_string() ? e["status"].get<std::string>() : "";
       r["exit_status"] = status;
       if (exited || status.rfind("exit status", 0) == 0) {

@@ -95,6 +95,9 @@ class DataPlaneTap {
  private:
   enum class Kind { kExec, kFileWrite, kFileRead };
   DataPlaneTap(Kind kind, TapRequest req, AuditSink sink);
+  void OnRequestBodyImpl(std::string_view decoded);
+  void OnResponseBytesImpl(std::string_view framed);
+  void FinishImpl(const std::string& error);
   void OnResponsePayload(std::string_view data);
   void OnMessage(const std::string& payload);
   void ParseStartRequest();

@@ -78,7 +78,7 @@ json OtlpExporter::Body(const std::vector<json>& records) {
         ns = ts->seconds * 1000000000 + ts->nanos;
       }
     }
-    json attrs = json::array({Str("airlock.action", r.value("action", ""))});
+    json attrs = json::array({Str("airlock.action", StringField(r, "action"))});
     if (r.contains("sandbox") && r["sandbox"].is_string()) attrs.push_back(Str("airlock.sandbox_id", r["sandbox"]));
     if (r.contains("seq")) attrs.push_back({{"key", "airlock.seq"}, {"value", {{"intValue", r["seq"].dump()}}}});
     if (r.contains("hash") && r["hash"].is_string()) attrs.push_back(Str("airlock.hash", r["hash"]));
