@@ -10,9 +10,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <cstring>
+#include <fstream>
+#include <map>
+#include <vector>
 
 #include "agent/log.h"
 #include "common/fd.h"
@@ -20,6 +25,39 @@
 
 namespace airlock::agent {
 namespace {
+
+// Live descendants of `root`, from the ppid of every /proc/<pid>/stat (a
+// child that called setsid() is still found while its parent lives).
+std::vector<pid_t> Descendants(pid_t root) {
+  std::multimap<pid_t, pid_t> children;
+  if (DIR* d = opendir("/proc")) {
+    while (dirent* e = readdir(d)) {
+      char* end = nullptr;
+      long pid = std::strtol(e->d_name, &end, 10);
+      if (*end != '\0' || pid <= 0) continue;
+      std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
+      std::string stat;
+      std::getline(f, stat);
+      size_t rp = stat.rfind(')');
+      if (rp == std::string::npos || rp + 4 >= stat.size()) continue;
+      long ppid = std::strtol(stat.c_str() + rp + 4, nullptr, 10);  // ") S ppid"
+      children.emplace(static_cast<pid_t>(ppid), static_cast<pid_t>(pid));
+    }
+    closedir(d);
+  }
+  std::vector<pid_t> out, todo = {root};
+  while (!todo.empty() && out.size() < 100000) {
+    pid_t p = todo.back();
+    todo.pop_back();
+    auto [a, b] = children.equal_range(p);
+    for (auto it = a; it != b; ++it) {
+      out.push_back(it->second);
+      todo.push_back(it->second);
+    }
+  }
+  return out;
+}
+
 
 constexpr size_t kMaxInputQueue = 16 << 20;
 constexpr auto kExitGrace = std::chrono::milliseconds(1000);
@@ -127,8 +165,8 @@ void Process::Attach(int out_fd, int err_fd, int pty_fd, int in_fd) {
     deadline_.expires_after(*req_.timeout);
     deadline_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (ec || self->wait_status_) return;
-      LogInfo("process %d: deadline reached, killing its group", self->pid_);
-      (void)self->Signal(SIGKILL);
+      LogInfo("process %d: deadline reached, killing its process tree", self->pid_);
+      self->KillTree();
     });
   }
   for (auto& p : pipes_) StartRead(p);
@@ -185,6 +223,23 @@ void Process::Unsubscribe(const ProcessSubscriber* sub) {
 
 void Process::Resume() {
   for (auto& p : pipes_) StartRead(p);
+}
+
+void Process::KillTree() {
+  if (wait_status_) return;
+  // A few rounds: a tree that forks while we walk it is caught next round.
+  for (int round = 0; round < 3; ++round) {
+    auto desc = Descendants(pid_);
+    kill(-pid_, SIGSTOP);  // freeze the group so it cannot fork more
+    for (pid_t d : desc) kill(d, SIGSTOP);
+    kill(-pid_, SIGKILL);
+    kill(pid_, SIGKILL);
+    for (pid_t d : desc) {
+      kill(-d, SIGKILL);  // its own group, if it made one
+      kill(d, SIGKILL);
+    }
+    if (desc.empty()) break;
+  }
 }
 
 Status Process::Signal(int sig) {

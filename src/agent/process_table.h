@@ -74,6 +74,9 @@ class Process : public std::enable_shared_from_this<Process> {
   // Restart pipe reads paused for backpressure.
   void Resume();
 
+  // SIGKILL to the process group and every descendant found by ppid
+  // (including ones that called setsid()); used when the deadline passes.
+  void KillTree();
   // Signal the whole process group.
   Status Signal(int sig);
   // Queue bytes for stdin (or the PTY master). failed_precondition when

@@ -15,6 +15,11 @@ int CmdApiKey(const std::string& state_dir, const std::vector<std::string>& args
 // airlock sandbox ls | info ID | kill ID | exec ID -- CMD | cp SRC DST | timeout ID S
 int CmdSandbox(const std::string& state_dir, const std::vector<std::string>& args);
 
+// airlock audit [verify] [--sandbox ID] [--since T] (reads the trail on disk).
+int CmdAudit(const std::string& state_dir, const std::vector<std::string>& args);
+// airlock secret set NAME (value on stdin) | ls | rm NAME (local store, root).
+int CmdSecret(const std::string& state_dir, const std::vector<std::string>& args);
+
 // The daemon's address (--server, $AIRLOCK_SERVER, default 127.0.0.1:3000)
 // and API key ($AIRLOCK_API_KEY, else <state_dir>/cli.key).
 struct DaemonTarget {

@@ -38,6 +38,8 @@ constexpr const char* kUsage =
     "  apikey create --name N | ls | rm ID   manage API keys (printed once, stored hashed)\n"
     "  sandbox ls | info ID | kill ID | exec ID -- CMD | cp SRC DST | timeout ID S\n"
     "                                  client of a running daemon (--server, AIRLOCK_SERVER, AIRLOCK_API_KEY)\n"
+    "  audit [verify] [--sandbox ID] [--since T]   print or verify the audit trail\n"
+    "  secret set NAME | ls | rm NAME  manage secrets (value read from stdin, encrypted at rest)\n"
     "  version                         print the version\n"
     "\n"
     "Run 'airlock COMMAND --help' for a command's options.\n";
@@ -256,6 +258,8 @@ int main(int argc, char** argv) {
   }
   if (cmd == "apikey") return CmdApiKey(state_dir, rest);
   if (cmd == "sandbox") return CmdSandbox(state_dir, rest);
+  if (cmd == "audit") return CmdAudit(state_dir, rest);
+  if (cmd == "secret") return CmdSecret(state_dir, rest);
   if (cmd == "version" || cmd == "--version") {
     std::puts("airlock 0.1.0");
     return 0;

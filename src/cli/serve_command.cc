@@ -42,6 +42,25 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "always cold boot (default: snapshot each template once, create sandboxes by restoring it)")(
       "kill-on-exit", po::bool_switch(&cfg.kill_on_exit),
       "destroy every sandbox on SIGINT/SIGTERM (default: leave them for the next daemon to adopt)");
+  // Audit, export and limits (docs/audit.md, docs/limits.md).
+  int queue_timeout_s = 20;
+  auto& ad = cfg.admission;
+  desc.add_options()(
+      "audit-dir", po::value(&cfg.audit_dir), "audit trail directory (default: beside the database, audit/)")(
+      "otlp-endpoint", po::value(&cfg.otlp.endpoint), "export audit records as OTLP/HTTP JSON logs, e.g. http://127.0.0.1:4318/v1/logs")(
+      "max-cpus", po::value(&cfg.max_vcpus)->default_value(cfg.max_vcpus), "largest cpuCount a create may ask for")(
+      "max-memory", po::value(&cfg.max_memory_mib)->default_value(cfg.max_memory_mib), "largest memoryMB a create may ask for")(
+      "max-disk", po::value(&cfg.max_disk_mib)->default_value(cfg.max_disk_mib), "largest diskSizeMB a create may ask for")(
+      "max-lifetime", po::value(&cfg.max_lifetime_s)->default_value(0), "kill sandboxes this many seconds after create, whatever their TTL (0: off)")(
+      "max-sandboxes", po::value(&ad.max_sandboxes)->default_value(ad.max_sandboxes), "live sandboxes, all keys (0: no cap)")(
+      "max-sandboxes-per-key", po::value(&ad.max_sandboxes_per_key)->default_value(ad.max_sandboxes_per_key), "live sandboxes per API key (0: no cap)")(
+      "creates-per-second", po::value(&ad.creates_per_second)->default_value(ad.creates_per_second), "global create rate (0: no cap)")(
+      "create-burst", po::value(&ad.create_burst)->default_value(ad.create_burst), "global create burst")(
+      "creates-per-second-per-key", po::value(&ad.creates_per_second_per_key)->default_value(ad.creates_per_second_per_key), "create rate per API key (0: no cap)")(
+      "create-burst-per-key", po::value(&ad.create_burst_per_key)->default_value(ad.create_burst_per_key), "create burst per API key")(
+      "max-creates-in-flight", po::value(&ad.max_creates_in_flight)->default_value(ad.max_creates_in_flight), "sandboxes booting at once (0: no cap)")(
+      "queue-timeout", po::value(&queue_timeout_s)->default_value(queue_timeout_s), "seconds a create may wait for a slot before 429 + Retry-After")(
+      "memory-overcommit-ratio", po::value(&ad.memory_overcommit_ratio)->default_value(ad.memory_overcommit_ratio), "refuse creates once guest memory exceeds this x host memory (0: off)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
@@ -59,6 +78,13 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
     return 2;
   }
   cfg.default_timeout_s = std::min(cfg.default_timeout_s, cfg.max_timeout_s);
+  if (queue_timeout_s < 0 || cfg.max_vcpus < 1 || cfg.max_memory_mib < 128 || ad.memory_overcommit_ratio < 0) {
+    std::fprintf(stderr, "airlock serve: --queue-timeout >= 0, --max-cpus >= 1, --max-memory >= 128, ratio >= 0\n");
+    return 2;
+  }
+  ad.queue_timeout = std::chrono::seconds(queue_timeout_s);
+  cfg.default_vcpus = std::min(cfg.default_vcpus, cfg.max_vcpus);
+  cfg.default_memory_mib = std::min(cfg.default_memory_mib, cfg.max_memory_mib);
   cfg.limits.header_timeout = std::chrono::seconds(header_timeout_s);
   cfg.limits.body_idle_timeout = std::chrono::seconds(body_timeout_s);
   auto srv = server::Server::Open(cfg);

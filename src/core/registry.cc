@@ -235,3 +235,19 @@ StatusOr<bool> Registry::CheckApiKey(const std::string& key) {
 }
 
 }  // namespace airlock
+
+namespace airlock {
+
+StatusOr<std::string> Registry::ApiKeyId(const std::string& key) {
+  if (key.empty()) return std::string();
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "SELECT id FROM api_keys WHERE hash = ?");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare api key id");
+  s.Bind(1, image::Sha256Hex(key));
+  int rc = s.Step();
+  AIRLOCK_SQL_CHECK(rc == SQLITE_ROW || rc == SQLITE_DONE, "api key id");
+  if (rc != SQLITE_ROW) return std::string();
+  return s.Text(0);
+}
+
+}  // namespace airlock

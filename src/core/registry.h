@@ -73,6 +73,8 @@ class Registry {
   Status RemoveApiKey(const std::string& id_or_name);
   // Is `key` a stored key? (hash lookup)
   StatusOr<bool> CheckApiKey(const std::string& key);
+  // The id of a stored key ("" when `key` is not one), for audit records.
+  StatusOr<std::string> ApiKeyId(const std::string& key);
 
  private:
   Registry() = default;

@@ -127,13 +127,20 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
   const std::string& path = c->path();
   auto verb = c->method();
   if (path == "/health" && verb == http::verb::get) return c->Respond(200, "application/json", "{\"status\":\"ok\"}");
+  if (path == "/metrics" && verb == http::verb::get) return ServeMetrics(c);
   auto ok = registry_->CheckApiKey(c->Header("X-API-Key"));
   if (!ok.ok()) return c->RespondError(500, ok.status().message());
-  if (!*ok) return c->RespondError(401, c->Header("X-API-Key").empty() ? "missing X-API-Key" : "invalid X-API-Key");
+  if (!*ok) {
+    AuditAuthFailure(c);
+    return c->RespondError(401, c->Header("X-API-Key").empty() ? "missing X-API-Key" : "invalid X-API-Key");
+  }
 
   auto seg = Segments(path);
   bool v2 = !seg.empty() && seg[0] == "v2";
   if (v2) seg.erase(seg.begin());
+  auto key_id = registry_->ApiKeyId(c->Header("X-API-Key"));
+  AuditControlCall(c, key_id.ok() ? *key_id : "", ControlActionName(seg, verb),
+                   seg.size() >= 2 && seg[0] == "sandboxes" ? seg[1] : "");
   if (seg.empty() || seg[0] != "sandboxes") return c->RespondError(404, "no route for " + c->method_string() + " " + path);
   if (seg.size() == 1) {
     if (verb == http::verb::post) return CreateSandbox(c);
@@ -155,6 +162,7 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
     if (action == "network" && verb == http::verb::put && !v2) return UpdateNetwork(c, id);
     if (action == "pause" && verb == http::verb::post) return PauseSandbox(c, id);
     if (action == "fork" && verb == http::verb::post) return ForkSandbox(c, id);
+    if (action == "audit" && verb == http::verb::get) return SandboxAudit(c, id);
   }
   c->RespondError(404, "no route for " + c->method_string() + " " + path);
 }
@@ -179,17 +187,42 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
     auto policy = PolicyFromCreateBody(body);
     if (!policy.ok()) return c->RespondError(400, policy.status().message());
     opts.egress_policy = *policy;
-    int ttl = ClampTimeout(timeout->value_or(config_.default_timeout_s));
-    auto meta = std::move(metadata).value();
     auto lifecycle = ParseLifecycle(body);
     if (!lifecycle.ok()) return c->RespondError(400, lifecycle.status().message());
-    asio::post(*workers_, [this, c, opts, ttl, meta, lifecycle = *lifecycle] {
+    int template_disk_mib = 0;
+    if (auto img = image::FindImage(config_.manager.state_dir, opts.template_name); img.ok()) {
+      struct stat st;
+      if (::stat(img->rootfs.c_str(), &st) == 0) template_disk_mib = static_cast<int>(st.st_size >> 20);
+    }
+    if (Status st = ApplyResourceRequest(body, &opts, template_disk_mib); !st.ok()) return c->RespondError(400, st.message());
+    int ttl = ClampTimeout(timeout->value_or(config_.default_timeout_s));
+    auto meta = std::move(metadata).value();
+    json secrets_spec = body.contains("secrets") ? body["secrets"] : json();
+    if (auto parsed = ParseSecretsSpec(secrets_spec); !parsed.ok()) return c->RespondError(400, parsed.status().message());
+    auto kid = registry_->ApiKeyId(c->Header("X-API-Key"));
+    std::string key_id = kid.ok() ? *kid : "";
+    Admit(c, key_id, opts.memory_mib,
+          [this, c, opts, ttl, meta, secrets_spec, key_id, lifecycle = *lifecycle](uint64_t ticket) {
       auto t0 = std::chrono::steady_clock::now();
-      auto sb = manager_->Create(opts);
+      CreateOptions run_opts = opts;  // + secret env vars, never persisted
+      auto attached = AttachSecrets(secrets_spec, &run_opts);
+      if (!attached.ok()) {
+        AdmissionDone(ticket, "", 0);
+        Status st = attached.status();
+        return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
+      }
+      auto sb = manager_->Create(run_opts);
       if (!sb.ok()) {
         LOG_WARN("create failed: {}", sb.status().message());
         Status st = sb.status();
+        Audit({{"action", "sandbox.create_failed"}, {"error", st.message()}});
+        AdmissionDone(ticket, "", 0);
         return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
+      }
+      if (Status ca = InstallSandboxCa(**sb, &attached.value()); !ca.ok()) {
+        (void)manager_->Destroy((*sb)->id());
+        AdmissionDone(ticket, "", 0);
+        return asio::post(c->executor(), [c, ca] { c->RespondError(500, ca.message()); });
       }
       SandboxRecord r;
       r.id = (*sb)->id();
@@ -209,12 +242,14 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
       r.auto_pause_memory = lifecycle.auto_pause_memory;
       r.auto_resume = lifecycle.auto_resume;
       if (Status st = registry_->PutSandbox(r); !st.ok()) LOG_WARN("sandbox={} registry: {}", r.id, st.message());
+      CommitSecrets(r.id, std::move(attached).value(), key_id);
       int disk_mib = 0;
       if (auto img = image::FindImage(config_.manager.state_dir, r.template_id); img.ok()) {
         struct stat st;
         if (::stat(img->rootfs.c_str(), &st) == 0) disk_mib = static_cast<int>(st.st_size >> 20);
       }
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      AdmissionDone(ticket, r.id, ms / 1000.0);  // before a kill can see it
       {
         std::lock_guard<std::mutex> l(mu_);
         Entry e{r, *sb, disk_mib, {}};
@@ -223,6 +258,8 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
       }
       LOG_INFO("sandbox={} created total_ms={:.0f} ttl_s={}", r.id, ms, ttl);
       if (!(*sb)->timings().from_snapshot) EnsureTemplateSnapshotAsync(r.template_id, r.vcpus, r.memory_mib);
+      Audit({{"action", "sandbox.created"}, {"sandbox", r.id}, {"template", r.template_id}, {"vcpus", r.vcpus},
+             {"memory_mib", r.memory_mib}, {"ttl_s", ttl}, {"create_ms", static_cast<int64_t>(ms)}});
       std::string out = SandboxJson(r).dump();
       asio::post(c->executor(), [c, out] { c->Respond(201, "application/json", out); });
     });
@@ -304,8 +341,10 @@ void Server::KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   }
   LOG_INFO("sandbox={} kill requested", id);
   asio::post(*workers_, [this, c, id] {
+    ForgetSecrets(id);
     Status st = manager_->Destroy(id);
     (void)registry_->DeleteSandbox(id);
+    SandboxReleased(id);
     asio::post(c->executor(), [c, st, id] {
       if (!st.ok() && st.code() != StatusCode::kNotFound) LOG_WARN("sandbox={} destroy: {}", id, st.message());
       c->Respond(204, "", "");

@@ -227,6 +227,7 @@ void HttpConn::ReadStringStep(std::shared_ptr<std::string> body, size_t limit,
 }
 
 void HttpConn::Respond(int status, std::string_view content_type, std::string body, const HeaderList& extra) {
+  if (limits_.redact) body = limits_.redact(body);
   BeginResponse(status, content_type, body.size(), extra);
   if (!body.empty()) Write(body);
   EndResponse();
@@ -250,6 +251,7 @@ const char* Reason(int status) {
     case 408: return "Request Timeout";
     case 409: return "Conflict";
     case 413: return "Payload Too Large";
+    case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
     case 501: return "Not Implemented";
@@ -265,6 +267,7 @@ void HttpConn::BeginResponse(int status, std::string_view content_type, std::opt
                              const HeaderList& extra) {
   if (response_started_ || closed_) return;
   response_started_ = true;
+  if (on_respond_) std::exchange(on_respond_, nullptr)(status);
   if (!body_done_) keep_alive_ = false;  // an unread body makes the connection unusable
   std::string h = "HTTP/1.1 " + std::to_string(status) + " " + Reason(status) + "\r\n";
   if (!content_type.empty()) h += "Content-Type: " + std::string(content_type) + "\r\n";

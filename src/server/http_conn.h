@@ -42,6 +42,9 @@ struct HttpLimits {
   size_t header_limit = 64 * 1024;
   std::chrono::milliseconds header_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds body_idle_timeout{std::chrono::seconds(30)};
+  // Applied to every body given to Respond()/RespondError() (secret
+  // redaction); proxied bytes (SendRaw) are not touched.
+  std::function<std::string(std::string_view)> redact;
 };
 
 class HttpConn : public std::enable_shared_from_this<HttpConn> {
@@ -90,6 +93,8 @@ class HttpConn : public std::enable_shared_from_this<HttpConn> {
   void SetOnDrain(std::function<void()> fn) { on_drain_ = std::move(fn); }
   // Once, when the connection dies before the response ended.
   void SetOnClose(std::function<void()> fn) { on_close_ = std::move(fn); }
+  // Once, with the status, when a response (not a raw one) begins (audit).
+  void SetOnRespond(std::function<void(int)> fn) { on_respond_ = std::move(fn); }
   // After the body is read: notice the peer hanging up during a long response.
   void WatchForDisconnect();
   bool closed() const { return closed_; }
@@ -143,6 +148,7 @@ class HttpConn : public std::enable_shared_from_this<HttpConn> {
   bool watching_ = false;
   std::function<void()> on_drain_;
   std::function<void()> on_close_;
+  std::function<void(int)> on_respond_;
 };
 
 class HttpListener {

@@ -28,6 +28,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
+#include "audit/data_plane_tap.h"
 #include "common/log.h"
 #include "envd/proto_json.h"
 #include "server/server.h"
@@ -83,11 +84,19 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
   ProxyCall(std::shared_ptr<HttpConn> c, std::string host, uint16_t port)
       : c_(std::move(c)), up_(c_->executor()), timer_(c_->executor()), host_(std::move(host)), port_(port) {}
 
+  // Audit observer of this exchange (exec, file reads/writes); may be null.
+  void SetTap(std::unique_ptr<audit::DataPlaneTap> tap) { tap_ = std::move(tap); }
+
   void Start() {
     boost::system::error_code ec;
     auto addr = asio::ip::make_address(host_, ec);
     if (ec) return Fail(502, "sandbox address '" + host_ + "' is invalid");
-    c_->SetOnClose([self = shared_from_this()] { self->CloseUpstream(); });
+    c_->SetOnClose([self = shared_from_this()] {
+      // An exec whose client left (e.g. the SDK's timeoutMs): keep reading
+      // the agent's stream, for the audit only, until its end (≤ kDrain).
+      if (self->tap_ && self->tap_->WantsDrain()) return self->StartDrain();
+      self->CloseUpstream();
+    });
     timer_.expires_after(std::chrono::seconds(10));
     timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (!ec && !self->connected_) self->CloseUpstream();
@@ -106,9 +115,18 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
 
  private:
   void Fail(int status, const std::string& msg) {
+    if (tap_) tap_->Finish(msg);
     CloseUpstream();
     if (!c_->response_started()) c_->RespondError(status, msg);
     else c_->Abort();
+  }
+
+  void StartDrain() {
+    draining_ = true;
+    timer_.expires_after(std::chrono::seconds(10));
+    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec) self->CloseUpstream();
+    });
   }
 
   void CloseUpstream() {
@@ -161,6 +179,7 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
         self->CloseUpstream();
         return self->c_->Abort();
       }
+      if (self->tap_ && !chunk.empty()) self->tap_->OnRequestBody(chunk);
       auto out = std::make_shared<std::string>();
       if (!chunk.empty()) {
         if (self->chunked_) {
@@ -217,8 +236,10 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
     if (!keep_alive_ || !c_->body_done()) head += "Connection: close\r\n";
     head += "\r\n";
     c_->SendRaw(std::move(head));
+    if (tap_) tap_->OnResponseHead(status, parser_->chunked());
     if (rbuf_.size() > 0) {
       auto d = rbuf_.data();
+      if (tap_) tap_->OnResponseBytes(std::string_view(static_cast<const char*>(d.data()), d.size()));
       c_->SendRaw(std::string(static_cast<const char*>(d.data()), d.size()));
       rbuf_.consume(rbuf_.size());
     }
@@ -228,8 +249,8 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
 
   // upstream body bytes (already framed) → client, flushed as they come.
   void PumpResponse() {
-    if (c_->closed()) return CloseUpstream();
-    if (c_->pending_bytes() >= HttpConn::kLowWatermark) {
+    if (c_->closed() && !draining_) return CloseUpstream();
+    if (!draining_ && c_->pending_bytes() >= HttpConn::kLowWatermark) {
       c_->SetOnDrain([self = shared_from_this()] {
         self->c_->SetOnDrain(nullptr);
         asio::post(self->c_->executor(), [self] { self->PumpResponse(); });
@@ -237,12 +258,15 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
       return;
     }
     up_.async_read_some(asio::buffer(chunk_), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
-      if (n > 0) self->c_->SendRaw(std::string(self->chunk_.data(), n));
+      if (n > 0 && self->tap_) self->tap_->OnResponseBytes(std::string_view(self->chunk_.data(), n));
+      if (n > 0 && !self->draining_) self->c_->SendRaw(std::string(self->chunk_.data(), n));
       if (ec == asio::error::eof) {
+        if (self->tap_) self->tap_->Finish();
         self->CloseUpstream();
         return self->c_->FinishRaw(self->keep_alive_);
       }
       if (ec) {
+        if (self->tap_) self->tap_->Finish("upstream read: " + ec.message());
         self->CloseUpstream();
         return self->c_->Abort();  // a truncated body must not look complete
       }
@@ -320,6 +344,8 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
   boost::beast::flat_buffer rbuf_;
   std::optional<http::response_parser<http::empty_body>> parser_;
   std::vector<char> chunk_;
+  std::unique_ptr<audit::DataPlaneTap> tap_;
+  bool draining_ = false;
 };
 
 }  // namespace
@@ -380,8 +406,15 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
     if (!ok) return c->RespondError(401, got.empty() ? "missing X-Access-Token" : "invalid X-Access-Token");
     if (path == "/process.Process/Start" || path == "/process.Process/Connect") {
       AddLog(id, "info", "exec: " + path.substr(1));
+      if (path == "/process.Process/Start") metrics_.Exec();
     }
-    return std::make_shared<ProxyCall>(c, ip, port)->Start();
+    auto call = std::make_shared<ProxyCall>(c, ip, port);
+    audit::TapRequest tr{id, "", c->method_string(), path, {}, c->Header("Authorization"), c->Header("Content-Type")};
+    for (const char* q : {"path", "username"}) {
+      if (auto v = c->Query(q)) tr.query[q] = *v;
+    }
+    call->SetTap(audit::DataPlaneTap::Create(tr, AuditSinkFn()));
+    return call->Start();
   }
   // Another guest port: make it reachable first (nft, blocking → worker).
   asio::post(*workers_, [c, sb, ip, port] {

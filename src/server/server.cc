@@ -68,6 +68,17 @@ Status Server::Init() {
   std::string db = config_.db_path.empty() ? dir + "/airlock.db" : config_.db_path;
   std::string db_dir = db.find('/') == std::string::npos ? "." : db.substr(0, db.rfind('/'));
   ASSIGN_OR_RETURN(registry_, Registry::Open(db));
+  db_path_ = db;
+  db_dir_ = db_dir;
+  RETURN_IF_ERROR(InitAudit(db_dir));
+  admission_ = std::make_unique<Admission>(config_.admission);
+  if (!config_.otlp.endpoint.empty()) {
+    ASSIGN_OR_RETURN(otlp_, audit::OtlpExporter::Start(config_.otlp));
+  }
+  audit_->SetObserver([this](const nlohmann::json& r) {
+    metrics_.AuditRecord();
+    if (otlp_) otlp_->Enqueue(r);
+  });
   // Sandboxes of a previous daemon: adopt the live ones, forget the rest.
   ASSIGN_OR_RETURN(auto records, registry_->ListSandboxes());
   std::vector<AdoptRequest> adopt;
@@ -76,9 +87,20 @@ Status Server::Init() {
                      r.state == "paused"});
   }
   if (!config_.manager.egress_audit_sink) {
-    // Until the audit log is wired in: every egress decision as a debug line
-    // (records are rate-limited per sandbox by the egress service).
-    config_.manager.egress_audit_sink = [](const nlohmann::json& j) { LOG_DEBUG("egress {}", j.dump()); };
+    // Every egress decision (rate-limited per sandbox by the egress service)
+    // goes to the audit trail and the egress counters of /metrics.
+    config_.manager.egress_audit_sink = [this, log = AuditSinkFn()](const nlohmann::json& j) {
+      const std::string decision = j.value("decision", "");
+      if (decision == "allow" || decision == "deny") metrics_.EgressDecision(decision == "allow");
+      if (j.contains("bytesOut") && j["bytesOut"].is_number_unsigned() && j.contains("bytesIn") &&
+          j["bytesIn"].is_number_unsigned()) {
+        metrics_.EgressBytes(j["bytesOut"].get<uint64_t>(), j["bytesIn"].get<uint64_t>());
+      }
+      nlohmann::json r = j;
+      r["action"] = "egress";
+      if (j.contains("sandboxID")) r["sandbox"] = j["sandboxID"];
+      log(r);
+    };
   }
   config_.manager.template_snapshots = !config_.no_template_snapshot;
   ASSIGN_OR_RETURN(manager_, Manager::Open(config_.manager, adopt));
@@ -99,8 +121,10 @@ Status Server::Init() {
       if (::stat(img->rootfs.c_str(), &st) == 0) e.disk_mib = static_cast<int>(st.st_size >> 20);
     }
     e.logs.push_back({NowUnixMs(), "info", "sandbox adopted by a restarted daemon"});
+    admission_->Adopt(r.id, "", r.memory_mib);
     sandboxes_[r.id] = std::move(e);
   }
+  RETURN_IF_ERROR(InitSecrets());
   if (config_.write_cli_key) {
     std::string path = db_dir + "/cli.key";
     std::string existing;
@@ -131,6 +155,8 @@ Status Server::Init() {
   reaper_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleReaper();
   if (image::FindImage(dir, "base").ok()) EnsureTemplateSnapshotAsync("base", config_.default_vcpus, config_.default_memory_mib);
+  admission_timer_ = std::make_unique<asio::steady_timer>(io_);
+  ScheduleAdmissionTick();
   LOG_WARN("airlock serve listening on {} (port {}), {} sandbox(es) adopted", config_.listen, port(),
            sandboxes_.size());
   return OkStatus();
@@ -154,6 +180,7 @@ void Server::Stop() {
   asio::post(io_, [this] {
     if (listener_) listener_->Stop();
     if (reaper_) reaper_->cancel();
+    if (admission_timer_) admission_timer_->cancel();
     if (signals_) signals_->cancel();
     io_.stop();
   });
@@ -196,6 +223,9 @@ void Server::Reap() {
         continue;
       }
       if (e.rec.ends_at_ms <= now) expired.push_back(id);
+      else if (config_.max_lifetime_s > 0 && now >= e.rec.created_at_ms + int64_t{config_.max_lifetime_s} * 1000) {
+        expired.push_back(id);
+      }
     }
   }
   for (auto& id : expired) DestroyAsync(id, "TTL expired");
@@ -208,10 +238,13 @@ void Server::DestroyAsync(const std::string& id, const std::string& why) {
     if (sandboxes_.erase(id) == 0) return;
   }
   LOG_INFO("sandbox={} destroying: {}", id, why);
+  Audit({{"action", "sandbox.destroy"}, {"sandbox", id}, {"reason", why}});
   asio::post(*workers_, [this, id] {
+    ForgetSecrets(id);
     Status st = manager_->Destroy(id);
     if (!st.ok() && st.code() != StatusCode::kNotFound) LOG_WARN("sandbox={} destroy: {}", id, st.message());
     (void)registry_->DeleteSandbox(id);
+    SandboxReleased(id);
   });
 }
 

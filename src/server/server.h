@@ -26,10 +26,19 @@
 #include <optional>
 #include <string>
 
+#include "audit/audit_log.h"
+#include "audit/otlp_exporter.h"
 #include "common/status.h"
 #include "core/manager.h"
 #include "core/registry.h"
+#include "secrets/broker.h"
+#include "secrets/redactor.h"
+#include "secrets/sandbox_ca.h"
+#include "secrets/secret_store.h"
+#include "server/admission.h"
 #include "server/http_conn.h"
+#include "server/metrics.h"
+
 
 namespace airlock::server {
 
@@ -56,6 +65,17 @@ struct ServerConfig {
   // Write <state_dir>/cli.key (0600) holding a key for the local CLI.
   bool write_cli_key = true;
   std::chrono::milliseconds reaper_interval{1000};
+  // The audit trail (docs/audit.md); empty: <db dir>/audit.
+  std::string audit_dir;
+  // OTLP/HTTP JSON log export of audit records; endpoint empty: off.
+  audit::OtlpConfig otlp;
+  // Limits (docs/limits.md): maxima a create request may ask for
+  // (cpuCount, memoryMB, diskSizeMB; 400 above), admission, lifetime.
+  int max_vcpus = 4;
+  int max_memory_mib = 4096;
+  int max_disk_mib = 16384;
+  int max_lifetime_s = 0;  // 0: none; else sandboxes die this long after create, whatever their TTL
+  AdmissionConfig admission;
   // On a clean stop: true destroys every sandbox; false leaves the detached
   // VMMs running for the next daemon to adopt.
   bool kill_on_exit = false;
@@ -70,6 +90,15 @@ struct LogEvent {
   std::string message;
 };
 
+// Secrets resolved for one create (secrets_hooks.cc).
+struct SecretAttachment {
+  std::vector<secrets::Binding> bindings;
+  std::vector<secrets::BrokeredSecret> brokered;
+  std::shared_ptr<secrets::SandboxCa> ca;  // when anything is brokered
+};
+// Parses the create request's "secrets" object (docs/secrets.md).
+StatusOr<std::vector<secrets::Binding>> ParseSecretsSpec(const nlohmann::json& spec);
+
 class Server {
  public:
   // Opens the registry and the Manager (re-adopting live sandboxes of a
@@ -81,6 +110,14 @@ class Server {
   void Run();
   void Stop();  // thread-safe
   Registry& registry() { return *registry_; }
+  audit::AuditLog& audit() { return *audit_; }
+  // Appends to the audit trail (thread-safe; failures are logged).
+  void Audit(nlohmann::json record);
+  audit::AuditSink AuditSinkFn();
+  // Counters the network code bumps (egress decisions and bytes).
+  DaemonMetrics& daemon_metrics() { return metrics_; }
+  // The brokered-secret table the egress proxy queries (docs/secrets.md).
+  std::shared_ptr<secrets::Broker> broker() { return broker_; }
   Manager& manager() { return *manager_; }
 
  private:
@@ -130,6 +167,37 @@ class Server {
   // nothing on failure.
   void ReadJson(std::shared_ptr<HttpConn> c, std::function<void(nlohmann::json)> then);
 
+  // audit (audit_hooks.cc)
+  Status InitAudit(const std::string& db_dir);
+  // Records the call when its response begins: key id, action, sandbox, status.
+  void AuditControlCall(const std::shared_ptr<HttpConn>& c, const std::string& key_id, const std::string& action,
+                        const std::string& sandbox);
+  void SandboxAudit(std::shared_ptr<HttpConn> c, const std::string& id);
+  void AuditAuthFailure(const std::shared_ptr<HttpConn>& c);  // rate-limited (10/s)
+
+  // limits and metrics (limits_hooks.cc)
+  Status ApplyResourceRequest(const nlohmann::json& body, CreateOptions* opts, int template_disk_mib) const;
+  // Runs `work(ticket)` on a worker once admitted; else answers 429/503 itself.
+  void Admit(std::shared_ptr<HttpConn> c, const std::string& key_id, int memory_mib,
+             std::function<void(uint64_t)> work);
+  void AdmissionDone(uint64_t ticket, const std::string& sandbox_id, double seconds);
+  void SandboxReleased(const std::string& sandbox_id);
+  void ScheduleAdmissionTick();
+  void ServeMetrics(std::shared_ptr<HttpConn> c);
+
+  // secrets (secrets_hooks.cc)
+  Status InitSecrets();
+  Status RefreshRedactor();
+  StatusOr<secrets::SecretStore*> Secrets();  // opened on first use
+  // Validates `spec`, reads the values and adds env vars to *opts (the value
+  // for scope env, a placeholder for brokered). Errors: invalid_argument.
+  StatusOr<SecretAttachment> AttachSecrets(const nlohmann::json& spec, CreateOptions* opts);
+  void CommitSecrets(const std::string& id, SecretAttachment att, const std::string& key_id);
+  // Writes the sandbox CA's certificate into the guest's trust store (root).
+  // Generates the sandbox's CA (when a secret is brokered) into att->ca.
+  Status InstallSandboxCa(const Sandbox& sb, SecretAttachment* att);
+  void ForgetSecrets(const std::string& id);
+
   // data plane (proxy.cc)
   void HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint16_t port);
 
@@ -141,6 +209,17 @@ class Server {
   int ClampTimeout(int64_t seconds) const;
 
   ServerConfig config_;
+  // Declared before io_: pending handlers destroyed with io_ still audit.
+  std::shared_ptr<secrets::Redactor> redactor_;
+  std::shared_ptr<audit::AuditLog> audit_;
+  std::unique_ptr<audit::OtlpExporter> otlp_;
+  DaemonMetrics metrics_;
+  std::unique_ptr<Admission> admission_;
+  std::unique_ptr<asio::steady_timer> admission_timer_;
+  std::shared_ptr<secrets::Broker> broker_;
+  std::mutex secrets_mu_;
+  std::unique_ptr<secrets::SecretStore> secret_store_;
+  std::string db_path_, db_dir_;
   asio::io_context io_;
   std::unique_ptr<asio::thread_pool> workers_;
   std::unique_ptr<HttpListener> listener_;
@@ -165,6 +244,9 @@ StatusOr<Lifecycle> ParseLifecycle(const nlohmann::json& body);
 // Spec §1.5.5 metadata filter: the decoded query value is unescaped once
 // more, split on '&' and '=', and each key and value unescaped again.
 std::map<std::string, std::string> ParseMetadataFilter(const std::string& value);
+// "sandbox.create", "sandbox.kill", ... for a control-plane route (path
+// segments after the optional "v2").
+std::string ControlActionName(const std::vector<std::string>& seg, http::verb verb);
 // RFC 3339 UTC with milliseconds, e.g. "2026-01-02T03:04:05.678Z".
 std::string FormatRfc3339(int64_t unix_ms);
 // Parses "<created_ms>_<id>" page tokens; nullopt when malformed.

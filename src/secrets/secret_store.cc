@@ -1,0 +1,283 @@
+#include "secrets/secret_store.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sqlite3.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include <nlohmann/json.hpp>
+
+#include "common/fd.h"
+#include "secrets/redactor.h"
+
+namespace airlock::secrets {
+namespace {
+
+constexpr size_t kKeyBytes = 32, kNonceBytes = 12, kTagBytes = 16;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Status Random(unsigned char* out, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::getrandom(out + got, n - got, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("getrandom");
+    }
+    got += static_cast<size_t>(r);
+  }
+  return OkStatus();
+}
+
+// Reads the key file, creating it (O_EXCL, 0600) when absent.
+StatusOr<std::string> LoadKey(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd && errno == ENOENT) {
+    unsigned char key[kKeyBytes];
+    RETURN_IF_ERROR(Random(key, sizeof key));
+    UniqueFd w(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!w) {
+      if (errno != EEXIST) return ErrnoError("create " + path);
+    } else {
+      if (::fchmod(w.get(), 0600) != 0) return ErrnoError("fchmod " + path);
+      if (::write(w.get(), key, sizeof key) != static_cast<ssize_t>(sizeof key) || ::fsync(w.get()) != 0) {
+        ::unlink(path.c_str());
+        return ErrnoError("write " + path);
+      }
+    }
+    fd.Reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  }
+  if (!fd) return ErrnoError("open " + path);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError("fstat " + path);
+  if (!S_ISREG(st.st_mode)) return FailedPrecondition(path + " is not a regular file");
+  if ((st.st_mode & 077) != 0) {
+    return PermissionDenied(path + " is readable by group or others (mode " + std::to_string(st.st_mode & 0777) +
+                            " octal-decimal); chmod 600 it");
+  }
+  if (st.st_uid != ::geteuid()) return PermissionDenied(path + " is not owned by this user");
+  std::string key(kKeyBytes, '\0');
+  if (st.st_size != static_cast<off_t>(kKeyBytes) ||
+      ::read(fd.get(), key.data(), kKeyBytes) != static_cast<ssize_t>(kKeyBytes)) {
+    return Status(StatusCode::kDataLoss, path + " must hold exactly 32 bytes");
+  }
+  return key;
+}
+
+std::string Aad(const std::string& name) { return "airlock-secret-v1:" + name; }
+
+struct Stmt {
+  Stmt(sqlite3* db, const char* sql) { ok = sqlite3_prepare_v2(db, sql, -1, &s, nullptr) == SQLITE_OK; }
+  ~Stmt() { sqlite3_finalize(s); }
+  void Text(int i, const std::string& v) { sqlite3_bind_text(s, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT); }
+  void Blob(int i, const std::string& v) { sqlite3_bind_blob(s, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT); }
+  void Int(int i, int64_t v) { sqlite3_bind_int64(s, i, v); }
+  std::string Col(int c) const {
+    const void* p = sqlite3_column_blob(s, c);
+    int n = sqlite3_column_bytes(s, c);
+    return p ? std::string(static_cast<const char*>(p), static_cast<size_t>(n)) : std::string();
+  }
+  sqlite3_stmt* s = nullptr;
+  bool ok = false;
+};
+
+Status SqlError(sqlite3* db, const std::string& what) { return Internal("secrets db: " + what + ": " + sqlite3_errmsg(db)); }
+
+}  // namespace
+
+std::string_view ScopeName(Scope s) { return s == Scope::kEnv ? "env" : "brokered"; }
+
+Status ValidateSecretName(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= 128 && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');
+  for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+  if (!ok) return InvalidArgument("secret name '" + name.substr(0, 64) + "' must match [A-Za-z_][A-Za-z0-9_]{0,127}");
+  return OkStatus();
+}
+
+StatusOr<std::unique_ptr<SecretStore>> SecretStore::Open(const std::string& db_path, const std::string& key_path) {
+  std::unique_ptr<SecretStore> s(new SecretStore());
+  ASSIGN_OR_RETURN(s->key_, LoadKey(key_path));
+  int rc = sqlite3_open_v2(db_path.c_str(), &s->db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) return Internal("open " + db_path + ": " + (s->db_ ? sqlite3_errmsg(s->db_) : "out of memory"));
+  ::chmod(db_path.c_str(), 0600);
+  sqlite3_busy_timeout(s->db_, 5000);
+  char* err = nullptr;
+  rc = sqlite3_exec(s->db_,
+                    "PRAGMA journal_mode=WAL;"
+                    "CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, nonce BLOB NOT NULL,"
+                    " ciphertext BLOB NOT NULL, tag BLOB NOT NULL, size INTEGER NOT NULL,"
+                    " created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);"
+                    "CREATE TABLE IF NOT EXISTS sandbox_secrets (sandbox TEXT NOT NULL, name TEXT NOT NULL,"
+                    " scope TEXT NOT NULL, env TEXT NOT NULL, placeholder TEXT NOT NULL, hosts TEXT NOT NULL,"
+                    " PRIMARY KEY (sandbox, name));",
+                    nullptr, nullptr, &err);
+  if (rc != SQLITE_OK) {
+    std::string m = err ? err : "?";
+    sqlite3_free(err);
+    return Internal("secrets db: create tables: " + m);
+  }
+  return s;
+}
+
+SecretStore::~SecretStore() { sqlite3_close_v2(db_); }
+
+Status SecretStore::Set(const std::string& name, const std::string& value) {
+  RETURN_IF_ERROR(ValidateSecretName(name));
+  if (value.size() < kMinSecretBytes || value.size() > kMaxSecretBytes) {
+    return InvalidArgument("secret value must be " + std::to_string(kMinSecretBytes) + " bytes to 64 KiB (got " +
+                           std::to_string(value.size()) + ")");
+  }
+  unsigned char nonce[kNonceBytes], tag[kTagBytes];
+  RETURN_IF_ERROR(Random(nonce, sizeof nonce));
+  std::string ct(value.size(), '\0');
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  int n = 0, m = 0;
+  std::string aad = Aad(name);
+  bool ok = ctx && EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, nullptr, nullptr) == 1 &&
+            EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, kNonceBytes, nullptr) == 1 &&
+            EVP_EncryptInit_ex(ctx, nullptr, nullptr, reinterpret_cast<const unsigned char*>(key_.data()), nonce) == 1 &&
+            EVP_EncryptUpdate(ctx, nullptr, &n, reinterpret_cast<const unsigned char*>(aad.data()),
+                              static_cast<int>(aad.size())) == 1 &&
+            EVP_EncryptUpdate(ctx, reinterpret_cast<unsigned char*>(ct.data()), &n,
+                              reinterpret_cast<const unsigned char*>(value.data()), static_cast<int>(value.size())) == 1 &&
+            EVP_EncryptFinal_ex(ctx, reinterpret_cast<unsigned char*>(ct.data()) + n, &m) == 1 &&
+            EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kTagBytes, tag) == 1;
+  EVP_CIPHER_CTX_free(ctx);
+  if (!ok) return Internal("AES-256-GCM encryption failed");
+  int64_t now = NowMs();
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_,
+         "INSERT INTO secrets (name, nonce, ciphertext, tag, size, created_at, updated_at) VALUES (?,?,?,?,?,?,?) "
+         "ON CONFLICT(name) DO UPDATE SET nonce=excluded.nonce, ciphertext=excluded.ciphertext, tag=excluded.tag,"
+         " size=excluded.size, updated_at=excluded.updated_at");
+  if (!s.ok) return SqlError(db_, "prepare set");
+  s.Text(1, name);
+  s.Blob(2, std::string(reinterpret_cast<char*>(nonce), sizeof nonce));
+  s.Blob(3, ct);
+  s.Blob(4, std::string(reinterpret_cast<char*>(tag), sizeof tag));
+  s.Int(5, static_cast<int64_t>(value.size()));
+  s.Int(6, now);
+  s.Int(7, now);
+  if (sqlite3_step(s.s) != SQLITE_DONE) return SqlError(db_, "set " + name);
+  return OkStatus();
+}
+
+StatusOr<std::string> SecretStore::Get(const std::string& name) {
+  RETURN_IF_ERROR(ValidateSecretName(name));
+  std::string nonce, ct, tag;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    Stmt s(db_, "SELECT nonce, ciphertext, tag FROM secrets WHERE name = ?");
+    if (!s.ok) return SqlError(db_, "prepare get");
+    s.Text(1, name);
+    int rc = sqlite3_step(s.s);
+    if (rc == SQLITE_DONE) return NotFound("secret " + name + " does not exist (airlock secret set " + name + ")");
+    if (rc != SQLITE_ROW) return SqlError(db_, "get " + name);
+    nonce = s.Col(0);
+    ct = s.Col(1);
+    tag = s.Col(2);
+  }
+  if (nonce.size() != kNonceBytes || tag.size() != kTagBytes) return Status(StatusCode::kDataLoss, "secret " + name + ": malformed row");
+  std::string pt(ct.size(), '\0');
+  std::string aad = Aad(name);
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  int n = 0, m = 0;
+  bool ok = ctx && EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, nullptr, nullptr) == 1 &&
+            EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, kNonceBytes, nullptr) == 1 &&
+            EVP_DecryptInit_ex(ctx, nullptr, nullptr, reinterpret_cast<const unsigned char*>(key_.data()),
+                               reinterpret_cast<const unsigned char*>(nonce.data())) == 1 &&
+            EVP_DecryptUpdate(ctx, nullptr, &n, reinterpret_cast<const unsigned char*>(aad.data()),
+                              static_cast<int>(aad.size())) == 1 &&
+            EVP_DecryptUpdate(ctx, reinterpret_cast<unsigned char*>(pt.data()), &n,
+                              reinterpret_cast<const unsigned char*>(ct.data()), static_cast<int>(ct.size())) == 1 &&
+            EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagBytes, tag.data()) == 1 &&
+            EVP_DecryptFinal_ex(ctx, reinterpret_cast<unsigned char*>(pt.data()) + n, &m) == 1;
+  EVP_CIPHER_CTX_free(ctx);
+  if (!ok) return Status(StatusCode::kDataLoss, "secret " + name + ": decryption failed (wrong key file or tampered row)");
+  return pt;
+}
+
+StatusOr<std::vector<SecretInfo>> SecretStore::List() {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "SELECT name, size, created_at, updated_at FROM secrets ORDER BY name");
+  if (!s.ok) return SqlError(db_, "prepare list");
+  std::vector<SecretInfo> out;
+  int rc;
+  while ((rc = sqlite3_step(s.s)) == SQLITE_ROW) {
+    out.push_back({s.Col(0), static_cast<size_t>(sqlite3_column_int64(s.s, 1)), sqlite3_column_int64(s.s, 2),
+                   sqlite3_column_int64(s.s, 3)});
+  }
+  if (rc != SQLITE_DONE) return SqlError(db_, "list");
+  return out;
+}
+
+Status SecretStore::Remove(const std::string& name) {
+  RETURN_IF_ERROR(ValidateSecretName(name));
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "DELETE FROM secrets WHERE name = ?");
+  if (!s.ok) return SqlError(db_, "prepare remove");
+  s.Text(1, name);
+  if (sqlite3_step(s.s) != SQLITE_DONE) return SqlError(db_, "remove " + name);
+  if (sqlite3_changes(db_) == 0) return NotFound("secret " + name + " does not exist");
+  return OkStatus();
+}
+
+Status SecretStore::PutBindings(const std::vector<Binding>& bindings) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& b : bindings) {
+    Stmt s(db_, "INSERT OR REPLACE INTO sandbox_secrets (sandbox, name, scope, env, placeholder, hosts) VALUES (?,?,?,?,?,?)");
+    if (!s.ok) return SqlError(db_, "prepare binding");
+    s.Text(1, b.sandbox);
+    s.Text(2, b.name);
+    s.Text(3, std::string(ScopeName(b.scope)));
+    s.Text(4, b.env);
+    s.Text(5, b.placeholder);
+    s.Text(6, nlohmann::json(b.hosts).dump());
+    if (sqlite3_step(s.s) != SQLITE_DONE) return SqlError(db_, "put binding");
+  }
+  return OkStatus();
+}
+
+StatusOr<std::vector<Binding>> SecretStore::BindingsOf(const std::string& sandbox) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "SELECT name, scope, env, placeholder, hosts FROM sandbox_secrets WHERE sandbox = ? ORDER BY name");
+  if (!s.ok) return SqlError(db_, "prepare bindings");
+  s.Text(1, sandbox);
+  std::vector<Binding> out;
+  while (sqlite3_step(s.s) == SQLITE_ROW) {
+    Binding b;
+    b.sandbox = sandbox;
+    b.name = s.Col(0);
+    b.scope = s.Col(1) == "env" ? Scope::kEnv : Scope::kBrokered;
+    b.env = s.Col(2);
+    b.placeholder = s.Col(3);
+    auto hosts = nlohmann::json::parse(s.Col(4), nullptr, false);
+    if (hosts.is_array()) {
+      for (auto& h : hosts) {
+        if (h.is_string()) b.hosts.push_back(h.get<std::string>());
+      }
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+Status SecretStore::DeleteBindings(const std::string& sandbox) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "DELETE FROM sandbox_secrets WHERE sandbox = ?");
+  if (!s.ok) return SqlError(db_, "prepare delete bindings");
+  s.Text(1, sandbox);
+  if (sqlite3_step(s.s) != SQLITE_DONE) return SqlError(db_, "delete bindings");
+  return OkStatus();
+}
+
+}  // namespace airlock::secrets

@@ -1,0 +1,75 @@
+// SecretStore: named secrets encrypted at rest in SQLite (table `secrets`
+// of the daemon's database), with AES-256-GCM under a key kept in a separate
+// file (<state dir>/secrets.key: 32 random bytes, mode 0600, created on first
+// use with O_EXCL; refused when its mode lets group/others read it or its
+// size is wrong). Each row holds a fresh 12-byte nonce, the ciphertext and
+// the 16-byte tag; the additional data is "airlock-secret-v1:<name>", so a
+// ciphertext moved to another name fails to decrypt.
+//
+// It also remembers which sandbox references which secret (bindings), so a
+// restarted daemon can rebuild the broker table for adopted sandboxes.
+//
+// Names: [A-Za-z_][A-Za-z0-9_]{0,127}. Values: kMinSecretBytes..64 KiB.
+// Errors: invalid_argument (name/value), not_found, data_loss (decryption
+// failed: wrong key file or tampered row), internal (SQLite), errno errors
+// for the key file. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+struct sqlite3;
+
+namespace airlock::secrets {
+
+inline constexpr size_t kMaxSecretBytes = 64 * 1024;
+
+struct SecretInfo {
+  std::string name;
+  size_t size = 0;
+  int64_t created_at_ms = 0;
+  int64_t updated_at_ms = 0;
+};
+
+enum class Scope { kBrokered, kEnv };
+std::string_view ScopeName(Scope s);
+
+// One secret attached to one sandbox (no value).
+struct Binding {
+  std::string sandbox;
+  std::string name;
+  Scope scope = Scope::kBrokered;
+  std::string env;                 // variable name in the guest
+  std::string placeholder;         // brokered: what the guest sees
+  std::vector<std::string> hosts;  // brokered: where the value may go
+};
+
+class SecretStore {
+ public:
+  static StatusOr<std::unique_ptr<SecretStore>> Open(const std::string& db_path, const std::string& key_path);
+  ~SecretStore();
+
+  Status Set(const std::string& name, const std::string& value);
+  StatusOr<std::string> Get(const std::string& name);
+  StatusOr<std::vector<SecretInfo>> List();
+  Status Remove(const std::string& name);
+
+  Status PutBindings(const std::vector<Binding>& bindings);
+  StatusOr<std::vector<Binding>> BindingsOf(const std::string& sandbox);
+  Status DeleteBindings(const std::string& sandbox);
+
+ private:
+  SecretStore() = default;
+  sqlite3* db_ = nullptr;
+  std::string key_;  // 32 bytes
+  std::mutex mu_;
+};
+
+Status ValidateSecretName(const std::string& name);
+
+}  // namespace airlock::secrets

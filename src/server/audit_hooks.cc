@@ -1,0 +1,133 @@
+// The daemon's audit hooks (docs/audit.md): opening the trail, recording
+// control-plane calls when their response begins, and GET
+// /sandboxes/{id}/audit. Data-plane records come from audit::DataPlaneTap
+// (proxy.cc).
+#include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
+
+#include "audit/audit_log.h"
+#include "common/log.h"
+#include "secrets/redactor.h"
+#include "server/server.h"
+
+namespace airlock::server {
+
+using nlohmann::json;
+
+Status Server::InitAudit(const std::string& db_dir) {
+  if (!redactor_) redactor_ = std::make_shared<secrets::Redactor>();
+  std::string dir = config_.audit_dir.empty() ? db_dir + "/audit" : config_.audit_dir;
+  ASSIGN_OR_RETURN(auto log, audit::AuditLog::Open(dir, redactor_));
+  audit_ = std::move(log);
+  std::weak_ptr<secrets::Redactor> weak = redactor_;
+  config_.limits.redact = [weak](std::string_view s) {
+    auto r = weak.lock();
+    return r ? r->Redact(s) : std::string(s);
+  };
+  return OkStatus();
+}
+
+void Server::Audit(json record) {
+  if (!audit_) return;
+  Status st = audit_->Append(std::move(record));
+  if (!st.ok()) {
+    static std::atomic<int64_t> last{0};
+    int64_t now = NowUnixMs();
+    if (now - last.load() > 10000) {
+      last = now;
+      LOG_ERROR("audit: append failed: {}", st.message());
+    }
+  }
+}
+
+audit::AuditSink Server::AuditSinkFn() {
+  std::shared_ptr<audit::AuditLog> log = audit_;
+  return [log](const json& r) {
+    if (!log) return;
+    Status st = log->Append(r);
+    if (!st.ok()) LOG_ERROR("audit: append failed: {}", st.message());
+  };
+}
+
+void Server::AuditControlCall(const std::shared_ptr<HttpConn>& c, const std::string& key_id,
+                              const std::string& action, const std::string& sandbox) {
+  std::string method = c->method_string();
+  std::string path = c->path();
+  std::string peer = c->peer();
+  c->SetOnRespond([this, key_id, action, sandbox, method, path, peer](int status) {
+    json r = {{"action", action}, {"method", method}, {"path", path}, {"status", status}, {"peer", peer}};
+    if (!key_id.empty()) r["api_key_id"] = key_id;
+    if (!sandbox.empty()) r["sandbox"] = sandbox;
+    Audit(std::move(r));
+  });
+}
+
+void Server::SandboxAudit(std::shared_ptr<HttpConn> c, const std::string& id) {
+  audit::QueryFilter f;
+  f.sandbox = id;
+  if (auto s = c->Query("since"); s && !s->empty()) {
+    auto ms = audit::ParseSince(*s, NowUnixMs());
+    if (!ms.ok()) return c->RespondError(400, ms.status().message());
+    f.since_ms = *ms;
+  }
+  if (auto l = c->Query("limit"); l && !l->empty()) {
+    char* end = nullptr;
+    long v = std::strtol(l->c_str(), &end, 10);
+    if (*end != '\0' || v < 1 || v > 10000) return c->RespondError(400, "limit must be 1..10000");
+    f.limit = static_cast<size_t>(v);
+  }
+  std::string dir = audit_->dir();
+  asio::post(*workers_, [c, dir, f] {
+    auto recs = audit::Query(dir, f);
+    int status = 200;
+    std::string out;
+    if (!recs.ok()) {
+      status = 500;
+      out = JsonError(500, recs.status().message());
+    } else {
+      out = json(*recs).dump(-1, ' ', false, json::error_handler_t::replace);
+    }
+    asio::post(c->executor(), [c, status, out] { c->Respond(status, "application/json", out); });
+  });
+}
+
+}  // namespace airlock::server
+
+namespace airlock::server {
+
+std::string ControlActionName(const std::vector<std::string>& seg, http::verb verb) {
+  if (seg.empty() || seg[0] != "sandboxes") return "api.unknown_route";
+  if (seg.size() == 1) return verb == http::verb::post ? "sandbox.create" : "sandbox.list";
+  if (seg.size() == 2) return verb == http::verb::delete_ ? "sandbox.kill" : "sandbox.get";
+  if (seg.size() == 3) return "sandbox." + seg[2];
+  return "api.unknown_route";
+}
+
+void Server::AuditAuthFailure(const std::shared_ptr<HttpConn>& c) {
+  // An unauthenticated client must not be able to fill the disk: at most 10
+  // records a second, the rest counted in the next record.
+  static std::mutex mu;
+  static int64_t window = 0;
+  static int in_window = 0;
+  static uint64_t suppressed = 0;
+  uint64_t dropped = 0;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    int64_t now_s = NowUnixMs() / 1000;
+    if (now_s != window) {
+      window = now_s;
+      in_window = 0;
+    }
+    if (++in_window > 10) {
+      ++suppressed;
+      return;
+    }
+    dropped = std::exchange(suppressed, 0);
+  }
+  json r = {{"action", "auth.denied"}, {"method", c->method_string()}, {"path", c->path()},
+            {"status", 401},           {"peer", c->peer()}};
+  if (dropped) r["suppressed_before"] = dropped;
+  Audit(std::move(r));
+}
+
+}  // namespace airlock::server

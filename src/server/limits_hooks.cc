@@ -1,0 +1,115 @@
+// Limits in the daemon (docs/limits.md): per-create resource maxima (400),
+// admission (429 + Retry-After / bounded fair queue / 503 memory), the
+// admission tick, and GET /metrics.
+#include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "server/server.h"
+
+namespace airlock::server {
+
+using nlohmann::json;
+
+namespace {
+
+StatusOr<std::optional<int>> OptionalInt(const json& body, const char* field) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return std::optional<int>();
+  if (!it->is_number_integer() && !it->is_number_unsigned()) {
+    return InvalidArgument(std::string(field) + " must be an integer");
+  }
+  int64_t v = it->get<int64_t>();
+  if (v < 0 || v > (1 << 30)) return InvalidArgument(std::string(field) + " is out of range");
+  return std::optional<int>(static_cast<int>(v));
+}
+
+}  // namespace
+
+Status Server::ApplyResourceRequest(const json& body, CreateOptions* opts, int template_disk_mib) const {
+  ASSIGN_OR_RETURN(auto cpus, OptionalInt(body, "cpuCount"));
+  ASSIGN_OR_RETURN(auto mem, OptionalInt(body, "memoryMB"));
+  ASSIGN_OR_RETURN(auto disk, OptionalInt(body, "diskSizeMB"));
+  if (cpus) {
+    if (*cpus < 1 || *cpus > config_.max_vcpus) {
+      return InvalidArgument("cpuCount " + std::to_string(*cpus) + " is outside 1.." + std::to_string(config_.max_vcpus) +
+                             " (the server's --max-cpus)");
+    }
+    opts->vcpus = *cpus;
+  }
+  if (mem) {
+    if (*mem < 128 || *mem > config_.max_memory_mib) {
+      return InvalidArgument("memoryMB " + std::to_string(*mem) + " is outside 128.." +
+                             std::to_string(config_.max_memory_mib) + " (the server's --max-memory)");
+    }
+    opts->memory_mib = *mem;
+  }
+  if (disk) {
+    if (*disk > config_.max_disk_mib) {
+      return InvalidArgument("diskSizeMB " + std::to_string(*disk) + " is above the maximum of " +
+                             std::to_string(config_.max_disk_mib) + " (the server's --max-disk)");
+    }
+    if (template_disk_mib > 0 && *disk > template_disk_mib) {
+      return InvalidArgument("diskSizeMB " + std::to_string(*disk) + " is above the template's disk (" +
+                             std::to_string(template_disk_mib) + " MiB); growing disks is not supported yet");
+    }
+  }
+  return OkStatus();
+}
+
+void Server::Admit(std::shared_ptr<HttpConn> c, const std::string& key_id, int memory_mib,
+                   std::function<void(uint64_t)> work) {
+  admission_->Request(key_id, memory_mib, Admission::Clock::now(),
+                      [this, c, work = std::move(work)](AdmissionDecision d) {
+                        if (!d.granted) {
+                          metrics_.AdmissionRejected(d.http_status);
+                          LOG_INFO("create refused ({}): {}", d.http_status, d.message);
+                          HeaderList extra;
+                          if (d.retry_after_s > 0) extra.push_back({"Retry-After", std::to_string(d.retry_after_s)});
+                          return asio::post(c->executor(),
+                                            [c, d, extra] { c->RespondError(d.http_status, d.message, extra); });
+                        }
+                        metrics_.CreateStarted();
+                        asio::post(*workers_, [work, t = d.ticket] { work(t); });
+                      });
+}
+
+void Server::AdmissionDone(uint64_t ticket, const std::string& sandbox_id, double seconds) {
+  if (sandbox_id.empty()) metrics_.CreateFailed();
+  else metrics_.CreateSucceeded(seconds);
+  admission_->CreateDone(ticket, sandbox_id, Admission::Clock::now());
+}
+
+void Server::SandboxReleased(const std::string& sandbox_id) {
+  admission_->SandboxGone(sandbox_id, Admission::Clock::now());
+}
+
+void Server::ScheduleAdmissionTick() {
+  admission_timer_->expires_after(std::chrono::milliseconds(100));
+  admission_timer_->async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
+    (void)admission_->Pump(Admission::Clock::now());
+    ScheduleAdmissionTick();
+  });
+}
+
+void Server::ServeMetrics(std::shared_ptr<HttpConn> c) {
+  DaemonMetrics::Gauges g;
+  auto st = admission_->stats();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    g.running = static_cast<int>(sandboxes_.size());
+  }
+  g.creating = st.in_flight;
+  g.queued = static_cast<int>(st.queued);
+  g.committed_memory_mib = st.committed_memory_mib;
+  if (otlp_) {
+    auto os = otlp_->stats();
+    g.otlp_exported = os.exported;
+    g.otlp_dropped = os.dropped;
+    g.otlp_failed_batches = os.failed_batches;
+  }
+  c->Respond(200, "text/plain; version=0.0.4", metrics_.Render(g));
+}
+
+}  // namespace airlock::server

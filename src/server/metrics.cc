@@ -1,0 +1,71 @@
+#include "server/metrics.h"
+
+#include <cstdio>
+
+namespace airlock::server {
+
+void DaemonMetrics::CreateSucceeded(double seconds) {
+  for (size_t i = 0; i < kCreateBuckets.size(); ++i) {
+    if (seconds <= kCreateBuckets[i]) create_buckets_[i].fetch_add(1);
+  }
+  create_count_.fetch_add(1);
+  create_sum_us_.fetch_add(static_cast<uint64_t>(seconds * 1e6));
+}
+
+std::string DaemonMetrics::Render(const Gauges& g) const {
+  std::string o;
+  char buf[256];
+  auto line = [&](const char* fmt, auto... args) {
+    std::snprintf(buf, sizeof buf, fmt, args...);
+    o += buf;
+  };
+  auto u = [](const std::atomic<uint64_t>& a) { return static_cast<unsigned long long>(a.load()); };
+  o += "# HELP airlock_sandboxes Sandboxes by state.\n# TYPE airlock_sandboxes gauge\n";
+  line("airlock_sandboxes{state=\"running\"} %d\n", g.running);
+  line("airlock_sandboxes{state=\"creating\"} %d\n", g.creating);
+  line("airlock_sandboxes{state=\"queued\"} %d\n", g.queued);
+  o += "# HELP airlock_committed_memory_mib Guest memory committed to sandboxes (MiB).\n"
+       "# TYPE airlock_committed_memory_mib gauge\n";
+  line("airlock_committed_memory_mib %lld\n", static_cast<long long>(g.committed_memory_mib));
+  o += "# HELP airlock_sandbox_creates_total Sandbox creates started.\n# TYPE airlock_sandbox_creates_total counter\n";
+  line("airlock_sandbox_creates_total %llu\n", u(creates_));
+  o += "# HELP airlock_sandbox_create_failures_total Sandbox creates that failed after admission.\n"
+       "# TYPE airlock_sandbox_create_failures_total counter\n";
+  line("airlock_sandbox_create_failures_total %llu\n", u(create_failures_));
+  o += "# HELP airlock_admission_rejections_total Creates refused by limits (429) or memory protection (503).\n"
+       "# TYPE airlock_admission_rejections_total counter\n";
+  line("airlock_admission_rejections_total{reason=\"limit\"} %llu\n", u(rejected_limit_));
+  line("airlock_admission_rejections_total{reason=\"memory\"} %llu\n", u(rejected_memory_));
+  o += "# HELP airlock_sandbox_create_duration_seconds Time from admission to a ready sandbox.\n"
+       "# TYPE airlock_sandbox_create_duration_seconds histogram\n";
+  for (size_t i = 0; i < kCreateBuckets.size(); ++i) {
+    line("airlock_sandbox_create_duration_seconds_bucket{le=\"%g\"} %llu\n", kCreateBuckets[i], u(create_buckets_[i]));
+  }
+  line("airlock_sandbox_create_duration_seconds_bucket{le=\"+Inf\"} %llu\n", u(create_count_));
+  line("airlock_sandbox_create_duration_seconds_sum %.6f\n", static_cast<double>(create_sum_us_.load()) / 1e6);
+  line("airlock_sandbox_create_duration_seconds_count %llu\n", u(create_count_));
+  o += "# HELP airlock_execs_total Processes started through the data plane.\n# TYPE airlock_execs_total counter\n";
+  line("airlock_execs_total %llu\n", u(execs_));
+  o += "# HELP airlock_egress_connections_total Egress decisions of the sandbox network.\n"
+       "# TYPE airlock_egress_connections_total counter\n";
+  line("airlock_egress_connections_total{decision=\"allowed\"} %llu\n", u(egress_allowed_));
+  line("airlock_egress_connections_total{decision=\"denied\"} %llu\n", u(egress_denied_));
+  o += "# HELP airlock_egress_bytes_total Bytes moved by the egress proxy.\n# TYPE airlock_egress_bytes_total counter\n";
+  line("airlock_egress_bytes_total{direction=\"sent\"} %llu\n", u(egress_tx_));
+  line("airlock_egress_bytes_total{direction=\"received\"} %llu\n", u(egress_rx_));
+  o += "# HELP airlock_audit_records_total Records appended to the audit trail.\n"
+       "# TYPE airlock_audit_records_total counter\n";
+  line("airlock_audit_records_total %llu\n", u(audit_records_));
+  o += "# HELP airlock_otlp_exported_records_total Audit records delivered to the OTLP collector.\n"
+       "# TYPE airlock_otlp_exported_records_total counter\n";
+  line("airlock_otlp_exported_records_total %llu\n", static_cast<unsigned long long>(g.otlp_exported));
+  o += "# HELP airlock_otlp_dropped_records_total Audit records dropped from the full OTLP queue.\n"
+       "# TYPE airlock_otlp_dropped_records_total counter\n";
+  line("airlock_otlp_dropped_records_total %llu\n", static_cast<unsigned long long>(g.otlp_dropped));
+  o += "# HELP airlock_otlp_failed_batches_total OTLP export attempts that failed (retried).\n"
+       "# TYPE airlock_otlp_failed_batches_total counter\n";
+  line("airlock_otlp_failed_batches_total %llu\n", static_cast<unsigned long long>(g.otlp_failed_batches));
+  return o;
+}
+
+}  // namespace airlock::server

@@ -1,0 +1,52 @@
+// Daemon metrics in the Prometheus text exposition format (GET /metrics,
+// docs/limits.md#metrics). Counters are atomics, so any thread (the HTTP
+// loop, workers, the egress proxy) may bump them without a lock. Label
+// values are fixed enumerations chosen here, never request data, so nothing
+// a client or guest sends can become a label (and no secret can).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace airlock::server {
+
+class DaemonMetrics {
+ public:
+  static constexpr std::array<double, 11> kCreateBuckets = {0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120};
+
+  void CreateStarted() { creates_.fetch_add(1); }
+  void CreateFailed() { create_failures_.fetch_add(1); }
+  void CreateSucceeded(double seconds);
+  void Exec() { execs_.fetch_add(1); }
+  void AdmissionRejected(int http_status) { (http_status == 503 ? rejected_memory_ : rejected_limit_).fetch_add(1); }
+  // For the egress proxy (sealed network): one call per connection decision,
+  // and the bytes it moved.
+  void EgressDecision(bool allowed) { (allowed ? egress_allowed_ : egress_denied_).fetch_add(1); }
+  void EgressBytes(uint64_t to_internet, uint64_t from_internet) {
+    egress_tx_.fetch_add(to_internet);
+    egress_rx_.fetch_add(from_internet);
+  }
+  void AuditRecord() { audit_records_.fetch_add(1); }
+
+  struct Gauges {
+    int running = 0, creating = 0, queued = 0;
+    int64_t committed_memory_mib = 0;
+    uint64_t otlp_exported = 0, otlp_dropped = 0, otlp_failed_batches = 0;
+  };
+  // The whole exposition, with the gauges sampled by the caller.
+  std::string Render(const Gauges& g) const;
+
+ private:
+  std::atomic<uint64_t> creates_{0}, create_failures_{0}, execs_{0};
+  std::atomic<uint64_t> rejected_limit_{0}, rejected_memory_{0};
+  std::atomic<uint64_t> egress_allowed_{0}, egress_denied_{0}, egress_tx_{0}, egress_rx_{0};
+  std::atomic<uint64_t> audit_records_{0};
+  std::array<std::atomic<uint64_t>, kCreateBuckets.size()> create_buckets_{};
+  std::atomic<uint64_t> create_count_{0};
+  std::atomic<uint64_t> create_sum_us_{0};
+};
+
+}  // namespace airlock::server

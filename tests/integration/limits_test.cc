@@ -1,0 +1,208 @@
+// Limits against a real daemon and microVMs: create-request maxima (400),
+// per-key concurrency (429 + Retry-After, then success after the wait), a
+// per-command timeout that kills a tree ignoring SIGTERM (setsid'd child
+// included), memory overcommit refusal, /metrics, OTLP export to a collector
+// in this process, and a burst of 30 creates finishing with zero failures.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <mutex>
+
+#include "tests/integration/daemon.h"
+
+namespace airlock::testing {
+namespace {
+
+using nlohmann::json;
+
+// A minimal OTLP/HTTP collector on 127.0.0.1: keeps every request body.
+class Collector {
+ public:
+  Collector() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    ::listen(fd_, 16);
+    thread_ = std::thread([this] {
+      for (;;) {
+        int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) return;
+        std::string req;
+        char buf[65536];
+        size_t need = std::string::npos;
+        ssize_t n;
+        while ((n = ::read(c, buf, sizeof buf)) > 0) {
+          req.append(buf, static_cast<size_t>(n));
+          size_t he = req.find("\r\n\r\n");
+          if (he != std::string::npos && need == std::string::npos) {
+            size_t cl = req.find("Content-Length: ");
+            need = he + 4 + (cl == std::string::npos ? 0 : std::stoul(req.substr(cl + 16)));
+          }
+          if (need != std::string::npos && req.size() >= need) break;
+        }
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          all_ += req;
+        }
+        std::string resp = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+        (void)!::write(c, resp.data(), resp.size());
+        ::close(c);
+      }
+    });
+  }
+  ~Collector() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  uint16_t port() const { return port_; }
+  std::string all() {
+    std::lock_guard<std::mutex> l(mu_);
+    return all_;
+  }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::mutex mu_;
+  std::string all_;
+  std::thread thread_;
+};
+
+TEST(LimitsTest, MaximaPerKeyCapTimeoutTreeMetricsAndOtlp) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  Collector col;
+  TestDaemon d(dir, {"--max-sandboxes-per-key", "1", "--queue-timeout", "1", "--max-cpus", "2", "--max-memory",
+                     "1024", "--otlp-endpoint", "http://127.0.0.1:" + std::to_string(col.port()) + "/v1/logs"});
+  for (auto [field, value, flag] : {std::tuple{"cpuCount", 3, "--max-cpus"}, {"memoryMB", 4096, "--max-memory"},
+                                    {"diskSizeMB", 1 << 20, "--max-disk"}}) {
+    auto r = d.Do("POST", "/v2/sandboxes", json{{field, value}}.dump());
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->status, 400) << r->body;
+    EXPECT_NE(r->body.find(flag), std::string::npos) << r->body;
+  }
+  auto a = d.Do("POST", "/v2/sandboxes", json{{"cpuCount", 2}, {"memoryMB", 256}}.dump());
+  ASSERT_TRUE(a.ok());
+  ASSERT_EQ(a->status, 201) << a->body;
+  json sa = json::parse(a->body);
+  auto info = d.Do("GET", "/sandboxes/" + sa["sandboxID"].get<std::string>());
+  EXPECT_EQ(json::parse(info->body)["cpuCount"], 2);
+  EXPECT_EQ(json::parse(info->body)["memoryMB"], 256);
+
+  // Same key, cap 1: queued for --queue-timeout, then 429 with Retry-After.
+  auto t0 = std::chrono::steady_clock::now();
+  auto b = d.Do("POST", "/v2/sandboxes", "{}");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->status, 429) << b->body;
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(900));
+  int retry_after = std::atoi(b->Header("retry-after").c_str());
+  EXPECT_GE(retry_after, 1);
+
+  // The per-command timeout kills a tree that ignores SIGTERM, setsid'd child too.
+  std::string id = sa["sandboxID"], token = sa["envdAccessToken"];
+  auto start = std::chrono::steady_clock::now();
+  auto e = d.Run(id, token,
+                 "trap '' TERM; (trap '' TERM; exec -a airlock-orphan-a sleep 600) & "
+                 "setsid bash -c \"trap '' TERM; exec -a airlock-orphan-b sleep 600\" & "
+                 "exec -a airlock-orphan-c sleep 600",
+                 2000);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->signal, "killed") << e->out << e->err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto ps = d.Run(id, token, "ps -eo args | grep -c '^airlock-orphan' || true");
+  ASSERT_TRUE(ps.ok());
+  EXPECT_EQ(ps->out, "0\n") << "survivors of the timeout";
+
+  // Kill A; after the wait, B's retry succeeds.
+  EXPECT_EQ(d.Do("DELETE", "/sandboxes/" + id)->status, 204);
+  std::this_thread::sleep_for(std::chrono::seconds(std::min(retry_after, 5)));
+  auto b2 = d.Do("POST", "/v2/sandboxes", "{}");
+  ASSERT_TRUE(b2.ok());
+  ASSERT_EQ(b2->status, 201) << b2->body;
+  EXPECT_EQ(d.Do("DELETE", "/sandboxes/" + json::parse(b2->body)["sandboxID"].get<std::string>())->status, 204);
+
+  auto m = d.Do("GET", "/metrics", "", false);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->status, 200);
+  EXPECT_NE(m->body.find("airlock_sandbox_creates_total 2\n"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("airlock_admission_rejections_total{reason=\"limit\"} 1\n"), std::string::npos);
+  EXPECT_NE(m->body.find("airlock_execs_total 2\n"), std::string::npos);
+  EXPECT_NE(m->body.find("airlock_sandbox_create_duration_seconds_count 2\n"), std::string::npos);
+
+  // Audit records reached the collector as OTLP logs.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (col.all().find("sandbox.created") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::string got = col.all();
+  EXPECT_NE(got.find("POST /v1/logs"), std::string::npos);
+  EXPECT_NE(got.find("\"resourceLogs\""), std::string::npos);
+  EXPECT_NE(got.find("sandbox.created"), std::string::npos);
+  EXPECT_NE(got.find("\\\"action\\\":\\\"exec\\\""), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LimitsTest, MemoryOvercommitIsRefusedAndSaysSo) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  TestDaemon d(dir, {"--memory-overcommit-ratio", "0.001"});
+  auto r = d.Do("POST", "/v2/sandboxes", "{}");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 503) << r->body;
+  EXPECT_NE(r->body.find("overcommit host memory"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("512 MiB requested"), std::string::npos) << r->body;
+  std::filesystem::remove_all(dir);
+}
+
+// Like the SDK (spec: rate-limit retry): on 429 sleep Retry-After, at most 3 retries.
+TEST(LimitsTest, BurstOf30CreatesCompletesWithZeroFailures) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  TestDaemon d(dir);
+  constexpr int kN = 30;
+  std::atomic<int> ok{0}, retries{0};
+  std::mutex mu;
+  std::vector<std::string> failures;
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kN; ++i) {
+    ts.emplace_back([&] {
+      for (int attempt = 0; attempt <= 3; ++attempt) {
+        auto r = d.Do("POST", "/v2/sandboxes", json{{"timeout", 120}}.dump());
+        if (r.ok() && r->status == 429 && attempt < 3) {
+          ++retries;
+          std::this_thread::sleep_for(std::chrono::seconds(std::atoi(r->Header("retry-after").c_str())));
+          continue;
+        }
+        if (r.ok() && r->status == 201) {
+          std::string id = json::parse(r->body)["sandboxID"];
+          auto k = d.Do("DELETE", "/sandboxes/" + id);
+          if (k.ok() && k->status == 204) {
+            ++ok;
+            return;
+          }
+        }
+        std::lock_guard<std::mutex> l(mu);
+        failures.push_back(r.ok() ? std::to_string(r->status) + " " + r->body : r.status().ToString());
+        return;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("burst of %d creates: %.1f s, %d retries after 429\n", kN, s, retries.load());
+  EXPECT_EQ(ok.load(), kN);
+  EXPECT_TRUE(failures.empty()) << failures.size() << " failures, first: " << failures[0];
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace airlock::testing
