@@ -25,6 +25,15 @@ StatusOr<egress::EgressPolicy> PolicyFromCreateBody(const json& body, const egre
   return egress::PolicyFromApi(network, internet, base);
 }
 
+void AddEgressFields(egress::EgressService* egress, const std::string& id, json& detail) {
+  if (!egress) return;
+  auto p = egress->Policy(id);
+  if (!p.ok()) return;
+  json j = json::parse(p->ToJson());
+  detail["allowInternetAccess"] = j["allowInternetAccess"];
+  detail["network"] = {{"allowOut", j["allowOut"]}, {"denyOut", j["denyOut"]}};
+}
+
 json EgressLogEntry(const json& r) {
   json fields = json::object();
   for (auto it = r.begin(); it != r.end(); ++it) {

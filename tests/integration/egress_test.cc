@@ -717,6 +717,11 @@ TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
   EXPECT_EQ(rc, 6) << out;
   std::tie(rc, out) = exec("curl -sS --max-time 10 http://other.test/");
   EXPECT_EQ(rc, 0) << out;
+  auto info = api("GET", "/sandboxes/" + id);
+  ASSERT_TRUE(info.ok());
+  auto ij = nlohmann::json::parse(info->body, nullptr, false);
+  EXPECT_EQ(ij["network"]["allowOut"], nlohmann::json::array({"other.test"})) << info->body;
+  EXPECT_EQ(ij["allowInternetAccess"], false) << info->body;
   auto missing = api("PUT", "/sandboxes/nosuchsandbox/network", R"({"allowOut":[]})");
   ASSERT_TRUE(missing.ok());
   EXPECT_EQ(missing->status, 404);
