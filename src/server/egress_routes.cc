@@ -19,8 +19,8 @@ StatusOr<egress::EgressPolicy> PolicyFromCreateBody(const json& body, const egre
   const json* network = nullptr;
   if (auto it = body.find("network"); it != body.end()) network = &*it;
   // PUT /network sends the SandboxNetworkUpdateConfig fields at the top level.
-  if (!network && (body.contains("allowOut") || body.contains("denyOut") || body.contains("egressProxy") ||
-                   body.contains("rules")))
+  if (!network &&
+      (body.contains("allowOut") || body.contains("denyOut") || body.contains("egressProxy") || body.contains("rules")))
     network = &body;
   return egress::PolicyFromApi(network, internet, base);
 }
@@ -52,8 +52,8 @@ json EgressLogEntry(const json& r) {
     port = d->value("port", 0);
   }
   std::string msg = "egress " + r.value("decision", "?") + " " + r.value("protocol", "?") + " " +
-                    (name.empty() ? ip : name) + (port ? ":" + std::to_string(port) : "") + " rule=" +
-                    r.value("rule", "");
+                    (name.empty() ? ip : name) + (port ? ":" + std::to_string(port) : "") +
+                    " rule=" + r.value("rule", "");
   if (r.contains("reason")) msg += " (" + r.value("reason", "") + ")";
   if (r.contains("bytesOut")) msg += " out=" + r["bytesOut"].dump() + "B in=" + r["bytesIn"].dump() + "B";
   return {{"timestamp", r.value("time", "")},
