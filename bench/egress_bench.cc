@@ -6,6 +6,7 @@
 //   added latency: median time-to-first-byte of a tiny request, proxied vs
 //     direct, over N requests (each is a new connection)
 // Usage: egress-bench [--mb 100] [--n 30]   (root; ip, nft, curl, openssl)
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,8 +14,6 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "egress/egress_service.h"
 #include "egress/policy.h"
@@ -103,13 +102,19 @@ int main(int argc, char** argv) {
     tp.push_back(curl(proxied->guest, "http://allowed.test/", "%{time_starttransfer}") * 1000);
     td.push_back(curl(direct->guest, "http://203.0.113.10/", "%{time_starttransfer}") * 1000);
   }
+  // Bandwidth limit: the same download capped at 20 MB/s per sandbox.
+  const std::string pid_p = "b" + std::to_string(::getpid()) + "p";
+  (void)(*svc)->SetLimits(pid_p, egress::EgressLimits{256, 20 * 1000 * 1000});
+  double bps_capped =
+      curl(proxied->guest, "http://allowed.test/bytes?n=" + std::to_string(60 * 1000 * 1000), "%{speed_download}");
   (*svc)->RemoveSandbox("b" + std::to_string(::getpid()) + "p");
   (*svc)->RemoveSandbox("b" + std::to_string(::getpid()) + "d");
   std::printf("| measure | through the egress proxy | proxy out of the path | ratio / added |\n");
   std::printf("|---|---|---|---|\n");
   std::printf("| %ld MB HTTP download | %.0f MB/s | %.0f MB/s | %.2f |\n", mb, bps_proxy / 1e6, bps_direct / 1e6,
               bps_direct > 0 ? bps_proxy / bps_direct : 0);
-  std::printf("| time to first byte, new connection (median of %d) | %.2f ms | %.2f ms | +%.2f ms |\n", n,
-              Median(tp), Median(td), Median(tp) - Median(td));
+  std::printf("| 60 MB download, --egress-bandwidth 20 MB/s | %.1f MB/s | - | - |\n", bps_capped / 1e6);
+  std::printf("| time to first byte, new connection (median of %d) | %.2f ms | %.2f ms | +%.2f ms |\n", n, Median(tp),
+              Median(td), Median(tp) - Median(td));
   return 0;
 }

@@ -1,5 +1,7 @@
 #include "core/manager.h"
 
+#include <utility>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -145,7 +147,14 @@ Status Sandbox::TearDown() {
   // Wake whoever is blocked on the agent: once the netns is gone its TCP
   // connections would never see a reset.
   if (agent_) agent_->CancelAll();
-  if (egress_) egress_->RemoveSandbox(id_);
+  // Once: a second TearDown (the destructor after Destroy) may outlive the
+  // Manager and its egress service.
+  egress::EgressService* egress = nullptr;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    egress = std::exchange(egress_, nullptr);
+  }
+  if (egress) egress->RemoveSandbox(id_);
   // Order matters: the VMM holds the tap inside the netns.
   if (vm) errors.push_back(vm->Destroy().WithContext("destroy VMM"));
   if (network) errors.push_back(network->Destroy().WithContext("destroy network"));

@@ -109,8 +109,7 @@ std::vector<uint8_t> BuildQuery(uint16_t id, const std::string& name, uint16_t q
   return v;
 }
 
-StatusOr<Answer> ParseResponse(const uint8_t* data, size_t size, uint16_t id, const std::string& name,
-                               uint16_t qtype) {
+StatusOr<Answer> ParseResponse(const uint8_t* data, size_t size, uint16_t id, const std::string& name, uint16_t qtype) {
   if (size < 12) return InvalidArgument("dns: response shorter than a header");
   if (Get16(data) != id) return InvalidArgument("dns: response id mismatch");
   uint16_t flags = Get16(data + 2);

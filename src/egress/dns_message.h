@@ -24,8 +24,8 @@ inline constexpr uint16_t kTypeA = 1;
 inline constexpr uint16_t kTypeCname = 5;
 inline constexpr uint16_t kTypeAaaa = 28;
 inline constexpr uint16_t kClassIn = 1;
-inline constexpr uint8_t kRcodeNoError = 0, kRcodeFormErr = 1, kRcodeServFail = 2, kRcodeNxDomain = 3,
-                         kRcodeNotImp = 4, kRcodeRefused = 5;
+inline constexpr uint8_t kRcodeNoError = 0, kRcodeFormErr = 1, kRcodeServFail = 2, kRcodeNxDomain = 3, kRcodeNotImp = 4,
+                         kRcodeRefused = 5;
 inline constexpr size_t kMaxMessage = 4096;
 
 struct Question {
@@ -48,8 +48,7 @@ struct Answer {
 
 StatusOr<Question> ParseQuery(const uint8_t* data, size_t size);
 std::vector<uint8_t> BuildQuery(uint16_t id, const std::string& name, uint16_t qtype);
-StatusOr<Answer> ParseResponse(const uint8_t* data, size_t size, uint16_t id, const std::string& name,
-                               uint16_t qtype);
+StatusOr<Answer> ParseResponse(const uint8_t* data, size_t size, uint16_t id, const std::string& name, uint16_t qtype);
 std::vector<uint8_t> BuildResponse(const Question& q, uint8_t rcode, const std::vector<ARecord>& a);
 // A FORMERR answer to bytes that did not parse, when at least the id is readable.
 std::vector<uint8_t> BuildFormErr(const uint8_t* data, size_t size);

@@ -2,7 +2,10 @@
 // proxy_conn.cc (TCP proxy). Everything here lives on the loop thread.
 #pragma once
 
-#include <utility>  // before Asio: Boost 1.74 awaitable.hpp needs std::exchange
+// Before Asio: Boost 1.74's awaitable.hpp uses std::exchange without <utility>.
+// clang-format off
+#include <utility>
+// clang-format on
 
 #include <boost/asio.hpp>
 #include <chrono>

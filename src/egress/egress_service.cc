@@ -16,12 +16,13 @@ namespace airlock::egress {
 std::string NowRfc3339() {
   auto now = std::chrono::system_clock::now();
   std::time_t t = std::chrono::system_clock::to_time_t(now);
-  int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  int ms =
+      static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
   std::tm tm{};
   gmtime_r(&t, &tm);
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
   return buf;
 }
 
@@ -71,18 +72,18 @@ auto EgressService::Impl::OnLoop(F&& fn) -> decltype(fn()) {
 
 void EgressService::Impl::Emit(SandboxEgress& sb, nlohmann::json record) {
   record["time"] = NowRfc3339();
-  record["timestampMs"] = std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
+  record["timestampMs"] =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   record["sandboxID"] = sb.id;
   {
     std::lock_guard<std::mutex> lock(records_mu);
     auto now = Clock::now();
     if (now - sb.second_start >= std::chrono::seconds(1)) {
       if (sb.suppressed > 0) {
-        nlohmann::json s = {{"time", record["time"]},          {"sandboxID", sb.id},
-                            {"protocol", "audit"},             {"decision", "deny"},
-                            {"rule", "rate-limit"},            {"reason", "records suppressed (rate limit)"},
+        nlohmann::json s = {{"time", record["time"]},     {"sandboxID", sb.id},
+                            {"protocol", "audit"},        {"decision", "deny"},
+                            {"rule", "rate-limit"},       {"reason", "records suppressed (rate limit)"},
                             {"suppressed", sb.suppressed}};
         sb.records.push_back(s);
         if (config.audit_sink) config.audit_sink(s);
@@ -101,8 +102,7 @@ void EgressService::Impl::Emit(SandboxEgress& sb, nlohmann::json record) {
   if (config.audit_sink) config.audit_sink(record);
 }
 
-std::vector<uint32_t> EgressService::Impl::PinnedAddresses(SandboxEgress& sb, const std::string& name,
-                                                           uint16_t port) {
+std::vector<uint32_t> EgressService::Impl::PinnedAddresses(SandboxEgress& sb, const std::string& name, uint16_t port) {
   std::vector<uint32_t> out;
   auto it = sb.resolved.find(name);
   if (it == sb.resolved.end()) return out;
@@ -129,7 +129,10 @@ void EgressService::Impl::HandleQuery(std::shared_ptr<SandboxEgress> sb, const u
                                       const char* transport, std::function<void(std::vector<uint8_t>)> reply) {
   auto q = dns::ParseQuery(data, size);
   if (!q.ok()) {
-    Emit(*sb, {{"protocol", "dns"}, {"decision", "deny"}, {"rule", "default-deny"}, {"reason", q.status().message()},
+    Emit(*sb, {{"protocol", "dns"},
+               {"decision", "deny"},
+               {"rule", "default-deny"},
+               {"reason", q.status().message()},
                {"transport", transport}});
     reply(dns::BuildFormErr(data, size));
     return;
@@ -185,7 +188,7 @@ void EgressService::Impl::HandleQuery(std::shared_ptr<SandboxEgress> sb, const u
   }
   ++sb->upstream_pending;
   auto finish = [this, sb, p, q = *q, rec, reply](uint8_t rcode, std::vector<dns::ARecord> a,
-                                                   const std::string& reason) mutable {
+                                                  const std::string& reason) mutable {
     if (p->done) return;
     p->done = true;
     --sb->upstream_pending;
@@ -220,40 +223,41 @@ void EgressService::Impl::HandleQuery(std::shared_ptr<SandboxEgress> sb, const u
   p->timer.async_wait([finish](const boost::system::error_code& e) mutable {
     if (!e) finish(dns::kRcodeServFail, {}, "upstream timeout");
   });
-  p->sock.async_send_to(asio::buffer(p->query), upstream, [this, p, id, name = q->name, finish](
-                                                                const boost::system::error_code& e, size_t) mutable {
-    if (e) {
-      finish(dns::kRcodeServFail, {}, "upstream send: " + e.message());
-      return;
-    }
-    auto recv = std::make_shared<std::function<void()>>();
-    *recv = [this, p, id, name, finish, recv]() mutable {
-      p->sock.async_receive_from(asio::buffer(p->buf), p->from,
-                                 [this, p, id, name, finish, recv](const boost::system::error_code& e2,
-                                                                   size_t n) mutable {
-                                   if (p->done) return;
-                                   if (e2) {
-                                     finish(dns::kRcodeServFail, {}, "upstream receive: " + e2.message());
-                                     return;
-                                   }
-                                   if (p->from != upstream) {  // not from our resolver: ignore
-                                     (*recv)();
-                                     return;
-                                   }
-                                   auto ans = dns::ParseResponse(p->buf.data(), n, id, name, dns::kTypeA);
-                                   if (!ans.ok()) {
-                                     (*recv)();  // spoofed or malformed: keep waiting
-                                     return;
-                                   }
-                                   uint8_t rc = ans->rcode == dns::kRcodeNxDomain ? dns::kRcodeNxDomain
-                                                : ans->rcode == 0                  ? dns::kRcodeNoError
-                                                                                   : dns::kRcodeServFail;
-                                   *recv = nullptr;
-                                   finish(rc, ans->a, "");
-                                 });
-    };
-    (*recv)();
-  });
+  p->sock.async_send_to(
+      asio::buffer(p->query), upstream,
+      [this, p, id, name = q->name, finish](const boost::system::error_code& e, size_t) mutable {
+        if (e) {
+          finish(dns::kRcodeServFail, {}, "upstream send: " + e.message());
+          return;
+        }
+        auto recv = std::make_shared<std::function<void()>>();
+        *recv = [this, p, id, name, finish, recv]() mutable {
+          p->sock.async_receive_from(
+              asio::buffer(p->buf), p->from,
+              [this, p, id, name, finish, recv](const boost::system::error_code& e2, size_t n) mutable {
+                if (p->done) return;
+                if (e2) {
+                  finish(dns::kRcodeServFail, {}, "upstream receive: " + e2.message());
+                  return;
+                }
+                if (p->from != upstream) {  // not from our resolver: ignore
+                  (*recv)();
+                  return;
+                }
+                auto ans = dns::ParseResponse(p->buf.data(), n, id, name, dns::kTypeA);
+                if (!ans.ok()) {
+                  (*recv)();  // spoofed or malformed: keep waiting
+                  return;
+                }
+                uint8_t rc = ans->rcode == dns::kRcodeNxDomain ? dns::kRcodeNxDomain
+                             : ans->rcode == 0                 ? dns::kRcodeNoError
+                                                               : dns::kRcodeServFail;
+                *recv = nullptr;
+                finish(rc, ans->a, "");
+              });
+        };
+        (*recv)();
+      });
 }
 
 void EgressService::Impl::StartDnsUdp(std::shared_ptr<SandboxEgress> sb) {
@@ -262,19 +266,19 @@ void EgressService::Impl::StartDnsUdp(std::shared_ptr<SandboxEgress> sb) {
     udp::endpoint from;
   };
   auto rx = std::make_shared<Rx>();
-  sb->dns_udp.async_receive_from(
-      asio::buffer(rx->buf), rx->from, [this, sb, rx](const boost::system::error_code& ec, size_t n) {
-        if (sb->closed || ec == asio::error::operation_aborted) return;
-        if (!ec && rx->from.address() == asio::ip::address(sb->netns_ip)) {
-          udp::endpoint to = rx->from;
-          HandleQuery(sb, rx->buf.data(), n, "udp", [sb, to](std::vector<uint8_t> out) {
-            if (out.empty() || sb->closed) return;
-            boost::system::error_code ignore;
-            sb->dns_udp.send_to(asio::buffer(out), to, 0, ignore);
-          });
-        }
-        StartDnsUdp(sb);
-      });
+  sb->dns_udp.async_receive_from(asio::buffer(rx->buf), rx->from,
+                                 [this, sb, rx](const boost::system::error_code& ec, size_t n) {
+                                   if (sb->closed || ec == asio::error::operation_aborted) return;
+                                   if (!ec && rx->from.address() == asio::ip::address(sb->netns_ip)) {
+                                     udp::endpoint to = rx->from;
+                                     HandleQuery(sb, rx->buf.data(), n, "udp", [sb, to](std::vector<uint8_t> out) {
+                                       if (out.empty() || sb->closed) return;
+                                       boost::system::error_code ignore;
+                                       sb->dns_udp.send_to(asio::buffer(out), to, 0, ignore);
+                                     });
+                                   }
+                                   StartDnsUdp(sb);
+                                 });
 }
 
 void EgressService::Impl::StartDnsTcp(std::shared_ptr<SandboxEgress> sb) {
@@ -291,34 +295,35 @@ void EgressService::Impl::StartDnsTcp(std::shared_ptr<SandboxEgress> sb) {
           boost::system::error_code ignore;
           if (!te) sock->close(ignore);
         });
-        asio::async_read(*sock, asio::buffer(*buf), [this, sb, sock, buf, timer](const boost::system::error_code& e1,
-                                                                                size_t) {
-          if (e1) return;
-          size_t len = ((*buf)[0] << 8) | (*buf)[1];
-          if (len < 12 || len > dns::kMaxMessage) {
-            boost::system::error_code ignore;
-            sock->close(ignore);
-            return;
-          }
-          buf->resize(len);
-          asio::async_read(*sock, asio::buffer(*buf), [this, sb, sock, buf, timer](const boost::system::error_code& e2,
-                                                                                  size_t) {
-            if (e2) return;
-            HandleQuery(sb, buf->data(), buf->size(), "tcp", [sock, timer](std::vector<uint8_t> out) {
-              timer->cancel();
-              if (out.empty()) return;
-              auto msg = std::make_shared<std::vector<uint8_t>>(out.size() + 2);
-              (*msg)[0] = static_cast<uint8_t>(out.size() >> 8);
-              (*msg)[1] = static_cast<uint8_t>(out.size());
-              std::copy(out.begin(), out.end(), msg->begin() + 2);
-              asio::async_write(*sock, asio::buffer(*msg), [sock, msg](const boost::system::error_code&, size_t) {
+        asio::async_read(
+            *sock, asio::buffer(*buf), [this, sb, sock, buf, timer](const boost::system::error_code& e1, size_t) {
+              if (e1) return;
+              size_t len = ((*buf)[0] << 8) | (*buf)[1];
+              if (len < 12 || len > dns::kMaxMessage) {
                 boost::system::error_code ignore;
-                sock->shutdown(tcp::socket::shutdown_both, ignore);
                 sock->close(ignore);
-              });
+                return;
+              }
+              buf->resize(len);
+              asio::async_read(
+                  *sock, asio::buffer(*buf), [this, sb, sock, buf, timer](const boost::system::error_code& e2, size_t) {
+                    if (e2) return;
+                    HandleQuery(sb, buf->data(), buf->size(), "tcp", [sock, timer](std::vector<uint8_t> out) {
+                      timer->cancel();
+                      if (out.empty()) return;
+                      auto msg = std::make_shared<std::vector<uint8_t>>(out.size() + 2);
+                      (*msg)[0] = static_cast<uint8_t>(out.size() >> 8);
+                      (*msg)[1] = static_cast<uint8_t>(out.size());
+                      std::copy(out.begin(), out.end(), msg->begin() + 2);
+                      asio::async_write(*sock, asio::buffer(*msg),
+                                        [sock, msg](const boost::system::error_code&, size_t) {
+                                          boost::system::error_code ignore;
+                                          sock->shutdown(tcp::socket::shutdown_both, ignore);
+                                          sock->close(ignore);
+                                        });
+                    });
+                  });
             });
-          });
-        });
       }
     }
     StartDnsTcp(sb);
@@ -367,8 +372,10 @@ void EgressService::Impl::CloseSandbox(SandboxEgress& sb) {
 
 void EgressService::Impl::EnforcePolicy(SandboxEgress& sb) {
   for (auto it = sb.resolved.begin(); it != sb.resolved.end();) {
-    if (!sb.policy->CheckName(it->first).allowed) it = sb.resolved.erase(it);
-    else ++it;
+    if (!sb.policy->CheckName(it->first).allowed)
+      it = sb.resolved.erase(it);
+    else
+      ++it;
   }
   auto conns = sb.conns;
   for (auto& c : conns) {
@@ -429,8 +436,9 @@ Status EgressService::AddSandbox(const std::string& id, const std::string& host_
       if (!ec) a.set_option(tcp::acceptor::reuse_address(true), ec);
       if (!ec) a.bind(ep, ec);
       if (!ec) a.listen(256, ec);
-      if (ec) return Internal(std::string("egress: ") + what + " listen on " + host_ip + ":" + std::to_string(port) +
-                              ": " + ec.message());
+      if (ec)
+        return Internal(std::string("egress: ") + what + " listen on " + host_ip + ":" + std::to_string(port) + ": " +
+                        ec.message());
       return OkStatus();
     };
     udp::endpoint uep(sb->host_ip, impl_->config.dns_port);

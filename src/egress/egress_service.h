@@ -32,10 +32,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "egress/policy.h"
@@ -50,8 +49,8 @@ inline constexpr uint16_t kDefaultTlsPort = 49443;
 inline constexpr int kMaxRecordsPerSecond = 200;
 
 struct EgressLimits {
-  int max_connections = 256;       // concurrent proxied TCP connections
-  uint64_t bytes_per_second = 0;   // both directions together; 0 = unlimited
+  int max_connections = 256;      // concurrent proxied TCP connections
+  uint64_t bytes_per_second = 0;  // both directions together; 0 = unlimited
 };
 
 struct EgressConfig {
@@ -78,8 +77,8 @@ class EgressService {
 
   // Opens the sandbox's listeners on host_ip (which must exist: the veth).
   // Connections are accepted only from netns_ip.
-  Status AddSandbox(const std::string& id, const std::string& host_ip, const std::string& netns_ip,
-                    EgressPolicy policy, std::optional<EgressLimits> limits = std::nullopt);
+  Status AddSandbox(const std::string& id, const std::string& host_ip, const std::string& netns_ip, EgressPolicy policy,
+                    std::optional<EgressLimits> limits = std::nullopt);
   // Replaces the policy; open connections it no longer allows are closed,
   // remembered answers for names it no longer allows are forgotten.
   Status UpdatePolicy(const std::string& id, EgressPolicy policy);

@@ -39,7 +39,8 @@ L7Result ParseClientHello(const uint8_t* data, size_t size) {
     if (data[pos + 1] != 3) return Invalid("tls: bad record version");
     size_t len = Be(data + pos + 3, 2);
     if (len == 0 || len > 16384) return Invalid("tls: bad record length");
-    if (pos + 5 + len > size) return pos + 5 + len > kMaxL7Head + 5 ? Invalid("tls: ClientHello larger than 16 KiB") : NeedMore();
+    if (pos + 5 + len > size)
+      return pos + 5 + len > kMaxL7Head + 5 ? Invalid("tls: ClientHello larger than 16 KiB") : NeedMore();
     hs.insert(hs.end(), data + pos + 5, data + pos + 5 + len);
     pos += 5 + len;
     if (!need && hs.size() >= 4) {

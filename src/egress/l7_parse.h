@@ -21,9 +21,9 @@ namespace airlock::egress {
 struct L7Result {
   enum class Kind { kOk, kNeedMore, kInvalid };
   Kind kind = Kind::kNeedMore;
-  std::string host;    // kOk: the normalised name
-  std::string error;   // kInvalid: why
-  size_t consumed = 0; // kOk (HTTP): bytes of the request head incl. the blank line
+  std::string host;     // kOk: the normalised name
+  std::string error;    // kInvalid: why
+  size_t consumed = 0;  // kOk (HTTP): bytes of the request head incl. the blank line
 };
 
 inline constexpr size_t kMaxL7Head = 16 * 1024;

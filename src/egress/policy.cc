@@ -8,8 +8,7 @@ namespace {
 bool NameMatches(const Rule& r, std::string_view name) {
   if (r.kind == Rule::Kind::kName) return name == r.name;
   if (r.kind == Rule::Kind::kWildcard) {
-    return name.size() > r.name.size() + 1 && name.ends_with(r.name) &&
-           name[name.size() - r.name.size() - 1] == '.';
+    return name.size() > r.name.size() + 1 && name.ends_with(r.name) && name[name.size() - r.name.size() - 1] == '.';
   }
   return false;
 }
@@ -29,12 +28,10 @@ struct Range {
 };
 // Never reachable from a guest (RFC 6890 special-purpose + the host's pool).
 const Range kForbidden[] = {
-    {"0.0.0.0/8", 0x00000000, 8},       {"10.0.0.0/8", 0x0A000000, 8},
-    {"100.64.0.0/10", 0x64400000, 10},  {"127.0.0.0/8", 0x7F000000, 8},
-    {"169.254.0.0/16", 0xA9FE0000, 16}, {"172.16.0.0/12", 0xAC100000, 12},
-    {"192.0.0.0/24", 0xC0000000, 24},   {"192.168.0.0/16", 0xC0A80000, 16},
-    {"198.18.0.0/15", 0xC6120000, 15},  {"224.0.0.0/4", 0xE0000000, 4},
-    {"240.0.0.0/4", 0xF0000000, 4},
+    {"0.0.0.0/8", 0x00000000, 8},     {"10.0.0.0/8", 0x0A000000, 8},      {"100.64.0.0/10", 0x64400000, 10},
+    {"127.0.0.0/8", 0x7F000000, 8},   {"169.254.0.0/16", 0xA9FE0000, 16}, {"172.16.0.0/12", 0xAC100000, 12},
+    {"192.0.0.0/24", 0xC0000000, 24}, {"192.168.0.0/16", 0xC0A80000, 16}, {"198.18.0.0/15", 0xC6120000, 15},
+    {"224.0.0.0/4", 0xE0000000, 4},   {"240.0.0.0/4", 0xF0000000, 4},
 };
 
 }  // namespace

@@ -32,11 +32,11 @@ namespace airlock::egress {
 struct Rule {
   enum class Kind { kName, kWildcard, kCidr };
   Kind kind = Kind::kName;
-  std::string name;        // kName: "example.com"; kWildcard: "example.com" (suffix)
-  uint32_t net = 0;        // kCidr, host byte order
-  int prefix = 32;         // kCidr
+  std::string name;              // kName: "example.com"; kWildcard: "example.com" (suffix)
+  uint32_t net = 0;              // kCidr, host byte order
+  int prefix = 32;               // kCidr
   std::optional<uint16_t> port;  // nullopt: any port
-  std::string text;        // the rule as given (normalised), for audit records
+  std::string text;              // the rule as given (normalised), for audit records
 };
 
 // Parses one rule; InvalidArgument names what is wrong.

@@ -34,7 +34,8 @@ StatusOr<EgressPolicy> PolicyFromApi(const nlohmann::json* network, std::optiona
       ASSIGN_OR_RETURN(deny, StringList(*it, "denyOut"));
     }
     if (auto it = network->find("egressProxy"); it != network->end() && !it->is_null())
-      return InvalidArgument("network.egressProxy is not supported by airlock (egress goes through airlock's own proxy)");
+      return InvalidArgument(
+          "network.egressProxy is not supported by airlock (egress goes through airlock's own proxy)");
     if (auto it = network->find("rules"); it != network->end() && !it->is_null() && !it->empty())
       return InvalidArgument("network.rules (header transforms) are not supported yet");
   }

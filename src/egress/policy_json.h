@@ -9,9 +9,8 @@
 // rather than ignored. `base` supplies values for fields that are absent.
 #pragma once
 
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common/status.h"
 #include "egress/policy.h"

@@ -105,15 +105,14 @@ void ProxyConn::Connect(size_t index) {
     // Forward what was read to decide, then relay.
     auto data = std::make_shared<std::vector<uint8_t>>(std::move(self->first_));
     self->bytes_out_ += data->size();
-    asio::async_write(self->upstream_, asio::buffer(*data),
-                      [self, data](const boost::system::error_code& ec2, size_t) {
-                        if (self->finished_) return;
-                        if (ec2) {
-                          self->Finish("upstream write failed");
-                          return;
-                        }
-                        self->Relay();
-                      });
+    asio::async_write(self->upstream_, asio::buffer(*data), [self, data](const boost::system::error_code& ec2, size_t) {
+      if (self->finished_) return;
+      if (ec2) {
+        self->Finish("upstream write failed");
+        return;
+      }
+      self->Relay();
+    });
   });
 }
 
@@ -130,7 +129,7 @@ void ProxyConn::Relay() {
 
 void ProxyConn::Pump(Direction& d) {
   d.from->async_read_some(asio::buffer(d.buf), [self = shared_from_this(), &d](const boost::system::error_code& ec,
-                                                                                 size_t n) {
+                                                                               size_t n) {
     if (self->finished_) return;
     if (ec) {
       d.done = true;
@@ -175,8 +174,8 @@ void ProxyConn::Deny(const std::string& rule, const std::string& reason) {
   rule_ = rule;
   if (!tls_) {
     // A plain HTTP client gets a readable refusal.
-    std::string body =
-        "airlock: egress to " + (host_.empty() ? std::string("this destination") : host_) + " denied (" + reason + ")\n";
+    std::string body = "airlock: egress to " + (host_.empty() ? std::string("this destination") : host_) + " denied (" +
+                       reason + ")\n";
     auto msg = std::make_shared<std::string>("HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: " +
                                              std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
     boost::system::error_code ignore;

@@ -330,7 +330,9 @@ void Server::GetSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
-  c->Respond(200, "application/json", ListedJson(it->second.rec, it->second.disk_mib, true).dump());
+  json detail = ListedJson(it->second.rec, it->second.disk_mib, true);
+  AddEgressFields(manager_->egress(), id, detail);
+  c->Respond(200, "application/json", detail.dump());
 }
 
 void Server::KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {

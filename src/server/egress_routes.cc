@@ -19,10 +19,19 @@ StatusOr<egress::EgressPolicy> PolicyFromCreateBody(const json& body, const egre
   const json* network = nullptr;
   if (auto it = body.find("network"); it != body.end()) network = &*it;
   // PUT /network sends the SandboxNetworkUpdateConfig fields at the top level.
-  if (!network && (body.contains("allowOut") || body.contains("denyOut") || body.contains("egressProxy") ||
-                   body.contains("rules")))
+  if (!network &&
+      (body.contains("allowOut") || body.contains("denyOut") || body.contains("egressProxy") || body.contains("rules")))
     network = &body;
   return egress::PolicyFromApi(network, internet, base);
+}
+
+void AddEgressFields(egress::EgressService* egress, const std::string& id, json& detail) {
+  if (!egress) return;
+  auto p = egress->Policy(id);
+  if (!p.ok()) return;
+  json j = json::parse(p->ToJson());
+  detail["allowInternetAccess"] = j["allowInternetAccess"];
+  detail["network"] = {{"allowOut", j["allowOut"]}, {"denyOut", j["denyOut"]}};
 }
 
 json EgressLogEntry(const json& r) {
@@ -43,8 +52,8 @@ json EgressLogEntry(const json& r) {
     port = d->value("port", 0);
   }
   std::string msg = "egress " + r.value("decision", "?") + " " + r.value("protocol", "?") + " " +
-                    (name.empty() ? ip : name) + (port ? ":" + std::to_string(port) : "") + " rule=" +
-                    r.value("rule", "");
+                    (name.empty() ? ip : name) + (port ? ":" + std::to_string(port) : "") +
+                    " rule=" + r.value("rule", "");
   if (r.contains("reason")) msg += " (" + r.value("reason", "") + ")";
   if (r.contains("bytesOut")) msg += " out=" + r["bytesOut"].dump() + "B in=" + r["bytesIn"].dump() + "B";
   return {{"timestamp", r.value("time", "")},

@@ -165,6 +165,18 @@ maybe('sandbox lifecycle, commands and files through the official SDK', { timeou
       assert.equal((await again.commands.run('echo again')).stdout, 'again\n')
       await assert.rejects(Sandbox.connect('nosuchsandbox0000000', opts), (e) => e instanceof SandboxNotFoundError)
     })
+    await t.test('sealed network: default deny, updateNetwork, bad rules', async () => {
+      // Nothing leaves by default: NXDOMAIN from airlock's resolver, nothing asked upstream.
+      await assert.rejects(sbx.commands.run('curl -sS --max-time 5 http://example.invalid/'),
+        (e) => e instanceof CommandExitError && e.exitCode === 6)
+      await sbx.updateNetwork({ allowOut: ['allowed.invalid', '*.allowed.invalid'], denyOut: ['203.0.113.0/24'] })
+      await assert.rejects(sbx.updateNetwork({ allowOut: ['bad rule'] }), /400/)
+      await assert.rejects(Sandbox.updateNetwork('nosuchsandbox0000000', { allowOut: [] }, opts),
+        (e) => e instanceof SandboxNotFoundError)
+      await sbx.updateNetwork({ allowOut: [], allowInternetAccess: false })
+      const logs = await (await fetch(`${url}/v2/sandboxes/${sbx.sandboxId}/logs`, { headers: { 'X-API-Key': opts.apiKey } })).json()
+      assert.ok(logs.logs.some((e) => /egress deny dns example\.invalid/.test(e.message)), JSON.stringify(logs))
+    })
     await t.test('list, metadata filter and paging', async () => {
       const other = await Sandbox.create('base', { ...opts, metadata: { suite: 'e2e', n: '2' } })
       try {

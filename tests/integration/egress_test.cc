@@ -243,8 +243,8 @@ class EgressTest : public ::testing::Test {
   static bool HasRecord(const std::string& id, const std::string& proto, const std::string& decision,
                         const std::string& name) {
     for (const auto& j : RecordsOf(id)) {
-      if (j.value("protocol", "") == proto && j.value("decision", "") == decision &&
-          j.contains("destination") && j["destination"].value("name", "") == name)
+      if (j.value("protocol", "") == proto && j.value("decision", "") == decision && j.contains("destination") &&
+          j["destination"].value("name", "") == name)
         return true;
     }
     return false;
@@ -298,8 +298,8 @@ TEST_F(EgressTest, DefaultDenyReachesNothing) {
   EXPECT_NE(out.find("airlock: egress"), std::string::npos) << out;
   std::tie(rc, out) = g.Curl({"-H", "Host: allowed.test", "http://203.0.113.10/"});
   EXPECT_EQ(out.find("server="), std::string::npos) << out;
-  std::tie(rc, out) = g.Curl({"--cacert", inet_->ca_file(), "--resolve", "allowed.test:443:203.0.113.10",
-                              "https://allowed.test/"});
+  std::tie(rc, out) =
+      g.Curl({"--cacert", inet_->ca_file(), "--resolve", "allowed.test:443:203.0.113.10", "https://allowed.test/"});
   EXPECT_NE(rc, 0) << out;
   EXPECT_EQ(inet_->Accepted("203.0.113.10:80"), 0);
   EXPECT_EQ(inet_->Accepted("203.0.113.10:443"), 0);
@@ -414,8 +414,8 @@ TEST_F(EgressTest, AllowedNamesWorkAndBypassesFail) {
   std::tie(rc, out) = g.Curl({"--cacert", ca, "-H", "Host: denied.test", "https://allowed.test/"});
   EXPECT_NE(out.find("server=203.0.113.10"), std::string::npos) << out;
   // Denied SNI with an allowed Host: refused.
-  std::tie(rc, out) = g.Curl({"-k", "--resolve", "denied.test:443:203.0.113.10", "-H", "Host: allowed.test",
-                              "https://denied.test/"});
+  std::tie(rc, out) =
+      g.Curl({"-k", "--resolve", "denied.test:443:203.0.113.10", "-H", "Host: allowed.test", "https://denied.test/"});
   EXPECT_NE(rc, 0) << out;
   EXPECT_TRUE(HasRecord(b->id, "tls", "deny", "denied.test"));
   // HTTP: a denied Host to an allowed address is refused.
@@ -669,9 +669,19 @@ TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
   fs::create_directories(db_dir);
   const uint16_t port = static_cast<uint16_t>(20000 + ::getpid() % 20000);
   SpawnOptions so;
-  so.argv = {airlock::testing::AirlockBin(), "--state-dir", airlock::testing::StateDir(), "serve", "--listen",
-             "127.0.0.1:" + std::to_string(port), "--db", db_dir + "/airlock.db", "--dns-upstream",
-             FakeInternet::kDnsServer, "--kill-on-exit", "--domain", "airlock.test"};
+  so.argv = {airlock::testing::AirlockBin(),
+             "--state-dir",
+             airlock::testing::StateDir(),
+             "serve",
+             "--listen",
+             "127.0.0.1:" + std::to_string(port),
+             "--db",
+             db_dir + "/airlock.db",
+             "--dns-upstream",
+             FakeInternet::kDnsServer,
+             "--kill-on-exit",
+             "--domain",
+             "airlock.test"};
   so.stdout_to_devnull = true;
   auto daemon = Spawn(so);  // born in the daemon namespace (this thread's)
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
@@ -683,7 +693,12 @@ TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
   }
   ASSERT_FALSE(key.empty());
   auto api = [&](const std::string& method, const std::string& target, const std::string& body = "") {
-    HttpCall c{"127.0.0.1", port, method, target, {{"X-API-Key", key}, {"Content-Type", "application/json"}}, body,
+    HttpCall c{"127.0.0.1",
+               port,
+               method,
+               target,
+               {{"X-API-Key", key}, {"Content-Type", "application/json"}},
+               body,
                std::chrono::seconds(120)};
     return HttpDo(c);
   };
@@ -702,8 +717,8 @@ TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
   std::string id = nlohmann::json::parse(created->body)["sandboxID"];
   ::setenv("AIRLOCK_API_KEY", key.c_str(), 1);
   auto exec = [&](const std::string& script) {
-    auto r = airlock::Run({airlock::testing::AirlockBin(), "sandbox", "--server", "127.0.0.1:" + std::to_string(port), "exec",
-                  id, "--", "/bin/bash", "-c", script});
+    auto r = airlock::Run({airlock::testing::AirlockBin(), "sandbox", "--server", "127.0.0.1:" + std::to_string(port),
+                           "exec", id, "--", "/bin/bash", "-c", script});
     return r.ok() ? std::make_pair(r->status.ShellCode(), r->out + r->err) : std::make_pair(-1, std::string());
   };
   auto [rc, out] = exec("curl -sS --max-time 10 http://allowed.test/api");
@@ -717,6 +732,11 @@ TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
   EXPECT_EQ(rc, 6) << out;
   std::tie(rc, out) = exec("curl -sS --max-time 10 http://other.test/");
   EXPECT_EQ(rc, 0) << out;
+  auto info = api("GET", "/sandboxes/" + id);
+  ASSERT_TRUE(info.ok());
+  auto ij = nlohmann::json::parse(info->body, nullptr, false);
+  EXPECT_EQ(ij["network"]["allowOut"], nlohmann::json::array({"other.test"})) << info->body;
+  EXPECT_EQ(ij["allowInternetAccess"], false) << info->body;
   auto missing = api("PUT", "/sandboxes/nosuchsandbox/network", R"({"allowOut":[]})");
   ASSERT_TRUE(missing.ok());
   EXPECT_EQ(missing->status, 404);
@@ -741,8 +761,8 @@ TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
   ASSERT_TRUE(v1.ok());
   auto v1j = nlohmann::json::parse(v1->body, nullptr, false);
   EXPECT_TRUE(v1j["logs"].is_array() && v1j["logEntries"].is_array()) << v1->body;
-  auto cli = airlock::Run({airlock::testing::AirlockBin(), "sandbox", "--server", "127.0.0.1:" + std::to_string(port), "log",
-                  id});
+  auto cli = airlock::Run(
+      {airlock::testing::AirlockBin(), "sandbox", "--server", "127.0.0.1:" + std::to_string(port), "log", id});
   ASSERT_TRUE(cli.ok());
   EXPECT_NE(cli->out.find("egress allow http allowed.test:80"), std::string::npos) << cli->out;
   // Ports in: a WebSocket upgrade to guest port 8765 through the data plane,
@@ -750,7 +770,8 @@ TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
   std::tie(rc, out) = exec(
       "cat > /tmp/ws.py <<'PY'\n"
       "import socket,hashlib,base64\n"
-      "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1); s.bind(('0.0.0.0',8765)); s.listen(8)\n"
+      "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1); s.bind(('0.0.0.0',8765)); "
+      "s.listen(8)\n"
       "while True:\n"
       "  c,_=s.accept(); d=b''\n"
       "  while b'\\r\\n\\r\\n' not in d:\n"
@@ -760,7 +781,8 @@ TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
       "  k=[l.split(b':',1)[1].strip() for l in d.split(b'\\r\\n') if l.lower().startswith(b'sec-websocket-key')]\n"
       "  if k:\n"
       "    a=base64.b64encode(hashlib.sha1(k[0]+b'258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest())\n"
-      "    c.sendall(b'HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\nSec-WebSocket-Accept: '+a+b'\\r\\n\\r\\n')\n"
+      "    c.sendall(b'HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: "
+      "Upgrade\\r\\nSec-WebSocket-Accept: '+a+b'\\r\\n\\r\\n')\n"
       "    while True:\n"
       "      x=c.recv(4096)\n"
       "      if not x: break\n"
@@ -770,8 +792,9 @@ TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
       "setsid python3 /tmp/ws.py >/dev/null 2>&1 < /dev/null & sleep 1; echo started");
   EXPECT_EQ(rc, 0) << out;
   // Under TCG python starts slowly: wait until it listens.
-  std::tie(rc, out) = exec("for i in $(seq 50); do (echo > /dev/tcp/127.0.0.1/8765) 2>/dev/null && echo up && break; "
-                           "sleep 0.2; done");
+  std::tie(rc, out) = exec(
+      "for i in $(seq 50); do (echo > /dev/tcp/127.0.0.1/8765) 2>/dev/null && echo up && break; "
+      "sleep 0.2; done");
   EXPECT_NE(out.find("up"), std::string::npos) << out;
   auto ws = [&](const std::string& routing) -> std::string {
     UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));

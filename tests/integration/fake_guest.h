@@ -33,8 +33,8 @@ class Guest {
     RETURN_IF_ERROR(OkOf(RunChecked({"ip", "netns", "add", ns_})));
     const std::string sns = n.netns_name();
     RETURN_IF_ERROR(OkOf(RunChecked({"ip", "-n", sns, "link", "del", "tap0"})));
-    RETURN_IF_ERROR(OkOf(RunChecked({"ip", "-n", sns, "link", "add", "tap0", "type", "veth", "peer", "name", "eth0",
-                                   "netns", ns_})));
+    RETURN_IF_ERROR(OkOf(
+        RunChecked({"ip", "-n", sns, "link", "add", "tap0", "type", "veth", "peer", "name", "eth0", "netns", ns_})));
     RETURN_IF_ERROR(OkOf(RunChecked({"ip", "-n", sns, "addr", "add", "169.254.0.22/30", "dev", "tap0"})));
     RETURN_IF_ERROR(OkOf(RunChecked({"ip", "-n", sns, "link", "set", "tap0", "up"})));
     RETURN_IF_ERROR(OkOf(RunChecked({"ip", "-n", ns_, "addr", "add", "169.254.0.21/30", "dev", "eth0"})));
@@ -86,6 +86,5 @@ class Guest {
   std::string ns_;
   UniqueFd fd_;
 };
-
 
 }  // namespace airlock::test_util

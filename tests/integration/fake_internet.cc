@@ -63,15 +63,15 @@ Status FakeInternet::Setup() {
     std::ofstream ext(d + "/ext.cnf");
     ext << "subjectAltName=DNS:allowed.test,DNS:denied.test,DNS:other.test\n";
   }
-  RETURN_IF_ERROR(Ok(RunChecked({"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                                 "-nodes", "-keyout", d + "/ca.key", "-out", d + "/ca.pem", "-days", "2", "-subj",
-                                 "/CN=airlock test CA"})));
-  RETURN_IF_ERROR(Ok(RunChecked({"openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                                 "-nodes", "-keyout", d + "/srv.key", "-out", d + "/srv.csr", "-subj",
-                                 "/CN=allowed.test"})));
-  RETURN_IF_ERROR(Ok(RunChecked({"openssl", "x509", "-req", "-in", d + "/srv.csr", "-CA", d + "/ca.pem", "-CAkey",
-                                 d + "/ca.key", "-CAcreateserial", "-out", d + "/srv.pem", "-days", "2", "-extfile",
-                                 d + "/ext.cnf"})));
+  RETURN_IF_ERROR(
+      Ok(RunChecked({"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                     "-keyout", d + "/ca.key", "-out", d + "/ca.pem", "-days", "2", "-subj", "/CN=airlock test CA"})));
+  RETURN_IF_ERROR(
+      Ok(RunChecked({"openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
+                     d + "/srv.key", "-out", d + "/srv.csr", "-subj", "/CN=allowed.test"})));
+  RETURN_IF_ERROR(
+      Ok(RunChecked({"openssl", "x509", "-req", "-in", d + "/srv.csr", "-CA", d + "/ca.pem", "-CAkey", d + "/ca.key",
+                     "-CAcreateserial", "-out", d + "/srv.pem", "-days", "2", "-extfile", d + "/ext.cnf"})));
   SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
   if (!ctx || SSL_CTX_use_certificate_file(ctx, (d + "/srv.pem").c_str(), SSL_FILETYPE_PEM) != 1 ||
       SSL_CTX_use_PrivateKey_file(ctx, (d + "/srv.key").c_str(), SSL_FILETYPE_PEM) != 1)

@@ -48,7 +48,7 @@ class FakeInternet {
   // Names the DNS server was asked, in order.
   std::vector<std::string> DnsLog();
   int Accepted(const std::string& ip_port);  // "203.0.113.10:443"
-  int UdpReceived();  // datagrams on 203.0.113.10:9999
+  int UdpReceived();                         // datagrams on 203.0.113.10:9999
 
  private:
   FakeInternet() = default;

@@ -159,8 +159,7 @@ TEST(EgressL7, ClientHelloSni) {
   r = ParseClientHello(split.data(), split.size());
   ASSERT_EQ(r.kind, L7Result::Kind::kOk) << r.error;
   EXPECT_EQ(r.host, "allowed.test");
-  EXPECT_EQ(ParseClientHello(BuildClientHello("").data(), BuildClientHello("").size()).kind,
-            L7Result::Kind::kInvalid);
+  EXPECT_EQ(ParseClientHello(BuildClientHello("").data(), BuildClientHello("").size()).kind, L7Result::Kind::kInvalid);
   auto ech = BuildClientHello("allowed.test", /*ech=*/true);
   EXPECT_EQ(ParseClientHello(ech.data(), ech.size()).kind, L7Result::Kind::kInvalid);
   auto two = BuildClientHello("allowed.test", false, "denied.test");

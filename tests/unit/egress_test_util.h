@@ -30,9 +30,9 @@ inline std::vector<uint8_t> BuildClientHello(const std::string& sni, bool ech = 
   if (ech) ext.insert(ext.end(), {0xfe, 0x0d, 0x00, 0x02, 0x00, 0x00});
   std::vector<uint8_t> body = {0x03, 0x03};
   for (int i = 0; i < 32; ++i) body.push_back(static_cast<uint8_t>(i));
-  body.push_back(0);                                   // session id
-  body.insert(body.end(), {0x00, 0x02, 0x13, 0x01});   // one cipher suite
-  body.insert(body.end(), {0x01, 0x00});               // null compression
+  body.push_back(0);                                  // session id
+  body.insert(body.end(), {0x00, 0x02, 0x13, 0x01});  // one cipher suite
+  body.insert(body.end(), {0x01, 0x00});              // null compression
   put16(body, ext.size());
   body.insert(body.end(), ext.begin(), ext.end());
   std::vector<uint8_t> hs = {0x01, static_cast<uint8_t>(body.size() >> 16), static_cast<uint8_t>(body.size() >> 8),
