@@ -128,8 +128,12 @@ StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(std::string dir, std::shared_
       if (::truncate(path.c_str(), static_cast<off_t>(keep)) != 0) return ErrnoError("truncate " + path);
       LOG_ERROR("audit: {} ended with a torn record ({} bytes at offset {}), moved to {}", path, tail.size(), keep,
                 side);
-      torn = {{"action", "audit.torn_tail"}, {"file", *it},          {"offset", keep},
-              {"bytes", tail.size()},        {"sha256", Sha256Hex(tail)}, {"moved_to", side.substr(dir.size() + 1)}};
+      torn = {{"action", "audit.torn_tail"},
+              {"file", *it},
+              {"offset", keep},
+              {"bytes", tail.size()},
+              {"sha256", Sha256Hex(tail)},
+              {"moved_to", side.substr(dir.size() + 1)}};
       data.resize(keep);
     }
     if (data.empty()) continue;
@@ -138,7 +142,8 @@ StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(std::string dir, std::shared_
     json last = json::parse(data.substr(start, data.size() - 1 - start), nullptr, false);
     if (!last.is_object() || !last.contains("seq") || !last["seq"].is_number_unsigned() || !last.contains("hash") ||
         !last["hash"].is_string()) {
-      return Status(StatusCode::kDataLoss, "audit: last record of " + path + " is not a valid record (run airlock audit verify)");
+      return Status(StatusCode::kDataLoss,
+                    "audit: last record of " + path + " is not a valid record (run airlock audit verify)");
     }
     log->seq_ = last["seq"].get<uint64_t>();
     log->prev_ = last["hash"].get<std::string>();
@@ -276,11 +281,13 @@ StatusOr<VerifyReport> Verify(const std::string& dir) {
                                    : "seq " + std::to_string(seq) + " where " + std::to_string(expected_seq) +
                                          " was expected: records reordered or duplicated");
       } else if (j["prev"].get<std::string>() != expected_prev) {
-        problem("chain broken: prev does not match the hash of the record before (a record before this line "
-                "was replaced, or records were reordered)");
+        problem(
+            "chain broken: prev does not match the hash of the record before (a record before this line "
+            "was replaced, or records were reordered)");
       }
       if (j.contains("ts") && j["ts"].is_string() && j["ts"].get<std::string>().substr(0, 10) != name.substr(0, 10)) {
-        problem("record seq " + std::to_string(seq) + " is dated " + j["ts"].get<std::string>() + " but sits in " + name);
+        problem("record seq " + std::to_string(seq) + " is dated " + j["ts"].get<std::string>() + " but sits in " +
+                name);
       }
       if (StringField(j, "action") == "audit.torn_tail") {
         rep.notes.push_back(name + ":" + std::to_string(line_no) + ": the daemon recovered a torn record of " +
@@ -300,16 +307,18 @@ StatusOr<VerifyReport> Verify(const std::string& dir) {
     std::string hhash;
     hs >> hseq >> hhash;
     if (hseq > last_seq) {
-      rep.problems.push_back({"HEAD", 0, "HEAD names seq " + std::to_string(hseq) + " but the trail ends at seq " +
-                                             std::to_string(last_seq) + ": records removed from the end"});
+      rep.problems.push_back({"HEAD", 0,
+                              "HEAD names seq " + std::to_string(hseq) + " but the trail ends at seq " +
+                                  std::to_string(last_seq) + ": records removed from the end"});
     } else if (hseq == last_seq && hhash != last_hash) {
-      rep.problems.push_back({"HEAD", 0, "the last record (seq " + std::to_string(last_seq) +
-                                             ") does not match HEAD: it was replaced"});
+      rep.problems.push_back(
+          {"HEAD", 0, "the last record (seq " + std::to_string(last_seq) + ") does not match HEAD: it was replaced"});
     } else if (hseq + 1 == last_seq) {
       rep.notes.push_back("HEAD lags the trail by one record (a crash between append and HEAD update)");
     } else if (hseq < last_seq) {
-      rep.problems.push_back({"HEAD", 0, "HEAD names seq " + std::to_string(hseq) + " but the trail has " +
-                                             std::to_string(last_seq) + " records: records were appended by hand"});
+      rep.problems.push_back({"HEAD", 0,
+                              "HEAD names seq " + std::to_string(hseq) + " but the trail has " +
+                                  std::to_string(last_seq) + " records: records were appended by hand"});
     }
   } else if (last_seq > 0) {
     rep.problems.push_back({"HEAD", 0, "HEAD is missing or empty"});
@@ -349,13 +358,22 @@ StatusOr<int64_t> ParseSince(const std::string& text, int64_t now_ms) {
     int64_t unit = 0;
     if (end && std::strlen(end) == 1) {
       switch (*end) {
-        case 's': unit = 1000; break;
-        case 'm': unit = 60000; break;
-        case 'h': unit = 3600000; break;
-        case 'd': unit = 86400000; break;
+        case 's':
+          unit = 1000;
+          break;
+        case 'm':
+          unit = 60000;
+          break;
+        case 'h':
+          unit = 3600000;
+          break;
+        case 'd':
+          unit = 86400000;
+          break;
       }
     }
-    if (unit == 0 || n < 0 || end == text.c_str() + 1) return InvalidArgument("bad relative time '" + text + "' (e.g. -10m, -2h, -1d)");
+    if (unit == 0 || n < 0 || end == text.c_str() + 1)
+      return InvalidArgument("bad relative time '" + text + "' (e.g. -10m, -2h, -1d)");
     return now_ms - n * unit;
   }
   if (std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {

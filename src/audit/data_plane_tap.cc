@@ -83,7 +83,8 @@ Status ChunkedDecoder::Feed(std::string_view in, std::string* out) {
         if (remaining_ == 0) state_ = State::kDataCrlf;
         break;
       }
-      case State::kDone: break;
+      case State::kDone:
+        break;
     }
   }
   return OkStatus();
@@ -241,7 +242,8 @@ void DataPlaneTap::ParseStartRequest() {
   }
   if (!body.is_object()) body = json::parse(start_body_, nullptr, false);  // unary JSON, if ever
   if (!body.is_object() || !body.contains("process") || !body["process"].is_object()) {
-    if (errors_.empty()) errors_ = start_truncated_ ? "start request over 256 KiB, not parsed" : "start request unparsed";
+    if (errors_.empty())
+      errors_ = start_truncated_ ? "start request over 256 KiB, not parsed" : "start request unparsed";
     return;
   }
   const json& p = body["process"];

@@ -26,7 +26,8 @@ StatusOr<std::unique_ptr<OtlpExporter>> OtlpExporter::Start(OtlpConfig config) {
   std::string path = slash == std::string::npos ? "/v1/logs" : e.substr(slash);
   auto hp = ParseHostPort(hostport);
   if (!hp.ok()) return InvalidArgument("OTLP endpoint: " + hp.status().message());
-  if (config.batch_size == 0 || config.queue_capacity == 0) return InvalidArgument("OTLP batch and queue sizes must be positive");
+  if (config.batch_size == 0 || config.queue_capacity == 0)
+    return InvalidArgument("OTLP batch and queue sizes must be positive");
   std::unique_ptr<OtlpExporter> x(new OtlpExporter());
   x->config_ = std::move(config);
   x->host_ = hp->first;
@@ -82,7 +83,8 @@ json OtlpExporter::Body(const std::vector<json>& records) {
     if (r.contains("sandbox") && r["sandbox"].is_string()) attrs.push_back(Str("airlock.sandbox_id", r["sandbox"]));
     if (r.contains("seq")) attrs.push_back({{"key", "airlock.seq"}, {"value", {{"intValue", r["seq"].dump()}}}});
     if (r.contains("hash") && r["hash"].is_string()) attrs.push_back(Str("airlock.hash", r["hash"]));
-    bool failed = r.contains("error") || (r.contains("status") && r["status"].is_number() && r["status"].get<int>() >= 400);
+    bool failed =
+        r.contains("error") || (r.contains("status") && r["status"].is_number() && r["status"].get<int>() >= 400);
     logs.push_back({{"timeUnixNano", std::to_string(ns)},
                     {"observedTimeUnixNano", std::to_string(ns)},
                     {"severityNumber", failed ? 13 : 9},
@@ -90,9 +92,10 @@ json OtlpExporter::Body(const std::vector<json>& records) {
                     {"body", {{"stringValue", Canonical(r)}}},
                     {"attributes", attrs}});
   }
-  return {{"resourceLogs",
-           json::array({{{"resource", {{"attributes", json::array({Str("service.name", "airlock")})}}},
-                         {"scopeLogs", json::array({{{"scope", {{"name", "airlock.audit"}}}, {"logRecords", logs}}})}}})}};
+  return {
+      {"resourceLogs",
+       json::array({{{"resource", {{"attributes", json::array({Str("service.name", "airlock")})}}},
+                     {"scopeLogs", json::array({{{"scope", {{"name", "airlock.audit"}}}, {"logRecords", logs}}})}}})}};
 }
 
 Status OtlpExporter::Send(const std::vector<json>& batch, bool* retryable) {

@@ -20,18 +20,17 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
 namespace airlock::audit {
 
 struct OtlpConfig {
-  std::string endpoint;  // "http://host:port[/path]"; path default /v1/logs
+  std::string endpoint;                                      // "http://host:port[/path]"; path default /v1/logs
   std::vector<std::pair<std::string, std::string>> headers;  // e.g. an auth header for the collector
   size_t batch_size = 100;
   size_t queue_capacity = 10000;

@@ -50,8 +50,10 @@ int CmdAudit(const std::string& state_dir, const std::vector<std::string>& args)
     }
     for (const auto& n : rep->notes) std::printf("note: %s\n", n.c_str());
     for (const auto& p : rep->problems) {
-      if (p.line) std::printf("%s/%s:%zu: %s\n", dir.c_str(), p.file.c_str(), p.line, p.what.c_str());
-      else std::printf("%s/%s: %s\n", dir.c_str(), p.file.c_str(), p.what.c_str());
+      if (p.line)
+        std::printf("%s/%s:%zu: %s\n", dir.c_str(), p.file.c_str(), p.line, p.what.c_str());
+      else
+        std::printf("%s/%s: %s\n", dir.c_str(), p.file.c_str(), p.what.c_str());
     }
     std::printf("%s: %zu record(s) in %zu file(s), %s\n", dir.c_str(), rep->records, rep->files,
                 rep->ok() ? "chain intact" : (std::to_string(rep->problems.size()) + " problem(s)").c_str());
@@ -62,7 +64,8 @@ int CmdAudit(const std::string& state_dir, const std::vector<std::string>& args)
     std::fprintf(stderr, "airlock audit: %s\n", recs.status().message().c_str());
     return 1;
   }
-  for (const auto& r : *recs) std::printf("%s\n", r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  for (const auto& r : *recs)
+    std::printf("%s\n", r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   return 0;
 }
 

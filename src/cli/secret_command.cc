@@ -21,8 +21,10 @@ int CmdSecret(const std::string& state_dir, const std::vector<std::string>& args
   std::vector<std::string> args;
   std::string db = state_dir + "/airlock.db";
   for (size_t i = 0; i < args_in.size(); ++i) {
-    if (args_in[i] == "--db" && i + 1 < args_in.size()) db = args_in[++i];
-    else args.push_back(args_in[i]);
+    if (args_in[i] == "--db" && i + 1 < args_in.size())
+      db = args_in[++i];
+    else
+      args.push_back(args_in[i]);
   }
   if (args.empty()) {
     std::fputs(usage, stderr);

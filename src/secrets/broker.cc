@@ -51,8 +51,10 @@ std::string Broker::NewPlaceholder() {
 
 void Broker::Register(const std::string& sandbox, std::vector<BrokeredSecret> secrets) {
   std::unique_lock<std::shared_mutex> l(mu_);
-  if (secrets.empty()) by_sandbox_.erase(sandbox);
-  else by_sandbox_[sandbox] = std::move(secrets);
+  if (secrets.empty())
+    by_sandbox_.erase(sandbox);
+  else
+    by_sandbox_[sandbox] = std::move(secrets);
 }
 
 void Broker::Forget(const std::string& sandbox) {
@@ -63,8 +65,10 @@ void Broker::Forget(const std::string& sandbox) {
 
 void Broker::SetCa(const std::string& sandbox, std::shared_ptr<SandboxCa> ca) {
   std::unique_lock<std::shared_mutex> l(mu_);
-  if (ca) cas_[sandbox] = std::move(ca);
-  else cas_.erase(sandbox);
+  if (ca)
+    cas_[sandbox] = std::move(ca);
+  else
+    cas_.erase(sandbox);
 }
 
 std::shared_ptr<SandboxCa> Broker::CaFor(const std::string& sandbox) const {
@@ -98,7 +102,8 @@ std::vector<std::string> Broker::SubstituteHeaders(const std::string& sandbox, c
   auto it = by_sandbox_.find(sandbox);
   if (it == by_sandbox_.end()) return used;
   for (const auto& s : it->second) {
-    bool allowed = std::any_of(s.hosts.begin(), s.hosts.end(), [&](const std::string& p) { return HostMatches(p, host); });
+    bool allowed =
+        std::any_of(s.hosts.begin(), s.hosts.end(), [&](const std::string& p) { return HostMatches(p, host); });
     if (!allowed) continue;
     bool hit = false;
     for (auto& [name, value] : *headers) {

@@ -60,7 +60,7 @@ std::vector<std::string> Redactor::Forms(const std::string& value) {
       std::string data(k, '\0');
       data += value;
       std::string enc = B64(data, alphabet);
-      size_t first = (8 * k + 5) / 6;  // first character free of filler bits
+      size_t first = (8 * k + 5) / 6;       // first character free of filler bits
       size_t last = (8 * data.size()) / 6;  // characters made only of data bits
       if (last > first && last - first >= 4) forms.insert(enc.substr(first, last - first));
     }

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <chrono>
-
 #include <nlohmann/json.hpp>
 
 #include "common/fd.h"
@@ -77,8 +76,12 @@ std::string Aad(const std::string& name) { return "airlock-secret-v1:" + name; }
 struct Stmt {
   Stmt(sqlite3* db, const char* sql) { ok = sqlite3_prepare_v2(db, sql, -1, &s, nullptr) == SQLITE_OK; }
   ~Stmt() { sqlite3_finalize(s); }
-  void Text(int i, const std::string& v) { sqlite3_bind_text(s, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT); }
-  void Blob(int i, const std::string& v) { sqlite3_bind_blob(s, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT); }
+  void Text(int i, const std::string& v) {
+    sqlite3_bind_text(s, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  void Blob(int i, const std::string& v) {
+    sqlite3_bind_blob(s, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
   void Int(int i, int64_t v) { sqlite3_bind_int64(s, i, v); }
   std::string Col(int c) const {
     const void* p = sqlite3_column_blob(s, c);
@@ -89,14 +92,17 @@ struct Stmt {
   bool ok = false;
 };
 
-Status SqlError(sqlite3* db, const std::string& what) { return Internal("secrets db: " + what + ": " + sqlite3_errmsg(db)); }
+Status SqlError(sqlite3* db, const std::string& what) {
+  return Internal("secrets db: " + what + ": " + sqlite3_errmsg(db));
+}
 
 }  // namespace
 
 std::string_view ScopeName(Scope s) { return s == Scope::kEnv ? "env" : "brokered"; }
 
 Status ValidateSecretName(const std::string& name) {
-  bool ok = !name.empty() && name.size() <= 128 && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');
+  bool ok =
+      !name.empty() && name.size() <= 128 && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');
   for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
   if (!ok) return InvalidArgument("secret name '" + name.substr(0, 64) + "' must match [A-Za-z_][A-Za-z0-9_]{0,127}");
   return OkStatus();
@@ -142,15 +148,16 @@ Status SecretStore::Set(const std::string& name, const std::string& value) {
   EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
   int n = 0, m = 0;
   std::string aad = Aad(name);
-  bool ok = ctx && EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, nullptr, nullptr) == 1 &&
-            EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, kNonceBytes, nullptr) == 1 &&
-            EVP_EncryptInit_ex(ctx, nullptr, nullptr, reinterpret_cast<const unsigned char*>(key_.data()), nonce) == 1 &&
-            EVP_EncryptUpdate(ctx, nullptr, &n, reinterpret_cast<const unsigned char*>(aad.data()),
-                              static_cast<int>(aad.size())) == 1 &&
-            EVP_EncryptUpdate(ctx, reinterpret_cast<unsigned char*>(ct.data()), &n,
-                              reinterpret_cast<const unsigned char*>(value.data()), static_cast<int>(value.size())) == 1 &&
-            EVP_EncryptFinal_ex(ctx, reinterpret_cast<unsigned char*>(ct.data()) + n, &m) == 1 &&
-            EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kTagBytes, tag) == 1;
+  bool ok =
+      ctx && EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, nullptr, nullptr) == 1 &&
+      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, kNonceBytes, nullptr) == 1 &&
+      EVP_EncryptInit_ex(ctx, nullptr, nullptr, reinterpret_cast<const unsigned char*>(key_.data()), nonce) == 1 &&
+      EVP_EncryptUpdate(ctx, nullptr, &n, reinterpret_cast<const unsigned char*>(aad.data()),
+                        static_cast<int>(aad.size())) == 1 &&
+      EVP_EncryptUpdate(ctx, reinterpret_cast<unsigned char*>(ct.data()), &n,
+                        reinterpret_cast<const unsigned char*>(value.data()), static_cast<int>(value.size())) == 1 &&
+      EVP_EncryptFinal_ex(ctx, reinterpret_cast<unsigned char*>(ct.data()) + n, &m) == 1 &&
+      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kTagBytes, tag) == 1;
   EVP_CIPHER_CTX_free(ctx);
   if (!ok) return Internal("AES-256-GCM encryption failed");
   int64_t now = NowMs();
@@ -186,7 +193,8 @@ StatusOr<std::string> SecretStore::Get(const std::string& name) {
     ct = s.Col(1);
     tag = s.Col(2);
   }
-  if (nonce.size() != kNonceBytes || tag.size() != kTagBytes) return Status(StatusCode::kDataLoss, "secret " + name + ": malformed row");
+  if (nonce.size() != kNonceBytes || tag.size() != kTagBytes)
+    return Status(StatusCode::kDataLoss, "secret " + name + ": malformed row");
   std::string pt(ct.size(), '\0');
   std::string aad = Aad(name);
   EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
@@ -202,7 +210,8 @@ StatusOr<std::string> SecretStore::Get(const std::string& name) {
             EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagBytes, tag.data()) == 1 &&
             EVP_DecryptFinal_ex(ctx, reinterpret_cast<unsigned char*>(pt.data()) + n, &m) == 1;
   EVP_CIPHER_CTX_free(ctx);
-  if (!ok) return Status(StatusCode::kDataLoss, "secret " + name + ": decryption failed (wrong key file or tampered row)");
+  if (!ok)
+    return Status(StatusCode::kDataLoss, "secret " + name + ": decryption failed (wrong key file or tampered row)");
   return pt;
 }
 
@@ -234,7 +243,9 @@ Status SecretStore::Remove(const std::string& name) {
 Status SecretStore::PutBindings(const std::vector<Binding>& bindings) {
   std::lock_guard<std::mutex> l(mu_);
   for (const auto& b : bindings) {
-    Stmt s(db_, "INSERT OR REPLACE INTO sandbox_secrets (sandbox, name, scope, env, placeholder, hosts) VALUES (?,?,?,?,?,?)");
+    Stmt s(
+        db_,
+        "INSERT OR REPLACE INTO sandbox_secrets (sandbox, name, scope, env, placeholder, hosts) VALUES (?,?,?,?,?,?)");
     if (!s.ok) return SqlError(db_, "prepare binding");
     s.Text(1, b.sandbox);
     s.Text(2, b.name);

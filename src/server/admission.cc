@@ -131,10 +131,10 @@ std::optional<Admission::Clock::time_point> Admission::PumpLocked(
       auto& kb = key_buckets_[key];
       Refill(kb, config_.creates_per_second_per_key, config_.create_burst_per_key, now);
       int total = static_cast<int>(live_.size() + in_flight_.size());
-      bool fits = (config_.max_sandboxes <= 0 || total < config_.max_sandboxes) &&
-                  (config_.max_sandboxes_per_key <= 0 || per_key_[key] < config_.max_sandboxes_per_key) &&
-                  (config_.max_creates_in_flight <= 0 ||
-                   static_cast<int>(in_flight_.size()) < config_.max_creates_in_flight);
+      bool fits =
+          (config_.max_sandboxes <= 0 || total < config_.max_sandboxes) &&
+          (config_.max_sandboxes_per_key <= 0 || per_key_[key] < config_.max_sandboxes_per_key) &&
+          (config_.max_creates_in_flight <= 0 || static_cast<int>(in_flight_.size()) < config_.max_creates_in_flight);
       bool rate_ok = (config_.creates_per_second <= 0 || global_.tokens >= 1.0) &&
                      (config_.creates_per_second_per_key <= 0 || kb.tokens >= 1.0);
       if (fits && !rate_ok) {
@@ -142,8 +142,10 @@ std::optional<Admission::Clock::time_point> Admission::PumpLocked(
           return now + std::chrono::duration_cast<Clock::duration>(
                            std::chrono::duration<double>((1.0 - b.tokens) / std::max(rate, 1e-6)));
         };
-        if (config_.creates_per_second > 0 && global_.tokens < 1.0) want(refill_at(global_, config_.creates_per_second));
-        if (config_.creates_per_second_per_key > 0 && kb.tokens < 1.0) want(refill_at(kb, config_.creates_per_second_per_key));
+        if (config_.creates_per_second > 0 && global_.tokens < 1.0)
+          want(refill_at(global_, config_.creates_per_second));
+        if (config_.creates_per_second_per_key > 0 && kb.tokens < 1.0)
+          want(refill_at(kb, config_.creates_per_second_per_key));
       }
       if (!fits || !rate_ok) continue;
       if (std::string m = MemoryProblem(w.memory_mib); !m.empty()) {

@@ -29,16 +29,16 @@
 namespace airlock::server {
 
 struct AdmissionConfig {
-  int max_sandboxes = 100;          // live + being created, all keys; 0: no cap
-  int max_sandboxes_per_key = 50;   // 0: no cap
-  double creates_per_second = 10;   // global refill rate; 0: no cap
-  double create_burst = 20;         // global bucket size
+  int max_sandboxes = 100;         // live + being created, all keys; 0: no cap
+  int max_sandboxes_per_key = 50;  // 0: no cap
+  double creates_per_second = 10;  // global refill rate; 0: no cap
+  double create_burst = 20;        // global bucket size
   double creates_per_second_per_key = 5;
   double create_burst_per_key = 10;
-  int max_creates_in_flight = 2;    // boots at the same time; 0: no cap
+  int max_creates_in_flight = 2;  // boots at the same time; 0: no cap
   std::chrono::milliseconds queue_timeout{std::chrono::seconds(20)};
   size_t max_queue_per_key = 64;
-  int64_t host_memory_mib = 0;      // 0: MemTotal of /proc/meminfo
+  int64_t host_memory_mib = 0;           // 0: MemTotal of /proc/meminfo
   double memory_overcommit_ratio = 1.5;  // committed guest memory ≤ ratio × host; 0: no check
 };
 
@@ -108,9 +108,9 @@ class Admission {
   uint64_t serve_clock_ = 0;
   Bucket global_;
   std::map<std::string, Bucket> key_buckets_;
-  std::map<uint64_t, Holder> in_flight_;      // ticket → holder
-  std::map<std::string, Holder> live_;        // sandbox id → holder
-  std::map<std::string, int> per_key_;        // live + in flight
+  std::map<uint64_t, Holder> in_flight_;  // ticket → holder
+  std::map<std::string, Holder> live_;    // sandbox id → holder
+  std::map<std::string, int> per_key_;    // live + in flight
   int64_t committed_mib_ = 0;
   double avg_create_s_ = 5.0;  // EWMA of create times
   AdmissionStats counters_;

@@ -49,8 +49,8 @@ audit::AuditSink Server::AuditSinkFn() {
   };
 }
 
-void Server::AuditControlCall(const std::shared_ptr<HttpConn>& c, const std::string& key_id,
-                              const std::string& action, const std::string& sandbox) {
+void Server::AuditControlCall(const std::shared_ptr<HttpConn>& c, const std::string& key_id, const std::string& action,
+                              const std::string& sandbox) {
   std::string method = c->method_string();
   std::string path = c->path();
   std::string peer = c->peer();
@@ -124,8 +124,11 @@ void Server::AuditAuthFailure(const std::shared_ptr<HttpConn>& c) {
     }
     dropped = std::exchange(suppressed, 0);
   }
-  json r = {{"action", "auth.denied"}, {"method", c->method_string()}, {"path", c->path()},
-            {"status", 401},           {"peer", c->peer()}};
+  json r = {{"action", "auth.denied"},
+            {"method", c->method_string()},
+            {"path", c->path()},
+            {"status", 401},
+            {"peer", c->peer()}};
   if (dropped) r["suppressed_before"] = dropped;
   Audit(std::move(r));
 }

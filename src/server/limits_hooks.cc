@@ -32,8 +32,8 @@ Status Server::ApplyResourceRequest(const json& body, CreateOptions* opts, int t
   ASSIGN_OR_RETURN(auto disk, OptionalInt(body, "diskSizeMB"));
   if (cpus) {
     if (*cpus < 1 || *cpus > config_.max_vcpus) {
-      return InvalidArgument("cpuCount " + std::to_string(*cpus) + " is outside 1.." + std::to_string(config_.max_vcpus) +
-                             " (the server's --max-cpus)");
+      return InvalidArgument("cpuCount " + std::to_string(*cpus) + " is outside 1.." +
+                             std::to_string(config_.max_vcpus) + " (the server's --max-cpus)");
     }
     opts->vcpus = *cpus;
   }
@@ -59,24 +59,25 @@ Status Server::ApplyResourceRequest(const json& body, CreateOptions* opts, int t
 
 void Server::Admit(std::shared_ptr<HttpConn> c, const std::string& key_id, int memory_mib,
                    std::function<void(uint64_t)> work) {
-  admission_->Request(key_id, memory_mib, Admission::Clock::now(),
-                      [this, c, work = std::move(work)](AdmissionDecision d) {
-                        if (!d.granted) {
-                          metrics_.AdmissionRejected(d.http_status);
-                          LOG_INFO("create refused ({}): {}", d.http_status, d.message);
-                          HeaderList extra;
-                          if (d.retry_after_s > 0) extra.push_back({"Retry-After", std::to_string(d.retry_after_s)});
-                          return asio::post(c->executor(),
-                                            [c, d, extra] { c->RespondError(d.http_status, d.message, extra); });
-                        }
-                        metrics_.CreateStarted();
-                        asio::post(*workers_, [work, t = d.ticket] { work(t); });
-                      });
+  admission_->Request(
+      key_id, memory_mib, Admission::Clock::now(), [this, c, work = std::move(work)](AdmissionDecision d) {
+        if (!d.granted) {
+          metrics_.AdmissionRejected(d.http_status);
+          LOG_INFO("create refused ({}): {}", d.http_status, d.message);
+          HeaderList extra;
+          if (d.retry_after_s > 0) extra.push_back({"Retry-After", std::to_string(d.retry_after_s)});
+          return asio::post(c->executor(), [c, d, extra] { c->RespondError(d.http_status, d.message, extra); });
+        }
+        metrics_.CreateStarted();
+        asio::post(*workers_, [work, t = d.ticket] { work(t); });
+      });
 }
 
 void Server::AdmissionDone(uint64_t ticket, const std::string& sandbox_id, double seconds) {
-  if (sandbox_id.empty()) metrics_.CreateFailed();
-  else metrics_.CreateSucceeded(seconds);
+  if (sandbox_id.empty())
+    metrics_.CreateFailed();
+  else
+    metrics_.CreateSucceeded(seconds);
   admission_->CreateDone(ticket, sandbox_id, Admission::Clock::now());
 }
 

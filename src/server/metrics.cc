@@ -50,7 +50,8 @@ std::string DaemonMetrics::Render(const Gauges& g) const {
        "# TYPE airlock_egress_connections_total counter\n";
   line("airlock_egress_connections_total{decision=\"allowed\"} %llu\n", u(egress_allowed_));
   line("airlock_egress_connections_total{decision=\"denied\"} %llu\n", u(egress_denied_));
-  o += "# HELP airlock_egress_bytes_total Bytes moved by the egress proxy.\n# TYPE airlock_egress_bytes_total counter\n";
+  o +=
+      "# HELP airlock_egress_bytes_total Bytes moved by the egress proxy.\n# TYPE airlock_egress_bytes_total counter\n";
   line("airlock_egress_bytes_total{direction=\"sent\"} %llu\n", u(egress_tx_));
   line("airlock_egress_bytes_total{direction=\"received\"} %llu\n", u(egress_rx_));
   o += "# HELP airlock_audit_records_total Records appended to the audit trail.\n"

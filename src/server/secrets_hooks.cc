@@ -102,8 +102,9 @@ StatusOr<std::vector<secrets::Binding>> ParseSecretsSpec(const json& spec) {
                     host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-*") ==
                         std::string::npos &&
                     host.find('*', host.rfind("*.", 0) == 0 ? 1 : 0) == std::string::npos && host != "*.";
-          if (!ok) return InvalidArgument("secrets." + name + ".hosts: '" + host.substr(0, 64) +
-                                          "' is not a host name or *.domain pattern");
+          if (!ok)
+            return InvalidArgument("secrets." + name + ".hosts: '" + host.substr(0, 64) +
+                                   "' is not a host name or *.domain pattern");
           b.hosts.push_back(host);
         }
       } else {
@@ -147,7 +148,8 @@ StatusOr<SecretAttachment> Server::AttachSecrets(const json& spec, CreateOptions
   }
   if (!att.brokered.empty()) {
     // Runtimes that ignore the system bundle (Node, requests' certifi) are pointed at it.
-    for (auto [k, v] : {std::pair{"NODE_EXTRA_CA_CERTS", kSandboxCaPath}, {"REQUESTS_CA_BUNDLE", kSystemBundle},
+    for (auto [k, v] : {std::pair{"NODE_EXTRA_CA_CERTS", kSandboxCaPath},
+                        {"REQUESTS_CA_BUNDLE", kSystemBundle},
                         {"SSL_CERT_FILE", kSystemBundle}}) {
       opts->env_vars.emplace(k, v);
     }
@@ -164,8 +166,8 @@ Status Server::InstallSandboxCa(const Sandbox& sb, SecretAttachment* att) {
   ExecRequest req;
   req.cmd = "/bin/sh";
   req.args = {"-c", std::string("set -e; umask 022; mkdir -p /usr/local/share/ca-certificates; "
-                                "printf '%s' \"$AIRLOCK_CA_PEM\" > ") + kSandboxCaPath +
-                        "; cat " + kSandboxCaPath + " >> " + kSystemBundle};
+                                "printf '%s' \"$AIRLOCK_CA_PEM\" > ") +
+                        kSandboxCaPath + "; cat " + kSandboxCaPath + " >> " + kSystemBundle};
   req.envs = {{"AIRLOCK_CA_PEM", att->ca->cert_pem()}};
   req.user = "root";
   req.timeout = std::chrono::seconds(30);
@@ -183,9 +185,12 @@ void Server::CommitSecrets(const std::string& id, SecretAttachment att, const st
   broker_->Register(id, std::move(att.brokered));
   broker_->SetCa(id, att.ca);
   for (const auto& b : att.bindings) {
-    json r = {{"action", "secret.attach"},         {"sandbox", id},
-              {"name", b.name},                     {"scope", std::string(secrets::ScopeName(b.scope))},
-              {"env", b.env},                       {"exposed_to_guest", b.scope == secrets::Scope::kEnv}};
+    json r = {{"action", "secret.attach"},
+              {"sandbox", id},
+              {"name", b.name},
+              {"scope", std::string(secrets::ScopeName(b.scope))},
+              {"env", b.env},
+              {"exposed_to_guest", b.scope == secrets::Scope::kEnv}};
     if (!b.hosts.empty()) r["hosts"] = b.hosts;
     if (!key_id.empty()) r["api_key_id"] = key_id;
     Audit(std::move(r));

@@ -21,7 +21,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const char* kPaths[] = {"/process.Process/Start", "/files", "/files", "/files"};
   static const char* kMethods[] = {"POST", "POST", "POST", "GET"};
   int kind = data[0] % 4;
-  audit::TapRequest tr{"sb", "", kMethods[kind], kPaths[kind], {{"path", "/x"}}, "Basic dXNlcjo=",
+  audit::TapRequest tr{"sb",
+                       "",
+                       kMethods[kind],
+                       kPaths[kind],
+                       {{"path", "/x"}},
+                       "Basic dXNlcjo=",
                        kind == 1 ? "multipart/form-data; boundary=XyZ" : "application/octet-stream"};
   int records = 0;
   auto tap = audit::DataPlaneTap::Create(tr, [&](const nlohmann::json& r) {

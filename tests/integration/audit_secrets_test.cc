@@ -174,7 +174,8 @@ TEST(AuditSecretsTest, CanariesNeverLeakAndEveryCallIsAudited) {
       EXPECT_EQ(r["stdout_bytes"], e->out.size());
       EXPECT_EQ(r["stdout_sha256"], audit::Sha256Hex(e->out));
     }
-    if (a == "secret.attach" && r.value("name", "") == "ENV_CANARY") saw_env_attach = r.value("exposed_to_guest", false);
+    if (a == "secret.attach" && r.value("name", "") == "ENV_CANARY")
+      saw_env_attach = r.value("exposed_to_guest", false);
     if (a == "secret.attach" && r.value("name", "") == "BROKER_CANARY") {
       EXPECT_FALSE(r.value("exposed_to_guest", true));
     }

@@ -39,8 +39,9 @@ class TestDaemon {
   // stderr goes to <dir>/daemon.log.
   TestDaemon(std::string dir, std::vector<std::string> extra = {}) : dir_(std::move(dir)), port_(FreeTcpPort()) {
     SpawnOptions so;
-    so.argv = {AirlockBin(), "--state-dir", StateDir(), "serve", "--listen", "127.0.0.1:" + std::to_string(port_),
-               "--db", dir_ + "/airlock.db", "--kill-on-exit"};
+    so.argv = {AirlockBin(), "--state-dir",        StateDir(),
+               "serve",      "--listen",           "127.0.0.1:" + std::to_string(port_),
+               "--db",       dir_ + "/airlock.db", "--kill-on-exit"};
     so.argv.insert(so.argv.end(), extra.begin(), extra.end());
     so.stdout_to_devnull = true;
     log_fd_ = ::open((dir_ + "/daemon.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -79,9 +80,8 @@ class TestDaemon {
     c.body = body;
     c.headers = std::move(headers);
     if (with_key) c.headers.push_back({"X-API-Key", key.empty() ? key_ : key});
-    if (!body.empty() && c.headers.end() == std::find_if(c.headers.begin(), c.headers.end(), [](auto& h) {
-          return h.first == "Content-Type";
-        })) {
+    if (!body.empty() && c.headers.end() == std::find_if(c.headers.begin(), c.headers.end(),
+                                                         [](auto& h) { return h.first == "Content-Type"; })) {
       c.headers.push_back({"Content-Type", "application/json"});
     }
     c.timeout = std::chrono::seconds(180);
@@ -95,8 +95,8 @@ class TestDaemon {
   };
   // process.Process/Start through the data plane; `timeout_ms` > 0 sets
   // Connect-Timeout-Ms (the agent kills the process group when it elapses).
-  StatusOr<Exec> Run(const std::string& id, const std::string& token, const std::string& script,
-                     int timeout_ms = 0, const std::string& user = "") const {
+  StatusOr<Exec> Run(const std::string& id, const std::string& token, const std::string& script, int timeout_ms = 0,
+                     const std::string& user = "") const {
     nlohmann::json req = {{"process", {{"cmd", "/bin/bash"}, {"args", {"-c", script}}}}, {"stdin", false}};
     std::vector<std::pair<std::string, std::string>> h = {{"E2b-Sandbox-Id", id},
                                                           {"X-Access-Token", token},

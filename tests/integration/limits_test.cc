@@ -79,9 +79,10 @@ TEST(LimitsTest, MaximaPerKeyCapTimeoutTreeMetricsAndOtlp) {
   AIRLOCK_REQUIRE_VM();
   std::string dir = MakeTempDir();
   Collector col;
-  TestDaemon d(dir, {"--max-sandboxes-per-key", "1", "--queue-timeout", "1", "--max-cpus", "2", "--max-memory",
-                     "1024", "--otlp-endpoint", "http://127.0.0.1:" + std::to_string(col.port()) + "/v1/logs"});
-  for (auto [field, value, flag] : {std::tuple{"cpuCount", 3, "--max-cpus"}, {"memoryMB", 4096, "--max-memory"},
+  TestDaemon d(dir, {"--max-sandboxes-per-key", "1", "--queue-timeout", "1", "--max-cpus", "2", "--max-memory", "1024",
+                     "--otlp-endpoint", "http://127.0.0.1:" + std::to_string(col.port()) + "/v1/logs"});
+  for (auto [field, value, flag] : {std::tuple{"cpuCount", 3, "--max-cpus"},
+                                    {"memoryMB", 4096, "--max-memory"},
                                     {"diskSizeMB", 1 << 20, "--max-disk"}}) {
     auto r = d.Do("POST", "/v2/sandboxes", json{{field, value}}.dump());
     ASSERT_TRUE(r.ok());

@@ -212,7 +212,13 @@ TEST(AuditLog, QueryFiltersBySandboxAndTime) {
   auto a = Query(d.path, {"sbA", 0, 1000});
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->size(), 3u);
-  auto future = Query(d.path, {"", std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count() + 60000, 1000});
+  auto future =
+      Query(d.path,
+            {"",
+             std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+                     .count() +
+                 60000,
+             1000});
   ASSERT_TRUE(future.ok());
   EXPECT_TRUE(future->empty());
   auto last2 = Query(d.path, {"", 0, 2});
@@ -248,11 +254,12 @@ TEST(DataPlaneTap, ExecRecordHasCommandEnvNamesOutputHashesAndExit) {
   tap->OnRequestBody(start.substr(0, 10));
   tap->OnRequestBody(start.substr(10));
   tap->OnResponseHead(200, true);
-  std::string stream = envd::EncodeEnvelope(R"({"event":{"start":{"pid":42}}})") +
-                       envd::EncodeEnvelope(R"({"event":{"data":{"stdout":")" + envd::Base64Encode("hi\n") + "\"}}}") +
-                       envd::EncodeEnvelope(R"({"event":{"data":{"stderr":")" + envd::Base64Encode("oops") + "\"}}}") +
-                       envd::EncodeEnvelope(R"({"event":{"end":{"exitCode":3,"exited":true,"status":"exit status 3"}}})") +
-                       envd::EncodeEndStream(OkStatus());
+  std::string stream =
+      envd::EncodeEnvelope(R"({"event":{"start":{"pid":42}}})") +
+      envd::EncodeEnvelope(R"({"event":{"data":{"stdout":")" + envd::Base64Encode("hi\n") + "\"}}}") +
+      envd::EncodeEnvelope(R"({"event":{"data":{"stderr":")" + envd::Base64Encode("oops") + "\"}}}") +
+      envd::EncodeEnvelope(R"({"event":{"end":{"exitCode":3,"exited":true,"status":"exit status 3"}}})") +
+      envd::EncodeEndStream(OkStatus());
   std::string framed = Chunked(stream);
   for (size_t i = 0; i < framed.size(); i += 5) tap->OnResponseBytes(framed.substr(i, 5));
   tap->Finish();

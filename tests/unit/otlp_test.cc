@@ -76,8 +76,10 @@ class Collector {
         paths_.push_back(req.substr(req.find(' ') + 1, req.find(' ', req.find(' ') + 1) - req.find(' ') - 1));
         bodies_.push_back(json::parse(req.substr(req.find("\r\n\r\n") + 4), nullptr, false));
       }
-      std::string resp = fail ? "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                              : "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+      std::string resp =
+          fail
+              ? "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+              : "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
       (void)!::write(c, resp.data(), resp.size());
       ::close(c);
     }
