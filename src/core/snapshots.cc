@@ -116,8 +116,12 @@ Status Sandbox::StopRuntime() {
   }
   if (agent_) agent_->CancelAll();
   // The policy stays in <run_dir>/egress.json; Resume registers it again.
-  if (egress_) egress_->RemoveSandbox(id_);
-  egress_ = nullptr;
+  egress::EgressService* egress = nullptr;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    egress = std::exchange(egress_, nullptr);
+  }
+  if (egress) egress->RemoveSandbox(id_);
   Status st;
   if (vm) st = vm->Destroy().WithContext("destroy VMM");
   if (network) {
