@@ -245,3 +245,36 @@ maybe('lifecycle onTimeout:pause pauses at TTL; autoResume resumes on data-plane
     await sbx.kill()
   }
 })
+
+maybe('named snapshots: create, list, start sandboxes from one, delete', { timeout: 300000 }, async () => {
+  const src = await Sandbox.create('base', opts)
+  let fromSnap = null
+  const name = `e2e-${Date.now()}`
+  try {
+    await src.files.write('/home/user/snap.txt', 'in the snapshot')
+    await src.commands.run(COUNTER, { background: true })
+    assert.equal(await ask(src), 1)
+    const snap = await src.createSnapshot({ name })
+    assert.match(snap.snapshotId, /^snap-[0-9a-f]{16}$/)
+    assert.deepEqual(snap.names, [name])
+    assert.equal(await src.isRunning(), true, 'the source keeps running')
+    const mine = await src.listSnapshots().nextItems()
+    assert.deepEqual(mine.map((s) => s.snapshotId), [snap.snapshotId])
+    const byName = await Sandbox.listSnapshots({ ...opts, name }).nextItems()
+    assert.equal(byName.length, 1)
+    // A snapshot is a template: by id here (the name works too).
+    fromSnap = await Sandbox.create(snap.snapshotId, opts)
+    assert.notEqual(fromSnap.sandboxId, src.sandboxId)
+    assert.equal(await fromSnap.files.read('/home/user/snap.txt'), 'in the snapshot')
+    assert.equal(await ask(fromSnap), 2, 'memory of the snapshot')
+    await assert.rejects(Sandbox.deleteSnapshot(snap.snapshotId, opts), 'in use by a sandbox')
+    await fromSnap.kill()
+    fromSnap = null
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, opts), true)
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, opts), false)
+    await assert.rejects(Sandbox.create(snap.snapshotId, opts))
+  } finally {
+    if (fromSnap) await fromSnap.kill()
+    await src.kill()
+  }
+})
