@@ -5,7 +5,7 @@ BUILD ?= build
 STATE_DIR ?= /var/lib/airlock
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build image demo test unit-test bench bench-tti clean format
+.PHONY: all setup build image demo test unit-test bench bench-tti bench-snapshot clean format
 
 all: build
 
@@ -34,6 +34,10 @@ bench: image
 # Time to interactive through the official SDK (issue 3's table); N=100 takes a while under TCG.
 bench-tti: image
 	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/tti.mjs $(or $(N),100)
+
+# Snapshot table (docs/snapshots.md, README): cold vs snapshot TTI, pause, resume, fork, disk.
+bench-snapshot: image
+	$(BUILD)/bench/airlock-snapshot-bench --state-dir $(STATE_DIR) --n $(or $(N),10)
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

@@ -118,7 +118,7 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
   std::vector<StatusOr<std::shared_ptr<Sandbox>>> out(static_cast<size_t>(count), Internal("not started"));
   std::vector<std::thread> threads;
   for (int k = 0; k < count; ++k) {
-    threads.emplace_back([this, k, &out, &parent, &dir] {
+    auto start_child = [this, k, &out, &parent, &dir] {
       SnapshotStart st;
       st.dir = dir;
       st.source_token = parent->access_token_;
@@ -130,7 +130,11 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
       st.shared_snapshot = dir;
       st.what = "fork child " + std::to_string(k) + " of " + parent->id_;
       out[k] = StartFromSnapshot(st);
-    });
+    };
+    // A VMM that is not detached dies with the thread that started it
+    // (PR_SET_PDEATHSIG): such children start one after the other here.
+    if (parent->detach_) threads.emplace_back(start_child);
+    else start_child();
   }
   for (auto& t : threads) t.join();
   {

@@ -388,3 +388,43 @@ TEST(SnapshotTest, CreateFromTemplateSnapshotIsFreshAndPrivate) {
 
 }  // namespace
 }  // namespace airlock::testing
+
+namespace airlock::testing {
+namespace {
+
+// A disk that fills during a pause: a clear ResourceExhausted error, nothing
+// half-written left behind, and the sandbox keeps running.
+TEST(SnapshotTest, DiskFullDuringPauseKeepsTheSandboxRunning) {
+  AIRLOCK_REQUIRE_VM();
+  ManagerConfig c;
+  c.state_dir = StateDir();
+  c.build_image_if_missing = false;
+  auto m = Manager::Open(c);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto sb = (*m)->Create({});
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  // The paused-snapshot directory on an 8 MiB tmpfs: the ~70 MB memory stream cannot fit.
+  std::string paused = (*m)->paused_dir();
+  fs::create_directories(paused);
+  auto mount = RunChecked({"mount", "-t", "tmpfs", "-o", "size=8m,mode=0755", "tmpfs", paused});
+  ASSERT_TRUE(mount.ok()) << mount.status().ToString();
+  auto p = (*m)->Pause((*sb)->id());
+  auto files_left = std::distance(fs::directory_iterator(paused), fs::directory_iterator());
+  (void)RunChecked({"umount", paused});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kResourceExhausted) << p.status().ToString();
+  EXPECT_NE(p.status().message().find("No space left on device"), std::string::npos) << p.status().ToString();
+  EXPECT_EQ(files_left, 0) << "a failed pause left files behind";
+  EXPECT_EQ((*sb)->state(), SandboxState::kRunning);
+  auto r = (*sb)->agent().Exec(Bash("echo still here"), {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->exit_code, 0);
+  // And a pause with room works afterwards.
+  auto p2 = (*m)->Pause((*sb)->id());
+  ASSERT_TRUE(p2.ok()) << p2.status().ToString();
+  ASSERT_TRUE((*m)->Resume((*sb)->id()).ok());
+  ASSERT_TRUE((*m)->Destroy((*sb)->id()).ok());
+}
+
+}  // namespace
+}  // namespace airlock::testing
