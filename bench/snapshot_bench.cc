@@ -63,8 +63,10 @@ int main(int argc, char** argv) {
   int n = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--state-dir") state_dir = argv[i + 1];
-    else if (a == "--n") n = std::max(2, std::atoi(argv[i + 1]));
+    if (a == "--state-dir")
+      state_dir = argv[i + 1];
+    else if (a == "--n")
+      n = std::max(2, std::atoi(argv[i + 1]));
   }
   ManagerConfig c;
   c.state_dir = state_dir;
@@ -76,7 +78,8 @@ int main(int argc, char** argv) {
   CreateOptions opts;  // 1 vCPU, 512 MiB
   opts.detach = true;  // as the daemon runs them (fork children start in parallel)
   auto t = std::chrono::steady_clock::now();
-  if (Status st = mgr.EnsureTemplateSnapshot("base", opts.vcpus, opts.memory_mib); !st.ok()) Die("template snapshot", st);
+  if (Status st = mgr.EnsureTemplateSnapshot("base", opts.vcpus, opts.memory_mib); !st.ok())
+    Die("template snapshot", st);
   double template_ms = Ms(t);
 
   auto tti = [&](bool snapshot) {
@@ -144,6 +147,7 @@ int main(int argc, char** argv) {
   std::printf("| fork, 5 children | %.0f ms | | %.2f of 5x one |\n", fork5, fork5 / (5 * fork1));
   std::printf("| disk per paused sandbox beyond the template | %.1f MiB | | memory stream %.1f MiB of %d MiB RAM |\n",
               paused_disk / 1048576.0, memory_bytes / 1048576.0, opts.memory_mib);
-  std::printf("| template snapshot, made once per image | %.0f ms | | %s |\n", template_ms, template_ms < 100 ? "already made" : "built in this run");
+  std::printf("| template snapshot, made once per image | %.0f ms | | %s |\n", template_ms,
+              template_ms < 100 ? "already made" : "built in this run");
   return 0;
 }

@@ -56,10 +56,8 @@ Status InitForkedAgent(const std::string& host, const std::string& parent_token,
   call.method = "POST";
   call.target = "/init";
   call.headers = {{"Content-Type", "application/json"}, {"X-Access-Token", parent_token}};
-  nlohmann::json body = {{"accessToken", token},
-                         {"timestamp", NowRfc3339Ms()},
-                         {"entropy", FreshEntropyBase64()},
-                         {"hostname", hostname}};
+  nlohmann::json body = {
+      {"accessToken", token}, {"timestamp", NowRfc3339Ms()}, {"entropy", FreshEntropyBase64()}, {"hostname", hostname}};
   if (!envs.empty()) body["envVars"] = envs;
   call.body = body.dump();
   call.timeout = std::chrono::seconds(10);
@@ -133,8 +131,10 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
     };
     // A VMM that is not detached dies with the thread that started it
     // (PR_SET_PDEATHSIG): such children start one after the other here.
-    if (parent->detach_) threads.emplace_back(start_child);
-    else start_child();
+    if (parent->detach_)
+      threads.emplace_back(start_child);
+    else
+      start_child();
   }
   for (auto& t : threads) t.join();
   {
@@ -196,8 +196,8 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::StartFromSnapshot(const SnapshotStar
     sb->vm_ = std::move(vm).value();
   }
   if (!lease.ok()) return fail(lease.WithContext("lease"));
-  sb->timings_.vmm_start_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() - sb->timings_.network_ms;
+  sb->timings_.vmm_start_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() -
+                              sb->timings_.network_ms;
   auto t3 = std::chrono::steady_clock::now();
   const std::string ip = sb->network_->netns_ip();
   sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, st.source_token);
@@ -208,7 +208,8 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::StartFromSnapshot(const SnapshotStar
   Status init = InitForkedAgent(ip, st.source_token, sb->access_token_, sb->id_, st.env_vars);
   if (!init.ok()) return fail(init.WithContext("init agent"));
   sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, sb->access_token_);
-  sb->timings_.agent_ready_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t3).count();
+  sb->timings_.agent_ready_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t3).count();
   sb->timings_.total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   sb->timings_.from_snapshot = true;
   if (Status s = sb->Transition(SandboxState::kRunning); !s.ok()) return fail(s);

@@ -114,14 +114,15 @@ StatusOr<NamedSnapshotInfo> Manager::CreateNamedSnapshot(const std::string& id, 
   if (ec) return Internal("mkdir " + named_dir() + ": " + ec.message());
   auto saved = vm->SaveSnapshot(tmp, /*keep_running=*/true);  // the sandbox keeps running
   if (!saved.ok()) return saved.status().WithContext("snapshot " + id);
-  nlohmann::json j = {{"snapshotID", info.snapshot_id}, {"names", info.names},   {"sandboxID", id},
+  nlohmann::json j = {{"snapshotID", info.snapshot_id},    {"names", info.names},       {"sandboxID", id},
                       {"createdAtMs", info.created_at_ms}, {"template", sb->template_}, {"envVars", sb->env_vars_},
                       {"sourceToken", sb->access_token_}};
   std::string text = j.dump(2);
   Status st;
   {
     int fd = ::open((tmp + "/" + kInfo).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) st = ErrnoError("create " + tmp + "/" + kInfo);
+    if (fd < 0)
+      st = ErrnoError("create " + tmp + "/" + kInfo);
     else {
       if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()) || ::fsync(fd) != 0)
         st = ErrnoError("write " + tmp + "/" + kInfo);

@@ -20,12 +20,18 @@ namespace {
 
 int PauseHttpStatus(const Status& st) {
   switch (st.code()) {
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kAlreadyExists: return 409;
-    case StatusCode::kFailedPrecondition: return 409;  // pausing, resuming, killing
-    case StatusCode::kResourceExhausted: return 507;
-    case StatusCode::kUnimplemented: return 501;
-    default: return 500;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kAlreadyExists:
+      return 409;
+    case StatusCode::kFailedPrecondition:
+      return 409;  // pausing, resuming, killing
+    case StatusCode::kResourceExhausted:
+      return 507;
+    case StatusCode::kUnimplemented:
+      return 501;
+    default:
+      return 500;
   }
 }
 
@@ -115,11 +121,11 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
       auto children = manager_->Fork(id, count);
       if (!children.ok()) {
         Status st = children.status();
-        int code = st.code() == StatusCode::kNotFound              ? 404
-                   : st.code() == StatusCode::kFailedPrecondition  ? 409
-                   : st.code() == StatusCode::kInvalidArgument     ? 400
-                   : st.code() == StatusCode::kResourceExhausted   ? 507
-                                                                   : 500;
+        int code = st.code() == StatusCode::kNotFound             ? 404
+                   : st.code() == StatusCode::kFailedPrecondition ? 409
+                   : st.code() == StatusCode::kInvalidArgument    ? 400
+                   : st.code() == StatusCode::kResourceExhausted  ? 507
+                                                                  : 500;
         return asio::post(c->executor(), [c, code, st] { c->RespondError(code, st.message()); });
       }
       json out = json::array();
@@ -283,7 +289,8 @@ void Server::PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
       }
       AddLog(id, "info",
              "paused in " + std::to_string(static_cast<int>(r->total_ms)) + " ms (memory " +
-                 std::to_string(r->snapshot.memory_bytes) + " B, disk " + std::to_string(r->snapshot.disk_bytes) + " B)");
+                 std::to_string(r->snapshot.memory_bytes) + " B, disk " + std::to_string(r->snapshot.disk_bytes) +
+                 " B)");
       asio::post(c->executor(), [c] { c->Respond(204, "", ""); });
     });
   });
@@ -314,8 +321,9 @@ void Server::ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, i
       if (it != sandboxes_.end()) rec = it->second.rec;
     }
     if (!r->resumed) (void)registry_->SetEndsAt(id, ends_at_ms);
-    AddLog(id, "info", r->resumed ? "resumed in " + std::to_string(static_cast<int>(r->total_ms)) + " ms" : "connected");
-    json out{{"sandboxID", rec.id},         {"templateID", rec.template_id}, {"clientID", "airlock"},
+    AddLog(id, "info",
+           r->resumed ? "resumed in " + std::to_string(static_cast<int>(r->total_ms)) + " ms" : "connected");
+    json out{{"sandboxID", rec.id},         {"templateID", rec.template_id},       {"clientID", "airlock"},
              {"envdVersion", kEnvdVersion}, {"envdAccessToken", rec.access_token}, {"domain", nullptr}};
     int status = r->resumed ? 201 : 200;
     std::string body = out.dump();
