@@ -99,8 +99,11 @@ maybe('pause() then Sandbox.connect(): files, processes, memory and clock surviv
     const ticker = await sbx.commands.run(
       "bash -c 'i=0; while :; do echo tick $i >> /home/user/ticks.log; i=$((i+1)); sleep 0.2; done'",
       { background: true })
-    await sleep(1000)
-    const before = await ticks(sbx)
+    let before = []
+    for (let i = 0; i < 40 && before.length < 2; i++) {
+      await sleep(250)
+      before = await ticks(sbx).catch(() => [])
+    }
     assert.ok(before.length >= 2, `ticker wrote ${before.length} lines`)
 
     for (let cycle = 0; cycle < 2; cycle++) {
