@@ -5,7 +5,7 @@ BUILD ?= build
 STATE_DIR ?= /var/lib/airlock
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup build image demo test unit-test bench bench-tti bench-egress clean format
+.PHONY: all setup build image demo test unit-test bench bench-tti bench-egress bench-snapshot clean format
 
 all: build
 
@@ -38,6 +38,10 @@ bench-tti: image
 # Egress proxy throughput and added latency (hermetic fake internet; root).
 bench-egress: build
 	$(BUILD)/bench/egress-bench --mb 100 --n 20
+
+# Snapshot table (docs/snapshots.md, README): cold vs snapshot TTI, pause, resume, fork, disk.
+bench-snapshot: image
+	$(BUILD)/bench/airlock-snapshot-bench --state-dir $(STATE_DIR) --n $(or $(N),10)
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

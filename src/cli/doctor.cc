@@ -1,5 +1,6 @@
 #include "cli/doctor.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -32,6 +33,22 @@ int RunDoctor(const std::string& state_dir) {
     print("guest image", true, "base " + img->id.substr(0, 12) + ", kernel " + img->kernel_release, "");
   } else {
     print("guest image", false, img.status().message(), "airlock image build");
+  }
+  // Snapshot disk use (docs/snapshots.md): blocks actually allocated.
+  for (const char* kind : {"templates", "paused", "forks", "named"}) {
+    std::string dir = state_dir + "/snapshots/" + kind;
+    uint64_t bytes = 0;
+    int count = 0;
+    for (auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      ++count;
+      for (auto& f : std::filesystem::recursive_directory_iterator(e.path(), ec)) {
+        struct stat st;
+        if (::lstat(f.path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) bytes += uint64_t(st.st_blocks) * 512;
+      }
+    }
+    char detail[160];
+    std::snprintf(detail, sizeof detail, "%d, %.1f MiB on disk (%s)", count, bytes / 1048576.0, dir.c_str());
+    print(std::string("snapshots: ") + kind, true, detail, "");
   }
   std::printf("\n%s\n", failed == 0 ? "all checks passed" : (std::to_string(failed) + " check(s) failed").c_str());
   return failed == 0 ? 0 : 1;

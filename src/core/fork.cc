@@ -50,17 +50,16 @@ std::string NowRfc3339Ms() {
 
 // Rotates the copied agent's token (it holds the parent's) and makes it fresh.
 Status InitForkedAgent(const std::string& host, const std::string& parent_token, const std::string& token,
-                       const std::string& hostname) {
+                       const std::string& hostname, const std::map<std::string, std::string>& envs) {
   HttpCall call;
   call.host = host;
   call.port = kAgentPort;
   call.method = "POST";
   call.target = "/init";
   call.headers = {{"Content-Type", "application/json"}, {"X-Access-Token", parent_token}};
-  nlohmann::json body = {{"accessToken", token},
-                         {"timestamp", NowRfc3339Ms()},
-                         {"entropy", FreshEntropyBase64()},
-                         {"hostname", hostname}};
+  nlohmann::json body = {
+      {"accessToken", token}, {"timestamp", NowRfc3339Ms()}, {"entropy", FreshEntropyBase64()}, {"hostname", hostname}};
+  if (!envs.empty()) body["envVars"] = envs;
   call.body = body.dump();
   call.timeout = std::chrono::seconds(10);
   ASSIGN_OR_RETURN(auto reply, HttpDo(call));
@@ -118,89 +117,26 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
   std::vector<StatusOr<std::shared_ptr<Sandbox>>> out(static_cast<size_t>(count), Internal("not started"));
   std::vector<std::thread> threads;
   for (int k = 0; k < count; ++k) {
-    threads.emplace_back([this, k, &out, &parent, &dir] {
-      std::shared_ptr<Sandbox> sb(new Sandbox());
-      sb->id_ = NewSandboxId();
-      sb->run_dir_ = config_.state_dir + "/run/" + sb->id_;
-      sb->template_ = parent->template_;
-      sb->access_token_ = RandomHex(32);
-      sb->vcpus_ = parent->vcpus_;
-      sb->memory_mib_ = parent->memory_mib_;
-      sb->detach_ = parent->detach_;
-      sb->env_vars_ = parent->env_vars_;
-      sb->shared_snapshot_ = dir;
-      if (::mkdir(sb->run_dir_.c_str(), 0700) != 0) {
-        out[k] = ErrnoError("mkdir " + sb->run_dir_);
-        return;
-      }
-      if (FILE* f = std::fopen((sb->run_dir_ + "/owner").c_str(), "w")) {
-        std::fprintf(f, "%d\n", ::getpid());
-        std::fclose(f);
-      }
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        sandboxes_[sb->id_] = sb;
-      }
-      auto fail = [&](Status s) {
-        LOG_WARN("sandbox={} fork child of {} failed: {}", sb->id_, parent->id_, s.message());
-        (void)sb->Transition(SandboxState::kFailed);
-        (void)Destroy(sb->id_);
-        out[k] = s.WithContext("fork child " + std::to_string(k));
-      };
-      auto t0 = std::chrono::steady_clock::now();
-      net::NetworkOptions net_options;
-      if (egress_) net_options.egress = EgressPorts(*egress_);
-      auto network = net::SandboxNetwork::Create(sb->id_, *pool_, net_options);
-      if (!network.ok()) return fail(network.status().WithContext("network"));
-      {
-        std::lock_guard<std::mutex> l(sb->mu_);
-        sb->network_ = std::move(network).value();
-      }
-      // A child inherits the parent's network policy at fork time.
-      if (egress_) {
-        Status st = ApplyEgressPolicy(*sb->network_, *egress_, sb->id_, LoadEgressPolicy(parent->run_dir_),
-                                      sb->run_dir_, true);
-        if (!st.ok()) return fail(st.WithContext("egress"));
-        sb->egress_ = egress_.get();
-      }
-      VmStartRequest req;
-      req.sandbox_id = sb->id_;
-      req.run_dir = sb->run_dir_ + "/vm";
-      req.vcpus = sb->vcpus_;
-      req.memory_mib = sb->memory_mib_;
-      req.netns_fd = sb->network_->netns_fd();
-      req.tap = sb->network_->tap_name();
-      req.detach = sb->detach_;
-      auto vm = runtime_->Restore(req, dir, SnapshotDisk::kShared);
-      if (!vm.ok()) return fail(vm.status());
-      VmInstance* raw = vm->get();
-      if (Status st = pool_->Adopt(sb->network_->lease(), raw->pid()); !st.ok()) {
-        {
-          std::lock_guard<std::mutex> l(sb->mu_);
-          sb->vm_ = std::move(vm).value();
-        }
-        return fail(st.WithContext("lease"));
-      }
-      {
-        std::lock_guard<std::mutex> l(sb->mu_);
-        sb->vm_ = std::move(vm).value();
-      }
-      const std::string ip = sb->network_->netns_ip();
-      sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, parent->access_token_);
-      Status ready = sb->agent_->WaitReady(std::chrono::steady_clock::now() + std::chrono::seconds(60), [raw]() {
-        return raw->alive() ? OkStatus() : Unavailable("the VMM exited: " + raw->ConsoleTail());
-      });
-      if (!ready.ok()) return fail(ready.WithContext("agent"));
-      Status init = InitForkedAgent(ip, parent->access_token_, sb->access_token_, sb->id_);
-      if (!init.ok()) return fail(init.WithContext("init agent"));
-      sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, sb->access_token_);
-      sb->timings_.total_ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      sb->timings_.from_snapshot = true;
-      if (Status st = sb->Transition(SandboxState::kRunning); !st.ok()) return fail(st);
-      LOG_INFO("sandbox={} forked from {} total_ms={:.0f}", sb->id_, parent->id_, sb->timings_.total_ms);
-      out[k] = sb;
-    });
+    auto start_child = [this, k, &out, &parent, &dir] {
+      SnapshotStart st;
+      st.dir = dir;
+      st.source_token = parent->access_token_;
+      st.template_name = parent->template_;
+      st.vcpus = parent->vcpus_;
+      st.memory_mib = parent->memory_mib_;
+      st.detach = parent->detach_;
+      st.env_vars = parent->env_vars_;
+      st.shared_snapshot = dir;
+      st.what = "fork child " + std::to_string(k) + " of " + parent->id_;
+      st.egress_policy = LoadEgressPolicy(parent->run_dir_);  // the parent's, at fork time
+      out[k] = StartFromSnapshot(st);
+    };
+    // A VMM that is not detached dies with the thread that started it
+    // (PR_SET_PDEATHSIG): such children start one after the other here.
+    if (parent->detach_)
+      threads.emplace_back(start_child);
+    else
+      start_child();
   }
   for (auto& t : threads) t.join();
   {
@@ -211,6 +147,85 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
   return out;
 }
 
+StatusOr<std::shared_ptr<Sandbox>> Manager::StartFromSnapshot(const SnapshotStart& st) {
+  std::shared_ptr<Sandbox> sb(new Sandbox());
+  sb->id_ = NewSandboxId();
+  sb->run_dir_ = config_.state_dir + "/run/" + sb->id_;
+  sb->template_ = st.template_name;
+  sb->access_token_ = RandomHex(32);
+  sb->vcpus_ = st.vcpus;
+  sb->memory_mib_ = st.memory_mib;
+  sb->detach_ = st.detach;
+  sb->env_vars_ = st.env_vars;
+  sb->shared_snapshot_ = st.shared_snapshot;
+  if (::mkdir(sb->run_dir_.c_str(), 0700) != 0) return ErrnoError("mkdir " + sb->run_dir_);
+  if (FILE* f = std::fopen((sb->run_dir_ + "/owner").c_str(), "w")) {
+    std::fprintf(f, "%d\n", ::getpid());
+    std::fclose(f);
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    sandboxes_[sb->id_] = sb;
+  }
+  auto fail = [&](Status s) -> Status {
+    LOG_WARN("sandbox={} {} failed: {}", sb->id_, st.what, s.message());
+    (void)sb->Transition(SandboxState::kFailed);
+    (void)Destroy(sb->id_);
+    return s.WithContext(st.what);
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  net::NetworkOptions net_options;
+  if (egress_) net_options.egress = EgressPorts(*egress_);
+  auto network = net::SandboxNetwork::Create(sb->id_, *pool_, net_options);
+  if (!network.ok()) return fail(network.status().WithContext("network"));
+  {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    sb->network_ = std::move(network).value();
+  }
+  if (egress_) {
+    Status eg = ApplyEgressPolicy(*sb->network_, *egress_, sb->id_, st.egress_policy, sb->run_dir_, true);
+    if (!eg.ok()) return fail(eg.WithContext("egress"));
+    sb->egress_ = egress_.get();
+  }
+  sb->timings_.network_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  VmStartRequest req;
+  req.sandbox_id = sb->id_;
+  req.run_dir = sb->run_dir_ + "/vm";
+  req.vcpus = sb->vcpus_;
+  req.memory_mib = sb->memory_mib_;
+  req.netns_fd = sb->network_->netns_fd();
+  req.tap = sb->network_->tap_name();
+  req.detach = sb->detach_;
+  auto vm = runtime_->Restore(req, st.dir, SnapshotDisk::kShared);
+  if (!vm.ok()) return fail(vm.status());
+  VmInstance* raw = vm->get();
+  Status lease = pool_->Adopt(sb->network_->lease(), raw->pid());
+  {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    sb->vm_ = std::move(vm).value();
+  }
+  if (!lease.ok()) return fail(lease.WithContext("lease"));
+  sb->timings_.vmm_start_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() -
+                              sb->timings_.network_ms;
+  auto t3 = std::chrono::steady_clock::now();
+  const std::string ip = sb->network_->netns_ip();
+  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, st.source_token);
+  Status ready = sb->agent_->WaitReady(std::chrono::steady_clock::now() + std::chrono::seconds(60), [raw]() {
+    return raw->alive() ? OkStatus() : Unavailable("the VMM exited: " + raw->ConsoleTail());
+  });
+  if (!ready.ok()) return fail(ready.WithContext("agent"));
+  Status init = InitForkedAgent(ip, st.source_token, sb->access_token_, sb->id_, st.env_vars);
+  if (!init.ok()) return fail(init.WithContext("init agent"));
+  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, sb->access_token_);
+  sb->timings_.agent_ready_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t3).count();
+  sb->timings_.total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  sb->timings_.from_snapshot = true;
+  if (Status s = sb->Transition(SandboxState::kRunning); !s.ok()) return fail(s);
+  LOG_INFO("sandbox={} started from snapshot {} ({}) total_ms={:.0f}", sb->id_, st.dir, st.what, sb->timings_.total_ms);
+  return sb;
+}
+
 void Manager::ReleaseSharedSnapshot(const std::string& dir, const Sandbox* except) {
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -219,15 +234,17 @@ void Manager::ReleaseSharedSnapshot(const std::string& dir, const Sandbox* excep
       if (sb.get() != except && sb->shared_snapshot_ == dir) return;  // still in use
     }
   }
+  if (dir.rfind(forks_dir() + "/", 0) != 0) return;  // only fork checkpoints are reference-counted
   if (Status s = qemu::DeleteSnapshot(dir); !s.ok()) LOG_WARN("delete fork snapshot {}: {}", dir, s.message());
 }
 
 std::string Manager::ForkSnapshotOf(const std::string& id) const {
   std::string backing = JsonField(config_.state_dir + "/run/" + id + "/vm/vm.json", "disk_backing");
   if (backing.empty()) backing = JsonField(paused_dir() + "/" + id + "/" + qemu::kSnapshotManifest, "disk_backing");
-  const std::string prefix = forks_dir() + "/";
-  if (backing.rfind(prefix, 0) != 0) return "";
-  return fs::path(backing).parent_path().string();
+  for (const std::string& prefix : {forks_dir() + "/", named_dir() + "/"}) {
+    if (backing.rfind(prefix, 0) == 0) return fs::path(backing).parent_path().string();
+  }
+  return "";
 }
 
 void Manager::SweepForkSnapshots() {

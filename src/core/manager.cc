@@ -291,6 +291,10 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   if (options.vcpus < 1 || options.vcpus > 64) return InvalidArgument("vcpus must be 1..64");
   if (options.memory_mib < 128 || options.memory_mib > 65536) return InvalidArgument("memory must be 128..65536 MiB");
 
+  // A named snapshot as the template (named_snapshots.cc).
+  if (auto snap = FindNamedSnapshot(options.template_name); !snap.empty()) {
+    return CreateFromNamedSnapshot(snap, options);
+  }
   // The image: found, or built on first use.
   auto img = image::FindImage(config_.state_dir, options.template_name);
   if (!img.ok() && img.status().code() == StatusCode::kNotFound && config_.build_image_if_missing &&

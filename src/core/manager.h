@@ -118,6 +118,15 @@ struct CreateTimings {
   bool from_snapshot = false;  // restored from the template snapshot (else cold boot)
 };
 
+// A named snapshot (named_snapshots.cc).
+struct NamedSnapshotInfo {
+  std::string snapshot_id;  // "snap-<16 hex>"
+  std::vector<std::string> names;
+  std::string sandbox_id;   // the source
+  int64_t created_at_ms = 0;
+  std::string dir;
+};
+
 class Sandbox {
  public:
   ~Sandbox();
@@ -221,6 +230,16 @@ class Manager {
   // disk copy-on-write. One result per child (a child that failed is an
   // error; the others run). NotFound; FailedPrecondition unless running.
   StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Fork(const std::string& id, int count);
+  // Named snapshots (named_snapshots.cc): a checkpoint of running sandbox
+  // `id` (it keeps running) kept until deleted; `name` optional, unique.
+  // Create(template_name = its id or name) starts a sandbox from it.
+  StatusOr<NamedSnapshotInfo> CreateNamedSnapshot(const std::string& id, const std::string& name);
+  StatusOr<std::vector<NamedSnapshotInfo>> ListNamedSnapshots();
+  // NotFound; FailedPrecondition while sandboxes are layered on it.
+  Status DeleteNamedSnapshot(const std::string& id_or_name);
+  // The directory of the named snapshot with this id or name, or "".
+  std::string FindNamedSnapshot(const std::string& id_or_name);
+  std::string named_dir() const { return config_.state_dir + "/snapshots/named"; }
   // <state_dir>/snapshots/forks
   std::string forks_dir() const { return config_.state_dir + "/snapshots/forks"; }
   // <state_dir>/snapshots/templates/<image id>-<vcpus>c-<memory>m
@@ -248,6 +267,18 @@ class Manager {
   bool RecoverPaused(const AdoptRequest& r);
   // Removes uncommitted (.tmp) snapshot dirs left by a crash (snapshots.cc).
   void SweepSnapshots();
+  // Starts one sandbox from a snapshot whose agent holds `source_token`
+  // (fork.cc): own network, CoW overlay, /init with a new token, hostname,
+  // time, entropy (and env vars). Failure leaves nothing behind.
+  struct SnapshotStart {
+    std::string dir, source_token, template_name, shared_snapshot, what;
+    int vcpus = 1, memory_mib = 512;
+    bool detach = false;
+    std::map<std::string, std::string> env_vars;
+    egress::EgressPolicy egress_policy;  // default: deny everything
+  };
+  StatusOr<std::shared_ptr<Sandbox>> StartFromSnapshot(const SnapshotStart& start);
+  StatusOr<std::shared_ptr<Sandbox>> CreateFromNamedSnapshot(const std::string& dir, const CreateOptions& options);
   // Deletes a fork snapshot once no sandbox other than `except` uses it (fork.cc).
   void ReleaseSharedSnapshot(const std::string& dir, const Sandbox* except);
   // At start: removes fork snapshots no run dir or paused snapshot refers to (fork.cc).

@@ -72,8 +72,7 @@ Status InitRestoredAgent(const std::string& host, const std::string& token,
   call.method = "POST";
   call.target = "/init";
   call.headers = {{"Content-Type", "application/json"}, {"X-Access-Token", token}};
-  nlohmann::json body = {{"timestamp", Rfc3339NowMs()},
-                         {"entropy", FreshEntropyBase64()}};
+  nlohmann::json body = {{"timestamp", Rfc3339NowMs()}, {"entropy", FreshEntropyBase64()}};
   if (envs) {
     body["accessToken"] = token;
     body["envVars"] = *envs;
@@ -303,7 +302,8 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptPausedOne(const AdoptRequest& r
   // running (stopped): stop it for good; the snapshot is the sandbox now.
   if (r.vmm_pid > 0 && ProcessMatches(r.vmm_pid, run_dir)) {
     (void)AdoptedVm(r.id, r.vmm_pid, run_dir).Destroy();
-    if (Status st = net::TeardownByName(r.id); !st.ok()) LOG_WARN("sandbox={} network teardown: {}", r.id, st.message());
+    if (Status st = net::TeardownByName(r.id); !st.ok())
+      LOG_WARN("sandbox={} network teardown: {}", r.id, st.message());
   }
   ASSIGN_OR_RETURN(auto m, qemu::ReadSnapshot(dir));
   std::shared_ptr<Sandbox> sb(new Sandbox());

@@ -36,7 +36,8 @@ Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcp
   const std::string dir = TemplateSnapshotDir(img.id, vcpus, memory_mib);
   std::lock_guard<std::mutex> once(template_mu_);
   if (TemplateSnapshotUsable(dir)) return OkStatus();
-  if (template_failed_.count(dir)) return FailedPrecondition("template snapshot " + dir + " failed before; not retried");
+  if (template_failed_.count(dir))
+    return FailedPrecondition("template snapshot " + dir + " failed before; not retried");
   auto t0 = std::chrono::steady_clock::now();
   // A throw-away sandbox id for the builder VM (its netns, run dir, cgroup).
   const std::string id = "tmpl" + NewSandboxId().substr(4);

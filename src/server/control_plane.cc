@@ -141,6 +141,8 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
   auto key_id = registry_->ApiKeyId(c->Header("X-API-Key"));
   AuditControlCall(c, key_id.ok() ? *key_id : "", ControlActionName(seg, verb),
                    seg.size() >= 2 && seg[0] == "sandboxes" ? seg[1] : "");
+  if (seg.size() == 1 && seg[0] == "snapshots" && verb == http::verb::get && !v2) return ListSnapshots(c);
+  if (seg.size() == 2 && seg[0] == "templates" && verb == http::verb::delete_ && !v2) return DeleteSnapshot(c, seg[1]);
   if (seg.empty() || seg[0] != "sandboxes") return c->RespondError(404, "no route for " + c->method_string() + " " + path);
   if (seg.size() == 1) {
     if (verb == http::verb::post) return CreateSandbox(c);
@@ -163,6 +165,7 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
     if (action == "pause" && verb == http::verb::post) return PauseSandbox(c, id);
     if (action == "fork" && verb == http::verb::post) return ForkSandbox(c, id);
     if (action == "audit" && verb == http::verb::get) return SandboxAudit(c, id);
+    if (action == "snapshots" && verb == http::verb::post) return CreateSnapshot(c, id);
   }
   c->RespondError(404, "no route for " + c->method_string() + " " + path);
 }

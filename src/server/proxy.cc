@@ -367,7 +367,10 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
     int status = path == "/health" ? 502 : 404;
     return c->RespondError(status, "sandbox " + id + " is not running");
   }
-  if (sb->state() == SandboxState::kPaused || sb->state() == SandboxState::kResuming) {
+  // Pausing too: the registry says "paused" from the commit on, while the VMM
+  // is still being stopped; Resume waits for the pause to finish.
+  if (sb->state() == SandboxState::kPaused || sb->state() == SandboxState::kResuming ||
+      sb->state() == SandboxState::kPausing) {
     bool auto_resume = false;
     {
       std::lock_guard<std::mutex> l(mu_);

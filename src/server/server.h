@@ -152,6 +152,12 @@ class Server {
   void PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
   // POST /sandboxes/{id}/fork {"timeout"?, "count"?}: 201 [{sandbox}|{error}].
   void ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
+  // Named snapshots: POST /sandboxes/{id}/snapshots {"name"?} 201
+  // {"snapshotID","names"}; GET /snapshots?sandboxID=&name=&limit=&nextToken=;
+  // DELETE /templates/{snapshotID or name} 204 / 404 / 409 (in use).
+  void CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id);
+  void ListSnapshots(std::shared_ptr<HttpConn> c);
+  void DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id);
   // Resumes a paused sandbox for connect (201 + Sandbox JSON; 200 if it was
   // already running again by the time the worker got to it).
   void ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, int64_t ends_at_ms);

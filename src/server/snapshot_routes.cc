@@ -5,6 +5,7 @@
 //   POST /v2/sandboxes/{id}/connect on a paused sandbox resumes it: 201.
 // The work runs on the worker pool; Manager::Pause/Resume (core/snapshots.cc)
 // serialise per sandbox.
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 
@@ -19,12 +20,18 @@ namespace {
 
 int PauseHttpStatus(const Status& st) {
   switch (st.code()) {
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kAlreadyExists: return 409;
-    case StatusCode::kFailedPrecondition: return 409;  // pausing, resuming, killing
-    case StatusCode::kResourceExhausted: return 507;
-    case StatusCode::kUnimplemented: return 501;
-    default: return 500;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kAlreadyExists:
+      return 409;
+    case StatusCode::kFailedPrecondition:
+      return 409;  // pausing, resuming, killing
+    case StatusCode::kResourceExhausted:
+      return 507;
+    case StatusCode::kUnimplemented:
+      return 501;
+    default:
+      return 500;
   }
 }
 
@@ -114,11 +121,11 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
       auto children = manager_->Fork(id, count);
       if (!children.ok()) {
         Status st = children.status();
-        int code = st.code() == StatusCode::kNotFound              ? 404
-                   : st.code() == StatusCode::kFailedPrecondition  ? 409
-                   : st.code() == StatusCode::kInvalidArgument     ? 400
-                   : st.code() == StatusCode::kResourceExhausted   ? 507
-                                                                   : 500;
+        int code = st.code() == StatusCode::kNotFound             ? 404
+                   : st.code() == StatusCode::kFailedPrecondition ? 409
+                   : st.code() == StatusCode::kInvalidArgument    ? 400
+                   : st.code() == StatusCode::kResourceExhausted  ? 507
+                                                                  : 500;
         return asio::post(c->executor(), [c, code, st] { c->RespondError(code, st.message()); });
       }
       json out = json::array();
@@ -155,6 +162,84 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
       AddLog(id, "info", "forked " + std::to_string(count) + " time(s)");
       std::string text = out.dump();
       asio::post(c->executor(), [c, text] { c->Respond(201, "application/json", text); });
+    });
+  });
+}
+
+void Server::CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id) {
+  ReadJson(c, [this, c, id](json body) {
+    std::string name;
+    if (auto it = body.find("name"); it != body.end() && !it->is_null()) {
+      if (!it->is_string()) return c->RespondError(400, "name must be a string");
+      name = it->get<std::string>();
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!sandboxes_.count(id)) return c->RespondError(404, "sandbox " + id + " not found");
+    }
+    asio::post(*workers_, [this, c, id, name] {
+      auto snap = manager_->CreateNamedSnapshot(id, name);
+      if (!snap.ok()) {
+        Status st = snap.status();
+        int code = st.code() == StatusCode::kNotFound             ? 404
+                   : st.code() == StatusCode::kAlreadyExists      ? 409
+                   : st.code() == StatusCode::kFailedPrecondition ? 409
+                   : st.code() == StatusCode::kInvalidArgument    ? 400
+                   : st.code() == StatusCode::kResourceExhausted  ? 507
+                                                                  : 500;
+        return asio::post(c->executor(), [c, code, st] { c->RespondError(code, st.message()); });
+      }
+      AddLog(id, "info", "snapshot " + snap->snapshot_id + " created");
+      std::string out = json{{"snapshotID", snap->snapshot_id}, {"names", snap->names}}.dump();
+      asio::post(c->executor(), [c, out] { c->Respond(201, "application/json", out); });
+    });
+  });
+}
+
+void Server::ListSnapshots(std::shared_ptr<HttpConn> c) {
+  std::string sandbox = c->Query("sandboxID").value_or(""), name = c->Query("name").value_or("");
+  std::string after = c->Query("nextToken").value_or("");
+  int limit = 100;
+  if (auto l = c->Query("limit"); l && !l->empty()) {
+    char* end = nullptr;
+    long v = std::strtol(l->c_str(), &end, 10);
+    if (*end != '\0' || v < 1) return c->RespondError(400, "limit must be a positive integer");
+    limit = static_cast<int>(std::min<long>(v, 100));
+  }
+  asio::post(*workers_, [this, c, sandbox, name, after, limit] {
+    auto all = manager_->ListNamedSnapshots();
+    if (!all.ok()) {
+      Status st = all.status();
+      return asio::post(c->executor(), [c, st] { c->RespondError(500, st.message()); });
+    }
+    json arr = json::array();
+    HeaderList extra;
+    bool past = after.empty();
+    for (const auto& s : *all) {
+      if (!past) {
+        past = s.snapshot_id == after;  // the token is the last id of the previous page
+        continue;
+      }
+      if (!sandbox.empty() && s.sandbox_id != sandbox) continue;
+      if (!name.empty() && std::find(s.names.begin(), s.names.end(), name) == s.names.end()) continue;
+      if (static_cast<int>(arr.size()) == limit) {
+        extra.push_back({"X-Next-Token", arr.back()["snapshotID"].get<std::string>()});
+        break;
+      }
+      arr.push_back({{"snapshotID", s.snapshot_id}, {"names", s.names}});
+    }
+    std::string out = arr.dump();
+    asio::post(c->executor(), [c, out, extra] { c->Respond(200, "application/json", out, extra); });
+  });
+}
+
+void Server::DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id) {
+  asio::post(*workers_, [this, c, id] {
+    Status st = manager_->DeleteNamedSnapshot(id);
+    asio::post(c->executor(), [c, st] {
+      if (st.ok()) return c->Respond(204, "", "");
+      int code = st.code() == StatusCode::kNotFound ? 404 : st.code() == StatusCode::kFailedPrecondition ? 409 : 500;
+      c->RespondError(code, st.message());
     });
   });
 }
@@ -204,7 +289,8 @@ void Server::PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
       }
       AddLog(id, "info",
              "paused in " + std::to_string(static_cast<int>(r->total_ms)) + " ms (memory " +
-                 std::to_string(r->snapshot.memory_bytes) + " B, disk " + std::to_string(r->snapshot.disk_bytes) + " B)");
+                 std::to_string(r->snapshot.memory_bytes) + " B, disk " + std::to_string(r->snapshot.disk_bytes) +
+                 " B)");
       asio::post(c->executor(), [c] { c->Respond(204, "", ""); });
     });
   });
@@ -235,8 +321,9 @@ void Server::ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, i
       if (it != sandboxes_.end()) rec = it->second.rec;
     }
     if (!r->resumed) (void)registry_->SetEndsAt(id, ends_at_ms);
-    AddLog(id, "info", r->resumed ? "resumed in " + std::to_string(static_cast<int>(r->total_ms)) + " ms" : "connected");
-    json out{{"sandboxID", rec.id},         {"templateID", rec.template_id}, {"clientID", "airlock"},
+    AddLog(id, "info",
+           r->resumed ? "resumed in " + std::to_string(static_cast<int>(r->total_ms)) + " ms" : "connected");
+    json out{{"sandboxID", rec.id},         {"templateID", rec.template_id},       {"clientID", "airlock"},
              {"envdVersion", kEnvdVersion}, {"envdAccessToken", rec.access_token}, {"domain", nullptr}};
     int status = r->resumed ? 201 : 200;
     std::string body = out.dump();

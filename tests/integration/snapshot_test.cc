@@ -3,6 +3,8 @@
 // paused sandbox survives a daemon restart; a daemon killed with SIGKILL
 // mid-pause leaves the sandbox running or validly paused, never torn.
 // Skips without root / QEMU / image.
+#include "runtime/qemu/snapshot.h"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -20,7 +22,6 @@
 #include "core/http_client.h"
 #include "core/manager.h"
 #include "image/hash.h"
-#include "runtime/qemu/snapshot.h"
 #include "tests/integration/harness.h"
 
 namespace airlock::testing {
@@ -106,8 +107,8 @@ TEST(SnapshotTest, FiftyPauseResumeCyclesKeepEveryByte) {
     resume_ms += again->total_ms;
   }
   double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("# %d cycles in %.1f s: pause %.0f ms, resume %.0f ms on average\n", kCycles, total_s,
-              pause_ms / kCycles, resume_ms / kCycles);
+  std::printf("# %d cycles in %.1f s: pause %.0f ms, resume %.0f ms on average\n", kCycles, total_s, pause_ms / kCycles,
+              resume_ms / kCycles);
   // Every byte present at the end.
   for (int i = 0; i < kCycles; ++i) {
     ASSERT_TRUE((*sb)->agent().DownloadFile("/home/user/f" + std::to_string(i) + ".bin", local + "/g").ok());
@@ -120,8 +121,8 @@ TEST(SnapshotTest, FiftyPauseResumeCyclesKeepEveryByte) {
   // The resumed VM runs on a private copy of the disk: no snapshot stays
   // behind, and the disk chain does not grow with the cycles.
   EXPECT_FALSE(fs::exists(StateDir() + "/snapshots/paused/" + id));
-  auto info = RunChecked({"qemu-img", "info", "-U", "--backing-chain", "--output=json",
-                          (*sb)->run_dir() + "/vm/overlay.qcow2"});
+  auto info = RunChecked(
+      {"qemu-img", "info", "-U", "--backing-chain", "--output=json", (*sb)->run_dir() + "/vm/overlay.qcow2"});
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   auto chain = json::parse(*info, nullptr, false);
   ASSERT_TRUE(chain.is_array()) << *info;
@@ -150,8 +151,8 @@ class SnapDaemon {
  public:
   SnapDaemon(std::string dir, uint16_t port) : dir_(std::move(dir)), port_(port) {
     SpawnOptions so;
-    so.argv = {AirlockBin(), "--state-dir", StateDir(), "serve", "--listen", "127.0.0.1:" + std::to_string(port_),
-               "--db", dir_ + "/airlock.db"};
+    so.argv = {AirlockBin(), "--state-dir",       StateDir(), "serve", "--listen", "127.0.0.1:" + std::to_string(port_),
+               "--db",       dir_ + "/airlock.db"};
     so.stdout_to_devnull = true;
     auto c = Spawn(so);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
@@ -384,6 +385,46 @@ TEST(SnapshotTest, CreateFromTemplateSnapshotIsFreshAndPrivate) {
   auto cold = (*m)->Create(o);
   ASSERT_TRUE(cold.ok()) << cold.status().ToString();
   EXPECT_FALSE((*cold)->timings().from_snapshot);
+}
+
+}  // namespace
+}  // namespace airlock::testing
+
+namespace airlock::testing {
+namespace {
+
+// A disk that fills during a pause: a clear ResourceExhausted error, nothing
+// half-written left behind, and the sandbox keeps running.
+TEST(SnapshotTest, DiskFullDuringPauseKeepsTheSandboxRunning) {
+  AIRLOCK_REQUIRE_VM();
+  ManagerConfig c;
+  c.state_dir = StateDir();
+  c.build_image_if_missing = false;
+  auto m = Manager::Open(c);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto sb = (*m)->Create({});
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  // The paused-snapshot directory on an 8 MiB tmpfs: the ~70 MB memory stream cannot fit.
+  std::string paused = (*m)->paused_dir();
+  fs::create_directories(paused);
+  auto mount = RunChecked({"mount", "-t", "tmpfs", "-o", "size=8m,mode=0755", "tmpfs", paused});
+  ASSERT_TRUE(mount.ok()) << mount.status().ToString();
+  auto p = (*m)->Pause((*sb)->id());
+  auto files_left = std::distance(fs::directory_iterator(paused), fs::directory_iterator());
+  (void)RunChecked({"umount", paused});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kResourceExhausted) << p.status().ToString();
+  EXPECT_NE(p.status().message().find("No space left on device"), std::string::npos) << p.status().ToString();
+  EXPECT_EQ(files_left, 0) << "a failed pause left files behind";
+  EXPECT_EQ((*sb)->state(), SandboxState::kRunning);
+  auto r = (*sb)->agent().Exec(Bash("echo still here"), {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->exit_code, 0);
+  // And a pause with room works afterwards.
+  auto p2 = (*m)->Pause((*sb)->id());
+  ASSERT_TRUE(p2.ok()) << p2.status().ToString();
+  ASSERT_TRUE((*m)->Resume((*sb)->id()).ok());
+  ASSERT_TRUE((*m)->Destroy((*sb)->id()).ok());
 }
 
 }  // namespace

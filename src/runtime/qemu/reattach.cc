@@ -39,7 +39,8 @@ Status WriteVmRecord(const QemuVm& vm) {
     UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     if (!fd) return ErrnoError("open " + tmp);
     std::string text = j.dump();
-    if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) return ErrnoError("write " + tmp);
+    if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+      return ErrnoError("write " + tmp);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp);
   return OkStatus();

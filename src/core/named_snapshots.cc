@@ -1,0 +1,181 @@
+// Named snapshots (spec §1.4 rows 11-13, docs/snapshots.md): a checkpoint of
+// a running sandbox kept until deleted, usable as the template of new
+// sandboxes (Sandbox.create(snapshotID or name)).
+//
+//   snapshots/named/<snapshotID>/  memory, disk.qcow2, manifest.json,
+//                                  info.json (0600: id, names, source sandbox,
+//                                  template, env vars, the source's token, which
+//                                  the copied agent holds until /init rotates it)
+// Written as <snapshotID>.tmp and renamed: a crash leaves no half snapshot.
+// A snapshot that sandboxes are layered on cannot be deleted (FailedPrecondition).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/log.h"
+#include "core/manager.h"
+#include "core/registry.h"
+#include "core/sandbox_egress.h"
+#include "runtime/qemu/snapshot.h"
+
+namespace airlock {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr char kInfo[] = "info.json";
+
+bool ValidName(const std::string& n) {
+  if (n.empty() || n.size() > 128) return false;
+  for (char c : n) {
+    if (!(isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == ':')) return false;
+  }
+  return n != "." && n != "..";
+}
+
+StatusOr<nlohmann::json> ReadInfo(const std::string& dir) {
+  std::ifstream f(dir + "/" + kInfo);
+  if (!f) return NotFound("no " + std::string(kInfo) + " in " + dir);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (!j.is_object()) return InvalidArgument(dir + "/" + kInfo + ": not a JSON object");
+  return j;
+}
+
+}  // namespace
+
+StatusOr<std::vector<NamedSnapshotInfo>> Manager::ListNamedSnapshots() {
+  std::vector<NamedSnapshotInfo> out;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(named_dir(), ec)) {
+    std::string name = e.path().filename().string();
+    if (name.find(".tmp") != std::string::npos) continue;
+    auto j = ReadInfo(e.path().string());
+    if (!j.ok() || !qemu::ReadSnapshot(e.path().string()).ok()) continue;
+    NamedSnapshotInfo i;
+    i.snapshot_id = j->value("snapshotID", "");
+    if (j->contains("names") && (*j)["names"].is_array()) {
+      for (auto& n : (*j)["names"]) {
+        if (n.is_string()) i.names.push_back(n.get<std::string>());
+      }
+    }
+    i.sandbox_id = j->value("sandboxID", "");
+    i.created_at_ms = j->value("createdAtMs", int64_t{0});
+    i.dir = e.path().string();
+    out.push_back(std::move(i));
+  }
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) {
+    return std::tie(a.created_at_ms, a.snapshot_id) < std::tie(b.created_at_ms, b.snapshot_id);
+  });
+  return out;
+}
+
+std::string Manager::FindNamedSnapshot(const std::string& id_or_name) {
+  if (!ValidName(id_or_name)) return "";
+  auto all = ListNamedSnapshots();
+  if (!all.ok()) return "";
+  for (auto& s : *all) {
+    if (s.snapshot_id == id_or_name) return s.dir;
+    for (auto& n : s.names) {
+      if (n == id_or_name) return s.dir;
+    }
+  }
+  return "";
+}
+
+StatusOr<NamedSnapshotInfo> Manager::CreateNamedSnapshot(const std::string& id, const std::string& name) {
+  if (!name.empty() && !ValidName(name)) return InvalidArgument("snapshot name must be 1..128 of [A-Za-z0-9._:-]");
+  if (!name.empty() && !FindNamedSnapshot(name).empty()) return AlreadyExists("a snapshot named '" + name + "' exists");
+  std::shared_ptr<Sandbox> sb = Get(id);
+  if (!sb) return NotFound("sandbox " + id + " not found");
+  NamedSnapshotInfo info;
+  info.snapshot_id = "snap-" + RandomHex(8);
+  if (!name.empty()) info.names.push_back(name);
+  info.sandbox_id = id;
+  info.created_at_ms = NowUnixMs();
+  info.dir = named_dir() + "/" + info.snapshot_id;
+  const std::string tmp = info.dir + ".tmp";
+  std::lock_guard<std::mutex> op(sb->op_mu_);
+  if (sb->state() != SandboxState::kRunning) {
+    return FailedPrecondition("sandbox " + id + " is " + std::string(SandboxStateName(sb->state())) +
+                              "; only a running sandbox can be snapshotted");
+  }
+  VmInstance* vm = nullptr;
+  {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    vm = sb->vm_.get();
+  }
+  if (!vm) return FailedPrecondition("sandbox " + id + " has no VMM");
+  std::error_code ec;
+  fs::create_directories(named_dir(), ec);
+  if (ec) return Internal("mkdir " + named_dir() + ": " + ec.message());
+  auto saved = vm->SaveSnapshot(tmp, /*keep_running=*/true);  // the sandbox keeps running
+  if (!saved.ok()) return saved.status().WithContext("snapshot " + id);
+  nlohmann::json j = {{"snapshotID", info.snapshot_id},    {"names", info.names},       {"sandboxID", id},
+                      {"createdAtMs", info.created_at_ms}, {"template", sb->template_}, {"envVars", sb->env_vars_},
+                      {"sourceToken", sb->access_token_}};
+  std::string text = j.dump(2);
+  Status st;
+  {
+    int fd = ::open((tmp + "/" + kInfo).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+      st = ErrnoError("create " + tmp + "/" + kInfo);
+    else {
+      if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()) || ::fsync(fd) != 0)
+        st = ErrnoError("write " + tmp + "/" + kInfo);
+      ::close(fd);
+    }
+  }
+  if (st.ok() && ::rename(tmp.c_str(), info.dir.c_str()) != 0) st = ErrnoError("rename " + tmp);
+  if (!st.ok()) {
+    fs::remove_all(tmp, ec);
+    return st;
+  }
+  LOG_INFO("sandbox={} snapshot {} created (memory {} B, disk {} B)", id, info.snapshot_id, saved->memory_bytes,
+           saved->disk_bytes);
+  return info;
+}
+
+Status Manager::DeleteNamedSnapshot(const std::string& id_or_name) {
+  std::string dir = FindNamedSnapshot(id_or_name);
+  if (dir.empty()) return NotFound("snapshot " + id_or_name + " not found");
+  int users = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [_, sb] : sandboxes_) users += sb->shared_snapshot_ == dir;
+  }
+  if (users > 0) {
+    return FailedPrecondition("snapshot " + id_or_name + " is the base of " + std::to_string(users) +
+                              " sandbox(es); kill them first");
+  }
+  return qemu::DeleteSnapshot(dir);
+}
+
+StatusOr<std::shared_ptr<Sandbox>> Manager::CreateFromNamedSnapshot(const std::string& dir,
+                                                                    const CreateOptions& options) {
+  ASSIGN_OR_RETURN(auto j, ReadInfo(dir));
+  ASSIGN_OR_RETURN(auto m, qemu::ReadSnapshot(dir));
+  SnapshotStart st;
+  st.dir = dir;
+  st.source_token = j.value("sourceToken", "");
+  st.template_name = j.value("snapshotID", options.template_name);
+  st.shared_snapshot = dir;
+  st.vcpus = m.vcpus;  // the snapshot's machine shape, whatever the defaults
+  st.memory_mib = m.memory_mib;
+  st.detach = options.detach;
+  if (j.contains("envVars") && j["envVars"].is_object()) {
+    for (auto& [k, v] : j["envVars"].items()) {
+      if (v.is_string()) st.env_vars[k] = v.get<std::string>();
+    }
+  }
+  for (auto& [k, v] : options.env_vars) st.env_vars[k] = v;
+  st.what = "create from snapshot " + st.template_name;
+  st.egress_policy = options.egress_policy;
+  return StartFromSnapshot(st);
+}
+
+}  // namespace airlock
