@@ -70,6 +70,7 @@ int RunInSandbox(Manager& manager, const RunOptions& o) {
     Status s = agent.UploadFile(up.from, up.to, o.user);
     if (!s.ok()) {
       std::fprintf(stderr, "airlock: %s\n", s.message().c_str());
+      std::lock_guard<std::mutex> l(mu);
       (void)manager.Destroy(sandbox->id());
       return finish(125);
     }
@@ -130,8 +131,14 @@ int RunInSandbox(Manager& manager, const RunOptions& o) {
   }
   double download_ms = MsSince(t3);
   auto t4 = std::chrono::steady_clock::now();
-  Status destroyed = manager.Destroy(sandbox->id());
-  if (!destroyed.ok()) std::fprintf(stderr, "airlock: destroy: %s\n", destroyed.message().c_str());
+  Status destroyed;
+  {
+    // After a Ctrl-C the watcher is tearing the sandbox down (holding `mu`):
+    // wait for it, or exiting now would leave the network and run dir behind.
+    std::lock_guard<std::mutex> l(mu);
+    destroyed = manager.Destroy(sandbox->id());
+  }
+  if (!destroyed.ok() && !watcher.signal()) std::fprintf(stderr, "airlock: destroy: %s\n", destroyed.message().c_str());
   double destroy_ms = MsSince(t4);
   if (o.timings) {
     const auto& t = sandbox->timings();

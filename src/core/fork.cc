@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "core/agent_init.h"
 #include "core/http_client.h"
 #include "core/manager.h"
 #include "core/sandbox_egress.h"
@@ -36,38 +37,6 @@ namespace {
 constexpr uint16_t kAgentPort = 49983;
 constexpr int kMaxForks = 16;
 
-std::string NowRfc3339Ms() {
-  auto now = std::chrono::system_clock::now();
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  std::time_t t = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[40];
-  size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(ms % 1000));
-  return buf;
-}
-
-// Rotates the copied agent's token (it holds the parent's) and makes it fresh.
-Status InitForkedAgent(const std::string& host, const std::string& parent_token, const std::string& token,
-                       const std::string& hostname, const std::map<std::string, std::string>& envs) {
-  HttpCall call;
-  call.host = host;
-  call.port = kAgentPort;
-  call.method = "POST";
-  call.target = "/init";
-  call.headers = {{"Content-Type", "application/json"}, {"X-Access-Token", parent_token}};
-  nlohmann::json body = {
-      {"accessToken", token}, {"timestamp", NowRfc3339Ms()}, {"entropy", FreshEntropyBase64()}, {"hostname", hostname}};
-  if (!envs.empty()) body["envVars"] = envs;
-  call.body = body.dump();
-  call.timeout = std::chrono::seconds(10);
-  ASSIGN_OR_RETURN(auto reply, HttpDo(call));
-  if (reply.status != 204 && reply.status != 200) {
-    return Unavailable("agent /init answered " + std::to_string(reply.status) + ": " + reply.body.substr(0, 200));
-  }
-  return OkStatus();
-}
 
 std::string JsonField(const std::string& path, const char* field) {
   std::ifstream f(path);
@@ -214,7 +183,10 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::StartFromSnapshot(const SnapshotStar
     return raw->alive() ? OkStatus() : Unavailable("the VMM exited: " + raw->ConsoleTail());
   });
   if (!ready.ok()) return fail(ready.WithContext("agent"));
-  Status init = InitForkedAgent(ip, st.source_token, sb->access_token_, sb->id_, st.env_vars);
+  // Rotates the copied agent's token (it holds the source's) and makes it fresh.
+  std::optional<std::map<std::string, std::string>> envs;
+  if (!st.env_vars.empty()) envs = st.env_vars;
+  Status init = PostAgentInit({ip, st.source_token, sb->access_token_, envs, sb->id_});
   if (!init.ok()) return fail(init.WithContext("init agent"));
   sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, sb->access_token_);
   sb->timings_.agent_ready_ms =

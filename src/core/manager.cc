@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "core/adopted_vm.h"
+#include "core/agent_init.h"
 #include "core/http_client.h"
 #include "core/registry.h"
 #include "image/image.h"
@@ -49,41 +50,6 @@ void WriteOwnerFile(const std::string& run_dir) {
     std::fprintf(f, "%d\n", ::getpid());
     std::fclose(f);
   }
-}
-
-std::string Rfc3339Now() {
-  auto now = std::chrono::system_clock::now();
-  std::time_t t = std::chrono::system_clock::to_time_t(now);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
-  std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(ms));  // the agent steps when off by > 100 ms
-  return buf;
-}
-
-// POST /init (spec §4): the agent learns its access token and env vars.
-Status InitAgent(const std::string& host, const std::string& token, const std::map<std::string, std::string>& envs,
-                 const std::string& hostname) {
-  HttpCall call;
-  call.host = host;
-  call.port = kAgentPort;
-  call.method = "POST";
-  call.target = "/init";
-  call.headers = {{"Content-Type", "application/json"}};
-  nlohmann::json body = {{"accessToken", token}, {"envVars", envs}, {"timestamp", Rfc3339Now()}};
-  // A guest restored from a template snapshot shares the template VM's RNG
-  // state and hostname until told otherwise (docs/snapshots.md).
-  body["entropy"] = FreshEntropyBase64();
-  body["hostname"] = hostname;
-  call.body = body.dump();
-  call.timeout = std::chrono::seconds(10);
-  ASSIGN_OR_RETURN(auto reply, HttpDo(call));
-  if (reply.status != 204 && reply.status != 200) {
-    return Unavailable("agent /init answered " + std::to_string(reply.status) + ": " + reply.body.substr(0, 200));
-  }
-  return OkStatus();
 }
 
 }  // namespace
@@ -396,7 +362,10 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
     return fail(ready.WithContext("sandbox " + sb->id_));
   }
   // 4. token + sandbox-wide env (POST /init); from now on the agent wants the token.
-  Status init = InitAgent(sb->network_->netns_ip(), sb->access_token_, options.env_vars, sb->id_);
+  // A guest restored from a template snapshot shares the template VM's RNG
+  // state and hostname until told otherwise (docs/snapshots.md).
+  Status init = PostAgentInit(
+      {sb->network_->netns_ip(), "", sb->access_token_, options.env_vars, sb->id_});
   if (!init.ok()) return fail(init.WithContext("sandbox " + sb->id_ + ": init agent"));
   sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{sb->network_->netns_ip(), kAgentPort}, sb->access_token_);
   sb->timings_.agent_ready_ms = MsSince(t3);

@@ -297,7 +297,5 @@ class Manager {
 
 // A new random sandbox id: 20 lowercase alphanumerics (E2B's shape).
 std::string NewSandboxId();
-// Base64 of 64 bytes from getrandom(2), for the agent's /init "entropy".
-std::string FreshEntropyBase64();
 
 }  // namespace airlock

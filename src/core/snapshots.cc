@@ -18,6 +18,7 @@
 
 #include "common/log.h"
 #include "core/adopted_vm.h"
+#include "core/agent_init.h"
 #include "core/http_client.h"
 #include "core/manager.h"
 #include "core/sandbox_egress.h"
@@ -33,57 +34,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr uint16_t kAgentPort = 49983;
-constexpr size_t kEntropyBytes = 64;
 
 double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-std::string Rfc3339NowMs() {
-  auto now = std::chrono::system_clock::now();
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  std::time_t t = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[40];
-  size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(ms % 1000));
-  return buf;
-}
-
-std::string RandomBytes(size_t n) {
-  std::string out(n, '\0');
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = ::getrandom(out.data() + got, n - got, 0);
-    if (r > 0) got += static_cast<size_t>(r);
-  }
-  return out;
-}
-
-// POST /init after a restore: the guest's clock and RNG are the snapshot's;
-// send the current time and fresh entropy (and, after a cold resume, the
-// token and env vars a fresh agent does not have yet).
-Status InitRestoredAgent(const std::string& host, const std::string& token,
-                         const std::map<std::string, std::string>* envs) {
-  HttpCall call;
-  call.host = host;
-  call.port = kAgentPort;
-  call.method = "POST";
-  call.target = "/init";
-  call.headers = {{"Content-Type", "application/json"}, {"X-Access-Token", token}};
-  nlohmann::json body = {{"timestamp", Rfc3339NowMs()}, {"entropy", FreshEntropyBase64()}};
-  if (envs) {
-    body["accessToken"] = token;
-    body["envVars"] = *envs;
-  }
-  call.body = body.dump();
-  call.timeout = std::chrono::seconds(10);
-  ASSIGN_OR_RETURN(auto reply, HttpDo(call));
-  if (reply.status != 204 && reply.status != 200) {
-    return Unavailable("agent /init answered " + std::to_string(reply.status) + ": " + reply.body.substr(0, 200));
-  }
-  return OkStatus();
 }
 
 Status FsyncDir(const std::string& dir) {
@@ -97,7 +50,6 @@ Status FsyncDir(const std::string& dir) {
 
 }  // namespace
 
-std::string FreshEntropyBase64() { return envd::Base64Encode(RandomBytes(kEntropyBytes)); }
 
 std::string Sandbox::snapshot_dir() const {
   std::lock_guard<std::mutex> l(mu_);
@@ -277,7 +229,15 @@ StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milli
     return OkStatus();
   });
   if (!ready.ok()) return back_to_paused(ready.WithContext("agent"));
-  Status init = InitRestoredAgent(ip, sb->access_token_, memory ? nullptr : &sb->env_vars_);
+  // The guest's clock and RNG are the snapshot's: send the time and fresh
+  // entropy (and, after a cold resume, the token and env vars a fresh agent
+  // does not have yet).
+  AgentInitRequest init_request{ip, sb->access_token_, std::nullopt, std::nullopt, ""};
+  if (!memory) {
+    init_request.access_token = sb->access_token_;
+    init_request.env_vars = sb->env_vars_;
+  }
+  Status init = PostAgentInit(init_request);
   if (!init.ok()) return back_to_paused(init.WithContext("init agent"));
   sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, sb->access_token_);
   {

@@ -1,5 +1,8 @@
 #include "egress/egress_service.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <ctime>
 #include <fstream>
 #include <future>
@@ -398,7 +401,15 @@ StatusOr<std::unique_ptr<EgressService>> EgressService::Start(EgressConfig confi
   ASSIGN_OR_RETURN(impl->upstream, ParseUpstream(impl->config.upstream_dns));
   impl->work = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(impl->io.get_executor());
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw]() { raw->io.run(); });
+  impl->thread = std::thread([raw]() {
+    // Signals are for the process's own handlers (airlock run's Ctrl-C
+    // watcher, the daemon's), never for this thread: a SIGINT delivered here
+    // would kill the process with every sandbox left behind.
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    raw->io.run();
+  });
   LOG_INFO("egress: resolver upstream {}:{}", raw->upstream.address().to_string(), raw->upstream.port());
   return std::unique_ptr<EgressService>(new EgressService(std::move(impl)));
 }

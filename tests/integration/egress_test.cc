@@ -43,8 +43,6 @@ namespace {
 
 constexpr char kPool[] = "198.19.248.0/22";
 
-Status Ok(const StatusOr<std::string>& r) { return r.ok() ? OkStatus() : r.status(); }
-
 sockaddr_in Addr(const std::string& ip, int port) {
   sockaddr_in a{};
   a.sin_family = AF_INET;

@@ -1,0 +1,67 @@
+#include "core/agent_init.h"
+
+#include <sys/random.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "core/http_client.h"
+#include "envd/proto_json.h"
+
+namespace airlock {
+namespace {
+
+constexpr uint16_t kAgentPort = 49983;
+constexpr size_t kEntropyBytes = 64;
+
+std::string RandomBytes(size_t n) {
+  std::string out(n, '\0');
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::getrandom(out.data() + got, n - got, 0);
+    if (r > 0) got += static_cast<size_t>(r);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string NowRfc3339Ms() {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::system_clock::now().time_since_epoch())
+                .count();
+  std::time_t t = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(ms % 1000));
+  return buf;
+}
+
+std::string FreshEntropyBase64() { return envd::Base64Encode(RandomBytes(kEntropyBytes)); }
+
+Status PostAgentInit(const AgentInitRequest& r) {
+  HttpCall call;
+  call.host = r.host;
+  call.port = kAgentPort;
+  call.method = "POST";
+  call.target = "/init";
+  call.headers = {{"Content-Type", "application/json"}};
+  if (!r.auth_token.empty()) call.headers.push_back({"X-Access-Token", r.auth_token});
+  nlohmann::json body = {{"timestamp", NowRfc3339Ms()}, {"entropy", FreshEntropyBase64()}};
+  if (r.access_token) body["accessToken"] = *r.access_token;
+  if (r.env_vars) body["envVars"] = *r.env_vars;
+  if (!r.hostname.empty()) body["hostname"] = r.hostname;
+  call.body = body.dump();
+  call.timeout = std::chrono::seconds(10);
+  ASSIGN_OR_RETURN(auto reply, HttpDo(call));
+  if (reply.status != 204 && reply.status != 200) {
+    return Unavailable("agent /init answered " + std::to_string(reply.status) + ": " + reply.body.substr(0, 200));
+  }
+  return OkStatus();
+}
+
+}  // namespace airlock
