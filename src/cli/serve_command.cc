@@ -38,6 +38,9 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "per-sandbox proxied bandwidth, bytes/s (0: unlimited)")(
       "egress-connections", po::value(&cfg.manager.egress_limits.max_connections)->default_value(256),
       "per-sandbox concurrent proxied connections")(
+      "egress-upstream-ca", po::value(&cfg.manager.egress_upstream_ca_file),
+      "PEM bundle trusted (besides the system store) for upstream servers of intercepted HTTPS "
+      "(hosts with brokered secrets or network.rules)")(
       "no-template-snapshot", po::bool_switch(&cfg.no_template_snapshot),
       "always cold boot (default: snapshot each template once, create sandboxes by restoring it)")(
       "kill-on-exit", po::bool_switch(&cfg.kill_on_exit),

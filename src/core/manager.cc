@@ -149,7 +149,8 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   ASSIGN_OR_RETURN(m->runtime_, qemu::NewQemuRuntime(m->config_.state_dir));
   if (m->config_.egress) {
     auto eg = StartEgress({m->config_.address_pool, m->config_.upstream_dns, m->config_.state_dir,
-                           m->config_.egress_audit_sink, m->config_.egress_limits});
+                           m->config_.egress_audit_sink, m->config_.egress_limits, m->config_.egress_request_broker,
+                           m->config_.egress_upstream_ca_file});
     if (eg.ok()) m->egress_ = std::move(eg).value();
     else LOG_WARN("egress disabled (guests reach nothing): {}", eg.status().message());
   }

@@ -52,6 +52,8 @@ struct ManagerConfig {
   std::string upstream_dns;  // "ip[:port]"; empty: the host's /etc/resolv.conf
   egress::AuditSink egress_audit_sink;  // every egress decision (JSON)
   egress::EgressLimits egress_limits;   // default per-sandbox limits
+  std::shared_ptr<egress::RequestBroker> egress_request_broker;  // brokered secrets; null: none
+  std::string egress_upstream_ca_file;  // extra trust for intercepted HTTPS upstreams
   // Create restores the template's snapshot when one exists for the image and
   // machine shape (EnsureTemplateSnapshot makes it); else it cold boots.
   bool template_snapshots = false;

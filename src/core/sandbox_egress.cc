@@ -1,5 +1,11 @@
 #include "core/sandbox_egress.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -29,6 +35,8 @@ StatusOr<std::unique_ptr<egress::EgressService>> StartEgress(const EgressSetup& 
   cfg.upstream_dns = setup.upstream_dns;
   cfg.audit_sink = setup.sink;
   cfg.default_limits = setup.limits;
+  cfg.request_broker = setup.request_broker;
+  cfg.upstream_ca_file = setup.upstream_ca_file;
   ASSIGN_OR_RETURN(auto svc, egress::EgressService::Start(cfg));
   RETURN_IF_ERROR(net::InstallHostEgress(setup.pool_cidr, EgressPorts(*svc), false, setup.scratch_dir));
   return svc;
@@ -70,9 +78,13 @@ Status ApplyEgressPolicy(net::SandboxNetwork& network, egress::EgressService& sv
     RETURN_IF_ERROR(svc.UpdatePolicy(id, policy));
   }
   if (!run_dir.empty()) {
-    std::ofstream f(run_dir + "/egress.json", std::ios::trunc);
-    f << policy.ToJson();
-    if (!f) LOG_WARN("sandbox={} cannot write {}/egress.json", id, run_dir);
+    // Owner-only: network.rules header values (credentials) are kept here so
+    // a restarted daemon gets them back.
+    std::string path = run_dir + "/egress.json", text = policy.ToJson(/*with_header_values=*/true);
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    bool ok = fd >= 0 && ::fchmod(fd, 0600) == 0 && ::write(fd, text.data(), text.size()) == ssize_t(text.size());
+    if (fd >= 0) ::close(fd);
+    if (!ok) LOG_WARN("sandbox={} cannot write {}: {}", id, path, std::strerror(errno));
   }
   return OkStatus();
 }

@@ -23,6 +23,8 @@ struct EgressSetup {
   std::string scratch_dir;
   egress::AuditSink sink;
   egress::EgressLimits limits;
+  std::shared_ptr<egress::RequestBroker> request_broker;
+  std::string upstream_ca_file;
 };
 
 // Starts the resolver/proxy and installs the host-side table (net/host_egress.h).

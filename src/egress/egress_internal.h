@@ -8,6 +8,7 @@
 // clang-format on
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -86,6 +87,9 @@ class EgressService::Impl {
   std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::thread thread;
   udp::endpoint upstream;
+  // TLS client side of intercepted connections (verify_peer; system store +
+  // config.upstream_ca_file; TLS >= 1.2; ALPN http/1.1).
+  std::unique_ptr<asio::ssl::context> tls_client;
   std::map<std::string, std::shared_ptr<SandboxEgress>> sandboxes;  // loop thread only
   std::mutex records_mu;
   std::map<std::string, std::shared_ptr<SandboxEgress>> by_id;  // for Records(), under records_mu

@@ -57,6 +57,22 @@ StatusOr<udp::endpoint> ParseUpstream(std::string s) {
   return udp::endpoint(asio::ip::address_v4(*ip), port);
 }
 
+StatusOr<std::unique_ptr<asio::ssl::context>> NewUpstreamTlsContext(const std::string& ca_file) {
+  auto ctx = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_client);
+  boost::system::error_code ec;
+  ctx->set_default_verify_paths(ec);
+  if (ec) return Internal("egress: system trust store: " + ec.message());
+  if (!ca_file.empty()) {
+    ctx->load_verify_file(ca_file, ec);
+    if (ec) return InvalidArgument("egress: upstream CA file " + ca_file + ": " + ec.message());
+  }
+  ctx->set_verify_mode(asio::ssl::verify_peer);
+  SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
+  static const unsigned char kAlpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  SSL_CTX_set_alpn_protos(ctx->native_handle(), kAlpn, sizeof(kAlpn));
+  return ctx;
+}
+
 uint16_t RandomId() {
   static thread_local std::mt19937 rng(std::random_device{}());
   return static_cast<uint16_t>(rng());
@@ -399,6 +415,7 @@ EgressService::EgressService(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 StatusOr<std::unique_ptr<EgressService>> EgressService::Start(EgressConfig config) {
   auto impl = std::make_unique<Impl>(std::move(config));
   ASSIGN_OR_RETURN(impl->upstream, ParseUpstream(impl->config.upstream_dns));
+  ASSIGN_OR_RETURN(impl->tls_client, NewUpstreamTlsContext(impl->config.upstream_ca_file));
   impl->work = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(impl->io.get_executor());
   Impl* raw = impl.get();
   impl->thread = std::thread([raw]() {

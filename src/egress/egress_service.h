@@ -17,10 +17,17 @@
 // that name to this sandbox (a name the sandbox never resolved is refused;
 // the guest's own destination address is never used).
 //
+// Plain HTTP is relayed request by request: every request head is checked
+// (its Host must be the connection's name) and network.rules headers are set.
+// HTTPS is relayed as opaque bytes, except for hosts with network.rules or
+// brokered secrets: those are intercepted (the guest talks TLS to the proxy
+// with a leaf of its sandbox CA; the proxy talks verified TLS upstream) and
+// relayed like plain HTTP, with placeholders swapped (request_broker.h).
+//
 // Every decision (DNS and TCP, allowed or denied) becomes one JSON record:
 //   {"time","timestampMs","sandboxID","protocol":"dns"|"http"|"tls","decision":"allow"|"deny",
 //    "rule","reason","destination":{"name","ip","port"},"bytesOut","bytesIn",
-//    "durationMs","queryType"}
+//    "durationMs","queryType","intercepted","requests","secrets":[name...]}
 // handed to the audit sink and kept (last N) per sandbox for the logs API.
 // Records are rate-limited per sandbox (a guest can trigger them): beyond
 // kMaxRecordsPerSecond the rest are counted and reported in one record.
@@ -38,6 +45,7 @@
 
 #include "common/status.h"
 #include "egress/policy.h"
+#include "egress/request_broker.h"
 
 namespace airlock::egress {
 
@@ -66,6 +74,12 @@ struct EgressConfig {
   std::chrono::milliseconds first_bytes_timeout{10000};  // Host/ClientHello
   std::chrono::milliseconds connect_timeout{10000};
   EgressLimits default_limits;
+  // Brokered secrets (null: none). See request_broker.h.
+  std::shared_ptr<RequestBroker> request_broker;
+  // Trust for upstream servers of intercepted HTTPS connections (the proxy
+  // verifies their certificate and name): the system store, plus this PEM
+  // bundle when set (a private CA; the tests' fake internet).
+  std::string upstream_ca_file;
 };
 
 class EgressService {

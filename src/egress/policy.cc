@@ -1,5 +1,7 @@
 #include "egress/policy.h"
 
+#include <algorithm>
+#include <cctype>
 #include <nlohmann/json.hpp>
 
 namespace airlock::egress {
@@ -226,13 +228,99 @@ std::vector<Rule> EgressPolicy::CidrAllowRules() const {
   return out;
 }
 
-std::string EgressPolicy::ToJson() const {
+Status ValidateRuleHeader(std::string_view name, std::string_view value) {
+  static constexpr std::string_view kTchar = "!#$%&'*+-.^_`|~";
+  if (name.empty() || name.size() > 256) return InvalidArgument("network.rules: header name empty or too long");
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              kTchar.find(c) != std::string_view::npos;
+    if (!ok) return InvalidArgument("network.rules: '" + std::string(name.substr(0, 64)) + "' is not a header name");
+  }
+  std::string lower(name);
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* h : {"host", "content-length", "transfer-encoding", "connection", "upgrade", "te", "trailer",
+                        "keep-alive", "proxy-connection"}) {
+    if (lower == h)
+      return InvalidArgument("network.rules: header '" + std::string(name) +
+                             "' frames or routes the request and cannot be set by a rule");
+  }
+  if (value.size() > kMaxHeaderValueBytes)
+    return InvalidArgument("network.rules: value of header '" + std::string(name) + "' is longer than 8192 bytes");
+  for (char c : value) {
+    if (c == '\r' || c == '\n' || c == '\0')
+      return InvalidArgument("network.rules: value of header '" + std::string(name) + "' contains CR, LF or NUL");
+  }
+  return OkStatus();
+}
+
+Status EgressPolicy::SetHeaderRules(std::vector<HostHeaderRules> rules) {
+  if (rules.size() > kMaxHeaderRuleHosts) return InvalidArgument("network.rules: more than 100 hosts");
+  std::vector<std::string> seen;
+  for (auto& h : rules) {
+    std::string_view p = h.pattern;
+    bool wildcard = p.starts_with("*.");
+    if (wildcard) p.remove_prefix(2);
+    std::string name = NormalizeName(p);
+    if (name.empty() || ParseIpv4(name))
+      return InvalidArgument("network.rules: '" + h.pattern.substr(0, 64) +
+                             "' is not a host name or *.domain pattern (rules match names, not addresses)");
+    // "*.com" is allowed, as in E2B: the caller chose to send these headers
+    // to every such host it also allows.
+    h.pattern = (wildcard ? "*." : "") + name;
+    if (std::find(seen.begin(), seen.end(), h.pattern) != seen.end())
+      return InvalidArgument("network.rules: '" + h.pattern + "' is given twice");
+    seen.push_back(h.pattern);
+    if (h.transforms.size() > kMaxTransformsPerHost)
+      return InvalidArgument("network.rules: more than 16 rules for '" + h.pattern + "'");
+    for (const auto& t : h.transforms) {
+      if (t.headers.size() > kMaxHeadersPerTransform)
+        return InvalidArgument("network.rules: more than 64 headers in one rule for '" + h.pattern + "'");
+      for (const auto& [n, v] : t.headers) RETURN_IF_ERROR(ValidateRuleHeader(n, v));
+    }
+  }
+  header_rules_ = std::move(rules);
+  return OkStatus();
+}
+
+const HostHeaderRules* EgressPolicy::HeaderRulesFor(std::string_view raw) const {
+  if (auto c = raw.rfind(':'); c != std::string_view::npos) raw = raw.substr(0, c);
+  std::string host = NormalizeName(raw);
+  if (host.empty()) return nullptr;
+  const HostHeaderRules* best = nullptr;
+  size_t best_len = 0;
+  for (const auto& h : header_rules_) {
+    if (h.pattern == host) return &h;  // exact wins
+    if (h.pattern.starts_with("*.")) {
+      std::string_view suffix = std::string_view(h.pattern).substr(1);  // ".example.com"
+      if (host.size() > suffix.size() && std::string_view(host).ends_with(suffix) && suffix.size() > best_len) {
+        best = &h;
+        best_len = suffix.size();
+      }
+    }
+  }
+  return best;
+}
+
+std::string EgressPolicy::ToJson(bool with_header_values) const {
   nlohmann::json j;
   j["allowInternetAccess"] = internet_;
   j["allowOut"] = nlohmann::json::array();
   j["denyOut"] = nlohmann::json::array();
   for (const auto& r : allow_) j["allowOut"].push_back(r.text);
   for (const auto& r : deny_) j["denyOut"].push_back(r.text);
+  if (!header_rules_.empty()) {
+    nlohmann::json rules = nlohmann::json::object();
+    for (const auto& h : header_rules_) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& t : h.transforms) {
+        nlohmann::json headers = nlohmann::json::object();
+        for (const auto& [n, v] : t.headers) headers[n] = with_header_values ? v : std::string("[hidden]");
+        list.push_back({{"transform", {{"headers", headers}}}});
+      }
+      rules[h.pattern] = list;
+    }
+    j["rules"] = rules;
+  }
   return j.dump();
 }
 

@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -53,6 +54,32 @@ bool IsForbiddenAddress(uint32_t ip);
 // The forbidden ranges as CIDR strings, for nftables.
 const std::vector<std::string>& ForbiddenCidrs();
 
+// E2B `network.rules` (SandboxNetworkConfig.rules, spec §1.5.1): per host
+// pattern, an ordered list of transforms whose headers are set (replacing a
+// header of the same name) on every HTTP request the sandbox sends to a
+// matching host: plain HTTP (port 80), and HTTPS through TLS interception
+// with the sandbox's CA (docs/secrets.md). Rules never grant access: the
+// host must also be allowed.
+//   pattern: "api.example.com" (exact) or "*.example.com" (subdomains at any
+//   depth, not the apex); lower-cased. The exact pattern wins, else the
+//   longest matching wildcard; rule sets are never merged.
+struct HeaderTransform {
+  std::vector<std::pair<std::string, std::string>> headers;  // name as given, value
+};
+struct HostHeaderRules {
+  std::string pattern;  // "api.example.com" or "*.example.com"
+  std::vector<HeaderTransform> transforms;
+};
+inline constexpr size_t kMaxHeaderRuleHosts = 100;
+inline constexpr size_t kMaxTransformsPerHost = 16;
+inline constexpr size_t kMaxHeadersPerTransform = 64;
+inline constexpr size_t kMaxHeaderValueBytes = 8192;
+// Checks a header a rule may set: an RFC 9110 token name that is not a
+// framing or hop-by-hop header (Host, Content-Length, Transfer-Encoding,
+// Connection, Upgrade, TE, Trailer, Keep-Alive, Proxy-Connection), and a
+// value without CR, LF or NUL of at most kMaxHeaderValueBytes.
+Status ValidateRuleHeader(std::string_view name, std::string_view value);
+
 struct Decision {
   bool allowed = false;
   std::string rule;    // the matching rule's text, "internet", or "default-deny"
@@ -78,12 +105,22 @@ class EgressPolicy {
   const std::vector<Rule>& deny() const { return deny_; }
   // CIDR allow rules (for nftables); forbidden ranges are dropped before them.
   std::vector<Rule> CidrAllowRules() const;
-  // {"allowInternetAccess":bool,"allowOut":[...],"denyOut":[...]}
-  std::string ToJson() const;
+  // network.rules; InvalidArgument for a bad pattern, header or size.
+  Status SetHeaderRules(std::vector<HostHeaderRules> rules);
+  const std::vector<HostHeaderRules>& header_rules() const { return header_rules_; }
+  // The rule set for `host` (port ignored); null when none matches.
+  const HostHeaderRules* HeaderRulesFor(std::string_view host) const;
+  // {"allowInternetAccess":bool,"allowOut":[...],"denyOut":[...],
+  //  "rules":{pattern:[{"transform":{"headers":{name:value}}}]}}
+  // Header values are credentials: without `with_header_values` each is
+  // written as "[hidden]" (logs, audit, API responses); the policy file in
+  // the run dir keeps them.
+  std::string ToJson(bool with_header_values = false) const;
 
  private:
   bool internet_ = false;
   std::vector<Rule> allow_, deny_;
+  std::vector<HostHeaderRules> header_rules_;
 };
 
 }  // namespace airlock::egress

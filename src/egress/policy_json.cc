@@ -13,6 +13,41 @@ StatusOr<std::vector<std::string>> StringList(const nlohmann::json& j, const cha
   return out;
 }
 
+// {"host":[{"transform":{"headers":{"Name":"value"}}}]}
+StatusOr<std::vector<HostHeaderRules>> ParseHeaderRules(const nlohmann::json& j) {
+  if (!j.is_object()) return InvalidArgument("network.rules must be an object {host: [rule...]}");
+  std::vector<HostHeaderRules> out;
+  for (auto& [host, list] : j.items()) {
+    HostHeaderRules h;
+    h.pattern = host;
+    if (!list.is_array()) return InvalidArgument("network.rules['" + host.substr(0, 64) + "'] must be an array of rules");
+    for (const auto& rule : list) {
+      if (!rule.is_object()) return InvalidArgument("network.rules['" + host.substr(0, 64) + "']: a rule must be an object");
+      HeaderTransform t;
+      for (auto& [k, v] : rule.items()) {
+        if (k != "transform")
+          return InvalidArgument("network.rules: unknown rule field '" + k.substr(0, 64) + "' (transform)");
+        if (v.is_null()) continue;
+        if (!v.is_object()) return InvalidArgument("network.rules: transform must be an object");
+        for (auto& [tk, tv] : v.items()) {
+          if (tk != "headers")
+            return InvalidArgument("network.rules: unknown transform field '" + tk.substr(0, 64) + "' (headers)");
+          if (tv.is_null()) continue;
+          if (!tv.is_object()) return InvalidArgument("network.rules: transform.headers must be an object of strings");
+          for (auto& [name, value] : tv.items()) {
+            if (!value.is_string())
+              return InvalidArgument("network.rules: header '" + name.substr(0, 64) + "' must be a string");
+            t.headers.emplace_back(name, value.get<std::string>());
+          }
+        }
+      }
+      h.transforms.push_back(std::move(t));
+    }
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
 std::vector<std::string> Texts(const std::vector<Rule>& rules) {
   std::vector<std::string> out;
   for (const auto& r : rules) out.push_back(r.text);
@@ -25,6 +60,7 @@ StatusOr<EgressPolicy> PolicyFromApi(const nlohmann::json* network, std::optiona
                                      const EgressPolicy& base) {
   std::vector<std::string> allow = Texts(base.allow()), deny = Texts(base.deny());
   bool inet = internet.value_or(base.internet());
+  std::vector<HostHeaderRules> rules = base.header_rules();
   if (network && !network->is_null()) {
     if (!network->is_object()) return InvalidArgument("network must be an object");
     if (auto it = network->find("allowOut"); it != network->end() && !it->is_null()) {
@@ -36,10 +72,13 @@ StatusOr<EgressPolicy> PolicyFromApi(const nlohmann::json* network, std::optiona
     if (auto it = network->find("egressProxy"); it != network->end() && !it->is_null())
       return InvalidArgument(
           "network.egressProxy is not supported by airlock (egress goes through airlock's own proxy)");
-    if (auto it = network->find("rules"); it != network->end() && !it->is_null() && !it->empty())
-      return InvalidArgument("network.rules (header transforms) are not supported yet");
+    if (auto it = network->find("rules"); it != network->end() && !it->is_null()) {
+      ASSIGN_OR_RETURN(rules, ParseHeaderRules(*it));
+    }
   }
-  return EgressPolicy::Create(inet, allow, deny);
+  ASSIGN_OR_RETURN(EgressPolicy p, EgressPolicy::Create(inet, allow, deny));
+  RETURN_IF_ERROR(p.SetHeaderRules(std::move(rules)));
+  return p;
 }
 
 StatusOr<EgressPolicy> PolicyFromStoredJson(const std::string& text) {

@@ -2,10 +2,11 @@
 // PUT /sandboxes/{id}/network, the CLI and the policy file kept in a
 // sandbox's run dir).
 //
-//   network: {"allowOut":[rule...], "denyOut":[rule...]}   (E2B SandboxNetworkConfig)
+//   network: {"allowOut":[rule...], "denyOut":[rule...],
+//             "rules":{host:[{"transform":{"headers":{name:value}}}]}}   (E2B SandboxNetworkConfig)
 //   internet: `allow_internet_access` (create / update; nullopt = keep `base`)
 // Unsupported E2B fields that would change what leaves the sandbox
-// (`egressProxy`, `rules` with entries) are refused with InvalidArgument
+// (`egressProxy`) are refused with InvalidArgument
 // rather than ignored. `base` supplies values for fields that are absent.
 #pragma once
 

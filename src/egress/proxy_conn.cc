@@ -70,7 +70,7 @@ void ProxyConn::Decide() {
     Deny(d.rule, "name not resolved through the sandbox's resolver (or its answers are no longer allowed)");
     return;
   }
-  // Hook point for per-host handlers (issue 6: brokered secrets) goes here.
+  ChooseMode();
   Connect(0);
 }
 
@@ -102,6 +102,10 @@ void ProxyConn::Connect(size_t index) {
     self->timer_.cancel();
     boost::system::error_code ignore;
     self->upstream_.set_option(tcp::no_delay(true), ignore);
+    if (self->mode_ != Mode::kRaw) {
+      asio::co_spawn(self->svc_.io, [self]() { return self->RunHttp(); }, asio::detached);
+      return;
+    }
     // Forward what was read to decide, then relay.
     auto data = std::make_shared<std::vector<uint8_t>>(std::move(self->first_));
     self->bytes_out_ += data->size();
@@ -204,6 +208,11 @@ void ProxyConn::Finish(const std::string& reason) {
   r["bytesOut"] = bytes_out_;
   r["bytesIn"] = bytes_in_;
   r["durationMs"] = std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
+  if (mode_ != Mode::kRaw && allowed_) r["requests"] = requests_;
+  if (mode_ == Mode::kIntercept) r["intercepted"] = true;
+  if (!rules_applied_.empty()) r["headerRules"] = rules_applied_;
+  if (!secrets_used_.empty()) r["secrets"] = secrets_used_;
+  if (!note_.empty()) r["note"] = note_;
   svc_.Emit(*sb_, std::move(r));
   sb_->conns.erase(shared_from_this());
 }

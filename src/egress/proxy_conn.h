@@ -1,15 +1,28 @@
 // One proxied TCP connection from a guest (loop thread only):
 //   read first bytes (HTTP head / ClientHello, ≤ 16 KiB, within a deadline)
 //   → decide (policy at the name and port, name resolved by this sandbox)
-//   → [handler hook: a later per-host handler, e.g. header rewriting with TLS
-//      interception, is inserted here; today bytes pass through unchanged]
-//   → connect to a pinned address → relay both ways (half-close aware,
-//      bandwidth shared per sandbox) → one audit record when it ends.
+//   → choose the relay:
+//       raw:       TLS to a host without rules or secrets: bytes both ways;
+//       http:      plain HTTP: each request head is parsed (l7_parse.h) and
+//                  must name the connection's host, network.rules headers
+//                  are set, bodies are re-framed by Beast; responses are
+//                  relayed as bytes;
+//       intercept: TLS to a host with rules or brokered secrets: the guest's
+//                  TLS ends here (a leaf of its sandbox CA), a verified TLS
+//                  connection goes upstream, then as http plus placeholder
+//                  substitution (request_broker.h);
+//   → connect to a pinned address → relay (bandwidth shared per sandbox)
+//   → one audit record when it ends.
+// A request head naming another host, or one that does not parse, closes
+// the connection (responses may be in flight, so no 403 can be slotted in).
 #pragma once
 
 #include <array>
 #include <memory>
 #include <string>
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <set>
 
 #include "egress/egress_internal.h"
 
@@ -41,6 +54,19 @@ class ProxyConn : public std::enable_shared_from_this<ProxyConn> {
   void Pump(Direction& d);
   void Finish(const std::string& reason);
 
+  // proxy_http.cc: the http and intercept relays (C++20 coroutines).
+  enum class Mode { kRaw, kHttp, kIntercept };
+  void ChooseMode();
+  asio::awaitable<void> RunHttp();
+  template <class Guest, class Upstream>
+  asio::awaitable<void> RelayRequests(Guest& guest, Upstream& up);
+  template <class From, class To>
+  asio::awaitable<void> PumpBytes(From& from, To& to, Direction& d, bool to_guest);
+  asio::awaitable<void> Throttle(size_t n, asio::steady_timer& timer);
+  // Sets rules headers and swaps placeholders; false (with *why) if a
+  // resulting value is not a valid header value.
+  bool TransformHeaders(HeaderList* headers, std::string* why);
+
   EgressService::Impl& svc_;
   std::shared_ptr<SandboxEgress> sb_;
   tcp::socket client_, upstream_;
@@ -56,6 +82,15 @@ class ProxyConn : public std::enable_shared_from_this<ProxyConn> {
   Direction up_, down_;
   bool finished_ = false;
   bool allowed_ = false;
+  Mode mode_ = Mode::kRaw;
+  std::string note_;  // e.g. why a host with rules was not intercepted
+  std::unique_ptr<asio::ssl::context> guest_ctx_;
+  std::unique_ptr<asio::ssl::stream<tcp::socket&>> guest_tls_, up_tls_;
+  boost::beast::flat_buffer req_buf_;
+  std::array<char, 16384> body_buf_;
+  uint64_t requests_ = 0;
+  std::set<std::string> secrets_used_;
+  std::string rules_applied_;  // the network.rules pattern used, if any
 };
 
 }  // namespace airlock::egress

@@ -222,7 +222,7 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
         AdmissionDone(ticket, "", 0);
         return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
       }
-      if (Status ca = InstallSandboxCa(**sb, &attached.value()); !ca.ok()) {
+      if (Status ca = InstallSandboxCa(**sb, run_opts.egress_policy, &attached.value()); !ca.ok()) {
         (void)manager_->Destroy((*sb)->id());
         AdmissionDone(ticket, "", 0);
         return asio::post(c->executor(), [c, ca] { c->RespondError(500, ca.message()); });

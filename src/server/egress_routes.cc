@@ -32,6 +32,7 @@ void AddEgressFields(egress::EgressService* egress, const std::string& id, json&
   json j = json::parse(p->ToJson());
   detail["allowInternetAccess"] = j["allowInternetAccess"];
   detail["network"] = {{"allowOut", j["allowOut"]}, {"denyOut", j["denyOut"]}};
+  if (j.contains("rules")) detail["network"]["rules"] = j["rules"];  // header values shown as "[hidden]"
 }
 
 json EgressLogEntry(const json& r) {
@@ -89,7 +90,8 @@ void Server::UpdateNetwork(std::shared_ptr<HttpConn> c, const std::string& id) {
     auto policy = PolicyFromCreateBody(body, *current);
     if (!policy.ok()) return c->RespondError(400, policy.status().message());
     asio::post(*workers_, [this, c, id, p = *policy] {
-      Status st = manager_->UpdateEgress(id, p);
+      Status st = CoverRuleHosts(id, p);
+      if (st.ok()) st = manager_->UpdateEgress(id, p);
       if (st.ok()) LOG_INFO("sandbox={} egress policy updated: {}", id, p.ToJson());
       asio::post(c->executor(), [c, st] {
         if (!st.ok()) return c->RespondError(st.code() == StatusCode::kNotFound ? 404 : 500, st.message());

@@ -6,8 +6,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "common/log.h"
+#include "core/agent_init.h"
 #include "secrets/broker.h"
+#include "secrets/egress_broker.h"
 #include "secrets/log_sink.h"
 #include "secrets/redactor.h"
 #include "secrets/secret_store.h"
@@ -22,7 +26,23 @@ constexpr const char* kSandboxCaPath = "/usr/local/share/ca-certificates/airlock
 constexpr const char* kSystemBundle = "/etc/ssl/certs/ca-certificates.crt";
 constexpr size_t kMaxSecretsPerSandbox = 64;
 constexpr size_t kMaxHostsPerSecret = 32;
+
+// Runtimes that ignore the system bundle (Node, requests' certifi) are
+// pointed at it.
+const std::map<std::string, std::string>& CaEnvVars() {
+  static const std::map<std::string, std::string> v = {
+      {"NODE_EXTRA_CA_CERTS", kSandboxCaPath}, {"REQUESTS_CA_BUNDLE", kSystemBundle}, {"SSL_CERT_FILE", kSystemBundle}};
+  return v;
+}
+
+std::vector<std::string> RulePatterns(const egress::EgressPolicy& policy) {
+  std::vector<std::string> out;
+  for (const auto& h : policy.header_rules()) out.push_back(h.pattern);
+  return out;
+}
+
 }  // namespace
+
 
 StatusOr<secrets::SecretStore*> Server::Secrets() {
   std::lock_guard<std::mutex> l(secrets_mu_);
@@ -129,6 +149,9 @@ StatusOr<std::vector<secrets::Binding>> ParseSecretsSpec(const json& spec) {
 StatusOr<SecretAttachment> Server::AttachSecrets(const json& spec, CreateOptions* opts) {
   SecretAttachment att;
   ASSIGN_OR_RETURN(att.bindings, ParseSecretsSpec(spec));
+  if (!opts->egress_policy.header_rules().empty()) {
+    for (const auto& [k, v] : CaEnvVars()) opts->env_vars.emplace(k, v);
+  }
   if (att.bindings.empty()) return att;
   ASSIGN_OR_RETURN(auto* store, Secrets());
   for (auto& b : att.bindings) {
@@ -147,28 +170,56 @@ StatusOr<SecretAttachment> Server::AttachSecrets(const json& spec, CreateOptions
     }
   }
   if (!att.brokered.empty()) {
-    // Runtimes that ignore the system bundle (Node, requests' certifi) are pointed at it.
-    for (auto [k, v] : {std::pair{"NODE_EXTRA_CA_CERTS", kSandboxCaPath},
-                        {"REQUESTS_CA_BUNDLE", kSystemBundle},
-                        {"SSL_CERT_FILE", kSystemBundle}}) {
-      opts->env_vars.emplace(k, v);
-    }
+    for (const auto& [k, v] : CaEnvVars()) opts->env_vars.emplace(k, v);
   }
   return att;
 }
 
-Status Server::InstallSandboxCa(const Sandbox& sb, SecretAttachment* att) {
-  if (att->brokered.empty()) return OkStatus();
-  std::vector<std::string> hosts;
+Status Server::InstallSandboxCa(const Sandbox& sb, const egress::EgressPolicy& policy, SecretAttachment* att) {
+  std::vector<std::string> hosts = RulePatterns(policy);
   for (const auto& b : att->brokered) hosts.insert(hosts.end(), b.hosts.begin(), b.hosts.end());
+  if (hosts.empty()) return OkStatus();
   int64_t life_s = config_.max_lifetime_s > 0 ? config_.max_lifetime_s : config_.max_timeout_s;
   ASSIGN_OR_RETURN(att->ca, secrets::SandboxCa::Generate(sb.id(), hosts, std::chrono::seconds(life_s + 86400)));
+  return InstallCaCertificate(sb, *att->ca);
+}
+
+Status Server::CoverRuleHosts(const std::string& id, const egress::EgressPolicy& policy) {
+  auto wanted = RulePatterns(policy);
+  if (wanted.empty()) return OkStatus();
+  auto current = broker_->CaFor(id);
+  std::vector<std::string> hosts = current ? current->hosts() : std::vector<std::string>();
+  bool covered = true;
+  for (const auto& w : wanted) {
+    if (std::find(hosts.begin(), hosts.end(), w) == hosts.end()) {
+      hosts.push_back(w);
+      covered = false;
+    }
+  }
+  if (covered) return OkStatus();
+  auto sb = manager_->Get(id);
+  if (!sb) return NotFound("sandbox " + id + " not found");
+  int64_t life_s = config_.max_lifetime_s > 0 ? config_.max_lifetime_s : config_.max_timeout_s;
+  ASSIGN_OR_RETURN(auto ca, secrets::SandboxCa::Generate(id, hosts, std::chrono::seconds(life_s + 86400)));
+  RETURN_IF_ERROR(InstallCaCertificate(*sb, *ca).WithContext("network.rules need the sandbox CA in the guest"));
+  // New processes get the variables that point runtimes at the bundle.
+  AgentInitRequest init;
+  init.host = sb->netns_ip();
+  init.auth_token = sb->access_token();
+  init.env_vars = CaEnvVars();
+  RETURN_IF_ERROR(PostAgentInit(init).WithContext("network.rules: CA environment for new processes"));
+  broker_->SetCa(id, ca);
+  Audit({{"action", "sandbox.ca"}, {"sandbox", id}, {"hosts", hosts}});
+  return OkStatus();
+}
+
+Status Server::InstallCaCertificate(const Sandbox& sb, const secrets::SandboxCa& ca) {
   ExecRequest req;
   req.cmd = "/bin/sh";
   req.args = {"-c", std::string("set -e; umask 022; mkdir -p /usr/local/share/ca-certificates; "
                                 "printf '%s' \"$AIRLOCK_CA_PEM\" > ") +
                         kSandboxCaPath + "; cat " + kSandboxCaPath + " >> " + kSystemBundle};
-  req.envs = {{"AIRLOCK_CA_PEM", att->ca->cert_pem()}};
+  req.envs = {{"AIRLOCK_CA_PEM", ca.cert_pem()}};
   req.user = "root";
   req.timeout = std::chrono::seconds(30);
   ASSIGN_OR_RETURN(auto res, sb.agent().Exec(req, {}));
@@ -177,13 +228,13 @@ Status Server::InstallSandboxCa(const Sandbox& sb, SecretAttachment* att) {
 }
 
 void Server::CommitSecrets(const std::string& id, SecretAttachment att, const std::string& key_id) {
+  if (att.ca) broker_->SetCa(id, att.ca);
   if (att.bindings.empty()) return;
   for (auto& b : att.bindings) b.sandbox = id;
   if (auto store = Secrets(); store.ok()) {
     if (Status st = (*store)->PutBindings(att.bindings); !st.ok()) LOG_WARN("sandbox={} secrets: {}", id, st.message());
   }
   broker_->Register(id, std::move(att.brokered));
-  broker_->SetCa(id, att.ca);
   for (const auto& b : att.bindings) {
     json r = {{"action", "secret.attach"},
               {"sandbox", id},

@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "common/log.h"
+#include "secrets/egress_broker.h"
 #include "image/image.h"
 
 namespace airlock::server {
@@ -86,6 +87,9 @@ Status Server::Init() {
     adopt.push_back({r.id, r.vmm_pid, r.template_id, r.access_token, r.vcpus, r.memory_mib, r.env_vars,
                      r.state == "paused"});
   }
+  // The egress proxy asks the broker about brokered secrets and the sandbox CA.
+  if (!broker_) broker_ = std::make_shared<secrets::Broker>();
+  if (!config_.manager.egress_request_broker) config_.manager.egress_request_broker = secrets::NewEgressBroker(broker_);
   if (!config_.manager.egress_audit_sink) {
     // Every egress decision (rate-limited per sandbox by the egress service)
     // goes to the audit trail and the egress counters of /metrics.
@@ -100,6 +104,17 @@ Status Server::Init() {
       r["action"] = "egress";
       if (j.contains("sandboxID")) r["sandbox"] = j["sandboxID"];
       log(r);
+      // One secret.use record per secret per proxied connection: name and
+      // host, never the value.
+      if (auto s = j.find("secrets"); s != j.end() && s->is_array()) {
+        for (const auto& name : *s) {
+          log({{"action", "secret.use"},
+               {"sandbox", j.value("sandboxID", "")},
+               {"name", name},
+               {"host", j.contains("destination") ? j["destination"].value("name", "") : ""},
+               {"requests", j.value("requests", 0)}});
+        }
+      }
     };
   }
   config_.manager.template_snapshots = !config_.no_template_snapshot;

@@ -199,9 +199,17 @@ class Server {
   // for scope env, a placeholder for brokered). Errors: invalid_argument.
   StatusOr<SecretAttachment> AttachSecrets(const nlohmann::json& spec, CreateOptions* opts);
   void CommitSecrets(const std::string& id, SecretAttachment att, const std::string& key_id);
-  // Writes the sandbox CA's certificate into the guest's trust store (root).
-  // Generates the sandbox's CA (when a secret is brokered) into att->ca.
-  Status InstallSandboxCa(const Sandbox& sb, SecretAttachment* att);
+  // Generates the sandbox's CA into att->ca when a secret is brokered or the
+  // egress policy has network.rules (the CA's names: the secrets' hosts and
+  // the rules' patterns), and installs its certificate in the guest.
+  Status InstallSandboxCa(const Sandbox& sb, const egress::EgressPolicy& policy, SecretAttachment* att);
+  // Writes a CA certificate into the guest's trust store (root exec).
+  Status InstallCaCertificate(const Sandbox& sb, const secrets::SandboxCa& ca);
+  // Before a policy update: when its network.rules name a host the
+  // sandbox's CA does not cover, a new CA (old names + new) is made,
+  // installed in the guest (with the CA env vars for new processes) and
+  // handed to the broker.
+  Status CoverRuleHosts(const std::string& id, const egress::EgressPolicy& policy);
   void ForgetSecrets(const std::string& id);
 
   // data plane (proxy.cc)

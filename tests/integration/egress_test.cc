@@ -16,8 +16,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -29,6 +32,9 @@
 #include "net/address_pool.h"
 #include "net/host_egress.h"
 #include "net/sandbox_network.h"
+#include "secrets/broker.h"
+#include "secrets/egress_broker.h"
+#include "secrets/sandbox_ca.h"
 #include "tests/integration/fake_guest.h"
 #include "tests/integration/fake_internet.h"
 #include "tests/unit/scoped_dir.h"
@@ -155,6 +161,9 @@ class EgressTest : public ::testing::Test {
     }
     rlimit rl{20000, 20000};
     ::setrlimit(RLIMIT_NOFILE, &rl);
+    // The fake internet's servers write to connections the proxy may have
+    // closed (a refused request): EPIPE, not a dead test process.
+    ::signal(SIGPIPE, SIG_IGN);
     dir_ = new test_util::ScopedDir{test_util::MakeTempDir("airlock-egress")};
     auto fi = FakeInternet::Start(dir_->path);
     if (!fi.ok()) {
@@ -172,6 +181,9 @@ class EgressTest : public ::testing::Test {
       std::lock_guard<std::mutex> l(sink_mu_);
       sink_.push_back(j);
     };
+    broker_ = new std::shared_ptr<secrets::Broker>(std::make_shared<secrets::Broker>());
+    cfg.request_broker = secrets::NewEgressBroker(*broker_);
+    cfg.upstream_ca_file = inet_->ca_file();
     auto svc = EgressService::Start(cfg);
     ASSERT_TRUE(svc.ok()) << svc.status().ToString();
     svc_ = svc->release();
@@ -184,6 +196,8 @@ class EgressTest : public ::testing::Test {
   static void TearDownTestSuite() {
     delete svc_;
     svc_ = nullptr;
+    delete broker_;
+    broker_ = nullptr;
     delete pool_;
     pool_ = nullptr;
     delete inet_;  // leaves the daemon netns, deletes namespaces
@@ -207,7 +221,7 @@ class EgressTest : public ::testing::Test {
   };
   // A sandbox network with egress, its guest and its policy.
   std::unique_ptr<Box> NewBox(const std::string& tag, bool internet, std::vector<std::string> allow,
-                              std::vector<std::string> deny = {}) {
+                              std::vector<std::string> deny = {}, std::vector<HostHeaderRules> rules = {}) {
     auto b = std::make_unique<Box>();
     b->id = "t" + std::to_string(::getpid()) + tag;
     net::NetworkOptions o;
@@ -218,6 +232,7 @@ class EgressTest : public ::testing::Test {
     b->net = std::move(*n);
     auto policy = EgressPolicy::Create(internet, allow, deny);
     EXPECT_TRUE(policy.ok()) << policy.status().ToString();
+    EXPECT_TRUE(policy->SetHeaderRules(rules).ok());
     Status st = ApplyCidrs(*b->net, *policy);
     EXPECT_TRUE(st.ok()) << st.ToString();
     st = svc_->AddSandbox(b->id, b->net->host_ip(), b->net->netns_ip(), *policy);
@@ -238,6 +253,17 @@ class EgressTest : public ::testing::Test {
     auto r = svc_->Records(id);
     return r.ok() ? *r : std::vector<nlohmann::json>{};
   }
+  // A connection's record is written when it ends, just after the client
+  // exits: wait a little for one matching `pred`.
+  template <typename Pred>
+  static bool WaitForRecord(const std::string& id, Pred pred) {
+    for (int i = 0; i < 50; ++i) {
+      for (const auto& r : RecordsOf(id))
+        if (pred(r)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
   static bool HasRecord(const std::string& id, const std::string& proto, const std::string& decision,
                         const std::string& name) {
     for (const auto& j : RecordsOf(id)) {
@@ -252,6 +278,7 @@ class EgressTest : public ::testing::Test {
   static inline test_util::ScopedDir* dir_ = nullptr;
   static inline FakeInternet* inet_ = nullptr;
   static inline EgressService* svc_ = nullptr;
+  static inline std::shared_ptr<secrets::Broker>* broker_ = nullptr;
   static inline net::AddressPool* pool_ = nullptr;
   static inline std::mutex sink_mu_;
   static inline std::vector<nlohmann::json> sink_;
@@ -472,6 +499,110 @@ TEST_F(EgressTest, AllowedNamesWorkAndBypassesFail) {
   }
   std::lock_guard<std::mutex> l(sink_mu_);
   EXPECT_GE(sink_.size(), recs.size());
+}
+
+// Issue 6: brokered secrets and network.rules through TLS interception.
+TEST_F(EgressTest, BrokeredSecretsAndHeaderRulesThroughInterception) {
+  const std::string secret = "canary-Value-7f3a9c1e5b2d";
+  HostHeaderRules rule;
+  rule.pattern = "other.test";
+  rule.transforms.push_back({{{"X-Rule", "rule-value-1"}}});
+  auto b = NewBox("br", false, {"allowed.test", "other.test"}, {}, {rule});
+  ASSERT_TRUE(b);
+  Guest& g = *b->guest;
+  const std::string ph = secrets::Broker::NewPlaceholder();
+  (*broker_)->Register(b->id, {{"API_TOKEN", ph, secret, {"allowed.test"}}});
+  auto ca = secrets::SandboxCa::Generate(b->id, {"allowed.test", "other.test"}, std::chrono::hours(1));
+  ASSERT_TRUE(ca.ok()) << ca.status().ToString();
+  (*broker_)->SetCa(b->id, *ca);
+  struct Forget {
+    std::string id;
+    ~Forget() { (*broker_)->Forget(id); }
+  } forget{b->id};
+  const std::string sbca = dir_->path + "/" + b->id + "-ca.pem";
+  std::ofstream(sbca) << (*ca)->cert_pem();
+  auto sha = [](const std::string& v) { return "sha256=" + FakeInternet::Sha256Hex(v) + "\n"; };
+
+  // HTTPS to the secret's host, the guest trusting its sandbox CA: upstream
+  // gets the value; the guest's own (decrypted) view has the placeholder only.
+  const std::string trace = dir_->path + "/" + b->id + "-trace.txt";
+  auto [rc, out] = g.Curl({"--cacert", sbca, "--trace-ascii", trace, "-H", "Authorization: Bearer " + ph,
+                           "https://allowed.test/hdr?name=Authorization"});
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out, sha("Bearer " + secret));
+  {
+    std::ifstream f(trace);
+    std::string raw((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    // --trace-ascii wraps lines as "\nXXXX: " (hex offset): unwrap.
+    std::string seen = std::regex_replace(raw, std::regex("\n[0-9a-f]{4}: "), "");
+    EXPECT_NE(seen.find(ph), std::string::npos) << seen;
+    EXPECT_EQ(seen.find(secret), std::string::npos);
+  }
+  EXPECT_TRUE(WaitForRecord(b->id, [](const nlohmann::json& r) {
+    return r.value("protocol", "") == "tls" && r.value("decision", "") == "allow" && r.value("intercepted", false) &&
+           r.value("secrets", nlohmann::json()) == nlohmann::json::array({"API_TOKEN"});
+  }));
+  for (const auto& r : RecordsOf(b->id)) EXPECT_EQ(r.dump().find(secret), std::string::npos) << r;
+  // Never into plain HTTP, never to a host the secret is not for.
+  std::tie(rc, out) = g.Curl({"-H", "Authorization: Bearer " + ph, "http://allowed.test/hdr?name=Authorization"});
+  EXPECT_EQ(out, sha("Bearer " + ph));
+  std::tie(rc, out) =
+      g.Curl({"--cacert", sbca, "-H", "Authorization: Bearer " + ph, "https://other.test/hdr?name=Authorization"});
+  EXPECT_EQ(out, sha("Bearer " + ph));
+  // network.rules headers, over HTTPS (intercepted) and HTTP.
+  std::tie(rc, out) = g.Curl({"--cacert", sbca, "https://other.test/hdr?name=X-Rule"});
+  EXPECT_EQ(out, sha("rule-value-1"));
+  std::tie(rc, out) = g.Curl({"http://other.test/hdr?name=X-Rule"});
+  EXPECT_EQ(out, sha("rule-value-1"));
+  // A guest that does not trust the sandbox CA gets no TLS at all.
+  std::tie(rc, out) = g.Curl({"--cacert", inet_->ca_file(), "https://allowed.test/"});
+  EXPECT_NE(rc, 0) << out;
+  // Keep-alive: every request on the connection is checked and substituted.
+  std::tie(rc, out) = g.Curl({"--cacert", sbca, "-H", "Connection: keep-alive", "-H", "Authorization: Bearer " + ph,
+                              "https://allowed.test/hdr?name=Authorization", "https://allowed.test/hdr?name=Authorization"});
+  EXPECT_EQ(out, sha("Bearer " + secret) + sha("Bearer " + secret));
+  EXPECT_TRUE(WaitForRecord(
+      b->id, [](const nlohmann::json& r) { return r.value("intercepted", false) && r.value("requests", 0) == 2; }));
+
+  // Inside intercepted TLS the Host must be the SNI's name.
+  std::tie(rc, out) = g.Curl({"--cacert", sbca, "-H", "Host: denied.test", "https://allowed.test/hdr?name=Host"});
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_EQ(out.find("sha256="), std::string::npos) << out;
+  EXPECT_TRUE(WaitForRecord(b->id, [](const nlohmann::json& r) {
+    return r.value("decision", "") == "deny" && r.value("reason", "").find("'denied.test'") != std::string::npos;
+  }));
+  // A request body crosses intact (Content-Length framing re-made by the relay).
+  std::string body(300000, '\0');
+  for (size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>((i * 7919u) >> 3);
+  const std::string body_file = dir_->path + "/" + b->id + "-body.bin";
+  std::ofstream(body_file, std::ios::binary) << body;
+  std::tie(rc, out) = g.Curl({"--cacert", sbca, "--data-binary", "@" + body_file, "https://allowed.test/body"});
+  EXPECT_EQ(out, "len=300000 sha256=" + FakeInternet::Sha256Hex(body) + "\n");
+  // Plain HTTP keep-alive: a second request naming another host closes the
+  // connection before anything of it goes upstream.
+  {
+    UniqueFd s = g.Socket(AF_INET, SOCK_STREAM);
+    ASSERT_TRUE(ConnectWithin(s.get(), Addr("203.0.113.10", 80), 2000));
+    std::string reqs =
+        "GET /a HTTP/1.1\r\nHost: allowed.test\r\nConnection: keep-alive\r\n\r\n"
+        "GET /b HTTP/1.1\r\nHost: other.test\r\nConnection: keep-alive\r\n\r\n";
+    ASSERT_EQ(::write(s.get(), reqs.data(), reqs.size()), static_cast<ssize_t>(reqs.size()));
+    std::string got;
+    char buf[4096];
+    for (int i = 0; i < 50; ++i) {
+      pollfd p{s.get(), POLLIN, 0};
+      if (::poll(&p, 1, 100) != 1) continue;
+      ssize_t n = ::read(s.get(), buf, sizeof(buf));
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    EXPECT_EQ(got.find("host=other.test"), std::string::npos) << got;
+    EXPECT_TRUE(WaitForRecord(b->id, [](const nlohmann::json& r) {
+      return r.value("reason", "").find("request 2: Host 'other.test'") != std::string::npos;
+    }));
+  }
+  if (::testing::Test::HasFailure())
+    for (const auto& r : RecordsOf(b->id)) std::cerr << r.dump() << "\n";
 }
 
 TEST_F(EgressTest, LivePolicyUpdateClosesAndBlocks) {

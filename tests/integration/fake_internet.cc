@@ -3,13 +3,16 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 #include <fstream>
 
 #include "common/subprocess.h"
@@ -130,7 +133,8 @@ Status FakeInternet::Setup() {
                                                                                        {"203.0.113.30", 80, false},
                                                                                        {"203.0.113.30", 8080, false},
                                                                                        {"203.0.113.10", 443, true},
-                                                                                       {"203.0.113.20", 443, true}}) {
+                                                                                       {"203.0.113.20", 443, true},
+                                                                                       {"203.0.113.30", 443, true}}) {
       int fd = add(SOCK_STREAM, ip, port);
       threads_.emplace_back([this, fd, ipp = ip + ":" + std::to_string(port), tls = tls] { ServeTcp(fd, ipp, tls); });
     }
@@ -245,6 +249,19 @@ void FakeInternet::ServeTcp(int listen_fd, std::string ip_port, bool tls) {
   for (auto& t : conns) t.join();
 }
 
+std::string FakeInternet::Sha256Hex(const std::string& data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < len; ++i) {
+    out += hex[md[i] >> 4];
+    out += hex[md[i] & 15];
+  }
+  return out;
+}
+
 void FakeInternet::HandleConn(int fd, std::string ip_port, bool tls) {
   UniqueFd owned(fd);
   timeval tv{5, 0};
@@ -277,36 +294,76 @@ void FakeInternet::HandleConn(int fd, std::string ip_port, bool tls) {
   if (ip_port.ends_with(":8080")) {  // raw TCP: greet
     wr("hello from " + ip_port + "\n");
   } else {
-    while (req.find("\r\n\r\n") == std::string::npos && req.size() < 16384) {
-      int n = rd(buf, sizeof(buf));
-      if (n <= 0) break;
-      req.append(buf, static_cast<size_t>(n));
-    }
-    std::string host = "-", path = "/";
-    if (auto sp = req.find(' '); sp != std::string::npos) path = req.substr(sp + 1, req.find(' ', sp + 1) - sp - 1);
-    for (const char* h : {"\r\nHost: ", "\r\nhost: "}) {
-      if (auto hp = req.find(h); hp != std::string::npos) host = req.substr(hp + 8, req.find("\r\n", hp + 2) - hp - 8);
-    }
-    std::string body = "server=" + ip + " host=" + host + " sni=" + sni + " path=" + path + "\n";
-    if (path == "/hold") {
-      for (int i = 0; i < 100 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    } else if (path.rfind("/doh?name=", 0) == 0) {
-      body = Answer(path.substr(10)) + "\n";
-    } else if (path.rfind("/bytes?n=", 0) == 0) {
-      size_t n = std::stoull(path.substr(9));
-      std::string head = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(n) + "\r\nConnection: close\r\n\r\n";
-      wr(head);
-      std::string chunk(65536, 'x');
-      while (n > 0 && !stop_) {
-        size_t k = std::min(n, chunk.size());
-        if (!wr(chunk.substr(0, k))) break;
-        n -= k;
+    // Requests until one without "Connection: keep-alive" (opt-in, so raw
+    // test clients that read to EOF get their EOF).
+    for (bool keep_alive = true; keep_alive;) {
+      size_t end;
+      while ((end = req.find("\r\n\r\n")) == std::string::npos && req.size() < 16384) {
+        int n = rd(buf, sizeof(buf));
+        if (n <= 0) break;
+        req.append(buf, static_cast<size_t>(n));
       }
-      if (ssl) SSL_free(ssl);
-      return;
+      if (end == std::string::npos) break;
+      std::string head = req.substr(0, end + 2);
+      req.erase(0, end + 4);
+      auto header = [&](const std::string& name) -> std::optional<std::string> {
+        std::string lower_head = head;
+        for (auto& c : lower_head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        std::string key = "\r\n" + name + ":";
+        for (auto& c : key) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        auto hp = lower_head.find(key);
+        if (hp == std::string::npos) return std::nullopt;
+        size_t vs = hp + key.size(), ve = head.find("\r\n", vs);
+        std::string v = head.substr(vs, ve - vs);
+        while (!v.empty() && v.front() == ' ') v.erase(0, 1);
+        return v;
+      };
+      keep_alive = header("Connection").value_or("") == "keep-alive";
+      // A body (Content-Length only): read, hashed into the answer.
+      std::string req_body;
+      if (auto cl = header("Content-Length")) {
+        size_t want = std::strtoull(cl->c_str(), nullptr, 10);
+        while (req.size() < want && want <= (64u << 20)) {
+          int n = rd(buf, sizeof(buf));
+          if (n <= 0) break;
+          req.append(buf, static_cast<size_t>(n));
+        }
+        req_body = req.substr(0, std::min(want, req.size()));
+        req.erase(0, req_body.size());
+      }
+      std::string host = header("Host").value_or("-"), path = "/";
+      if (auto sp = head.find(' '); sp != std::string::npos)
+        path = head.substr(sp + 1, head.find(' ', sp + 1) - sp - 1);
+      std::string body = "server=" + ip + " host=" + host + " sni=" + sni + " path=" + path + "\n";
+      if (path == "/hold") {
+        for (int i = 0; i < 100 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      } else if (path.rfind("/doh?name=", 0) == 0) {
+        body = Answer(path.substr(10)) + "\n";
+      } else if (path.rfind("/hdr?name=", 0) == 0) {
+        // The SHA-256 of one request header's value: the test learns what
+        // upstream received without the value crossing back to the guest.
+        auto v = header(path.substr(10));
+        body = v ? "sha256=" + Sha256Hex(*v) + "\n" : "absent\n";
+      } else if (path == "/body") {
+        body = "len=" + std::to_string(req_body.size()) + " sha256=" + Sha256Hex(req_body) + "\n";
+      } else if (path.rfind("/bytes?n=", 0) == 0) {
+        size_t n = std::stoull(path.substr(9));
+        std::string rhead =
+            "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(n) + "\r\nConnection: close\r\n\r\n";
+        wr(rhead);
+        std::string chunk(65536, 'x');
+        while (n > 0 && !stop_) {
+          size_t k = std::min(n, chunk.size());
+          if (!wr(chunk.substr(0, k))) break;
+          n -= k;
+        }
+        if (ssl) SSL_free(ssl);
+        return;
+      }
+      if (!wr("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " + std::to_string(body.size()) +
+              (keep_alive ? "\r\nConnection: keep-alive" : "\r\nConnection: close") + "\r\n\r\n" + body))
+        break;
     }
-    wr("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " + std::to_string(body.size()) +
-       "\r\nConnection: close\r\n\r\n" + body);
   }
   if (ssl) {
     SSL_shutdown(ssl);

@@ -10,9 +10,11 @@
 #include "egress/dns_message.h"
 #include "egress/l7_parse.h"
 #include "egress/policy.h"
+#include "egress/policy_json.h"
 #include "tests/unit/egress_test_util.h"
 
 using namespace airlock::egress;
+using airlock::StatusCode;
 
 TEST(EgressPolicy, ParsesRules) {
   auto r = ParseRule("Example.COM.");
@@ -201,5 +203,70 @@ TEST(EgressL7, RealClientHellos) {
     auto r = ParseClientHello(b.data(), b.size());
     ASSERT_EQ(r.kind, L7Result::Kind::kOk) << f << ": " << r.error;
     EXPECT_EQ(r.host, "allowed.test") << f;
+  }
+}
+
+// network.rules (E2B SandboxNetworkConfig.rules → header transforms).
+TEST(EgressPolicy, HeaderRulesParseMatchAndHideValues) {
+  auto body = nlohmann::json::parse(R"({
+    "allowOut": ["api.example.com"],
+    "rules": {
+      "API.example.com": [{"transform": {"headers": {"Authorization": "Bearer tok-1234567"}}},
+                          {"transform": {"headers": {"X-Team": "a", "authorization": "Bearer tok-override"}}}],
+      "*.example.com": [{"transform": {"headers": {"X-Wild": "1"}}}],
+      "*.deep.example.com": [{}]
+    }})");
+  auto p = PolicyFromApi(&body, false);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  // Exact beats wildcard; the pattern is lower-cased.
+  auto* exact = p->HeaderRulesFor("api.example.com:443");
+  ASSERT_NE(exact, nullptr);
+  EXPECT_EQ(exact->pattern, "api.example.com");
+  ASSERT_EQ(exact->transforms.size(), 2u);
+  // Wildcards: any depth below, not the apex; the longest suffix wins.
+  ASSERT_NE(p->HeaderRulesFor("a.b.example.com"), nullptr);
+  EXPECT_EQ(p->HeaderRulesFor("a.b.example.com")->pattern, "*.example.com");
+  EXPECT_EQ(p->HeaderRulesFor("x.deep.example.com")->pattern, "*.deep.example.com");
+  EXPECT_EQ(p->HeaderRulesFor("example.com"), nullptr);
+  EXPECT_EQ(p->HeaderRulesFor("notexample.com"), nullptr);
+  EXPECT_EQ(p->HeaderRulesFor("evil.com"), nullptr);
+  // Rules grant nothing.
+  EXPECT_FALSE(p->CheckNamePort("x.example.com", 443).allowed);
+  // Values are hidden unless asked for (the policy file), and round-trip.
+  std::string shown = p->ToJson();
+  EXPECT_EQ(shown.find("tok-1234567"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("[hidden]"), std::string::npos) << shown;
+  auto back = PolicyFromStoredJson(p->ToJson(true));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->ToJson(true), p->ToJson(true));
+  // An update without "rules" keeps them; "rules": {} clears them.
+  auto keep = nlohmann::json::parse(R"({"allowOut": ["other.example.com"]})");
+  auto kept = PolicyFromApi(&keep, std::nullopt, *p);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->header_rules().size(), 3u);
+  auto clear = nlohmann::json::parse(R"({"rules": {}})");
+  auto cleared = PolicyFromApi(&clear, std::nullopt, *p);
+  ASSERT_TRUE(cleared.ok());
+  EXPECT_TRUE(cleared->header_rules().empty());
+}
+
+TEST(EgressPolicy, HeaderRulesRefuseWhatCouldSmuggleOrReroute) {
+  for (const char* bad : {
+           R"({"rules": {"*": [{"transform": {"headers": {"A": "b"}}}]}})",
+           R"({"rules": {"203.0.113.7": [{"transform": {"headers": {"A": "b"}}}]}})",
+           R"({"rules": {"a.test": [{"transform": {"headers": {"Host": "evil.test"}}}]}})",
+           R"({"rules": {"a.test": [{"transform": {"headers": {"Transfer-Encoding": "chunked"}}}]}})",
+           R"({"rules": {"a.test": [{"transform": {"headers": {"content-length": "0"}}}]}})",
+           R"({"rules": {"a.test": [{"transform": {"headers": {"X-A": "v\r\nHost: evil.test"}}}]}})",
+           R"({"rules": {"a.test": [{"transform": {"headers": {"Bad Name": "v"}}}]}})",
+           R"({"rules": {"a.test": [{"transform": {"headers": {"X-A": 5}}}]}})",
+           R"({"rules": {"a.test": [{"transform": {"body": "x"}}]}})",
+           R"({"rules": {"a.test": {"transform": {}}}})",
+           R"({"rules": ["a.test"]})",
+       }) {
+    auto body = nlohmann::json::parse(bad);
+    auto p = PolicyFromApi(&body, false);
+    EXPECT_FALSE(p.ok()) << bad;
+    if (!p.ok()) EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << bad;
   }
 }
