@@ -35,6 +35,7 @@
 #include "secrets/broker.h"
 #include "secrets/egress_broker.h"
 #include "secrets/sandbox_ca.h"
+#include "tests/integration/daemon.h"
 #include "tests/integration/fake_guest.h"
 #include "tests/integration/fake_internet.h"
 #include "tests/unit/scoped_dir.h"
@@ -965,6 +966,72 @@ TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
   EXPECT_EQ(kill->status, 204);
   (void)daemon->Signal(SIGTERM);
   (void)daemon->WaitFor(std::chrono::seconds(20));
+}
+
+// Brokered secrets and network.rules end to end: a real daemon and microVM
+// behind the fake internet; the guest's own tools over HTTPS.
+TEST_F(EgressTest, DaemonBrokersSecretsAndRulesIntoGuestHttps) {
+  if (std::string why = airlock::testing::SkipReason(); !why.empty()) GTEST_SKIP() << why;
+  const std::string dir = dir_->path + "/broker-daemon";
+  fs::create_directories(dir);
+  const std::string canary = "brokered-canary-" + std::to_string(::getpid()) + "-c0ffee42";
+  auto set = airlock::testing::RunCli({"secret", "--db", dir + "/airlock.db", "set", "API_KEY"}, canary);
+  ASSERT_EQ(set.code, 0) << set.err;
+  airlock::testing::TestDaemon d(dir, {"--dns-upstream", FakeInternet::kDnsServer, "--egress-upstream-ca",
+                                       inet_->ca_file()});
+  ASSERT_FALSE(d.key().empty()) << airlock::testing::Slurp(dir + "/daemon.log");
+  nlohmann::json body = {
+      {"templateID", "base"},
+      {"network", {{"allowOut", {"allowed.test", "other.test"}}}},
+      {"secrets", {{"API_KEY", {{"hosts", {"allowed.test"}}}}}}};
+  auto created = d.Do("POST", "/v2/sandboxes", body.dump());
+  ASSERT_TRUE(created.ok());
+  ASSERT_EQ(created->status, 201) << created->body;
+  auto sb = nlohmann::json::parse(created->body);
+  const std::string id = sb["sandboxID"], token = sb["envdAccessToken"];
+  auto sha = [](const std::string& v) { return "sha256=" + FakeInternet::Sha256Hex(v) + "\n"; };
+  auto run = [&](const std::string& script) {
+    auto e = d.Run(id, token, script);
+    return e.ok() ? e->out + e->err : e.status().ToString();
+  };
+  // curl and Python, each with the guest's trust store (the sandbox CA is in it).
+  std::string out = run("curl -sS --max-time 20 -H \"Authorization: Bearer $API_KEY\" "
+                        "https://allowed.test/hdr?name=Authorization");
+  EXPECT_EQ(out, sha("Bearer " + canary));
+  out = run(
+      "python3 -c \"import os,urllib.request as u; r=u.Request('https://allowed.test/hdr?name=X-Key', "
+      "headers={'X-Key': os.environ['API_KEY']}); print(u.urlopen(r, timeout=20).read().decode(), end='')\"");
+  EXPECT_EQ(out, sha(canary));
+  // The guest never holds the value: not in its environment, not in what it got back.
+  out = run("cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c " + canary.substr(0, 20) + " || true");
+  EXPECT_EQ(out, "0\n");
+  // network.rules set live on a host the sandbox CA did not cover: a new CA
+  // is installed in the guest, then the header reaches upstream over HTTPS.
+  auto put = d.Do("PUT", "/sandboxes/" + id + "/network",
+                  R"({"allowOut":["allowed.test","other.test"],"rules":{"other.test":[{"transform":{"headers":{"X-Team":"team-rule-value"}}}]}})");
+  ASSERT_TRUE(put.ok());
+  EXPECT_EQ(put->status, 204) << put->body;
+  out = run("curl -sS --max-time 20 https://other.test/hdr?name=X-Team");
+  EXPECT_EQ(out, sha("team-rule-value"));
+  out = run("curl -sS --max-time 20 -H \"Authorization: Bearer $API_KEY\" https://allowed.test/hdr?name=Authorization");
+  EXPECT_EQ(out, sha("Bearer " + canary));
+  // The API shows the rule, never its value; bad rules are 400s.
+  auto info = d.Do("GET", "/sandboxes/" + id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_NE(info->body.find("\"X-Team\":\"[hidden]\""), std::string::npos) << info->body;
+  EXPECT_EQ(info->body.find("team-rule-value"), std::string::npos) << info->body;
+  auto bad = d.Do("PUT", "/sandboxes/" + id + "/network", R"({"rules":{"other.test":[{"transform":{"headers":{"Host":"x"}}}]}})");
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  // The audit trail: the secret's use (name and host), never its value.
+  auto audit = d.Do("GET", "/sandboxes/" + id + "/audit");
+  ASSERT_TRUE(audit.ok());
+  EXPECT_NE(audit->body.find("\"secret.use\""), std::string::npos) << audit->body.substr(0, 2000);
+  EXPECT_EQ(audit->body.find(canary), std::string::npos);
+  EXPECT_EQ(airlock::testing::Slurp(dir + "/daemon.log").find(canary), std::string::npos);
+  auto kill = d.Do("DELETE", "/sandboxes/" + id);
+  ASSERT_TRUE(kill.ok());
+  EXPECT_EQ(kill->status, 204);
 }
 
 }  // namespace
