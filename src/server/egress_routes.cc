@@ -87,7 +87,13 @@ void Server::UpdateNetwork(std::shared_ptr<HttpConn> c, const std::string& id) {
     if (!eg) return c->RespondError(503, "egress is off in this airlock");
     auto current = eg->Policy(id);
     if (!current.ok()) return c->RespondError(404, "sandbox " + id + " not found");
-    auto policy = PolicyFromCreateBody(body, *current);
+    // E2B SandboxNetworkUpdateConfig: the body replaces the configuration,
+    // an omitted allowOut / denyOut / rules is cleared. An omitted
+    // allow_internet_access keeps its value (airlock's default is deny, so
+    // "omitted" must not silently open or close the internet).
+    auto base = egress::EgressPolicy::Create(current->internet(), {}, {});
+    if (!base.ok()) return c->RespondError(500, base.status().message());
+    auto policy = PolicyFromCreateBody(body, *base);
     if (!policy.ok()) return c->RespondError(400, policy.status().message());
     asio::post(*workers_, [this, c, id, p = *policy] {
       Status st = CoverRuleHosts(id, p);

@@ -173,6 +173,20 @@ maybe('sandbox lifecycle, commands and files through the official SDK', { timeou
       await assert.rejects(sbx.updateNetwork({ allowOut: ['bad rule'] }), /400/)
       await assert.rejects(Sandbox.updateNetwork('nosuchsandbox0000000', { allowOut: [] }, opts),
         (e) => e instanceof SandboxNotFoundError)
+      // network.rules (header transforms), live through the SDK: the guest gets a
+      // sandbox CA covering the host; the API never returns a rule's value.
+      await sbx.updateNetwork({
+        allowOut: ['api.allowed.invalid'],
+        rules: { 'api.allowed.invalid': [{ transform: { headers: { Authorization: 'Bearer e2e-rule-value' } } }] },
+      })
+      const info = await sbx.getInfo()
+      assert.deepEqual(info.network.rules,
+        { 'api.allowed.invalid': [{ transform: { headers: { Authorization: '[hidden]' } } }] })
+      const ca = await sbx.commands.run('openssl x509 -in /usr/local/share/ca-certificates/airlock-sandbox.crt ' +
+        '-noout -ext nameConstraints; echo "$NODE_EXTRA_CA_CERTS"')
+      assert.match(ca.stdout, /DNS:api\.allowed\.invalid/)
+      assert.match(ca.stdout, /airlock-sandbox\.crt/)
+      await assert.rejects(sbx.updateNetwork({ rules: { 'x.invalid': [{ transform: { headers: { Host: 'y' } } }] } }), /400/)
       await sbx.updateNetwork({ allowOut: [], allowInternetAccess: false })
       const logs = await (await fetch(`${url}/v2/sandboxes/${sbx.sandboxId}/logs`, { headers: { 'X-API-Key': opts.apiKey } })).json()
       assert.ok(logs.logs.some((e) => /egress deny dns example\.invalid/.test(e.message)), JSON.stringify(logs))
