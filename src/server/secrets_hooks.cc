@@ -47,18 +47,10 @@ Status Server::InitSecrets() {
   ASSIGN_OR_RETURN(auto* store, Secrets());
   for (const auto& id : ids) {
     ASSIGN_OR_RETURN(auto bindings, store->BindingsOf(id));
-    std::vector<secrets::BrokeredSecret> brokered;
-    for (auto& b : bindings) {
-      if (b.scope != secrets::Scope::kBrokered) continue;
-      auto v = store->Get(b.name);
-      if (!v.ok()) {
-        LOG_WARN("sandbox={} secret {}: {}", id, b.name, v.status().message());
-        continue;
-      }
-      brokered.push_back({b.name, b.placeholder, *v, b.hosts});
-    }
-    broker_->Register(id, std::move(brokered));
+    ASSIGN_OR_RETURN(auto brokered, BrokeredFromStore(bindings));
+    broker_->Register(id, std::move(brokered));  // the CA: ReinstallCasAsync / EnsureSandboxCa
   }
+  DropStaleBindings();
   return OkStatus();
 }
 
@@ -159,21 +151,8 @@ StatusOr<SecretAttachment> Server::AttachSecrets(const json& spec, CreateOptions
 
 Status Server::InstallSandboxCa(const Sandbox& sb, SecretAttachment* att) {
   if (att->brokered.empty()) return OkStatus();
-  std::vector<std::string> hosts;
-  for (const auto& b : att->brokered) hosts.insert(hosts.end(), b.hosts.begin(), b.hosts.end());
-  int64_t life_s = config_.max_lifetime_s > 0 ? config_.max_lifetime_s : config_.max_timeout_s;
-  ASSIGN_OR_RETURN(att->ca, secrets::SandboxCa::Generate(sb.id(), hosts, std::chrono::seconds(life_s + 86400)));
-  ExecRequest req;
-  req.cmd = "/bin/sh";
-  req.args = {"-c", std::string("set -e; umask 022; mkdir -p /usr/local/share/ca-certificates; "
-                                "printf '%s' \"$AIRLOCK_CA_PEM\" > ") +
-                        kSandboxCaPath + "; cat " + kSandboxCaPath + " >> " + kSystemBundle};
-  req.envs = {{"AIRLOCK_CA_PEM", att->ca->cert_pem()}};
-  req.user = "root";
-  req.timeout = std::chrono::seconds(30);
-  ASSIGN_OR_RETURN(auto res, sb.agent().Exec(req, {}));
-  if (res.ShellCode() != 0) return Internal("installing the sandbox CA in the guest: " + res.status);
-  return OkStatus();
+  ASSIGN_OR_RETURN(att->ca, MintSandboxCa(sb.id(), att->brokered));
+  return InstallCaCert(sb, att->ca->cert_pem(), std::chrono::seconds(30));
 }
 
 void Server::CommitSecrets(const std::string& id, SecretAttachment att, const std::string& key_id) {

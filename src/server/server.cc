@@ -103,6 +103,7 @@ Status Server::Init() {
     };
   }
   config_.manager.template_snapshots = !config_.no_template_snapshot;
+  AddSecretEnvToAdopt(&adopt);
   ASSIGN_OR_RETURN(manager_, Manager::Open(config_.manager, adopt));
   for (auto& r : records) {
     auto sb = manager_->Get(r.id);
@@ -154,6 +155,7 @@ Status Server::Init() {
   });
   reaper_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleReaper();
+  ReinstallCasAsync();
   if (image::FindImage(dir, "base").ok()) EnsureTemplateSnapshotAsync("base", config_.default_vcpus, config_.default_memory_mib);
   admission_timer_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleAdmissionTick();

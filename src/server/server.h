@@ -98,6 +98,11 @@ struct SecretAttachment {
 };
 // Parses the create request's "secrets" object (docs/secrets.md).
 StatusOr<std::vector<secrets::Binding>> ParseSecretsSpec(const nlohmann::json& spec);
+// Writes `pem` as the guest's airlock CA (root): the file
+// /usr/local/share/ca-certificates/airlock-sandbox.crt, and the system bundle,
+// where it replaces the airlock CA installed before. FailedPrecondition when
+// not running; the agent's error when it does not answer within 3 s.
+Status InstallCaCert(const Sandbox& sb, const std::string& pem, std::chrono::seconds timeout);
 
 class Server {
  public:
@@ -203,6 +208,22 @@ class Server {
   // Generates the sandbox's CA (when a secret is brokered) into att->ca.
   Status InstallSandboxCa(const Sandbox& sb, SecretAttachment* att);
   void ForgetSecrets(const std::string& id);
+  // Lifecycle (secrets_lifecycle.cc): restart, fork, resume; GET fields.
+  bool SecretsInUse() const;  // a secret was ever set (the key file exists)
+  StatusOr<std::vector<secrets::BrokeredSecret>> BrokeredFromStore(const std::vector<secrets::Binding>& bindings);
+  StatusOr<std::shared_ptr<secrets::SandboxCa>> MintSandboxCa(const std::string& id,
+                                                               const std::vector<secrets::BrokeredSecret>& brokered);
+  void AddSecretEnvToAdopt(std::vector<AdoptRequest>* adopt);  // before Manager::Open
+  void DropStaleBindings();  // rows of sandboxes that were not adopted
+  void ReinstallCasAsync();  // a fresh CA for each adopted running sandbox
+  // Mints and installs a CA when `id` has brokered secrets but none (worker thread).
+  void EnsureSandboxCa(const std::string& id);
+  std::set<std::string> ca_installing_;  // guarded by secrets_mu_
+  // A fork child gets the parent's bindings and its own CA. Errors: the CA
+  // could not be installed (the caller destroys the child).
+  Status InheritSecrets(const std::string& parent, const Sandbox& child, const std::string& key_id);
+  // GET /sandboxes/{id}: "secrets" [{name, scope, env, hosts}], "caCertificate".
+  void AddSecretFields(const std::string& id, nlohmann::json& detail);
 
   // data plane (proxy.cc)
   void HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint16_t port);
