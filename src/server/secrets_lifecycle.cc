@@ -18,6 +18,8 @@
 #include <sys/stat.h>
 
 #include <boost/asio/post.hpp>
+#include <condition_variable>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
@@ -38,11 +40,40 @@ constexpr const char* kBundleMarker = "# airlock sandbox CA";
 
 }  // namespace
 
+static Status InstallCaWith(const EnvdClient& agent, const std::string& pem, std::chrono::seconds timeout);
+
 Status InstallCaCert(const Sandbox& sb, const std::string& pem, std::chrono::seconds timeout) {
   if (sb.state() != SandboxState::kRunning) return FailedPrecondition("sandbox " + sb.id() + " is not running");
+  return InstallCaCertAt(AgentEndpoint{sb.netns_ip(), kEnvdPort}, sb.access_token(), pem, timeout);
+}
+
+Status InstallCaCertAt(const AgentEndpoint& endpoint, const std::string& token, const std::string& pem,
+                       std::chrono::seconds timeout) {
+  // A client of its own, so a watchdog can cut a guest that never answers
+  // (dead, or a hostile one holding the stream open) without touching the
+  // sandbox's client: the whole install is bounded by `timeout` + 5 s.
+  EnvdClient agent(endpoint, token);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> l(mu);
+    if (!cv.wait_for(l, timeout + std::chrono::seconds(5), [&] { return finished; })) agent.CancelAll();
+  });
+  Status st = InstallCaWith(agent, pem, timeout);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    finished = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+  return st;
+}
+
+static Status InstallCaWith(const EnvdClient& agent, const std::string& pem, std::chrono::seconds timeout) {
   // Fail fast on a guest that does not answer (a restarted daemon must not
   // wait on a dead one).
-  RETURN_IF_ERROR(sb.agent().Health(std::chrono::seconds(3)).WithContext("agent"));
+  RETURN_IF_ERROR(agent.Health(std::chrono::seconds(3)).WithContext("agent"));
   const std::string script = std::string("set -e; umask 022; c=") + kCaFile + "; b=" + kBundle + "; m='" +
                              kBundleMarker +
                              "'\n"
@@ -58,7 +89,7 @@ Status InstallCaCert(const Sandbox& sb, const std::string& pem, std::chrono::sec
   req.envs = {{"AIRLOCK_CA_PEM", pem}};
   req.user = "root";
   req.timeout = timeout;
-  ASSIGN_OR_RETURN(auto res, sb.agent().Exec(req, {}));
+  ASSIGN_OR_RETURN(auto res, agent.Exec(req, {}));
   if (res.ShellCode() != 0) return Internal("installing the sandbox CA in the guest: " + res.status);
   return OkStatus();
 }

@@ -103,6 +103,10 @@ StatusOr<std::vector<secrets::Binding>> ParseSecretsSpec(const nlohmann::json& s
 // where it replaces the airlock CA installed before. FailedPrecondition when
 // not running; the agent's error when it does not answer within 3 s.
 Status InstallCaCert(const Sandbox& sb, const std::string& pem, std::chrono::seconds timeout);
+// The same for the agent at `endpoint` (token: its X-Access-Token); returns
+// within timeout + 5 s whatever the agent does.
+Status InstallCaCertAt(const AgentEndpoint& endpoint, const std::string& token, const std::string& pem,
+                       std::chrono::seconds timeout);
 
 class Server {
  public:
