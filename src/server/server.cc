@@ -169,6 +169,7 @@ Server::~Server() {
   if (workers_) workers_->join();
   if (manager_) {
     if (config_.kill_on_exit) {
+      for (const auto& [id, e] : sandboxes_) ForgetSecrets(id);
       manager_->DestroyAll();
     } else {
       manager_->ReleaseAll();

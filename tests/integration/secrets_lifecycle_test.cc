@@ -221,6 +221,17 @@ TEST(SecretsLifecycleTest, RestartForkResumeSnapshotAndKillKeepBrokerAndCaRight)
   for (const auto& id : {s.id, children[1].id, n.id}) EXPECT_EQ(d.Do("DELETE", "/sandboxes/" + id)->status, 204);
   for (const auto& id : {s.id, children[1].id, n.id}) EXPECT_EQ(BindingsOf(dir, id), 0u) << id;
   (void)d.Do("DELETE", "/templates/" + snap);
+  // A daemon that kills its sandboxes when it exits drops their bindings too.
+  {
+    std::filesystem::create_directories(dir + "/d3");
+    ASSERT_EQ(RunCli({"secret", "--db", dir + "/d3/airlock.db", "set", "BROKER_S"}, "d3-brokered-value").code, 0);
+    TestDaemon d3(dir + "/d3");
+    auto c3 = d3.Do("POST", "/v2/sandboxes", json{{"secrets", {{"BROKER_S", {{"hosts", {"x.example.test"}}}}}}}.dump());
+    ASSERT_TRUE(c3.ok() && c3->status == 201) << (c3.ok() ? c3->body : c3.status().ToString());
+    EXPECT_EQ(BindingsOf(dir + "/d3", FromBody(c3->body).id), 1u);
+    s.id = FromBody(c3->body).id;
+  }
+  EXPECT_EQ(BindingsOf(dir + "/d3", s.id), 0u);
   std::filesystem::remove_all(dir);
 }
 
