@@ -3,7 +3,8 @@
 // restart (a running sandbox gets a fresh CA at once, a paused one when it
 // resumes cold, with its secret env back), fork children (the parent's
 // placeholder, each its own CA), a sandbox from a named snapshot with secrets
-// of its own, and kill / pause-then-kill removing the store's bindings.
+// of its own, and kill / pause-then-kill / TTL / kill-on-exit removing the
+// store's bindings.
 // What the broker holds is compared with what the guest trusts: GET
 // /sandboxes/{id} "caCertificate" against the guest's
 // /usr/local/share/ca-certificates/airlock-sandbox.crt and system bundle.
@@ -230,6 +231,17 @@ TEST(SecretsLifecycleTest, RestartForkResumeSnapshotAndKillKeepBrokerAndCaRight)
     ASSERT_TRUE(c3.ok() && c3->status == 201) << (c3.ok() ? c3->body : c3.status().ToString());
     EXPECT_EQ(BindingsOf(dir + "/d3", FromBody(c3->body).id), 1u);
     s.id = FromBody(c3->body).id;
+    // The TTL reaper forgets them too.
+    auto ttl = d3.Do("POST", "/v2/sandboxes",
+                     json{{"timeout", 1}, {"secrets", {{"BROKER_S", {{"hosts", {"x.example.test"}}}}}}}.dump());
+    ASSERT_TRUE(ttl.ok() && ttl->status == 201) << (ttl.ok() ? ttl->body : ttl.status().ToString());
+    std::string ttl_id = FromBody(ttl->body).id;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (BindingsOf(dir + "/d3", ttl_id) != 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    EXPECT_EQ(BindingsOf(dir + "/d3", ttl_id), 0u) << "bindings outlived the TTL";
+    EXPECT_EQ(d3.Do("GET", "/sandboxes/" + ttl_id)->status, 404);
   }
   EXPECT_EQ(BindingsOf(dir + "/d3", s.id), 0u);
   std::filesystem::remove_all(dir);
