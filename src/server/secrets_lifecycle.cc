@@ -172,11 +172,11 @@ void Server::DropStaleBindings() {
   }
 }
 
-void Server::EnsureSandboxCa(const std::string& id) {
-  if (!broker_ || broker_->size(id) == 0 || broker_->CaFor(id)) return;
+bool Server::EnsureSandboxCa(const std::string& id) {
+  if (!broker_ || broker_->size(id) == 0 || broker_->CaFor(id)) return true;
   {
     std::lock_guard<std::mutex> l(secrets_mu_);
-    if (!ca_installing_.insert(id).second) return;
+    if (!ca_installing_.insert(id).second) return true;  // another thread is at it
   }
   auto done = [&] {
     std::lock_guard<std::mutex> l(secrets_mu_);
@@ -197,13 +197,25 @@ void Server::EnsureSandboxCa(const std::string& id) {
     done();
     LOG_WARN("sandbox={} no sandbox CA (brokered hosts will not be intercepted): {}", id, st.message());
     AddLog(id, "warn", "the sandbox CA could not be installed: " + st.message());
-    return;
+    return false;
   }
   broker_->SetCa(id, ca);
   if (broker_->size(id) == 0) broker_->SetCa(id, nullptr);  // killed meanwhile
   done();
   LOG_INFO("sandbox={} fresh sandbox CA installed", id);
   AddLog(id, "info", "a fresh sandbox CA was installed (the previous one's key is gone)");
+  return true;
+}
+
+void Server::EnsureSandboxCaAsync(const std::string& id, int attempt) {
+  asio::post(*workers_, [this, id, attempt] {
+    if (EnsureSandboxCa(id) || attempt >= 3) return;
+    // A guest slow to answer (a loaded host) gets two more tries, 10 s apart.
+    auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::seconds(10));
+    timer->async_wait([this, timer, id, attempt](boost::system::error_code ec) {
+      if (!ec) EnsureSandboxCaAsync(id, attempt + 1);
+    });
+  });
 }
 
 void Server::ReinstallCasAsync() {
@@ -216,7 +228,7 @@ void Server::ReinstallCasAsync() {
     }
   }
   // Paused ones get theirs when they resume (RecordState "running").
-  for (const auto& id : ids) asio::post(*workers_, [this, id] { EnsureSandboxCa(id); });
+  for (const auto& id : ids) EnsureSandboxCaAsync(id, 1);
 }
 
 Status Server::InheritSecrets(const std::string& parent, const Sandbox& child, const std::string& key_id) {

@@ -220,8 +220,10 @@ class Server {
   void AddSecretEnvToAdopt(std::vector<AdoptRequest>* adopt);  // before Manager::Open
   void DropStaleBindings();  // rows of sandboxes that were not adopted
   void ReinstallCasAsync();  // a fresh CA for each adopted running sandbox
-  // Mints and installs a CA when `id` has brokered secrets but none (worker thread).
-  void EnsureSandboxCa(const std::string& id);
+  // Mints and installs a CA when `id` has brokered secrets but none (worker
+  // thread). false: it failed (logged; the sandbox works without interception).
+  bool EnsureSandboxCa(const std::string& id);
+  void EnsureSandboxCaAsync(const std::string& id, int attempt);  // up to 3 attempts
   std::set<std::string> ca_installing_;  // guarded by secrets_mu_
   // A fork child gets the parent's bindings and its own CA. Errors: the CA
   // could not be installed (the caller destroys the child).
