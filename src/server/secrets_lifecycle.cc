@@ -19,8 +19,8 @@
 
 #include <boost/asio/post.hpp>
 #include <condition_variable>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/log.h"
 #include "server/server.h"
@@ -107,7 +107,8 @@ bool Server::SecretsInUse() const {
   return ::stat((db_dir_ + "/secrets.key").c_str(), &st) == 0;
 }
 
-StatusOr<std::vector<secrets::BrokeredSecret>> Server::BrokeredFromStore(const std::vector<secrets::Binding>& bindings) {
+StatusOr<std::vector<secrets::BrokeredSecret>> Server::BrokeredFromStore(
+    const std::vector<secrets::Binding>& bindings) {
   std::vector<secrets::BrokeredSecret> out;
   ASSIGN_OR_RETURN(auto* store, Secrets());
   for (const auto& b : bindings) {
@@ -150,9 +151,8 @@ void Server::AddSecretEnvToAdopt(std::vector<AdoptRequest>* adopt) {
       r.env_vars[b.env] = *v;
     }
     if (brokered) {
-      for (auto [k, v] : {std::pair{"NODE_EXTRA_CA_CERTS", kCaFile},
-                          {"REQUESTS_CA_BUNDLE", kBundle},
-                          {"SSL_CERT_FILE", kBundle}}) {
+      for (auto [k, v] :
+           {std::pair{"NODE_EXTRA_CA_CERTS", kCaFile}, {"REQUESTS_CA_BUNDLE", kBundle}, {"SSL_CERT_FILE", kBundle}}) {
         r.env_vars.emplace(k, v);
       }
     }

@@ -40,8 +40,9 @@ json Detail(const TestDaemon& d, const std::string& id) {
 
 std::string CaOf(const TestDaemon& d, const std::string& id) {
   json j = Detail(d, id);
-  return j.is_object() && j.contains("caCertificate") && j["caCertificate"].is_string() ? j["caCertificate"].get<std::string>()
-                                                                                       : "";
+  return j.is_object() && j.contains("caCertificate") && j["caCertificate"].is_string()
+             ? j["caCertificate"].get<std::string>()
+             : "";
 }
 
 std::string GuestFile(const TestDaemon& d, const Sb& s, const std::string& path) {
@@ -63,7 +64,8 @@ std::string PemLine(const std::string& pem) {
 std::string BundleCounts(const TestDaemon& d, const Sb& s, const std::string& a, const std::string& b) {
   auto r = d.Run(s.id, s.token,
                  "f=/etc/ssl/certs/ca-certificates.crt; echo $(grep -c '^# airlock sandbox CA$' $f) "
-                 "$(grep -cF -- '" + PemLine(a) + "' $f) $(grep -cF -- '" + PemLine(b) + "' $f)");
+                 "$(grep -cF -- '" +
+                     PemLine(a) + "' $f) $(grep -cF -- '" + PemLine(b) + "' $f)");
   if (!r.ok()) return r.status().ToString();
   return r->out;
 }
@@ -94,9 +96,10 @@ TEST(SecretsLifecycleTest, RestartForkResumeSnapshotAndKillKeepBrokerAndCaRight)
   AIRLOCK_REQUIRE_VM();
   std::string dir = MakeTempDir();
   const std::string env_value = "lifecycle-env-" + std::to_string(::getpid()) + "-77ab";
-  for (auto [name, value] : {std::pair<std::string, std::string>{"BROKER_S", "brokered-" + std::to_string(::getpid()) + "-9d1e2f"},
-                             {"OTHER_S", "other-brokered-value-42"},
-                             {"ENV_S", env_value}}) {
+  for (auto [name, value] :
+       {std::pair<std::string, std::string>{"BROKER_S", "brokered-" + std::to_string(::getpid()) + "-9d1e2f"},
+        {"OTHER_S", "other-brokered-value-42"},
+        {"ENV_S", env_value}}) {
     auto set = RunCli({"secret", "--db", dir + "/airlock.db", "set", name}, value);
     ASSERT_EQ(set.code, 0) << set.err;
   }
@@ -118,8 +121,9 @@ TEST(SecretsLifecycleTest, RestartForkResumeSnapshotAndKillKeepBrokerAndCaRight)
     json detail = Detail(d, s.id);
     ASSERT_TRUE(detail.is_object());
     ASSERT_EQ(detail["secrets"].size(), 2u) << detail.dump();
-    EXPECT_EQ(detail["secrets"][0], (json{{"name", "BROKER_S"}, {"scope", "brokered"}, {"env", "API_TOKEN"},
-                                          {"hosts", {"api.example.test"}}}));
+    EXPECT_EQ(
+        detail["secrets"][0],
+        (json{{"name", "BROKER_S"}, {"scope", "brokered"}, {"env", "API_TOKEN"}, {"hosts", {"api.example.test"}}}));
     EXPECT_EQ(detail["secrets"][1], (json{{"name", "ENV_S"}, {"scope", "env"}, {"env", "ENV_S"}}));
     ca_s1 = CaOf(d, s.id);
     ca_t1 = CaOf(d, t.id);
@@ -140,10 +144,10 @@ TEST(SecretsLifecycleTest, RestartForkResumeSnapshotAndKillKeepBrokerAndCaRight)
   // S: a fresh CA, installed in the running guest, replacing the old one.
   std::string ca_s2 = WaitForNewCa(d, s.id, ca_s1);
   ASSERT_FALSE(ca_s2.empty()) << "no new CA for the adopted sandbox; daemon log tail:\n"
-                               << [&] {
-                                    std::string log = Slurp(dir + "/daemon.log");
-                                    return log.substr(log.size() > 8000 ? log.size() - 8000 : 0);
-                                  }();
+                              << [&] {
+                                   std::string log = Slurp(dir + "/daemon.log");
+                                   return log.substr(log.size() > 8000 ? log.size() - 8000 : 0);
+                                 }();
   EXPECT_EQ(GuestFile(d, s, kCaFile), ca_s2);
   EXPECT_EQ(BundleCounts(d, s, ca_s2, ca_s1), "1 1 0\n");
   EXPECT_EQ(Env(d, s, "API_TOKEN"), placeholder);
