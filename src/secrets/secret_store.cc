@@ -291,4 +291,15 @@ Status SecretStore::DeleteBindings(const std::string& sandbox) {
   return OkStatus();
 }
 
+StatusOr<std::vector<std::string>> SecretStore::BoundSandboxes() {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "SELECT DISTINCT sandbox FROM sandbox_secrets ORDER BY sandbox");
+  if (!s.ok) return SqlError(db_, "prepare bound sandboxes");
+  std::vector<std::string> out;
+  int rc;
+  while ((rc = sqlite3_step(s.s)) == SQLITE_ROW) out.push_back(s.Col(0));
+  if (rc != SQLITE_DONE) return SqlError(db_, "bound sandboxes");
+  return out;
+}
+
 }  // namespace airlock::secrets

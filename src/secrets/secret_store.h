@@ -62,6 +62,9 @@ class SecretStore {
   Status PutBindings(const std::vector<Binding>& bindings);
   StatusOr<std::vector<Binding>> BindingsOf(const std::string& sandbox);
   Status DeleteBindings(const std::string& sandbox);
+  // The sandboxes that have bindings (a restarted daemon drops the rows of
+  // sandboxes it did not adopt).
+  StatusOr<std::vector<std::string>> BoundSandboxes();
 
  private:
   SecretStore() = default;

@@ -335,6 +335,7 @@ void Server::GetSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
   json detail = ListedJson(it->second.rec, it->second.disk_mib, true);
   AddEgressFields(manager_->egress(), id, detail);
+  AddSecretFields(id, detail);
   c->Respond(200, "application/json", detail.dump());
 }
 

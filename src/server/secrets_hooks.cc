@@ -67,18 +67,10 @@ Status Server::InitSecrets() {
   ASSIGN_OR_RETURN(auto* store, Secrets());
   for (const auto& id : ids) {
     ASSIGN_OR_RETURN(auto bindings, store->BindingsOf(id));
-    std::vector<secrets::BrokeredSecret> brokered;
-    for (auto& b : bindings) {
-      if (b.scope != secrets::Scope::kBrokered) continue;
-      auto v = store->Get(b.name);
-      if (!v.ok()) {
-        LOG_WARN("sandbox={} secret {}: {}", id, b.name, v.status().message());
-        continue;
-      }
-      brokered.push_back({b.name, b.placeholder, *v, b.hosts});
-    }
-    broker_->Register(id, std::move(brokered));
+    ASSIGN_OR_RETURN(auto brokered, BrokeredFromStore(bindings));
+    broker_->Register(id, std::move(brokered));  // the CA: ReinstallCasAsync / EnsureSandboxCa
   }
+  DropStaleBindings();
   return OkStatus();
 }
 
@@ -176,12 +168,9 @@ StatusOr<SecretAttachment> Server::AttachSecrets(const json& spec, CreateOptions
 }
 
 Status Server::InstallSandboxCa(const Sandbox& sb, const egress::EgressPolicy& policy, SecretAttachment* att) {
-  std::vector<std::string> hosts = RulePatterns(policy);
-  for (const auto& b : att->brokered) hosts.insert(hosts.end(), b.hosts.begin(), b.hosts.end());
-  if (hosts.empty()) return OkStatus();
-  int64_t life_s = config_.max_lifetime_s > 0 ? config_.max_lifetime_s : config_.max_timeout_s;
-  ASSIGN_OR_RETURN(att->ca, secrets::SandboxCa::Generate(sb.id(), hosts, std::chrono::seconds(life_s + 86400)));
-  return InstallCaCertificate(sb, *att->ca);
+  if (att->brokered.empty() && policy.header_rules().empty()) return OkStatus();
+  ASSIGN_OR_RETURN(att->ca, MintSandboxCa(sb.id(), att->brokered, RulePatterns(policy)));
+  return InstallCaCert(sb, att->ca->cert_pem(), std::chrono::seconds(30));
 }
 
 Status Server::CoverRuleHosts(const std::string& id, const egress::EgressPolicy& policy) {
@@ -199,9 +188,9 @@ Status Server::CoverRuleHosts(const std::string& id, const egress::EgressPolicy&
   if (covered) return OkStatus();
   auto sb = manager_->Get(id);
   if (!sb) return NotFound("sandbox " + id + " not found");
-  int64_t life_s = config_.max_lifetime_s > 0 ? config_.max_lifetime_s : config_.max_timeout_s;
-  ASSIGN_OR_RETURN(auto ca, secrets::SandboxCa::Generate(id, hosts, std::chrono::seconds(life_s + 86400)));
-  RETURN_IF_ERROR(InstallCaCertificate(*sb, *ca).WithContext("network.rules need the sandbox CA in the guest"));
+  ASSIGN_OR_RETURN(auto ca, MintSandboxCa(id, {}, hosts));
+  RETURN_IF_ERROR(InstallCaCert(*sb, ca->cert_pem(), std::chrono::seconds(30))
+                      .WithContext("network.rules need the sandbox CA in the guest"));
   // New processes get the variables that point runtimes at the bundle.
   AgentInitRequest init;
   init.host = sb->netns_ip();
@@ -210,20 +199,6 @@ Status Server::CoverRuleHosts(const std::string& id, const egress::EgressPolicy&
   RETURN_IF_ERROR(PostAgentInit(init).WithContext("network.rules: CA environment for new processes"));
   broker_->SetCa(id, ca);
   Audit({{"action", "sandbox.ca"}, {"sandbox", id}, {"hosts", hosts}});
-  return OkStatus();
-}
-
-Status Server::InstallCaCertificate(const Sandbox& sb, const secrets::SandboxCa& ca) {
-  ExecRequest req;
-  req.cmd = "/bin/sh";
-  req.args = {"-c", std::string("set -e; umask 022; mkdir -p /usr/local/share/ca-certificates; "
-                                "printf '%s' \"$AIRLOCK_CA_PEM\" > ") +
-                        kSandboxCaPath + "; cat " + kSandboxCaPath + " >> " + kSystemBundle};
-  req.envs = {{"AIRLOCK_CA_PEM", ca.cert_pem()}};
-  req.user = "root";
-  req.timeout = std::chrono::seconds(30);
-  ASSIGN_OR_RETURN(auto res, sb.agent().Exec(req, {}));
-  if (res.ShellCode() != 0) return Internal("installing the sandbox CA in the guest: " + res.status);
   return OkStatus();
 }
 

@@ -118,6 +118,7 @@ Status Server::Init() {
     };
   }
   config_.manager.template_snapshots = !config_.no_template_snapshot;
+  AddSecretEnvToAdopt(&adopt);
   ASSIGN_OR_RETURN(manager_, Manager::Open(config_.manager, adopt));
   for (auto& r : records) {
     auto sb = manager_->Get(r.id);
@@ -169,6 +170,7 @@ Status Server::Init() {
   });
   reaper_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleReaper();
+  ReinstallCasAsync();
   if (image::FindImage(dir, "base").ok()) EnsureTemplateSnapshotAsync("base", config_.default_vcpus, config_.default_memory_mib);
   admission_timer_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleAdmissionTick();
@@ -182,6 +184,7 @@ Server::~Server() {
   if (workers_) workers_->join();
   if (manager_) {
     if (config_.kill_on_exit) {
+      for (const auto& [id, e] : sandboxes_) ForgetSecrets(id);
       manager_->DestroyAll();
     } else {
       manager_->ReleaseAll();

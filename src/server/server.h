@@ -98,6 +98,15 @@ struct SecretAttachment {
 };
 // Parses the create request's "secrets" object (docs/secrets.md).
 StatusOr<std::vector<secrets::Binding>> ParseSecretsSpec(const nlohmann::json& spec);
+// Writes `pem` as the guest's airlock CA (root): the file
+// /usr/local/share/ca-certificates/airlock-sandbox.crt, and the system bundle,
+// where it replaces the airlock CA installed before. FailedPrecondition when
+// not running; the agent's error when it does not answer within 3 s.
+Status InstallCaCert(const Sandbox& sb, const std::string& pem, std::chrono::seconds timeout);
+// The same for the agent at `endpoint` (token: its X-Access-Token); returns
+// within timeout + 5 s whatever the agent does.
+Status InstallCaCertAt(const AgentEndpoint& endpoint, const std::string& token, const std::string& pem,
+                       std::chrono::seconds timeout);
 
 class Server {
  public:
@@ -203,14 +212,34 @@ class Server {
   // egress policy has network.rules (the CA's names: the secrets' hosts and
   // the rules' patterns), and installs its certificate in the guest.
   Status InstallSandboxCa(const Sandbox& sb, const egress::EgressPolicy& policy, SecretAttachment* att);
-  // Writes a CA certificate into the guest's trust store (root exec).
-  Status InstallCaCertificate(const Sandbox& sb, const secrets::SandboxCa& ca);
   // Before a policy update: when its network.rules name a host the
   // sandbox's CA does not cover, a new CA (old names + new) is made,
   // installed in the guest (with the CA env vars for new processes) and
   // handed to the broker.
   Status CoverRuleHosts(const std::string& id, const egress::EgressPolicy& policy);
   void ForgetSecrets(const std::string& id);
+  // Lifecycle (secrets_lifecycle.cc): restart, fork, resume; GET fields.
+  bool SecretsInUse() const;  // a secret was ever set (the key file exists)
+  StatusOr<std::vector<secrets::BrokeredSecret>> BrokeredFromStore(const std::vector<secrets::Binding>& bindings);
+  // A fresh CA for `id` naming the brokered secrets' hosts and the rule
+  // patterns (`rule_hosts`, else the sandbox's current network.rules).
+  StatusOr<std::shared_ptr<secrets::SandboxCa>> MintSandboxCa(
+      const std::string& id, const std::vector<secrets::BrokeredSecret>& brokered,
+      std::optional<std::vector<std::string>> rule_hosts = std::nullopt);
+  std::vector<std::string> RuleHostsOf(const std::string& id);
+  void AddSecretEnvToAdopt(std::vector<AdoptRequest>* adopt);  // before Manager::Open
+  void DropStaleBindings();  // rows of sandboxes that were not adopted
+  void ReinstallCasAsync();  // a fresh CA for each adopted running sandbox
+  // Mints and installs a CA when `id` has brokered secrets but none (worker
+  // thread). false: it failed (logged; the sandbox works without interception).
+  bool EnsureSandboxCa(const std::string& id);
+  void EnsureSandboxCaAsync(const std::string& id, int attempt);  // up to 3 attempts
+  std::set<std::string> ca_installing_;  // guarded by secrets_mu_
+  // A fork child gets the parent's bindings and its own CA. Errors: the CA
+  // could not be installed (the caller destroys the child).
+  Status InheritSecrets(const std::string& parent, const Sandbox& child, const std::string& key_id);
+  // GET /sandboxes/{id}: "secrets" [{name, scope, env, hosts}], "caCertificate".
+  void AddSecretFields(const std::string& id, nlohmann::json& detail);
 
   // data plane (proxy.cc)
   void HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint16_t port);

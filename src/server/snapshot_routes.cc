@@ -117,7 +117,9 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
       parent = it->second.rec;
     }
     int ttl = ClampTimeout(timeout->value_or(config_.default_timeout_s));
-    asio::post(*workers_, [this, c, id, count, ttl, parent] {
+    auto kid = registry_->ApiKeyId(c->Header("X-API-Key"));
+    std::string key_id = kid.ok() ? *kid : "";
+    asio::post(*workers_, [this, c, id, count, ttl, parent, key_id] {
       auto children = manager_->Fork(id, count);
       if (!children.ok()) {
         Status st = children.status();
@@ -132,6 +134,15 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
       for (auto& child : *children) {
         if (!child.ok()) {
           out.push_back({{"error", {{"code", 500}, {"message", child.status().message()}}}});
+          continue;
+        }
+        // The parent's secrets (same placeholders, already in the child's
+        // memory) with a CA of the child's own; a child without it is destroyed.
+        if (Status s = InheritSecrets(id, **child, key_id); !s.ok()) {
+          LOG_WARN("sandbox={} fork child secrets: {}", (*child)->id(), s.message());
+          ForgetSecrets((*child)->id());
+          (void)manager_->Destroy((*child)->id());
+          out.push_back({{"error", {{"code", 500}, {"message", "fork child secrets: " + s.message()}}}});
           continue;
         }
         SandboxRecord r = parent;
@@ -261,6 +272,7 @@ void Server::RecordState(const std::string& id, const std::string& state) {
     e.logs.push_back({NowUnixMs(), "info", "sandbox " + state});
   }
   if (Status st = registry_->PutSandbox(rec); !st.ok()) LOG_WARN("sandbox={} registry: {}", id, st.message());
+  if (state == "running") EnsureSandboxCa(id);  // adopted while paused: its CA is minted now
 }
 
 void Server::PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {

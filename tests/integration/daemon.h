@@ -36,12 +36,15 @@ inline uint16_t FreeTcpPort() {
 
 class TestDaemon {
  public:
-  // stderr goes to <dir>/daemon.log.
-  TestDaemon(std::string dir, std::vector<std::string> extra = {}) : dir_(std::move(dir)), port_(FreeTcpPort()) {
+  // stderr goes to <dir>/daemon.log. kill_on_exit false: its sandboxes
+  // outlive it, for the next daemon on `dir` to adopt.
+  TestDaemon(std::string dir, std::vector<std::string> extra = {}, bool kill_on_exit = true)
+      : dir_(std::move(dir)), port_(FreeTcpPort()) {
     SpawnOptions so;
     so.argv = {AirlockBin(), "--state-dir",        StateDir(),
                "serve",      "--listen",           "127.0.0.1:" + std::to_string(port_),
-               "--db",       dir_ + "/airlock.db", "--kill-on-exit"};
+               "--db",       dir_ + "/airlock.db"};
+    if (kill_on_exit) so.argv.push_back("--kill-on-exit");
     so.argv.insert(so.argv.end(), extra.begin(), extra.end());
     so.stdout_to_devnull = true;
     log_fd_ = ::open((dir_ + "/daemon.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);

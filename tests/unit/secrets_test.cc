@@ -140,8 +140,13 @@ TEST(SecretStore, BindingsRoundTrip) {
   ASSERT_EQ(got->size(), 1u);
   EXPECT_EQ((*got)[0].env, "GH_TOKEN");
   EXPECT_EQ((*got)[0].hosts, std::vector<std::string>{"api.github.com"});
+  Binding c = b;
+  c.sandbox = "sb2";
+  ASSERT_TRUE((*s)->PutBindings({c}).ok());
+  EXPECT_EQ(*(*s)->BoundSandboxes(), (std::vector<std::string>{"sb1", "sb2"}));
   ASSERT_TRUE((*s)->DeleteBindings("sb1").ok());
   EXPECT_TRUE((*s)->BindingsOf("sb1")->empty());
+  EXPECT_EQ(*(*s)->BoundSandboxes(), std::vector<std::string>{"sb2"});
 }
 
 TEST(Broker, SubstitutesOnlyForListedHosts) {

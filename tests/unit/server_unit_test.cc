@@ -1,7 +1,13 @@
 // Pure pieces of the daemon: query/metadata parsing, page tokens, time
 // formatting, address parsing, and the SQLite registry (temp file).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <mutex>
+#include <thread>
 
 #include <filesystem>
 
@@ -97,6 +103,58 @@ TEST(ServerUnitTest, RegistrySandboxesAndKeys) {
   ASSERT_TRUE((*reg)->DeleteSandbox("abc").ok());
   EXPECT_TRUE((*reg)->ListSandboxes()->empty());
   std::filesystem::remove_all(dir);
+}
+
+// A hostile guest agent: answers /health, then holds every other request open
+// forever. Installing the sandbox CA must still return, with an error, soon
+// after its timeout (a restarted daemon or a fork must not hang on it).
+TEST(ServerUnitTest, SandboxCaInstallIsBoundedAgainstAnAgentThatNeverAnswers) {
+  int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(lfd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(lfd, 8), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  std::vector<int> held;
+  std::mutex held_mu;
+  std::thread agent([&] {
+    for (;;) {
+      int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) return;
+      std::string req;
+      char buf[4096];
+      while (req.find("\r\n\r\n") == std::string::npos) {
+        ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        req.append(buf, static_cast<size_t>(n));
+      }
+      if (req.find(" /health ") != std::string::npos) {
+        std::string r = "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n";
+        (void)!::send(fd, r.data(), r.size(), MSG_NOSIGNAL);
+        ::close(fd);
+        continue;
+      }
+      std::lock_guard<std::mutex> l(held_mu);
+      held.push_back(fd);  // never answered
+    }
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  Status st = server::InstallCaCertAt(AgentEndpoint{"127.0.0.1", ntohs(a.sin_port)}, "token",
+                                      "-----BEGIN CERTIFICATE-----\n", std::chrono::seconds(1));
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_FALSE(st.ok());
+  EXPECT_LT(s, 30.0) << st.ToString();  // the bound is timeout + 5 s; generous for a loaded CI box
+  {
+    std::lock_guard<std::mutex> l(held_mu);
+    EXPECT_EQ(held.size(), 1u) << "the install request reached the agent";
+  }
+  ::shutdown(lfd, SHUT_RDWR);
+  ::close(lfd);
+  agent.join();
+  for (int fd : held) ::close(fd);
 }
 
 }  // namespace
