@@ -29,6 +29,7 @@
 #include "egress/dns_message.h"
 #include "egress/egress_service.h"
 #include "egress/policy.h"
+#include "image/hash.h"
 #include "net/address_pool.h"
 #include "net/host_egress.h"
 #include "net/sandbox_network.h"
@@ -522,7 +523,7 @@ TEST_F(EgressTest, BrokeredSecretsAndHeaderRulesThroughInterception) {
   } forget{b->id};
   const std::string sbca = dir_->path + "/" + b->id + "-ca.pem";
   std::ofstream(sbca) << (*ca)->cert_pem();
-  auto sha = [](const std::string& v) { return "sha256=" + FakeInternet::Sha256Hex(v) + "\n"; };
+  auto sha = [](const std::string& v) { return "sha256=" + image::Sha256Hex(v) + "\n"; };
 
   // HTTPS to the secret's host, the guest trusting its sandbox CA: upstream
   // gets the value; the guest's own (decrypted) view has the placeholder only.
@@ -578,7 +579,7 @@ TEST_F(EgressTest, BrokeredSecretsAndHeaderRulesThroughInterception) {
   const std::string body_file = dir_->path + "/" + b->id + "-body.bin";
   std::ofstream(body_file, std::ios::binary) << body;
   std::tie(rc, out) = g.Curl({"--cacert", sbca, "--data-binary", "@" + body_file, "https://allowed.test/body"});
-  EXPECT_EQ(out, "len=300000 sha256=" + FakeInternet::Sha256Hex(body) + "\n");
+  EXPECT_EQ(out, "len=300000 sha256=" + image::Sha256Hex(body) + "\n");
   // Plain HTTP keep-alive: a second request naming another host closes the
   // connection before anything of it goes upstream.
   {
@@ -989,7 +990,7 @@ TEST_F(EgressTest, DaemonBrokersSecretsAndRulesIntoGuestHttps) {
   ASSERT_EQ(created->status, 201) << created->body;
   auto sb = nlohmann::json::parse(created->body);
   const std::string id = sb["sandboxID"], token = sb["envdAccessToken"];
-  auto sha = [](const std::string& v) { return "sha256=" + FakeInternet::Sha256Hex(v) + "\n"; };
+  auto sha = [](const std::string& v) { return "sha256=" + image::Sha256Hex(v) + "\n"; };
   auto run = [&](const std::string& script) {
     auto e = d.Run(id, token, script);
     return e.ok() ? e->out + e->err : e.status().ToString();

@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <poll.h>
 #include <sched.h>
@@ -12,12 +11,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <fstream>
+#include <optional>
 
 #include "common/subprocess.h"
 #include "egress/dns_message.h"
 #include "egress/policy.h"
+#include "image/hash.h"
 
 namespace airlock::test_util {
 namespace {
@@ -249,19 +249,6 @@ void FakeInternet::ServeTcp(int listen_fd, std::string ip_port, bool tls) {
   for (auto& t : conns) t.join();
 }
 
-std::string FakeInternet::Sha256Hex(const std::string& data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < len; ++i) {
-    out += hex[md[i] >> 4];
-    out += hex[md[i] & 15];
-  }
-  return out;
-}
-
 void FakeInternet::HandleConn(int fd, std::string ip_port, bool tls) {
   UniqueFd owned(fd);
   timeval tv{5, 0};
@@ -343,9 +330,9 @@ void FakeInternet::HandleConn(int fd, std::string ip_port, bool tls) {
         // The SHA-256 of one request header's value: the test learns what
         // upstream received without the value crossing back to the guest.
         auto v = header(path.substr(10));
-        body = v ? "sha256=" + Sha256Hex(*v) + "\n" : "absent\n";
+        body = v ? "sha256=" + image::Sha256Hex(*v) + "\n" : "absent\n";
       } else if (path == "/body") {
-        body = "len=" + std::to_string(req_body.size()) + " sha256=" + Sha256Hex(req_body) + "\n";
+        body = "len=" + std::to_string(req_body.size()) + " sha256=" + image::Sha256Hex(req_body) + "\n";
       } else if (path.rfind("/bytes?n=", 0) == 0) {
         size_t n = std::stoull(path.substr(9));
         std::string rhead =

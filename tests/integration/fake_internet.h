@@ -42,8 +42,6 @@ class FakeInternet {
   const std::string& daemon_ns() const { return dns_; }
   const std::string& internet_ns() const { return ins_; }
   std::string ca_file() const { return dir_ + "/ca.pem"; }
-  // Lower-case hex SHA-256 (the /hdr and /body answers).
-  static std::string Sha256Hex(const std::string& data);
   std::string uplink() const { return uplink_; }
   static constexpr const char* kDnsServer = "203.0.113.53:53";
 
