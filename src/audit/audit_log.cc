@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "envd/proto_json.h"
 #include "secrets/redactor.h"
@@ -27,22 +28,7 @@ namespace {
 const std::string kZeroHash(64, '0');
 constexpr size_t kHeadBytes = 20 + 1 + 64 + 1;
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string FormatTs(int64_t ms) {
-  std::time_t t = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[40];
-  size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(ms % 1000));
-  return buf;
-}
-
-std::string DayOf(int64_t ms) { return FormatTs(ms).substr(0, 10); }
+std::string DayOf(int64_t ms) { return FormatRfc3339Ms(ms).substr(0, 10); }
 
 bool IsDayFile(const std::string& name) {
   return name.size() == 16 && name.compare(10, 6, ".jsonl") == 0 && name[4] == '-' && name[7] == '-';
@@ -189,11 +175,11 @@ Status AuditLog::Append(json record) {
   record.erase("hash");
   if (redactor_) redactor_->RedactJson(&record);
   std::lock_guard<std::mutex> l(mu_);
-  int64_t now = NowMs();
+  int64_t now = NowUnixMs();
   std::string day = DayOf(now);
   if (day != day_) RETURN_IF_ERROR(OpenDay(day));
   record["seq"] = seq_ + 1;
-  record["ts"] = FormatTs(now);
+  record["ts"] = FormatRfc3339Ms(now);
   record["prev"] = prev_;
   std::string hash = RecordHash(record);
   record["hash"] = hash;
@@ -222,7 +208,7 @@ AuditSink AuditLog::Sink() {
     Status st = Append(record);
     if (!st.ok()) {
       static std::atomic<int64_t> last_warn{0};
-      int64_t now = NowMs();
+      int64_t now = NowUnixMs();
       if (now - last_warn.load() > 10000) {
         last_warn = now;
         LOG_ERROR("audit: append failed: {}", st.message());
@@ -329,7 +315,7 @@ StatusOr<VerifyReport> Verify(const std::string& dir) {
 StatusOr<std::vector<json>> Query(const std::string& dir, const QueryFilter& filter) {
   ASSIGN_OR_RETURN(auto files, DayFiles(dir));
   std::string since_day = filter.since_ms > 0 ? DayOf(filter.since_ms) : "";
-  std::string since_ts = filter.since_ms > 0 ? FormatTs(filter.since_ms) : "";
+  std::string since_ts = filter.since_ms > 0 ? FormatRfc3339Ms(filter.since_ms) : "";
   std::deque<json> out;
   for (const auto& name : files) {
     if (!since_day.empty() && name.substr(0, 10) < since_day) continue;

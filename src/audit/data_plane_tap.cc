@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "agent/multipart.h"
+#include "common/clock.h"
 #include "envd/proto_json.h"
 
 namespace airlock::audit {
@@ -10,11 +11,6 @@ namespace airlock::audit {
 using nlohmann::json;
 
 namespace {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // "Basic base64(user:)" → "user"; "" when absent or malformed.
 std::string BasicUser(const std::string& authorization) {
@@ -105,7 +101,7 @@ std::unique_ptr<DataPlaneTap> DataPlaneTap::Create(const TapRequest& req, AuditS
 }
 
 DataPlaneTap::DataPlaneTap(Kind kind, TapRequest req, AuditSink sink)
-    : kind_(kind), req_(std::move(req)), sink_(std::move(sink)), started_ms_(NowMs()) {
+    : kind_(kind), req_(std::move(req)), sink_(std::move(sink)), started_ms_(NowUnixMs()) {
   if (kind_ == Kind::kFileWrite && req_.content_type.rfind("multipart/", 0) == 0) {
     auto boundary = agent::MultipartBoundary(req_.content_type);
     if (!boundary.ok()) {
@@ -269,7 +265,8 @@ void DataPlaneTap::Finish(const std::string& error) {
 }
 
 void DataPlaneTap::FinishImpl(const std::string& error) {
-  json r = {{"sandbox", req_.sandbox}, {"started_at_ms", started_ms_}, {"ended_at_ms", NowMs()}, {"status", status_}};
+  json r = {
+      {"sandbox", req_.sandbox}, {"started_at_ms", started_ms_}, {"ended_at_ms", NowUnixMs()}, {"status", status_}};
   if (!req_.api_key_id.empty()) r["api_key_id"] = req_.api_key_id;
   if (kind_ == Kind::kExec) {
     r["action"] = "exec";

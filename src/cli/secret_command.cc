@@ -64,7 +64,7 @@ int CmdSecret(const std::string& state_dir, const std::vector<std::string>& args
     }
     std::printf("%-32s %8s  %s\n", "NAME", "BYTES", "UPDATED");
     for (const auto& s : *list) {
-      std::printf("%-32s %8zu  %s\n", s.name.c_str(), s.size, server::FormatRfc3339(s.updated_at_ms).c_str());
+      std::printf("%-32s %8zu  %s\n", s.name.c_str(), s.size, FormatRfc3339Ms(s.updated_at_ms).c_str());
     }
     return 0;
   }

@@ -139,7 +139,7 @@ int CmdApiKey(const std::string& state_dir, const std::vector<std::string>& args
     std::printf("%-10s %-20s %-12s %s\n", "ID", "NAME", "PREFIX", "CREATED");
     for (const auto& k : *keys) {
       std::printf("%-10s %-20s %-12s %s\n", k.id.c_str(), k.name.c_str(), (k.prefix + "...").c_str(),
-                  server::FormatRfc3339(k.created_at_ms).c_str());
+                  FormatRfc3339Ms(k.created_at_ms).c_str());
     }
     return 0;
   }

@@ -28,19 +28,6 @@ std::string RandomBytes(size_t n) {
 
 }  // namespace
 
-std::string NowRfc3339Ms() {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                std::chrono::system_clock::now().time_since_epoch())
-                .count();
-  std::time_t t = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[40];
-  size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(ms % 1000));
-  return buf;
-}
-
 std::string FreshEntropyBase64() { return envd::Base64Encode(RandomBytes(kEntropyBytes)); }
 
 Status PostAgentInit(const AgentInitRequest& r) {

@@ -8,16 +8,17 @@
 #include <optional>
 #include <string>
 
+#include "common/clock.h"
 #include "common/status.h"
 
 namespace airlock {
 
 struct AgentInitRequest {
-  std::string host;        // the agent's address (the sandbox's netns IP)
-  std::string auth_token;  // X-Access-Token: the token the agent holds now; empty: none yet
+  std::string host;                         // the agent's address (the sandbox's netns IP)
+  std::string auth_token;                   // X-Access-Token: the token the agent holds now; empty: none yet
   std::optional<std::string> access_token;  // the token it must want from now on
   std::optional<std::map<std::string, std::string>> env_vars;  // sandbox-wide env of new processes
-  std::string hostname;    // empty: unchanged
+  std::string hostname;                                        // empty: unchanged
 };
 
 // Sends the request plus the host's wall clock (milliseconds; the agent steps
@@ -26,8 +27,6 @@ struct AgentInitRequest {
 // does not answer 200/204 within 10 s, with the start of its reply.
 Status PostAgentInit(const AgentInitRequest& request);
 
-// Now as RFC 3339 UTC with milliseconds ("2026-11-30T09:12:03.123Z").
-std::string NowRfc3339Ms();
 // Base64 of 64 bytes from getrandom(2), for the agent's /init "entropy".
 std::string FreshEntropyBase64();
 

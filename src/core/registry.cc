@@ -70,11 +70,6 @@ std::string RandomHex(size_t bytes) {
   return out;
 }
 
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& path) {
   std::unique_ptr<Registry> r(new Registry());
   mode_t old = ::umask(077);

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 
 struct sqlite3;
@@ -46,7 +47,7 @@ struct SandboxRecord {
 };
 
 struct ApiKeyRecord {
-  std::string id;      // short random id, shown by `apikey ls`
+  std::string id;  // short random id, shown by `apikey ls`
   std::string name;
   std::string prefix;  // first characters of the key, for recognition
   int64_t created_at_ms = 0;
@@ -85,6 +86,5 @@ class Registry {
 
 // Lower-case hex of `bytes` random bytes from getrandom(2).
 std::string RandomHex(size_t bytes);
-int64_t NowUnixMs();
 
 }  // namespace airlock

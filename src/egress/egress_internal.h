@@ -17,6 +17,7 @@
 #include <set>
 #include <string>
 
+#include "common/clock.h"
 #include "egress/egress_service.h"
 
 namespace airlock::egress {
@@ -115,7 +116,5 @@ class EgressService::Impl {
   void CloseSandbox(SandboxEgress& sb);
   void EnforcePolicy(SandboxEgress& sb);
 };
-
-std::string NowRfc3339();
 
 }  // namespace airlock::egress

@@ -16,19 +16,6 @@
 
 namespace airlock::egress {
 
-std::string NowRfc3339() {
-  auto now = std::chrono::system_clock::now();
-  std::time_t t = std::chrono::system_clock::to_time_t(now);
-  int ms =
-      static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
-  return buf;
-}
-
 namespace {
 
 StatusOr<udp::endpoint> ParseUpstream(std::string s) {
@@ -90,7 +77,7 @@ auto EgressService::Impl::OnLoop(F&& fn) -> decltype(fn()) {
 }
 
 void EgressService::Impl::Emit(SandboxEgress& sb, nlohmann::json record) {
-  record["time"] = NowRfc3339();
+  record["time"] = NowRfc3339Ms();
   record["timestampMs"] =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count();

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "common/clock.h"
 #include "common/fd.h"
 #include "secrets/redactor.h"
 
@@ -17,11 +18,6 @@ namespace airlock::secrets {
 namespace {
 
 constexpr size_t kKeyBytes = 32, kNonceBytes = 12, kTagBytes = 16;
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 Status Random(unsigned char* out, size_t n) {
   size_t got = 0;
@@ -160,7 +156,7 @@ Status SecretStore::Set(const std::string& name, const std::string& value) {
       EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kTagBytes, tag) == 1;
   EVP_CIPHER_CTX_free(ctx);
   if (!ok) return Internal("AES-256-GCM encryption failed");
-  int64_t now = NowMs();
+  int64_t now = NowUnixMs();
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
          "INSERT INTO secrets (name, nonce, ciphertext, tag, size, created_at, updated_at) VALUES (?,?,?,?,?,?,?) "

@@ -105,8 +105,8 @@ static json ListedJson(const SandboxRecord& r, int disk_mib, bool detail) {
   json j{{"sandboxID", r.id},
          {"templateID", r.template_id},
          {"clientID", "airlock"},
-         {"startedAt", FormatRfc3339(r.created_at_ms)},
-         {"endAt", FormatRfc3339(r.ends_at_ms)},
+         {"startedAt", FormatRfc3339Ms(r.created_at_ms)},
+         {"endAt", FormatRfc3339Ms(r.ends_at_ms)},
          {"state", r.state == "paused" ? "paused" : "running"},
          {"cpuCount", r.vcpus},
          {"memoryMB", r.memory_mib},
@@ -429,7 +429,7 @@ void Server::Metrics(std::shared_ptr<HttpConn> c, const std::string& id) {
     } else {
       auto num = [&](const char* k) { return m.contains(k) && m[k].is_number() ? m[k] : json(0); };
       int64_t ts = m.contains("ts") && m["ts"].is_number_integer() ? m["ts"].get<int64_t>() : NowUnixMs() / 1000;
-      json point{{"timestamp", FormatRfc3339(ts * 1000)}, {"timestampUnix", ts},  {"cpuCount", num("cpu_count")},
+      json point{{"timestamp", FormatRfc3339Ms(ts * 1000)}, {"timestampUnix", ts},  {"cpuCount", num("cpu_count")},
                  {"cpuUsedPct", num("cpu_used_pct")},       {"memUsed", num("mem_used")}, {"memTotal", num("mem_total")},
                  {"memCache", num("mem_cache")},            {"diskUsed", num("disk_used")},
                  {"diskTotal", num("disk_total")}};
@@ -451,9 +451,9 @@ void Server::Logs(std::shared_ptr<HttpConn> c, const std::string& id, bool v2) {
     if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
     for (const auto& e : it->second.logs) {
       if (e.ts_ms < from || entries.size() >= limit) continue;
-      entries.push_back({{"timestamp", FormatRfc3339(e.ts_ms)}, {"level", e.level}, {"message", e.message},
+      entries.push_back({{"timestamp", FormatRfc3339Ms(e.ts_ms)}, {"level", e.level}, {"message", e.message},
                          {"fields", json::object()}});
-      lines.push_back({{"timestamp", FormatRfc3339(e.ts_ms)}, {"line", e.message}});
+      lines.push_back({{"timestamp", FormatRfc3339Ms(e.ts_ms)}, {"line", e.message}});
     }
   }
   for (auto& e : EgressLogEntries(id, from)) {

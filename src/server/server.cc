@@ -1,8 +1,7 @@
 #include "server/server.h"
 
-#include <strings.h>
-
 #include <fcntl.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,8 +11,8 @@
 #include <fstream>
 
 #include "common/log.h"
-#include "secrets/egress_broker.h"
 #include "image/image.h"
+#include "secrets/egress_broker.h"
 
 namespace airlock::server {
 
@@ -34,16 +33,6 @@ std::map<std::string, std::string> ParseMetadataFilter(const std::string& value)
     i = amp + 1;
   }
   return out;
-}
-
-std::string FormatRfc3339(int64_t unix_ms) {
-  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[40];
-  size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(unix_ms % 1000));
-  return buf;
 }
 
 std::optional<std::pair<int64_t, std::string>> ParsePageToken(const std::string& token) {
@@ -84,8 +73,8 @@ Status Server::Init() {
   ASSIGN_OR_RETURN(auto records, registry_->ListSandboxes());
   std::vector<AdoptRequest> adopt;
   for (const auto& r : records) {
-    adopt.push_back({r.id, r.vmm_pid, r.template_id, r.access_token, r.vcpus, r.memory_mib, r.env_vars,
-                     r.state == "paused"});
+    adopt.push_back(
+        {r.id, r.vmm_pid, r.template_id, r.access_token, r.vcpus, r.memory_mib, r.env_vars, r.state == "paused"});
   }
   // The egress proxy asks the broker about brokered secrets and the sandbox CA.
   if (!broker_) broker_ = std::make_shared<secrets::Broker>();
@@ -171,7 +160,8 @@ Status Server::Init() {
   reaper_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleReaper();
   ReinstallCasAsync();
-  if (image::FindImage(dir, "base").ok()) EnsureTemplateSnapshotAsync("base", config_.default_vcpus, config_.default_memory_mib);
+  if (image::FindImage(dir, "base").ok())
+    EnsureTemplateSnapshotAsync("base", config_.default_vcpus, config_.default_memory_mib);
   admission_timer_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleAdmissionTick();
   LOG_WARN("airlock serve listening on {} (port {}), {} sandbox(es) adopted", config_.listen, port(),
@@ -240,7 +230,8 @@ void Server::Reap() {
         if (auto_pausing_.insert(id).second) to_pause.emplace_back(id, e.rec.auto_pause_memory);
         continue;
       }
-      if (e.rec.ends_at_ms <= now) expired.push_back(id);
+      if (e.rec.ends_at_ms <= now)
+        expired.push_back(id);
       else if (config_.max_lifetime_s > 0 && now >= e.rec.created_at_ms + int64_t{config_.max_lifetime_s} * 1000) {
         expired.push_back(id);
       }

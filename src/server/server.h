@@ -22,12 +22,13 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "audit/audit_log.h"
 #include "audit/otlp_exporter.h"
+#include "common/clock.h"
 #include "common/status.h"
 #include "core/manager.h"
 #include "core/registry.h"
@@ -38,7 +39,6 @@
 #include "server/admission.h"
 #include "server/http_conn.h"
 #include "server/metrics.h"
-
 
 namespace airlock::server {
 
@@ -228,13 +228,13 @@ class Server {
       std::optional<std::vector<std::string>> rule_hosts = std::nullopt);
   std::vector<std::string> RuleHostsOf(const std::string& id);
   void AddSecretEnvToAdopt(std::vector<AdoptRequest>* adopt);  // before Manager::Open
-  void DropStaleBindings();  // rows of sandboxes that were not adopted
-  void ReinstallCasAsync();  // a fresh CA for each adopted running sandbox
+  void DropStaleBindings();                                    // rows of sandboxes that were not adopted
+  void ReinstallCasAsync();                                    // a fresh CA for each adopted running sandbox
   // Mints and installs a CA when `id` has brokered secrets but none (worker
   // thread). false: it failed (logged; the sandbox works without interception).
   bool EnsureSandboxCa(const std::string& id);
   void EnsureSandboxCaAsync(const std::string& id, int attempt);  // up to 3 attempts
-  std::set<std::string> ca_installing_;  // guarded by secrets_mu_
+  std::set<std::string> ca_installing_;                           // guarded by secrets_mu_
   // A fork child gets the parent's bindings and its own CA. Errors: the CA
   // could not be installed (the caller destroys the child).
   Status InheritSecrets(const std::string& parent, const Sandbox& child, const std::string& key_id);
@@ -290,8 +290,6 @@ std::map<std::string, std::string> ParseMetadataFilter(const std::string& value)
 // "sandbox.create", "sandbox.kill", ... for a control-plane route (path
 // segments after the optional "v2").
 std::string ControlActionName(const std::vector<std::string>& seg, http::verb verb);
-// RFC 3339 UTC with milliseconds, e.g. "2026-01-02T03:04:05.678Z".
-std::string FormatRfc3339(int64_t unix_ms);
 // Parses "<created_ms>_<id>" page tokens; nullopt when malformed.
 std::optional<std::pair<int64_t, std::string>> ParsePageToken(const std::string& token);
 

@@ -37,8 +37,8 @@ TEST(ServerUnitTest, PageTokensAndTimes) {
   EXPECT_FALSE(server::ParsePageToken("garbage"));
   EXPECT_FALSE(server::ParsePageToken("_abc"));
   EXPECT_FALSE(server::ParsePageToken("12x_abc"));
-  EXPECT_EQ(server::FormatRfc3339(0), "1970-01-01T00:00:00.000Z");
-  EXPECT_EQ(server::FormatRfc3339(1767323045123), "2026-01-02T03:04:05.123Z");
+  EXPECT_EQ(FormatRfc3339Ms(0), "1970-01-01T00:00:00.000Z");
+  EXPECT_EQ(FormatRfc3339Ms(1767323045123), "2026-01-02T03:04:05.123Z");
 }
 
 TEST(ServerUnitTest, HostPortAndEncoding) {
