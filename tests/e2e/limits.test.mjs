@@ -6,65 +6,20 @@
 // Env: AIRLOCK_BIN (required), AIRLOCK_STATE_DIR (default /var/lib/airlock).
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { e2b, skipReason, startDaemon } from './daemon.mjs'
 
-const BIN = process.env.AIRLOCK_BIN
-const STATE_DIR = process.env.AIRLOCK_STATE_DIR || '/var/lib/airlock'
-let skipReason = null
-if (!BIN || !existsSync(BIN)) skipReason = 'AIRLOCK_BIN is not set to the airlock binary'
-else if (process.getuid() !== 0) skipReason = 'needs root (microVMs, network namespaces)'
-else if (!existsSync(join(STATE_DIR, 'images'))) skipReason = `no guest image in ${STATE_DIR} (run make image)`
-let e2b = null
-if (!skipReason) {
-  try {
-    e2b = await import('e2b')
-  } catch (e) {
-    skipReason = `the e2b SDK is not installed (run: npm ci in tests/e2e): ${e.message}`
-  }
-}
-if (skipReason) console.log(`# SKIP e2e: ${skipReason}`)
-const { Sandbox } = e2b ?? {}
+const { Sandbox } = e2b
 
-let daemon, tmp, url, opts, apiKey
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = createServer()
-    s.once('error', reject)
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address()
-      s.close(() => resolve(port))
-    })
-  })
-}
+let d, url, opts, apiKey
 
 before(async () => {
   if (skipReason) return
-  tmp = mkdtempSync(join(tmpdir(), 'airlock-e2e-limits-'))
-  const port = await freePort()
-  url = `http://127.0.0.1:${port}`
-  daemon = spawn(BIN, ['--state-dir', STATE_DIR, 'serve', '--listen', `127.0.0.1:${port}`,
-    '--db', join(tmp, 'airlock.db'), '--kill-on-exit', '--max-sandboxes-per-key', '1', '--queue-timeout', '1'],
-  { stdio: ['ignore', 'inherit', 'inherit'] })
-  const end = Date.now() + 20000
-  while (Date.now() < end) {
-    try { if ((await fetch(`${url}/health`)).status === 200) break } catch {}
-    await new Promise((r) => setTimeout(r, 100))
-  }
-  apiKey = readFileSync(join(tmp, 'cli.key'), 'utf8').trim()
-  opts = { apiKey, apiUrl: url, sandboxUrl: url, requestTimeoutMs: 120000 }
+  d = await startDaemon(['--max-sandboxes-per-key', '1', '--queue-timeout', '1'])
+  ;({ url, opts, apiKey } = d)
 })
 
 after(async () => {
-  if (daemon) {
-    daemon.kill('SIGTERM')
-    await new Promise((r) => daemon.once('exit', r))
-  }
-  if (tmp) rmSync(tmp, { recursive: true, force: true })
+  if (d) await d.stop()
 })
 
 const maybe = skipReason ? test.skip : test

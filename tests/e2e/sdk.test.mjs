@@ -8,73 +8,20 @@
 // no guest image exists.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { e2b, skipReason, startDaemon } from './daemon.mjs'
 
-const BIN = process.env.AIRLOCK_BIN
-const STATE_DIR = process.env.AIRLOCK_STATE_DIR || '/var/lib/airlock'
-let skipReason = null
-if (!BIN || !existsSync(BIN)) skipReason = 'AIRLOCK_BIN is not set to the airlock binary'
-else if (process.getuid() !== 0) skipReason = 'needs root (microVMs, network namespaces)'
-else if (!existsSync(join(STATE_DIR, 'images'))) skipReason = `no guest image in ${STATE_DIR} (run make image)`
-let e2b = null
-if (!skipReason) {
-  try {
-    e2b = await import('e2b')
-  } catch (e) {
-    skipReason = `the e2b SDK is not installed (run: npm ci in tests/e2e; scripts/setup does): ${e.message}`
-  }
-}
-if (skipReason) console.log(`# SKIP e2e: ${skipReason}`)
-const { Sandbox, CommandExitError, SandboxNotFoundError } = e2b ?? {}
+const { Sandbox, CommandExitError, SandboxNotFoundError } = e2b
 
-let daemon, tmp, url, opts
-const t0 = Date.now()
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = createServer()
-    s.once('error', reject)
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address()
-      s.close(() => resolve(port))
-    })
-  })
-}
-
-async function waitHealthy(base, ms) {
-  const end = Date.now() + ms
-  while (Date.now() < end) {
-    try {
-      const r = await fetch(`${base}/health`)
-      if (r.status === 200) return
-    } catch {}
-    await new Promise((r) => setTimeout(r, 100))
-  }
-  throw new Error('daemon did not answer /health')
-}
+let d, url, opts, apiKey
 
 before(async () => {
   if (skipReason) return
-  tmp = mkdtempSync(join(tmpdir(), 'airlock-e2e-'))
-  const port = await freePort()
-  url = `http://127.0.0.1:${port}`
-  daemon = spawn(BIN, ['--state-dir', STATE_DIR, 'serve', '--listen', `127.0.0.1:${port}`,
-    '--db', join(tmp, 'airlock.db'), '--kill-on-exit'], { stdio: ['ignore', 'inherit', 'inherit'] })
-  await waitHealthy(url, 20000)
-  const apiKey = readFileSync(join(tmp, 'cli.key'), 'utf8').trim()
-  opts = { apiKey, apiUrl: url, sandboxUrl: url, requestTimeoutMs: 120000 }
+  d = await startDaemon([])
+  ;({ url, opts, apiKey } = d)
 })
 
 after(async () => {
-  if (daemon) {
-    daemon.kill('SIGTERM')
-    await new Promise((r) => daemon.once('exit', r))
-  }
-  if (tmp) rmSync(tmp, { recursive: true, force: true })
+  if (d) await d.stop()
 })
 
 const maybe = skipReason ? test.skip : test

@@ -1,0 +1,75 @@
+// The e2e suites' fixture: the official e2b SDK (2.51.0, unmodified) and a
+// real `airlock serve` on a free loopback port with a fresh registry (so a
+// fresh API key) in a temp dir, and the real state dir for images.
+//
+// Env: AIRLOCK_BIN (the airlock binary, required), AIRLOCK_STATE_DIR
+// (default /var/lib/airlock). `skipReason` says why a suite cannot run here
+// (not root, no guest image, no SDK); the suites skip with it.
+import { spawn } from 'node:child_process'
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+
+export const BIN = process.env.AIRLOCK_BIN
+export const STATE_DIR = process.env.AIRLOCK_STATE_DIR || '/var/lib/airlock'
+
+export let skipReason = null
+if (!BIN || !existsSync(BIN)) skipReason = 'AIRLOCK_BIN is not set to the airlock binary'
+else if (process.getuid() !== 0) skipReason = 'needs root (microVMs, network namespaces)'
+else if (!existsSync(join(STATE_DIR, 'images'))) skipReason = `no guest image in ${STATE_DIR} (run make image)`
+export let e2b = {}
+if (!skipReason) {
+  try {
+    e2b = await import('e2b')
+  } catch (e) {
+    skipReason = `the e2b SDK is not installed (run: npm ci in tests/e2e; scripts/setup does): ${e.message}`
+  }
+}
+if (skipReason) console.log(`# SKIP e2e: ${skipReason}`)
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer()
+    s.once('error', reject)
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address()
+      s.close(() => resolve(port))
+    })
+  })
+}
+
+async function waitHealthy(base, ms) {
+  const end = Date.now() + ms
+  while (Date.now() < end) {
+    try {
+      const r = await fetch(`${base}/health`)
+      if (r.status === 200) return
+    } catch {}
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  throw new Error('daemon did not answer /health')
+}
+
+// Starts `airlock serve --kill-on-exit` plus `extraArgs`; returns
+// { url, apiKey, opts (for the SDK), stop() }.
+export async function startDaemon(extraArgs = []) {
+  const tmp = mkdtempSync(join(tmpdir(), 'airlock-e2e-'))
+  const port = await freePort()
+  const url = `http://127.0.0.1:${port}`
+  const child = spawn(BIN, ['--state-dir', STATE_DIR, 'serve', '--listen', `127.0.0.1:${port}`,
+    '--db', join(tmp, 'airlock.db'), '--kill-on-exit', ...extraArgs], { stdio: ['ignore', 'inherit', 'inherit'] })
+  const exited = new Promise((r) => child.once('exit', r))
+  await waitHealthy(url, 20000)
+  const apiKey = readFileSync(join(tmp, 'cli.key'), 'utf8').trim()
+  return {
+    url,
+    apiKey,
+    opts: { apiKey, apiUrl: url, sandboxUrl: url, requestTimeoutMs: 120000 },
+    async stop() {
+      child.kill('SIGTERM')
+      await exited
+      rmSync(tmp, { recursive: true, force: true })
+    },
+  }
+}
