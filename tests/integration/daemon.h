@@ -37,9 +37,9 @@ inline uint16_t FreeTcpPort() {
 class TestDaemon {
  public:
   // stderr goes to <dir>/daemon.log. kill_on_exit false: its sandboxes
-  // outlive it, for the next daemon on `dir` to adopt.
-  TestDaemon(std::string dir, std::vector<std::string> extra = {}, bool kill_on_exit = true)
-      : dir_(std::move(dir)), port_(FreeTcpPort()) {
+  // outlive it, for the next daemon on `dir` to adopt. port 0: a free one.
+  TestDaemon(std::string dir, std::vector<std::string> extra = {}, bool kill_on_exit = true, uint16_t port = 0)
+      : dir_(std::move(dir)), port_(port ? port : FreeTcpPort()) {
     SpawnOptions so;
     so.argv = {AirlockBin(), "--state-dir",        StateDir(),
                "serve",      "--listen",           "127.0.0.1:" + std::to_string(port_),
@@ -71,6 +71,22 @@ class TestDaemon {
   uint16_t port() const { return port_; }
   const std::string& key() const { return key_; }
   const std::string& dir() const { return dir_; }
+  // A daemon that dies without cleaning up (its sandboxes stay).
+  void Kill9() {
+    (void)child_.Signal(SIGKILL);
+    (void)child_.Wait();
+  }
+  // The data plane of sandbox `id` (agent port); empty token: none sent.
+  StatusOr<HttpReply> Data(const std::string& id, const std::string& token, const std::string& method,
+                           const std::string& target, const std::string& body = "") const {
+    std::vector<std::pair<std::string, std::string>> h = {{"E2b-Sandbox-Id", id}};
+    if (!token.empty()) h.push_back({"X-Access-Token", token});
+    if (!body.empty()) h.push_back({"Content-Type", "application/octet-stream"});
+    return Do(method, target, body, false, h);
+  }
+  StatusOr<HttpReply> Data(const std::string& id, const std::string& token, const std::string& target) const {
+    return Data(id, token, "GET", target);
+  }
 
   StatusOr<HttpReply> Do(const std::string& method, const std::string& target, const std::string& body = "",
                          bool with_key = true, std::vector<std::pair<std::string, std::string>> headers = {},

@@ -17,85 +17,13 @@
 
 #include "common/subprocess.h"
 #include "core/http_client.h"
+#include "tests/integration/daemon.h"
 #include "tests/integration/harness.h"
 
 namespace airlock::testing {
 namespace {
 
 using nlohmann::json;
-
-uint16_t FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-class Daemon {
- public:
-  Daemon(std::string dir, uint16_t port, std::vector<std::string> extra = {}) : dir_(std::move(dir)), port_(port) {
-    SpawnOptions so;
-    so.argv = {AirlockBin(), "--state-dir", StateDir(), "serve", "--listen", "127.0.0.1:" + std::to_string(port_),
-               "--db", dir_ + "/airlock.db"};
-    so.argv.insert(so.argv.end(), extra.begin(), extra.end());
-    so.stdout_to_devnull = true;
-    auto c = Spawn(so);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    if (c.ok()) child_ = std::move(c).value();
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (std::chrono::steady_clock::now() < deadline) {
-      auto r = Do("GET", "/health", "", false);
-      if (r.ok() && r->status == 200) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    std::ifstream f(dir_ + "/cli.key");
-    std::getline(f, key_);
-  }
-  ~Daemon() {
-    if (child_.running()) {
-      (void)child_.Signal(SIGTERM);
-      (void)child_.WaitFor(std::chrono::seconds(60));
-    }
-  }
-  void Kill9() {
-    (void)child_.Signal(SIGKILL);
-    (void)child_.Wait();
-  }
-  uint16_t port() const { return port_; }
-  const std::string& key() const { return key_; }
-
-  StatusOr<HttpReply> Do(const std::string& method, const std::string& target, const std::string& body = "",
-                         bool with_key = true, std::vector<std::pair<std::string, std::string>> headers = {}) const {
-    HttpCall c;
-    c.host = "127.0.0.1";
-    c.port = port_;
-    c.method = method;
-    c.target = target;
-    c.body = body;
-    c.headers = std::move(headers);
-    if (with_key) c.headers.push_back({"X-API-Key", key_});
-    if (!body.empty()) c.headers.push_back({"Content-Type", "application/json"});
-    c.timeout = std::chrono::seconds(180);
-    return HttpDo(c);
-  }
-  // For the data plane of sandbox `id`.
-  StatusOr<HttpReply> Data(const std::string& id, const std::string& token, const std::string& target) const {
-    std::vector<std::pair<std::string, std::string>> h = {{"E2b-Sandbox-Id", id}};
-    if (!token.empty()) h.push_back({"X-Access-Token", token});
-    return Do("GET", target, "", false, h);
-  }
-
- private:
-  std::string dir_;
-  uint16_t port_;
-  std::string key_;
-  Child child_;
-};
 
 void ExpectJsonError(const StatusOr<HttpReply>& r, int status) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -126,7 +54,7 @@ std::string RawExchange(uint16_t port, const std::string& bytes, std::chrono::se
   return out;
 }
 
-StatusOr<json> CreateSandbox(const Daemon& d, const json& body) {
+StatusOr<json> CreateSandbox(const TestDaemon& d, const json& body) {
   ASSIGN_OR_RETURN(auto r, d.Do("POST", "/v2/sandboxes", body.dump()));
   if (r.status != 201) return Internal("create: " + std::to_string(r.status) + " " + r.body);
   return json::parse(r.body);
@@ -135,7 +63,7 @@ StatusOr<json> CreateSandbox(const Daemon& d, const json& body) {
 TEST(ServerTest, RoutingAuthAndErrorsWithoutSandboxes) {
   AIRLOCK_REQUIRE_VM();
   std::string dir = MakeTempDir();
-  Daemon d(dir, FreePort(), {"--header-timeout", "2", "--body-timeout", "2"});
+  TestDaemon d(dir, {"--header-timeout", "2", "--body-timeout", "2"}, false);
   ASSERT_FALSE(d.key().empty());
   // Auth: no key, wrong key.
   ExpectJsonError(d.Do("GET", "/v2/sandboxes", "", false), 401);
@@ -187,7 +115,7 @@ TEST(ServerTest, RoutingAuthAndErrorsWithoutSandboxes) {
 TEST(ServerTest, TokensTtlExpiryAndCleanup) {
   AIRLOCK_REQUIRE_VM();
   std::string dir = MakeTempDir();
-  Daemon d(dir, FreePort());
+  TestDaemon d(dir, {}, false);
   auto a = CreateSandbox(d, {{"templateID", "base"}, {"timeout", 4}, {"envVars", {{"K", "v"}}}});
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   std::string id = (*a)["sandboxID"], token = (*a)["envdAccessToken"];
@@ -230,10 +158,10 @@ TEST(ServerTest, TokensTtlExpiryAndCleanup) {
 TEST(ServerTest, DaemonKilledWithSigkillIsReadopted) {
   AIRLOCK_REQUIRE_VM();
   std::string dir = MakeTempDir();
-  uint16_t port = FreePort();
+  uint16_t port = FreeTcpPort();
   std::string id, token;
   {
-    Daemon d(dir, port);
+    TestDaemon d(dir, {}, false, port);
     auto a = CreateSandbox(d, {{"templateID", "base"}, {"metadata", {{"keep", "me"}}}});
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     id = (*a)["sandboxID"];
@@ -241,7 +169,7 @@ TEST(ServerTest, DaemonKilledWithSigkillIsReadopted) {
     d.Kill9();
   }
   // Same port: nothing of the old daemon (e.g. its listener) leaked into the VMM.
-  Daemon d2(dir, port);
+  TestDaemon d2(dir, {}, false, port);
   auto list = d2.Do("GET", "/v2/sandboxes?metadata=keep%3Dme");
   ASSERT_TRUE(list.ok()) << list.status().ToString();
   ASSERT_EQ(list->status, 200);

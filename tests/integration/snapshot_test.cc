@@ -22,6 +22,7 @@
 #include "core/http_client.h"
 #include "core/manager.h"
 #include "image/hash.h"
+#include "tests/integration/daemon.h"
 #include "tests/integration/harness.h"
 
 namespace airlock::testing {
@@ -133,96 +134,11 @@ TEST(SnapshotTest, FiftyPauseResumeCyclesKeepEveryByte) {
 
 // ---- through the daemon ----
 
-uint16_t FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-// `airlock serve` on a free port with a registry in `dir`; SIGTERM on scope
-// exit leaves detached VMMs for the next daemon (no --kill-on-exit).
-class SnapDaemon {
- public:
-  SnapDaemon(std::string dir, uint16_t port) : dir_(std::move(dir)), port_(port) {
-    SpawnOptions so;
-    so.argv = {AirlockBin(), "--state-dir",       StateDir(), "serve", "--listen", "127.0.0.1:" + std::to_string(port_),
-               "--db",       dir_ + "/airlock.db"};
-    so.stdout_to_devnull = true;
-    auto c = Spawn(so);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    if (c.ok()) child_ = std::move(c).value();
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < deadline) {
-      HttpCall h;
-      h.host = "127.0.0.1";
-      h.port = port_;
-      h.target = "/health";
-      h.timeout = std::chrono::seconds(2);
-      auto r = HttpDo(h);
-      if (r.ok() && r->status == 200) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    std::ifstream f(dir_ + "/cli.key");
-    std::getline(f, key_);
-  }
-  ~SnapDaemon() {
-    if (child_.running()) {
-      (void)child_.Signal(SIGTERM);
-      (void)child_.WaitFor(std::chrono::seconds(60));
-    }
-  }
-  void Kill9() {
-    (void)child_.Signal(SIGKILL);
-    (void)child_.Wait();
-  }
-  StatusOr<HttpReply> Do(const std::string& method, const std::string& target, const std::string& body = "",
-                         std::vector<std::pair<std::string, std::string>> headers = {}, bool key = true) const {
-    HttpCall c;
-    c.host = "127.0.0.1";
-    c.port = port_;
-    c.method = method;
-    c.target = target;
-    c.body = body;
-    c.headers = std::move(headers);
-    if (key) c.headers.push_back({"X-API-Key", key_});
-    if (!body.empty()) c.headers.push_back({"Content-Type", "application/json"});
-    c.timeout = std::chrono::seconds(180);
-    return HttpDo(c);
-  }
-  // Data plane, agent port.
-  StatusOr<HttpReply> Data(const std::string& id, const std::string& token, const std::string& method,
-                           const std::string& target, const std::string& body = "") const {
-    std::vector<std::pair<std::string, std::string>> h = {{"E2b-Sandbox-Id", id}, {"X-Access-Token", token}};
-    if (!body.empty()) h.push_back({"Content-Type", "application/octet-stream"});
-    HttpCall c;
-    c.host = "127.0.0.1";
-    c.port = port_;
-    c.method = method;
-    c.target = target;
-    c.body = body;
-    c.headers = h;
-    c.timeout = std::chrono::seconds(60);
-    return HttpDo(c);
-  }
-
- private:
-  std::string dir_;
-  uint16_t port_;
-  std::string key_;
-  Child child_;
-};
-
 struct Created {
   std::string id, token;
 };
 
-Created CreateVia(const SnapDaemon& d) {
+Created CreateVia(const TestDaemon& d) {
   auto r = d.Do("POST", "/v2/sandboxes", R"({"templateID":"base","timeout":600})");
   EXPECT_TRUE(r.ok() && r->status == 201) << (r.ok() ? r->body : r.status().ToString());
   if (!r.ok() || r->status != 201) return {};
@@ -230,7 +146,7 @@ Created CreateVia(const SnapDaemon& d) {
   return {j["sandboxID"], j["envdAccessToken"]};
 }
 
-std::string StateOf(const SnapDaemon& d, const std::string& id) {
+std::string StateOf(const TestDaemon& d, const std::string& id) {
   auto r = d.Do("GET", "/sandboxes/" + id);
   if (!r.ok() || r->status != 200) return r.ok() ? "http " + std::to_string(r->status) : r.status().ToString();
   return json::parse(r->body).value("state", "?");
@@ -239,11 +155,11 @@ std::string StateOf(const SnapDaemon& d, const std::string& id) {
 TEST(SnapshotTest, PausedSandboxSurvivesDaemonRestart) {
   AIRLOCK_REQUIRE_VM();
   std::string dir = MakeTempDir();
-  uint16_t port = FreePort();
+  uint16_t port = FreeTcpPort();
   Created sb;
   const std::string data = RandomData(100000, 7);
   {
-    SnapDaemon d(dir, port);
+    TestDaemon d(dir, {}, false, port);
     sb = CreateVia(d);
     ASSERT_FALSE(sb.id.empty());
     auto w = d.Data(sb.id, sb.token, "POST", "/files?path=/home/user/keep.bin&username=user", data);
@@ -259,7 +175,7 @@ TEST(SnapshotTest, PausedSandboxSurvivesDaemonRestart) {
     ASSERT_TRUE(h.ok());
     EXPECT_EQ(h->status, 502) << "a paused sandbox is not running";
   }  // SIGTERM: the daemon stops; the paused sandbox stays on disk
-  SnapDaemon d(dir, port);
+  TestDaemon d(dir, {}, false, port);
   EXPECT_EQ(StateOf(d, sb.id), "paused");
   auto c = d.Do("POST", "/v2/sandboxes/" + sb.id + "/connect", "{}");
   ASSERT_TRUE(c.ok());
@@ -285,11 +201,11 @@ TEST(SnapshotTest, Kill9DuringPauseLeavesRunningOrValidlyPaused) {
   for (int delay_ms : {5, 60, 120, 250}) {
     SCOPED_TRACE("kill -9 after " + std::to_string(delay_ms) + " ms");
     std::string dir = MakeTempDir();
-    uint16_t port = FreePort();
+    uint16_t port = FreeTcpPort();
     const std::string data = RandomData(50000, static_cast<uint32_t>(delay_ms));
     Created sb;
     {
-      SnapDaemon d(dir, port);
+      TestDaemon d(dir, {}, false, port);
       sb = CreateVia(d);
       ASSERT_FALSE(sb.id.empty());
       auto w = d.Data(sb.id, sb.token, "POST", "/files?path=/home/user/k.bin&username=user", data);
@@ -300,7 +216,7 @@ TEST(SnapshotTest, Kill9DuringPauseLeavesRunningOrValidlyPaused) {
       pause.join();
     }
     ExpectNoPartialSnapshots(StateDir(), sb.id, /*allow_tmp=*/true);
-    SnapDaemon d(dir, port);
+    TestDaemon d(dir, {}, false, port);
     ExpectNoPartialSnapshots(StateDir(), sb.id, /*allow_tmp=*/false);
     std::string state = StateOf(d, sb.id);
     std::printf("# kill -9 after %d ms: sandbox %s\n", delay_ms, state.c_str());
