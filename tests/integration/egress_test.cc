@@ -1003,6 +1003,12 @@ TEST_F(EgressTest, DaemonBrokersSecretsAndRulesIntoGuestHttps) {
       "python3 -c \"import os,urllib.request as u; r=u.Request('https://allowed.test/hdr?name=X-Key', "
       "headers={'X-Key': os.environ['API_KEY']}); print(u.urlopen(r, timeout=20).read().decode(), end='')\"");
   EXPECT_EQ(out, sha(canary));
+  // What the guest can capture of its own traffic (curl's trace of the
+  // decrypted exchange) has the placeholder, never the value.
+  out = run("curl -sS --max-time 20 --trace-ascii /tmp/trace -o /dev/null -H \"Authorization: Bearer $API_KEY\" "
+            "https://allowed.test/hdr?name=Authorization; sed -E 's/^[0-9a-f]{4}: //' /tmp/trace | tr -d '\\n' > /tmp/flat; "
+            "grep -c AIRLOCK_BROKERED_ /tmp/flat; grep -c " + canary.substr(0, 20) + " /tmp/flat || true");
+  EXPECT_EQ(out, "1\n0\n");
   // The guest never holds the value: not in its environment, not in what it got back.
   out = run("cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c " + canary.substr(0, 20) + " || true");
   EXPECT_EQ(out, "0\n");
