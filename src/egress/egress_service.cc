@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "egress/dns_message.h"
 #include "egress/egress_internal.h"
+#include "egress/nflog_reader.h"
 #include "egress/proxy_conn.h"
 
 namespace airlock::egress {
@@ -368,6 +369,7 @@ void EgressService::Impl::CloseSandbox(SandboxEgress& sb) {
   sb.dns_tcp.close(ignore);
   sb.http.close(ignore);
   sb.tls.close(ignore);
+  if (sb.nflog) sb.nflog->Close();
   auto conns = sb.conns;
   for (auto& c : conns) c->Abort("sandbox removed");
   sb.conns.clear();
@@ -428,9 +430,17 @@ EgressService::~EgressService() {
 const EgressConfig& EgressService::config() const { return impl_->config; }
 
 Status EgressService::AddSandbox(const std::string& id, const std::string& host_ip, const std::string& netns_ip,
-                                 EgressPolicy policy, std::optional<EgressLimits> limits) {
+                                 EgressPolicy policy, std::optional<EgressLimits> limits, const std::string& netns) {
   auto hip = ParseIpv4(host_ip), nip = ParseIpv4(netns_ip);
   if (!hip || !nip) return InvalidArgument("egress: bad sandbox addresses " + host_ip + " / " + netns_ip);
+  std::shared_ptr<NflogReader> nflog;
+  if (!netns.empty()) {
+    auto r = NflogReader::Open(netns);
+    if (r.ok())
+      nflog = std::move(*r);
+    else
+      LOG_WARN("egress: sandbox={} no L3 audit records: {}", id, r.status().ToString());
+  }
   return impl_->OnLoop([&]() -> Status {
     if (impl_->sandboxes.count(id)) return AlreadyExists("egress: sandbox " + id + " already added");
     auto sb = std::make_shared<SandboxEgress>(impl_->io);
@@ -468,6 +478,7 @@ Status EgressService::AddSandbox(const std::string& id, const std::string& host_
     impl_->StartDnsTcp(sb);
     impl_->StartAccept(sb, false);
     impl_->StartAccept(sb, true);
+    if (nflog) impl_->StartNflog(sb, std::move(nflog));
     LOG_INFO("egress: sandbox={} policy={}", id, sb->policy->ToJson());
     return OkStatus();
   });

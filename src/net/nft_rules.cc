@@ -18,7 +18,29 @@ std::string NftExposeRule(const std::string& netns_ip, uint16_t netns_port, uint
          std::to_string(netns_port) + " dnat ip to " + kGuestIp + ":" + std::to_string(guest_port);
 }
 
+std::string NftLogPrefix(const std::string& decision, const std::string& rule) {
+  std::string p = decision + ":" + rule;
+  if (p.size() > kNftLogPrefixMax) p.resize(kNftLogPrefixMax);
+  for (char& ch : p) {
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+              ch == '/' || ch == ':' || ch == '_' || ch == '*' || ch == '-';
+    if (!ok) ch = '_';
+  }
+  return p;
+}
+
 namespace {
+// "limit ... log ..." for a rule body: logs (within the sandbox's shared
+// budget) and falls through to the next rule, which decides.
+std::string LogStmt(const std::string& decision, const std::string& rule) {
+  return std::string("limit name \"") + kNftLogLimit + "\" log group " + std::to_string(kNftLogGroup) + " prefix \"" +
+         NftLogPrefix(decision, rule) + "\"";
+}
+// The named limit; `table` "inet airlock " for an `add limit` command.
+std::string LogLimitObject(const std::string& table = "") {
+  return std::string("limit ") + table + kNftLogLimit + " { rate " + std::to_string(kNftLogRatePerSecond) +
+         "/second burst " + std::to_string(kNftLogBurst) + " packets }";
+}
 std::string CidrNatRules(const std::vector<NftCidr>& cidrs) {
   std::string r;
   for (const auto& c : cidrs) {
@@ -37,9 +59,12 @@ std::string CidrFwdRules(const std::vector<NftCidr>& cidrs) {
   std::string r;
   for (const auto& c : cidrs) {
     bool deny = !c.cidr.empty() && c.cidr[0] == '!';
-    r += "add rule inet " + std::string(kNftTable) + " egress_cidr_fwd ip daddr " + (deny ? c.cidr.substr(1) : c.cidr) +
-         (c.port ? " tcp dport " + std::to_string(*c.port) : std::string(" meta l4proto tcp")) +
-         (deny ? " drop\n" : " accept\n");
+    const std::string cidr = deny ? c.cidr.substr(1) : c.cidr;
+    const std::string match = "add rule inet " + std::string(kNftTable) + " egress_cidr_fwd ip daddr " + cidr +
+                              (c.port ? " tcp dport " + std::to_string(*c.port) : std::string(" meta l4proto tcp"));
+    const std::string label = !c.rule.empty() ? c.rule : cidr + (c.port ? ":" + std::to_string(*c.port) : "");
+    r += match + " " + LogStmt(deny ? "deny" : "allow", label) + "\n";
+    r += match + (deny ? " drop\n" : " accept\n");
   }
   return r;
 }
@@ -47,8 +72,9 @@ std::string CidrFwdRules(const std::vector<NftCidr>& cidrs) {
 
 std::string NftEgressCidrUpdate(const std::vector<NftCidr>& cidrs) {
   std::string t = kNftTable;
-  return "flush chain inet " + t + " egress_cidr_nat\nflush chain inet " + t + " egress_cidr_fwd\n" +
-         CidrNatRules(cidrs) + CidrFwdRules(cidrs);
+  // "add limit": rulesets loaded by an older airlock lack the object.
+  return "add " + LogLimitObject("inet " + t + " ") + "\nflush chain inet " + t +
+         " egress_cidr_nat\nflush chain inet " + t + " egress_cidr_fwd\n" + CidrNatRules(cidrs) + CidrFwdRules(cidrs);
 }
 
 std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgress>& egress) {
@@ -62,6 +88,12 @@ std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgres
     r += " }\n  }\n";
     r += "  chain egress_cidr_nat {\n    ip daddr @forbidden return\n  }\n";
     r += "  chain egress_cidr_fwd {\n  }\n";
+    r += "  " + LogLimitObject() + "\n";
+    // IPv6 from the guest never reaches the IP hooks (disable_ipv6): seen here.
+    r += "  chain ingress_tap {\n    type filter hook ingress device " + tap + " priority filter; policy accept;\n";
+    r += "    meta protocol ip6 ip6 daddr ff02::/16 drop\n";
+    r += "    meta protocol ip6 " + LogStmt("deny", "ipv6") + "\n";
+    r += "    meta protocol ip6 drop\n  }\n";
   }
   r += "  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n";
   r += "    " + NftExposeRule(netns_ip, kAgentPort, kAgentPort) + "\n";
@@ -91,16 +123,24 @@ std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgres
     r += "    iifname " + tap + " oifname " + eth + " ip daddr " + h + " tcp dport { " +
          std::to_string(egress->dns_port) + ", " + std::to_string(egress->http_port) + ", " +
          std::to_string(egress->tls_port) + " } ct status dnat accept\n";
+    r += "    iifname " + tap + " ip daddr @forbidden " + LogStmt("deny", "forbidden-range") + "\n";
     r += "    iifname " + tap + " ip daddr @forbidden drop\n";
     r += "    iifname " + tap + " oifname " + eth + " ct state new jump egress_cidr_fwd\n";
     r += "    iifname " + tap + " oifname " + eth + " ct state established accept\n";
     r += "    iifname " + eth + " oifname " + tap + " ct state established accept\n";
+    r += "    iifname " + tap + " " + LogStmt("deny", "default-deny") + "\n";
+    r += "    iifname " + tap + " drop\n";
   }
   r += "  }\n";
   r += "  chain input {\n    type filter hook input priority filter; policy drop;\n";
   r += "    iifname \"lo\" accept\n";
   r += "    ct state established,related accept\n";
-  r += "    iifname " + eth + " icmp type echo-request accept\n  }\n";
+  r += "    iifname " + eth + " icmp type echo-request accept\n";
+  if (egress) {
+    r += "    iifname " + tap + " " + LogStmt("deny", "gateway") + "\n";
+    r += "    iifname " + tap + " drop\n";
+  }
+  r += "  }\n";
   r += "}\n";
   return r;
 }
