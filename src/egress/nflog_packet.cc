@@ -172,6 +172,20 @@ nlohmann::json NflogRecord(const NflogPrefix& prefix, const L3Packet& p) {
   return r;
 }
 
+bool SynRetryFilter::IsRetry(const L3Packet& p, const std::string& rule, Clock::time_point now) {
+  if (p.proto != IPPROTO_TCP || !p.tcp_flags || !p.sport || !p.dport) return false;
+  if ((*p.tcp_flags & 0x12) != 0x02) return false;  // SYN without ACK only
+  std::string key = rule + "|" + p.src + "|" + std::to_string(*p.sport) + "|" + p.dst + "|" + std::to_string(*p.dport);
+  auto it = seen_.find(key);
+  if (it != seen_.end() && now - it->second < window_) return true;
+  if (seen_.size() >= kMaxFlows) {
+    std::erase_if(seen_, [&](const auto& kv) { return now - kv.second >= window_; });
+    if (seen_.size() >= kMaxFlows) seen_.clear();
+  }
+  seen_[key] = now;
+  return false;
+}
+
 std::optional<nlohmann::json> NflogToRecord(std::string_view prefix, const uint8_t* data, size_t size) {
   auto pre = ParseNflogPrefix(prefix);
   if (!pre) return std::nullopt;

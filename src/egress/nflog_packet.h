@@ -7,12 +7,14 @@
 // packet), nothing is trusted. The prefix comes from our own ruleset.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "common/status.h"
 
@@ -46,6 +48,25 @@ StatusOr<L3Packet> ParseL3Packet(const uint8_t* data, size_t size);
 //    "decision","rule","reason","source":"nftables","destination":{"name":"","ip","port"},
 //    "bytesOut" (this packet), "bytesIn":0, "durationMs":0, "ipProto", ["icmpType","icmpCode"], ["tcpFlags"]}
 nlohmann::json NflogRecord(const NflogPrefix& prefix, const L3Packet& packet);
+
+// A dropped TCP connection is never confirmed by conntrack, so each SYN
+// retransmission is "ct state new" again and logged again: this filter says
+// whether a SYN (without ACK) of the same flow (addresses, ports) and rule
+// was already seen within `window`, so a retry is not a second record.
+// Bounded: at most kMaxFlows remembered (expired ones dropped first, then all).
+class SynRetryFilter {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr size_t kMaxFlows = 4096;
+  explicit SynRetryFilter(Clock::duration window = std::chrono::seconds(120)) : window_(window) {}
+  // True for a retry (the caller skips its record); false records and remembers it.
+  bool IsRetry(const L3Packet& p, const std::string& rule, Clock::time_point now);
+  size_t size() const { return seen_.size(); }
+
+ private:
+  Clock::duration window_;
+  std::unordered_map<std::string, Clock::time_point> seen_;
+};
 
 // Both steps; a packet that does not parse still gives a record (protocol
 // "unknown", the parse error as reason) so that nothing dropped goes unseen.

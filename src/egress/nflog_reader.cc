@@ -139,11 +139,15 @@ int NflogReader::Callback(nflog_g_handle*, nfgenmsg*, nflog_data* nfa, void* dat
 void EgressService::Impl::StartNflog(std::shared_ptr<SandboxEgress> sb, std::shared_ptr<NflogReader> reader) {
   sb->nflog = reader;
   std::weak_ptr<SandboxEgress> weak = sb;
+  auto retries = std::make_shared<SynRetryFilter>();
   reader->Start(
       io,
-      [this, weak](std::string_view prefix, const uint8_t* data, size_t size) {
+      [this, weak, retries](std::string_view prefix, const uint8_t* data, size_t size) {
         auto s = weak.lock();
         if (!s || s->closed) return;
+        auto pre = ParseNflogPrefix(prefix);
+        auto pkt = ParseL3Packet(data, size);
+        if (pre && pkt.ok() && retries->IsRetry(*pkt, pre->rule, SynRetryFilter::Clock::now())) return;
         auto rec = NflogToRecord(prefix, data, size);
         if (rec) Emit(*s, std::move(*rec));
       },

@@ -208,3 +208,38 @@ TEST(EgressNflog, Ipv6WithExtensionHeaders) {
   // Cut inside the fixed header.
   EXPECT_FALSE(ParseL3Packet(pkt.data(), 39).ok());
 }
+
+TEST(EgressNflog, SynRetriesOfOneFlowAreOneRecord) {
+  SynRetryFilter f(std::chrono::seconds(120));
+  auto t0 = SynRetryFilter::Clock::now();
+  Bytes syn = Ipv4(6, {203, 0, 113, 30}, Tcp(8081, 0x02));
+  auto p = ParseL3Packet(syn.data(), syn.size());
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(f.IsRetry(*p, "default-deny", t0));
+  EXPECT_TRUE(f.IsRetry(*p, "default-deny", t0 + std::chrono::seconds(1)));
+  EXPECT_TRUE(f.IsRetry(*p, "default-deny", t0 + std::chrono::seconds(63)));
+  EXPECT_FALSE(f.IsRetry(*p, "default-deny", t0 + std::chrono::seconds(200)));  // window over: a new attempt
+  EXPECT_FALSE(f.IsRetry(*p, "allow:other", t0));                                // another rule
+  // Another source port is another connection; UDP and non-SYN TCP are never retries.
+  Bytes other = syn;
+  Put16(other, 20, 40002);
+  auto q = ParseL3Packet(other.data(), other.size());
+  EXPECT_FALSE(f.IsRetry(*q, "default-deny", t0));
+  Bytes ack = Ipv4(6, {203, 0, 113, 30}, Tcp(8081, 0x10));
+  auto a = ParseL3Packet(ack.data(), ack.size());
+  EXPECT_FALSE(f.IsRetry(*a, "default-deny", t0));
+  EXPECT_FALSE(f.IsRetry(*a, "default-deny", t0));
+  Bytes udp = Ipv4(17, {203, 0, 113, 10}, Udp(9999));
+  auto u = ParseL3Packet(udp.data(), udp.size());
+  EXPECT_FALSE(f.IsRetry(*u, "default-deny", t0));
+  EXPECT_FALSE(f.IsRetry(*u, "default-deny", t0));
+  // Bounded: a guest opening endless flows cannot grow it.
+  for (int i = 0; i < 10000; ++i) {
+    Bytes s = syn;
+    Put16(s, 20, static_cast<uint16_t>(i));
+    Put16(s, 22, static_cast<uint16_t>(i / 7));
+    auto x = ParseL3Packet(s.data(), s.size());
+    f.IsRetry(*x, "default-deny", t0);
+  }
+  EXPECT_LE(f.size(), SynRetryFilter::kMaxFlows);
+}
