@@ -152,6 +152,10 @@ nlohmann::json NflogRecord(const NflogPrefix& prefix, const L3Packet& p) {
   std::string reason = prefix.decision == "deny"
                            ? "dropped by the sandbox's nftables rules"
                            : "forwarded by an allowed CIDR rule (first packet of the connection)";
+  if (prefix.rule == "rate-limit")
+    reason = std::string("the sandbox's nftables log budget is spent: further packets are ") +
+             (prefix.decision == "deny" ? "dropped" : "forwarded") +
+             " without records for now (this one is a sample, at most one a second)";
   if (p.fragment) reason += "; a fragment";
   nlohmann::json r = {{"protocol", protocol},
                       {"decision", prefix.decision},

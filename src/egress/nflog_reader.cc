@@ -82,6 +82,7 @@ void NflogReader::Close() {
     boost::system::error_code ignore;
     sd_->cancel(ignore);
     sd_->release();  // the fd is nflog's: closed by nflog_close
+    sd_.reset();     // while the io_context lives (a cancelled wait is already queued apart)
   }
   if (gh_) nflog_unbind_group(gh_);
   gh_ = nullptr;

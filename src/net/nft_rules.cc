@@ -30,16 +30,26 @@ std::string NftLogPrefix(const std::string& decision, const std::string& rule) {
 }
 
 namespace {
-// "limit ... log ..." for a rule body: logs (within the sandbox's shared
-// budget) and falls through to the next rule, which decides.
-std::string LogStmt(const std::string& decision, const std::string& rule) {
-  return std::string("limit name \"") + kNftLogLimit + "\" log group " + std::to_string(kNftLogGroup) + " prefix \"" +
-         NftLogPrefix(decision, rule) + "\"";
+// Two rules for a match (each line: `line_start` + match + statements + "\n"):
+// within the sandbox's log budget the packet is logged with
+// "<decision>:<rule>"; over it (the mirror bucket audit_log_over sees the
+// same packets) at most one packet a second is logged as
+// "<decision>:rate-limit", so the record stream says that records are
+// missing. Neither rule decides: the next rule drops/accepts.
+std::string LogRules(const std::string& line_start, const std::string& match, const std::string& decision,
+                     const std::string& rule) {
+  const std::string log = std::string(" log group ") + std::to_string(kNftLogGroup) + " prefix \"";
+  return line_start + match + " limit name \"" + kNftLogLimit + "\"" + log + NftLogPrefix(decision, rule) + "\"\n" +
+         line_start + match + " limit name \"" + kNftLogLimit + "_over\" limit name \"" + kNftLogLimit + "_note\"" +
+         log + NftLogPrefix(decision, "rate-limit") + "\"\n";
 }
-// The named limit; `table` "inet airlock " for an `add limit` command.
-std::string LogLimitObject(const std::string& table = "") {
-  return std::string("limit ") + table + kNftLogLimit + " { rate " + std::to_string(kNftLogRatePerSecond) +
-         "/second burst " + std::to_string(kNftLogBurst) + " packets }";
+// The named limits; `table` "inet airlock " for `add limit` commands.
+std::string LogLimitObjects(const std::string& line_start, const std::string& table = "") {
+  const std::string rate =
+      std::to_string(kNftLogRatePerSecond) + "/second burst " + std::to_string(kNftLogBurst) + " packets }\n";
+  return line_start + "limit " + table + kNftLogLimit + " { rate " + rate + line_start + "limit " + table +
+         kNftLogLimit + "_over { rate over " + rate + line_start + "limit " + table + kNftLogLimit +
+         "_note { rate 1/second burst 1 packets }\n";
 }
 std::string CidrNatRules(const std::vector<NftCidr>& cidrs) {
   std::string r;
@@ -63,7 +73,7 @@ std::string CidrFwdRules(const std::vector<NftCidr>& cidrs) {
     const std::string match = "add rule inet " + std::string(kNftTable) + " egress_cidr_fwd ip daddr " + cidr +
                               (c.port ? " tcp dport " + std::to_string(*c.port) : std::string(" meta l4proto tcp"));
     const std::string label = !c.rule.empty() ? c.rule : cidr + (c.port ? ":" + std::to_string(*c.port) : "");
-    r += match + " " + LogStmt(deny ? "deny" : "allow", label) + "\n";
+    r += LogRules("", match, deny ? "deny" : "allow", label);
     r += match + (deny ? " drop\n" : " accept\n");
   }
   return r;
@@ -73,7 +83,7 @@ std::string CidrFwdRules(const std::vector<NftCidr>& cidrs) {
 std::string NftEgressCidrUpdate(const std::vector<NftCidr>& cidrs) {
   std::string t = kNftTable;
   // "add limit": rulesets loaded by an older airlock lack the object.
-  return "add " + LogLimitObject("inet " + t + " ") + "\nflush chain inet " + t +
+  return LogLimitObjects("add ", "inet " + t + " ") + "flush chain inet " + t +
          " egress_cidr_nat\nflush chain inet " + t + " egress_cidr_fwd\n" + CidrNatRules(cidrs) + CidrFwdRules(cidrs);
 }
 
@@ -88,11 +98,11 @@ std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgres
     r += " }\n  }\n";
     r += "  chain egress_cidr_nat {\n    ip daddr @forbidden return\n  }\n";
     r += "  chain egress_cidr_fwd {\n  }\n";
-    r += "  " + LogLimitObject() + "\n";
+    r += LogLimitObjects("  ");
     // IPv6 from the guest never reaches the IP hooks (disable_ipv6): seen here.
     r += "  chain ingress_tap {\n    type filter hook ingress device " + tap + " priority filter; policy accept;\n";
     r += "    meta protocol ip6 ip6 daddr ff02::/16 drop\n";
-    r += "    meta protocol ip6 " + LogStmt("deny", "ipv6") + "\n";
+    r += LogRules("    ", "meta protocol ip6", "deny", "ipv6");
     r += "    meta protocol ip6 drop\n  }\n";
   }
   r += "  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n";
@@ -123,12 +133,12 @@ std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgres
     r += "    iifname " + tap + " oifname " + eth + " ip daddr " + h + " tcp dport { " +
          std::to_string(egress->dns_port) + ", " + std::to_string(egress->http_port) + ", " +
          std::to_string(egress->tls_port) + " } ct status dnat accept\n";
-    r += "    iifname " + tap + " ip daddr @forbidden " + LogStmt("deny", "forbidden-range") + "\n";
+    r += LogRules("    ", "iifname " + tap + " ip daddr @forbidden", "deny", "forbidden-range");
     r += "    iifname " + tap + " ip daddr @forbidden drop\n";
     r += "    iifname " + tap + " oifname " + eth + " ct state new jump egress_cidr_fwd\n";
     r += "    iifname " + tap + " oifname " + eth + " ct state established accept\n";
     r += "    iifname " + eth + " oifname " + tap + " ct state established accept\n";
-    r += "    iifname " + tap + " " + LogStmt("deny", "default-deny") + "\n";
+    r += LogRules("    ", "iifname " + tap, "deny", "default-deny");
     r += "    iifname " + tap + " drop\n";
   }
   r += "  }\n";
@@ -137,7 +147,7 @@ std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgres
   r += "    ct state established,related accept\n";
   r += "    iifname " + eth + " icmp type echo-request accept\n";
   if (egress) {
-    r += "    iifname " + tap + " " + LogStmt("deny", "gateway") + "\n";
+    r += LogRules("    ", "iifname " + tap, "deny", "gateway");
     r += "    iifname " + tap + " drop\n";
   }
   r += "  }\n";

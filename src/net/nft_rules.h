@@ -30,7 +30,9 @@
 //   deny:ipv6              ingress on tap0, IPv6 (link-local multicast such
 //                          as neighbour discovery is dropped unlogged)
 // Logging shares one token bucket per sandbox (named limit kNftLogLimit):
-// over it, packets are still dropped/forwarded, just not logged.
+// over it, packets are still dropped/forwarded, just not logged, except one
+// sample a second logged as "<decision>:rate-limit" (mirror bucket
+// kNftLogLimit_over, note bucket kNftLogLimit_note).
 #pragma once
 
 #include <cstdint>
@@ -43,7 +45,7 @@ namespace airlock::net {
 inline constexpr char kNftTable[] = "airlock";  // family inet
 inline constexpr uint16_t kNftLogGroup = 7;       // NFLOG group (per netns)
 inline constexpr char kNftLogLimit[] = "audit_log";
-inline constexpr int kNftLogRatePerSecond = 100, kNftLogBurst = 200;
+inline constexpr int kNftLogRatePerSecond = 50, kNftLogBurst = 100;  // within EgressService's 200 records/s
 inline constexpr size_t kNftLogPrefixMax = 63;
 
 struct NftEgress {

@@ -111,6 +111,10 @@ TEST(EgressNflog, UdpTcpIcmpRecords) {
   EXPECT_EQ(r["decision"], "allow");
   EXPECT_EQ(r["rule"], "203.0.113.30:8080");
 
+  r = Rec("deny:rate-limit", Ipv4(17, {203, 0, 113, 10}, Udp(7777)));
+  EXPECT_EQ(r["rule"], "rate-limit");
+  EXPECT_NE(r["reason"].get<std::string>().find("log budget"), std::string::npos) << r;
+
   r = Rec("deny:default-deny", Ipv4(47, {203, 0, 113, 10}, Bytes(4, 0)));  // GRE
   EXPECT_EQ(r["protocol"], "ip");
   EXPECT_EQ(r["transport"], "ipproto-47");
