@@ -149,24 +149,16 @@ nlohmann::json NflogRecord(const NflogPrefix& prefix, const L3Packet& p) {
   } else {
     protocol = "ip";
   }
-  std::string reason = prefix.decision == "deny"
-                           ? "dropped by the sandbox's nftables rules"
-                           : "forwarded by an allowed CIDR rule (first packet of the connection)";
+  std::string reason = prefix.decision == "deny" ? "dropped by the sandbox's nftables rules"
+                                                 : "forwarded by an allowed CIDR rule (first packet of the connection)";
   if (prefix.rule == "rate-limit")
     reason = std::string("the sandbox's nftables log budget is spent: further packets are ") +
              (prefix.decision == "deny" ? "dropped" : "forwarded") +
              " without records for now (this one is a sample, at most one a second)";
   if (p.fragment) reason += "; a fragment";
-  nlohmann::json r = {{"protocol", protocol},
-                      {"decision", prefix.decision},
-                      {"rule", prefix.rule},
-                      {"reason", reason},
-                      {"source", "nftables"},
-                      {"destination", dest},
-                      {"bytesOut", p.length},
-                      {"bytesIn", 0},
-                      {"durationMs", 0},
-                      {"ipProto", p.proto}};
+  nlohmann::json r = {{"protocol", protocol}, {"decision", prefix.decision}, {"rule", prefix.rule},  {"reason", reason},
+                      {"source", "nftables"}, {"destination", dest},         {"bytesOut", p.length}, {"bytesIn", 0},
+                      {"durationMs", 0},      {"ipProto", p.proto}};
   if (p.version == 6 || protocol == "ip") r["transport"] = ProtoName(p.proto);
   if (p.icmp_type) {
     r["icmpType"] = *p.icmp_type;
@@ -195,14 +187,10 @@ std::optional<nlohmann::json> NflogToRecord(std::string_view prefix, const uint8
   if (!pre) return std::nullopt;
   auto pkt = ParseL3Packet(data, size);
   if (pkt.ok()) return NflogRecord(*pre, *pkt);
-  return nlohmann::json{{"protocol", "unknown"},
-                        {"decision", pre->decision},
-                        {"rule", pre->rule},
-                        {"reason", std::string(pkt.status().message())},
-                        {"source", "nftables"},
-                        {"destination", {{"name", ""}, {"ip", ""}}},
-                        {"bytesOut", size},
-                        {"bytesIn", 0},
+  return nlohmann::json{{"protocol", "unknown"}, {"decision", pre->decision},
+                        {"rule", pre->rule},     {"reason", std::string(pkt.status().message())},
+                        {"source", "nftables"},  {"destination", {{"name", ""}, {"ip", ""}}},
+                        {"bytesOut", size},      {"bytesIn", 0},
                         {"durationMs", 0}};
 }
 

@@ -83,8 +83,8 @@ std::string CidrFwdRules(const std::vector<NftCidr>& cidrs) {
 std::string NftEgressCidrUpdate(const std::vector<NftCidr>& cidrs) {
   std::string t = kNftTable;
   // "add limit": rulesets loaded by an older airlock lack the object.
-  return LogLimitObjects("add ", "inet " + t + " ") + "flush chain inet " + t +
-         " egress_cidr_nat\nflush chain inet " + t + " egress_cidr_fwd\n" + CidrNatRules(cidrs) + CidrFwdRules(cidrs);
+  return LogLimitObjects("add ", "inet " + t + " ") + "flush chain inet " + t + " egress_cidr_nat\nflush chain inet " +
+         t + " egress_cidr_fwd\n" + CidrNatRules(cidrs) + CidrFwdRules(cidrs);
 }
 
 std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgress>& egress) {

@@ -43,7 +43,7 @@
 namespace airlock::net {
 
 inline constexpr char kNftTable[] = "airlock";  // family inet
-inline constexpr uint16_t kNftLogGroup = 7;       // NFLOG group (per netns)
+inline constexpr uint16_t kNftLogGroup = 7;     // NFLOG group (per netns)
 inline constexpr char kNftLogLimit[] = "audit_log";
 inline constexpr int kNftLogRatePerSecond = 50, kNftLogBurst = 100;  // within EgressService's 200 records/s
 inline constexpr size_t kNftLogPrefixMax = 63;

@@ -669,9 +669,8 @@ TEST_F(EgressTest, L3DropsAndCidrFlowsAreAudited) {
   EXPECT_EQ(inet_->UdpReceived(), 0);
   // Removing the sandbox closes its reader; a new one for the same netns binds again.
   svc_->RemoveSandbox(b->id);
-  ASSERT_TRUE(svc_->AddSandbox(b->id, b->net->host_ip(), b->net->netns_ip(), *policy, std::nullopt,
-                               b->net->netns_name())
-                  .ok());
+  ASSERT_TRUE(
+      svc_->AddSandbox(b->id, b->net->host_ip(), b->net->netns_ip(), *policy, std::nullopt, b->net->netns_name()).ok());
   {
     UniqueFd u = g.Socket(AF_INET, SOCK_DGRAM);
     sockaddr_in a = Addr("203.0.113.10", 9998);
@@ -780,7 +779,8 @@ TEST_F(EgressTest, MicroVmReachesOnlyAllowedNames) {
   }
   EXPECT_TRUE(allowed && denied);
   // The blocked TCP 8080 attempt is an L3 record (the manager passed the netns to the service).
-  EXPECT_TRUE(HasL3Record(*recs, {"tcp", "deny", "default-deny", "203.0.113.30", 8080})) << nlohmann::json(*recs).dump(1);
+  EXPECT_TRUE(HasL3Record(*recs, {"tcp", "deny", "default-deny", "203.0.113.30", 8080}))
+      << nlohmann::json(*recs).dump(1);
   // curl's SYN retransmissions are not records of their own.
   int syn8080 = 0;
   for (const auto& j : *recs)

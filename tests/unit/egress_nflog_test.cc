@@ -223,7 +223,7 @@ TEST(EgressNflog, SynRetriesOfOneFlowAreOneRecord) {
   EXPECT_TRUE(f.IsRetry(*p, "default-deny", t0 + std::chrono::seconds(1)));
   EXPECT_TRUE(f.IsRetry(*p, "default-deny", t0 + std::chrono::seconds(63)));
   EXPECT_FALSE(f.IsRetry(*p, "default-deny", t0 + std::chrono::seconds(200)));  // window over: a new attempt
-  EXPECT_FALSE(f.IsRetry(*p, "allow:other", t0));                                // another rule
+  EXPECT_FALSE(f.IsRetry(*p, "allow:other", t0));                               // another rule
   // Another source port is another connection; UDP and non-SYN TCP are never retries.
   Bytes other = syn;
   Put16(other, 20, 40002);

@@ -118,14 +118,16 @@ TEST(NetNft, CidrUpdateLogsDecisionsWithTheRule) {
   const std::string over = " limit name \"audit_log_over\" limit name \"audit_log_note\" log group 7 prefix ";
   EXPECT_NE(u.find("add limit inet airlock audit_log_over { rate over 50/second burst 100 packets }\n"),
             std::string::npos);
-  EXPECT_NE(u.find(fwd + "ip daddr 203.0.113.0/24 tcp dport 22 limit name \"audit_log\" log group 7 prefix "
-                         "\"deny:203.0.113.0/24:22\"\n" +
+  EXPECT_NE(u.find(fwd +
+                   "ip daddr 203.0.113.0/24 tcp dport 22 limit name \"audit_log\" log group 7 prefix "
+                   "\"deny:203.0.113.0/24:22\"\n" +
                    fwd + "ip daddr 203.0.113.0/24 tcp dport 22" + over + "\"deny:rate-limit\"\n" + fwd +
                    "ip daddr 203.0.113.0/24 tcp dport 22 drop\n"),
             std::string::npos)
       << u;
-  EXPECT_NE(u.find(fwd + "ip daddr 203.0.113.30/32 tcp dport 8080 limit name \"audit_log\" log group 7 prefix "
-                         "\"allow:203.0.113.30/32:8080\"\n" +
+  EXPECT_NE(u.find(fwd +
+                   "ip daddr 203.0.113.30/32 tcp dport 8080 limit name \"audit_log\" log group 7 prefix "
+                   "\"allow:203.0.113.30/32:8080\"\n" +
                    fwd + "ip daddr 203.0.113.30/32 tcp dport 8080" + over + "\"allow:rate-limit\"\n" + fwd +
                    "ip daddr 203.0.113.30/32 tcp dport 8080 accept\n"),
             std::string::npos)

@@ -101,10 +101,10 @@ TEST(ServerUnitTest, RegistrySandboxesAndKeys) {
 }
 
 TEST(ServerEgressLog, L3RecordsReadLikeProxyRecords) {
-  nlohmann::json udp = {{"time", "t"},      {"protocol", "udp"},
-                        {"decision", "deny"}, {"rule", "default-deny"},
+  nlohmann::json udp = {{"time", "t"},         {"protocol", "udp"},
+                        {"decision", "deny"},  {"rule", "default-deny"},
                         {"reason", "dropped"}, {"destination", {{"name", ""}, {"ip", "203.0.113.10"}, {"port", 9999}}},
-                        {"bytesOut", 29},     {"bytesIn", 0},
+                        {"bytesOut", 29},      {"bytesIn", 0},
                         {"source", "nftables"}};
   auto e = server::EgressLogEntry(udp);
   EXPECT_EQ(e["message"], "egress deny udp 203.0.113.10:9999 rule=default-deny (dropped) out=29B in=0B");
