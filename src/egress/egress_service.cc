@@ -434,12 +434,14 @@ Status EgressService::AddSandbox(const std::string& id, const std::string& host_
   auto hip = ParseIpv4(host_ip), nip = ParseIpv4(netns_ip);
   if (!hip || !nip) return InvalidArgument("egress: bad sandbox addresses " + host_ip + " / " + netns_ip);
   std::shared_ptr<NflogReader> nflog;
+  std::string nflog_error;
   if (!netns.empty()) {
     auto r = NflogReader::Open(netns);
     if (r.ok())
       nflog = std::move(*r);
     else
-      LOG_WARN("egress: sandbox={} no L3 audit records: {}", id, r.status().ToString());
+      nflog_error = r.status().ToString();
+    if (!r.ok()) LOG_WARN("egress: sandbox={} no L3 audit records: {}", id, nflog_error);
   }
   return impl_->OnLoop([&]() -> Status {
     if (impl_->sandboxes.count(id)) return AlreadyExists("egress: sandbox " + id + " already added");
@@ -479,6 +481,11 @@ Status EgressService::AddSandbox(const std::string& id, const std::string& host_
     impl_->StartAccept(sb, false);
     impl_->StartAccept(sb, true);
     if (nflog) impl_->StartNflog(sb, std::move(nflog));
+    if (!nflog_error.empty())
+      impl_->Emit(*sb, {{"protocol", "audit"},
+                        {"decision", "deny"},
+                        {"rule", "l3-audit-unavailable"},
+                        {"reason", "packets dropped in the sandbox netns are not recorded: " + nflog_error}});
     LOG_INFO("egress: sandbox={} policy={}", id, sb->policy->ToJson());
     return OkStatus();
   });

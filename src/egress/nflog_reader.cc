@@ -1,7 +1,9 @@
 #include "egress/nflog_reader.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,7 +31,12 @@ StatusOr<std::shared_ptr<NflogReader>> NflogReader::Open(const std::string& netn
   std::shared_ptr<NflogReader> r(new NflogReader());
   r->netns_ = netns;
   Status st = OkStatus();
-  std::thread([&] {
+  // The helper thread takes no signals (they are for the process's own
+  // handlers; cf. the egress loop thread): it starts with all blocked.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  std::thread helper([&] {
     // This thread only: the socket is created in the sandbox netns.
     if (::setns(nsfd.get(), CLONE_NEWNET) != 0) {
       st = ErrnoError("nflog: setns " + path);
@@ -59,7 +66,9 @@ StatusOr<std::shared_ptr<NflogReader>> NflogReader::Open(const std::string& netn
       return;
     }
     nflog_callback_register(r->gh_, &NflogReader::Callback, r.get());
-  }).join();
+  });
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  helper.join();
   if (!st.ok()) return st;  // ~NflogReader closes what was opened
   return r;
 }

@@ -667,6 +667,14 @@ TEST_F(EgressTest, L3DropsAndCidrFlowsAreAudited) {
     if (after[i].value("rule", "") == "rate-limit" && after[i].value("source", "") == "nftables") noted = true;
   EXPECT_TRUE(noted) << flood;
   EXPECT_EQ(inet_->UdpReceived(), 0);
+  // Without its netns the sandbox still works, and its records say that L3 audit is missing.
+  svc_->RemoveSandbox(b->id);
+  ASSERT_TRUE(
+      svc_->AddSandbox(b->id, b->net->host_ip(), b->net->netns_ip(), *policy, std::nullopt, "alt-no-such-netns").ok());
+  bool unavailable = false;
+  for (const auto& j : RecordsOf(b->id))
+    if (j.value("rule", "") == "l3-audit-unavailable") unavailable = true;
+  EXPECT_TRUE(unavailable);
   // Removing the sandbox closes its reader; a new one for the same netns binds again.
   svc_->RemoveSandbox(b->id);
   ASSERT_TRUE(
