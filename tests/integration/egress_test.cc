@@ -571,7 +571,7 @@ bool HasL3Record(const std::vector<nlohmann::json>& recs, const L3Want& w) {
 }
 
 TEST_F(EgressTest, L3DropsAndCidrFlowsAreAudited) {
-  auto b = NewBox("l3", false, {"203.0.113.30:8080"});
+  auto b = NewBox("l3", false, {"203.0.113.30:8080"}, {"203.0.113.20:22"});
   ASSERT_TRUE(b);
   // The production CIDR rules (with the policy's rule text as audit label).
   auto policy = svc_->Policy(b->id);
@@ -586,7 +586,7 @@ TEST_F(EgressTest, L3DropsAndCidrFlowsAreAudited) {
   EXPECT_FALSE(IcmpEcho(g, "203.0.113.10"));
   EXPECT_FALSE(IcmpEcho(g, "169.254.0.22"));
   for (const auto& [ip, port] : std::vector<std::pair<std::string, int>>{
-           {"203.0.113.30", 8081}, {"169.254.169.254", 22}, {"169.254.0.22", 22}}) {
+           {"203.0.113.30", 8081}, {"169.254.169.254", 22}, {"169.254.0.22", 22}, {"203.0.113.20", 22}}) {
     UniqueFd s = g.Socket(AF_INET, SOCK_STREAM);
     EXPECT_FALSE(ConnectWithin(s.get(), Addr(ip, port), 300)) << ip << ":" << port;
   }
@@ -621,6 +621,7 @@ TEST_F(EgressTest, L3DropsAndCidrFlowsAreAudited) {
       {"tcp", "deny", "forbidden-range", "169.254.169.254", 22},
       {"tcp", "deny", "gateway", "169.254.0.22", 22},
       {"tcp", "allow", "203.0.113.30:8080", "203.0.113.30", 8080},
+      {"tcp", "deny", "203.0.113.20:22", "203.0.113.20", 22},
       {"ipv6", "deny", "ipv6", "2001:db8::10", 8443},
   };
   std::vector<nlohmann::json> recs;
