@@ -70,13 +70,20 @@ StatusOr<std::shared_ptr<NflogReader>> NflogReader::Open(const std::string& netn
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   helper.join();
   if (!st.ok()) return st;  // ~NflogReader closes what was opened
+  auto flows = FlowEndReader::Open(netns);
+  if (flows.ok())
+    r->flows_ = std::move(*flows);
+  else
+    LOG_WARN("egress: {}: no flow-end records for CIDR connections: {}", netns, flows.status().ToString());
   return r;
 }
 
 NflogReader::~NflogReader() { Close(); }
 
-void NflogReader::Start(boost::asio::io_context& io, OnPacket on_packet, OnLost on_lost) {
+void NflogReader::Start(boost::asio::io_context& io, OnPacket on_packet, OnLost on_lost,
+                        FlowEndReader::OnFlowEnd on_flow_end) {
   if (closed_ || !h_) return;
+  if (flows_ && on_flow_end) flows_->Start(io, std::move(on_flow_end));
   on_packet_ = std::move(on_packet);
   on_lost_ = std::move(on_lost);
   buf_.resize(1 << 16);
@@ -87,6 +94,7 @@ void NflogReader::Start(boost::asio::io_context& io, OnPacket on_packet, OnLost 
 void NflogReader::Close() {
   if (closed_) return;
   closed_ = true;
+  if (flows_) flows_->Close();
   if (sd_) {
     boost::system::error_code ignore;
     sd_->cancel(ignore);
@@ -166,6 +174,23 @@ void EgressService::Impl::StartNflog(std::shared_ptr<SandboxEgress> sb, std::sha
         if (!s || s->closed) return;
         std::lock_guard<std::mutex> lock(records_mu);
         s->suppressed += static_cast<int64_t>(lost);
+      },
+      [this, weak](const FlowEnd& f) {
+        auto s = weak.lock();
+        if (!s || s->closed) return;
+        Decision d = s->policy->CheckAddress(f.dst, f.dport);
+        nlohmann::json rec = {{"protocol", "tcp"},
+                              {"decision", "allow"},
+                              {"rule", d.allowed ? d.rule : "removed-since"},
+                              {"reason", "connection closed (forwarded by an allowed CIDR rule)"},
+                              {"source", "conntrack"},
+                              {"destination", {{"name", ""}, {"ip", Ipv4ToString(f.dst)}, {"port", f.dport}}}};
+        if (f.bytes_out && f.bytes_in) {
+          rec["bytesOut"] = *f.bytes_out;  // IP bytes, guest → destination
+          rec["bytesIn"] = *f.bytes_in;
+        }
+        if (f.duration_ms) rec["durationMs"] = *f.duration_ms;
+        Emit(*s, std::move(rec));
       });
 }
 

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "egress/flow_end_reader.h"
 
 struct nflog_handle;
 struct nflog_g_handle;
@@ -50,7 +51,10 @@ class NflogReader : public std::enable_shared_from_this<NflogReader> {
   NflogReader(const NflogReader&) = delete;
   NflogReader& operator=(const NflogReader&) = delete;
 
-  void Start(boost::asio::io_context& io, OnPacket on_packet, OnLost on_lost);
+  // on_flow_end: the end of each CIDR-forwarded connection (flow_end_reader.h),
+  // when its conntrack event socket could be opened too.
+  void Start(boost::asio::io_context& io, OnPacket on_packet, OnLost on_lost,
+             FlowEndReader::OnFlowEnd on_flow_end = nullptr);
   // Stops reading, unbinds the group, closes the socket. Idempotent.
   void Close();
   const std::string& netns() const { return netns_; }
@@ -66,6 +70,7 @@ class NflogReader : public std::enable_shared_from_this<NflogReader> {
   nflog_handle* h_ = nullptr;
   nflog_g_handle* gh_ = nullptr;
   std::unique_ptr<boost::asio::posix::stream_descriptor> sd_;
+  std::shared_ptr<FlowEndReader> flows_;  // null: no flow-end records (warning logged)
   OnPacket on_packet_;
   OnLost on_lost_;
   std::vector<char> buf_;

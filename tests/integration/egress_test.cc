@@ -590,9 +590,20 @@ TEST_F(EgressTest, L3DropsAndCidrFlowsAreAudited) {
     UniqueFd s = g.Socket(AF_INET, SOCK_STREAM);
     EXPECT_FALSE(ConnectWithin(s.get(), Addr(ip, port), 300)) << ip << ":" << port;
   }
+  // The allowed connection: conntrack's TIME_WAIT shortened in this test's
+  // netns only, so its end record comes now rather than in 2 minutes.
+  for (const char* knob : {"net.netfilter.nf_conntrack_tcp_timeout_time_wait=1",
+                           "net.netfilter.nf_conntrack_tcp_timeout_close=1"})
+    EXPECT_TRUE(RunChecked({"ip", "netns", "exec", b->net->netns_name(), "sysctl", "-q", "-w", knob}).ok());
   {
     UniqueFd s = g.Socket(AF_INET, SOCK_STREAM);
     EXPECT_TRUE(ConnectWithin(s.get(), Addr("203.0.113.30", 8080), 2000));
+    char buf[64];
+    pollfd p{s.get(), POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 2000), 1);
+    EXPECT_GT(::read(s.get(), buf, sizeof(buf)), 0);
+    for (int i = 0; i < 20 && ::read(s.get(), buf, sizeof(buf)) > 0; ++i) {
+    }
   }
   // IPv6 straight at the tap (the guest gets an on-link route and the tap's MAC).
   std::string tap_mac;
@@ -641,6 +652,22 @@ TEST_F(EgressTest, L3DropsAndCidrFlowsAreAudited) {
   for (const auto& j : recs)
     if (j.value("source", "") == "nftables" && j.value("decision", "") == "allow") ++allow8080;
   EXPECT_EQ(allow8080, 1);
+  // ... and its end: bytes each way and duration (conntrack).
+  nlohmann::json end;
+  for (int i = 0; i < 100 && end.is_null(); ++i) {
+    for (const auto& j : RecordsOf(b->id))
+      if (j.value("source", "") == "conntrack") end = j;
+    if (end.is_null()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_FALSE(end.is_null()) << "no flow-end record";
+  EXPECT_EQ(end.value("decision", ""), "allow");
+  EXPECT_EQ(end.value("rule", ""), "203.0.113.30:8080");
+  EXPECT_EQ(end["destination"].value("ip", ""), "203.0.113.30");
+  EXPECT_EQ(end["destination"].value("port", 0), 8080);
+  EXPECT_GT(end.value("bytesIn", 0), 40 + 30) << end;  // IP + TCP headers and the greeting
+  EXPECT_GT(end.value("bytesOut", 0), 0) << end;
+  EXPECT_TRUE(end.contains("durationMs")) << end;
+  EXPECT_LT(end.value("durationMs", 1'000'000), 60'000) << end;
   // The audit sink saw them too.
   {
     std::lock_guard<std::mutex> l(sink_mu_);
@@ -690,7 +717,7 @@ TEST_F(EgressTest, L3DropsAndCidrFlowsAreAudited) {
     again = HasL3Record(RecordsOf(b->id), {"udp", "deny", "default-deny", "203.0.113.10", 9998});
     if (!again) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  EXPECT_TRUE(again);
+  EXPECT_TRUE(again) << nlohmann::json(RecordsOf(b->id)).dump(1);
 }
 
 }  // namespace

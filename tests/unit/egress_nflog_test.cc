@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "egress/flow_end_reader.h"
 #include "egress/nflog_packet.h"
 
 using namespace airlock::egress;
@@ -246,4 +247,76 @@ TEST(EgressNflog, SynRetriesOfOneFlowAreOneRecord) {
     f.IsRetry(*x, "default-deny", t0);
   }
   EXPECT_LE(f.size(), SynRetryFilter::kMaxFlows);
+}
+
+TEST(EgressFlowEnd, OneRecordAtCloseOrAtDestroy) {
+  FlowEndTracker t;
+  CtEvent e;
+  e.id = 7;
+  e.status = (1u << 4) | (1u << 3);  // IPS_SRC_NAT, IPS_CONFIRMED
+  e.l3 = 2;                          // AF_INET
+  e.proto = 6;
+  e.dst = 0xCB00711E;  // 203.0.113.30
+  e.dport = 8080;
+  e.tcp_state = 3;  // ESTABLISHED: not the end
+  EXPECT_FALSE(t.OnEvent(e, 1'100'000'000));
+  EXPECT_EQ(t.pending(), 0u);
+  e.tcp_state = 7;  // TIME_WAIT: the end, with the counters and start a GET fetched
+  e.bytes_orig = 120;
+  e.bytes_reply = 4000;
+  e.start_ns = 1'000'000'000;
+  auto f = t.OnEvent(e, 1'250'000'000);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->dst, 0xCB00711Eu);
+  EXPECT_EQ(f->dport, 8080);
+  EXPECT_EQ(f->bytes_out, 120u);
+  EXPECT_EQ(f->bytes_in, 4000u);
+  EXPECT_EQ(f->duration_ms, 250);
+  EXPECT_FALSE(t.OnEvent(e, 1'900'000'000));  // a later update: nothing more
+  CtEvent d = e;
+  d.kind = CtEvent::Kind::kDestroy;
+  d.stop_ns = 121'250'000'000;  // ~2 min of TIME_WAIT later: already recorded
+  EXPECT_FALSE(t.OnEvent(d, 121'300'000'000));
+  EXPECT_EQ(t.pending(), 0u);
+  // A flow that timed out (no close seen) is recorded at its destroy.
+  CtEvent o = d;
+  o.id = 8;
+  o.tcp_state = 3;
+  auto g = t.OnEvent(o, 200'000'000'000);
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->duration_ms, 120'250);
+  EXPECT_EQ(g->bytes_in, 4000u);
+}
+
+TEST(EgressFlowEnd, OnlyForwardedGuestFlows) {
+  FlowEndTracker t;
+  CtEvent d;
+  d.kind = CtEvent::Kind::kDestroy;
+  d.l3 = 2;
+  d.proto = 6;
+  d.status = (1u << 4);  // SNAT only: a CIDR flow
+  EXPECT_TRUE(t.OnEvent(d, 1));
+  d.status = (1u << 5);  // DNAT only: proxied/resolver
+  EXPECT_FALSE(t.OnEvent(d, 1));
+  d.status = (1u << 4) | (1u << 5);  // both: an inbound agent connection
+  EXPECT_FALSE(t.OnEvent(d, 1));
+  d.status = 0;  // neither: the netns's own
+  EXPECT_FALSE(t.OnEvent(d, 1));
+  d.status = (1u << 4);
+  d.proto = 17;
+  EXPECT_FALSE(t.OnEvent(d, 1));
+  d.proto = 6;
+  d.l3 = 10;
+  EXPECT_FALSE(t.OnEvent(d, 1));
+  // Bounded.
+  CtEvent u;
+  u.l3 = 2;
+  u.proto = 6;
+  u.status = (1u << 4);
+  u.tcp_state = 8;
+  for (uint32_t i = 0; i < 10000; ++i) {
+    u.id = i;
+    t.OnEvent(u, i);
+  }
+  EXPECT_LE(t.pending(), FlowEndTracker::kMaxFlows);
 }
