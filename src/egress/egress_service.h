@@ -25,7 +25,8 @@
 // Packets the sandbox netns's nftables drops (UDP, ICMP, other TCP ports,
 // forbidden ranges, IPv6) or forwards by a CIDR rule become records too
 // (protocol "tcp"|"udp"|"icmp"|"ip"|"ipv6"|"unknown", "source":"nftables";
-// nflog_packet.h).
+// nflog_packet.h), and each such CIDR connection's end, with bytes each way
+// and duration ("source":"conntrack"; flow_end_reader.h).
 // Records are rate-limited per sandbox (a guest can trigger them): beyond
 // kMaxRecordsPerSecond the rest are counted and reported in one record.
 //
