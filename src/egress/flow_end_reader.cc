@@ -92,7 +92,7 @@ int FlowEndReader::Callback(int type, nf_conntrack* ct, void* data) {
   if (e.kind == CtEvent::Kind::kUpdate && closing && self->q_ && (e.status & IPS_SRC_NAT) &&
       !(e.status & IPS_DST_NAT)) {
     nfct_callback_register(self->q_, NFCT_T_ALL, &QueryCallback, &e);
-    (void)nfct_query(self->q_, NFCT_Q_GET, ct);  // fails only if already gone: then DESTROY records it
+    (void)nfct_query(self->q_, NFCT_Q_GET, ct);  // if it fails (entry gone), the record has no counters
     nfct_callback_unregister(self->q_);
   }
   self->HandleEvent(e);
