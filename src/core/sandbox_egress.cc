@@ -10,11 +10,14 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "egress/nflog_reader.h"
 #include "egress/policy_json.h"
 #include "net/host_egress.h"
 
 namespace airlock {
 namespace {
+
+static_assert(egress::kNflogGroup == net::kNftLogGroup, "the egress service reads the group the ruleset logs to");
 
 // IPv4 forwarding in the daemon's namespace, needed only once a sandbox has
 // CIDR rules (proxied traffic is opened by the daemon itself).
@@ -53,11 +56,11 @@ std::vector<net::NftCidr> NftCidrsFor(const egress::EgressPolicy& policy) {
   std::vector<net::NftCidr> out;
   for (const auto& r : policy.deny()) {
     if (r.kind != egress::Rule::Kind::kCidr) continue;
-    out.push_back({"!" + egress::Ipv4ToString(r.net) + "/" + std::to_string(r.prefix), r.port, false});
+    out.push_back({"!" + egress::Ipv4ToString(r.net) + "/" + std::to_string(r.prefix), r.port, false, r.text});
   }
   for (const auto& r : policy.CidrAllowRules())
-    out.push_back({egress::Ipv4ToString(r.net) + "/" + std::to_string(r.prefix), r.port, true});
-  if (policy.internet()) out.push_back({"0.0.0.0/0", std::nullopt, false});
+    out.push_back({egress::Ipv4ToString(r.net) + "/" + std::to_string(r.prefix), r.port, true, r.text});
+  if (policy.internet()) out.push_back({"0.0.0.0/0", std::nullopt, false, "internet"});
   return out;
 }
 
@@ -73,7 +76,7 @@ Status ApplyEgressPolicy(net::SandboxNetwork& network, egress::EgressService& sv
   // service (names) and nft (CIDRs) are replaced one after the other.
   RETURN_IF_ERROR(network.SetEgressCidrs(cidrs));
   if (add) {
-    RETURN_IF_ERROR(svc.AddSandbox(id, network.host_ip(), network.netns_ip(), policy, limits));
+    RETURN_IF_ERROR(svc.AddSandbox(id, network.host_ip(), network.netns_ip(), policy, limits, network.netns_name()));
   } else {
     RETURN_IF_ERROR(svc.UpdatePolicy(id, policy));
   }

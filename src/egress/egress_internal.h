@@ -59,6 +59,7 @@ class TokenBucket {
 };
 
 class ProxyConn;
+class NflogReader;
 
 struct SandboxEgress {
   SandboxEgress(asio::io_context& io) : dns_udp(io), dns_tcp(io), http(io), tls(io) {}
@@ -73,6 +74,7 @@ struct SandboxEgress {
   TokenBucket bucket;
   int upstream_pending = 0;
   bool closed = false;
+  std::shared_ptr<NflogReader> nflog;  // L3 decisions logged by the netns's nftables (nflog_reader.h)
   // Records (guarded by EgressService::Impl::records_mu_).
   std::deque<nlohmann::json> records;
   int records_this_second = 0;
@@ -115,6 +117,8 @@ class EgressService::Impl {
   void StartAccept(std::shared_ptr<SandboxEgress> sb, bool tls);
   void CloseSandbox(SandboxEgress& sb);
   void EnforcePolicy(SandboxEgress& sb);
+  // L3 audit (nflog_reader.cc): records for the packets the netns logs.
+  void StartNflog(std::shared_ptr<SandboxEgress> sb, std::shared_ptr<NflogReader> reader);
 };
 
 }  // namespace airlock::egress

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "egress/dns_message.h"
 #include "egress/egress_internal.h"
+#include "egress/nflog_reader.h"
 #include "egress/proxy_conn.h"
 
 namespace airlock::egress {
@@ -371,6 +372,7 @@ void EgressService::Impl::CloseSandbox(SandboxEgress& sb) {
   sb.dns_tcp.close(ignore);
   sb.http.close(ignore);
   sb.tls.close(ignore);
+  if (sb.nflog) sb.nflog->Close();
   auto conns = sb.conns;
   for (auto& c : conns) c->Abort("sandbox removed");
   sb.conns.clear();
@@ -432,9 +434,19 @@ EgressService::~EgressService() {
 const EgressConfig& EgressService::config() const { return impl_->config; }
 
 Status EgressService::AddSandbox(const std::string& id, const std::string& host_ip, const std::string& netns_ip,
-                                 EgressPolicy policy, std::optional<EgressLimits> limits) {
+                                 EgressPolicy policy, std::optional<EgressLimits> limits, const std::string& netns) {
   auto hip = ParseIpv4(host_ip), nip = ParseIpv4(netns_ip);
   if (!hip || !nip) return InvalidArgument("egress: bad sandbox addresses " + host_ip + " / " + netns_ip);
+  std::shared_ptr<NflogReader> nflog;
+  std::string nflog_error;
+  if (!netns.empty()) {
+    auto r = NflogReader::Open(netns);
+    if (r.ok())
+      nflog = std::move(*r);
+    else
+      nflog_error = r.status().ToString();
+    if (!r.ok()) LOG_WARN("egress: sandbox={} no L3 audit records: {}", id, nflog_error);
+  }
   return impl_->OnLoop([&]() -> Status {
     if (impl_->sandboxes.count(id)) return AlreadyExists("egress: sandbox " + id + " already added");
     auto sb = std::make_shared<SandboxEgress>(impl_->io);
@@ -472,6 +484,12 @@ Status EgressService::AddSandbox(const std::string& id, const std::string& host_
     impl_->StartDnsTcp(sb);
     impl_->StartAccept(sb, false);
     impl_->StartAccept(sb, true);
+    if (nflog) impl_->StartNflog(sb, std::move(nflog));
+    if (!nflog_error.empty())
+      impl_->Emit(*sb, {{"protocol", "audit"},
+                        {"decision", "deny"},
+                        {"rule", "l3-audit-unavailable"},
+                        {"reason", "packets dropped in the sandbox netns are not recorded: " + nflog_error}});
     LOG_INFO("egress: sandbox={} policy={}", id, sb->policy->ToJson());
     return OkStatus();
   });

@@ -29,6 +29,11 @@
 //    "rule","reason","destination":{"name","ip","port"},"bytesOut","bytesIn",
 //    "durationMs","queryType","intercepted","requests","secrets":[name...]}
 // handed to the audit sink and kept (last N) per sandbox for the logs API.
+// Packets the sandbox netns's nftables drops (UDP, ICMP, other TCP ports,
+// forbidden ranges, IPv6) or forwards by a CIDR rule become records too
+// (protocol "tcp"|"udp"|"icmp"|"ip"|"ipv6"|"unknown", "source":"nftables";
+// nflog_packet.h), and each such CIDR connection's end, with bytes each way
+// and duration ("source":"conntrack"; flow_end_reader.h).
 // Records are rate-limited per sandbox (a guest can trigger them): beyond
 // kMaxRecordsPerSecond the rest are counted and reported in one record.
 //
@@ -90,9 +95,12 @@ class EgressService {
   EgressService& operator=(const EgressService&) = delete;
 
   // Opens the sandbox's listeners on host_ip (which must exist: the veth).
-  // Connections are accepted only from netns_ip.
+  // Connections are accepted only from netns_ip. With `netns` (the name under
+  // /run/netns), the packets that netns's nftables ruleset logs (drops, new
+  // CIDR connections) become records too (nflog_reader.h); when that reader
+  // cannot be opened the sandbox is added without it (warning logged).
   Status AddSandbox(const std::string& id, const std::string& host_ip, const std::string& netns_ip, EgressPolicy policy,
-                    std::optional<EgressLimits> limits = std::nullopt);
+                    std::optional<EgressLimits> limits = std::nullopt, const std::string& netns = "");
   // Replaces the policy; open connections it no longer allows are closed,
   // remembered answers for names it no longer allows are forgotten.
   Status UpdatePolicy(const std::string& id, EgressPolicy policy);

@@ -55,6 +55,20 @@ std::vector<DoctorCheck> NetworkDoctorChecks() {
                           fd.get());
       c.ok = r.ok();
       c.detail = FirstLine(*v) + (r.ok() ? ", inet nat table loads" : ": " + r.status().message());
+      // The egress ruleset's L3 audit: an inet ingress hook and NFLOG (log group).
+      if (r.ok()) {
+        auto a = RunChecked(
+            {"nft",  "add",     "table",  "inet", "doctor_audit", "{",      "chain", "i", "{", "type", "filter",
+             "hook", "ingress", "device", "lo",   "priority",     "filter", ";",     "}", ";", "}"},
+            fd.get());
+        if (a.ok())
+          a = RunChecked({"nft", "add", "rule", "inet", "doctor_audit", "i", "limit", "rate", "1/second", "log",
+                          "group", "7", "prefix", "\"doctor\""},
+                         fd.get());
+        c.ok = a.ok();
+        c.detail += a.ok() ? ", ingress hook + NFLOG (L3 audit) load"
+                           : "; L3 audit rules (inet ingress hook, log group) fail: " + a.status().message();
+      }
     }
     out.push_back(c);
   }

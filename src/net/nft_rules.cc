@@ -18,7 +18,39 @@ std::string NftExposeRule(const std::string& netns_ip, uint16_t netns_port, uint
          std::to_string(netns_port) + " dnat ip to " + kGuestIp + ":" + std::to_string(guest_port);
 }
 
+std::string NftLogPrefix(const std::string& decision, const std::string& rule) {
+  std::string p = decision + ":" + rule;
+  if (p.size() > kNftLogPrefixMax) p.resize(kNftLogPrefixMax);
+  for (char& ch : p) {
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+              ch == '/' || ch == ':' || ch == '_' || ch == '*' || ch == '-';
+    if (!ok) ch = '_';
+  }
+  return p;
+}
+
 namespace {
+// Two rules for a match (each line: `line_start` + match + statements + "\n"):
+// within the sandbox's log budget the packet is logged with
+// "<decision>:<rule>"; over it (the mirror bucket audit_log_over sees the
+// same packets) at most one packet a second is logged as
+// "<decision>:rate-limit", so the record stream says that records are
+// missing. Neither rule decides: the next rule drops/accepts.
+std::string LogRules(const std::string& line_start, const std::string& match, const std::string& decision,
+                     const std::string& rule) {
+  const std::string log = std::string(" log group ") + std::to_string(kNftLogGroup) + " prefix \"";
+  return line_start + match + " limit name \"" + kNftLogLimit + "\"" + log + NftLogPrefix(decision, rule) + "\"\n" +
+         line_start + match + " limit name \"" + kNftLogLimit + "_over\" limit name \"" + kNftLogLimit + "_note\"" +
+         log + NftLogPrefix(decision, "rate-limit") + "\"\n";
+}
+// The named limits; `table` "inet airlock " for `add limit` commands.
+std::string LogLimitObjects(const std::string& line_start, const std::string& table = "") {
+  const std::string rate =
+      std::to_string(kNftLogRatePerSecond) + "/second burst " + std::to_string(kNftLogBurst) + " packets }\n";
+  return line_start + "limit " + table + kNftLogLimit + " { rate " + rate + line_start + "limit " + table +
+         kNftLogLimit + "_over { rate over " + rate + line_start + "limit " + table + kNftLogLimit +
+         "_note { rate 1/second burst 1 packets }\n";
+}
 std::string CidrNatRules(const std::vector<NftCidr>& cidrs) {
   std::string r;
   for (const auto& c : cidrs) {
@@ -37,9 +69,12 @@ std::string CidrFwdRules(const std::vector<NftCidr>& cidrs) {
   std::string r;
   for (const auto& c : cidrs) {
     bool deny = !c.cidr.empty() && c.cidr[0] == '!';
-    r += "add rule inet " + std::string(kNftTable) + " egress_cidr_fwd ip daddr " + (deny ? c.cidr.substr(1) : c.cidr) +
-         (c.port ? " tcp dport " + std::to_string(*c.port) : std::string(" meta l4proto tcp")) +
-         (deny ? " drop\n" : " accept\n");
+    const std::string cidr = deny ? c.cidr.substr(1) : c.cidr;
+    const std::string match = "add rule inet " + std::string(kNftTable) + " egress_cidr_fwd ip daddr " + cidr +
+                              (c.port ? " tcp dport " + std::to_string(*c.port) : std::string(" meta l4proto tcp"));
+    const std::string label = !c.rule.empty() ? c.rule : cidr + (c.port ? ":" + std::to_string(*c.port) : "");
+    r += LogRules("", match, deny ? "deny" : "allow", label);
+    r += match + (deny ? " drop\n" : " accept\n");
   }
   return r;
 }
@@ -47,8 +82,9 @@ std::string CidrFwdRules(const std::vector<NftCidr>& cidrs) {
 
 std::string NftEgressCidrUpdate(const std::vector<NftCidr>& cidrs) {
   std::string t = kNftTable;
-  return "flush chain inet " + t + " egress_cidr_nat\nflush chain inet " + t + " egress_cidr_fwd\n" +
-         CidrNatRules(cidrs) + CidrFwdRules(cidrs);
+  // "add limit": rulesets loaded by an older airlock lack the object.
+  return LogLimitObjects("add ", "inet " + t + " ") + "flush chain inet " + t + " egress_cidr_nat\nflush chain inet " +
+         t + " egress_cidr_fwd\n" + CidrNatRules(cidrs) + CidrFwdRules(cidrs);
 }
 
 std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgress>& egress) {
@@ -62,6 +98,12 @@ std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgres
     r += " }\n  }\n";
     r += "  chain egress_cidr_nat {\n    ip daddr @forbidden return\n  }\n";
     r += "  chain egress_cidr_fwd {\n  }\n";
+    r += LogLimitObjects("  ");
+    // IPv6 from the guest never reaches the IP hooks (disable_ipv6): seen here.
+    r += "  chain ingress_tap {\n    type filter hook ingress device " + tap + " priority filter; policy accept;\n";
+    r += "    meta protocol ip6 ip6 daddr ff02::/16 drop\n";
+    r += LogRules("    ", "meta protocol ip6", "deny", "ipv6");
+    r += "    meta protocol ip6 drop\n  }\n";
   }
   r += "  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n";
   r += "    " + NftExposeRule(netns_ip, kAgentPort, kAgentPort) + "\n";
@@ -91,16 +133,24 @@ std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgres
     r += "    iifname " + tap + " oifname " + eth + " ip daddr " + h + " tcp dport { " +
          std::to_string(egress->dns_port) + ", " + std::to_string(egress->http_port) + ", " +
          std::to_string(egress->tls_port) + " } ct status dnat accept\n";
+    r += LogRules("    ", "iifname " + tap + " ip daddr @forbidden", "deny", "forbidden-range");
     r += "    iifname " + tap + " ip daddr @forbidden drop\n";
     r += "    iifname " + tap + " oifname " + eth + " ct state new jump egress_cidr_fwd\n";
     r += "    iifname " + tap + " oifname " + eth + " ct state established accept\n";
     r += "    iifname " + eth + " oifname " + tap + " ct state established accept\n";
+    r += LogRules("    ", "iifname " + tap, "deny", "default-deny");
+    r += "    iifname " + tap + " drop\n";
   }
   r += "  }\n";
   r += "  chain input {\n    type filter hook input priority filter; policy drop;\n";
   r += "    iifname \"lo\" accept\n";
   r += "    ct state established,related accept\n";
-  r += "    iifname " + eth + " icmp type echo-request accept\n  }\n";
+  r += "    iifname " + eth + " icmp type echo-request accept\n";
+  if (egress) {
+    r += LogRules("    ", "iifname " + tap, "deny", "gateway");
+    r += "    iifname " + tap + " drop\n";
+  }
+  r += "  }\n";
   r += "}\n";
   return r;
 }

@@ -16,6 +16,23 @@
 // then chain egress_cidr_fwd (allowed CIDR:port pairs, TCP, replaceable live
 // with NftEgressCidrUpdate); guest-opened flows leave eth0 masqueraded.
 // Allowed CIDR rules covering 80/443 skip the proxy (chain egress_cidr_nat).
+//
+// Audit of L3 decisions (with egress): every guest-originated packet the
+// ruleset drops, and the first packet of every connection an allowed CIDR
+// rule forwards, is first logged to NFLOG group kNftLogGroup of the netns
+// (read by the egress service, src/egress/nflog_reader.h) with the prefix
+// "<decision>:<rule>" (≤ 63 chars):
+//   deny:forbidden-range   forward, destination in NftForbiddenRanges()
+//   deny:<rule>            forward, a denied CIDR rule
+//   allow:<rule>           forward, ct state new, an allowed CIDR rule
+//   deny:default-deny      forward, anything else from tap0
+//   deny:gateway           input, tap0 → the netns itself (169.254.0.22, ...)
+//   deny:ipv6              ingress on tap0, IPv6 (link-local multicast such
+//                          as neighbour discovery is dropped unlogged)
+// Logging shares one token bucket per sandbox (named limit kNftLogLimit):
+// over it, packets are still dropped/forwarded, just not logged, except one
+// sample a second logged as "<decision>:rate-limit" (mirror bucket
+// kNftLogLimit_over, note bucket kNftLogLimit_note).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +43,10 @@
 namespace airlock::net {
 
 inline constexpr char kNftTable[] = "airlock";  // family inet
+inline constexpr uint16_t kNftLogGroup = 7;     // NFLOG group (per netns)
+inline constexpr char kNftLogLimit[] = "audit_log";
+inline constexpr int kNftLogRatePerSecond = 50, kNftLogBurst = 100;  // within EgressService's 200 records/s
+inline constexpr size_t kNftLogPrefixMax = 63;
 
 struct NftEgress {
   std::string host_ip;
@@ -38,6 +59,7 @@ struct NftCidr {
                                  // (dropped, evaluated before the allowed ones that follow)
   std::optional<uint16_t> port;  // nullopt: every TCP port
   bool bypass_proxy = false;     // true: 80/443 to it are not redirected
+  std::string rule;              // audit label (the policy's rule text); empty: "<cidr>[:port]"
 };
 
 std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgress>& egress = std::nullopt);
@@ -45,6 +67,9 @@ std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgres
 std::string NftExposeRule(const std::string& netns_ip, uint16_t netns_port, uint16_t guest_port);
 // An `nft -f` script that atomically replaces the CIDR chains' rules.
 std::string NftEgressCidrUpdate(const std::vector<NftCidr>& cidrs);
+// The NFLOG prefix for a decision and rule: "<decision>:<rule>", the rule
+// cut to fit kNftLogPrefixMax and anything outside [A-Za-z0-9./:_*-] → '_'.
+std::string NftLogPrefix(const std::string& decision, const std::string& rule);
 // The forbidden ranges (never forwarded), as an nft set body.
 const std::vector<std::string>& NftForbiddenRanges();
 

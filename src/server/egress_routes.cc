@@ -52,6 +52,7 @@ json EgressLogEntry(const json& r) {
     ip = d->value("ip", "");
     port = d->value("port", 0);
   }
+  if (name.empty() && port && ip.find(':') != std::string::npos) ip = "[" + ip + "]";  // IPv6 (L3 audit)
   std::string msg = "egress " + r.value("decision", "?") + " " + r.value("protocol", "?") + " " +
                     (name.empty() ? ip : name) + (port ? ":" + std::to_string(port) : "") +
                     " rule=" + r.value("rule", "");

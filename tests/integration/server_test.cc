@@ -180,6 +180,22 @@ TEST(ServerTest, DaemonKilledWithSigkillIsReadopted) {
   ASSERT_TRUE(envs.ok());
   EXPECT_EQ(envs->status, 200) << envs->body;
   ExpectJsonError(d2.Data(id, "", "/envs"), 401);
+  // The re-adopted sandbox's L3 audit came back: a datagram to its gateway
+  // (dropped inside its netns, never leaves it) is a record in its logs.
+  ::setenv("AIRLOCK_API_KEY", d2.key().c_str(), 1);
+  auto sent = airlock::Run({AirlockBin(), "sandbox", "--server", "127.0.0.1:" + std::to_string(port), "exec", id, "--",
+                            "/bin/bash", "-c", "echo probe > /dev/udp/169.254.0.22/9; echo sent"});
+  ASSERT_TRUE(sent.ok());
+  EXPECT_NE(sent->out.find("sent"), std::string::npos) << sent->out << sent->err;
+  bool l3 = false;
+  std::string body;
+  for (int i = 0; i < 25 && !l3; ++i) {
+    auto logs = d2.Do("GET", "/v2/sandboxes/" + id + "/logs");
+    if (logs.ok()) body = logs->body;
+    l3 = body.find("egress deny udp 169.254.0.22:9 rule=gateway") != std::string::npos;
+    if (!l3) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_TRUE(l3) << body;
   auto del = d2.Do("DELETE", "/sandboxes/" + id);
   ASSERT_TRUE(del.ok());
   EXPECT_EQ(del->status, 204);

@@ -77,6 +77,74 @@ TEST(NetNft, RulesetShape) {
   EXPECT_NE(r.find("type filter hook input priority filter; policy drop;"), std::string::npos);
 }
 
+TEST(NetNft, AuditLogBeforeEveryGuestDrop) {
+  // Without egress nothing reads NFLOG: no log statements.
+  EXPECT_EQ(NftRuleset("198.18.0.1").find(" log "), std::string::npos);
+  std::string r = NftRuleset("198.18.0.1", NftEgress{"198.18.0.0", 49153, 49180, 49443});
+  const std::string log = "limit name \"audit_log\" log group 7 prefix ";
+  EXPECT_NE(r.find("limit audit_log { rate 50/second burst 100 packets }"), std::string::npos) << r;
+  // Each logged drop: the log rule, then the same match dropping (so over the limit it still drops).
+  auto log_then_drop = [&](const std::string& match, const std::string& prefix) {
+    size_t l = r.find(match + " " + log + "\"" + prefix + "\"\n");
+    size_t d = r.find(match + " drop\n", l);
+    EXPECT_NE(l, std::string::npos) << prefix << "\n" << r;
+    EXPECT_NE(d, std::string::npos) << prefix;
+  };
+  log_then_drop("    iifname \"tap0\" ip daddr @forbidden", "deny:forbidden-range");
+  log_then_drop("    iifname \"tap0\"", "deny:default-deny");
+  log_then_drop("    iifname \"tap0\"", "deny:gateway");
+  log_then_drop("    meta protocol ip6", "deny:ipv6");
+  // Over the budget: one sample a second, marked rate-limit, before each drop.
+  EXPECT_NE(r.find("    iifname \"tap0\" limit name \"audit_log_over\" limit name \"audit_log_note\" log group 7 "
+                   "prefix \"deny:rate-limit\"\n    iifname \"tap0\" drop\n"),
+            std::string::npos)
+      << r;
+  // default-deny is the forward chain's last rule, after the CIDR jump and established flows.
+  size_t fwd = r.find("chain forward");
+  size_t jump = r.find("jump egress_cidr_fwd", fwd);
+  size_t dd = r.find("deny:default-deny", fwd);
+  EXPECT_LT(jump, dd);
+  EXPECT_LT(dd, r.find("chain input"));
+  EXPECT_NE(r.find("type filter hook ingress device \"tap0\""), std::string::npos);
+  EXPECT_NE(r.find("ip6 daddr ff02::/16 drop"), std::string::npos);
+}
+
+TEST(NetNft, CidrUpdateLogsDecisionsWithTheRule) {
+  std::string u = NftEgressCidrUpdate({{"!203.0.113.0/24", 22, false, "203.0.113.0/24:22"},
+                                       {"203.0.113.30/32", 8080, true, ""},
+                                       {"0.0.0.0/0", std::nullopt, false, "internet"}});
+  EXPECT_EQ(u.rfind("add limit inet airlock audit_log {", 0), 0u) << u;
+  const std::string fwd = "add rule inet airlock egress_cidr_fwd ";
+  const std::string over = " limit name \"audit_log_over\" limit name \"audit_log_note\" log group 7 prefix ";
+  EXPECT_NE(u.find("add limit inet airlock audit_log_over { rate over 50/second burst 100 packets }\n"),
+            std::string::npos);
+  EXPECT_NE(u.find(fwd +
+                   "ip daddr 203.0.113.0/24 tcp dport 22 limit name \"audit_log\" log group 7 prefix "
+                   "\"deny:203.0.113.0/24:22\"\n" +
+                   fwd + "ip daddr 203.0.113.0/24 tcp dport 22" + over + "\"deny:rate-limit\"\n" + fwd +
+                   "ip daddr 203.0.113.0/24 tcp dport 22 drop\n"),
+            std::string::npos)
+      << u;
+  EXPECT_NE(u.find(fwd +
+                   "ip daddr 203.0.113.30/32 tcp dport 8080 limit name \"audit_log\" log group 7 prefix "
+                   "\"allow:203.0.113.30/32:8080\"\n" +
+                   fwd + "ip daddr 203.0.113.30/32 tcp dport 8080" + over + "\"allow:rate-limit\"\n" + fwd +
+                   "ip daddr 203.0.113.30/32 tcp dport 8080 accept\n"),
+            std::string::npos)
+      << u;
+  EXPECT_NE(u.find("prefix \"allow:internet\"\n"), std::string::npos) << u;
+  EXPECT_NE(u.find("prefix \"allow:rate-limit\"\n" + fwd + "ip daddr 0.0.0.0/0 meta l4proto tcp accept"),
+            std::string::npos)
+      << u;
+}
+
+TEST(NetNft, LogPrefixIsBoundedAndQuoteFree) {
+  EXPECT_EQ(NftLogPrefix("deny", "default-deny"), "deny:default-deny");
+  EXPECT_EQ(NftLogPrefix("allow", "a\"b c;d"), "allow:a_b_c_d");
+  std::string p = NftLogPrefix("allow", std::string(200, '1'));
+  EXPECT_EQ(p.size(), 63u);
+}
+
 TEST(NetChecklist, FailureUndoesInReverse) {
   std::vector<std::string> log;
   Checklist c;

@@ -13,6 +13,7 @@
 
 #include "core/http_client.h"
 #include "core/registry.h"
+#include "server/egress_routes.h"
 #include "server/server.h"
 
 namespace airlock {
@@ -155,6 +156,29 @@ TEST(ServerUnitTest, SandboxCaInstallIsBoundedAgainstAnAgentThatNeverAnswers) {
   ::close(lfd);
   agent.join();
   for (int fd : held) ::close(fd);
+}
+
+TEST(ServerEgressLog, L3RecordsReadLikeProxyRecords) {
+  nlohmann::json udp = {{"time", "t"},         {"protocol", "udp"},
+                        {"decision", "deny"},  {"rule", "default-deny"},
+                        {"reason", "dropped"}, {"destination", {{"name", ""}, {"ip", "203.0.113.10"}, {"port", 9999}}},
+                        {"bytesOut", 29},      {"bytesIn", 0},
+                        {"source", "nftables"}};
+  auto e = server::EgressLogEntry(udp);
+  EXPECT_EQ(e["message"], "egress deny udp 203.0.113.10:9999 rule=default-deny (dropped) out=29B in=0B");
+  EXPECT_EQ(e["level"], "warn");
+  EXPECT_EQ(e["fields"]["source"], "nftables");
+  nlohmann::json v6 = udp;
+  v6["protocol"] = "ipv6";
+  v6["destination"]["ip"] = "2001:db8::10";
+  v6["destination"]["port"] = 443;
+  EXPECT_EQ(server::EgressLogEntry(v6)["message"],
+            "egress deny ipv6 [2001:db8::10]:443 rule=default-deny (dropped) out=29B in=0B");
+  nlohmann::json icmp = udp;
+  icmp["protocol"] = "icmp";
+  icmp["destination"].erase("port");
+  EXPECT_EQ(server::EgressLogEntry(icmp)["message"],
+            "egress deny icmp 203.0.113.10 rule=default-deny (dropped) out=29B in=0B");
 }
 
 }  // namespace
