@@ -2,9 +2,6 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <pthread.h>
-#include <sched.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,7 +9,6 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
-#include <thread>
 
 extern "C" {
 #include <libnetfilter_conntrack/libnetfilter_conntrack.h>
@@ -21,8 +17,8 @@ extern "C" {
 #include <linux/netfilter/nf_conntrack_tcp.h>
 }
 
-#include "common/fd.h"
 #include "common/log.h"
+#include "common/netns.h"
 
 namespace airlock::egress {
 
@@ -106,21 +102,8 @@ int CtCallback(enum nf_conntrack_msg_type type, struct nf_conntrack* ct, void* d
 }  // namespace
 
 StatusOr<std::shared_ptr<FlowEndReader>> FlowEndReader::Open(const std::string& netns) {
-  if (netns.empty() || netns.size() > 64 || netns.find('/') != std::string::npos || netns[0] == '.')
-    return InvalidArgument("conntrack events: bad netns name '" + netns + "'");
-  const std::string path = "/run/netns/" + netns;
-  UniqueFd nsfd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!nsfd) return ErrnoError("conntrack events: open " + path);
   std::shared_ptr<FlowEndReader> r(new FlowEndReader());
-  Status st = OkStatus();
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  std::thread helper([&] {
-    if (::setns(nsfd.get(), CLONE_NEWNET) != 0) {
-      st = ErrnoError("conntrack events: setns " + path);
-      return;
-    }
+  Status st = RunInNetns(netns, [&]() -> Status {
     // Per-netns sysctls (this thread's netns): counters and start/stop times.
     for (const char* knob : {"nf_conntrack_acct", "nf_conntrack_timestamp"}) {
       std::ofstream f(std::string("/proc/sys/net/netfilter/") + knob);
@@ -129,20 +112,16 @@ StatusOr<std::shared_ptr<FlowEndReader>> FlowEndReader::Open(const std::string& 
     r->q_ = nfct_open(CONNTRACK, 0);  // GET requests
     if (r->q_) ::fcntl(nfct_fd(r->q_), F_SETFD, FD_CLOEXEC);
     r->h_ = nfct_open(CONNTRACK, NF_NETLINK_CONNTRACK_UPDATE | NF_NETLINK_CONNTRACK_DESTROY);
-    if (!r->h_) {
-      st = ErrnoError("conntrack events: netlink socket in " + netns);
-      return;
-    }
+    if (!r->h_) return ErrnoError("netlink socket in " + netns);
     int fd = nfct_fd(r->h_);
     ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     int rcvbuf = 1 << 18;
     ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
     nfct_callback_register(r->h_, static_cast<nf_conntrack_msg_type>(NFCT_T_UPDATE | NFCT_T_DESTROY), &CtCallback,
                            r.get());
+    return OkStatus();
   });
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  helper.join();
-  if (!st.ok()) return st;
+  if (!st.ok()) return st.WithContext("conntrack events");
   return r;
 }
 

@@ -1,75 +1,45 @@
 #include "egress/nflog_reader.h"
 
 #include <fcntl.h>
-#include <pthread.h>
-#include <sched.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <thread>
 
 extern "C" {
 #include <libnetfilter_log/libnetfilter_log.h>
 }
 
-#include "common/fd.h"
 #include "common/log.h"
+#include "common/netns.h"
 #include "egress/egress_internal.h"
 #include "egress/nflog_packet.h"
 
 namespace airlock::egress {
 
 StatusOr<std::shared_ptr<NflogReader>> NflogReader::Open(const std::string& netns, uint16_t group) {
-  if (netns.empty() || netns.size() > 64 || netns.find('/') != std::string::npos || netns[0] == '.')
-    return InvalidArgument("nflog: bad netns name '" + netns + "'");
-  const std::string path = "/run/netns/" + netns;
-  UniqueFd nsfd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!nsfd) return ErrnoError("nflog: open " + path);
   std::shared_ptr<NflogReader> r(new NflogReader());
   r->netns_ = netns;
-  Status st = OkStatus();
-  // The helper thread takes no signals (they are for the process's own
-  // handlers; cf. the egress loop thread): it starts with all blocked.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  std::thread helper([&] {
-    // This thread only: the socket is created in the sandbox netns.
-    if (::setns(nsfd.get(), CLONE_NEWNET) != 0) {
-      st = ErrnoError("nflog: setns " + path);
-      return;
-    }
+  // The socket is created in the sandbox netns.
+  Status st = RunInNetns(netns, [&]() -> Status {
     r->h_ = nflog_open();
-    if (!r->h_) {
-      st = ErrnoError("nflog: netlink socket in " + netns);
-      return;
-    }
+    if (!r->h_) return ErrnoError("netlink socket in " + netns);
     int fd = nflog_fd(r->h_);
     ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     int rcvbuf = 1 << 18;
     ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
     r->gh_ = nflog_bind_group(r->h_, group);
-    if (!r->gh_) {
-      st = ErrnoError("nflog: bind group " + std::to_string(group) + " in " + netns);
-      return;
-    }
-    if (nflog_set_mode(r->gh_, NFULNL_COPY_PACKET, kNflogCopyBytes) < 0) {
-      st = ErrnoError("nflog: copy mode in " + netns);
-      return;
-    }
+    if (!r->gh_) return ErrnoError("bind group " + std::to_string(group) + " in " + netns);
+    if (nflog_set_mode(r->gh_, NFULNL_COPY_PACKET, kNflogCopyBytes) < 0)
+      return ErrnoError("copy mode in " + netns);
     // One message per packet (no batching delay); sequence numbers reveal losses.
-    if (nflog_set_qthresh(r->gh_, 1) < 0 || nflog_set_flags(r->gh_, NFULNL_CFG_F_SEQ) < 0) {
-      st = ErrnoError("nflog: configure group in " + netns);
-      return;
-    }
+    if (nflog_set_qthresh(r->gh_, 1) < 0 || nflog_set_flags(r->gh_, NFULNL_CFG_F_SEQ) < 0)
+      return ErrnoError("configure group in " + netns);
     nflog_callback_register(r->gh_, &NflogReader::Callback, r.get());
+    return OkStatus();
   });
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  helper.join();
-  if (!st.ok()) return st;  // ~NflogReader closes what was opened
+  if (!st.ok()) return st.WithContext("nflog");  // ~NflogReader closes what was opened
   auto flows = FlowEndReader::Open(netns);
   if (flows.ok())
     r->flows_ = std::move(*flows);
