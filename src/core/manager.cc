@@ -198,8 +198,7 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   return m;
 }
 
-StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
-  RETURN_IF_ERROR(net::ValidateSandboxId(r.id));
+std::shared_ptr<Sandbox> Manager::AdoptedSandbox(const AdoptRequest& r) {
   std::shared_ptr<Sandbox> sb(new Sandbox());
   sb->id_ = r.id;
   sb->run_dir_ = config_.state_dir + "/run/" + r.id;
@@ -209,6 +208,12 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
   sb->memory_mib_ = r.memory_mib;
   sb->detach_ = true;
   sb->env_vars_ = r.env_vars;
+  return sb;
+}
+
+StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
+  RETURN_IF_ERROR(net::ValidateSandboxId(r.id));
+  std::shared_ptr<Sandbox> sb = AdoptedSandbox(r);
   // Until every check passes, the Sandbox must not tear anything down.
   sb->released_ = true;
   if (!ProcessMatches(r.vmm_pid, sb->run_dir_)) {

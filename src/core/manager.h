@@ -256,6 +256,9 @@ class Manager {
  private:
   Manager() = default;
   // Takes over one sandbox of a previous daemon; errors mean "clean it up".
+  // A Sandbox object for a registry record of a previous daemon (fields
+  // only; the caller attaches the VMM or the snapshot).
+  std::shared_ptr<Sandbox> AdoptedSandbox(const AdoptRequest& r);
   StatusOr<std::shared_ptr<Sandbox>> AdoptOne(const AdoptRequest& r);
   bool TemplateSnapshotUsable(const std::string& dir) const;
   std::mutex template_mu_;  // one template snapshot build at a time

@@ -266,15 +266,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptPausedOne(const AdoptRequest& r
       LOG_WARN("sandbox={} network teardown: {}", r.id, st.message());
   }
   ASSIGN_OR_RETURN(auto m, qemu::ReadSnapshot(dir));
-  std::shared_ptr<Sandbox> sb(new Sandbox());
-  sb->id_ = r.id;
-  sb->run_dir_ = run_dir;
-  sb->template_ = r.template_name;
-  sb->access_token_ = r.access_token;
-  sb->vcpus_ = r.vcpus;
-  sb->memory_mib_ = r.memory_mib;
-  sb->detach_ = true;
-  sb->env_vars_ = r.env_vars;
+  std::shared_ptr<Sandbox> sb = AdoptedSandbox(r);
   sb->snapshot_dir_ = dir;
   sb->memory_snapshot_ = m.memory_bytes > 0;  // 0: a keepMemory=false pause
   sb->state_ = SandboxState::kPaused;

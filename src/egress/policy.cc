@@ -282,6 +282,12 @@ Status EgressPolicy::SetHeaderRules(std::vector<HostHeaderRules> rules) {
   return OkStatus();
 }
 
+std::vector<std::string> EgressPolicy::HeaderRulePatterns() const {
+  std::vector<std::string> out;
+  for (const auto& h : header_rules_) out.push_back(h.pattern);
+  return out;
+}
+
 const HostHeaderRules* EgressPolicy::HeaderRulesFor(std::string_view raw) const {
   if (auto c = raw.rfind(':'); c != std::string_view::npos) raw = raw.substr(0, c);
   std::string host = NormalizeName(raw);

@@ -108,6 +108,8 @@ class EgressPolicy {
   // network.rules; InvalidArgument for a bad pattern, header or size.
   Status SetHeaderRules(std::vector<HostHeaderRules> rules);
   const std::vector<HostHeaderRules>& header_rules() const { return header_rules_; }
+  // The rules' host patterns (the names a sandbox CA must cover).
+  std::vector<std::string> HeaderRulePatterns() const;
   // The rule set for `host` (port ignored); null when none matches.
   const HostHeaderRules* HeaderRulesFor(std::string_view host) const;
   // {"allowInternetAccess":bool,"allowOut":[...],"denyOut":[...],

@@ -11,6 +11,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http.hpp>
 #include <limits>
 #include <type_traits>
@@ -24,13 +25,6 @@ namespace ssl = asio::ssl;
 using asio::use_awaitable;
 
 namespace {
-
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
-  return true;
-}
 
 bool ValidHeaderValue(std::string_view v) {
   return v.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
@@ -113,7 +107,7 @@ bool ProxyConn::TransformHeaders(HeaderList* headers, std::string* why) {
   if (const HostHeaderRules* rules = sb_->policy->HeaderRulesFor(host_)) {
     for (const auto& t : rules->transforms) {
       for (const auto& [name, value] : t.headers) {
-        std::erase_if(*headers, [&](const auto& h) { return IEquals(h.first, name); });
+        std::erase_if(*headers, [&](const auto& h) { return boost::beast::iequals(h.first, name); });
         headers->emplace_back(name, value);
       }
     }

@@ -35,12 +35,6 @@ const std::map<std::string, std::string>& CaEnvVars() {
   return v;
 }
 
-std::vector<std::string> RulePatterns(const egress::EgressPolicy& policy) {
-  std::vector<std::string> out;
-  for (const auto& h : policy.header_rules()) out.push_back(h.pattern);
-  return out;
-}
-
 }  // namespace
 
 
@@ -169,12 +163,12 @@ StatusOr<SecretAttachment> Server::AttachSecrets(const json& spec, CreateOptions
 
 Status Server::InstallSandboxCa(const Sandbox& sb, const egress::EgressPolicy& policy, SecretAttachment* att) {
   if (att->brokered.empty() && policy.header_rules().empty()) return OkStatus();
-  ASSIGN_OR_RETURN(att->ca, MintSandboxCa(sb.id(), att->brokered, RulePatterns(policy)));
+  ASSIGN_OR_RETURN(att->ca, MintSandboxCa(sb.id(), att->brokered, policy.HeaderRulePatterns()));
   return InstallCaCert(sb, att->ca->cert_pem(), std::chrono::seconds(30));
 }
 
 Status Server::CoverRuleHosts(const std::string& id, const egress::EgressPolicy& policy) {
-  auto wanted = RulePatterns(policy);
+  auto wanted = policy.HeaderRulePatterns();
   if (wanted.empty()) return OkStatus();
   auto current = broker_->CaFor(id);
   std::vector<std::string> hosts = current ? current->hosts() : std::vector<std::string>();

@@ -97,13 +97,10 @@ static Status InstallCaWith(const EnvdClient& agent, const std::string& pem, std
 }
 
 std::vector<std::string> Server::RuleHostsOf(const std::string& id) {
-  std::vector<std::string> out;
   auto* eg = manager_ ? manager_->egress() : nullptr;
-  if (!eg) return out;
+  if (!eg) return {};
   auto p = eg->Policy(id);
-  if (!p.ok()) return out;
-  for (const auto& h : p->header_rules()) out.push_back(h.pattern);
-  return out;
+  return p.ok() ? p->HeaderRulePatterns() : std::vector<std::string>();
 }
 
 StatusOr<std::shared_ptr<secrets::SandboxCa>> Server::MintSandboxCa(

@@ -267,6 +267,8 @@ TEST(EgressPolicy, HeaderRulesRefuseWhatCouldSmuggleOrReroute) {
     auto body = nlohmann::json::parse(bad);
     auto p = PolicyFromApi(&body, false);
     EXPECT_FALSE(p.ok()) << bad;
-    if (!p.ok()) EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << bad;
+    if (!p.ok()) {
+      EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << bad;
+    }
   }
 }
