@@ -335,9 +335,9 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   // under TCG), else a cold boot; a failed restore falls back to the boot.
   StatusOr<std::unique_ptr<VmInstance>> vm = Unavailable("no template snapshot");
   if (config_.template_snapshots) {
-    std::string tdir = TemplateSnapshotDir(img->id, options.vcpus, options.memory_mib);
-    if (TemplateSnapshotUsable(tdir)) {
-      vm = runtime_->Restore(req, tdir, SnapshotDisk::kShared);
+    auto tdir = TemplateSnapshotDir(*img, options.vcpus, options.memory_mib);
+    if (tdir.ok() && TemplateSnapshotUsable(*tdir)) {
+      vm = runtime_->Restore(req, *tdir, SnapshotDisk::kShared);
       if (vm.ok()) sb->timings_.from_snapshot = true;
       else LOG_WARN("sandbox={} restore of template snapshot failed, cold boot: {}", sb->id_, vm.status().message());
     }

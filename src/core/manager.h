@@ -29,6 +29,7 @@
 #include "core/sandbox_state.h"
 #include "egress/egress_service.h"
 #include "egress/policy.h"
+#include "image/image.h"
 
 namespace airlock {
 
@@ -244,8 +245,9 @@ class Manager {
   std::string named_dir() const { return config_.state_dir + "/snapshots/named"; }
   // <state_dir>/snapshots/forks
   std::string forks_dir() const { return config_.state_dir + "/snapshots/forks"; }
-  // <state_dir>/snapshots/templates/<image id>-<vcpus>c-<memory>m
-  std::string TemplateSnapshotDir(const std::string& image_id, int vcpus, int memory_mib) const;
+  // <state_dir>/snapshots/templates/<image id>-<rootfs stamp>-<vcpus>c-<memory>m
+  // (template_snapshots.cc); an error when the image's rootfs cannot be stat'ed.
+  StatusOr<std::string> TemplateSnapshotDir(const image::GuestImage& img, int vcpus, int memory_mib) const;
   Runtime& runtime() { return *runtime_; }
   // nullptr when egress is off.
   egress::EgressService* egress() { return egress_.get(); }
@@ -262,16 +264,22 @@ class Manager {
   StatusOr<std::shared_ptr<Sandbox>> AdoptOne(const AdoptRequest& r);
   bool TemplateSnapshotUsable(const std::string& dir) const;
   std::mutex template_mu_;  // one template snapshot build at a time
-  std::set<std::string> template_failed_;
-  std::set<std::string> forks_in_progress_;  // fork snapshot dirs (guarded by mu_)  // dirs whose build failed: not retried (guarded by template_mu_)
+  std::set<std::string> template_failed_;    // dirs whose build failed: not retried (guarded by template_mu_)
+  std::set<std::string> forks_in_progress_;  // fork snapshot dirs (guarded by mu_)
   // A paused sandbox of a previous daemon (snapshots.cc).
   StatusOr<std::shared_ptr<Sandbox>> AdoptPausedOne(const AdoptRequest& r);
   // A VMM left stopped by a daemon killed mid-pause is continued (snapshots.cc).
   void ContinueIfStopped(const std::string& run_dir);
   // Is there a committed pause snapshot for r.id? (snapshots.cc)
   bool RecoverPaused(const AdoptRequest& r);
-  // Removes uncommitted (.tmp) snapshot dirs left by a crash (snapshots.cc).
+  // Removes uncommitted (.tmp) snapshot dirs left by a crash (snapshots.cc),
+  // and template snapshots of no current image (SweepTemplateSnapshots).
   void SweepSnapshots();
+  // Removes template snapshots that are not for a current image (an older
+  // image, or an older build of the current one) unless a VMM record or a
+  // snapshot manifest names a file inside them (an overlay layered on its
+  // disk) (template_snapshots.cc).
+  void SweepTemplateSnapshots();
   // Starts one sandbox from a snapshot whose agent holds `source_token`
   // (fork.cc): own network, CoW overlay, /init with a new token, hostname,
   // time, entropy (and env vars). Failure leaves nothing behind.

@@ -304,6 +304,7 @@ void Manager::SweepSnapshots() {
     auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), ec);
     if (!ec && age > std::chrono::minutes(10)) fs::remove_all(e.path(), ec);
   }
+  SweepTemplateSnapshots();
   for (auto& e : fs::directory_iterator(paused_dir(), ec)) {
     std::string name = e.path().filename().string();
     if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {

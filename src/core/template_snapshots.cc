@@ -1,18 +1,25 @@
 // Template snapshots (docs/snapshots.md): a sandbox is created by restoring
 // a snapshot of its template booted once, instead of booting the kernel.
 //
-//   snapshots/templates/<image id>-<vcpus>c-<memory>m/   memory, disk.qcow2, manifest.json
+//   snapshots/templates/<image id>-<rootfs stamp>-<vcpus>c-<memory>m/   memory, disk.qcow2, manifest.json
 //
 // The snapshot is taken right after the agent first answers /health, before
 // any /init: it holds no token, no env vars, no sandbox id. Each sandbox
 // restored from it gets a copy-on-write overlay on its disk.qcow2 and, in
 // /init, its own token, env, hostname, the time and fresh entropy.
-// Keyed by image id (a hash of the template's inputs): a rebuilt template has
-// a new id, so an old snapshot is never used for it.
+// Keyed by image id (a hash of the template's inputs) and by the rootfs
+// file's stamp (qemu::FileStamp, hashed): the image id names what the
+// template was built from, the stamp which build of it this is. A template
+// rebuilt under the same id (its rootfs was collected and built again: new
+// ext4 layout) gets a new directory, so a snapshot whose memory describes
+// the old filesystem is never restored over the new one.
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "common/log.h"
 #include "core/manager.h"
@@ -24,16 +31,75 @@
 namespace airlock {
 namespace fs = std::filesystem;
 
-std::string Manager::TemplateSnapshotDir(const std::string& image_id, int vcpus, int memory_mib) const {
-  return config_.state_dir + "/snapshots/templates/" + image_id + "-" + std::to_string(vcpus) + "c-" +
+namespace {
+
+// "<image id>-<8 hex of FNV-1a 64 of the rootfs stamp>-": what every template
+// snapshot directory of this build of the image starts with.
+StatusOr<std::string> TemplateSnapshotPrefix(const image::GuestImage& img) {
+  ASSIGN_OR_RETURN(std::string stamp, qemu::FileStamp(img.rootfs));
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : stamp) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return img.id + "-" + std::string(hex, 8) + "-";
+}
+
+}  // namespace
+
+StatusOr<std::string> Manager::TemplateSnapshotDir(const image::GuestImage& img, int vcpus, int memory_mib) const {
+  ASSIGN_OR_RETURN(std::string prefix, TemplateSnapshotPrefix(img));
+  return config_.state_dir + "/snapshots/templates/" + prefix + std::to_string(vcpus) + "c-" +
          std::to_string(memory_mib) + "m";
+}
+
+void Manager::SweepTemplateSnapshots() {
+  std::error_code ec;
+  const std::string root = config_.state_dir + "/snapshots/templates";
+  std::vector<std::string> current;
+  for (auto& e : fs::directory_iterator(config_.state_dir + "/images/templates", ec)) {
+    std::string n = e.path().filename().string();
+    if (n.size() <= 5 || n.compare(n.size() - 5, 5, ".json") != 0) continue;
+    auto img = image::FindImage(config_.state_dir, n.substr(0, n.size() - 5));
+    if (!img.ok()) continue;
+    if (auto p = TemplateSnapshotPrefix(*img); p.ok()) current.push_back(*p);
+  }
+  // Files named by VMM records and snapshot manifests (an overlay's backing
+  // file may be a template snapshot's disk.qcow2).
+  std::vector<std::string> records;
+  for (auto& e : fs::directory_iterator(config_.state_dir + "/run", ec))
+    records.push_back(e.path().string() + "/vm/vm.json");
+  for (const std::string& d : {paused_dir(), forks_dir(), named_dir()}) {
+    for (auto& e : fs::directory_iterator(d, ec)) records.push_back(e.path().string() + "/manifest.json");
+  }
+  std::set<std::string> in_use;
+  for (const auto& path : records) {
+    std::ifstream f(path);
+    if (!f) continue;
+    auto j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) continue;
+    for (const auto& [k, v] : j.items()) {
+      if (!v.is_string()) continue;
+      const std::string s = v.get<std::string>();
+      if (s.compare(0, root.size() + 1, root + "/") != 0) continue;
+      in_use.insert(s.substr(root.size() + 1, s.find('/', root.size() + 1) - root.size() - 1));
+    }
+  }
+  for (auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find(".tmp-") != std::string::npos || in_use.count(name)) continue;
+    bool is_current = false;
+    for (const auto& p : current) is_current = is_current || name.compare(0, p.size(), p) == 0;
+    if (is_current) continue;
+    LOG_INFO("removing template snapshot {} (not of a current image, and nothing is layered on it)", e.path().string());
+    if (Status st = qemu::DeleteSnapshot(e.path().string()); !st.ok()) LOG_WARN("{}", st.message());
+  }
 }
 
 bool Manager::TemplateSnapshotUsable(const std::string& dir) const { return qemu::ReadSnapshot(dir).ok(); }
 
 Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib) {
   ASSIGN_OR_RETURN(auto img, image::FindImage(config_.state_dir, template_name));
-  const std::string dir = TemplateSnapshotDir(img.id, vcpus, memory_mib);
+  ASSIGN_OR_RETURN(const std::string dir, TemplateSnapshotDir(img, vcpus, memory_mib));
   std::lock_guard<std::mutex> once(template_mu_);
   if (TemplateSnapshotUsable(dir)) return OkStatus();
   if (template_failed_.count(dir))

@@ -73,10 +73,18 @@ struct BaseLayerInputs {
 Status BuildBaseLayer(const BaseLayerInputs& in, const std::string& work_dir,
                       const std::string& out_dir, const Progress& progress);
 
+// Writes the agent as the guest gets it to `dest` (a new file, mode 0755):
+// an ELF is copied by objcopy without debug info and without its
+// .note.gnu.build-id (the linker hashes debug info, build paths included,
+// into it), so two builds of the same sources in different directories give
+// the same bytes and hence the same image key; anything else (a #! script)
+// is copied as is.
+Status GuestAgentCopy(const std::string& agent, const std::string& dest, const std::string& log);
+
 struct TemplateInputs {
   std::string base_dir;      // a complete base layer (<images>/base/<key>)
-  std::string agent_binary;  // installed stripped of debug info
-  std::string agent_sha256;  // of the unstripped binary: what the key was computed from
+  std::string agent_binary;  // a GuestAgentCopy(): installed as it is
+  std::string agent_sha256;  // of agent_binary: what the key was computed from
   std::string key;           // written to /etc/airlock/rootfs-id
 };
 // Writes out_dir/{rootfs.ext4,packages.txt}; stages the tree in
@@ -87,7 +95,7 @@ Status BuildTemplateRootfs(const TemplateInputs& in, const std::string& work_dir
 // The staging step of BuildTemplateRootfs, separate so it can be tested
 // without root: `stage` (must not exist) becomes a hard-link copy of
 // `base_root` (cp -al), then `agent` is installed as a new file at
-// /sbin/airlock-agent (ELF: objcopy --strip-debug; else copied; mode 0755) and
+// /sbin/airlock-agent (GuestAgentCopy; mode 0755) and
 // `rootfs_id` + "\n" as a new /etc/airlock/rootfs-id. Files of the base tree
 // are never written: every file this step adds replaces the link (unlink +
 // create), and /sbin must be a directory or a relative symlink inside the tree.

@@ -161,10 +161,47 @@ Status BuildInto(
   return st;
 }
 
+// Boot and rootfs builds that something other than a template pointer
+// still runs on or will be restored onto: every string in a VMM record
+// (<state_dir>/run/<id>/vm/vm.json: a running or re-adoptable sandbox) or a
+// snapshot manifest (<state_dir>/snapshots/{paused,forks,named}/<name>/
+// manifest.json) that names a file under images/boot/<key>/ or
+// images/rootfs/<key>/. Template snapshots do not pin: they are a cache,
+// re-made for the current image (core/template_snapshots.cc).
+void PinnedByVmsAndSnapshots(const Layout& l, std::set<std::string>& boot, std::set<std::string>& rootfs) {
+  const std::string state_dir = l.root.substr(0, l.root.rfind('/'));
+  std::vector<std::string> records;
+  if (auto ids = ListDir(state_dir + "/run"); ids.ok()) {
+    for (const auto& id : *ids) records.push_back(state_dir + "/run/" + id + "/vm/vm.json");
+  }
+  for (const char* kind : {"paused", "forks", "named"}) {
+    const std::string dir = state_dir + "/snapshots/" + kind;
+    if (auto names = ListDir(dir); names.ok()) {
+      for (const auto& n : *names) records.push_back(dir + "/" + n + "/manifest.json");
+    }
+  }
+  auto pin = [](const std::string& value, const std::string& prefix, std::set<std::string>& keys) {
+    if (value.compare(0, prefix.size(), prefix) != 0) return;
+    keys.insert(value.substr(prefix.size(), value.find('/', prefix.size()) - prefix.size()));
+  };
+  for (const auto& path : records) {
+    std::ifstream f(path);
+    if (!f) continue;
+    json j = json::parse(f, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) continue;
+    for (const auto& [k, v] : j.items()) {
+      if (!v.is_string()) continue;
+      pin(v.get<std::string>(), l.boot() + "/", boot);
+      pin(v.get<std::string>(), l.rootfs() + "/", rootfs);
+    }
+  }
+}
+
 // Removes boot builds, base layers and rootfs builds no template points at
-// (a template keeps its current and previous rootfs), and kernel packages
-// other than the ones in use.
-void CollectGarbage(const Layout& l) {
+// (a template keeps its current and previous rootfs) and no sandbox or
+// snapshot uses (PinnedByVmsAndSnapshots), and kernel packages other than
+// the ones in use.
+void CollectGarbageIn(const Layout& l) {
   std::set<std::string> boot, rootfs, base, debs;
   auto names = ListDir(l.templates());
   if (!names.ok()) return;
@@ -180,6 +217,7 @@ void CollectGarbage(const Layout& l) {
     for (char c : p->kernel_version) v += c == ':' ? std::string("%3a") : std::string(1, c);
     debs.insert(p->kernel_name + "_" + v + "_");
   }
+  PinnedByVmsAndSnapshots(l, boot, rootfs);
   auto sweep = [](const std::string& dir, const std::function<bool(const std::string&)>& keep) {
     auto entries = ListDir(dir);
     if (!entries.ok()) return;
@@ -222,6 +260,14 @@ StatusOr<std::vector<std::string>> TemplatePackages(const std::string& template_
                                   "python3",      "python3-pip",
                                   "python3-venv", "python-is-python3",
                                   "nodejs",       "npm"};
+}
+
+void CollectGarbage(const std::string& state_dir) {
+  auto abs = AbsolutePath(state_dir);
+  Layout l = LayoutFor(abs.ok() ? *abs : state_dir);
+  auto lock = LockFile(l.lock(), [] {});
+  if (!lock.ok()) return;
+  CollectGarbageIn(l);
 }
 
 StatusOr<GuestImage> FindImage(const std::string& state_dir, const std::string& template_name) {
@@ -270,8 +316,23 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& o) {
                      Say(progress, "waiting for another image build to finish");
                    }));
 
-  // Inputs known without asking apt.
-  ASSIGN_OR_RETURN(std::string agent_sha, Sha256File(o.agent_binary));
+  // Stale build directories from a killed build (we hold the lock).
+  if (auto stale = ListDir(l.tmp()); stale.ok()) {
+    for (const auto& s : *stale) {
+      if (Status st = RemoveTree(l.tmp() + "/" + s); !st.ok()) return st;
+    }
+  }
+  // Inputs known without asking apt. The agent's key is the hash of what
+  // the guest gets (GuestAgentCopy), not of the build's binary, whose debug
+  // info names the build directory.
+  ASSIGN_OR_RETURN(std::string agent_dir, MakeTempDir(l.tmp(), "agent-"));
+  struct RemoveOnExit {
+    std::string dir;
+    ~RemoveOnExit() { (void)RemoveTree(dir); }
+  } agent_dir_cleanup{agent_dir};
+  const std::string guest_agent = agent_dir + "/airlock-agent";
+  RETURN_IF_ERROR(GuestAgentCopy(o.agent_binary, guest_agent, agent_dir + "/objcopy.log").WithContext("agent"));
+  ASSIGN_OR_RETURN(std::string agent_sha, Sha256File(guest_agent));
   ASSIGN_OR_RETURN(std::string busybox_sha, Sha256File(busybox));
   std::string boot_local = KeyBuilder()
                                .Add("builder", kBuilderVersion)
@@ -282,12 +343,6 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& o) {
   std::string base_key = BaseLayerKey(o.template_name, kSuite, packages);
   std::string rootfs_key = TemplateRootfsKey(base_key, agent_sha);
 
-  // Stale build directories from a killed build (we hold the lock).
-  if (auto stale = ListDir(l.tmp()); stale.ok()) {
-    for (const auto& s : *stale) {
-      if (Status st = RemoveTree(l.tmp() + "/" + s); !st.ok()) return st;
-    }
-  }
   auto prev = ReadPointer(l, o.template_name);
   if (!o.force && !o.refresh && prev.ok() && prev->boot_local == boot_local &&
       prev->rootfs_key == rootfs_key) {
@@ -339,7 +394,7 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& o) {
     } else {
       Say(progress, "base layer up to date (" + base_key + ")");
     }
-    TemplateInputs in{base_dir, o.agent_binary, agent_sha, rootfs_key};
+    TemplateInputs in{base_dir, guest_agent, agent_sha, rootfs_key};
     RETURN_IF_ERROR(
         BuildInto(l, l.rootfs(rootfs_key), [&](const std::string& w, const std::string& out) {
           return BuildTemplateRootfs(in, w, out, progress);
@@ -366,7 +421,7 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& o) {
   p.kernel_release = kernel.release;
   p.id = KeyBuilder().Add("boot", boot_key).Add("rootfs", rootfs_key).ShortDigest();
   RETURN_IF_ERROR(WritePointer(l, o.template_name, p));
-  CollectGarbage(l);
+  CollectGarbageIn(l);
   auto secs =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - t0);
   Say(progress, "image " + p.id + " ready (" + std::to_string(secs.count()) + " s)");

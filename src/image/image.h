@@ -56,8 +56,9 @@ struct GuestImage {
   std::string kernel_package;  // e.g. "linux-image-6.1.0-57-cloud-amd64 6.1.192-3"
   std::string template_name;   // "base"
   // 20 hex digits hashing the inputs of the kernel, initramfs and rootfs builds
-  // (not their bytes): equal ids mean the same inputs, so a template snapshot
-  // made for one id is valid only for that id.
+  // (not their bytes): equal ids mean the same inputs. A template snapshot is
+  // keyed by the id and by the rootfs file's stamp (a rebuild under the same
+  // id lays out a new filesystem; core/template_snapshots.cc).
   std::string id;
 };
 
@@ -66,6 +67,12 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& options);
 // The current image of a template, without building. NotFound when absent or
 // incomplete.
 StatusOr<GuestImage> FindImage(const std::string& state_dir, const std::string& template_name);
+
+// Removes, under the image lock, every build under <state_dir>/images that
+// no template points at (its current and previous rootfs) and no running
+// sandbox or paused/forked/named snapshot still needs (their vm.json and
+// manifest.json name the files). EnsureImage runs it after every build.
+void CollectGarbage(const std::string& state_dir);
 
 // The Debian packages of a template's rootfs (what the cache key covers).
 StatusOr<std::vector<std::string>> TemplatePackages(const std::string& template_name);

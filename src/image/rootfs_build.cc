@@ -195,6 +195,16 @@ Status BuildBaseLayer(const BaseLayerInputs& in, const std::string& work_dir,
                     LogTo(out_dir + "/packages.txt"));
 }
 
+Status GuestAgentCopy(const std::string& agent, const std::string& dest, const std::string& log) {
+  if (!IsElf(agent)) return CopyFile(agent, dest, 0755);
+  // objcopy creates `dest` (a new inode); debug info is most of a
+  // development build's size and useless in the guest.
+  RETURN_IF_ERROR(RunCommand(
+      {"objcopy", "--strip-debug", "--remove-section=.note.gnu.build-id", agent, dest}, LogTo(log)));
+  if (::chmod(dest.c_str(), 0755) != 0) return ErrnoError("chmod " + dest);
+  return OkStatus();
+}
+
 Status StageTemplateTree(const std::string& base_root, const std::string& stage,
                          const std::string& agent, const std::string& rootfs_id,
                          const std::string& log) {
@@ -204,13 +214,7 @@ Status StageTemplateTree(const std::string& base_root, const std::string& stage,
   ASSIGN_OR_RETURN(std::string sbin, DirInTree(stage, "sbin"));
   std::string dest = sbin + "/airlock-agent";
   if (::unlink(dest.c_str()) != 0 && errno != ENOENT) return ErrnoError("unlink " + dest);
-  if (IsElf(agent)) {
-    // objcopy creates `dest` (a new inode); debug info is most of a
-    // development build's size and useless in the guest.
-    RETURN_IF_ERROR(RunCommand({"objcopy", "--strip-debug", agent, dest}, LogTo(log)));
-  } else {
-    RETURN_IF_ERROR(CopyFile(agent, dest, 0755));
-  }
+  RETURN_IF_ERROR(GuestAgentCopy(agent, dest, log));
   if (::geteuid() == 0 && ::chown(dest.c_str(), 0, 0) != 0) return ErrnoError("chown " + dest);
   if (::chmod(dest.c_str(), 0755) != 0) return ErrnoError("chmod " + dest);
   RETURN_IF_ERROR(MakeDirs(stage + "/etc/airlock"));
@@ -220,8 +224,8 @@ Status StageTemplateTree(const std::string& base_root, const std::string& stage,
 Status BuildTemplateRootfs(const TemplateInputs& in, const std::string& work_dir,
                            const std::string& out_dir, const Progress& progress) {
   std::string log = work_dir + "/template.log";
-  // The agent is copied first and the copy hashed: what is installed is
-  // exactly what the key was computed from.
+  // The agent (already a GuestAgentCopy) is copied first and the copy
+  // hashed: what is installed is exactly what the key was computed from.
   std::string agent = work_dir + "/airlock-agent";
   RETURN_IF_ERROR(CopyFile(in.agent_binary, agent, 0755));
   ASSIGN_OR_RETURN(std::string copied_sha, Sha256File(agent));

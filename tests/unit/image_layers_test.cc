@@ -9,7 +9,10 @@
 #include <vector>
 
 #include "image/builders.h"
+#include "image/command.h"
 #include "image/fs_util.h"
+#include "image/hash.h"
+#include "image/image.h"
 
 namespace airlock::image {
 namespace {
@@ -106,6 +109,60 @@ TEST_F(StageTest, RefusesSbinLinkLeavingTheTree) {
   Status st = StageTemplateTree(base_, dir_ + "/stage", agent, "k", dir_ + "/log");
   EXPECT_FALSE(st.ok());
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+}
+
+// Two builds of the same agent in different directories differ in their
+// debug info and build-id; the guest's copy (and so the image key) does not.
+TEST_F(StageTest, GuestAgentCopyDropsWhatNamesTheBuild) {
+  for (const char* d : {"a", "b"}) {
+    std::string src = dir_ + "/src-" + d + "/x/y";
+    ASSERT_TRUE(MakeDirs(src).ok());
+    ASSERT_TRUE(WriteFile(src + "/m.c", "int main(void) { return 0; }\n").ok());
+    Status st = RunCommand({"sh", "-c", "cd " + src + " && cc -g -Wl,--build-id=sha1 -o prog m.c"},
+                           LogTo(dir_ + "/cc.log"));
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_TRUE(GuestAgentCopy(src + "/prog", dir_ + "/guest-" + d, dir_ + "/log").ok());
+  }
+  EXPECT_NE(*Sha256File(dir_ + "/src-a/x/y/prog"), *Sha256File(dir_ + "/src-b/x/y/prog"));
+  EXPECT_EQ(*Sha256File(dir_ + "/guest-a"), *Sha256File(dir_ + "/guest-b"));
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ + "/guest-a").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+}
+
+// The image cache keeps what a template points at and what a sandbox or a
+// snapshot still runs on; the rest goes.
+TEST_F(StageTest, CollectGarbageKeepsWhatVmsAndSnapshotsUse) {
+  const std::string state = dir_ + "/state", img = state + "/images";
+  for (const char* k : {"cur", "prev", "paused", "running", "named", "old"}) {
+    ASSERT_TRUE(MakeDirs(img + "/rootfs/" + k).ok());
+    ASSERT_TRUE(WriteFile(img + "/rootfs/" + k + "/rootfs.ext4", "x").ok());
+  }
+  for (const char* k : {"bootcur", "bootpaused", "bootold"}) ASSERT_TRUE(MakeDirs(img + "/boot/" + k).ok());
+  ASSERT_TRUE(MakeDirs(img + "/templates").ok());
+  ASSERT_TRUE(WriteFile(img + "/templates/base.json",
+                        R"({"id":"i","boot_key":"bootcur","rootfs_key":"cur","previous_rootfs_key":"prev",)"
+                        R"("kernel_release":"6.1"})")
+                  .ok());
+  auto record = [&](const std::string& path, const std::string& json) {
+    ASSERT_TRUE(MakeDirs(path.substr(0, path.rfind('/'))).ok());
+    ASSERT_TRUE(WriteFile(path, json).ok());
+  };
+  record(state + "/snapshots/paused/sb1/manifest.json",
+         R"({"rootfs":")" + img + R"(/rootfs/paused/rootfs.ext4","kernel":")" + img + R"(/boot/bootpaused/vmlinux"})");
+  record(state + "/run/sb2/vm/vm.json", R"({"rootfs_template":")" + img + R"(/rootfs/running/rootfs.ext4"})");
+  record(state + "/snapshots/named/n1/manifest.json", R"({"rootfs":")" + img + R"(/rootfs/named/rootfs.ext4"})");
+  // Template snapshots are a cache: they pin nothing.
+  record(state + "/snapshots/templates/t1/manifest.json", R"({"rootfs":")" + img + R"(/rootfs/old/rootfs.ext4"})");
+  record(state + "/snapshots/forks/f1/manifest.json", "not json");
+
+  CollectGarbage(state);
+  for (const char* k : {"cur", "prev", "paused", "running", "named"})
+    EXPECT_TRUE(IsDirectory(img + "/rootfs/" + k)) << k;
+  EXPECT_FALSE(IsDirectory(img + "/rootfs/old"));
+  EXPECT_TRUE(IsDirectory(img + "/boot/bootcur"));
+  EXPECT_TRUE(IsDirectory(img + "/boot/bootpaused"));
+  EXPECT_FALSE(IsDirectory(img + "/boot/bootold"));
 }
 
 }  // namespace

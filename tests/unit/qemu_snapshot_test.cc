@@ -184,6 +184,63 @@ TEST(QemuSnapshotDir, HalfWrittenOrTruncatedIsNotASnapshot) {
   EXPECT_FALSE(fs::exists(snap));
 }
 
+TEST(QemuSnapshotDir, RebuiltRootfsOrBackingIsRefusedByItsStamp) {
+  ScopedDir d{TempDir()};
+  VmSpec s = FakeSpec(d.path);
+  WriteText(s.rootfs_template, "ext4 build 1");
+  const std::string top = d.path + "/top.qcow2";  // the disk the snapshot's disk backs onto
+  WriteText(top, "qcow2 layer");
+  SnapshotManifest m = FakeManifest(s);
+  m.disk_backing = top;
+  m.disk_backing_format = "qcow2";
+  auto rs = FileStamp(s.rootfs_template);
+  auto bs = FileStamp(top);
+  ASSERT_TRUE(rs.ok() && bs.ok());
+  EXPECT_EQ(rs->substr(0, rs->find(':')), "12");  // size first, then mtime in ns
+  m.rootfs_stamp = *rs;
+  m.disk_backing_stamp = *bs;
+  std::string snap = d.path + "/snap";
+  fs::create_directories(snap);
+  WriteText(snap + "/memory", "12345");
+  WriteText(snap + "/disk.qcow2", "abc");
+  WriteText(snap + "/manifest.json", m.ToJson().dump());
+  ASSERT_TRUE(ReadSnapshot(snap).ok());
+  auto back = ReadSnapshot(snap);
+  EXPECT_EQ(back->rootfs_stamp, *rs);
+  EXPECT_EQ(back->disk_backing_stamp, *bs);
+
+  // The template is rebuilt at the same path: same size, new bytes, new mtime.
+  struct timespec later[2] = {{0, UTIME_OMIT}, {0, 0}};
+  ::clock_gettime(CLOCK_REALTIME, &later[1]);
+  later[1].tv_sec += 5;
+  fs::remove(s.rootfs_template);
+  WriteText(s.rootfs_template, "ext4 build 2");
+  ASSERT_EQ(::utimensat(AT_FDCWD, s.rootfs_template.c_str(), later, 0), 0);
+  auto stale = ReadSnapshot(snap);
+  EXPECT_EQ(stale.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(stale.status().message().find("rootfs " + s.rootfs_template + " was replaced"), std::string::npos)
+      << stale.status().ToString();
+
+  // Same for the immediate backing file; the rootfs stamp is brought up to date.
+  m.rootfs_stamp = *FileStamp(s.rootfs_template);
+  WriteText(snap + "/manifest.json", m.ToJson().dump());
+  ASSERT_TRUE(ReadSnapshot(snap).ok());
+  WriteText(top, "qcow2 layer, longer");
+  auto stale2 = ReadSnapshot(snap);
+  EXPECT_EQ(stale2.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(stale2.status().message().find("backing file"), std::string::npos) << stale2.status().ToString();
+
+  // A manifest from before the stamps existed is read, and not checked.
+  auto j = m.ToJson();
+  j.erase("rootfs_stamp");
+  j.erase("disk_backing_stamp");
+  WriteText(snap + "/manifest.json", j.dump());
+  auto old = ReadSnapshot(snap);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->rootfs_stamp, "");
+  EXPECT_FALSE(FileStamp(d.path + "/nope").ok());
+}
+
 // ---- against the real image -----------------------------------------------------
 
 // Minimal HTTP/1.1 client (Connection: close; Content-Length or chunked).

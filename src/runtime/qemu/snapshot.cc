@@ -186,6 +186,8 @@ nlohmann::json SnapshotManifest::ToJson() const {
           {"disk_bytes", disk_bytes},
           {"disk_backing", disk_backing},
           {"disk_backing_format", disk_backing_format},
+          {"rootfs_stamp", rootfs_stamp},
+          {"disk_backing_stamp", disk_backing_stamp},
           {"source_sandbox_id", source_sandbox_id},
           {"created_at", created_at},
           {"host_tsc_khz", host_tsc_khz},
@@ -222,6 +224,11 @@ StatusOr<SnapshotManifest> SnapshotManifest::FromJson(const nlohmann::json& j) {
   RETURN_IF_ERROR(num("disk_bytes", m.disk_bytes));
   RETURN_IF_ERROR(num("host_tsc_khz", m.host_tsc_khz));
   RETURN_IF_ERROR(num("save_ms", m.save_ms));
+  // Optional: absent in snapshots written before they existed.
+  for (auto [k, f] : std::initializer_list<std::pair<const char*, std::string*>>{
+           {"rootfs_stamp", &m.rootfs_stamp}, {"disk_backing_stamp", &m.disk_backing_stamp}}) {
+    if (j.contains(k)) RETURN_IF_ERROR(str(k, *f));
+  }
   if (!j.contains("network") || !j["network"].is_boolean()) return InvalidArgument("manifest: field network missing");
   m.network = j["network"].get<bool>();
   // File names are plain names inside the snapshot dir, never paths.
@@ -264,10 +271,22 @@ StatusOr<SnapshotManifest> ReadSnapshot(const std::string& dir) {
   }
   if (m->memory_bytes > (uint64_t(m->memory_mib) << 20) + kStreamOverheadBytes)
     return InvalidArgument(path + ": memory file larger than guest RAM + overhead");
-  struct stat st;
-  if (::stat(m->disk_backing.c_str(), &st) != 0)
-    return FailedPrecondition(ErrnoError("snapshot disk's backing file " + m->disk_backing).message());
+  for (auto [what, file, want] : {std::tuple{"disk's backing file", &m->disk_backing, &m->disk_backing_stamp},
+                                   std::tuple{"rootfs", &m->rootfs, &m->rootfs_stamp}}) {
+    auto now = FileStamp(*file);
+    if (!now.ok()) return FailedPrecondition("snapshot " + std::string(what) + ": " + now.status().message());
+    if (!want->empty() && *now != *want)
+      return FailedPrecondition(path + ": " + what + " " + *file + " was replaced after the snapshot was taken (stamp " +
+                                *want + ", now " + *now + "; a rebuilt image): its memory and disk no longer match it");
+  }
   return m;
+}
+
+StatusOr<std::string> FileStamp(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoError("stat " + path);
+  uint64_t ns = uint64_t(st.st_mtim.tv_sec) * 1000000000ull + uint64_t(st.st_mtim.tv_nsec);
+  return std::to_string(st.st_size) + ":" + std::to_string(ns);
 }
 
 std::string MachineShapeHash(const VmSpec& spec, Accel accel) {
@@ -473,6 +492,8 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     m.qemu_version = QemuVersionOf(qmp_->greeting());
     m.disk_backing = disk_backing_;
     m.disk_backing_format = disk_backing_format_;
+    m.rootfs_stamp = rootfs_stamp_;
+    m.disk_backing_stamp = disk_backing_stamp_;
     m.source_sandbox_id = spec_.sandbox_id;
     m.created_at = Rfc3339Now();
     m.host_tsc_khz = HostTscKhz();

@@ -74,6 +74,9 @@ struct SnapshotManifest {
   uint64_t disk_bytes = 0;
   std::string disk_backing;         // absolute path of disk.qcow2's backing file
   std::string disk_backing_format;  // "raw" | "qcow2"
+  // FileStamp() of `rootfs` and of `disk_backing` when the VM was launched.
+  // Empty in snapshots written before these fields existed (not checked).
+  std::string rootfs_stamp, disk_backing_stamp;
   std::string source_sandbox_id;
   std::string created_at;  // RFC 3339, UTC
   uint64_t host_tsc_khz = 0;
@@ -84,11 +87,23 @@ struct SnapshotManifest {
   static StatusOr<SnapshotManifest> FromJson(const nlohmann::json& j);
 };
 
+// What a snapshot can cheaply check about a file it was taken over (the
+// template rootfs, the disk it backs onto): "<size>:<mtime in ns>". Those
+// files are written once and never modified, so a rebuilt template at the
+// same path (same image key, new bytes: mkfs.ext4 lays out a new filesystem)
+// has a new stamp. Restoring guest memory whose page cache and ext4 metadata
+// describe the old bytes over the new ones fails inside the guest with ext4
+// checksum errors (EBADMSG, "Bad message"), so such a snapshot is refused
+// instead. Size and mtime survive `cp -a` and rename; the inode does not,
+// so it is not part of it. ErrnoError when stat fails.
+StatusOr<std::string> FileStamp(const std::string& path);
+
 // Reads and validates <dir>/manifest.json against the files next to it:
 // NotFound when there is no manifest (not a snapshot, or a save that never
 // committed); DataLoss when a file is missing or its size differs from the
 // manifest (truncated, half-copied); FailedPrecondition for an unknown
-// format version or a missing disk backing file.
+// format version, a missing disk backing file, or a rootfs / backing file
+// whose FileStamp() differs from the one recorded (rebuilt since).
 StatusOr<SnapshotManifest> ReadSnapshot(const std::string& dir);
 
 // Identity of the machine a migration stream can be loaded into: the QEMU
