@@ -207,6 +207,13 @@ void Manager::ReleaseSharedSnapshot(const std::string& dir, const Sandbox* excep
     }
   }
   if (dir.rfind(forks_dir() + "/", 0) != 0) return;  // only fork checkpoints are reference-counted
+  // A snapshot of a child (paused, named) or a sandbox of another daemon is
+  // layered on it: kept, and removed by a later daemon start's sweep once
+  // nothing is.
+  if (SnapshotDirsLayeredOn().count(dir)) {
+    LOG_INFO("fork snapshot {} kept: a snapshot or sandbox is layered on it", dir);
+    return;
+  }
   if (Status s = qemu::DeleteSnapshot(dir); !s.ok()) LOG_WARN("delete fork snapshot {}: {}", dir, s.message());
 }
 
@@ -219,16 +226,29 @@ std::string Manager::ForkSnapshotOf(const std::string& id) const {
   return "";
 }
 
+std::set<std::string> Manager::SnapshotDirsLayeredOn() const {
+  std::set<std::string> dirs;
+  const std::string root = config_.state_dir + "/snapshots/";
+  auto note = [&](const std::string& record) {
+    const std::string backing = JsonField(record, "disk_backing");
+    if (backing.compare(0, root.size(), root) != 0) return;
+    size_t kind_end = backing.find('/', root.size());
+    size_t name_end = kind_end == std::string::npos ? kind_end : backing.find('/', kind_end + 1);
+    if (name_end != std::string::npos) dirs.insert(backing.substr(0, name_end));
+  };
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(config_.state_dir + "/run", ec)) note(e.path().string() + "/vm/vm.json");
+  for (const char* kind : {"templates", "paused", "forks", "named"}) {
+    for (auto& e : fs::directory_iterator(root + kind, ec))
+      note(e.path().string() + "/" + qemu::kSnapshotManifest);
+  }
+  return dirs;
+}
+
 void Manager::SweepForkSnapshots() {
   std::error_code ec;
-  // Every sandbox on this state dir (any daemon's), running or paused.
-  std::set<std::string> used;
-  for (const auto& base : {config_.state_dir + "/run", paused_dir()}) {
-    for (auto& e : fs::directory_iterator(base, ec)) {
-      std::string f = ForkSnapshotOf(e.path().filename().string());
-      if (!f.empty()) used.insert(f);
-    }
-  }
+  // Every disk on this state dir (any daemon's): running, paused, snapshots.
+  const std::set<std::string> used = SnapshotDirsLayeredOn();
   for (auto& e : fs::directory_iterator(forks_dir(), ec)) {
     if (used.count(e.path().string())) continue;
     // A fork of another daemon may be between its checkpoint and its children.

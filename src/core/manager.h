@@ -223,8 +223,8 @@ class Manager {
   // Template snapshots (template_snapshots.cc): boots the template once in a
   // throw-away network, waits for the agent (no /init: no token, no env),
   // saves memory + device state + disk under TemplateSnapshotDir, committed
-  // by rename. OK at once when it exists. Keyed by image id, so a rebuilt
-  // template (new id) never uses an old snapshot.
+  // by rename. OK at once when it exists. Keyed by image id and rootfs
+  // stamp, so a rebuilt template never uses an old snapshot.
   Status EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib);
   // Fork (fork.cc): checkpoints the running sandbox `id` once (it keeps
   // running) under snapshots/forks/<id>-<n>, then starts `count` (1..16)
@@ -294,8 +294,15 @@ class Manager {
   StatusOr<std::shared_ptr<Sandbox>> CreateFromNamedSnapshot(const std::string& dir, const CreateOptions& options);
   // Deletes a fork snapshot once no sandbox other than `except` uses it (fork.cc).
   void ReleaseSharedSnapshot(const std::string& dir, const Sandbox* except);
-  // At start: removes fork snapshots no run dir or paused snapshot refers to (fork.cc).
+  // At start: removes fork snapshots nothing is layered on (fork.cc).
   void SweepForkSnapshots();
+  // Snapshot directories (<state_dir>/snapshots/<kind>/<name>) that a disk
+  // is layered on: the parent directory of the `disk_backing` of every VMM
+  // record (run/*/vm/vm.json: running, re-adoptable) and of every snapshot
+  // manifest (templates, paused, forks, named), whichever daemon wrote it.
+  // Such a directory must not be deleted: the overlay or the snapshot disk
+  // on top of it would lose its backing file (fork.cc).
+  std::set<std::string> SnapshotDirsLayeredOn() const;
   // A fork snapshot the disk in run_dir/vm (or a paused manifest) is layered on, if any.
   std::string ForkSnapshotOf(const std::string& id) const;
   // Deletes a sandbox's own snapshot data, never anything shared (snapshots.cc).

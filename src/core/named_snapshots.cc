@@ -7,7 +7,8 @@
 //                                  template, env vars, the source's token, which
 //                                  the copied agent holds until /init rotates it)
 // Written as <snapshotID>.tmp and renamed: a crash leaves no half snapshot.
-// A snapshot that sandboxes are layered on cannot be deleted (FailedPrecondition).
+// A snapshot that sandboxes or other snapshots are layered on cannot be
+// deleted (FailedPrecondition; Manager::SnapshotDirsLayeredOn).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -152,7 +153,20 @@ Status Manager::DeleteNamedSnapshot(const std::string& id_or_name) {
     return FailedPrecondition("snapshot " + id_or_name + " is the base of " + std::to_string(users) +
                               " sandbox(es); kill them first");
   }
-  return qemu::DeleteSnapshot(dir);
+  // Disks layered on it that are not (or no longer) this daemon's sandboxes:
+  // a snapshot taken of a sandbox started from it, a fork checkpoint of
+  // one, a paused one, another daemon's sandbox.
+  if (SnapshotDirsLayeredOn().count(dir)) {
+    return FailedPrecondition("snapshot " + id_or_name +
+                              " is the base of another snapshot or sandbox (its disk is layered on this one's); "
+                              "delete or kill that first");
+  }
+  auto m = qemu::ReadSnapshot(dir);
+  RETURN_IF_ERROR(qemu::DeleteSnapshot(dir));
+  // A named snapshot of a fork child was the last thing on its fork
+  // checkpoint, perhaps: released (deleted when nothing else is on it).
+  if (m.ok()) ReleaseSharedSnapshot(fs::path(m->disk_backing).parent_path().string(), nullptr);
+  return OkStatus();
 }
 
 StatusOr<std::shared_ptr<Sandbox>> Manager::CreateFromNamedSnapshot(const std::string& dir,

@@ -18,8 +18,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "common/log.h"
 #include "core/manager.h"
@@ -63,30 +61,10 @@ void Manager::SweepTemplateSnapshots() {
     if (!img.ok()) continue;
     if (auto p = TemplateSnapshotPrefix(*img); p.ok()) current.push_back(*p);
   }
-  // Files named by VMM records and snapshot manifests (an overlay's backing
-  // file may be a template snapshot's disk.qcow2).
-  std::vector<std::string> records;
-  for (auto& e : fs::directory_iterator(config_.state_dir + "/run", ec))
-    records.push_back(e.path().string() + "/vm/vm.json");
-  for (const std::string& d : {paused_dir(), forks_dir(), named_dir()}) {
-    for (auto& e : fs::directory_iterator(d, ec)) records.push_back(e.path().string() + "/manifest.json");
-  }
-  std::set<std::string> in_use;
-  for (const auto& path : records) {
-    std::ifstream f(path);
-    if (!f) continue;
-    auto j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object()) continue;
-    for (const auto& [k, v] : j.items()) {
-      if (!v.is_string()) continue;
-      const std::string s = v.get<std::string>();
-      if (s.compare(0, root.size() + 1, root + "/") != 0) continue;
-      in_use.insert(s.substr(root.size() + 1, s.find('/', root.size() + 1) - root.size() - 1));
-    }
-  }
+  const std::set<std::string> in_use = SnapshotDirsLayeredOn();
   for (auto& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.find(".tmp-") != std::string::npos || in_use.count(name)) continue;
+    if (name.find(".tmp-") != std::string::npos || in_use.count(e.path().string())) continue;
     bool is_current = false;
     for (const auto& p : current) is_current = is_current || name.compare(0, p.size(), p) == 0;
     if (is_current) continue;

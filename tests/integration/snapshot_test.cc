@@ -38,6 +38,13 @@ ExecRequest Bash(const std::string& script) {
   return r;
 }
 
+std::string RandomHexForTest() {
+  std::random_device rd;
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", rd());
+  return buf;
+}
+
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -301,6 +308,70 @@ TEST(SnapshotTest, CreateFromTemplateSnapshotIsFreshAndPrivate) {
   auto cold = (*m)->Create(o);
   ASSERT_TRUE(cold.ok()) << cold.status().ToString();
   EXPECT_FALSE((*cold)->timings().from_snapshot);
+}
+
+// Snapshots chain: a fork child's disk is layered on the fork checkpoint, a
+// named snapshot of it on that, a sandbox from the named snapshot on the
+// named snapshot, and a named snapshot of that sandbox on the first one.
+// Killing the sandboxes must not delete a snapshot another is layered on,
+// and deleting a named snapshot another is layered on is refused.
+TEST(SnapshotTest, SnapshotsLayeredOnForksAndNamedSnapshotsKeepTheirBase) {
+  AIRLOCK_REQUIRE_VM();
+  ManagerConfig c;
+  c.state_dir = StateDir();
+  c.build_image_if_missing = false;
+  c.template_snapshots = true;
+  auto m = Manager::Open(c);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  Manager& mgr = **m;
+  auto run = [](const Sandbox& sb, const std::string& script) {
+    std::string out;
+    ExecCallbacks cb;
+    cb.on_stdout = [&](std::string_view s) { out.append(s); };
+    auto r = sb.agent().Exec(Bash(script), cb);
+    EXPECT_TRUE(r.ok() && r->exit_code == 0) << script << ": " << r.status().ToString();
+    return out;
+  };
+  auto parent = mgr.Create(CreateOptions{});
+  ASSERT_TRUE(parent.ok()) << parent.status().ToString();
+  run(**parent, "echo parent > /home/user/p.txt; sync");
+  auto kids = mgr.Fork((*parent)->id(), 1);
+  ASSERT_TRUE(kids.ok() && kids->size() == 1 && (*kids)[0].ok()) << kids.status().ToString();
+  std::shared_ptr<Sandbox> child = *(*kids)[0];
+  ASSERT_TRUE(mgr.Destroy((*parent)->id()).ok());
+  run(*child, "echo child > /home/user/c.txt; sync");
+  const std::string tag = RandomHexForTest();
+  auto first = mgr.CreateNamedSnapshot(child->id(), "chain-a-" + tag);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  // The last fork child goes: its checkpoint stays, the named snapshot is on it.
+  ASSERT_TRUE(mgr.Destroy(child->id()).ok());
+  ASSERT_TRUE(qemu::ReadSnapshot(first->dir).ok()) << qemu::ReadSnapshot(first->dir).status().ToString();
+
+  CreateOptions from_first;
+  from_first.template_name = "chain-a-" + tag;
+  auto d = mgr.Create(from_first);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(run(**d, "cat /home/user/p.txt /home/user/c.txt"), "parent\nchild\n");
+  run(**d, "echo d > /home/user/d.txt; sync");
+  auto second = mgr.CreateNamedSnapshot((*d)->id(), "chain-b-" + tag);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_TRUE(mgr.Destroy((*d)->id()).ok());
+
+  Status refused = mgr.DeleteNamedSnapshot("chain-a-" + tag);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.ToString();
+  CreateOptions from_second;
+  from_second.template_name = "chain-b-" + tag;
+  auto e = mgr.Create(from_second);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(run(**e, "cat /home/user/p.txt /home/user/c.txt /home/user/d.txt"), "parent\nchild\nd\n");
+  ASSERT_TRUE(mgr.Destroy((*e)->id()).ok());
+  // Top down, both go, and the fork checkpoint with the last of them.
+  const std::string fork_dir = fs::path(qemu::ReadSnapshot(first->dir)->disk_backing).parent_path().string();
+  EXPECT_EQ(fork_dir.rfind(StateDir() + "/snapshots/forks/", 0), 0u) << fork_dir;
+  EXPECT_TRUE(mgr.DeleteNamedSnapshot("chain-b-" + tag).ok());
+  EXPECT_TRUE(fs::exists(fork_dir));
+  EXPECT_TRUE(mgr.DeleteNamedSnapshot("chain-a-" + tag).ok());
+  EXPECT_FALSE(fs::exists(fork_dir));
 }
 
 }  // namespace
