@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/disk_records.h"
 #include "common/log.h"
 #include "core/agent_init.h"
 #include "core/http_client.h"
@@ -236,12 +237,7 @@ std::set<std::string> Manager::SnapshotDirsLayeredOn() const {
     size_t name_end = kind_end == std::string::npos ? kind_end : backing.find('/', kind_end + 1);
     if (name_end != std::string::npos) dirs.insert(backing.substr(0, name_end));
   };
-  std::error_code ec;
-  for (auto& e : fs::directory_iterator(config_.state_dir + "/run", ec)) note(e.path().string() + "/vm/vm.json");
-  for (const char* kind : {"templates", "paused", "forks", "named"}) {
-    for (auto& e : fs::directory_iterator(root + kind, ec))
-      note(e.path().string() + "/" + qemu::kSnapshotManifest);
-  }
+  for (const auto& record : DiskRecordFiles(config_.state_dir, /*with_template_snapshots=*/true)) note(record);
   return dirs;
 }
 

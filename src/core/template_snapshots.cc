@@ -16,11 +16,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 
 #include "common/log.h"
 #include "core/manager.h"
+#include "image/hash.h"
 #include "image/image.h"
 #include "net/address_pool.h"
 #include "net/sandbox_network.h"
@@ -31,15 +31,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// "<image id>-<8 hex of FNV-1a 64 of the rootfs stamp>-": what every template
+// "<image id>-<8 hex of the SHA-256 of the rootfs stamp>-": what every template
 // snapshot directory of this build of the image starts with.
 StatusOr<std::string> TemplateSnapshotPrefix(const image::GuestImage& img) {
   ASSIGN_OR_RETURN(std::string stamp, qemu::FileStamp(img.rootfs));
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : stamp) h = (h ^ c) * 1099511628211ull;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return img.id + "-" + std::string(hex, 8) + "-";
+  return img.id + "-" + image::Sha256Hex(stamp).substr(0, 8) + "-";
 }
 
 }  // namespace
@@ -68,7 +64,7 @@ void Manager::SweepTemplateSnapshots() {
     bool is_current = false;
     for (const auto& p : current) is_current = is_current || name.compare(0, p.size(), p) == 0;
     if (is_current) continue;
-    LOG_INFO("removing template snapshot {} (not of a current image, and nothing is layered on it)", e.path().string());
+    LOG_INFO("removing template snapshot {} (not of the current build of an image, and nothing is layered on it)", e.path().string());
     if (Status st = qemu::DeleteSnapshot(e.path().string()); !st.ok()) LOG_WARN("{}", st.message());
   }
 }

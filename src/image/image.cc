@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/disk_records.h"
 #include "common/log.h"
 #include "image/builders.h"
 #include "image/fs_util.h"
@@ -169,22 +170,11 @@ Status BuildInto(
 // images/rootfs/<key>/. Template snapshots do not pin: they are a cache,
 // re-made for the current image (core/template_snapshots.cc).
 void PinnedByVmsAndSnapshots(const Layout& l, std::set<std::string>& boot, std::set<std::string>& rootfs) {
-  const std::string state_dir = l.root.substr(0, l.root.rfind('/'));
-  std::vector<std::string> records;
-  if (auto ids = ListDir(state_dir + "/run"); ids.ok()) {
-    for (const auto& id : *ids) records.push_back(state_dir + "/run/" + id + "/vm/vm.json");
-  }
-  for (const char* kind : {"paused", "forks", "named"}) {
-    const std::string dir = state_dir + "/snapshots/" + kind;
-    if (auto names = ListDir(dir); names.ok()) {
-      for (const auto& n : *names) records.push_back(dir + "/" + n + "/manifest.json");
-    }
-  }
   auto pin = [](const std::string& value, const std::string& prefix, std::set<std::string>& keys) {
     if (value.compare(0, prefix.size(), prefix) != 0) return;
     keys.insert(value.substr(prefix.size(), value.find('/', prefix.size()) - prefix.size()));
   };
-  for (const auto& path : records) {
+  for (const auto& path : DiskRecordFiles(l.root.substr(0, l.root.rfind('/')), /*with_template_snapshots=*/false)) {
     std::ifstream f(path);
     if (!f) continue;
     json j = json::parse(f, nullptr, /*allow_exceptions=*/false);
