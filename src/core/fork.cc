@@ -231,7 +231,11 @@ std::set<std::string> Manager::SnapshotDirsLayeredOn() const {
   std::set<std::string> dirs;
   const std::string root = config_.state_dir + "/snapshots/";
   auto note = [&](const std::string& record) {
-    const std::string backing = JsonField(record, "disk_backing");
+    std::string backing = JsonField(record, "disk_backing");
+    if (backing.empty()) return;
+    // Written under another spelling of the state dir (a symlink): compare canonical paths.
+    std::error_code ec;
+    if (auto c = fs::weakly_canonical(backing, ec); !ec) backing = c.string();
     if (backing.compare(0, root.size(), root) != 0) return;
     size_t kind_end = backing.find('/', root.size());
     size_t name_end = kind_end == std::string::npos ? kind_end : backing.find('/', kind_end + 1);

@@ -138,9 +138,11 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   std::unique_ptr<Manager> m(new Manager());
   m->config_ = std::move(config);
   std::error_code ec;
-  // Absolute: VMM records and manifests name files by absolute path, and
+  // Canonical (absolute, no symlinks; the image code resolves it the same
+  // way): VMM records and manifests name files by path, and
   // SnapshotDirsLayeredOn compares those with paths under the state dir.
-  if (!m->config_.state_dir.empty()) m->config_.state_dir = fs::absolute(m->config_.state_dir).lexically_normal().string();
+  if (!m->config_.state_dir.empty()) m->config_.state_dir = fs::weakly_canonical(m->config_.state_dir, ec).string();
+  if (ec) return Internal("state directory " + m->config_.state_dir + ": " + ec.message());
   while (m->config_.state_dir.size() > 1 && m->config_.state_dir.back() == '/') m->config_.state_dir.pop_back();
   fs::create_directories(m->config_.state_dir + "/run", ec);
   if (ec) {

@@ -312,6 +312,16 @@ void Manager::SweepSnapshots() {
       fs::remove_all(e.path(), ec);
     }
   }
+  // Named snapshots a daemon died writing (saved, never renamed into place):
+  // older than 10 minutes, so not one another daemon is writing now.
+  for (auto& e : fs::directory_iterator(named_dir(), ec)) {
+    std::string name = e.path().filename().string();
+    if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".tmp") != 0) continue;
+    auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), ec);
+    if (ec || age < std::chrono::minutes(10)) continue;
+    LOG_WARN("removing uncommitted named snapshot {}", e.path().string());
+    fs::remove_all(e.path(), ec);
+  }
 }
 
 Status Manager::DeletePrivateSnapshots(Sandbox& sb) {

@@ -94,8 +94,8 @@ Status BuildTemplateRootfs(const TemplateInputs& in, const std::string& work_dir
 
 // The staging step of BuildTemplateRootfs, separate so it can be tested
 // without root: `stage` (must not exist) becomes a hard-link copy of
-// `base_root` (cp -al), then `agent` is installed as a new file at
-// /sbin/airlock-agent (GuestAgentCopy; mode 0755) and
+// `base_root` (cp -al), then `agent` (already a GuestAgentCopy: installed
+// byte for byte) as a new file at /sbin/airlock-agent (mode 0755) and
 // `rootfs_id` + "\n" as a new /etc/airlock/rootfs-id. Files of the base tree
 // are never written: every file this step adds replaces the link (unlink +
 // create), and /sbin must be a directory or a relative symlink inside the tree.

@@ -214,7 +214,7 @@ Status StageTemplateTree(const std::string& base_root, const std::string& stage,
   ASSIGN_OR_RETURN(std::string sbin, DirInTree(stage, "sbin"));
   std::string dest = sbin + "/airlock-agent";
   if (::unlink(dest.c_str()) != 0 && errno != ENOENT) return ErrnoError("unlink " + dest);
-  RETURN_IF_ERROR(GuestAgentCopy(agent, dest, log));
+  RETURN_IF_ERROR(CopyFile(agent, dest, 0755));
   if (::geteuid() == 0 && ::chown(dest.c_str(), 0, 0) != 0) return ErrnoError("chown " + dest);
   if (::chmod(dest.c_str(), 0755) != 0) return ErrnoError("chmod " + dest);
   RETURN_IF_ERROR(MakeDirs(stage + "/etc/airlock"));

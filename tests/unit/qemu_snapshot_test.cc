@@ -184,60 +184,61 @@ TEST(QemuSnapshotDir, HalfWrittenOrTruncatedIsNotASnapshot) {
   EXPECT_FALSE(fs::exists(snap));
 }
 
-TEST(QemuSnapshotDir, RebuiltRootfsOrBackingIsRefusedByItsStamp) {
+// A 2 KiB file with an ext4 superblock's magic and UUID where the kernel
+// reads them (byte 1024 + 0x38 and + 0x68).
+void WriteExt4Like(const std::string& path, unsigned char uuid_byte) {
+  std::string b(2048, '\0');
+  b[1024 + 0x38] = '\x53';
+  b[1024 + 0x39] = '\xEF';
+  for (int i = 0; i < 16; ++i) b[1024 + 0x68 + i] = static_cast<char>(uuid_byte + i);
+  WriteText(path, b);
+}
+
+TEST(QemuSnapshotDir, RebuiltRootfsIsRefusedByItsStamp) {
   ScopedDir d{TempDir()};
   VmSpec s = FakeSpec(d.path);
-  WriteText(s.rootfs_template, "ext4 build 1");
-  const std::string top = d.path + "/top.qcow2";  // the disk the snapshot's disk backs onto
-  WriteText(top, "qcow2 layer");
-  SnapshotManifest m = FakeManifest(s);
-  m.disk_backing = top;
-  m.disk_backing_format = "qcow2";
+  WriteExt4Like(s.rootfs_template, 0x10);
   auto rs = FileStamp(s.rootfs_template);
-  auto bs = FileStamp(top);
-  ASSERT_TRUE(rs.ok() && bs.ok());
-  EXPECT_EQ(rs->substr(0, rs->find(':')), "12");  // size first, then mtime in ns
+  ASSERT_TRUE(rs.ok()) << rs.status().ToString();
+  EXPECT_EQ(*rs, "ext4-uuid:101112131415161718191a1b1c1d1e1f");
+  SnapshotManifest m = FakeManifest(s);
   m.rootfs_stamp = *rs;
-  m.disk_backing_stamp = *bs;
   std::string snap = d.path + "/snap";
   fs::create_directories(snap);
   WriteText(snap + "/memory", "12345");
   WriteText(snap + "/disk.qcow2", "abc");
   WriteText(snap + "/manifest.json", m.ToJson().dump());
-  ASSERT_TRUE(ReadSnapshot(snap).ok());
   auto back = ReadSnapshot(snap);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->rootfs_stamp, *rs);
-  EXPECT_EQ(back->disk_backing_stamp, *bs);
 
-  // The template is rebuilt at the same path: same size, new bytes, new mtime.
-  struct timespec later[2] = {{0, UTIME_OMIT}, {0, 0}};
-  ::clock_gettime(CLOCK_REALTIME, &later[1]);
-  later[1].tv_sec += 5;
+  // Copied without its times, or touched: the same build, still fine.
+  const std::string copy = d.path + "/copy";
+  fs::copy_file(s.rootfs_template, copy);
   fs::remove(s.rootfs_template);
-  WriteText(s.rootfs_template, "ext4 build 2");
-  ASSERT_EQ(::utimensat(AT_FDCWD, s.rootfs_template.c_str(), later, 0), 0);
+  fs::rename(copy, s.rootfs_template);
+  EXPECT_TRUE(ReadSnapshot(snap).ok());
+
+  // Rebuilt at the same path: same size, another filesystem UUID.
+  WriteExt4Like(s.rootfs_template, 0x20);
   auto stale = ReadSnapshot(snap);
   EXPECT_EQ(stale.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(stale.status().message().find("rootfs " + s.rootfs_template + " was replaced"), std::string::npos)
+  EXPECT_NE(stale.status().message().find("rootfs " + s.rootfs_template + " was rebuilt"), std::string::npos)
       << stale.status().ToString();
 
-  // Same for the immediate backing file; the rootfs stamp is brought up to date.
-  m.rootfs_stamp = *FileStamp(s.rootfs_template);
-  WriteText(snap + "/manifest.json", m.ToJson().dump());
-  ASSERT_TRUE(ReadSnapshot(snap).ok());
-  WriteText(top, "qcow2 layer, longer");
-  auto stale2 = ReadSnapshot(snap);
-  EXPECT_EQ(stale2.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(stale2.status().message().find("backing file"), std::string::npos) << stale2.status().ToString();
-
-  // A manifest from before the stamps existed is read, and not checked.
+  // A manifest from before the stamp existed is read, and not checked.
   auto j = m.ToJson();
   j.erase("rootfs_stamp");
-  j.erase("disk_backing_stamp");
   WriteText(snap + "/manifest.json", j.dump());
   auto old = ReadSnapshot(snap);
   ASSERT_TRUE(old.ok()) << old.status().ToString();
   EXPECT_EQ(old->rootfs_stamp, "");
+
+  // Not ext4: size and mtime.
+  WriteText(d.path + "/plain", "twelve bytes");
+  auto plain = FileStamp(d.path + "/plain");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->substr(0, plain->find(':')), "12");
   EXPECT_FALSE(FileStamp(d.path + "/nope").ok());
 }
 

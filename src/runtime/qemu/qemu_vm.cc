@@ -189,10 +189,7 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
   // frozen disk, is the backing file)
   vm->disk_backing_ = fs::absolute(plan.backing.empty() ? spec.rootfs_template : plan.backing).string();
   vm->disk_backing_format_ = plan.backing_format;
-  {
-    ASSIGN_OR_RETURN(vm->rootfs_stamp_, FileStamp(spec.rootfs_template));
-    ASSIGN_OR_RETURN(vm->disk_backing_stamp_, FileStamp(vm->disk_backing_));
-  }
+  ASSIGN_OR_RETURN(vm->rootfs_stamp_, FileStamp(spec.rootfs_template));
   if (!plan.copy_overlay_from.empty()) {
     RETURN_IF_ERROR(CopyFileSynced(plan.copy_overlay_from, p.overlay, 0600).WithContext("overlay"));
   } else {

@@ -132,9 +132,8 @@ class QemuVm {
   // the disk of the snapshot this VM was restored from).
   const std::string& disk_backing() const { return disk_backing_; }
   const std::string& disk_backing_format() const { return disk_backing_format_; }
-  // FileStamp() of the rootfs template and of the backing file, taken at launch.
+  // FileStamp() of the rootfs template, taken at launch.
   const std::string& rootfs_stamp() const { return rootfs_stamp_; }
-  const std::string& disk_backing_stamp() const { return disk_backing_stamp_; }
 
  private:
   // How Launch() differs between a cold boot and a restore.
@@ -162,9 +161,9 @@ class QemuVm {
   bool destroyed_ = false;
   bool released_ = false;
   std::string disk_backing_, disk_backing_format_;
-  // FileStamp() of the rootfs template and of the backing file at launch
-  // (what SaveSnapshot records; vm.json keeps them for Reattach).
-  std::string rootfs_stamp_, disk_backing_stamp_;
+  // FileStamp() of the rootfs template at launch (what SaveSnapshot
+  // records; vm.json keeps it for Reattach).
+  std::string rootfs_stamp_;
   pid_t adopted_pid_ = -1;  // Reattach(): not our child
   bool AdoptedAlive() const;
 };

@@ -34,7 +34,6 @@ Status WriteVmRecord(const QemuVm& vm) {
                       {"disk_backing", vm.disk_backing()},
                       {"disk_backing_format", vm.disk_backing_format()},
                       {"rootfs_stamp", vm.rootfs_stamp()},
-                      {"disk_backing_stamp", vm.disk_backing_stamp()},
                       {"pid", vm.pid()}};
   std::string path = s.run_dir + "/" + kVmRecord, tmp = path + ".tmp";
   {
@@ -79,14 +78,11 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Reattach(const std::string& run_dir, p
     vm->disk_backing_format_ = j.at("disk_backing_format").get<std::string>();
     // Absent in records written before the stamps existed: take them now.
     vm->rootfs_stamp_ = j.value("rootfs_stamp", "");
-    vm->disk_backing_stamp_ = j.value("disk_backing_stamp", "");
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgument(path + ": " + e.what());
   }
-  for (auto [stamp, file] : {std::pair{&vm->rootfs_stamp_, &vm->spec_.rootfs_template},
-                             std::pair{&vm->disk_backing_stamp_, &vm->disk_backing_}}) {
-    if (!stamp->empty()) continue;
-    if (auto now = FileStamp(*file); now.ok()) *stamp = *now;
+  if (vm->rootfs_stamp_.empty()) {
+    if (auto now = FileStamp(vm->spec_.rootfs_template); now.ok()) vm->rootfs_stamp_ = *now;
   }
   vm->spec_.run_dir = run_dir;
   vm->spec_.detach = true;

@@ -187,7 +187,6 @@ nlohmann::json SnapshotManifest::ToJson() const {
           {"disk_backing", disk_backing},
           {"disk_backing_format", disk_backing_format},
           {"rootfs_stamp", rootfs_stamp},
-          {"disk_backing_stamp", disk_backing_stamp},
           {"source_sandbox_id", source_sandbox_id},
           {"created_at", created_at},
           {"host_tsc_khz", host_tsc_khz},
@@ -225,10 +224,7 @@ StatusOr<SnapshotManifest> SnapshotManifest::FromJson(const nlohmann::json& j) {
   RETURN_IF_ERROR(num("host_tsc_khz", m.host_tsc_khz));
   RETURN_IF_ERROR(num("save_ms", m.save_ms));
   // Optional: absent in snapshots written before they existed.
-  for (auto [k, f] : std::initializer_list<std::pair<const char*, std::string*>>{
-           {"rootfs_stamp", &m.rootfs_stamp}, {"disk_backing_stamp", &m.disk_backing_stamp}}) {
-    if (j.contains(k)) RETURN_IF_ERROR(str(k, *f));
-  }
+  if (j.contains("rootfs_stamp")) RETURN_IF_ERROR(str("rootfs_stamp", m.rootfs_stamp));
   if (!j.contains("network") || !j["network"].is_boolean()) return InvalidArgument("manifest: field network missing");
   m.network = j["network"].get<bool>();
   // File names are plain names inside the snapshot dir, never paths.
@@ -271,20 +267,34 @@ StatusOr<SnapshotManifest> ReadSnapshot(const std::string& dir) {
   }
   if (m->memory_bytes > (uint64_t(m->memory_mib) << 20) + kStreamOverheadBytes)
     return InvalidArgument(path + ": memory file larger than guest RAM + overhead");
-  for (auto [what, file, want] : {std::tuple{"disk's backing file", &m->disk_backing, &m->disk_backing_stamp},
-                                   std::tuple{"rootfs", &m->rootfs, &m->rootfs_stamp}}) {
-    auto now = FileStamp(*file);
-    if (!now.ok()) return FailedPrecondition("snapshot " + std::string(what) + ": " + now.status().message());
-    if (!want->empty() && *now != *want)
-      return FailedPrecondition(path + ": " + what + " " + *file + " was replaced after the snapshot was taken (stamp " +
-                                *want + ", now " + *now + "; a rebuilt image): its memory and disk no longer match it");
+  struct stat st;
+  if (::stat(m->disk_backing.c_str(), &st) != 0)
+    return FailedPrecondition(ErrnoError("snapshot disk's backing file " + m->disk_backing).message());
+  if (!m->rootfs_stamp.empty()) {
+    auto now = FileStamp(m->rootfs);
+    if (!now.ok()) return FailedPrecondition("snapshot's rootfs: " + now.status().message());
+    if (*now != m->rootfs_stamp)
+      return FailedPrecondition(path + ": rootfs " + m->rootfs + " was rebuilt after the snapshot was taken (" +
+                                m->rootfs_stamp + ", now " + *now + "): its memory and disk no longer match it");
   }
   return m;
 }
 
 StatusOr<std::string> FileStamp(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return ErrnoError("open " + path);
+  // ext4 superblock (kernel Documentation/filesystems/ext4/super.rst): at
+  // byte 1024; s_magic (le16 0xEF53) at +0x38, s_uuid (16 bytes) at +0x68.
+  unsigned char sb[0x78];
+  if (::pread(fd.get(), sb, sizeof sb, 1024) == static_cast<ssize_t>(sizeof sb) && sb[0x38] == 0x53 &&
+      sb[0x39] == 0xEF) {
+    static const char kHex[] = "0123456789abcdef";
+    std::string s = "ext4-uuid:";
+    for (int i = 0; i < 16; ++i) s += {kHex[sb[0x68 + i] >> 4], kHex[sb[0x68 + i] & 15]};
+    return s;
+  }
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return ErrnoError("stat " + path);
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError("stat " + path);
   uint64_t ns = uint64_t(st.st_mtim.tv_sec) * 1000000000ull + uint64_t(st.st_mtim.tv_nsec);
   return std::to_string(st.st_size) + ":" + std::to_string(ns);
 }
@@ -493,7 +503,6 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     m.disk_backing = disk_backing_;
     m.disk_backing_format = disk_backing_format_;
     m.rootfs_stamp = rootfs_stamp_;
-    m.disk_backing_stamp = disk_backing_stamp_;
     m.source_sandbox_id = spec_.sandbox_id;
     m.created_at = Rfc3339Now();
     m.host_tsc_khz = HostTscKhz();

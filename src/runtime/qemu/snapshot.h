@@ -74,9 +74,9 @@ struct SnapshotManifest {
   uint64_t disk_bytes = 0;
   std::string disk_backing;         // absolute path of disk.qcow2's backing file
   std::string disk_backing_format;  // "raw" | "qcow2"
-  // FileStamp() of `rootfs` and of `disk_backing` when the VM was launched.
-  // Empty in snapshots written before these fields existed (not checked).
-  std::string rootfs_stamp, disk_backing_stamp;
+  // FileStamp() of `rootfs` when the VM was launched. Empty in snapshots
+  // written before the field existed (not checked).
+  std::string rootfs_stamp;
   std::string source_sandbox_id;
   std::string created_at;  // RFC 3339, UTC
   uint64_t host_tsc_khz = 0;
@@ -87,23 +87,22 @@ struct SnapshotManifest {
   static StatusOr<SnapshotManifest> FromJson(const nlohmann::json& j);
 };
 
-// What a snapshot can cheaply check about a file it was taken over (the
-// template rootfs, the disk it backs onto): "<size>:<mtime in ns>". Those
-// files are written once and never modified, so a rebuilt template at the
+// Which build of a template rootfs a file is: "ext4-uuid:<32 hex>" for an
+// ext4 image (mkfs.ext4 picks a random UUID per build; it survives copies,
+// `touch`, rename), else "<size>:<mtime in ns>". A template rebuilt at the
 // same path (same image key, new bytes: mkfs.ext4 lays out a new filesystem)
-// has a new stamp. Restoring guest memory whose page cache and ext4 metadata
-// describe the old bytes over the new ones fails inside the guest with ext4
-// checksum errors (EBADMSG, "Bad message"), so such a snapshot is refused
-// instead. Size and mtime survive `cp -a` and rename; the inode does not,
-// so it is not part of it. ErrnoError when stat fails.
+// has a new one. Guest memory whose page cache and ext4 metadata describe
+// the old filesystem, restored over the new one, fails inside the guest with
+// ext4 checksum errors (EBADMSG, "Bad message"), so such a snapshot is
+// refused instead. ErrnoError when the file cannot be read.
 StatusOr<std::string> FileStamp(const std::string& path);
 
 // Reads and validates <dir>/manifest.json against the files next to it:
 // NotFound when there is no manifest (not a snapshot, or a save that never
 // committed); DataLoss when a file is missing or its size differs from the
 // manifest (truncated, half-copied); FailedPrecondition for an unknown
-// format version, a missing disk backing file, or a rootfs / backing file
-// whose FileStamp() differs from the one recorded (rebuilt since).
+// format version, a missing disk backing file, or a rootfs whose FileStamp()
+// differs from the one recorded (rebuilt since).
 StatusOr<SnapshotManifest> ReadSnapshot(const std::string& dir);
 
 // Identity of the machine a migration stream can be loaded into: the QEMU
