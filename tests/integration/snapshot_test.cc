@@ -45,6 +45,15 @@ std::string RandomHexForTest() {
   return buf;
 }
 
+// A Manager on the shared state dir that never builds the image.
+StatusOr<std::unique_ptr<Manager>> OpenManager(bool template_snapshots) {
+  ManagerConfig c;
+  c.state_dir = StateDir();
+  c.build_image_if_missing = false;
+  c.template_snapshots = template_snapshots;
+  return Manager::Open(c);
+}
+
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -80,10 +89,7 @@ void ExpectNoPartialSnapshots(const std::string& state_dir, const std::string& i
 
 TEST(SnapshotTest, FiftyPauseResumeCyclesKeepEveryByte) {
   AIRLOCK_REQUIRE_VM();
-  ManagerConfig c;
-  c.state_dir = StateDir();
-  c.build_image_if_missing = false;
-  auto m = Manager::Open(c);
+  auto m = OpenManager(ManagerConfig{}.template_snapshots);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   auto sb = (*m)->Create({});
   ASSERT_TRUE(sb.ok()) << sb.status().ToString();
@@ -259,11 +265,7 @@ namespace {
 // fresh where it matters (hostname, entropy, clock, token) and private on disk.
 TEST(SnapshotTest, CreateFromTemplateSnapshotIsFreshAndPrivate) {
   AIRLOCK_REQUIRE_VM();
-  ManagerConfig c;
-  c.state_dir = StateDir();
-  c.build_image_if_missing = false;
-  c.template_snapshots = true;
-  auto m = Manager::Open(c);
+  auto m = OpenManager(/*template_snapshots=*/true);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   ASSERT_TRUE((*m)->EnsureTemplateSnapshot("base", 1, 512).ok());
   CreateOptions o;
@@ -317,11 +319,7 @@ TEST(SnapshotTest, CreateFromTemplateSnapshotIsFreshAndPrivate) {
 // and deleting a named snapshot another is layered on is refused.
 TEST(SnapshotTest, SnapshotsLayeredOnForksAndNamedSnapshotsKeepTheirBase) {
   AIRLOCK_REQUIRE_VM();
-  ManagerConfig c;
-  c.state_dir = StateDir();
-  c.build_image_if_missing = false;
-  c.template_snapshots = true;
-  auto m = Manager::Open(c);
+  auto m = OpenManager(/*template_snapshots=*/true);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   Manager& mgr = **m;
   auto run = [](const Sandbox& sb, const std::string& script) {
@@ -384,10 +382,7 @@ namespace {
 // half-written left behind, and the sandbox keeps running.
 TEST(SnapshotTest, DiskFullDuringPauseKeepsTheSandboxRunning) {
   AIRLOCK_REQUIRE_VM();
-  ManagerConfig c;
-  c.state_dir = StateDir();
-  c.build_image_if_missing = false;
-  auto m = Manager::Open(c);
+  auto m = OpenManager(ManagerConfig{}.template_snapshots);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   auto sb = (*m)->Create({});
   ASSERT_TRUE(sb.ok()) << sb.status().ToString();
