@@ -295,33 +295,30 @@ void Manager::ContinueIfStopped(const std::string& vm_run_dir) {
 }
 
 void Manager::SweepSnapshots() {
-  std::error_code ec;
-  // Template snapshot builds that never committed (a build takes seconds;
-  // one older than 10 minutes is dead, whichever daemon started it).
-  for (auto& e : fs::directory_iterator(config_.state_dir + "/snapshots/templates", ec)) {
-    std::string name = e.path().filename().string();
-    if (name.find(".tmp-") == std::string::npos) continue;
-    auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), ec);
-    if (!ec && age > std::chrono::minutes(10)) fs::remove_all(e.path(), ec);
-  }
-  SweepTemplateSnapshots();
-  for (auto& e : fs::directory_iterator(paused_dir(), ec)) {
-    std::string name = e.path().filename().string();
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {
+  // Removes the entries of `dir` whose name contains `marker` (a save that
+  // never committed) and, when `min_age` is non-zero, that are older than it
+  // (another daemon may be writing a younger one now).
+  auto remove_uncommitted = [](const std::string& dir, const char* marker, std::chrono::minutes min_age) {
+    std::error_code ec;
+    for (auto& e : fs::directory_iterator(dir, ec)) {
+      if (e.path().filename().string().find(marker) == std::string::npos) continue;
+      if (min_age.count() > 0) {
+        std::error_code age_ec;
+        auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), age_ec);
+        if (age_ec || age < min_age) continue;
+      }
       LOG_WARN("removing uncommitted snapshot {}", e.path().string());
       fs::remove_all(e.path(), ec);
     }
-  }
-  // Named snapshots a daemon died writing (saved, never renamed into place):
-  // older than 10 minutes, so not one another daemon is writing now.
-  for (auto& e : fs::directory_iterator(named_dir(), ec)) {
-    std::string name = e.path().filename().string();
-    if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".tmp") != 0) continue;
-    auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), ec);
-    if (ec || age < std::chrono::minutes(10)) continue;
-    LOG_WARN("removing uncommitted named snapshot {}", e.path().string());
-    fs::remove_all(e.path(), ec);
-  }
+  };
+  // Template snapshot builds (a build takes seconds; one older than 10
+  // minutes is dead, whichever daemon started it).
+  remove_uncommitted(config_.state_dir + "/snapshots/templates", ".tmp-", std::chrono::minutes(10));
+  SweepTemplateSnapshots();
+  // Pauses: a sandbox is paused by one daemon only, and this one is starting.
+  remove_uncommitted(paused_dir(), ".tmp", std::chrono::minutes(0));
+  // Named snapshots a daemon died writing (saved, never renamed into place).
+  remove_uncommitted(named_dir(), ".tmp", std::chrono::minutes(10));
 }
 
 Status Manager::DeletePrivateSnapshots(Sandbox& sb) {

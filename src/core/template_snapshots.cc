@@ -50,12 +50,8 @@ void Manager::SweepTemplateSnapshots() {
   std::error_code ec;
   const std::string root = config_.state_dir + "/snapshots/templates";
   std::vector<std::string> current;
-  for (auto& e : fs::directory_iterator(config_.state_dir + "/images/templates", ec)) {
-    std::string n = e.path().filename().string();
-    if (n.size() <= 5 || n.compare(n.size() - 5, 5, ".json") != 0) continue;
-    auto img = image::FindImage(config_.state_dir, n.substr(0, n.size() - 5));
-    if (!img.ok()) continue;
-    if (auto p = TemplateSnapshotPrefix(*img); p.ok()) current.push_back(*p);
+  for (const auto& img : image::CurrentImages(config_.state_dir)) {
+    if (auto p = TemplateSnapshotPrefix(img); p.ok()) current.push_back(*p);
   }
   const std::set<std::string> in_use = SnapshotDirsLayeredOn();
   for (auto& e : fs::directory_iterator(root, ec)) {

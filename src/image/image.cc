@@ -162,6 +162,18 @@ Status BuildInto(
   return st;
 }
 
+// The templates that have a pointer file (templates/<name>.json).
+std::vector<std::string> TemplateNames(const Layout& l) {
+  std::vector<std::string> out;
+  auto names = ListDir(l.templates());
+  if (!names.ok()) return out;
+  for (const auto& n : *names) {
+    if (n.size() <= 5 || n.compare(n.size() - 5, 5, ".json") != 0) continue;
+    if (std::string name = n.substr(0, n.size() - 5); ValidTemplateName(name).ok()) out.push_back(name);
+  }
+  return out;
+}
+
 // Boot and rootfs builds that something other than a template pointer
 // still runs on or will be restored onto: every string in a VMM record
 // (<state_dir>/run/<id>/vm/vm.json: a running or re-adoptable sandbox) or a
@@ -193,11 +205,8 @@ void PinnedByVmsAndSnapshots(const Layout& l, std::set<std::string>& boot, std::
 // the ones in use.
 void CollectGarbageIn(const Layout& l) {
   std::set<std::string> boot, rootfs, base, debs;
-  auto names = ListDir(l.templates());
-  if (!names.ok()) return;
-  for (const auto& n : *names) {
-    if (n.size() <= 5 || n.compare(n.size() - 5, 5, ".json") != 0) continue;
-    auto p = ReadPointer(l, n.substr(0, n.size() - 5));
+  for (const auto& name : TemplateNames(l)) {
+    auto p = ReadPointer(l, name);
     if (!p.ok()) continue;
     boot.insert(p->boot_key);
     rootfs.insert(p->rootfs_key);
@@ -258,6 +267,18 @@ void CollectGarbage(const std::string& state_dir) {
   auto lock = LockFile(l.lock(), [] {});
   if (!lock.ok()) return;
   CollectGarbageIn(l);
+}
+
+std::vector<GuestImage> CurrentImages(const std::string& state_dir) {
+  auto abs = AbsolutePath(state_dir);
+  Layout l = LayoutFor(abs.ok() ? *abs : state_dir);
+  std::vector<GuestImage> out;
+  for (const auto& name : TemplateNames(l)) {
+    auto p = ReadPointer(l, name);
+    if (!p.ok()) continue;
+    if (auto img = ImageFrom(l, name, *p); img.ok()) out.push_back(*std::move(img));
+  }
+  return out;
 }
 
 StatusOr<GuestImage> FindImage(const std::string& state_dir, const std::string& template_name) {

@@ -68,6 +68,10 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& options);
 // incomplete.
 StatusOr<GuestImage> FindImage(const std::string& state_dir, const std::string& template_name);
 
+// The current image of every template that has a complete one (FindImage
+// for each templates/<name>.json).
+std::vector<GuestImage> CurrentImages(const std::string& state_dir);
+
 // Removes, under the image lock, every build under <state_dir>/images that
 // no template points at (its current and previous rootfs) and no running
 // sandbox or paused/forked/named snapshot still needs (their vm.json and

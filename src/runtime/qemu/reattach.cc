@@ -76,7 +76,7 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Reattach(const std::string& run_dir, p
     vm->accel_ = j.at("accel").get<std::string>() == "kvm" ? Accel::kKvm : Accel::kTcg;
     vm->disk_backing_ = j.at("disk_backing").get<std::string>();
     vm->disk_backing_format_ = j.at("disk_backing_format").get<std::string>();
-    // Absent in records written before the stamps existed: take them now.
+    // Absent in records written before the stamp existed: taken now.
     vm->rootfs_stamp_ = j.value("rootfs_stamp", "");
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgument(path + ": " + e.what());
