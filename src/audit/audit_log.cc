@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,8 @@
 #include <ctime>
 #include <deque>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "common/clock.h"
@@ -92,12 +95,26 @@ std::string Canonical(const json& record) { return record.dump(-1, ' ', false, j
 
 std::string RecordHash(const json& record_without_hash) { return Sha256Hex(Canonical(record_without_hash)); }
 
+namespace {
+// 8 hex characters from getrandom(2): which AuditLog::Open wrote a record.
+std::string RandomWriterId() {
+  unsigned char b[4] = {0, 0, 0, 0};
+  (void)!::getrandom(b, sizeof b, 0);
+  char out[9];
+  std::snprintf(out, sizeof out, "%02x%02x%02x%02x", b[0], b[1], b[2], b[3]);
+  return out;
+}
+}  // namespace
+
 StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(std::string dir, std::shared_ptr<const secrets::Redactor> redactor) {
   std::unique_ptr<AuditLog> log(new AuditLog());
   log->dir_ = dir;
   log->redactor_ = std::move(redactor);
   log->prev_ = kZeroHash;
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + dir);
+  // One writer per trail: a second would interleave seq numbers for good.
+  ASSIGN_OR_RETURN(log->lock_, StateLock::Acquire(dir + "/LOCK", StateLock::Mode::kExclusive, "audit trail"));
+  log->writer_ = RandomWriterId();
   ASSIGN_OR_RETURN(auto files, DayFiles(dir));
   json torn;
   // The chain continues from the last whole record of the newest non-empty file.
@@ -181,6 +198,7 @@ Status AuditLog::Append(json record) {
   record["seq"] = seq_ + 1;
   record["ts"] = FormatRfc3339Ms(now);
   record["prev"] = prev_;
+  record["writer"] = writer_;
   std::string hash = RecordHash(record);
   record["hash"] = hash;
   std::string line = Canonical(record) + "\n";
@@ -230,6 +248,14 @@ StatusOr<VerifyReport> Verify(const std::string& dir) {
   uint64_t expected_seq = 1;
   uint64_t last_seq = 0;
   std::string last_hash = kZeroHash;
+  // Telling a second writer from an edit: every record names its writer (one
+  // AuditLog::Open). Records of two writers interleaved (two daemons on one
+  // trail) each chain intact to their own writer's previous record, or, for
+  // a writer's first, to a record of the trail; an edit, a removal or a
+  // reordering breaks that.
+  std::set<std::string> seen_hashes = {kZeroHash};
+  std::string last_writer_;
+  std::map<std::string, std::string> writer_last;  // writer -> hash of its last record
   for (const auto& name : files) {
     ++rep.files;
     ASSIGN_OR_RETURN(std::string data, ReadAll(dir + "/" + name));
@@ -237,7 +263,9 @@ StatusOr<VerifyReport> Verify(const std::string& dir) {
     while (pos < data.size()) {
       ++line_no;
       size_t nl = data.find('\n', pos);
-      auto problem = [&](std::string what) { rep.problems.push_back({name, line_no, std::move(what)}); };
+      auto problem = [&](std::string what, bool tampering = true) {
+        rep.problems.push_back({name, line_no, std::move(what), tampering});
+      };
       if (nl == std::string::npos) {
         problem("incomplete last line (" + std::to_string(data.size() - pos) +
                 " bytes without a newline: a torn write, or the file was cut)");
@@ -261,12 +289,23 @@ StatusOr<VerifyReport> Verify(const std::string& dir) {
       } else if (Canonical(j) != line) {
         problem("record seq " + std::to_string(seq) + " is not in canonical form (the line was edited)");
       }
-      if (seq != expected_seq) {
+      const std::string prev = j["prev"].get<std::string>();
+      const std::string writer = StringField(j, "writer");
+      bool intact = RecordHash(body) == hash;
+      auto wl = writer_last.find(writer);
+      bool own_chain = !writer.empty() && (wl != writer_last.end() ? wl->second == prev : seen_hashes.count(prev) > 0);
+      if ((seq != expected_seq || prev != expected_prev) && intact && own_chain &&
+          (wl == writer_last.end() || last_writer_ != writer)) {
+        problem("seq " + std::to_string(seq) + " of writer " + writer +
+                    " interleaves with another writer's records: two daemons appended to this trail at once "
+                    "(operator damage, not an edit: each writer's own chain is intact)",
+                false);
+      } else if (seq != expected_seq) {
         problem(seq > expected_seq ? "seq " + std::to_string(seq) + " where " + std::to_string(expected_seq) +
                                          " was expected: record(s) removed before this line"
                                    : "seq " + std::to_string(seq) + " where " + std::to_string(expected_seq) +
                                          " was expected: records reordered or duplicated");
-      } else if (j["prev"].get<std::string>() != expected_prev) {
+      } else if (prev != expected_prev) {
         problem(
             "chain broken: prev does not match the hash of the record before (a record before this line "
             "was replaced, or records were reordered)");
@@ -279,6 +318,9 @@ StatusOr<VerifyReport> Verify(const std::string& dir) {
         rep.notes.push_back(name + ":" + std::to_string(line_no) + ": the daemon recovered a torn record of " +
                             StringField(j, "file", "?") + " (moved to " + StringField(j, "moved_to", "?") + ")");
       }
+      seen_hashes.insert(hash);
+      if (!writer.empty()) writer_last[writer] = hash;
+      last_writer_ = writer;
       expected_prev = hash;
       expected_seq = seq + 1;
       last_seq = seq;

@@ -6,6 +6,8 @@
 //   "seq"  : 1, 2, 3, ... over the whole trail (never reset by a new day)
 //   "ts"   : RFC 3339 UTC with milliseconds, when the record was appended
 //   "prev" : the "hash" of the previous record (64 '0' for the first one)
+//   "writer": 8 hex, random per AuditLog::Open (Verify tells two interleaved
+//            writers from an edit by it); one writer at a time holds <dir>/LOCK
 //   "hash" : lower-case hex SHA-256 of the record's canonical form without
 //            the "hash" field.
 // Canonical form: nlohmann::json::dump() with no indentation: keys sorted
@@ -33,6 +35,7 @@
 #include <vector>
 
 #include "common/fd.h"
+#include "common/state_lock.h"
 #include "common/status.h"
 
 namespace airlock::secrets {
@@ -76,6 +79,8 @@ class AuditLog {
   std::string day_;
   UniqueFd fd_;
   UniqueFd head_fd_;
+  StateLock lock_;      // <dir>/LOCK, exclusive, for the log's life
+  std::string writer_;  // this Open's "writer" field
   uint64_t seq_ = 0;
   std::string prev_;
   int64_t last_sync_ms_ = 0;
@@ -94,6 +99,9 @@ struct VerifyProblem {
   std::string file;  // base name, e.g. "2026-11-30.jsonl"
   size_t line = 0;   // 1-based; 0 for file-level problems
   std::string what;
+  // false: damage that needs no attacker (two writers interleaved, a torn
+  // write); true: a record was edited, removed, reordered or added by hand.
+  bool tampering = true;
 };
 struct VerifyReport {
   size_t files = 0;
@@ -101,6 +109,11 @@ struct VerifyReport {
   std::vector<VerifyProblem> problems;  // empty: the chain is intact
   std::vector<std::string> notes;       // e.g. recovered torn tails
   bool ok() const { return problems.empty(); }
+  bool tampered() const {
+    for (const auto& p : problems)
+      if (p.tampering) return true;
+    return false;
+  }
 };
 // Re-reads the whole trail and checks every record's hash, the chain, seq
 // continuity, canonical form and HEAD. Errors only when `dir` is unreadable.

@@ -50,14 +50,19 @@ int CmdAudit(const std::string& state_dir, const std::vector<std::string>& args)
     }
     for (const auto& n : rep->notes) std::printf("note: %s\n", n.c_str());
     for (const auto& p : rep->problems) {
+      const char* kind = p.tampering ? "tampering" : "damage";
       if (p.line)
-        std::printf("%s/%s:%zu: %s\n", dir.c_str(), p.file.c_str(), p.line, p.what.c_str());
+        std::printf("%s/%s:%zu: [%s] %s\n", dir.c_str(), p.file.c_str(), p.line, kind, p.what.c_str());
       else
-        std::printf("%s/%s: %s\n", dir.c_str(), p.file.c_str(), p.what.c_str());
+        std::printf("%s/%s: [%s] %s\n", dir.c_str(), p.file.c_str(), kind, p.what.c_str());
     }
     std::printf("%s: %zu record(s) in %zu file(s), %s\n", dir.c_str(), rep->records, rep->files,
-                rep->ok() ? "chain intact" : (std::to_string(rep->problems.size()) + " problem(s)").c_str());
-    return rep->ok() ? 0 : 1;
+                rep->ok()         ? "chain intact"
+                : rep->tampered() ? (std::to_string(rep->problems.size()) + " problem(s), tampering").c_str()
+                                  : (std::to_string(rep->problems.size()) + " problem(s), damage only (no edit)").c_str());
+    // 0 intact; 1 tampered (an edit, removal or reordering); 3 damaged only
+    // (two writers interleaved): the operator's to explain, not an attacker's.
+    return rep->ok() ? 0 : rep->tampered() ? 1 : 3;
   }
   auto recs = audit::Query(dir, f);
   if (!recs.ok()) {

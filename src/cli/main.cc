@@ -15,6 +15,9 @@
 #include <filesystem>
 #include <iostream>
 
+#include <sys/stat.h>
+
+#include "common/state_lock.h"
 #include "cli/commands.h"
 #include "cli/doctor.h"
 #include "cli/run_command.h"
@@ -192,6 +195,14 @@ int CmdRun(const std::string& state_dir, const std::vector<std::string>& args) {
   }
   // A running daemon does the work when one answers; else an embedded manager.
   if (auto code = RunViaDaemon(state_dir, o)) return *code;
+  // In-process: beside other runs (shared) but never beside a daemon that
+  // owns this state dir's registry (it holds the lock exclusively).
+  ::mkdir(state_dir.c_str(), 0700);
+  auto lock = StateLock::Acquire(state_dir + "/airlock.db.lock", StateLock::Mode::kShared, "registry");
+  if (!lock.ok()) {
+    std::fprintf(stderr, "airlock run: %s\n", lock.status().message().c_str());
+    return 125;
+  }
   ManagerConfig mc;
   mc.state_dir = state_dir;
   mc.agent_binary = FindAgentBinary(agent);

@@ -100,34 +100,53 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
   return 0;
 }
 
-int CmdApiKey(const std::string& state_dir, const std::vector<std::string>& args) {
-  const char* usage = "usage: airlock apikey create --name NAME | ls | rm ID|NAME\n";
+int CmdApiKey(const std::string& state_dir, const std::vector<std::string>& args_in) {
+  const char* usage =
+      "usage: airlock apikey [--db PATH] create --name NAME [--team TEAM] [--admin]\n"
+      "       airlock apikey [--db PATH] ls | rm ID|NAME\n"
+      "A key acts only on its team's sandboxes, snapshots and granted secrets; the team\n"
+      "defaults to one of its own (the key's id). --admin: sees and acts on every team's.\n";
+  std::vector<std::string> args;
+  std::string db = state_dir + "/airlock.db";
+  for (size_t i = 0; i < args_in.size(); ++i) {
+    if (args_in[i] == "--db" && i + 1 < args_in.size()) db = args_in[++i];
+    else args.push_back(args_in[i]);
+  }
   if (args.empty()) {
     std::fputs(usage, stderr);
     return 2;
   }
-  auto reg = Registry::Open(state_dir + "/airlock.db");
+  auto reg = Registry::Open(db);
   if (!reg.ok()) {
     std::fprintf(stderr, "airlock apikey: %s\n", reg.status().message().c_str());
     return 1;
   }
   if (args[0] == "create") {
-    std::string name;
+    std::string name, team;
+    bool admin = false;
     for (size_t i = 1; i < args.size(); ++i) {
       if (args[i] == "--name" && i + 1 < args.size()) name = args[++i];
       else if (args[i].rfind("--name=", 0) == 0) name = args[i].substr(7);
+      else if (args[i] == "--team" && i + 1 < args.size()) team = args[++i];
+      else if (args[i].rfind("--team=", 0) == 0) team = args[i].substr(7);
+      else if (args[i] == "--admin") admin = true;
+      else {
+        std::fprintf(stderr, "airlock apikey create: unknown argument '%s'\n%s", args[i].c_str(), usage);
+        return 2;
+      }
     }
     if (name.empty()) {
       std::fputs(usage, stderr);
       return 2;
     }
-    auto k = (*reg)->CreateApiKey(name);
+    auto k = (*reg)->CreateApiKey(name, team, admin);
     if (!k.ok()) {
       std::fprintf(stderr, "airlock apikey create: %s\n", k.status().message().c_str());
-      return 1;
+      return k.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
     }
     std::printf("%s\n", k->second.c_str());
-    std::fprintf(stderr, "key %s (%s) created; it is shown only once\n", k->first.id.c_str(), name.c_str());
+    std::fprintf(stderr, "key %s (%s, team %s%s) created; it is shown only once\n", k->first.id.c_str(), name.c_str(),
+                 k->first.team.c_str(), admin ? ", admin" : "");
     return 0;
   }
   if (args[0] == "ls") {
@@ -136,10 +155,10 @@ int CmdApiKey(const std::string& state_dir, const std::vector<std::string>& args
       std::fprintf(stderr, "airlock apikey ls: %s\n", keys.status().message().c_str());
       return 1;
     }
-    std::printf("%-10s %-20s %-12s %s\n", "ID", "NAME", "PREFIX", "CREATED");
+    std::printf("%-10s %-20s %-20s %-6s %-12s %s\n", "ID", "NAME", "TEAM", "ADMIN", "PREFIX", "CREATED");
     for (const auto& k : *keys) {
-      std::printf("%-10s %-20s %-12s %s\n", k.id.c_str(), k.name.c_str(), (k.prefix + "...").c_str(),
-                  FormatRfc3339Ms(k.created_at_ms).c_str());
+      std::printf("%-10s %-20s %-20s %-6s %-12s %s\n", k.id.c_str(), k.name.c_str(), k.team.c_str(),
+                  k.admin ? "yes" : "no", (k.prefix + "...").c_str(), FormatRfc3339Ms(k.created_at_ms).c_str());
     }
     return 0;
   }

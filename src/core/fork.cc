@@ -129,10 +129,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::StartFromSnapshot(const SnapshotStar
   sb->env_vars_ = st.env_vars;
   sb->shared_snapshot_ = st.shared_snapshot;
   if (::mkdir(sb->run_dir_.c_str(), 0700) != 0) return ErrnoError("mkdir " + sb->run_dir_);
-  if (FILE* f = std::fopen((sb->run_dir_ + "/owner").c_str(), "w")) {
-    std::fprintf(f, "%d\n", ::getpid());
-    std::fclose(f);
-  }
+  WriteOwnerFile(sb->run_dir_);
   {
     std::lock_guard<std::mutex> l(mu_);
     sandboxes_[sb->id_] = sb;

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <dirent.h>
+#include <fstream>
 #include <random>
 
 #include "common/log.h"
@@ -45,14 +47,26 @@ Status JoinErrors(const std::vector<Status>& errors) {
   return code == StatusCode::kOk ? OkStatus() : Status(code, msg);
 }
 
-void WriteOwnerFile(const std::string& run_dir) {
+}  // namespace
+
+void Manager::WriteOwnerFile(const std::string& run_dir) const {
   if (FILE* f = std::fopen((run_dir + "/owner").c_str(), "w")) {
     std::fprintf(f, "%d\n", ::getpid());
+    if (!config_.owner.empty()) std::fprintf(f, "registry %s\n", config_.owner.c_str());
     std::fclose(f);
   }
 }
 
-}  // namespace
+RunDirOwner ReadRunDirOwner(const std::string& run_dir) {
+  RunDirOwner o;
+  std::ifstream f(run_dir + "/owner");
+  std::string line;
+  if (std::getline(f, line)) o.pid = std::atoi(line.c_str());
+  while (std::getline(f, line)) {
+    if (line.rfind("registry ", 0) == 0) o.registry = line.substr(9);
+  }
+  return o;
+}
 
 std::string NewSandboxId() {
   static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
@@ -150,7 +164,8 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
                   "cannot create state directory " + m->config_.state_dir + ": " + ec.message() +
                       " (run as root, or pass --state-dir / AIRLOCK_STATE_DIR)");
   }
-  ASSIGN_OR_RETURN(auto pool, net::AddressPool::Create(m->config_.lease_root, m->config_.address_pool));
+  ASSIGN_OR_RETURN(auto pool,
+                   net::AddressPool::Create(m->config_.lease_root, m->config_.address_pool, m->config_.owner));
   m->pool_ = std::make_unique<net::AddressPool>(std::move(pool));
   ASSIGN_OR_RETURN(m->runtime_, qemu::NewQemuRuntime(m->config_.state_dir));
   if (m->config_.egress) {
@@ -186,22 +201,60 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   }
   m->SweepSnapshots();
   m->SweepForkSnapshots();
-  // Sandboxes of a crashed or killed `airlock run` (or daemon) left their
-  // netns and run dirs; reclaim them now.
-  if (auto cleaned = net::CleanupLeftovers(m->config_.lease_root); !cleaned.ok()) {
-    LOG_WARN("cleanup of leftover networks: {}", cleaned.status().message());
+  std::set<std::string> adopted;
+  {
+    std::lock_guard<std::mutex> l(m->mu_);
+    for (const auto& [id, sb] : m->sandboxes_) adopted.insert(id);
   }
-  for (auto& e : fs::directory_iterator(m->config_.state_dir + "/run", ec)) {
-    std::string owner_file = e.path().string() + "/owner";
-    int pid = 0;
-    if (FILE* f = std::fopen(owner_file.c_str(), "r")) {
-      if (std::fscanf(f, "%d", &pid) != 1) pid = 0;
-      std::fclose(f);
-    }
-    if (pid > 0 && ::kill(pid, 0) == 0) continue;  // its owner still runs
-    fs::remove_all(e.path(), ec);
-  }
+  m->CleanupOrphans(adopted);
   return m;
+}
+
+void Manager::CleanupOrphans(const std::set<std::string>& adopted) {
+  // 1. Run dirs: a sandbox of a dead owner that is ours (or a dead in-process
+  // run's) and was not adopted, e.g. a daemon killed mid-create. Its VMM may
+  // still run: every process whose command line names the run dir is killed.
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(config_.state_dir + "/run", ec)) {
+    const std::string id = e.path().filename().string();
+    const std::string run_dir = e.path().string();
+    if (adopted.count(id)) continue;
+    RunDirOwner o = ReadRunDirOwner(run_dir);
+    if (o.pid > 0 && ::kill(o.pid, 0) == 0) continue;                   // its owner still runs
+    if (!o.registry.empty() && o.registry != config_.owner) continue;  // another daemon's
+    std::vector<pid_t> vmms;
+    if (DIR* d = ::opendir("/proc")) {
+      while (dirent* p = ::readdir(d)) {
+        pid_t pid = static_cast<pid_t>(std::atoi(p->d_name));
+        if (pid > 0 && pid != ::getpid() && ProcessMatches(pid, run_dir + "/")) vmms.push_back(pid);
+      }
+      ::closedir(d);
+    }
+    for (pid_t pid : vmms) {
+      LOG_WARN("sandbox={} orphaned VMM pid={} (owner {} gone, not in the registry): killing it", id, pid, o.pid);
+      if (Status st = AdoptedVm(id, pid, run_dir).Destroy(); !st.ok()) {
+        LOG_WARN("sandbox={} orphan VMM: {}", id, st.message());
+      }
+    }
+    if (net::ValidateSandboxId(id).ok()) {
+      if (auto lease = pool_->Find(id); lease.ok() && *lease) {
+        if (Status st = net::TeardownByName(id); !st.ok()) {
+          LOG_WARN("sandbox={} orphan network: {}", id, st.message());
+        } else {
+          (void)pool_->Release(**lease);
+        }
+      }
+    }
+    std::error_code rm;
+    fs::remove_all(run_dir, rm);
+    LOG_INFO("sandbox={} orphan cleaned up (run dir, VMM, network)", id);
+  }
+  // 2. Leases of dead owners that are ours or no daemon's, and their netns.
+  if (auto cleaned = net::CleanupLeftovers(config_.lease_root, config_.owner); !cleaned.ok()) {
+    LOG_WARN("cleanup of leftover networks: {}", cleaned.status().message());
+  } else {
+    for (const auto& what : *cleaned) LOG_INFO("cleanup: removed {}", what);
+  }
 }
 
 std::shared_ptr<Sandbox> Manager::AdoptedSandbox(const AdoptRequest& r) {

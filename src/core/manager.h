@@ -58,7 +58,21 @@ struct ManagerConfig {
   // Create restores the template's snapshot when one exists for the image and
   // machine shape (EnsureTemplateSnapshot makes it); else it cold boots.
   bool template_snapshots = false;
+  // Who owns the sandboxes this manager makes: the daemon's registry (its
+  // canonical path), written into every run dir ("owner") and address lease,
+  // so that start-up clean-up destroys only this owner's leftovers (and those
+  // of dead in-process runs, which carry none). Empty: an in-process run.
+  std::string owner;
 };
+
+// The "owner" file of a run dir: the pid of the process that runs the
+// sandbox (daemon or `airlock run`) and the registry of that daemon ("" for
+// an in-process run, or a run dir written before owners were recorded).
+struct RunDirOwner {
+  int pid = 0;
+  std::string registry;
+};
+RunDirOwner ReadRunDirOwner(const std::string& run_dir);
 
 struct CreateOptions {
   std::string template_name = "base";
@@ -257,6 +271,12 @@ class Manager {
 
  private:
   Manager() = default;
+  // Writes <run_dir>/owner: this process's pid and config_.owner.
+  void WriteOwnerFile(const std::string& run_dir) const;
+  // Start-up: destroys what this owner (or a dead in-process run) left on the
+  // host that no adopted sandbox accounts for: VMMs, run dirs, address
+  // leases, netns and links, cgroups (manager.cc).
+  void CleanupOrphans(const std::set<std::string>& adopted);
   // Takes over one sandbox of a previous daemon; errors mean "clean it up".
   // A Sandbox object for a registry record of a previous daemon (fields
   // only; the caller attaches the VMM or the snapshot).

@@ -96,6 +96,21 @@ StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& path) {
   if (!r->Exec("SELECT lifecycle FROM sandboxes LIMIT 0", "probe lifecycle").ok()) {
     RETURN_IF_ERROR(r->Exec("ALTER TABLE sandboxes ADD COLUMN lifecycle TEXT NOT NULL DEFAULT '{}'", "add lifecycle"));
   }
+  // v3: tenancy. Keys get a team (their own id for keys made before) and an
+  // admin flag (the CLI key); sandboxes an owner; ownership outlives sandboxes.
+  if (!r->Exec("SELECT team FROM api_keys LIMIT 0", "probe team").ok()) {
+    RETURN_IF_ERROR(r->Exec("ALTER TABLE api_keys ADD COLUMN team TEXT NOT NULL DEFAULT '';"
+                            "ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0;"
+                            "UPDATE api_keys SET team = id WHERE team = '';"
+                            "UPDATE api_keys SET admin = 1 WHERE name = 'cli';",
+                            "add key team"));
+  }
+  if (!r->Exec("SELECT owner FROM sandboxes LIMIT 0", "probe owner").ok()) {
+    RETURN_IF_ERROR(r->Exec("ALTER TABLE sandboxes ADD COLUMN owner TEXT NOT NULL DEFAULT ''", "add owner"));
+  }
+  RETURN_IF_ERROR(r->Exec("CREATE TABLE IF NOT EXISTS owners (kind TEXT NOT NULL, id TEXT NOT NULL,"
+                          " team TEXT NOT NULL, created_at INTEGER NOT NULL, PRIMARY KEY (kind, id))",
+                          "create owners"));
   return r;
 }
 
@@ -118,7 +133,7 @@ Status Registry::PutSandbox(const SandboxRecord& r) {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
          "INSERT OR REPLACE INTO sandboxes (id, template, state, created_at, ends_at, metadata, env_vars, token,"
-         " vcpus, memory_mib, netns_ip, vmm_pid, run_dir, lifecycle) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+         " vcpus, memory_mib, netns_ip, vmm_pid, run_dir, lifecycle, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   AIRLOCK_SQL_CHECK(s.ok(), "prepare put sandbox");
   s.Bind(1, r.id).Bind(2, r.template_id).Bind(3, r.state).Bind(4, r.created_at_ms).Bind(5, r.ends_at_ms);
   s.Bind(6, MapToJson(r.metadata)).Bind(7, MapToJson(r.env_vars)).Bind(8, r.access_token);
@@ -127,6 +142,7 @@ Status Registry::PutSandbox(const SandboxRecord& r) {
   s.Bind(14, nlohmann::json{{"autoPause", r.auto_pause}, {"autoPauseMemory", r.auto_pause_memory},
                             {"autoResume", r.auto_resume}}
                  .dump());
+  s.Bind(15, r.owner);
   AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "put sandbox " + r.id);
   return OkStatus();
 }
@@ -154,7 +170,7 @@ StatusOr<std::vector<SandboxRecord>> Registry::ListSandboxes() {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
          "SELECT id, template, state, created_at, ends_at, metadata, env_vars, token, vcpus, memory_mib, netns_ip,"
-         " vmm_pid, run_dir, lifecycle FROM sandboxes ORDER BY created_at");
+         " vmm_pid, run_dir, lifecycle, owner FROM sandboxes ORDER BY created_at");
   AIRLOCK_SQL_CHECK(s.ok(), "prepare list sandboxes");
   std::vector<SandboxRecord> out;
   int rc;
@@ -179,31 +195,39 @@ StatusOr<std::vector<SandboxRecord>> Registry::ListSandboxes() {
       r.auto_pause_memory = lc.value("autoPauseMemory", true);
       r.auto_resume = lc.value("autoResume", false);
     }
+    r.owner = s.Text(14);
     out.push_back(std::move(r));
   }
   AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "list sandboxes");
   return out;
 }
 
-StatusOr<std::pair<ApiKeyRecord, std::string>> Registry::CreateApiKey(const std::string& name) {
+StatusOr<std::pair<ApiKeyRecord, std::string>> Registry::CreateApiKey(const std::string& name, const std::string& team,
+                                                                      bool admin) {
   if (name.empty() || name.size() > 128) return InvalidArgument("API key name must be 1..128 characters");
+  if (team.size() > 64 || team.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
+                              std::string::npos) {
+    return InvalidArgument("team must be 1..64 characters of [A-Za-z0-9_.-]");
+  }
   std::string key = "al_" + RandomHex(24);
-  ApiKeyRecord rec{RandomHex(4), name, key.substr(0, 9), NowUnixMs()};
+  ApiKeyRecord rec{RandomHex(4), name, key.substr(0, 9), NowUnixMs(), team, admin};
+  if (rec.team.empty()) rec.team = rec.id;
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_, "INSERT INTO api_keys (id, name, prefix, hash, created_at) VALUES (?,?,?,?,?)");
+  Stmt s(db_, "INSERT INTO api_keys (id, name, prefix, hash, created_at, team, admin) VALUES (?,?,?,?,?,?,?)");
   AIRLOCK_SQL_CHECK(s.ok(), "prepare create api key");
   s.Bind(1, rec.id).Bind(2, rec.name).Bind(3, rec.prefix).Bind(4, image::Sha256Hex(key)).Bind(5, rec.created_at_ms);
+  s.Bind(6, rec.team).Bind(7, int64_t{admin ? 1 : 0});
   AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "create api key");
   return std::make_pair(rec, key);
 }
 
 StatusOr<std::vector<ApiKeyRecord>> Registry::ListApiKeys() {
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_, "SELECT id, name, prefix, created_at FROM api_keys ORDER BY created_at");
+  Stmt s(db_, "SELECT id, name, prefix, created_at, team, admin FROM api_keys ORDER BY created_at");
   AIRLOCK_SQL_CHECK(s.ok(), "prepare list api keys");
   std::vector<ApiKeyRecord> out;
   int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3)});
+  while ((rc = s.Step()) == SQLITE_ROW) out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Text(4), s.Int(5) != 0});
   AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "list api keys");
   return out;
 }
@@ -243,6 +267,46 @@ StatusOr<std::string> Registry::ApiKeyId(const std::string& key) {
   AIRLOCK_SQL_CHECK(rc == SQLITE_ROW || rc == SQLITE_DONE, "api key id");
   if (rc != SQLITE_ROW) return std::string();
   return s.Text(0);
+}
+
+}  // namespace airlock
+
+namespace airlock {
+
+namespace {
+const char* KindName(OwnedKind k) { return k == OwnedKind::kSandbox ? "sandbox" : "snapshot"; }
+}  // namespace
+
+StatusOr<std::optional<ApiKeyRecord>> Registry::LookupApiKey(const std::string& key) {
+  if (key.empty()) return std::optional<ApiKeyRecord>();
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "SELECT id, name, prefix, created_at, team, admin FROM api_keys WHERE hash = ?");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare lookup api key");
+  s.Bind(1, image::Sha256Hex(key));
+  int rc = s.Step();
+  AIRLOCK_SQL_CHECK(rc == SQLITE_ROW || rc == SQLITE_DONE, "lookup api key");
+  if (rc != SQLITE_ROW) return std::optional<ApiKeyRecord>();
+  return std::optional<ApiKeyRecord>(ApiKeyRecord{s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Text(4), s.Int(5) != 0});
+}
+
+Status Registry::SetOwner(OwnedKind kind, const std::string& id, const std::string& team) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "INSERT OR REPLACE INTO owners (kind, id, team, created_at) VALUES (?,?,?,?)");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare set owner");
+  s.Bind(1, std::string(KindName(kind))).Bind(2, id).Bind(3, team).Bind(4, NowUnixMs());
+  AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, std::string("set owner of ") + KindName(kind) + " " + id);
+  return OkStatus();
+}
+
+StatusOr<std::optional<std::string>> Registry::OwnerOf(OwnedKind kind, const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "SELECT team FROM owners WHERE kind = ? AND id = ?");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare owner of");
+  s.Bind(1, std::string(KindName(kind))).Bind(2, id);
+  int rc = s.Step();
+  AIRLOCK_SQL_CHECK(rc == SQLITE_ROW || rc == SQLITE_DONE, "owner of " + id);
+  if (rc != SQLITE_ROW) return std::optional<std::string>();
+  return std::optional<std::string>(s.Text(0));
 }
 
 }  // namespace airlock

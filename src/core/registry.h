@@ -1,6 +1,13 @@
 // Registry: the daemon's durable state in SQLite (<state_dir>/airlock.db):
-// the sandboxes it runs (so a restarted daemon can re-adopt them) and the
-// API keys of its control plane (stored as SHA-256 hex, never in clear).
+// the sandboxes it runs (so a restarted daemon can re-adopt them), the API
+// keys of its control plane (stored as SHA-256 hex, never in clear) and who
+// owns what (docs/security.md "Tenancy").
+//
+// Tenancy: every key belongs to a team (by default a team of its own, named
+// after the key's id); sandboxes and named snapshots belong to the team of
+// the key that made them (`owners`, kept after a sandbox dies so its audit
+// trail stays its team's). An admin key (the CLI's cli.key, or
+// `apikey create --admin`) sees and acts on everything.
 //
 // A thin RAII wrapper over the sqlite3 C API. Every method is one statement
 // or one transaction; the class is thread-safe (one connection behind a
@@ -44,6 +51,8 @@ struct SandboxRecord {
   bool auto_pause = false;
   bool auto_pause_memory = true;
   bool auto_resume = false;
+  // The team that owns it ("" only for rows written before tenancy: admin only).
+  std::string owner;
 };
 
 struct ApiKeyRecord {
@@ -51,7 +60,12 @@ struct ApiKeyRecord {
   std::string name;
   std::string prefix;  // first characters of the key, for recognition
   int64_t created_at_ms = 0;
+  std::string team;    // owner of what this key creates
+  bool admin = false;  // sees and acts on every team's sandboxes and secrets
 };
+
+// What the registry records ownership of.
+enum class OwnedKind { kSandbox, kSnapshot };
 
 class Registry {
  public:
@@ -67,8 +81,10 @@ class Registry {
   StatusOr<std::vector<SandboxRecord>> ListSandboxes();
 
   // Creates a key: returns (record, the clear key "al_<48 hex>"); only the
-  // hash is stored.
-  StatusOr<std::pair<ApiKeyRecord, std::string>> CreateApiKey(const std::string& name);
+  // hash is stored. team empty: a team of its own (the key's id). Team
+  // names: [A-Za-z0-9_.-]{1,64}; InvalidArgument otherwise.
+  StatusOr<std::pair<ApiKeyRecord, std::string>> CreateApiKey(const std::string& name, const std::string& team = "",
+                                                              bool admin = false);
   StatusOr<std::vector<ApiKeyRecord>> ListApiKeys();
   // Removes by id or by name; NotFound when nothing matched.
   Status RemoveApiKey(const std::string& id_or_name);
@@ -76,6 +92,13 @@ class Registry {
   StatusOr<bool> CheckApiKey(const std::string& key);
   // The id of a stored key ("" when `key` is not one), for audit records.
   StatusOr<std::string> ApiKeyId(const std::string& key);
+  // The stored key `key` is (nullopt when it is none).
+  StatusOr<std::optional<ApiKeyRecord>> LookupApiKey(const std::string& key);
+
+  // Ownership (never removed with the sandbox: its audit stays its team's).
+  Status SetOwner(OwnedKind kind, const std::string& id, const std::string& team);
+  // The owning team; nullopt when nothing is recorded (admin only).
+  StatusOr<std::optional<std::string>> OwnerOf(OwnedKind kind, const std::string& id);
 
  private:
   Registry() = default;

@@ -182,10 +182,7 @@ StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milli
   if (dir.empty()) return back_to_paused(FailedPrecondition("no pause snapshot"));
   std::error_code ec;
   fs::create_directories(sb->run_dir_, ec);
-  if (FILE* f = std::fopen((sb->run_dir_ + "/owner").c_str(), "w")) {
-    std::fprintf(f, "%d\n", ::getpid());
-    std::fclose(f);
-  }
+  WriteOwnerFile(sb->run_dir_);
   fs::remove_all(sb->run_dir_ + "/vm", ec);
 
   net::NetworkOptions net_options;

@@ -83,10 +83,7 @@ Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcp
   fs::create_directories(config_.state_dir + "/snapshots/templates", ec);
   if (ec) return Internal("mkdir snapshots/templates: " + ec.message());
   if (::mkdir(run_dir.c_str(), 0700) != 0) return ErrnoError("mkdir " + run_dir);
-  if (FILE* f = std::fopen((run_dir + "/owner").c_str(), "w")) {
-    std::fprintf(f, "%d\n", ::getpid());
-    std::fclose(f);
-  }
+  WriteOwnerFile(run_dir);
   auto cleanup = [&](std::unique_ptr<VmInstance>& vm, std::unique_ptr<net::SandboxNetwork>& network) {
     if (vm) (void)vm->Destroy();
     if (network) (void)network->Destroy();

@@ -50,9 +50,9 @@ class DirLock {
   UniqueFd fd_;  // closing releases the lock
 };
 
-std::string OwnerText(const std::string& id, pid_t pid = ::getpid()) {
-  return "sandbox=" + id + "\npid=" + std::to_string(pid) + "\nstart=" +
-         std::to_string(ProcessStartTicks(pid)) + "\n";
+std::string OwnerText(const std::string& id, const std::string& registry, pid_t pid = ::getpid()) {
+  return "sandbox=" + id + "\npid=" + std::to_string(pid) + "\nstart=" + std::to_string(ProcessStartTicks(pid)) +
+         "\n" + (registry.empty() ? "" : "registry=" + registry + "\n");
 }
 
 LeaseOwner ParseOwner(const std::string& text) {
@@ -67,6 +67,7 @@ LeaseOwner ParseOwner(const std::string& text) {
       if (k == "sandbox") o.sandbox_id = v;
       else if (k == "pid") o.pid = static_cast<pid_t>(std::stol(v));
       else if (k == "start") o.start_ticks = std::stoull(v);
+      else if (k == "registry") o.registry = v;
     } catch (...) {
       // Malformed field: leave the default; such a lease counts as orphaned.
     }
@@ -144,11 +145,11 @@ bool AddressPool::OwnerAlive(const LeaseOwner& o) {
   return st != 0 && st == o.start_ticks;
 }
 
-StatusOr<AddressPool> AddressPool::Create(const std::string& root, const std::string& cidr) {
+StatusOr<AddressPool> AddressPool::Create(const std::string& root, const std::string& cidr, const std::string& owner) {
   ASSIGN_OR_RETURN(Cidr c, Cidr::Parse(cidr));
   std::string dir = root + "/net/leases";
   RETURN_IF_ERROR(MkdirP(dir, 0700));
-  return AddressPool(dir, c);
+  return AddressPool(dir, c, owner);
 }
 
 StatusOr<std::vector<std::pair<AddressLease, LeaseOwner>>> AddressPool::ListLocked() {
@@ -211,7 +212,7 @@ StatusOr<AddressLease> AddressPool::Acquire(const std::string& sandbox_id) {
         if (errno == EEXIST) continue;  // written by a process that ignores the lock
         return ErrnoError("create lease " + path);
       }
-      Status st = WriteAll(fd.get(), OwnerText(sandbox_id), path);
+      Status st = WriteAll(fd.get(), OwnerText(sandbox_id, owner_), path);
       if (!st.ok()) {
         ::unlink(path.c_str());
         return st;
@@ -240,7 +241,7 @@ Status AddressPool::Adopt(const AddressLease& lease, pid_t owner) {
   std::string tmp = lease.path + ".tmp";
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!fd) return ErrnoError("open " + tmp);
-  RETURN_IF_ERROR(WriteAll(fd.get(), OwnerText(lease.sandbox_id, owner > 0 ? owner : ::getpid()), tmp));
+  RETURN_IF_ERROR(WriteAll(fd.get(), OwnerText(lease.sandbox_id, owner_, owner > 0 ? owner : ::getpid()), tmp));
   if (::rename(tmp.c_str(), lease.path.c_str()) != 0) return ErrnoError("rename " + tmp);
   return OkStatus();
 }

@@ -2,7 +2,9 @@
 // sandboxes. Safe across concurrent processes without a daemon: every
 // mutation runs under an exclusive flock on <root>/net/leases/.lock and
 // each lease is a file created with O_EXCL, named after the pair's even
-// address ("198.18.0.4"), holding "sandbox=<id>\npid=<pid>\nstart=<ticks>\n".
+// address ("198.18.0.4"), holding "sandbox=<id>\npid=<pid>\nstart=<ticks>\n"
+// and, for a daemon's sandboxes, "registry=<canonical db path>\n": the
+// daemon whose start-up clean-up may reclaim it (CleanupLeftovers).
 //
 // A lease is stale when the netns al-<id> does not exist and its owner
 // process (pid + start time, so pid reuse does not fool us) is gone; stale
@@ -53,6 +55,7 @@ struct LeaseOwner {
   std::string sandbox_id;
   pid_t pid = 0;
   unsigned long long start_ticks = 0;  // /proc/<pid>/stat field 22
+  std::string registry;                // "" for in-process runs and older leases
 };
 
 class AddressPool {
@@ -60,8 +63,9 @@ class AddressPool {
   // Creates <root>/net/leases/ (0700) if needed. Addresses, links and netns
   // names are host-wide, so every airlock process on a host, whatever its
   // state directory, must share one root: kHostLeaseRoot (tests pass their own).
-  static StatusOr<AddressPool> Create(const std::string& root,
-                                      const std::string& cidr = "198.18.0.0/15");
+  // `owner`: the registry written into the leases this pool hands out.
+  static StatusOr<AddressPool> Create(const std::string& root, const std::string& cidr = "198.18.0.0/15",
+                                      const std::string& owner = "");
 
   // Leases the lowest free /31 for `sandbox_id`; the calling process is the owner.
   StatusOr<AddressLease> Acquire(const std::string& sandbox_id);
@@ -84,12 +88,14 @@ class AddressPool {
   static bool OwnerAlive(const LeaseOwner& owner);
 
  private:
-  AddressPool(std::string dir, Cidr cidr) : dir_(std::move(dir)), cidr_(cidr) {}
+  AddressPool(std::string dir, Cidr cidr, std::string owner)
+      : dir_(std::move(dir)), cidr_(cidr), owner_(std::move(owner)) {}
   StatusOr<std::vector<std::pair<AddressLease, LeaseOwner>>> ListLocked();
   StatusOr<std::vector<std::string>> ReclaimLocked();
 
   std::string dir_;
   Cidr cidr_;
+  std::string owner_;
 };
 
 // Start time of a process in clock ticks since boot (0 if unknown).

@@ -259,52 +259,29 @@ Status SandboxNetwork::Destroy() {
   return st;
 }
 
-StatusOr<std::vector<std::string>> CleanupLeftovers(const std::string& lease_root) {
+StatusOr<std::vector<std::string>> CleanupLeftovers(const std::string& lease_root, const std::string& owner) {
   ASSIGN_OR_RETURN(AddressPool pool, AddressPool::Create(lease_root));
   ASSIGN_OR_RETURN(auto leases, pool.List());
-  std::set<std::string> live_ids, live_links;
-  for (const auto& [l, o] : leases) {
-    if (AddressPool::OwnerAlive(o) && !o.sandbox_id.empty()) {
-      live_ids.insert(o.sandbox_id);
-      live_links.insert(HostVethName(o.sandbox_id));
-    }
-  }
   std::vector<std::string> removed;
   Status first;
-  // 1. Namespaces al-<id> without a live owner.
-  if (DIR* d = ::opendir("/run/netns")) {
-    std::vector<std::string> names;
-    while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
-    ::closedir(d);
-    for (const auto& name : names) {
-      if (name.rfind(kNetnsPrefix, 0) != 0) continue;
-      std::string id = name.substr(sizeof(kNetnsPrefix) - 1);
-      if (!ValidateSandboxId(id).ok() || live_ids.count(id)) continue;
-      Status st = TeardownByName(id);
-      if (st.ok()) removed.push_back("netns " + name);
-      else if (first.ok()) first = st;
-      ::unlink(NftFile(lease_root + "/net", id).c_str());
+  // Only what a lease in this root says is ours: never a netns or link that
+  // another daemon, another lease root or another tool made.
+  for (const auto& [l, o] : leases) {
+    if (AddressPool::OwnerAlive(o)) continue;
+    if (!o.registry.empty() && o.registry != owner) continue;  // another daemon's: it reclaims its own
+    if (!o.sandbox_id.empty() && ValidateSandboxId(o.sandbox_id).ok()) {
+      Status st = TeardownByName(o.sandbox_id);
+      if (!st.ok()) {
+        if (first.ok()) first = st;
+        continue;  // the lease stays until its netns is really gone
+      }
+      ::unlink(NftFile(lease_root + "/net", o.sandbox_id).c_str());
+      removed.push_back("netns " + std::string(kNetnsPrefix) + o.sandbox_id);
     }
-  }
-  // 2. Host links alh* not belonging to a live sandbox.
-  ASSIGN_OR_RETURN(std::string links, RunChecked({"ip", "-o", "link", "show"}));
-  std::stringstream ss(links);
-  std::string line;
-  while (std::getline(ss, line)) {
-    // "12: alhfoo@if3: <BROADCAST,..."
-    auto a = line.find(": ");
-    if (a == std::string::npos) continue;
-    auto b = line.find_first_of("@:", a + 2);
-    if (b == std::string::npos) continue;
-    std::string name = line.substr(a + 2, b - a - 2);
-    if (name.rfind(kHostVethPrefix, 0) != 0 || live_links.count(name)) continue;
-    Status st = RunIgnoringGone({"ip", "link", "del", name});
-    if (st.ok()) removed.push_back("link " + name);
+    Status st = pool.Release(l);
+    if (st.ok()) removed.push_back("lease " + l.path);
     else if (first.ok()) first = st;
   }
-  // 3. Leases whose netns is gone and whose owner is dead.
-  ASSIGN_OR_RETURN(auto reclaimed, pool.Reclaim());
-  for (auto& id : reclaimed) removed.push_back("lease " + id);
   if (!first.ok()) return first;
   return removed;
 }

@@ -87,10 +87,14 @@ class SandboxNetwork {
   bool adopted_ = false;  // built by Adopt(): torn down by name, not by checklist
 };
 
-// Removes airlock's network objects whose owner is gone: netns al-* and
-// links alh* without a live lease, then stale leases. Returns what was removed.
+// Removes the network objects of leases in `lease_root` whose owner process
+// is gone and that belong to `owner` (a daemon's registry) or to no daemon
+// (in-process runs, older leases): the netns al-<id>, its links and nft
+// file, then the lease. Nothing without such a lease is touched: another
+// daemon's sandboxes (leases tagged with its registry), another lease root's,
+// anything named al-* by hand. Returns what was removed.
 // `lease_root` is the AddressPool root (kHostLeaseRoot outside tests).
-StatusOr<std::vector<std::string>> CleanupLeftovers(const std::string& lease_root);
+StatusOr<std::vector<std::string>> CleanupLeftovers(const std::string& lease_root, const std::string& owner = "");
 
 // Teardown of one sandbox's network by name (used by cleanup and by Destroy
 // of an adopted network): nft table, veth, netns; each "already gone" is OK.

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -127,12 +128,18 @@ StatusOr<std::unique_ptr<SecretStore>> SecretStore::Open(const std::string& db_p
     sqlite3_free(err);
     return Internal("secrets db: create tables: " + m);
   }
+  // v2: each secret's use policy (rows stored before it: admin only).
+  if (sqlite3_exec(s->db_, "SELECT policy FROM secrets LIMIT 0", nullptr, nullptr, nullptr) != SQLITE_OK &&
+      sqlite3_exec(s->db_, "ALTER TABLE secrets ADD COLUMN policy TEXT NOT NULL DEFAULT ''", nullptr, nullptr,
+                   nullptr) != SQLITE_OK) {
+    return SqlError(s->db_, "add policy column");
+  }
   return s;
 }
 
 SecretStore::~SecretStore() { sqlite3_close_v2(db_); }
 
-Status SecretStore::Set(const std::string& name, const std::string& value) {
+Status SecretStore::Set(const std::string& name, const std::string& value, const SecretPolicy& policy) {
   RETURN_IF_ERROR(ValidateSecretName(name));
   if (value.size() < kMinSecretBytes || value.size() > kMaxSecretBytes) {
     return InvalidArgument("secret value must be " + std::to_string(kMinSecretBytes) + " bytes to 64 KiB (got " +
@@ -159,9 +166,10 @@ Status SecretStore::Set(const std::string& name, const std::string& value) {
   int64_t now = NowUnixMs();
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
-         "INSERT INTO secrets (name, nonce, ciphertext, tag, size, created_at, updated_at) VALUES (?,?,?,?,?,?,?) "
+         "INSERT INTO secrets (name, nonce, ciphertext, tag, size, created_at, updated_at, policy)"
+         " VALUES (?,?,?,?,?,?,?,?) "
          "ON CONFLICT(name) DO UPDATE SET nonce=excluded.nonce, ciphertext=excluded.ciphertext, tag=excluded.tag,"
-         " size=excluded.size, updated_at=excluded.updated_at");
+         " size=excluded.size, updated_at=excluded.updated_at, policy=excluded.policy");
   if (!s.ok) return SqlError(db_, "prepare set");
   s.Text(1, name);
   s.Blob(2, std::string(reinterpret_cast<char*>(nonce), sizeof nonce));
@@ -170,6 +178,7 @@ Status SecretStore::Set(const std::string& name, const std::string& value) {
   s.Int(5, static_cast<int64_t>(value.size()));
   s.Int(6, now);
   s.Int(7, now);
+  s.Text(8, policy.ToJson());
   if (sqlite3_step(s.s) != SQLITE_DONE) return SqlError(db_, "set " + name);
   return OkStatus();
 }
@@ -211,15 +220,27 @@ StatusOr<std::string> SecretStore::Get(const std::string& name) {
   return pt;
 }
 
+StatusOr<SecretPolicy> SecretStore::PolicyOf(const std::string& name) {
+  RETURN_IF_ERROR(ValidateSecretName(name));
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "SELECT policy FROM secrets WHERE name = ?");
+  if (!s.ok) return SqlError(db_, "prepare policy");
+  s.Text(1, name);
+  int rc = sqlite3_step(s.s);
+  if (rc == SQLITE_DONE) return NotFound("secret " + name + " does not exist (airlock secret set " + name + ")");
+  if (rc != SQLITE_ROW) return SqlError(db_, "policy of " + name);
+  return SecretPolicy::FromJson(s.Col(0));
+}
+
 StatusOr<std::vector<SecretInfo>> SecretStore::List() {
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_, "SELECT name, size, created_at, updated_at FROM secrets ORDER BY name");
+  Stmt s(db_, "SELECT name, size, created_at, updated_at, policy FROM secrets ORDER BY name");
   if (!s.ok) return SqlError(db_, "prepare list");
   std::vector<SecretInfo> out;
   int rc;
   while ((rc = sqlite3_step(s.s)) == SQLITE_ROW) {
     out.push_back({s.Col(0), static_cast<size_t>(sqlite3_column_int64(s.s, 1)), sqlite3_column_int64(s.s, 2),
-                   sqlite3_column_int64(s.s, 3)});
+                   sqlite3_column_int64(s.s, 3), SecretPolicy::FromJson(s.Col(4))});
   }
   if (rc != SQLITE_DONE) return SqlError(db_, "list");
   return out;
@@ -296,6 +317,71 @@ StatusOr<std::vector<std::string>> SecretStore::BoundSandboxes() {
   while ((rc = sqlite3_step(s.s)) == SQLITE_ROW) out.push_back(s.Col(0));
   if (rc != SQLITE_DONE) return SqlError(db_, "bound sandboxes");
   return out;
+}
+
+}  // namespace airlock::secrets
+
+namespace airlock::secrets {
+
+std::string SecretPolicy::ToJson() const {
+  nlohmann::json j = {{"hosts", hosts}, {"teams", teams}};
+  if (scope) j["scope"] = std::string(ScopeName(*scope));
+  return j.dump();
+}
+
+SecretPolicy SecretPolicy::FromJson(const std::string& text) {
+  SecretPolicy p;
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object()) return p;
+  auto strings = [&](const char* k) {
+    std::vector<std::string> out;
+    if (j.contains(k) && j[k].is_array())
+      for (auto& v : j[k])
+        if (v.is_string()) out.push_back(v.get<std::string>());
+    return out;
+  };
+  std::string scope = j.contains("scope") && j["scope"].is_string() ? j["scope"].get<std::string>() : "";
+  if (scope == "env") p.scope = Scope::kEnv;
+  if (scope == "brokered") p.scope = Scope::kBrokered;
+  p.hosts = strings("hosts");
+  p.teams = strings("teams");
+  return p;
+}
+
+bool HostCovered(const std::string& allowed, const std::string& wanted) {
+  if (allowed == wanted) return true;
+  if (allowed.rfind("*.", 0) != 0) return false;
+  std::string suffix = allowed.substr(1);  // ".x.com"
+  std::string w = wanted.rfind("*.", 0) == 0 ? wanted.substr(1) : wanted;
+  return w.size() > suffix.size() && w.compare(w.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+Status CheckUse(const SecretPolicy& policy, const std::string& team, bool admin, Binding* b) {
+  const std::string who = "secret " + b->name + ": ";
+  if (!admin && std::find(policy.teams.begin(), policy.teams.end(), team) == policy.teams.end()) {
+    return PermissionDenied(who + "this key's team may not use it (its owner grants teams with airlock secret set --team)");
+  }
+  if (policy.scope) {
+    if (!b->scope_given) b->scope = *policy.scope;
+    if (b->scope != *policy.scope) {
+      return PermissionDenied(who + "stored for scope \"" + std::string(ScopeName(*policy.scope)) +
+                              "\", requested as \"" + std::string(ScopeName(b->scope)) + "\"");
+    }
+  }
+  if (b->scope == Scope::kEnv && !b->hosts.empty()) return InvalidArgument(who + "hosts only apply to scope \"brokered\"");
+  if (b->scope == Scope::kBrokered) {
+    if (b->hosts.empty()) b->hosts = policy.hosts;
+    if (b->hosts.empty()) return InvalidArgument(who + "scope \"brokered\" needs hosts");
+    if (policy.scope) {
+      for (const auto& h : b->hosts) {
+        bool ok = std::any_of(policy.hosts.begin(), policy.hosts.end(),
+                              [&](const std::string& a) { return HostCovered(a, h); });
+        if (!ok) return PermissionDenied(who + "may not be brokered to '" + h + "' (stored hosts: " +
+                                         nlohmann::json(policy.hosts).dump() + ")");
+      }
+    }
+  }
+  return OkStatus();
 }
 
 }  // namespace airlock::secrets

@@ -9,6 +9,11 @@
 // It also remembers which sandbox references which secret (bindings), so a
 // restarted daemon can rebuild the broker table for adopted sandboxes.
 //
+// Each secret carries its use policy, set by whoever stores it (the local
+// operator): the scope it may be given in, the hosts a brokered value may go
+// to, and the teams whose keys may name it at create (docs/secrets.md
+// "Who may use a secret"). A secret with no teams is usable by admin keys only.
+//
 // Names: [A-Za-z_][A-Za-z0-9_]{0,127}. Values: kMinSecretBytes..64 KiB.
 // Errors: invalid_argument (name/value), not_found, data_loss (decryption
 // failed: wrong key file or tampered row), internal (SQLite), errno errors
@@ -18,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,15 +35,30 @@ namespace airlock::secrets {
 
 inline constexpr size_t kMaxSecretBytes = 64 * 1024;
 
+enum class Scope { kBrokered, kEnv };
+std::string_view ScopeName(Scope s);
+
+// How a stored secret may be used. scope nullopt: as the (admin) caller says.
+// hosts: exact names or "*.domain" (brokered only; a request's hosts must be
+// covered by them). teams: who besides admin keys may name it.
+struct SecretPolicy {
+  std::optional<Scope> scope;
+  std::vector<std::string> hosts;
+  std::vector<std::string> teams;
+  std::string ToJson() const;
+  static SecretPolicy FromJson(const std::string& text);  // "" or malformed: no policy (admin only)
+};
+// Does stored pattern `allowed` ("api.x.com" or "*.x.com") cover requested
+// host or pattern `wanted`? "*.x.com" covers "a.x.com" and "*.a.x.com", not "x.com".
+bool HostCovered(const std::string& allowed, const std::string& wanted);
+
 struct SecretInfo {
   std::string name;
   size_t size = 0;
   int64_t created_at_ms = 0;
   int64_t updated_at_ms = 0;
+  SecretPolicy policy;
 };
-
-enum class Scope { kBrokered, kEnv };
-std::string_view ScopeName(Scope s);
 
 // One secret attached to one sandbox (no value).
 struct Binding {
@@ -47,14 +68,24 @@ struct Binding {
   std::string env;                 // variable name in the guest
   std::string placeholder;         // brokered: what the guest sees
   std::vector<std::string> hosts;  // brokered: where the value may go
+  // Parsing only (not stored): the request named a scope / hosts.
+  bool scope_given = true;
 };
+
+// May a key of `team` (admin: any team) name this secret as *b asks? Fills
+// b's scope and hosts from the policy where the request left them out.
+// PermissionDenied naming the secret and the rule it breaks; InvalidArgument
+// when a brokered use ends up with no hosts.
+Status CheckUse(const SecretPolicy& policy, const std::string& team, bool admin, Binding* b);
 
 class SecretStore {
  public:
   static StatusOr<std::unique_ptr<SecretStore>> Open(const std::string& db_path, const std::string& key_path);
   ~SecretStore();
 
-  Status Set(const std::string& name, const std::string& value);
+  // Stores the value and its policy (both replaced when the name exists).
+  Status Set(const std::string& name, const std::string& value, const SecretPolicy& policy = {});
+  StatusOr<SecretPolicy> PolicyOf(const std::string& name);  // NotFound
   StatusOr<std::string> Get(const std::string& name);
   StatusOr<std::vector<SecretInfo>> List();
   Status Remove(const std::string& name);

@@ -128,28 +128,32 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
   auto verb = c->method();
   if (path == "/health" && verb == http::verb::get) return c->Respond(200, "application/json", "{\"status\":\"ok\"}");
   if (path == "/metrics" && verb == http::verb::get) return ServeMetrics(c);
-  auto ok = registry_->CheckApiKey(c->Header("X-API-Key"));
-  if (!ok.ok()) return c->RespondError(500, ok.status().message());
-  if (!*ok) {
+  auto key = registry_->LookupApiKey(c->Header("X-API-Key"));
+  if (!key.ok()) return c->RespondError(500, key.status().message());
+  if (!*key) {
     AuditAuthFailure(c);
     return c->RespondError(401, c->Header("X-API-Key").empty() ? "missing X-API-Key" : "invalid X-API-Key");
   }
+  const Caller caller{(*key)->id, (*key)->team, (*key)->admin};
 
   auto seg = Segments(path);
   bool v2 = !seg.empty() && seg[0] == "v2";
   if (v2) seg.erase(seg.begin());
-  auto key_id = registry_->ApiKeyId(c->Header("X-API-Key"));
-  AuditControlCall(c, key_id.ok() ? *key_id : "", ControlActionName(seg, verb),
+  AuditControlCall(c, caller.key_id, ControlActionName(seg, verb),
                    seg.size() >= 2 && seg[0] == "sandboxes" ? seg[1] : "");
-  if (seg.size() == 1 && seg[0] == "snapshots" && verb == http::verb::get && !v2) return ListSnapshots(c);
-  if (seg.size() == 2 && seg[0] == "templates" && verb == http::verb::delete_ && !v2) return DeleteSnapshot(c, seg[1]);
+  if (seg.size() == 1 && seg[0] == "snapshots" && verb == http::verb::get && !v2) return ListSnapshots(c, caller);
+  if (seg.size() == 2 && seg[0] == "templates" && verb == http::verb::delete_ && !v2)
+    return DeleteSnapshot(c, seg[1], caller);
   if (seg.empty() || seg[0] != "sandboxes") return c->RespondError(404, "no route for " + c->method_string() + " " + path);
   if (seg.size() == 1) {
-    if (verb == http::verb::post) return CreateSandbox(c);
-    if (verb == http::verb::get) return ListSandboxes(c, v2);
+    if (verb == http::verb::post) return CreateSandbox(c, caller);
+    if (verb == http::verb::get) return ListSandboxes(c, caller, v2);
     return c->RespondError(405, "method not allowed");
   }
   const std::string& id = seg[1];
+  // Every route under /sandboxes/{id} acts on one sandbox: another team's is
+  // answered exactly as one that does not exist.
+  if (!CallerOwns(caller, OwnedKind::kSandbox, id)) return c->RespondError(404, "sandbox " + id + " not found");
   if (seg.size() == 2) {
     if (verb == http::verb::get && !v2) return GetSandbox(c, id);
     if (verb == http::verb::delete_ && !v2) return KillSandbox(c, id);
@@ -163,15 +167,25 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
     if (action == "logs" && verb == http::verb::get) return Logs(c, id, v2);
     if (action == "network" && verb == http::verb::put && !v2) return UpdateNetwork(c, id);
     if (action == "pause" && verb == http::verb::post) return PauseSandbox(c, id);
-    if (action == "fork" && verb == http::verb::post) return ForkSandbox(c, id);
+    if (action == "fork" && verb == http::verb::post) return ForkSandbox(c, id, caller);
     if (action == "audit" && verb == http::verb::get) return SandboxAudit(c, id);
     if (action == "snapshots" && verb == http::verb::post) return CreateSnapshot(c, id);
   }
   c->RespondError(404, "no route for " + c->method_string() + " " + path);
 }
 
-void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
-  ReadJson(c, [this, c](json body) {
+bool Server::CallerOwns(const Caller& caller, OwnedKind kind, const std::string& id) {
+  if (caller.admin) return true;
+  auto owner = registry_->OwnerOf(kind, id);
+  if (!owner.ok()) {
+    LOG_WARN("owner of {}: {}", id, owner.status().message());
+    return false;
+  }
+  return caller.Owns(*owner);
+}
+
+void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
+  ReadJson(c, [this, c, caller](json body) {
     CreateOptions opts;
     opts.detach = true;
     opts.vcpus = config_.default_vcpus;
@@ -179,6 +193,11 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
     if (auto it = body.find("templateID"); it != body.end() && !it->is_null()) {
       if (!it->is_string() || it->get<std::string>().empty()) return c->RespondError(400, "templateID must be a string");
       opts.template_name = it->get<std::string>();
+      // A named snapshot is a template of its team only.
+      std::string snap = manager_->FindNamedSnapshot(opts.template_name);
+      if (!snap.empty() && !CallerOwns(caller, OwnedKind::kSnapshot, snap.substr(snap.rfind('/') + 1))) {
+        return c->RespondError(404, "template " + opts.template_name + " not found");
+      }
     }
     auto timeout = OptionalSeconds(body, "timeout");
     if (!timeout.ok()) return c->RespondError(400, timeout.status().message());
@@ -202,13 +221,12 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
     auto meta = std::move(metadata).value();
     json secrets_spec = body.contains("secrets") ? body["secrets"] : json();
     if (auto parsed = ParseSecretsSpec(secrets_spec); !parsed.ok()) return c->RespondError(400, parsed.status().message());
-    auto kid = registry_->ApiKeyId(c->Header("X-API-Key"));
-    std::string key_id = kid.ok() ? *kid : "";
+    std::string key_id = caller.key_id;
     Admit(c, key_id, opts.memory_mib,
-          [this, c, opts, ttl, meta, secrets_spec, key_id, lifecycle = *lifecycle](uint64_t ticket) {
+          [this, c, opts, ttl, meta, secrets_spec, key_id, caller, lifecycle = *lifecycle](uint64_t ticket) {
       auto t0 = std::chrono::steady_clock::now();
       CreateOptions run_opts = opts;  // + secret env vars, never persisted
-      auto attached = AttachSecrets(secrets_spec, &run_opts);
+      auto attached = AttachSecrets(secrets_spec, caller, &run_opts);
       if (!attached.ok()) {
         AdmissionDone(ticket, "", 0);
         Status st = attached.status();
@@ -244,6 +262,15 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
       r.auto_pause = lifecycle.auto_pause;
       r.auto_pause_memory = lifecycle.auto_pause_memory;
       r.auto_resume = lifecycle.auto_resume;
+      r.owner = caller.team;
+      if (Status st = registry_->SetOwner(OwnedKind::kSandbox, r.id, r.owner); !st.ok()) {
+        // A sandbox nobody can be shown to own is not handed out.
+        LOG_WARN("sandbox={} owner: {}", r.id, st.message());
+        ForgetSecrets(r.id);
+        (void)manager_->Destroy(r.id);
+        AdmissionDone(ticket, "", 0);
+        return asio::post(c->executor(), [c, st] { c->RespondError(500, st.message()); });
+      }
       if (Status st = registry_->PutSandbox(r); !st.ok()) LOG_WARN("sandbox={} registry: {}", r.id, st.message());
       CommitSecrets(r.id, std::move(attached).value(), key_id);
       int disk_mib = 0;
@@ -269,7 +296,7 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c) {
   });
 }
 
-void Server::ListSandboxes(std::shared_ptr<HttpConn> c, bool v2) {
+void Server::ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bool v2) {
   std::map<std::string, std::string> meta;
   if (auto m = c->Query("metadata"); m && !m->empty()) meta = ParseMetadataFilter(*m);
   bool want_running = true, want_paused = true;
@@ -295,8 +322,9 @@ void Server::ListSandboxes(std::shared_ptr<HttpConn> c, bool v2) {
   size_t total_running = 0;
   {
     std::lock_guard<std::mutex> l(mu_);
-    total_running = sandboxes_.size();
     for (auto& [id, e] : sandboxes_) {
+      if (!caller.admin && e.rec.owner != caller.team) continue;  // another team's
+      ++total_running;
       if (!(e.rec.state == "paused" ? want_paused : want_running)) continue;
       if (!tmpl.empty() && e.rec.template_id != tmpl) continue;
       bool match = true;

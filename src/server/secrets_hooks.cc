@@ -90,10 +90,12 @@ StatusOr<std::vector<secrets::Binding>> ParseSecretsSpec(const json& spec) {
     b.name = name;
     b.env = name;
     std::string scope = "brokered";
+    b.scope_given = false;
     for (auto& [k, f] : v.items()) {
       if (k == "scope") {
         if (!f.is_string()) return InvalidArgument("secrets." + name + ".scope must be \"brokered\" or \"env\"");
         scope = f.get<std::string>();
+        b.scope_given = true;
       } else if (k == "env") {
         if (!f.is_string()) return InvalidArgument("secrets." + name + ".env must be a string");
         b.env = f.get<std::string>();
@@ -117,13 +119,12 @@ StatusOr<std::vector<secrets::Binding>> ParseSecretsSpec(const json& spec) {
         return InvalidArgument("secrets." + name + ": unknown field '" + k + "' (scope, hosts, env)");
       }
     }
+    // Omitted scope / hosts come from the secret's stored policy (CheckUse).
     if (scope == "env") {
       b.scope = secrets::Scope::kEnv;
       if (!b.hosts.empty()) return InvalidArgument("secrets." + name + ": hosts only apply to scope \"brokered\"");
     } else if (scope == "brokered") {
       b.scope = secrets::Scope::kBrokered;
-      if (b.hosts.empty()) return InvalidArgument("secrets." + name + ": scope \"brokered\" needs hosts");
-      b.placeholder = secrets::Broker::NewPlaceholder();
     } else {
       return InvalidArgument("secrets." + name + ".scope must be \"brokered\" or \"env\"");
     }
@@ -132,7 +133,7 @@ StatusOr<std::vector<secrets::Binding>> ParseSecretsSpec(const json& spec) {
   return out;
 }
 
-StatusOr<SecretAttachment> Server::AttachSecrets(const json& spec, CreateOptions* opts) {
+StatusOr<SecretAttachment> Server::AttachSecrets(const json& spec, const Caller& caller, CreateOptions* opts) {
   SecretAttachment att;
   ASSIGN_OR_RETURN(att.bindings, ParseSecretsSpec(spec));
   if (!opts->egress_policy.header_rules().empty()) {
@@ -141,6 +142,15 @@ StatusOr<SecretAttachment> Server::AttachSecrets(const json& spec, CreateOptions
   if (att.bindings.empty()) return att;
   ASSIGN_OR_RETURN(auto* store, Secrets());
   for (auto& b : att.bindings) {
+    // Existence is an admin's business: another team learns only that it may not use the name.
+    auto policy = store->PolicyOf(b.name);
+    if (!policy.ok()) {
+      if (policy.status().code() != StatusCode::kNotFound) return policy.status();
+      if (!caller.admin) return PermissionDenied("secret " + b.name + ": this key's team may not use it");
+      return InvalidArgument(policy.status().message());
+    }
+    RETURN_IF_ERROR(secrets::CheckUse(*policy, caller.team, caller.admin, &b));
+    if (b.scope == secrets::Scope::kBrokered && b.placeholder.empty()) b.placeholder = secrets::Broker::NewPlaceholder();
     auto v = store->Get(b.name);
     if (!v.ok()) {
       if (v.status().code() == StatusCode::kNotFound) return InvalidArgument(v.status().message());

@@ -8,6 +8,7 @@
 #include <boost/asio/post.hpp>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 
 #include "common/log.h"
@@ -57,7 +58,17 @@ Status Server::Init() {
   ::mkdir(dir.c_str(), 0700);
   std::string db = config_.db_path.empty() ? dir + "/airlock.db" : config_.db_path;
   std::string db_dir = db.find('/') == std::string::npos ? "." : db.substr(0, db.rfind('/'));
+  // One daemon per registry, for its whole life: a second one would adopt the
+  // same sandboxes and interleave the same audit trail (docs/security.md).
+  ASSIGN_OR_RETURN(registry_lock_, StateLock::Acquire(db + ".lock", StateLock::Mode::kExclusive, "registry"));
   ASSIGN_OR_RETURN(registry_, Registry::Open(db));
+  {
+    // What this daemon owns on the host (run dirs, address leases) is tagged
+    // with its registry, so its clean-up never touches another daemon's.
+    std::error_code ec;
+    auto canon = std::filesystem::weakly_canonical(db, ec);
+    config_.manager.owner = ec ? db : canon.string();
+  }
   db_path_ = db;
   db_dir_ = db_dir;
   RETURN_IF_ERROR(InitAudit(db_dir));
@@ -137,7 +148,7 @@ Status Server::Init() {
     auto valid = registry_->CheckApiKey(existing);
     if (!valid.ok() || !*valid) {
       (void)registry_->RemoveApiKey("cli");
-      ASSIGN_OR_RETURN(auto created, registry_->CreateApiKey("cli"));
+      ASSIGN_OR_RETURN(auto created, registry_->CreateApiKey("cli", "", /*admin=*/true));
       int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
       if (fd < 0) return ErrnoError("open " + path);
       std::string line = created.second + "\n";

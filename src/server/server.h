@@ -29,6 +29,7 @@
 #include "audit/audit_log.h"
 #include "audit/otlp_exporter.h"
 #include "common/clock.h"
+#include "common/state_lock.h"
 #include "common/status.h"
 #include "core/manager.h"
 #include "core/registry.h"
@@ -90,6 +91,18 @@ struct LogEvent {
   std::string message;
 };
 
+// Who a control-plane request is from (its X-API-Key), resolved once in
+// HandleControl. Tenancy (docs/security.md): a key acts only on what its
+// team owns; an admin key (the CLI's cli.key, `apikey create --admin`) on all.
+struct Caller {
+  std::string key_id;
+  std::string team;
+  bool admin = false;
+  // May this caller see and act on something owned by `owner` (nullopt: no
+  // owner recorded, which only admin may reach)?
+  bool Owns(const std::optional<std::string>& owner) const { return admin || (owner && *owner == team); }
+};
+
 // Secrets resolved for one create (secrets_hooks.cc).
 struct SecretAttachment {
   std::vector<secrets::Binding> bindings;
@@ -145,8 +158,8 @@ class Server {
 
   // control plane (control_plane.cc)
   void HandleControl(std::shared_ptr<HttpConn> c);
-  void CreateSandbox(std::shared_ptr<HttpConn> c);
-  void ListSandboxes(std::shared_ptr<HttpConn> c, bool v2);
+  void CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller);
+  void ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bool v2);
   void GetSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
   void KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
   void SetTimeout(std::shared_ptr<HttpConn> c, const std::string& id);
@@ -160,13 +173,16 @@ class Server {
   // snapshots (snapshot_routes.cc)
   void PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
   // POST /sandboxes/{id}/fork {"timeout"?, "count"?}: 201 [{sandbox}|{error}].
-  void ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
+  void ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller);
   // Named snapshots: POST /sandboxes/{id}/snapshots {"name"?} 201
   // {"snapshotID","names"}; GET /snapshots?sandboxID=&name=&limit=&nextToken=;
   // DELETE /templates/{snapshotID or name} 204 / 404 / 409 (in use).
+  // Snapshots belong to the team that owns the sandbox they were taken of.
   void CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id);
-  void ListSnapshots(std::shared_ptr<HttpConn> c);
-  void DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id);
+  void ListSnapshots(std::shared_ptr<HttpConn> c, const Caller& caller);
+  void DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller);
+  // May `caller` see sandbox / named snapshot `id` (its owners row)?
+  bool CallerOwns(const Caller& caller, OwnedKind kind, const std::string& id);
   // Resumes a paused sandbox for connect (201 + Sandbox JSON; 200 if it was
   // already running again by the time the worker got to it).
   void ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, int64_t ends_at_ms);
@@ -206,7 +222,8 @@ class Server {
   StatusOr<secrets::SecretStore*> Secrets();  // opened on first use
   // Validates `spec`, reads the values and adds env vars to *opts (the value
   // for scope env, a placeholder for brokered). Errors: invalid_argument.
-  StatusOr<SecretAttachment> AttachSecrets(const nlohmann::json& spec, CreateOptions* opts);
+  // PermissionDenied (403) when `caller` may not use a secret as asked.
+  StatusOr<SecretAttachment> AttachSecrets(const nlohmann::json& spec, const Caller& caller, CreateOptions* opts);
   void CommitSecrets(const std::string& id, SecretAttachment att, const std::string& key_id);
   // Generates the sandbox's CA into att->ca when a secret is brokered or the
   // egress policy has network.rules (the CA's names: the secrets' hosts and
@@ -252,6 +269,7 @@ class Server {
   int ClampTimeout(int64_t seconds) const;
 
   ServerConfig config_;
+  StateLock registry_lock_;  // held for the daemon's life (released last)
   // Declared before io_: pending handlers destroyed with io_ still audit.
   std::shared_ptr<secrets::Redactor> redactor_;
   std::shared_ptr<audit::AuditLog> audit_;

@@ -98,8 +98,8 @@ void Server::EnsureTemplateSnapshotAsync(const std::string& template_name, int v
   });
 }
 
-void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
-  ReadJson(c, [this, c, id](json body) {
+void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller) {
+  ReadJson(c, [this, c, id, caller](json body) {
     auto timeout = OptionalSecondsField(body, "timeout");
     if (!timeout.ok()) return c->RespondError(400, timeout.status().message());
     int count = 1;
@@ -117,8 +117,7 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
       parent = it->second.rec;
     }
     int ttl = ClampTimeout(timeout->value_or(config_.default_timeout_s));
-    auto kid = registry_->ApiKeyId(c->Header("X-API-Key"));
-    std::string key_id = kid.ok() ? *kid : "";
+    std::string key_id = caller.key_id;
     asio::post(*workers_, [this, c, id, count, ttl, parent, key_id] {
       auto children = manager_->Fork(id, count);
       if (!children.ok()) {
@@ -154,6 +153,14 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
         r.netns_ip = (*child)->netns_ip();
         r.vmm_pid = (*child)->vmm_pid();
         r.run_dir = (*child)->run_dir();
+        // A child belongs to its parent's team (r.owner is the parent's).
+        if (Status st = registry_->SetOwner(OwnedKind::kSandbox, r.id, r.owner); !st.ok()) {
+          LOG_WARN("sandbox={} owner: {}", r.id, st.message());
+          ForgetSecrets(r.id);
+          (void)manager_->Destroy(r.id);
+          out.push_back({{"error", {{"code", 500}, {"message", "fork child owner: " + st.message()}}}});
+          continue;
+        }
         if (Status st = registry_->PutSandbox(r); !st.ok()) LOG_WARN("sandbox={} registry: {}", r.id, st.message());
         {
           std::lock_guard<std::mutex> l(mu_);
@@ -184,11 +191,14 @@ void Server::CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id) 
       if (!it->is_string()) return c->RespondError(400, "name must be a string");
       name = it->get<std::string>();
     }
+    std::string owner;
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (!sandboxes_.count(id)) return c->RespondError(404, "sandbox " + id + " not found");
+      auto it = sandboxes_.find(id);
+      if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
+      owner = it->second.rec.owner;
     }
-    asio::post(*workers_, [this, c, id, name] {
+    asio::post(*workers_, [this, c, id, name, owner] {
       auto snap = manager_->CreateNamedSnapshot(id, name);
       if (!snap.ok()) {
         Status st = snap.status();
@@ -200,6 +210,11 @@ void Server::CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id) 
                                                                   : 500;
         return asio::post(c->executor(), [c, code, st] { c->RespondError(code, st.message()); });
       }
+      // The snapshot is its sandbox's team's; without that record nobody but admin could use it.
+      if (Status st = registry_->SetOwner(OwnedKind::kSnapshot, snap->snapshot_id, owner); !st.ok()) {
+        (void)manager_->DeleteNamedSnapshot(snap->snapshot_id);
+        return asio::post(c->executor(), [c, st] { c->RespondError(500, st.message()); });
+      }
       AddLog(id, "info", "snapshot " + snap->snapshot_id + " created");
       std::string out = json{{"snapshotID", snap->snapshot_id}, {"names", snap->names}}.dump();
       asio::post(c->executor(), [c, out] { c->Respond(201, "application/json", out); });
@@ -207,7 +222,7 @@ void Server::CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id) 
   });
 }
 
-void Server::ListSnapshots(std::shared_ptr<HttpConn> c) {
+void Server::ListSnapshots(std::shared_ptr<HttpConn> c, const Caller& caller) {
   std::string sandbox = c->Query("sandboxID").value_or(""), name = c->Query("name").value_or("");
   std::string after = c->Query("nextToken").value_or("");
   int limit = 100;
@@ -217,7 +232,7 @@ void Server::ListSnapshots(std::shared_ptr<HttpConn> c) {
     if (*end != '\0' || v < 1) return c->RespondError(400, "limit must be a positive integer");
     limit = static_cast<int>(std::min<long>(v, 100));
   }
-  asio::post(*workers_, [this, c, sandbox, name, after, limit] {
+  asio::post(*workers_, [this, c, sandbox, name, after, limit, caller] {
     auto all = manager_->ListNamedSnapshots();
     if (!all.ok()) {
       Status st = all.status();
@@ -232,6 +247,7 @@ void Server::ListSnapshots(std::shared_ptr<HttpConn> c) {
         continue;
       }
       if (!sandbox.empty() && s.sandbox_id != sandbox) continue;
+      if (!CallerOwns(caller, OwnedKind::kSnapshot, s.snapshot_id)) continue;  // another team's
       if (!name.empty() && std::find(s.names.begin(), s.names.end(), name) == s.names.end()) continue;
       if (static_cast<int>(arr.size()) == limit) {
         extra.push_back({"X-Next-Token", arr.back()["snapshotID"].get<std::string>()});
@@ -244,9 +260,12 @@ void Server::ListSnapshots(std::shared_ptr<HttpConn> c) {
   });
 }
 
-void Server::DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id) {
-  asio::post(*workers_, [this, c, id] {
-    Status st = manager_->DeleteNamedSnapshot(id);
+void Server::DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller) {
+  asio::post(*workers_, [this, c, id, caller] {
+    std::string dir = manager_->FindNamedSnapshot(id);
+    Status st = !dir.empty() && !CallerOwns(caller, OwnedKind::kSnapshot, dir.substr(dir.rfind('/') + 1))
+                    ? NotFound("snapshot " + id + " not found")
+                    : manager_->DeleteNamedSnapshot(id);
     asio::post(c->executor(), [c, st] {
       if (st.ok()) return c->Respond(204, "", "");
       int code = st.code() == StatusCode::kNotFound ? 404 : st.code() == StatusCode::kFailedPrecondition ? 409 : 500;

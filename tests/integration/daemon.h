@@ -69,6 +69,7 @@ class TestDaemon {
     if (log_fd_ >= 0) ::close(log_fd_);
   }
   uint16_t port() const { return port_; }
+  pid_t pid() const { return child_.pid(); }
   const std::string& key() const { return key_; }
   const std::string& dir() const { return dir_; }
   // A daemon that dies without cleaning up (its sandboxes stay).

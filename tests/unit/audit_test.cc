@@ -149,6 +149,63 @@ TEST(AuditLog, VerifyLocatesRemovedAndReorderedRecords) {
   EXPECT_NE(rep->problems[0].what.find("removed from the end"), std::string::npos);
 }
 
+// Issue 11 item 4: one writer per trail, and a trail two writers did write
+// (two daemons on one registry before the lock) reads as damage, not tampering.
+TEST(AuditLog, SecondWriterIsRefusedNamingTheHolder) {
+  ScopedDir d{MakeTempDir("audit")};
+  auto first = AuditLog::Open(d.path);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto second = AuditLog::Open(d.path);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("in use by pid " + std::to_string(::getpid())), std::string::npos)
+      << second.status().message();
+  first->reset();
+  EXPECT_TRUE(AuditLog::Open(d.path).ok());  // released with the first
+}
+
+TEST(AuditLog, VerifyTellsInterleavedWritersFromTampering) {
+  ScopedDir a{MakeTempDir("audit")}, b{MakeTempDir("audit")};
+  std::string base = WriteRecords(a.path, 3);
+  std::filesystem::copy(a.path, b.path,
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  std::string fa = WriteRecords(a.path, 2);  // writer A: seq 4, 5
+  std::string fb = WriteRecords(b.path, 2);  // writer B from the same base: seq 4, 5
+  auto la = Lines(Slurp(fa)), lb = Lines(Slurp(fb));
+  ASSERT_EQ(la.size(), 5u);
+  ASSERT_EQ(lb.size(), 5u);
+  // What two daemons appending at once leave: A4 B4 A5 B5 after the common 1..3.
+  std::vector<std::string> merged = {la[0], la[1], la[2], la[3], lb[3], la[4], lb[4]};
+  Spit(fa, Join(merged));
+  // HEAD is whichever writer wrote last: B.
+  std::filesystem::copy_file(b.path + "/HEAD", a.path + "/HEAD", std::filesystem::copy_options::overwrite_existing);
+  auto rep = Verify(a.path);
+  ASSERT_TRUE(rep.ok());
+  ASSERT_FALSE(rep->ok());
+  std::string all;
+  for (const auto& p : rep->problems) all += p.what + (p.tampering ? " [tampering]\n" : " [damage]\n");
+  EXPECT_FALSE(rep->tampered()) << all;
+  EXPECT_NE(rep->problems[0].what.find("two daemons"), std::string::npos) << rep->problems[0].what;
+  // An edit inside that trail is still tampering.
+  json j = json::parse(merged[5]);
+  j["action"] = "innocent";
+  merged[5] = j.dump();
+  Spit(fa, Join(merged));
+  rep = Verify(a.path);
+  ASSERT_TRUE(rep.ok());
+  EXPECT_TRUE(rep->tampered());
+  // So is a removal in a single writer's trail.
+  ScopedDir c{MakeTempDir("audit")};
+  std::string fc = WriteRecords(c.path, 5);
+  auto lc = Lines(Slurp(fc));
+  lc.erase(lc.begin() + 2);
+  Spit(fc, Join(lc));
+  rep = Verify(c.path);
+  ASSERT_TRUE(rep.ok());
+  EXPECT_TRUE(rep->tampered());
+  (void)base;
+}
+
 TEST(AuditLog, TornTailIsReportedThenRecoveredVisibly) {
   ScopedDir d{MakeTempDir("audit")};
   std::string file = WriteRecords(d.path, 3);

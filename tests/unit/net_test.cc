@@ -479,15 +479,13 @@ TEST(NetRoot, HostReachesGuestAgentGuestReachesNothing) {
   fs::remove_all(dir);
 }
 
-TEST(NetRoot, CleanupLeftoversRemovesOrphans) {
-  REQUIRE_NETNS();
-  ScopedDir scoped_dir{TempDir()};
-  const std::string& dir = scoped_dir.path;
-  std::string id = TestId("o");
-  // A child process creates a network and dies without cleaning up.
+// A child process creates a network in `root` (leases tagged `owner`) and
+// dies without cleaning up.
+void LeaveOrphanNetwork(const std::string& root, const std::string& id, const std::string& owner) {
   pid_t p = ::fork();
   if (p == 0) {
-    auto pool = AddressPool::Create(dir, kTestPoolCidr);
+    auto pool = AddressPool::Create(root, kTestPoolCidr, owner);
+    if (!pool.ok()) ::_exit(1);
     auto n = SandboxNetwork::Create(id, *pool);
     if (!n.ok()) ::_exit(1);
     (*n)->Release();
@@ -497,15 +495,38 @@ TEST(NetRoot, CleanupLeftoversRemovesOrphans) {
   ::waitpid(p, &ws, 0);
   ASSERT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
   ASSERT_TRUE(NetnsExists("al-" + id));
+}
+
+// Issue 11 item 3: clean-up touches only what its own leases name, never a
+// bystander's network (another lease root: another daemon or test) nor one
+// leased by another registry.
+TEST(NetRoot, CleanupLeftoversTouchesOnlyItsOwnLeases) {
+  REQUIRE_NETNS();
+  ScopedDir scoped_dir{TempDir()}, other_root{TempDir()};
+  const std::string& dir = scoped_dir.path;
+  std::string orphan = TestId("o"), bystander = TestId("b"), tagged = TestId("t");
+  LeaveOrphanNetwork(dir, orphan, "");
+  LeaveOrphanNetwork(other_root.path, bystander, "");
+  LeaveOrphanNetwork(dir, tagged, "/var/lib/other/airlock.db");
   // A live network of ours must survive the cleanup.
   auto pool = AddressPool::Create(dir, kTestPoolCidr);
   auto live = SandboxNetwork::Create(TestId("l"), *pool);
   ASSERT_TRUE(live.ok());
-  auto removed = CleanupLeftovers(dir);
+  auto removed = CleanupLeftovers(dir, "/var/lib/mine/airlock.db");
   ASSERT_TRUE(removed.ok()) << removed.status().ToString();
-  EXPECT_FALSE(NetnsExists("al-" + id));
-  EXPECT_FALSE(LinkExists(HostVethName(id)));
+  EXPECT_FALSE(NetnsExists("al-" + orphan));
+  EXPECT_FALSE(LinkExists(HostVethName(orphan)));
+  EXPECT_TRUE(NetnsExists("al-" + bystander)) << "another lease root's network was removed";
+  EXPECT_TRUE(LinkExists(HostVethName(bystander)));
+  EXPECT_TRUE(NetnsExists("al-" + tagged)) << "another registry's network was removed";
   EXPECT_TRUE(NetnsExists("al-" + TestId("l")));
+  EXPECT_EQ(pool->List()->size(), 2u);  // live + tagged
+  // Their owners clean up their own.
+  ASSERT_TRUE(CleanupLeftovers(dir, "/var/lib/other/airlock.db").ok());
+  EXPECT_FALSE(NetnsExists("al-" + tagged));
+  ASSERT_TRUE(CleanupLeftovers(other_root.path).ok());
+  EXPECT_FALSE(NetnsExists("al-" + bystander));
+  EXPECT_FALSE(LinkExists(HostVethName(bystander)));
   EXPECT_EQ(pool->List()->size(), 1u);
   live->reset();
   EXPECT_TRUE(pool->List()->empty());

@@ -1,0 +1,275 @@
+// Issue 11 (tenancy, least privilege, fault safety) against a real daemon:
+// two keys of two teams (every route), secret scope/host/team binding, one
+// daemon per registry, and a daemon killed mid-create leaving nothing.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "tests/integration/daemon.h"
+#include "tests/integration/harness.h"
+
+namespace airlock::testing {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// Creates a key of `team` on the daemon's registry; returns the clear key.
+std::string NewKey(const std::string& dir, const std::string& name, const std::string& team) {
+  auto r = RunCli({"apikey", "--db", dir + "/airlock.db", "create", "--name", name, "--team", team});
+  EXPECT_EQ(r.code, 0) << r.err;
+  std::string key = r.out.substr(0, r.out.find('\n'));
+  return key;
+}
+
+bool WaitFor(const std::function<bool()>& cond, std::chrono::seconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return cond();
+}
+
+TEST(TenancyTest, KeysOfAnotherTeamReachNothing) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  ASSERT_EQ(RunCli({"secret", "--db", dir + "/airlock.db", "set", "TEAM_A_TOKEN", "--scope", "brokered", "--host",
+                    "api.example.test", "--team", "team-a"},
+                   "team-a-token-value-1234")
+                .code,
+            0);
+  TestDaemon d(dir);
+  ASSERT_FALSE(d.key().empty());
+  std::string a = NewKey(dir, "alice", "team-a"), b = NewKey(dir, "bob", "team-b");
+  auto created = d.Do("POST", "/v2/sandboxes",
+                      json{{"templateID", "base"}, {"secrets", {{"TEAM_A_TOKEN", json::object()}}}}.dump(), true, {},
+                      a);
+  ASSERT_TRUE(created.ok());
+  ASSERT_EQ(created->status, 201) << created->body;
+  std::string id = json::parse(created->body)["sandboxID"];
+  // The brokered secret came with the stored hosts (none were named).
+  auto info = d.Do("GET", "/sandboxes/" + id, "", true, {}, a);
+  ASSERT_TRUE(info.ok());
+  ASSERT_EQ(info->status, 200);
+  EXPECT_NE(info->body.find("api.example.test"), std::string::npos) << info->body;
+  EXPECT_EQ(info->body.find("team-a-token-value"), std::string::npos);
+
+  // Every route on A's sandbox is a 404 to B, as for a sandbox that does not exist.
+  struct Route {
+    const char* method;
+    std::string path, body;
+  };
+  std::vector<Route> routes = {
+      {"GET", "/sandboxes/" + id, ""},
+      {"DELETE", "/sandboxes/" + id, ""},
+      {"POST", "/sandboxes/" + id + "/timeout", R"({"timeout":60})"},
+      {"POST", "/sandboxes/" + id + "/connect", R"({"timeout":60})"},
+      {"POST", "/sandboxes/" + id + "/resume", R"({"timeout":60})"},
+      {"GET", "/sandboxes/" + id + "/metrics", ""},
+      {"GET", "/sandboxes/" + id + "/logs", ""},
+      {"GET", "/v2/sandboxes/" + id + "/logs", ""},
+      {"PUT", "/sandboxes/" + id + "/network", R"({"allowOut":["example.test"]})"},
+      {"POST", "/sandboxes/" + id + "/pause", "{}"},
+      {"POST", "/sandboxes/" + id + "/fork", "{}"},
+      {"GET", "/sandboxes/" + id + "/audit", ""},
+      {"POST", "/sandboxes/" + id + "/snapshots", R"({"name":"stolen"})"},
+  };
+  for (const auto& r : routes) {
+    auto got = d.Do(r.method, r.path, r.body, true, {}, b);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->status, 404) << r.method << " " << r.path << ": " << got->body;
+    EXPECT_EQ(got->body.find("envdAccessToken"), std::string::npos);
+  }
+  auto list_b = d.Do("GET", "/v2/sandboxes", "", true, {}, b);
+  ASSERT_TRUE(list_b.ok());
+  EXPECT_EQ(json::parse(list_b->body).size(), 0u) << list_b->body;
+  EXPECT_EQ(list_b->headers.count("x-total-running") ? list_b->headers.at("x-total-running") : "0", "0");
+  auto list_a = d.Do("GET", "/v2/sandboxes", "", true, {}, a);
+  ASSERT_TRUE(list_a.ok());
+  EXPECT_NE(list_a->body.find(id), std::string::npos);
+  auto list_admin = d.Do("GET", "/v2/sandboxes");  // the CLI key is admin: sees all, explicitly
+  ASSERT_TRUE(list_admin.ok());
+  EXPECT_NE(list_admin->body.find(id), std::string::npos);
+
+  // A's named snapshot: invisible to B, and no template for B.
+  auto snap = d.Do("POST", "/sandboxes/" + id + "/snapshots", R"({"name":"a-snap"})", true, {}, a);
+  ASSERT_TRUE(snap.ok());
+  ASSERT_EQ(snap->status, 201) << snap->body;
+  std::string snap_id = json::parse(snap->body)["snapshotID"];
+  auto snaps_b = d.Do("GET", "/snapshots", "", true, {}, b);
+  ASSERT_TRUE(snaps_b.ok());
+  EXPECT_EQ(snaps_b->body.find(snap_id), std::string::npos) << snaps_b->body;
+  auto snaps_a = d.Do("GET", "/snapshots", "", true, {}, a);
+  ASSERT_TRUE(snaps_a.ok());
+  EXPECT_NE(snaps_a->body.find(snap_id), std::string::npos) << snaps_a->body;
+  for (const std::string& t : {snap_id, std::string("a-snap")}) {
+    auto from = d.Do("POST", "/v2/sandboxes", json{{"templateID", t}}.dump(), true, {}, b);
+    ASSERT_TRUE(from.ok());
+    EXPECT_EQ(from->status, 404) << from->body;
+    auto del = d.Do("DELETE", "/templates/" + t, "", true, {}, b);
+    ASSERT_TRUE(del.ok());
+    EXPECT_EQ(del->status, 404) << del->body;
+  }
+  // B's audit query of A's sandbox is refused; A's works and shows B's attempts under B's key.
+  auto audit_a = d.Do("GET", "/sandboxes/" + id + "/audit", "", true, {}, a);
+  ASSERT_TRUE(audit_a.ok());
+  EXPECT_EQ(audit_a->status, 200);
+  // Fork children are A's too.
+  auto fork = d.Do("POST", "/sandboxes/" + id + "/fork", "{}", true, {}, a);
+  ASSERT_TRUE(fork.ok());
+  ASSERT_EQ(fork->status, 201) << fork->body;
+  std::string child = json::parse(fork->body)[0]["sandbox"]["sandboxID"];
+  auto child_b = d.Do("GET", "/sandboxes/" + child, "", true, {}, b);
+  ASSERT_TRUE(child_b.ok());
+  EXPECT_EQ(child_b->status, 404);
+  auto child_a = d.Do("GET", "/sandboxes/" + child, "", true, {}, a);
+  ASSERT_TRUE(child_a.ok());
+  EXPECT_EQ(child_a->status, 200);
+  EXPECT_EQ(d.Do("DELETE", "/templates/" + snap_id, "", true, {}, a)->status, 204);
+  EXPECT_EQ(d.Do("DELETE", "/sandboxes/" + child, "", true, {}, a)->status, 204);
+  EXPECT_EQ(d.Do("DELETE", "/sandboxes/" + id, "", true, {}, a)->status, 204);
+}
+
+TEST(TenancyTest, SecretsAreUsedOnlyAsStoredAndByTheirTeams) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  auto set = [&](const std::string& name, std::vector<std::string> flags) {
+    std::vector<std::string> args = {"secret", "--db", dir + "/airlock.db", "set", name};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto r = RunCli(args, name + "-value-0123456789");
+    EXPECT_EQ(r.code, 0) << r.err;
+  };
+  set("BROKERED_ONLY", {"--scope", "brokered", "--host", "api.example.test", "--host", "*.svc.example.test",
+                        "--team", "team-a"});
+  set("ENV_OK", {"--scope", "env", "--team", "team-a"});
+  set("ADMIN_ONLY", {});
+  // Flags that make no sense are refused before anything is stored.
+  EXPECT_EQ(RunCli({"secret", "--db", dir + "/airlock.db", "set", "X", "--team", "t"}, "value-0123456789").code, 2);
+  EXPECT_EQ(RunCli({"secret", "--db", dir + "/airlock.db", "set", "X", "--scope", "brokered"}, "value-0123456789").code,
+            2);
+  TestDaemon d(dir);
+  std::string a = NewKey(dir, "alice", "team-a"), b = NewKey(dir, "bob", "team-b");
+  struct Case {
+    std::string key;
+    json secrets;
+    const char* why;
+  };
+  std::vector<Case> refused = {
+      {a, {{"BROKERED_ONLY", {{"scope", "env"}}}}, "a brokered secret pulled into the env"},
+      {a, {{"BROKERED_ONLY", {{"scope", "brokered"}, {"hosts", {"evil.test"}}}}}, "brokered to a host of the caller's"},
+      {a, {{"BROKERED_ONLY", {{"hosts", {"*.example.test"}}}}}, "a wider wildcard than stored"},
+      {b, {{"BROKERED_ONLY", json::object()}}, "another team"},
+      {b, {{"ENV_OK", {{"scope", "env"}}}}, "another team, env"},
+      {a, {{"ADMIN_ONLY", {{"scope", "env"}}}}, "a secret granted to no team"},
+      {a, {{"NO_SUCH_SECRET", {{"scope", "env"}}}}, "a secret that does not exist"},
+  };
+  for (const auto& c : refused) {
+    auto r = d.Do("POST", "/v2/sandboxes", json{{"templateID", "base"}, {"secrets", c.secrets}}.dump(), true, {}, c.key);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->status, 403) << c.why << ": " << r->body;
+    EXPECT_NE(r->body.find(c.secrets.begin().key()), std::string::npos) << "the 403 names the secret: " << r->body;
+    EXPECT_EQ(r->body.find("-value-0123456789"), std::string::npos);
+  }
+  // Allowed uses: env as stored, brokered to a covered host. One sandbox for both.
+  auto ok = d.Do("POST", "/v2/sandboxes",
+                 json{{"templateID", "base"},
+                      {"secrets",
+                       {{"ENV_OK", json::object()}, {"BROKERED_ONLY", {{"hosts", {"api.svc.example.test"}}}}}}}
+                     .dump(),
+                 true, {}, a);
+  ASSERT_TRUE(ok.ok());
+  ASSERT_EQ(ok->status, 201) << ok->body;
+  json sb = json::parse(ok->body);
+  auto e = d.Run(sb["sandboxID"], sb["envdAccessToken"], "echo \"$ENV_OK\"; echo \"$BROKERED_ONLY\"");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_NE(e->out.find("ENV_OK-value-0123456789"), std::string::npos) << e->out;
+  EXPECT_EQ(e->out.find("BROKERED_ONLY-value"), std::string::npos) << "a brokered value reached the guest: " << e->out;
+  // The admin (local operator) may still use an unrestricted secret its own way.
+  auto admin = d.Do("POST", "/v2/sandboxes",
+                    json{{"templateID", "base"}, {"secrets", {{"ADMIN_ONLY", {{"scope", "env"}}}}}}.dump());
+  ASSERT_TRUE(admin.ok());
+  EXPECT_EQ(admin->status, 201) << admin->body;
+  if (admin->status == 201) d.Do("DELETE", "/sandboxes/" + json::parse(admin->body)["sandboxID"].get<std::string>());
+  d.Do("DELETE", "/sandboxes/" + sb["sandboxID"].get<std::string>(), "", true, {}, a);
+}
+
+TEST(TenancyTest, SecondDaemonOnOneRegistryIsRefusedNamingTheFirst) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  TestDaemon d(dir);
+  ASSERT_FALSE(d.key().empty());
+  auto second = RunCli({"serve", "--listen", "127.0.0.1:" + std::to_string(FreeTcpPort()), "--db", dir + "/airlock.db"});
+  EXPECT_NE(second.code, 0);
+  EXPECT_NE(second.err.find("in use by pid " + std::to_string(d.pid())), std::string::npos) << second.err;
+  // The first is unharmed, and its audit trail has one writer.
+  auto h = d.Do("GET", "/v2/sandboxes");
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->status, 200);
+  auto v = RunCli({"audit", "--dir", dir + "/audit", "verify"});
+  EXPECT_EQ(v.code, 0) << v.out << v.err;
+}
+
+// Issue 11 item 7: a daemon killed while a create is under way leaves a VMM
+// (and its netns, lease and run dir) that no registry row names; the next
+// daemon on that registry destroys them.
+TEST(TenancyTest, Kill9MidCreateLeavesNothingAfterRestart) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  std::string run_dir;
+  pid_t vmm = 0;
+  {
+    // Cold boot (no template snapshot) keeps the create in flight for seconds.
+    TestDaemon d(dir, {"--no-template-snapshot"}, /*kill_on_exit=*/false);
+    ASSERT_FALSE(d.key().empty());
+    std::thread create([&] { (void)d.Do("POST", "/v2/sandboxes", R"({"templateID":"base"})"); });
+    std::string canon = fs::weakly_canonical(dir + "/airlock.db").string();
+    // Wait for a VMM whose run dir names this daemon's registry.
+    bool seen = WaitFor(
+        [&] {
+          std::error_code ec;
+          for (auto& e : fs::directory_iterator(StateDir() + "/run", ec)) {
+            std::string owner = Slurp(e.path().string() + "/owner");
+            if (owner.find("registry " + canon) == std::string::npos) continue;
+            for (auto& p : fs::directory_iterator("/proc", ec)) {
+              pid_t pid = std::atoi(p.path().filename().c_str());
+              if (pid <= 0) continue;
+              std::string cmd = Slurp(p.path().string() + "/cmdline");
+              if (cmd.rfind("qemu-system", 0) == 0 && cmd.find(e.path().string() + "/") != std::string::npos) {
+                run_dir = e.path().string();
+                vmm = pid;
+                return true;
+              }
+            }
+          }
+          return false;
+        },
+        std::chrono::seconds(60));
+    ASSERT_TRUE(seen) << "no VMM of this daemon appeared";
+    d.Kill9();
+    create.join();
+  }
+  ASSERT_EQ(::kill(vmm, 0), 0) << "the VMM died with the daemon; nothing to test";
+  std::string id = fs::path(run_dir).filename();
+  {
+    TestDaemon d2(dir, {"--no-template-snapshot"});
+    ASSERT_FALSE(d2.key().empty());
+    EXPECT_TRUE(WaitFor([&] { return ::kill(vmm, 0) != 0; }, std::chrono::seconds(15))) << "orphan VMM still runs";
+    EXPECT_FALSE(fs::exists(run_dir));
+    EXPECT_FALSE(fs::exists("/run/netns/al-" + id));
+    auto list = d2.Do("GET", "/v2/sandboxes");
+    ASSERT_TRUE(list.ok());
+    EXPECT_EQ(list->body.find(id), std::string::npos);
+    // No address lease names it any more.
+    std::error_code ec;
+    for (auto& l : fs::directory_iterator("/run/airlock/net/leases", ec)) {
+      EXPECT_EQ(Slurp(l.path().string()).find("sandbox=" + id + "\n"), std::string::npos) << l.path();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace airlock::testing
