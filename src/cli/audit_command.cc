@@ -12,7 +12,8 @@ namespace airlock::cli {
 int CmdAudit(const std::string& state_dir, const std::vector<std::string>& args) {
   const char* usage =
       "usage: airlock audit [--dir DIR] [--sandbox ID] [--since T] [--limit N]   print records (JSON lines)\n"
-      "       airlock audit verify [--dir DIR]   check the hash chain; exit 1 and say where when it is broken\n"
+      "       airlock audit verify [--dir DIR]   check the hash chain; say where it is broken: exit 1 for\n"
+      "         tampering (an edit, removal, reordering), 3 for damage only (two writers interleaved)\n"
       "T: RFC 3339, Unix seconds, or -10m / -2h / -1d\n";
   std::string dir = state_dir + "/audit";
   audit::QueryFilter f;

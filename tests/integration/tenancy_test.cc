@@ -209,7 +209,7 @@ TEST(TenancyTest, SecondDaemonOnOneRegistryIsRefusedNamingTheFirst) {
   auto h = d.Do("GET", "/v2/sandboxes");
   ASSERT_TRUE(h.ok());
   EXPECT_EQ(h->status, 200);
-  auto v = RunCli({"audit", "--dir", dir + "/audit", "verify"});
+  auto v = RunCli({"audit", "verify", "--dir", dir + "/audit"});
   EXPECT_EQ(v.code, 0) << v.out << v.err;
 }
 
