@@ -466,6 +466,20 @@ std::shared_ptr<Sandbox> Manager::Get(const std::string& id) {
   return it == sandboxes_.end() ? nullptr : it->second;
 }
 
+std::vector<Manager::DeadVm> Manager::DeadSandboxes() {
+  std::vector<DeadVm> out;
+  for (auto& sb : List()) {
+    std::unique_lock<std::mutex> op(sb->op_mu_, std::try_to_lock);
+    if (!op.owns_lock() || sb->state() != SandboxState::kRunning || !sb->vm_ || sb->vm_->alive()) continue;
+    std::string tail = sb->vm_->ConsoleTail();
+    while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
+    if (auto nl = tail.rfind('\n'); nl != std::string::npos) tail = tail.substr(nl + 1);
+    if (tail.size() > 200) tail = tail.substr(tail.size() - 200);
+    out.push_back({sb->id(), "vmm exited" + (tail.empty() ? std::string() : " (console: " + tail + ")")});
+  }
+  return out;
+}
+
 std::vector<std::shared_ptr<Sandbox>> Manager::List() {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<std::shared_ptr<Sandbox>> out;

@@ -220,6 +220,14 @@ class Manager {
   void ReleaseAll();
   std::shared_ptr<Sandbox> Get(const std::string& id);
   std::vector<std::shared_ptr<Sandbox>> List();
+  // Running sandboxes whose VMM has exited (a guest panic, a crashed or killed
+  // QEMU), with what is known of the death; a child VMM is reaped on the way.
+  // Sandboxes in a pause, resume or destroy are skipped (their VMM changes).
+  struct DeadVm {
+    std::string id;
+    std::string outcome;  // "vmm exited", plus the console's last line when there is one
+  };
+  std::vector<DeadVm> DeadSandboxes();
   // Saves the sandbox (memory + device state + disk, or the disk only) under
   // <state_dir>/snapshots/paused/<id> (written as <id>.tmp, renamed when
   // committed), then stops its VMM and removes its network. NotFound;

@@ -57,6 +57,9 @@ std::string DaemonMetrics::Render(const Gauges& g) const {
   o += "# HELP airlock_audit_records_total Records appended to the audit trail.\n"
        "# TYPE airlock_audit_records_total counter\n";
   line("airlock_audit_records_total %llu\n", u(audit_records_));
+  o += "# HELP airlock_sandbox_deaths_total Running sandboxes whose VMM exited (guest panic, QEMU crash).\n"
+       "# TYPE airlock_sandbox_deaths_total counter\n";
+  line("airlock_sandbox_deaths_total %llu\n", u(sandbox_deaths_));
   o += "# HELP airlock_otlp_exported_records_total Audit records delivered to the OTLP collector.\n"
        "# TYPE airlock_otlp_exported_records_total counter\n";
   line("airlock_otlp_exported_records_total %llu\n", static_cast<unsigned long long>(g.otlp_exported));

@@ -30,6 +30,7 @@ class DaemonMetrics {
     egress_rx_.fetch_add(from_internet);
   }
   void AuditRecord() { audit_records_.fetch_add(1); }
+  void SandboxDied() { sandbox_deaths_.fetch_add(1); }
 
   struct Gauges {
     int running = 0, creating = 0, queued = 0;
@@ -44,6 +45,7 @@ class DaemonMetrics {
   std::atomic<uint64_t> rejected_limit_{0}, rejected_memory_{0};
   std::atomic<uint64_t> egress_allowed_{0}, egress_denied_{0}, egress_tx_{0}, egress_rx_{0};
   std::atomic<uint64_t> audit_records_{0};
+  std::atomic<uint64_t> sandbox_deaths_{0};
   std::array<std::atomic<uint64_t>, kCreateBuckets.size()> create_buckets_{};
   std::atomic<uint64_t> create_count_{0};
   std::atomic<uint64_t> create_sum_us_{0};

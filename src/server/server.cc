@@ -250,6 +250,22 @@ void Server::Reap() {
   }
   for (auto& id : expired) DestroyAsync(id, "TTL expired");
   for (auto& [id, memory] : to_pause) AutoPauseAsync(id, memory);
+  // A guest that died (panic, QEMU crash, OOM kill) is noticed within a
+  // reaper tick: reaped, recorded with its outcome, and its resources and
+  // admission slot freed, instead of staying "running" until its TTL.
+  if (!death_check_in_flight_.exchange(true)) {
+    asio::post(*workers_, [this] {
+      auto dead = manager_->DeadSandboxes();
+      death_check_in_flight_ = false;
+      for (auto& d : dead) {
+        LOG_WARN("sandbox={} died: {}", d.id, d.outcome);
+        AddLog(d.id, "warn", "sandbox died: " + d.outcome);
+        Audit({{"action", "sandbox.died"}, {"sandbox", d.id}, {"outcome", d.outcome}});
+        metrics_.SandboxDied();
+        asio::post(io_, [this, id = d.id, outcome = d.outcome] { DestroyAsync(id, "died: " + outcome); });
+      }
+    });
+  }
 }
 
 void Server::DestroyAsync(const std::string& id, const std::string& why) {

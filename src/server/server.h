@@ -17,6 +17,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
@@ -193,6 +194,7 @@ class Server {
   // Reaper: pause (instead of kill) a sandbox whose TTL expired.
   void AutoPauseAsync(const std::string& id, bool keep_memory);
   std::set<std::string> auto_pausing_;  // guarded by mu_
+  std::atomic<bool> death_check_in_flight_{false};  // one DeadSandboxes scan at a time
   void EnsureTemplateSnapshotAsync(const std::string& template_name, int vcpus, int memory_mib);
   // Reads a bounded JSON object body; answers 400/413 itself and returns
   // nothing on failure.
