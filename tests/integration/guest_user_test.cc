@@ -38,13 +38,15 @@ ExecRequest Bash(const std::string& script, const std::string& user) {
 }
 
 // stdout of a command that must succeed.
-std::string Run(const EnvdClient& agent, const std::string& script, const std::string& user = "root") {
+std::string Sh(const EnvdClient& agent, const std::string& script, const std::string& user = "root") {
   std::string out;
   ExecCallbacks cb;
   cb.on_stdout = [&](std::string_view b) { out.append(b); };
   auto r = agent.Exec(Bash(script, user), cb);
   EXPECT_TRUE(r.ok()) << script << ": " << r.status().ToString();
-  if (r.ok()) EXPECT_EQ(r->exit_code, 0) << script << "\n" << out;
+  if (r.ok()) {
+    EXPECT_EQ(r->exit_code, 0) << script << "\n" << out;
+  }
   return out;
 }
 
@@ -65,8 +67,8 @@ TEST(GuestUserTest, FilesApiActsAsTheRequestingUser) {
   EXPECT_EQ(ReadFileOrDie(local + "/shadow-root").rfind("root:", 0), 0u);
 
   // Writing through symlinks the user made into /etc: refused, /etc unchanged.
-  std::string etc_before = Run(agent, "ls -la --time-style=full-iso /etc | sha256sum; sha256sum /etc/passwd");
-  Run(agent, "ln -s /etc ~/etc-link && ln -s /etc/passwd ~/pw-link", "user");
+  std::string etc_before = Sh(agent, "ls -la --time-style=full-iso /etc | sha256sum; sha256sum /etc/passwd");
+  Sh(agent, "ln -s /etc ~/etc-link && ln -s /etc/passwd ~/pw-link", "user");
   std::ofstream(local + "/evil") << "evil:x:0:0::/root:/bin/bash\n";
   Status via_dir = agent.UploadFile(local + "/evil", "/home/user/etc-link/airlock-evil", "user");
   EXPECT_EQ(via_dir.code(), StatusCode::kPermissionDenied) << via_dir.ToString();
@@ -80,18 +82,18 @@ TEST(GuestUserTest, FilesApiActsAsTheRequestingUser) {
   EXPECT_EQ(rm.status().code(), StatusCode::kPermissionDenied) << rm.status().ToString();
   auto stat_root = agent.Stat("/root/.bashrc", "user");
   EXPECT_EQ(stat_root.status().code(), StatusCode::kPermissionDenied) << stat_root.status().ToString();
-  EXPECT_EQ(Run(agent, "ls -la --time-style=full-iso /etc | sha256sum; sha256sum /etc/passwd"), etc_before);
+  EXPECT_EQ(Sh(agent, "ls -la --time-style=full-iso /etc | sha256sum; sha256sum /etc/passwd"), etc_before);
 
   // Writing into /home/user creates files (and parents) owned by uid 1000.
   std::ofstream(local + "/mine") << "mine";
   ASSERT_TRUE(agent.UploadFile(local + "/mine", "/home/user/new/dir/mine.txt", "user").ok());
-  EXPECT_EQ(Run(agent, "stat -c %u:%g /home/user/new/dir/mine.txt /home/user/new/dir /home/user/new"),
+  EXPECT_EQ(Sh(agent, "stat -c %u:%g /home/user/new/dir/mine.txt /home/user/new/dir /home/user/new"),
             "1000:1000\n1000:1000\n1000:1000\n");
   ASSERT_TRUE(agent.MakeDir("/home/user/made", "user").ok());
-  EXPECT_EQ(Run(agent, "stat -c %u /home/user/made"), "1000\n");
+  EXPECT_EQ(Sh(agent, "stat -c %u /home/user/made"), "1000\n");
   // Root's requests keep root's rights.
   ASSERT_TRUE(agent.UploadFile(local + "/mine", "/etc/airlock-root-file", "root").ok());
-  EXPECT_EQ(Run(agent, "stat -c %u /etc/airlock-root-file && rm /etc/airlock-root-file"), "0\n");
+  EXPECT_EQ(Sh(agent, "stat -c %u /etc/airlock-root-file && rm /etc/airlock-root-file"), "0\n");
   fs::remove_all(local);
 }
 
@@ -106,14 +108,14 @@ TEST(GuestUserTest, ForkBombStaysInItsCgroupAndIsKilled) {
   const std::string kLeaves =
       "for d in /sys/fs/cgroup/commands/c*/; do echo $(cat $d/pids.current) $(cat $d/pids.max) $d; done"
       " | sort -n | tail -1";
-  EXPECT_EQ(Run(agent, "cat /proc/1/oom_score_adj"), "-1000\n");
+  EXPECT_EQ(Sh(agent, "cat /proc/1/oom_score_adj"), "-1000\n");
 
   auto bomb = agent.StartBackground(Bash(":(){ :|:& };:", "user"));
   ASSERT_TRUE(bomb.ok()) << bomb.status().ToString();
   // Wait until the bomb has filled its leaf.
   long current = 0, max = 0;
   for (auto until = Clock::now() + std::chrono::seconds(180); Clock::now() < until;) {
-    std::istringstream in(Run(agent, kLeaves));
+    std::istringstream in(Sh(agent, kLeaves));
     in >> current >> max;
     if (max > 0 && current >= max - 2) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -146,12 +148,12 @@ TEST(GuestUserTest, ForkBombStaysInItsCgroupAndIsKilled) {
   ASSERT_TRUE(kill.ok()) << kill.ToString();
   std::string left;
   for (auto until = Clock::now() + std::chrono::seconds(60); Clock::now() < until;) {
-    left = Run(agent, "cat /sys/fs/cgroup/commands/pids.current");
+    left = Sh(agent, "cat /sys/fs/cgroup/commands/pids.current");
     if (std::atol(left.c_str()) <= 5) break;  // this query's own processes
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
   EXPECT_LE(std::atol(left.c_str()), 5) << "pids still in use after the kill: " << left;
-  EXPECT_EQ(Run(agent, "ps -e -o user= | grep -c '^user' || true"), "0\n");
+  EXPECT_EQ(Sh(agent, "ps -e -o user= | grep -c '^user' || true"), "0\n");
 }
 
 }  // namespace
