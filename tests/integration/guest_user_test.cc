@@ -154,6 +154,26 @@ TEST(GuestUserTest, ForkBombStaysInItsCgroupAndIsKilled) {
   }
   EXPECT_LE(std::atol(left.c_str()), 5) << "pids still in use after the kill: " << left;
   EXPECT_EQ(Sh(agent, "ps -e -o user= | grep -c '^user' || true"), "0\n");
+
+  // A leader that already exited (its end event is out) left a child in its
+  // leaf: SIGKILL of the leader's pid still ends what is left.
+  std::string child;
+  ExecCallbacks cb;
+  cb.on_stdout = [&](std::string_view b) { child.append(b); };
+  auto leader = agent.Exec(Bash("setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!", "user"), cb);
+  ASSERT_TRUE(leader.ok()) << leader.status().ToString();
+  ASSERT_FALSE(child.empty());
+  child.pop_back();
+  EXPECT_EQ(Sh(agent, "kill -0 " + child + " && echo alive"), "alive\n");
+  Status late = agent.SendSignal(leader->pid, "SIGNAL_SIGKILL");
+  EXPECT_TRUE(late.ok()) << late.ToString();
+  std::string state;
+  for (auto until = Clock::now() + std::chrono::seconds(30); Clock::now() < until;) {
+    state = Sh(agent, "kill -0 " + child + " 2>/dev/null && echo alive || echo gone");
+    if (state == "gone\n") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_EQ(state, "gone\n") << "the leftover child " << child << " survived SIGKILL of its leader";
 }
 
 }  // namespace
