@@ -63,8 +63,7 @@ class CommandCgroups {
   const CgroupLimits& limits() const { return limits_; }
 
  private:
-  CommandCgroups(std::string commands, CgroupLimits limits)
-      : commands_(std::move(commands)), limits_(limits) {}
+  CommandCgroups(std::string commands, CgroupLimits limits) : commands_(std::move(commands)), limits_(limits) {}
   void Sweep();
 
   std::string commands_;
