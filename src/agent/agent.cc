@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
+
 #include "agent/auth.h"
 #include "agent/log.h"
 #include "agent/rpc.h"
@@ -25,7 +27,44 @@ Agent::Agent(asio::io_context& io, AgentOptions options)
       sigchld_(io, SIGCHLD),
       default_user_(options_.default_user) {}
 
+// The agent outside every limit it sets: processes it starts go to leaf
+// cgroups below <cgroup_root>/commands, and the OOM killer never picks the
+// agent (PID 1 is exempt anyway; this covers --init off PID 1). A failed
+// setup is logged and commands then run unlimited (the guest still works).
+void Agent::SetupCgroups() {
+  if (options_.cgroup_root.empty() || !is_root_) return;
+  auto read_number = [](const char* path, const char* key) -> int64_t {
+    std::ifstream f(path);
+    std::string word;
+    while (f >> word) {
+      if (key[0] == '\0' || word == key) {
+        int64_t v = 0;
+        if (key[0] != '\0') f >> v;
+        else v = std::atoll(word.c_str());
+        return v;
+      }
+    }
+    return 0;
+  };
+  int64_t threads_max = read_number("/proc/sys/kernel/threads-max", "");
+  int64_t mem_total = read_number("/proc/meminfo", "MemTotal:") * 1024;
+  CgroupLimits limits = DefaultCgroupLimits(threads_max, mem_total);
+  auto cg = CommandCgroups::Setup(options_.cgroup_root, limits);
+  if (!cg.ok()) {
+    LogError("cgroups: %s (commands run without limits)", cg.status().ToString().c_str());
+    return;
+  }
+  bool oom_protected = false;
+  if (std::ofstream f("/proc/self/oom_score_adj"); f << "-1000" << std::flush) oom_protected = true;
+  LogInfo("cgroups: %s pids.max=%lld per command=%lld memory.max=%lld", (*cg)->commands_dir().c_str(),
+          static_cast<long long>((*cg)->limits().total_pids),
+          static_cast<long long>((*cg)->limits().pids_per_command),
+          static_cast<long long>((*cg)->limits().memory_max));
+  processes_.SetCgroups(std::move(*cg), oom_protected);
+}
+
 Status Agent::Start() {
+  SetupCgroups();
   ReapChildren();  // arms the SIGCHLD wait and collects anything already dead
   return server_.Listen(options_.listen);
 }

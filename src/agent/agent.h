@@ -24,6 +24,9 @@ struct AgentOptions {
   std::string root_prefix;          // where etc/passwd and etc/group are read ("" = /)
   std::string default_user = "user";
   bool verbose = false;
+  // cgroup2 mount under which started processes get their limits
+  // (cgroups.h); "" = no cgroups. main() sets /sys/fs/cgroup as PID 1.
+  std::string cgroup_root;
 };
 
 inline constexpr const char* kChildPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -60,6 +63,7 @@ class Agent {
  private:
   void Handle(std::shared_ptr<Session> s);
   void ReapChildren();
+  void SetupCgroups();
 
   asio::io_context& io_;
   AgentOptions options_;

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "agent/agent.h"
+#include "agent/as_user.h"
 #include "agent/fs_util.h"
 #include "agent/log.h"
 #include "agent/multipart.h"
@@ -82,18 +83,28 @@ class Upload {
  public:
   Upload(Agent& agent, User user) : agent_(agent), user_(std::move(user)) {}
 
+  // Creates the parents and opens the file, all with the user's permissions
+  // (as_user.h): what the user cannot write is permission_denied (403). A
+  // symlink as the last component is refused (O_NOFOLLOW), so a link planted
+  // in a shared directory cannot redirect a root upload.
   Status Open(const std::string& raw_path) {
     ASSIGN_OR_RETURN(std::string path, ResolvePath(raw_path, user_.home));
     if (!seen_.insert(path).second) return InvalidArgument("path '" + path + "' is given more than once");
-    struct stat st;
-    if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-      return InvalidArgument("path '" + path + "' is a directory");
+    RETURN_IF_ERROR(RunAsUser(user_, agent_.can_switch_user(), [&]() -> Status {
+      struct stat st;
+      if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        return InvalidArgument("path '" + path + "' is a directory");
+      }
+      RETURN_IF_ERROR(MakeDirs(ParentPath(path)));
+      fd_.Reset(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+      if (!fd_) return ErrnoError("open " + path);
+      return OkStatus();
+    }));
+    // A root upload over an existing file makes it root's, as envd does; a
+    // user's upload creates files as that user (the kernel sets the owner).
+    if (agent_.can_switch_user() && user_.uid == 0 && fchown(fd_.get(), user_.uid, user_.gid) != 0) {
+      return ErrnoError("chown " + path);
     }
-    Owner owner{user_.uid, user_.gid, agent_.can_switch_user()};
-    RETURN_IF_ERROR(MakeDirs(ParentPath(path), owner));
-    fd_.Reset(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
-    if (!fd_) return ErrnoError("open " + path);
-    if (owner.apply && fchown(fd_.get(), owner.uid, owner.gid) != 0) return ErrnoError("chown " + path);
     path_ = path;
     return OkStatus();
   }
@@ -191,12 +202,15 @@ void HandleFilesGet(Agent& agent, std::shared_ptr<Session> s) {
   if (!user.ok()) return RespondHttpError(*s, 401, user.status().message());
   auto path = ResolvePath(s->Query("path").value_or(""), user->home);
   if (!path.ok()) return RespondHttpError(*s, 400, path.status().message());
-  UniqueFd fd(open(path->c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) {
-    if (errno == ENOENT) return RespondHttpError(*s, 404, "path '" + *path + "' does not exist");
-    Status st = ErrnoError("open " + *path);
-    return RespondHttpError(*s, HttpStatusFor(st), st.message());
-  }
+  // Opened with the user's permissions (as_user.h); reads then use the fd.
+  UniqueFd fd;
+  Status opened = RunAsUser(*user, agent.can_switch_user(), [&]() -> Status {
+    fd.Reset(open(path->c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd && errno == ENOENT) return NotFound("path '" + *path + "' does not exist");
+    if (!fd) return ErrnoError("open " + *path);
+    return OkStatus();
+  });
+  if (!opened.ok()) return RespondHttpError(*s, HttpStatusFor(opened), opened.message());
   struct stat st;
   if (fstat(fd.get(), &st) != 0) return RespondHttpError(*s, 500, "fstat " + *path);
   if (S_ISDIR(st.st_mode)) return RespondHttpError(*s, 400, "path '" + *path + "' is a directory");

@@ -1,5 +1,7 @@
-// filesystem.Filesystem RPCs (spec §3.3). WatchDir is not implemented yet:
-// it answers `unimplemented` in the end-of-stream.
+// filesystem.Filesystem RPCs (spec §3.3). Each runs with the requesting
+// user's permissions (as_user.h): EACCES/EPERM are permission_denied.
+// WatchDir is not implemented yet: it answers `unimplemented` in the
+// end-of-stream.
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -7,6 +9,7 @@
 #include <algorithm>
 
 #include "agent/agent.h"
+#include "agent/as_user.h"
 #include "agent/fs_util.h"
 #include "agent/paths.h"
 #include "agent/rpc.h"
@@ -15,8 +18,6 @@ namespace airlock::agent {
 namespace {
 
 constexpr size_t kMaxListEntries = 100000;
-
-Owner OwnerOf(const Agent& agent, const User& u) { return Owner{u.uid, u.gid, agent.can_switch_user()}; }
 
 Status ListInto(const std::string& dir, uint32_t depth, const UserDb& users, envd::OJson* out) {
   DIR* d = opendir(dir.c_str());
@@ -44,10 +45,10 @@ Status ListInto(const std::string& dir, uint32_t depth, const UserDb& users, env
   return OkStatus();
 }
 
-StatusOr<envd::OJson> Stat(Agent& agent, const User& user, const envd::Json& j) {
+StatusOr<envd::OJson> Stat(const UserDb& users, const User& user, const envd::Json& j) {
   ASSIGN_OR_RETURN(std::string raw, envd::PathRequestFromJson(j));
   ASSIGN_OR_RETURN(std::string path, ResolvePath(raw, user.home));
-  auto e = StatEntry(path, agent.LoadUsers());
+  auto e = StatEntry(path, users);
   if (!e.ok()) {
     if (e.status().code() == StatusCode::kNotFound) return NotFound("path '" + path + "' does not exist");
     return e.status();
@@ -57,7 +58,7 @@ StatusOr<envd::OJson> Stat(Agent& agent, const User& user, const envd::Json& j) 
   return out;
 }
 
-StatusOr<envd::OJson> ListDir(Agent& agent, const User& user, const envd::Json& j) {
+StatusOr<envd::OJson> ListDir(const UserDb& users, const User& user, const envd::Json& j) {
   ASSIGN_OR_RETURN(auto req, envd::ListDirRequestFromJson(j));
   ASSIGN_OR_RETURN(std::string path, ResolvePath(req.path, user.home));
   struct stat st;
@@ -67,13 +68,13 @@ StatusOr<envd::OJson> ListDir(Agent& agent, const User& user, const envd::Json& 
   }
   if (!S_ISDIR(st.st_mode)) return InvalidArgument("path '" + path + "' is not a directory");
   envd::OJson entries = envd::OJson::array();
-  RETURN_IF_ERROR(ListInto(path, req.depth == 0 ? 1 : req.depth, agent.LoadUsers(), &entries));
+  RETURN_IF_ERROR(ListInto(path, req.depth == 0 ? 1 : req.depth, users, &entries));
   envd::OJson out = envd::OJson::object();
   out["entries"] = std::move(entries);
   return out;
 }
 
-StatusOr<envd::OJson> MakeDir(Agent& agent, const User& user, const envd::Json& j) {
+StatusOr<envd::OJson> MakeDir(const UserDb& users, const User& user, const envd::Json& j) {
   ASSIGN_OR_RETURN(std::string raw, envd::PathRequestFromJson(j));
   ASSIGN_OR_RETURN(std::string path, ResolvePath(raw, user.home));
   struct stat st;
@@ -81,21 +82,21 @@ StatusOr<envd::OJson> MakeDir(Agent& agent, const User& user, const envd::Json& 
     if (S_ISDIR(st.st_mode)) return AlreadyExists("directory '" + path + "' already exists");
     return InvalidArgument("path '" + path + "' already exists and is not a directory");
   }
-  RETURN_IF_ERROR(MakeDirs(path, OwnerOf(agent, user)));
-  ASSIGN_OR_RETURN(auto e, StatEntry(path, agent.LoadUsers()));
+  RETURN_IF_ERROR(MakeDirs(path));
+  ASSIGN_OR_RETURN(auto e, StatEntry(path, users));
   envd::OJson out = envd::OJson::object();
   out["entry"] = envd::ToJson(e);
   return out;
 }
 
-StatusOr<envd::OJson> Remove(Agent&, const User& user, const envd::Json& j) {
+StatusOr<envd::OJson> Remove(const UserDb&, const User& user, const envd::Json& j) {
   ASSIGN_OR_RETURN(std::string raw, envd::PathRequestFromJson(j));
   ASSIGN_OR_RETURN(std::string path, ResolvePath(raw, user.home));
   RETURN_IF_ERROR(RemoveAll(path));
   return envd::OJson::object();
 }
 
-StatusOr<envd::OJson> Move(Agent& agent, const User& user, const envd::Json& j) {
+StatusOr<envd::OJson> Move(const UserDb& users, const User& user, const envd::Json& j) {
   ASSIGN_OR_RETURN(auto req, envd::MoveRequestFromJson(j));
   ASSIGN_OR_RETURN(std::string src, ResolvePath(req.source, user.home));
   ASSIGN_OR_RETURN(std::string dst, ResolvePath(req.destination, user.home));
@@ -104,15 +105,15 @@ StatusOr<envd::OJson> Move(Agent& agent, const User& user, const envd::Json& j) 
     if (errno == ENOENT) return NotFound("path '" + src + "' does not exist");
     return ErrnoError("stat " + src);
   }
-  RETURN_IF_ERROR(MakeDirs(ParentPath(dst), OwnerOf(agent, user)));
+  RETURN_IF_ERROR(MakeDirs(ParentPath(dst)));
   if (rename(src.c_str(), dst.c_str()) != 0) return ErrnoError("rename " + src + " to " + dst);
-  ASSIGN_OR_RETURN(auto e, StatEntry(dst, agent.LoadUsers()));
+  ASSIGN_OR_RETURN(auto e, StatEntry(dst, users));
   envd::OJson out = envd::OJson::object();
   out["entry"] = envd::ToJson(e);
   return out;
 }
 
-using FsFn = StatusOr<envd::OJson> (*)(Agent&, const User&, const envd::Json&);
+using FsFn = StatusOr<envd::OJson> (*)(const UserDb&, const User&, const envd::Json&);
 
 }  // namespace
 
@@ -131,7 +132,9 @@ void HandleFilesystemRpc(Agent& agent, std::shared_ptr<Session> s, const std::st
   auto user = agent.UserFromAuthHeader(*s);
   ServeUnary(s, [&agent, fn, user](const envd::Json& j) -> StatusOr<envd::OJson> {
     if (!user.ok()) return user.status();
-    return fn(agent, *user, j);
+    UserDb users = agent.LoadUsers();  // read as the agent, before switching
+    return RunAsUser<envd::OJson>(*user, agent.can_switch_user(),
+                                  [&]() -> StatusOr<envd::OJson> { return fn(users, *user, j); });
   });
 }
 

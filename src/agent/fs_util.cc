@@ -58,19 +58,14 @@ StatusOr<envd::EntryInfo> StatEntry(const std::string& path, const UserDb& users
   return e;
 }
 
-Status MakeDirs(const std::string& path, const Owner& owner) {
+Status MakeDirs(const std::string& path) {
   std::string norm = NormalizePath(path);
   size_t pos = 0;
   while (pos != std::string::npos) {
     pos = norm.find('/', pos + 1);
     std::string prefix = norm.substr(0, pos);
     if (prefix.empty()) continue;
-    if (mkdir(prefix.c_str(), 0755) == 0) {
-      if (owner.apply && lchown(prefix.c_str(), owner.uid, owner.gid) != 0) {
-        return ErrnoError("chown " + prefix);
-      }
-      continue;
-    }
+    if (mkdir(prefix.c_str(), 0755) == 0) continue;
     if (errno != EEXIST) return ErrnoError("mkdir " + prefix);
     struct stat st;
     if (stat(prefix.c_str(), &st) != 0) return ErrnoError("stat " + prefix);

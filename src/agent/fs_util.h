@@ -1,4 +1,5 @@
-// Filesystem helpers shared by the filesystem RPCs and /files.
+// Filesystem helpers shared by the filesystem RPCs and /files. They act with
+// the calling thread's credentials (see as_user.h).
 #pragma once
 
 #include <sys/types.h>
@@ -11,21 +12,15 @@
 
 namespace airlock::agent {
 
-// Who new files and directories belong to; chown is skipped when !apply.
-struct Owner {
-  uid_t uid = 0;
-  gid_t gid = 0;
-  bool apply = false;
-};
-
 // EntryInfo of `path` itself (lstat: a symlink is reported as a symlink,
 // with its target). Errors carry the errno code (not_found for ENOENT).
 StatusOr<envd::EntryInfo> StatEntry(const std::string& path, const UserDb& users);
 // "-rw-r--r--", "drwxr-xr-x", "lrwxrwxrwx" (ls -l style, with s/S/t/T).
 std::string PermissionString(mode_t mode);
-// mkdir -p; every directory it creates is chowned to `owner`.
+// mkdir -p (mode 0755). The directories belong to the calling thread's
+// fsuid/fsgid: run it under RunAsUser (as_user.h) for a user's request.
 // invalid_argument when a component exists and is not a directory.
-Status MakeDirs(const std::string& path, const Owner& owner);
+Status MakeDirs(const std::string& path);
 // rm -rf without following symlinks; OK when the path does not exist.
 Status RemoveAll(const std::string& path);
 

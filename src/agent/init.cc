@@ -82,6 +82,7 @@ Status MountFilesystems() {
   };
   step(MountOne("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
   step(MountOne("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
+  step(MountOne("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
   step(MountOne("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755"));
   step(MountOne("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "gid=5,mode=0620,ptmxmode=0666"));
   step(MountOne("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777"));
@@ -171,8 +172,31 @@ void SetupProcessBasics(bool pid1) {
   }
 }
 
+namespace {
+// The link protections a systemd-booted Debian has (sysctl.d/50-default.conf):
+// no following a user's symlink in a sticky world-writable directory (/tmp)
+// unless it is the follower's own, no hard links to files one cannot write,
+// no O_CREAT open of someone else's file or FIFO there. A root request of the
+// files API is then not redirected by a link a user planted.
+void ProtectLinks() {
+  const std::pair<const char*, const char*> kSettings[] = {
+      {"/proc/sys/fs/protected_symlinks", "1"},
+      {"/proc/sys/fs/protected_hardlinks", "1"},
+      {"/proc/sys/fs/protected_regular", "1"},
+      {"/proc/sys/fs/protected_fifos", "1"},
+  };
+  for (const auto& [path, value] : kSettings) {
+    UniqueFd fd(open(path, O_WRONLY | O_CLOEXEC));
+    if (!fd || write(fd.get(), value, 1) != 1) {
+      LogError("%s", ErrnoError(std::string("write ") + path).ToString().c_str());
+    }
+  }
+}
+}  // namespace
+
 void RunPid1Setup() {
   (void)MountFilesystems();
+  ProtectLinks();
   std::ifstream f("/proc/cmdline");
   std::stringstream ss;
   ss << f.rdbuf();

@@ -62,6 +62,9 @@ int main(int argc, char** argv) {
   SetLogVerbose(opts.verbose);
   SetupProcessBasics(pid1);
   if (init) RunPid1Setup();
+  // Limits for started processes: only in a guest, where the agent owns the
+  // whole cgroup tree (never a host's, even with --init).
+  if (pid1) opts.cgroup_root = "/sys/fs/cgroup";
   if (!pid1) prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphans of our children come back to us
 
   while (true) {

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdlib>
 
+#include <signal.h>
+
 #include "agent/agent.h"
 #include "agent/log.h"
 #include "agent/paths.h"
@@ -193,10 +195,14 @@ void HandleProcessRpc(Agent& agent, std::shared_ptr<Session> s, const std::strin
   if (method == "SendSignal") {
     return ServeUnary(s, [&agent](const envd::Json& j) -> StatusOr<envd::OJson> {
       ASSIGN_OR_RETURN(auto req, envd::SendSignalRequestFromJson(j));
-      ASSIGN_OR_RETURN(auto p, FindProcess(agent, req.process));
       int sig = static_cast<int>(req.signal);
+      auto p = FindProcess(agent, req.process);
+      // The leader exited but left processes in its cgroup (a fork bomb's
+      // first shell returns at once): SIGKILL still ends them.
+      if (!p.ok() && sig == SIGKILL && agent.processes().KillLeftovers(req.process)) return envd::OJson::object();
+      if (!p.ok()) return p.status();
       if (sig <= 0 || sig >= 65) return Unimplemented("unsupported signal " + std::to_string(sig));
-      RETURN_IF_ERROR(p->Signal(sig));
+      RETURN_IF_ERROR((*p)->Signal(sig));
       return envd::OJson::object();
     });
   }

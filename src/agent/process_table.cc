@@ -81,7 +81,23 @@ void WriteAll(int fd, const char* s) {
 // Between fork and exec: async-signal-safe calls only (plus strerror, which is
 // safe here because the agent is single-threaded).
 [[noreturn]] void ChildExec(const SpawnRequest& req, const char* path, char* const* argv, char* const* envp,
-                            int in, int out, int err, int pty_slave, const gid_t* groups, size_t ngroups) {
+                            int in, int out, int err, int pty_slave, const gid_t* groups, size_t ngroups,
+                            int cgroup_procs, bool reset_oom_score) {
+  // Into the leaf cgroup first (still root, before anything else can fork).
+  if (cgroup_procs >= 0 && write(cgroup_procs, "0", 1) != 1) {
+    int e = errno;
+    WriteAll(err, "airlock-agent: cannot enter the command's cgroup: ");
+    WriteAll(err, strerror(e));
+    WriteAll(err, "\n");
+    _exit(1);
+  }
+  if (reset_oom_score) {
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      (void)!write(fd, "0", 1);
+      close(fd);
+    }
+  }
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -226,6 +242,7 @@ void Process::Resume() {
 }
 
 void Process::KillTree() {
+  if (!cgroup_.empty()) (void)CommandCgroups::Kill(cgroup_);
   if (wait_status_) return;
   // A few rounds: a tree that forks while we walk it is caught next round.
   for (int round = 0; round < 3; ++round) {
@@ -243,6 +260,7 @@ void Process::KillTree() {
 }
 
 Status Process::Signal(int sig) {
+  if (sig == SIGKILL && !cgroup_.empty()) RETURN_IF_ERROR(CommandCgroups::Kill(cgroup_));
   if (wait_status_) return OkStatus();  // already gone; the end event tells the rest
   if (kill(-pid_, sig) != 0 && kill(pid_, sig) != 0 && errno != ESRCH) {
     return ErrnoError("kill " + std::to_string(pid_));
@@ -418,11 +436,22 @@ StatusOr<std::shared_ptr<Process>> ProcessTable::Spawn(SpawnRequest req) {
   std::vector<gid_t> groups = req.user.groups;
   if (groups.empty()) groups.push_back(req.user.gid);
 
+  std::optional<CommandCgroup> cg;
+  if (cgroups_) {
+    auto c = cgroups_->Create();
+    if (!c.ok()) return Status(c.status().code(), "cgroup for the command: " + c.status().message());
+    cg = std::move(*c);
+  }
+  int cg_procs = cg ? cg->procs.get() : -1;
+
   pid_t pid = fork();
-  if (pid < 0) return ErrnoError("fork");
+  if (pid < 0) {
+    if (cg) cgroups_->Release(cg->path);
+    return ErrnoError("fork");
+  }
   if (pid == 0) {
     ChildExec(req, path.c_str(), argv.data(), envp.data(), child_in, child_out, child_err,
-              req.start.pty ? pty_slave.get() : -1, groups.data(), groups.size());
+              req.start.pty ? pty_slave.get() : -1, groups.data(), groups.size(), cg_procs, reset_oom_score_);
   }
   // Parent: keep our ends only.
   out_w.Reset();
@@ -431,10 +460,13 @@ StatusOr<std::shared_ptr<Process>> ProcessTable::Spawn(SpawnRequest req) {
   pty_slave.Reset();
   devnull.Reset();
   auto proc = std::make_shared<Process>(io_, pid, std::move(req));
+  if (cg) proc->cgroup_ = cg->path;
   proc->on_finished_ = [this](pid_t p, const envd::EndEvent& end) {
     auto it = procs_.find(p);
     if (it == procs_.end()) return;
-    finished_.push_back(Finished{p, it->second->tag(), end});
+    const std::string& leaf = it->second->cgroup_;
+    if (cgroups_ && !leaf.empty()) cgroups_->Release(leaf);  // removed now, or once its leftovers end
+    finished_.push_back(Finished{p, it->second->tag(), end, leaf});
     while (finished_.size() > kMaxFinished) finished_.pop_front();
     // Destroy later: we are inside a member function of this Process.
     auto keep = std::move(it->second);
@@ -474,6 +506,16 @@ std::vector<std::shared_ptr<Process>> ProcessTable::Running() const {
     if (!p->wait_status_) out.push_back(p);
   }
   return out;
+}
+
+bool ProcessTable::KillLeftovers(const envd::ProcessSelector& sel) {
+  for (auto it = finished_.rbegin(); it != finished_.rend(); ++it) {
+    bool match = (sel.pid && static_cast<uint32_t>(it->pid) == *sel.pid) || (!sel.pid && sel.tag && it->tag == sel.tag);
+    if (!match) continue;
+    if (it->cgroup.empty() || !CommandCgroups::Populated(it->cgroup)) return false;
+    return CommandCgroups::Kill(it->cgroup).ok();
+  }
+  return false;
 }
 
 void ProcessTable::OnChildExit(pid_t pid, int wait_status) {

@@ -15,6 +15,10 @@
 // End: the end event is sent once the child has been reaped AND its pipes
 // reached EOF (or stayed idle for kExitGrace after exit, for when a
 // background grandchild keeps them open).
+//
+// Limits: with SetCgroups, every process tree lives in its own leaf cgroup
+// (cgroups.h) that it enters before exec; SIGKILL of a process ends its whole
+// leaf (cgroup.kill), also after the leader itself has exited.
 #pragma once
 
 #include <sys/types.h>
@@ -31,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/cgroups.h"
 #include "agent/users.h"
 #include "common/status.h"
 #include "envd/messages.h"
@@ -74,10 +79,11 @@ class Process : public std::enable_shared_from_this<Process> {
   // Restart pipe reads paused for backpressure.
   void Resume();
 
-  // SIGKILL to the process group and every descendant found by ppid
-  // (including ones that called setsid()); used when the deadline passes.
+  // SIGKILL to the leaf cgroup, the process group and every descendant
+  // found by ppid (including ones that called setsid()); used when the
+  // deadline passes.
   void KillTree();
-  // Signal the whole process group.
+  // Signal the whole process group; SIGKILL also ends the leaf cgroup.
   Status Signal(int sig);
   // Queue bytes for stdin (or the PTY master). failed_precondition when
   // stdin is closed or was not requested.
@@ -103,6 +109,7 @@ class Process : public std::enable_shared_from_this<Process> {
 
   asio::io_context& io_;
   pid_t pid_;
+  std::string cgroup_;  // its leaf cgroup; "" without cgroups
   SpawnRequest req_;
   std::array<Pipe, 2> pipes_;  // stdout (or pty), stderr
   std::optional<asio::posix::stream_descriptor> input_;  // stdin pipe or a dup of the pty master
@@ -122,6 +129,15 @@ class Process : public std::enable_shared_from_this<Process> {
 class ProcessTable {
  public:
   explicit ProcessTable(asio::io_context& io) : io_(io) {}
+  // From now on every Spawn runs in a leaf of `cgroups` (nullptr: none).
+  // When set, a Spawn whose leaf cannot be made fails (the limits are not
+  // skipped). `reset_oom_score` makes children undo the agent's
+  // oom_score_adj.
+  void SetCgroups(std::unique_ptr<CommandCgroups> cgroups, bool reset_oom_score) {
+    cgroups_ = std::move(cgroups);
+    reset_oom_score_ = reset_oom_score;
+  }
+  const CommandCgroups* cgroups() const { return cgroups_.get(); }
 
   // fork/exec per the request. Errors: invalid_argument (empty cmd),
   // resource_exhausted / internal (pipe, fork).
@@ -131,6 +147,10 @@ class ProcessTable {
   // End event of a recently finished process.
   std::optional<envd::EndEvent> FindFinished(const envd::ProcessSelector& sel) const;
   std::vector<std::shared_ptr<Process>> Running() const;
+  // For a finished process whose leaf cgroup still has processes (children
+  // it left behind, a fork bomb whose first shell exited): kills the leaf.
+  // False when there is no such process or nothing is left.
+  bool KillLeftovers(const envd::ProcessSelector& sel);
 
   // Feed from the SIGCHLD handler: waitpid(-1) results. Unknown pids
   // (orphans reparented to PID 1) are ignored.
@@ -141,9 +161,12 @@ class ProcessTable {
     pid_t pid;
     std::optional<std::string> tag;
     envd::EndEvent end;
+    std::string cgroup;
   };
   static constexpr size_t kMaxFinished = 64;
   asio::io_context& io_;
+  std::unique_ptr<CommandCgroups> cgroups_;
+  bool reset_oom_score_ = false;
   std::map<pid_t, std::shared_ptr<Process>> procs_;
   std::deque<Finished> finished_;
 };

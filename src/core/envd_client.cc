@@ -85,6 +85,7 @@ Status ErrorFromBody(unsigned status, const std::string& body, std::string_view 
     StatusCode code = status == 404   ? StatusCode::kNotFound
                       : status == 400 ? StatusCode::kInvalidArgument
                       : status == 401 ? StatusCode::kUnauthenticated
+                      : status == 403 ? StatusCode::kPermissionDenied
                       : status == 507 ? StatusCode::kResourceExhausted
                                       : StatusCode::kInternal;
     std::string msg = j.contains("message") && j["message"].is_string() ? j["message"].get<std::string>() : "";
@@ -367,13 +368,16 @@ Status EnvdClient::UploadFile(const std::string& local_path, const std::string& 
 }
 
 Status EnvdClient::DownloadFile(const std::string& guest_path, const std::string& local_path,
-                                uint64_t max_bytes) const {
+                                uint64_t max_bytes, const std::string& user) const {
   std::string what = "download " + guest_path;
   std::string tmp = local_path + ".airlock-part";
   try {
     Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
-    http::request<http::empty_body> req{http::verb::get, "/files?path=" + UrlEncodeComponent(guest_path), 11};
+    http::request<http::empty_body> req{
+        http::verb::get,
+        "/files?path=" + UrlEncodeComponent(guest_path) + (user.empty() ? "" : "&username=" + UrlEncodeComponent(user)),
+        11};
     AddCommonHeaders(req, endpoint_, access_token_);
     req.set(http::field::accept_encoding, "identity");
     http::write(c.stream(), req);

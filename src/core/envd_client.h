@@ -103,9 +103,10 @@ class EnvdClient {
   // POST /files?path=GUEST (application/octet-stream, streamed from disk).
   Status UploadFile(const std::string& local_path, const std::string& guest_path,
                     const std::string& user = "") const;
-  // GET /files?path=GUEST into local_path (at most max_bytes).
+  // GET /files?path=GUEST[&username=USER] into local_path (at most
+  // max_bytes). A 403 (the user may not read it) is permission_denied.
   Status DownloadFile(const std::string& guest_path, const std::string& local_path,
-                      uint64_t max_bytes = kDefaultMaxDownload) const;
+                      uint64_t max_bytes = kDefaultMaxDownload, const std::string& user = "") const;
   // Copies a guest file or directory tree to local_path. Symlinks are skipped.
   Status Download(const std::string& guest_path, const std::string& local_path,
                   uint64_t max_bytes = kDefaultMaxDownload) const;

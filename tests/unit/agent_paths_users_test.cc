@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "agent/cgroups.h"
 #include "agent/fs_util.h"
 #include "agent/init.h"
 #include "agent/paths.h"
@@ -13,6 +14,26 @@
 
 namespace airlock::agent {
 namespace {
+
+TEST(Cgroups, DefaultLimitsLeaveTheAgentRoom) {
+  constexpr int64_t kMiB = 1 << 20;
+  // 512 MiB guest: threads-max 3840 (RAM / 128 KiB).
+  CgroupLimits l = DefaultCgroupLimits(3840, 512 * kMiB);
+  EXPECT_EQ(l.total_pids, 3840 - 256);
+  EXPECT_EQ(l.pids_per_command, 512);  // one per MiB
+  EXPECT_EQ(l.memory_max, 480 * kMiB);
+  // 8 GiB: a command may take half the tasks; 1/16 of RAM is kept.
+  l = DefaultCgroupLimits(61440, 8192 * kMiB);
+  EXPECT_EQ(l.pids_per_command, 8192);
+  EXPECT_EQ(l.memory_max, 7680 * kMiB);
+  l = DefaultCgroupLimits(4000, 64 * kMiB * 1024);
+  EXPECT_EQ(l.pids_per_command, (4000 - 256) / 2);
+  // Tiny or unknown sizes: floors, and memory left alone.
+  l = DefaultCgroupLimits(0, 0);
+  EXPECT_EQ(l.total_pids, 128);
+  EXPECT_EQ(l.pids_per_command, 64);
+  EXPECT_EQ(l.memory_max, 0);
+}
 
 TEST(Paths, Resolve) {
   const std::string home = "/home/user";

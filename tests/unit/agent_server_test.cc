@@ -707,7 +707,7 @@ std::string Multipart(const std::vector<std::pair<std::string, std::string>>& fi
 TEST(AgentFiles, MultipartUploadAndDownload) {
   std::string bin;
   for (int i = 0; i < 70000; ++i) bin.push_back(static_cast<char>(i * 7 + (i >> 8)));
-  std::string utf = "/tmp/" + g_root.substr(5) + "/d\xc3\xa9j\xc3\xa0/\xe6\x97\xa5\xe6\x9c\xac.bin";
+  std::string utf = g_home + "/d\xc3\xa9j\xc3\xa0/\xe6\x97\xa5\xe6\x9c\xac.bin";
   std::string body = Multipart({{utf, bin}, {"rel/c.txt", "see"}}, "XyZ");
   auto r = Http("POST", "/files", body, "multipart/form-data; boundary=XyZ");
   ASSERT_EQ(r.status, 200) << r.body;
@@ -746,11 +746,92 @@ TEST(AgentFiles, MultipartUploadAndDownload) {
   EXPECT_EQ(Http("POST", "/files?path=%2Ftmp", Multipart({{"x", "y"}}, "b"), "multipart/form-data; boundary=b").status,
             400);
   EXPECT_EQ(Http("POST", "/files", "--b\r\ntruncated", "multipart/form-data; boundary=b").status, 400);
-  EXPECT_EQ(Http("POST", "/files", Multipart({{"/tmp/dup", "1"}, {"/tmp/dup", "2"}}, "b"),
+  EXPECT_EQ(Http("POST", "/files", Multipart({{"dup", "1"}, {g_home + "/dup", "2"}}, "b"),
                  "multipart/form-data; boundary=b")
                 .status,
             400);
   EXPECT_EQ(Http("GET", "/files?path=x&username=nobody").status, 401);
+}
+
+// Item 15: every file operation runs with the requesting user's permissions.
+TEST(AgentFiles, ActAsTheRequestingUser) {
+  if (!g_is_root) GTEST_SKIP() << "needs root (the agent must be able to switch users)";
+  const std::vector<std::string> kRoot = {"Authorization: Basic cm9vdDo="};  // "root:"
+  std::string secret = g_root + "/secret";  // root's, 0600: like /etc/shadow
+  std::ofstream(secret) << "root-only";
+  ASSERT_EQ(chmod(secret.c_str(), 0600), 0);
+  std::string etc = g_root + "/etc";  // root's, 0755: like /etc
+
+  // Reads: 403 for the user, the bytes for root.
+  auto denied = Http("GET", "/files?path=" + UrlEncode(secret) + "&username=user");
+  EXPECT_EQ(denied.status, 403) << denied.body;
+  EXPECT_EQ(Json::parse(denied.body)["code"], 403);
+  auto as_root = Http("GET", "/files?path=" + UrlEncode(secret) + "&username=root");
+  EXPECT_EQ(as_root.status, 200);
+  EXPECT_EQ(as_root.body, "root-only");
+  // No capability is left either: another root process's /proc files are closed.
+  std::string environ = "/proc/" + std::to_string(g_agent) + "/environ";
+  EXPECT_EQ(Http("GET", "/files?path=" + UrlEncode(environ) + "&username=user").status, 403);
+  EXPECT_EQ(Http("GET", "/files?path=" + UrlEncode(environ) + "&username=root").status, 200);
+
+  // Writes through a symlinked directory into a root-owned one: 403, nothing written.
+  ASSERT_EQ(symlink(etc.c_str(), (g_home + "/etc-link").c_str()), 0);
+  auto w = Http("POST", "/files?path=etc-link%2Fevil&username=user", "x", "application/octet-stream");
+  EXPECT_EQ(w.status, 403) << w.body;
+  auto mp = Http("POST", "/files?username=user", Multipart({{"etc-link/evil", "x"}}, "b"),
+                 "multipart/form-data; boundary=b");
+  EXPECT_EQ(mp.status, 403) << mp.body;
+  auto deep = Http("POST", "/files?path=" + UrlEncode(etc + "/new/dir/f"), "x", "application/octet-stream");
+  EXPECT_EQ(deep.status, 403) << deep.body;
+  struct stat st;
+  EXPECT_NE(lstat((etc + "/evil").c_str(), &st), 0);
+  EXPECT_NE(lstat((etc + "/new").c_str(), &st), 0);
+  // Overwriting a root file the user may not write: 403, content unchanged.
+  auto over = Http("POST", "/files?path=" + UrlEncode(secret), "pwned", "application/octet-stream");
+  EXPECT_EQ(over.status, 403) << over.body;
+  EXPECT_EQ(ReadFileBytes(secret), "root-only");
+
+  // A user's upload (and its new parents) belong to the user, via the kernel.
+  ASSERT_EQ(Http("POST", "/files?path=own%2Fsub%2Ff.txt", "mine", "application/octet-stream").status, 200);
+  ASSERT_EQ(stat((g_home + "/own/sub/f.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
+  EXPECT_EQ(st.st_gid, 1000u);
+  ASSERT_EQ(stat((g_home + "/own/sub").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
+  // Root's upload is root's.
+  ASSERT_EQ(Http("POST", "/files?path=" + UrlEncode(etc + "/by-root") + "&username=root", "r",
+                 "application/octet-stream").status, 200);
+  ASSERT_EQ(stat((etc + "/by-root").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+
+  // The filesystem service: permission_denied for the user, success for root.
+  auto code = [](const Response& r) { return Json::parse(r.body)["code"].get<std::string>(); };
+  std::string priv = g_root + "/private";  // root's, 0700
+  ASSERT_EQ(mkdir(priv.c_str(), 0700), 0);
+  std::ofstream(priv + "/f") << "p";
+  auto stat_r = Rpc("filesystem.Filesystem/Stat", R"({"path":")" + priv + R"(/f"})");
+  EXPECT_EQ(stat_r.status, 403);
+  EXPECT_EQ(code(stat_r), "permission_denied");
+  EXPECT_EQ(code(Rpc("filesystem.Filesystem/ListDir", R"({"path":")" + priv + R"("})")), "permission_denied");
+  EXPECT_EQ(code(Rpc("filesystem.Filesystem/MakeDir", R"({"path":")" + etc + R"(/d"})")), "permission_denied");
+  EXPECT_EQ(code(Rpc("filesystem.Filesystem/MakeDir", R"({"path":"etc-link/d"})")), "permission_denied");
+  EXPECT_EQ(code(Rpc("filesystem.Filesystem/Remove", R"({"path":")" + etc + R"(/passwd"})")), "permission_denied");
+  EXPECT_EQ(code(Rpc("filesystem.Filesystem/Move",
+                     R"({"source":")" + secret + R"(","destination":")" + g_home + R"(/stolen"})")),
+            "permission_denied");
+  EXPECT_EQ(stat((etc + "/passwd").c_str(), &st), 0);
+  EXPECT_EQ(stat(secret.c_str(), &st), 0);
+  EXPECT_NE(lstat((etc + "/d").c_str(), &st), 0);
+  EXPECT_EQ(Ok(Rpc("filesystem.Filesystem/Stat", R"({"path":")" + priv + R"(/f"})", kRoot))["entry"]["size"], "1");
+  auto mk = Ok(Rpc("filesystem.Filesystem/MakeDir", R"({"path":")" + priv + R"(/d"})", kRoot));
+  EXPECT_EQ(mk["entry"]["owner"], "root");
+  auto mine = Ok(Rpc("filesystem.Filesystem/MakeDir", R"({"path":"mine/x"})"));
+  EXPECT_EQ(mine["entry"]["owner"], "user");
+  EXPECT_EQ(mine["entry"]["group"], "user");
+
+  unlink((g_home + "/etc-link").c_str());
+  unlink((etc + "/by-root").c_str());
+  (void)!system(("rm -rf '" + priv + "' '" + g_home + "/own' '" + g_home + "/mine' '" + secret + "'").c_str());
 }
 
 std::string Gzip(const std::string& in) {
