@@ -154,9 +154,14 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   m->pool_ = std::make_unique<net::AddressPool>(std::move(pool));
   ASSIGN_OR_RETURN(m->runtime_, qemu::NewQemuRuntime(m->config_.state_dir));
   if (m->config_.egress) {
-    auto eg = StartEgress({m->config_.address_pool, m->config_.upstream_dns, m->config_.state_dir,
-                           m->config_.egress_audit_sink, m->config_.egress_limits, m->config_.egress_request_broker,
-                           m->config_.egress_upstream_ca_file});
+    EgressSetup setup{m->config_.address_pool,      m->config_.upstream_dns,   m->config_.state_dir,
+                      m->config_.egress_audit_sink, m->config_.egress_limits,  m->config_.egress_request_broker,
+                      m->config_.egress_upstream_ca_file};
+    // The host's addresses changed: every sandbox's netns set of them too.
+    setup.on_host_addresses_changed = [raw = m.get()](const std::vector<uint32_t>& host) {
+      raw->RefreshEgressHostAddresses(host);
+    };
+    auto eg = StartEgress(setup);
     if (eg.ok()) m->egress_ = std::move(eg).value();
     else LOG_WARN("egress disabled (guests reach nothing): {}", eg.status().message());
   }
@@ -253,7 +258,28 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
   return sb;
 }
 
-Manager::~Manager() { DestroyAll(); }
+Manager::~Manager() {
+  // No host-address callback once members start going away.
+  if (egress_) egress_->StopHostAddressNotifications();
+  DestroyAll();
+}
+
+void Manager::RefreshEgressHostAddresses(const std::vector<uint32_t>& host) {
+  const auto elements = NftHostAddresses(host, config_.address_pool);
+  std::vector<std::shared_ptr<Sandbox>> all;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [id, sb] : sandboxes_) all.push_back(sb);
+  }
+  for (const auto& sb : all) {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    if (!sb->network_ || !sb->egress_) continue;
+    Status st = sb->network_->SetEgressHostAddresses(elements);
+    if (!st.ok()) LOG_WARN("sandbox={} host addresses not updated in its netns: {}", sb->id_, st.message());
+  }
+  LOG_INFO("egress: host addresses changed ({} outside the forbidden ranges); {} sandbox netns updated",
+           elements.size(), all.size());
+}
 
 Status Manager::UpdateEgress(const std::string& id, const egress::EgressPolicy& policy) {
   if (!egress_) return FailedPrecondition("egress is off in this airlock (see the daemon's log)");

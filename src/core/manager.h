@@ -201,6 +201,9 @@ class Manager {
   StatusOr<std::shared_ptr<Sandbox>> Create(const CreateOptions& options);
   Status Destroy(const std::string& id);
   void DestroyAll();
+  // The host's interface addresses changed (egress on_host_addresses_changed):
+  // rewrites each sandbox netns's set of them (SandboxNetwork::SetEgressHostAddresses).
+  void RefreshEgressHostAddresses(const std::vector<uint32_t>& host);
   // Forgets every sandbox without stopping it (a daemon shutting down for a
   // restart leaves detached VMMs for the next one to adopt).
   void ReleaseAll();
