@@ -97,7 +97,9 @@ class EgressService::Impl {
  public:
   explicit Impl(EgressConfig c) : config(std::move(c)) {}
   EgressConfig config;
-  int dns_tcp_open_total = 0;  // loop thread only; before `io`: its handlers' sockets give slots back
+  // Resolver TCP connections open (all sandboxes); written on the loop
+  // thread, read by Counters(). Before `io`: its handlers' sockets give slots back.
+  std::atomic<int> dns_tcp_open_total{0};
   asio::io_context io;
   std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::thread thread;

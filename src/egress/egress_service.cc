@@ -556,7 +556,7 @@ void EgressService::StopHostAddressNotifications() {
 const EgressConfig& EgressService::config() const { return impl_->config; }
 
 EgressCounters EgressService::Counters() const {
-  return {impl_->dns_tcp_refused.load(), impl_->host_address_refused.load()};
+  return {impl_->dns_tcp_refused.load(), impl_->host_address_refused.load(), impl_->dns_tcp_open_total.load()};
 }
 
 std::vector<uint32_t> EgressService::HostAddressList() const { return impl_->host->Addresses(); }

@@ -80,6 +80,7 @@ struct EgressLimits {
 struct EgressCounters {
   uint64_t dns_tcp_refused = 0;       // resolver TCP connections refused over a cap
   uint64_t host_address_refused = 0;  // answers/connections refused: an address of this host
+  int dns_tcp_open = 0;               // resolver TCP connections open now (all sandboxes)
 };
 
 struct EgressConfig {
