@@ -154,16 +154,21 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   m->pool_ = std::make_unique<net::AddressPool>(std::move(pool));
   ASSIGN_OR_RETURN(m->runtime_, qemu::NewQemuRuntime(m->config_.state_dir));
   if (m->config_.egress) {
-    EgressSetup setup{m->config_.address_pool,      m->config_.upstream_dns,   m->config_.state_dir,
-                      m->config_.egress_audit_sink, m->config_.egress_limits,  m->config_.egress_request_broker,
+    EgressSetup setup{m->config_.address_pool,           m->config_.upstream_dns,  m->config_.state_dir,
+                      m->config_.egress_audit_sink,      m->config_.egress_limits, m->config_.egress_request_broker,
                       m->config_.egress_upstream_ca_file};
     // The host's addresses changed: every sandbox's netns set of them too.
     setup.on_host_addresses_changed = [raw = m.get()](const std::vector<uint32_t>& host) {
       raw->RefreshEgressHostAddresses(host);
     };
     auto eg = StartEgress(setup);
-    if (eg.ok()) m->egress_ = std::move(eg).value();
-    else LOG_WARN("egress disabled (guests reach nothing): {}", eg.status().message());
+    if (eg.ok()) {
+      m->egress_ = std::move(eg).value();
+      std::lock_guard<std::mutex> l(m->host_elements_mu_);
+      m->host_elements_ = NftHostAddresses(m->egress_->HostAddressList(), m->config_.address_pool);
+    } else {
+      LOG_WARN("egress disabled (guests reach nothing): {}", eg.status().message());
+    }
   }
   // A previous daemon's sandboxes: take over the live ones first, so the
   // cleanup below sees us as the owner of their leases and run dirs.
@@ -266,6 +271,13 @@ Manager::~Manager() {
 
 void Manager::RefreshEgressHostAddresses(const std::vector<uint32_t>& host) {
   const auto elements = NftHostAddresses(host, config_.address_pool);
+  {
+    // A sandbox's veth (in the pool) changes the host's addresses but not
+    // the set: no nft run per sandbox for every sandbox created.
+    std::lock_guard<std::mutex> l(host_elements_mu_);
+    if (elements == host_elements_) return;
+    host_elements_ = elements;
+  }
   std::vector<std::shared_ptr<Sandbox>> all;
   {
     std::lock_guard<std::mutex> l(mu_);

@@ -314,6 +314,8 @@ class Manager {
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<net::AddressPool> pool_;
   std::unique_ptr<egress::EgressService> egress_;  // before sandboxes_: outlives them
+  std::mutex host_elements_mu_;
+  std::vector<std::string> host_elements_;  // the netns host_addrs set last written (RefreshEgressHostAddresses)
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
 };

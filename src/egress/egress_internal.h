@@ -7,9 +7,9 @@
 #include <utility>
 // clang-format on
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>

@@ -104,7 +104,7 @@ struct EgressConfig {
   std::string upstream_ca_file;
   // Also the host's (host_addresses.h): the sandbox address pool, "a.b.c.d/n".
   std::string sandbox_pool;
-  int max_dns_tcp_total = 512;  // resolver TCP connections of all sandboxes together
+  int max_dns_tcp_total = 512;                      // resolver TCP connections of all sandboxes together
   std::chrono::milliseconds dns_tcp_timeout{5000};  // a resolver TCP connection's whole life
   // Called (on a thread of the service's own, never concurrently) with the
   // host's interface addresses whenever they change.

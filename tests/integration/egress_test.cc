@@ -1161,7 +1161,8 @@ TEST_F(EgressTest, ResolverTcpCapForAllSandboxes) {
       recorded = true;
   EXPECT_TRUE(recorded);
   EXPECT_EQ(GuestDnsQuery(*y->guest, "169.254.0.22", "allowed.test"), 0);  // UDP is not capped by it
-  held.clear();  // slots come back: TCP answers again
+  // Slots come back: TCP answers again.
+  held.clear();
   for (int i = 0; i < 100 && (*svc)->Counters().dns_tcp_open > 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::vector<uint32_t> ips;

@@ -284,8 +284,8 @@ TEST(EgressHostAddresses, InterfacesExtraAndLocalRoutes) {
   EXPECT_TRUE(std::is_sorted(list.begin(), list.end()));
   EXPECT_NE(std::find(list.begin(), list.end(), *ParseIpv4("127.0.0.1")), list.end());
   EXPECT_TRUE((*h)->IsHostAddress(*ParseIpv4("127.0.0.1")));
-  EXPECT_TRUE((*h)->IsHostAddress(*ParseIpv4("127.9.9.9")));      // not an interface's: the local route of 127/8
-  EXPECT_TRUE((*h)->IsHostAddress(*ParseIpv4("198.19.200.1")));   // the extra CIDR (other sandboxes)
+  EXPECT_TRUE((*h)->IsHostAddress(*ParseIpv4("127.9.9.9")));       // not an interface's: the local route of 127/8
+  EXPECT_TRUE((*h)->IsHostAddress(*ParseIpv4("198.19.200.1")));    // the extra CIDR (other sandboxes)
   EXPECT_FALSE((*h)->IsHostAddress(*ParseIpv4("203.0.113.201")));  // TEST-NET-3: no interface has it here
   for (uint32_t ip : list) EXPECT_TRUE((*h)->IsHostAddress(ip)) << Ipv4ToString(ip);
   EXPECT_GE((*h)->fd(), 0);

@@ -140,8 +140,8 @@ TEST(NetNft, CidrUpdateLogsDecisionsWithTheRule) {
 
 TEST(NetNft, CidrUpdateDropsHostAddressesBeforeAnyAllow) {
   const std::string fwd = "add rule inet airlock egress_cidr_fwd ";
-  std::string u = NftEgressCidrUpdate({{"0.0.0.0/0", std::nullopt, false, "internet"}},
-                                      {"203.0.113.5", "198.51.100.0/24"});
+  std::string u =
+      NftEgressCidrUpdate({{"0.0.0.0/0", std::nullopt, false, "internet"}}, {"203.0.113.5", "198.51.100.0/24"});
   EXPECT_NE(u.find("add set inet airlock host_addrs { type ipv4_addr; flags interval; }\n"
                    "flush set inet airlock host_addrs\n"
                    "add element inet airlock host_addrs { 203.0.113.5, 198.51.100.0/24 }\n"),
