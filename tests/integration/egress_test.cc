@@ -33,6 +33,7 @@
 #include "image/hash.h"
 #include "net/address_pool.h"
 #include "net/host_egress.h"
+#include "net/names.h"
 #include "net/sandbox_network.h"
 #include "secrets/broker.h"
 #include "secrets/egress_broker.h"
@@ -1263,6 +1264,58 @@ std::string AirlockBin();
 }
 
 namespace {
+
+TEST_F(EgressTest, MicroVmNeverReachesTheHostEvenWithInternet) {
+  if (std::string why = airlock::testing::SkipReason(); !why.empty()) GTEST_SKIP() << why;
+  HostAddressesAdded host;
+  ASSERT_TRUE(host.Add("203.0.113.77").ok());
+  ManagerConfig c;
+  c.state_dir = airlock::testing::StateDir();
+  c.build_image_if_missing = false;
+  c.upstream_dns = FakeInternet::kDnsServer;
+  auto m = Manager::Open(c);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_NE((*m)->egress(), nullptr);
+  CreateOptions o;
+  o.egress_policy = *EgressPolicy::Create(true, {}, {});
+  auto sb = (*m)->Create(o);
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  const std::string id = (*sb)->id();
+  // An address the host gets after the sandbox started: the Manager rewrites
+  // the sandbox netns's set of host addresses.
+  ASSERT_TRUE(host.Add("203.0.113.79").ok());
+  bool in_set = false;
+  for (int i = 0; i < 100 && !in_set; ++i) {
+    auto set = airlock::Run(
+        {"ip", "netns", "exec", net::NetnsName(id), "nft", "list", "set", "inet", "airlock", "host_addrs"});
+    in_set = set.ok() && set->out.find("203.0.113.79") != std::string::npos;
+    if (!in_set) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(in_set);
+  auto [rc, out] = GuestSh(**sb, "curl -sS --max-time 5 http://selfhost.test/ ; echo rc=$?");
+  EXPECT_NE(out.find("rc=6"), std::string::npos) << out;  // the answer (the host's) was dropped
+  for (const char* ip : {"203.0.113.77", "203.0.113.79", "192.0.2.2"}) {
+    std::tie(rc, out) = GuestSh(**sb, std::string("curl -sS --max-time 3 http://") + ip + ":8081/ || echo BLOCKED");
+    EXPECT_NE(out.find("BLOCKED"), std::string::npos) << ip << " " << out;
+  }
+  // --internet still reaches the fake internet (a raw TCP server there).
+  std::tie(rc, out) = GuestSh(**sb, "curl -sS --http0.9 --max-time 5 http://203.0.113.30:8080/");
+  EXPECT_NE(out.find("hello from 203.0.113.30:8080"), std::string::npos) << out;
+  auto recs = (*m)->egress()->Records(id);
+  ASSERT_TRUE(recs.ok());
+  for (const char* ip : {"203.0.113.77", "203.0.113.79", "192.0.2.2"}) {
+    EXPECT_TRUE(HasL3Record(*recs, {"tcp", "deny", "host-address", ip, 8081})) << ip << nlohmann::json(*recs).dump(1);
+    for (const auto& j : *recs)
+      if (j.contains("destination") && j["destination"].value("ip", "") == ip)
+        EXPECT_NE(j.value("decision", ""), "allow") << j.dump();
+  }
+  EXPECT_TRUE(HasL3Record(*recs, {"tcp", "allow", "internet", "203.0.113.30", 8080}));
+  bool dns_denied = false;
+  for (const auto& j : *recs)
+    if (j.value("protocol", "") == "dns" && j.value("rule", "") == "host-address") dns_denied = true;
+  EXPECT_TRUE(dns_denied);
+  ASSERT_TRUE((*m)->Destroy(id).ok());
+}
 
 TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
   if (std::string why = airlock::testing::SkipReason(); !why.empty()) GTEST_SKIP() << why;
