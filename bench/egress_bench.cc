@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     std::vector<net::NftCidr> cidrs;
     for (const auto& r : policy->CidrAllowRules())
       cidrs.push_back({egress::Ipv4ToString(r.net) + "/" + std::to_string(r.prefix), r.port, true, r.text});
-    if (!p->net->SetEgressCidrs(cidrs).ok()) return nullptr;
+    if (!p->net->SetEgressCidrs(cidrs, {}).ok()) return nullptr;
     if (!(*svc)->AddSandbox(id, p->net->host_ip(), p->net->netns_ip(), *policy).ok()) return nullptr;
     if (!p->guest.Start(*p->net, tag).ok()) return nullptr;
     return p;

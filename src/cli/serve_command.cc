@@ -38,6 +38,8 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "per-sandbox proxied bandwidth, bytes/s (0: unlimited)")(
       "egress-connections", po::value(&cfg.manager.egress_limits.max_connections)->default_value(256),
       "per-sandbox concurrent proxied connections")(
+      "dns-tcp-connections", po::value(&cfg.manager.egress_limits.max_dns_tcp_connections)->default_value(16),
+      "per-sandbox concurrent resolver (DNS over TCP) connections")(
       "egress-upstream-ca", po::value(&cfg.manager.egress_upstream_ca_file),
       "PEM bundle trusted (besides the system store) for upstream servers of intercepted HTTPS "
       "(hosts with brokered secrets or network.rules)")(

@@ -169,11 +169,21 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   m->pool_ = std::make_unique<net::AddressPool>(std::move(pool));
   ASSIGN_OR_RETURN(m->runtime_, qemu::NewQemuRuntime(m->config_.state_dir));
   if (m->config_.egress) {
-    auto eg = StartEgress({m->config_.address_pool, m->config_.upstream_dns, m->config_.state_dir,
-                           m->config_.egress_audit_sink, m->config_.egress_limits, m->config_.egress_request_broker,
-                           m->config_.egress_upstream_ca_file});
-    if (eg.ok()) m->egress_ = std::move(eg).value();
-    else LOG_WARN("egress disabled (guests reach nothing): {}", eg.status().message());
+    EgressSetup setup{m->config_.address_pool,           m->config_.upstream_dns,  m->config_.state_dir,
+                      m->config_.egress_audit_sink,      m->config_.egress_limits, m->config_.egress_request_broker,
+                      m->config_.egress_upstream_ca_file};
+    // The host's addresses changed: every sandbox's netns set of them too.
+    setup.on_host_addresses_changed = [raw = m.get()](const std::vector<uint32_t>& host) {
+      raw->RefreshEgressHostAddresses(host);
+    };
+    auto eg = StartEgress(setup);
+    if (eg.ok()) {
+      m->egress_ = std::move(eg).value();
+      std::lock_guard<std::mutex> l(m->host_elements_mu_);
+      m->host_elements_ = NftHostAddresses(m->egress_->HostAddressList(), m->config_.address_pool);
+    } else {
+      LOG_WARN("egress disabled (guests reach nothing): {}", eg.status().message());
+    }
   }
   // A previous daemon's sandboxes: take over the live ones first, so the
   // cleanup below sees us as the owner of their leases and run dirs.
@@ -306,7 +316,35 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
   return sb;
 }
 
-Manager::~Manager() { DestroyAll(); }
+Manager::~Manager() {
+  // No host-address callback once members start going away.
+  if (egress_) egress_->StopHostAddressNotifications();
+  DestroyAll();
+}
+
+void Manager::RefreshEgressHostAddresses(const std::vector<uint32_t>& host) {
+  const auto elements = NftHostAddresses(host, config_.address_pool);
+  {
+    // A sandbox's veth (in the pool) changes the host's addresses but not
+    // the set: no nft run per sandbox for every sandbox created.
+    std::lock_guard<std::mutex> l(host_elements_mu_);
+    if (elements == host_elements_) return;
+    host_elements_ = elements;
+  }
+  std::vector<std::shared_ptr<Sandbox>> all;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [id, sb] : sandboxes_) all.push_back(sb);
+  }
+  for (const auto& sb : all) {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    if (!sb->network_ || !sb->egress_) continue;
+    Status st = sb->network_->SetEgressHostAddresses(elements);
+    if (!st.ok()) LOG_WARN("sandbox={} host addresses not updated in its netns: {}", sb->id_, st.message());
+  }
+  LOG_INFO("egress: host addresses changed ({} outside the forbidden ranges); {} sandbox netns updated",
+           elements.size(), all.size());
+}
 
 Status Manager::UpdateEgress(const std::string& id, const egress::EgressPolicy& policy) {
   if (!egress_) return FailedPrecondition("egress is off in this airlock (see the daemon's log)");

@@ -215,6 +215,9 @@ class Manager {
   StatusOr<std::shared_ptr<Sandbox>> Create(const CreateOptions& options);
   Status Destroy(const std::string& id);
   void DestroyAll();
+  // The host's interface addresses changed (egress on_host_addresses_changed):
+  // rewrites each sandbox netns's set of them (SandboxNetwork::SetEgressHostAddresses).
+  void RefreshEgressHostAddresses(const std::vector<uint32_t>& host);
   // Forgets every sandbox without stopping it (a daemon shutting down for a
   // restart leaves detached VMMs for the next one to adopt).
   void ReleaseAll();
@@ -339,6 +342,8 @@ class Manager {
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<net::AddressPool> pool_;
   std::unique_ptr<egress::EgressService> egress_;  // before sandboxes_: outlives them
+  std::mutex host_elements_mu_;
+  std::vector<std::string> host_elements_;  // the netns host_addrs set last written (RefreshEgressHostAddresses)
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
 };

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "egress/host_addresses.h"
 #include "egress/nflog_reader.h"
 #include "egress/policy_json.h"
 #include "net/host_egress.h"
@@ -40,6 +41,8 @@ StatusOr<std::unique_ptr<egress::EgressService>> StartEgress(const EgressSetup& 
   cfg.default_limits = setup.limits;
   cfg.request_broker = setup.request_broker;
   cfg.upstream_ca_file = setup.upstream_ca_file;
+  cfg.sandbox_pool = setup.pool_cidr;
+  cfg.on_host_addresses_changed = setup.on_host_addresses_changed;
   ASSIGN_OR_RETURN(auto svc, egress::EgressService::Start(cfg));
   RETURN_IF_ERROR(net::InstallHostEgress(setup.pool_cidr, EgressPorts(*svc), false, setup.scratch_dir));
   return svc;
@@ -64,6 +67,24 @@ std::vector<net::NftCidr> NftCidrsFor(const egress::EgressPolicy& policy) {
   return out;
 }
 
+std::vector<std::string> NftHostAddresses(const std::vector<uint32_t>& host, const std::string& pool_cidr) {
+  std::vector<std::string> out;
+  std::optional<egress::Cidr> pool;
+  if (auto r = egress::ParseRule(pool_cidr); r.ok() && r->kind == egress::Rule::Kind::kCidr) {
+    pool = egress::Cidr{r->net, r->prefix};
+    // The pool is forbidden when its first and last addresses are (the
+    // forbidden ranges are aligned CIDRs at least as wide as any sane pool).
+    uint32_t last = r->net | (r->prefix == 0 ? ~uint32_t{0} : ~(~uint32_t{0} << (32 - r->prefix)));
+    if (!egress::IsForbiddenAddress(r->net) || !egress::IsForbiddenAddress(last))
+      out.push_back(egress::Ipv4ToString(r->net) + "/" + std::to_string(r->prefix));
+  }
+  for (uint32_t ip : host) {
+    if (egress::IsForbiddenAddress(ip) || (pool && pool->Contains(ip))) continue;
+    out.push_back(egress::Ipv4ToString(ip));
+  }
+  return out;
+}
+
 Status ApplyEgressPolicy(net::SandboxNetwork& network, egress::EgressService& svc, const std::string& id,
                          const egress::EgressPolicy& policy, const std::string& run_dir, bool add,
                          std::optional<egress::EgressLimits> limits) {
@@ -74,7 +95,7 @@ Status ApplyEgressPolicy(net::SandboxNetwork& network, egress::EgressService& sv
   if (forwarding) RETURN_IF_ERROR(EnsureIpForward());
   // Order: tighten first. On add nothing is allowed yet; on update the
   // service (names) and nft (CIDRs) are replaced one after the other.
-  RETURN_IF_ERROR(network.SetEgressCidrs(cidrs));
+  RETURN_IF_ERROR(network.SetEgressCidrs(cidrs, NftHostAddresses(svc.HostAddressList(), svc.config().sandbox_pool)));
   if (add) {
     RETURN_IF_ERROR(svc.AddSandbox(id, network.host_ip(), network.netns_ip(), policy, limits, network.netns_name()));
   } else {

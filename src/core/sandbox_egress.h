@@ -4,6 +4,8 @@
 // that re-adopts the sandbox restores it; without the file: deny all).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +27,8 @@ struct EgressSetup {
   egress::EgressLimits limits;
   std::shared_ptr<egress::RequestBroker> request_broker;
   std::string upstream_ca_file;
+  // egress::EgressConfig::on_host_addresses_changed.
+  std::function<void(const std::vector<uint32_t>&)> on_host_addresses_changed;
 };
 
 // Starts the resolver/proxy and installs the host-side table (net/host_egress.h).
@@ -32,6 +36,10 @@ StatusOr<std::unique_ptr<egress::EgressService>> StartEgress(const EgressSetup& 
 // The ports the sandbox netns redirects to (host_ip filled in by the network).
 net::NftEgress EgressPorts(const egress::EgressService& svc);
 std::vector<net::NftCidr> NftCidrsFor(const egress::EgressPolicy& policy);
+// The sandbox netns's set of host addresses (net::NftEgressCidrUpdate): the
+// host's interface addresses outside the forbidden ranges (those are dropped
+// before) and outside the pool, plus the pool when it is not forbidden.
+std::vector<std::string> NftHostAddresses(const std::vector<uint32_t>& host, const std::string& pool_cidr);
 
 // First time (`add`): registers the sandbox with the service; else replaces
 // its policy (closing connections no longer allowed).

@@ -7,18 +7,23 @@
 #include <utility>
 // clang-format on
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "common/clock.h"
 #include "egress/egress_service.h"
+#include "egress/host_addresses.h"
 
 namespace airlock::egress {
 
@@ -62,7 +67,7 @@ class ProxyConn;
 class NflogReader;
 
 struct SandboxEgress {
-  SandboxEgress(asio::io_context& io) : dns_udp(io), dns_tcp(io), http(io), tls(io) {}
+  SandboxEgress(asio::io_context& io) : dns_udp(io), dns_tcp(io), http(io), tls(io), dns_limit_timer(io) {}
   std::string id;
   asio::ip::address_v4 host_ip, netns_ip;
   std::shared_ptr<const EgressPolicy> policy;
@@ -74,6 +79,12 @@ struct SandboxEgress {
   TokenBucket bucket;
   int upstream_pending = 0;
   bool closed = false;
+  // Resolver TCP: open connections, and refusals (over a cap) not yet in a
+  // record (one record a second at most: dns_limit_timer).
+  int dns_tcp_open = 0;
+  int64_t dns_tcp_refused_unreported = 0;
+  bool dns_limit_timer_armed = false;
+  asio::steady_timer dns_limit_timer;
   std::shared_ptr<NflogReader> nflog;  // L3 decisions logged by the netns's nftables (nflog_reader.h)
   // Records (guarded by EgressService::Impl::records_mu_).
   std::deque<nlohmann::json> records;
@@ -86,6 +97,9 @@ class EgressService::Impl {
  public:
   explicit Impl(EgressConfig c) : config(std::move(c)) {}
   EgressConfig config;
+  // Resolver TCP connections open (all sandboxes); written on the loop
+  // thread, read by Counters(). Before `io`: its handlers' sockets give slots back.
+  std::atomic<int> dns_tcp_open_total{0};
   asio::io_context io;
   std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::thread thread;
@@ -96,15 +110,36 @@ class EgressService::Impl {
   std::map<std::string, std::shared_ptr<SandboxEgress>> sandboxes;  // loop thread only
   std::mutex records_mu;
   std::map<std::string, std::shared_ptr<SandboxEgress>> by_id;  // for Records(), under records_mu
+  // The host's own addresses (host_addresses.h), and the socket that says
+  // they changed (watched on the loop: WatchHostAddresses).
+  std::unique_ptr<HostAddresses> host;
+  std::unique_ptr<asio::posix::stream_descriptor> host_events;
+  std::atomic<uint64_t> dns_tcp_refused{0}, host_address_refused{0};
+  // Host address changes for config.on_host_addresses_changed, handed to
+  // their own thread (the callback may block and may call back in).
+  std::mutex notify_mu;
+  std::condition_variable notify_cv;
+  std::optional<std::vector<uint32_t>> notify_pending;
+  bool notify_stop = false;
+  std::thread notify_thread;
 
   // Runs fn on the loop thread and waits for it.
   template <typename F>
   auto OnLoop(F&& fn) -> decltype(fn());
 
   void Emit(SandboxEgress& sb, nlohmann::json record);
+  // An address of this host, of another sandbox, or delivered locally
+  // (host_addresses.h); counted in host_address_refused when `count`.
+  bool IsHostAddress(uint32_t ip, bool count = true);
+  void WatchHostAddresses();
+  // A resolver TCP connection refused over a cap: counted, and reported in
+  // at most one record a second per sandbox.
+  void RefuseDnsTcp(std::shared_ptr<SandboxEgress> sb, const std::string& reason);
   // The addresses this sandbox may reach for `name` (resolver answers that
   // are not expired and that the current policy still allows).
-  std::vector<uint32_t> PinnedAddresses(SandboxEgress& sb, const std::string& name, uint16_t port);
+  // `host_skipped`: how many were left out for being the host's (IsHostAddress).
+  std::vector<uint32_t> PinnedAddresses(SandboxEgress& sb, const std::string& name, uint16_t port,
+                                        size_t* host_skipped = nullptr);
 
   // Resolver.
   void StartDnsUdp(std::shared_ptr<SandboxEgress> sb);

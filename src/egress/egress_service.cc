@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <ctime>
 #include <fstream>
@@ -109,7 +110,8 @@ void EgressService::Impl::Emit(SandboxEgress& sb, nlohmann::json record) {
   if (config.audit_sink) config.audit_sink(record);
 }
 
-std::vector<uint32_t> EgressService::Impl::PinnedAddresses(SandboxEgress& sb, const std::string& name, uint16_t port) {
+std::vector<uint32_t> EgressService::Impl::PinnedAddresses(SandboxEgress& sb, const std::string& name, uint16_t port,
+                                                           size_t* host_skipped) {
   std::vector<uint32_t> out;
   auto it = sb.resolved.find(name);
   if (it == sb.resolved.end()) return out;
@@ -119,6 +121,10 @@ std::vector<uint32_t> EgressService::Impl::PinnedAddresses(SandboxEgress& sb, co
   }
   for (uint32_t ip : it->second.ips) {
     if (IsForbiddenAddress(ip)) continue;
+    if (IsHostAddress(ip)) {
+      if (host_skipped) ++*host_skipped;
+      continue;
+    }
     bool denied = false;
     for (const auto& r : sb.policy->deny()) {
       if (r.kind != Rule::Kind::kCidr) continue;
@@ -128,6 +134,49 @@ std::vector<uint32_t> EgressService::Impl::PinnedAddresses(SandboxEgress& sb, co
     if (!denied) out.push_back(ip);
   }
   return out;
+}
+
+bool EgressService::Impl::IsHostAddress(uint32_t ip, bool count) {
+  bool yes = !host || host->IsHostAddress(ip);  // no view of the host: fail closed
+  if (yes && count) host_address_refused.fetch_add(1);
+  return yes;
+}
+
+void EgressService::Impl::WatchHostAddresses() {
+  host_events->async_wait(asio::posix::stream_descriptor::wait_read, [this](const boost::system::error_code& ec) {
+    if (ec) return;  // closed (shutdown)
+    if (host->Refresh() && config.on_host_addresses_changed) {
+      std::lock_guard<std::mutex> l(notify_mu);
+      notify_pending = host->Addresses();
+      notify_cv.notify_one();
+    }
+    WatchHostAddresses();
+  });
+}
+
+void EgressService::Impl::RefuseDnsTcp(std::shared_ptr<SandboxEgress> sb, const std::string& reason) {
+  dns_tcp_refused.fetch_add(1);
+  ++sb->dns_tcp_refused_unreported;
+  if (sb->dns_limit_timer_armed) return;
+  // The first refusal is recorded at once, the rest of that second in one record.
+  auto report = [this, sb, reason]() {
+    if (sb->dns_tcp_refused_unreported == 0) return;
+    Emit(*sb, {{"protocol", "dns"},
+               {"transport", "tcp"},
+               {"decision", "deny"},
+               {"rule", "limit"},
+               {"reason", reason},
+               {"refused", sb->dns_tcp_refused_unreported},
+               {"destination", {{"name", ""}, {"ip", ""}, {"port", 53}}}});
+    sb->dns_tcp_refused_unreported = 0;
+  };
+  report();
+  sb->dns_limit_timer_armed = true;
+  sb->dns_limit_timer.expires_after(std::chrono::seconds(1));
+  sb->dns_limit_timer.async_wait([sb, report](const boost::system::error_code& ec) {
+    sb->dns_limit_timer_armed = false;
+    if (!ec && !sb->closed) report();
+  });
 }
 
 // ---- Resolver ---------------------------------------------------------------
@@ -206,8 +255,13 @@ void EgressService::Impl::HandleQuery(std::shared_ptr<SandboxEgress> sb, const u
     std::vector<dns::ARecord> kept;
     nlohmann::json ips = nlohmann::json::array();
     uint32_t ttl = 3600;
+    size_t host_dropped = 0;
     for (const auto& r : a) {
       if (IsForbiddenAddress(r.ip) || !sb->policy->CheckName(q.name).allowed) continue;
+      if (IsHostAddress(r.ip)) {
+        ++host_dropped;
+        continue;
+      }
       kept.push_back({r.ip, std::min<uint32_t>(r.ttl, 300)});
       ips.push_back(Ipv4ToString(r.ip));
       ttl = std::min(ttl, r.ttl);
@@ -222,6 +276,15 @@ void EgressService::Impl::HandleQuery(std::shared_ptr<SandboxEgress> sb, const u
     rec["destination"]["ip"] = ips.empty() ? "" : ips[0].get<std::string>();
     rec["answers"] = ips;
     if (kept.size() < a.size()) rec["reason"] = "answers in forbidden ranges dropped";
+    if (host_dropped > 0) {
+      rec["reason"] = "answers that are addresses of this host or of a sandbox dropped";
+      rec["hostAddressesDropped"] = host_dropped;
+      if (kept.empty()) {
+        rec["decision"] = "deny";
+        rec["rule"] = "host-address";
+        rec["reason"] = "every answer is an address of this host or of a sandbox (dropped)";
+      }
+    }
     if (!reason.empty()) rec["reason"] = reason;
     Emit(*sb, rec);
     reply(dns::BuildResponse(q, rcode, kept));
@@ -294,13 +357,32 @@ void EgressService::Impl::StartDnsTcp(std::shared_ptr<SandboxEgress> sb) {
     if (!ec) {
       boost::system::error_code e;
       auto peer = s.remote_endpoint(e);
-      if (!e && peer.address() == asio::ip::address(sb->netns_ip)) {
-        auto sock = std::make_shared<tcp::socket>(std::move(s));
+      if (!e && peer.address() == asio::ip::address(sb->netns_ip) &&
+          sb->dns_tcp_open >= sb->limits.max_dns_tcp_connections) {
+        s.close(e);
+        RefuseDnsTcp(sb, "resolver TCP connection limit (" + std::to_string(sb->limits.max_dns_tcp_connections) +
+                             " per sandbox) reached");
+      } else if (!e && peer.address() == asio::ip::address(sb->netns_ip) &&
+                 dns_tcp_open_total >= config.max_dns_tcp_total) {
+        s.close(e);
+        RefuseDnsTcp(sb, "resolver TCP connection limit (" + std::to_string(config.max_dns_tcp_total) +
+                             " for all sandboxes) reached");
+      } else if (!e && peer.address() == asio::ip::address(sb->netns_ip)) {
+        // One slot per connection, given back when the last handler holding
+        // the socket lets go (closed, answered, timed out, sandbox removed).
+        ++sb->dns_tcp_open;
+        ++dns_tcp_open_total;
+        std::shared_ptr<tcp::socket> sock(new tcp::socket(std::move(s)), [this, sb](tcp::socket* p) {
+          delete p;
+          --sb->dns_tcp_open;
+          --dns_tcp_open_total;
+        });
         auto buf = std::make_shared<std::vector<uint8_t>>(2);
-        auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::seconds(5));
-        timer->async_wait([sock](const boost::system::error_code& te) {
+        auto timer = std::make_shared<asio::steady_timer>(io, config.dns_tcp_timeout);
+        std::weak_ptr<tcp::socket> weak = sock;
+        timer->async_wait([weak](const boost::system::error_code& te) {
           boost::system::error_code ignore;
-          if (!te) sock->close(ignore);
+          if (auto sock = weak.lock(); sock && !te) sock->close(ignore);
         });
         asio::async_read(
             *sock, asio::buffer(*buf), [this, sb, sock, buf, timer](const boost::system::error_code& e1, size_t) {
@@ -405,6 +487,35 @@ StatusOr<std::unique_ptr<EgressService>> EgressService::Start(EgressConfig confi
   auto impl = std::make_unique<Impl>(std::move(config));
   ASSIGN_OR_RETURN(impl->upstream, ParseUpstream(impl->config.upstream_dns));
   ASSIGN_OR_RETURN(impl->tls_client, NewUpstreamTlsContext(impl->config.upstream_ca_file));
+  std::vector<Cidr> extra;
+  if (!impl->config.sandbox_pool.empty()) {
+    auto r = ParseRule(impl->config.sandbox_pool);
+    if (!r.ok() || r->kind != Rule::Kind::kCidr || r->port)
+      return InvalidArgument("egress: sandbox pool '" + impl->config.sandbox_pool + "' is not an IPv4 CIDR");
+    extra.push_back({r->net, r->prefix});
+  }
+  // The daemon's namespace: this thread's (the loop thread is born in it).
+  auto host = HostAddresses::Open(std::move(extra));
+  if (!host.ok()) return host.status().WithContext("egress: the host's addresses");
+  impl->host = std::move(*host);
+  int events = ::dup(impl->host->fd());
+  if (events < 0) return ErrnoError("egress: dup netlink socket");
+  impl->host_events = std::make_unique<asio::posix::stream_descriptor>(impl->io, events);
+  impl->WatchHostAddresses();
+  if (impl->config.on_host_addresses_changed) {
+    impl->notify_thread = std::thread([raw = impl.get()]() {
+      std::unique_lock<std::mutex> l(raw->notify_mu);
+      while (true) {
+        raw->notify_cv.wait(l, [raw] { return raw->notify_stop || raw->notify_pending; });
+        if (raw->notify_stop) return;
+        auto list = std::move(*raw->notify_pending);
+        raw->notify_pending.reset();
+        l.unlock();
+        raw->config.on_host_addresses_changed(list);
+        l.lock();
+      }
+    });
+  }
   impl->work = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(impl->io.get_executor());
   Impl* raw = impl.get();
   impl->thread = std::thread([raw]() {
@@ -429,9 +540,28 @@ EgressService::~EgressService() {
   impl_->work.reset();
   impl_->io.stop();
   if (impl_->thread.joinable()) impl_->thread.join();
+  StopHostAddressNotifications();
+}
+
+void EgressService::StopHostAddressNotifications() {
+  {
+    std::lock_guard<std::mutex> l(impl_->notify_mu);
+    impl_->notify_stop = true;
+    impl_->notify_cv.notify_one();
+  }
+  if (impl_->notify_thread.joinable() && impl_->notify_thread.get_id() != std::this_thread::get_id())
+    impl_->notify_thread.join();
 }
 
 const EgressConfig& EgressService::config() const { return impl_->config; }
+
+EgressCounters EgressService::Counters() const {
+  return {impl_->dns_tcp_refused.load(), impl_->host_address_refused.load(), impl_->dns_tcp_open_total.load()};
+}
+
+std::vector<uint32_t> EgressService::HostAddressList() const { return impl_->host->Addresses(); }
+
+bool EgressService::IsHostAddress(uint32_t ip) { return impl_->IsHostAddress(ip, false); }
 
 Status EgressService::AddSandbox(const std::string& id, const std::string& host_ip, const std::string& netns_ip,
                                  EgressPolicy policy, std::optional<EgressLimits> limits, const std::string& netns) {

@@ -34,6 +34,16 @@
 // (protocol "tcp"|"udp"|"icmp"|"ip"|"ipv6"|"unknown", "source":"nftables";
 // nflog_packet.h), and each such CIDR connection's end, with bytes each way
 // and duration ("source":"conntrack"; flow_end_reader.h).
+// The host's own addresses (every interface of the daemon's namespace, the
+// sandbox pool, whatever the kernel delivers locally; host_addresses.h) are
+// never reached, whatever the policy: resolver answers that are one are
+// dropped (a deny record when none is left), the proxy never connects to
+// one (deny, rule "host-address"); on_host_addresses_changed lets the
+// caller keep the sandboxes' nftables sets of them current (CIDR rules).
+// Resolver TCP: at most EgressLimits::max_dns_tcp_connections open per
+// sandbox and EgressConfig::max_dns_tcp_total overall, each closed after
+// dns_tcp_timeout; refusals are counted (Counters()) and reported in at
+// most one record a second per sandbox.
 // Records are rate-limited per sandbox (a guest can trigger them): beyond
 // kMaxRecordsPerSecond the rest are counted and reported in one record.
 //
@@ -62,8 +72,15 @@ inline constexpr uint16_t kDefaultTlsPort = 49443;
 inline constexpr int kMaxRecordsPerSecond = 200;
 
 struct EgressLimits {
-  int max_connections = 256;      // concurrent proxied TCP connections
-  uint64_t bytes_per_second = 0;  // both directions together; 0 = unlimited
+  int max_connections = 256;         // concurrent proxied TCP connections
+  uint64_t bytes_per_second = 0;     // both directions together; 0 = unlimited
+  int max_dns_tcp_connections = 16;  // concurrent resolver (DNS over TCP) connections
+};
+
+struct EgressCounters {
+  uint64_t dns_tcp_refused = 0;       // resolver TCP connections refused over a cap
+  uint64_t host_address_refused = 0;  // answers/connections refused: an address of this host
+  int dns_tcp_open = 0;               // resolver TCP connections open now (all sandboxes)
 };
 
 struct EgressConfig {
@@ -85,6 +102,13 @@ struct EgressConfig {
   // verifies their certificate and name): the system store, plus this PEM
   // bundle when set (a private CA; the tests' fake internet).
   std::string upstream_ca_file;
+  // Also the host's (host_addresses.h): the sandbox address pool, "a.b.c.d/n".
+  std::string sandbox_pool;
+  int max_dns_tcp_total = 512;                      // resolver TCP connections of all sandboxes together
+  std::chrono::milliseconds dns_tcp_timeout{5000};  // a resolver TCP connection's whole life
+  // Called (on a thread of the service's own, never concurrently) with the
+  // host's interface addresses whenever they change.
+  std::function<void(const std::vector<uint32_t>&)> on_host_addresses_changed;
 };
 
 class EgressService {
@@ -112,6 +136,13 @@ class EgressService {
   StatusOr<std::vector<nlohmann::json>> Records(const std::string& id);
 
   const EgressConfig& config() const;
+  EgressCounters Counters() const;
+  // The host's interface addresses now (sorted; host_addresses.h).
+  std::vector<uint32_t> HostAddressList() const;
+  // Ends on_host_addresses_changed calls (waits for one under way); idempotent.
+  void StopHostAddressNotifications();
+  // Whether `ip` is one of the host's addresses (what the proxy checks).
+  bool IsHostAddress(uint32_t ip);
 
   class Impl;
 

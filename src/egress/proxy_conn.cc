@@ -65,7 +65,12 @@ void ProxyConn::Decide() {
     return;
   }
   rule_ = d.rule;
-  candidates_ = svc_.PinnedAddresses(*sb_, host_, port_);
+  size_t host_skipped = 0;
+  candidates_ = svc_.PinnedAddresses(*sb_, host_, port_, &host_skipped);
+  if (candidates_.empty() && host_skipped > 0) {
+    Deny("host-address", "the name resolves to an address of this host or of a sandbox");
+    return;
+  }
   if (candidates_.empty()) {
     Deny(d.rule, "name not resolved through the sandbox's resolver (or its answers are no longer allowed)");
     return;
@@ -81,6 +86,14 @@ void ProxyConn::Connect(size_t index) {
     return;
   }
   ip_ = candidates_[index];
+  if (svc_.IsHostAddress(ip_)) {  // became the host's since the decision (an address added meanwhile)
+    if (index + 1 < candidates_.size()) {
+      Connect(index + 1);
+      return;
+    }
+    Deny("host-address", "the name resolves to an address of this host or of a sandbox");
+    return;
+  }
   tcp::endpoint ep(asio::ip::address_v4(ip_), port_);
   timer_.expires_after(svc_.config.connect_timeout);
   timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {

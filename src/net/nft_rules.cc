@@ -80,11 +80,21 @@ std::string CidrFwdRules(const std::vector<NftCidr>& cidrs) {
 }
 }  // namespace
 
-std::string NftEgressCidrUpdate(const std::vector<NftCidr>& cidrs) {
+std::string NftEgressCidrUpdate(const std::vector<NftCidr>& cidrs, const std::vector<std::string>& host) {
   std::string t = kNftTable;
-  // "add limit": rulesets loaded by an older airlock lack the object.
-  return LogLimitObjects("add ", "inet " + t + " ") + "flush chain inet " + t + " egress_cidr_nat\nflush chain inet " +
-         t + " egress_cidr_fwd\n" + CidrNatRules(cidrs) + CidrFwdRules(cidrs);
+  const std::string set = "inet " + t + " " + kNftHostSet;
+  // "add limit", "add set": rulesets loaded by an older airlock lack the objects.
+  std::string r = LogLimitObjects("add ", "inet " + t + " ") + "add set " + set +
+                  " { type ipv4_addr; flags interval; }\nflush set " + set + "\n";
+  if (!host.empty()) {
+    r += "add element " + set + " { ";
+    for (size_t i = 0; i < host.size(); ++i) r += (i ? ", " : "") + host[i];
+    r += " }\n";
+  }
+  r += "flush chain inet " + t + " egress_cidr_nat\nflush chain inet " + t + " egress_cidr_fwd\n" + CidrNatRules(cidrs);
+  const std::string match = "add rule inet " + t + " egress_cidr_fwd ip daddr @" + kNftHostSet;
+  r += LogRules("", match, "deny", "host-address") + match + " drop\n";
+  return r + CidrFwdRules(cidrs);
 }
 
 std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgress>& egress) {

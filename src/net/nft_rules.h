@@ -24,6 +24,8 @@
 // "<decision>:<rule>" (≤ 63 chars):
 //   deny:forbidden-range   forward, destination in NftForbiddenRanges()
 //   deny:<rule>            forward, a denied CIDR rule
+//   deny:host-address      forward, ct state new, an address of the host
+//                          (set kNftHostSet, before the CIDR rules)
 //   allow:<rule>           forward, ct state new, an allowed CIDR rule
 //   deny:default-deny      forward, anything else from tap0
 //   deny:gateway           input, tap0 → the netns itself (169.254.0.22, ...)
@@ -47,6 +49,7 @@ inline constexpr uint16_t kNftLogGroup = 7;     // NFLOG group (per netns)
 inline constexpr char kNftLogLimit[] = "audit_log";
 inline constexpr int kNftLogRatePerSecond = 50, kNftLogBurst = 100;  // within EgressService's 200 records/s
 inline constexpr size_t kNftLogPrefixMax = 63;
+inline constexpr char kNftHostSet[] = "host_addrs";
 
 struct NftEgress {
   std::string host_ip;
@@ -65,8 +68,13 @@ struct NftCidr {
 std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgress>& egress = std::nullopt);
 // A rule (for `nft add rule`) that DNATs <netns_ip>:netns_port → guest:guest_port.
 std::string NftExposeRule(const std::string& netns_ip, uint16_t netns_port, uint16_t guest_port);
-// An `nft -f` script that atomically replaces the CIDR chains' rules.
-std::string NftEgressCidrUpdate(const std::vector<NftCidr>& cidrs);
+// An `nft -f` script that atomically replaces the CIDR chains' rules and
+// the set kNftHostSet of the host's own addresses: `host` are its elements
+// ("a.b.c.d" or "a.b.c.d/n", not overlapping), dropped with the record
+// deny:host-address at the top of egress_cidr_fwd, so no CIDR rule (nor
+// --internet) forwards a guest's connection to the host itself (whose
+// input chain would drop it after an allow record).
+std::string NftEgressCidrUpdate(const std::vector<NftCidr>& cidrs, const std::vector<std::string>& host = {});
 // The NFLOG prefix for a decision and rule: "<decision>:<rule>", the rule
 // cut to fit kNftLogPrefixMax and anything outside [A-Za-z0-9./:_*-] → '_'.
 std::string NftLogPrefix(const std::string& decision, const std::string& rule);

@@ -230,13 +230,27 @@ Status SandboxNetwork::ExposeTcpPort(uint16_t netns_port, uint16_t guest_port) {
   return r.ok() ? OkStatus() : r.status().WithContext("expose port " + std::to_string(netns_port));
 }
 
-Status SandboxNetwork::SetEgressCidrs(const std::vector<NftCidr>& cidrs) {
+Status SandboxNetwork::SetEgressCidrs(const std::vector<NftCidr>& cidrs,
+                                      const std::vector<std::string>& host_addresses) {
+  std::lock_guard<std::mutex> l(egress_mu_);
+  return ApplyEgressLocked(cidrs, host_addresses);
+}
+
+Status SandboxNetwork::SetEgressHostAddresses(const std::vector<std::string>& host_addresses) {
+  std::lock_guard<std::mutex> l(egress_mu_);
+  return ApplyEgressLocked(cidrs_, host_addresses);
+}
+
+Status SandboxNetwork::ApplyEgressLocked(const std::vector<NftCidr>& cidrs,
+                                         const std::vector<std::string>& host_addresses) {
   if (destroyed_ || !netns_fd_) return FailedPrecondition("network of sandbox " + id_ + " is destroyed");
   const std::string file = NetDir(*pool_) + "/" + netns_ + ".cidr.nft";
-  RETURN_IF_ERROR(WriteFile(file, NftEgressCidrUpdate(cidrs)));
+  RETURN_IF_ERROR(WriteFile(file, NftEgressCidrUpdate(cidrs, host_addresses)));
   auto r = RunChecked({"nft", "-f", file}, netns_fd_.get());
   ::unlink(file.c_str());
-  return r.ok() ? OkStatus() : r.status().WithContext("egress CIDR rules");
+  if (!r.ok()) return r.status().WithContext("egress CIDR rules");
+  if (&cidrs != &cidrs_) cidrs_ = cidrs;
+  return OkStatus();
 }
 
 Status SandboxNetwork::Destroy() {

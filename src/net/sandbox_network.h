@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,8 +66,11 @@ class SandboxNetwork {
 
   // DNAT <netns ip>:netns_port → 169.254.0.21:guest_port (TCP).
   Status ExposeTcpPort(uint16_t netns_port, uint16_t guest_port);
-  // Replaces the allowed CIDR:port pairs (atomically; needs egress).
-  Status SetEgressCidrs(const std::vector<NftCidr>& cidrs);
+  // Replaces the allowed CIDR:port pairs and the host's addresses (never
+  // forwarded to; NftEgressCidrUpdate), atomically; needs egress.
+  Status SetEgressCidrs(const std::vector<NftCidr>& cidrs, const std::vector<std::string>& host_addresses);
+  // Replaces only the host's addresses (the CIDRs last set stay).
+  Status SetEgressHostAddresses(const std::vector<std::string>& host_addresses);
 
   // Removes everything; idempotent.
   Status Destroy();
@@ -76,6 +80,7 @@ class SandboxNetwork {
  private:
   // Names (netns, veth, tap) follow from the id; see names.h.
   SandboxNetwork(const std::string& sandbox_id, AddressPool& pool);
+  Status ApplyEgressLocked(const std::vector<NftCidr>& cidrs, const std::vector<std::string>& host_addresses);
 
   std::string id_, netns_, host_veth_, tap_;
   AddressLease lease_;
@@ -85,6 +90,8 @@ class SandboxNetwork {
   bool destroyed_ = false;
   bool released_ = false;
   bool adopted_ = false;  // built by Adopt(): torn down by name, not by checklist
+  std::mutex egress_mu_;  // one CIDR update at a time; guards cidrs_
+  std::vector<NftCidr> cidrs_;
 };
 
 // Removes the network objects of leases in `lease_root` whose owner process

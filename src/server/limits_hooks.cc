@@ -110,6 +110,11 @@ void Server::ServeMetrics(std::shared_ptr<HttpConn> c) {
     g.otlp_dropped = os.dropped;
     g.otlp_failed_batches = os.failed_batches;
   }
+  if (auto* eg = manager_->egress()) {
+    auto ec = eg->Counters();
+    g.egress_dns_tcp_refused = ec.dns_tcp_refused;
+    g.egress_host_address_refused = ec.host_address_refused;
+  }
   c->Respond(200, "text/plain; version=0.0.4", metrics_.Render(g));
 }
 

@@ -54,6 +54,14 @@ std::string DaemonMetrics::Render(const Gauges& g) const {
       "# HELP airlock_egress_bytes_total Bytes moved by the egress proxy.\n# TYPE airlock_egress_bytes_total counter\n";
   line("airlock_egress_bytes_total{direction=\"sent\"} %llu\n", u(egress_tx_));
   line("airlock_egress_bytes_total{direction=\"received\"} %llu\n", u(egress_rx_));
+  o += "# HELP airlock_egress_dns_tcp_refused_total Resolver TCP connections refused over a cap.\n"
+       "# TYPE airlock_egress_dns_tcp_refused_total counter\n";
+  line("airlock_egress_dns_tcp_refused_total %llu\n", static_cast<unsigned long long>(g.egress_dns_tcp_refused));
+  o += "# HELP airlock_egress_host_address_refused_total Resolver answers and proxied connections refused: an "
+       "address of this host or of a sandbox.\n"
+       "# TYPE airlock_egress_host_address_refused_total counter\n";
+  line("airlock_egress_host_address_refused_total %llu\n",
+       static_cast<unsigned long long>(g.egress_host_address_refused));
   o += "# HELP airlock_audit_records_total Records appended to the audit trail.\n"
        "# TYPE airlock_audit_records_total counter\n";
   line("airlock_audit_records_total %llu\n", u(audit_records_));

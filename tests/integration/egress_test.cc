@@ -33,6 +33,7 @@
 #include "image/hash.h"
 #include "net/address_pool.h"
 #include "net/host_egress.h"
+#include "net/names.h"
 #include "net/sandbox_network.h"
 #include "secrets/broker.h"
 #include "secrets/egress_broker.h"
@@ -187,6 +188,11 @@ class EgressTest : public ::testing::Test {
     broker_ = new std::shared_ptr<secrets::Broker>(std::make_shared<secrets::Broker>());
     cfg.request_broker = secrets::NewEgressBroker(*broker_);
     cfg.upstream_ca_file = inet_->ca_file();
+    cfg.sandbox_pool = kPool;
+    cfg.on_host_addresses_changed = [](const std::vector<uint32_t>& host) {
+      std::lock_guard<std::mutex> l(host_hook_mu_);
+      if (host_hook_) host_hook_(host);
+    };
     auto svc = EgressService::Start(cfg);
     ASSERT_TRUE(svc.ok()) << svc.status().ToString();
     svc_ = svc->release();
@@ -218,14 +224,18 @@ class EgressTest : public ::testing::Test {
     std::unique_ptr<net::SandboxNetwork> net;
     std::unique_ptr<Guest> guest;
     std::string id;
+    EgressService* svc = nullptr;
     ~Box() {
-      if (svc_ && !id.empty()) svc_->RemoveSandbox(id);
+      if (svc && !id.empty()) svc->RemoveSandbox(id);
     }
   };
-  // A sandbox network with egress, its guest and its policy.
+  // A sandbox network with egress, its guest and its policy (in `svc`, default the suite's).
   std::unique_ptr<Box> NewBox(const std::string& tag, bool internet, std::vector<std::string> allow,
-                              std::vector<std::string> deny = {}, std::vector<HostHeaderRules> rules = {}) {
+                              std::vector<std::string> deny = {}, std::vector<HostHeaderRules> rules = {},
+                              EgressService* svc = nullptr) {
+    if (!svc) svc = svc_;
     auto b = std::make_unique<Box>();
+    b->svc = svc;
     b->id = "t" + std::to_string(::getpid()) + tag;
     net::NetworkOptions o;
     o.egress = net::NftEgress{"", kDefaultDnsPort, kDefaultHttpPort, kDefaultTlsPort};
@@ -238,7 +248,7 @@ class EgressTest : public ::testing::Test {
     EXPECT_TRUE(policy->SetHeaderRules(rules).ok());
     Status st = ApplyCidrs(*b->net, *policy);
     EXPECT_TRUE(st.ok()) << st.ToString();
-    st = svc_->AddSandbox(b->id, b->net->host_ip(), b->net->netns_ip(), *policy, std::nullopt, b->net->netns_name());
+    st = svc->AddSandbox(b->id, b->net->host_ip(), b->net->netns_ip(), *policy, std::nullopt, b->net->netns_name());
     EXPECT_TRUE(st.ok()) << st.ToString();
     b->guest = std::make_unique<Guest>();
     st = b->guest->Start(*b->net, tag);
@@ -250,7 +260,7 @@ class EgressTest : public ::testing::Test {
     for (const auto& r : p.CidrAllowRules())
       cidrs.push_back({Ipv4ToString(r.net) + "/" + std::to_string(r.prefix), r.port, true, r.text});
     if (p.internet()) cidrs.push_back({"0.0.0.0/0", std::nullopt, false, "internet"});
-    return n.SetEgressCidrs(cidrs);
+    return n.SetEgressCidrs(cidrs, NftHostAddresses(svc_->HostAddressList(), kPool));
   }
   static std::vector<nlohmann::json> RecordsOf(const std::string& id) {
     auto r = svc_->Records(id);
@@ -285,6 +295,8 @@ class EgressTest : public ::testing::Test {
   static inline net::AddressPool* pool_ = nullptr;
   static inline std::mutex sink_mu_;
   static inline std::vector<nlohmann::json> sink_;
+  static inline std::mutex host_hook_mu_;
+  static inline std::function<void(const std::vector<uint32_t>&)> host_hook_;
 };
 
 TEST_F(EgressTest, HarnessHasNoRouteOffTheMachine) {
@@ -709,7 +721,7 @@ TEST_F(EgressTest, L3DropsAndCidrFlowsAreAudited) {
   // The production CIDR rules (with the policy's rule text as audit label).
   auto policy = svc_->Policy(b->id);
   ASSERT_TRUE(policy.ok());
-  ASSERT_TRUE(b->net->SetEgressCidrs(NftCidrsFor(*policy)).ok());
+  ASSERT_TRUE(b->net->SetEgressCidrs(NftCidrsFor(*policy), NftHostAddresses(svc_->HostAddressList(), kPool)).ok());
   Guest& g = *b->guest;
   {
     UniqueFd u = g.Socket(AF_INET, SOCK_DGRAM);
@@ -882,6 +894,285 @@ TEST_F(EgressTest, ConnectionLimitPerSandbox) {
   EXPECT_EQ(g.Curl({"http://allowed.test/"}).first, 0);
 }
 
+// ---- The host's own addresses; resolver TCP caps --------------------------
+
+// Addresses the test gives the daemon namespace (the "host"), on its lo (this
+// kernel has no dummy links; the namespace is the test's own); removed at the end.
+struct HostAddressesAdded {
+  std::vector<std::string> added;
+  Status Add(const std::string& ip) {
+    RETURN_IF_ERROR(test_util::OkOf(RunChecked({"ip", "addr", "add", ip + "/32", "dev", "lo"})));
+    added.push_back(ip);
+    return OkStatus();
+  }
+  ~HostAddressesAdded() {
+    for (const auto& ip : added) (void)Run({"ip", "addr", "del", ip + "/32", "dev", "lo"});
+  }
+};
+
+// A TCP listener in the daemon namespace: did anything connect to it?
+struct HostListener {
+  UniqueFd fd;
+  bool Start(const std::string& ip, int port) {
+    fd.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in a = Addr(ip, port);
+    return fd && ::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 && ::listen(fd.get(), 16) == 0;
+  }
+  bool Connected() {
+    pollfd p{fd.get(), POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
+  }
+};
+
+// A DNS query from the guest over TCP; rcode, or -1 when no answer came.
+int GuestDnsTcpQuery(Guest& g, const std::string& name, std::vector<uint32_t>* ips) {
+  UniqueFd s = g.Socket(AF_INET, SOCK_STREAM);
+  if (!ConnectWithin(s.get(), Addr("169.254.0.22", 53), 2000)) return -1;
+  auto q = dns::BuildQuery(0x4343, name, dns::kTypeA);
+  std::vector<uint8_t> msg = {static_cast<uint8_t>(q.size() >> 8), static_cast<uint8_t>(q.size())};
+  msg.insert(msg.end(), q.begin(), q.end());
+  if (::write(s.get(), msg.data(), msg.size()) != static_cast<ssize_t>(msg.size())) return -1;
+  std::vector<uint8_t> buf;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{s.get(), POLLIN, 0};
+    if (::poll(&p, 1, 200) != 1) continue;
+    uint8_t chunk[4096];
+    ssize_t n = ::read(s.get(), chunk, sizeof(chunk));
+    if (n <= 0) break;
+    buf.insert(buf.end(), chunk, chunk + n);
+    if (buf.size() >= 2 && buf.size() >= 2 + size_t((buf[0] << 8) | buf[1])) break;
+  }
+  if (buf.size() < 14) return -1;
+  if (ips) {
+    auto ans = dns::ParseResponse(buf.data() + 2, buf.size() - 2, 0x4343, name, dns::kTypeA);
+    if (ans.ok())
+      for (auto& r : ans->a) ips->push_back(r.ip);
+  }
+  return buf[2 + 3] & 0xF;
+}
+
+size_t OpenFds() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+TEST_F(EgressTest, HostOwnAddressesAreRefusedByResolverAndProxy) {
+  HostAddressesAdded dummy;
+  Status added = dummy.Add("203.0.113.77");
+  ASSERT_TRUE(added.ok()) << added.ToString();
+  // Servers on the "host" itself: the proxy must never reach them.
+  HostListener on77, on_uplink, on30;
+  ASSERT_TRUE(on77.Start("203.0.113.77", 80));
+  ASSERT_TRUE(on_uplink.Start("192.0.2.2", 80));
+  uint64_t refused0 = svc_->Counters().host_address_refused;
+  auto b = NewBox("ha", false, {"selfhost.test", "uplink.test", "allowed.test", "other.test"});
+  ASSERT_TRUE(b);
+  Guest& g = *b->guest;
+  // Allowed names whose A record is one of the host's addresses (a dummy
+  // link's, the uplink's): no answer, a deny record.
+  for (const std::string name : {"selfhost.test", "uplink.test"}) {
+    std::vector<uint32_t> ips;
+    EXPECT_EQ(GuestDnsQuery(g, "169.254.0.22", name, &ips), 0) << name;
+    EXPECT_TRUE(ips.empty()) << name;
+    EXPECT_TRUE(WaitForRecord(b->id, [&](const nlohmann::json& j) {
+      return j.value("protocol", "") == "dns" && j.value("decision", "") == "deny" &&
+             j.value("rule", "") == "host-address" && j["destination"].value("name", "") == name;
+    })) << name;
+    auto [rc, out] = g.Curl({"http://" + name + "/"});
+    EXPECT_NE(rc, 0) << out;
+  }
+  // A name pinned while its address was not the host's, then the host gets
+  // that address: the proxy re-checks at connect time and refuses.
+  std::vector<uint32_t> ips;
+  ASSERT_EQ(GuestDnsQuery(g, "169.254.0.22", "other.test", &ips), 0);
+  ASSERT_EQ(ips.size(), 1u);
+  ASSERT_TRUE(dummy.Add("203.0.113.30").ok());
+  ASSERT_TRUE(on30.Start("203.0.113.30", 80));
+  auto [rc, out] = g.Curl({"--resolve", "other.test:80:203.0.113.30", "http://other.test/"});
+  EXPECT_NE(out.find("denied"), std::string::npos) << rc << " " << out;
+  EXPECT_TRUE(WaitForRecord(b->id, [](const nlohmann::json& j) {
+    return j.value("protocol", "") == "http" && j.value("decision", "") == "deny" &&
+           j.value("rule", "") == "host-address" && j["destination"].value("name", "") == "other.test";
+  }));
+  // A real fake-internet address still works.
+  std::tie(rc, out) = g.Curl({"http://allowed.test/"});
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("server=203.0.113.10"), std::string::npos) << out;
+  EXPECT_FALSE(on77.Connected());
+  EXPECT_FALSE(on_uplink.Connected());
+  EXPECT_FALSE(on30.Connected());
+  EXPECT_GE(svc_->Counters().host_address_refused - refused0, 3u);
+  EXPECT_TRUE(svc_->IsHostAddress(*ParseIpv4("203.0.113.77")));
+  EXPECT_TRUE(svc_->IsHostAddress(*ParseIpv4("198.19.251.255")));  // the pool: other sandboxes
+  EXPECT_FALSE(svc_->IsHostAddress(*ParseIpv4("203.0.113.10")));
+}
+
+TEST_F(EgressTest, CidrRulesNeverForwardToTheHostAndSayDeny) {
+  HostAddressesAdded dummy;
+  Status added = dummy.Add("203.0.113.77");
+  ASSERT_TRUE(added.ok()) << added.ToString();
+  auto b = NewBox("hl", true, {});
+  ASSERT_TRUE(b);
+  auto policy = svc_->Policy(b->id);
+  ASSERT_TRUE(policy.ok());
+  ASSERT_TRUE(b->net->SetEgressCidrs(NftCidrsFor(*policy), NftHostAddresses(svc_->HostAddressList(), kPool)).ok());
+  // The host's addresses change after the sandbox started: the service says
+  // so and the caller (the Manager in airlock) rewrites the netns set.
+  std::atomic<int> updates{0};
+  {
+    std::lock_guard<std::mutex> l(host_hook_mu_);
+    host_hook_ = [&](const std::vector<uint32_t>& host) {
+      if (b->net->SetEgressHostAddresses(NftHostAddresses(host, kPool)).ok()) ++updates;
+    };
+  }
+  Guest& g = *b->guest;
+  auto connect_fails = [&](const std::string& ip, int port) {
+    UniqueFd s = g.Socket(AF_INET, SOCK_STREAM);
+    return !ConnectWithin(s.get(), Addr(ip, port), 300);
+  };
+  EXPECT_TRUE(connect_fails("203.0.113.77", 22));
+  EXPECT_TRUE(connect_fails("192.0.2.2", 22));
+  ASSERT_TRUE(dummy.Add("203.0.113.78").ok());
+  for (int i = 0; i < 100 && updates == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_GT(updates.load(), 0);
+  EXPECT_TRUE(connect_fails("203.0.113.78", 22));
+  {
+    UniqueFd s = g.Socket(AF_INET, SOCK_STREAM);  // --internet still reaches the fake internet
+    EXPECT_TRUE(ConnectWithin(s.get(), Addr("203.0.113.30", 8080), 2000));
+  }
+  for (const std::string ip : {"203.0.113.77", "192.0.2.2", "203.0.113.78"}) {
+    EXPECT_TRUE(WaitForRecord(b->id, [&](const nlohmann::json&) {
+      return HasL3Record(RecordsOf(b->id), {"tcp", "deny", "host-address", ip, 22});
+    })) << ip;
+    for (const auto& j : RecordsOf(b->id))
+      if (j.contains("destination") && j["destination"].value("ip", "") == ip)
+        EXPECT_NE(j.value("decision", ""), "allow") << j.dump();
+  }
+  EXPECT_TRUE(WaitForRecord(b->id, [&](const nlohmann::json&) {
+    return HasL3Record(RecordsOf(b->id), {"tcp", "allow", "internet", "203.0.113.30", 8080});
+  }));
+  std::lock_guard<std::mutex> l(host_hook_mu_);
+  host_hook_ = nullptr;
+}
+
+TEST_F(EgressTest, ResolverTcpFloodIsCappedPerSandbox) {
+  auto a = NewBox("fa", false, {"allowed.test"});
+  auto b = NewBox("fb", false, {"allowed.test"});
+  ASSERT_TRUE(a && b);
+  std::vector<uint32_t> ips;
+  ASSERT_EQ(GuestDnsTcpQuery(*b->guest, "allowed.test", &ips), 0);
+  const size_t before = OpenFds();
+  const uint64_t refused0 = svc_->Counters().dns_tcp_refused;
+  // 3000 DNS-over-TCP connections from one guest, held (nothing sent) for 6 s.
+  const std::string flood =
+      "import socket, time\n"
+      "socks = []\n"
+      "for i in range(3000):\n"
+      "    s = socket.socket(); s.setblocking(False)\n"
+      "    try: s.connect(('169.254.0.22', 53))\n"
+      "    except BlockingIOError: pass\n"
+      "    socks.append(s)\n"
+      "time.sleep(6)\n"
+      "print(len(socks))\n";
+  std::pair<int, std::string> flood_result;
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread flooder([&] { flood_result = a->guest->Exec({"python3", "-c", flood}); });
+  size_t during = 0;
+  for (int i = 0; i < 150 && svc_->Counters().dns_tcp_refused - refused0 < 500; ++i) {
+    during = std::max(during, OpenFds());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GE(svc_->Counters().dns_tcp_refused - refused0, 500u);
+  for (int i = 0; i < 20; ++i) {
+    during = std::max(during, OpenFds());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // Another sandbox's resolver answers during the flood, over TCP and UDP.
+  ips.clear();
+  EXPECT_EQ(GuestDnsTcpQuery(*b->guest, "allowed.test", &ips), 0);
+  EXPECT_EQ(ips, std::vector<uint32_t>{*ParseIpv4("203.0.113.10")});
+  ips.clear();
+  EXPECT_EQ(GuestDnsQuery(*b->guest, "169.254.0.22", "allowed.test", &ips), 0);
+  EXPECT_EQ(ips.size(), 1u);
+  // The flooding guest's own UDP resolver still answers too.
+  EXPECT_EQ(GuestDnsQuery(*a->guest, "169.254.0.22", "allowed.test"), 0);
+  for (int i = 0; i < 10; ++i) {
+    during = std::max(during, OpenFds());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  flooder.join();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(flood_result.first, 0) << flood_result.second;
+  size_t after = OpenFds();
+  for (int i = 0; i < 200 && after > before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    after = OpenFds();
+  }
+  const uint64_t refused = svc_->Counters().dns_tcp_refused - refused0;
+  std::cout << "resolver TCP flood: fds before=" << before << " during(max)=" << during << " after=" << after
+            << " refused=" << refused << " in " << secs << " s\n";
+  // The per-sandbox cap (16) plus B's own query sockets.
+  EXPECT_LE(during, before + EgressLimits{}.max_dns_tcp_connections + 8);
+  EXPECT_LE(after, before);
+  // Refusals are audited, one record a second at most, with their count.
+  int limit_records = 0;
+  uint64_t reported = 0;
+  for (const auto& j : RecordsOf(a->id)) {
+    if (j.value("protocol", "") != "dns" || j.value("rule", "") != "limit") continue;
+    ++limit_records;
+    reported += j.value("refused", 0);
+  }
+  EXPECT_GE(limit_records, 1);
+  EXPECT_LE(limit_records, static_cast<int>(secs) + 2);
+  EXPECT_GT(reported, 0u);
+  EXPECT_LE(reported, refused);
+  for (const auto& j : RecordsOf(b->id)) EXPECT_NE(j.value("rule", ""), "limit") << j.dump();
+}
+
+TEST_F(EgressTest, ResolverTcpCapForAllSandboxes) {
+  // A service of its own with a small overall cap (listening on other veths).
+  EgressConfig cfg;
+  cfg.upstream_dns = FakeInternet::kDnsServer;
+  cfg.sandbox_pool = kPool;
+  cfg.max_dns_tcp_total = 4;
+  auto svc = EgressService::Start(cfg);
+  ASSERT_TRUE(svc.ok()) << svc.status().ToString();
+  auto x = NewBox("tx", false, {"allowed.test"}, {}, {}, svc->get());
+  auto y = NewBox("ty", false, {"allowed.test"}, {}, {}, svc->get());
+  ASSERT_TRUE(x && y);
+  std::vector<UniqueFd> held;  // x holds the 4 (its own cap is 16)
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(x->guest->Socket(AF_INET, SOCK_STREAM));
+    ASSERT_TRUE(ConnectWithin(held.back().get(), Addr("169.254.0.22", 53), 2000));
+  }
+  for (int i = 0; i < 100 && (*svc)->Counters().dns_tcp_open < 4; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ((*svc)->Counters().dns_tcp_open, 4);
+  EXPECT_EQ(GuestDnsTcpQuery(*y->guest, "allowed.test", nullptr), -1);  // accepted, closed at once
+  EXPECT_EQ((*svc)->Counters().dns_tcp_refused, 1u);
+  auto recs = (*svc)->Records(y->id);
+  ASSERT_TRUE(recs.ok());
+  bool recorded = false;
+  for (const auto& j : *recs)
+    if (j.value("rule", "") == "limit" && j.value("reason", "").find("for all sandboxes") != std::string::npos)
+      recorded = true;
+  EXPECT_TRUE(recorded);
+  EXPECT_EQ(GuestDnsQuery(*y->guest, "169.254.0.22", "allowed.test"), 0);  // UDP is not capped by it
+  // Slots come back: TCP answers again.
+  held.clear();
+  for (int i = 0; i < 100 && (*svc)->Counters().dns_tcp_open > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::vector<uint32_t> ips;
+  EXPECT_EQ(GuestDnsTcpQuery(*y->guest, "allowed.test", &ips), 0);
+  EXPECT_EQ(ips.size(), 1u);
+  x.reset();
+  y.reset();
+}
+
 // ---- A real microVM behind the same fake internet ------------------------
 
 namespace airlock::testing {
@@ -973,6 +1264,58 @@ std::string AirlockBin();
 }
 
 namespace {
+
+TEST_F(EgressTest, MicroVmNeverReachesTheHostEvenWithInternet) {
+  if (std::string why = airlock::testing::SkipReason(); !why.empty()) GTEST_SKIP() << why;
+  HostAddressesAdded host;
+  ASSERT_TRUE(host.Add("203.0.113.77").ok());
+  ManagerConfig c;
+  c.state_dir = airlock::testing::StateDir();
+  c.build_image_if_missing = false;
+  c.upstream_dns = FakeInternet::kDnsServer;
+  auto m = Manager::Open(c);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_NE((*m)->egress(), nullptr);
+  CreateOptions o;
+  o.egress_policy = *EgressPolicy::Create(true, {}, {});
+  auto sb = (*m)->Create(o);
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  const std::string id = (*sb)->id();
+  // An address the host gets after the sandbox started: the Manager rewrites
+  // the sandbox netns's set of host addresses.
+  ASSERT_TRUE(host.Add("203.0.113.79").ok());
+  bool in_set = false;
+  for (int i = 0; i < 100 && !in_set; ++i) {
+    auto set = airlock::Run(
+        {"ip", "netns", "exec", net::NetnsName(id), "nft", "list", "set", "inet", "airlock", "host_addrs"});
+    in_set = set.ok() && set->out.find("203.0.113.79") != std::string::npos;
+    if (!in_set) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(in_set);
+  auto [rc, out] = GuestSh(**sb, "curl -sS --max-time 5 http://selfhost.test/ ; echo rc=$?");
+  EXPECT_NE(out.find("rc=6"), std::string::npos) << out;  // the answer (the host's) was dropped
+  for (const char* ip : {"203.0.113.77", "203.0.113.79", "192.0.2.2"}) {
+    std::tie(rc, out) = GuestSh(**sb, std::string("curl -sS --max-time 3 http://") + ip + ":8081/ || echo BLOCKED");
+    EXPECT_NE(out.find("BLOCKED"), std::string::npos) << ip << " " << out;
+  }
+  // --internet still reaches the fake internet (a raw TCP server there).
+  std::tie(rc, out) = GuestSh(**sb, "curl -sS --http0.9 --max-time 5 http://203.0.113.30:8080/");
+  EXPECT_NE(out.find("hello from 203.0.113.30:8080"), std::string::npos) << out;
+  auto recs = (*m)->egress()->Records(id);
+  ASSERT_TRUE(recs.ok());
+  for (const char* ip : {"203.0.113.77", "203.0.113.79", "192.0.2.2"}) {
+    EXPECT_TRUE(HasL3Record(*recs, {"tcp", "deny", "host-address", ip, 8081})) << ip << nlohmann::json(*recs).dump(1);
+    for (const auto& j : *recs)
+      if (j.contains("destination") && j["destination"].value("ip", "") == ip)
+        EXPECT_NE(j.value("decision", ""), "allow") << j.dump();
+  }
+  EXPECT_TRUE(HasL3Record(*recs, {"tcp", "allow", "internet", "203.0.113.30", 8080}));
+  bool dns_denied = false;
+  for (const auto& j : *recs)
+    if (j.value("protocol", "") == "dns" && j.value("rule", "") == "host-address") dns_denied = true;
+  EXPECT_TRUE(dns_denied);
+  ASSERT_TRUE((*m)->Destroy(id).ok());
+}
 
 TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
   if (std::string why = airlock::testing::SkipReason(); !why.empty()) GTEST_SKIP() << why;

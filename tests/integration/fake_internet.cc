@@ -25,10 +25,9 @@ namespace {
 Status Ok(const StatusOr<std::string>& r) { return r.ok() ? OkStatus() : r.status(); }
 
 const std::map<std::string, std::string>& Zone() {
-  static const std::map<std::string, std::string> z = {{"allowed.test", "203.0.113.10"},
-                                                       {"denied.test", "203.0.113.20"},
-                                                       {"other.test", "203.0.113.30"},
-                                                       {"meta.test", "169.254.169.254"}};
+  static const std::map<std::string, std::string> z = {
+      {"allowed.test", "203.0.113.10"}, {"denied.test", "203.0.113.20"},   {"other.test", "203.0.113.30"},
+      {"meta.test", "169.254.169.254"}, {"selfhost.test", "203.0.113.77"}, {"uplink.test", "192.0.2.2"}};
   return z;
 }
 

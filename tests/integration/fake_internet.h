@@ -7,7 +7,10 @@
 //     alti<pid> 192.0.2.1/24; on lo: 203.0.113.10 (allowed.test),
 //     .20 (denied.test), .30 (other.test), .53 (DNS), all /32
 //   DNS server 203.0.113.53:53 (UDP+TCP): A records of the names above plus
-//     meta.test → 169.254.169.254 (rebinding attempt); logs every name asked.
+//     meta.test → 169.254.169.254 (rebinding attempt), uplink.test → 192.0.2.2
+//     (the daemon namespace's own address), selfhost.test → 203.0.113.77 (on no
+//     link here: tests put it on a dummy link of the daemon namespace, an
+//     address of the "host"); logs every name asked.
 //   HTTP on .10/.20/.30:80, HTTPS on .10/.20:443 (cert from a test CA made
 //   with the openssl CLI, SAN allowed.test, denied.test, other.test), raw TCP
 //   echo-ish on .30:8080; each counts accepted connections per ip:port.

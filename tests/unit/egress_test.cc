@@ -2,12 +2,14 @@
 // TLS ClientHello SNI and HTTP Host parsers (no root, no network).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
 
 #include "egress/dns_message.h"
+#include "egress/host_addresses.h"
 #include "egress/l7_parse.h"
 #include "egress/policy.h"
 #include "egress/policy_json.h"
@@ -271,4 +273,20 @@ TEST(EgressPolicy, HeaderRulesRefuseWhatCouldSmuggleOrReroute) {
       EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << bad;
     }
   }
+}
+
+// The host's own addresses, as this process's namespace sees them (netlink
+// lookups only: nothing is sent anywhere).
+TEST(EgressHostAddresses, InterfacesExtraAndLocalRoutes) {
+  auto h = HostAddresses::Open({Cidr{*ParseIpv4("198.18.0.0"), 15}});
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  auto list = (*h)->Addresses();
+  EXPECT_TRUE(std::is_sorted(list.begin(), list.end()));
+  EXPECT_NE(std::find(list.begin(), list.end(), *ParseIpv4("127.0.0.1")), list.end());
+  EXPECT_TRUE((*h)->IsHostAddress(*ParseIpv4("127.0.0.1")));
+  EXPECT_TRUE((*h)->IsHostAddress(*ParseIpv4("127.9.9.9")));       // not an interface's: the local route of 127/8
+  EXPECT_TRUE((*h)->IsHostAddress(*ParseIpv4("198.19.200.1")));    // the extra CIDR (other sandboxes)
+  EXPECT_FALSE((*h)->IsHostAddress(*ParseIpv4("203.0.113.201")));  // TEST-NET-3: no interface has it here
+  for (uint32_t ip : list) EXPECT_TRUE((*h)->IsHostAddress(ip)) << Ipv4ToString(ip);
+  EXPECT_GE((*h)->fd(), 0);
 }

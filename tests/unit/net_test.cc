@@ -138,6 +138,30 @@ TEST(NetNft, CidrUpdateLogsDecisionsWithTheRule) {
       << u;
 }
 
+TEST(NetNft, CidrUpdateDropsHostAddressesBeforeAnyAllow) {
+  const std::string fwd = "add rule inet airlock egress_cidr_fwd ";
+  std::string u =
+      NftEgressCidrUpdate({{"0.0.0.0/0", std::nullopt, false, "internet"}}, {"203.0.113.5", "198.51.100.0/24"});
+  EXPECT_NE(u.find("add set inet airlock host_addrs { type ipv4_addr; flags interval; }\n"
+                   "flush set inet airlock host_addrs\n"
+                   "add element inet airlock host_addrs { 203.0.113.5, 198.51.100.0/24 }\n"),
+            std::string::npos)
+      << u;
+  size_t deny = u.find(fwd + "ip daddr @host_addrs limit name \"audit_log\" log group 7 prefix \"deny:host-address\"");
+  size_t drop = u.find(fwd + "ip daddr @host_addrs drop\n");
+  size_t allow = u.find("prefix \"allow:internet\"");
+  ASSERT_NE(deny, std::string::npos) << u;
+  ASSERT_NE(drop, std::string::npos) << u;
+  ASSERT_NE(allow, std::string::npos) << u;
+  EXPECT_LT(deny, drop);
+  EXPECT_LT(drop, allow);
+  // No host addresses: the set is emptied, the drop stays.
+  u = NftEgressCidrUpdate({}, {});
+  EXPECT_NE(u.find("flush set inet airlock host_addrs\n"), std::string::npos) << u;
+  EXPECT_EQ(u.find("add element"), std::string::npos) << u;
+  EXPECT_NE(u.find(fwd + "ip daddr @host_addrs drop\n"), std::string::npos) << u;
+}
+
 TEST(NetNft, LogPrefixIsBoundedAndQuoteFree) {
   EXPECT_EQ(NftLogPrefix("deny", "default-deny"), "deny:default-deny");
   EXPECT_EQ(NftLogPrefix("allow", "a\"b c;d"), "allow:a_b_c_d");
