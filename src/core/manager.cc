@@ -152,7 +152,9 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   }
   ASSIGN_OR_RETURN(auto pool, net::AddressPool::Create(m->config_.lease_root, m->config_.address_pool));
   m->pool_ = std::make_unique<net::AddressPool>(std::move(pool));
-  ASSIGN_OR_RETURN(m->runtime_, qemu::NewQemuRuntime(m->config_.state_dir));
+  qemu::VmmJailOptions jail = m->config_.vmm_jail;
+  jail.lease_root = m->config_.lease_root;
+  ASSIGN_OR_RETURN(m->runtime_, qemu::NewQemuRuntime(m->config_.state_dir, jail));
   if (m->config_.egress) {
     auto eg = StartEgress({m->config_.address_pool, m->config_.upstream_dns, m->config_.state_dir,
                            m->config_.egress_audit_sink, m->config_.egress_limits, m->config_.egress_request_broker,

@@ -26,6 +26,7 @@
 #include "common/status.h"
 #include "core/envd_client.h"
 #include "runtime/runtime.h"
+#include "runtime/qemu/qemu_runtime.h"
 #include "core/sandbox_state.h"
 #include "egress/egress_service.h"
 #include "egress/policy.h"
@@ -58,6 +59,10 @@ struct ManagerConfig {
   // Create restores the template's snapshot when one exists for the image and
   // machine shape (EnsureTemplateSnapshot makes it); else it cold boots.
   bool template_snapshots = false;
+  // The VMM jail (docs/runtime-qemu.md "Jail"): each QEMU as its own uid, no
+  // capabilities, its own mount namespace. On by default; lease_root above
+  // is used for its uid leases.
+  qemu::VmmJailOptions vmm_jail;
 };
 
 struct CreateOptions {
