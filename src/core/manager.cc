@@ -145,6 +145,8 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   if (ec) return Internal("state directory " + m->config_.state_dir + ": " + ec.message());
   while (m->config_.state_dir.size() > 1 && m->config_.state_dir.back() == '/') m->config_.state_dir.pop_back();
   fs::create_directories(m->config_.state_dir + "/run", ec);
+  // Root's only: no other uid (a VMM's included) lists or enters sandboxes' run dirs.
+  if (!ec) ::chmod((m->config_.state_dir + "/run").c_str(), 0700);
   if (ec) {
     return Status(StatusCode::kFailedPrecondition,
                   "cannot create state directory " + m->config_.state_dir + ": " + ec.message() +

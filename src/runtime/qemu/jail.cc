@@ -221,7 +221,8 @@ StatusOr<Child> SpawnJailed(const JailPlan& plan, const JailProcess& pr) {
     if (::chdir("/") != 0) fail(kChdirRoot, 0);
     ::umask(0);
     for (size_t i = 0; i < plan.dirs.size(); ++i) {
-      if (::mkdir(plan.dirs[i].c_str(), 0755) != 0) fail(kMkdir, static_cast<int>(i));
+      // Traversable, not listable: the path to its own dir names nothing else.
+      if (::mkdir(plan.dirs[i].c_str(), 0711) != 0) fail(kMkdir, static_cast<int>(i));
     }
     for (size_t i = 0; i < plan.files.size(); ++i) {
       int fd = ::open(plan.files[i].c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
