@@ -196,5 +196,54 @@ TEST(JailTest, VmmIsUnprivilegedAndSeesNothingButItsOwnFiles) {
   EXPECT_FALSE(fs::exists(StateDir() + "/run/" + ids[0]));
 }
 
+// A jailed VMM adopted by a restarted daemon (vm.json) keeps its jail and
+// its uid lease, and can still be paused (QEMU, as its uid, connects to the
+// daemon's migration socket) and resumed (into a new jail, a new uid).
+TEST(JailTest, AdoptedJailedVmmPausesResumesAndFreesItsUid) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  uint16_t port = FreeTcpPort();
+  std::string id, token;
+  auto jail_of = [&](const std::string& sid) {
+    return json::parse(ReadFileOrDie(StateDir() + "/run/" + sid + "/vm/vm.json"))["jail"];
+  };
+  {
+    TestDaemon d(dir, {}, /*kill_on_exit=*/false, port);
+    auto created = d.Do("POST", "/v2/sandboxes", json{{"templateID", "base"}}.dump());
+    ASSERT_TRUE(created.ok() && created->status == 201) << (created.ok() ? created->body : "");
+    json j = json::parse(created->body);
+    id = j["sandboxID"];
+    token = j.value("envdAccessToken", "");
+    auto w = d.Data(id, token, "POST", "/files?path=/home/user/keep.txt&username=user", "kept-through-the-jail");
+    ASSERT_TRUE(w.ok() && w->status == 200);
+    d.Kill9();  // the VMM keeps running, jailed
+  }
+  json before = jail_of(id);
+  ASSERT_TRUE(before.is_object());
+  const std::string lease = before["uid_lease"];
+  ASSERT_TRUE(fs::exists(lease)) << lease;
+  TestDaemon d(dir, {}, /*kill_on_exit=*/true, port);
+  auto p = d.Do("POST", "/sandboxes/" + id + "/pause", "{}");
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->status, 204) << p->body << "\n" << ReadFileOrDie(dir + "/daemon.log");
+  EXPECT_FALSE(fs::exists(lease)) << "the paused VMM's uid is free again";
+  auto c = d.Do("POST", "/v2/sandboxes/" + id + "/connect", "{}");
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->status, 201) << c->body;
+  json after = jail_of(id);
+  ASSERT_TRUE(after.is_object());
+  auto st = ProcStatus(json::parse(ReadFileOrDie(StateDir() + "/run/" + id + "/vm/vm.json"))["pid"].get<pid_t>());
+  EXPECT_EQ(st["Uid"].substr(0, st["Uid"].find('\t')), std::to_string(after["uid"].get<uid_t>()));
+  EXPECT_EQ(st["CapEff"], "0000000000000000");
+  auto r = d.Data(id, token, "GET", "/files?path=/home/user/keep.txt&username=user");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->body, "kept-through-the-jail");
+  const std::string lease2 = after["uid_lease"];
+  auto k = d.Do("DELETE", "/sandboxes/" + id);
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(k->status, 204);
+  EXPECT_FALSE(fs::exists(lease2)) << "destroy frees the uid";
+}
+
 }  // namespace
 }  // namespace airlock::testing
