@@ -112,6 +112,13 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Reattach(const std::string& run_dir, p
     vm->released_ = true;
     return q.status().WithContext("reattach qmp");
   }
+  // The socket lives in a directory the VMM writes: make sure the QEMU we
+  // talk to is the one we adopt, not a socket it swapped in (another VMM's).
+  if (vm->spec_.jail && (*q)->PeerPid() != pid) {
+    vm->released_ = true;
+    return FailedPrecondition("reattach: " + vm->paths_.qmp_socket + " is served by pid " +
+                              std::to_string((*q)->PeerPid()) + ", not the VMM's " + std::to_string(pid));
+  }
   vm->qmp_ = std::move(*q);
   LOG_INFO("vmm reattached sandbox={} pid={}", vm->spec_.sandbox_id, pid);
   return vm;
