@@ -63,6 +63,25 @@ std::string QemuEscape(const std::string& s) {
   return o;
 }
 
+// Guest-visible size of a disk file: a raw file's length, or the virtual
+// size (big-endian u64 at offset 24) in a qcow2 header. Read with
+// O_NOFOLLOW, as bytes: nothing else of the header is interpreted.
+StatusOr<uint64_t> DiskVirtualSize(const std::string& path, const std::string& format) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd) return ErrnoError("open " + path);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError("stat " + path);
+  if (!S_ISREG(st.st_mode)) return FailedPrecondition(path + " is not a regular file");
+  if (format == "raw") return static_cast<uint64_t>(st.st_size);
+  unsigned char h[32];
+  if (::pread(fd.get(), h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) return ErrnoError("read " + path);
+  if (!(h[0] == 'Q' && h[1] == 'F' && h[2] == 'I' && h[3] == 0xfb)) return FailedPrecondition(path + " is not qcow2");
+  uint64_t size = 0;
+  for (int i = 24; i < 32; ++i) size = (size << 8) | h[i];
+  if (size == 0 || size > (16ull << 40)) return FailedPrecondition(path + ": implausible virtual size");
+  return size;
+}
+
 StatusOr<std::string> CanonicalExecutable(const std::string& exe) {
   char buf[PATH_MAX];
   if (!::realpath(exe.c_str(), buf)) return ErrnoError("realpath " + exe);
@@ -202,8 +221,12 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
   if (!plan.copy_overlay_from.empty()) {
     RETURN_IF_ERROR(CopyFileSynced(plan.copy_overlay_from, p.overlay, 0600).WithContext("overlay"));
   } else {
-    auto img = RunChecked({spec.qemu_img, "create", "-q", "-f", "qcow2", "-F", plan.backing_format, "-b",
-                           vm->disk_backing_, p.overlay});
+    // -u + an explicit size: qemu-img (root, unjailed) never opens the
+    // backing file, whose qcow2 header (and so its own backing chain) a VMM
+    // may have written.
+    ASSIGN_OR_RETURN(uint64_t size, DiskVirtualSize(vm->disk_backing_, plan.backing_format));
+    auto img = RunChecked({spec.qemu_img, "create", "-q", "-u", "-f", "qcow2", "-F", plan.backing_format, "-b",
+                           vm->disk_backing_, p.overlay, std::to_string(size)});
     if (!img.ok()) return img.status().WithContext("overlay");
   }
 
