@@ -18,6 +18,7 @@
 
 #include <climits>
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -311,7 +312,9 @@ StatusOr<Child> SpawnJailed(const JailPlan& plan, const JailProcess& pr) {
 StatusOr<std::string> ProbeJail(const std::string& qemu_binary, uid_t uid, const std::string& scratch_dir) {
   ASSIGN_OR_RETURN(std::string exe, FindExecutable(qemu_binary));
   ASSIGN_OR_RETURN(exe, Canonical(exe));
-  const std::string base = scratch_dir + "/jail-probe-" + std::to_string(::getpid());
+  static std::atomic<unsigned> probes{0};  // several runtimes in one process may probe at once
+  const std::string base =
+      scratch_dir + "/jail-probe-" + std::to_string(::getpid()) + "-" + std::to_string(probes.fetch_add(1));
   const std::string vmm = base + "/vmm";
   std::error_code ec;
   fs::remove_all(base, ec);
