@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/manager.h"
+#include "runtime/qemu/snapshot.h"
 #include "tests/integration/daemon.h"
 #include "tests/integration/harness.h"
 
@@ -243,6 +245,55 @@ TEST(JailTest, AdoptedJailedVmmPausesResumesAndFreesItsUid) {
   ASSERT_TRUE(k.ok());
   EXPECT_EQ(k->status, 204);
   EXPECT_FALSE(fs::exists(lease2)) << "destroy frees the uid";
+}
+
+// A VMM writes its overlay, qcow2 header included, and a snapshot copies
+// that overlay. A header rewritten to name a host file as backing file must
+// not make the next VMM (or root's qemu-img) read that file: the jail holds
+// only the chain our manifests name, so the restore fails instead.
+TEST(JailTest, BackingFileNamedInAVmmWrittenHeaderIsNotOpened) {
+  AIRLOCK_REQUIRE_VM();
+  ManagerConfig config;
+  config.state_dir = StateDir();
+  config.build_image_if_missing = false;
+  config.template_snapshots = true;
+  auto m = Manager::Open(config);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::string dir = MakeTempDir();
+  const std::string secret = dir + "/host-secret";
+  {
+    std::ofstream f(secret);
+    for (int i = 0; i < 65536; ++i) f << "HOSTSECRET-0123456789abcdef-";
+  }
+  ::chmod(secret.c_str(), 0600);
+  auto sb = (*m)->Create(CreateOptions{});
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  const std::string name = "tamper-" + std::to_string(::getpid());
+  auto snap = (*m)->CreateNamedSnapshot((*sb)->id(), name);
+  ASSERT_TRUE(snap.ok()) << snap.status().ToString();
+  ASSERT_TRUE((*m)->Destroy((*sb)->id()).ok());
+  // What a compromised VMM could have written into its overlay before the snapshot.
+  const std::string disk = snap->dir + "/" + qemu::kSnapshotDisk;
+  ::chmod(disk.c_str(), 0644);
+  auto rebase = airlock::Run({"qemu-img", "rebase", "-u", "-f", "qcow2", "-F", "raw", "-b", secret, disk});
+  ::chmod(disk.c_str(), 0444);
+  ASSERT_TRUE(rebase.ok() && rebase->status.success()) << (rebase.ok() ? rebase->err : "");
+  auto info = airlock::Run({"qemu-img", "info", "-U", disk});
+  ASSERT_TRUE(info.ok());
+  ASSERT_NE(info->out.find(secret), std::string::npos) << info->out;
+  ASSERT_TRUE(qemu::ReadSnapshot(snap->dir).ok()) << qemu::ReadSnapshot(snap->dir).status().ToString();
+
+  CreateOptions from;
+  from.template_name = name;
+  auto e = (*m)->Create(from);
+  if (e.ok()) {
+    ADD_FAILURE() << "a sandbox started on a disk whose header names " << secret << " as its backing file";
+    (void)(*m)->Destroy((*e)->id());
+  } else {
+    std::cerr << "refused as it should be: " << e.status().ToString().substr(0, 400) << "\n";
+  }
+  EXPECT_TRUE((*m)->DeleteNamedSnapshot(name).ok());
+  fs::remove_all(dir);
 }
 
 }  // namespace
