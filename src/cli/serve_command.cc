@@ -19,6 +19,7 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
   cfg.manager.state_dir = state_dir;
   cfg.manager.agent_binary = agent_binary;
   int header_timeout_s = 30, body_timeout_s = 30;
+  bool no_vmm_jail = false;
   po::options_description desc("airlock serve [options]");
   desc.add_options()("help,h", "show this help")(
       "listen", po::value(&cfg.listen)->default_value(cfg.listen), "ip:port to serve on (env AIRLOCK_LISTEN)")(
@@ -45,6 +46,13 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "(hosts with brokered secrets or network.rules)")(
       "no-template-snapshot", po::bool_switch(&cfg.no_template_snapshot),
       "always cold boot (default: snapshot each template once, create sandboxes by restoring it)")(
+      "no-vmm-jail", po::bool_switch(&no_vmm_jail),
+      "DEBUGGING ONLY: run QEMU as root in the host mount namespace (default: each VMM as its own uid, no "
+      "capabilities, in a mount namespace holding only its files)")(
+      "vmm-uid-base", po::value(&cfg.manager.vmm_jail.uid_base)->default_value(cfg.manager.vmm_jail.uid_base),
+      "first uid of the VMM uid range (host-wide leases under /run/airlock/vmm-uids)")(
+      "vmm-uid-count", po::value(&cfg.manager.vmm_jail.uid_count)->default_value(cfg.manager.vmm_jail.uid_count),
+      "size of the VMM uid range")(
       "kill-on-exit", po::bool_switch(&cfg.kill_on_exit),
       "destroy every sandbox on SIGINT/SIGTERM (default: leave them for the next daemon to adopt)");
   // Audit, export and limits (docs/audit.md, docs/limits.md).
@@ -78,6 +86,7 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
     std::cout << desc;
     return 0;
   }
+  cfg.manager.vmm_jail.enabled = !no_vmm_jail;
   if (cfg.max_timeout_s < 1 || cfg.default_timeout_s < 1 || header_timeout_s < 1 || body_timeout_s < 1) {
     std::fprintf(stderr, "airlock serve: timeouts must be positive\n");
     return 2;

@@ -159,6 +159,8 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   if (ec) return Internal("state directory " + m->config_.state_dir + ": " + ec.message());
   while (m->config_.state_dir.size() > 1 && m->config_.state_dir.back() == '/') m->config_.state_dir.pop_back();
   fs::create_directories(m->config_.state_dir + "/run", ec);
+  // Root's only: no other uid (a VMM's included) lists or enters sandboxes' run dirs.
+  if (!ec) ::chmod((m->config_.state_dir + "/run").c_str(), 0700);
   if (ec) {
     return Status(StatusCode::kFailedPrecondition,
                   "cannot create state directory " + m->config_.state_dir + ": " + ec.message() +
@@ -167,7 +169,9 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   ASSIGN_OR_RETURN(auto pool,
                    net::AddressPool::Create(m->config_.lease_root, m->config_.address_pool, m->config_.owner));
   m->pool_ = std::make_unique<net::AddressPool>(std::move(pool));
-  ASSIGN_OR_RETURN(m->runtime_, qemu::NewQemuRuntime(m->config_.state_dir));
+  qemu::VmmJailOptions jail = m->config_.vmm_jail;
+  jail.lease_root = m->config_.lease_root;
+  ASSIGN_OR_RETURN(m->runtime_, qemu::NewQemuRuntime(m->config_.state_dir, jail));
   if (m->config_.egress) {
     EgressSetup setup{m->config_.address_pool,           m->config_.upstream_dns,  m->config_.state_dir,
                       m->config_.egress_audit_sink,      m->config_.egress_limits, m->config_.egress_request_broker,

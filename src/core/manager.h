@@ -26,6 +26,7 @@
 #include "common/status.h"
 #include "core/envd_client.h"
 #include "runtime/runtime.h"
+#include "runtime/qemu/qemu_runtime.h"
 #include "core/sandbox_state.h"
 #include "egress/egress_service.h"
 #include "egress/policy.h"
@@ -63,6 +64,10 @@ struct ManagerConfig {
   // so that start-up clean-up destroys only this owner's leftovers (and those
   // of dead in-process runs, which carry none). Empty: an in-process run.
   std::string owner;
+  // The VMM jail (docs/runtime-qemu.md "Jail"): each QEMU as its own uid, no
+  // capabilities, its own mount namespace. On by default; lease_root above
+  // is used for its uid leases.
+  qemu::VmmJailOptions vmm_jail;
 };
 
 // The "owner" file of a run dir: the pid of the process that runs the

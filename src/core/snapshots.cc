@@ -26,6 +26,7 @@
 #include "net/address_pool.h"
 #include "net/names.h"
 #include "net/sandbox_network.h"
+#include "runtime/qemu/qemu_vm.h"
 #include "runtime/qemu/qmp_client.h"
 #include "runtime/qemu/snapshot.h"
 
@@ -278,7 +279,8 @@ bool Manager::RecoverPaused(const AdoptRequest& r) {
 }
 
 void Manager::ContinueIfStopped(const std::string& vm_run_dir) {
-  auto qmp = qemu::QmpClient::Connect(vm_run_dir + "/qmp.sock", std::chrono::seconds(2));
+  auto qmp = qemu::QmpClient::Connect(qemu::VmPaths::For(vm_run_dir).qmp_socket, std::chrono::seconds(2));
+  if (!qmp.ok()) qmp = qemu::QmpClient::Connect(qemu::VmPaths::Legacy(vm_run_dir).qmp_socket, std::chrono::seconds(2));
   if (!qmp.ok()) return;
   auto st = (*qmp)->Execute("query-status");
   if (!st.ok() || st->value("running", true)) return;

@@ -136,7 +136,7 @@ TEST(SnapshotTest, FiftyPauseResumeCyclesKeepEveryByte) {
   // behind, and the disk chain does not grow with the cycles.
   EXPECT_FALSE(fs::exists(StateDir() + "/snapshots/paused/" + id));
   auto info = RunChecked(
-      {"qemu-img", "info", "-U", "--backing-chain", "--output=json", (*sb)->run_dir() + "/vm/overlay.qcow2"});
+      {"qemu-img", "info", "-U", "--backing-chain", "--output=json", (*sb)->run_dir() + "/vm/vmm/overlay.qcow2"});
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   auto chain = json::parse(*info, nullptr, false);
   ASSERT_TRUE(chain.is_array()) << *info;

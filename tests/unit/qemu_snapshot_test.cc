@@ -117,7 +117,7 @@ TEST(QemuSnapshotManifest, ShapeHashIgnoresPerSandboxFields) {
   b.sandbox_id = "other";
   b.run_dir = "/elsewhere/run";
   b.tap_name = "tapX";
-  b.runas = {{1000, 1000}};
+  b.jail = {{1000, 1000}};
   b.extra_cmdline = "quiet";
   EXPECT_EQ(MachineShapeHash(a, Accel::kTcg), MachineShapeHash(b, Accel::kTcg));
   EXPECT_EQ(MachineShapeHash(a, Accel::kTcg).rfind("fnv1a64:", 0), 0u);
@@ -353,9 +353,6 @@ class QemuSnapshotE2E : public ::testing::Test {
     if (!img.ok()) GTEST_SKIP() << "no base image: " << img.status().ToString();
     image_ = *img;
     dir_.path = TempDir();
-    // QEMU connects to the migration socket in its run dir after -runas
-    // dropped root, so the run dir's ancestors must be searchable by it.
-    ASSERT_EQ(::chmod(dir_.path.c_str(), 0711), 0);
     // A range of our own: other tests' pools (in their own state dirs) start
     // at 198.18.0.0, and equal netns addresses in two netns make the host
     // route to whichever veth came last.
@@ -375,7 +372,7 @@ class QemuSnapshotE2E : public ::testing::Test {
     s.memory_mib = 512;
     s.netns_fd = n.netns_fd();
     s.tap_name = n.tap_name();
-    s.runas = {{100200, 100200}};
+    s.jail = {{100200, 100200}};
     return s;
   }
 

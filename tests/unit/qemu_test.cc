@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "common/subprocess.h"
@@ -25,6 +26,8 @@
 #include "net/sandbox_network.h"
 #include "runtime/qemu/accel_probe.h"
 #include "runtime/qemu/doctor.h"
+#include "runtime/qemu/jail.h"
+#include "runtime/qemu/uid_pool.h"
 #include "runtime/qemu/output_tail.h"
 #include "runtime/qemu/qemu_vm.h"
 #include "runtime/qemu/qmp_client.h"
@@ -102,9 +105,9 @@ TEST(QemuArgv, Shape) {
   EXPECT_NE(all.find("-nodefaults -no-user-config -nographic -no-reboot"), std::string::npos);
   EXPECT_NE(all.find("airlock.hostname=sb1"), std::string::npos);
   EXPECT_NE(all.find("tsc_early_khz=2100000"), std::string::npos);
-  EXPECT_NE(all.find("file=/run/x/overlay.qcow2,if=none,id=root,format=qcow2,discard=unmap"), std::string::npos);
+  EXPECT_NE(all.find("file=/run/x/vmm/overlay.qcow2,if=none,id=root,format=qcow2,discard=unmap"), std::string::npos);
   EXPECT_NE(all.find("tap,id=n0,ifname=tap0,script=no,downscript=no"), std::string::npos);
-  EXPECT_NE(all.find("unix:/run/x/qmp.sock,server=on,wait=off"), std::string::npos);
+  EXPECT_NE(all.find("unix:/run/x/vmm/qmp.sock,server=on,wait=off"), std::string::npos);
   EXPECT_NE(all.find("elevateprivileges=deny,spawn=deny"), std::string::npos);
   auto k = BuildQemuArgv(s, Accel::kKvm, VmPaths::For(s.run_dir), false, 0);
   all.clear();
@@ -112,14 +115,105 @@ TEST(QemuArgv, Shape) {
   EXPECT_NE(all.find("-accel kvm -cpu host"), std::string::npos);
   EXPECT_EQ(all.find("tsc_early_khz"), std::string::npos);
   EXPECT_EQ(all.find("-sandbox"), std::string::npos);
-  s.runas = {{100000, 100000}};
+  // Jailed: the jail drops root before exec, so QEMU never changes credentials.
+  s.jail = {{100000, 100000}};
   s.run_dir = "/run/a,b";
   auto r = BuildQemuArgv(s, Accel::kTcg, VmPaths::For(s.run_dir), true, 1);
   all.clear();
   for (auto& x : r) all += x + " ";
-  EXPECT_NE(all.find("-runas 100000:100000"), std::string::npos);
-  EXPECT_NE(all.find("elevateprivileges=allow"), std::string::npos);
-  EXPECT_NE(all.find("file=/run/a,,b/overlay.qcow2"), std::string::npos);
+  EXPECT_EQ(all.find("-runas"), std::string::npos);
+  EXPECT_NE(all.find("elevateprivileges=deny"), std::string::npos);
+  EXPECT_NE(all.find("file=/run/a,,b/vmm/overlay.qcow2"), std::string::npos);
+}
+
+// ---- jail ------------------------------------------------------------------------
+
+TEST(QemuJail, PlanHoldsExactlyWhatTheVmmNeeds) {
+  ScopedDir scoped_dir{TempDir()};
+  const std::string& dir = scoped_dir.path;
+  fs::create_directories(dir + "/run/vmm");
+  fs::create_directories(dir + "/img");
+  std::ofstream(dir + "/img/kernel") << "k";
+  std::ofstream(dir + "/img/rootfs.ext4") << "r";
+  JailSpec js;
+  js.vmm_dir = dir + "/run/vmm";
+  js.base_dir = dir + "/run";
+  js.ro_files = {dir + "/img/kernel", dir + "/img/rootfs.ext4", dir + "/img/kernel"};
+  EXPECT_EQ(PlanJail(js).status().code(), StatusCode::kInvalidArgument);  // uid 0
+  js.uid = js.gid = 2100000123;
+  auto plan = PlanJail(js);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  int rw = 0;
+  std::set<std::string> targets;
+  for (const auto& b : plan->binds) {
+    targets.insert(b.target);
+    EXPECT_EQ(b.source.rfind("/.oldroot/", 0), 0u) << b.source;
+    if (b.writable) {
+      ++rw;
+      EXPECT_EQ(b.target, dir + "/run/vmm");
+      EXPECT_FALSE(b.exec);
+    }
+    if (b.exec) EXPECT_FALSE(b.writable) << b.target;
+  }
+  EXPECT_EQ(rw, 1);  // only its own dir is writable
+  EXPECT_TRUE(targets.count("/usr"));
+  EXPECT_TRUE(targets.count(dir + "/img/kernel"));
+  EXPECT_TRUE(targets.count(dir + "/img/rootfs.ext4"));
+  for (const auto& t : targets) {
+    EXPECT_EQ(t.rfind("/proc", 0), std::string::npos) << t;
+    EXPECT_EQ(t.rfind("/sys", 0), std::string::npos) << t;
+  }
+  EXPECT_EQ(plan->files.size(), 3u);  // ld.so.cache + 2 (the duplicate kernel once)
+  // Parents are made before their children.
+  for (size_t i = 0; i < plan->dirs.size(); ++i) {
+    std::string parent = fs::path(plan->dirs[i]).parent_path().string();
+    if (parent == "/") continue;
+    auto it = std::find(plan->dirs.begin(), plan->dirs.end(), parent);
+    ASSERT_NE(it, plan->dirs.end()) << plan->dirs[i];
+    EXPECT_LT(it - plan->dirs.begin(), static_cast<long>(i));
+  }
+  bool kvm = false;
+  for (const auto& n : plan->nodes) kvm = kvm || n.path == "/dev/kvm";
+  EXPECT_FALSE(kvm);  // only for a KVM guest
+  js.ro_files.push_back(dir + "/missing");
+  EXPECT_FALSE(PlanJail(js).ok());
+}
+
+TEST(QemuJail, UidPoolLeasesEachUidOnceHostWide) {
+  ScopedDir scoped_dir{TempDir()};
+  const std::string& dir = scoped_dir.path;
+  VmmUidPool pool(dir, 2100000000, 3), other_daemon(dir, 2100000000, 3);
+  auto a = pool.Acquire("sb-a");
+  auto b = other_daemon.Acquire("sb-b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->uid, 2100000000u);
+  EXPECT_EQ(b->uid, 2100000001u);
+  auto c = pool.Acquire("sb-c");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(pool.Acquire("sb-d").status().code(), StatusCode::kResourceExhausted);
+  // Owned by a VMM that is gone: free again.
+  Child gone = std::move(Spawn({{"/bin/true"}}).value());
+  (void)gone.Wait();
+  ASSERT_TRUE(VmmUidPool::Adopt(*b, gone.pid()).ok());
+  auto d = pool.Acquire("sb-d");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->uid, b->uid);
+  // A late release of b's lease does not free d's.
+  ASSERT_TRUE(VmmUidPool::Release(*b).ok());
+  EXPECT_EQ(pool.Acquire("sb-e").status().code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(VmmUidPool::Release(*a).ok());
+  auto e = pool.Acquire("sb-e");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->uid, a->uid);
+}
+
+TEST(QemuJail, JailedQemuRunsWithNothing) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root";
+  if (!FindExecutable("qemu-system-x86_64").ok()) GTEST_SKIP() << "qemu not installed";
+  ScopedDir scoped_dir{TempDir()};
+  auto v = ProbeJail("qemu-system-x86_64", 2100000999, scoped_dir.path);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_NE(v->find("QEMU emulator version"), std::string::npos) << *v;
 }
 
 // ---- output tail --------------------------------------------------------------
@@ -390,13 +484,13 @@ TEST(QemuVmTest, ConsoleFloodStaysBounded) {
   fs::remove_all(dir);
 }
 
-TEST(QemuVmTest, RunasDropsRoot) {
+TEST(QemuVmTest, JailDropsRoot) {
   REQUIRE_IMAGE(im);
   if (::geteuid() != 0) GTEST_SKIP() << "needs root";
   ScopedDir scoped_dir{TempDir()};
   const std::string& dir = scoped_dir.path;
   VmSpec s = SpecFor(im, dir + "/run", "runas" + std::to_string(::getpid()));
-  s.runas = {{100123, 100123}};
+  s.jail = {{100123, 100123}};
   auto vm = QemuVm::Start(s);
   ASSERT_TRUE(vm.ok()) << vm.status().ToString();
   std::ifstream f("/proc/" + std::to_string((*vm)->pid()) + "/status");
@@ -428,7 +522,7 @@ TEST(QemuVmTest, HostReachesGuestThroughSandboxNetwork) {
   VmSpec s = SpecFor(im, dir + "/run", id);
   s.netns_fd = (*n)->netns_fd();
   s.tap_name = (*n)->tap_name();
-  s.runas = {{100124, 100124}};
+  s.jail = {{100124, 100124}};
   auto vm = QemuVm::Start(s);
   ASSERT_TRUE(vm.ok()) << vm.status().ToString();
   // Poll the agent endpoint until something accepts.

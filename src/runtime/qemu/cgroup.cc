@@ -6,6 +6,7 @@
 #include <chrono>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 namespace airlock::qemu {
 namespace {
@@ -37,8 +38,10 @@ CgroupVersion DetectCgroupVersion(const std::string& root) {
   return CgroupVersion::kNone;
 }
 
-StatusOr<VmCgroup> VmCgroup::Create(const std::string& id, uint64_t memory_bytes, int pids_max,
-                                    const std::string& root) {
+StatusOr<VmCgroup> VmCgroup::Create(const std::string& id, const CgroupLimits& limits, const std::string& root) {
+  const uint64_t memory_bytes = limits.memory_bytes;
+  const int pids_max = limits.pids_max;
+  const std::string quota = std::to_string(uint64_t(limits.cpus) * kCpuPeriodUs);
   VmCgroup cg;
   cg.version_ = DetectCgroupVersion(root);
   Status st;
@@ -46,20 +49,24 @@ StatusOr<VmCgroup> VmCgroup::Create(const std::string& id, uint64_t memory_bytes
     std::string parent = root + "/airlock";
     RETURN_IF_ERROR(MkdirIfMissing(parent));
     // Enable the controllers for our children (fails if not delegated to us).
-    (void)WriteValue(root + "/cgroup.subtree_control", "+memory +pids");
-    RETURN_IF_ERROR(WriteValue(parent + "/cgroup.subtree_control", "+memory +pids"));
+    const std::string ctls = limits.cpus > 0 ? "+memory +pids +cpu" : "+memory +pids";
+    (void)WriteValue(root + "/cgroup.subtree_control", ctls);
+    RETURN_IF_ERROR(WriteValue(parent + "/cgroup.subtree_control", ctls));
     std::string dir = parent + "/" + id;
     RETURN_IF_ERROR(MkdirIfMissing(dir));
     cg.dirs_.push_back(dir);
     st = WriteValue(dir + "/memory.max", std::to_string(memory_bytes));
     if (st.ok()) st = WriteValue(dir + "/pids.max", std::to_string(pids_max));
+    if (st.ok() && limits.cpus > 0) st = WriteValue(dir + "/cpu.max", quota + " " + std::to_string(kCpuPeriodUs));
     cg.procs_.push_back(dir + "/cgroup.procs");
   } else if (cg.version_ == CgroupVersion::kV1) {
-    for (const char* ctl : {"memory", "pids"}) {
+    std::vector<std::string> ctls = {"memory", "pids"};
+    if (limits.cpus > 0) ctls.push_back("cpu");
+    for (const std::string& ctl : ctls) {
       std::string base = root + "/" + ctl;
       if (!Exists(base + "/tasks")) {
         (void)cg.Remove();
-        return FailedPrecondition(std::string("cgroup v1 controller '") + ctl + "' not mounted under " + root);
+        return FailedPrecondition("cgroup v1 controller '" + ctl + "' not mounted under " + root);
       }
       std::string parent = base + "/airlock";
       st = MkdirIfMissing(parent);
@@ -69,8 +76,14 @@ StatusOr<VmCgroup> VmCgroup::Create(const std::string& id, uint64_t memory_bytes
       if (!st.ok()) break;
       cg.dirs_.push_back(dir);
       cg.procs_.push_back(dir + "/cgroup.procs");
-      if (std::string(ctl) == "memory") st = WriteValue(dir + "/memory.limit_in_bytes", std::to_string(memory_bytes));
-      else st = WriteValue(dir + "/pids.max", std::to_string(pids_max));
+      if (ctl == "memory") {
+        st = WriteValue(dir + "/memory.limit_in_bytes", std::to_string(memory_bytes));
+      } else if (ctl == "pids") {
+        st = WriteValue(dir + "/pids.max", std::to_string(pids_max));
+      } else {
+        st = WriteValue(dir + "/cpu.cfs_period_us", std::to_string(kCpuPeriodUs));
+        if (st.ok()) st = WriteValue(dir + "/cpu.cfs_quota_us", quota);
+      }
       if (!st.ok()) break;
     }
   } else {

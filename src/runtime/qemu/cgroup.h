@@ -1,7 +1,9 @@
 // VmCgroup: a cgroup for one VMM, created before it starts and removed after
 // it exits. cgroup v2 (unified at /sys/fs/cgroup) → /sys/fs/cgroup/airlock/<id>
-// with memory.max + pids.max; v1 (hybrid) → /sys/fs/cgroup/{memory,pids}/
-// airlock/<id> with memory.limit_in_bytes + pids.max. Best effort: when the
+// with memory.max + pids.max + cpu.max "<cpus × 100000> 100000"; v1 (hybrid)
+// → /sys/fs/cgroup/{memory,pids,cpu}/airlock/<id> with memory.limit_in_bytes
+// + pids.max + cpu.cfs_quota_us = cpus × cpu.cfs_period_us (100000 µs), so
+// a VMM never uses more than `cpus` host cores' worth of time. Best effort: when the
 // hierarchy is missing or not writable, Create() returns an error the caller
 // logs and the VMM runs without one (docs/runtime-qemu.md).
 #pragma once
@@ -15,12 +17,19 @@
 namespace airlock::qemu {
 
 enum class CgroupVersion { kNone, kV1, kV2 };
+
+struct CgroupLimits {
+  uint64_t memory_bytes = 0;
+  int pids_max = 256;
+  int cpus = 0;  // CPU bandwidth in whole cores; 0: no cpu limit
+};
+inline constexpr int kCpuPeriodUs = 100000;
 CgroupVersion DetectCgroupVersion(const std::string& root = "/sys/fs/cgroup");
 
 class VmCgroup {
  public:
   VmCgroup() = default;
-  static StatusOr<VmCgroup> Create(const std::string& sandbox_id, uint64_t memory_bytes, int pids_max,
+  static StatusOr<VmCgroup> Create(const std::string& sandbox_id, const CgroupLimits& limits,
                                    const std::string& root = "/sys/fs/cgroup");
   VmCgroup(VmCgroup&&) = default;
   VmCgroup& operator=(VmCgroup&&) = default;

@@ -5,6 +5,7 @@
 #include "common/subprocess.h"
 #include "runtime/qemu/accel_probe.h"
 #include "runtime/qemu/cgroup.h"
+#include "runtime/qemu/qemu_runtime.h"
 #include "runtime/qemu/qemu_vm.h"
 
 namespace airlock::qemu {
@@ -51,21 +52,34 @@ std::vector<DoctorCheck> QemuDoctorChecks(const std::string& state_dir) {
     out.push_back(c);
   }
   {
-    DoctorCheck c{"cgroups", false, "", "mount the memory and pids controllers (v1) or cgroup2 with them delegated"};
+    DoctorCheck c{"cgroups", false, "", "mount the memory, pids and cpu controllers (v1) or cgroup2 with them delegated"};
     CgroupVersion v = DetectCgroupVersion();
     struct stat st;
     if (v == CgroupVersion::kV2) {
       auto ctl = RunChecked({"cat", "/sys/fs/cgroup/cgroup.controllers"});
-      bool ok = ctl.ok() && ctl->find("memory") != std::string::npos && ctl->find("pids") != std::string::npos;
+      bool ok = ctl.ok() && ctl->find("memory") != std::string::npos && ctl->find("pids") != std::string::npos &&
+                ctl->find("cpu") != std::string::npos;
       c.ok = ok;
       c.detail = "v2; controllers: " + (ctl.ok() ? FirstLine(*ctl) : ctl.status().message());
     } else if (v == CgroupVersion::kV1) {
-      bool mem = ::stat("/sys/fs/cgroup/memory/tasks", &st) == 0, pids = ::stat("/sys/fs/cgroup/pids/tasks", &st) == 0;
-      c.ok = mem && pids;
-      c.detail = std::string("v1 (hybrid); memory ") + (mem ? "yes" : "NO") + ", pids " + (pids ? "yes" : "NO");
+      bool mem = ::stat("/sys/fs/cgroup/memory/tasks", &st) == 0, pids = ::stat("/sys/fs/cgroup/pids/tasks", &st) == 0,
+           cpu = ::stat("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", &st) == 0;
+      c.ok = mem && pids && cpu;
+      c.detail = std::string("v1 (hybrid); memory ") + (mem ? "yes" : "NO") + ", pids " + (pids ? "yes" : "NO") +
+                 ", cpu " + (cpu ? "yes" : "NO");
     } else {
       c.detail = "no cgroup hierarchy under /sys/fs/cgroup: VMMs run without memory/pids limits";
     }
+    out.push_back(c);
+  }
+  {
+    // The exact path a launch takes: a jailed QEMU (uid from the default
+    // range, no capabilities, own mount namespace) runs --version.
+    DoctorCheck c{"vmm jail", false, "", "run as root on a kernel with mount namespaces and pivot_root; "
+                                         "`airlock serve --no-vmm-jail` runs VMMs as root (debugging only)"};
+    Status st = CheckVmmJail(state_dir);
+    c.ok = st.ok();
+    c.detail = st.ok() ? "QEMU runs as its own uid, no capabilities, own mount namespace" : st.message();
     out.push_back(c);
   }
   return out;

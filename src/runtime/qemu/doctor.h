@@ -1,6 +1,7 @@
 // Host checks for `airlock doctor` about the QEMU runtime: qemu binary and
 // version, qemu-img, -sandbox support, /dev/kvm and the accel decision,
-// cgroup controllers. Nothing is left behind.
+// cgroup controllers (memory, pids, cpu), the VMM jail (a jailed QEMU
+// --version). Nothing is left behind.
 #pragma once
 
 #include "common/doctor_check.h"

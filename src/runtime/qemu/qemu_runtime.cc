@@ -1,6 +1,12 @@
 #include "runtime/qemu/qemu_runtime.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "common/log.h"
 #include "common/subprocess.h"
+#include "runtime/qemu/jail.h"
 #include "runtime/qemu/qemu_vm.h"
 
 namespace airlock::qemu {
@@ -36,7 +42,9 @@ class QemuInstance final : public VmInstance {
 
 class QemuRuntime final : public Runtime {
  public:
-  QemuRuntime(std::string state_dir, AccelDecision accel) : state_dir_(std::move(state_dir)), accel_(accel) {}
+  QemuRuntime(std::string state_dir, AccelDecision accel, const VmmJailOptions& jail)
+      : state_dir_(std::move(state_dir)), accel_(accel), jail_(jail),
+        uids_(jail.lease_root, jail.uid_base, jail.uid_count) {}
   std::string_view name() const override { return "qemu"; }
   std::string accelerator() const override { return std::string(AccelName(accel_.accel)) + " (" + accel_.reason + ")"; }
 
@@ -58,9 +66,23 @@ class QemuRuntime final : public Runtime {
     return spec;
   }
 
+  // A uid of its own for this VMM (released by QemuVm::Destroy, or here if it never started).
+  Status Jail(VmSpec& spec) {
+    if (!jail_.enabled) return OkStatus();
+    ASSIGN_OR_RETURN(spec.uid_lease, uids_.Acquire(spec.sandbox_id));
+    spec.jail = std::make_pair(spec.uid_lease.uid, static_cast<gid_t>(spec.uid_lease.uid));
+    return OkStatus();
+  }
+
   StatusOr<std::unique_ptr<VmInstance>> Start(const VmStartRequest& r) override {
-    ASSIGN_OR_RETURN(auto vm, QemuVm::Start(SpecFor(r)));
-    return std::unique_ptr<VmInstance>(new QemuInstance(std::move(vm)));
+    VmSpec spec = SpecFor(r);
+    RETURN_IF_ERROR(Jail(spec));
+    auto vm = QemuVm::Start(spec);
+    if (!vm.ok()) {
+      (void)VmmUidPool::Release(spec.uid_lease);
+      return vm.status();
+    }
+    return std::unique_ptr<VmInstance>(new QemuInstance(std::move(vm).value()));
   }
 
   StatusOr<std::unique_ptr<VmInstance>> Adopt(const std::string& run_dir, pid_t pid) override {
@@ -79,25 +101,53 @@ class QemuRuntime final : public Runtime {
     RestoreOptions o;
     o.private_disk = disk == SnapshotDisk::kPrivateCopy;
     o.disk_only = !memory;
-    ASSIGN_OR_RETURN(auto vm, QemuVm::Restore(spec, dir, o));
-    return std::unique_ptr<VmInstance>(new QemuInstance(std::move(vm)));
+    RETURN_IF_ERROR(Jail(spec));
+    auto vm = QemuVm::Restore(spec, dir, o);
+    if (!vm.ok()) {
+      (void)VmmUidPool::Release(spec.uid_lease);
+      return vm.status();
+    }
+    return std::unique_ptr<VmInstance>(new QemuInstance(std::move(vm).value()));
   }
 
  private:
   std::string state_dir_;
   AccelDecision accel_;
+  VmmJailOptions jail_;
+  VmmUidPool uids_;
 };
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Runtime>> NewQemuRuntime(const std::string& state_dir) {
+StatusOr<std::unique_ptr<Runtime>> NewQemuRuntime(const std::string& state_dir, const VmmJailOptions& jail) {
   for (const char* tool : {"qemu-system-x86_64", "qemu-img"}) {
     if (!FindExecutable(tool).ok()) {
       return FailedPrecondition(std::string(tool) + " is not installed (fix: apt-get install qemu-system-x86 qemu-utils, "
                                 "or run scripts/setup)");
     }
   }
-  return std::unique_ptr<Runtime>(new QemuRuntime(state_dir, ProbeAccelCached(state_dir)));
+  if (jail.enabled) {
+    Status st = CheckVmmJail(state_dir, jail);
+    if (!st.ok()) {
+      return FailedPrecondition(st.message() +
+                                " (VMMs are never run as root instead; fix: run airlock as root on a kernel with mount "
+                                "namespaces and pivot_root, see `airlock doctor`; for debugging only: --no-vmm-jail)");
+    }
+  } else {
+    LOG_WARN("VMM jail is OFF (--no-vmm-jail): QEMU runs as root with every capability in the host mount namespace");
+  }
+  return std::unique_ptr<Runtime>(new QemuRuntime(state_dir, ProbeAccelCached(state_dir), jail));
+}
+
+Status CheckVmmJail(const std::string& state_dir, const VmmJailOptions& jail) {
+  VmmUidPool pool(jail.lease_root, jail.uid_base, jail.uid_count);
+  ASSIGN_OR_RETURN(UidLease lease, pool.Acquire("jail-probe-" + std::to_string(::getpid())));
+  std::string scratch = state_dir.empty() ? "/tmp" : state_dir + "/run";
+  std::error_code ec;
+  std::filesystem::create_directories(scratch, ec);
+  auto r = ProbeJail("qemu-system-x86_64", lease.uid, scratch);
+  (void)VmmUidPool::Release(lease);
+  return r.ok() ? OkStatus() : r.status();
 }
 
 }  // namespace airlock::qemu

@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <climits>
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "runtime/qemu/jail.h"
 
 namespace airlock::qemu {
 namespace fs = std::filesystem;
@@ -39,7 +41,7 @@ Status ValidateSpec(const VmSpec& s) {
     if (!S_ISREG(st.st_mode)) return InvalidArgument(what + " " + path + " is not a regular file");
   }
   if (s.run_dir.empty() || s.run_dir[0] != '/') return InvalidArgument("run dir must be an absolute path");
-  if (s.run_dir.size() + 16 >= sizeof(sockaddr_un{}.sun_path))
+  if (s.run_dir.size() + 24 >= sizeof(sockaddr_un{}.sun_path))
     return InvalidArgument("run dir too long for unix sockets: " + s.run_dir);
   if (s.vcpus < 1 || s.vcpus > 64) return InvalidArgument("vcpus must be 1..64");
   if (s.memory_mib < 64 || s.memory_mib > 1 << 20) return InvalidArgument("memory must be 64 MiB..1 TiB");
@@ -61,10 +63,40 @@ std::string QemuEscape(const std::string& s) {
   return o;
 }
 
+// Guest-visible size of a disk file: a raw file's length, or the virtual
+// size (big-endian u64 at offset 24) in a qcow2 header. Read with
+// O_NOFOLLOW, as bytes: nothing else of the header is interpreted.
+StatusOr<uint64_t> DiskVirtualSize(const std::string& path, const std::string& format) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd) return ErrnoError("open " + path);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError("stat " + path);
+  if (!S_ISREG(st.st_mode)) return FailedPrecondition(path + " is not a regular file");
+  if (format == "raw") return static_cast<uint64_t>(st.st_size);
+  unsigned char h[32];
+  if (::pread(fd.get(), h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) return ErrnoError("read " + path);
+  if (!(h[0] == 'Q' && h[1] == 'F' && h[2] == 'I' && h[3] == 0xfb)) return FailedPrecondition(path + " is not qcow2");
+  uint64_t size = 0;
+  for (int i = 24; i < 32; ++i) size = (size << 8) | h[i];
+  if (size == 0 || size > (16ull << 40)) return FailedPrecondition(path + ": implausible virtual size");
+  return size;
+}
+
+StatusOr<std::string> CanonicalExecutable(const std::string& exe) {
+  char buf[PATH_MAX];
+  if (!::realpath(exe.c_str(), buf)) return ErrnoError("realpath " + exe);
+  return std::string(buf);
+}
+
 }  // namespace
 
 VmPaths VmPaths::For(const std::string& run_dir) {
-  return {run_dir + "/overlay.qcow2", run_dir + "/qmp.sock", run_dir + "/console.sock"};
+  const std::string d = run_dir + "/vmm";
+  return {d, d + "/overlay.qcow2", d + "/qmp.sock", d + "/console.sock", d + "/mig-out.sock", d + "/mig-in.sock"};
+}
+
+VmPaths VmPaths::Legacy(const std::string& d) {
+  return {d, d + "/overlay.qcow2", d + "/qmp.sock", d + "/console.sock", d + "/mig-out.sock", d + "/mig-in.sock"};
 }
 
 namespace {
@@ -148,14 +180,9 @@ std::vector<std::string> BuildQemuArgv(const VmSpec& spec, Accel accel, const Vm
   a.insert(a.end(), {"-chardev", "socket,id=con0,path=" + QemuEscape(p.console_socket) + ",server=on,wait=off",
                      "-serial", "chardev:con0"});
   if (sandbox_supported) {
-    // -runas needs set*uid after the filter is installed, so elevateprivileges
-    // must stay allowed then; the process has no capabilities afterwards.
-    std::string elevate = spec.runas ? "allow" : "deny";
-    a.insert(a.end(), {"-sandbox", "on,obsolete=deny,elevateprivileges=" + elevate +
-                                       ",spawn=deny,resourcecontrol=deny"});
-  }
-  if (spec.runas) {
-    a.insert(a.end(), {"-runas", std::to_string(spec.runas->first) + ":" + std::to_string(spec.runas->second)});
+    // The jail drops root before exec (jail.h), so QEMU never changes its
+    // own credentials.
+    a.insert(a.end(), {"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"});
   }
   return a;
 }
@@ -184,6 +211,7 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
   vm->spec_.run_dir = spec.run_dir;
   ::chmod(spec.run_dir.c_str(), 0700);
   // From here on, failures are undone by the destructor (Destroy()).
+  if (::mkdir(p.vmm_dir.c_str(), 0700) != 0) return ErrnoError("mkdir " + p.vmm_dir);
 
   // overlay (qemu-img writes only the new file; the template, or a snapshot's
   // frozen disk, is the backing file)
@@ -193,23 +221,30 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
   if (!plan.copy_overlay_from.empty()) {
     RETURN_IF_ERROR(CopyFileSynced(plan.copy_overlay_from, p.overlay, 0600).WithContext("overlay"));
   } else {
-    auto img = RunChecked({spec.qemu_img, "create", "-q", "-f", "qcow2", "-F", plan.backing_format, "-b",
-                           vm->disk_backing_, p.overlay});
+    // -u + an explicit size: qemu-img (root, unjailed) never opens the
+    // backing file, whose qcow2 header (and so its own backing chain) a VMM
+    // may have written.
+    ASSIGN_OR_RETURN(uint64_t size, DiskVirtualSize(vm->disk_backing_, plan.backing_format));
+    auto img = RunChecked({spec.qemu_img, "create", "-q", "-u", "-f", "qcow2", "-F", plan.backing_format, "-b",
+                           vm->disk_backing_, p.overlay, std::to_string(size)});
     if (!img.ok()) return img.status().WithContext("overlay");
   }
 
-  if (spec.runas) {
-    for (const auto& path : {spec.run_dir, p.overlay}) {
-      if (::chown(path.c_str(), spec.runas->first, spec.runas->second) != 0)
-        return ErrnoError("chown " + path);
+  if (spec.jail) {
+    // The VMM's own files; nothing else of the state dir is its.
+    for (const auto& path : {p.overlay, p.vmm_dir}) {
+      if (::lchown(path.c_str(), spec.jail->first, spec.jail->second) != 0) return ErrnoError("chown " + path);
     }
   }
 
   // cgroup (best effort)
   if (spec.cgroup) {
-    uint64_t bytes = (uint64_t(spec.memory_mib) << 20) + kOverheadBytes +
-                     (vm->accel_ == Accel::kTcg ? uint64_t(kTcgTbMib) << 20 : 0);
-    auto cg = VmCgroup::Create(spec.sandbox_id, bytes, kPidsMax);
+    CgroupLimits limits;
+    limits.memory_bytes = (uint64_t(spec.memory_mib) << 20) + kOverheadBytes +
+                          (vm->accel_ == Accel::kTcg ? uint64_t(kTcgTbMib) << 20 : 0);
+    limits.pids_max = kPidsMax;
+    limits.cpus = spec.vcpus;
+    auto cg = VmCgroup::Create(spec.sandbox_id, limits);
     if (cg.ok()) vm->cgroup_ = std::move(*cg);
     else LOG_WARN("no cgroup for VMM, running unconfined by cgroup sandbox={} error={}", spec.sandbox_id,
                   cg.status().ToString());
@@ -223,24 +258,56 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
       BuildQemuArgv(spec, vm->accel_, p, QemuSupportsSandbox(spec.qemu_binary), HostTscKhz());
   // Restore: wait for migrate-incoming, and stay stopped after it until `cont`.
   if (plan.incoming) qemu_argv.insert(qemu_argv.end(), {"-S", "-incoming", "defer"});
-  SpawnOptions so;
-  if (!vm->cgroup_.procs_files().empty()) {
-    // Join the cgroup before exec, so no QEMU allocation escapes the limit.
-    so.argv = {"/bin/sh", "-c",
-               "while [ \"$1\" != -- ]; do echo $$ > \"$1\" || exit 125; shift; done; shift; exec \"$@\"",
-               "airlock-vmm"};
-    for (const auto& f : vm->cgroup_.procs_files()) so.argv.push_back(f);
-    so.argv.push_back("--");
+  ASSIGN_OR_RETURN(std::string exe, FindExecutable(spec.qemu_binary));
+  if (!spec.jail) {
+    SpawnOptions so;
+    if (!vm->cgroup_.procs_files().empty()) {
+      // Join the cgroup before exec, so no QEMU allocation escapes the limit.
+      so.argv = {"/bin/sh", "-c",
+                 "while [ \"$1\" != -- ]; do echo $$ > \"$1\" || exit 125; shift; done; shift; exec \"$@\"",
+                 "airlock-vmm"};
+      for (const auto& f : vm->cgroup_.procs_files()) so.argv.push_back(f);
+      so.argv.push_back("--");
+    }
+    so.argv.insert(so.argv.end(), qemu_argv.begin(), qemu_argv.end());
+    so.stdout_fd = err_w.get();
+    so.stderr_fd = err_w.get();
+    so.netns_fd = spec.netns_fd;
+    so.die_with_parent = !spec.detach;
+    so.new_session = true;
+    auto child = Spawn(so);
+    if (!child.ok()) return child.status().WithContext("spawn qemu");
+    vm->child_ = std::move(*child);
+  } else {
+    // The jail sees the kernel, initrd and every disk of the overlay's
+    // backing chain, as recorded by us (never as named by a qcow2 header,
+    // which a VMM writes).
+    ASSIGN_OR_RETURN(std::vector<std::string> chain, DiskChain(vm->disk_backing_, vm->disk_backing_format_));
+    JailSpec js;
+    js.uid = spec.jail->first;
+    js.gid = spec.jail->second;
+    js.vmm_dir = p.vmm_dir;
+    js.base_dir = spec.run_dir;
+    js.kvm = vm->accel_ == Accel::kKvm;
+    js.ro_files = {spec.kernel, spec.initrd};
+    js.ro_files.insert(js.ro_files.end(), chain.begin(), chain.end());
+    for (auto& f : js.ro_files) f = fs::absolute(f).string();
+    ASSIGN_OR_RETURN(JailPlan plan, PlanJail(js));
+    JailProcess jp;
+    jp.argv = qemu_argv;
+    ASSIGN_OR_RETURN(jp.argv[0], CanonicalExecutable(exe));
+    jp.env = {"PATH=/usr/bin:/bin"};
+    jp.cgroup_procs = vm->cgroup_.procs_files();
+    jp.netns_fd = spec.netns_fd;
+    jp.tap = spec.tap_name;
+    jp.stdout_fd = err_w.get();
+    jp.stderr_fd = err_w.get();
+    jp.die_with_parent = !spec.detach;
+    auto child = SpawnJailed(plan, jp);
+    if (!child.ok()) return child.status().WithContext("spawn qemu");
+    vm->child_ = std::move(*child);
+    if (Status st = VmmUidPool::Adopt(spec.uid_lease, vm->child_.pid()); !st.ok()) return st.WithContext("uid lease");
   }
-  so.argv.insert(so.argv.end(), qemu_argv.begin(), qemu_argv.end());
-  so.stdout_fd = err_w.get();
-  so.stderr_fd = err_w.get();
-  so.netns_fd = spec.netns_fd;
-  so.die_with_parent = !spec.detach;
-  so.new_session = true;
-  auto child = Spawn(so);
-  if (!child.ok()) return child.status().WithContext("spawn qemu");
-  vm->child_ = std::move(*child);
   err_w.Reset();
   RETURN_IF_ERROR(vm->stderr_.Start(std::move(err_r)));
 
@@ -380,6 +447,10 @@ Status QemuVm::Destroy() {
     std::error_code ec;
     fs::remove_all(spec_.run_dir, ec);
     if (ec && first.ok()) first = Internal("remove " + spec_.run_dir + ": " + ec.message());
+  }
+  // Last: the uid is free only once nothing of it is left.
+  if (first.ok()) {
+    if (Status st = VmmUidPool::Release(spec_.uid_lease); !st.ok()) first = st;
   }
   if (first.ok()) destroyed_ = true;
   return first;

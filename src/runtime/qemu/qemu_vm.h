@@ -1,9 +1,12 @@
 // QemuVm: one `qemu-system-x86_64 -M microvm` per sandbox, controlled over
 // QMP (docs/runtime-qemu.md).
 //
-// Start() is a checklist: validate → accel → run dir → qcow2 overlay on the
-// (never written) raw template → cgroup (best effort) → spawn QEMU inside the
-// sandbox netns (joining the cgroup before exec) → QMP handshake → console.
+// Start() is a checklist: validate → accel → run dir (root's: vm.json) and
+// its vmm/ dir (the VMM's uid's) → qcow2 overlay on the (never written) raw
+// template → cgroup (memory, pids, cpu; best effort) → spawn QEMU inside the
+// sandbox netns, jailed (jail.h: its own uid, no capabilities, a mount
+// namespace holding only what it needs; joining the cgroup before exec) →
+// QMP handshake → console.
 // Any failure undoes what was done and, when QEMU died, the error carries the
 // tail of its stderr and of the guest console.
 //
@@ -28,6 +31,7 @@
 #include "runtime/qemu/output_tail.h"
 #include "runtime/qemu/qmp_client.h"
 #include "runtime/qemu/snapshot.h"
+#include "runtime/qemu/uid_pool.h"
 
 namespace airlock::qemu {
 
@@ -50,8 +54,14 @@ struct VmSpec {
   // true: QEMU survives this process (a daemon re-adopts it); false: it gets
   // SIGKILL when the thread that started it exits (PR_SET_PDEATHSIG).
   bool detach = false;
-  // Drop root after setup (-runas uid:gid); the run dir is chowned to it.
-  std::optional<std::pair<uid_t, gid_t>> runas;
+  // The VMM's jail (jail.h): QEMU is exec'd as this uid:gid, with no
+  // capabilities, in a mount namespace holding only its vmm dir, kernel,
+  // initrd and disk chain (plus /usr and a few device nodes); the vmm dir and
+  // overlay are chowned to it. nullopt: QEMU runs as root, unjailed (only
+  // when the jail is switched off, for debugging).
+  std::optional<std::pair<uid_t, gid_t>> jail;
+  // The lease on jail's uid (uid_pool.h; empty path: none), released by Destroy().
+  UidLease uid_lease;
   bool cgroup = true;  // best effort
   std::string qemu_binary = "qemu-system-x86_64";
   std::string qemu_img = "qemu-img";
@@ -61,10 +71,14 @@ struct VmSpec {
 inline constexpr size_t kConsoleTailBytes = 256 * 1024;
 inline constexpr size_t kStderrTailBytes = 16 * 1024;
 
-// Paths inside the run dir.
+// Paths inside the run dir. <run_dir> itself is root's (vm.json); what
+// QEMU opens, creates or connects to is in <run_dir>/vmm, the only writable
+// directory in its jail (owned by the jail uid).
 struct VmPaths {
-  std::string overlay, qmp_socket, console_socket;
+  std::string vmm_dir, overlay, qmp_socket, console_socket, migrate_out_socket, migrate_in_socket;
   static VmPaths For(const std::string& run_dir);
+  // Before the vmm/ dir existed (a VMM started by an older daemon, adopted).
+  static VmPaths Legacy(const std::string& run_dir);
 };
 
 // The QEMU command line (pure; unit-tested). `sandbox_supported`: whether

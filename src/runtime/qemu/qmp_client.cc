@@ -132,4 +132,11 @@ std::deque<nlohmann::json> QmpClient::events() const {
   return events_;
 }
 
+pid_t QmpClient::PeerPid() const {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd_.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
+  return cred.pid;
+}
+
 }  // namespace airlock::qemu

@@ -31,6 +31,8 @@ class QmpClient {
   StatusOr<nlohmann::json> Execute(const std::string& command, const nlohmann::json& arguments = nullptr,
                                    std::chrono::milliseconds timeout = std::chrono::seconds(5));
   const nlohmann::json& greeting() const { return greeting_; }
+  // The pid of the process that listens on the socket (SO_PEERCRED); -1 if unknown.
+  pid_t PeerPid() const;
   // Events seen so far (oldest first), e.g. {"event":"SHUTDOWN",...}.
   std::deque<nlohmann::json> events() const;
 

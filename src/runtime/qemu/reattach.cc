@@ -1,8 +1,10 @@
 // QemuVm::Reattach: a daemon restarted while detached VMMs kept running takes
 // them over with full control (QMP: pause, snapshot, fork), not just a pid.
 // Each launch with spec.detach writes <run_dir>/vm.json (0600) holding the
-// spec fields a snapshot manifest needs; Reattach reads it back. The file is
-// ours (root-written, in a 0700 run dir), but is still parsed defensively.
+// spec fields a snapshot manifest needs, the jail's uid:gid and uid lease;
+// Reattach reads it back. The file is ours (root-written, in the root-owned
+// 0700 run dir, outside the VMM's jail and its writable vmm/ dir), but is
+// still parsed defensively.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -34,7 +36,11 @@ Status WriteVmRecord(const QemuVm& vm) {
                       {"disk_backing", vm.disk_backing()},
                       {"disk_backing_format", vm.disk_backing_format()},
                       {"rootfs_stamp", vm.rootfs_stamp()},
-                      {"pid", vm.pid()}};
+                      {"pid", vm.pid()},
+                      {"vmm_dir", vm.paths().vmm_dir},
+                      {"jail", s.jail ? nlohmann::json{{"uid", s.jail->first}, {"gid", s.jail->second},
+                                                       {"uid_lease", s.uid_lease.path}}
+                                      : nlohmann::json(nullptr)}};
   std::string path = s.run_dir + "/" + kVmRecord, tmp = path + ".tmp";
   {
     UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
@@ -64,6 +70,7 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Reattach(const std::string& run_dir, p
   auto j = nlohmann::json::parse(ss.str(), nullptr, false);
   if (!j.is_object()) return InvalidArgument(path + ": not a JSON object");
   std::unique_ptr<QemuVm> vm(new QemuVm());
+  bool legacy_paths = false;
   try {
     vm->spec_.sandbox_id = j.at("sandbox_id").get<std::string>();
     vm->spec_.kernel = j.at("kernel").get<std::string>();
@@ -78,6 +85,12 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Reattach(const std::string& run_dir, p
     vm->disk_backing_format_ = j.at("disk_backing_format").get<std::string>();
     // Absent in records written before the stamp existed: taken now.
     vm->rootfs_stamp_ = j.value("rootfs_stamp", "");
+    if (j.contains("jail") && j["jail"].is_object()) {
+      const auto& jl = j["jail"];
+      vm->spec_.jail = std::make_pair(jl.at("uid").get<uid_t>(), jl.at("gid").get<gid_t>());
+      vm->spec_.uid_lease = {vm->spec_.jail->first, jl.value("uid_lease", ""), vm->spec_.sandbox_id};
+    }
+    legacy_paths = !j.contains("vmm_dir");
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgument(path + ": " + e.what());
   }
@@ -87,7 +100,7 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Reattach(const std::string& run_dir, p
   vm->spec_.run_dir = run_dir;
   vm->spec_.detach = true;
   vm->spec_.accel = vm->accel_;
-  vm->paths_ = VmPaths::For(run_dir);
+  vm->paths_ = legacy_paths ? VmPaths::Legacy(run_dir) : VmPaths::For(run_dir);
   vm->adopted_pid_ = pid;
   if (!vm->AdoptedAlive()) {
     vm->released_ = true;  // nothing of ours to destroy
@@ -98,6 +111,13 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Reattach(const std::string& run_dir, p
   if (!q.ok()) {
     vm->released_ = true;
     return q.status().WithContext("reattach qmp");
+  }
+  // The socket lives in a directory the VMM writes: make sure the QEMU we
+  // talk to is the one we adopt, not a socket it swapped in (another VMM's).
+  if (vm->spec_.jail && (*q)->PeerPid() != pid) {
+    vm->released_ = true;
+    return FailedPrecondition("reattach: " + vm->paths_.qmp_socket + " is served by pid " +
+                              std::to_string((*q)->PeerPid()) + ", not the VMM's " + std::to_string(pid));
   }
   vm->qmp_ = std::move(*q);
   LOG_INFO("vmm reattached sandbox={} pid={}", vm->spec_.sandbox_id, pid);

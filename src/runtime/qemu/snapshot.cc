@@ -90,8 +90,13 @@ Status WriteFileAtomic(const std::string& path, const std::string& content) {
 }  // namespace
 
 Status CopyFileSynced(const std::string& from, const std::string& to, mode_t mode) {
-  UniqueFd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
+  // `from` may be a VMM's own overlay, in a directory the VMM writes: never
+  // follow a symlink it put there, nor block on a FIFO.
+  UniqueFd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
   if (!in) return ErrnoError("open " + from);
+  struct stat fst;
+  if (::fstat(in.get(), &fst) != 0) return ErrnoError("stat " + from);
+  if (!S_ISREG(fst.st_mode)) return FailedPrecondition("copy " + from + ": not a regular file");
   UniqueFd out(::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
   if (!out) return ErrnoError("create " + to);
   bool fallback = false;
@@ -310,7 +315,8 @@ std::string MachineShapeHash(const VmSpec& spec, Accel accel) {
   n.tap_name = spec.tap_name.empty() ? "" : "tap0";
   n.qemu_binary = "qemu";
   uint64_t h = Fnv1a64("airlock-machine-v1");
-  for (const auto& a : BuildQemuArgv(n, accel, VmPaths::For(n.run_dir), false, 0)) h = Fnv1a64(a + '\0', h);
+  // Paths as they were before the vmm/ dir, so hashes of older snapshots still match.
+  for (const auto& a : BuildQemuArgv(n, accel, VmPaths::Legacy(n.run_dir), false, 0)) h = Fnv1a64(a + '\0', h);
   char buf[32];
   std::snprintf(buf, sizeof buf, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
   return buf;
@@ -342,6 +348,26 @@ Status DeleteSnapshot(const std::string& dir) {
   fs::remove_all(dir, ec);
   if (ec) return Internal("remove " + dir + ": " + ec.message());
   return OkStatus();
+}
+
+StatusOr<std::vector<std::string>> DiskChain(const std::string& backing, const std::string& format) {
+  std::vector<std::string> chain;
+  std::string file = backing, fmt = format;
+  for (int depth = 0; depth < 64; ++depth) {
+    if (file.empty() || file[0] != '/') return InvalidArgument("disk chain: backing file '" + file + "' is not absolute");
+    chain.push_back(file);
+    if (fmt == "raw") return chain;
+    if (fmt != "qcow2") return InvalidArgument("disk chain: unknown format '" + fmt + "' of " + file);
+    // A qcow2 backing file is always a snapshot's frozen disk: its own
+    // backing file is what that snapshot's manifest (ours) says.
+    fs::path p(file);
+    if (p.filename() != kSnapshotDisk)
+      return FailedPrecondition("disk chain: " + file + " is not a snapshot's " + kSnapshotDisk);
+    ASSIGN_OR_RETURN(SnapshotManifest m, ReadSnapshot(p.parent_path().string()));
+    file = m.disk_backing;
+    fmt = m.disk_backing_format;
+  }
+  return FailedPrecondition("disk chain of " + backing + " is longer than 64 disks");
 }
 
 // ---- QemuVm ---------------------------------------------------------------------
@@ -403,7 +429,7 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
 
   ASSIGN_OR_RETURN(auto st0, qmp_->Execute("query-status"));
   const bool was_running = st0.value("running", false);
-  const std::string sock = spec_.run_dir + "/mig-out.sock";
+  const std::string sock = paths_.migrate_out_socket;
   const std::string mem_tmp = dir + "/" + kSnapshotMemory + ".tmp";
   const std::string disk_tmp = dir + "/" + kSnapshotDisk + ".tmp";
   SnapshotManifest m;
@@ -415,7 +441,9 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     auto p = qmp_->Execute("migrate-set-parameters", {{"max-bandwidth", kMaxBandwidth}});
     if (!p.ok()) return p.status();
     ASSIGN_OR_RETURN(UniqueFd listener, ListenUnix(sock));
-    if (spec_.runas && ::chown(sock.c_str(), spec_.runas->first, spec_.runas->second) != 0)
+    // QEMU, as the jail uid, must be able to connect. lchown: the VMM's dir
+    // is its own, so never follow what may have replaced the socket there.
+    if (spec_.jail && ::lchown(sock.c_str(), spec_.jail->first, spec_.jail->second) != 0)
       return ErrnoError("chown " + sock);
     UniqueFd out(::open(mem_tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     if (!out) return ErrnoError("create " + mem_tmp);
@@ -575,7 +603,7 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Restore(const VmSpec& spec, const std:
   if (MajorMinor(version) != MajorMinor(m.qemu_version))
     return FailedPrecondition("restore " + dir + ": snapshot written by QEMU " + m.qemu_version + ", this is " + version);
 
-  const std::string sock = s.run_dir + "/mig-in.sock";
+  const std::string sock = vm->paths_.migrate_in_socket;
   auto inc = vm->qmp_->Execute("migrate-incoming", {{"uri", "unix:" + sock}});
   if (!inc.ok()) return inc.status().WithContext("restore " + dir);
   UniqueFd conn;

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <sys/types.h>
+#include <vector>
 
 #include "common/status.h"
 #include "runtime/qemu/accel_probe.h"
@@ -123,6 +124,13 @@ Status DeleteSnapshot(const std::string& dir);
 // memory file is emptied and the manifest rewritten (atomically) with
 // memory_bytes = 0. Such a snapshot can only be booted (RestoreOptions::disk_only).
 Status DropSnapshotMemory(const std::string& dir);
+
+// The files a VM's overlay reads through, as our records say (never as the
+// qcow2 headers say: a VMM can write those): `backing` (absolute) and, while
+// it is a snapshot's disk.qcow2, the disk_backing its manifest records, down
+// to the raw template. FailedPrecondition for a qcow2 that is not a
+// snapshot's disk or an unreadable manifest; at most 64 disks.
+StatusOr<std::vector<std::string>> DiskChain(const std::string& backing, const std::string& format);
 
 // Copies a file (copy_file_range: a reflink where the filesystem can) to a
 // new file `to` (O_EXCL, `mode`) and fsyncs it. ENOSPC is ResourceExhausted.
