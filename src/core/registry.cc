@@ -96,6 +96,11 @@ StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& path) {
   if (!r->Exec("SELECT lifecycle FROM sandboxes LIMIT 0", "probe lifecycle").ok()) {
     RETURN_IF_ERROR(r->Exec("ALTER TABLE sandboxes ADD COLUMN lifecycle TEXT NOT NULL DEFAULT '{}'", "add lifecycle"));
   }
+  // v3: the traffic access token (empty: none).
+  if (!r->Exec("SELECT traffic_token FROM sandboxes LIMIT 0", "probe traffic_token").ok()) {
+    RETURN_IF_ERROR(
+        r->Exec("ALTER TABLE sandboxes ADD COLUMN traffic_token TEXT NOT NULL DEFAULT ''", "add traffic_token"));
+  }
   return r;
 }
 
@@ -118,7 +123,8 @@ Status Registry::PutSandbox(const SandboxRecord& r) {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
          "INSERT OR REPLACE INTO sandboxes (id, template, state, created_at, ends_at, metadata, env_vars, token,"
-         " vcpus, memory_mib, netns_ip, vmm_pid, run_dir, lifecycle) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+          " vcpus, memory_mib, netns_ip, vmm_pid, run_dir, lifecycle, traffic_token)"
+         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   AIRLOCK_SQL_CHECK(s.ok(), "prepare put sandbox");
   s.Bind(1, r.id).Bind(2, r.template_id).Bind(3, r.state).Bind(4, r.created_at_ms).Bind(5, r.ends_at_ms);
   s.Bind(6, MapToJson(r.metadata)).Bind(7, MapToJson(r.env_vars)).Bind(8, r.access_token);
@@ -127,6 +133,7 @@ Status Registry::PutSandbox(const SandboxRecord& r) {
   s.Bind(14, nlohmann::json{{"autoPause", r.auto_pause}, {"autoPauseMemory", r.auto_pause_memory},
                             {"autoResume", r.auto_resume}}
                  .dump());
+  s.Bind(15, r.traffic_token);
   AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "put sandbox " + r.id);
   return OkStatus();
 }
@@ -154,7 +161,7 @@ StatusOr<std::vector<SandboxRecord>> Registry::ListSandboxes() {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
          "SELECT id, template, state, created_at, ends_at, metadata, env_vars, token, vcpus, memory_mib, netns_ip,"
-         " vmm_pid, run_dir, lifecycle FROM sandboxes ORDER BY created_at");
+          " vmm_pid, run_dir, lifecycle, traffic_token FROM sandboxes ORDER BY created_at");
   AIRLOCK_SQL_CHECK(s.ok(), "prepare list sandboxes");
   std::vector<SandboxRecord> out;
   int rc;
@@ -179,6 +186,7 @@ StatusOr<std::vector<SandboxRecord>> Registry::ListSandboxes() {
       r.auto_pause_memory = lc.value("autoPauseMemory", true);
       r.auto_resume = lc.value("autoResume", false);
     }
+    r.traffic_token = s.Text(14);
     out.push_back(std::move(r));
   }
   AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "list sandboxes");

@@ -77,6 +77,21 @@ TEST(NetNft, RulesetShape) {
   EXPECT_NE(r.find("type filter hook input priority filter; policy drop;"), std::string::npos);
 }
 
+TEST(NetNft, ExposedPortsAreOneSetAndOneRule) {
+  std::string r = NftRuleset("198.18.0.1", std::nullopt, 7);
+  EXPECT_NE(r.find("set exposed_ports { type inet_service; size 7; }"), std::string::npos) << r;
+  EXPECT_NE(r.find("iifname \"eth0\" ip daddr 198.18.0.1 tcp dport @exposed_ports dnat ip to 169.254.0.21\n"),
+            std::string::npos)
+      << r;
+  EXPECT_EQ(NftExposePorts({8080, 3000}), "add element inet airlock exposed_ports { 8080, 3000 }\n");
+  EXPECT_EQ(NftExposePorts({}), "");
+  std::string m = NftExposedSetMigration("198.18.0.1", 32);
+  EXPECT_NE(m.find("add set inet airlock exposed_ports { type inet_service; size 32; }"), std::string::npos) << m;
+  EXPECT_NE(m.find("add rule inet airlock prerouting iifname \"eth0\" ip daddr 198.18.0.1 tcp dport @exposed_ports"),
+            std::string::npos)
+      << m;
+}
+
 TEST(NetNft, AuditLogBeforeEveryGuestDrop) {
   // Without egress nothing reads NFLOG: no log statements.
   EXPECT_EQ(NftRuleset("198.18.0.1").find(" log "), std::string::npos);
