@@ -144,8 +144,10 @@ TEST(DaemonMetrics, RendersPrometheusText) {
   m.EgressBytes(10, 20);
   DaemonMetrics::Gauges g;
   g.running = 3;
+  g.paused = 2;
   std::string t = m.Render(g);
   EXPECT_NE(t.find("airlock_sandboxes{state=\"running\"} 3\n"), std::string::npos);
+  EXPECT_NE(t.find("airlock_sandboxes{state=\"paused\"} 2\n"), std::string::npos);
   EXPECT_NE(t.find("airlock_sandbox_create_duration_seconds_bucket{le=\"5\"} 1\n"), std::string::npos);
   EXPECT_NE(t.find("airlock_sandbox_create_duration_seconds_bucket{le=\"2\"} 0\n"), std::string::npos);
   EXPECT_NE(t.find("airlock_egress_connections_total{decision=\"denied\"} 1\n"), std::string::npos);
