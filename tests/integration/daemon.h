@@ -71,6 +71,7 @@ class TestDaemon {
   uint16_t port() const { return port_; }
   const std::string& key() const { return key_; }
   const std::string& dir() const { return dir_; }
+  pid_t pid() const { return child_.pid(); }
   // A daemon that dies without cleaning up (its sandboxes stay).
   void Kill9() {
     (void)child_.Signal(SIGKILL);
