@@ -373,6 +373,20 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
     int status = path == "/health" ? 502 : 404;
     return c->RespondError(status, "sandbox " + id + " is not running");
   }
+  // A guest port other than the agent's, of a sandbox with
+  // network.allowPublicTraffic false: E2B's traffic token is required first
+  // (403 as E2B), before anything is exposed or an autoResume starts.
+  if (port != kEnvdPort && !traffic_token.empty()) {
+    std::string got = c->Header("E2B-Traffic-Access-Token");
+    if (got.empty()) {
+      return c->RespondError(403, "Sandbox is secured with traffic access token. Token header "
+                                  "'e2b-traffic-access-token' is missing");
+    }
+    if (!SecureEqual(got, traffic_token)) {
+      return c->RespondError(403, "Sandbox is secured with traffic access token. Provided token in header "
+                                  "'e2b-traffic-access-token' is invalid");
+    }
+  }
   // Pausing too: the registry says "paused" from the commit on, while the VMM
   // is still being stopped; Resume waits for the pause to finish.
   if (sb->state() == SandboxState::kPaused || sb->state() == SandboxState::kResuming ||
@@ -425,20 +439,8 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
     call->SetTap(audit::DataPlaneTap::Create(tr, AuditSinkFn()));
     return call->Start();
   }
-  // Another guest port. network.allowPublicTraffic false: E2B's traffic
-  // token is required first (403 as E2B, before anything is exposed).
-  if (!traffic_token.empty()) {
-    std::string got = c->Header("E2B-Traffic-Access-Token");
-    if (got.empty()) {
-      return c->RespondError(403, "Sandbox is secured with traffic access token. Token header "
-                                  "'e2b-traffic-access-token' is missing");
-    }
-    if (!SecureEqual(got, traffic_token)) {
-      return c->RespondError(403, "Sandbox is secured with traffic access token. Provided token in header "
-                                  "'e2b-traffic-access-token' is invalid");
-    }
-  }
-  // Make it reachable first (a netlink batch for a new port → worker).
+  // Another guest port: make it reachable first (a netlink batch for a new
+  // port → worker).
   asio::post(*workers_, [c, sb, id, ip, port] {
     double retry_after = 1;
     Status st = sb->ExposePort(port, &retry_after);

@@ -464,7 +464,7 @@ TEST(DataPlaneTest, UploadCutOffMidBodyLeavesNoFile) {
   // An older whole file at the path stays as it was.
   auto w = d.Data(id, token, "POST", "/files?path=/home/user/kept.txt", "old content\n");
   ASSERT_TRUE(w.ok() && w->status == 200);
-  for (const std::string& name : {"fresh.bin", "kept.txt"}) {
+  for (std::string name : {"fresh.bin", "kept.txt"}) {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in sa{};
     sa.sin_family = AF_INET;
@@ -487,9 +487,13 @@ TEST(DataPlaneTest, UploadCutOffMidBodyLeavesNoFile) {
       if (name == "kept.txt" && seen == "2\n") break;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
+    std::cout << "[ info ] " << name << ": upload under way (" << Trim(seen) << " names) after "
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - (deadline - std::chrono::seconds(30))).count()
+              << " s; cutting it off\n";
     ::close(fd);
   }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  auto t0 = std::chrono::steady_clock::now();
+  auto deadline = t0 + std::chrono::seconds(30);
   std::string ls;
   while (std::chrono::steady_clock::now() < deadline) {
     auto r = d.Run(id, token, "ls -a /home/user | grep -e fresh -e kept -e airlock-upload || true");
@@ -497,6 +501,8 @@ TEST(DataPlaneTest, UploadCutOffMidBodyLeavesNoFile) {
     if (ls == "kept.txt\n") break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
+  std::cout << "[ info ] temporary files gone " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+            << " s after the cut\n";
   EXPECT_EQ(ls, "kept.txt\n") << "no truncated file at the final path, no temporary file";
   auto kept = d.Data(id, token, "/files?path=/home/user/kept.txt");
   ASSERT_TRUE(kept.ok());

@@ -313,9 +313,12 @@ TEST(NetRoot, CreateDestroyLeavesNothing) {
   EXPECT_NE(Sh({"ip", "netns", "exec", "al-" + id, "nft", "list", "tables"}).find("inet airlock"),
             std::string::npos);
   EXPECT_EQ(Sh({"ip", "netns", "exec", "al-" + id, "sysctl", "-n", "net.ipv4.ip_forward"}), "1\n");
-  ASSERT_TRUE((*n)->ExposeTcpPort(8080, 80).ok());
+  ASSERT_TRUE((*n)->ExposeTcpPorts({8080, 3000}).ok());
+  ASSERT_TRUE((*n)->ExposeTcpPorts({8080}).ok());  // already there: fine
+  std::string set = Sh({"ip", "netns", "exec", "al-" + id, "nft", "list", "set", "inet", "airlock", "exposed_ports"});
+  EXPECT_NE(set.find("3000, 8080"), std::string::npos) << set;
   EXPECT_NE(Sh({"ip", "netns", "exec", "al-" + id, "nft", "list", "chain", "inet", "airlock", "prerouting"})
-                .find("dport 8080"),
+                .find("dport @exposed_ports dnat ip to 169.254.0.21"),
             std::string::npos);
   std::string veth = (*n)->host_veth();
   ASSERT_TRUE((*n)->Destroy().ok());
