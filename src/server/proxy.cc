@@ -13,8 +13,12 @@
 // bytes are relayed both ways until either side closes; any other answer is
 // forwarded as a normal response.
 // Access: port 49983 needs the sandbox's X-Access-Token, except GET /health
-// and /files with a valid URL signature (spec §2.3, §4.2). Unknown sandbox:
-// 502 JSON for /health (the SDK reads it as "not running"), else 404 JSON.
+// and /files with a valid URL signature (spec §2.3, §4.2). Other ports need
+// E2B-Traffic-Access-Token when the sandbox has a traffic token (403 JSON
+// otherwise) and are exposed within Sandbox::ExposePort's bounds (429 +
+// Retry-After over the rate, 502 JSON over the cap; docs/server.md). Bodies
+// have no size limit either way. Unknown sandbox: 502 JSON for /health (the
+// SDK reads it as "not running"), else 404 JSON.
 #include <openssl/evp.h>
 #include <strings.h>
 
