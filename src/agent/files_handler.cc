@@ -4,10 +4,13 @@
 // arrive). Errors use the envd JSON shape {"code":<http>,"message":...}.
 #include <fcntl.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cstring>
+#include <ctime>
 #include <set>
 
 #include "agent/agent.h"
@@ -78,10 +81,33 @@ class Gunzip {
   bool ended_ = false;
 };
 
-// One upload request; writes its files one after another.
+// A temporary name beside `path` ("<dir>/.<name>.airlock-upload-<16 hex>").
+std::string TempUploadPath(const std::string& path) {
+  unsigned char r[8];
+  if (getrandom(r, sizeof r, 0) != static_cast<ssize_t>(sizeof r)) {
+    uint64_t v = static_cast<uint64_t>(getpid()) ^ static_cast<uint64_t>(time(nullptr)) << 20;
+    std::memcpy(r, &v, sizeof r);
+  }
+  static const char* kHex = "0123456789abcdef";
+  std::string suffix;
+  for (unsigned char b : r) {
+    suffix.push_back(kHex[b >> 4]);
+    suffix.push_back(kHex[b & 15]);
+  }
+  return ParentPath(path) + "/." + BaseName(path) + ".airlock-upload-" + suffix;
+}
+
+// One upload request; writes its files one after another. Each file is
+// written under a temporary name in its directory and renamed onto its
+// final path only once all its bytes are in (Close): an upload that fails or
+// is cut off mid-body leaves neither a truncated file at the final path nor
+// the temporary one (Abort, also run by the destructor).
 class Upload {
  public:
   Upload(Agent& agent, User user) : agent_(agent), user_(std::move(user)) {}
+  ~Upload() { Abort(); }
+  Upload(const Upload&) = delete;
+  Upload& operator=(const Upload&) = delete;
 
   // Creates the parents and opens the file, all with the user's permissions
   // (as_user.h): what the user cannot write is permission_denied (403). A
@@ -90,22 +116,22 @@ class Upload {
   Status Open(const std::string& raw_path) {
     ASSIGN_OR_RETURN(std::string path, ResolvePath(raw_path, user_.home));
     if (!seen_.insert(path).second) return InvalidArgument("path '" + path + "' is given more than once");
+    std::string tmp = TempUploadPath(path);
     RETURN_IF_ERROR(RunAsUser(user_, agent_.can_switch_user(), [&]() -> Status {
       struct stat st;
-      if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-        return InvalidArgument("path '" + path + "' is a directory");
+      if (lstat(path.c_str(), &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return InvalidArgument("path '" + path + "' is a directory");
+        if (S_ISLNK(st.st_mode)) return InvalidArgument("path '" + path + "' is a symlink; it is not followed");
       }
       RETURN_IF_ERROR(MakeDirs(ParentPath(path)));
-      fd_.Reset(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
-      if (!fd_) return ErrnoError("open " + path);
+      // The temporary file is the user's (the kernel sets the owner), so the
+      // renamed file is too; a root upload over a user's file makes it root's.
+      fd_.Reset(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
+      if (!fd_) return ErrnoError("open " + tmp);
       return OkStatus();
     }));
-    // A root upload over an existing file makes it root's, as envd does; a
-    // user's upload creates files as that user (the kernel sets the owner).
-    if (agent_.can_switch_user() && user_.uid == 0 && fchown(fd_.get(), user_.uid, user_.gid) != 0) {
-      return ErrnoError("chown " + path);
-    }
     path_ = path;
+    tmp_ = tmp;
     return OkStatus();
   }
 
@@ -125,7 +151,13 @@ class Upload {
   Status Close() {
     if (!fd_) return OkStatus();
     int rc = close(fd_.Release());
-    if (rc != 0) return ErrnoError("close " + path_);
+    if (rc != 0) return ErrnoError("close " + tmp_);
+    // rename() replaces the final path atomically, with the user's rights.
+    RETURN_IF_ERROR(RunAsUser(user_, agent_.can_switch_user(), [&]() -> Status {
+      if (rename(tmp_.c_str(), path_.c_str()) != 0) return ErrnoError("rename " + tmp_ + " to " + path_);
+      return OkStatus();
+    }));
+    tmp_.clear();
     envd::OJson e = envd::OJson::object();
     e["path"] = path_;
     e["name"] = BaseName(path_);
@@ -136,18 +168,28 @@ class Upload {
 
   envd::OJson& result() { return result_; }
 
+  // Drops the file being written (its temporary name); idempotent.
+  void Abort() {
+    fd_.Reset();
+    if (!tmp_.empty()) (void)unlink(tmp_.c_str());
+    tmp_.clear();
+  }
+
  private:
   Agent& agent_;
   User user_;
   UniqueFd fd_;
   std::string path_;
+  std::string tmp_;  // the temporary name while a file is open
   std::set<std::string> seen_;
   envd::OJson result_ = envd::OJson::array();
 };
 
 void Finish(std::shared_ptr<Session> s, std::shared_ptr<Upload> up, Status st) {
+  if (!st.ok() || s->closed()) up->Abort();  // cut off mid-body: nothing at the final path
   if (s->closed()) return;
   if (st.ok()) st = up->Close();
+  if (!st.ok()) up->Abort();
   if (!st.ok()) {
     LogDebug("upload failed: %s", st.ToString().c_str());
     return RespondHttpError(*s, HttpStatusFor(st), st.message());

@@ -8,6 +8,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "core/envd_client.h"
 #include "envd/envelope.h"
 #include "envd/messages.h"
 #include "envd/proto_json.h"
@@ -30,17 +31,6 @@ Status ErrorFromReply(const HttpReply& r) {
                 "HTTP " + std::to_string(r.status) + ": " + msg);
 }
 
-HttpCall DataCall(const DaemonTarget& t, const DaemonSandbox& sb, const std::string& method, const std::string& guest) {
-  HttpCall call;
-  call.host = t.host;
-  call.port = t.port;
-  call.method = method;
-  call.headers = {{"E2b-Sandbox-Id", sb.id}, {"E2b-Sandbox-Port", "49983"}, {"X-Access-Token", sb.token}};
-  call.target = "/files?path=" + UrlEncodeComponent(guest);
-  call.timeout = std::chrono::minutes(10);
-  call.max_body = 1ull << 32;
-  return call;
-}
 
 }  // namespace
 
@@ -147,26 +137,24 @@ StatusOr<int> DaemonExec(const DaemonTarget& t, const DaemonSandbox& sb, const D
   }
 }
 
+namespace {
+// The sandbox's agent, reached through the daemon's data plane: files stream
+// both ways (never held in memory) and directories download whole, exactly
+// as in-process `airlock run` does (EnvdClient::Download).
+EnvdClient AgentViaDaemon(const DaemonTarget& t, const DaemonSandbox& sb) {
+  std::string host = t.host == "localhost" ? "127.0.0.1" : t.host;
+  return EnvdClient::ViaDaemon(AgentEndpoint{host, t.port}, sb.id, sb.token);
+}
+}  // namespace
+
 Status DaemonUpload(const DaemonTarget& t, const DaemonSandbox& sb, const std::string& local,
                     const std::string& guest) {
-  std::ifstream f(local, std::ios::binary);
-  if (!f) return NotFound("cannot read " + local);
-  HttpCall call = DataCall(t, sb, "POST", guest);
-  call.body.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  call.headers.push_back({"Content-Type", "application/octet-stream"});
-  ASSIGN_OR_RETURN(auto r, HttpDo(call));
-  if (r.status != 200) return ErrorFromReply(r).WithContext("upload " + local);
-  return OkStatus();
+  return AgentViaDaemon(t, sb).UploadFile(local, guest);
 }
 
 Status DaemonDownload(const DaemonTarget& t, const DaemonSandbox& sb, const std::string& guest,
                       const std::string& local) {
-  ASSIGN_OR_RETURN(auto r, HttpDo(DataCall(t, sb, "GET", guest)));
-  if (r.status != 200) return ErrorFromReply(r).WithContext("download " + guest);
-  std::ofstream f(local, std::ios::binary | std::ios::trunc);
-  f.write(r.body.data(), static_cast<std::streamsize>(r.body.size()));
-  if (!f) return Internal("cannot write " + local);
-  return OkStatus();
+  return AgentViaDaemon(t, sb).Download(guest, local);
 }
 
 }  // namespace airlock::cli

@@ -44,7 +44,9 @@ struct DaemonExecSpec {
 // process.Process/Start; stdout/stderr are copied to ours as they arrive.
 // Returns the shell-style exit code (128+N when killed by signal N).
 StatusOr<int> DaemonExec(const DaemonTarget& t, const DaemonSandbox& sb, const DaemonExecSpec& spec);
-// POST /files?path=guest (octet-stream) / GET /files?path=guest (regular files).
+// POST /files?path=guest (octet-stream, streamed from disk) / a guest file
+// or directory tree copied to `local` (files streamed to disk; EnvdClient::
+// Download), both through the daemon's data plane.
 Status DaemonUpload(const DaemonTarget& t, const DaemonSandbox& sb, const std::string& local, const std::string& guest);
 Status DaemonDownload(const DaemonTarget& t, const DaemonSandbox& sb, const std::string& guest,
                       const std::string& local);

@@ -64,7 +64,7 @@ std::optional<int> RunViaDaemon(const std::string& state_dir, const RunOptions& 
   }
   for (const auto& d : o.downloads) {
     if (Status st = DaemonDownload(t, *sb, d.from, d.to); !st.ok()) {
-      std::fprintf(stderr, "airlock run: %s (the daemon path copies regular files only)\n", st.message().c_str());
+      std::fprintf(stderr, "airlock run: download %s: %s\n", d.from.c_str(), st.message().c_str());
       return finish(*code == 0 ? 125 : *code);
     }
   }

@@ -73,7 +73,9 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "create-burst-per-key", po::value(&ad.create_burst_per_key)->default_value(ad.create_burst_per_key), "create burst per API key")(
       "max-creates-in-flight", po::value(&ad.max_creates_in_flight)->default_value(ad.max_creates_in_flight), "sandboxes booting at once (0: no cap)")(
       "queue-timeout", po::value(&queue_timeout_s)->default_value(queue_timeout_s), "seconds a create may wait for a slot before 429 + Retry-After")(
-      "memory-overcommit-ratio", po::value(&ad.memory_overcommit_ratio)->default_value(ad.memory_overcommit_ratio), "refuse creates once guest memory exceeds this x host memory (0: off)");
+      "memory-overcommit-ratio", po::value(&ad.memory_overcommit_ratio)->default_value(ad.memory_overcommit_ratio), "refuse creates once guest memory exceeds this x host memory (0: off)")(
+      "max-exposed-ports", po::value(&cfg.manager.port_exposure.max_ports)->default_value(cfg.manager.port_exposure.max_ports), "distinct guest ports (besides the agent's) the data plane may reach, per sandbox")(
+      "exposed-ports-per-second", po::value(&cfg.manager.port_exposure.new_per_second)->default_value(cfg.manager.port_exposure.new_per_second), "new guest ports exposed per second and sandbox, after a burst of 16");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
@@ -92,8 +94,11 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
     return 2;
   }
   cfg.default_timeout_s = std::min(cfg.default_timeout_s, cfg.max_timeout_s);
-  if (queue_timeout_s < 0 || cfg.max_vcpus < 1 || cfg.max_memory_mib < 128 || ad.memory_overcommit_ratio < 0) {
-    std::fprintf(stderr, "airlock serve: --queue-timeout >= 0, --max-cpus >= 1, --max-memory >= 128, ratio >= 0\n");
+  if (queue_timeout_s < 0 || cfg.max_vcpus < 1 || cfg.max_memory_mib < 128 || ad.memory_overcommit_ratio < 0 ||
+      cfg.manager.port_exposure.max_ports < 0 || cfg.manager.port_exposure.max_ports > 4096 ||
+      cfg.manager.port_exposure.new_per_second <= 0) {
+    std::fprintf(stderr, "airlock serve: --queue-timeout >= 0, --max-cpus >= 1, --max-memory >= 128, ratio >= 0, "
+                         "0 <= --max-exposed-ports <= 4096, --exposed-ports-per-second > 0\n");
     return 2;
   }
   ad.queue_timeout = std::chrono::seconds(queue_timeout_s);

@@ -71,10 +71,14 @@ class Connection {
 };
 
 template <class Req>
-void AddCommonHeaders(Req& req, const AgentEndpoint& ep, const std::string& token) {
+void AddCommonHeaders(Req& req, const AgentEndpoint& ep, const std::string& token, const std::string& route) {
   req.set(http::field::host, ep.host + ":" + std::to_string(ep.port));
   req.set(http::field::user_agent, "airlock");
   if (!token.empty()) req.set("X-Access-Token", token);
+  if (!route.empty()) {
+    req.set("E2b-Sandbox-Id", route);
+    req.set("E2b-Sandbox-Port", "49983");
+  }
 }
 
 // Turns a non-2xx agent reply into a Status. RPC errors carry a string code
@@ -150,6 +154,12 @@ void ConnectionRegistry::CancelAll() {
   for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
 }
 
+EnvdClient EnvdClient::ViaDaemon(AgentEndpoint daemon, const std::string& sandbox_id, std::string access_token) {
+  EnvdClient c(std::move(daemon), std::move(access_token));
+  c.route_sandbox_ = sandbox_id;
+  return c;
+}
+
 EnvdClient::EnvdClient(AgentEndpoint endpoint, std::string access_token)
     : endpoint_(std::move(endpoint)),
       access_token_(std::move(access_token)),
@@ -162,7 +172,7 @@ Status EnvdClient::Health(std::chrono::milliseconds timeout) const {
     Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, timeout));
     http::request<http::empty_body> req{http::verb::get, "/health", 11};
-    AddCommonHeaders(req, endpoint_, access_token_);
+    AddCommonHeaders(req, endpoint_, access_token_, route_sandbox_);
     c.stream().expires_after(timeout);
     http::write(c.stream(), req);
     beast::flat_buffer buf;
@@ -193,10 +203,10 @@ Status EnvdClient::WaitReady(std::chrono::steady_clock::time_point deadline,
 // header, and the user as Basic auth when one is named.
 namespace {
 http::request<http::string_body> RpcRequest(const AgentEndpoint& endpoint, const std::string& token,
-                                            const std::string& method_path, const char* content_type,
-                                            const std::string& user) {
+                                            const std::string& route, const std::string& method_path,
+                                            const char* content_type, const std::string& user) {
   http::request<http::string_body> req{http::verb::post, "/" + method_path, 11};
-  AddCommonHeaders(req, endpoint, token);
+  AddCommonHeaders(req, endpoint, token, route);
   req.set(http::field::content_type, content_type);
   req.set("Connect-Protocol-Version", "1");
   if (!user.empty()) req.set(http::field::authorization, BasicAuth(user));
@@ -210,7 +220,7 @@ StatusOr<nlohmann::json> EnvdClient::Call(std::string_view method_path, const nl
   try {
     Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
-    auto req = RpcRequest(endpoint_, access_token_, what, "application/json", user);
+    auto req = RpcRequest(endpoint_, access_token_, route_sandbox_, what, "application/json", user);
     req.body() = request.dump();
     req.prepare_payload();
     c.stream().expires_after(std::chrono::seconds(60));
@@ -263,7 +273,7 @@ StatusOr<ExecResult> EnvdClient::StreamProcess(std::string_view method_path, con
   try {
     Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
-    auto req = RpcRequest(endpoint_, access_token_, what, "application/connect+json", user);
+    auto req = RpcRequest(endpoint_, access_token_, route_sandbox_, what, "application/connect+json", user);
     req.set("Keepalive-Ping-Interval", "30");
     if (timeout) req.set("Connect-Timeout-Ms", std::to_string(timeout->count()));
     req.body() = envd::EncodeEnvelope(body);
@@ -350,7 +360,7 @@ Status EnvdClient::UploadFile(const std::string& local_path, const std::string& 
     beast::error_code ec;
     req.body().open(local_path.c_str(), beast::file_mode::scan, ec);
     if (ec) return Status(StatusCode::kNotFound, "open " + local_path + ": " + ec.message());
-    AddCommonHeaders(req, endpoint_, access_token_);
+    AddCommonHeaders(req, endpoint_, access_token_, route_sandbox_);
     req.set(http::field::content_type, "application/octet-stream");
     req.prepare_payload();
     Connection c(registry_);
@@ -378,7 +388,7 @@ Status EnvdClient::DownloadFile(const std::string& guest_path, const std::string
         http::verb::get,
         "/files?path=" + UrlEncodeComponent(guest_path) + (user.empty() ? "" : "&username=" + UrlEncodeComponent(user)),
         11};
-    AddCommonHeaders(req, endpoint_, access_token_);
+    AddCommonHeaders(req, endpoint_, access_token_, route_sandbox_);
     req.set(http::field::accept_encoding, "identity");
     http::write(c.stream(), req);
     beast::flat_buffer buf;

@@ -74,6 +74,9 @@ class ConnectionRegistry {
 class EnvdClient {
  public:
   explicit EnvdClient(AgentEndpoint endpoint, std::string access_token = "");
+  // The endpoint is an airlock daemon's data plane, not the agent: every
+  // request carries E2b-Sandbox-Id: <sandbox_id> and E2b-Sandbox-Port: 49983.
+  static EnvdClient ViaDaemon(AgentEndpoint daemon, const std::string& sandbox_id, std::string access_token);
 
   // GET /health answered 204 within `timeout` (one attempt).
   Status Health(std::chrono::milliseconds timeout) const;
@@ -127,6 +130,7 @@ class EnvdClient {
                                      const ExecCallbacks& callbacks, bool stop_after_start) const;
   AgentEndpoint endpoint_;
   std::string access_token_;
+  std::string route_sandbox_;  // ViaDaemon: the sandbox's id; else empty
   std::shared_ptr<ConnectionRegistry> registry_;
 };
 

@@ -123,6 +123,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::StartFromSnapshot(const SnapshotStar
   sb->run_dir_ = config_.state_dir + "/run/" + sb->id_;
   sb->template_ = st.template_name;
   sb->access_token_ = RandomHex(32);
+  sb->port_limits_ = config_.port_exposure;
   sb->vcpus_ = st.vcpus;
   sb->memory_mib_ = st.memory_mib;
   sb->detach_ = st.detach;
@@ -142,6 +143,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::StartFromSnapshot(const SnapshotStar
   };
   auto t0 = std::chrono::steady_clock::now();
   net::NetworkOptions net_options;
+  net_options.max_exposed_ports = config_.port_exposure.max_ports;
   if (egress_) net_options.egress = EgressPorts(*egress_);
   auto network = net::SandboxNetwork::Create(sb->id_, *pool_, net_options);
   if (!network.ok()) return fail(network.status().WithContext("network"));

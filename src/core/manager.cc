@@ -88,13 +88,39 @@ std::string Sandbox::netns_ip() const {
   return network_ ? network_->netns_ip() : "";
 }
 
-Status Sandbox::ExposePort(uint16_t port) {
+Status Sandbox::ExposePort(uint16_t port, double* retry_after_s) {
   std::lock_guard<std::mutex> l(mu_);
   if (port == kAgentPort || exposed_ports_.count(port)) return OkStatus();
   if (!network_) return FailedPrecondition("sandbox " + id_ + " has no network");
-  RETURN_IF_ERROR(network_->ExposeTcpPort(port, port));
+  const PortExposureLimits& lim = port_limits_;
+  if (static_cast<int>(exposed_ports_.size()) >= lim.max_ports) {
+    return FailedPrecondition("sandbox " + id_ + " already has " + std::to_string(exposed_ports_.size()) +
+                              " exposed ports, the most allowed (serve --max-exposed-ports)");
+  }
+  // Token bucket of new ports.
+  auto now = std::chrono::steady_clock::now();
+  if (port_tokens_ < 0) {
+    port_tokens_ = lim.burst;
+  } else {
+    double dt = std::chrono::duration<double>(now - port_tokens_at_).count();
+    port_tokens_ = std::min<double>(lim.burst, port_tokens_ + dt * lim.new_per_second);
+  }
+  port_tokens_at_ = now;
+  if (port_tokens_ < 1) {
+    double wait = lim.new_per_second > 0 ? (1 - port_tokens_) / lim.new_per_second : 1;
+    if (retry_after_s) *retry_after_s = wait;
+    return ResourceExhausted("sandbox " + id_ + ": new guest ports are exposed at most " +
+                             std::to_string(lim.new_per_second) + " a second");
+  }
+  port_tokens_ -= 1;
+  RETURN_IF_ERROR(network_->ExposeTcpPorts({port}));
   exposed_ports_.insert(port);
   return OkStatus();
+}
+
+size_t Sandbox::exposed_port_count() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return exposed_ports_.size();
 }
 
 SandboxState Sandbox::state() const {
@@ -277,6 +303,7 @@ std::shared_ptr<Sandbox> Manager::AdoptedSandbox(const AdoptRequest& r) {
   sb->run_dir_ = config_.state_dir + "/run/" + r.id;
   sb->template_ = r.template_name;
   sb->access_token_ = r.access_token;
+  sb->port_limits_ = config_.port_exposure;
   sb->vcpus_ = r.vcpus;
   sb->memory_mib_ = r.memory_mib;
   sb->detach_ = true;
@@ -386,6 +413,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   sb->run_dir_ = config_.state_dir + "/run/" + sb->id_;
   sb->template_ = options.template_name;
   sb->access_token_ = options.access_token.empty() ? RandomHex(32) : options.access_token;
+  sb->port_limits_ = config_.port_exposure;
   sb->vcpus_ = options.vcpus;
   sb->memory_mib_ = options.memory_mib;
   sb->detach_ = options.detach;
@@ -405,6 +433,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   // 1. network
   auto t1 = std::chrono::steady_clock::now();
   net::NetworkOptions net_options;
+  net_options.max_exposed_ports = config_.port_exposure.max_ports;
   if (egress_) net_options.egress = EgressPorts(*egress_);
   auto network = net::SandboxNetwork::Create(sb->id_, *pool_, net_options);
   if (!network.ok()) return fail(network.status().WithContext("network"));

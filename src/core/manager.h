@@ -39,6 +39,17 @@ class AddressPool;
 class SandboxNetwork;
 }  // namespace net
 
+// Bounds on exposing guest ports (other than the agent's) to the data plane,
+// per sandbox (docs/server.md "Other guest ports"): at most `max_ports`
+// distinct ports for the life of its network, and new ones at most
+// `new_per_second` a second after a burst of `burst`. Ports already exposed
+// cost nothing.
+struct PortExposureLimits {
+  int max_ports = 32;
+  double new_per_second = 4;
+  int burst = 16;
+};
+
 struct ManagerConfig {
   std::string state_dir = "/var/lib/airlock";
   std::string address_pool = "198.18.0.0/15";
@@ -68,6 +79,7 @@ struct ManagerConfig {
   // capabilities, its own mount namespace. On by default; lease_root above
   // is used for its uid leases.
   qemu::VmmJailOptions vmm_jail;
+  PortExposureLimits port_exposure;
 };
 
 // The "owner" file of a run dir: the pid of the process that runs the
@@ -164,9 +176,15 @@ class Sandbox {
   int memory_mib() const { return memory_mib_; }
   // The host-reachable address of the sandbox (veth, netns side).
   std::string netns_ip() const;
-  // Makes guest TCP `port` reachable at netns_ip():port (idempotent).
-  // The agent port (49983) is always reachable.
-  Status ExposePort(uint16_t port);
+  // Makes guest TCP `port` reachable at netns_ip():port (idempotent; one
+  // netlink batch for a new port, nothing for a known one). The agent port
+  // (49983) is always reachable. Errors: FailedPrecondition when the
+  // sandbox already has PortExposureLimits::max_ports ports (or no network);
+  // ResourceExhausted when new ports come faster than the limit allows
+  // (*retry_after_s, if given, says when one is allowed again); Internal
+  // from nft.
+  Status ExposePort(uint16_t port, double* retry_after_s = nullptr);
+  size_t exposed_port_count() const;
   // The committed snapshot of a paused sandbox ("" when not paused).
   std::string snapshot_dir() const;
 
@@ -185,7 +203,10 @@ class Sandbox {
   std::string access_token_;
   int vcpus_ = 1;
   int memory_mib_ = 512;
-  std::set<uint16_t> exposed_ports_;
+  std::set<uint16_t> exposed_ports_;  // guarded by mu_, as the two below
+  PortExposureLimits port_limits_;
+  double port_tokens_ = -1;  // < 0: full (set on first use)
+  std::chrono::steady_clock::time_point port_tokens_at_;
   bool detach_ = false;
   std::map<std::string, std::string> env_vars_;
   // The fork snapshot whose disk this sandbox's disk is layered on (shared

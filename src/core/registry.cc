@@ -111,6 +111,11 @@ StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& path) {
   RETURN_IF_ERROR(r->Exec("CREATE TABLE IF NOT EXISTS owners (kind TEXT NOT NULL, id TEXT NOT NULL,"
                           " team TEXT NOT NULL, created_at INTEGER NOT NULL, PRIMARY KEY (kind, id))",
                           "create owners"));
+  // v4: the traffic access token (empty: none).
+  if (!r->Exec("SELECT traffic_token FROM sandboxes LIMIT 0", "probe traffic_token").ok()) {
+    RETURN_IF_ERROR(
+        r->Exec("ALTER TABLE sandboxes ADD COLUMN traffic_token TEXT NOT NULL DEFAULT ''", "add traffic_token"));
+  }
   return r;
 }
 
@@ -133,7 +138,8 @@ Status Registry::PutSandbox(const SandboxRecord& r) {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
          "INSERT OR REPLACE INTO sandboxes (id, template, state, created_at, ends_at, metadata, env_vars, token,"
-         " vcpus, memory_mib, netns_ip, vmm_pid, run_dir, lifecycle, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+         " vcpus, memory_mib, netns_ip, vmm_pid, run_dir, lifecycle, owner, traffic_token)"
+         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   AIRLOCK_SQL_CHECK(s.ok(), "prepare put sandbox");
   s.Bind(1, r.id).Bind(2, r.template_id).Bind(3, r.state).Bind(4, r.created_at_ms).Bind(5, r.ends_at_ms);
   s.Bind(6, MapToJson(r.metadata)).Bind(7, MapToJson(r.env_vars)).Bind(8, r.access_token);
@@ -143,6 +149,7 @@ Status Registry::PutSandbox(const SandboxRecord& r) {
                             {"autoResume", r.auto_resume}}
                  .dump());
   s.Bind(15, r.owner);
+  s.Bind(16, r.traffic_token);
   AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "put sandbox " + r.id);
   return OkStatus();
 }
@@ -170,7 +177,7 @@ StatusOr<std::vector<SandboxRecord>> Registry::ListSandboxes() {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
          "SELECT id, template, state, created_at, ends_at, metadata, env_vars, token, vcpus, memory_mib, netns_ip,"
-         " vmm_pid, run_dir, lifecycle, owner FROM sandboxes ORDER BY created_at");
+         " vmm_pid, run_dir, lifecycle, owner, traffic_token FROM sandboxes ORDER BY created_at");
   AIRLOCK_SQL_CHECK(s.ok(), "prepare list sandboxes");
   std::vector<SandboxRecord> out;
   int rc;
@@ -196,6 +203,7 @@ StatusOr<std::vector<SandboxRecord>> Registry::ListSandboxes() {
       r.auto_resume = lc.value("autoResume", false);
     }
     r.owner = s.Text(14);
+    r.traffic_token = s.Text(15);
     out.push_back(std::move(r));
   }
   AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "list sandboxes");

@@ -40,6 +40,10 @@ struct SandboxRecord {
   std::map<std::string, std::string> metadata;
   std::map<std::string, std::string> env_vars;
   std::string access_token;
+  // E2B's trafficAccessToken (network.allowPublicTraffic false): required
+  // as E2B-Traffic-Access-Token on every data-plane port but the agent's.
+  // Empty: the other ports are open to anyone who can reach the daemon.
+  std::string traffic_token;
   int vcpus = 1;
   int memory_mib = 512;
   std::string netns_ip;

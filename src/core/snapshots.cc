@@ -187,6 +187,7 @@ StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milli
   fs::remove_all(sb->run_dir_ + "/vm", ec);
 
   net::NetworkOptions net_options;
+  net_options.max_exposed_ports = config_.port_exposure.max_ports;
   if (egress_) net_options.egress = EgressPorts(*egress_);
   auto network = net::SandboxNetwork::Create(id, *pool_, net_options);
   if (!network.ok()) return back_to_paused(network.status().WithContext("network"));

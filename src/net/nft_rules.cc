@@ -18,6 +18,28 @@ std::string NftExposeRule(const std::string& netns_ip, uint16_t netns_port, uint
          std::to_string(netns_port) + " dnat ip to " + kGuestIp + ":" + std::to_string(guest_port);
 }
 
+namespace {
+std::string ExposedSetRule(const std::string& netns_ip) {
+  return std::string("iifname \"") + kNetnsVeth + "\" ip daddr " + netns_ip + " tcp dport @" + kNftExposedSet +
+         " dnat ip to " + kGuestIp;
+}
+std::string ExposedSetBody(int max_exposed_ports) {
+  return "{ type inet_service; size " + std::to_string(max_exposed_ports < 1 ? 1 : max_exposed_ports) + "; }";
+}
+}  // namespace
+
+std::string NftExposePorts(const std::vector<uint16_t>& ports) {
+  if (ports.empty()) return "";
+  std::string r = std::string("add element inet ") + kNftTable + " " + kNftExposedSet + " { ";
+  for (size_t i = 0; i < ports.size(); ++i) r += (i ? ", " : "") + std::to_string(ports[i]);
+  return r + " }\n";
+}
+
+std::string NftExposedSetMigration(const std::string& netns_ip, int max_exposed_ports) {
+  return std::string("add set inet ") + kNftTable + " " + kNftExposedSet + " " + ExposedSetBody(max_exposed_ports) +
+         "\nadd rule inet " + kNftTable + " prerouting " + ExposedSetRule(netns_ip) + "\n";
+}
+
 std::string NftLogPrefix(const std::string& decision, const std::string& rule) {
   std::string p = decision + ":" + rule;
   if (p.size() > kNftLogPrefixMax) p.resize(kNftLogPrefixMax);
@@ -97,11 +119,12 @@ std::string NftEgressCidrUpdate(const std::vector<NftCidr>& cidrs, const std::ve
   return r + CidrFwdRules(cidrs);
 }
 
-std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgress>& egress) {
+std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgress>& egress, int max_exposed_ports) {
   const std::string eth = std::string("\"") + kNetnsVeth + "\"";
   const std::string tap = std::string("\"") + kTapName + "\"";
   std::string r;
   r += std::string("table inet ") + kNftTable + " {\n";
+  r += std::string("  set ") + kNftExposedSet + " " + ExposedSetBody(max_exposed_ports) + "\n";
   if (egress) {
     r += "  set forbidden {\n    type ipv4_addr; flags interval;\n    elements = { ";
     for (size_t i = 0; i < NftForbiddenRanges().size(); ++i) r += (i ? ", " : "") + NftForbiddenRanges()[i];
@@ -117,6 +140,7 @@ std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgres
   }
   r += "  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n";
   r += "    " + NftExposeRule(netns_ip, kAgentPort, kAgentPort) + "\n";
+  r += "    " + ExposedSetRule(netns_ip) + "\n";
   if (egress) {
     const std::string h = egress->host_ip;
     const std::string gw = kGatewayIp;

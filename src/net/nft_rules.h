@@ -1,6 +1,10 @@
 // The nftables ruleset loaded into each sandbox netns (pure text generation,
 // unit-testable without root). One table, "inet airlock":
-//   prerouting (dnat):  eth0 → <netns ip>:P   ⇒ 169.254.0.21:G   per exposed port
+//   prerouting (dnat):  eth0 → <netns ip>:49983 ⇒ 169.254.0.21:49983 (agent)
+//                       eth0 → <netns ip>:P ⇒ 169.254.0.21:P for P in the set
+//                       exposed_ports (one rule; ports are set elements, added
+//                       by NftExposePorts; the set's size is the per-sandbox
+//                       cap, so the kernel refuses more)
 //   postrouting (snat): DNAT'd traffic out of tap0 gets source 169.254.0.22
 //                       (the guest has no default route; replies stay on-link)
 //   forward: policy drop; only connections that were DNAT'd (ct status dnat)
@@ -50,6 +54,8 @@ inline constexpr char kNftLogLimit[] = "audit_log";
 inline constexpr int kNftLogRatePerSecond = 50, kNftLogBurst = 100;  // within EgressService's 200 records/s
 inline constexpr size_t kNftLogPrefixMax = 63;
 inline constexpr char kNftHostSet[] = "host_addrs";
+inline constexpr char kNftExposedSet[] = "exposed_ports";
+inline constexpr int kDefaultMaxExposedPorts = 32;
 
 struct NftEgress {
   std::string host_ip;
@@ -65,7 +71,9 @@ struct NftCidr {
   std::string rule;              // audit label (the policy's rule text); empty: "<cidr>[:port]"
 };
 
-std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgress>& egress = std::nullopt);
+// `max_exposed_ports` (≥ 1): the size of the exposed_ports set.
+std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgress>& egress = std::nullopt,
+                       int max_exposed_ports = kDefaultMaxExposedPorts);
 // A rule (for `nft add rule`) that DNATs <netns_ip>:netns_port → guest:guest_port.
 std::string NftExposeRule(const std::string& netns_ip, uint16_t netns_port, uint16_t guest_port);
 // An `nft -f` script that atomically replaces the CIDR chains' rules and
@@ -75,6 +83,13 @@ std::string NftExposeRule(const std::string& netns_ip, uint16_t netns_port, uint
 // --internet) forwards a guest's connection to the host itself (whose
 // input chain would drop it after an allow record).
 std::string NftEgressCidrUpdate(const std::vector<NftCidr>& cidrs, const std::vector<std::string>& host = {});
+// An `nft -f` script adding `ports` to the exposed_ports set (one batch).
+std::string NftExposePorts(const std::vector<uint16_t>& ports);
+// The set and its DNAT rule, for a ruleset written before the set existed
+// (a sandbox adopted from an older daemon).
+std::string NftExposedSetMigration(const std::string& netns_ip, int max_exposed_ports);
+// An `nft -f` script that atomically replaces the CIDR chains' rules.
+std::string NftEgressCidrUpdate(const std::vector<NftCidr>& cidrs);
 // The NFLOG prefix for a decision and rule: "<decision>:<rule>", the rule
 // cut to fit kNftLogPrefixMax and anything outside [A-Za-z0-9./:_*-] → '_'.
 std::string NftLogPrefix(const std::string& decision, const std::string& rule);

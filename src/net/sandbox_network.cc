@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/subprocess.h"
 #include "net/names.h"
+#include "net/nft_batch.h"
 #include "net/nft_rules.h"
 
 namespace airlock::net {
@@ -92,6 +93,7 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(const std::stri
                                                                  const NetworkOptions& options) {
   RETURN_IF_ERROR(ValidateSandboxId(sandbox_id));
   std::unique_ptr<SandboxNetwork> n(new SandboxNetwork(sandbox_id, pool));
+  n->max_exposed_ports_ = options.max_exposed_ports;
   SandboxNetwork* self = n.get();
   Checklist& c = n->steps_;
   const std::string ns = n->netns_, veth = n->host_veth_, tap = n->tap_;
@@ -179,7 +181,7 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(const std::stri
       [&]() -> Status {
         std::optional<NftEgress> egress = options.egress;
         if (egress) egress->host_ip = host_ip;
-        RETURN_IF_ERROR(WriteFile(nft_file, NftRuleset(netns_ip, egress)));
+        RETURN_IF_ERROR(WriteFile(nft_file, NftRuleset(netns_ip, egress, options.max_exposed_ports)));
         Status st = Ok(RunChecked({"nft", "-f", nft_file}, fd));
         if (!st.ok()) ::unlink(nft_file.c_str());
         return st;
@@ -217,17 +219,15 @@ SandboxNetwork::~SandboxNetwork() {
 
 std::string SandboxNetwork::agent_endpoint() const { return netns_ip() + ":" + std::to_string(kAgentPort); }
 
-Status SandboxNetwork::ExposeTcpPort(uint16_t netns_port, uint16_t guest_port) {
+Status SandboxNetwork::ExposeTcpPorts(const std::vector<uint16_t>& ports) {
   if (destroyed_ || !netns_fd_) return FailedPrecondition("network of sandbox " + id_ + " is destroyed");
-  std::vector<std::string> argv = {"nft", "add", "rule", "inet", kNftTable, "prerouting"};
-  std::stringstream ss(NftExposeRule(netns_ip(), netns_port, guest_port));
-  std::string w;
-  while (ss >> w) {
-    if (w.size() >= 2 && w.front() == '"' && w.back() == '"') w = w.substr(1, w.size() - 2);
-    argv.push_back(w);
+  if (ports.empty()) return OkStatus();
+  Status st = NftRunInNetns(netns_, NftExposePorts(ports));
+  if (!st.ok() && adopted_) {
+    // A ruleset written by an older daemon has no set yet: add it, once.
+    st = NftRunInNetns(netns_, NftExposedSetMigration(netns_ip(), max_exposed_ports_) + NftExposePorts(ports));
   }
-  auto r = RunChecked(argv, netns_fd_.get());
-  return r.ok() ? OkStatus() : r.status().WithContext("expose port " + std::to_string(netns_port));
+  return st.WithContext("expose ports of sandbox " + id_);
 }
 
 Status SandboxNetwork::SetEgressCidrs(const std::vector<NftCidr>& cidrs,

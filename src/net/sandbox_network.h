@@ -37,6 +37,8 @@ struct NetworkOptions {
   // Egress through the daemon's resolver/proxy (nft_rules.h); host_ip is
   // filled in from the lease. nullopt: the guest reaches nothing.
   std::optional<NftEgress> egress;
+  // Size of the nft set of exposed guest ports (the kernel refuses more).
+  int max_exposed_ports = kDefaultMaxExposedPorts;
 };
 
 class SandboxNetwork {
@@ -64,8 +66,11 @@ class SandboxNetwork {
   // "<netns ip>:49983", reachable from the root namespace.
   std::string agent_endpoint() const;
 
-  // DNAT <netns ip>:netns_port → 169.254.0.21:guest_port (TCP).
-  Status ExposeTcpPort(uint16_t netns_port, uint16_t guest_port);
+  // DNAT <netns ip>:P → 169.254.0.21:P (TCP) for each port: elements added
+  // to the exposed_ports set in one netlink batch (no process). Errors:
+  // FailedPrecondition once destroyed; Internal with nft's message (e.g. the
+  // set is full: more than max_exposed_ports).
+  Status ExposeTcpPorts(const std::vector<uint16_t>& ports);
   // Replaces the allowed CIDR:port pairs and the host's addresses (never
   // forwarded to; NftEgressCidrUpdate), atomically; needs egress.
   Status SetEgressCidrs(const std::vector<NftCidr>& cidrs, const std::vector<std::string>& host_addresses);
@@ -92,6 +97,7 @@ class SandboxNetwork {
   bool adopted_ = false;  // built by Adopt(): torn down by name, not by checklist
   std::mutex egress_mu_;  // one CIDR update at a time; guards cidrs_
   std::vector<NftCidr> cidrs_;
+  int max_exposed_ports_ = kDefaultMaxExposedPorts;
 };
 
 // Removes the network objects of leases in `lease_root` whose owner process

@@ -92,12 +92,26 @@ void Server::ReadJson(std::shared_ptr<HttpConn> c, std::function<void(json)> the
   });
 }
 
+StatusOr<bool> ParseAllowPublicTraffic(const json& body) {
+  auto n = body.find("network");
+  if (n == body.end() || !n->is_object()) return true;
+  auto a = n->find("allowPublicTraffic");
+  if (a == n->end() || a->is_null()) return true;
+  if (!a->is_boolean()) return InvalidArgument("network.allowPublicTraffic must be a boolean");
+  return a->get<bool>();
+}
+
+json TrafficTokenJson(const SandboxRecord& r) {
+  return r.traffic_token.empty() ? json(nullptr) : json(r.traffic_token);
+}
+
 static json SandboxJson(const SandboxRecord& r) {
   return json{{"sandboxID", r.id},
               {"templateID", r.template_id},
               {"clientID", "airlock"},
               {"envdVersion", kEnvdVersion},
               {"envdAccessToken", r.access_token},
+              {"trafficAccessToken", TrafficTokenJson(r)},
               {"domain", nullptr}};
 }
 
@@ -211,6 +225,8 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
     opts.egress_policy = *policy;
     auto lifecycle = ParseLifecycle(body);
     if (!lifecycle.ok()) return c->RespondError(400, lifecycle.status().message());
+    auto public_traffic = ParseAllowPublicTraffic(body);
+    if (!public_traffic.ok()) return c->RespondError(400, public_traffic.status().message());
     int template_disk_mib = 0;
     if (auto img = image::FindImage(config_.manager.state_dir, opts.template_name); img.ok()) {
       struct stat st;
@@ -223,7 +239,8 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
     if (auto parsed = ParseSecretsSpec(secrets_spec); !parsed.ok()) return c->RespondError(400, parsed.status().message());
     std::string key_id = caller.key_id;
     Admit(c, key_id, opts.memory_mib,
-          [this, c, opts, ttl, meta, secrets_spec, key_id, caller, lifecycle = *lifecycle](uint64_t ticket) {
+          [this, c, opts, ttl, meta, secrets_spec, key_id, caller, lifecycle = *lifecycle,
+           public_traffic = *public_traffic](uint64_t ticket) {
       auto t0 = std::chrono::steady_clock::now();
       CreateOptions run_opts = opts;  // + secret env vars, never persisted
       auto attached = AttachSecrets(secrets_spec, caller, &run_opts);
@@ -254,6 +271,7 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
       r.metadata = meta;
       r.env_vars = opts.env_vars;
       r.access_token = (*sb)->access_token();
+      if (!public_traffic) r.traffic_token = RandomHex(32);
       r.vcpus = opts.vcpus;
       r.memory_mib = opts.memory_mib;
       r.netns_ip = (*sb)->netns_ip();

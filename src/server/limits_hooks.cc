@@ -99,7 +99,8 @@ void Server::ServeMetrics(std::shared_ptr<HttpConn> c) {
   auto st = admission_->stats();
   {
     std::lock_guard<std::mutex> l(mu_);
-    g.running = static_cast<int>(sandboxes_.size());
+    // As GET /v2/sandboxes reports them: a paused one holds no VMM.
+    for (const auto& [id, e] : sandboxes_) (e.rec.state == "paused" ? g.paused : g.running)++;
   }
   g.creating = st.in_flight;
   g.queued = static_cast<int>(st.queued);

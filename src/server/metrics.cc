@@ -22,6 +22,7 @@ std::string DaemonMetrics::Render(const Gauges& g) const {
   auto u = [](const std::atomic<uint64_t>& a) { return static_cast<unsigned long long>(a.load()); };
   o += "# HELP airlock_sandboxes Sandboxes by state.\n# TYPE airlock_sandboxes gauge\n";
   line("airlock_sandboxes{state=\"running\"} %d\n", g.running);
+  line("airlock_sandboxes{state=\"paused\"} %d\n", g.paused);
   line("airlock_sandboxes{state=\"creating\"} %d\n", g.creating);
   line("airlock_sandboxes{state=\"queued\"} %d\n", g.queued);
   o += "# HELP airlock_committed_memory_mib Guest memory committed to sandboxes (MiB).\n"

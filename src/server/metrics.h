@@ -33,7 +33,7 @@ class DaemonMetrics {
   void SandboxDied() { sandbox_deaths_.fetch_add(1); }
 
   struct Gauges {
-    int running = 0, creating = 0, queued = 0;
+    int running = 0, paused = 0, creating = 0, queued = 0;
     int64_t committed_memory_mib = 0;
     uint64_t otlp_exported = 0, otlp_dropped = 0, otlp_failed_batches = 0;
     // egress::EgressCounters (counted by the egress service itself).

@@ -13,14 +13,20 @@
 // bytes are relayed both ways until either side closes; any other answer is
 // forwarded as a normal response.
 // Access: port 49983 needs the sandbox's X-Access-Token, except GET /health
-// and /files with a valid URL signature (spec §2.3, §4.2). Unknown sandbox:
-// 502 JSON for /health (the SDK reads it as "not running"), else 404 JSON.
+// and /files with a valid URL signature (spec §2.3, §4.2). Other ports need
+// E2B-Traffic-Access-Token when the sandbox has a traffic token (403 JSON
+// otherwise) and are exposed within Sandbox::ExposePort's bounds (429 +
+// Retry-After over the rate, 502 JSON over the cap; docs/server.md). Bodies
+// have no size limit either way. Unknown sandbox: 502 JSON for /health (the
+// SDK reads it as "not running"), else 404 JSON.
 #include <openssl/evp.h>
 #include <strings.h>
 
 #include <array>
 #include <cctype>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/post.hpp>
@@ -210,6 +216,9 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
   void ReadResponseHead() {
     parser_.emplace();
     parser_->header_limit(64 * 1024);
+    // The body is relayed as raw bytes, never held: no size limit (Beast's
+    // default of 8 MiB refused every larger download at the head).
+    parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
     http::async_read_header(up_, rbuf_, *parser_, [self = shared_from_this()](boost::system::error_code ec, size_t) {
       if (ec) return self->Fail(502, "sandbox closed the connection before answering: " + ec.message());
       self->ForwardHead();
@@ -353,19 +362,34 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
 void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint16_t port) {
   const std::string& path = c->path();
   std::shared_ptr<Sandbox> sb;
-  std::string token, ip;
+  std::string token, traffic_token, ip;
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = sandboxes_.find(id);
     if (it != sandboxes_.end()) {
       sb = it->second.sb;
       token = it->second.rec.access_token;
+      traffic_token = it->second.rec.traffic_token;
       ip = it->second.rec.netns_ip;
     }
   }
   if (!sb) {
     int status = path == "/health" ? 502 : 404;
     return c->RespondError(status, "sandbox " + id + " is not running");
+  }
+  // A guest port other than the agent's, of a sandbox with
+  // network.allowPublicTraffic false: E2B's traffic token is required first
+  // (403 as E2B), before anything is exposed or an autoResume starts.
+  if (port != kEnvdPort && !traffic_token.empty()) {
+    std::string got = c->Header("E2B-Traffic-Access-Token");
+    if (got.empty()) {
+      return c->RespondError(403, "Sandbox is secured with traffic access token. Token header "
+                                  "'e2b-traffic-access-token' is missing");
+    }
+    if (!SecureEqual(got, traffic_token)) {
+      return c->RespondError(403, "Sandbox is secured with traffic access token. Provided token in header "
+                                  "'e2b-traffic-access-token' is invalid");
+    }
   }
   // Pausing too: the registry says "paused" from the commit on, while the VMM
   // is still being stopped; Resume waits for the pause to finish.
@@ -419,10 +443,26 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
     call->SetTap(audit::DataPlaneTap::Create(tr, AuditSinkFn()));
     return call->Start();
   }
-  // Another guest port: make it reachable first (nft, blocking → worker).
-  asio::post(*workers_, [c, sb, ip, port] {
-    Status st = sb->ExposePort(port);
-    asio::post(c->executor(), [c, st, ip, port] {
+  // Another guest port: make it reachable first (a netlink batch for a new
+  // port → worker).
+  asio::post(*workers_, [c, sb, id, ip, port] {
+    double retry_after = 1;
+    Status st = sb->ExposePort(port, &retry_after);
+    asio::post(c->executor(), [c, st, id, ip, port, retry_after] {
+      if (st.code() == StatusCode::kResourceExhausted) {
+        int secs = std::max(1, static_cast<int>(std::ceil(retry_after)));
+        return c->RespondError(429, st.message(), {{"Retry-After", std::to_string(secs)}});
+      }
+      if (st.code() == StatusCode::kFailedPrecondition) {
+        // The cap: as E2B's answer for a port that is not open (502 JSON),
+        // with the reason.
+        return c->Respond(502, "application/json",
+                          nlohmann::json{{"code", 502},
+                                         {"sandboxId", id},
+                                         {"port", std::to_string(port)},
+                                         {"message", "The sandbox is running but port is not open: " + st.message()}}
+                              .dump());
+      }
       if (!st.ok()) return c->RespondError(502, "expose port " + std::to_string(port) + ": " + st.message());
       std::make_shared<ProxyCall>(c, ip, port)->Start();
     });

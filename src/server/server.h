@@ -310,6 +310,11 @@ std::map<std::string, std::string> ParseMetadataFilter(const std::string& value)
 // "sandbox.create", "sandbox.kill", ... for a control-plane route (path
 // segments after the optional "v2").
 std::string ControlActionName(const std::vector<std::string>& seg, http::verb verb);
+// E2B's network.allowPublicTraffic of a create body (default true);
+// InvalidArgument when it is not a boolean.
+StatusOr<bool> ParseAllowPublicTraffic(const nlohmann::json& body);
+// The record's trafficAccessToken for a response: the token, or null.
+nlohmann::json TrafficTokenJson(const SandboxRecord& r);
 // Parses "<created_ms>_<id>" page tokens; nullopt when malformed.
 std::optional<std::pair<int64_t, std::string>> ParsePageToken(const std::string& token);
 

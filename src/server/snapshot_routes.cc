@@ -150,6 +150,7 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
         r.created_at_ms = NowUnixMs();
         r.ends_at_ms = r.created_at_ms + int64_t{ttl} * 1000;
         r.access_token = (*child)->access_token();
+        if (!parent.traffic_token.empty()) r.traffic_token = RandomHex(32);  // each child its own
         r.netns_ip = (*child)->netns_ip();
         r.vmm_pid = (*child)->vmm_pid();
         r.run_dir = (*child)->run_dir();
@@ -175,6 +176,7 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
                          {"clientID", "airlock"},
                          {"envdVersion", kEnvdVersion},
                          {"envdAccessToken", r.access_token},
+                         {"trafficAccessToken", TrafficTokenJson(r)},
                          {"domain", nullptr}}}});
       }
       AddLog(id, "info", "forked " + std::to_string(count) + " time(s)");
@@ -355,7 +357,8 @@ void Server::ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, i
     AddLog(id, "info",
            r->resumed ? "resumed in " + std::to_string(static_cast<int>(r->total_ms)) + " ms" : "connected");
     json out{{"sandboxID", rec.id},         {"templateID", rec.template_id},       {"clientID", "airlock"},
-             {"envdVersion", kEnvdVersion}, {"envdAccessToken", rec.access_token}, {"domain", nullptr}};
+             {"envdVersion", kEnvdVersion}, {"envdAccessToken", rec.access_token}, {"domain", nullptr},
+             {"trafficAccessToken", TrafficTokenJson(rec)}};
     int status = r->resumed ? 201 : 200;
     std::string body = out.dump();
     asio::post(c->executor(), [c, status, body] { c->Respond(status, "application/json", body); });

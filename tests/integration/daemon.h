@@ -72,6 +72,7 @@ class TestDaemon {
   pid_t pid() const { return child_.pid(); }
   const std::string& key() const { return key_; }
   const std::string& dir() const { return dir_; }
+  pid_t pid() const { return child_.pid(); }
   // A daemon that dies without cleaning up (its sandboxes stay).
   void Kill9() {
     (void)child_.Signal(SIGKILL);

@@ -146,10 +146,12 @@ TEST(DaemonMetrics, RendersPrometheusText) {
   g.running = 3;
   g.egress_dns_tcp_refused = 7;
   g.egress_host_address_refused = 2;
+  g.paused = 2;
   std::string t = m.Render(g);
   EXPECT_NE(t.find("airlock_egress_dns_tcp_refused_total 7\n"), std::string::npos);
   EXPECT_NE(t.find("airlock_egress_host_address_refused_total 2\n"), std::string::npos);
   EXPECT_NE(t.find("airlock_sandboxes{state=\"running\"} 3\n"), std::string::npos);
+  EXPECT_NE(t.find("airlock_sandboxes{state=\"paused\"} 2\n"), std::string::npos);
   EXPECT_NE(t.find("airlock_sandbox_create_duration_seconds_bucket{le=\"5\"} 1\n"), std::string::npos);
   EXPECT_NE(t.find("airlock_sandbox_create_duration_seconds_bucket{le=\"2\"} 0\n"), std::string::npos);
   EXPECT_NE(t.find("airlock_egress_connections_total{decision=\"denied\"} 1\n"), std::string::npos);

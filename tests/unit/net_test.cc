@@ -77,6 +77,21 @@ TEST(NetNft, RulesetShape) {
   EXPECT_NE(r.find("type filter hook input priority filter; policy drop;"), std::string::npos);
 }
 
+TEST(NetNft, ExposedPortsAreOneSetAndOneRule) {
+  std::string r = NftRuleset("198.18.0.1", std::nullopt, 7);
+  EXPECT_NE(r.find("set exposed_ports { type inet_service; size 7; }"), std::string::npos) << r;
+  EXPECT_NE(r.find("iifname \"eth0\" ip daddr 198.18.0.1 tcp dport @exposed_ports dnat ip to 169.254.0.21\n"),
+            std::string::npos)
+      << r;
+  EXPECT_EQ(NftExposePorts({8080, 3000}), "add element inet airlock exposed_ports { 8080, 3000 }\n");
+  EXPECT_EQ(NftExposePorts({}), "");
+  std::string m = NftExposedSetMigration("198.18.0.1", 32);
+  EXPECT_NE(m.find("add set inet airlock exposed_ports { type inet_service; size 32; }"), std::string::npos) << m;
+  EXPECT_NE(m.find("add rule inet airlock prerouting iifname \"eth0\" ip daddr 198.18.0.1 tcp dport @exposed_ports"),
+            std::string::npos)
+      << m;
+}
+
 TEST(NetNft, AuditLogBeforeEveryGuestDrop) {
   // Without egress nothing reads NFLOG: no log statements.
   EXPECT_EQ(NftRuleset("198.18.0.1").find(" log "), std::string::npos);
@@ -322,9 +337,12 @@ TEST(NetRoot, CreateDestroyLeavesNothing) {
   EXPECT_NE(Sh({"ip", "netns", "exec", "al-" + id, "nft", "list", "tables"}).find("inet airlock"),
             std::string::npos);
   EXPECT_EQ(Sh({"ip", "netns", "exec", "al-" + id, "sysctl", "-n", "net.ipv4.ip_forward"}), "1\n");
-  ASSERT_TRUE((*n)->ExposeTcpPort(8080, 80).ok());
+  ASSERT_TRUE((*n)->ExposeTcpPorts({8080, 3000}).ok());
+  ASSERT_TRUE((*n)->ExposeTcpPorts({8080}).ok());  // already there: fine
+  std::string set = Sh({"ip", "netns", "exec", "al-" + id, "nft", "list", "set", "inet", "airlock", "exposed_ports"});
+  EXPECT_NE(set.find("3000, 8080"), std::string::npos) << set;
   EXPECT_NE(Sh({"ip", "netns", "exec", "al-" + id, "nft", "list", "chain", "inet", "airlock", "prerouting"})
-                .find("dport 8080"),
+                .find("dport @exposed_ports dnat ip to 169.254.0.21"),
             std::string::npos);
   std::string veth = (*n)->host_veth();
   ASSERT_TRUE((*n)->Destroy().ok());

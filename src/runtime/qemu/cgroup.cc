@@ -96,6 +96,21 @@ StatusOr<VmCgroup> VmCgroup::Create(const std::string& id, const CgroupLimits& l
   return cg;
 }
 
+VmCgroup VmCgroup::Existing(const std::string& id, const std::string& root) {
+  VmCgroup cg;
+  if (id.empty() || id.find('/') != std::string::npos || id[0] == '.') return cg;
+  cg.version_ = DetectCgroupVersion(root);
+  std::vector<std::string> candidates;
+  if (cg.version_ == CgroupVersion::kV2) candidates = {root + "/airlock/" + id};
+  if (cg.version_ == CgroupVersion::kV1) candidates = {root + "/memory/airlock/" + id, root + "/pids/airlock/" + id};
+  for (const auto& dir : candidates) {
+    if (!Exists(dir)) continue;
+    cg.dirs_.push_back(dir);
+    cg.procs_.push_back(dir + "/cgroup.procs");
+  }
+  return cg;
+}
+
 Status VmCgroup::Remove() {
   Status first;
   for (auto it = dirs_.rbegin(); it != dirs_.rend(); ++it) {

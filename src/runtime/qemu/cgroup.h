@@ -31,6 +31,11 @@ class VmCgroup {
   VmCgroup() = default;
   static StatusOr<VmCgroup> Create(const std::string& sandbox_id, const CgroupLimits& limits,
                                    const std::string& root = "/sys/fs/cgroup");
+  // The leaves an earlier process made for `sandbox_id` (those that exist),
+  // so that a VMM taken over after a daemon restart (QemuVm::Reattach) has
+  // its cgroup removed with it. Empty when there are none or the id is not
+  // a plain name.
+  static VmCgroup Existing(const std::string& sandbox_id, const std::string& root = "/sys/fs/cgroup");
   VmCgroup(VmCgroup&&) = default;
   VmCgroup& operator=(VmCgroup&&) = default;
 

@@ -135,8 +135,8 @@ class QemuVm {
   // Takes over a QEMU started (detached) by a previous process in `run_dir`
   // (reattach.cc): the spec is read back from <run_dir>/vm.json (written by
   // every launch), QMP is reconnected. The process is not our child: liveness
-  // is "pid runs and its command line names run_dir". No console tail, no
-  // cgroup removal. NotFound without vm.json; FailedPrecondition when the pid
+  // is "pid runs and its command line names run_dir". No console tail; its
+  // cgroup (VmCgroup::Existing) is removed by Destroy. NotFound without vm.json; FailedPrecondition when the pid
   // is not that QEMU.
   static StatusOr<std::unique_ptr<QemuVm>> Reattach(const std::string& run_dir, pid_t pid);
   // `stop` / `cont` over QMP (a VM left stopped by SaveSnapshot resumes with Resume()).

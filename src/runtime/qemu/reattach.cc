@@ -120,6 +120,8 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Reattach(const std::string& run_dir, p
                               std::to_string((*q)->PeerPid()) + ", not the VMM's " + std::to_string(pid));
   }
   vm->qmp_ = std::move(*q);
+  // Its cgroup goes with it when it is destroyed.
+  vm->cgroup_ = VmCgroup::Existing(vm->spec_.sandbox_id);
   LOG_INFO("vmm reattached sandbox={} pid={}", vm->spec_.sandbox_id, pid);
   return vm;
 }
