@@ -88,8 +88,6 @@ std::string NftExposePorts(const std::vector<uint16_t>& ports);
 // The set and its DNAT rule, for a ruleset written before the set existed
 // (a sandbox adopted from an older daemon).
 std::string NftExposedSetMigration(const std::string& netns_ip, int max_exposed_ports);
-// An `nft -f` script that atomically replaces the CIDR chains' rules.
-std::string NftEgressCidrUpdate(const std::vector<NftCidr>& cidrs);
 // The NFLOG prefix for a decision and rule: "<decision>:<rule>", the rule
 // cut to fit kNftLogPrefixMax and anything outside [A-Za-z0-9./:_*-] → '_'.
 std::string NftLogPrefix(const std::string& decision, const std::string& rule);

@@ -69,7 +69,6 @@ class TestDaemon {
     if (log_fd_ >= 0) ::close(log_fd_);
   }
   uint16_t port() const { return port_; }
-  pid_t pid() const { return child_.pid(); }
   const std::string& key() const { return key_; }
   const std::string& dir() const { return dir_; }
   pid_t pid() const { return child_.pid(); }
