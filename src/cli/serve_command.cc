@@ -75,7 +75,9 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "queue-timeout", po::value(&queue_timeout_s)->default_value(queue_timeout_s), "seconds a create may wait for a slot before 429 + Retry-After")(
       "memory-overcommit-ratio", po::value(&ad.memory_overcommit_ratio)->default_value(ad.memory_overcommit_ratio), "refuse creates once guest memory exceeds this x host memory (0: off)")(
       "max-exposed-ports", po::value(&cfg.manager.port_exposure.max_ports)->default_value(cfg.manager.port_exposure.max_ports), "distinct guest ports (besides the agent's) the data plane may reach, per sandbox")(
-      "exposed-ports-per-second", po::value(&cfg.manager.port_exposure.new_per_second)->default_value(cfg.manager.port_exposure.new_per_second), "new guest ports exposed per second and sandbox, after a burst of 16");
+      "exposed-ports-per-second", po::value(&cfg.manager.port_exposure.new_per_second)->default_value(cfg.manager.port_exposure.new_per_second), "new guest ports exposed per second and sandbox, after a burst of 16")(
+      "disk-reserve", po::value(&cfg.disk_reserve_mib)->default_value(cfg.disk_reserve_mib), "MiB of free disk kept for the registry and audit trail; creates beyond it get 507")(
+      "disk-per-create", po::value(&cfg.disk_per_create_mib)->default_value(cfg.disk_per_create_mib), "MiB of free disk a create needs besides the reserve");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
@@ -94,6 +96,10 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
     return 2;
   }
   cfg.default_timeout_s = std::min(cfg.default_timeout_s, cfg.max_timeout_s);
+  if (cfg.disk_reserve_mib < 0 || cfg.disk_per_create_mib < 0) {
+    std::fprintf(stderr, "airlock serve: --disk-reserve and --disk-per-create must be >= 0\n");
+    return 2;
+  }
   if (queue_timeout_s < 0 || cfg.max_vcpus < 1 || cfg.max_memory_mib < 128 || ad.memory_overcommit_ratio < 0 ||
       cfg.manager.port_exposure.max_ports < 0 || cfg.manager.port_exposure.max_ports > 4096 ||
       cfg.manager.port_exposure.new_per_second <= 0) {

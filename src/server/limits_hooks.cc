@@ -1,6 +1,8 @@
 // Limits in the daemon (docs/limits.md): per-create resource maxima (400),
 // admission (429 + Retry-After / bounded fair queue / 503 memory), the
 // admission tick, and GET /metrics.
+#include <sys/statvfs.h>
+
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 
@@ -57,8 +59,31 @@ Status Server::ApplyResourceRequest(const json& body, CreateOptions* opts, int t
   return OkStatus();
 }
 
+Status Server::CheckDiskForCreate() const {
+  const int64_t need = config_.disk_reserve_mib + config_.disk_per_create_mib;
+  for (const std::string& dir : {config_.manager.state_dir, db_dir_}) {
+    struct statvfs vfs;
+    if (::statvfs(dir.c_str(), &vfs) != 0) return ErrnoError("statvfs " + dir);
+    int64_t free_mib = static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize) >> 20;
+    if (free_mib < need) {
+      return ResourceExhausted("not enough free disk for another sandbox: " + std::to_string(free_mib) +
+                               " MiB free on the filesystem of " + dir + ", " +
+                               std::to_string(config_.disk_reserve_mib) +
+                               " MiB kept for the registry and audit trail plus " +
+                               std::to_string(config_.disk_per_create_mib) +
+                               " MiB per create (serve --disk-reserve, --disk-per-create)");
+    }
+  }
+  return OkStatus();
+}
+
 void Server::Admit(std::shared_ptr<HttpConn> c, const std::string& key_id, int memory_mib,
                    std::function<void(uint64_t)> work) {
+  if (Status disk = CheckDiskForCreate(); !disk.ok()) {
+    metrics_.AdmissionRejected(507);
+    LOG_WARN("create refused (507): {}", disk.message());
+    return c->RespondError(disk.code() == StatusCode::kResourceExhausted ? 507 : 500, disk.message());
+  }
   admission_->Request(
       key_id, memory_mib, Admission::Clock::now(), [this, c, work = std::move(work)](AdmissionDecision d) {
         if (!d.granted) {

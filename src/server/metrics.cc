@@ -37,6 +37,7 @@ std::string DaemonMetrics::Render(const Gauges& g) const {
        "# TYPE airlock_admission_rejections_total counter\n";
   line("airlock_admission_rejections_total{reason=\"limit\"} %llu\n", u(rejected_limit_));
   line("airlock_admission_rejections_total{reason=\"memory\"} %llu\n", u(rejected_memory_));
+  line("airlock_admission_rejections_total{reason=\"disk\"} %llu\n", u(rejected_disk_));
   o += "# HELP airlock_sandbox_create_duration_seconds Time from admission to a ready sandbox.\n"
        "# TYPE airlock_sandbox_create_duration_seconds histogram\n";
   for (size_t i = 0; i < kCreateBuckets.size(); ++i) {

@@ -21,7 +21,9 @@ class DaemonMetrics {
   void CreateFailed() { create_failures_.fetch_add(1); }
   void CreateSucceeded(double seconds);
   void Exec() { execs_.fetch_add(1); }
-  void AdmissionRejected(int http_status) { (http_status == 503 ? rejected_memory_ : rejected_limit_).fetch_add(1); }
+  void AdmissionRejected(int http_status) {
+    (http_status == 503 ? rejected_memory_ : http_status == 507 ? rejected_disk_ : rejected_limit_).fetch_add(1);
+  }
   // For the egress proxy (sealed network): one call per connection decision,
   // and the bytes it moved.
   void EgressDecision(bool allowed) { (allowed ? egress_allowed_ : egress_denied_).fetch_add(1); }
@@ -44,7 +46,7 @@ class DaemonMetrics {
 
  private:
   std::atomic<uint64_t> creates_{0}, create_failures_{0}, execs_{0};
-  std::atomic<uint64_t> rejected_limit_{0}, rejected_memory_{0};
+  std::atomic<uint64_t> rejected_limit_{0}, rejected_memory_{0}, rejected_disk_{0};
   std::atomic<uint64_t> egress_allowed_{0}, egress_denied_{0}, egress_tx_{0}, egress_rx_{0};
   std::atomic<uint64_t> audit_records_{0};
   std::atomic<uint64_t> sandbox_deaths_{0};

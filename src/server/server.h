@@ -78,6 +78,12 @@ struct ServerConfig {
   int max_disk_mib = 16384;
   int max_lifetime_s = 0;  // 0: none; else sandboxes die this long after create, whatever their TTL
   AdmissionConfig admission;
+  // Disk admission (docs/limits.md): a create is refused (507) unless the
+  // filesystems of the state dir and of the registry each keep
+  // disk_reserve_mib free for the registry and audit trail plus
+  // disk_per_create_mib for the new sandbox's overlay and snapshots.
+  int64_t disk_reserve_mib = 1024;
+  int64_t disk_per_create_mib = 256;
   // On a clean stop: true destroys every sandbox; false leaves the detached
   // VMMs running for the next daemon to adopt.
   bool kill_on_exit = false;
@@ -210,7 +216,10 @@ class Server {
 
   // limits and metrics (limits_hooks.cc)
   Status ApplyResourceRequest(const nlohmann::json& body, CreateOptions* opts, int template_disk_mib) const;
-  // Runs `work(ticket)` on a worker once admitted; else answers 429/503 itself.
+  // OK when the disk can take another sandbox; else ResourceExhausted with
+  // the numbers (answered 507).
+  Status CheckDiskForCreate() const;
+  // Runs `work(ticket)` on a worker once admitted; else answers 429/503/507 itself.
   void Admit(std::shared_ptr<HttpConn> c, const std::string& key_id, int memory_mib,
              std::function<void(uint64_t)> work);
   void AdmissionDone(uint64_t ticket, const std::string& sandbox_id, double seconds);

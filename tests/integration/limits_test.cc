@@ -3,6 +3,7 @@
 // per-command timeout that kills a tree ignoring SIGTERM (setsid'd child
 // included), memory overcommit refusal, /metrics, OTLP export to a collector
 // in this process, and a burst of 30 creates finishing with zero failures.
+#include <sys/statvfs.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -160,6 +161,30 @@ TEST(LimitsTest, MemoryOvercommitIsRefusedAndSaysSo) {
   EXPECT_EQ(r->status, 503) << r->body;
   EXPECT_NE(r->body.find("overcommit host memory"), std::string::npos) << r->body;
   EXPECT_NE(r->body.find("512 MiB requested"), std::string::npos) << r->body;
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 11 item 12: a create that would eat into the disk kept for the
+// registry and audit trail is refused with 507 and the numbers; nothing starts.
+TEST(LimitsTest, DiskBelowTheReserveIsRefusedWith507) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  struct statvfs vfs;
+  ASSERT_EQ(::statvfs(StateDir().c_str(), &vfs), 0);
+  int64_t free_mib = static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize) >> 20;
+  // A reserve just above what is free: the host's disk is "full" for creates.
+  TestDaemon d(dir, {"--disk-reserve", std::to_string(free_mib + 1024)});
+  auto r = d.Do("POST", "/v2/sandboxes", "{}");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 507) << r->body;
+  EXPECT_NE(r->body.find("not enough free disk"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("kept for the registry and audit trail"), std::string::npos) << r->body;
+  auto m = d.Do("GET", "/metrics", "", false);
+  ASSERT_TRUE(m.ok());
+  EXPECT_NE(m->body.find("airlock_admission_rejections_total{reason=\"disk\"} 1"), std::string::npos);
+  auto list = d.Do("GET", "/v2/sandboxes");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->body, "[]");
   std::filesystem::remove_all(dir);
 }
 
