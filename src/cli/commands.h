@@ -19,6 +19,9 @@ int CmdSandbox(const std::string& state_dir, const std::vector<std::string>& arg
 int CmdAudit(const std::string& state_dir, const std::vector<std::string>& args);
 // airlock secret set NAME (value on stdin) | ls | rm NAME (local store, root).
 int CmdSecret(const std::string& state_dir, const std::vector<std::string>& args);
+// Takes "--db PATH" out of `args` (into *db, which holds the default) and
+// returns the rest, in order.
+std::vector<std::string> TakeDbFlag(const std::vector<std::string>& args, std::string* db);
 
 // The daemon's address (--server, $AIRLOCK_SERVER, default 127.0.0.1:3000)
 // and API key ($AIRLOCK_API_KEY, else <state_dir>/cli.key).

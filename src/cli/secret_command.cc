@@ -17,6 +17,17 @@
 
 namespace airlock::cli {
 
+std::vector<std::string> TakeDbFlag(const std::vector<std::string>& args, std::string* db) {
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--db" && i + 1 < args.size())
+      *db = args[++i];
+    else
+      rest.push_back(args[i]);
+  }
+  return rest;
+}
+
 int CmdSecret(const std::string& state_dir, const std::vector<std::string>& args_in) {
   const char* usage =
       "usage: airlock secret [--db PATH] set NAME [--scope env|brokered] [--host H]... [--team T]...\n"
@@ -25,14 +36,8 @@ int CmdSecret(const std::string& state_dir, const std::vector<std::string>& args
       "         (exact or *.domain, repeatable; implies --scope brokered). No --team: admin keys only.\n"
       "       airlock secret [--db PATH] ls\n"
       "       airlock secret [--db PATH] rm NAME\n";
-  std::vector<std::string> args;
   std::string db = state_dir + "/airlock.db";
-  for (size_t i = 0; i < args_in.size(); ++i) {
-    if (args_in[i] == "--db" && i + 1 < args_in.size())
-      db = args_in[++i];
-    else
-      args.push_back(args_in[i]);
-  }
+  std::vector<std::string> args = TakeDbFlag(args_in, &db);
   if (args.empty()) {
     std::fputs(usage, stderr);
     return 2;

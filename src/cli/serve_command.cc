@@ -128,12 +128,8 @@ int CmdApiKey(const std::string& state_dir, const std::vector<std::string>& args
       "       airlock apikey [--db PATH] ls | rm ID|NAME\n"
       "A key acts only on its team's sandboxes, snapshots and granted secrets; the team\n"
       "defaults to one of its own (the key's id). --admin: sees and acts on every team's.\n";
-  std::vector<std::string> args;
   std::string db = state_dir + "/airlock.db";
-  for (size_t i = 0; i < args_in.size(); ++i) {
-    if (args_in[i] == "--db" && i + 1 < args_in.size()) db = args_in[++i];
-    else args.push_back(args_in[i]);
-  }
+  std::vector<std::string> args = TakeDbFlag(args_in, &db);
   if (args.empty()) {
     std::fputs(usage, stderr);
     return 2;
