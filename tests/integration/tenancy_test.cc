@@ -238,7 +238,9 @@ TEST(TenancyTest, Kill9MidCreateLeavesNothingAfterRestart) {
               pid_t pid = std::atoi(p.path().filename().c_str());
               if (pid <= 0) continue;
               std::string cmd = Slurp(p.path().string() + "/cmdline");
-              if (cmd.rfind("qemu-system", 0) == 0 && cmd.find(e.path().string() + "/") != std::string::npos) {
+              std::string argv0 = cmd.substr(0, cmd.find('\0'));
+              if (argv0.find("qemu-system") != std::string::npos &&
+                  cmd.find(e.path().string() + "/") != std::string::npos) {
                 run_dir = e.path().string();
                 vmm = pid;
                 return true;
@@ -248,9 +250,9 @@ TEST(TenancyTest, Kill9MidCreateLeavesNothingAfterRestart) {
           return false;
         },
         std::chrono::seconds(60));
-    ASSERT_TRUE(seen) << "no VMM of this daemon appeared";
     d.Kill9();
     create.join();
+    ASSERT_TRUE(seen) << "no VMM of this daemon appeared";
   }
   ASSERT_EQ(::kill(vmm, 0), 0) << "the VMM died with the daemon; nothing to test";
   std::string id = fs::path(run_dir).filename();
@@ -278,7 +280,8 @@ pid_t FindVmm(const std::string& run_dir) {
     pid_t pid = std::atoi(p.path().filename().c_str());
     if (pid <= 0) continue;
     std::string cmd = Slurp(p.path().string() + "/cmdline");
-    if (cmd.rfind("qemu-system", 0) == 0 && cmd.find(run_dir + "/") != std::string::npos) return pid;
+    std::string argv0 = cmd.substr(0, cmd.find('\0'));
+    if (argv0.find("qemu-system") != std::string::npos && cmd.find(run_dir + "/") != std::string::npos) return pid;
   }
   return 0;
 }
