@@ -1,5 +1,8 @@
 #include "common/subprocess.h"
 
+#include <iterator>
+#include <sstream>
+#include <fstream>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -250,6 +253,24 @@ StatusOr<std::string> RunChecked(const std::vector<std::string>& argv, int netns
     return Internal("'" + cmd + "' failed (" + r.status.ToString() + ")" + (err.empty() ? "" : ": " + err));
   }
   return std::move(r.out);
+}
+
+unsigned long long ProcessStartTicks(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto rp = s.rfind(')');  // comm may contain spaces and parens
+  if (rp == std::string::npos || rp + 2 > s.size()) return 0;
+  std::stringstream ss(s.substr(rp + 2));
+  std::string field;
+  // Fields after comm start at #3 (state); starttime is #22.
+  for (int i = 3; i <= 22; ++i) {
+    if (!(ss >> field)) return 0;
+  }
+  try {
+    return std::stoull(field);
+  } catch (...) {
+    return 0;
+  }
 }
 
 }  // namespace airlock

@@ -89,4 +89,9 @@ StatusOr<std::string> RunChecked(const std::vector<std::string>& argv, int netns
 // Finds an executable in PATH (or checks an absolute path); NotFound if absent.
 StatusOr<std::string> FindExecutable(const std::string& name);
 
+// Start time of process `pid` in clock ticks since boot (/proc/<pid>/stat
+// field 22), so that a recycled pid is not taken for its predecessor; 0 if
+// unknown.
+unsigned long long ProcessStartTicks(pid_t pid);
+
 }  // namespace airlock

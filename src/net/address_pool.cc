@@ -120,23 +120,6 @@ StatusOr<Cidr> Cidr::Parse(const std::string& s) {
   return Cidr{base & mask, prefix};
 }
 
-unsigned long long ProcessStartTicks(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  auto rp = s.rfind(')');  // comm may contain spaces and parens
-  if (rp == std::string::npos) return 0;
-  std::stringstream ss(s.substr(rp + 2));
-  std::string field;
-  // Fields after comm start at #3 (state); starttime is #22.
-  for (int i = 3; i <= 22; ++i) {
-    if (!(ss >> field)) return 0;
-  }
-  try {
-    return std::stoull(field);
-  } catch (...) {
-    return 0;
-  }
-}
 
 bool AddressPool::OwnerAlive(const LeaseOwner& o) {
   if (o.pid <= 0) return false;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/subprocess.h"
 
 namespace airlock::net {
 
@@ -98,7 +99,6 @@ class AddressPool {
   std::string owner_;
 };
 
-// Start time of a process in clock ticks since boot (0 if unknown).
-unsigned long long ProcessStartTicks(pid_t pid);
+using ::airlock::ProcessStartTicks;  // common/subprocess.h
 
 }  // namespace airlock::net

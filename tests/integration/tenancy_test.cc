@@ -213,6 +213,19 @@ TEST(TenancyTest, SecondDaemonOnOneRegistryIsRefusedNamingTheFirst) {
   EXPECT_EQ(v.code, 0) << v.out << v.err;
 }
 
+// The QEMU process whose command line names `run_dir`, or 0.
+pid_t FindVmm(const std::string& run_dir) {
+  std::error_code ec;
+  for (auto& p : fs::directory_iterator("/proc", ec)) {
+    pid_t pid = std::atoi(p.path().filename().c_str());
+    if (pid <= 0) continue;
+    std::string cmd = Slurp(p.path().string() + "/cmdline");
+    std::string argv0 = cmd.substr(0, cmd.find('\0'));
+    if (argv0.find("qemu-system") != std::string::npos && cmd.find(run_dir + "/") != std::string::npos) return pid;
+  }
+  return 0;
+}
+
 // Issue 11 item 7: a daemon killed while a create is under way leaves a VMM
 // (and its netns, lease and run dir) that no registry row names; the next
 // daemon on that registry destroys them.
@@ -234,17 +247,10 @@ TEST(TenancyTest, Kill9MidCreateLeavesNothingAfterRestart) {
           for (auto& e : fs::directory_iterator(StateDir() + "/run", ec)) {
             std::string owner = Slurp(e.path().string() + "/owner");
             if (owner.find("registry " + canon) == std::string::npos) continue;
-            for (auto& p : fs::directory_iterator("/proc", ec)) {
-              pid_t pid = std::atoi(p.path().filename().c_str());
-              if (pid <= 0) continue;
-              std::string cmd = Slurp(p.path().string() + "/cmdline");
-              std::string argv0 = cmd.substr(0, cmd.find('\0'));
-              if (argv0.find("qemu-system") != std::string::npos &&
-                  cmd.find(e.path().string() + "/") != std::string::npos) {
-                run_dir = e.path().string();
-                vmm = pid;
-                return true;
-              }
+            if (pid_t pid = FindVmm(e.path().string())) {
+              run_dir = e.path().string();
+              vmm = pid;
+              return true;
             }
           }
           return false;
@@ -273,18 +279,6 @@ TEST(TenancyTest, Kill9MidCreateLeavesNothingAfterRestart) {
   }
 }
 
-// The QEMU process whose command line names `run_dir`, or 0.
-pid_t FindVmm(const std::string& run_dir) {
-  std::error_code ec;
-  for (auto& p : fs::directory_iterator("/proc", ec)) {
-    pid_t pid = std::atoi(p.path().filename().c_str());
-    if (pid <= 0) continue;
-    std::string cmd = Slurp(p.path().string() + "/cmdline");
-    std::string argv0 = cmd.substr(0, cmd.find('\0'));
-    if (argv0.find("qemu-system") != std::string::npos && cmd.find(run_dir + "/") != std::string::npos) return pid;
-  }
-  return 0;
-}
 
 // Issue 11 item 9: a guest that dies is noticed at once, reaped, recorded
 // and freed, not left "running" until its TTL.

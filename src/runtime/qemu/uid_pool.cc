@@ -11,30 +11,15 @@
 #include <sstream>
 
 #include "common/fd.h"
+#include "common/subprocess.h"
 
 namespace airlock::qemu {
 namespace fs = std::filesystem;
 namespace {
 
-unsigned long long StartTicks(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  auto rp = s.rfind(')');
-  if (rp == std::string::npos || rp + 2 > s.size()) return 0;
-  std::stringstream ss(s.substr(rp + 2));
-  std::string field;
-  for (int i = 3; i <= 22; ++i) {
-    if (!(ss >> field)) return 0;
-  }
-  try {
-    return std::stoull(field);
-  } catch (...) {
-    return 0;
-  }
-}
 
 std::string OwnerText(const std::string& id, pid_t pid) {
-  return "sandbox=" + id + "\npid=" + std::to_string(pid) + "\nstart=" + std::to_string(StartTicks(pid)) + "\n";
+  return "sandbox=" + id + "\npid=" + std::to_string(pid) + "\nstart=" + std::to_string(ProcessStartTicks(pid)) + "\n";
 }
 
 // Is the owner recorded in a lease file still running?
@@ -52,7 +37,7 @@ bool OwnerAlive(const std::string& path) {
   }
   if (pid <= 0) return false;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  unsigned long long now = StartTicks(pid);
+  unsigned long long now = ProcessStartTicks(pid);
   return now != 0 && now == start;
 }
 
