@@ -22,6 +22,7 @@
 #include "cli/doctor.h"
 #include "cli/run_command.h"
 #include "cli/run_via_daemon.h"
+#include "cli/termination_watcher.h"
 #include "common/log.h"
 #include "image/image.h"
 
@@ -193,6 +194,9 @@ int CmdRun(const std::string& state_dir, const std::vector<std::string>& args) {
     }
     o.env[e.substr(0, eq)] = e.substr(eq + 1);
   }
+  // Before any thread exists (Manager::Open starts some): Ctrl-C must reach
+  // the watcher, never a worker thread where it would kill us uncleaned.
+  BlockTerminationSignals();
   // A running daemon does the work when one answers; else an embedded manager.
   if (auto code = RunViaDaemon(state_dir, o)) return *code;
   // In-process: beside other runs (shared) but never beside a daemon that

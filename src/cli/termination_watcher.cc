@@ -7,12 +7,24 @@
 
 namespace airlock::cli {
 
-TerminationWatcher::TerminationWatcher(std::function<void(int sig)> on_signal) {
+namespace {
+sigset_t TerminationSignals() {
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGHUP);
+  return sigs;
+}
+}  // namespace
+
+void BlockTerminationSignals() {
+  sigset_t sigs = TerminationSignals();
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+}
+
+TerminationWatcher::TerminationWatcher(std::function<void(int sig)> on_signal) {
+  sigset_t sigs = TerminationSignals();
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   thread_ = std::thread([this, sigs, on_signal = std::move(on_signal)] {
     while (!done_) {

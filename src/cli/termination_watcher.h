@@ -2,7 +2,9 @@
 // are blocked in the calling thread (and so in every thread it starts later)
 // and delivered to `on_signal(sig)` on a watcher thread, at most once, so the
 // handler may do real work (destroy the sandbox) instead of async-signal-safe
-// work only. Construct it before starting other threads.
+// work only. Call BlockTerminationSignals() before anything starts a thread
+// (Manager::Open does: the reaper, the egress host-address refresh), else a
+// signal may land on such a thread and kill the process with nothing cleaned.
 #pragma once
 
 #include <atomic>
@@ -10,6 +12,11 @@
 #include <thread>
 
 namespace airlock::cli {
+
+// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread, and so in every
+// thread it starts afterwards; a signal that arrives before a watcher exists
+// stays pending and is delivered to the watcher.
+void BlockTerminationSignals();
 
 class TerminationWatcher {
  public:
