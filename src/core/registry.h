@@ -44,6 +44,10 @@ struct SandboxRecord {
   // as E2B-Traffic-Access-Token on every data-plane port but the agent's.
   // Empty: the other ports are open to anyone who can reach the daemon.
   std::string traffic_token;
+  // E2B's network.maskRequestHost: the Host header the guest's servers see
+  // on data-plane requests, "${PORT}" replaced by the port. Empty: the
+  // client's own Host is passed on (as E2B's proxy does).
+  std::string mask_request_host;
   int vcpus = 1;
   int memory_mib = 512;
   std::string netns_ip;

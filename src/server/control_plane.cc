@@ -101,6 +101,28 @@ StatusOr<bool> ParseAllowPublicTraffic(const json& body) {
   return a->get<bool>();
 }
 
+StatusOr<std::string> ParseMaskRequestHost(const json& body) {
+  auto n = body.find("network");
+  if (n == body.end() || !n->is_object()) return std::string();
+  auto m = n->find("maskRequestHost");
+  if (m == n->end() || m->is_null()) return std::string();
+  if (!m->is_string()) return InvalidArgument("network.maskRequestHost must be a string");
+  std::string v = m->get<std::string>();
+  if (v.empty() || v.size() > 255) return InvalidArgument("network.maskRequestHost must be 1..255 characters");
+  // A host[:port], "${PORT}" anywhere: it becomes a Host header, so nothing
+  // that could end the header line or smuggle another one.
+  std::string probe = v;
+  for (size_t at; (at = probe.find("${PORT}")) != std::string::npos;) probe.replace(at, 7, "1");
+  for (char ch : probe) {
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '-' || ch == '_' || ch == ':' ||
+          ch == '[' || ch == ']')) {
+      return InvalidArgument("network.maskRequestHost '" + v +
+                             "' is not a host[:port] (letters, digits, . - _ : [ ] and ${PORT} only)");
+    }
+  }
+  return v;
+}
+
 json TrafficTokenJson(const SandboxRecord& r) {
   return r.traffic_token.empty() ? json(nullptr) : json(r.traffic_token);
 }
@@ -227,6 +249,8 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
     if (!lifecycle.ok()) return c->RespondError(400, lifecycle.status().message());
     auto public_traffic = ParseAllowPublicTraffic(body);
     if (!public_traffic.ok()) return c->RespondError(400, public_traffic.status().message());
+    auto mask_host = ParseMaskRequestHost(body);
+    if (!mask_host.ok()) return c->RespondError(400, mask_host.status().message());
     int template_disk_mib = 0;
     if (auto img = image::FindImage(config_.manager.state_dir, opts.template_name); img.ok()) {
       struct stat st;
@@ -240,7 +264,7 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
     std::string key_id = caller.key_id;
     Admit(c, key_id, opts.memory_mib,
           [this, c, opts, ttl, meta, secrets_spec, key_id, caller, lifecycle = *lifecycle,
-           public_traffic = *public_traffic](uint64_t ticket) {
+           public_traffic = *public_traffic, mask_host = *mask_host](uint64_t ticket) {
       auto t0 = std::chrono::steady_clock::now();
       CreateOptions run_opts = opts;  // + secret env vars, never persisted
       auto attached = AttachSecrets(secrets_spec, caller, &run_opts);
@@ -272,6 +296,7 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
       r.env_vars = opts.env_vars;
       r.access_token = (*sb)->access_token();
       if (!public_traffic) r.traffic_token = RandomHex(32);
+      r.mask_request_host = mask_host;
       r.vcpus = opts.vcpus;
       r.memory_mib = opts.memory_mib;
       r.netns_ip = (*sb)->netns_ip();
@@ -391,6 +416,7 @@ void Server::KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
     if (!sandboxes_.count(id)) return c->RespondError(404, "sandbox " + id + " not found");
     sandboxes_.erase(id);
   }
+  DropStreams(id);
   LOG_INFO("sandbox={} kill requested", id);
   asio::post(*workers_, [this, c, id] {
     ForgetSecrets(id);

@@ -4,10 +4,12 @@
 //     from the client one chunk at a time and written upstream (re-chunked
 //     when the client sent it chunked), so uploads are never buffered whole;
 //   - the upstream response head is parsed and rewritten (hop-by-hop headers
-//     dropped); the body bytes, already framed by the agent (chunked or
-//     Content-Length), are forwarded as they arrive: every Connect envelope
-//     is flushed to the client at once, and reading upstream pauses while
-//     more than HttpConn::kLowWatermark bytes wait for the client.
+//     dropped); the body is parsed as it arrives and relayed piece by piece
+//     (chunked bodies re-chunked, so every Connect envelope is flushed to the
+//     client at once); reading upstream pauses while more than
+//     HttpConn::kLowWatermark bytes wait for the client. The response ends
+//     by its framing, not by the agent's close, so a reused client connection
+//     is answered at once (a killed sandbox never closes its side).
 // WebSocket (any request with Connection: upgrade + Upgrade): the upgrade
 // headers go upstream; on 101 the client socket is detached from HttpConn and
 // bytes are relayed both ways until either side closes; any other answer is
@@ -17,8 +19,11 @@
 // E2B-Traffic-Access-Token when the sandbox has a traffic token (403 JSON
 // otherwise) and are exposed within Sandbox::ExposePort's bounds (429 +
 // Retry-After over the rate, 502 JSON over the cap; docs/server.md). Bodies
-// have no size limit either way. Unknown sandbox: 502 JSON for /health (the
-// SDK reads it as "not running"), else 404 JSON.
+// have no size limit either way. Unknown (killed) sandbox, any port or path:
+// 502 {"code":502,"message":"The sandbox was not found","sandboxId":…} as
+// E2B's proxy (the SDK reads it on /health as "not running"). Every relayed
+// exchange is tracked per sandbox and dropped when it is killed, dies or
+// pauses (Server::DropStreams), so no stream outlives its sandbox.
 #include <openssl/evp.h>
 #include <strings.h>
 
@@ -78,22 +83,80 @@ bool ValidFileSignature(const HttpConn& c, const std::string& token) {
 bool HopByHop(std::string_view name) {
   static const char* kNames[] = {"connection", "keep-alive",        "transfer-encoding", "content-length", "te",
                                  "trailer",    "upgrade",           "proxy-connection",  "proxy-authorization",
-                                 "host",       "proxy-authenticate"};
+                                 "host",       "proxy-authenticate", "expect"};
   for (const char* n : kNames) {
     if (name.size() == std::strlen(n) && strncasecmp(name.data(), n, name.size()) == 0) return true;
   }
   return false;
 }
 
-class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
+// The E2B proxy's answer for a sandbox that is not (or no longer) there.
+void RespondSandboxNotFound(HttpConn& c, const std::string& id) {
+  c.Respond(502, "application/json",
+            nlohmann::json{{"code", 502}, {"message", "The sandbox was not found"}, {"sandboxId", id}}.dump());
+}
+
+// Bytes relayed both ways after a 101 until either side closes.
+struct Tunnel : DataPlaneStream, std::enable_shared_from_this<Tunnel> {
+  Tunnel(tcp::socket a, tcp::socket b) : client(std::move(a)), up(std::move(b)) {}
+  tcp::socket client, up;
+  std::array<char, 16384> b1, b2;
+  void Run(tcp::socket& from, tcp::socket& to, std::array<char, 16384>& buf) {
+    from.async_read_some(asio::buffer(buf), [self = shared_from_this(), &from, &to, &buf](
+                                                boost::system::error_code ec, size_t n) {
+      if (ec) {
+        boost::system::error_code ig;
+        if (ec == asio::error::eof) to.shutdown(tcp::socket::shutdown_send, ig);
+        else self->CloseBoth();
+        return;
+      }
+      asio::async_write(to, asio::buffer(buf.data(), n), [self, &from, &to, &buf](boost::system::error_code e2,
+                                                                                  size_t) {
+        if (e2) return self->CloseBoth();
+        self->Run(from, to, buf);
+      });
+    });
+  }
+  void CloseBoth() {
+    boost::system::error_code ig;
+    client.close(ig);
+    up.close(ig);
+  }
+  void Drop() override { CloseBoth(); }
+};
+
+class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<ProxyCall> {
  public:
-  ProxyCall(std::shared_ptr<HttpConn> c, std::string host, uint16_t port)
-      : c_(std::move(c)), up_(c_->executor()), timer_(c_->executor()), host_(std::move(host)), port_(port) {}
+  ProxyCall(std::shared_ptr<HttpConn> c, std::string host, uint16_t port, std::string sandbox_id,
+            std::function<void(std::weak_ptr<DataPlaneStream>)> track, std::string host_header)
+      : c_(std::move(c)),
+        up_(c_->executor()),
+        timer_(c_->executor()),
+        host_(std::move(host)),
+        port_(port),
+        sandbox_id_(std::move(sandbox_id)),
+        track_(std::move(track)),
+        host_header_(std::move(host_header)) {}
+
+  // The sandbox went away (killed, died, paused): end this exchange now; a
+  // response already under way is cut (a truncated body must not look
+  // complete), else the client gets E2B's 502 "sandbox was not found".
+  void Drop() override {
+    if (ended_) return;
+    if (tap_) tap_->Finish("sandbox " + sandbox_id_ + " went away");
+    tap_.reset();
+    ended_ = true;
+    timer_.cancel();
+    CloseUpstream();
+    if (!c_->response_started()) RespondSandboxNotFound(*c_, sandbox_id_);
+    else c_->Abort();
+  }
 
   // Audit observer of this exchange (exec, file reads/writes); may be null.
   void SetTap(std::unique_ptr<audit::DataPlaneTap> tap) { tap_ = std::move(tap); }
 
   void Start() {
+    if (track_) track_(weak_from_this());
     boost::system::error_code ec;
     auto addr = asio::ip::make_address(host_, ec);
     if (ec) return Fail(502, "sandbox address '" + host_ + "' is invalid");
@@ -121,6 +184,8 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
 
  private:
   void Fail(int status, const std::string& msg) {
+    if (ended_) return;
+    ended_ = true;
     if (tap_) tap_->Finish(msg);
     CloseUpstream();
     if (!c_->response_started()) c_->RespondError(status, msg);
@@ -143,7 +208,7 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
   void SendHead() {
     const auto& h = c_->head();
     std::string head = c_->method_string() + " " + c_->target() + " HTTP/1.1\r\n";
-    head += "Host: " + host_ + ":" + std::to_string(port_) + "\r\n";
+    head += "Host: " + (host_header_.empty() ? host_ + ":" + std::to_string(port_) : host_header_) + "\r\n";
     for (const auto& f : h) {
       std::string_view name(f.name_string().data(), f.name_string().size());
       if (HopByHop(name)) continue;
@@ -162,6 +227,7 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
     else head += "Connection: close\r\n\r\n";
     auto buf = std::make_shared<std::string>(std::move(head));
     asio::async_write(up_, asio::buffer(*buf), [self = shared_from_this(), buf](boost::system::error_code ec, size_t) {
+      if (self->ended_) return;
       if (ec) return self->Fail(502, "write to sandbox: " + ec.message());
       self->ReadResponseHead();
       if (self->upgrade_) return;  // no body; the socket may be detached on 101
@@ -178,6 +244,8 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
     c_->ReadBodyChunk([self = shared_from_this()](Status st, std::string_view chunk, bool done) {
       if (!st.ok()) {
         LOG_DEBUG("proxy: client body: {}", st.message());
+        if (self->ended_) return;
+        self->ended_ = true;
         if (st.code() == StatusCode::kDeadlineExceeded && !self->c_->response_started()) {
           self->CloseUpstream();
           return self->c_->RespondError(408, st.message());
@@ -199,6 +267,7 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
         }
       }
       if (done && self->chunked_) out->append("0\r\n\r\n");
+      if (self->ended_) return;
       if (out->empty()) {
         if (done) self->c_->WatchForDisconnect();
         else self->PumpBody();
@@ -206,7 +275,7 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
       }
       asio::async_write(self->up_, asio::buffer(*out),
                         [self, out, done](boost::system::error_code ec, size_t) {
-                          if (ec) return;  // the agent stopped reading; its response (or EOF) decides
+                          if (ec || self->ended_) return;  // the agent stopped reading; its response decides
                           if (done) self->c_->WatchForDisconnect();
                           else self->PumpBody();
                         });
@@ -216,27 +285,40 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
   void ReadResponseHead() {
     parser_.emplace();
     parser_->header_limit(64 * 1024);
-    // The body is relayed as raw bytes, never held: no size limit (Beast's
+    // The body is relayed piece by piece, never held: no size limit (Beast's
     // default of 8 MiB refused every larger download at the head).
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+    if (c_->method() == http::verb::head) parser_->skip(true);
     http::async_read_header(up_, rbuf_, *parser_, [self = shared_from_this()](boost::system::error_code ec, size_t) {
+      if (self->ended_) return;
       if (ec) return self->Fail(502, "sandbox closed the connection before answering: " + ec.message());
+      int status = static_cast<int>(self->parser_->get().result_int());
+      // An interim answer (100 Continue): HttpConn gave the client its own.
+      if (status >= 100 && status < 200 && !(self->upgrade_ && status == 101)) return self->ReadResponseHead();
       self->ForwardHead();
     });
   }
 
+  // The response's end is known from its framing (Content-Length, chunked,
+  // or no body), never from the agent closing: a client that reuses its
+  // connection must get the next answer even when the agent is slow to
+  // close, or is gone (a killed sandbox never sends FIN). Chunked bodies are
+  // re-chunked as they arrive (every Connect envelope reaches the client at
+  // once); a body that ends only at EOF is relayed, then the client's
+  // connection closes.
   void ForwardHead() {
     const auto& res = parser_->get();
     int status = static_cast<int>(res.result_int());
-    if (upgrade_ && status == 101) return Tunnel();
-    framed_ = parser_->chunked() || parser_->content_length().has_value() || status == 204 || status == 304 ||
-              (status >= 100 && status < 200) || c_->method() == http::verb::head;
-    keep_alive_ = c_->keep_alive() && framed_;
+    if (upgrade_ && status == 101) return StartTunnel();
+    chunked_response_ = parser_->chunked();
+    bool framed = chunked_response_ || parser_->content_length().has_value() || parser_->is_done();
+    keep_alive_ = c_->keep_alive() && framed;
     std::string head = "HTTP/1.1 " + std::to_string(status) + " " + std::string(res.reason()) + "\r\n";
     for (const auto& f : res) {
       std::string_view name(f.name_string().data(), f.name_string().size());
-      if (strncasecmp(name.data(), "connection", name.size()) == 0 && name.size() == 10) continue;
-      if (strncasecmp(name.data(), "keep-alive", name.size()) == 0 && name.size() == 10) continue;
+      if (name.size() == 10 && strncasecmp(name.data(), "connection", 10) == 0) continue;
+      if (name.size() == 10 && strncasecmp(name.data(), "keep-alive", 10) == 0) continue;
+      if (name.size() == 7 && strncasecmp(name.data(), "trailer", 7) == 0) continue;
       head.append(name.data(), name.size());
       head += ": ";
       head.append(f.value().data(), f.value().size());
@@ -245,20 +327,49 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
     if (!keep_alive_ || !c_->body_done()) head += "Connection: close\r\n";
     head += "\r\n";
     c_->SendRaw(std::move(head));
-    if (tap_) tap_->OnResponseHead(status, parser_->chunked());
-    if (rbuf_.size() > 0) {
-      auto d = rbuf_.data();
-      if (tap_) tap_->OnResponseBytes(std::string_view(static_cast<const char*>(d.data()), d.size()));
-      c_->SendRaw(std::string(static_cast<const char*>(d.data()), d.size()));
-      rbuf_.consume(rbuf_.size());
-    }
+    if (tap_) tap_->OnResponseHead(status, chunked_response_);
     chunk_.resize(kUpstreamChunk);
+    if (parser_->is_done()) return FinishResponse();
     PumpResponse();
   }
 
-  // upstream body bytes (already framed) → client, flushed as they come.
+  // Client bytes for one decoded body piece (framed as the head said).
+  void Relay(std::string_view piece) {
+    if (piece.empty()) return;
+    std::string out;
+    if (chunked_response_) {
+      char hdr[24];
+      int n = std::snprintf(hdr, sizeof hdr, "%zx\r\n", piece.size());
+      out.reserve(piece.size() + static_cast<size_t>(n) + 2);
+      out.append(hdr, static_cast<size_t>(n));
+      out.append(piece);
+      out.append("\r\n");
+    } else {
+      out.assign(piece);
+    }
+    if (tap_) tap_->OnResponseBytes(out);
+    if (!draining_) c_->SendRaw(std::move(out));
+  }
+
+  void FinishResponse() {
+    ended_ = true;
+    if (chunked_response_) {
+      if (tap_) tap_->OnResponseBytes("0\r\n\r\n");
+      if (!draining_) c_->SendRaw("0\r\n\r\n");
+    }
+    if (tap_) tap_->Finish();
+    CloseUpstream();
+    timer_.cancel();
+    if (!draining_) c_->FinishRaw(keep_alive_);
+  }
+
+  // upstream body (decoded) → client, flushed as it comes.
   void PumpResponse() {
-    if (c_->closed() && !draining_) return CloseUpstream();
+    if (ended_) return;
+    if (c_->closed() && !draining_) {
+      ended_ = true;
+      return CloseUpstream();
+    }
     if (!draining_ && c_->pending_bytes() >= HttpConn::kLowWatermark) {
       c_->SetOnDrain([self = shared_from_this()] {
         self->c_->SetOnDrain(nullptr);
@@ -266,15 +377,17 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
       });
       return;
     }
-    up_.async_read_some(asio::buffer(chunk_), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
-      if (n > 0 && self->tap_) self->tap_->OnResponseBytes(std::string_view(self->chunk_.data(), n));
-      if (n > 0 && !self->draining_) self->c_->SendRaw(std::string(self->chunk_.data(), n));
-      if (ec == asio::error::eof) {
-        if (self->tap_) self->tap_->Finish();
-        self->CloseUpstream();
-        return self->c_->FinishRaw(self->keep_alive_);
-      }
+    auto& body = parser_->get().body();
+    body.data = chunk_.data();
+    body.size = chunk_.size();
+    http::async_read_some(up_, rbuf_, *parser_, [self = shared_from_this()](boost::system::error_code ec, size_t) {
+      if (self->ended_) return;
+      if (ec == http::error::need_buffer) ec = {};
+      size_t got = self->chunk_.size() - self->parser_->get().body().size;
+      self->Relay(std::string_view(self->chunk_.data(), got));
+      if (!ec && self->parser_->is_done()) return self->FinishResponse();
       if (ec) {
+        self->ended_ = true;
         if (self->tap_) self->tap_->Finish("upstream read: " + ec.message());
         self->CloseUpstream();
         return self->c_->Abort();  // a truncated body must not look complete
@@ -284,7 +397,8 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
   }
 
   // 101 Switching Protocols: relay raw bytes both ways.
-  void Tunnel() {
+  void StartTunnel() {
+    ended_ = true;  // the socket leaves HttpConn; the Tunnel is tracked instead
     const auto& res = parser_->get();
     std::string head = "HTTP/1.1 101 " + std::string(res.reason()) + "\r\n";
     for (const auto& f : res) {
@@ -300,33 +414,8 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
       rbuf_.consume(rbuf_.size());
     }
     auto [client, extra] = c_->DetachSocket();
-    struct Pipe : std::enable_shared_from_this<Pipe> {
-      Pipe(tcp::socket a, tcp::socket b) : client(std::move(a)), up(std::move(b)) {}
-      tcp::socket client, up;
-      std::array<char, 16384> b1, b2;
-      void Run(tcp::socket& from, tcp::socket& to, std::array<char, 16384>& buf) {
-        from.async_read_some(asio::buffer(buf), [self = shared_from_this(), &from, &to, &buf](
-                                                    boost::system::error_code ec, size_t n) {
-          if (ec) {
-            boost::system::error_code ig;
-            if (ec == asio::error::eof) to.shutdown(tcp::socket::shutdown_send, ig);
-            else self->CloseBoth();
-            return;
-          }
-          asio::async_write(to, asio::buffer(buf.data(), n), [self, &from, &to, &buf](boost::system::error_code e2,
-                                                                                      size_t) {
-            if (e2) return self->CloseBoth();
-            self->Run(from, to, buf);
-          });
-        });
-      }
-      void CloseBoth() {
-        boost::system::error_code ig;
-        client.close(ig);
-        up.close(ig);
-      }
-    };
-    auto pipe = std::make_shared<Pipe>(std::move(client), std::move(up_));
+    auto pipe = std::make_shared<Tunnel>(std::move(client), std::move(up_));
+    if (track_) track_(pipe);
     auto first_up = std::make_shared<std::string>(std::move(extra));
     auto first_down = std::make_shared<std::string>(std::move(head));
     asio::async_write(pipe->client, asio::buffer(*first_down), [pipe, first_down, first_up](
@@ -348,13 +437,17 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
   uint16_t port_;
   bool connected_ = false;
   bool chunked_ = false;
-  bool framed_ = true;
   bool keep_alive_ = true;
   boost::beast::flat_buffer rbuf_;
-  std::optional<http::response_parser<http::empty_body>> parser_;
+  std::optional<http::response_parser<http::buffer_body>> parser_;
+  bool chunked_response_ = false;
   std::vector<char> chunk_;
   std::unique_ptr<audit::DataPlaneTap> tap_;
   bool draining_ = false;
+  std::string sandbox_id_;
+  std::function<void(std::weak_ptr<DataPlaneStream>)> track_;
+  std::string host_header_;
+  bool ended_ = false;  // the response is finished or cut: c_ may serve another request
 };
 
 }  // namespace
@@ -362,7 +455,7 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
 void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint16_t port) {
   const std::string& path = c->path();
   std::shared_ptr<Sandbox> sb;
-  std::string token, traffic_token, ip;
+  std::string token, traffic_token, ip, mask;
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = sandboxes_.find(id);
@@ -370,13 +463,11 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
       sb = it->second.sb;
       token = it->second.rec.access_token;
       traffic_token = it->second.rec.traffic_token;
+      mask = it->second.rec.mask_request_host;
       ip = it->second.rec.netns_ip;
     }
   }
-  if (!sb) {
-    int status = path == "/health" ? 502 : 404;
-    return c->RespondError(status, "sandbox " + id + " is not running");
-  }
+  if (!sb) return RespondSandboxNotFound(*c, id);  // as E2B's proxy, on every port and path
   // A guest port other than the agent's, of a sandbox with
   // network.allowPublicTraffic false: E2B's traffic token is required first
   // (403 as E2B), before anything is exposed or an autoResume starts.
@@ -435,7 +526,8 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
       AddLog(id, "info", "exec: " + path.substr(1));
       if (path == "/process.Process/Start") metrics_.Exec();
     }
-    auto call = std::make_shared<ProxyCall>(c, ip, port);
+    auto call = std::make_shared<ProxyCall>(c, ip, port, id, [this, id](auto w) { TrackStream(id, std::move(w)); },
+                                            c->Header("Host"));
     audit::TapRequest tr{id, "", c->method_string(), path, {}, c->Header("Authorization"), c->Header("Content-Type")};
     for (const char* q : {"path", "username"}) {
       if (auto v = c->Query(q)) tr.query[q] = *v;
@@ -445,10 +537,18 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
   }
   // Another guest port: make it reachable first (a netlink batch for a new
   // port → worker).
-  asio::post(*workers_, [c, sb, id, ip, port] {
+  // The Host the guest's server sees: the client's (as E2B's proxy), or the
+  // sandbox's network.maskRequestHost with ${PORT} filled in.
+  std::string host_header = c->Header("Host");
+  if (!mask.empty()) {
+    host_header = mask;
+    for (size_t at; (at = host_header.find("${PORT}")) != std::string::npos;)
+      host_header.replace(at, 7, std::to_string(port));
+  }
+  asio::post(*workers_, [this, c, sb, id, ip, port, host_header] {
     double retry_after = 1;
     Status st = sb->ExposePort(port, &retry_after);
-    asio::post(c->executor(), [c, st, id, ip, port, retry_after] {
+    asio::post(c->executor(), [this, c, st, id, ip, port, retry_after, host_header] {
       if (st.code() == StatusCode::kResourceExhausted) {
         int secs = std::max(1, static_cast<int>(std::ceil(retry_after)));
         return c->RespondError(429, st.message(), {{"Retry-After", std::to_string(secs)}});
@@ -464,8 +564,47 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
                               .dump());
       }
       if (!st.ok()) return c->RespondError(502, "expose port " + std::to_string(port) + ": " + st.message());
-      std::make_shared<ProxyCall>(c, ip, port)->Start();
+      std::make_shared<ProxyCall>(c, ip, port, id, [this, id](auto w) { TrackStream(id, std::move(w)); }, host_header)
+          ->Start();
     });
+  });
+}
+
+std::optional<std::string> Server::SandboxBySignature(const HttpConn& c) {
+  if (c.path() != "/files" || !c.Query("signature")) return std::nullopt;
+  std::vector<std::pair<std::string, std::string>> tokens;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [id, e] : sandboxes_) {
+      if (!e.rec.access_token.empty()) tokens.emplace_back(id, e.rec.access_token);
+    }
+  }
+  for (const auto& [id, token] : tokens) {
+    if (ValidFileSignature(c, token)) return id;
+  }
+  return std::nullopt;
+}
+
+void Server::TrackStream(const std::string& id, std::weak_ptr<DataPlaneStream> s) {
+  std::lock_guard<std::mutex> l(streams_mu_);
+  auto& v = streams_[id];
+  std::erase_if(v, [](const auto& w) { return w.expired(); });
+  v.push_back(std::move(s));
+}
+
+void Server::DropStreams(const std::string& id) {
+  std::vector<std::weak_ptr<DataPlaneStream>> v;
+  {
+    std::lock_guard<std::mutex> l(streams_mu_);
+    auto it = streams_.find(id);
+    if (it == streams_.end()) return;
+    v = std::move(it->second);
+    streams_.erase(it);
+  }
+  asio::post(io_, [v = std::move(v)] {
+    for (const auto& w : v) {
+      if (auto s = w.lock()) s->Drop();
+    }
   });
 }
 

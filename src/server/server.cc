@@ -273,6 +273,7 @@ void Server::DestroyAsync(const std::string& id, const std::string& why) {
     std::lock_guard<std::mutex> l(mu_);
     if (sandboxes_.erase(id) == 0) return;
   }
+  DropStreams(id);
   LOG_INFO("sandbox={} destroying: {}", id, why);
   Audit({{"action", "sandbox.destroy"}, {"sandbox", id}, {"reason", why}});
   asio::post(*workers_, [this, id] {
@@ -340,6 +341,11 @@ std::optional<std::string> Server::DataPlaneTarget(const HttpConn& c, uint16_t* 
 void Server::Handle(std::shared_ptr<HttpConn> c) {
   uint16_t port = kEnvdPort;
   if (auto id = DataPlaneTarget(*c, &port)) return HandleData(std::move(c), *id, port);
+  // A signed URL names its sandbox through the signature alone.
+  if (auto id = SandboxBySignature(*c)) return HandleData(std::move(c), *id, kEnvdPort);
+  if (c->path() == "/files" && c->Query("signature")) {
+    return c->RespondError(401, "the URL's signature matches no sandbox (tampered, expired, or its sandbox is gone)");
+  }
   HandleControl(std::move(c));
 }
 

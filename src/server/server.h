@@ -128,6 +128,17 @@ Status InstallCaCert(const Sandbox& sb, const std::string& pem, std::chrono::sec
 Status InstallCaCertAt(const AgentEndpoint& endpoint, const std::string& token, const std::string& pem,
                        std::chrono::seconds timeout);
 
+// A relayed data-plane exchange (a proxied request, a WebSocket tunnel) of
+// one sandbox. Drop() ends it at once (the client's connection is closed, or
+// answered 502 when nothing was sent yet): E2B drops the connections of a
+// sandbox that is killed, dies or pauses, and the SDK then probes /health.
+// Drop() is called on the daemon's io thread.
+class DataPlaneStream {
+ public:
+  virtual ~DataPlaneStream() = default;
+  virtual void Drop() = 0;
+};
+
 class Server {
  public:
   // Opens the registry and the Manager (re-adopting live sandboxes of a
@@ -271,6 +282,13 @@ class Server {
 
   // data plane (proxy.cc)
   void HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint16_t port);
+  // uploadUrl()/downloadUrl() carry no routing header (spec §4.2, §8): the
+  // sandbox whose access token signs this GET/POST /files, if any.
+  std::optional<std::string> SandboxBySignature(const HttpConn& c);
+  // Remembers a live exchange of sandbox `id` (pruned as they end).
+  void TrackStream(const std::string& id, std::weak_ptr<DataPlaneStream> s);
+  // Ends every live exchange of `id` (kill, death, pause); thread-safe.
+  void DropStreams(const std::string& id);
 
   // state
   void AddLog(const std::string& id, std::string level, std::string message);
@@ -301,6 +319,8 @@ class Server {
   std::unique_ptr<Manager> manager_;
   std::mutex mu_;
   std::map<std::string, Entry> sandboxes_;
+  std::mutex streams_mu_;
+  std::map<std::string, std::vector<std::weak_ptr<DataPlaneStream>>> streams_;  // guarded by streams_mu_
 };
 
 // Spec §1.5.1 lifecycle fields of a create body: autoPause (bool),
@@ -322,6 +342,9 @@ std::string ControlActionName(const std::vector<std::string>& seg, http::verb ve
 // E2B's network.allowPublicTraffic of a create body (default true);
 // InvalidArgument when it is not a boolean.
 StatusOr<bool> ParseAllowPublicTraffic(const nlohmann::json& body);
+// E2B's network.maskRequestHost (default ""): a host[:port] with "${PORT}"
+// for the request's port; InvalidArgument for anything else.
+StatusOr<std::string> ParseMaskRequestHost(const nlohmann::json& body);
 // The record's trafficAccessToken for a response: the token, or null.
 nlohmann::json TrafficTokenJson(const SandboxRecord& r);
 // Parses "<created_ms>_<id>" page tokens; nullopt when malformed.

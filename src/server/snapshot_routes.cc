@@ -293,6 +293,7 @@ void Server::RecordState(const std::string& id, const std::string& state) {
     e.logs.push_back({NowUnixMs(), "info", "sandbox " + state});
   }
   if (Status st = registry_->PutSandbox(rec); !st.ok()) LOG_WARN("sandbox={} registry: {}", id, st.message());
+  if (state == "paused") DropStreams(id);  // its guest is stopping: no stream may wait on it
   if (state == "running") EnsureSandboxCa(id);  // adopted while paused: its CA is minted now
 }
 

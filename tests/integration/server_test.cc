@@ -76,7 +76,14 @@ TEST(ServerTest, RoutingAuthAndErrorsWithoutSandboxes) {
   ExpectJsonError(d.Do("POST", "/v2/sandboxes/doesnotexist/connect", "{}"), 404);
   ExpectJsonError(d.Do("POST", "/sandboxes/doesnotexist/pause", "{}"), 404);
   ExpectJsonError(d.Data("doesnotexist", "", "/health"), 502);
-  ExpectJsonError(d.Data("doesnotexist", "", "/files?path=/etc/hostname"), 404);
+  // As E2B's proxy: 502 "The sandbox was not found" with the id, on every path.
+  auto nf = d.Data("doesnotexist", "", "/files?path=/etc/hostname");
+  ExpectJsonError(nf, 502);
+  if (nf.ok()) {
+    auto j = nlohmann::json::parse(nf->body, nullptr, false);
+    EXPECT_EQ(j.value("message", ""), "The sandbox was not found");
+    EXPECT_EQ(j.value("sandboxId", ""), "doesnotexist");
+  }
   // Malformed and ill-typed JSON.
   ExpectJsonError(d.Do("POST", "/v2/sandboxes", "{not json"), 400);
   ExpectJsonError(d.Do("POST", "/v2/sandboxes", "[1,2]"), 400);

@@ -1,0 +1,315 @@
+// End-to-end: the data plane as E2B's proxy behaves, through the official
+// e2b SDK (2.51.0, unmodified) and a plain HTTP client (undici, the SDK's own
+// transport) against a real `airlock serve`:
+//   - one client connection carries 500 mixed control and data-plane requests
+//     (streams, downloads, uploads, Connect errors, kills), each answered
+//     within its deadline, never a second connection (issue 12, item 1);
+//   - a background command re-attached after a long idle streams at once;
+//   - kill() ends the command streams in flight; a killed sandbox's ports
+//     answer E2B's 502 "The sandbox was not found";
+//   - uploadUrl()/downloadUrl() work with no header at all;
+//   - allowPublicTraffic:false and maskRequestHost as E2B documents.
+// Env: AIRLOCK_BIN, AIRLOCK_STATE_DIR (see daemon.mjs); AIRLOCK_E2E_IDLE_S
+// (default 150) for the long idle.
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { Client } from 'undici'
+import { e2b, skipReason, startDaemon } from './daemon.mjs'
+
+const { Sandbox } = e2b
+const maybe = skipReason ? test.skip : test
+let d
+
+before(async () => {
+  if (skipReason) return
+  d = await startDaemon([])
+})
+
+after(async () => {
+  if (d) await d.stop()
+})
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+// Connect streaming envelope: flags (1 byte), big-endian length, payload.
+function envelope(obj) {
+  const payload = Buffer.from(JSON.stringify(obj))
+  const head = Buffer.alloc(5)
+  head.writeUInt32BE(payload.length, 1)
+  return Buffer.concat([head, payload])
+}
+
+function decodeEnvelopes(buf) {
+  const out = []
+  let i = 0
+  while (i + 5 <= buf.length) {
+    const flags = buf[i]
+    const len = buf.readUInt32BE(i + 1)
+    if (i + 5 + len > buf.length) throw new Error('truncated envelope')
+    out.push({ flags, json: JSON.parse(buf.subarray(i + 5, i + 5 + len).toString() || '{}') })
+    i += 5 + len
+  }
+  if (i !== buf.length) throw new Error(`${buf.length - i} stray bytes after the envelopes`)
+  return out
+}
+
+maybe('one keep-alive connection answers 500 mixed control and data-plane requests', { timeout: 900000 }, async () => {
+  const client = new Client(d.url, { pipelining: 1, keepAliveTimeout: 600000, keepAliveMaxTimeout: 600000 })
+  const killer = new Client(d.url)
+  let connects = 0
+  client.on('connect', () => connects++)
+  const deadline = 30000
+  let n = 0
+  const call = async (what, o) => {
+    n++
+    const t0 = Date.now()
+    try {
+      const r = await client.request({ headersTimeout: deadline, bodyTimeout: deadline, ...o })
+      const body = Buffer.from(await r.body.arrayBuffer())
+      return { status: r.statusCode, headers: r.headers, body }
+    } catch (e) {
+      throw new Error(`request ${n} (${what}) failed after ${Date.now() - t0} ms: ${e.message}`)
+    }
+  }
+  const api = { 'X-API-Key': d.apiKey, 'Content-Type': 'application/json' }
+  const create = async () => {
+    const r = await call('create', { method: 'POST', path: '/v2/sandboxes', headers: api, body: '{"timeout":600}' })
+    assert.equal(r.status, 201, r.body.toString())
+    return JSON.parse(r.body.toString())
+  }
+  let sb = await create()
+  const envd = () => ({ 'E2b-Sandbox-Id': sb.sandboxID, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': sb.envdAccessToken })
+  try {
+    while (n < 500) {
+      const i = n
+      switch (i % 9) {
+        case 0: {  // a streamed command (chunked Connect stream)
+          const r = await call('Process/Start', {
+            method: 'POST', path: '/process.Process/Start',
+            headers: { ...envd(), 'Content-Type': 'application/connect+json', 'Connect-Protocol-Version': '1' },
+            body: envelope({ process: { cmd: '/bin/bash', args: ['-c', `echo ka${i}`] }, stdin: false }),
+          })
+          assert.equal(r.status, 200, r.body.toString())
+          const evs = decodeEnvelopes(r.body)
+          const out = evs.map((e) => e.json?.event?.data?.stdout).filter(Boolean).map((b) => Buffer.from(b, 'base64').toString()).join('')
+          assert.equal(out, `ka${i}\n`)
+          assert.equal(evs.at(-1).flags & 2, 2, 'the stream ends with an end-of-stream envelope')
+          break
+        }
+        case 1: {  // a download with Content-Length
+          const r = await call('GET /files', { method: 'GET', path: '/files?path=%2Fetc%2Fos-release', headers: envd() })
+          assert.equal(r.status, 200)
+          assert.equal(Number(r.headers['content-length']), r.body.length)
+          assert.match(r.body.toString(), /Debian/)
+          break
+        }
+        case 2: {  // a Connect unary error
+          const r = await call('Stat 404', {
+            method: 'POST', path: '/filesystem.Filesystem/Stat',
+            headers: { ...envd(), 'Content-Type': 'application/json', 'Connect-Protocol-Version': '1' },
+            body: JSON.stringify({ path: `/no/such/file${i}` }),
+          })
+          assert.equal(r.status, 404, r.body.toString())
+          assert.equal(JSON.parse(r.body.toString()).code, 'not_found')
+          break
+        }
+        case 3: {
+          const r = await call('GET /health', { method: 'GET', path: '/health' })
+          assert.equal(r.status, 200)
+          break
+        }
+        case 4: {  // a REST error from the agent
+          const r = await call('GET /files 404', { method: 'GET', path: `/files?path=%2Fmissing${i}`, headers: envd() })
+          assert.equal(r.status, 404)
+          assert.equal(JSON.parse(r.body.toString()).code, 404)
+          break
+        }
+        case 5: {
+          const r = await call('list', { method: 'GET', path: '/v2/sandboxes', headers: api })
+          assert.equal(r.status, 200)
+          assert.ok(JSON.parse(r.body.toString()).some((s) => s.sandboxID === sb.sandboxID))
+          break
+        }
+        case 6: {  // an upload (octet-stream, Content-Length)
+          const r = await call('POST /files', {
+            method: 'POST', path: `/files?path=%2Ftmp%2Fka${i}`,
+            headers: { ...envd(), 'Content-Type': 'application/octet-stream' }, body: `payload ${i}`,
+          })
+          assert.equal(r.status, 200, r.body.toString())
+          const back = await call('GET /files back', { method: 'GET', path: `/files?path=%2Ftmp%2Fka${i}`, headers: envd() })
+          assert.equal(back.body.toString(), `payload ${i}`)
+          break
+        }
+        case 7: {  // the agent's health, then a control call straight after
+          const r = await call('envd /health', { method: 'GET', path: '/health', headers: envd() })
+          assert.ok(r.status === 204 || r.status === 200, String(r.status))
+          const g = await call('get', { method: 'GET', path: `/sandboxes/${sb.sandboxID}`, headers: api })
+          assert.equal(g.status, 200)
+          break
+        }
+        case 8: {  // every 100 or so: kill (on another connection, as the SDK) and create
+          if (i % 100 < 9) {
+            // As the SDK: kill() goes out on its own (API) connection while
+            // this one has just relayed the sandbox's last stream.
+            const last = await call('Process/Start before kill', {
+              method: 'POST', path: '/process.Process/Start',
+              headers: { ...envd(), 'Content-Type': 'application/connect+json', 'Connect-Protocol-Version': '1' },
+              body: envelope({ process: { cmd: '/bin/bash', args: ['-c', 'echo last'] }, stdin: false }),
+            })
+            assert.equal(last.status, 200)
+            const k = await killer.request({ method: 'DELETE', path: `/sandboxes/${sb.sandboxID}`, headers: api, headersTimeout: deadline })
+            await k.body.dump()
+            assert.equal(k.statusCode, 204)
+            const gone = await call('killed port', { method: 'GET', path: '/files?path=%2Fetc%2Fhostname', headers: envd() })
+            assert.equal(gone.status, 502)
+            sb = await create()
+          } else {
+            const r = await call('GET /files big', { method: 'GET', path: '/files?path=%2Fusr%2Fbin%2Fbash', headers: envd() })
+            assert.equal(r.status, 200)
+            assert.ok(r.body.length > 500000)
+          }
+          break
+        }
+      }
+    }
+    assert.equal(connects, 1, `${n} requests took ${connects} connections: the daemon closed a keep-alive connection`)
+    console.log(`# ${n} requests on ${connects} connection`)
+  } finally {
+    await call('kill', { method: 'DELETE', path: `/sandboxes/${sb.sandboxID}`, headers: api }).catch(() => {})
+    await client.close()
+    await killer.close()
+  }
+})
+
+maybe('a background command re-attached after a long idle streams at once', { timeout: 600000 }, async () => {
+  const idleS = Number(process.env.AIRLOCK_E2E_IDLE_S || 150)
+  const sbx = await Sandbox.create({ ...d.opts, timeoutMs: (idleS + 120) * 1000 })
+  try {
+    const h = await sbx.commands.run('i=0; while true; do echo line$i; i=$((i+1)); sleep 1; done', { background: true, timeoutMs: 0 })
+    await h.disconnect()
+    await sleep(idleS * 1000)
+    const t0 = Date.now()
+    let firstMs = null
+    const h2 = await sbx.commands.connect(h.pid, {
+      timeoutMs: 0,
+      onStdout: (s) => { if (firstMs === null && /line\d+/.test(s)) firstMs = Date.now() - t0 },
+    })
+    while (firstMs === null && Date.now() - t0 < 4000) await sleep(50)
+    console.log(`# after ${idleS} s idle: first output ${firstMs} ms after connect`)
+    assert.ok(firstMs !== null && firstMs < 4000, `no output within 4 s of connect after ${idleS} s idle`)
+    await h2.kill()
+  } finally {
+    await sbx.kill()
+  }
+})
+
+maybe('kill() ends the command streams in flight; a killed sandbox answers 502 as E2B', async () => {
+  const sbx = await Sandbox.create({ ...d.opts })
+  const id = sbx.sandboxId
+  const running = sbx.commands.run('sleep 120', { timeoutMs: 180000 })
+  running.catch(() => {})
+  // The stream is open once the command runs in the guest.
+  for (let t0 = Date.now(); ; await sleep(100)) {
+    const ps = await sbx.commands.list()
+    if (ps.some((p) => p.cmd === '/bin/bash' && p.args.join(' ').includes('sleep 120'))) break
+    assert.ok(Date.now() - t0 < 30000, 'the command never showed up')
+  }
+  const k0 = Date.now()
+  await sbx.kill()
+  await assert.rejects(running, (e) => {
+    console.log(`# stream ended ${Date.now() - k0} ms after kill: ${e.name}: ${e.message}`)
+    assert.ok(Date.now() - k0 < 15000, 'the stream outlived its sandbox')
+    assert.match(e.message, /killed or reached its end of life/)
+    return true
+  })
+  assert.equal(await sbx.isRunning(), false)
+  for (const port of ['49983', '8080']) {
+    const r = await fetch(`${d.url}/health`, { headers: { 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': port } })
+    assert.equal(r.status, 502)
+    assert.deepEqual(await r.json(), { code: 502, message: 'The sandbox was not found', sandboxId: id })
+  }
+})
+
+maybe('uploadUrl() and downloadUrl() work from a client with no headers', async () => {
+  const sbx = await Sandbox.create({ ...d.opts, secure: true })
+  try {
+    const up = await sbx.uploadUrl('/home/user/signed.txt', { useSignatureExpiration: 120 })
+    assert.ok(!up.includes(sbx.sandboxId), 'the URL is one origin for every sandbox')
+    const form = new FormData()
+    form.append('file', new Blob(['signed upload']), '/home/user/signed.txt')
+    const r = await fetch(up, { method: 'POST', body: form })
+    assert.equal(r.status, 200, await r.clone().text())
+    const down = await sbx.downloadUrl('/home/user/signed.txt', { useSignatureExpiration: 120 })
+    const g = await fetch(down)
+    assert.equal(g.status, 200)
+    assert.equal(await g.text(), 'signed upload')
+    assert.equal(await sbx.files.read('/home/user/signed.txt'), 'signed upload')
+    // Tampered or expired: refused, never routed anywhere.
+    const bad = new URL(down)
+    bad.searchParams.set('path', '/etc/shadow')
+    const b = await fetch(bad)
+    assert.equal(b.status, 401)
+    const old = new URL(await sbx.downloadUrl('/home/user/signed.txt', { useSignatureExpiration: 1 }))
+    for (let t0 = Date.now(); Number(old.searchParams.get('signature_expiration')) >= Math.floor(Date.now() / 1000); ) {
+      await sleep(200)
+      assert.ok(Date.now() - t0 < 5000)
+    }
+    assert.equal((await fetch(old)).status, 401)
+  } finally {
+    await sbx.kill()
+  }
+})
+
+// A guest server that answers with the Host header it saw; ready when the
+// data plane reaches it (never a fixed sleep).
+async function startHostEcho(sbx, port) {
+  await sbx.commands.run(
+    `python3 -c '
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        b = (self.headers.get("Host") or "").encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)
+    def log_message(self, *a): pass
+http.server.HTTPServer(("0.0.0.0", ${port}), H).serve_forever()' >/dev/null 2>&1`,
+    { background: true, timeoutMs: 0 })
+  for (let t0 = Date.now(); ; await sleep(200)) {
+    const r = await sbx.commands.run(`python3 -c 'import socket; socket.create_connection(("127.0.0.1", ${port}), 1)' && echo up || true`)
+    if (r.stdout.includes('up')) return
+    assert.ok(Date.now() - t0 < 30000, `guest port ${port} never listened`)
+  }
+}
+
+maybe('allowPublicTraffic:false needs the traffic token; maskRequestHost sets the Host the guest sees', async () => {
+  const sbx = await Sandbox.create({ ...d.opts, network: { allowPublicTraffic: false, maskRequestHost: 'localhost:${PORT}' } })
+  try {
+    assert.match(sbx.trafficAccessToken ?? '', /^[0-9a-f]{64}$/)
+    await startHostEcho(sbx, 8000)
+    const h = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8000' }
+    const none = await fetch(`${d.url}/`, { headers: h })
+    assert.equal(none.status, 403)
+    assert.match((await none.json()).message, /missing/)
+    const wrong = await fetch(`${d.url}/`, { headers: { ...h, 'E2B-Traffic-Access-Token': 'x'.repeat(64) } })
+    assert.equal(wrong.status, 403)
+    const ok = await fetch(`${d.url}/`, { headers: { ...h, 'E2B-Traffic-Access-Token': sbx.trafficAccessToken } })
+    assert.equal(ok.status, 200)
+    assert.equal(await ok.text(), 'localhost:8000')
+    // The agent's own port keeps its own check (the SDK's calls work).
+    assert.equal((await sbx.commands.run('echo ok')).stdout, 'ok\n')
+  } finally {
+    await sbx.kill()
+  }
+  // Without a mask the guest sees the client's Host, as behind E2B's proxy.
+  const open = await Sandbox.create({ ...d.opts })
+  try {
+    assert.equal(open.trafficAccessToken ?? null, null)
+    await startHostEcho(open, 8001)
+    const r = await fetch(`${d.url}/`, { headers: { 'E2b-Sandbox-Id': open.sandboxId, 'E2b-Sandbox-Port': '8001' } })
+    assert.equal(r.status, 200)
+    assert.equal(await r.text(), new URL(d.url).host)
+  } finally {
+    await open.kill()
+  }
+  // A mask that could smuggle a header is refused at create.
+  await assert.rejects(Sandbox.create({ ...d.opts, network: { maskRequestHost: 'a\r\nX-Evil: 1' } }), /maskRequestHost/)
+})
