@@ -61,10 +61,10 @@ std::vector<std::string> SplitList(const std::string& v) {
 // Crockford base32, 26 characters (the shape of E2B's typeid suffix), random.
 std::string NewSecretId() {
   static constexpr char kAlphabet[] = "0123456789abcdefghjkmnpqrstvwxyz";
-  std::string hex = RandomHex(17);
+  std::string hex = RandomHex(26);  // one byte per character (5 bits of each used; the first: 3)
   std::string out = "sec_";
   for (size_t i = 0; i < 26; ++i) {
-    int v = std::stoi(hex.substr(i, 2), nullptr, 16);
+    int v = std::stoi(hex.substr(2 * i, 2), nullptr, 16);
     out += kAlphabet[(i == 0 ? v % 8 : v % 32)];
   }
   return out;
