@@ -224,7 +224,7 @@ StatusOr<std::pair<ApiKeyRecord, std::string>> Registry::CreateApiKey(const std:
                               std::string::npos) {
     return InvalidArgument("team must be 1..64 characters of [A-Za-z0-9_.-]");
   }
-  std::string key = "al_" + RandomHex(24);
+  std::string key = kApiKeyPrefix + RandomHex(kApiKeyRandomBytes);
   ApiKeyRecord rec{RandomHex(4), name, key.substr(0, 9), NowUnixMs(), team, admin};
   if (rec.team.empty()) rec.team = rec.id;
   std::lock_guard<std::mutex> l(mu_);
@@ -255,6 +255,12 @@ Status Registry::RemoveApiKey(const std::string& id_or_name) {
   AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "remove api key");
   if (sqlite3_changes(db_) == 0) return NotFound("no API key with id or name '" + id_or_name + "'");
   return OkStatus();
+}
+
+bool HasE2bKeyFormat(std::string_view key) {
+  std::string_view prefix = kApiKeyPrefix;
+  if (key.size() <= prefix.size() || key.substr(0, prefix.size()) != prefix) return false;
+  return key.find_first_not_of("0123456789abcdef", prefix.size()) == std::string_view::npos;
 }
 
 StatusOr<bool> Registry::CheckApiKey(const std::string& key) {

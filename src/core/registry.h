@@ -22,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/clock.h"
@@ -88,8 +89,10 @@ class Registry {
   Status SetEndsAt(const std::string& id, int64_t ends_at_ms);
   StatusOr<std::vector<SandboxRecord>> ListSandboxes();
 
-  // Creates a key: returns (record, the clear key "al_<48 hex>"); only the
-  // hash is stored. team empty: a team of its own (the key's id). Team
+  // Creates a key: returns (record, the clear key "e2b_<40 hex>", E2B's own
+  // format: 20 random bytes, 160 bits); only the hash (SHA-256 hex of the
+  // whole key) is stored. Keys made before this format ("al_<48 hex>") stay
+  // valid: lookups hash whatever the caller sends. team empty: a team of its own (the key's id). Team
   // names: [A-Za-z0-9_.-]{1,64}; InvalidArgument otherwise.
   StatusOr<std::pair<ApiKeyRecord, std::string>> CreateApiKey(const std::string& name, const std::string& team = "",
                                                               bool admin = false);
@@ -114,6 +117,13 @@ class Registry {
   sqlite3* db_ = nullptr;
   std::mutex mu_;
 };
+
+// API keys as E2B issues them ("e2b_" + 40 lower-case hex digits), which the
+// E2B SDKs' newest sources check before sending (`^e2b_[0-9a-f]+$`).
+inline constexpr char kApiKeyPrefix[] = "e2b_";
+inline constexpr size_t kApiKeyRandomBytes = 20;
+// Does `key` pass the SDKs' client-side check (`^e2b_[0-9a-f]+$`)?
+bool HasE2bKeyFormat(std::string_view key);
 
 // Lower-case hex of `bytes` random bytes from getrandom(2).
 std::string RandomHex(size_t bytes);

@@ -258,7 +258,8 @@ StatusOr<std::vector<std::string>> TemplatePackages(const std::string& template_
                                   "xz-utils",     "unzip",
                                   "python3",      "python3-pip",
                                   "python3-venv", "python-is-python3",
-                                  "nodejs",       "npm"};
+                                  "nodejs",       "npm",
+                                  "sudo"};
 }
 
 void CollectGarbage(const std::string& state_dir) {

@@ -39,9 +39,20 @@ constexpr char kHosts[] =
 // The host's resolver must not leak into the template; the agent writes the
 // sandbox's resolver configuration at start.
 constexpr char kResolvConf[] = "";
+// E2B's base template lets `user` run anything as root without a password
+// (agents' scripts use `sudo apt-get ...`); root in the guest is already
+// allowed through the API, the VM is the isolation boundary. Installed when
+// the template has sudo, as a drop-in (Debian's /etc/sudoers includes
+// /etc/sudoers.d), mode 0440 as sudo requires, checked with visudo.
+constexpr char kSudoersPath[] = "/etc/sudoers.d/airlock-user";
+constexpr char kSudoers[] = "user ALL=(ALL:ALL) NOPASSWD: ALL\n";
 
 const std::vector<std::string>& GroupAdd() {
   static const std::vector<std::string> v = {"groupadd", "--gid", "1000", "user"};
+  return v;
+}
+const std::vector<std::string>& SudoGroup() {
+  static const std::vector<std::string> v = {"usermod", "--append", "--groups", "sudo", "user"};
   return v;
 }
 const std::vector<std::string>& UserAdd() {
@@ -127,6 +138,7 @@ std::string BaseLayerRecipe() {
   k.Add("variant", "apt");
   for (const char* o : kDpkgOpts) k.Add("dpkgopt", o);
   k.Add("groupadd", GroupAdd()).Add("useradd", UserAdd());
+  k.Add("sudo-group", SudoGroup()).Add(kSudoersPath, kSudoers);
   k.Add("/etc/hostname", kHostname).Add("/etc/hosts", kHosts).Add("/etc/resolv.conf", kResolvConf);
   return k.Digest();
 }
@@ -188,6 +200,13 @@ Status BuildBaseLayer(const BaseLayerInputs& in, const std::string& work_dir,
   Say(progress, "configuring the base layer (user, hostname)");
   RETURN_IF_ERROR(Chroot(root, GroupAdd(), log));
   RETURN_IF_ERROR(Chroot(root, UserAdd(), log));
+  if (std::find(in.packages.begin(), in.packages.end(), "sudo") != in.packages.end()) {
+    Say(progress, "configuring passwordless sudo for user");
+    RETURN_IF_ERROR(Chroot(root, SudoGroup(), log));
+    RETURN_IF_ERROR(MakeDirs(root + "/etc/sudoers.d"));
+    RETURN_IF_ERROR(ReplaceFile(root + kSudoersPath, kSudoers, 0440));
+    RETURN_IF_ERROR(Chroot(root, {"visudo", "--check", "--strict", "--file", kSudoersPath}, log));
+  }
   RETURN_IF_ERROR(ReplaceFile(root + "/etc/hostname", kHostname));
   RETURN_IF_ERROR(ReplaceFile(root + "/etc/hosts", kHosts));
   RETURN_IF_ERROR(ReplaceFile(root + "/etc/resolv.conf", kResolvConf));

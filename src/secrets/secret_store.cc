@@ -98,10 +98,21 @@ Status SqlError(sqlite3* db, const std::string& what) {
 std::string_view ScopeName(Scope s) { return s == Scope::kEnv ? "env" : "brokered"; }
 
 Status ValidateSecretName(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= 128 && name[0] != '-';
+  for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-');
+  if (!ok) {
+    return InvalidArgument("secret name '" + name.substr(0, 64) + "' must match [A-Za-z0-9_][A-Za-z0-9_-]{0,127}");
+  }
+  return OkStatus();
+}
+
+Status ValidateEnvName(const std::string& name) {
   bool ok =
       !name.empty() && name.size() <= 128 && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');
   for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
-  if (!ok) return InvalidArgument("secret name '" + name.substr(0, 64) + "' must match [A-Za-z_][A-Za-z0-9_]{0,127}");
+  if (!ok) {
+    return InvalidArgument("environment variable name '" + name.substr(0, 64) + "' must match [A-Za-z_][A-Za-z0-9_]{0,127}");
+  }
   return OkStatus();
 }
 
@@ -134,12 +145,29 @@ StatusOr<std::unique_ptr<SecretStore>> SecretStore::Open(const std::string& db_p
                    nullptr) != SQLITE_OK) {
     return SqlError(s->db_, "add policy column");
   }
+  // v3: the E2B secrets API's attributes (id, owner, version, metadata).
+  if (sqlite3_exec(s->db_, "SELECT api FROM secrets LIMIT 0", nullptr, nullptr, nullptr) != SQLITE_OK &&
+      sqlite3_exec(s->db_, "ALTER TABLE secrets ADD COLUMN api TEXT NOT NULL DEFAULT ''", nullptr, nullptr,
+                   nullptr) != SQLITE_OK) {
+    return SqlError(s->db_, "add api column");
+  }
   return s;
 }
 
 SecretStore::~SecretStore() { sqlite3_close_v2(db_); }
 
-Status SecretStore::Set(const std::string& name, const std::string& value, const SecretPolicy& policy) {
+Status SecretStore::Set(const std::string& name, const std::string& value, const SecretPolicy& policy,
+                        const ApiAttributes* api) {
+  return Write(name, value, policy, api, /*create=*/false);
+}
+
+Status SecretStore::Create(const std::string& name, const std::string& value, const SecretPolicy& policy,
+                           const ApiAttributes& api) {
+  return Write(name, value, policy, &api, /*create=*/true);
+}
+
+Status SecretStore::Write(const std::string& name, const std::string& value, const SecretPolicy& policy,
+                          const ApiAttributes* api, bool create) {
   RETURN_IF_ERROR(ValidateSecretName(name));
   if (value.size() < kMinSecretBytes || value.size() > kMaxSecretBytes) {
     return InvalidArgument("secret value must be " + std::to_string(kMinSecretBytes) + " bytes to 64 KiB (got " +
@@ -165,11 +193,15 @@ Status SecretStore::Set(const std::string& name, const std::string& value, const
   if (!ok) return Internal("AES-256-GCM encryption failed");
   int64_t now = NowUnixMs();
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_,
-         "INSERT INTO secrets (name, nonce, ciphertext, tag, size, created_at, updated_at, policy)"
-         " VALUES (?,?,?,?,?,?,?,?) "
-         "ON CONFLICT(name) DO UPDATE SET nonce=excluded.nonce, ciphertext=excluded.ciphertext, tag=excluded.tag,"
-         " size=excluded.size, updated_at=excluded.updated_at, policy=excluded.policy");
+  std::string sql =
+      "INSERT INTO secrets (name, nonce, ciphertext, tag, size, created_at, updated_at, policy, api)"
+      " VALUES (?,?,?,?,?,?,?,?,?)";
+  if (!create) {
+    sql += " ON CONFLICT(name) DO UPDATE SET nonce=excluded.nonce, ciphertext=excluded.ciphertext, tag=excluded.tag,"
+           " size=excluded.size, updated_at=excluded.updated_at, policy=excluded.policy";
+    if (api) sql += ", api=excluded.api";
+  }
+  Stmt s(db_, sql.c_str());
   if (!s.ok) return SqlError(db_, "prepare set");
   s.Text(1, name);
   s.Blob(2, std::string(reinterpret_cast<char*>(nonce), sizeof nonce));
@@ -179,7 +211,12 @@ Status SecretStore::Set(const std::string& name, const std::string& value, const
   s.Int(6, now);
   s.Int(7, now);
   s.Text(8, policy.ToJson());
-  if (sqlite3_step(s.s) != SQLITE_DONE) return SqlError(db_, "set " + name);
+  s.Text(9, api ? api->ToJson() : std::string());
+  int rc = sqlite3_step(s.s);
+  if (create && (rc == SQLITE_CONSTRAINT || sqlite3_extended_errcode(db_) == SQLITE_CONSTRAINT_PRIMARYKEY)) {
+    return Status(StatusCode::kAlreadyExists, "secret " + name + " already exists");
+  }
+  if (rc != SQLITE_DONE) return SqlError(db_, "set " + name);
   return OkStatus();
 }
 
@@ -232,15 +269,28 @@ StatusOr<SecretPolicy> SecretStore::PolicyOf(const std::string& name) {
   return SecretPolicy::FromJson(s.Col(0));
 }
 
+StatusOr<SecretInfo> SecretStore::Info(const std::string& name) {
+  RETURN_IF_ERROR(ValidateSecretName(name));
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "SELECT name, size, created_at, updated_at, policy, api FROM secrets WHERE name = ?");
+  if (!s.ok) return SqlError(db_, "prepare info");
+  s.Text(1, name);
+  int rc = sqlite3_step(s.s);
+  if (rc == SQLITE_DONE) return NotFound("secret " + name + " does not exist");
+  if (rc != SQLITE_ROW) return SqlError(db_, "info of " + name);
+  return SecretInfo{s.Col(0), static_cast<size_t>(sqlite3_column_int64(s.s, 1)), sqlite3_column_int64(s.s, 2),
+                    sqlite3_column_int64(s.s, 3), SecretPolicy::FromJson(s.Col(4)), ApiAttributes::FromJson(s.Col(5))};
+}
+
 StatusOr<std::vector<SecretInfo>> SecretStore::List() {
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_, "SELECT name, size, created_at, updated_at, policy FROM secrets ORDER BY name");
+  Stmt s(db_, "SELECT name, size, created_at, updated_at, policy, api FROM secrets ORDER BY name");
   if (!s.ok) return SqlError(db_, "prepare list");
   std::vector<SecretInfo> out;
   int rc;
   while ((rc = sqlite3_step(s.s)) == SQLITE_ROW) {
     out.push_back({s.Col(0), static_cast<size_t>(sqlite3_column_int64(s.s, 1)), sqlite3_column_int64(s.s, 2),
-                   sqlite3_column_int64(s.s, 3), SecretPolicy::FromJson(s.Col(4))});
+                   sqlite3_column_int64(s.s, 3), SecretPolicy::FromJson(s.Col(4)), ApiAttributes::FromJson(s.Col(5))});
   }
   if (rc != SQLITE_DONE) return SqlError(db_, "list");
   return out;
@@ -346,6 +396,25 @@ SecretPolicy SecretPolicy::FromJson(const std::string& text) {
   p.hosts = strings("hosts");
   p.teams = strings("teams");
   return p;
+}
+
+std::string ApiAttributes::ToJson() const {
+  if (id.empty()) return "";
+  return nlohmann::json{{"id", id}, {"owner", owner}, {"version", version}, {"metadata", metadata}}.dump();
+}
+
+ApiAttributes ApiAttributes::FromJson(const std::string& text) {
+  ApiAttributes a;
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("id") || !j["id"].is_string()) return a;
+  a.id = j["id"].get<std::string>();
+  if (j.contains("owner") && j["owner"].is_string()) a.owner = j["owner"].get<std::string>();
+  if (j.contains("version") && j["version"].is_number_integer()) a.version = j["version"].get<int64_t>();
+  if (j.contains("metadata") && j["metadata"].is_object()) {
+    for (auto& [k, v] : j["metadata"].items())
+      if (v.is_string()) a.metadata[k] = v.get<std::string>();
+  }
+  return a;
 }
 
 bool HostCovered(const std::string& allowed, const std::string& wanted) {

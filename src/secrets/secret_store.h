@@ -14,13 +14,16 @@
 // to, and the teams whose keys may name it at create (docs/secrets.md
 // "Who may use a secret"). A secret with no teams is usable by admin keys only.
 //
-// Names: [A-Za-z_][A-Za-z0-9_]{0,127}. Values: kMinSecretBytes..64 KiB.
+// Names: [A-Za-z0-9_][A-Za-z0-9_-]{0,127} (E2B's names, which the secrets
+// API lower-cases, and the CLI's environment-variable-like ones). Values:
+// kMinSecretBytes..64 KiB.
 // Errors: invalid_argument (name/value), not_found, data_loss (decryption
 // failed: wrong key file or tampered row), internal (SQLite), errno errors
 // for the key file. Thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -52,12 +55,28 @@ struct SecretPolicy {
 // host or pattern `wanted`? "*.x.com" covers "a.x.com" and "*.a.x.com", not "x.com".
 bool HostCovered(const std::string& allowed, const std::string& wanted);
 
+// What the E2B secrets API (/secrets) keeps about a secret it made, beside
+// its policy: its public id ("sec_<26 base32>"), the team that owns it (the
+// API shows and changes it only for that team's keys), its version (1 at
+// create, +1 per update) and the caller's metadata (string map). Secrets set
+// with `airlock secret set` have none (id empty): the API shows them to
+// admin keys only.
+struct ApiAttributes {
+  std::string id;
+  std::string owner;
+  int64_t version = 0;
+  std::map<std::string, std::string> metadata;
+  std::string ToJson() const;
+  static ApiAttributes FromJson(const std::string& text);  // "" or malformed: none
+};
+
 struct SecretInfo {
   std::string name;
   size_t size = 0;
   int64_t created_at_ms = 0;
   int64_t updated_at_ms = 0;
   SecretPolicy policy;
+  ApiAttributes api;
 };
 
 // One secret attached to one sandbox (no value).
@@ -83,8 +102,14 @@ class SecretStore {
   static StatusOr<std::unique_ptr<SecretStore>> Open(const std::string& db_path, const std::string& key_path);
   ~SecretStore();
 
-  // Stores the value and its policy (both replaced when the name exists).
-  Status Set(const std::string& name, const std::string& value, const SecretPolicy& policy = {});
+  // Stores the value and its policy (both replaced when the name exists;
+  // the API attributes too when `api` is given, else kept).
+  Status Set(const std::string& name, const std::string& value, const SecretPolicy& policy = {},
+             const ApiAttributes* api = nullptr);
+  // Like Set, but AlreadyExists when the name is taken.
+  Status Create(const std::string& name, const std::string& value, const SecretPolicy& policy,
+                const ApiAttributes& api);
+  StatusOr<SecretInfo> Info(const std::string& name);  // NotFound
   StatusOr<SecretPolicy> PolicyOf(const std::string& name);  // NotFound
   StatusOr<std::string> Get(const std::string& name);
   StatusOr<std::vector<SecretInfo>> List();
@@ -99,11 +124,15 @@ class SecretStore {
 
  private:
   SecretStore() = default;
+  Status Write(const std::string& name, const std::string& value, const SecretPolicy& policy, const ApiAttributes* api,
+               bool create);
   sqlite3* db_ = nullptr;
   std::string key_;  // 32 bytes
   std::mutex mu_;
 };
 
 Status ValidateSecretName(const std::string& name);
+// A guest environment variable's name: [A-Za-z_][A-Za-z0-9_]{0,127}.
+Status ValidateEnvName(const std::string& name);
 
 }  // namespace airlock::secrets

@@ -180,6 +180,9 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
   if (seg.size() == 1 && seg[0] == "snapshots" && verb == http::verb::get && !v2) return ListSnapshots(c, caller);
   if (seg.size() == 2 && seg[0] == "templates" && verb == http::verb::delete_ && !v2)
     return DeleteSnapshot(c, seg[1], caller);
+  if (!seg.empty() && seg[0] == "secrets" && !v2 && seg.size() <= 2) {
+    return HandleSecrets(c, caller, seg.size() == 2 ? seg[1] : "");
+  }
   if (seg.empty() || seg[0] != "sandboxes") return c->RespondError(404, "no route for " + c->method_string() + " " + path);
   if (seg.size() == 1) {
     if (verb == http::verb::post) return CreateSandbox(c, caller);
@@ -260,6 +263,11 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
     int ttl = ClampTimeout(timeout->value_or(config_.default_timeout_s));
     auto meta = std::move(metadata).value();
     json secrets_spec = body.contains("secrets") ? body["secrets"] : json();
+    // E2B's Secret.fill placeholders in envVars name secrets too.
+    auto lifted = LiftSecretPlaceholders(&opts.env_vars, secrets_spec);
+    if (!lifted.ok()) return c->RespondError(400, lifted.status().message());
+    secrets_spec = std::move(lifted).value();
+    if (secrets_spec.is_object() && secrets_spec.empty()) secrets_spec = json();
     if (auto parsed = ParseSecretsSpec(secrets_spec); !parsed.ok()) return c->RespondError(400, parsed.status().message());
     std::string key_id = caller.key_id;
     Admit(c, key_id, opts.memory_mib,
@@ -325,7 +333,7 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
       AdmissionDone(ticket, r.id, ms / 1000.0);  // before a kill can see it
       {
         std::lock_guard<std::mutex> l(mu_);
-        Entry e{r, *sb, disk_mib, {}};
+        Entry e{r, *sb, disk_mib, {}, {}};
         e.logs.push_back({r.created_at_ms, "info", "sandbox created in " + std::to_string(static_cast<int>(ms)) + " ms"});
         sandboxes_[r.id] = std::move(e);
       }
@@ -361,6 +369,16 @@ void Server::ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bo
     after = ParsePageToken(*t);
     if (!after) return c->RespondError(400, "invalid nextToken");
   }
+  // startedAfter (E2B: at or after) and startedBefore (airlock: strictly
+  // before), RFC 3339, compared on the microsecond grid.
+  std::optional<int64_t> started_after_us, started_before_us;
+  for (auto [name, out] : {std::pair{"startedAfter", &started_after_us}, std::pair{"startedBefore", &started_before_us}}) {
+    auto v = c->Query(name);
+    if (!v) continue;
+    auto us = ParseRfc3339Us(*v);
+    if (!us.ok()) return c->RespondError(400, std::string("invalid ") + name + ": " + us.status().message());
+    *out = *us;
+  }
   std::vector<std::pair<SandboxRecord, int>> rows;
   size_t total_running = 0;
   {
@@ -370,6 +388,8 @@ void Server::ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bo
       ++total_running;
       if (!(e.rec.state == "paused" ? want_paused : want_running)) continue;
       if (!tmpl.empty() && e.rec.template_id != tmpl) continue;
+      if (started_after_us && e.rec.created_at_ms * 1000 < *started_after_us) continue;
+      if (started_before_us && e.rec.created_at_ms * 1000 >= *started_before_us) continue;
       bool match = true;
       for (auto& [k, v] : meta) {
         auto it = e.rec.metadata.find(k);
@@ -471,43 +491,6 @@ void Server::ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id) 
       std::string out = SandboxJson(rec).dump();
       asio::post(c->executor(), [c, out] { c->Respond(200, "application/json", out); });
     });
-  });
-}
-
-void Server::Metrics(std::shared_ptr<HttpConn> c, const std::string& id) {
-  SandboxRecord rec;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
-    rec = it->second.rec;
-  }
-  asio::post(*workers_, [c, rec] {
-    HttpCall call;
-    call.host = rec.netns_ip;
-    call.port = kEnvdPort;
-    call.target = "/metrics";
-    call.headers = {{"X-Access-Token", rec.access_token}};
-    call.timeout = std::chrono::seconds(10);
-    call.max_body = 64 * 1024;
-    auto reply = HttpDo(call);
-    int status = 200;
-    std::string out;
-    json m = reply.ok() && reply->status == 200 ? json::parse(reply->body, nullptr, false) : json();
-    if (!m.is_object()) {
-      status = 502;
-      out = JsonError(502, reply.ok() ? "agent /metrics answered " + std::to_string(reply->status)
-                                      : "agent /metrics: " + reply.status().message());
-    } else {
-      auto num = [&](const char* k) { return m.contains(k) && m[k].is_number() ? m[k] : json(0); };
-      int64_t ts = m.contains("ts") && m["ts"].is_number_integer() ? m["ts"].get<int64_t>() : NowUnixMs() / 1000;
-      json point{{"timestamp", FormatRfc3339Ms(ts * 1000)}, {"timestampUnix", ts},  {"cpuCount", num("cpu_count")},
-                 {"cpuUsedPct", num("cpu_used_pct")},       {"memUsed", num("mem_used")}, {"memTotal", num("mem_total")},
-                 {"memCache", num("mem_cache")},            {"diskUsed", num("disk_used")},
-                 {"diskTotal", num("disk_total")}};
-      out = json::array({point}).dump();
-    }
-    asio::post(c->executor(), [c, status, out] { c->Respond(status, "application/json", out); });
   });
 }
 

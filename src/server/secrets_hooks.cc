@@ -99,7 +99,7 @@ StatusOr<std::vector<secrets::Binding>> ParseSecretsSpec(const json& spec) {
       } else if (k == "env") {
         if (!f.is_string()) return InvalidArgument("secrets." + name + ".env must be a string");
         b.env = f.get<std::string>();
-        RETURN_IF_ERROR(secrets::ValidateSecretName(b.env).WithContext("secrets." + name + ".env"));
+        RETURN_IF_ERROR(secrets::ValidateEnvName(b.env).WithContext("secrets." + name + ".env"));
       } else if (k == "hosts") {
         if (!f.is_array() || f.size() > kMaxHostsPerSecret) {
           return InvalidArgument("secrets." + name + ".hosts must be an array of at most 32 host names");
@@ -118,6 +118,9 @@ StatusOr<std::vector<secrets::Binding>> ParseSecretsSpec(const json& spec) {
       } else {
         return InvalidArgument("secrets." + name + ": unknown field '" + k + "' (scope, hosts, env)");
       }
+    }
+    if (!secrets::ValidateEnvName(b.env).ok()) {
+      return InvalidArgument("secrets." + name + ": the name is no environment variable name; give \"env\"");
     }
     // Omitted scope / hosts come from the secret's stored policy (CheckUse).
     if (scope == "env") {
@@ -146,7 +149,10 @@ StatusOr<SecretAttachment> Server::AttachSecrets(const json& spec, const Caller&
     auto policy = store->PolicyOf(b.name);
     if (!policy.ok()) {
       if (policy.status().code() != StatusCode::kNotFound) return policy.status();
-      if (!caller.admin) return PermissionDenied("secret " + b.name + ": this key's team may not use it");
+      if (!caller.admin) {
+        return PermissionDenied("secret " + b.name + ": no such secret for this key's team (it does not exist, or "
+                                "this team may not use it)");
+      }
       return InvalidArgument(policy.status().message());
     }
     RETURN_IF_ERROR(secrets::CheckUse(*policy, caller.team, caller.admin, &b));

@@ -170,6 +170,8 @@ Status Server::Init() {
   });
   reaper_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleReaper();
+  metrics_timer_ = std::make_unique<asio::steady_timer>(io_);
+  ScheduleMetricsSampler();
   ReinstallCasAsync();
   if (image::FindImage(dir, "base").ok())
     EnsureTemplateSnapshotAsync("base", config_.default_vcpus, config_.default_memory_mib);
@@ -199,6 +201,7 @@ void Server::Stop() {
   asio::post(io_, [this] {
     if (listener_) listener_->Stop();
     if (reaper_) reaper_->cancel();
+    if (metrics_timer_) metrics_timer_->cancel();
     if (admission_timer_) admission_timer_->cancel();
     if (signals_) signals_->cancel();
     io_.stop();

@@ -67,6 +67,9 @@ struct ServerConfig {
   // Write <state_dir>/cli.key (0600) holding a key for the local CLI.
   bool write_cli_key = true;
   std::chrono::milliseconds reaper_interval{1000};
+  // How often the daemon samples each running sandbox's resource use for
+  // GET /sandboxes/{id}/metrics (E2B: 5 s); 0: no history, live samples only.
+  std::chrono::milliseconds metrics_interval{5000};
   // The audit trail (docs/audit.md); empty: <db dir>/audit.
   std::string audit_dir;
   // OTLP/HTTP JSON log export of audit records; endpoint empty: off.
@@ -97,6 +100,34 @@ struct LogEvent {
   std::string level;  // "info" | "warn"
   std::string message;
 };
+
+// One sample of a sandbox's resource use (GET /sandboxes/{id}/metrics),
+// taken by the daemon from the agent's /metrics; ts_s is the daemon's clock
+// (Unix seconds), never the guest's.
+struct MetricSample {
+  int64_t ts_s = 0;
+  int cpu_count = 0;
+  double cpu_used_pct = 0;
+  int64_t mem_used = 0, mem_total = 0, mem_cache = 0, disk_used = 0, disk_total = 0;
+};
+// The interval of GET /sandboxes/{id}/metrics?start=&end= (Unix seconds,
+// both inclusive). Omitted start: the sandbox's start; omitted end: now
+// (E2B's defaults). InvalidArgument naming the parameter when one is not a
+// non-negative integer, or when start is after end (E2B answers 400 too).
+struct MetricsRange {
+  int64_t start_s = 0;
+  int64_t end_s = 0;
+};
+StatusOr<MetricsRange> ParseMetricsRange(const std::optional<std::string>& start, const std::optional<std::string>& end,
+                                         int64_t sandbox_start_s, int64_t now_s);
+// E2B's step for a range (clickhouse utils CalculateStep: < 1 h: 5 s, < 6 h:
+// 30 s, < 12 h: 1 min, < 24 h: 2 min, < 7 d: 5 min, else 15 min), which
+// keeps an answer under 1000 points.
+int64_t MetricsStep(int64_t range_s);
+// The samples of `history` (oldest first) inside `range`, at most one per
+// step (the newest sample of each step-wide bucket counted from start).
+std::vector<MetricSample> SelectMetrics(const std::deque<MetricSample>& history, const MetricsRange& range);
+nlohmann::json MetricJson(const MetricSample& m);
 
 // Who a control-plane request is from (its X-API-Key), resolved once in
 // HandleControl. Tenancy (docs/security.md): a key acts only on what its
@@ -166,8 +197,11 @@ class Server {
     std::shared_ptr<Sandbox> sb;
     int disk_mib = 0;
     std::deque<LogEvent> logs;  // bounded (kMaxLogs)
+    std::deque<MetricSample> metrics;  // oldest first, bounded (kMaxMetricSamples)
   };
   static constexpr size_t kMaxLogs = 1000;
+  // One hour at the default 5 s sampling interval.
+  static constexpr size_t kMaxMetricSamples = 720;
 
   explicit Server(ServerConfig config);
   Status Init();
@@ -182,7 +216,14 @@ class Server {
   void KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
   void SetTimeout(std::shared_ptr<HttpConn> c, const std::string& id);
   void ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
+  // metrics history (metrics_history.cc): GET /sandboxes/{id}/metrics; the
+  // sampler takes one sample of every running sandbox per metrics_interval.
   void Metrics(std::shared_ptr<HttpConn> c, const std::string& id);
+  void ScheduleMetricsSampler();
+  void SampleAllMetrics();  // worker thread
+  void RecordMetricSample(const std::string& id, const MetricSample& m);
+  std::unique_ptr<asio::steady_timer> metrics_timer_;
+  std::atomic<bool> metrics_sampling_{false};
   void Logs(std::shared_ptr<HttpConn> c, const std::string& id, bool v2);
   // egress_routes.cc: PUT /sandboxes/{id}/network; the egress records of a
   // sandbox as log entries (v2 shape) from `from_ms`.
@@ -280,6 +321,15 @@ class Server {
   // GET /sandboxes/{id}: "secrets" [{name, scope, env, hosts}], "caCertificate".
   void AddSecretFields(const std::string& id, nlohmann::json& detail);
 
+  // E2B secrets API (secrets_api.cc): /secrets and /secrets/{selector}
+  // (selector empty: the collection).
+  void HandleSecrets(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& selector);
+  void ListSecrets(std::shared_ptr<HttpConn> c, const Caller& caller);
+  // The secret `selector` (its id "sec_..." or its name) if `caller` may
+  // see it; NotFound (the same for another team's) otherwise.
+  StatusOr<secrets::SecretInfo> FindVisibleSecret(const Caller& caller, const std::string& selector);
+  std::mutex secrets_api_mu_;  // read-modify-write of a secret's version
+
   // data plane (proxy.cc)
   void HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint16_t port);
   // uploadUrl()/downloadUrl() carry no routing header (spec §4.2, §8): the
@@ -347,6 +397,23 @@ StatusOr<bool> ParseAllowPublicTraffic(const nlohmann::json& body);
 StatusOr<std::string> ParseMaskRequestHost(const nlohmann::json& body);
 // The record's trafficAccessToken for a response: the token, or null.
 nlohmann::json TrafficTokenJson(const SandboxRecord& r);
+// E2B secrets API helpers (secrets_api.cc). NormalizeSecretName: E2B's
+// rule (trimmed, 1..128 of [A-Za-z0-9_-], lower-cased, no "sec_" prefix).
+StatusOr<std::string> NormalizeSecretName(const std::string& input);
+// A Secret's metadata (E2B limits: 32 entries, keys 128 B, values 1024 B,
+// 8192 B in all); InvalidArgument naming the entry.
+StatusOr<std::map<std::string, std::string>> ParseSecretMetadata(const nlohmann::json& body);
+// The use policy the reserved metadata keys describe: airlock.scope
+// (env|brokered; default env, or brokered when hosts are given),
+// airlock.hosts and airlock.teams (comma-separated); `owner_team` is always
+// one of its teams. Other airlock.* keys are refused.
+StatusOr<secrets::SecretPolicy> PolicyFromSecretMetadata(const std::map<std::string, std::string>& metadata,
+                                                         const std::string& owner_team);
+// E2B's placeholder in a create's envVars: a value that is exactly
+// "${e2b.secrets.NAME}" (Secret.fill(NAME)) becomes {"NAME": {"env": VAR}}
+// in the returned secrets spec (scope and hosts from the stored policy) and
+// leaves env_vars. InvalidArgument when NAME is malformed or named twice.
+StatusOr<nlohmann::json> LiftSecretPlaceholders(std::map<std::string, std::string>* env_vars, nlohmann::json spec);
 // Parses "<created_ms>_<id>" page tokens; nullopt when malformed.
 std::optional<std::pair<int64_t, std::string>> ParsePageToken(const std::string& token);
 

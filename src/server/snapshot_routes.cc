@@ -166,7 +166,7 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
         {
           std::lock_guard<std::mutex> l(mu_);
           int disk_mib = sandboxes_.count(id) ? sandboxes_[id].disk_mib : 0;
-          Entry e{r, *child, disk_mib, {}};
+          Entry e{r, *child, disk_mib, {}, {}};
           e.logs.push_back({r.created_at_ms, "info", "forked from " + id});
           sandboxes_[r.id] = std::move(e);
         }

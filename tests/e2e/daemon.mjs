@@ -5,7 +5,7 @@
 // Env: AIRLOCK_BIN (the airlock binary, required), AIRLOCK_STATE_DIR
 // (default /var/lib/airlock). `skipReason` says why a suite cannot run here
 // (not root, no guest image, no SDK); the suites skip with it.
-import { spawn } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -52,7 +52,8 @@ async function waitHealthy(base, ms) {
 }
 
 // Starts `airlock serve --kill-on-exit` plus `extraArgs`; returns
-// { url, apiKey, opts (for the SDK), stop() }.
+// { url, apiKey (the admin cli.key), db, opts (for the SDK), createKey(team),
+// stop() }. createKey makes a non-admin key of `team` with `airlock apikey`.
 export async function startDaemon(extraArgs = []) {
   const tmp = mkdtempSync(join(tmpdir(), 'airlock-e2e-'))
   const port = await freePort()
@@ -62,9 +63,16 @@ export async function startDaemon(extraArgs = []) {
   const exited = new Promise((r) => child.once('exit', r))
   await waitHealthy(url, 20000)
   const apiKey = readFileSync(join(tmp, 'cli.key'), 'utf8').trim()
+  const db = join(tmp, 'airlock.db')
   return {
     url,
     apiKey,
+    db,
+    createKey(team) {
+      const out = execFileSync(BIN, ['--state-dir', STATE_DIR, 'apikey', '--db', db, 'create', '--name', `e2e-${team}`,
+        '--team', team], { encoding: 'utf8' })
+      return out.split('\n')[0].trim()
+    },
     opts: { apiKey, apiUrl: url, sandboxUrl: url, requestTimeoutMs: 120000 },
     async stop() {
       child.kill('SIGTERM')

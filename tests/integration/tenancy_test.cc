@@ -197,6 +197,91 @@ TEST(TenancyTest, SecretsAreUsedOnlyAsStoredAndByTheirTeams) {
   d.Do("DELETE", "/sandboxes/" + sb["sandboxID"].get<std::string>(), "", true, {}, a);
 }
 
+// The E2B secrets API (docs/secrets.md): a secret belongs to the creating
+// key's team, carries its policy in airlock.* metadata, never shows its value,
+// and is given to a sandbox through Secret.fill's placeholder, brokered here
+// (the e2e suite covers env).
+TEST(TenancyTest, SecretsApiSecretsBelongToTheirTeamAndAreBrokeredAsStored) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  ASSERT_EQ(RunCli({"secret", "--db", dir + "/airlock.db", "set", "cli_secret", "--scope", "env", "--team", "team-a"},
+                   "cli-secret-value-0123")
+                .code,
+            0);
+  TestDaemon d(dir);
+  std::string a = NewKey(dir, "alice", "team-a"), b = NewKey(dir, "bob", "team-b");
+  const std::string value = "api-brokered-value-8d1c";
+  json body = {{"name", "GH-Token"},
+               {"value", value},
+               {"metadata", {{"airlock.hosts", "api.example.test"}, {"description", "github"}}}};
+  auto created = d.Do("POST", "/secrets", body.dump(), true, {}, a);
+  ASSERT_TRUE(created.ok());
+  ASSERT_EQ(created->status, 201) << created->body;
+  json sec = json::parse(created->body);
+  EXPECT_EQ(sec["name"], "gh-token");
+  EXPECT_EQ(sec["currentVersion"], 1);
+  EXPECT_EQ(created->body.find(value), std::string::npos);
+  std::string sid = sec["secretID"];
+  // Another team: 404 on every route, an empty list; the same name is 409 for it.
+  for (auto [method, path] : std::vector<std::pair<std::string, std::string>>{
+           {"GET", "/secrets/" + sid}, {"GET", "/secrets/gh-token"}, {"DELETE", "/secrets/gh-token"}}) {
+    auto r = d.Do(method, path, "", true, {}, b);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->status, 404) << method << " " << path << ": " << r->body;
+  }
+  auto upd = d.Do("POST", "/secrets/gh-token", json{{"value", "stolen-value-0123"}}.dump(), true, {}, b);
+  EXPECT_EQ(upd->status, 404) << upd->body;
+  EXPECT_EQ(d.Do("GET", "/secrets", "", true, {}, b)->body, "[]");
+  EXPECT_EQ(d.Do("POST", "/secrets", json{{"name", "gh-token"}, {"value", "other-value-0123"}}.dump(), true, {}, b)->status,
+            409);
+  // A CLI secret is not part of the API (not listed, 404), and its name is
+  // taken (the API lower-cases "CLI_Secret" to the CLI's "cli_secret").
+  auto listed = d.Do("GET", "/secrets", "", true, {}, a);
+  ASSERT_EQ(listed->status, 200);
+  json list = json::parse(listed->body);
+  ASSERT_EQ(list.size(), 1u) << listed->body;
+  EXPECT_EQ(list[0]["secretID"], sid);
+  EXPECT_EQ(d.Do("GET", "/secrets/cli_secret", "", true, {}, a)->status, 404);
+  EXPECT_EQ(d.Do("POST", "/secrets", json{{"name", "CLI_Secret"}, {"value", "x-value-0123"}}.dump(), true, {}, a)->status,
+            409);
+  auto bad = d.Do("POST", "/secrets", json{{"name", "x"}, {"value", "x-value-0123"}, {"metadata", {{"airlock.scope", "brokered"}}}}.dump(),
+                  true, {}, a);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  EXPECT_NE(bad->body.find("airlock.hosts"), std::string::npos) << bad->body;
+  // The operator's view: the policy the metadata described.
+  auto ls = RunCli({"secret", "--db", dir + "/airlock.db", "ls"});
+  EXPECT_NE(ls.out.find("gh-token"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("api.example.test"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("team-a"), std::string::npos) << ls.out;
+  // Given through E2B's placeholder: brokered as stored, only a placeholder in the guest.
+  auto sb = d.Do("POST", "/v2/sandboxes",
+                 json{{"templateID", "base"}, {"envVars", {{"GITHUB_TOKEN", "${e2b.secrets.gh-token}"}}}}.dump(), true,
+                 {}, a);
+  ASSERT_TRUE(sb.ok());
+  ASSERT_EQ(sb->status, 201) << sb->body;
+  json s = json::parse(sb->body);
+  auto e = d.Run(s["sandboxID"], s["envdAccessToken"], "echo \"$GITHUB_TOKEN\"");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->out.rfind("AIRLOCK_BROKERED_", 0), 0u) << e->out;
+  EXPECT_EQ(e->out.find(value), std::string::npos);
+  auto info = d.Do("GET", "/sandboxes/" + s["sandboxID"].get<std::string>(), "", true, {}, a);
+  json secrets = json::parse(info->body)["secrets"];
+  ASSERT_EQ(secrets.size(), 1u) << info->body;
+  EXPECT_EQ(secrets[0]["scope"], "brokered");
+  EXPECT_EQ(secrets[0]["hosts"], json::array({"api.example.test"}));
+  // Team b cannot name it; after a delete, nobody can.
+  auto other = d.Do("POST", "/v2/sandboxes",
+                    json{{"templateID", "base"}, {"envVars", {{"T", "${e2b.secrets.gh-token}"}}}}.dump(), true, {}, b);
+  EXPECT_EQ(other->status, 403) << other->body;
+  EXPECT_EQ(d.Do("DELETE", "/secrets/" + sid, "", true, {}, a)->status, 204);
+  EXPECT_EQ(d.Do("GET", "/secrets/" + sid, "", true, {}, a)->status, 404);
+  auto gone = d.Do("POST", "/v2/sandboxes",
+                   json{{"templateID", "base"}, {"envVars", {{"T", "${e2b.secrets.gh-token}"}}}}.dump(), true, {}, a);
+  EXPECT_EQ(gone->status, 403) << gone->body;
+  EXPECT_NE(gone->body.find("gh-token"), std::string::npos) << gone->body;
+  d.Do("DELETE", "/sandboxes/" + s["sandboxID"].get<std::string>(), "", true, {}, a);
+}
+
 TEST(TenancyTest, SecondDaemonOnOneRegistryIsRefusedNamingTheFirst) {
   AIRLOCK_REQUIRE_VM();
   std::string dir = MakeTempDir();

@@ -129,6 +129,46 @@ TEST(SecretStore, EncryptsAtRestWithA0600KeyFileCreatedOnFirstUse) {
   EXPECT_EQ(SecretStore::Open(db, key).status().code(), StatusCode::kPermissionDenied);
 }
 
+// The E2B secrets API's rows: Create refuses a taken name, the attributes
+// (id, owner, version, metadata) round-trip, a CLI Set keeps them, and the
+// value is still only in the ciphertext.
+TEST(SecretStore, ApiAttributesAndCreate) {
+  ScopedDir d{MakeTempDir("secrets")};
+  std::string db = d.path + "/airlock.db";
+  auto s = SecretStore::Open(db, d.path + "/secrets.key");
+  ASSERT_TRUE(s.ok());
+  const std::string canary = "api-canary-5f0e2c";
+  ApiAttributes api{"sec_0abc", "acme", 1, {{"description", "db"}}};
+  SecretPolicy policy;
+  policy.scope = Scope::kEnv;
+  policy.teams = {"acme"};
+  ASSERT_TRUE((*s)->Create("db-password", canary, policy, api).ok());
+  EXPECT_EQ((*s)->Create("db-password", "another-value", policy, api).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(*(*s)->Get("db-password"), canary);
+  auto info = (*s)->Info("db-password");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->api.id, "sec_0abc");
+  EXPECT_EQ(info->api.owner, "acme");
+  EXPECT_EQ(info->api.version, 1);
+  EXPECT_EQ(info->api.metadata.at("description"), "db");
+  EXPECT_EQ(info->policy.teams, std::vector<std::string>{"acme"});
+  api.version = 2;
+  ASSERT_TRUE((*s)->Set("db-password", canary + "-2", policy, &api).ok());
+  EXPECT_EQ((*s)->Info("db-password")->api.version, 2);
+  ASSERT_TRUE((*s)->Set("db-password", canary + "-3", policy).ok());  // no api given: kept
+  EXPECT_EQ((*s)->Info("db-password")->api.id, "sec_0abc");
+  EXPECT_EQ((*s)->Info("missing").status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE((*s)->Set("CLI_ONE", "cli-value-123").ok());
+  EXPECT_TRUE((*s)->Info("CLI_ONE")->api.id.empty());
+  EXPECT_EQ(Slurp(db).find(canary), std::string::npos);
+  EXPECT_TRUE(ValidateEnvName("GITHUB_TOKEN").ok());
+  EXPECT_FALSE(ValidateEnvName("db-password").ok());
+  EXPECT_FALSE(ValidateEnvName("9x").ok());
+  EXPECT_TRUE(ValidateSecretName("9x").ok());
+  EXPECT_FALSE(ValidateSecretName("-x").ok());
+  EXPECT_FALSE(ValidateSecretName("a/b").ok());
+}
+
 TEST(SecretStore, BindingsRoundTrip) {
   ScopedDir d{MakeTempDir("secrets")};
   auto s = SecretStore::Open(d.path + "/a.db", d.path + "/k");

@@ -10,9 +10,12 @@
 #include <thread>
 
 #include <filesystem>
+#include <fstream>
+#include <sqlite3.h>
 
 #include "core/http_client.h"
 #include "core/registry.h"
+#include "image/hash.h"
 #include "server/egress_routes.h"
 #include "server/server.h"
 
@@ -56,6 +59,7 @@ TEST(ServerUnitTest, HostPortAndEncoding) {
 }
 
 TEST(ServerUnitTest, RegistrySandboxesAndKeys) {
+  std::string key_text;
   std::string dir = std::filesystem::temp_directory_path() / ("airlock-reg-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   {
@@ -78,10 +82,17 @@ TEST(ServerUnitTest, RegistrySandboxesAndKeys) {
     EXPECT_EQ((*reg)->SetEndsAt("nope", 1).code(), StatusCode::kNotFound);
     auto key = (*reg)->CreateApiKey("ci");
     ASSERT_TRUE(key.ok());
-    EXPECT_EQ(key->second.rfind("al_", 0), 0u);
-    EXPECT_EQ(key->second.size(), 51u);
+    key_text = key->second;
+    // E2B's format: "e2b_" + 40 hex (20 random bytes, like E2B's keyLength).
+    EXPECT_EQ(key->second.rfind("e2b_", 0), 0u);
+    EXPECT_EQ(key->second.size(), 44u);
+    EXPECT_TRUE(HasE2bKeyFormat(key->second)) << key->second;
+    EXPECT_EQ(key->first.prefix, key->second.substr(0, 9));
+    EXPECT_NE((*reg)->CreateApiKey("ci2")->second, key->second);
+    ASSERT_TRUE((*reg)->RemoveApiKey("ci2").ok());
     EXPECT_TRUE(*(*reg)->CheckApiKey(key->second));
     EXPECT_FALSE(*(*reg)->CheckApiKey("al_nope"));
+    EXPECT_FALSE(*(*reg)->CheckApiKey(key->second + "0"));
     EXPECT_FALSE(*(*reg)->CheckApiKey(""));
     EXPECT_FALSE((*reg)->CreateApiKey("").ok());
   }
@@ -98,6 +109,12 @@ TEST(ServerUnitTest, RegistrySandboxesAndKeys) {
   auto keys = (*reg)->ListApiKeys();
   ASSERT_TRUE(keys.ok());
   ASSERT_EQ(keys->size(), 1u);
+  {
+    // The clear key appears nowhere in the database file: only its hash.
+    std::ifstream f(dir + "/airlock.db", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(bytes.find(key_text.substr(4)), std::string::npos);
+  }
   EXPECT_EQ((*keys)[0].name, "ci");
   EXPECT_TRUE((*reg)->RemoveApiKey("ci").ok());
   EXPECT_EQ((*reg)->RemoveApiKey("ci").code(), StatusCode::kNotFound);
@@ -179,6 +196,199 @@ TEST(ServerEgressLog, L3RecordsReadLikeProxyRecords) {
   icmp["destination"].erase("port");
   EXPECT_EQ(server::EgressLogEntry(icmp)["message"],
             "egress deny icmp 203.0.113.10 rule=default-deny (dropped) out=29B in=0B");
+}
+
+
+TEST(ServerUnitTest, E2bKeyFormatIsTheSdksCheck) {
+  // ^e2b_[0-9a-f]+$ (E2B js-sdk src/api/index.ts API_KEY_PATTERN).
+  EXPECT_TRUE(HasE2bKeyFormat("e2b_0123456789abcdef0123456789abcdef01234567"));
+  EXPECT_TRUE(HasE2bKeyFormat("e2b_0"));
+  EXPECT_FALSE(HasE2bKeyFormat("e2b_"));
+  EXPECT_FALSE(HasE2bKeyFormat("e2b_ABCDEF"));  // upper case is not hex to the SDK
+  EXPECT_FALSE(HasE2bKeyFormat("e2b_12g4"));
+  EXPECT_FALSE(HasE2bKeyFormat("al_0123456789abcdef"));
+  EXPECT_FALSE(HasE2bKeyFormat(" e2b_00"));
+  EXPECT_FALSE(HasE2bKeyFormat("e2b_00\n"));
+  EXPECT_FALSE(HasE2bKeyFormat(""));
+}
+
+// A registry written by an older daemon holds "al_<48 hex>" keys (as the
+// SHA-256 hex of the clear key): they keep working next to new e2b_ keys.
+TEST(ServerUnitTest, LegacyAlKeysStayValid) {
+  std::string dir = std::filesystem::temp_directory_path() / ("airlock-legacy-key-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string legacy = "al_00112233445566778899aabbccddeeff0011223344556677";
+  {
+    auto reg = Registry::Open(dir + "/airlock.db");
+    ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  }
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir + "/airlock.db").c_str(), &db), SQLITE_OK);
+    // sha256("al_00112233445566778899aabbccddeeff0011223344556677"), as the old CreateApiKey stored it.
+    std::string sql =
+        "INSERT INTO api_keys (id, name, prefix, hash, created_at, team, admin) VALUES ('old1', 'old', 'al_001122', '" +
+        image::Sha256Hex(legacy) + "', 1, 'acme', 0)";
+    char* err = nullptr;
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+    sqlite3_free(err);
+    sqlite3_close(db);
+  }
+  auto reg = Registry::Open(dir + "/airlock.db");
+  ASSERT_TRUE(reg.ok());
+  auto fresh = (*reg)->CreateApiKey("new", "acme");
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_TRUE(HasE2bKeyFormat(fresh->second));
+  auto old = (*reg)->LookupApiKey(legacy);
+  ASSERT_TRUE(old.ok());
+  ASSERT_TRUE(old->has_value());
+  EXPECT_EQ((*old)->id, "old1");
+  EXPECT_EQ((*old)->team, "acme");
+  auto now = (*reg)->LookupApiKey(fresh->second);
+  ASSERT_TRUE(now.ok() && now->has_value());
+  EXPECT_EQ((*now)->team, "acme");
+  EXPECT_FALSE((*reg)->LookupApiKey("al_00112233445566778899aabbccddeeff001122334455667")->has_value());
+  std::filesystem::remove_all(dir);
+}
+
+
+TEST(ServerUnitTest, Rfc3339TimestampsAsE2bAcceptsThem) {
+  // What the SDK sends (Date.toISOString()).
+  EXPECT_EQ(*ParseRfc3339Us("1970-01-01T00:00:00.000Z"), 0);
+  EXPECT_EQ(*ParseRfc3339Us("2026-01-02T03:04:05.123Z"), int64_t{1767323045123} * 1000);
+  EXPECT_EQ(*ParseRfc3339Us("2026-01-02T03:04:05Z"), int64_t{1767323045} * 1000000);
+  // Offsets, lower-case separators, sub-millisecond and > 9 fraction digits (truncated to µs).
+  EXPECT_EQ(*ParseRfc3339Us("2026-01-02T05:04:05+02:00"), int64_t{1767323045} * 1000000);
+  EXPECT_EQ(*ParseRfc3339Us("2026-01-01T22:34:05-04:30"), int64_t{1767323045} * 1000000);
+  EXPECT_EQ(*ParseRfc3339Us("2026-01-02t03:04:05.1234567891z"), int64_t{1767323045} * 1000000 + 123456);
+  // An unescaped '+' in a query string arrives as a space.
+  EXPECT_EQ(*ParseRfc3339Us("2026-01-02T05:04:05 02:00"), int64_t{1767323045} * 1000000);
+  // Leap day, before the epoch.
+  EXPECT_EQ(*ParseRfc3339Us("2024-02-29T00:00:00Z"), int64_t{1709164800} * 1000000);
+  EXPECT_EQ(*ParseRfc3339Us("1969-12-31T23:59:59Z"), -1000000);
+  for (const char* bad : {"", "2026-01-02", "2026-01-02T03:04:05", "2026-01-02 03:04:05Z", "2026-1-02T03:04:05Z",
+                          "2026-01-02T03:04:05.Z", "2026-13-01T00:00:00Z", "2025-02-29T00:00:00Z",
+                          "2026-04-31T00:00:00Z", "2026-01-02T24:00:00Z", "2026-01-02T03:60:00Z",
+                          "2026-01-02T03:04:60Z", "2026-01-02T03:04:05+24:00", "2026-01-02T03:04:05+0200",
+                          "2026-01-02T03:04:05Zjunk", "1767323045", "yesterday"}) {
+    auto r = ParseRfc3339Us(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(ServerUnitTest, MetricsRangeDefaultsAndErrors) {
+  auto d = server::ParseMetricsRange(std::nullopt, std::nullopt, 100, 500);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->start_s, 100);
+  EXPECT_EQ(d->end_s, 500);
+  auto r = server::ParseMetricsRange(std::string("200"), std::string("300"), 100, 500);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->start_s, 200);
+  EXPECT_EQ(r->end_s, 300);
+  auto only_end = server::ParseMetricsRange(std::nullopt, std::string("150"), 100, 500);
+  EXPECT_EQ(only_end->start_s, 100);
+  EXPECT_EQ(only_end->end_s, 150);
+  auto backwards = server::ParseMetricsRange(std::string("300"), std::string("200"), 100, 500);
+  EXPECT_EQ(backwards.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(backwards.status().message().find("start"), std::string::npos);
+  for (const char* bad : {"", "-1", "1.5", "12a", "99999999999999"}) {
+    auto s = server::ParseMetricsRange(std::string(bad), std::nullopt, 0, 10);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.status().message().find("start"), std::string::npos) << bad;
+    auto e = server::ParseMetricsRange(std::nullopt, std::string(bad), 0, 10);
+    EXPECT_NE(e.status().message().find("end"), std::string::npos) << bad;
+  }
+  // Start after "now" but before end is fine (an empty answer).
+  EXPECT_TRUE(server::ParseMetricsRange(std::string("600"), std::string("700"), 100, 500).ok());
+}
+
+TEST(ServerUnitTest, MetricsSelectionHonoursTheRangeAndE2bSteps) {
+  EXPECT_EQ(server::MetricsStep(0), 5);
+  EXPECT_EQ(server::MetricsStep(3599), 5);
+  EXPECT_EQ(server::MetricsStep(3600), 30);
+  EXPECT_EQ(server::MetricsStep(6 * 3600), 60);
+  EXPECT_EQ(server::MetricsStep(12 * 3600), 120);
+  EXPECT_EQ(server::MetricsStep(24 * 3600), 300);
+  EXPECT_EQ(server::MetricsStep(7 * 24 * 3600), 900);
+  std::deque<server::MetricSample> h;
+  for (int64_t t = 1000; t <= 1100; t += 5) {
+    server::MetricSample m;
+    m.ts_s = t;
+    m.mem_used = t;
+    h.push_back(m);
+  }
+  auto all = server::SelectMetrics(h, {1000, 1100});
+  EXPECT_EQ(all.size(), 21u);
+  auto mid = server::SelectMetrics(h, {1010, 1020});  // both ends inclusive
+  ASSERT_EQ(mid.size(), 3u);
+  EXPECT_EQ(mid.front().ts_s, 1010);
+  EXPECT_EQ(mid.back().ts_s, 1020);
+  EXPECT_TRUE(server::SelectMetrics(h, {1101, 2000}).empty());
+  EXPECT_TRUE(server::SelectMetrics(h, {0, 999}).empty());
+  // Samples a second apart inside one 5 s step: the newest of the bucket.
+  std::deque<server::MetricSample> dense;
+  for (int64_t t = 0; t < 10; ++t) dense.push_back({t, 1, 0, t, 0, 0, 0, 0});
+  auto b = server::SelectMetrics(dense, {0, 9});
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].ts_s, 4);
+  EXPECT_EQ(b[1].ts_s, 9);
+  auto j = server::MetricJson(h.front());
+  EXPECT_EQ(j["timestamp"], "1970-01-01T00:16:40.000Z");
+  EXPECT_EQ(j["timestampUnix"], 1000);
+  for (const char* k : {"cpuCount", "cpuUsedPct", "memUsed", "memTotal", "memCache", "diskUsed", "diskTotal"})
+    EXPECT_TRUE(j.contains(k)) << k;
+}
+
+TEST(ServerUnitTest, SecretsApiNamesMetadataAndPolicy) {
+  EXPECT_EQ(*server::NormalizeSecretName("  OpenAI-Key_2 "), "openai-key_2");
+  EXPECT_EQ(*server::NormalizeSecretName("9lives"), "9lives");
+  for (const char* bad : {"", " ", "a b", "a.b", "sec_abc", "SEC_abc", "-x", "${x}"})
+    EXPECT_FALSE(server::NormalizeSecretName(bad).ok()) << bad;
+  EXPECT_FALSE(server::NormalizeSecretName(std::string(129, 'a')).ok());
+  EXPECT_TRUE(server::NormalizeSecretName(std::string(128, 'a')).ok());
+
+  using nlohmann::json;
+  EXPECT_TRUE(server::ParseSecretMetadata(json::object())->empty());
+  EXPECT_FALSE(server::ParseSecretMetadata(json{{"metadata", {{"a", 1}}}}).ok());
+  EXPECT_FALSE(server::ParseSecretMetadata(json{{"metadata", "x"}}).ok());
+  json many = json::object();
+  for (int i = 0; i < 33; ++i) many["k" + std::to_string(i)] = "v";
+  EXPECT_FALSE(server::ParseSecretMetadata(json{{"metadata", many}}).ok());
+  EXPECT_FALSE(server::ParseSecretMetadata(json{{"metadata", {{"a", std::string(1025, 'x')}}}}).ok());
+
+  auto env = server::PolicyFromSecretMetadata({{"description", "db"}}, "acme");
+  ASSERT_TRUE(env.ok());
+  EXPECT_EQ(env->scope, secrets::Scope::kEnv);
+  EXPECT_EQ(env->teams, std::vector<std::string>{"acme"});
+  auto brokered = server::PolicyFromSecretMetadata(
+      {{"airlock.hosts", "api.github.com, *.githubusercontent.com"}, {"airlock.teams", "beta,acme"}}, "acme");
+  ASSERT_TRUE(brokered.ok()) << brokered.status().ToString();
+  EXPECT_EQ(brokered->scope, secrets::Scope::kBrokered);
+  EXPECT_EQ(brokered->hosts, (std::vector<std::string>{"api.github.com", "*.githubusercontent.com"}));
+  EXPECT_EQ(brokered->teams, (std::vector<std::string>{"acme", "beta"}));
+  EXPECT_FALSE(server::PolicyFromSecretMetadata({{"airlock.scope", "brokered"}}, "acme").ok());  // no hosts
+  EXPECT_FALSE(server::PolicyFromSecretMetadata({{"airlock.scope", "env"}, {"airlock.hosts", "a.com"}}, "acme").ok());
+  EXPECT_FALSE(server::PolicyFromSecretMetadata({{"airlock.scope", "guest"}}, "acme").ok());
+  EXPECT_FALSE(server::PolicyFromSecretMetadata({{"airlock.hosts", "a b.com"}}, "acme").ok());
+  EXPECT_FALSE(server::PolicyFromSecretMetadata({{"airlock.teams", "a team"}}, "acme").ok());
+  auto unknown = server::PolicyFromSecretMetadata({{"airlock.host", "a.com"}}, "acme");
+  EXPECT_NE(unknown.status().message().find("airlock.host"), std::string::npos);
+
+  std::map<std::string, std::string> envs = {{"TOKEN", "${e2b.secrets.my-token}"}, {"PLAIN", "x"},
+                                             {"NOT", "${e2b.secrets.}"}};
+  auto spec = server::LiftSecretPlaceholders(&envs, json());
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(*spec, (json{{"my-token", {{"env", "TOKEN"}}}}));
+  EXPECT_EQ(envs, (std::map<std::string, std::string>{{"PLAIN", "x"}, {"NOT", "${e2b.secrets.}"}}));
+  std::map<std::string, std::string> twice = {{"A", "${e2b.secrets.t}"}};
+  EXPECT_FALSE(server::LiftSecretPlaceholders(&twice, json{{"t", {{"scope", "env"}}}}).ok());
+  std::map<std::string, std::string> bad = {{"A", "${e2b.secrets.a b}"}};
+  EXPECT_FALSE(server::LiftSecretPlaceholders(&bad, json()).ok());
+  // A name that is no environment variable needs "env" in a create's secrets spec.
+  EXPECT_FALSE(server::ParseSecretsSpec(json{{"my-token", json::object()}}).ok());
+  EXPECT_TRUE(server::ParseSecretsSpec(json{{"my-token", {{"env", "TOKEN"}}}}).ok());
 }
 
 }  // namespace

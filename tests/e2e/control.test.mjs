@@ -1,0 +1,198 @@
+// End-to-end control-plane conformance through the official e2b SDK (2.51.0,
+// unmodified), issue 12: keys in E2B's format, Sandbox.list's startedAfter
+// (and airlock's startedBefore), getMetrics({start, end}), passwordless sudo
+// for `user` in the base template, and the secrets API (Secret.*) over
+// airlock's encrypted store, team by team. Two sandboxes in all (TCG is slow).
+//
+// Env: AIRLOCK_BIN (required), AIRLOCK_STATE_DIR (default /var/lib/airlock).
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { readdirSync, readFileSync } from 'node:fs'
+import { dirname, join } from 'node:path'
+import { e2b, skipReason, startDaemon } from './daemon.mjs'
+
+const { Sandbox, Secret } = e2b
+
+let d, admin, acme, beta, sbx
+
+// Polls `fn` until it returns a truthy value (returned), or fails after `ms`.
+async function waitFor(what, fn, ms = 60000) {
+  const end = Date.now() + ms
+  let last
+  while (Date.now() < end) {
+    last = await fn()
+    if (last) return last
+    await new Promise((r) => setTimeout(r, 250))
+  }
+  throw new Error(`timed out waiting for ${what}: ${JSON.stringify(last)}`)
+}
+
+async function api(path, key = admin.apiKey) {
+  const r = await fetch(`${d.url}${path}`, { headers: { 'X-API-Key': key } })
+  return { status: r.status, text: await r.text() }
+}
+
+before(async () => {
+  if (skipReason) return
+  d = await startDaemon()
+  admin = { ...d.opts }
+  acme = { ...d.opts, apiKey: d.createKey('acme') }
+  beta = { ...d.opts, apiKey: d.createKey('beta') }
+})
+
+after(async () => {
+  if (sbx) await sbx.kill().catch(() => {})
+  if (d) await d.stop()
+})
+
+const maybe = skipReason ? test.skip : test
+
+maybe('API keys have E2B\'s format (e2b_ + 40 hex, what newer SDKs check)', async () => {
+  for (const key of [d.apiKey, acme.apiKey, beta.apiKey]) assert.match(key, /^e2b_[0-9a-f]{40}$/)
+  const bad = await fetch(`${d.url}/v2/sandboxes`, { headers: { 'X-API-Key': 'e2b_' + '0'.repeat(40) } })
+  assert.equal(bad.status, 401)
+})
+
+maybe('list: startedAfter (at or after), startedBefore (before), 400 naming a bad one; sudo; metrics range',
+  { timeout: 400000 }, async (t) => {
+    sbx = await Sandbox.create('base', { ...admin, metadata: { suite: 'control' } })
+    const info = await sbx.getInfo()
+    const at = info.startedAt
+    const ids = async (query) =>
+      (await Sandbox.list({ ...admin, query: { metadata: { suite: 'control' }, ...query } }).nextItems()).map((s) => s.sandboxId)
+
+    await t.test('startedAfter through the SDK', async () => {
+      assert.deepEqual(await ids({}), [sbx.sandboxId])
+      assert.deepEqual(await ids({ startedAfter: at }), [sbx.sandboxId], 'at or after: its own start includes it')
+      assert.deepEqual(await ids({ startedAfter: new Date(at.getTime() + 1) }), [])
+      assert.deepEqual(await ids({ startedAfter: new Date(at.getTime() - 60000) }), [sbx.sandboxId])
+    })
+
+    await t.test('startedBefore (airlock extension; the SDK does not send it) and bad values', async () => {
+      const q = (p) => api(`/v2/sandboxes?${p}`)
+      const listed = async (p) => JSON.parse((await q(p)).text).map((s) => s.sandboxID)
+      assert.deepEqual(await listed(`startedBefore=${encodeURIComponent(at.toISOString())}`), [])
+      assert.deepEqual(await listed(`startedBefore=${encodeURIComponent(new Date(at.getTime() + 1).toISOString())}`),
+        [sbx.sandboxId])
+      // With an offset (an unescaped '+' arrives as a space and is read as '+').
+      const later = new Date(at.getTime() + 3600000).toISOString().replace('Z', '+00:00')
+      assert.deepEqual(await listed(`startedBefore=${later}`), [sbx.sandboxId])
+      assert.deepEqual(await listed(`startedAfter=${later}`), [])
+      for (const [p, name] of [['startedAfter=yesterday', 'startedAfter'], ['startedBefore=2026-13-01T00:00:00Z', 'startedBefore'],
+        ['startedAfter=2026-01-01T00:00:00', 'startedAfter']]) {
+        const r = await q(p)
+        assert.equal(r.status, 400, p)
+        const body = JSON.parse(r.text)
+        assert.equal(body.code, 400)
+        assert.match(body.message, new RegExp(name), p)
+      }
+    })
+
+    await t.test('sudo as the default user', async () => {
+      assert.equal((await sbx.commands.run('id -un')).stdout, 'user\n')
+      assert.equal((await sbx.commands.run('sudo -n id -u')).stdout, '0\n')
+      const apt = await sbx.commands.run('sudo apt-get --version')
+      assert.equal(apt.exitCode, 0)
+      assert.match(apt.stdout, /^apt /)
+      const bg = await sbx.commands.run('sudo -n id -u', { background: true })
+      assert.equal((await bg.wait()).stdout, '0\n')
+      // The sudoers entry is E2B's, in a drop-in only root can write.
+      assert.equal((await sbx.commands.run('sudo cat /etc/sudoers.d/airlock-user')).stdout,
+        'user ALL=(ALL:ALL) NOPASSWD: ALL\n')
+      assert.equal((await sbx.commands.run('stat -c %a:%U /etc/sudoers.d/airlock-user')).stdout, '440:root\n')
+    })
+
+    await t.test('getMetrics({start, end})', async () => {
+      // The daemon samples every 5 s: wait for two distinct points.
+      const all = await waitFor('two metric samples', async () => {
+        const m = await sbx.getMetrics()
+        return new Set(m.map((p) => p.timestamp.getTime())).size >= 2 && m
+      }, 90000)
+      for (const p of all) assert.ok(p.timestamp >= new Date(Math.floor(at.getTime() / 1000) * 1000), 'after start')
+      const first = all[0].timestamp
+      const one = await sbx.getMetrics({ start: first, end: first })
+      assert.equal(one.length, 1, JSON.stringify(one))
+      assert.equal(one[0].timestamp.getTime(), first.getTime())
+      assert.ok(one[0].memTotal > 0 && one[0].cpuCount >= 1)
+      const afterFirst = await sbx.getMetrics({ start: new Date(first.getTime() + 1000) })
+      assert.ok(afterFirst.length >= 1 && afterFirst.every((p) => p.timestamp > first), JSON.stringify(afterFirst))
+      const past = await sbx.getMetrics({ start: new Date(at.getTime() - 120000), end: new Date(at.getTime() - 60000) })
+      assert.deepEqual(past, [])
+      await assert.rejects(sbx.getMetrics({ start: first, end: new Date(first.getTime() - 5000) }),
+        (e) => e.statusCode === 400 && /start/.test(e.message))
+      const bad = await api(`/sandboxes/${sbx.sandboxId}/metrics?start=soon`)
+      assert.equal(bad.status, 400)
+      assert.match(JSON.parse(bad.text).message, /start/)
+    })
+    await sbx.kill()
+    sbx = undefined
+  })
+
+maybe('secrets API: team-owned, values never returned, usable as env, audited; destroy stops its use',
+  { timeout: 400000 }, async () => {
+    const value = 'db-pass-' + Math.random().toString(16).slice(2) + '-canary'
+    const created = await Secret.create('DB-Password', value,
+      { ...acme, metadata: { description: 'the database', 'airlock.scope': 'env' } })
+    assert.match(created.secretId, /^sec_[0-9a-z]{26}$/)
+    assert.equal(created.name, 'db-password', 'names are lower-cased like E2B does')
+    assert.equal(created.version, 1)
+    assert.deepEqual(created.metadata, { description: 'the database', 'airlock.scope': 'env' })
+    assert.ok(created.createdAt instanceof Date && !isNaN(created.createdAt))
+
+    // Reads never carry the value.
+    const listed = await Secret.list(acme).nextItems()
+    assert.deepEqual(listed.map((s) => s.name), ['db-password'])
+    assert.equal((await Secret.getInfo(created.secretId, acme)).name, 'db-password')
+    assert.equal((await Secret.getInfo('db-password', acme)).secretId, created.secretId)
+    assert.equal(await Secret.exists('db-password', acme), true)
+    for (const path of ['/secrets', `/secrets/${created.secretId}`, '/secrets/db-password']) {
+      const r = await api(path, acme.apiKey)
+      assert.equal(r.status, 200, path)
+      assert.ok(!r.text.includes(value), `${path} carries the value`)
+    }
+    await assert.rejects(Secret.create('db-password', 'another-value', acme), (e) => /409/.test(e.message))
+    await assert.rejects(Secret.create('sec_reserved', 'another-value', acme), (e) => /400/.test(e.message))
+    await assert.rejects(Secret.create('short', 'x', acme), (e) => /400/.test(e.message) && /bytes/.test(e.message))
+
+    // Another team: 404 for all of it, an empty list.
+    await assert.rejects(Secret.getInfo('db-password', beta), e2b.SecretNotFoundError)
+    await assert.rejects(Secret.getInfo(created.secretId, beta), e2b.SecretNotFoundError)
+    assert.equal(await Secret.exists('db-password', beta), false)
+    await assert.rejects(Secret.update('db-password', 'stolen-value-123', beta), e2b.SecretNotFoundError)
+    assert.equal(await Secret.destroy('db-password', beta), false)
+    assert.deepEqual(await Secret.list(beta).nextItems(), [])
+
+    const updated = await Secret.update(created.secretId, value + '-v2', acme)
+    assert.equal(updated.version, 2)
+    assert.deepEqual(updated.metadata, created.metadata, 'omitted metadata is kept')
+    const v2 = value + '-v2'
+
+    // Given to a sandbox through the SDK's own placeholder, as env (scope from the secret).
+    sbx = await Sandbox.create('base', { ...acme, envs: { DB_PASSWORD: Secret.fill('db-password') } })
+    assert.equal((await sbx.commands.run('printenv DB_PASSWORD')).stdout, v2 + '\n')
+    const detail = await api(`/sandboxes/${sbx.sandboxId}`, acme.apiKey)
+    assert.ok(!detail.text.includes(v2))
+    assert.deepEqual(JSON.parse(detail.text).secrets.map((s) => [s.name, s.scope, s.env]),
+      [['db-password', 'env', 'DB_PASSWORD']])
+    // Another team cannot name it at create.
+    await assert.rejects(Sandbox.create('base', { ...beta, envs: { X: Secret.fill('db-password') } }),
+      (e) => /403/.test(e.message) && /db-password/.test(e.message))
+    await sbx.kill()
+    sbx = undefined
+
+    assert.equal(await Secret.destroy(created.secretId, acme), true)
+    assert.equal(await Secret.exists('db-password', acme), false)
+    assert.equal(await Secret.destroy('db-password', acme), false)
+    await assert.rejects(Sandbox.create('base', { ...acme, envs: { DB_PASSWORD: Secret.fill('db-password') } }),
+      (e) => /403/.test(e.message) && /db-password/.test(e.message) && /no such secret/.test(e.message))
+
+    // Audited (names and ids, never the value).
+    const auditDir = join(dirname(d.db), 'audit')
+    const text = await waitFor('the secret.deleted audit record', () => {
+      const all = readdirSync(auditDir).map((f) => readFileSync(join(auditDir, f), 'utf8')).join('\n')
+      return all.includes('"secret.deleted"') && all
+    }, 20000)
+    for (const action of ['secret.created', 'secret.updated', 'secret.attach']) assert.ok(text.includes(`"${action}"`), action)
+    assert.ok(text.includes(created.secretId))
+    assert.ok(!text.includes(value), 'the audit trail holds the value')
+  })
