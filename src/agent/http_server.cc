@@ -150,6 +150,15 @@ std::optional<std::string> Session::Query(const std::string& key) const {
   return it->second;
 }
 
+HeaderList Session::Headers() const {
+  HeaderList out;
+  for (const auto& f : head_) {
+    out.emplace_back(std::string(f.name_string().data(), f.name_string().size()),
+                     std::string(f.value().data(), f.value().size()));
+  }
+  return out;
+}
+
 std::string Session::Header(std::string_view name) const {
   auto it = head_.find(boost::beast::string_view(name.data(), name.size()));
   if (it == head_.end()) return {};
