@@ -337,7 +337,8 @@ void DirWatcher::OnReadable() {
   }
   if (on_ready_ && (!queue_.empty() || !error_.ok())) {
     auto keep = shared_from_this();
-    on_ready_();
+    auto fn = on_ready_;  // the callback may reset on_ready_
+    fn();
   }
   Arm();
 }

@@ -306,7 +306,9 @@ void Session::Flush() {
   for (size_t i = 0; i < n; ++i) bufs.emplace_back(asio::buffer(out_[i]));
   asio::async_write(socket_, bufs, [self = shared_from_this(), n](boost::system::error_code ec, size_t) {
     self->writing_ = false;
-    if (ec) {
+    // Closed meanwhile (out_ is cleared): the completion may still report
+    // success when it was queued before the close.
+    if (ec || self->closed_) {
       self->Close();
       return;
     }
