@@ -392,6 +392,7 @@ void Server::KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
     sandboxes_.erase(id);
   }
   LOG_INFO("sandbox={} kill requested", id);
+  AbortStreams(id);
   asio::post(*workers_, [this, c, id] {
     ForgetSecrets(id);
     Status st = manager_->Destroy(id);

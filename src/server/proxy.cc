@@ -90,6 +90,11 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
   ProxyCall(std::shared_ptr<HttpConn> c, std::string host, uint16_t port)
       : c_(std::move(c)), up_(c_->executor()), timer_(c_->executor()), host_(std::move(host)), port_(port) {}
 
+  // The sandbox is gone (killed, paused): end the exchange now.
+  void SandboxGone(std::string why) {
+    asio::post(c_->executor(), [self = shared_from_this(), why = std::move(why)] { self->Fail(502, why); });
+  }
+
   // Audit observer of this exchange (exec, file reads/writes); may be null.
   void SetTap(std::unique_ptr<audit::DataPlaneTap> tap) { tap_ = std::move(tap); }
 
@@ -359,6 +364,28 @@ class ProxyCall : public std::enable_shared_from_this<ProxyCall> {
 
 }  // namespace
 
+void Server::TrackStream(const std::string& id, std::weak_ptr<void> alive, std::function<void()> abort) {
+  std::lock_guard<std::mutex> l(streams_mu_);
+  auto range = live_streams_.equal_range(id);
+  for (auto it = range.first; it != range.second;) {
+    it = it->second.alive.expired() ? live_streams_.erase(it) : std::next(it);
+  }
+  live_streams_.emplace(id, LiveStream{std::move(alive), std::move(abort)});
+}
+
+void Server::AbortStreams(const std::string& id) {
+  std::vector<std::function<void()>> aborts;
+  {
+    std::lock_guard<std::mutex> l(streams_mu_);
+    auto range = live_streams_.equal_range(id);
+    for (auto it = range.first; it != range.second; ++it) {
+      if (!it->second.alive.expired()) aborts.push_back(std::move(it->second.abort));
+    }
+    live_streams_.erase(range.first, range.second);
+  }
+  for (auto& fn : aborts) fn();
+}
+
 void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint16_t port) {
   const std::string& path = c->path();
   std::shared_ptr<Sandbox> sb;
@@ -441,14 +468,17 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
       if (auto v = c->Query(q)) tr.query[q] = *v;
     }
     call->SetTap(audit::DataPlaneTap::Create(tr, AuditSinkFn()));
+    TrackStream(id, call, [weak = std::weak_ptr<ProxyCall>(call), id] {
+      if (auto c = weak.lock()) c->SandboxGone("sandbox " + id + " is no longer running");
+    });
     return call->Start();
   }
   // Another guest port: make it reachable first (a netlink batch for a new
   // port → worker).
-  asio::post(*workers_, [c, sb, id, ip, port] {
+  asio::post(*workers_, [this, c, sb, id, ip, port] {
     double retry_after = 1;
     Status st = sb->ExposePort(port, &retry_after);
-    asio::post(c->executor(), [c, st, id, ip, port, retry_after] {
+    asio::post(c->executor(), [this, c, st, id, ip, port, retry_after] {
       if (st.code() == StatusCode::kResourceExhausted) {
         int secs = std::max(1, static_cast<int>(std::ceil(retry_after)));
         return c->RespondError(429, st.message(), {{"Retry-After", std::to_string(secs)}});
@@ -464,7 +494,11 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
                               .dump());
       }
       if (!st.ok()) return c->RespondError(502, "expose port " + std::to_string(port) + ": " + st.message());
-      std::make_shared<ProxyCall>(c, ip, port)->Start();
+      auto call = std::make_shared<ProxyCall>(c, ip, port);
+      TrackStream(id, call, [weak = std::weak_ptr<ProxyCall>(call), id] {
+        if (auto c = weak.lock()) c->SandboxGone("sandbox " + id + " is no longer running");
+      });
+      call->Start();
     });
   });
 }

@@ -274,6 +274,7 @@ void Server::DestroyAsync(const std::string& id, const std::string& why) {
     if (sandboxes_.erase(id) == 0) return;
   }
   LOG_INFO("sandbox={} destroying: {}", id, why);
+  AbortStreams(id);
   Audit({{"action", "sandbox.destroy"}, {"sandbox", id}, {"reason", why}});
   asio::post(*workers_, [this, id] {
     ForgetSecrets(id);

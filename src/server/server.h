@@ -19,6 +19,7 @@
 #include <boost/asio/thread_pool.hpp>
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -301,6 +302,19 @@ class Server {
   std::unique_ptr<Manager> manager_;
   std::mutex mu_;
   std::map<std::string, Entry> sandboxes_;
+
+  // Data-plane exchanges in flight per sandbox (proxy.cc). A killed or
+  // paused guest never answers again and sends no RST (its netns is gone),
+  // so its streams (a watch, a command) are ended from here instead of
+  // hanging: the client connection is dropped, which the SDK reports.
+  struct LiveStream {
+    std::weak_ptr<void> alive;
+    std::function<void()> abort;  // posts to the exchange's executor
+  };
+  void TrackStream(const std::string& id, std::weak_ptr<void> alive, std::function<void()> abort);
+  void AbortStreams(const std::string& id);
+  std::mutex streams_mu_;
+  std::multimap<std::string, LiveStream> live_streams_;
 };
 
 // Spec §1.5.1 lifecycle fields of a create body: autoPause (bool),

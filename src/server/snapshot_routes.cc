@@ -294,6 +294,7 @@ void Server::RecordState(const std::string& id, const std::string& state) {
   }
   if (Status st = registry_->PutSandbox(rec); !st.ok()) LOG_WARN("sandbox={} registry: {}", id, st.message());
   if (state == "running") EnsureSandboxCa(id);  // adopted while paused: its CA is minted now
+  if (state == "paused") AbortStreams(id);
 }
 
 void Server::PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
