@@ -9,6 +9,7 @@
 #include "agent/auth.h"
 #include "agent/log.h"
 #include "agent/rpc.h"
+#include "agent/watch_service.h"
 #include "envd/proto_json.h"
 
 namespace airlock::agent {
@@ -23,9 +24,12 @@ Agent::Agent(asio::io_context& io, AgentOptions options)
       options_(std::move(options)),
       is_root_(geteuid() == 0),
       processes_(io),
+      watches_(std::make_unique<WatchRegistry>()),
       server_(io, [this](std::shared_ptr<Session> s) { Handle(std::move(s)); }),
       sigchld_(io, SIGCHLD),
       default_user_(options_.default_user) {}
+
+Agent::~Agent() = default;
 
 // The agent outside every limit it sets: processes it starts go to leaf
 // cgroups below <cgroup_root>/commands, and the OOM killer never picks the

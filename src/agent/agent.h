@@ -19,6 +19,8 @@
 
 namespace airlock::agent {
 
+class WatchRegistry;
+
 struct AgentOptions {
   std::string listen = "0.0.0.0:49983";
   std::string root_prefix;          // where etc/passwd and etc/group are read ("" = /)
@@ -35,12 +37,15 @@ inline constexpr size_t kMaxRequestBody = 1 << 20;
 class Agent {
  public:
   Agent(asio::io_context& io, AgentOptions options);
+  ~Agent();
   // Starts the reaper and listens. Errors: the listen failure.
   Status Start();
   uint16_t port() const { return server_.port(); }
 
   asio::io_context& io() { return io_; }
   ProcessTable& processes() { return processes_; }
+  // Directory watchers (watch_service.h).
+  WatchRegistry& watches() { return *watches_; }
   const AgentOptions& options() const { return options_; }
   // True when the agent may change uid/gid (it runs as root).
   bool can_switch_user() const { return is_root_; }
@@ -69,6 +74,7 @@ class Agent {
   AgentOptions options_;
   bool is_root_;
   ProcessTable processes_;
+  std::unique_ptr<WatchRegistry> watches_;
   HttpServer server_;
   asio::signal_set sigchld_;
   std::string access_token_;

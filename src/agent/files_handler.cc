@@ -15,6 +15,7 @@
 
 #include "agent/agent.h"
 #include "agent/as_user.h"
+#include "agent/file_metadata.h"
 #include "agent/fs_util.h"
 #include "agent/log.h"
 #include "agent/multipart.h"
@@ -30,6 +31,7 @@ constexpr size_t kDownloadChunk = 256 * 1024;
 int HttpStatusFor(const Status& st) {
   switch (st.code()) {
     case StatusCode::kInvalidArgument: case StatusCode::kAlreadyExists: return 400;
+    case StatusCode::kFailedPrecondition: return 400;  // e.g. metadata on a filesystem without xattrs
     case StatusCode::kUnauthenticated: return 401;
     case StatusCode::kPermissionDenied: return 403;
     case StatusCode::kNotFound: return 404;
@@ -104,7 +106,8 @@ std::string TempUploadPath(const std::string& path) {
 // the temporary one (Abort, also run by the destructor).
 class Upload {
  public:
-  Upload(Agent& agent, User user) : agent_(agent), user_(std::move(user)) {}
+  Upload(Agent& agent, User user, Metadata metadata)
+      : agent_(agent), user_(std::move(user)), metadata_(std::move(metadata)) {}
   ~Upload() { Abort(); }
   Upload(const Upload&) = delete;
   Upload& operator=(const Upload&) = delete;
@@ -150,6 +153,9 @@ class Upload {
 
   Status Close() {
     if (!fd_) return OkStatus();
+    // The temporary file is new: setting the request's keys makes them the
+    // file's whole user.e2b.* set. A failure here aborts the file.
+    if (!metadata_.empty()) RETURN_IF_ERROR(WriteMetadata(fd_.get(), path_, metadata_));
     int rc = close(fd_.Release());
     if (rc != 0) return ErrnoError("close " + tmp_);
     // rename() replaces the final path atomically, with the user's rights.
@@ -162,6 +168,11 @@ class Upload {
     e["path"] = path_;
     e["name"] = BaseName(path_);
     e["type"] = "file";
+    if (!metadata_.empty()) {
+      envd::OJson m = envd::OJson::object();
+      for (const auto& [k, v] : metadata_) m[k] = v;
+      e["metadata"] = std::move(m);
+    }
     result_.push_back(std::move(e));
     return OkStatus();
   }
@@ -178,6 +189,7 @@ class Upload {
  private:
   Agent& agent_;
   User user_;
+  Metadata metadata_;
   UniqueFd fd_;
   std::string path_;
   std::string tmp_;  // the temporary name while a file is open
@@ -264,7 +276,9 @@ void HandleFilesGet(Agent& agent, std::shared_ptr<Session> s) {
 void HandleFilesPost(Agent& agent, std::shared_ptr<Session> s) {
   auto user = FilesUser(agent, *s);
   if (!user.ok()) return RespondHttpError(*s, 401, user.status().message());
-  auto up = std::make_shared<Upload>(agent, *user);
+  auto metadata = MetadataFromHeaders(s->Headers());
+  if (!metadata.ok()) return RespondHttpError(*s, 400, metadata.status().message());
+  auto up = std::make_shared<Upload>(agent, *user, std::move(*metadata));
   std::optional<std::string> query_path = s->Query("path");
   if (query_path && query_path->empty()) query_path.reset();
   std::string ct = s->Header("Content-Type");

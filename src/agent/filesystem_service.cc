@@ -1,7 +1,6 @@
 // filesystem.Filesystem RPCs (spec §3.3). Each runs with the requesting
 // user's permissions (as_user.h): EACCES/EPERM are permission_denied.
-// WatchDir is not implemented yet: it answers `unimplemented` in the
-// end-of-stream.
+// WatchDir and the polled watcher trio are watch_service.cc.
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +12,7 @@
 #include "agent/fs_util.h"
 #include "agent/paths.h"
 #include "agent/rpc.h"
+#include "agent/watch_service.h"
 
 namespace airlock::agent {
 namespace {
@@ -118,6 +118,7 @@ using FsFn = StatusOr<envd::OJson> (*)(const UserDb&, const User&, const envd::J
 }  // namespace
 
 void HandleFilesystemRpc(Agent& agent, std::shared_ptr<Session> s, const std::string& method) {
+  if (HandleWatchRpc(agent, s, method)) return;
   FsFn fn = method == "Stat"      ? Stat
             : method == "ListDir" ? ListDir
             : method == "MakeDir" ? MakeDir

@@ -5,8 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cstdlib>
+
 #include <vector>
 
+#include "agent/file_metadata.h"
 #include "agent/paths.h"
 
 namespace airlock::agent {
@@ -32,6 +36,12 @@ std::string PermissionString(mode_t m) {
   return s;
 }
 
+std::string ResolveSymlinkTarget(const std::string& path) {
+  char buf[PATH_MAX];
+  if (realpath(path.c_str(), buf) == nullptr) return path;  // dangling, a loop, or not searchable
+  return buf;
+}
+
 StatusOr<envd::EntryInfo> StatEntry(const std::string& path, const UserDb& users) {
   struct stat st;
   if (lstat(path.c_str(), &st) != 0) return ErrnoError("stat " + path);
@@ -42,9 +52,7 @@ StatusOr<envd::EntryInfo> StatEntry(const std::string& path, const UserDb& users
     e.type = envd::FileType::kDirectory;
   } else if (S_ISLNK(st.st_mode)) {
     e.type = envd::FileType::kSymlink;
-    std::vector<char> buf(4096);
-    ssize_t n = readlink(path.c_str(), buf.data(), buf.size());
-    e.symlink_target = n >= 0 ? std::string(buf.data(), static_cast<size_t>(n)) : std::string();
+    e.symlink_target = ResolveSymlinkTarget(path);
   } else {
     // Regular files, and special files too, so that clients list them.
     e.type = envd::FileType::kFile;
@@ -55,6 +63,7 @@ StatusOr<envd::EntryInfo> StatEntry(const std::string& path, const UserDb& users
   e.owner = users.UserName(st.st_uid);
   e.group = users.GroupName(st.st_gid);
   e.modified_time = {st.st_mtim.tv_sec, static_cast<int32_t>(st.st_mtim.tv_nsec)};
+  if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode)) e.metadata = ReadMetadata(path);
   return e;
 }
 

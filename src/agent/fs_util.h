@@ -13,8 +13,14 @@
 namespace airlock::agent {
 
 // EntryInfo of `path` itself (lstat: a symlink is reported as a symlink,
-// with its target). Errors carry the errno code (not_found for ENOENT).
+// with its target resolved as below), with its user.e2b.* metadata
+// (file_metadata.h). Errors carry the errno code (not_found for ENOENT).
 StatusOr<envd::EntryInfo> StatEntry(const std::string& path, const UserDb& users);
+// What envd reports as a symlink's target (filepath.EvalSymlinks): the
+// absolute path with every link on the way resolved (realpath). When that
+// fails (a dangling link, a loop, a component the caller may not search)
+// envd falls back to the link's own path, and so do we.
+std::string ResolveSymlinkTarget(const std::string& path);
 // "-rw-r--r--", "drwxr-xr-x", "lrwxrwxrwx" (ls -l style, with s/S/t/T).
 std::string PermissionString(mode_t mode);
 // mkdir -p (mode 0755). The directories belong to the calling thread's

@@ -150,6 +150,15 @@ std::optional<std::string> Session::Query(const std::string& key) const {
   return it->second;
 }
 
+HeaderList Session::Headers() const {
+  HeaderList out;
+  for (const auto& f : head_) {
+    out.emplace_back(std::string(f.name_string().data(), f.name_string().size()),
+                     std::string(f.value().data(), f.value().size()));
+  }
+  return out;
+}
+
 std::string Session::Header(std::string_view name) const {
   auto it = head_.find(boost::beast::string_view(name.data(), name.size()));
   if (it == head_.end()) return {};
@@ -297,7 +306,9 @@ void Session::Flush() {
   for (size_t i = 0; i < n; ++i) bufs.emplace_back(asio::buffer(out_[i]));
   asio::async_write(socket_, bufs, [self = shared_from_this(), n](boost::system::error_code ec, size_t) {
     self->writing_ = false;
-    if (ec) {
+    // Closed meanwhile (out_ is cleared): the completion may still report
+    // success when it was queued before the close.
+    if (ec || self->closed_) {
       self->Close();
       return;
     }

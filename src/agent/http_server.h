@@ -47,6 +47,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<std::string> Query(const std::string& key) const;
   // Header value, "" when absent. Names are case-insensitive.
   std::string Header(std::string_view name) const;
+  // Every header (name as sent, value), in order, duplicates kept.
+  HeaderList Headers() const;
 
   // Streams the body to on_chunk. If on_chunk returns an error, the rest of
   // the body is read and dropped and on_done gets that error. A broken

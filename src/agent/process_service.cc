@@ -17,7 +17,6 @@ namespace airlock::agent {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kDefaultKeepalive = std::chrono::seconds(90);
 
 // One live Start/Connect response stream subscribed to one process.
 class EventStream : public ProcessSubscriber, public std::enable_shared_from_this<EventStream> {
@@ -94,25 +93,6 @@ class EventStream : public ProcessSubscriber, public std::enable_shared_from_thi
   std::weak_ptr<Process> process_;
   bool done_ = false;
 };
-
-std::chrono::milliseconds KeepaliveInterval(const Session& s) {
-  std::string v = s.Header("Keepalive-Ping-Interval");
-  if (!v.empty()) {
-    char* end;
-    long secs = std::strtol(v.c_str(), &end, 10);
-    if (*end == '\0' && secs > 0 && secs < 86400) return std::chrono::seconds(secs);
-  }
-  return kDefaultKeepalive;
-}
-
-std::optional<std::chrono::milliseconds> ConnectTimeout(const Session& s) {
-  std::string v = s.Header("Connect-Timeout-Ms");
-  if (v.empty()) return std::nullopt;
-  char* end;
-  long long ms = std::strtoll(v.c_str(), &end, 10);
-  if (*end != '\0' || ms <= 0) return std::nullopt;
-  return std::chrono::milliseconds(ms);
-}
 
 void Start(Agent& agent, std::shared_ptr<Session> s) {
   ReadStreamRequest(s, [&agent, s](const envd::Json& j) {

@@ -2,6 +2,8 @@
 
 #include <strings.h>
 
+#include <cstdlib>
+
 #include "agent/agent.h"
 #include "envd/connect_error.h"
 #include "envd/envelope.h"
@@ -71,6 +73,25 @@ void ReadStreamRequest(std::shared_ptr<Session> s, std::function<void(const envd
       RespondStreamStatus(*s, Internal(std::string("handler error: ") + e.what()));
     }
   });
+}
+
+std::chrono::milliseconds KeepaliveInterval(const Session& s) {
+  std::string v = s.Header("Keepalive-Ping-Interval");
+  if (!v.empty()) {
+    char* end;
+    long secs = std::strtol(v.c_str(), &end, 10);
+    if (*end == '\0' && secs > 0 && secs < 86400) return std::chrono::seconds(secs);
+  }
+  return std::chrono::seconds(90);
+}
+
+std::optional<std::chrono::milliseconds> ConnectTimeout(const Session& s) {
+  std::string v = s.Header("Connect-Timeout-Ms");
+  if (v.empty()) return std::nullopt;
+  char* end;
+  long long ms = std::strtoll(v.c_str(), &end, 10);
+  if (*end != '\0' || ms <= 0) return std::nullopt;
+  return std::chrono::milliseconds(ms);
 }
 
 }  // namespace airlock::agent

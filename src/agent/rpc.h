@@ -4,7 +4,9 @@
 // inside the end-of-stream).
 #pragma once
 
+#include <chrono>
 #include <functional>
+#include <optional>
 #include <memory>
 
 #include "agent/http_server.h"
@@ -26,5 +28,10 @@ void BeginStream(Session& s);
 // A complete stream that only carries an error (or {} when OK).
 void RespondStreamStatus(Session& s, const Status& st);
 bool IsStreamRequest(const Session& s);
+
+// Keepalive-Ping-Interval (seconds) of a stream, else envd's 90 s.
+std::chrono::milliseconds KeepaliveInterval(const Session& s);
+// Connect-Timeout-Ms of a stream; nullopt when absent or not positive.
+std::optional<std::chrono::milliseconds> ConnectTimeout(const Session& s);
 
 }  // namespace airlock::agent

@@ -411,4 +411,41 @@ StatusOr<WatchDirRequest> WatchDirRequestFromJson(const Json& j) {
   return r;
 }
 
+StatusOr<std::string> WatcherIdRequestFromJson(const Json& j) {
+  ASSIGN_OR_RETURN(std::string id, GetString(j, "watcherId", "watcher_id"));
+  if (id.empty()) return InvalidArgument("watcherId is required");
+  return id;
+}
+
+OJson ToJson(const FilesystemEvent& e) {
+  OJson j = OJson::object();
+  j["name"] = e.name;
+  if (e.type != EventType::kUnspecified) j["type"] = std::string(EventTypeName(e.type));
+  if (e.entry) j["entry"] = ToJson(*e.entry);
+  return j;
+}
+
+StatusOr<FilesystemEvent> FilesystemEventFromJson(const Json& j) {
+  if (!j.is_object()) return InvalidArgument("filesystem event must be an object");
+  FilesystemEvent e;
+  ASSIGN_OR_RETURN(e.name, GetString(j, "name"));
+  if (const Json* t = Field(j, "type")) {
+    ASSIGN_OR_RETURN(e.type, EventTypeFromJson(*t));
+  }
+  ASSIGN_OR_RETURN(const Json* entry, GetObject(j, "entry"));
+  if (entry) {
+    ASSIGN_OR_RETURN(auto info, EntryInfoFromJson(*entry));
+    e.entry = std::move(info);
+  }
+  return e;
+}
+
+std::string WatchStartPayload() { return R"({"start":{}})"; }
+std::string WatchKeepalivePayload() { return R"({"keepalive":{}})"; }
+std::string WatchEventPayload(const FilesystemEvent& e) {
+  OJson j = OJson::object();
+  j["filesystem"] = ToJson(e);
+  return Dump(j);
+}
+
 }  // namespace airlock::envd

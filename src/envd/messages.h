@@ -161,6 +161,26 @@ struct WatchDirRequest {
   bool include_entry = false;
   bool allow_network_mounts = false;
 };
+// Also the shape of CreateWatcherRequest.
 StatusOr<WatchDirRequest> WatchDirRequestFromJson(const Json& j);
+// {"watcherId":...} (GetWatcherEvents, RemoveWatcher); invalid_argument
+// when it is missing or empty.
+StatusOr<std::string> WatcherIdRequestFromJson(const Json& j);
+
+struct FilesystemEvent {
+  std::string name;  // relative to the watched directory ("." = itself)
+  EventType type = EventType::kUnspecified;
+  std::optional<EntryInfo> entry;
+  bool operator==(const FilesystemEvent& o) const {
+    return name == o.name && type == o.type && entry.has_value() == o.entry.has_value();
+  }
+};
+OJson ToJson(const FilesystemEvent& e);
+StatusOr<FilesystemEvent> FilesystemEventFromJson(const Json& j);
+// WatchDirResponse payloads: {"start":{}}, {"filesystem":{...}},
+// {"keepalive":{}}.
+std::string WatchStartPayload();
+std::string WatchEventPayload(const FilesystemEvent& e);
+std::string WatchKeepalivePayload();
 
 }  // namespace airlock::envd

@@ -173,6 +173,27 @@ struct Stream {
     EXPECT_EQ(head.status, 200);
     EXPECT_EQ(head.headers["content-type"], "application/connect+json");
   }
+  // Next raw message payload; nullopt at end of stream (end_status set).
+  std::optional<std::string> NextPayload() {
+    while (!ended) {
+      if (auto e = dec.Next()) {
+        if (e->end_stream()) {
+          ended = true;
+          end_status = envd::ParseEndStream(e->payload);
+          return std::nullopt;
+        }
+        return e->payload;
+      }
+      std::string chunk;
+      if (!conn.ReadChunk(&chunk)) {
+        ADD_FAILURE() << "stream ended without end-of-stream";
+        ended = true;
+        return std::nullopt;
+      }
+      EXPECT_TRUE(dec.Feed(chunk).ok());
+    }
+    return std::nullopt;
+  }
   // Next message; nullopt at end of stream (end_status set).
   std::optional<envd::ProcessEvent> Next() {
     while (!ended) {
@@ -402,7 +423,7 @@ TEST(AgentHttp, StreamErrorsInsideEndOfStream) {
   Stream nf("process.Process/Connect", R"({"process":{"pid":999999}})");
   EXPECT_FALSE(nf.Next().has_value());
   EXPECT_EQ(nf.end_status.code(), StatusCode::kNotFound);
-  Stream un("filesystem.Filesystem/WatchDir", R"({"path":"/"})");
+  Stream un("filesystem.Filesystem/NoSuchStream", R"({"path":"/"})");
   EXPECT_FALSE(un.Next().has_value());
   EXPECT_EQ(un.end_status.code(), StatusCode::kUnimplemented);
 }
@@ -650,7 +671,7 @@ TEST(AgentFilesystem, StatListMakeMoveRemove) {
   EXPECT_TRUE(envd::ParseTimestamp(e["modifiedTime"].get<std::string>()).ok());
   auto link = Ok(Rpc("filesystem.Filesystem/Stat", R"({"path":"fs/a/link"})"))["entry"];
   EXPECT_EQ(link["type"], "FILE_TYPE_SYMLINK");
-  EXPECT_EQ(link["symlinkTarget"], "file.txt");
+  EXPECT_EQ(link["symlinkTarget"], base + "/a/file.txt");  // resolved, absolute (envd)
 
   auto l1 = Ok(Rpc("filesystem.Filesystem/ListDir", R"({"path":")" + base + R"(","depth":1})"));
   ASSERT_EQ(l1["entries"].size(), 1u);
@@ -887,6 +908,152 @@ TEST(AgentFiles, Upload200MBStreamsToDisk) {
   EXPECT_EQ(static_cast<size_t>(st.st_size), kTotal);
   EXPECT_LT(max_rss, 64 * 1024) << "agent buffered the upload";
   unlink((g_home + "/big.bin").c_str());
+}
+
+// ---------------- file metadata (X-Metadata-* → user.e2b.*) ----------------
+
+TEST(AgentFiles, MetadataOnUploadStatListAndRename) {
+  std::string dir = g_home + "/meta";
+  auto r = Http("POST", "/files", Multipart({{"meta/a.txt", "A"}, {"meta/b.txt", "B"}}, "b"),
+                "multipart/form-data; boundary=b", {"X-Metadata-Owner: alice", "x-metadata-TEAM: Core Infra"});
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto j = Json::parse(r.body);
+  ASSERT_EQ(j.size(), 2u);
+  Json want = {{"owner", "alice"}, {"team", "Core Infra"}};
+  EXPECT_EQ(j[0]["metadata"], want);
+  EXPECT_EQ(j[1]["metadata"], want);
+  EXPECT_EQ(Ok(Rpc("filesystem.Filesystem/Stat", R"({"path":"meta/a.txt"})"))["entry"]["metadata"], want);
+  auto list = Ok(Rpc("filesystem.Filesystem/ListDir", R"({"path":"meta"})"))["entries"];
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[1]["metadata"], want);
+  // A rename keeps it (the inode's xattrs).
+  auto mv = Ok(Rpc("filesystem.Filesystem/Move", R"({"source":"meta/a.txt","destination":"meta/moved.txt"})"));
+  EXPECT_EQ(mv["entry"]["metadata"], want);
+  // Raw upload with other metadata replaces the whole set; none clears it.
+  auto raw = Http("POST", "/files?path=meta%2Fb.txt", "B2", "application/octet-stream", {"X-Metadata-Only: 1"});
+  ASSERT_EQ(raw.status, 200) << raw.body;
+  EXPECT_EQ(Json::parse(raw.body)[0]["metadata"], Json({{"only", "1"}}));
+  EXPECT_EQ(Ok(Rpc("filesystem.Filesystem/Stat", R"({"path":"meta/b.txt"})"))["entry"]["metadata"],
+            Json({{"only", "1"}}));
+  ASSERT_EQ(Http("POST", "/files?path=meta%2Fb.txt", "B3", "application/octet-stream").status, 200);
+  EXPECT_FALSE(Ok(Rpc("filesystem.Filesystem/Stat", R"({"path":"meta/b.txt"})"))["entry"].contains("metadata"));
+  // Bad metadata: 400 before anything is written.
+  for (const std::string& h : {std::string("X-Metadata-K: caf\xc3\xa9"),
+                               "X-Metadata-Big: " + std::string(5000, 'v'), std::string("X-Metadata-: v")}) {
+    auto bad = Http("POST", "/files?path=meta%2Fbad.txt", "x", "application/octet-stream", {h});
+    EXPECT_EQ(bad.status, 400) << bad.body;
+    EXPECT_NE(Json::parse(bad.body)["message"].get<std::string>().find("invalid metadata"), std::string::npos);
+  }
+  struct stat st;
+  EXPECT_NE(stat((dir + "/bad.txt").c_str(), &st), 0);
+}
+
+// ---------------- WatchDir and the polled watchers ----------------
+
+std::vector<std::string> WatchEvents(Stream& s, size_t n) {
+  std::vector<std::string> out;
+  while (out.size() < n) {
+    auto p = s.NextPayload();
+    if (!p) break;
+    auto j = Json::parse(*p);
+    if (j.contains("keepalive")) continue;
+    if (!j.contains("filesystem")) {
+      out.push_back("?" + *p);
+      continue;
+    }
+    out.push_back(j["filesystem"]["type"].get<std::string>().substr(11) + " " +
+                  j["filesystem"]["name"].get<std::string>());
+  }
+  return out;
+}
+
+TEST(AgentWatch, StreamStartEventsAndEnd) {
+  std::string dir = g_home + "/w1";
+  ASSERT_EQ(mkdir(dir.c_str(), 0777), 0);
+  Stream s("filesystem.Filesystem/WatchDir", R"({"path":"w1","recursive":true})",
+           {"Keepalive-Ping-Interval: 1", "Connect-Timeout-Ms: 4000"});
+  auto first = s.NextPayload();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(*first, R"({"start":{}})");
+  // Each step waits for the watch to report the directory first: what is
+  // created and gone again before inotify is read cannot be reported.
+  ASSERT_EQ(mkdir((dir + "/sub").c_str(), 0755), 0);
+  EXPECT_EQ(WatchEvents(s, 1), (std::vector<std::string>{"CREATE sub"}));
+  ASSERT_EQ(system(("cd '" + dir + "' && printf x > sub/f && mv sub/f g && rm g").c_str()), 0);
+  EXPECT_EQ(WatchEvents(s, 5),
+            (std::vector<std::string>{"CREATE sub/f", "WRITE sub/f", "RENAME sub/f", "CREATE g", "REMOVE g"}));
+  // Keepalives in the silence, then the Connect-Timeout-Ms deadline ends it.
+  int keepalives = 0;
+  while (auto p = s.NextPayload()) keepalives += *p == R"({"keepalive":{}})";
+  EXPECT_GE(keepalives, 1);
+  EXPECT_EQ(s.end_status.code(), StatusCode::kDeadlineExceeded) << s.end_status.ToString();
+}
+
+TEST(AgentWatch, ErrorsInTheEndOfStream) {
+  Stream missing("filesystem.Filesystem/WatchDir", R"({"path":"/nonexistent-watch-dir"})");
+  EXPECT_FALSE(missing.NextPayload());
+  EXPECT_EQ(missing.end_status.code(), StatusCode::kNotFound) << missing.end_status.ToString();
+  std::ofstream(g_home + "/plain.txt") << "x";
+  Stream file("filesystem.Filesystem/WatchDir", R"({"path":"plain.txt"})");
+  EXPECT_FALSE(file.NextPayload());
+  EXPECT_EQ(file.end_status.code(), StatusCode::kInvalidArgument);
+  if (g_is_root) {  // the requesting user's rights decide
+    std::string secret = g_root + "/secret-dir";
+    ASSERT_EQ(mkdir(secret.c_str(), 0700), 0);
+    Stream denied("filesystem.Filesystem/WatchDir", R"({"path":")" + secret + R"("})");
+    EXPECT_FALSE(denied.NextPayload());
+    EXPECT_EQ(denied.end_status.code(), StatusCode::kPermissionDenied) << denied.end_status.ToString();
+    Stream as_root("filesystem.Filesystem/WatchDir", R"({"path":")" + secret + R"("})",
+                   {"Authorization: Basic cm9vdDo=", "Connect-Timeout-Ms: 200"});
+    EXPECT_EQ(*as_root.NextPayload(), R"({"start":{}})");
+  }
+}
+
+TEST(AgentWatch, WatcherCapAndDisconnectReleases) {
+  std::string dir = g_home + "/w2";
+  ASSERT_EQ(mkdir(dir.c_str(), 0777), 0);
+  std::vector<std::unique_ptr<Stream>> streams;
+  for (int i = 0; i < 64; ++i) {
+    streams.push_back(std::make_unique<Stream>("filesystem.Filesystem/WatchDir", R"({"path":"w2"})"));
+    ASSERT_EQ(*streams.back()->NextPayload(), R"({"start":{}})") << i;
+  }
+  Stream over("filesystem.Filesystem/WatchDir", R"({"path":"w2"})");
+  EXPECT_FALSE(over.NextPayload());
+  EXPECT_EQ(over.end_status.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(over.end_status.message().find("at most 64"), std::string::npos) << over.end_status.message();
+  auto create = Rpc("filesystem.Filesystem/CreateWatcher", R"({"path":"w2"})");
+  EXPECT_EQ(create.status, 429) << create.body;
+  streams.clear();  // the clients go away: every watcher is released
+  bool ok = false;
+  for (int i = 0; i < 100 && !ok; ++i) {
+    auto r = Rpc("filesystem.Filesystem/CreateWatcher", R"({"path":"w2"})");
+    ok = r.status == 200;
+    if (ok) Ok(Rpc("filesystem.Filesystem/RemoveWatcher", envd::Dump({{"watcherId", Json::parse(r.body)["watcherId"]}})));
+    else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(AgentThreads(), 1);
+}
+
+TEST(AgentWatch, PolledWatcher) {
+  std::string dir = g_home + "/w3";
+  ASSERT_EQ(mkdir(dir.c_str(), 0777), 0);
+  auto created = Ok(Rpc("filesystem.Filesystem/CreateWatcher", R"({"path":"w3","recursive":true})"));
+  std::string id = created["watcherId"];
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(system(("cd '" + dir + "' && mkdir d && : > d/x").c_str()), 0);
+  std::vector<std::string> got;
+  for (int i = 0; i < 100 && got.size() < 2; ++i) {
+    auto r = Ok(Rpc("filesystem.Filesystem/GetWatcherEvents", envd::Dump({{"watcherId", id}})));
+    for (auto& e : r["events"]) got.push_back(e["type"].get<std::string>() + " " + e["name"].get<std::string>());
+    if (got.size() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{"EVENT_TYPE_CREATE d", "EVENT_TYPE_CREATE d/x"}));
+  EXPECT_EQ(Ok(Rpc("filesystem.Filesystem/RemoveWatcher", envd::Dump({{"watcherId", id}}))), Json::object());
+  auto gone = Rpc("filesystem.Filesystem/GetWatcherEvents", envd::Dump({{"watcherId", id}}));
+  EXPECT_EQ(gone.status, 404);
+  EXPECT_EQ(Json::parse(gone.body)["code"], "not_found");
+  EXPECT_EQ(Rpc("filesystem.Filesystem/RemoveWatcher", R"({})").status, 400);
 }
 
 }  // namespace
