@@ -1,4 +1,5 @@
 #include "envd/proto_json.h"
+#include "common/civil_date.h"
 
 #include <charconv>
 #include <cmath>
@@ -102,15 +103,6 @@ std::string_view EnumName(E v, const std::pair<E, std::string_view> (&names)[N])
   return names[0].second;
 }
 
-// Days since 1970-01-01 for a proleptic Gregorian date (H. Hinnant).
-int64_t DaysFromCivil(int64_t y, unsigned m, unsigned d) {
-  y -= m <= 2;
-  const int64_t era = (y >= 0 ? y : y - 399) / 400;
-  const unsigned yoe = static_cast<unsigned>(y - era * 400);
-  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-  return era * 146097 + static_cast<int64_t>(doe) - 719468;
-}
 
 }  // namespace
 

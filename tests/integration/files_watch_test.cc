@@ -11,20 +11,12 @@
 
 #include "core/manager.h"
 #include "tests/integration/harness.h"
+#include "tests/integration/manager_fixture.h"
 
 namespace airlock::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::unique_ptr<Manager> OpenManager() {
-  ManagerConfig c;
-  c.state_dir = StateDir();
-  c.build_image_if_missing = false;
-  auto m = Manager::Open(c);
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return m.ok() ? std::move(m).value() : nullptr;
-}
 
 void Sh(const EnvdClient& agent, const std::string& script, const std::string& user = "user") {
   ExecRequest r;

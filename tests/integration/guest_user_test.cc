@@ -13,21 +13,13 @@
 
 #include "core/manager.h"
 #include "tests/integration/harness.h"
+#include "tests/integration/manager_fixture.h"
 
 namespace airlock::testing {
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-std::unique_ptr<Manager> OpenManager() {
-  ManagerConfig c;
-  c.state_dir = StateDir();
-  c.build_image_if_missing = false;
-  auto m = Manager::Open(c);
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return m.ok() ? std::move(m).value() : nullptr;
-}
 
 ExecRequest Bash(const std::string& script, const std::string& user) {
   ExecRequest r;

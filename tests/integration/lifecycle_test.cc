@@ -8,20 +8,12 @@
 
 #include "core/manager.h"
 #include "tests/integration/harness.h"
+#include "tests/integration/manager_fixture.h"
 
 namespace airlock::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::unique_ptr<Manager> OpenManager() {
-  ManagerConfig c;
-  c.state_dir = StateDir();
-  c.build_image_if_missing = false;
-  auto m = Manager::Open(c);
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  return m.ok() ? std::move(m).value() : nullptr;
-}
 
 ExecRequest Bash(const std::string& script) {
   ExecRequest r;

@@ -1,0 +1,24 @@
+// An embedded Manager on the test state dir (its guest image must exist:
+// `make image`), for integration tests that drive the core directly.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "core/manager.h"
+#include "tests/integration/harness.h"
+
+namespace airlock::testing {
+
+// Null (with a test failure naming why) when the Manager cannot open.
+inline std::unique_ptr<Manager> OpenManager() {
+  ManagerConfig c;
+  c.state_dir = StateDir();
+  c.build_image_if_missing = false;
+  auto m = Manager::Open(c);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+}  // namespace airlock::testing
