@@ -1,6 +1,10 @@
 #include "core/envd_client.h"
 
+#include <algorithm>
 #include <fcntl.h>
+#include <cstring>
+#include <poll.h>
+#include <arpa/inet.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -52,16 +56,41 @@ class Connection {
     if (ec) return Internal("socket: " + ec.message());
     fd_ = stream_.socket().native_handle();
     if (!registry_->Add(fd_)) return Status(StatusCode::kCancelled, "sandbox is being destroyed");
-    // A blocking connect honours SO_SNDTIMEO on Linux.
-    timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
-    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    stream_.socket().connect(tcp::endpoint(addr, ep.port), ec);
-    timeval none{0, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof(none));
-    if (ec) return Unavailable("connect " + ep.host + ":" + std::to_string(ep.port) + ": " + ec.message());
+    // Non-blocking connect + poll: Asio's synchronous connect waits for
+    // EINPROGRESS without any limit (SO_SNDTIMEO only makes it return to Asio,
+    // which then polls forever), so a guest that is not up yet would hold
+    // this call until its SYN retransmit was answered, seconds later.
+    std::string what = "connect " + ep.host + ":" + std::to_string(ep.port) + ": ";
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(ep.port);
+    if (::inet_pton(AF_INET, ep.host.c_str(), &sa.sin_addr) != 1) return InvalidArgument("bad agent address '" + ep.host + "'");
+    int flags = ::fcntl(fd_, F_GETFL);
+    ::fcntl(fd_, F_SETFL, flags | O_NONBLOCK);
+    int rc = ::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+    if (rc != 0 && errno != EINPROGRESS) return Unavailable(what + std::strerror(errno));
+    if (rc != 0) {
+      pollfd pfd{fd_, POLLOUT, 0};
+      int n;
+      do n = ::poll(&pfd, 1, static_cast<int>(std::max<int64_t>(1, timeout.count())));
+      while (n < 0 && errno == EINTR);
+      if (n == 0) return Unavailable(what + "timed out after " + std::to_string(timeout.count()) + " ms");
+      int err = 0;
+      socklen_t len = sizeof(err);
+      if (n < 0 || ::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      if (err != 0) return Unavailable(what + std::strerror(err));
+    }
+    ::fcntl(fd_, F_SETFL, flags);
     return OkStatus();
   }
   beast::tcp_stream& stream() { return stream_; }
+  // Bounds every blocking read and write on this connection (Beast's
+  // expires_after applies to asynchronous operations only).
+  void SetIoTimeout(std::chrono::milliseconds timeout) {
+    timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  }
 
  private:
   asio::io_context ioc_;
@@ -173,7 +202,7 @@ Status EnvdClient::Health(std::chrono::milliseconds timeout) const {
     RETURN_IF_ERROR(c.Open(endpoint_, timeout));
     http::request<http::empty_body> req{http::verb::get, "/health", 11};
     AddCommonHeaders(req, endpoint_, access_token_, route_sandbox_);
-    c.stream().expires_after(timeout);
+    c.SetIoTimeout(timeout);  // a booting guest may accept and answer late
     http::write(c.stream(), req);
     beast::flat_buffer buf;
     http::response<http::string_body> res;
@@ -191,7 +220,10 @@ Status EnvdClient::WaitReady(std::chrono::steady_clock::time_point deadline,
   auto pause = std::chrono::milliseconds(5);
   while (std::chrono::steady_clock::now() < deadline) {
     if (keep_going) RETURN_IF_ERROR(keep_going());
-    last = Health(std::chrono::milliseconds(500));
+    // Each probe within what is left, so a late answer cannot pass a
+    // deadline (a busy TCG guest may accept, then answer seconds later).
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    last = Health(std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(500)));
     if (last.ok()) return last;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));

@@ -359,14 +359,15 @@ void EgressService::Impl::StartDnsTcp(std::shared_ptr<SandboxEgress> sb) {
       auto peer = s.remote_endpoint(e);
       if (!e && peer.address() == asio::ip::address(sb->netns_ip) &&
           sb->dns_tcp_open >= sb->limits.max_dns_tcp_connections) {
-        s.close(e);
+        // Counted and recorded before the close the guest sees.
         RefuseDnsTcp(sb, "resolver TCP connection limit (" + std::to_string(sb->limits.max_dns_tcp_connections) +
                              " per sandbox) reached");
+        s.close(e);
       } else if (!e && peer.address() == asio::ip::address(sb->netns_ip) &&
                  dns_tcp_open_total >= config.max_dns_tcp_total) {
-        s.close(e);
         RefuseDnsTcp(sb, "resolver TCP connection limit (" + std::to_string(config.max_dns_tcp_total) +
                              " for all sandboxes) reached");
+        s.close(e);
       } else if (!e && peer.address() == asio::ip::address(sb->netns_ip)) {
         // One slot per connection, given back when the last handler holding
         // the socket lets go (closed, answered, timed out, sandbox removed).

@@ -1153,13 +1153,18 @@ TEST_F(EgressTest, ResolverTcpCapForAllSandboxes) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ASSERT_EQ((*svc)->Counters().dns_tcp_open, 4);
   EXPECT_EQ(GuestDnsTcpQuery(*y->guest, "allowed.test", nullptr), -1);  // accepted, closed at once
-  EXPECT_EQ((*svc)->Counters().dns_tcp_refused, 1u);
-  auto recs = (*svc)->Records(y->id);
-  ASSERT_TRUE(recs.ok());
+  // The guest may see the close before the service's thread has counted and
+  // recorded the refusal: wait for both (never a fixed sleep).
   bool recorded = false;
-  for (const auto& j : *recs)
-    if (j.value("rule", "") == "limit" && j.value("reason", "").find("for all sandboxes") != std::string::npos)
-      recorded = true;
+  for (int i = 0; i < 250 && !(recorded && (*svc)->Counters().dns_tcp_refused >= 1); ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto recs = (*svc)->Records(y->id);
+    ASSERT_TRUE(recs.ok());
+    for (const auto& j : *recs)
+      if (j.value("rule", "") == "limit" && j.value("reason", "").find("for all sandboxes") != std::string::npos)
+        recorded = true;
+  }
+  EXPECT_EQ((*svc)->Counters().dns_tcp_refused, 1u);
   EXPECT_TRUE(recorded);
   EXPECT_EQ(GuestDnsQuery(*y->guest, "169.254.0.22", "allowed.test"), 0);  // UDP is not capped by it
   // Slots come back: TCP answers again.
