@@ -250,6 +250,34 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   return m;
 }
 
+// Kills every process whose command line names `run_dir` (a VMM left by a
+// daemon killed -9), then tears down the sandbox's network and its lease.
+void Manager::ReapStaleGuest(const std::string& id, const std::string& run_dir, pid_t owner_pid) {
+  std::vector<pid_t> vmms;
+  if (DIR* d = ::opendir("/proc")) {
+    while (dirent* p = ::readdir(d)) {
+      pid_t pid = static_cast<pid_t>(std::atoi(p->d_name));
+      if (pid > 0 && pid != ::getpid() && ProcessMatches(pid, run_dir + "/")) vmms.push_back(pid);
+    }
+    ::closedir(d);
+  }
+  for (pid_t pid : vmms) {
+    LOG_WARN("sandbox={} orphaned VMM pid={} (owner {} gone, not in the registry): killing it", id, pid, owner_pid);
+    if (Status st = AdoptedVm(id, pid, run_dir).Destroy(); !st.ok()) {
+      LOG_WARN("sandbox={} orphan VMM: {}", id, st.message());
+    }
+  }
+  if (net::ValidateSandboxId(id).ok()) {
+    if (auto lease = pool_->Find(id); lease.ok() && *lease) {
+      if (Status st = net::TeardownByName(id); !st.ok()) {
+        LOG_WARN("sandbox={} orphan network: {}", id, st.message());
+      } else {
+        (void)pool_->Release(**lease);
+      }
+    }
+  }
+}
+
 void Manager::CleanupOrphans(const std::set<std::string>& adopted) {
   // 1. Run dirs: a sandbox of a dead owner that is ours (or a dead in-process
   // run's) and was not adopted, e.g. a daemon killed mid-create. Its VMM may
@@ -262,29 +290,7 @@ void Manager::CleanupOrphans(const std::set<std::string>& adopted) {
     RunDirOwner o = ReadRunDirOwner(run_dir);
     if (o.pid > 0 && ::kill(o.pid, 0) == 0) continue;                   // its owner still runs
     if (!o.registry.empty() && o.registry != config_.owner) continue;  // another daemon's
-    std::vector<pid_t> vmms;
-    if (DIR* d = ::opendir("/proc")) {
-      while (dirent* p = ::readdir(d)) {
-        pid_t pid = static_cast<pid_t>(std::atoi(p->d_name));
-        if (pid > 0 && pid != ::getpid() && ProcessMatches(pid, run_dir + "/")) vmms.push_back(pid);
-      }
-      ::closedir(d);
-    }
-    for (pid_t pid : vmms) {
-      LOG_WARN("sandbox={} orphaned VMM pid={} (owner {} gone, not in the registry): killing it", id, pid, o.pid);
-      if (Status st = AdoptedVm(id, pid, run_dir).Destroy(); !st.ok()) {
-        LOG_WARN("sandbox={} orphan VMM: {}", id, st.message());
-      }
-    }
-    if (net::ValidateSandboxId(id).ok()) {
-      if (auto lease = pool_->Find(id); lease.ok() && *lease) {
-        if (Status st = net::TeardownByName(id); !st.ok()) {
-          LOG_WARN("sandbox={} orphan network: {}", id, st.message());
-        } else {
-          (void)pool_->Release(**lease);
-        }
-      }
-    }
+    ReapStaleGuest(id, run_dir, o.pid);
     std::error_code rm;
     fs::remove_all(run_dir, rm);
     LOG_INFO("sandbox={} orphan cleaned up (run dir, VMM, network)", id);

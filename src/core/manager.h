@@ -314,6 +314,7 @@ class Manager {
   // host that no adopted sandbox accounts for: VMMs, run dirs, address
   // leases, netns and links, cgroups (manager.cc).
   void CleanupOrphans(const std::set<std::string>& adopted);
+  void ReapStaleGuest(const std::string& id, const std::string& run_dir, pid_t owner_pid);
   // Takes over one sandbox of a previous daemon; errors mean "clean it up".
   // A Sandbox object for a registry record of a previous daemon (fields
   // only; the caller attaches the VMM or the snapshot).

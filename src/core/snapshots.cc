@@ -190,6 +190,15 @@ StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milli
   net_options.max_exposed_ports = config_.port_exposure.max_ports;
   if (egress_) net_options.egress = EgressPorts(*egress_);
   auto network = net::SandboxNetwork::Create(id, *pool_, net_options);
+  if (!network.ok() && network.status().code() == StatusCode::kAlreadyExists) {
+    // A daemon killed -9 after committing the pause but before stopping the
+    // guest leaves its VMM and network behind; the snapshot is complete, so
+    // they go, and the resume starts afresh.
+    LOG_WARN("sandbox={} resume: a stale guest of the paused sandbox is still up ({}): reaping it", id,
+             network.status().message());
+    ReapStaleGuest(id, sb->run_dir_, -1);
+    network = net::SandboxNetwork::Create(id, *pool_, net_options);
+  }
   if (!network.ok()) return back_to_paused(network.status().WithContext("network"));
   {
     std::lock_guard<std::mutex> l(sb->mu_);
