@@ -1,5 +1,8 @@
 #include "core/http_client.h"
 
+#include <sys/socket.h>
+#include <sys/time.h>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -28,6 +31,16 @@ StatusOr<HttpReply> HttpDo(const HttpCall& call) {
     if (ec) return Unavailable("resolve " + peer + ": " + ec.message());
     stream.connect(results, ec);
     if (ec) return Unavailable("connect " + peer + ": " + ec.message());
+    // Beast's expires_after bounds asynchronous operations only: the blocking
+    // write and read below get socket timeouts, else a guest that is gone
+    // (no FIN, no RST from a deleted netns) holds the caller forever.
+    {
+      auto ms = call.timeout.count();
+      timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
+      int fd = stream.socket().native_handle();
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    }
     http::request<http::string_body> req{http::string_to_verb(call.method), call.target, 11};
     req.set(http::field::host, peer);
     req.set(http::field::connection, "close");
@@ -35,7 +48,8 @@ StatusOr<HttpReply> HttpDo(const HttpCall& call) {
     req.body() = call.body;
     if (!call.body.empty() || call.method == "POST" || call.method == "PUT") req.prepare_payload();
     http::write(stream, req, ec);
-    if (ec == beast::error::timeout) return DeadlineExceeded("HTTP " + call.method + " " + peer + ": timed out");
+    if (ec == beast::error::timeout || ec == asio::error::would_block || ec == asio::error::timed_out)
+      return DeadlineExceeded("HTTP " + call.method + " " + peer + ": timed out");
     if (ec) return Unavailable("write to " + peer + ": " + ec.message());
     beast::flat_buffer buf;
     http::response_parser<http::string_body> parser;
@@ -44,7 +58,8 @@ StatusOr<HttpReply> HttpDo(const HttpCall& call) {
     if (ec == http::error::body_limit) {
       return ResourceExhausted("response from " + peer + " exceeds " + std::to_string(call.max_body) + " bytes");
     }
-    if (ec == beast::error::timeout) return DeadlineExceeded("HTTP " + call.method + " " + peer + ": timed out");
+    if (ec == beast::error::timeout || ec == asio::error::would_block || ec == asio::error::timed_out)
+      return DeadlineExceeded("HTTP " + call.method + " " + peer + ": timed out");
     if (ec) return Unavailable("read from " + peer + ": " + ec.message());
     auto& res = parser.get();
     HttpReply reply;
