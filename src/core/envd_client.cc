@@ -84,13 +84,7 @@ class Connection {
     return OkStatus();
   }
   beast::tcp_stream& stream() { return stream_; }
-  // Bounds every blocking read and write on this connection (Beast's
-  // expires_after applies to asynchronous operations only).
-  void SetIoTimeout(std::chrono::milliseconds timeout) {
-    timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  }
+  void SetIoTimeout(std::chrono::milliseconds timeout) { SetSocketIoTimeout(fd_, timeout); }
 
  private:
   asio::io_context ioc_;

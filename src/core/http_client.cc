@@ -18,6 +18,12 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
+void SetSocketIoTimeout(int fd, std::chrono::milliseconds timeout) {
+  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
 StatusOr<HttpReply> HttpDo(const HttpCall& call) {
   std::string peer = call.host + ":" + std::to_string(call.port);
   try {
@@ -34,13 +40,7 @@ StatusOr<HttpReply> HttpDo(const HttpCall& call) {
     // Beast's expires_after bounds asynchronous operations only: the blocking
     // write and read below get socket timeouts, else a guest that is gone
     // (no FIN, no RST from a deleted netns) holds the caller forever.
-    {
-      auto ms = call.timeout.count();
-      timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
-      int fd = stream.socket().native_handle();
-      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-      ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    }
+    SetSocketIoTimeout(stream.socket().native_handle(), call.timeout);
     http::request<http::string_body> req{http::string_to_verb(call.method), call.target, 11};
     req.set(http::field::host, peer);
     req.set(http::field::connection, "close");

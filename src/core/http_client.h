@@ -42,6 +42,10 @@ struct HttpReply {
 
 StatusOr<HttpReply> HttpDo(const HttpCall& call);
 
+// Bounds every blocking read and write on socket `fd` (SO_RCVTIMEO and
+// SO_SNDTIMEO): Beast's expires_after applies to asynchronous operations only.
+void SetSocketIoTimeout(int fd, std::chrono::milliseconds timeout);
+
 // "host:port" / "[v6]:port" / "http://host:port" → (host, port).
 StatusOr<std::pair<std::string, uint16_t>> ParseHostPort(std::string address);
 

@@ -101,6 +101,11 @@ StatusOr<bool> ParseAllowPublicTraffic(const json& body) {
   return a->get<bool>();
 }
 
+std::string FillMaskPort(std::string mask, const std::string& port) {
+  for (size_t at = 0; (at = mask.find("${PORT}", at)) != std::string::npos; at += port.size()) mask.replace(at, 7, port);
+  return mask;
+}
+
 StatusOr<std::string> ParseMaskRequestHost(const json& body) {
   auto n = body.find("network");
   if (n == body.end() || !n->is_object()) return std::string();
@@ -111,9 +116,7 @@ StatusOr<std::string> ParseMaskRequestHost(const json& body) {
   if (v.empty() || v.size() > 255) return InvalidArgument("network.maskRequestHost must be 1..255 characters");
   // A host[:port], "${PORT}" anywhere: it becomes a Host header, so nothing
   // that could end the header line or smuggle another one.
-  std::string probe = v;
-  for (size_t at; (at = probe.find("${PORT}")) != std::string::npos;) probe.replace(at, 7, "1");
-  for (char ch : probe) {
+  for (char ch : FillMaskPort(v, "1")) {
     if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '-' || ch == '_' || ch == ':' ||
           ch == '[' || ch == ']')) {
       return InvalidArgument("network.maskRequestHost '" + v +

@@ -539,12 +539,7 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
   // port → worker).
   // The Host the guest's server sees: the client's (as E2B's proxy), or the
   // sandbox's network.maskRequestHost with ${PORT} filled in.
-  std::string host_header = c->Header("Host");
-  if (!mask.empty()) {
-    host_header = mask;
-    for (size_t at; (at = host_header.find("${PORT}")) != std::string::npos;)
-      host_header.replace(at, 7, std::to_string(port));
-  }
+  std::string host_header = mask.empty() ? c->Header("Host") : FillMaskPort(mask, std::to_string(port));
   asio::post(*workers_, [this, c, sb, id, ip, port, host_header] {
     double retry_after = 1;
     Status st = sb->ExposePort(port, &retry_after);

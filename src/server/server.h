@@ -395,6 +395,8 @@ StatusOr<bool> ParseAllowPublicTraffic(const nlohmann::json& body);
 // E2B's network.maskRequestHost (default ""): a host[:port] with "${PORT}"
 // for the request's port; InvalidArgument for anything else.
 StatusOr<std::string> ParseMaskRequestHost(const nlohmann::json& body);
+// The mask with every "${PORT}" replaced by `port`.
+std::string FillMaskPort(std::string mask, const std::string& port);
 // The record's trafficAccessToken for a response: the token, or null.
 nlohmann::json TrafficTokenJson(const SandboxRecord& r);
 // E2B secrets API helpers (secrets_api.cc). NormalizeSecretName: E2B's
