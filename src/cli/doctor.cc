@@ -8,7 +8,7 @@
 
 #include "image/image.h"
 #include "net/doctor.h"
-#include "runtime/qemu/doctor.h"
+#include "runtime/registry.h"
 
 namespace airlock::cli {
 
@@ -26,7 +26,10 @@ int RunDoctor(const std::string& state_dir) {
   std::error_code ec;
   bool sd = std::filesystem::is_directory(state_dir, ec) && ::access(state_dir.c_str(), W_OK) == 0;
   print("state dir", sd, state_dir, "mkdir -p " + state_dir + " (as root), or pass --state-dir");
-  for (const auto& c : qemu::QemuDoctorChecks(state_dir)) print(c.name, c.ok, c.detail, c.fix);
+  print("runtimes", true, AvailableRuntimesText() + " (default " + kDefaultRuntime + "; serve/run --runtime)", "");
+  for (const auto& r : AvailableRuntimes()) {
+    for (const auto& c : RuntimeDoctorChecks(r, state_dir)) print(c.name, c.ok, c.detail, c.fix);
+  }
   for (const auto& c : net::NetworkDoctorChecks()) print(c.name, c.ok, c.detail, c.fix);
   auto img = image::FindImage(state_dir, "base");
   if (img.ok()) {

@@ -25,6 +25,7 @@
 #include "cli/termination_watcher.h"
 #include "common/log.h"
 #include "image/image.h"
+#include "runtime/registry.h"
 
 namespace po = boost::program_options;
 
@@ -120,6 +121,7 @@ int CmdRun(const std::string& state_dir, const std::vector<std::string>& args) {
   bool internet = false;
   std::string agent;
   int ready_timeout_s = 120;
+  std::string runtime = kDefaultRuntime;
   desc.add_options()("help,h", "show this help")(
       "upload,u", po::value(&uploads)->composing(), "HOST:GUEST  copy a host file into the sandbox first")(
       "download,d", po::value(&downloads)->composing(),
@@ -137,7 +139,9 @@ int CmdRun(const std::string& state_dir, const std::vector<std::string>& args) {
       "timings", po::bool_switch(&o.timings), "print where the time went")(
       "allow", po::value(&allow)->composing(),
       "DOMAIN[:PORT] | *.DOMAIN | CIDR[:PORT]  let the sandbox reach it (default: nothing)")(
-      "internet", po::bool_switch(&internet), "let the sandbox reach any public address");
+      "internet", po::bool_switch(&internet), "let the sandbox reach any public address")(
+      "runtime", po::value(&runtime)->default_value(runtime),
+      ("what runs the VM (" + AvailableRuntimesText() + "); with a daemon, the daemon's").c_str());
   auto sep = std::find(args.begin(), args.end(), "--");
   std::vector<std::string> opts(args.begin(), sep);
   if (sep != args.end()) o.argv.assign(sep + 1, args.end());
@@ -163,6 +167,10 @@ int CmdRun(const std::string& state_dir, const std::vector<std::string>& args) {
   }
   if (o.create.memory_mib < 128 || o.create.memory_mib > 65536) {
     std::fprintf(stderr, "airlock run: --memory must be 128..65536 MiB\n");
+    return 2;
+  }
+  if (Status st = CheckRuntimeName(runtime); !st.ok()) {
+    std::fprintf(stderr, "airlock run: --runtime: %s\n", st.message().c_str());
     return 2;
   }
   o.create.ready_timeout = std::chrono::seconds(ready_timeout_s);
@@ -210,6 +218,7 @@ int CmdRun(const std::string& state_dir, const std::vector<std::string>& args) {
   ManagerConfig mc;
   mc.state_dir = state_dir;
   mc.agent_binary = FindAgentBinary(agent);
+  mc.runtime = runtime;
   auto manager = Manager::Open(mc);
   if (!manager.ok()) {
     std::fprintf(stderr, "airlock run: %s\n", manager.status().message().c_str());

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "common/log.h"
 #include "core/registry.h"
+#include "runtime/registry.h"
 #include "server/server.h"
 
 namespace po = boost::program_options;
@@ -53,6 +54,8 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "first uid of the VMM uid range (host-wide leases under /run/airlock/vmm-uids)")(
       "vmm-uid-count", po::value(&cfg.manager.vmm_jail.uid_count)->default_value(cfg.manager.vmm_jail.uid_count),
       "size of the VMM uid range")(
+      "runtime", po::value(&cfg.manager.runtime)->default_value(cfg.manager.runtime),
+      ("what runs the sandboxes' VMs: " + AvailableRuntimesText()).c_str())(
       "kill-on-exit", po::bool_switch(&cfg.kill_on_exit),
       "destroy every sandbox on SIGINT/SIGTERM (default: leave them for the next daemon to adopt)");
   // Audit, export and limits (docs/audit.md, docs/limits.md).
@@ -91,6 +94,10 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
     return 0;
   }
   cfg.manager.vmm_jail.enabled = !no_vmm_jail;
+  if (Status st = CheckRuntimeName(cfg.manager.runtime); !st.ok()) {
+    std::fprintf(stderr, "airlock serve: --runtime: %s\n", st.message().c_str());
+    return 2;
+  }
   if (cfg.max_timeout_s < 1 || cfg.default_timeout_s < 1 || header_timeout_s < 1 || body_timeout_s < 1) {
     std::fprintf(stderr, "airlock serve: timeouts must be positive\n");
     return 2;

@@ -31,7 +31,7 @@ Status AdoptedVm::Destroy() {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
-  // cgroup leaves of runtime/qemu/cgroup.h (v2, then v1); absent is fine.
+  // cgroup leaves the QEMU runtime makes (v2, then v1); absent is fine.
   for (const char* root : {"/sys/fs/cgroup/airlock/", "/sys/fs/cgroup/memory/airlock/", "/sys/fs/cgroup/pids/airlock/"}) {
     (void)::rmdir((std::string(root) + id_).c_str());
   }

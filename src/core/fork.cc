@@ -29,7 +29,6 @@
 #include "core/registry.h"
 #include "net/address_pool.h"
 #include "net/sandbox_network.h"
-#include "runtime/qemu/snapshot.h"
 
 namespace airlock {
 namespace fs = std::filesystem;
@@ -214,12 +213,14 @@ void Manager::ReleaseSharedSnapshot(const std::string& dir, const Sandbox* excep
     LOG_INFO("fork snapshot {} kept: a snapshot or sandbox is layered on it", dir);
     return;
   }
-  if (Status s = qemu::DeleteSnapshot(dir); !s.ok()) LOG_WARN("delete fork snapshot {}: {}", dir, s.message());
+  if (Status s = runtime_->snapshots().Delete(dir); !s.ok()) LOG_WARN("delete fork snapshot {}: {}", dir, s.message());
 }
 
 std::string Manager::ForkSnapshotOf(const std::string& id) const {
   std::string backing = JsonField(config_.state_dir + "/run/" + id + "/vm/vm.json", "disk_backing");
-  if (backing.empty()) backing = JsonField(paused_dir() + "/" + id + "/" + qemu::kSnapshotManifest, "disk_backing");
+  if (backing.empty()) {
+    if (auto m = runtime_->snapshots().Read(paused_dir() + "/" + id); m.ok()) backing = m->disk_backing;
+  }
   for (const std::string& prefix : {forks_dir() + "/", named_dir() + "/"}) {
     if (backing.rfind(prefix, 0) == 0) return fs::path(backing).parent_path().string();
   }

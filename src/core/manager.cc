@@ -22,7 +22,7 @@
 #include "core/sandbox_egress.h"
 #include "net/address_pool.h"
 #include "net/names.h"
-#include "runtime/qemu/qemu_runtime.h"
+#include "runtime/registry.h"
 
 namespace airlock {
 
@@ -195,9 +195,11 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   ASSIGN_OR_RETURN(auto pool,
                    net::AddressPool::Create(m->config_.lease_root, m->config_.address_pool, m->config_.owner));
   m->pool_ = std::make_unique<net::AddressPool>(std::move(pool));
-  qemu::VmmJailOptions jail = m->config_.vmm_jail;
-  jail.lease_root = m->config_.lease_root;
-  ASSIGN_OR_RETURN(m->runtime_, qemu::NewQemuRuntime(m->config_.state_dir, jail));
+  RuntimeOptions ro;
+  ro.state_dir = m->config_.state_dir;
+  ro.jail = m->config_.vmm_jail;
+  ro.jail.lease_root = m->config_.lease_root;
+  ASSIGN_OR_RETURN(m->runtime_, OpenRuntime(m->config_.runtime, ro));
   if (m->config_.egress) {
     EgressSetup setup{m->config_.address_pool,           m->config_.upstream_dns,  m->config_.state_dir,
                       m->config_.egress_audit_sink,      m->config_.egress_limits, m->config_.egress_request_broker,

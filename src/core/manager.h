@@ -25,8 +25,8 @@
 
 #include "common/status.h"
 #include "core/envd_client.h"
+#include "runtime/options.h"
 #include "runtime/runtime.h"
-#include "runtime/qemu/qemu_runtime.h"
 #include "core/sandbox_state.h"
 #include "egress/egress_service.h"
 #include "egress/policy.h"
@@ -75,10 +75,12 @@ struct ManagerConfig {
   // so that start-up clean-up destroys only this owner's leftovers (and those
   // of dead in-process runs, which carry none). Empty: an in-process run.
   std::string owner;
-  // The VMM jail (docs/runtime-qemu.md "Jail"): each QEMU as its own uid, no
+  // Which runtime starts the VMs (runtime/registry.h AvailableRuntimes()).
+  std::string runtime = "qemu";
+  // The VMM jail (docs/runtime-qemu.md "Jail"): each VMM as its own uid, no
   // capabilities, its own mount namespace. On by default; lease_root above
   // is used for its uid leases.
-  qemu::VmmJailOptions vmm_jail;
+  VmmJailOptions vmm_jail;
   PortExposureLimits port_exposure;
 };
 

@@ -21,7 +21,6 @@
 #include "core/manager.h"
 #include "core/registry.h"
 #include "core/sandbox_egress.h"
-#include "runtime/qemu/snapshot.h"
 
 namespace airlock {
 namespace fs = std::filesystem;
@@ -56,7 +55,7 @@ StatusOr<std::vector<NamedSnapshotInfo>> Manager::ListNamedSnapshots() {
     std::string name = e.path().filename().string();
     if (name.find(".tmp") != std::string::npos) continue;
     auto j = ReadInfo(e.path().string());
-    if (!j.ok() || !qemu::ReadSnapshot(e.path().string()).ok()) continue;
+    if (!j.ok() || !runtime_->snapshots().Read(e.path().string()).ok()) continue;
     NamedSnapshotInfo i;
     i.snapshot_id = j->value("snapshotID", "");
     if (j->contains("names") && (*j)["names"].is_array()) {
@@ -161,8 +160,8 @@ Status Manager::DeleteNamedSnapshot(const std::string& id_or_name) {
                               " is the base of another snapshot or sandbox (its disk is layered on this one's); "
                               "delete or kill that first");
   }
-  auto m = qemu::ReadSnapshot(dir);
-  RETURN_IF_ERROR(qemu::DeleteSnapshot(dir));
+  auto m = runtime_->snapshots().Read(dir);
+  RETURN_IF_ERROR(runtime_->snapshots().Delete(dir));
   // A named snapshot of a fork child was the last thing on its fork
   // checkpoint, perhaps: released (deleted when nothing else is on it).
   if (m.ok()) ReleaseSharedSnapshot(fs::path(m->disk_backing).parent_path().string(), nullptr);
@@ -172,7 +171,7 @@ Status Manager::DeleteNamedSnapshot(const std::string& id_or_name) {
 StatusOr<std::shared_ptr<Sandbox>> Manager::CreateFromNamedSnapshot(const std::string& dir,
                                                                     const CreateOptions& options) {
   ASSIGN_OR_RETURN(auto j, ReadInfo(dir));
-  ASSIGN_OR_RETURN(auto m, qemu::ReadSnapshot(dir));
+  ASSIGN_OR_RETURN(auto m, runtime_->snapshots().Read(dir));
   SnapshotStart st;
   st.dir = dir;
   st.source_token = j.value("sourceToken", "");

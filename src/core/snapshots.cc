@@ -26,9 +26,6 @@
 #include "net/address_pool.h"
 #include "net/names.h"
 #include "net/sandbox_network.h"
-#include "runtime/qemu/qemu_vm.h"
-#include "runtime/qemu/qmp_client.h"
-#include "runtime/qemu/snapshot.h"
 
 namespace airlock {
 namespace fs = std::filesystem;
@@ -129,7 +126,7 @@ StatusOr<PauseResult> Manager::Pause(const std::string& id, const PauseOptions& 
   if (!options.keep_memory) {
     // The filesystem only: the memory image is dropped before the commit
     // (resume boots the kernel on the saved disk).
-    if (Status s = qemu::DropSnapshotMemory(tmp); !s.ok()) {
+    if (Status s = runtime_->snapshots().DropMemory(tmp); !s.ok()) {
       (void)vm->ContinueGuest();
       return back_to_running(s);
     }
@@ -255,7 +252,7 @@ StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milli
   RETURN_IF_ERROR(sb->Transition(SandboxState::kRunning));
   // The VM runs on a private copy of the snapshot's disk: the snapshot is no
   // longer needed.
-  if (Status s = qemu::DeleteSnapshot(dir); !s.ok()) LOG_WARN("sandbox={} delete pause snapshot: {}", id, s.message());
+  if (Status s = runtime_->snapshots().Delete(dir); !s.ok()) LOG_WARN("sandbox={} delete pause snapshot: {}", id, s.message());
   result.resumed = true;
   result.total_ms = MsSince(t0);
   LOG_INFO("sandbox={} resumed total_ms={:.0f} memory={}", id, result.total_ms, memory);
@@ -273,7 +270,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptPausedOne(const AdoptRequest& r
     if (Status st = net::TeardownByName(r.id); !st.ok())
       LOG_WARN("sandbox={} network teardown: {}", r.id, st.message());
   }
-  ASSIGN_OR_RETURN(auto m, qemu::ReadSnapshot(dir));
+  ASSIGN_OR_RETURN(auto m, runtime_->snapshots().Read(dir));
   std::shared_ptr<Sandbox> sb = AdoptedSandbox(r);
   sb->snapshot_dir_ = dir;
   sb->memory_snapshot_ = m.memory_bytes > 0;  // 0: a keepMemory=false pause
@@ -285,22 +282,11 @@ bool Manager::RecoverPaused(const AdoptRequest& r) {
   if (net::ValidateSandboxId(r.id).ok() == false) return false;
   const std::string run_dir = config_.state_dir + "/run/" + r.id;
   if (r.vmm_pid > 0 && ProcessMatches(r.vmm_pid, run_dir)) return false;
-  return qemu::ReadSnapshot(paused_dir() + "/" + r.id).ok();
+  return runtime_->snapshots().Read(paused_dir() + "/" + r.id).ok();
 }
 
 void Manager::ContinueIfStopped(const std::string& vm_run_dir) {
-  auto qmp = qemu::QmpClient::Connect(qemu::VmPaths::For(vm_run_dir).qmp_socket, std::chrono::seconds(2));
-  if (!qmp.ok()) qmp = qemu::QmpClient::Connect(qemu::VmPaths::Legacy(vm_run_dir).qmp_socket, std::chrono::seconds(2));
-  if (!qmp.ok()) return;
-  auto st = (*qmp)->Execute("query-status");
-  if (!st.ok() || st->value("running", true)) return;
-  std::string status = st->value("status", "");
-  LOG_WARN("vmm in {} was left '{}' (a daemon died mid-pause); continuing it", vm_run_dir, status);
-  (void)(*qmp)->Execute("migrate_cancel");
-  for (int i = 0; i < 50; ++i) {
-    if ((*qmp)->Execute("cont").ok()) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  if (Status s = runtime_->ContinueIfStopped(vm_run_dir); !s.ok()) LOG_WARN("{}", s.message());
 }
 
 void Manager::SweepSnapshots() {
@@ -335,7 +321,7 @@ Status Manager::DeletePrivateSnapshots(Sandbox& sb) {
   fs::remove_all(paused_dir() + "/" + sb.id_ + ".tmp", ec);
   const std::string dir = paused_dir() + "/" + sb.id_;
   if (!fs::exists(dir, ec)) return OkStatus();
-  return qemu::DeleteSnapshot(dir);
+  return runtime_->snapshots().Delete(dir);
 }
 
 }  // namespace airlock

@@ -8,7 +8,7 @@
 // restored from it gets a copy-on-write overlay on its disk.qcow2 and, in
 // /init, its own token, env, hostname, the time and fresh entropy.
 // Keyed by image id (a hash of the template's inputs) and by the rootfs
-// file's stamp (qemu::FileStamp, hashed): the image id names what the
+// file's stamp (SnapshotStore::ImageStamp, hashed): the image id names what the
 // template was built from, the stamp which build of it this is. A template
 // rebuilt under the same id (its rootfs was collected and built again: new
 // ext4 layout) gets a new directory, so a snapshot whose memory describes
@@ -24,7 +24,6 @@
 #include "image/image.h"
 #include "net/address_pool.h"
 #include "net/sandbox_network.h"
-#include "runtime/qemu/snapshot.h"
 
 namespace airlock {
 namespace fs = std::filesystem;
@@ -33,15 +32,15 @@ namespace {
 
 // "<image id>-<8 hex of the SHA-256 of the rootfs stamp>-": what every template
 // snapshot directory of this build of the image starts with.
-StatusOr<std::string> TemplateSnapshotPrefix(const image::GuestImage& img) {
-  ASSIGN_OR_RETURN(std::string stamp, qemu::FileStamp(img.rootfs));
+StatusOr<std::string> TemplateSnapshotPrefix(const SnapshotStore& store, const image::GuestImage& img) {
+  ASSIGN_OR_RETURN(std::string stamp, store.ImageStamp(img.rootfs));
   return img.id + "-" + image::Sha256Hex(stamp).substr(0, 8) + "-";
 }
 
 }  // namespace
 
 StatusOr<std::string> Manager::TemplateSnapshotDir(const image::GuestImage& img, int vcpus, int memory_mib) const {
-  ASSIGN_OR_RETURN(std::string prefix, TemplateSnapshotPrefix(img));
+  ASSIGN_OR_RETURN(std::string prefix, TemplateSnapshotPrefix(runtime_->snapshots(), img));
   return config_.state_dir + "/snapshots/templates/" + prefix + std::to_string(vcpus) + "c-" +
          std::to_string(memory_mib) + "m";
 }
@@ -51,7 +50,7 @@ void Manager::SweepTemplateSnapshots() {
   const std::string root = config_.state_dir + "/snapshots/templates";
   std::vector<std::string> current;
   for (const auto& img : image::CurrentImages(config_.state_dir)) {
-    if (auto p = TemplateSnapshotPrefix(img); p.ok()) current.push_back(*p);
+    if (auto p = TemplateSnapshotPrefix(runtime_->snapshots(), img); p.ok()) current.push_back(*p);
   }
   const std::set<std::string> in_use = SnapshotDirsLayeredOn();
   for (auto& e : fs::directory_iterator(root, ec)) {
@@ -61,11 +60,11 @@ void Manager::SweepTemplateSnapshots() {
     for (const auto& p : current) is_current = is_current || name.compare(0, p.size(), p) == 0;
     if (is_current) continue;
     LOG_INFO("removing template snapshot {} (not of the current build of an image, and nothing is layered on it)", e.path().string());
-    if (Status st = qemu::DeleteSnapshot(e.path().string()); !st.ok()) LOG_WARN("{}", st.message());
+    if (Status st = runtime_->snapshots().Delete(e.path().string()); !st.ok()) LOG_WARN("{}", st.message());
   }
 }
 
-bool Manager::TemplateSnapshotUsable(const std::string& dir) const { return qemu::ReadSnapshot(dir).ok(); }
+bool Manager::TemplateSnapshotUsable(const std::string& dir) const { return runtime_->snapshots().Read(dir).ok(); }
 
 Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib) {
   ASSIGN_OR_RETURN(auto img, image::FindImage(config_.state_dir, template_name));

@@ -1,6 +1,8 @@
 // The Runtime interface: what a VMM backend does when the Sandbox state
 // machine (core/manager.h) asks for a transition. One folder per backend
-// under src/runtime/ implements it (qemu/ today; firecracker/, gvisor/ later).
+// under src/runtime/ implements it (qemu/ today; firecracker/, gvisor/ later);
+// runtime/registry.h opens one by name, so nothing above this layer names a
+// backend. tests/conformance/ checks every promise below on every runtime.
 //
 // A runtime never decides anything about a sandbox's life; it only starts and
 // stops machines. Errors are Status values naming the failing step.
@@ -21,14 +23,14 @@ namespace airlock {
 // Everything a runtime needs to start one microVM.
 struct VmStartRequest {
   std::string sandbox_id;
-  std::string kernel;       // uncompressed ELF vmlinux
-  std::string initrd;       // initramfs (newc cpio)
-  std::string rootfs;       // template ext4 image; never written (an overlay is)
-  std::string run_dir;      // per-sandbox directory owned by the runtime
+  std::string kernel;   // uncompressed ELF vmlinux
+  std::string initrd;   // initramfs (newc cpio)
+  std::string rootfs;   // template ext4 image; never written (an overlay is)
+  std::string run_dir;  // per-sandbox directory owned by the runtime
   int vcpus = 1;
   int memory_mib = 512;
-  int netns_fd = -1;        // the sandbox's network namespace (not owned)
-  std::string tap;          // tap device inside that netns
+  int netns_fd = -1;  // the sandbox's network namespace (not owned)
+  std::string tap;    // tap device inside that netns
   std::string kernel_cmdline_extra;
   // true: the VMM survives this process (a daemon re-adopts it after a
   // restart); false: it dies with the thread that started it.
@@ -53,7 +55,53 @@ enum class SnapshotDisk {
   kPrivateCopy,
 };
 
-// One running microVM. Destroy() is idempotent and also run by the destructor.
+// What a committed snapshot directory holds, as SnapshotStore::Read finds it.
+struct SnapshotShape {
+  int vcpus = 0;  // the machine shape a memory restore needs
+  int memory_mib = 0;
+  uint64_t memory_bytes = 0;  // bytes; 0: disk only (DropMemory), boots only (Restore memory=false)
+  uint64_t disk_bytes = 0;    // bytes of the snapshot's own disk layer
+  // Absolute path of the file the snapshot's disk is layered on: the
+  // template rootfs, or the disk of the snapshot the VM was itself restored
+  // from (a fork checkpoint, a named snapshot). What reference counting of
+  // shared snapshots follows.
+  std::string disk_backing;
+};
+
+// The snapshot directories a runtime writes (VmInstance::SaveSnapshot) and
+// reads (Runtime::Restore): their format is the runtime's own, so core reads,
+// deletes and trims them only through here. Stateless and thread-safe; every
+// `dir` is an absolute snapshot directory path.
+class SnapshotStore {
+ public:
+  virtual ~SnapshotStore() = default;
+  // Reads and checks the snapshot in `dir`: NotFound when it holds none (never
+  // saved, or a save that did not commit); InvalidArgument for an unreadable
+  // record; DataLoss when a file is missing or its size differs from the
+  // record (truncated, half-copied); FailedPrecondition when it can no longer
+  // be restored here (unknown format version, its disk backing gone, the
+  // template rebuilt since, see ImageStamp).
+  virtual StatusOr<SnapshotShape> Read(const std::string& dir) const = 0;
+  // Removes the snapshot in `dir`, its commit record first (a crash part-way
+  // leaves an invalid snapshot, never a valid-looking broken one), then the
+  // rest. OK when `dir` does not exist; an errno status naming the path else.
+  virtual Status Delete(const std::string& dir) const = 0;
+  // Turns the snapshot in `dir` into a disk-only one (pause with
+  // keepMemory=false): the memory is dropped, the disk kept, and the record
+  // rewritten atomically (Read then says memory_bytes 0). Read's errors when
+  // `dir` is not a valid snapshot.
+  virtual Status DropMemory(const std::string& dir) const = 0;
+  // Which build of a template rootfs the file at `path` is (an opaque,
+  // printable string): equal for copies and touches of one build, different
+  // after a rebuild at the same path. Keys template snapshots (a snapshot of
+  // another build is never restored over this one). An errno status when the
+  // file cannot be read.
+  virtual StatusOr<std::string> ImageStamp(const std::string& path) const = 0;
+};
+
+// One running microVM. Destroy() stops the VMM (its process is gone when it
+// returns) and removes request.run_dir; it is idempotent and also run by the
+// destructor.
 class VmInstance {
  public:
   virtual ~VmInstance() = default;
@@ -84,12 +132,10 @@ class Runtime {
   virtual std::string_view name() const = 0;
   // Human-readable accelerator decision, e.g. "tcg (no vmx/svm in /proc/cpuinfo)".
   virtual std::string accelerator() const = 0;
+  // Boots a VM; it runs when this returns (its guest may still be booting).
+  // On failure nothing is left running and run_dir is removed; the error
+  // carries the tail of what the VMM and the guest printed.
   virtual StatusOr<std::unique_ptr<VmInstance>> Start(const VmStartRequest& request) = 0;
-  // Starts a VM from a snapshot directory written by VmInstance::SaveSnapshot.
-  // request.kernel/initrd/rootfs may be empty: the snapshot's own are used.
-  // The machine shape (vcpus, memory) must match the snapshot's
-  // (FailedPrecondition otherwise); a corrupt memory file is DataLoss. The
-  // guest runs when this returns.
   // Takes over a detached VMM a previous process started in run_dir (its pid),
   // with full control (snapshots included). Unimplemented where unsupported;
   // then the caller falls back to a pid-only handle.
@@ -97,13 +143,49 @@ class Runtime {
     (void)run_dir, (void)pid;
     return Unimplemented("this runtime cannot reattach to a VMM");
   }
-  // memory=false: a cold boot on a private copy of the snapshot's disk.
-  virtual StatusOr<std::unique_ptr<VmInstance>> Restore(const VmStartRequest& request,
-                                                        const std::string& snapshot_dir, SnapshotDisk disk,
-                                                        bool memory = true) {
+  // The snapshots this runtime writes. Runtimes without snapshots keep the
+  // default: every operation is Unimplemented.
+  virtual const SnapshotStore& snapshots() const;
+  // A VMM in `run_dir` that a process which died mid-pause left stopped
+  // (SaveSnapshot with keep_running=false, then neither Destroy nor
+  // ContinueGuest) runs its guest again; a half-done save is cancelled. OK
+  // when it runs afterwards, and when no VMM answers in `run_dir` (nothing to
+  // do: the caller finds it dead). Bounded (a few seconds). The default does
+  // nothing: a runtime that cannot snapshot never leaves a guest stopped.
+  virtual Status ContinueIfStopped(const std::string& run_dir) {
+    (void)run_dir;
+    return OkStatus();
+  }
+  // Starts a VM from a snapshot directory written by VmInstance::SaveSnapshot.
+  // request.kernel/initrd/rootfs may be empty: the snapshot's own are used.
+  // The machine shape (vcpus, memory) must match the snapshot's
+  // (FailedPrecondition otherwise); a corrupt memory file is DataLoss; on
+  // failure nothing is left running and run_dir is removed. The guest runs
+  // when this returns. memory=false: a cold boot (the snapshot's
+  // memory is ignored; a disk-only snapshot needs it) on a private copy of
+  // the snapshot's disk, whatever `disk` says.
+  virtual StatusOr<std::unique_ptr<VmInstance>> Restore(const VmStartRequest& request, const std::string& snapshot_dir,
+                                                        SnapshotDisk disk, bool memory = true) {
     (void)request, (void)snapshot_dir, (void)disk, (void)memory;
     return Unimplemented("this runtime cannot restore snapshots");
   }
 };
+
+// The store of runtimes that cannot snapshot: every operation is Unimplemented.
+class NoSnapshotStore final : public SnapshotStore {
+ public:
+  StatusOr<SnapshotShape> Read(const std::string&) const override { return Unimplemented(kWhy); }
+  Status Delete(const std::string&) const override { return Unimplemented(kWhy); }
+  Status DropMemory(const std::string&) const override { return Unimplemented(kWhy); }
+  StatusOr<std::string> ImageStamp(const std::string&) const override { return Unimplemented(kWhy); }
+
+ private:
+  static constexpr char kWhy[] = "this runtime has no snapshots";
+};
+
+inline const SnapshotStore& Runtime::snapshots() const {
+  static const NoSnapshotStore none;
+  return none;
+}
 
 }  // namespace airlock

@@ -3,7 +3,8 @@
 // fresh API key) in a temp dir, and the real state dir for images.
 //
 // Env: AIRLOCK_BIN (the airlock binary, required), AIRLOCK_STATE_DIR
-// (default /var/lib/airlock). `skipReason` says why a suite cannot run here
+// (default /var/lib/airlock), AIRLOCK_RUNTIME (the daemon's --runtime,
+// default qemu: the suites run once per runtime). `skipReason` says why a suite cannot run here
 // (not root, no guest image, no SDK); the suites skip with it.
 import { execFileSync, spawn } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
@@ -13,6 +14,7 @@ import { join } from 'node:path'
 
 export const BIN = process.env.AIRLOCK_BIN
 export const STATE_DIR = process.env.AIRLOCK_STATE_DIR || '/var/lib/airlock'
+export const RUNTIME = process.env.AIRLOCK_RUNTIME || 'qemu'
 
 export let skipReason = null
 if (!BIN || !existsSync(BIN)) skipReason = 'AIRLOCK_BIN is not set to the airlock binary'
@@ -58,7 +60,7 @@ export async function startDaemon(extraArgs = []) {
   const tmp = mkdtempSync(join(tmpdir(), 'airlock-e2e-'))
   const port = await freePort()
   const url = `http://127.0.0.1:${port}`
-  const child = spawn(BIN, ['--state-dir', STATE_DIR, 'serve', '--listen', `127.0.0.1:${port}`,
+  const child = spawn(BIN, ['--state-dir', STATE_DIR, 'serve', '--runtime', RUNTIME, '--listen', `127.0.0.1:${port}`,
     '--db', join(tmp, 'airlock.db'), '--kill-on-exit', ...extraArgs], { stdio: ['ignore', 'inherit', 'inherit'] })
   const exited = new Promise((r) => child.once('exit', r))
   await waitHealthy(url, 20000)

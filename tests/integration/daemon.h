@@ -43,7 +43,7 @@ class TestDaemon {
     SpawnOptions so;
     so.argv = {AirlockBin(), "--state-dir",        StateDir(),
                "serve",      "--listen",           "127.0.0.1:" + std::to_string(port_),
-               "--db",       dir_ + "/airlock.db"};
+               "--db",       dir_ + "/airlock.db", "--runtime", RuntimeName()};
     if (kill_on_exit) so.argv.push_back("--kill-on-exit");
     so.argv.insert(so.argv.end(), extra.begin(), extra.end());
     so.stdout_to_devnull = true;

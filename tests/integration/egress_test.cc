@@ -1183,6 +1183,7 @@ TEST_F(EgressTest, ResolverTcpCapForAllSandboxes) {
 namespace airlock::testing {
 std::string StateDir();
 std::string SkipReason();
+std::string RuntimeName();
 }  // namespace airlock::testing
 
 #include "core/manager.h"
@@ -1213,6 +1214,7 @@ TEST_F(EgressTest, MicroVmReachesOnlyAllowedNames) {
   c.state_dir = airlock::testing::StateDir();
   c.build_image_if_missing = false;
   c.upstream_dns = FakeInternet::kDnsServer;
+  c.runtime = airlock::testing::RuntimeName();
   auto m = Manager::Open(c);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   ASSERT_NE((*m)->egress(), nullptr);
@@ -1278,6 +1280,7 @@ TEST_F(EgressTest, MicroVmNeverReachesTheHostEvenWithInternet) {
   c.state_dir = airlock::testing::StateDir();
   c.build_image_if_missing = false;
   c.upstream_dns = FakeInternet::kDnsServer;
+  c.runtime = airlock::testing::RuntimeName();
   auto m = Manager::Open(c);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   ASSERT_NE((*m)->egress(), nullptr);
@@ -1332,6 +1335,8 @@ TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
              "--state-dir",
              airlock::testing::StateDir(),
              "serve",
+             "--runtime",
+             airlock::testing::RuntimeName(),
              "--listen",
              "127.0.0.1:" + std::to_string(port),
              "--db",

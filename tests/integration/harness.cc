@@ -24,6 +24,7 @@ static std::string Env(const char* name, const char* fallback) {
 std::string AirlockBin() { return Env("AIRLOCK_BIN", AIRLOCK_BUILD_DIR "/airlock"); }
 std::string StateDir() { return Env("AIRLOCK_STATE_DIR", "/var/lib/airlock"); }
 std::string ExamplesDir() { return Env("AIRLOCK_EXAMPLES", AIRLOCK_SOURCE_DIR "/examples/agent-tasks"); }
+std::string RuntimeName() { return Env("AIRLOCK_RUNTIME", "qemu"); }
 
 std::string SkipReason() {
   if (::geteuid() != 0) return "microVM tests need root (netns, tap)";
@@ -43,6 +44,9 @@ CliResult RunCli(const std::vector<std::string>& args, const std::string& stdin_
                  const std::function<void(pid_t)>& on_tick) {
   std::vector<std::string> argv = {AirlockBin(), "--state-dir", StateDir()};
   argv.insert(argv.end(), args.begin(), args.end());
+  if (!args.empty() && (args[0] == "run" || args[0] == "serve")) {
+    argv.insert(argv.begin() + 4, {"--runtime", RuntimeName()});
+  }
   int in[2], out[2], err[2];
   if (::pipe2(in, O_CLOEXEC) || ::pipe2(out, O_CLOEXEC) || ::pipe2(err, O_CLOEXEC)) std::abort();
   SpawnOptions so;

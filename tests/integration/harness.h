@@ -16,6 +16,9 @@ namespace airlock::testing {
 std::string AirlockBin();
 std::string StateDir();
 std::string ExamplesDir();
+// The runtime every daemon, `airlock run` and Manager of a test uses:
+// AIRLOCK_RUNTIME, default "qemu" (so the whole suite runs once per runtime).
+std::string RuntimeName();
 
 // Empty when microVM tests can run here; else the reason to skip.
 std::string SkipReason();
@@ -32,6 +35,7 @@ struct CliResult {
   std::string err;
 };
 // Runs `airlock --state-dir D ARGS...` with optional stdin bytes; bounded output capture.
+// `run` and `serve` get `--runtime RuntimeName()` right after the command.
 // `on_tick(pid)` is called about every 100 ms while the CLI runs.
 CliResult RunCli(const std::vector<std::string>& args, const std::string& stdin_bytes = "",
                  size_t max_output = 64 << 20, const std::function<void(pid_t)>& on_tick = {});

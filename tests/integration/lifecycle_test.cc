@@ -145,7 +145,8 @@ TEST(LifecycleTest, CtrlCOfAirlockRunDestroysTheSandbox) {
   AIRLOCK_REQUIRE_VM();
   HostResources before = SnapshotResources();
   SpawnOptions so;
-  so.argv = {AirlockBin(), "--state-dir", StateDir(), "run", "--", "bash", "-c", "echo started; sleep 600"};
+  so.argv = {AirlockBin(), "--state-dir", StateDir(), "run", "--runtime", RuntimeName(), "--", "bash", "-c",
+             "echo started; sleep 600"};
   int p[2];
   ASSERT_EQ(::pipe(p), 0);
   so.stdout_fd = p[1];

@@ -1,5 +1,6 @@
 // An embedded Manager on the test state dir (its guest image must exist:
-// `make image`), for integration tests that drive the core directly.
+// `make image`) and runtime (AIRLOCK_RUNTIME), for integration tests that
+// drive the core directly.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@ inline std::unique_ptr<Manager> OpenManager() {
   ManagerConfig c;
   c.state_dir = StateDir();
   c.build_image_if_missing = false;
+  c.runtime = RuntimeName();
   auto m = Manager::Open(c);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return m.ok() ? std::move(m).value() : nullptr;

@@ -51,6 +51,7 @@ StatusOr<std::unique_ptr<Manager>> OpenManager(bool template_snapshots) {
   c.state_dir = StateDir();
   c.build_image_if_missing = false;
   c.template_snapshots = template_snapshots;
+  c.runtime = RuntimeName();
   return Manager::Open(c);
 }
 

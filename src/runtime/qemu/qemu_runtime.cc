@@ -2,12 +2,16 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "common/log.h"
 #include "common/subprocess.h"
 #include "runtime/qemu/jail.h"
 #include "runtime/qemu/qemu_vm.h"
+#include "runtime/qemu/qmp_client.h"
+#include "runtime/qemu/snapshot.h"
 
 namespace airlock::qemu {
 namespace {
@@ -40,10 +44,30 @@ class QemuInstance final : public VmInstance {
   bool released_ = false;
 };
 
+// snapshot.h's directories (manifest.json, memory, disk.qcow2).
+class QemuSnapshotStore final : public SnapshotStore {
+ public:
+  StatusOr<SnapshotShape> Read(const std::string& dir) const override {
+    ASSIGN_OR_RETURN(SnapshotManifest m, ReadSnapshot(dir));
+    SnapshotShape s;
+    s.vcpus = m.vcpus;
+    s.memory_mib = m.memory_mib;
+    s.memory_bytes = m.memory_bytes;
+    s.disk_bytes = m.disk_bytes;
+    s.disk_backing = m.disk_backing;
+    return s;
+  }
+  Status Delete(const std::string& dir) const override { return DeleteSnapshot(dir); }
+  Status DropMemory(const std::string& dir) const override { return DropSnapshotMemory(dir); }
+  StatusOr<std::string> ImageStamp(const std::string& path) const override { return FileStamp(path); }
+};
+
 class QemuRuntime final : public Runtime {
  public:
   QemuRuntime(std::string state_dir, AccelDecision accel, const VmmJailOptions& jail)
-      : state_dir_(std::move(state_dir)), accel_(accel), jail_(jail),
+      : state_dir_(std::move(state_dir)),
+        accel_(accel),
+        jail_(jail),
         uids_(jail.lease_root, jail.uid_base, jail.uid_count) {}
   std::string_view name() const override { return "qemu"; }
   std::string accelerator() const override { return std::string(AccelName(accel_.accel)) + " (" + accel_.reason + ")"; }
@@ -90,8 +114,30 @@ class QemuRuntime final : public Runtime {
     return std::unique_ptr<VmInstance>(new QemuInstance(std::move(vm)));
   }
 
-  StatusOr<std::unique_ptr<VmInstance>> Restore(const VmStartRequest& r, const std::string& dir,
-                                                SnapshotDisk disk, bool memory) override {
+  const SnapshotStore& snapshots() const override { return store_; }
+
+  // Over QMP: a VMM stopped mid-pause (or mid-save) is `cont`inued.
+  Status ContinueIfStopped(const std::string& run_dir) override {
+    auto qmp = QmpClient::Connect(VmPaths::For(run_dir).qmp_socket, std::chrono::seconds(2));
+    if (!qmp.ok()) qmp = QmpClient::Connect(VmPaths::Legacy(run_dir).qmp_socket, std::chrono::seconds(2));
+    if (!qmp.ok()) return OkStatus();  // no VMM answers: nothing to continue
+    auto st = (*qmp)->Execute("query-status");
+    if (!st.ok() || st->value("running", true)) return OkStatus();
+    std::string status = st->value("status", "");
+    LOG_WARN("vmm in {} was left '{}' (a daemon died mid-pause); continuing it", run_dir, status);
+    (void)(*qmp)->Execute("migrate_cancel");
+    Status last = OkStatus();
+    for (int i = 0; i < 50; ++i) {
+      auto cont = (*qmp)->Execute("cont");
+      if (cont.ok()) return OkStatus();
+      last = cont.status();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return last.WithContext("continue the vmm in " + run_dir + " (left '" + status + "')");
+  }
+
+  StatusOr<std::unique_ptr<VmInstance>> Restore(const VmStartRequest& r, const std::string& dir, SnapshotDisk disk,
+                                                bool memory) override {
     ASSIGN_OR_RETURN(auto m, ReadSnapshot(dir));
     VmStartRequest req = r;
     if (req.kernel.empty()) req.kernel = m.kernel;
@@ -115,6 +161,7 @@ class QemuRuntime final : public Runtime {
   AccelDecision accel_;
   VmmJailOptions jail_;
   VmmUidPool uids_;
+  QemuSnapshotStore store_;
 };
 
 }  // namespace
@@ -122,7 +169,8 @@ class QemuRuntime final : public Runtime {
 StatusOr<std::unique_ptr<Runtime>> NewQemuRuntime(const std::string& state_dir, const VmmJailOptions& jail) {
   for (const char* tool : {"qemu-system-x86_64", "qemu-img"}) {
     if (!FindExecutable(tool).ok()) {
-      return FailedPrecondition(std::string(tool) + " is not installed (fix: apt-get install qemu-system-x86 qemu-utils, "
+      return FailedPrecondition(std::string(tool) +
+                                " is not installed (fix: apt-get install qemu-system-x86 qemu-utils, "
                                 "or run scripts/setup)");
     }
   }

@@ -1,24 +1,21 @@
 // The QEMU backend of the core Runtime interface (runtime/runtime.h): turns a
-// VmStartRequest into a QemuVm.
+// VmStartRequest into a QemuVm; its SnapshotStore is snapshot.h's format.
+// Opened through runtime/registry.h (OpenRuntime("qemu", ...)); nothing
+// outside src/runtime/ includes this.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "runtime/runtime.h"
+#include "runtime/options.h"
 #include "runtime/qemu/accel_probe.h"
 #include "runtime/qemu/uid_pool.h"
+#include "runtime/runtime.h"
 
 namespace airlock::qemu {
 
-// The VMM jail (jail.h, docs/runtime-qemu.md "Jail").
-struct VmmJailOptions {
-  // false: QEMU runs as root, unjailed (debugging only; logged loudly).
-  bool enabled = true;
-  uid_t uid_base = kDefaultVmmUidBase;  // VMM uids: [uid_base, uid_base + uid_count)
-  uint32_t uid_count = kDefaultVmmUidCount;
-  std::string lease_root = "/run/airlock";  // host-wide: <lease_root>/vmm-uids
-};
+// The VMM jail's options are the runtime-neutral ones (runtime/options.h).
+using ::airlock::VmmJailOptions;
 
 // Probes the accelerator once (cached under state_dir), checks that QEMU is
 // installed and, with the jail on, that a jailed QEMU runs here (ProbeJail);

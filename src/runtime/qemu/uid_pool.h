@@ -16,13 +16,13 @@
 #include <string>
 
 #include "common/status.h"
+#include "runtime/options.h"
 
 namespace airlock::qemu {
 
-// Default range: far above login users (1000..60000), systemd's dynamic
-// users (61184..65519) and its container ranges (524288..1879048191), below 2^31.
-inline constexpr uid_t kDefaultVmmUidBase = 2100000000;
-inline constexpr uint32_t kDefaultVmmUidCount = 65536;
+// The default range is airlock::kDefaultVmmUidBase/Count (runtime/options.h).
+using ::airlock::kDefaultVmmUidBase;
+using ::airlock::kDefaultVmmUidCount;
 
 struct UidLease {
   uid_t uid = 0;

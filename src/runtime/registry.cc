@@ -1,0 +1,35 @@
+#include "runtime/registry.h"
+
+#include "runtime/qemu/doctor.h"
+#include "runtime/qemu/qemu_runtime.h"
+
+namespace airlock {
+
+std::vector<std::string> AvailableRuntimes() { return {kDefaultRuntime}; }
+
+std::string AvailableRuntimesText() {
+  std::string out;
+  for (const auto& n : AvailableRuntimes()) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+Status CheckRuntimeName(std::string_view name) {
+  for (const auto& n : AvailableRuntimes()) {
+    if (n == name) return OkStatus();
+  }
+  return InvalidArgument("unknown runtime '" + std::string(name) + "' (available: " + AvailableRuntimesText() + ")");
+}
+
+StatusOr<std::unique_ptr<Runtime>> OpenRuntime(std::string_view name, const RuntimeOptions& options) {
+  RETURN_IF_ERROR(CheckRuntimeName(name));
+  return qemu::NewQemuRuntime(options.state_dir, options.jail);
+}
+
+std::vector<DoctorCheck> RuntimeDoctorChecks(std::string_view name, const std::string& state_dir) {
+  if (Status st = CheckRuntimeName(name); !st.ok()) {
+    return {DoctorCheck{"runtime", false, st.message(), "pick one of: " + AvailableRuntimesText()}};
+  }
+  return qemu::QemuDoctorChecks(state_dir);
+}
+
+}  // namespace airlock
