@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -46,9 +47,12 @@ constexpr char kToken[] = "conformance-token";
 bool ProcessGone(pid_t pid) { return pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH); }
 
 // Waits (≤ 5 s) for `pid` to be gone: a destroyed VMM is reaped, an exited
-// one may take a moment to disappear.
-bool WaitGone(pid_t pid) {
+// one may take a moment to disappear. `reap`: the VMM was started by this
+// process and Release()d, so nobody else waits for it (a daemon's adopted
+// VMM is its init's child): reap it here, or it stays a zombie.
+bool WaitGone(pid_t pid, bool reap = false) {
   for (auto end = Clock::now() + 5s; Clock::now() < end; std::this_thread::sleep_for(20ms)) {
+    if (reap && ::waitpid(pid, nullptr, WNOHANG) == pid) return true;
     if (ProcessGone(pid)) return true;
   }
   return ProcessGone(pid);
@@ -320,7 +324,7 @@ TEST_P(RuntimeConformance, ReleaseLeavesTheVmmRunningAndAdoptTakesItBack) {
   EXPECT_TRUE(info.ok()) << info.status().ToString();
   EXPECT_TRUE(store().Delete(shared_->dir.path + "/adopted-snap").ok());
   EXPECT_TRUE(vm.vm->Destroy().ok());
-  EXPECT_TRUE(WaitGone(pid));
+  EXPECT_TRUE(WaitGone(pid, /*reap=*/true));
 }
 
 TEST_P(RuntimeConformance, SaveSnapshotKeepRunningLeavesTheGuestRunning) {
@@ -396,6 +400,8 @@ TEST_P(RuntimeConformance, ContinueIfStoppedRunsAGuestADeadProcessLeftStopped) {
   vm.vm = std::move(adopted).value();
   EXPECT_TRUE(WaitHealthy(vm, 10s).ok());
   EXPECT_TRUE(store().Delete(dir).ok());
+  EXPECT_TRUE(vm.vm->Destroy().ok());
+  EXPECT_TRUE(WaitGone(pid, /*reap=*/true));
 }
 
 TEST_P(RuntimeConformance, RestoreRunsTheGuestWithItsMemory) {
