@@ -30,8 +30,10 @@
 
 namespace airlock::server {
 
-// What the failed operation was, for the two codes whose answer depends on
-// it (see the table above).
+// What the failed operation was, where the answer depends on it (the table
+// above): kDisk for the routes that write snapshots (pause, fork, named
+// snapshot) and the disk admission of a create; kRequestBody for reading a
+// request body; kDefault everywhere else (create, resume, network, secrets).
 enum class HttpStatusContext {
   kDefault,
   kDisk,         // the operation writes snapshots or overlays
