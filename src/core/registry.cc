@@ -310,6 +310,27 @@ StatusOr<std::optional<ApiKeyRecord>> Registry::LookupApiKey(const std::string& 
   return std::optional<ApiKeyRecord>(ApiKeyRecord{s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Text(4), s.Int(5) != 0});
 }
 
+StatusOr<std::vector<std::pair<std::string, ApiKeyRecord>>> Registry::ApiKeysByHash() {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "SELECT hash, id, name, prefix, created_at, team, admin FROM api_keys");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare api key hashes");
+  std::vector<std::pair<std::string, ApiKeyRecord>> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    out.emplace_back(s.Text(0), ApiKeyRecord{s.Text(1), s.Text(2), s.Text(3), s.Int(4), s.Text(5), s.Int(6) != 0});
+  }
+  AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "api key hashes");
+  return out;
+}
+
+StatusOr<int64_t> Registry::DataVersion() {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "PRAGMA data_version");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare data_version");
+  AIRLOCK_SQL_CHECK(s.Step() == SQLITE_ROW, "data_version");
+  return s.Int(0);
+}
+
 Status Registry::SetOwner(OwnedKind kind, const std::string& id, const std::string& team) {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_, "INSERT OR REPLACE INTO owners (kind, id, team, created_at) VALUES (?,?,?,?)");

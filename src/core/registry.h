@@ -105,6 +105,13 @@ class Registry {
   StatusOr<std::string> ApiKeyId(const std::string& key);
   // The stored key `key` is (nullopt when it is none).
   StatusOr<std::optional<ApiKeyRecord>> LookupApiKey(const std::string& key);
+  // Every stored key with the hash lookups compare (SHA-256 hex of the
+  // whole key), for an in-memory table of keys (server/api_keys.h).
+  StatusOr<std::vector<std::pair<std::string, ApiKeyRecord>>> ApiKeysByHash();
+  // SQLite's PRAGMA data_version of this connection: it changes when another
+  // connection (another process such as `airlock apikey`, or another
+  // connection of this one) commits to the database.
+  StatusOr<int64_t> DataVersion();
 
   // Ownership (never removed with the sandbox: its audit stays its team's).
   Status SetOwner(OwnedKind kind, const std::string& id, const std::string& team);

@@ -10,54 +10,18 @@
 #include "common/log.h"
 #include "core/http_client.h"
 #include "image/image.h"
-#include "server/server.h"
 #include "server/egress_routes.h"
+#include "server/http_status.h"
+#include "server/requests/create.h"
+#include "server/requests/list.h"
+#include "server/requests/timeout.h"
+#include "server/server.h"
 
 namespace airlock::server {
 
 using nlohmann::json;
 
 namespace {
-
-int HttpStatusFor(const Status& st) {
-  switch (st.code()) {
-    case StatusCode::kInvalidArgument: return 400;
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kAlreadyExists: return 409;
-    case StatusCode::kUnauthenticated: return 401;
-    case StatusCode::kPermissionDenied: return 403;
-    case StatusCode::kResourceExhausted: return 503;
-    case StatusCode::kUnimplemented: return 501;
-    case StatusCode::kDeadlineExceeded: return 504;
-    case StatusCode::kUnavailable: return 503;
-    default: return 500;
-  }
-}
-
-// {"k": "v", ...} → map, or an error naming the field.
-StatusOr<std::map<std::string, std::string>> StringMap(const json& body, const char* field) {
-  std::map<std::string, std::string> out;
-  auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return out;
-  if (!it->is_object()) return InvalidArgument(std::string(field) + " must be an object of strings");
-  for (auto& [k, v] : it->items()) {
-    if (!v.is_string()) return InvalidArgument(std::string(field) + "." + k + " must be a string");
-    out[k] = v.get<std::string>();
-  }
-  return out;
-}
-
-// Optional non-negative integer field; error when present and not one.
-StatusOr<std::optional<int64_t>> OptionalSeconds(const json& body, const char* field) {
-  auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return std::optional<int64_t>();
-  if (!it->is_number_integer() && !it->is_number_unsigned()) {
-    return InvalidArgument(std::string(field) + " must be an integer number of seconds");
-  }
-  int64_t v = it->get<int64_t>();
-  if (v < 0) return InvalidArgument(std::string(field) + " must not be negative");
-  return std::optional<int64_t>(v);
-}
 
 // Splits "/a/b/c" into {"a","b","c"}.
 std::vector<std::string> Segments(const std::string& path) {
@@ -80,50 +44,12 @@ std::vector<std::string> Segments(const std::string& path) {
 
 void Server::ReadJson(std::shared_ptr<HttpConn> c, std::function<void(json)> then) {
   c->ReadBodyToString(config_.max_json_body, [c, then = std::move(then)](StatusOr<std::string> body) {
-    if (!body.ok()) {
-      int code = body.status().code() == StatusCode::kResourceExhausted  ? 413
-                 : body.status().code() == StatusCode::kDeadlineExceeded ? 408
-                                                                         : 400;
-      return c->RespondError(code, body.status().message());
-    }
+    if (!body.ok())
+      return c->RespondError(HttpStatusFor(body.status(), HttpStatusContext::kRequestBody), body.status().message());
     json j = body->empty() ? json::object() : json::parse(*body, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return c->RespondError(400, "request body must be a JSON object");
     then(std::move(j));
   });
-}
-
-StatusOr<bool> ParseAllowPublicTraffic(const json& body) {
-  auto n = body.find("network");
-  if (n == body.end() || !n->is_object()) return true;
-  auto a = n->find("allowPublicTraffic");
-  if (a == n->end() || a->is_null()) return true;
-  if (!a->is_boolean()) return InvalidArgument("network.allowPublicTraffic must be a boolean");
-  return a->get<bool>();
-}
-
-std::string FillMaskPort(std::string mask, const std::string& port) {
-  for (size_t at = 0; (at = mask.find("${PORT}", at)) != std::string::npos; at += port.size()) mask.replace(at, 7, port);
-  return mask;
-}
-
-StatusOr<std::string> ParseMaskRequestHost(const json& body) {
-  auto n = body.find("network");
-  if (n == body.end() || !n->is_object()) return std::string();
-  auto m = n->find("maskRequestHost");
-  if (m == n->end() || m->is_null()) return std::string();
-  if (!m->is_string()) return InvalidArgument("network.maskRequestHost must be a string");
-  std::string v = m->get<std::string>();
-  if (v.empty() || v.size() > 255) return InvalidArgument("network.maskRequestHost must be 1..255 characters");
-  // A host[:port], "${PORT}" anywhere: it becomes a Host header, so nothing
-  // that could end the header line or smuggle another one.
-  for (char ch : FillMaskPort(v, "1")) {
-    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '-' || ch == '_' || ch == ':' ||
-          ch == '[' || ch == ']')) {
-      return InvalidArgument("network.maskRequestHost '" + v +
-                             "' is not a host[:port] (letters, digits, . - _ : [ ] and ${PORT} only)");
-    }
-  }
-  return v;
 }
 
 json TrafficTokenJson(const SandboxRecord& r) {
@@ -167,14 +93,30 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
   auto verb = c->method();
   if (path == "/health" && verb == http::verb::get) return c->Respond(200, "application/json", "{\"status\":\"ok\"}");
   if (path == "/metrics" && verb == http::verb::get) return ServeMetrics(c);
-  auto key = registry_->LookupApiKey(c->Header("X-API-Key"));
-  if (!key.ok()) return c->RespondError(500, key.status().message());
-  if (!*key) {
+  // The key table is memory only; a key it does not hold may be one the CLI
+  // made a moment ago, so the table is refreshed (SQLite, off this thread)
+  // before the request is refused.
+  std::string presented = c->Header("X-API-Key");
+  if (auto key = api_keys_->Find(presented)) return RouteControl(std::move(c), Caller{key->id, key->team, key->admin});
+  if (presented.empty()) {
     AuditAuthFailure(c);
-    return c->RespondError(401, c->Header("X-API-Key").empty() ? "missing X-API-Key" : "invalid X-API-Key");
+    return c->RespondError(401, "missing X-API-Key");
   }
-  const Caller caller{(*key)->id, (*key)->team, (*key)->admin};
+  asio::post(*key_refresher_, [this, c, presented = std::move(presented)] {
+    Status st = api_keys_->RefreshIfStale();
+    auto key = api_keys_->Find(presented);
+    asio::post(c->executor(), [this, c, st, key] {
+      if (key) return RouteControl(c, Caller{key->id, key->team, key->admin});
+      if (!st.ok()) return c->RespondError(500, st.message());
+      AuditAuthFailure(c);
+      c->RespondError(401, "invalid X-API-Key");
+    });
+  });
+}
 
+void Server::RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller) {
+  const std::string& path = c->path();
+  auto verb = c->method();
   auto seg = Segments(path);
   bool v2 = !seg.empty() && seg[0] == "v2";
   if (v2) seg.erase(seg.begin());
@@ -228,160 +170,123 @@ bool Server::CallerOwns(const Caller& caller, OwnedKind kind, const std::string&
 
 void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
   ReadJson(c, [this, c, caller](json body) {
+    auto parsed = requests::ParseCreateRequest(body, {config_.max_vcpus, config_.max_memory_mib, config_.max_disk_mib});
+    if (!parsed.ok()) return c->RespondError(400, parsed.status().message());
+    const requests::CreateRequest& req = *parsed;
     CreateOptions opts;
     opts.detach = true;
-    opts.vcpus = config_.default_vcpus;
-    opts.memory_mib = config_.default_memory_mib;
-    if (auto it = body.find("templateID"); it != body.end() && !it->is_null()) {
-      if (!it->is_string() || it->get<std::string>().empty()) return c->RespondError(400, "templateID must be a string");
-      opts.template_name = it->get<std::string>();
+    opts.vcpus = req.vcpus.value_or(config_.default_vcpus);
+    opts.memory_mib = req.memory_mib.value_or(config_.default_memory_mib);
+    if (req.template_id) {
+      opts.template_name = *req.template_id;
       // A named snapshot is a template of its team only.
       std::string snap = manager_->FindNamedSnapshot(opts.template_name);
       if (!snap.empty() && !CallerOwns(caller, OwnedKind::kSnapshot, snap.substr(snap.rfind('/') + 1))) {
         return c->RespondError(404, "template " + opts.template_name + " not found");
       }
     }
-    auto timeout = OptionalSeconds(body, "timeout");
-    if (!timeout.ok()) return c->RespondError(400, timeout.status().message());
-    auto metadata = StringMap(body, "metadata");
-    if (!metadata.ok()) return c->RespondError(400, metadata.status().message());
-    auto envs = StringMap(body, "envVars");
-    if (!envs.ok()) return c->RespondError(400, envs.status().message());
-    opts.env_vars = *envs;
-    auto policy = PolicyFromCreateBody(body);
-    if (!policy.ok()) return c->RespondError(400, policy.status().message());
-    opts.egress_policy = *policy;
-    auto lifecycle = ParseLifecycle(body);
-    if (!lifecycle.ok()) return c->RespondError(400, lifecycle.status().message());
-    auto public_traffic = ParseAllowPublicTraffic(body);
-    if (!public_traffic.ok()) return c->RespondError(400, public_traffic.status().message());
-    auto mask_host = ParseMaskRequestHost(body);
-    if (!mask_host.ok()) return c->RespondError(400, mask_host.status().message());
+    opts.env_vars = req.env_vars;
+    opts.egress_policy = req.egress_policy;
     int template_disk_mib = 0;
     if (auto img = image::FindImage(config_.manager.state_dir, opts.template_name); img.ok()) {
       struct stat st;
       if (::stat(img->rootfs.c_str(), &st) == 0) template_disk_mib = static_cast<int>(st.st_size >> 20);
     }
-    if (Status st = ApplyResourceRequest(body, &opts, template_disk_mib); !st.ok()) return c->RespondError(400, st.message());
-    int ttl = ClampTimeout(timeout->value_or(config_.default_timeout_s));
-    auto meta = std::move(metadata).value();
-    json secrets_spec = body.contains("secrets") ? body["secrets"] : json();
-    // E2B's Secret.fill placeholders in envVars name secrets too.
-    auto lifted = LiftSecretPlaceholders(&opts.env_vars, secrets_spec);
-    if (!lifted.ok()) return c->RespondError(400, lifted.status().message());
-    secrets_spec = std::move(lifted).value();
-    if (secrets_spec.is_object() && secrets_spec.empty()) secrets_spec = json();
-    if (auto parsed = ParseSecretsSpec(secrets_spec); !parsed.ok()) return c->RespondError(400, parsed.status().message());
+    if (Status st = requests::CheckTemplateDisk(req, template_disk_mib); !st.ok())
+      return c->RespondError(400, st.message());
+    int ttl = ClampTimeout(req.timeout_s.value_or(config_.default_timeout_s));
+    auto meta = req.metadata;
+    auto bindings = req.secrets;
+    auto lifecycle = req.lifecycle;
+    bool public_traffic = req.allow_public_traffic;
+    std::string mask_host = req.mask_request_host;
     std::string key_id = caller.key_id;
     Admit(c, key_id, opts.memory_mib,
-          [this, c, opts, ttl, meta, secrets_spec, key_id, caller, lifecycle = *lifecycle,
-           public_traffic = *public_traffic, mask_host = *mask_host](uint64_t ticket) {
-      auto t0 = std::chrono::steady_clock::now();
-      CreateOptions run_opts = opts;  // + secret env vars, never persisted
-      auto attached = AttachSecrets(secrets_spec, caller, &run_opts);
-      if (!attached.ok()) {
-        AdmissionDone(ticket, "", 0);
-        Status st = attached.status();
-        return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
-      }
-      auto sb = manager_->Create(run_opts);
-      if (!sb.ok()) {
-        LOG_WARN("create failed: {}", sb.status().message());
-        Status st = sb.status();
-        Audit({{"action", "sandbox.create_failed"}, {"error", st.message()}});
-        AdmissionDone(ticket, "", 0);
-        return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
-      }
-      if (Status ca = InstallSandboxCa(**sb, run_opts.egress_policy, &attached.value()); !ca.ok()) {
-        (void)manager_->Destroy((*sb)->id());
-        AdmissionDone(ticket, "", 0);
-        return asio::post(c->executor(), [c, ca] { c->RespondError(500, ca.message()); });
-      }
-      SandboxRecord r;
-      r.id = (*sb)->id();
-      r.template_id = opts.template_name;
-      r.state = "running";
-      r.created_at_ms = NowUnixMs();
-      r.ends_at_ms = r.created_at_ms + int64_t{ttl} * 1000;
-      r.metadata = meta;
-      r.env_vars = opts.env_vars;
-      r.access_token = (*sb)->access_token();
-      if (!public_traffic) r.traffic_token = RandomHex(32);
-      r.mask_request_host = mask_host;
-      r.vcpus = opts.vcpus;
-      r.memory_mib = opts.memory_mib;
-      r.netns_ip = (*sb)->netns_ip();
-      r.vmm_pid = (*sb)->vmm_pid();
-      r.run_dir = (*sb)->run_dir();
-      r.auto_pause = lifecycle.auto_pause;
-      r.auto_pause_memory = lifecycle.auto_pause_memory;
-      r.auto_resume = lifecycle.auto_resume;
-      r.owner = caller.team;
-      if (Status st = registry_->SetOwner(OwnedKind::kSandbox, r.id, r.owner); !st.ok()) {
-        // A sandbox nobody can be shown to own is not handed out.
-        LOG_WARN("sandbox={} owner: {}", r.id, st.message());
-        ForgetSecrets(r.id);
-        (void)manager_->Destroy(r.id);
-        AdmissionDone(ticket, "", 0);
-        return asio::post(c->executor(), [c, st] { c->RespondError(500, st.message()); });
-      }
-      if (Status st = registry_->PutSandbox(r); !st.ok()) LOG_WARN("sandbox={} registry: {}", r.id, st.message());
-      CommitSecrets(r.id, std::move(attached).value(), key_id);
-      int disk_mib = 0;
-      if (auto img = image::FindImage(config_.manager.state_dir, r.template_id); img.ok()) {
-        struct stat st;
-        if (::stat(img->rootfs.c_str(), &st) == 0) disk_mib = static_cast<int>(st.st_size >> 20);
-      }
-      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      AdmissionDone(ticket, r.id, ms / 1000.0);  // before a kill can see it
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        Entry e{r, *sb, disk_mib, {}, {}};
-        e.logs.push_back({r.created_at_ms, "info", "sandbox created in " + std::to_string(static_cast<int>(ms)) + " ms"});
-        sandboxes_[r.id] = std::move(e);
-      }
-      LOG_INFO("sandbox={} created total_ms={:.0f} ttl_s={}", r.id, ms, ttl);
-      if (!(*sb)->timings().from_snapshot) EnsureTemplateSnapshotAsync(r.template_id, r.vcpus, r.memory_mib);
-      Audit({{"action", "sandbox.created"}, {"sandbox", r.id}, {"template", r.template_id}, {"vcpus", r.vcpus},
-             {"memory_mib", r.memory_mib}, {"ttl_s", ttl}, {"create_ms", static_cast<int64_t>(ms)}});
-      std::string out = SandboxJson(r).dump();
-      asio::post(c->executor(), [c, out] { c->Respond(201, "application/json", out); });
-    });
+          [this, c, opts, ttl, meta, bindings, key_id, caller, lifecycle, public_traffic, mask_host](uint64_t ticket) {
+            auto t0 = std::chrono::steady_clock::now();
+            CreateOptions run_opts = opts;  // + secret env vars, never persisted
+            auto attached = secrets_->Attach(bindings, caller, &run_opts);
+            if (!attached.ok()) {
+              AdmissionDone(ticket, "", 0);
+              Status st = attached.status();
+              return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
+            }
+            auto sb = manager_->Create(run_opts);
+            if (!sb.ok()) {
+              LOG_WARN("create failed: {}", sb.status().message());
+              Status st = sb.status();
+              Audit({{"action", "sandbox.create_failed"}, {"error", st.message()}});
+              AdmissionDone(ticket, "", 0);
+              return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
+            }
+            if (Status ca = secrets_->InstallSandboxCa(**sb, run_opts.egress_policy, &attached.value()); !ca.ok()) {
+              (void)manager_->Destroy((*sb)->id());
+              AdmissionDone(ticket, "", 0);
+              return asio::post(c->executor(), [c, ca] { c->RespondError(500, ca.message()); });
+            }
+            SandboxRecord r;
+            r.id = (*sb)->id();
+            r.template_id = opts.template_name;
+            r.state = "running";
+            r.created_at_ms = NowUnixMs();
+            r.ends_at_ms = r.created_at_ms + int64_t{ttl} * 1000;
+            r.metadata = meta;
+            r.env_vars = opts.env_vars;
+            r.access_token = (*sb)->access_token();
+            if (!public_traffic) r.traffic_token = RandomHex(32);
+            r.mask_request_host = mask_host;
+            r.vcpus = opts.vcpus;
+            r.memory_mib = opts.memory_mib;
+            r.netns_ip = (*sb)->netns_ip();
+            r.vmm_pid = (*sb)->vmm_pid();
+            r.run_dir = (*sb)->run_dir();
+            r.auto_pause = lifecycle.auto_pause;
+            r.auto_pause_memory = lifecycle.auto_pause_memory;
+            r.auto_resume = lifecycle.auto_resume;
+            r.owner = caller.team;
+            if (Status st = registry_->SetOwner(OwnedKind::kSandbox, r.id, r.owner); !st.ok()) {
+              // A sandbox nobody can be shown to own is not handed out.
+              LOG_WARN("sandbox={} owner: {}", r.id, st.message());
+              secrets_->Forget(r.id);
+              (void)manager_->Destroy(r.id);
+              AdmissionDone(ticket, "", 0);
+              return asio::post(c->executor(), [c, st] { c->RespondError(500, st.message()); });
+            }
+            if (Status st = registry_->PutSandbox(r); !st.ok()) LOG_WARN("sandbox={} registry: {}", r.id, st.message());
+            secrets_->Commit(r.id, std::move(attached).value(), key_id);
+            int disk_mib = 0;
+            if (auto img = image::FindImage(config_.manager.state_dir, r.template_id); img.ok()) {
+              struct stat st;
+              if (::stat(img->rootfs.c_str(), &st) == 0) disk_mib = static_cast<int>(st.st_size >> 20);
+            }
+            double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            AdmissionDone(ticket, r.id, ms / 1000.0);  // before a kill can see it
+            {
+              std::lock_guard<std::mutex> l(mu_);
+              Entry e{r, *sb, disk_mib, {}, {}};
+              e.logs.push_back(
+                  {r.created_at_ms, "info", "sandbox created in " + std::to_string(static_cast<int>(ms)) + " ms"});
+              sandboxes_[r.id] = std::move(e);
+            }
+            LOG_INFO("sandbox={} created total_ms={:.0f} ttl_s={}", r.id, ms, ttl);
+            if (!(*sb)->timings().from_snapshot) EnsureTemplateSnapshotAsync(r.template_id, r.vcpus, r.memory_mib);
+            Audit({{"action", "sandbox.created"},
+                   {"sandbox", r.id},
+                   {"template", r.template_id},
+                   {"vcpus", r.vcpus},
+                   {"memory_mib", r.memory_mib},
+                   {"ttl_s", ttl},
+                   {"create_ms", static_cast<int64_t>(ms)}});
+            std::string out = SandboxJson(r).dump();
+            asio::post(c->executor(), [c, out] { c->Respond(201, "application/json", out); });
+          });
   });
 }
 
 void Server::ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bool v2) {
-  std::map<std::string, std::string> meta;
-  if (auto m = c->Query("metadata"); m && !m->empty()) meta = ParseMetadataFilter(*m);
-  bool want_running = true, want_paused = true;
-  if (auto st = c->Query("state"); st && !st->empty()) {
-    want_running = ("," + *st + ",").find(",running,") != std::string::npos;
-    want_paused = ("," + *st + ",").find(",paused,") != std::string::npos;
-  }
-  std::string tmpl = c->Query("template").value_or("");
-  bool asc = c->Query("order").value_or("desc") == "asc";
-  int limit = 100;
-  if (auto l = c->Query("limit"); l && !l->empty()) {
-    char* end = nullptr;
-    long v = std::strtol(l->c_str(), &end, 10);
-    if (*end != '\0' || v < 1) return c->RespondError(400, "limit must be a positive integer");
-    limit = static_cast<int>(std::min<long>(v, 100));
-  }
-  std::optional<std::pair<int64_t, std::string>> after;
-  if (auto t = c->Query("nextToken"); t && !t->empty()) {
-    after = ParsePageToken(*t);
-    if (!after) return c->RespondError(400, "invalid nextToken");
-  }
-  // startedAfter (E2B: at or after) and startedBefore (airlock: strictly
-  // before), RFC 3339, compared on the microsecond grid.
-  std::optional<int64_t> started_after_us, started_before_us;
-  for (auto [name, out] : {std::pair{"startedAfter", &started_after_us}, std::pair{"startedBefore", &started_before_us}}) {
-    auto v = c->Query(name);
-    if (!v) continue;
-    auto us = ParseRfc3339Us(*v);
-    if (!us.ok()) return c->RespondError(400, std::string("invalid ") + name + ": " + us.status().message());
-    *out = *us;
-  }
+  auto parsed = requests::ParseListSandboxes([&c](const std::string& name) { return c->Query(name); });
+  if (!parsed.ok()) return c->RespondError(400, parsed.status().message());
+  const requests::ListSandboxesRequest& q = *parsed;
   std::vector<std::pair<SandboxRecord, int>> rows;
   size_t total_running = 0;
   {
@@ -389,12 +294,12 @@ void Server::ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bo
     for (auto& [id, e] : sandboxes_) {
       if (!caller.admin && e.rec.owner != caller.team) continue;  // another team's
       ++total_running;
-      if (!(e.rec.state == "paused" ? want_paused : want_running)) continue;
-      if (!tmpl.empty() && e.rec.template_id != tmpl) continue;
-      if (started_after_us && e.rec.created_at_ms * 1000 < *started_after_us) continue;
-      if (started_before_us && e.rec.created_at_ms * 1000 >= *started_before_us) continue;
+      if (!(e.rec.state == "paused" ? q.want_paused : q.want_running)) continue;
+      if (!q.template_id.empty() && e.rec.template_id != q.template_id) continue;
+      if (q.started_after_us && e.rec.created_at_ms * 1000 < *q.started_after_us) continue;
+      if (q.started_before_us && e.rec.created_at_ms * 1000 >= *q.started_before_us) continue;
       bool match = true;
-      for (auto& [k, v] : meta) {
+      for (auto& [k, v] : q.metadata) {
         auto it = e.rec.metadata.find(k);
         if (it == e.rec.metadata.end() || it->second != v) match = false;
       }
@@ -402,16 +307,15 @@ void Server::ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bo
     }
   }
   auto key = [](const SandboxRecord& r) { return std::make_pair(r.created_at_ms, r.id); };
-  std::sort(rows.begin(), rows.end(), [&](auto& a, auto& b) {
-    return asc ? key(a.first) < key(b.first) : key(b.first) < key(a.first);
-  });
+  std::sort(rows.begin(), rows.end(),
+            [&](auto& a, auto& b) { return q.ascending ? key(a.first) < key(b.first) : key(b.first) < key(a.first); });
   json arr = json::array();
   HeaderList extra = {{"X-Total-Running", std::to_string(total_running)}};
   int taken = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i].first;
-    if (after && (asc ? !(key(r) > *after) : !(key(r) < *after))) continue;
-    if (taken == limit) {
+    if (q.after && (q.ascending ? !(key(r) > *q.after) : !(key(r) < *q.after))) continue;
+    if (taken == q.limit) {
       const auto& last = rows[i - 1].first;
       extra.push_back({"X-Next-Token", std::to_string(last.created_at_ms) + "_" + last.id});
       break;
@@ -429,7 +333,7 @@ void Server::GetSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
   json detail = ListedJson(it->second.rec, it->second.disk_mib, true);
   AddEgressFields(manager_->egress(), id, detail);
-  AddSecretFields(id, detail);
+  secrets_->AddSecretFields(id, detail);
   c->Respond(200, "application/json", detail.dump());
 }
 
@@ -442,7 +346,7 @@ void Server::KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   DropStreams(id);
   LOG_INFO("sandbox={} kill requested", id);
   asio::post(*workers_, [this, c, id] {
-    ForgetSecrets(id);
+    secrets_->Forget(id);
     Status st = manager_->Destroy(id);
     (void)registry_->DeleteSandbox(id);
     SandboxReleased(id);
@@ -455,17 +359,17 @@ void Server::KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
 
 void Server::SetTimeout(std::shared_ptr<HttpConn> c, const std::string& id) {
   ReadJson(c, [this, c, id](json body) {
-    auto t = OptionalSeconds(body, "timeout");
-    if (!t.ok()) return c->RespondError(400, t.status().message());
-    if (!*t) return c->RespondError(400, "timeout is required");
-    int64_t ends = NowUnixMs() + int64_t{ClampTimeout(**t)} * 1000;
+    auto req = requests::ParseSetTimeout(body);
+    if (!req.ok()) return c->RespondError(400, req.status().message());
+    const int64_t timeout_s = req->timeout_s;
+    int64_t ends = NowUnixMs() + int64_t{ClampTimeout(timeout_s)} * 1000;
     {
       std::lock_guard<std::mutex> l(mu_);
       auto it = sandboxes_.find(id);
       if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
       it->second.rec.ends_at_ms = ends;
       if (it->second.logs.size() >= kMaxLogs) it->second.logs.pop_front();
-      it->second.logs.push_back({NowUnixMs(), "info", "timeout set to " + std::to_string(**t) + " s"});
+      it->second.logs.push_back({NowUnixMs(), "info", "timeout set to " + std::to_string(timeout_s) + " s"});
     }
     asio::post(*workers_, [this, c, id, ends] {
       (void)registry_->SetEndsAt(id, ends);
@@ -476,9 +380,9 @@ void Server::SetTimeout(std::shared_ptr<HttpConn> c, const std::string& id) {
 
 void Server::ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   ReadJson(c, [this, c, id](json body) {
-    auto t = OptionalSeconds(body, "timeout");
-    if (!t.ok()) return c->RespondError(400, t.status().message());
-    int64_t ends = NowUnixMs() + int64_t{ClampTimeout(t->value_or(config_.default_timeout_s))} * 1000;
+    auto req = requests::ParseConnect(body);
+    if (!req.ok()) return c->RespondError(400, req.status().message());
+    int64_t ends = NowUnixMs() + int64_t{ClampTimeout(req->timeout_s.value_or(config_.default_timeout_s))} * 1000;
     SandboxRecord rec;
     {
       std::lock_guard<std::mutex> l(mu_);

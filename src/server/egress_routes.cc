@@ -2,28 +2,12 @@
 
 #include "common/log.h"
 #include "egress/policy_json.h"
+#include "server/http_status.h"
 #include "server/server.h"
 
 namespace airlock::server {
 
 using json = nlohmann::json;
-
-StatusOr<egress::EgressPolicy> PolicyFromCreateBody(const json& body, const egress::EgressPolicy& base) {
-  std::optional<bool> internet;
-  for (const char* key : {"allow_internet_access", "allowInternetAccess"}) {
-    if (auto it = body.find(key); it != body.end() && !it->is_null()) {
-      if (!it->is_boolean()) return InvalidArgument(std::string(key) + " must be a boolean");
-      internet = it->get<bool>();
-    }
-  }
-  const json* network = nullptr;
-  if (auto it = body.find("network"); it != body.end()) network = &*it;
-  // PUT /network sends the SandboxNetworkUpdateConfig fields at the top level.
-  if (!network &&
-      (body.contains("allowOut") || body.contains("denyOut") || body.contains("egressProxy") || body.contains("rules")))
-    network = &body;
-  return egress::PolicyFromApi(network, internet, base);
-}
 
 void AddEgressFields(egress::EgressService* egress, const std::string& id, json& detail) {
   if (!egress) return;
@@ -83,7 +67,6 @@ void Server::UpdateNetwork(std::shared_ptr<HttpConn> c, const std::string& id) {
     if (!sandboxes_.count(id)) return c->RespondError(404, "sandbox " + id + " not found");
   }
   ReadJson(c, [this, c, id](json body) {
-    if (!body.is_object()) return c->RespondError(400, "body must be a JSON object");
     auto* eg = manager_->egress();
     if (!eg) return c->RespondError(503, "egress is off in this airlock");
     auto current = eg->Policy(id);
@@ -92,16 +75,14 @@ void Server::UpdateNetwork(std::shared_ptr<HttpConn> c, const std::string& id) {
     // an omitted allowOut / denyOut / rules is cleared. An omitted
     // allow_internet_access keeps its value (airlock's default is deny, so
     // "omitted" must not silently open or close the internet).
-    auto base = egress::EgressPolicy::Create(current->internet(), {}, {});
-    if (!base.ok()) return c->RespondError(500, base.status().message());
-    auto policy = PolicyFromCreateBody(body, *base);
-    if (!policy.ok()) return c->RespondError(400, policy.status().message());
-    asio::post(*workers_, [this, c, id, p = *policy] {
-      Status st = CoverRuleHosts(id, p);
+    auto req = requests::ParseNetworkUpdate(body, current->internet());
+    if (!req.ok()) return c->RespondError(400, req.status().message());
+    asio::post(*workers_, [this, c, id, p = req->policy] {
+      Status st = secrets_->CoverRuleHosts(id, p);
       if (st.ok()) st = manager_->UpdateEgress(id, p);
       if (st.ok()) LOG_INFO("sandbox={} egress policy updated: {}", id, p.ToJson());
       asio::post(c->executor(), [c, st] {
-        if (!st.ok()) return c->RespondError(st.code() == StatusCode::kNotFound ? 404 : 500, st.message());
+        if (!st.ok()) return c->RespondError(HttpStatusFor(st), st.message());
         c->Respond(204, "", "");
       });
     });

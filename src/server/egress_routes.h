@@ -12,11 +12,10 @@
 #include "common/status.h"
 #include "egress/egress_service.h"
 #include "egress/policy.h"
+#include "server/requests/network.h"  // PolicyFromCreateBody
 
 namespace airlock::server {
 
-StatusOr<egress::EgressPolicy> PolicyFromCreateBody(const nlohmann::json& body,
-                                                    const egress::EgressPolicy& base = egress::EgressPolicy());
 // SandboxDetail's `allowInternetAccess` and `network` {allowOut, denyOut}
 // from the sandbox's current policy (nothing when egress is off).
 void AddEgressFields(egress::EgressService* egress, const std::string& id, nlohmann::json& detail);

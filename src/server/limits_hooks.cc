@@ -1,5 +1,4 @@
-// Limits in the daemon (docs/limits.md): per-create resource maxima (400),
-// admission (429 + Retry-After / bounded fair queue / 503 memory), the
+// Limits in the daemon (docs/limits.md): admission (429 + Retry-After / bounded fair queue / 503 memory), the
 // admission tick, and GET /metrics.
 #include <sys/statvfs.h>
 
@@ -7,57 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "server/http_status.h"
 #include "server/server.h"
 
 namespace airlock::server {
 
 using nlohmann::json;
-
-namespace {
-
-StatusOr<std::optional<int>> OptionalInt(const json& body, const char* field) {
-  auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return std::optional<int>();
-  if (!it->is_number_integer() && !it->is_number_unsigned()) {
-    return InvalidArgument(std::string(field) + " must be an integer");
-  }
-  int64_t v = it->get<int64_t>();
-  if (v < 0 || v > (1 << 30)) return InvalidArgument(std::string(field) + " is out of range");
-  return std::optional<int>(static_cast<int>(v));
-}
-
-}  // namespace
-
-Status Server::ApplyResourceRequest(const json& body, CreateOptions* opts, int template_disk_mib) const {
-  ASSIGN_OR_RETURN(auto cpus, OptionalInt(body, "cpuCount"));
-  ASSIGN_OR_RETURN(auto mem, OptionalInt(body, "memoryMB"));
-  ASSIGN_OR_RETURN(auto disk, OptionalInt(body, "diskSizeMB"));
-  if (cpus) {
-    if (*cpus < 1 || *cpus > config_.max_vcpus) {
-      return InvalidArgument("cpuCount " + std::to_string(*cpus) + " is outside 1.." +
-                             std::to_string(config_.max_vcpus) + " (the server's --max-cpus)");
-    }
-    opts->vcpus = *cpus;
-  }
-  if (mem) {
-    if (*mem < 128 || *mem > config_.max_memory_mib) {
-      return InvalidArgument("memoryMB " + std::to_string(*mem) + " is outside 128.." +
-                             std::to_string(config_.max_memory_mib) + " (the server's --max-memory)");
-    }
-    opts->memory_mib = *mem;
-  }
-  if (disk) {
-    if (*disk > config_.max_disk_mib) {
-      return InvalidArgument("diskSizeMB " + std::to_string(*disk) + " is above the maximum of " +
-                             std::to_string(config_.max_disk_mib) + " (the server's --max-disk)");
-    }
-    if (template_disk_mib > 0 && *disk > template_disk_mib) {
-      return InvalidArgument("diskSizeMB " + std::to_string(*disk) + " is above the template's disk (" +
-                             std::to_string(template_disk_mib) + " MiB); growing disks is not supported yet");
-    }
-  }
-  return OkStatus();
-}
 
 Status Server::CheckDiskForCreate() const {
   const int64_t need = config_.disk_reserve_mib + config_.disk_per_create_mib;
@@ -82,7 +36,7 @@ void Server::Admit(std::shared_ptr<HttpConn> c, const std::string& key_id, int m
   if (Status disk = CheckDiskForCreate(); !disk.ok()) {
     metrics_.AdmissionRejected(507);
     LOG_WARN("create refused (507): {}", disk.message());
-    return c->RespondError(disk.code() == StatusCode::kResourceExhausted ? 507 : 500, disk.message());
+    return c->RespondError(HttpStatusFor(disk, HttpStatusContext::kDisk), disk.message());
   }
   admission_->Request(
       key_id, memory_mib, Admission::Clock::now(), [this, c, work = std::move(work)](AdmissionDecision d) {

@@ -1,31 +1,17 @@
-// Brokered secrets and the per-sandbox CA over a sandbox's whole life
-// (docs/secrets.md, "Lifecycle"): every way a sandbox comes to exist or comes
-// back ends with the broker table, the store's bindings and the CA right.
-//
-//   create (cold or from a named snapshot)  secrets_hooks.cc: Attach → InstallSandboxCa → Commit
-//   daemon restart (adopt)   AddSecretEnvToAdopt (env for a later cold resume
-//                            or fork), InitSecrets (broker entries, stale rows
-//                            dropped), ReinstallCasAsync: a fresh CA per
-//                            running sandbox, installed in the guest
-//   fork                     InheritSecrets: the parent's bindings and
-//                            placeholders, a CA of the child's own
-//   pause / resume           the entries stay; a sandbox adopted while paused
-//                            gets its fresh CA on resume (EnsureSandboxCa)
-//   kill / TTL / max life    ForgetSecrets (KillSandbox, DestroyAsync)
-//
-// The CA key is never persisted: a restarted daemon mints a new CA, and the
-// install replaces the previous airlock CA in the guest's bundle.
+// SecretsService over a sandbox's whole life (docs/secrets.md, "Lifecycle";
+// the table is in secrets_service.h): restart, fork, resume, GET fields,
+// and installing the CA in a guest.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <condition_variable>
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include <algorithm>
-
 #include "common/log.h"
-#include "server/server.h"
+#include "server/secrets_service.h"
+#include "server/server.h"  // kEnvdPort
 
 namespace airlock::server {
 
@@ -96,14 +82,14 @@ static Status InstallCaWith(const EnvdClient& agent, const std::string& pem, std
   return OkStatus();
 }
 
-std::vector<std::string> Server::RuleHostsOf(const std::string& id) {
+std::vector<std::string> SecretsService::RuleHostsOf(const std::string& id) {
   auto* eg = manager_ ? manager_->egress() : nullptr;
   if (!eg) return {};
   auto p = eg->Policy(id);
   return p.ok() ? p->HeaderRulePatterns() : std::vector<std::string>();
 }
 
-StatusOr<std::shared_ptr<secrets::SandboxCa>> Server::MintSandboxCa(
+StatusOr<std::shared_ptr<secrets::SandboxCa>> SecretsService::MintSandboxCa(
     const std::string& id, const std::vector<secrets::BrokeredSecret>& brokered,
     std::optional<std::vector<std::string>> rule_hosts) {
   // The CA's names: the brokered secrets' hosts and the network.rules patterns.
@@ -113,19 +99,18 @@ StatusOr<std::shared_ptr<secrets::SandboxCa>> Server::MintSandboxCa(
       if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
   }
   if (hosts.empty()) return FailedPrecondition("sandbox " + id + " has no host to intercept");
-  int64_t life_s = config_.max_lifetime_s > 0 ? config_.max_lifetime_s : config_.max_timeout_s;
-  return secrets::SandboxCa::Generate(id, hosts, std::chrono::seconds(life_s + 86400));
+  return secrets::SandboxCa::Generate(id, hosts, options_.ca_lifetime);
 }
 
-bool Server::SecretsInUse() const {
+bool SecretsService::InUse() const {
   struct stat st;
-  return ::stat((db_dir_ + "/secrets.key").c_str(), &st) == 0;
+  return ::stat((options_.db_dir + "/secrets.key").c_str(), &st) == 0;
 }
 
-StatusOr<std::vector<secrets::BrokeredSecret>> Server::BrokeredFromStore(
+StatusOr<std::vector<secrets::BrokeredSecret>> SecretsService::BrokeredFromStore(
     const std::vector<secrets::Binding>& bindings) {
   std::vector<secrets::BrokeredSecret> out;
-  ASSIGN_OR_RETURN(auto* store, Secrets());
+  ASSIGN_OR_RETURN(auto* store, Store());
   for (const auto& b : bindings) {
     if (b.scope != secrets::Scope::kBrokered) continue;
     auto v = store->Get(b.name);
@@ -138,9 +123,9 @@ StatusOr<std::vector<secrets::BrokeredSecret>> Server::BrokeredFromStore(
   return out;
 }
 
-void Server::AddSecretEnvToAdopt(std::vector<AdoptRequest>* adopt) {
-  if (!SecretsInUse()) return;
-  auto store = Secrets();
+void SecretsService::AddSecretEnvToAdopt(std::vector<AdoptRequest>* adopt) {
+  if (!InUse()) return;
+  auto store = Store();
   if (!store.ok()) return LOG_WARN("secrets: {}", store.status().message());
   for (auto& r : *adopt) {
     auto bindings = (*store)->BindingsOf(r.id);
@@ -174,27 +159,28 @@ void Server::AddSecretEnvToAdopt(std::vector<AdoptRequest>* adopt) {
   }
 }
 
-void Server::DropStaleBindings() {
-  auto store = Secrets();
+void SecretsService::DropStaleBindings(const std::vector<std::string>& adopted) {
+  auto store = Store();
   if (!store.ok()) return;
   auto bound = (*store)->BoundSandboxes();
   if (!bound.ok()) return LOG_WARN("secrets: {}", bound.status().message());
+  std::set<std::string> kept(adopted.begin(), adopted.end());
   std::lock_guard<std::mutex> l(mu_);
   for (const auto& id : *bound) {
-    if (sandboxes_.count(id)) continue;
+    if (kept.count(id)) continue;
     LOG_INFO("sandbox={} gone: dropping its secret bindings", id);
     (void)(*store)->DeleteBindings(id);
   }
 }
 
-bool Server::EnsureSandboxCa(const std::string& id) {
-  if (!broker_ || broker_->CaFor(id) || (broker_->size(id) == 0 && RuleHostsOf(id).empty())) return true;
+bool SecretsService::EnsureSandboxCa(const std::string& id) {
+  if (broker_->CaFor(id) || (broker_->size(id) == 0 && RuleHostsOf(id).empty())) return true;
   {
-    std::lock_guard<std::mutex> l(secrets_mu_);
+    std::lock_guard<std::mutex> l(mu_);
     if (!ca_installing_.insert(id).second) return true;  // another thread is at it
   }
   auto done = [&] {
-    std::lock_guard<std::mutex> l(secrets_mu_);
+    std::lock_guard<std::mutex> l(mu_);
     ca_installing_.erase(id);
   };
   std::shared_ptr<secrets::SandboxCa> ca;
@@ -203,7 +189,7 @@ bool Server::EnsureSandboxCa(const std::string& id) {
     if (!sb) return NotFound("sandbox " + id + " not found");
     std::vector<secrets::BrokeredSecret> brokered;
     if (broker_->size(id) > 0) {
-      ASSIGN_OR_RETURN(auto* store, Secrets());
+      ASSIGN_OR_RETURN(auto* store, Store());
       ASSIGN_OR_RETURN(auto bindings, store->BindingsOf(id));
       ASSIGN_OR_RETURN(brokered, BrokeredFromStore(bindings));
     }
@@ -215,46 +201,35 @@ bool Server::EnsureSandboxCa(const std::string& id) {
   if (!st.ok()) {
     done();
     LOG_WARN("sandbox={} no sandbox CA (brokered hosts will not be intercepted): {}", id, st.message());
-    AddLog(id, "warn", "the sandbox CA could not be installed: " + st.message());
+    hooks_.sandbox_log(id, "warn", "the sandbox CA could not be installed: " + st.message());
     return false;
   }
   broker_->SetCa(id, ca);
   if (!manager_->Get(id)) broker_->SetCa(id, nullptr);  // killed meanwhile
   done();
   LOG_INFO("sandbox={} fresh sandbox CA installed", id);
-  AddLog(id, "info", "a fresh sandbox CA was installed (the previous one's key is gone)");
+  hooks_.sandbox_log(id, "info", "a fresh sandbox CA was installed (the previous one's key is gone)");
   return true;
 }
 
-void Server::EnsureSandboxCaAsync(const std::string& id, int attempt) {
-  asio::post(*workers_, [this, id, attempt] {
-    if (EnsureSandboxCa(id) || attempt >= 3) return;
-    // A guest slow to answer (a loaded host) gets two more tries, 10 s apart.
-    auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::seconds(10));
-    timer->async_wait([this, timer, id, attempt](boost::system::error_code ec) {
-      if (!ec) EnsureSandboxCaAsync(id, attempt + 1);
-    });
+void SecretsService::EnsureSandboxCaAsync(const std::string& id, int attempt) {
+  // A guest slow to answer (a loaded host) gets two more tries, 10 s apart.
+  hooks_.run_later(attempt == 1 ? std::chrono::milliseconds(0) : std::chrono::milliseconds(10000), [this, id, attempt] {
+    if (!EnsureSandboxCa(id) && attempt < 3) EnsureSandboxCaAsync(id, attempt + 1);
   });
 }
 
-void Server::ReinstallCasAsync() {
-  if (!broker_) return;
-  std::vector<std::string> ids;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    for (auto& [id, e] : sandboxes_) {
-      if (e.rec.state == "running") ids.push_back(id);  // EnsureSandboxCa skips those with nothing to intercept
-    }
-  }
-  // Paused ones get theirs when they resume (RecordState "running").
-  for (const auto& id : ids) EnsureSandboxCaAsync(id, 1);
+void SecretsService::ReinstallCas(const std::vector<std::string>& running) {
+  // EnsureSandboxCa skips those with nothing to intercept; paused ones get
+  // theirs when they resume (RecordState "running").
+  for (const auto& id : running) EnsureSandboxCaAsync(id, 1);
 }
 
-Status Server::InheritSecrets(const std::string& parent, const Sandbox& child, const std::string& key_id) {
+Status SecretsService::Inherit(const std::string& parent, const Sandbox& child, const std::string& key_id) {
   secrets::SecretStore* store = nullptr;
   std::vector<secrets::Binding> bindings;
-  if (SecretsInUse()) {
-    ASSIGN_OR_RETURN(store, Secrets());
+  if (InUse()) {
+    ASSIGN_OR_RETURN(store, Store());
     ASSIGN_OR_RETURN(bindings, store->BindingsOf(parent));
   }
   for (auto& b : bindings) b.sandbox = child.id();
@@ -285,15 +260,15 @@ Status Server::InheritSecrets(const std::string& parent, const Sandbox& child, c
               {"forked_from", parent}};
     if (!b.hosts.empty()) r["hosts"] = b.hosts;
     if (!key_id.empty()) r["api_key_id"] = key_id;
-    Audit(std::move(r));
+    hooks_.audit(std::move(r));
   }
   return OkStatus();
 }
 
-void Server::AddSecretFields(const std::string& id, json& detail) {
+void SecretsService::AddSecretFields(const std::string& id, json& detail) {
   json list = json::array();
-  if (SecretsInUse()) {
-    if (auto store = Secrets(); store.ok()) {
+  if (InUse()) {
+    if (auto store = Store(); store.ok()) {
       if (auto bindings = (*store)->BindingsOf(id); bindings.ok()) {
         for (const auto& b : *bindings) {
           json s = {{"name", b.name}, {"scope", std::string(secrets::ScopeName(b.scope))}, {"env", b.env}};
@@ -304,7 +279,7 @@ void Server::AddSecretFields(const std::string& id, json& detail) {
     }
   }
   detail["secrets"] = std::move(list);
-  auto ca = broker_ ? broker_->CaFor(id) : nullptr;
+  auto ca = broker_->CaFor(id);
   detail["caCertificate"] = ca ? json(ca->cert_pem()) : json(nullptr);
 }
 

@@ -17,33 +17,7 @@
 
 namespace airlock::server {
 
-std::map<std::string, std::string> ParseMetadataFilter(const std::string& value) {
-  std::map<std::string, std::string> out;
-  std::string once = UrlDecode(value, false);
-  size_t i = 0;
-  while (i <= once.size()) {
-    size_t amp = once.find('&', i);
-    if (amp == std::string::npos) amp = once.size();
-    std::string kv = once.substr(i, amp - i);
-    if (!kv.empty()) {
-      size_t eq = kv.find('=');
-      std::string k = UrlDecode(kv.substr(0, eq), true);
-      std::string v = eq == std::string::npos ? "" : UrlDecode(kv.substr(eq + 1), true);
-      out[k] = v;
-    }
-    i = amp + 1;
-  }
-  return out;
-}
-
-std::optional<std::pair<int64_t, std::string>> ParsePageToken(const std::string& token) {
-  size_t u = token.find('_');
-  if (u == std::string::npos || u == 0 || u + 1 >= token.size()) return std::nullopt;
-  char* end = nullptr;
-  long long ms = std::strtoll(token.c_str(), &end, 10);
-  if (end != token.c_str() + u) return std::nullopt;
-  return std::make_pair(static_cast<int64_t>(ms), token.substr(u + 1));
-}
+using nlohmann::json;
 
 Server::Server(ServerConfig config) : config_(std::move(config)) {}
 
@@ -87,9 +61,29 @@ Status Server::Init() {
     adopt.push_back(
         {r.id, r.vmm_pid, r.template_id, r.access_token, r.vcpus, r.memory_mib, r.env_vars, r.state == "paused"});
   }
-  // The egress proxy asks the broker about brokered secrets and the sandbox CA.
-  if (!broker_) broker_ = std::make_shared<secrets::Broker>();
-  if (!config_.manager.egress_request_broker) config_.manager.egress_request_broker = secrets::NewEgressBroker(broker_);
+  // Secrets: the egress proxy asks the broker about brokered secrets and the sandbox CA.
+  {
+    SecretsService::Options so;
+    so.db_path = db;
+    so.db_dir = db_dir;
+    int64_t life_s = config_.max_lifetime_s > 0 ? config_.max_lifetime_s : config_.max_timeout_s;
+    so.ca_lifetime = std::chrono::seconds(life_s + 86400);
+    SecretsService::Hooks hooks;
+    hooks.audit = [this](json r) { Audit(std::move(r)); };
+    hooks.sandbox_log = [this](const std::string& id, std::string level, std::string message) {
+      AddLog(id, std::move(level), std::move(message));
+    };
+    hooks.run_later = [this](std::chrono::milliseconds delay, std::function<void()> fn) {
+      if (delay.count() <= 0) return asio::post(*workers_, std::move(fn));
+      auto timer = std::make_shared<asio::steady_timer>(io_, delay);
+      timer->async_wait([this, timer, fn = std::move(fn)](boost::system::error_code ec) {
+        if (!ec) asio::post(*workers_, fn);
+      });
+    };
+    secrets_ = std::make_unique<SecretsService>(std::move(so), redactor_, std::move(hooks));
+  }
+  if (!config_.manager.egress_request_broker)
+    config_.manager.egress_request_broker = secrets::NewEgressBroker(secrets_->broker());
   if (!config_.manager.egress_audit_sink) {
     // Every egress decision (rate-limited per sandbox by the egress service)
     // goes to the audit trail and the egress counters of /metrics.
@@ -118,7 +112,7 @@ Status Server::Init() {
     };
   }
   config_.manager.template_snapshots = !config_.no_template_snapshot;
-  AddSecretEnvToAdopt(&adopt);
+  secrets_->AddSecretEnvToAdopt(&adopt);
   ASSIGN_OR_RETURN(manager_, Manager::Open(config_.manager, adopt));
   for (auto& r : records) {
     auto sb = manager_->Get(r.id);
@@ -140,7 +134,11 @@ Status Server::Init() {
     admission_->Adopt(r.id, "", r.memory_mib);
     sandboxes_[r.id] = std::move(e);
   }
-  RETURN_IF_ERROR(InitSecrets());
+  {
+    std::vector<std::string> adopted;
+    for (const auto& [id, e] : sandboxes_) adopted.push_back(id);
+    RETURN_IF_ERROR(secrets_->Init(manager_.get(), adopted));
+  }
   if (config_.write_cli_key) {
     std::string path = db_dir + "/cli.key";
     std::string existing;
@@ -157,6 +155,9 @@ Status Server::Init() {
       if (!ok) return ErrnoError("write " + path);
     }
   }
+  api_keys_ = std::make_unique<ApiKeyTable>(registry_.get());
+  RETURN_IF_ERROR(api_keys_->Reload());
+  key_refresher_ = std::make_unique<asio::thread_pool>(1);
   workers_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(1, config_.workers)));
   listener_ = std::make_unique<HttpListener>(
       io_, [this](std::shared_ptr<HttpConn> c) { Handle(std::move(c)); }, config_.limits);
@@ -172,7 +173,13 @@ Status Server::Init() {
   ScheduleReaper();
   metrics_timer_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleMetricsSampler();
-  ReinstallCasAsync();
+  {
+    std::vector<std::string> running;
+    for (const auto& [id, e] : sandboxes_) {
+      if (e.rec.state == "running") running.push_back(id);
+    }
+    secrets_->ReinstallCas(running);
+  }
   if (image::FindImage(dir, "base").ok())
     EnsureTemplateSnapshotAsync("base", config_.default_vcpus, config_.default_memory_mib);
   admission_timer_ = std::make_unique<asio::steady_timer>(io_);
@@ -185,9 +192,10 @@ Status Server::Init() {
 Server::~Server() {
   Stop();
   if (workers_) workers_->join();
+  if (key_refresher_) key_refresher_->join();
   if (manager_) {
     if (config_.kill_on_exit) {
-      for (const auto& [id, e] : sandboxes_) ForgetSecrets(id);
+      for (const auto& [id, e] : sandboxes_) secrets_->Forget(id);
       manager_->DestroyAll();
     } else {
       manager_->ReleaseAll();
@@ -251,6 +259,14 @@ void Server::Reap() {
       }
     }
   }
+  // Keys removed (or added) by `airlock apikey` reach the in-memory table
+  // within a tick; a cheap data_version check when nothing changed.
+  if (api_keys_ && !key_refresh_in_flight_.exchange(true)) {
+    asio::post(*key_refresher_, [this] {
+      if (Status st = api_keys_->RefreshIfStale(); !st.ok()) LOG_WARN("api keys: {}", st.message());
+      key_refresh_in_flight_ = false;
+    });
+  }
   for (auto& id : expired) DestroyAsync(id, "TTL expired");
   for (auto& [id, memory] : to_pause) AutoPauseAsync(id, memory);
   // A guest that died (panic, QEMU crash, OOM kill) is noticed within a
@@ -280,7 +296,7 @@ void Server::DestroyAsync(const std::string& id, const std::string& why) {
   LOG_INFO("sandbox={} destroying: {}", id, why);
   Audit({{"action", "sandbox.destroy"}, {"sandbox", id}, {"reason", why}});
   asio::post(*workers_, [this, id] {
-    ForgetSecrets(id);
+    secrets_->Forget(id);
     Status st = manager_->Destroy(id);
     if (!st.ok() && st.code() != StatusCode::kNotFound) LOG_WARN("sandbox={} destroy: {}", id, st.message());
     (void)registry_->DeleteSandbox(id);

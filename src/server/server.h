@@ -13,11 +13,11 @@
 // Errors are Status values; HTTP errors are JSON {"code","message"}.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
-#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
@@ -36,11 +36,16 @@
 #include "core/registry.h"
 #include "secrets/broker.h"
 #include "secrets/redactor.h"
-#include "secrets/sandbox_ca.h"
-#include "secrets/secret_store.h"
 #include "server/admission.h"
+#include "server/api_keys.h"
+#include "server/caller.h"
 #include "server/http_conn.h"
 #include "server/metrics.h"
+#include "server/requests/create.h"  // Lifecycle, ParseLifecycle, ... (tests)
+#include "server/requests/list.h"
+#include "server/requests/secret.h"
+#include "server/requests/secrets_spec.h"
+#include "server/secrets_service.h"
 
 namespace airlock::server {
 
@@ -129,36 +134,6 @@ int64_t MetricsStep(int64_t range_s);
 std::vector<MetricSample> SelectMetrics(const std::deque<MetricSample>& history, const MetricsRange& range);
 nlohmann::json MetricJson(const MetricSample& m);
 
-// Who a control-plane request is from (its X-API-Key), resolved once in
-// HandleControl. Tenancy (docs/security.md): a key acts only on what its
-// team owns; an admin key (the CLI's cli.key, `apikey create --admin`) on all.
-struct Caller {
-  std::string key_id;
-  std::string team;
-  bool admin = false;
-  // May this caller see and act on something owned by `owner` (nullopt: no
-  // owner recorded, which only admin may reach)?
-  bool Owns(const std::optional<std::string>& owner) const { return admin || (owner && *owner == team); }
-};
-
-// Secrets resolved for one create (secrets_hooks.cc).
-struct SecretAttachment {
-  std::vector<secrets::Binding> bindings;
-  std::vector<secrets::BrokeredSecret> brokered;
-  std::shared_ptr<secrets::SandboxCa> ca;  // when anything is brokered
-};
-// Parses the create request's "secrets" object (docs/secrets.md).
-StatusOr<std::vector<secrets::Binding>> ParseSecretsSpec(const nlohmann::json& spec);
-// Writes `pem` as the guest's airlock CA (root): the file
-// /usr/local/share/ca-certificates/airlock-sandbox.crt, and the system bundle,
-// where it replaces the airlock CA installed before. FailedPrecondition when
-// not running; the agent's error when it does not answer within 3 s.
-Status InstallCaCert(const Sandbox& sb, const std::string& pem, std::chrono::seconds timeout);
-// The same for the agent at `endpoint` (token: its X-Access-Token); returns
-// within timeout + 5 s whatever the agent does.
-Status InstallCaCertAt(const AgentEndpoint& endpoint, const std::string& token, const std::string& pem,
-                       std::chrono::seconds timeout);
-
 // A relayed data-plane exchange (a proxied request, a WebSocket tunnel) of
 // one sandbox. Drop() ends it at once (the client's connection is closed, or
 // answered 502 when nothing was sent yet): E2B drops the connections of a
@@ -188,7 +163,7 @@ class Server {
   // Counters the network code bumps (egress decisions and bytes).
   DaemonMetrics& daemon_metrics() { return metrics_; }
   // The brokered-secret table the egress proxy queries (docs/secrets.md).
-  std::shared_ptr<secrets::Broker> broker() { return broker_; }
+  std::shared_ptr<secrets::Broker> broker() { return secrets_->broker(); }
   Manager& manager() { return *manager_; }
 
  private:
@@ -208,8 +183,10 @@ class Server {
   void Handle(std::shared_ptr<HttpConn> c);
   std::optional<std::string> DataPlaneTarget(const HttpConn& c, uint16_t* port) const;
 
-  // control plane (control_plane.cc)
+  // control plane (control_plane.cc): HandleControl authenticates (the
+  // key table, api_keys.h), RouteControl dispatches.
   void HandleControl(std::shared_ptr<HttpConn> c);
+  void RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller);
   void CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller);
   void ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bool v2);
   void GetSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
@@ -267,7 +244,6 @@ class Server {
   void AuditAuthFailure(const std::shared_ptr<HttpConn>& c);  // rate-limited (10/s)
 
   // limits and metrics (limits_hooks.cc)
-  Status ApplyResourceRequest(const nlohmann::json& body, CreateOptions* opts, int template_disk_mib) const;
   // OK when the disk can take another sandbox; else ResourceExhausted with
   // the numbers (answered 507).
   Status CheckDiskForCreate() const;
@@ -279,56 +255,10 @@ class Server {
   void ScheduleAdmissionTick();
   void ServeMetrics(std::shared_ptr<HttpConn> c);
 
-  // secrets (secrets_hooks.cc)
-  Status InitSecrets();
-  Status RefreshRedactor();
-  StatusOr<secrets::SecretStore*> Secrets();  // opened on first use
-  // Validates `spec`, reads the values and adds env vars to *opts (the value
-  // for scope env, a placeholder for brokered). Errors: invalid_argument.
-  // PermissionDenied (403) when `caller` may not use a secret as asked.
-  StatusOr<SecretAttachment> AttachSecrets(const nlohmann::json& spec, const Caller& caller, CreateOptions* opts);
-  void CommitSecrets(const std::string& id, SecretAttachment att, const std::string& key_id);
-  // Generates the sandbox's CA into att->ca when a secret is brokered or the
-  // egress policy has network.rules (the CA's names: the secrets' hosts and
-  // the rules' patterns), and installs its certificate in the guest.
-  Status InstallSandboxCa(const Sandbox& sb, const egress::EgressPolicy& policy, SecretAttachment* att);
-  // Before a policy update: when its network.rules name a host the
-  // sandbox's CA does not cover, a new CA (old names + new) is made,
-  // installed in the guest (with the CA env vars for new processes) and
-  // handed to the broker.
-  Status CoverRuleHosts(const std::string& id, const egress::EgressPolicy& policy);
-  void ForgetSecrets(const std::string& id);
-  // Lifecycle (secrets_lifecycle.cc): restart, fork, resume; GET fields.
-  bool SecretsInUse() const;  // a secret was ever set (the key file exists)
-  StatusOr<std::vector<secrets::BrokeredSecret>> BrokeredFromStore(const std::vector<secrets::Binding>& bindings);
-  // A fresh CA for `id` naming the brokered secrets' hosts and the rule
-  // patterns (`rule_hosts`, else the sandbox's current network.rules).
-  StatusOr<std::shared_ptr<secrets::SandboxCa>> MintSandboxCa(
-      const std::string& id, const std::vector<secrets::BrokeredSecret>& brokered,
-      std::optional<std::vector<std::string>> rule_hosts = std::nullopt);
-  std::vector<std::string> RuleHostsOf(const std::string& id);
-  void AddSecretEnvToAdopt(std::vector<AdoptRequest>* adopt);  // before Manager::Open
-  void DropStaleBindings();                                    // rows of sandboxes that were not adopted
-  void ReinstallCasAsync();                                    // a fresh CA for each adopted running sandbox
-  // Mints and installs a CA when `id` has brokered secrets but none (worker
-  // thread). false: it failed (logged; the sandbox works without interception).
-  bool EnsureSandboxCa(const std::string& id);
-  void EnsureSandboxCaAsync(const std::string& id, int attempt);  // up to 3 attempts
-  std::set<std::string> ca_installing_;                           // guarded by secrets_mu_
-  // A fork child gets the parent's bindings and its own CA. Errors: the CA
-  // could not be installed (the caller destroys the child).
-  Status InheritSecrets(const std::string& parent, const Sandbox& child, const std::string& key_id);
-  // GET /sandboxes/{id}: "secrets" [{name, scope, env, hosts}], "caCertificate".
-  void AddSecretFields(const std::string& id, nlohmann::json& detail);
-
   // E2B secrets API (secrets_api.cc): /secrets and /secrets/{selector}
-  // (selector empty: the collection).
+  // (selector empty: the collection); the store work is SecretsService's.
   void HandleSecrets(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& selector);
   void ListSecrets(std::shared_ptr<HttpConn> c, const Caller& caller);
-  // The secret `selector` (its id "sec_..." or its name) if `caller` may
-  // see it; NotFound (the same for another team's) otherwise.
-  StatusOr<secrets::SecretInfo> FindVisibleSecret(const Caller& caller, const std::string& selector);
-  std::mutex secrets_api_mu_;  // read-modify-write of a secret's version
 
   // data plane (proxy.cc)
   void HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint16_t port);
@@ -356,9 +286,9 @@ class Server {
   DaemonMetrics metrics_;
   std::unique_ptr<Admission> admission_;
   std::unique_ptr<asio::steady_timer> admission_timer_;
-  std::shared_ptr<secrets::Broker> broker_;
-  std::mutex secrets_mu_;
-  std::unique_ptr<secrets::SecretStore> secret_store_;
+  // Secrets and sandbox CAs (docs/secrets.md); made before the Manager,
+  // whose egress proxy asks its broker.
+  std::unique_ptr<SecretsService> secrets_;
   std::string db_path_, db_dir_;
   asio::io_context io_;
   std::unique_ptr<asio::thread_pool> workers_;
@@ -366,6 +296,11 @@ class Server {
   std::unique_ptr<asio::signal_set> signals_;
   std::unique_ptr<asio::steady_timer> reaper_;
   std::unique_ptr<Registry> registry_;
+  // X-API-Key checks in memory; reloads run on key_refresher_ (one thread,
+  // so a create that holds every worker never delays a new key's first call).
+  std::unique_ptr<ApiKeyTable> api_keys_;
+  std::unique_ptr<asio::thread_pool> key_refresher_;
+  std::atomic<bool> key_refresh_in_flight_{false};
   std::unique_ptr<Manager> manager_;
   std::mutex mu_;
   std::map<std::string, Entry> sandboxes_;
@@ -373,50 +308,9 @@ class Server {
   std::map<std::string, std::vector<std::weak_ptr<DataPlaneStream>>> streams_;  // guarded by streams_mu_
 };
 
-// Spec §1.5.1 lifecycle fields of a create body: autoPause (bool),
-// autoPauseMemory (bool), autoResume ({"enabled": bool}); InvalidArgument
-// naming the field. autoResume needs autoPause with memory.
-struct Lifecycle {
-  bool auto_pause = false;
-  bool auto_pause_memory = true;
-  bool auto_resume = false;
-};
-StatusOr<Lifecycle> ParseLifecycle(const nlohmann::json& body);
-
-// Spec §1.5.5 metadata filter: the decoded query value is unescaped once
-// more, split on '&' and '=', and each key and value unescaped again.
-std::map<std::string, std::string> ParseMetadataFilter(const std::string& value);
 // "sandbox.create", "sandbox.kill", ... for a control-plane route (path
 // segments after the optional "v2").
 std::string ControlActionName(const std::vector<std::string>& seg, http::verb verb);
-// E2B's network.allowPublicTraffic of a create body (default true);
-// InvalidArgument when it is not a boolean.
-StatusOr<bool> ParseAllowPublicTraffic(const nlohmann::json& body);
-// E2B's network.maskRequestHost (default ""): a host[:port] with "${PORT}"
-// for the request's port; InvalidArgument for anything else.
-StatusOr<std::string> ParseMaskRequestHost(const nlohmann::json& body);
-// The mask with every "${PORT}" replaced by `port`.
-std::string FillMaskPort(std::string mask, const std::string& port);
 // The record's trafficAccessToken for a response: the token, or null.
 nlohmann::json TrafficTokenJson(const SandboxRecord& r);
-// E2B secrets API helpers (secrets_api.cc). NormalizeSecretName: E2B's
-// rule (trimmed, 1..128 of [A-Za-z0-9_-], lower-cased, no "sec_" prefix).
-StatusOr<std::string> NormalizeSecretName(const std::string& input);
-// A Secret's metadata (E2B limits: 32 entries, keys 128 B, values 1024 B,
-// 8192 B in all); InvalidArgument naming the entry.
-StatusOr<std::map<std::string, std::string>> ParseSecretMetadata(const nlohmann::json& body);
-// The use policy the reserved metadata keys describe: airlock.scope
-// (env|brokered; default env, or brokered when hosts are given),
-// airlock.hosts and airlock.teams (comma-separated); `owner_team` is always
-// one of its teams. Other airlock.* keys are refused.
-StatusOr<secrets::SecretPolicy> PolicyFromSecretMetadata(const std::map<std::string, std::string>& metadata,
-                                                         const std::string& owner_team);
-// E2B's placeholder in a create's envVars: a value that is exactly
-// "${e2b.secrets.NAME}" (Secret.fill(NAME)) becomes {"NAME": {"env": VAR}}
-// in the returned secrets spec (scope and hosts from the stored policy) and
-// leaves env_vars. InvalidArgument when NAME is malformed or named twice.
-StatusOr<nlohmann::json> LiftSecretPlaceholders(std::map<std::string, std::string>* env_vars, nlohmann::json spec);
-// Parses "<created_ms>_<id>" page tokens; nullopt when malformed.
-std::optional<std::pair<int64_t, std::string>> ParsePageToken(const std::string& token);
-
 }  // namespace airlock::server

@@ -10,64 +10,16 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "server/http_status.h"
+#include "server/requests/fork.h"
+#include "server/requests/list.h"
+#include "server/requests/pause.h"
+#include "server/requests/snapshot.h"
 #include "server/server.h"
 
 namespace airlock::server {
 
 using nlohmann::json;
-
-namespace {
-
-int PauseHttpStatus(const Status& st) {
-  switch (st.code()) {
-    case StatusCode::kNotFound:
-      return 404;
-    case StatusCode::kAlreadyExists:
-      return 409;
-    case StatusCode::kFailedPrecondition:
-      return 409;  // pausing, resuming, killing
-    case StatusCode::kResourceExhausted:
-      return 507;
-    case StatusCode::kUnimplemented:
-      return 501;
-    default:
-      return 500;
-  }
-}
-
-StatusOr<std::optional<int64_t>> OptionalSecondsField(const json& body, const char* field) {
-  auto it = body.find(field);
-  if (it == body.end() || it->is_null()) return std::optional<int64_t>();
-  if (!it->is_number_integer() || it->get<int64_t>() < 0) {
-    return InvalidArgument(std::string(field) + " must be a non-negative integer number of seconds");
-  }
-  return std::optional<int64_t>(it->get<int64_t>());
-}
-
-}  // namespace
-
-StatusOr<Lifecycle> ParseLifecycle(const json& body) {
-  Lifecycle l;
-  auto flag = [&](const char* name, bool* out) -> Status {
-    auto it = body.find(name);
-    if (it == body.end() || it->is_null()) return OkStatus();
-    if (!it->is_boolean()) return InvalidArgument(std::string(name) + " must be a boolean");
-    *out = it->get<bool>();
-    return OkStatus();
-  };
-  RETURN_IF_ERROR(flag("autoPause", &l.auto_pause));
-  RETURN_IF_ERROR(flag("autoPauseMemory", &l.auto_pause_memory));
-  if (auto it = body.find("autoResume"); it != body.end() && !it->is_null()) {
-    if (!it->is_object() || !it->contains("enabled") || !(*it)["enabled"].is_boolean()) {
-      return InvalidArgument("autoResume must be {\"enabled\": bool}");
-    }
-    l.auto_resume = (*it)["enabled"].get<bool>();
-  }
-  if (l.auto_resume && (!l.auto_pause || !l.auto_pause_memory)) {
-    return InvalidArgument("autoResume needs autoPause with memory kept");
-  }
-  return l;
-}
 
 void Server::AutoPauseAsync(const std::string& id, bool keep_memory) {
   LOG_INFO("sandbox={} TTL expired: pausing (autoPause)", id);
@@ -100,15 +52,9 @@ void Server::EnsureTemplateSnapshotAsync(const std::string& template_name, int v
 
 void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller) {
   ReadJson(c, [this, c, id, caller](json body) {
-    auto timeout = OptionalSecondsField(body, "timeout");
-    if (!timeout.ok()) return c->RespondError(400, timeout.status().message());
-    int count = 1;
-    if (auto it = body.find("count"); it != body.end() && !it->is_null()) {
-      if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 16) {
-        return c->RespondError(400, "count must be an integer 1..16");
-      }
-      count = it->get<int>();
-    }
+    auto req = requests::ParseFork(body);
+    if (!req.ok()) return c->RespondError(400, req.status().message());
+    const int count = req->count;
     SandboxRecord parent;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -116,17 +62,13 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
       if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
       parent = it->second.rec;
     }
-    int ttl = ClampTimeout(timeout->value_or(config_.default_timeout_s));
+    int ttl = ClampTimeout(req->timeout_s.value_or(config_.default_timeout_s));
     std::string key_id = caller.key_id;
     asio::post(*workers_, [this, c, id, count, ttl, parent, key_id] {
       auto children = manager_->Fork(id, count);
       if (!children.ok()) {
         Status st = children.status();
-        int code = st.code() == StatusCode::kNotFound             ? 404
-                   : st.code() == StatusCode::kFailedPrecondition ? 409
-                   : st.code() == StatusCode::kInvalidArgument    ? 400
-                   : st.code() == StatusCode::kResourceExhausted  ? 507
-                                                                  : 500;
+        int code = HttpStatusFor(st, HttpStatusContext::kDisk);
         return asio::post(c->executor(), [c, code, st] { c->RespondError(code, st.message()); });
       }
       json out = json::array();
@@ -137,9 +79,9 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
         }
         // The parent's secrets (same placeholders, already in the child's
         // memory) with a CA of the child's own; a child without it is destroyed.
-        if (Status s = InheritSecrets(id, **child, key_id); !s.ok()) {
+        if (Status s = secrets_->Inherit(id, **child, key_id); !s.ok()) {
           LOG_WARN("sandbox={} fork child secrets: {}", (*child)->id(), s.message());
-          ForgetSecrets((*child)->id());
+          secrets_->Forget((*child)->id());
           (void)manager_->Destroy((*child)->id());
           out.push_back({{"error", {{"code", 500}, {"message", "fork child secrets: " + s.message()}}}});
           continue;
@@ -157,7 +99,7 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
         // A child belongs to its parent's team (r.owner is the parent's).
         if (Status st = registry_->SetOwner(OwnedKind::kSandbox, r.id, r.owner); !st.ok()) {
           LOG_WARN("sandbox={} owner: {}", r.id, st.message());
-          ForgetSecrets(r.id);
+          secrets_->Forget(r.id);
           (void)manager_->Destroy(r.id);
           out.push_back({{"error", {{"code", 500}, {"message", "fork child owner: " + st.message()}}}});
           continue;
@@ -188,11 +130,9 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
 
 void Server::CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id) {
   ReadJson(c, [this, c, id](json body) {
-    std::string name;
-    if (auto it = body.find("name"); it != body.end() && !it->is_null()) {
-      if (!it->is_string()) return c->RespondError(400, "name must be a string");
-      name = it->get<std::string>();
-    }
+    auto req = requests::ParseSnapshot(body);
+    if (!req.ok()) return c->RespondError(400, req.status().message());
+    const std::string name = req->name;
     std::string owner;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -204,12 +144,7 @@ void Server::CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id) 
       auto snap = manager_->CreateNamedSnapshot(id, name);
       if (!snap.ok()) {
         Status st = snap.status();
-        int code = st.code() == StatusCode::kNotFound             ? 404
-                   : st.code() == StatusCode::kAlreadyExists      ? 409
-                   : st.code() == StatusCode::kFailedPrecondition ? 409
-                   : st.code() == StatusCode::kInvalidArgument    ? 400
-                   : st.code() == StatusCode::kResourceExhausted  ? 507
-                                                                  : 500;
+        int code = HttpStatusFor(st, HttpStatusContext::kDisk);
         return asio::post(c->executor(), [c, code, st] { c->RespondError(code, st.message()); });
       }
       // The snapshot is its sandbox's team's; without that record nobody but admin could use it.
@@ -225,41 +160,35 @@ void Server::CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id) 
 }
 
 void Server::ListSnapshots(std::shared_ptr<HttpConn> c, const Caller& caller) {
-  std::string sandbox = c->Query("sandboxID").value_or(""), name = c->Query("name").value_or("");
-  std::string after = c->Query("nextToken").value_or("");
-  int limit = 100;
-  if (auto l = c->Query("limit"); l && !l->empty()) {
-    char* end = nullptr;
-    long v = std::strtol(l->c_str(), &end, 10);
-    if (*end != '\0' || v < 1) return c->RespondError(400, "limit must be a positive integer");
-    limit = static_cast<int>(std::min<long>(v, 100));
-  }
-  asio::post(*workers_, [this, c, sandbox, name, after, limit, caller] {
-    auto all = manager_->ListNamedSnapshots();
-    if (!all.ok()) {
-      Status st = all.status();
-      return asio::post(c->executor(), [c, st] { c->RespondError(500, st.message()); });
-    }
-    json arr = json::array();
-    HeaderList extra;
-    bool past = after.empty();
-    for (const auto& s : *all) {
-      if (!past) {
-        past = s.snapshot_id == after;  // the token is the last id of the previous page
-        continue;
-      }
-      if (!sandbox.empty() && s.sandbox_id != sandbox) continue;
-      if (!CallerOwns(caller, OwnedKind::kSnapshot, s.snapshot_id)) continue;  // another team's
-      if (!name.empty() && std::find(s.names.begin(), s.names.end(), name) == s.names.end()) continue;
-      if (static_cast<int>(arr.size()) == limit) {
-        extra.push_back({"X-Next-Token", arr.back()["snapshotID"].get<std::string>()});
-        break;
-      }
-      arr.push_back({{"snapshotID", s.snapshot_id}, {"names", s.names}});
-    }
-    std::string out = arr.dump();
-    asio::post(c->executor(), [c, out, extra] { c->Respond(200, "application/json", out, extra); });
-  });
+  auto req = requests::ParseListSnapshots([&c](const std::string& name) { return c->Query(name); });
+  if (!req.ok()) return c->RespondError(400, req.status().message());
+  asio::post(*workers_,
+             [this, c, sandbox = req->sandbox_id, name = req->name, after = req->after, limit = req->limit, caller] {
+               auto all = manager_->ListNamedSnapshots();
+               if (!all.ok()) {
+                 Status st = all.status();
+                 return asio::post(c->executor(), [c, st] { c->RespondError(500, st.message()); });
+               }
+               json arr = json::array();
+               HeaderList extra;
+               bool past = after.empty();
+               for (const auto& s : *all) {
+                 if (!past) {
+                   past = s.snapshot_id == after;  // the token is the last id of the previous page
+                   continue;
+                 }
+                 if (!sandbox.empty() && s.sandbox_id != sandbox) continue;
+                 if (!CallerOwns(caller, OwnedKind::kSnapshot, s.snapshot_id)) continue;  // another team's
+                 if (!name.empty() && std::find(s.names.begin(), s.names.end(), name) == s.names.end()) continue;
+                 if (static_cast<int>(arr.size()) == limit) {
+                   extra.push_back({"X-Next-Token", arr.back()["snapshotID"].get<std::string>()});
+                   break;
+                 }
+                 arr.push_back({{"snapshotID", s.snapshot_id}, {"names", s.names}});
+               }
+               std::string out = arr.dump();
+               asio::post(c->executor(), [c, out, extra] { c->Respond(200, "application/json", out, extra); });
+             });
 }
 
 void Server::DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller) {
@@ -270,8 +199,7 @@ void Server::DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id, 
                     : manager_->DeleteNamedSnapshot(id);
     asio::post(c->executor(), [c, st] {
       if (st.ok()) return c->Respond(204, "", "");
-      int code = st.code() == StatusCode::kNotFound ? 404 : st.code() == StatusCode::kFailedPrecondition ? 409 : 500;
-      c->RespondError(code, st.message());
+      c->RespondError(HttpStatusFor(st), st.message());
     });
   });
 }
@@ -294,16 +222,15 @@ void Server::RecordState(const std::string& id, const std::string& state) {
   }
   if (Status st = registry_->PutSandbox(rec); !st.ok()) LOG_WARN("sandbox={} registry: {}", id, st.message());
   if (state == "paused") DropStreams(id);  // its guest is stopping: no stream may wait on it
-  if (state == "running") EnsureSandboxCa(id);  // adopted while paused: its CA is minted now
+  if (state == "running") secrets_->EnsureSandboxCa(id);  // adopted while paused: its CA is minted now
 }
 
 void Server::PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   ReadJson(c, [this, c, id](json body) {
+    auto req = requests::ParsePause(body);
+    if (!req.ok()) return c->RespondError(400, req.status().message());
     PauseOptions opts;
-    if (auto it = body.find("memory"); it != body.end() && !it->is_null()) {
-      if (!it->is_boolean()) return c->RespondError(400, "memory must be a boolean");
-      opts.keep_memory = it->get<bool>();
-    }
+    opts.keep_memory = req->keep_memory;
     {
       std::lock_guard<std::mutex> l(mu_);
       auto it = sandboxes_.find(id);
@@ -319,7 +246,8 @@ void Server::PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
       if (!r.ok()) {
         Status st = r.status();
         LOG_WARN("sandbox={} pause: {}", id, st.message());
-        return asio::post(c->executor(), [c, st] { c->RespondError(PauseHttpStatus(st), st.message()); });
+        return asio::post(c->executor(),
+                          [c, st] { c->RespondError(HttpStatusFor(st, HttpStatusContext::kDisk), st.message()); });
       }
       AddLog(id, "info",
              "paused in " + std::to_string(static_cast<int>(r->total_ms)) + " ms (memory " +
@@ -336,7 +264,7 @@ void Server::ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, i
     if (!r.ok()) {
       Status st = r.status();
       LOG_WARN("sandbox={} resume: {}", id, st.message());
-      int code = st.code() == StatusCode::kNotFound ? 404 : st.code() == StatusCode::kFailedPrecondition ? 409 : 500;
+      int code = HttpStatusFor(st);
       return asio::post(c->executor(), [c, code, st] { c->RespondError(code, st.message()); });
     }
     SandboxRecord rec;

@@ -1,0 +1,50 @@
+#include "server/api_keys.h"
+
+#include "image/hash.h"
+
+namespace airlock::server {
+
+Status ApiKeyTable::Reload() {
+  std::lock_guard<std::mutex> r(reload_mu_);
+  // The version first: a commit between the two reads makes the next
+  // RefreshIfStale load again instead of missing it.
+  ASSIGN_OR_RETURN(int64_t version, registry_->DataVersion());
+  ASSIGN_OR_RETURN(auto rows, registry_->ApiKeysByHash());
+  auto table = std::make_shared<Table>();
+  for (auto& [hash, rec] : rows) table->emplace(std::move(hash), std::move(rec));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    keys_ = std::move(table);
+  }
+  version_ = version;
+  return OkStatus();
+}
+
+Status ApiKeyTable::RefreshIfStale() {
+  {
+    std::lock_guard<std::mutex> r(reload_mu_);
+    ASSIGN_OR_RETURN(int64_t version, registry_->DataVersion());
+    if (version == version_) return OkStatus();
+  }
+  return Reload();
+}
+
+std::optional<ApiKeyRecord> ApiKeyTable::Find(std::string_view key) const {
+  if (key.empty()) return std::nullopt;
+  std::string hash = image::Sha256Hex(key);
+  std::shared_ptr<const Table> keys;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    keys = keys_;
+  }
+  auto it = keys->find(hash);
+  if (it == keys->end()) return std::nullopt;
+  return it->second;
+}
+
+size_t ApiKeyTable::size() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return keys_->size();
+}
+
+}  // namespace airlock::server

@@ -1,0 +1,51 @@
+// The control plane's API keys in memory (docs/security.md "Tenancy"): the
+// X-API-Key of a request is checked against a table of key hashes (the
+// SHA-256 hex the registry stores, never a clear key), so the event-loop
+// thread never waits on SQLite to authenticate a request.
+//
+// Freshness: keys are made and removed by `airlock apikey` (another process
+// on the same registry) and by the daemon itself (cli.key at start). The
+// table is reloaded
+//   - by Reload() after the daemon's own changes,
+//   - by RefreshIfStale() when SQLite's data_version says another connection
+//     committed: the daemon calls it once per reaper tick (a removed key stops
+//     working within about a second) and before answering 401 to a key the
+//     table does not hold (a key created a moment ago works at once).
+// Reload and RefreshIfStale block on SQLite: call them off the event loop.
+// Find is memory only and thread-safe.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "common/status.h"
+#include "core/registry.h"
+
+namespace airlock::server {
+
+class ApiKeyTable {
+ public:
+  explicit ApiKeyTable(Registry* registry) : registry_(registry) {}
+  // Reads every key from the registry.
+  Status Reload();
+  // Reload() when the database changed since the last load (a cheap
+  // PRAGMA data_version otherwise).
+  Status RefreshIfStale();
+  // The record of `key`, nullopt when it is no stored key (or empty).
+  std::optional<ApiKeyRecord> Find(std::string_view key) const;
+  size_t size() const;
+
+ private:
+  using Table = std::unordered_map<std::string, ApiKeyRecord>;  // by hash
+  Registry* registry_;
+  std::mutex reload_mu_;  // one reload at a time
+  mutable std::mutex mu_;
+  std::shared_ptr<const Table> keys_ = std::make_shared<Table>();  // guarded by mu_
+  int64_t version_ = -1;                                           // guarded by reload_mu_
+};
+
+}  // namespace airlock::server

@@ -1,0 +1,21 @@
+// Who a control-plane request is from (its X-API-Key), resolved once per
+// request (control_plane.cc, against server/api_keys.h). Tenancy
+// (docs/security.md): a key acts only on what its team owns; an admin key
+// (the CLI's cli.key, `apikey create --admin`) on all.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace airlock::server {
+
+struct Caller {
+  std::string key_id;
+  std::string team;
+  bool admin = false;
+  // May this caller see and act on something owned by `owner` (nullopt: no
+  // owner recorded, which only admin may reach)?
+  bool Owns(const std::optional<std::string>& owner) const { return admin || (owner && *owner == team); }
+};
+
+}  // namespace airlock::server

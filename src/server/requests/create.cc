@@ -1,0 +1,122 @@
+#include "server/requests/create.h"
+
+#include <cctype>
+
+#include "server/requests/fields.h"
+#include "server/requests/network.h"
+#include "server/requests/secrets_spec.h"
+
+namespace airlock::server {
+
+using nlohmann::json;
+
+StatusOr<Lifecycle> ParseLifecycle(const json& body) {
+  Lifecycle l;
+  ASSIGN_OR_RETURN(auto pause, requests::BoolField(body, "autoPause"));
+  ASSIGN_OR_RETURN(auto memory, requests::BoolField(body, "autoPauseMemory"));
+  l.auto_pause = pause.value_or(l.auto_pause);
+  l.auto_pause_memory = memory.value_or(l.auto_pause_memory);
+  if (auto it = body.find("autoResume"); it != body.end() && !it->is_null()) {
+    if (!it->is_object() || !it->contains("enabled") || !(*it)["enabled"].is_boolean()) {
+      return InvalidArgument("autoResume must be {\"enabled\": bool}");
+    }
+    l.auto_resume = (*it)["enabled"].get<bool>();
+  }
+  if (l.auto_resume && (!l.auto_pause || !l.auto_pause_memory)) {
+    return InvalidArgument("autoResume needs autoPause with memory kept");
+  }
+  return l;
+}
+
+StatusOr<bool> ParseAllowPublicTraffic(const json& body) {
+  auto n = body.find("network");
+  if (n == body.end() || !n->is_object()) return true;
+  auto a = n->find("allowPublicTraffic");
+  if (a == n->end() || a->is_null()) return true;
+  if (!a->is_boolean()) return InvalidArgument("network.allowPublicTraffic must be a boolean");
+  return a->get<bool>();
+}
+
+std::string FillMaskPort(std::string mask, const std::string& port) {
+  for (size_t at = 0; (at = mask.find("${PORT}", at)) != std::string::npos; at += port.size())
+    mask.replace(at, 7, port);
+  return mask;
+}
+
+StatusOr<std::string> ParseMaskRequestHost(const json& body) {
+  auto n = body.find("network");
+  if (n == body.end() || !n->is_object()) return std::string();
+  auto m = n->find("maskRequestHost");
+  if (m == n->end() || m->is_null()) return std::string();
+  if (!m->is_string()) return InvalidArgument("network.maskRequestHost must be a string");
+  std::string v = m->get<std::string>();
+  if (v.empty() || v.size() > 255) return InvalidArgument("network.maskRequestHost must be 1..255 characters");
+  // A host[:port], "${PORT}" anywhere: it becomes a Host header, so nothing
+  // that could end the header line or smuggle another one.
+  for (char ch : FillMaskPort(v, "1")) {
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '-' || ch == '_' || ch == ':' ||
+          ch == '[' || ch == ']')) {
+      return InvalidArgument("network.maskRequestHost '" + v +
+                             "' is not a host[:port] (letters, digits, . - _ : [ ] and ${PORT} only)");
+    }
+  }
+  return v;
+}
+
+namespace requests {
+
+namespace {
+
+Status CheckResources(const CreateRequest& r, const CreateLimits& limits) {
+  if (r.vcpus && (*r.vcpus < 1 || *r.vcpus > limits.max_vcpus)) {
+    return InvalidArgument("cpuCount " + std::to_string(*r.vcpus) + " is outside 1.." +
+                           std::to_string(limits.max_vcpus) + " (the server's --max-cpus)");
+  }
+  if (r.memory_mib && (*r.memory_mib < 128 || *r.memory_mib > limits.max_memory_mib)) {
+    return InvalidArgument("memoryMB " + std::to_string(*r.memory_mib) + " is outside 128.." +
+                           std::to_string(limits.max_memory_mib) + " (the server's --max-memory)");
+  }
+  if (r.disk_mib && *r.disk_mib > limits.max_disk_mib) {
+    return InvalidArgument("diskSizeMB " + std::to_string(*r.disk_mib) + " is above the maximum of " +
+                           std::to_string(limits.max_disk_mib) + " (the server's --max-disk)");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<CreateRequest> ParseCreateRequest(const json& body, const CreateLimits& limits) {
+  CreateRequest r;
+  if (auto it = body.find("templateID"); it != body.end() && !it->is_null()) {
+    if (!it->is_string() || it->get<std::string>().empty()) return InvalidArgument("templateID must be a string");
+    r.template_id = it->get<std::string>();
+  }
+  ASSIGN_OR_RETURN(r.timeout_s, SecondsField(body, "timeout"));
+  ASSIGN_OR_RETURN(r.metadata, StringMapField(body, "metadata"));
+  ASSIGN_OR_RETURN(r.env_vars, StringMapField(body, "envVars"));
+  ASSIGN_OR_RETURN(r.egress_policy, PolicyFromCreateBody(body));
+  ASSIGN_OR_RETURN(r.lifecycle, ParseLifecycle(body));
+  ASSIGN_OR_RETURN(r.allow_public_traffic, ParseAllowPublicTraffic(body));
+  ASSIGN_OR_RETURN(r.mask_request_host, ParseMaskRequestHost(body));
+  ASSIGN_OR_RETURN(r.vcpus, IntField(body, "cpuCount"));
+  ASSIGN_OR_RETURN(r.memory_mib, IntField(body, "memoryMB"));
+  ASSIGN_OR_RETURN(r.disk_mib, IntField(body, "diskSizeMB"));
+  RETURN_IF_ERROR(CheckResources(r, limits));
+  json spec = body.contains("secrets") ? body["secrets"] : json();
+  // E2B's Secret.fill placeholders in envVars name secrets too.
+  ASSIGN_OR_RETURN(spec, LiftSecretPlaceholders(&r.env_vars, std::move(spec)));
+  if (spec.is_object() && spec.empty()) spec = json();
+  ASSIGN_OR_RETURN(r.secrets, ParseSecretsSpec(spec));
+  return r;
+}
+
+Status CheckTemplateDisk(const CreateRequest& req, int template_disk_mib) {
+  if (req.disk_mib && template_disk_mib > 0 && *req.disk_mib > template_disk_mib) {
+    return InvalidArgument("diskSizeMB " + std::to_string(*req.disk_mib) + " is above the template's disk (" +
+                           std::to_string(template_disk_mib) + " MiB); growing disks is not supported yet");
+  }
+  return OkStatus();
+}
+
+}  // namespace requests
+}  // namespace airlock::server

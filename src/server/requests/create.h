@@ -1,0 +1,83 @@
+// POST /sandboxes, /v2/sandboxes (spec §1.5.1 NewSandbox, plus airlock's
+// "secrets" extension, docs/secrets.md) → CreateRequest, or InvalidArgument
+// naming the first bad field (answered 400):
+//
+//   templateID   non-empty string              (default: the CLI's "base")
+//   timeout      integer seconds >= 0          (default: serve --timeout)
+//   metadata     {string: string}
+//   envVars      {string: string}; a value "${e2b.secrets.NAME}" names a
+//                secret (E2B's Secret.fill) and moves to `secrets`
+//   allow_internet_access / allowInternetAccess, network.allowOut/denyOut/
+//                rules              egress policy (egress/policy_json.h)
+//   autoPause, autoPauseMemory, autoResume {"enabled"}   lifecycle
+//   network.allowPublicTraffic bool (default true)
+//   network.maskRequestHost    host[:port] with ${PORT}, 1..255 characters
+//   cpuCount 1..max_vcpus, memoryMB 128..max_memory_mib,
+//   diskSizeMB <= max_disk_mib   (CreateLimits: the serve flags the
+//                                 message names)
+//   secrets      {NAME: {scope, hosts, env}}   (secrets_spec.h)
+//
+// The request is immutable once parsed. What needs the host (the template's
+// disk size, who owns a named-snapshot template) is checked by the handler.
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "egress/policy.h"
+#include "secrets/secret_store.h"
+
+namespace airlock::server {
+
+// Spec §1.5.1 lifecycle fields of a create body: autoPause (bool),
+// autoPauseMemory (bool), autoResume ({"enabled": bool}); InvalidArgument
+// naming the field. autoResume needs autoPause with memory.
+struct Lifecycle {
+  bool auto_pause = false;
+  bool auto_pause_memory = true;
+  bool auto_resume = false;
+};
+StatusOr<Lifecycle> ParseLifecycle(const nlohmann::json& body);
+// E2B's network.allowPublicTraffic of a create body (default true);
+// InvalidArgument when it is not a boolean.
+StatusOr<bool> ParseAllowPublicTraffic(const nlohmann::json& body);
+// E2B's network.maskRequestHost (default ""): a host[:port] with "${PORT}"
+// for the request's port; InvalidArgument for anything else.
+StatusOr<std::string> ParseMaskRequestHost(const nlohmann::json& body);
+// The mask with every "${PORT}" replaced by `port`.
+std::string FillMaskPort(std::string mask, const std::string& port);
+
+namespace requests {
+
+// The daemon's maxima a create may ask for (serve --max-cpus, --max-memory,
+// --max-disk).
+struct CreateLimits {
+  int max_vcpus = 4;
+  int max_memory_mib = 4096;
+  int max_disk_mib = 16384;
+};
+
+struct CreateRequest {
+  std::optional<std::string> template_id;
+  std::optional<int64_t> timeout_s;
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> env_vars;  // without the lifted secret placeholders
+  egress::EgressPolicy egress_policy;
+  Lifecycle lifecycle;
+  bool allow_public_traffic = true;
+  std::string mask_request_host;
+  std::optional<int> vcpus, memory_mib, disk_mib;
+  std::vector<secrets::Binding> secrets;  // from "secrets" and the envVars placeholders
+};
+
+StatusOr<CreateRequest> ParseCreateRequest(const nlohmann::json& body, const CreateLimits& limits);
+// diskSizeMB against the template's disk (growing disks is not supported);
+// template_disk_mib 0: unknown, not checked.
+Status CheckTemplateDisk(const CreateRequest& req, int template_disk_mib);
+
+}  // namespace requests
+}  // namespace airlock::server

@@ -1,0 +1,82 @@
+#include "server/requests/list.h"
+
+#include <cstdlib>
+
+#include "common/clock.h"
+#include "server/http_conn.h"  // UrlDecode
+
+namespace airlock::server {
+
+std::map<std::string, std::string> ParseMetadataFilter(const std::string& value) {
+  std::map<std::string, std::string> out;
+  std::string once = UrlDecode(value, false);
+  size_t i = 0;
+  while (i <= once.size()) {
+    size_t amp = once.find('&', i);
+    if (amp == std::string::npos) amp = once.size();
+    std::string kv = once.substr(i, amp - i);
+    if (!kv.empty()) {
+      size_t eq = kv.find('=');
+      std::string k = UrlDecode(kv.substr(0, eq), true);
+      std::string v = eq == std::string::npos ? "" : UrlDecode(kv.substr(eq + 1), true);
+      out[k] = v;
+    }
+    i = amp + 1;
+  }
+  return out;
+}
+
+std::optional<std::pair<int64_t, std::string>> ParsePageToken(const std::string& token) {
+  size_t u = token.find('_');
+  if (u == std::string::npos || u == 0 || u + 1 >= token.size()) return std::nullopt;
+  char* end = nullptr;
+  long long ms = std::strtoll(token.c_str(), &end, 10);
+  if (end != token.c_str() + u) return std::nullopt;
+  return std::make_pair(static_cast<int64_t>(ms), token.substr(u + 1));
+}
+
+namespace requests {
+
+StatusOr<ListSandboxesRequest> ParseListSandboxes(const QueryFn& query) {
+  ListSandboxesRequest r;
+  if (auto m = query("metadata"); m && !m->empty()) r.metadata = ParseMetadataFilter(*m);
+  if (auto st = query("state"); st && !st->empty()) {
+    r.want_running = ("," + *st + ",").find(",running,") != std::string::npos;
+    r.want_paused = ("," + *st + ",").find(",paused,") != std::string::npos;
+  }
+  r.template_id = query("template").value_or("");
+  r.ascending = query("order").value_or("desc") == "asc";
+  ASSIGN_OR_RETURN(r.limit, PageLimit(query("limit"), kMaxPage));
+  if (auto t = query("nextToken"); t && !t->empty()) {
+    r.after = ParsePageToken(*t);
+    if (!r.after) return InvalidArgument("invalid nextToken");
+  }
+  for (auto [name, out] :
+       {std::pair{"startedAfter", &r.started_after_us}, std::pair{"startedBefore", &r.started_before_us}}) {
+    auto v = query(name);
+    if (!v) continue;
+    auto us = ParseRfc3339Us(*v);
+    if (!us.ok()) return InvalidArgument(std::string("invalid ") + name + ": " + us.status().message());
+    *out = *us;
+  }
+  return r;
+}
+
+StatusOr<ListSnapshotsRequest> ParseListSnapshots(const QueryFn& query) {
+  ListSnapshotsRequest r;
+  r.sandbox_id = query("sandboxID").value_or("");
+  r.name = query("name").value_or("");
+  r.after = query("nextToken").value_or("");
+  ASSIGN_OR_RETURN(r.limit, PageLimit(query("limit"), kMaxPage));
+  return r;
+}
+
+StatusOr<ListSecretsRequest> ParseListSecrets(const QueryFn& query) {
+  ListSecretsRequest r;
+  ASSIGN_OR_RETURN(r.limit, PageLimit(query("limit"), kMaxPage, EmptyLimit::kInvalid));
+  r.after = query("nextToken").value_or("");
+  return r;
+}
+
+}  // namespace requests
+}  // namespace airlock::server

@@ -1,0 +1,26 @@
+// POST /sandboxes/{id}/timeout {"timeout": s} (s: integer seconds >= 0, required) and
+// POST /v2/sandboxes/{id}/connect (and .../resume) {"timeout"?: s}; an omitted
+// timeout is the daemon's default (serve --timeout), every one is clamped
+// to serve --max-timeout by the handler.
+// InvalidArgument naming the field (answered 400); the request is immutable
+// once parsed.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "common/status.h"
+
+namespace airlock::server::requests {
+
+struct SetTimeoutRequest {
+  int64_t timeout_s = 0;
+};
+StatusOr<SetTimeoutRequest> ParseSetTimeout(const nlohmann::json& body);
+struct ConnectRequest {
+  std::optional<int64_t> timeout_s;
+};
+StatusOr<ConnectRequest> ParseConnect(const nlohmann::json& body);
+
+}  // namespace airlock::server::requests

@@ -1,0 +1,252 @@
+// The daemon's typed request parsers (src/server/requests/), the one
+// Status → HTTP mapping (server/http_status.h) and the in-memory API key
+// table (server/api_keys.h).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/registry.h"
+#include "server/api_keys.h"
+#include "server/http_status.h"
+#include "server/requests/create.h"
+#include "server/requests/fork.h"
+#include "server/requests/list.h"
+#include "server/requests/network.h"
+#include "server/requests/pause.h"
+#include "server/requests/secret.h"
+#include "server/requests/snapshot.h"
+#include "server/requests/timeout.h"
+
+namespace airlock::server {
+namespace {
+
+using nlohmann::json;
+namespace rq = requests;
+
+const rq::CreateLimits kLimits{2, 1024, 16384};
+
+std::string CreateError(const json& body) {
+  auto r = rq::ParseCreateRequest(body, kLimits);
+  EXPECT_FALSE(r.ok()) << body.dump();
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  return r.status().message();
+}
+
+TEST(ServerRequestsTest, CreateDefaultsAndFields) {
+  auto empty = rq::ParseCreateRequest(json::object(), kLimits);
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_FALSE(empty->template_id);
+  EXPECT_FALSE(empty->timeout_s);
+  EXPECT_FALSE(empty->vcpus);
+  EXPECT_TRUE(empty->allow_public_traffic);
+  EXPECT_TRUE(empty->secrets.empty());
+  EXPECT_FALSE(empty->lifecycle.auto_pause);
+  EXPECT_TRUE(empty->lifecycle.auto_pause_memory);
+
+  auto full = rq::ParseCreateRequest(json::parse(R"({"templateID":"base","timeout":60,"metadata":{"a":"b"},
+      "envVars":{"X":"1","T":"${e2b.secrets.token}"},"cpuCount":2,"memoryMB":256,"diskSizeMB":100,
+      "autoPause":true,"network":{"allowPublicTraffic":false,"maskRequestHost":"localhost:${PORT}"}})"),
+                                     kLimits);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  EXPECT_EQ(*full->template_id, "base");
+  EXPECT_EQ(*full->timeout_s, 60);
+  EXPECT_EQ(full->metadata, (std::map<std::string, std::string>{{"a", "b"}}));
+  // The Secret.fill placeholder leaves envVars and names a secret.
+  EXPECT_EQ(full->env_vars, (std::map<std::string, std::string>{{"X", "1"}}));
+  ASSERT_EQ(full->secrets.size(), 1u);
+  EXPECT_EQ(full->secrets[0].name, "token");
+  EXPECT_EQ(full->secrets[0].env, "T");
+  EXPECT_EQ(*full->vcpus, 2);
+  EXPECT_EQ(*full->memory_mib, 256);
+  EXPECT_EQ(*full->disk_mib, 100);
+  EXPECT_TRUE(full->lifecycle.auto_pause);
+  EXPECT_FALSE(full->allow_public_traffic);
+  EXPECT_EQ(full->mask_request_host, "localhost:${PORT}");
+  EXPECT_TRUE(rq::CheckTemplateDisk(*full, 200).ok());
+  EXPECT_NE(rq::CheckTemplateDisk(*full, 50).message().find("above the template's disk"), std::string::npos);
+  EXPECT_TRUE(rq::CheckTemplateDisk(*full, 0).ok());  // unknown: not checked
+}
+
+TEST(ServerRequestsTest, CreateErrorsNameTheField) {
+  EXPECT_EQ(CreateError({{"templateID", ""}}), "templateID must be a string");
+  EXPECT_EQ(CreateError({{"templateID", 3}}), "templateID must be a string");
+  EXPECT_EQ(CreateError({{"timeout", "x"}}), "timeout must be an integer number of seconds");
+  EXPECT_EQ(CreateError({{"timeout", -1}}), "timeout must not be negative");
+  EXPECT_EQ(CreateError({{"metadata", {{"k", 1}}}}), "metadata.k must be a string");
+  EXPECT_EQ(CreateError({{"envVars", json::array()}}), "envVars must be an object of strings");
+  EXPECT_EQ(CreateError({{"autoPause", "yes"}}), "autoPause must be a boolean");
+  EXPECT_EQ(CreateError({{"autoResume", {{"enabled", true}}}}), "autoResume needs autoPause with memory kept");
+  EXPECT_EQ(CreateError({{"network", {{"allowPublicTraffic", 1}}}}), "network.allowPublicTraffic must be a boolean");
+  EXPECT_NE(CreateError({{"network", {{"maskRequestHost", "a\r\nX-Evil: 1"}}}}).find("maskRequestHost"),
+            std::string::npos);
+  // The serve flag that bounds it is named (limits_test asserts this).
+  EXPECT_NE(CreateError({{"cpuCount", 3}}).find("--max-cpus"), std::string::npos);
+  EXPECT_NE(CreateError({{"cpuCount", 0}}).find("--max-cpus"), std::string::npos);
+  EXPECT_NE(CreateError({{"memoryMB", 4096}}).find("--max-memory"), std::string::npos);
+  EXPECT_NE(CreateError({{"diskSizeMB", 1 << 20}}).find("--max-disk"), std::string::npos);
+  EXPECT_EQ(CreateError({{"cpuCount", 1.5}}), "cpuCount must be an integer");
+  EXPECT_EQ(CreateError({{"memoryMB", -1}}), "memoryMB is out of range");
+  EXPECT_NE(CreateError({{"secrets", {{"a", {{"scope", "env"}, {"hosts", {"x.com"}}}}}}}).find("secrets.a"),
+            std::string::npos);
+  EXPECT_NE(
+      CreateError({{"envVars", {{"A", "${e2b.secrets.a}"}}}, {"secrets", {{"a", json::object()}}}}).find("named twice"),
+      std::string::npos);
+  EXPECT_EQ(CreateError({{"allow_internet_access", "no"}}), "allow_internet_access must be a boolean");
+}
+
+TEST(ServerRequestsTest, SmallBodies) {
+  EXPECT_EQ(rq::ParseSetTimeout(json::object()).status().message(), "timeout is required");
+  EXPECT_EQ(rq::ParseSetTimeout({{"timeout", 30}})->timeout_s, 30);
+  EXPECT_EQ(rq::ParseSetTimeout({{"timeout", -2}}).status().message(), "timeout must not be negative");
+  EXPECT_FALSE(rq::ParseConnect(json::object())->timeout_s);
+  EXPECT_EQ(*rq::ParseConnect({{"timeout", 5}})->timeout_s, 5);
+
+  EXPECT_TRUE(rq::ParsePause(json::object())->keep_memory);
+  EXPECT_FALSE(rq::ParsePause({{"memory", false}})->keep_memory);
+  EXPECT_EQ(rq::ParsePause({{"memory", "no"}}).status().message(), "memory must be a boolean");
+
+  EXPECT_EQ(rq::ParseFork(json::object())->count, 1);
+  EXPECT_EQ(rq::ParseFork({{"count", 16}, {"timeout", 9}})->count, 16);
+  for (json bad : {json(0), json(17), json(2.5), json("2"), json(18446744073709551615ull)}) {
+    EXPECT_EQ(rq::ParseFork({{"count", bad}}).status().message(), "count must be an integer 1..16") << bad;
+  }
+  EXPECT_EQ(rq::ParseSnapshot(json::object())->name, "");
+  EXPECT_EQ(rq::ParseSnapshot({{"name", "n"}})->name, "n");
+  EXPECT_EQ(rq::ParseSnapshot({{"name", 1}}).status().message(), "name must be a string");
+}
+
+TEST(ServerRequestsTest, ListQueries) {
+  std::map<std::string, std::string> q;
+  rq::QueryFn query = [&q](const std::string& n) -> std::optional<std::string> {
+    auto it = q.find(n);
+    return it == q.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+  auto d = rq::ParseListSandboxes(query);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->limit, 100);
+  EXPECT_TRUE(d->want_running && d->want_paused);
+  EXPECT_FALSE(d->ascending);
+
+  q = {{"state", "paused"}, {"limit", "500"}, {"order", "asc"}, {"nextToken", "17_abc"}, {"template", "t"}};
+  auto r = rq::ParseListSandboxes(query);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->want_running);
+  EXPECT_TRUE(r->want_paused);
+  EXPECT_EQ(r->limit, 100);  // capped
+  EXPECT_TRUE(r->ascending);
+  EXPECT_EQ(r->after->first, 17);
+  EXPECT_EQ(r->template_id, "t");
+
+  q = {{"limit", "0"}};
+  EXPECT_EQ(rq::ParseListSandboxes(query).status().message(), "limit must be a positive integer");
+  q = {{"nextToken", "x"}};
+  EXPECT_EQ(rq::ParseListSandboxes(query).status().message(), "invalid nextToken");
+  // The e2e suite asserts the parameter's name is in the message.
+  for (const char* name : {"startedAfter", "startedBefore"}) {
+    q = {{name, "yesterday"}};
+    auto bad = rq::ParseListSandboxes(query);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find(name), std::string::npos);
+  }
+
+  // An empty limit: the default for sandboxes and snapshots, refused for secrets.
+  q = {{"limit", ""}};
+  EXPECT_EQ(rq::ParseListSandboxes(query)->limit, 100);
+  EXPECT_EQ(rq::ParseListSnapshots(query)->limit, 100);
+  EXPECT_FALSE(rq::ParseListSecrets(query).ok());
+  q = {{"limit", "7"}, {"nextToken", "b"}, {"sandboxID", "s"}, {"name", "n"}};
+  EXPECT_EQ(rq::ParseListSecrets(query)->limit, 7);
+  EXPECT_EQ(rq::ParseListSecrets(query)->after, "b");
+  auto snaps = rq::ParseListSnapshots(query);
+  EXPECT_EQ(snaps->sandbox_id, "s");
+  EXPECT_EQ(snaps->name, "n");
+  EXPECT_EQ(snaps->after, "b");
+}
+
+TEST(ServerRequestsTest, NetworkUpdate) {
+  auto keep = rq::ParseNetworkUpdate({{"allowOut", {"api.example.com"}}}, /*current_internet=*/true);
+  ASSERT_TRUE(keep.ok()) << keep.status().ToString();
+  EXPECT_TRUE(keep->policy.internet());  // an omitted allow_internet_access keeps its value
+  auto off = rq::ParseNetworkUpdate({{"allow_internet_access", false}}, true);
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->policy.internet());
+  auto bad = rq::ParseNetworkUpdate({{"allowOut", {"bad rule"}}}, false);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ServerRequestsTest, SecretBodies) {
+  auto c = rq::ParseCreateSecret({{"name", " DB-Password "}, {"value", "v"}}, "acme");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->name, "db-password");
+  EXPECT_EQ(c->policy.teams, std::vector<std::string>{"acme"});
+  EXPECT_EQ(rq::ParseCreateSecret({{"value", "v"}}, "t").status().message(), "name (a string) is required");
+  EXPECT_EQ(rq::ParseCreateSecret({{"name", "n"}}, "t").status().message(), "value (a string) is required");
+  EXPECT_FALSE(rq::ParseCreateSecret({{"name", "sec_x"}, {"value", "v"}}, "t").ok());
+  auto u = rq::ParseUpdateSecret({{"value", "v2"}});
+  ASSERT_TRUE(u.ok());
+  EXPECT_FALSE(u->metadata);
+  EXPECT_TRUE(rq::ParseUpdateSecret({{"value", "v2"}, {"metadata", {{"k", "v"}}}})->metadata);
+  // Unknown airlock.* keys are refused when the policy is built (SecretsService::UpdateSecret).
+  EXPECT_TRUE(rq::ParseUpdateSecret({{"value", "v2"}, {"metadata", {{"airlock.nope", "v"}}}}).ok());
+  EXPECT_FALSE(PolicyFromSecretMetadata({{"airlock.nope", "v"}}, "t").ok());
+}
+
+TEST(HttpStatusTest, OneTable) {
+  EXPECT_EQ(HttpStatusFor(InvalidArgument("x")), 400);
+  EXPECT_EQ(HttpStatusFor(Status(StatusCode::kUnauthenticated, "x")), 401);
+  EXPECT_EQ(HttpStatusFor(PermissionDenied("x")), 403);
+  EXPECT_EQ(HttpStatusFor(NotFound("x")), 404);
+  EXPECT_EQ(HttpStatusFor(Status(StatusCode::kAlreadyExists, "x")), 409);
+  EXPECT_EQ(HttpStatusFor(FailedPrecondition("x")), 409);
+  EXPECT_EQ(HttpStatusFor(ResourceExhausted("x")), 503);
+  EXPECT_EQ(HttpStatusFor(ResourceExhausted("x"), HttpStatusContext::kDisk), 507);
+  EXPECT_EQ(HttpStatusFor(Status(StatusCode::kDeadlineExceeded, "x")), 504);
+  EXPECT_EQ(HttpStatusFor(Status(StatusCode::kUnimplemented, "x")), 501);
+  EXPECT_EQ(HttpStatusFor(Status(StatusCode::kUnavailable, "x")), 503);
+  EXPECT_EQ(HttpStatusFor(Internal("x")), 500);
+  EXPECT_EQ(HttpStatusFor(ResourceExhausted("x"), HttpStatusContext::kRequestBody), 413);
+  EXPECT_EQ(HttpStatusFor(Status(StatusCode::kDeadlineExceeded, "x"), HttpStatusContext::kRequestBody), 408);
+  EXPECT_EQ(HttpStatusFor(Internal("x"), HttpStatusContext::kRequestBody), 400);
+}
+
+TEST(ApiKeyTableTest, FollowsTheRegistryAndOtherConnections) {
+  std::string dir = std::filesystem::temp_directory_path() / ("airlock-keys-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string db = dir + "/airlock.db";
+  auto daemon = Registry::Open(db);
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  auto first = (*daemon)->CreateApiKey("first", "acme");
+  ASSERT_TRUE(first.ok());
+  ApiKeyTable table(daemon->get());
+  ASSERT_TRUE(table.Reload().ok());
+  auto found = table.Find(first->second);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->id, first->first.id);
+  EXPECT_EQ(found->team, "acme");
+  EXPECT_FALSE(table.Find(""));
+  EXPECT_FALSE(table.Find("e2b_0000"));
+
+  // The CLI is another connection: its commits change data_version.
+  auto cli = Registry::Open(db);
+  ASSERT_TRUE(cli.ok());
+  auto second = (*cli)->CreateApiKey("second", "beta", /*admin=*/true);
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(table.Find(second->second));  // not yet
+  ASSERT_TRUE(table.RefreshIfStale().ok());
+  ASSERT_TRUE(table.Find(second->second));
+  EXPECT_TRUE(table.Find(second->second)->admin);
+  ASSERT_TRUE((*cli)->RemoveApiKey("first").ok());
+  ASSERT_TRUE(table.RefreshIfStale().ok());
+  EXPECT_FALSE(table.Find(first->second));
+  EXPECT_EQ(table.size(), 1u);
+  ASSERT_TRUE(table.RefreshIfStale().ok());  // nothing changed: no reload, same table
+  EXPECT_EQ(table.size(), 1u);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace airlock::server
