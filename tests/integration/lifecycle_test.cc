@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <filesystem>
 #include <thread>
 
 #include "core/manager.h"
 #include "tests/integration/harness.h"
 #include "tests/integration/manager_fixture.h"
+#include "tests/wait_for.h"
 
 namespace airlock::testing {
 namespace {
@@ -24,7 +26,9 @@ ExecRequest Bash(const std::string& script) {
 
 TEST(LifecycleTest, TwentyCreateDestroyCyclesLeaveNothingBehind) {
   AIRLOCK_REQUIRE_VM();
-  HostResources before = SnapshotResources();
+  SandboxResources own;
+  HostResources before = own.Snapshot();
+  const size_t before_ids = own.ids().size();
   auto m = OpenManager();
   ASSERT_TRUE(m);
   for (int i = 0; i < 20; ++i) {
@@ -39,7 +43,8 @@ TEST(LifecycleTest, TwentyCreateDestroyCyclesLeaveNothingBehind) {
     EXPECT_NE(::kill(vmm, 0), 0) << "VMM " << vmm << " still alive";
   }
   m.reset();
-  HostResources after = SnapshotResources();
+  HostResources after = own.Snapshot();
+  EXPECT_EQ(own.ids().size(), before_ids + 20) << "the leak check must know every sandbox it counts";
   EXPECT_EQ(before, after) << "before: " << before.ToString() << "\nafter: " << after.ToString();
 }
 
@@ -74,11 +79,15 @@ TEST(LifecycleTest, SendSignalKillsTheProcessTree) {
   const EnvdClient& agent = (*sb)->agent();
   auto pid = agent.StartBackground(Bash("sleep 1000 & sleep 1000; wait"));
   ASSERT_TRUE(pid.ok());
+  // The kill comes while the stream is attached (its start event arrived).
+  std::atomic<bool> attached{false};
+  ExecCallbacks cb;
+  cb.on_start = [&](uint32_t) { attached = true; };
   std::thread killer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_TRUE(WaitFor([&] { return attached.load(); }, std::chrono::seconds(60)));
     EXPECT_TRUE(agent.SendSignal(*pid, "SIGNAL_SIGKILL").ok());
   });
-  auto r = agent.Attach(*pid, {});
+  auto r = agent.Attach(*pid, cb);
   killer.join();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_FALSE(r->exited);
@@ -93,7 +102,9 @@ TEST(LifecycleTest, SendSignalKillsTheProcessTree) {
 
 TEST(LifecycleTest, GuestThatNeverBecomesReadyIsCleanedUp) {
   AIRLOCK_REQUIRE_VM();
-  HostResources before = SnapshotResources();
+  SandboxResources own;
+  HostResources before = own.Snapshot();
+  const size_t before_ids = own.ids().size();
   auto m = OpenManager();
   ASSERT_TRUE(m);
   CreateOptions o;
@@ -103,7 +114,9 @@ TEST(LifecycleTest, GuestThatNeverBecomesReadyIsCleanedUp) {
   EXPECT_EQ(sb.status().code(), StatusCode::kDeadlineExceeded) << sb.status().ToString();
   EXPECT_NE(sb.status().message().find("did not become ready"), std::string::npos);
   m.reset();
-  EXPECT_EQ(before, SnapshotResources());
+  HostResources after = own.Snapshot();
+  EXPECT_EQ(own.ids().size(), before_ids + 1) << "the failed sandbox's id was not seen";
+  EXPECT_EQ(before, after) << "before: " << before.ToString() << "\nafter: " << after.ToString();
 }
 
 TEST(LifecycleTest, UnknownTemplateNamesTheFix) {
@@ -120,7 +133,8 @@ TEST(LifecycleTest, UnknownTemplateNamesTheFix) {
 
 TEST(LifecycleTest, HostileProgramsDoNotHurtTheHost) {
   AIRLOCK_REQUIRE_VM();
-  HostResources before = SnapshotResources();
+  SandboxResources own;
+  HostResources before = own.Snapshot();
   auto m = OpenManager();
   ASSERT_TRUE(m);
   auto sb = m->Create({});
@@ -131,19 +145,30 @@ TEST(LifecycleTest, HostileProgramsDoNotHurtTheHost) {
   auto spin = agent.StartBackground(Bash("while :; do :; done"));
   auto fill = agent.StartBackground(Bash("dd if=/dev/zero of=/home/user/fill bs=1M count=300 2>&1; sync"));
   EXPECT_TRUE(forks.ok() && spin.ok() && fill.ok());
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  // Destroy once the load is under way: children forked and the disk filling.
+  WaitFor(
+      [&] {
+        std::string out;
+        ExecCallbacks cb;
+        cb.on_stdout = [&](std::string_view b) { out.append(b); };
+        auto r = agent.Exec(Bash("[ -s /home/user/fill ] && [ \"$(pgrep -c -x sleep)\" -ge 100 ] && echo busy"), cb);
+        return r.ok() && out == "busy\n";
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(500));
   pid_t vmm = (*sb)->vmm_pid();
   auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(m->Destroy((*sb)->id()).ok());
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
   EXPECT_NE(::kill(vmm, 0), 0);
   m.reset();
-  EXPECT_EQ(before, SnapshotResources());
+  HostResources after = own.Snapshot();
+  EXPECT_EQ(before, after) << "before: " << before.ToString() << "\nafter: " << after.ToString();
 }
 
 TEST(LifecycleTest, CtrlCOfAirlockRunDestroysTheSandbox) {
   AIRLOCK_REQUIRE_VM();
-  HostResources before = SnapshotResources();
+  SandboxResources own;
+  HostResources before = own.Snapshot();
   SpawnOptions so;
   so.argv = {AirlockBin(), "--state-dir", StateDir(), "run", "--", "bash", "-c", "echo started; sleep 600"};
   int p[2];
@@ -167,7 +192,8 @@ TEST(LifecycleTest, CtrlCOfAirlockRunDestroysTheSandbox) {
   auto st = child->WaitFor(std::chrono::seconds(30));
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_EQ(st->ShellCode(), 130);
-  EXPECT_EQ(before, SnapshotResources()) << SnapshotResources().ToString();
+  HostResources after = own.Snapshot();
+  EXPECT_EQ(before, after) << "before: " << before.ToString() << "\nafter: " << after.ToString();
 }
 
 }  // namespace
