@@ -21,6 +21,7 @@
 #include "agent/multipart.h"
 #include "agent/paths.h"
 #include "common/fd.h"
+#include "common/hex.h"
 #include "envd/messages.h"
 
 namespace airlock::agent {
@@ -90,13 +91,7 @@ std::string TempUploadPath(const std::string& path) {
     uint64_t v = static_cast<uint64_t>(getpid()) ^ static_cast<uint64_t>(time(nullptr)) << 20;
     std::memcpy(r, &v, sizeof r);
   }
-  static const char* kHex = "0123456789abcdef";
-  std::string suffix;
-  for (unsigned char b : r) {
-    suffix.push_back(kHex[b >> 4]);
-    suffix.push_back(kHex[b & 15]);
-  }
-  return ParentPath(path) + "/." + BaseName(path) + ".airlock-upload-" + suffix;
+  return ParentPath(path) + "/." + BaseName(path) + ".airlock-upload-" + HexEncode(r, sizeof r);
 }
 
 // One upload request; writes its files one after another. Each file is

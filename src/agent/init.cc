@@ -18,6 +18,7 @@
 
 #include "agent/log.h"
 #include "common/fd.h"
+#include "common/file_util.h"
 
 namespace airlock::agent {
 namespace {
@@ -144,13 +145,7 @@ Status WriteResolvConf(const BootConfig& cfg, const std::string& path) {
   in_addr a{};
   if (inet_pton(AF_INET, cfg.dns->c_str(), &a) != 1) return InvalidArgument("airlock.dns: bad address");
   std::string text = "nameserver " + *cfg.dns + "\noptions timeout:2 attempts:2\n";
-  std::string tmp = path + ".airlock-tmp";
-  UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd) return ErrnoError("open " + tmp);
-  if (write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) return ErrnoError("write " + tmp);
-  fd.Reset();
-  if (rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp);
-  return OkStatus();
+  return WriteFileAtomic(path, text, 0644);
 }
 
 void SetupProcessBasics(bool pid1) {

@@ -21,6 +21,7 @@
 
 #include "agent/log.h"
 #include "common/fd.h"
+#include "common/file_util.h"
 #include "common/subprocess.h"
 
 namespace airlock::agent {
@@ -68,15 +69,8 @@ StatusOr<std::pair<UniqueFd, UniqueFd>> MakePipe() {
   return std::make_pair(UniqueFd(fds[0]), UniqueFd(fds[1]));
 }
 
-void WriteAll(int fd, const char* s) {
-  size_t n = strlen(s);
-  while (n > 0) {
-    ssize_t w = write(fd, s, n);
-    if (w <= 0) return;
-    s += w;
-    n -= static_cast<size_t>(w);
-  }
-}
+// Between fork and exec: WriteAllRaw and strlen are async-signal-safe.
+void WriteAll(int fd, const char* s) { (void)WriteAllRaw(fd, s, strlen(s)); }
 
 // Between fork and exec: async-signal-safe calls only (plus strerror, which is
 // safe here because the agent is single-threaded).

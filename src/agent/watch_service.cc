@@ -12,6 +12,7 @@
 #include "agent/log.h"
 #include "agent/paths.h"
 #include "agent/rpc.h"
+#include "common/hex.h"
 #include "envd/envelope.h"
 
 namespace airlock::agent {
@@ -44,13 +45,7 @@ std::string NewWatcherId() {
     uint64_t v = ++counter ^ static_cast<uint64_t>(Clock::now().time_since_epoch().count());
     std::memcpy(r, &v, sizeof v);
   }
-  static const char* kHex = "0123456789abcdef";
-  std::string id = "w";
-  for (unsigned char b : r) {
-    id.push_back(kHex[b >> 4]);
-    id.push_back(kHex[b & 15]);
-  }
-  return id;
+  return "w" + HexEncode(r, sizeof r);
 }
 
 // Checks the request and creates the watcher as the requesting user.

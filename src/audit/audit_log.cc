@@ -18,6 +18,8 @@
 #include <sstream>
 
 #include "common/clock.h"
+#include "common/file_util.h"
+#include "common/hex.h"
 #include "common/log.h"
 #include "envd/proto_json.h"
 #include "secrets/redactor.h"
@@ -58,31 +60,13 @@ StatusOr<std::string> ReadAll(const std::string& path) {
   return ss.str();
 }
 
-Status WriteAll(int fd, std::string_view data, const std::string& what) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("write " + what);
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return OkStatus();
-}
-
 }  // namespace
 
 std::string Sha256Hex(std::string_view data) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < n; ++i) {
-    out += hex[md[i] >> 4];
-    out += hex[md[i] & 15];
-  }
-  return out;
+  return HexEncode(md, n);
 }
 
 std::string StringField(const json& j, const char* key, const std::string& fallback) {
@@ -100,9 +84,7 @@ namespace {
 std::string RandomWriterId() {
   unsigned char b[4] = {0, 0, 0, 0};
   (void)!::getrandom(b, sizeof b, 0);
-  char out[9];
-  std::snprintf(out, sizeof out, "%02x%02x%02x%02x", b[0], b[1], b[2], b[3]);
-  return out;
+  return HexEncode(b, sizeof b);
 }
 }  // namespace
 

@@ -4,6 +4,7 @@
 
 #include "agent/multipart.h"
 #include "common/clock.h"
+#include "common/hex.h"
 #include "envd/proto_json.h"
 
 namespace airlock::audit {
@@ -32,13 +33,7 @@ std::string Sha256Stream::HexDigest() {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   EVP_DigestFinal_ex(ctx_, md, &n);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < n; ++i) {
-    out += hex[md[i] >> 4];
-    out += hex[md[i] & 15];
-  }
-  return out;
+  return HexEncode(md, n);
 }
 
 Status ChunkedDecoder::Feed(std::string_view in, std::string* out) {

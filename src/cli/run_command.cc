@@ -9,22 +9,15 @@
 #include <thread>
 
 #include "cli/termination_watcher.h"
+#include "common/file_util.h"
 #include "common/log.h"
 
 namespace airlock::cli {
 
 namespace {
 
-void WriteAll(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;  // our stdout went away (e.g. a closed pipe): keep running, drop output
-    }
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-}
+// A failed write (our stdout went away, e.g. a closed pipe) drops the output; we keep running.
+void WriteAll(int fd, std::string_view bytes) { (void)WriteAllRaw(fd, bytes.data(), bytes.size()); }
 
 double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

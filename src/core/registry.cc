@@ -7,6 +7,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "common/hex.h"
 #include "image/hash.h"
 
 namespace airlock {
@@ -61,13 +62,7 @@ std::string RandomHex(size_t bytes) {
     ssize_t n = ::getrandom(raw.data() + got, bytes - got, 0);
     if (n > 0) got += static_cast<size_t>(n);
   }
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw) {
-    out.push_back(kHex[c >> 4]);
-    out.push_back(kHex[c & 15]);
-  }
-  return out;
+  return HexEncode(raw);
 }
 
 StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& path) {

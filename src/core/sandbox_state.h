@@ -1,11 +1,15 @@
 // The sandbox state machine, in one place. Runtimes and the network layer
 // only do what a transition asks of them.
 //
-//   creating ──▶ running ──▶ killing ──▶ killed
-//      │                       ▲
-//      └──▶ failed ────────────┘ (cleanup of a half-made sandbox)
-//
-// pausing/paused/resuming are reserved for the snapshot work.
+// The legal transitions (CheckTransition):
+//   creating ─▶ running | failed | killing
+//   running  ─▶ pausing | killing
+//   pausing  ─▶ paused | running (the pause failed) | killing
+//   paused   ─▶ resuming | killing
+//   resuming ─▶ running | paused (the resume failed) | killing
+//   failed   ─▶ killing (cleanup of a half-made sandbox)
+//   killing  ─▶ killed, which is final.
+// Pause and resume: core/snapshots.cc, docs/snapshots.md.
 #pragma once
 
 #include <string_view>

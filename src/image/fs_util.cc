@@ -21,18 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Status WriteAll(int fd, std::string_view data, const std::string& path) {
-  while (!data.empty()) {
-    ssize_t w = ::write(fd, data.data(), data.size());
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("write " + path);
-    }
-    data.remove_prefix(static_cast<size_t>(w));
-  }
-  return OkStatus();
-}
-
 Status FromErrorCode(const std::error_code& ec, std::string_view what) {
   return ErrnoError(what, ec.value());
 }
@@ -61,27 +49,6 @@ Status WriteFile(const std::string& path, std::string_view data, mode_t mode) {
   if (!fd) return ErrnoError("open " + path);
   RETURN_IF_ERROR(WriteAll(fd.get(), data, path));
   if (::fchmod(fd.get(), mode) != 0) return ErrnoError("fchmod " + path);
-  return OkStatus();
-}
-
-Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
-    if (!fd) return ErrnoError("open " + tmp);
-    Status st = WriteAll(fd.get(), data, tmp);
-    if (st.ok() && ::fchmod(fd.get(), mode) != 0) st = ErrnoError("fchmod " + tmp);
-    if (st.ok() && ::fsync(fd.get()) != 0) st = ErrnoError("fsync " + tmp);
-    if (!st.ok()) {
-      ::unlink(tmp.c_str());
-      return st;
-    }
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    Status st = ErrnoError("rename " + tmp + " -> " + path);
-    ::unlink(tmp.c_str());
-    return st;
-  }
   return OkStatus();
 }
 

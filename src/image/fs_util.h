@@ -11,14 +11,13 @@
 #include <vector>
 
 #include "common/fd.h"
+#include "common/file_util.h"
 #include "common/status.h"
 
 namespace airlock::image {
 
 StatusOr<std::string> ReadFile(const std::string& path);
-// Writes `data` to `path` via a temporary sibling + fsync + rename(), so a
-// reader sees either the old or the new content, never a torn file.
-Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode = 0644);
+// Atomic replace of a file: airlock::WriteFileAtomic (common/file_util.h).
 // Plain (non-atomic) write, for files inside a directory that is itself
 // renamed into place afterwards.
 Status WriteFile(const std::string& path, std::string_view data, mode_t mode = 0644);

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "common/fd.h"
+#include "common/hex.h"
 
 namespace airlock::image {
 namespace {
@@ -17,23 +18,13 @@ struct MdCtxFree {
 };
 using MdCtx = std::unique_ptr<EVP_MD_CTX, MdCtxFree>;
 
-std::string ToHex(const unsigned char* p, unsigned n) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s(n * 2, '0');
-  for (unsigned i = 0; i < n; ++i) {
-    s[2 * i] = kHex[p[i] >> 4];
-    s[2 * i + 1] = kHex[p[i] & 15];
-  }
-  return s;
-}
-
 }  // namespace
 
 std::string Sha256Hex(std::string_view data) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned n = 0;
   EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr);
-  return ToHex(md, n);
+  return HexEncode(md, n);
 }
 
 StatusOr<std::string> Sha256File(const std::string& path) {
@@ -56,7 +47,7 @@ StatusOr<std::string> Sha256File(const std::string& path) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned n = 0;
   EVP_DigestFinal_ex(ctx.get(), md, &n);
-  return ToHex(md, n);
+  return HexEncode(md, n);
 }
 
 KeyBuilder& KeyBuilder::Add(std::string_view name, std::string_view value) {

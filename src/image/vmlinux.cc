@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/hex.h"
+
 namespace airlock::image {
 namespace {
 
@@ -22,15 +24,7 @@ uint16_t Le16(std::string_view b, size_t off) {
   return static_cast<uint16_t>(p[0] | (p[1] << 8));
 }
 
-std::string HexBytes(std::string_view b, size_t n) {
-  std::string s;
-  char buf[4];
-  for (size_t i = 0; i < n && i < b.size(); ++i) {
-    std::snprintf(buf, sizeof buf, "%02x", static_cast<unsigned char>(b[i]));
-    s += buf;
-  }
-  return s;
-}
+std::string HexBytes(std::string_view b, size_t n) { return HexEncode(b.substr(0, n)); }
 
 // Names the compression of a payload from its magic, for error messages.
 std::string_view CompressionName(std::string_view p) {

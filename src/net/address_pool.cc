@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "common/fd.h"
+#include "common/file_util.h"
 #include "net/names.h"
 
 namespace airlock::net {
@@ -73,19 +74,6 @@ LeaseOwner ParseOwner(const std::string& text) {
     }
   }
   return o;
-}
-
-Status WriteAll(int fd, const std::string& s, const std::string& path) {
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("write " + path);
-    }
-    off += static_cast<size_t>(n);
-  }
-  return OkStatus();
 }
 
 }  // namespace
@@ -221,12 +209,7 @@ StatusOr<std::optional<AddressLease>> AddressPool::Find(const std::string& sandb
 
 Status AddressPool::Adopt(const AddressLease& lease, pid_t owner) {
   ASSIGN_OR_RETURN(DirLock lock, DirLock::Take(dir_));
-  std::string tmp = lease.path + ".tmp";
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!fd) return ErrnoError("open " + tmp);
-  RETURN_IF_ERROR(WriteAll(fd.get(), OwnerText(lease.sandbox_id, owner_, owner > 0 ? owner : ::getpid()), tmp));
-  if (::rename(tmp.c_str(), lease.path.c_str()) != 0) return ErrnoError("rename " + tmp);
-  return OkStatus();
+  return WriteFileAtomic(lease.path, OwnerText(lease.sandbox_id, owner_, owner > 0 ? owner : ::getpid()), 0600);
 }
 
 Status AddressPool::Release(const AddressLease& lease) {

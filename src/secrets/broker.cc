@@ -6,6 +6,8 @@
 #include <cctype>
 #include <mutex>
 
+#include "common/hex.h"
+
 namespace airlock::secrets {
 namespace {
 
@@ -40,13 +42,7 @@ std::string Broker::NewPlaceholder() {
     ssize_t n = ::getrandom(b + got, sizeof b - got, 0);
     if (n > 0) got += static_cast<size_t>(n);
   }
-  static const char* hex = "0123456789abcdef";
-  std::string out = "AIRLOCK_BROKERED_";
-  for (unsigned char c : b) {
-    out += hex[c >> 4];
-    out += hex[c & 15];
-  }
-  return out;
+  return "AIRLOCK_BROKERED_" + HexEncode(b, sizeof b);
 }
 
 void Broker::Register(const std::string& sandbox, std::vector<BrokeredSecret> secrets) {

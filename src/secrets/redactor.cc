@@ -4,6 +4,8 @@
 #include <mutex>
 #include <set>
 
+#include "common/hex.h"
+
 namespace airlock::secrets {
 namespace {
 
@@ -31,7 +33,6 @@ std::string B64(std::string_view data, const char* alphabet) {
 }
 
 std::string PercentEncode(std::string_view s, bool lower, bool plus_for_space) {
-  const char* hex = lower ? "0123456789abcdef" : "0123456789ABCDEF";
   std::string out;
   for (unsigned char ch : s) {
     if (std::isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
@@ -40,8 +41,7 @@ std::string PercentEncode(std::string_view s, bool lower, bool plus_for_space) {
       out += '+';
     } else {
       out += '%';
-      out += hex[ch >> 4];
-      out += hex[ch & 15];
+      AppendHexByte(out, ch, /*upper=*/!lower);
     }
   }
   return out;

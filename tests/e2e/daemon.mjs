@@ -53,6 +53,19 @@ async function waitHealthy(base, ms) {
   throw new Error('daemon did not answer /health')
 }
 
+// WaitFor(condition, deadline), as tests/wait_for.h: polls the (async)
+// `cond` every `pollMs` until it returns a truthy value or `ms` pass; checks
+// once more at the deadline. Returns the last value: assert on it.
+export async function waitFor(cond, ms, pollMs = 100) {
+  const end = Date.now() + ms
+  while (Date.now() < end) {
+    const v = await cond()
+    if (v) return v
+    await new Promise((r) => setTimeout(r, Math.min(pollMs, Math.max(0, end - Date.now()))))
+  }
+  return cond()
+}
+
 // Starts `airlock serve --kill-on-exit` plus `extraArgs`; returns
 // { url, apiKey (the admin cli.key), db, opts (for the SDK), createKey(team),
 // stop() }. createKey makes a non-admin key of `team` with `airlock apikey`.

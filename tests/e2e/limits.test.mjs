@@ -6,7 +6,7 @@
 // Env: AIRLOCK_BIN (required), AIRLOCK_STATE_DIR (default /var/lib/airlock).
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { e2b, skipReason, startDaemon } from './daemon.mjs'
+import { e2b, skipReason, startDaemon, waitFor } from './daemon.mjs'
 
 const { Sandbox } = e2b
 
@@ -40,8 +40,9 @@ maybe('429 + Retry-After is retried by the SDK; timeoutMs kills a SIGTERM-proof 
       "trap '' TERM; (trap '' TERM; exec -a airlock-orphan sleep 600) & setsid sh -c 'exec -a airlock-orphan sleep 600' & sleep 600",
       { timeoutMs: 2000 }))
     assert.ok(Date.now() - t0 < 30000)
-    await new Promise((r) => setTimeout(r, 500))
-    const ps = await b.commands.run("ps -eo args | grep -c '^airlock-orphan' || true")
+    let ps
+    await waitFor(async () => (ps = await b.commands.run("ps -eo args | grep -c '^airlock-orphan' || true")).stdout === '0\n',
+      10000, 200)
     assert.equal(ps.stdout, '0\n')
     const audit = await (await fetch(`${url}/sandboxes/${b.sandboxId}/audit`, { headers: { 'X-API-Key': apiKey } })).json()
     assert.ok(audit.some((r) => r.action === 'exec' && r.cmd === '/bin/bash' && r.signal === 'killed'),

@@ -7,7 +7,7 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash, randomBytes } from 'node:crypto'
-import { e2b, skipReason, startDaemon } from './daemon.mjs'
+import { e2b, skipReason, startDaemon, waitFor } from './daemon.mjs'
 
 const { Sandbox, SandboxNotFoundError } = e2b
 
@@ -71,8 +71,8 @@ maybe('pause() then Sandbox.connect(): files, processes, memory and clock surviv
       const procs = await again.commands.list()
       assert.ok(procs.some((p) => p.pid === ticker.pid), `cycle ${cycle}: the background process still runs`)
       const n0 = (await ticks(again)).length
-      await sleep(1000)
-      const after = await ticks(again)
+      let after = []
+      await waitFor(async () => (after = await ticks(again)).length > n0, 10000, 200)
       assert.ok(after.length > n0, `cycle ${cycle}: its output continues (${n0} → ${after.length})`)
       assertConsecutive(after)
       // Wall clock correct right after restore (the agent sets it from the host).

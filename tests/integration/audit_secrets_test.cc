@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "audit/audit_log.h"
+#include "common/hex.h"
 #include "tests/integration/daemon.h"
 
 namespace airlock::testing {
@@ -52,13 +53,8 @@ print('scanned', n)
 )PY";
 
 std::string XorHex(const std::string& s) {
-  static const char* hex = "0123456789abcdef";
   std::string out;
-  for (unsigned char c : s) {
-    unsigned char x = c ^ 0x5a;
-    out += hex[x >> 4];
-    out += hex[x & 15];
-  }
+  for (unsigned char c : s) AppendHexByte(out, c ^ 0x5a);
   return out;
 }
 

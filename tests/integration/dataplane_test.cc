@@ -26,6 +26,7 @@
 #include <regex>
 #include <thread>
 
+#include "common/hex.h"
 #include "common/subprocess.h"
 #include "core/http_client.h"
 #include "tests/integration/daemon.h"
@@ -53,13 +54,7 @@ class Sha256 {
     unsigned char md[32];
     unsigned int n = 0;
     EVP_DigestFinal_ex(ctx_, md, &n);
-    static const char* k = "0123456789abcdef";
-    std::string s;
-    for (unsigned i = 0; i < n; ++i) {
-      s.push_back(k[md[i] >> 4]);
-      s.push_back(k[md[i] & 15]);
-    }
-    return s;
+    return HexEncode(md, n);
   }
   uint64_t bytes() const { return bytes_; }
 

@@ -42,6 +42,7 @@
 #include "tests/integration/fake_guest.h"
 #include "tests/integration/fake_internet.h"
 #include "tests/unit/scoped_dir.h"
+#include "tests/wait_for.h"
 
 namespace fs = std::filesystem;
 using namespace airlock;
@@ -630,8 +631,10 @@ TEST_F(EgressTest, LivePolicyUpdateClosesAndBlocks) {
   UniqueFd s = g.Socket(AF_INET, SOCK_STREAM);
   ASSERT_TRUE(ConnectWithin(s.get(), Addr("203.0.113.10", 80), 2000));
   std::string req = "GET /hold HTTP/1.1\r\nHost: allowed.test\r\n\r\n";
+  const int upstream = inet_->Accepted("203.0.113.10:80");
   ASSERT_EQ(::write(s.get(), req.data(), req.size()), static_cast<ssize_t>(req.size()));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // In flight: the proxy has connected upstream for it.
+  EXPECT_TRUE(WaitFor([&] { return inet_->Accepted("203.0.113.10:80") > upstream; }, std::chrono::seconds(10)));
   auto none = EgressPolicy::Create(false, {"other.test"}, {});
   auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(svc_->UpdatePolicy(b->id, *none).ok());
@@ -829,6 +832,8 @@ TEST_F(EgressTest, L3DropsAndCidrFlowsAreAudited) {
     sockaddr_in a = Addr("203.0.113.10", 7777);
     for (int i = 0; i < 2000; ++i) ::sendto(u.get(), "f", 1, 0, reinterpret_cast<sockaddr*>(&a), sizeof(a));
   }
+  // Not a WaitFor: these 500 ms also let the nft log budget refill for the
+  // single probe packet below.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   auto after = RecordsOf(b->id);
   size_t flood = after.size() - before;
@@ -874,13 +879,15 @@ TEST_F(EgressTest, ConnectionLimitPerSandbox) {
   ASSERT_EQ(g.Curl({"http://allowed.test/"}).first, 0);
   ASSERT_TRUE(svc_->SetLimits(b->id, EgressLimits{2, 0}).ok());
   std::vector<UniqueFd> held;
+  const int upstream = inet_->Accepted("203.0.113.10:80");
   for (int i = 0; i < 2; ++i) {
     held.push_back(g.Socket(AF_INET, SOCK_STREAM));
     ASSERT_TRUE(ConnectWithin(held.back().get(), Addr("203.0.113.10", 80), 2000));
     std::string req = "GET /hold HTTP/1.1\r\nHost: allowed.test\r\n\r\n";
     ASSERT_EQ(::write(held.back().get(), req.data(), req.size()), static_cast<ssize_t>(req.size()));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Both are held by the proxy (it has connected upstream for each).
+  EXPECT_TRUE(WaitFor([&] { return inet_->Accepted("203.0.113.10:80") >= upstream + 2; }, std::chrono::seconds(10)));
   // The third is accepted by the kernel and closed at once by the proxy.
   auto [rc, out] = g.Curl({"http://allowed.test/"});
   EXPECT_NE(rc, 0) << out;

@@ -1,16 +1,22 @@
 #include "tests/integration/harness.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "net/address_pool.h"
+#include "net/names.h"
 
 namespace airlock::testing {
 
@@ -129,12 +135,45 @@ static std::vector<std::string> ListNames(const std::string& dir) {
   return out;
 }
 
-HostResources SnapshotResources() {
+SandboxResources::SandboxResources() {
+  const std::string run = StateDir() + "/run";
+  std::error_code ec;
+  fs::create_directories(run, ec);  // as Manager::Open does
+  inotify_.Reset(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+  if (!inotify_ || ::inotify_add_watch(inotify_.get(), run.c_str(), IN_CREATE | IN_MOVED_TO) < 0) {
+    ADD_FAILURE() << "inotify on " << run << ": " << std::strerror(errno);
+  }
+  for (auto& n : ListNames(run)) ids_.insert(n);
+}
+
+HostResources SandboxResources::Snapshot() {
+  // The run dirs made since the last look (the queue holds 16384 events).
+  alignas(inotify_event) char buf[64 * 1024];
+  ssize_t n;
+  while (inotify_ && (n = ::read(inotify_.get(), buf, sizeof buf)) > 0) {
+    for (char* p = buf; p < buf + n;) {
+      auto* e = reinterpret_cast<inotify_event*>(p);
+      if (e->mask & IN_Q_OVERFLOW) ADD_FAILURE() << "inotify queue overflowed: sandbox ids missed";
+      if (e->len > 0 && (e->mask & IN_ISDIR)) ids_.insert(e->name);
+      p += sizeof(inotify_event) + e->len;
+    }
+  }
   HostResources r;
-  for (auto& n : ListNames("/run/netns")) if (n.rfind("al-", 0) == 0) r.netns.push_back(n);
-  for (auto& n : ListNames("/sys/class/net")) if (n.rfind("alh", 0) == 0) r.links.push_back(n);
   r.run_dirs = ListNames(StateDir() + "/run");
-  r.leases = ListNames(std::string(net::kHostLeaseRoot) + "/net/leases");
+  for (auto& id : r.run_dirs) ids_.insert(id);
+  struct stat st;
+  for (auto& id : ids_) {
+    if (::stat(("/run/netns/" + net::NetnsName(id)).c_str(), &st) == 0) r.netns.push_back(net::NetnsName(id));
+    if (::stat(("/sys/class/net/" + net::HostVethName(id)).c_str(), &st) == 0) r.links.push_back(net::HostVethName(id));
+  }
+  const std::string leases = std::string(net::kHostLeaseRoot) + "/net/leases";
+  for (auto& name : ListNames(leases)) {
+    std::istringstream text(ReadFileOrDie(leases + "/" + name));
+    std::string line;
+    while (std::getline(text, line)) {
+      if (line.rfind("sandbox=", 0) == 0 && ids_.count(line.substr(8))) r.leases.push_back(name);
+    }
+  }
   for (auto& n : ListNames("/proc")) {
     if (n.find_first_not_of("0123456789") != std::string::npos) continue;
     std::string cmd = ReadFileOrDie("/proc/" + n + "/cmdline");

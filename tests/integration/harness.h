@@ -4,9 +4,11 @@
 #pragma once
 
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "common/fd.h"
 #include "common/subprocess.h"
 
 namespace airlock::testing {
@@ -46,8 +48,8 @@ long PeakRssKib(pid_t pid);
 std::string ReadFileOrDie(const std::string& path);
 std::string MakeTempDir();
 
-// Snapshot of what airlock leaves on the host: netns al-*, links alh*,
-// run dirs, leases, VMM processes.
+// What sandboxes leave on the host: netns al-<id>, host links alh*, run
+// dirs, leases, VMM processes (names, sorted).
 struct HostResources {
   std::vector<std::string> netns;
   std::vector<std::string> links;
@@ -57,6 +59,24 @@ struct HostResources {
   std::string ToString() const;
   bool operator==(const HostResources&) const = default;
 };
-HostResources SnapshotResources();
+
+// The resources of this test's sandboxes, and only theirs, so that a leak
+// check holds while other airlock daemons (other state dirs) run on the
+// host. Make it before the test creates sandboxes: from then on it notes
+// (inotify) every run dir made under StateDir()/run, so a sandbox that
+// failed to start and was cleaned up is still known by its id.
+class SandboxResources {
+ public:
+  SandboxResources();
+  // StateDir()'s run dirs and VMM processes, and for every sandbox id seen
+  // (run dirs there at construction or made since): its netns al-<id>, its
+  // host link net::HostVethName(id) and the lease naming it.
+  HostResources Snapshot();
+  const std::set<std::string>& ids() const { return ids_; }
+
+ private:
+  UniqueFd inotify_;
+  std::set<std::string> ids_;
+};
 
 }  // namespace airlock::testing

@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <filesystem>
 #include <thread>
 
 #include "core/manager.h"
 #include "tests/integration/harness.h"
 #include "tests/integration/manager_fixture.h"
+#include "tests/wait_for.h"
 
 namespace airlock::testing {
 namespace {
@@ -24,12 +26,15 @@ ExecRequest Bash(const std::string& script) {
 
 TEST(LifecycleTest, TwentyCreateDestroyCyclesLeaveNothingBehind) {
   AIRLOCK_REQUIRE_VM();
-  HostResources before = SnapshotResources();
+  SandboxResources own;
+  HostResources before = own.Snapshot();
+  std::vector<std::string> made;
   auto m = OpenManager();
   ASSERT_TRUE(m);
   for (int i = 0; i < 20; ++i) {
     auto sb = m->Create({});
     ASSERT_TRUE(sb.ok()) << "cycle " << i << ": " << sb.status().ToString();
+    made.push_back((*sb)->id());
     auto r = (*sb)->agent().Exec(Bash("echo $((6*7))"), {});
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r->exit_code, 0);
@@ -39,7 +44,8 @@ TEST(LifecycleTest, TwentyCreateDestroyCyclesLeaveNothingBehind) {
     EXPECT_NE(::kill(vmm, 0), 0) << "VMM " << vmm << " still alive";
   }
   m.reset();
-  HostResources after = SnapshotResources();
+  HostResources after = own.Snapshot();
+  for (const auto& id : made) EXPECT_EQ(own.ids().count(id), 1u) << "the leak check did not see sandbox " << id;
   EXPECT_EQ(before, after) << "before: " << before.ToString() << "\nafter: " << after.ToString();
 }
 
@@ -74,11 +80,15 @@ TEST(LifecycleTest, SendSignalKillsTheProcessTree) {
   const EnvdClient& agent = (*sb)->agent();
   auto pid = agent.StartBackground(Bash("sleep 1000 & sleep 1000; wait"));
   ASSERT_TRUE(pid.ok());
+  // The kill comes while the stream is attached (its start event arrived).
+  std::atomic<bool> attached{false};
+  ExecCallbacks cb;
+  cb.on_start = [&](uint32_t) { attached = true; };
   std::thread killer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_TRUE(WaitFor([&] { return attached.load(); }, std::chrono::seconds(60)));
     EXPECT_TRUE(agent.SendSignal(*pid, "SIGNAL_SIGKILL").ok());
   });
-  auto r = agent.Attach(*pid, {});
+  auto r = agent.Attach(*pid, cb);
   killer.join();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_FALSE(r->exited);
@@ -93,7 +103,9 @@ TEST(LifecycleTest, SendSignalKillsTheProcessTree) {
 
 TEST(LifecycleTest, GuestThatNeverBecomesReadyIsCleanedUp) {
   AIRLOCK_REQUIRE_VM();
-  HostResources before = SnapshotResources();
+  SandboxResources own;
+  HostResources before = own.Snapshot();
+  const size_t before_ids = own.ids().size();
   auto m = OpenManager();
   ASSERT_TRUE(m);
   CreateOptions o;
@@ -103,7 +115,9 @@ TEST(LifecycleTest, GuestThatNeverBecomesReadyIsCleanedUp) {
   EXPECT_EQ(sb.status().code(), StatusCode::kDeadlineExceeded) << sb.status().ToString();
   EXPECT_NE(sb.status().message().find("did not become ready"), std::string::npos);
   m.reset();
-  EXPECT_EQ(before, SnapshotResources());
+  HostResources after = own.Snapshot();
+  EXPECT_GT(own.ids().size(), before_ids) << "the failed sandbox's id was not seen";
+  EXPECT_EQ(before, after) << "before: " << before.ToString() << "\nafter: " << after.ToString();
 }
 
 TEST(LifecycleTest, UnknownTemplateNamesTheFix) {
@@ -120,7 +134,8 @@ TEST(LifecycleTest, UnknownTemplateNamesTheFix) {
 
 TEST(LifecycleTest, HostileProgramsDoNotHurtTheHost) {
   AIRLOCK_REQUIRE_VM();
-  HostResources before = SnapshotResources();
+  SandboxResources own;
+  HostResources before = own.Snapshot();
   auto m = OpenManager();
   ASSERT_TRUE(m);
   auto sb = m->Create({});
@@ -131,6 +146,7 @@ TEST(LifecycleTest, HostileProgramsDoNotHurtTheHost) {
   auto spin = agent.StartBackground(Bash("while :; do :; done"));
   auto fill = agent.StartBackground(Bash("dd if=/dev/zero of=/home/user/fill bs=1M count=300 2>&1; sync"));
   EXPECT_TRUE(forks.ok() && spin.ok() && fill.ok());
+  // The behaviour under test: three seconds of this load, then destroy.
   std::this_thread::sleep_for(std::chrono::seconds(3));
   pid_t vmm = (*sb)->vmm_pid();
   auto t0 = std::chrono::steady_clock::now();
@@ -138,12 +154,14 @@ TEST(LifecycleTest, HostileProgramsDoNotHurtTheHost) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
   EXPECT_NE(::kill(vmm, 0), 0);
   m.reset();
-  EXPECT_EQ(before, SnapshotResources());
+  HostResources after = own.Snapshot();
+  EXPECT_EQ(before, after) << "before: " << before.ToString() << "\nafter: " << after.ToString();
 }
 
 TEST(LifecycleTest, CtrlCOfAirlockRunDestroysTheSandbox) {
   AIRLOCK_REQUIRE_VM();
-  HostResources before = SnapshotResources();
+  SandboxResources own;
+  HostResources before = own.Snapshot();
   SpawnOptions so;
   so.argv = {AirlockBin(), "--state-dir", StateDir(), "run", "--runtime", RuntimeName(), "--", "bash", "-c",
              "echo started; sleep 600"};
@@ -168,7 +186,8 @@ TEST(LifecycleTest, CtrlCOfAirlockRunDestroysTheSandbox) {
   auto st = child->WaitFor(std::chrono::seconds(30));
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_EQ(st->ShellCode(), 130);
-  EXPECT_EQ(before, SnapshotResources()) << SnapshotResources().ToString();
+  HostResources after = own.Snapshot();
+  EXPECT_EQ(before, after) << "before: " << before.ToString() << "\nafter: " << after.ToString();
 }
 
 }  // namespace

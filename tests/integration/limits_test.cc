@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "tests/integration/daemon.h"
+#include "tests/wait_for.h"
 
 namespace airlock::testing {
 namespace {
@@ -118,10 +119,15 @@ TEST(LimitsTest, MaximaPerKeyCapTimeoutTreeMetricsAndOtlp) {
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   EXPECT_EQ(e->signal, "killed") << e->out << e->err;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  auto ps = d.Run(id, token, "ps -eo args | grep -c '^airlock-orphan' || true");
-  ASSERT_TRUE(ps.ok());
-  EXPECT_EQ(ps->out, "0\n") << "survivors of the timeout";
+  std::string survivors;
+  WaitFor(
+      [&] {
+        auto ps = d.Run(id, token, "ps -eo args | grep -c '^airlock-orphan' || true");
+        survivors = ps.ok() ? ps->out : ps.status().ToString();
+        return survivors == "0\n";
+      },
+      std::chrono::seconds(10), std::chrono::milliseconds(200));
+  EXPECT_EQ(survivors, "0\n") << "survivors of the timeout";
 
   // Kill A; after the wait, B's retry succeeds.
   EXPECT_EQ(d.Do("DELETE", "/sandboxes/" + id)->status, 204);

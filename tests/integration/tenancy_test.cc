@@ -10,6 +10,7 @@
 
 #include "tests/integration/daemon.h"
 #include "tests/integration/harness.h"
+#include "tests/wait_for.h"
 
 namespace airlock::testing {
 namespace {
@@ -23,15 +24,6 @@ std::string NewKey(const std::string& dir, const std::string& name, const std::s
   EXPECT_EQ(r.code, 0) << r.err;
   std::string key = r.out.substr(0, r.out.find('\n'));
   return key;
-}
-
-bool WaitFor(const std::function<bool()>& cond, std::chrono::seconds limit) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return cond();
 }
 
 TEST(TenancyTest, KeysOfAnotherTeamReachNothing) {

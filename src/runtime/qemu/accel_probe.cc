@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/fd.h"
+#include "common/file_util.h"
 #include "common/log.h"
 
 namespace airlock::qemu {
@@ -98,15 +99,8 @@ AccelDecision ProbeAccelCached(const std::string& state_dir, const AccelHost& ho
     }
   }
   AccelDecision d = ProbeAccel(host);
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << AccelName(d.accel) << "\n" << d.reason << "\n" << boot << "\n";
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    LOG_DEBUG("accel cache not written path={}", path);
-  }
+  std::string text = std::string(AccelName(d.accel)) + "\n" + d.reason + "\n" + boot + "\n";
+  if (Status st = WriteFileAtomic(path, text, 0644); !st.ok()) LOG_DEBUG("accel cache not written: {}", st.ToString());
   return d;
 }
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/file_util.h"
 #include "common/log.h"
 #include "runtime/qemu/qemu_vm.h"
 
@@ -41,16 +42,7 @@ Status WriteVmRecord(const QemuVm& vm) {
                       {"jail", s.jail ? nlohmann::json{{"uid", s.jail->first}, {"gid", s.jail->second},
                                                        {"uid_lease", s.uid_lease.path}}
                                       : nlohmann::json(nullptr)}};
-  std::string path = s.run_dir + "/" + kVmRecord, tmp = path + ".tmp";
-  {
-    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-    if (!fd) return ErrnoError("open " + tmp);
-    std::string text = j.dump();
-    if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
-      return ErrnoError("write " + tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp);
-  return OkStatus();
+  return WriteFileAtomic(s.run_dir + "/" + kVmRecord, j.dump(), 0600);
 }
 
 bool QemuVm::AdoptedAlive() const {

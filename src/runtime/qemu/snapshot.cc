@@ -27,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/file_util.h"
+#include "common/hex.h"
 #include "common/log.h"
 #include "runtime/qemu/qemu_vm.h"
 
@@ -57,36 +59,6 @@ std::string Rfc3339Now() {
   return buf;
 }
 
-Status FsyncPath(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return ErrnoError("open " + path);
-  if (::fsync(fd.get()) != 0) return ErrnoError("fsync " + path);
-  return OkStatus();
-}
-
-Status WriteAll(int fd, const char* p, size_t n, const std::string& what) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return ErrnoError("write " + what);
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return OkStatus();
-}
-
-// temp + fsync + rename + fsync(dir): readers see the old file or the whole new one.
-Status WriteFileAtomic(const std::string& path, const std::string& content) {
-  std::string tmp = path + ".tmp";
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd) return ErrnoError("open " + tmp);
-  RETURN_IF_ERROR(WriteAll(fd.get(), content.data(), content.size(), tmp));
-  if (::fsync(fd.get()) != 0) return ErrnoError("fsync " + tmp);
-  fd.Reset();
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp);
-  return FsyncPath(fs::path(path).parent_path());
-}
-
 }  // namespace
 
 Status CopyFileSynced(const std::string& from, const std::string& to, mode_t mode) {
@@ -112,7 +84,7 @@ Status CopyFileSynced(const std::string& from, const std::string& to, mode_t mod
       }
     } else {
       n = ::read(in.get(), buf.data(), buf.size());
-      if (n > 0) RETURN_IF_ERROR(WriteAll(out.get(), buf.data(), static_cast<size_t>(n), to));
+      if (n > 0) RETURN_IF_ERROR(WriteAll(out.get(), {buf.data(), static_cast<size_t>(n)}, to));
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return ErrnoError("copy " + from + " to " + to);
@@ -293,10 +265,7 @@ StatusOr<std::string> FileStamp(const std::string& path) {
   unsigned char sb[0x78];
   if (::pread(fd.get(), sb, sizeof sb, 1024) == static_cast<ssize_t>(sizeof sb) && sb[0x38] == 0x53 &&
       sb[0x39] == 0xEF) {
-    static const char kHex[] = "0123456789abcdef";
-    std::string s = "ext4-uuid:";
-    for (int i = 0; i < 16; ++i) s += {kHex[sb[0x68 + i] >> 4], kHex[sb[0x68 + i] & 15]};
-    return s;
+    return "ext4-uuid:" + HexEncode(sb + 0x68, 16);
   }
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return ErrnoError("stat " + path);
@@ -498,7 +467,7 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
       if (m.memory_bytes > limit)
         return ResourceExhausted("migration stream exceeds " + std::to_string(limit) + " bytes (guest RAM + overhead)");
       crc = crc32_z(crc, reinterpret_cast<const Bytef*>(buf.data()), static_cast<size_t>(n));
-      RETURN_IF_ERROR(WriteAll(out.get(), buf.data(), static_cast<size_t>(n), mem_tmp));
+      RETURN_IF_ERROR(WriteAll(out.get(), {buf.data(), static_cast<size_t>(n)}, mem_tmp));
     }
     m.memory_crc32 = static_cast<uint32_t>(crc);
     RETURN_IF_ERROR(WaitMigration(*this, deadline, "snapshot").status());
@@ -516,7 +485,7 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     if (::stat((dir + "/" + kSnapshotDisk).c_str(), &ds) != 0) return ErrnoError("stat disk");
     m.disk_bytes = static_cast<uint64_t>(ds.st_size);
     disk_ms = MsSince(t0) - stop_ms - migrate_ms;
-    RETURN_IF_ERROR(FsyncPath(dir));
+    RETURN_IF_ERROR(FsyncDir(dir));
 
     m.image_id = o.image_id;
     m.kernel = fs::absolute(spec_.kernel).string();

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/fd.h"
+#include "common/file_util.h"
 #include "common/subprocess.h"
 
 namespace airlock::qemu {
@@ -44,9 +45,7 @@ bool OwnerAlive(const std::string& path) {
 Status WriteFile(const std::string& path, const std::string& text, int flags) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC | flags, 0600));
   if (!fd) return ErrnoError("open " + path);
-  if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
-    return ErrnoError("write " + path);
-  return OkStatus();
+  return WriteAll(fd.get(), text, path);
 }
 
 struct DirLock {

@@ -1,0 +1,38 @@
+// Writing files: every byte or an error, and replacing a file atomically.
+// In airlock_common_min, so the static guest agent uses the same code.
+//
+// Errors name the failing syscall and path ("write /x/y: No space left on
+// device"), as ErrnoError statuses.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace airlock {
+
+// Writes all `n` bytes at `data` to `fd`, retrying on EINTR and after short
+// writes. Returns 0, or the errno of the write(2) that failed. Calls nothing
+// but write(2) and allocates nothing: async-signal-safe, so usable between
+// fork and exec.
+int WriteAllRaw(int fd, const void* data, size_t n);
+
+// WriteAllRaw as a Status: "write <what>: <strerror>" on failure. `what` is
+// the path (or other name) of what `fd` writes to.
+Status WriteAll(int fd, std::string_view data, std::string_view what);
+
+// fsync(2) of a directory, so a rename into it survives a crash.
+Status FsyncDir(const std::string& dir);
+
+// Replaces `path` with `data` so that a reader (or a crash) sees either the
+// old file or the whole new one: writes a temporary sibling
+// ("<path>.tmp.<pid>") with `mode`, fsyncs it, renames it onto `path`, then
+// fsyncs the parent directory. On failure the temporary file is removed and
+// `path` is unchanged (unless only the final directory fsync failed).
+Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode = 0644);
+
+}  // namespace airlock
