@@ -183,8 +183,8 @@ void Server::HandleSecrets(std::shared_ptr<HttpConn> c, const Caller& caller, co
   auto verb = c->method();
   auto fail = [c](const Status& st) { c->RespondError(StatusToHttp(st), st.message()); };
   if (selector.empty()) {
-    if (verb == http::verb::get) return ListSecrets(c, caller);
-    if (verb != http::verb::post) return c->RespondError(405, "method not allowed");
+    if (verb == http::Method::kGet) return ListSecrets(c, caller);
+    if (verb != http::Method::kPost) return c->RespondError(405, "method not allowed");
     return ReadJson(c, [this, c, caller, fail](json body) {
       auto name_field = body.find("name");
       auto value_field = body.find("value");
@@ -227,7 +227,7 @@ void Server::HandleSecrets(std::shared_ptr<HttpConn> c, const Caller& caller, co
       });
     });
   }
-  if (verb == http::verb::get) {
+  if (verb == http::Method::kGet) {
     return asio::post(*workers_, [this, c, caller, selector] {
       auto info = FindVisibleSecret(caller, selector);
       std::string out = info.ok() ? SecretJson(*info).dump() : JsonError(StatusToHttp(info.status()), info.status().message());
@@ -235,7 +235,7 @@ void Server::HandleSecrets(std::shared_ptr<HttpConn> c, const Caller& caller, co
       asio::post(c->executor(), [c, code, out] { c->Respond(code, "application/json", out); });
     });
   }
-  if (verb == http::verb::delete_) {
+  if (verb == http::Method::kDelete) {
     return asio::post(*workers_, [this, c, caller, selector] {
       Status st;
       std::string name, id;
@@ -260,7 +260,7 @@ void Server::HandleSecrets(std::shared_ptr<HttpConn> c, const Caller& caller, co
       });
     });
   }
-  if (verb != http::verb::post) return c->RespondError(405, "method not allowed");
+  if (verb != http::Method::kPost) return c->RespondError(405, "method not allowed");
   ReadJson(c, [this, c, caller, selector, fail](json body) {
     auto value_field = body.find("value");
     if (value_field == body.end() || !value_field->is_string()) return c->RespondError(400, "value (a string) is required");

@@ -388,7 +388,7 @@ StatusOr<Lifecycle> ParseLifecycle(const nlohmann::json& body);
 std::map<std::string, std::string> ParseMetadataFilter(const std::string& value);
 // "sandbox.create", "sandbox.kill", ... for a control-plane route (path
 // segments after the optional "v2").
-std::string ControlActionName(const std::vector<std::string>& seg, http::verb verb);
+std::string ControlActionName(const std::vector<std::string>& seg, http::Method verb);
 // E2B's network.allowPublicTraffic of a create body (default true);
 // InvalidArgument when it is not a boolean.
 StatusOr<bool> ParseAllowPublicTraffic(const nlohmann::json& body);
