@@ -14,10 +14,27 @@
 
 namespace airlock::agent {
 
-void RespondHttpError(Session& s, int status, const std::string& message) {
+void RespondHttpError(http::Conn& s, int status, const std::string& message) {
   envd::OJson j = {{"code", status}, {"message", message}};
   s.Respond(status, "application/json", envd::Dump(j));
 }
+
+namespace {
+
+http::Limits HttpLimits(const AgentOptions& o) {
+  http::Limits limits;
+  limits.header_timeout = o.header_timeout;
+  limits.body_idle_timeout = o.body_idle_timeout;
+  limits.log = [](http::LogLevel level, const std::string& msg) {
+    if (level == http::LogLevel::kDebug)
+      LogDebug("%s", msg.c_str());
+    else
+      LogError("%s", msg.c_str());
+  };
+  return limits;
+}
+
+}  // namespace
 
 Agent::Agent(asio::io_context& io, AgentOptions options)
     : io_(io),
@@ -25,7 +42,8 @@ Agent::Agent(asio::io_context& io, AgentOptions options)
       is_root_(geteuid() == 0),
       processes_(io),
       watches_(std::make_unique<WatchRegistry>()),
-      server_(io, [this](std::shared_ptr<Session> s) { Handle(std::move(s)); }),
+      server_(
+          io, [this](std::shared_ptr<http::Conn> s) { Handle(std::move(s)); }, HttpLimits(options_)),
       sigchld_(io, SIGCHLD),
       default_user_(options_.default_user) {}
 
@@ -70,7 +88,7 @@ void Agent::SetupCgroups() {
 Status Agent::Start() {
   SetupCgroups();
   ReapChildren();  // arms the SIGCHLD wait and collects anything already dead
-  return server_.Listen(options_.listen);
+  return server_.Listen(options_.listen, "0.0.0.0");
 }
 
 void Agent::ReapChildren() {
@@ -89,7 +107,7 @@ StatusOr<User> Agent::UserByName(const std::string& name) const {
   return u;
 }
 
-StatusOr<User> Agent::UserFromAuthHeader(const Session& s) const {
+StatusOr<User> Agent::UserFromAuthHeader(const http::Conn& s) const {
   std::string auth = s.Header("Authorization");
   if (auth.empty()) return UserByName(default_user_);
   if (auth.size() < 6 || strncasecmp(auth.c_str(), "basic ", 6) != 0) {
@@ -102,38 +120,38 @@ StatusOr<User> Agent::UserFromAuthHeader(const Session& s) const {
   return UserByName(name);
 }
 
-void Agent::Handle(std::shared_ptr<Session> s) {
+void Agent::Handle(std::shared_ptr<http::Conn> s) {
   const std::string& path = s->path();
-  LogDebug("%s %s", std::string(http::to_string(s->method())).c_str(), path.c_str());
+  LogDebug("%s %s", s->method_string().c_str(), path.c_str());
   if (Status access = CheckAccess(*this, *s); !access.ok()) return RespondHttpError(*s, 401, access.message());
   if (path == "/init") return HandleInit(*this, s);
   constexpr std::string_view kProcess = "/process.Process/";
   constexpr std::string_view kFilesystem = "/filesystem.Filesystem/";
   if (path.rfind(kProcess, 0) == 0 || path.rfind(kFilesystem, 0) == 0) {
-    if (s->method() != http::verb::post) {
+    if (s->method() != http::Method::kPost) {
       return RespondUnaryError(*s, Unimplemented("Connect RPCs must use POST"));
     }
     if (path.rfind(kProcess, 0) == 0) return HandleProcessRpc(*this, s, path.substr(kProcess.size()));
     return HandleFilesystemRpc(*this, s, path.substr(kFilesystem.size()));
   }
   if (path == "/health") {
-    if (s->method() != http::verb::get && s->method() != http::verb::head) {
+    if (s->method() != http::Method::kGet && s->method() != http::Method::kHead) {
       return RespondHttpError(*s, 405, "method not allowed");
     }
     return s->Respond(204, "", "");
   }
   if (path == "/files") {
-    if (s->method() == http::verb::get) return HandleFilesGet(*this, s);
-    if (s->method() == http::verb::post) return HandleFilesPost(*this, s);
+    if (s->method() == http::Method::kGet) return HandleFilesGet(*this, s);
+    if (s->method() == http::Method::kPost) return HandleFilesPost(*this, s);
     return RespondHttpError(*s, 405, "method not allowed");
   }
-  if (path == "/envs" && s->method() == http::verb::get) {
+  if (path == "/envs" && s->method() == http::Method::kGet) {
     return s->Respond(200, "application/json", envd::Dump(envd::OJson(env_vars_)));
   }
-  if (path == "/metrics" && s->method() == http::verb::get) {
+  if (path == "/metrics" && s->method() == http::Method::kGet) {
     return s->Respond(200, "application/json", MetricsJson());
   }
-  RespondHttpError(*s, 404, "no route for " + std::string(http::to_string(s->method())) + " " + path);
+  RespondHttpError(*s, 404, "no route for " + s->method_string() + " " + path);
 }
 
 }  // namespace airlock::agent

@@ -8,16 +8,20 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
 
-#include "agent/http_server.h"
 #include "agent/process_table.h"
 #include "agent/users.h"
 #include "common/status.h"
+#include "http/conn.h"
+#include "http/listener.h"
 
 namespace airlock::agent {
+
+namespace asio = boost::asio;
 
 class WatchRegistry;
 
@@ -29,6 +33,11 @@ struct AgentOptions {
   // cgroup2 mount under which started processes get their limits
   // (cgroups.h); "" = no cgroups. main() sets /sys/fs/cgroup as PID 1.
   std::string cgroup_root;
+  // Request deadlines (http/conn.h): the head within header_timeout (else
+  // 408), each piece of a body (an upload) within body_idle_timeout. A
+  // response, however long it streams, is never cut.
+  std::chrono::milliseconds header_timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds body_idle_timeout{std::chrono::minutes(5)};
 };
 
 inline constexpr const char* kChildPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -52,7 +61,7 @@ class Agent {
   UserDb LoadUsers() const { return UserDb::Load(options_.root_prefix); }
   // User named by `Authorization: Basic base64(user:)`, else the default
   // user. unauthenticated when the header is malformed or the user unknown.
-  StatusOr<User> UserFromAuthHeader(const Session& s) const;
+  StatusOr<User> UserFromAuthHeader(const http::Conn& s) const;
   StatusOr<User> UserByName(const std::string& name) const;
 
   // Set by POST /init (agent/auth.h).
@@ -66,7 +75,7 @@ class Agent {
   void SetDefaultUser(std::string user) { default_user_ = std::move(user); }
 
  private:
-  void Handle(std::shared_ptr<Session> s);
+  void Handle(std::shared_ptr<http::Conn> s);
   void ReapChildren();
   void SetupCgroups();
 
@@ -75,7 +84,7 @@ class Agent {
   bool is_root_;
   ProcessTable processes_;
   std::unique_ptr<WatchRegistry> watches_;
-  HttpServer server_;
+  http::Listener server_;
   asio::signal_set sigchld_;
   std::string access_token_;
   std::map<std::string, std::string> env_vars_;
@@ -83,13 +92,13 @@ class Agent {
 };
 
 // Handlers (one file each).
-void HandleProcessRpc(Agent& agent, std::shared_ptr<Session> s, const std::string& method);
-void HandleFilesystemRpc(Agent& agent, std::shared_ptr<Session> s, const std::string& method);
-void HandleFilesGet(Agent& agent, std::shared_ptr<Session> s);
-void HandleFilesPost(Agent& agent, std::shared_ptr<Session> s);
+void HandleProcessRpc(Agent& agent, std::shared_ptr<http::Conn> s, const std::string& method);
+void HandleFilesystemRpc(Agent& agent, std::shared_ptr<http::Conn> s, const std::string& method);
+void HandleFilesGet(Agent& agent, std::shared_ptr<http::Conn> s);
+void HandleFilesPost(Agent& agent, std::shared_ptr<http::Conn> s);
 std::string MetricsJson();
 
 // JSON error of the plain HTTP endpoints: {"code":<http status>,"message":...}.
-void RespondHttpError(Session& s, int status, const std::string& message);
+void RespondHttpError(http::Conn& s, int status, const std::string& message);
 
 }  // namespace airlock::agent

@@ -1,19 +1,18 @@
 #include "agent/auth.h"
 
-#include <time.h>
-#include <unistd.h>
-
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cstring>
 
 #include "agent/agent.h"
 #include "agent/entropy.h"
 #include "agent/init.h"
-#include "agent/http_server.h"
 #include "agent/log.h"
 #include "envd/proto_json.h"
+#include "http/conn.h"
 
 namespace airlock::agent {
 
@@ -34,7 +33,7 @@ bool SecureEqual(const std::string& a, const std::string& b) {
 
 namespace {
 
-Status CheckFileSignature(const Agent& agent, const Session& s) {
+Status CheckFileSignature(const Agent& agent, const http::Conn& s) {
   auto sig = s.Query("signature");
   if (!sig) return Status(StatusCode::kUnauthenticated, "missing X-Access-Token or signature");
   std::optional<int64_t> exp;
@@ -45,7 +44,7 @@ Status CheckFileSignature(const Agent& agent, const Session& s) {
     if (v < static_cast<long long>(::time(nullptr))) return Status(StatusCode::kUnauthenticated, "signature expired");
     exp = v;
   }
-  std::string op = s.method() == http::verb::get ? "read" : "write";
+  std::string op = s.method() == http::Method::kGet ? "read" : "write";
   std::string want = FileSignature(s.Query("path").value_or(""), op, s.Query("username").value_or(""),
                                    agent.access_token(), exp);
   if (!SecureEqual(*sig, want)) return Status(StatusCode::kUnauthenticated, "invalid signature");
@@ -54,11 +53,11 @@ Status CheckFileSignature(const Agent& agent, const Session& s) {
 
 }  // namespace
 
-Status CheckAccess(const Agent& agent, const Session& s) {
+Status CheckAccess(const Agent& agent, const http::Conn& s) {
   const std::string& token = agent.access_token();
   if (token.empty()) return OkStatus();
   const std::string& path = s.path();
-  if (path == "/health" && (s.method() == http::verb::get || s.method() == http::verb::head)) return OkStatus();
+  if (path == "/health" && (s.method() == http::Method::kGet || s.method() == http::Method::kHead)) return OkStatus();
   if (path == "/init") return OkStatus();  // HandleInit checks the token itself
   std::string got = s.Header("X-Access-Token");
   if (!got.empty() && SecureEqual(got, token)) return OkStatus();
@@ -66,8 +65,8 @@ Status CheckAccess(const Agent& agent, const Session& s) {
   return Status(StatusCode::kUnauthenticated, got.empty() ? "missing X-Access-Token" : "invalid X-Access-Token");
 }
 
-void HandleInit(Agent& agent, std::shared_ptr<Session> s) {
-  if (s->method() != http::verb::post) return RespondHttpError(*s, 405, "method not allowed");
+void HandleInit(Agent& agent, std::shared_ptr<http::Conn> s) {
+  if (s->method() != http::Method::kPost) return RespondHttpError(*s, 405, "method not allowed");
   if (!agent.access_token().empty() && !SecureEqual(s->Header("X-Access-Token"), agent.access_token())) {
     return RespondHttpError(*s, 401, "an access token is already set; /init needs it in X-Access-Token");
   }

@@ -23,10 +23,10 @@
 #include <string>
 
 #include "common/status.h"
+#include "http/conn_fwd.h"
 
 namespace airlock::agent {
 
-class Session;
 class Agent;
 
 // The signature string of spec §4.2 for the given inputs.
@@ -36,7 +36,7 @@ std::string FileSignature(const std::string& path, const std::string& operation,
 bool SecureEqual(const std::string& a, const std::string& b);
 
 // OK when the request may proceed; Unauthenticated otherwise.
-Status CheckAccess(const Agent& agent, const Session& s);
-void HandleInit(Agent& agent, std::shared_ptr<Session> s);
+Status CheckAccess(const Agent& agent, const http::Conn& s);
+void HandleInit(Agent& agent, std::shared_ptr<http::Conn> s);
 
 }  // namespace airlock::agent

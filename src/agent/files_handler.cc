@@ -41,7 +41,7 @@ int HttpStatusFor(const Status& st) {
   }
 }
 
-StatusOr<User> FilesUser(Agent& agent, const Session& s) {
+StatusOr<User> FilesUser(Agent& agent, const http::Conn& s) {
   if (auto name = s.Query("username"); name && !name->empty()) return agent.UserByName(*name);
   return agent.UserFromAuthHeader(s);
 }
@@ -192,7 +192,7 @@ class Upload {
   envd::OJson result_ = envd::OJson::array();
 };
 
-void Finish(std::shared_ptr<Session> s, std::shared_ptr<Upload> up, Status st) {
+void Finish(std::shared_ptr<http::Conn> s, std::shared_ptr<Upload> up, Status st) {
   if (!st.ok() || s->closed()) up->Abort();  // cut off mid-body: nothing at the final path
   if (s->closed()) return;
   if (st.ok()) st = up->Close();
@@ -208,7 +208,7 @@ void Finish(std::shared_ptr<Session> s, std::shared_ptr<Upload> up, Status st) {
 // Streams an open file into a fixed-length response, pausing on backpressure.
 class Download : public std::enable_shared_from_this<Download> {
  public:
-  Download(std::shared_ptr<Session> s, UniqueFd fd, uint64_t size)
+  Download(std::shared_ptr<http::Conn> s, UniqueFd fd, uint64_t size)
       : s_(std::move(s)), fd_(std::move(fd)), remaining_(size), buf_(kDownloadChunk) {}
   void Start() {
     std::weak_ptr<Download> weak = shared_from_this();
@@ -237,7 +237,7 @@ class Download : public std::enable_shared_from_this<Download> {
       keep_.reset();
     }
   }
-  std::shared_ptr<Session> s_;
+  std::shared_ptr<http::Conn> s_;
   UniqueFd fd_;
   uint64_t remaining_;
   std::vector<char> buf_;
@@ -246,7 +246,7 @@ class Download : public std::enable_shared_from_this<Download> {
 
 }  // namespace
 
-void HandleFilesGet(Agent& agent, std::shared_ptr<Session> s) {
+void HandleFilesGet(Agent& agent, std::shared_ptr<http::Conn> s) {
   auto user = FilesUser(agent, *s);
   if (!user.ok()) return RespondHttpError(*s, 401, user.status().message());
   auto path = ResolvePath(s->Query("path").value_or(""), user->home);
@@ -268,7 +268,7 @@ void HandleFilesGet(Agent& agent, std::shared_ptr<Session> s) {
   std::make_shared<Download>(s, std::move(fd), static_cast<uint64_t>(st.st_size))->Start();
 }
 
-void HandleFilesPost(Agent& agent, std::shared_ptr<Session> s) {
+void HandleFilesPost(Agent& agent, std::shared_ptr<http::Conn> s) {
   auto user = FilesUser(agent, *s);
   if (!user.ok()) return RespondHttpError(*s, 401, user.status().message());
   auto metadata = MetadataFromHeaders(s->Headers());

@@ -117,7 +117,7 @@ using FsFn = StatusOr<envd::OJson> (*)(const UserDb&, const User&, const envd::J
 
 }  // namespace
 
-void HandleFilesystemRpc(Agent& agent, std::shared_ptr<Session> s, const std::string& method) {
+void HandleFilesystemRpc(Agent& agent, std::shared_ptr<http::Conn> s, const std::string& method) {
   if (HandleWatchRpc(agent, s, method)) return;
   FsFn fn = method == "Stat"      ? Stat
             : method == "ListDir" ? ListDir

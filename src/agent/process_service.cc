@@ -21,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 // One live Start/Connect response stream subscribed to one process.
 class EventStream : public ProcessSubscriber, public std::enable_shared_from_this<EventStream> {
  public:
-  EventStream(std::shared_ptr<Session> s, std::chrono::milliseconds keepalive)
+  EventStream(std::shared_ptr<http::Conn> s, std::chrono::milliseconds keepalive)
       : session_(std::move(s)), timer_(session_->executor()), keepalive_(keepalive) {}
 
   void Begin(std::shared_ptr<Process> proc) {
@@ -86,7 +86,7 @@ class EventStream : public ProcessSubscriber, public std::enable_shared_from_thi
     if (auto p = process_.lock()) p->Unsubscribe(this);
   }
 
-  std::shared_ptr<Session> session_;
+  std::shared_ptr<http::Conn> session_;
   asio::steady_timer timer_;
   std::chrono::milliseconds keepalive_;
   Clock::time_point last_ = Clock::now();
@@ -94,7 +94,7 @@ class EventStream : public ProcessSubscriber, public std::enable_shared_from_thi
   bool done_ = false;
 };
 
-void Start(Agent& agent, std::shared_ptr<Session> s) {
+void Start(Agent& agent, std::shared_ptr<http::Conn> s) {
   ReadStreamRequest(s, [&agent, s](const envd::Json& j) {
     auto req = envd::StartRequestFromJson(j);
     if (!req.ok()) return RespondStreamStatus(*s, req.status());
@@ -136,7 +136,7 @@ void Start(Agent& agent, std::shared_ptr<Session> s) {
   });
 }
 
-void Connect(Agent& agent, std::shared_ptr<Session> s) {
+void Connect(Agent& agent, std::shared_ptr<http::Conn> s) {
   ReadStreamRequest(s, [&agent, s](const envd::Json& j) {
     auto sel = envd::SelectorRequestFromJson(j);
     if (!sel.ok()) return RespondStreamStatus(*s, sel.status());
@@ -169,7 +169,7 @@ StatusOr<std::shared_ptr<Process>> FindProcess(Agent& agent, const envd::Process
 
 }  // namespace
 
-void HandleProcessRpc(Agent& agent, std::shared_ptr<Session> s, const std::string& method) {
+void HandleProcessRpc(Agent& agent, std::shared_ptr<http::Conn> s, const std::string& method) {
   if (method == "Start") return Start(agent, s);
   if (method == "Connect") return Connect(agent, s);
   if (method == "SendSignal") {

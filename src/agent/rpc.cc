@@ -10,11 +10,11 @@
 
 namespace airlock::agent {
 
-void RespondUnaryError(Session& s, const Status& st) {
+void RespondUnaryError(http::Conn& s, const Status& st) {
   s.Respond(envd::HttpStatusForCode(st.code()), "application/json", envd::ErrorJsonBody(st));
 }
 
-void ServeUnary(std::shared_ptr<Session> s, UnaryFn fn) {
+void ServeUnary(std::shared_ptr<http::Conn> s, UnaryFn fn) {
   s->ReadBodyToString(kMaxRequestBody, [s, fn = std::move(fn)](StatusOr<std::string> body) {
     if (s->closed()) return;
     if (!body.ok()) return RespondUnaryError(*s, body.status());
@@ -33,20 +33,20 @@ void ServeUnary(std::shared_ptr<Session> s, UnaryFn fn) {
   });
 }
 
-bool IsStreamRequest(const Session& s) {
+bool IsStreamRequest(const http::Conn& s) {
   std::string ct = s.Header("Content-Type");
   return strncasecmp(ct.c_str(), "application/connect+json", 24) == 0;
 }
 
-void BeginStream(Session& s) { s.BeginResponse(200, "application/connect+json", std::nullopt); }
+void BeginStream(http::Conn& s) { s.BeginResponse(200, "application/connect+json", std::nullopt); }
 
-void RespondStreamStatus(Session& s, const Status& st) {
+void RespondStreamStatus(http::Conn& s, const Status& st) {
   BeginStream(s);
   s.Write(envd::EncodeEndStream(st));
   s.EndResponse();
 }
 
-void ReadStreamRequest(std::shared_ptr<Session> s, std::function<void(const envd::Json&)> done) {
+void ReadStreamRequest(std::shared_ptr<http::Conn> s, std::function<void(const envd::Json&)> done) {
   s->ReadBodyToString(kMaxRequestBody + envd::kEnvelopeHeaderBytes,
                       [s, done = std::move(done)](StatusOr<std::string> body) {
     if (s->closed()) return;
@@ -75,7 +75,7 @@ void ReadStreamRequest(std::shared_ptr<Session> s, std::function<void(const envd
   });
 }
 
-std::chrono::milliseconds KeepaliveInterval(const Session& s) {
+std::chrono::milliseconds KeepaliveInterval(const http::Conn& s) {
   std::string v = s.Header("Keepalive-Ping-Interval");
   if (!v.empty()) {
     char* end;
@@ -85,7 +85,7 @@ std::chrono::milliseconds KeepaliveInterval(const Session& s) {
   return std::chrono::seconds(90);
 }
 
-std::optional<std::chrono::milliseconds> ConnectTimeout(const Session& s) {
+std::optional<std::chrono::milliseconds> ConnectTimeout(const http::Conn& s) {
   std::string v = s.Header("Connect-Timeout-Ms");
   if (v.empty()) return std::nullopt;
   char* end;

@@ -6,32 +6,32 @@
 
 #include <chrono>
 #include <functional>
-#include <optional>
 #include <memory>
+#include <optional>
 
-#include "agent/http_server.h"
 #include "envd/messages.h"
+#include "http/conn.h"
 
 namespace airlock::agent {
 
 using UnaryFn = std::function<StatusOr<envd::OJson>(const envd::Json& request)>;
 // Reads the body (bounded), parses it, calls fn, writes the reply.
-void ServeUnary(std::shared_ptr<Session> s, UnaryFn fn);
-void RespondUnaryError(Session& s, const Status& st);
+void ServeUnary(std::shared_ptr<http::Conn> s, UnaryFn fn);
+void RespondUnaryError(http::Conn& s, const Status& st);
 
 // Reads the single request envelope of a server-streaming call. On error
 // the stream has already been answered (200 + end-of-stream error) and
 // done is not called.
-void ReadStreamRequest(std::shared_ptr<Session> s, std::function<void(const envd::Json&)> done);
+void ReadStreamRequest(std::shared_ptr<http::Conn> s, std::function<void(const envd::Json&)> done);
 // HTTP 200 application/connect+json header for a stream.
-void BeginStream(Session& s);
+void BeginStream(http::Conn& s);
 // A complete stream that only carries an error (or {} when OK).
-void RespondStreamStatus(Session& s, const Status& st);
-bool IsStreamRequest(const Session& s);
+void RespondStreamStatus(http::Conn& s, const Status& st);
+bool IsStreamRequest(const http::Conn& s);
 
 // Keepalive-Ping-Interval (seconds) of a stream, else envd's 90 s.
-std::chrono::milliseconds KeepaliveInterval(const Session& s);
+std::chrono::milliseconds KeepaliveInterval(const http::Conn& s);
 // Connect-Timeout-Ms of a stream; nullopt when absent or not positive.
-std::optional<std::chrono::milliseconds> ConnectTimeout(const Session& s);
+std::optional<std::chrono::milliseconds> ConnectTimeout(const http::Conn& s);
 
 }  // namespace airlock::agent

@@ -72,7 +72,7 @@ StatusOr<std::shared_ptr<DirWatcher>> OpenWatcher(Agent& agent, const User& user
 
 class WatchStream : public std::enable_shared_from_this<WatchStream> {
  public:
-  WatchStream(Agent& agent, std::shared_ptr<Session> s, std::shared_ptr<DirWatcher> w)
+  WatchStream(Agent& agent, std::shared_ptr<http::Conn> s, std::shared_ptr<DirWatcher> w)
       : agent_(agent),
         session_(std::move(s)),
         watcher_(std::move(w)),
@@ -154,7 +154,7 @@ class WatchStream : public std::enable_shared_from_this<WatchStream> {
   }
 
   Agent& agent_;
-  std::shared_ptr<Session> session_;
+  std::shared_ptr<http::Conn> session_;
   std::shared_ptr<DirWatcher> watcher_;
   boost::asio::steady_timer keepalive_timer_;
   boost::asio::steady_timer deadline_timer_;
@@ -164,7 +164,7 @@ class WatchStream : public std::enable_shared_from_this<WatchStream> {
   std::shared_ptr<WatchStream> keep_;
 };
 
-void WatchDir(Agent& agent, std::shared_ptr<Session> s) {
+void WatchDir(Agent& agent, std::shared_ptr<http::Conn> s) {
   ReadStreamRequest(s, [&agent, s](const envd::Json& j) {
     auto req = envd::WatchDirRequestFromJson(j);
     if (!req.ok()) return RespondStreamStatus(*s, req.status());
@@ -193,7 +193,7 @@ Status WatchRegistry::Reserve() {
   return OkStatus();
 }
 
-bool HandleWatchRpc(Agent& agent, std::shared_ptr<Session> s, const std::string& method) {
+bool HandleWatchRpc(Agent& agent, std::shared_ptr<http::Conn> s, const std::string& method) {
   if (method == "WatchDir") {
     WatchDir(agent, s);
     return true;

@@ -19,11 +19,11 @@
 #include <string>
 
 #include "agent/dir_watcher.h"
+#include "http/conn_fwd.h"
 
 namespace airlock::agent {
 
 class Agent;
-class Session;
 
 class WatchRegistry {
  public:
@@ -47,6 +47,6 @@ class WatchRegistry {
 
 // Handles WatchDir, CreateWatcher, GetWatcherEvents, RemoveWatcher;
 // false for any other method.
-bool HandleWatchRpc(Agent& agent, std::shared_ptr<Session> s, const std::string& method);
+bool HandleWatchRpc(Agent& agent, std::shared_ptr<http::Conn> s, const std::string& method);
 
 }  // namespace airlock::agent

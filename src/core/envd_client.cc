@@ -27,7 +27,7 @@ namespace airlock {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
-namespace http = beast::http;
+namespace bhttp = beast::http;  // airlock::http is the project's HTTP library
 using tcp = asio::ip::tcp;
 
 namespace {
@@ -95,8 +95,8 @@ class Connection {
 
 template <class Req>
 void AddCommonHeaders(Req& req, const AgentEndpoint& ep, const std::string& token, const std::string& route) {
-  req.set(http::field::host, ep.host + ":" + std::to_string(ep.port));
-  req.set(http::field::user_agent, "airlock");
+  req.set(bhttp::field::host, ep.host + ":" + std::to_string(ep.port));
+  req.set(bhttp::field::user_agent, "airlock");
   if (!token.empty()) req.set("X-Access-Token", token);
   if (!route.empty()) {
     req.set("E2b-Sandbox-Id", route);
@@ -194,13 +194,13 @@ Status EnvdClient::Health(std::chrono::milliseconds timeout) const {
   try {
     Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, timeout));
-    http::request<http::empty_body> req{http::verb::get, "/health", 11};
+    bhttp::request<bhttp::empty_body> req{bhttp::verb::get, "/health", 11};
     AddCommonHeaders(req, endpoint_, access_token_, route_sandbox_);
     c.SetIoTimeout(timeout);  // a booting guest may accept and answer late
-    http::write(c.stream(), req);
+    bhttp::write(c.stream(), req);
     beast::flat_buffer buf;
-    http::response<http::string_body> res;
-    http::read(c.stream(), buf, res);
+    bhttp::response<bhttp::string_body> res;
+    bhttp::read(c.stream(), buf, res);
     if (res.result_int() / 100 == 2) return OkStatus();
     return Unavailable("agent /health answered " + std::to_string(res.result_int()));
   } catch (const std::exception& e) {
@@ -228,14 +228,14 @@ Status EnvdClient::WaitReady(std::chrono::steady_clock::time_point deadline,
 // A Connect RPC request (spec §3.1): POST /<service>/<method>, the protocol
 // header, and the user as Basic auth when one is named.
 namespace {
-http::request<http::string_body> RpcRequest(const AgentEndpoint& endpoint, const std::string& token,
-                                            const std::string& route, const std::string& method_path,
-                                            const char* content_type, const std::string& user) {
-  http::request<http::string_body> req{http::verb::post, "/" + method_path, 11};
+bhttp::request<bhttp::string_body> RpcRequest(const AgentEndpoint& endpoint, const std::string& token,
+                                              const std::string& route, const std::string& method_path,
+                                              const char* content_type, const std::string& user) {
+  bhttp::request<bhttp::string_body> req{bhttp::verb::post, "/" + method_path, 11};
   AddCommonHeaders(req, endpoint, token, route);
-  req.set(http::field::content_type, content_type);
+  req.set(bhttp::field::content_type, content_type);
   req.set("Connect-Protocol-Version", "1");
-  if (!user.empty()) req.set(http::field::authorization, BasicAuth(user));
+  if (!user.empty()) req.set(bhttp::field::authorization, BasicAuth(user));
   return req;
 }
 }  // namespace
@@ -250,11 +250,11 @@ StatusOr<nlohmann::json> EnvdClient::Call(std::string_view method_path, const nl
     req.body() = request.dump();
     req.prepare_payload();
     c.stream().expires_after(std::chrono::seconds(60));
-    http::write(c.stream(), req);
+    bhttp::write(c.stream(), req);
     beast::flat_buffer buf;
-    http::response_parser<http::string_body> parser;
+    bhttp::response_parser<bhttp::string_body> parser;
     parser.body_limit(kMaxUnaryResponse);
-    http::read(c.stream(), buf, parser);
+    bhttp::read(c.stream(), buf, parser);
     auto& res = parser.get();
     if (res.result_int() != 200) return ErrorFromBody(res.result_int(), res.body(), what);
     auto j = nlohmann::json::parse(res.body(), nullptr, false);
@@ -304,14 +304,14 @@ StatusOr<ExecResult> EnvdClient::StreamProcess(std::string_view method_path, con
     if (timeout) req.set("Connect-Timeout-Ms", std::to_string(timeout->count()));
     req.body() = envd::EncodeEnvelope(body);
     req.prepare_payload();
-    http::write(c.stream(), req);
+    bhttp::write(c.stream(), req);
 
     beast::flat_buffer buf;
-    http::response_parser<http::buffer_body> parser;
+    bhttp::response_parser<bhttp::buffer_body> parser;
     // A stream: each message is bounded by the decoder. (boost::none would
     // mean "no limit" but Beast 1.74 compares it wrongly against Content-Length.)
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-    http::read_header(c.stream(), buf, parser);
+    bhttp::read_header(c.stream(), buf, parser);
     if (parser.get().result_int() != 200) {
       return Unavailable(what + ": HTTP " + std::to_string(parser.get().result_int()));
     }
@@ -323,8 +323,8 @@ StatusOr<ExecResult> EnvdClient::StreamProcess(std::string_view method_path, con
       parser.get().body().data = chunk;
       parser.get().body().size = sizeof(chunk);
       boost::system::error_code ec;
-      http::read_some(c.stream(), buf, parser, ec);
-      if (ec == http::error::need_buffer) ec = {};
+      bhttp::read_some(c.stream(), buf, parser, ec);
+      if (ec == bhttp::error::need_buffer) ec = {};
       if (ec) return Unavailable(what + ": stream broke: " + ec.message());
       size_t n = sizeof(chunk) - parser.get().body().size;
       RETURN_IF_ERROR(decoder.Feed(std::string_view(chunk, n)));
@@ -381,21 +381,23 @@ Status EnvdClient::UploadFile(const std::string& local_path, const std::string& 
                               const std::string& user) const {
   std::string what = "upload " + local_path + " to " + guest_path;
   try {
-    http::request<http::file_body> req{http::verb::post, "/files?path=" + UrlEncodeComponent(guest_path) +
-                                                             (user.empty() ? "" : "&username=" + UrlEncodeComponent(user)), 11};
+    bhttp::request<bhttp::file_body> req{
+        bhttp::verb::post,
+        "/files?path=" + UrlEncodeComponent(guest_path) + (user.empty() ? "" : "&username=" + UrlEncodeComponent(user)),
+        11};
     beast::error_code ec;
     req.body().open(local_path.c_str(), beast::file_mode::scan, ec);
     if (ec) return Status(StatusCode::kNotFound, "open " + local_path + ": " + ec.message());
     AddCommonHeaders(req, endpoint_, access_token_, route_sandbox_);
-    req.set(http::field::content_type, "application/octet-stream");
+    req.set(bhttp::field::content_type, "application/octet-stream");
     req.prepare_payload();
     Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
-    http::write(c.stream(), req);
+    bhttp::write(c.stream(), req);
     beast::flat_buffer buf;
-    http::response_parser<http::string_body> parser;
+    bhttp::response_parser<bhttp::string_body> parser;
     parser.body_limit(kMaxUnaryResponse);
-    http::read(c.stream(), buf, parser);
+    bhttp::read(c.stream(), buf, parser);
     if (parser.get().result_int() != 200) return ErrorFromBody(parser.get().result_int(), parser.get().body(), what);
     return OkStatus();
   } catch (const std::exception& e) {
@@ -410,26 +412,26 @@ Status EnvdClient::DownloadFile(const std::string& guest_path, const std::string
   try {
     Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
-    http::request<http::empty_body> req{
-        http::verb::get,
+    bhttp::request<bhttp::empty_body> req{
+        bhttp::verb::get,
         "/files?path=" + UrlEncodeComponent(guest_path) + (user.empty() ? "" : "&username=" + UrlEncodeComponent(user)),
         11};
     AddCommonHeaders(req, endpoint_, access_token_, route_sandbox_);
-    req.set(http::field::accept_encoding, "identity");
-    http::write(c.stream(), req);
+    req.set(bhttp::field::accept_encoding, "identity");
+    bhttp::write(c.stream(), req);
     beast::flat_buffer buf;
-    http::response_parser<http::file_body> parser;
+    bhttp::response_parser<bhttp::file_body> parser;
     parser.body_limit(max_bytes);
     beast::error_code hec;
-    http::read_header(c.stream(), buf, parser, hec);
-    if (hec == http::error::body_limit) {
+    bhttp::read_header(c.stream(), buf, parser, hec);
+    if (hec == bhttp::error::body_limit) {
       return ResourceExhausted(what + ": larger than " + std::to_string(max_bytes) + " bytes");
     }
     if (hec) return Unavailable(what + ": " + hec.message());
     if (parser.get().result_int() != 200) {
-      http::response_parser<http::string_body> err{std::move(parser)};
+      bhttp::response_parser<bhttp::string_body> err{std::move(parser)};
       err.body_limit(kMaxUnaryResponse);
-      http::read(c.stream(), buf, err);
+      bhttp::read(c.stream(), buf, err);
       return ErrorFromBody(err.get().result_int(), err.get().body(), what);
     }
     // O_NOFOLLOW: never write through a symlink someone planted at the target.
@@ -439,11 +441,12 @@ Status EnvdClient::DownloadFile(const std::string& guest_path, const std::string
     beast::error_code ec;
     parser.get().body().open(tmp.c_str(), beast::file_mode::write, ec);
     if (ec) return Internal("open " + tmp + ": " + ec.message());
-    http::read(c.stream(), buf, parser, ec);
+    bhttp::read(c.stream(), buf, parser, ec);
     parser.get().body().close();
     if (ec) {
       ::unlink(tmp.c_str());
-      if (ec == http::error::body_limit) return ResourceExhausted(what + ": larger than " + std::to_string(max_bytes) + " bytes");
+      if (ec == bhttp::error::body_limit)
+        return ResourceExhausted(what + ": larger than " + std::to_string(max_bytes) + " bytes");
       return Unavailable(what + ": " + ec.message());
     }
     if (::rename(tmp.c_str(), local_path.c_str()) != 0) {

@@ -95,14 +95,16 @@ void Server::SandboxAudit(std::shared_ptr<HttpConn> c, const std::string& id) {
 
 namespace airlock::server {
 
-std::string ControlActionName(const std::vector<std::string>& seg, http::verb verb) {
+std::string ControlActionName(const std::vector<std::string>& seg, http::Method verb) {
   if (!seg.empty() && seg[0] == "secrets" && seg.size() <= 2) {
-    if (seg.size() == 1) return verb == http::verb::post ? "secret.create" : "secret.list";
-    return verb == http::verb::delete_ ? "secret.delete" : verb == http::verb::post ? "secret.update" : "secret.get";
+    if (seg.size() == 1) return verb == http::Method::kPost ? "secret.create" : "secret.list";
+    return verb == http::Method::kDelete ? "secret.delete"
+           : verb == http::Method::kPost ? "secret.update"
+                                         : "secret.get";
   }
   if (seg.empty() || seg[0] != "sandboxes") return "api.unknown_route";
-  if (seg.size() == 1) return verb == http::verb::post ? "sandbox.create" : "sandbox.list";
-  if (seg.size() == 2) return verb == http::verb::delete_ ? "sandbox.kill" : "sandbox.get";
+  if (seg.size() == 1) return verb == http::Method::kPost ? "sandbox.create" : "sandbox.list";
+  if (seg.size() == 2) return verb == http::Method::kDelete ? "sandbox.kill" : "sandbox.get";
   if (seg.size() == 3) return "sandbox." + seg[2];
   return "api.unknown_route";
 }

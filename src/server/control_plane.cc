@@ -91,8 +91,8 @@ static json ListedJson(const SandboxRecord& r, int disk_mib, bool detail) {
 void Server::HandleControl(std::shared_ptr<HttpConn> c) {
   const std::string& path = c->path();
   auto verb = c->method();
-  if (path == "/health" && verb == http::verb::get) return c->Respond(200, "application/json", "{\"status\":\"ok\"}");
-  if (path == "/metrics" && verb == http::verb::get) return ServeMetrics(c);
+  if (path == "/health" && verb == http::Method::kGet) return c->Respond(200, "application/json", "{\"status\":\"ok\"}");
+  if (path == "/metrics" && verb == http::Method::kGet) return ServeMetrics(c);
   // The key table is memory only; a key it does not hold may be one the CLI
   // made a moment ago, so the table is refreshed (SQLite, off this thread)
   // before the request is refused.
@@ -122,16 +122,16 @@ void Server::RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller) {
   if (v2) seg.erase(seg.begin());
   AuditControlCall(c, caller.key_id, ControlActionName(seg, verb),
                    seg.size() >= 2 && seg[0] == "sandboxes" ? seg[1] : "");
-  if (seg.size() == 1 && seg[0] == "snapshots" && verb == http::verb::get && !v2) return ListSnapshots(c, caller);
-  if (seg.size() == 2 && seg[0] == "templates" && verb == http::verb::delete_ && !v2)
+  if (seg.size() == 1 && seg[0] == "snapshots" && verb == http::Method::kGet && !v2) return ListSnapshots(c, caller);
+  if (seg.size() == 2 && seg[0] == "templates" && verb == http::Method::kDelete && !v2)
     return DeleteSnapshot(c, seg[1], caller);
   if (!seg.empty() && seg[0] == "secrets" && !v2 && seg.size() <= 2) {
     return HandleSecrets(c, caller, seg.size() == 2 ? seg[1] : "");
   }
   if (seg.empty() || seg[0] != "sandboxes") return c->RespondError(404, "no route for " + c->method_string() + " " + path);
   if (seg.size() == 1) {
-    if (verb == http::verb::post) return CreateSandbox(c, caller);
-    if (verb == http::verb::get) return ListSandboxes(c, caller, v2);
+    if (verb == http::Method::kPost) return CreateSandbox(c, caller);
+    if (verb == http::Method::kGet) return ListSandboxes(c, caller, v2);
     return c->RespondError(405, "method not allowed");
   }
   const std::string& id = seg[1];
@@ -139,21 +139,21 @@ void Server::RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller) {
   // answered exactly as one that does not exist.
   if (!CallerOwns(caller, OwnedKind::kSandbox, id)) return c->RespondError(404, "sandbox " + id + " not found");
   if (seg.size() == 2) {
-    if (verb == http::verb::get && !v2) return GetSandbox(c, id);
-    if (verb == http::verb::delete_ && !v2) return KillSandbox(c, id);
+    if (verb == http::Method::kGet && !v2) return GetSandbox(c, id);
+    if (verb == http::Method::kDelete && !v2) return KillSandbox(c, id);
     return c->RespondError(405, "method not allowed");
   }
   if (seg.size() == 3) {
     const std::string& action = seg[2];
-    if (action == "timeout" && verb == http::verb::post) return SetTimeout(c, id);
-    if ((action == "connect" || action == "resume") && verb == http::verb::post) return ConnectSandbox(c, id);
-    if (action == "metrics" && verb == http::verb::get) return Metrics(c, id);
-    if (action == "logs" && verb == http::verb::get) return Logs(c, id, v2);
-    if (action == "network" && verb == http::verb::put && !v2) return UpdateNetwork(c, id);
-    if (action == "pause" && verb == http::verb::post) return PauseSandbox(c, id);
-    if (action == "fork" && verb == http::verb::post) return ForkSandbox(c, id, caller);
-    if (action == "audit" && verb == http::verb::get) return SandboxAudit(c, id);
-    if (action == "snapshots" && verb == http::verb::post) return CreateSnapshot(c, id);
+    if (action == "timeout" && verb == http::Method::kPost) return SetTimeout(c, id);
+    if ((action == "connect" || action == "resume") && verb == http::Method::kPost) return ConnectSandbox(c, id);
+    if (action == "metrics" && verb == http::Method::kGet) return Metrics(c, id);
+    if (action == "logs" && verb == http::Method::kGet) return Logs(c, id, v2);
+    if (action == "network" && verb == http::Method::kPut && !v2) return UpdateNetwork(c, id);
+    if (action == "pause" && verb == http::Method::kPost) return PauseSandbox(c, id);
+    if (action == "fork" && verb == http::Method::kPost) return ForkSandbox(c, id, caller);
+    if (action == "audit" && verb == http::Method::kGet) return SandboxAudit(c, id);
+    if (action == "snapshots" && verb == http::Method::kPost) return CreateSnapshot(c, id);
   }
   c->RespondError(404, "no route for " + c->method_string() + " " + path);
 }

@@ -47,6 +47,8 @@
 namespace airlock::server {
 namespace {
 
+namespace bhttp = boost::beast::http;  // the upstream side; the client side is airlock::http
+
 constexpr size_t kUpstreamChunk = 64 * 1024;
 
 bool SecureEqual(const std::string& a, const std::string& b) {
@@ -69,7 +71,7 @@ std::string Signature(const std::string& s) {
 bool ValidFileSignature(const HttpConn& c, const std::string& token) {
   auto sig = c.Query("signature");
   if (!sig) return false;
-  std::string s = c.Query("path").value_or("") + ":" + (c.method() == http::verb::get ? "read" : "write") + ":" +
+  std::string s = c.Query("path").value_or("") + ":" + (c.method() == http::Method::kGet ? "read" : "write") + ":" +
                   c.Query("username").value_or("") + ":" + token;
   if (auto e = c.Query("signature_expiration"); e && !e->empty()) {
     char* end = nullptr;
@@ -206,15 +208,13 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
   }
 
   void SendHead() {
-    const auto& h = c_->head();
     std::string head = c_->method_string() + " " + c_->target() + " HTTP/1.1\r\n";
     head += "Host: " + (host_header_.empty() ? host_ + ":" + std::to_string(port_) : host_header_) + "\r\n";
-    for (const auto& f : h) {
-      std::string_view name(f.name_string().data(), f.name_string().size());
+    for (const auto& [name, value] : c_->Headers()) {
       if (HopByHop(name)) continue;
-      head.append(name.data(), name.size());
+      head += name;
       head += ": ";
-      head.append(f.value().data(), f.value().size());
+      head += value;
       head += "\r\n";
     }
     chunked_ = c_->chunked_request();
@@ -288,8 +288,8 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
     // The body is relayed piece by piece, never held: no size limit (Beast's
     // default of 8 MiB refused every larger download at the head).
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
-    if (c_->method() == http::verb::head) parser_->skip(true);
-    http::async_read_header(up_, rbuf_, *parser_, [self = shared_from_this()](boost::system::error_code ec, size_t) {
+    if (c_->method() == http::Method::kHead) parser_->skip(true);
+    bhttp::async_read_header(up_, rbuf_, *parser_, [self = shared_from_this()](boost::system::error_code ec, size_t) {
       if (self->ended_) return;
       if (ec) return self->Fail(502, "sandbox closed the connection before answering: " + ec.message());
       int status = static_cast<int>(self->parser_->get().result_int());
@@ -380,9 +380,9 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
     auto& body = parser_->get().body();
     body.data = chunk_.data();
     body.size = chunk_.size();
-    http::async_read_some(up_, rbuf_, *parser_, [self = shared_from_this()](boost::system::error_code ec, size_t) {
+    bhttp::async_read_some(up_, rbuf_, *parser_, [self = shared_from_this()](boost::system::error_code ec, size_t) {
       if (self->ended_) return;
-      if (ec == http::error::need_buffer) ec = {};
+      if (ec == bhttp::error::need_buffer) ec = {};
       size_t got = self->chunk_.size() - self->parser_->get().body().size;
       self->Relay(std::string_view(self->chunk_.data(), got));
       if (!ec && self->parser_->is_done()) return self->FinishResponse();
@@ -439,7 +439,7 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
   bool chunked_ = false;
   bool keep_alive_ = true;
   boost::beast::flat_buffer rbuf_;
-  std::optional<http::response_parser<http::buffer_body>> parser_;
+  std::optional<bhttp::response_parser<bhttp::buffer_body>> parser_;
   bool chunked_response_ = false;
   std::vector<char> chunk_;
   std::unique_ptr<audit::DataPlaneTap> tap_;
@@ -518,7 +518,7 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
                                     " (connect resumes a paused sandbox)");
   }
   if (port == kEnvdPort) {
-    bool health = path == "/health" && (c->method() == http::verb::get || c->method() == http::verb::head);
+    bool health = path == "/health" && (c->method() == http::Method::kGet || c->method() == http::Method::kHead);
     std::string got = c->Header("X-Access-Token");
     bool ok = health || (!got.empty() && SecureEqual(got, token)) || (path == "/files" && ValidFileSignature(*c, token));
     if (!ok) return c->RespondError(401, got.empty() ? "missing X-Access-Token" : "invalid X-Access-Token");

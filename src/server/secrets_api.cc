@@ -58,8 +58,8 @@ void Server::HandleSecrets(std::shared_ptr<HttpConn> c, const Caller& caller, co
                [c, answer = std::move(answer)] { c->Respond(answer.first, "application/json", answer.second); });
   };
   if (selector.empty()) {
-    if (verb == http::verb::get) return ListSecrets(c, caller);
-    if (verb != http::verb::post) return c->RespondError(405, "method not allowed");
+    if (verb == http::Method::kGet) return ListSecrets(c, caller);
+    if (verb != http::Method::kPost) return c->RespondError(405, "method not allowed");
     return ReadJson(c, [this, c, caller, respond](json body) {
       auto req = requests::ParseCreateSecret(body, caller.team);
       if (!req.ok()) return c->RespondError(HttpStatusFor(req.status()), req.status().message());
@@ -69,12 +69,12 @@ void Server::HandleSecrets(std::shared_ptr<HttpConn> c, const Caller& caller, co
       });
     });
   }
-  if (verb == http::verb::get) {
+  if (verb == http::Method::kGet) {
     return asio::post(*workers_, [this, caller, selector, respond] {
       respond(SecretAnswer(secrets_->FindVisible(caller, selector), 200));
     });
   }
-  if (verb == http::verb::delete_) {
+  if (verb == http::Method::kDelete) {
     return asio::post(*workers_, [this, c, caller, selector] {
       Status st = secrets_->DeleteSecret(caller, selector);
       asio::post(c->executor(), [c, st] {
@@ -83,7 +83,7 @@ void Server::HandleSecrets(std::shared_ptr<HttpConn> c, const Caller& caller, co
       });
     });
   }
-  if (verb != http::verb::post) return c->RespondError(405, "method not allowed");
+  if (verb != http::Method::kPost) return c->RespondError(405, "method not allowed");
   ReadJson(c, [this, c, caller, selector, respond](json body) {
     auto req = requests::ParseUpdateSecret(body);
     if (!req.ok()) return c->RespondError(HttpStatusFor(req.status()), req.status().message());

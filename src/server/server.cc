@@ -159,8 +159,19 @@ Status Server::Init() {
   RETURN_IF_ERROR(api_keys_->Reload());
   key_refresher_ = std::make_unique<asio::thread_pool>(1);
   workers_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(1, config_.workers)));
+  HttpLimits limits = config_.limits;
+  if (!limits.log) {
+    limits.log = [](http::LogLevel level, const std::string& msg) {
+      if (level == http::LogLevel::kError)
+        LOG_ERROR("{}", msg);
+      else if (level == http::LogLevel::kWarning)
+        LOG_WARN("{}", msg);
+      else
+        LOG_DEBUG("{}", msg);
+    };
+  }
   listener_ = std::make_unique<HttpListener>(
-      io_, [this](std::shared_ptr<HttpConn> c) { Handle(std::move(c)); }, config_.limits);
+      io_, [this](std::shared_ptr<HttpConn> c) { Handle(std::move(c)); }, std::move(limits));
   RETURN_IF_ERROR(listener_->Listen(config_.listen));
   signals_ = std::make_unique<asio::signal_set>(io_, SIGINT, SIGTERM);
   signals_->async_wait([this](boost::system::error_code ec, int sig) {

@@ -310,7 +310,7 @@ class Server {
 
 // "sandbox.create", "sandbox.kill", ... for a control-plane route (path
 // segments after the optional "v2").
-std::string ControlActionName(const std::vector<std::string>& seg, http::verb verb);
+std::string ControlActionName(const std::vector<std::string>& seg, http::Method verb);
 // The record's trafficAccessToken for a response: the token, or null.
 nlohmann::json TrafficTokenJson(const SandboxRecord& r);
 }  // namespace airlock::server

@@ -1,28 +1,20 @@
-#include "core/http_client.h"
+#include "http/client.h"
 
-#include <sys/socket.h>
-#include <sys/time.h>
-
+#include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
-#include <algorithm>
 #include <cctype>
+#include <cstdlib>
 
-namespace airlock {
+namespace airlock::http {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
-namespace http = beast::http;
+namespace bhttp = beast::http;
 using tcp = asio::ip::tcp;
-
-void SetSocketIoTimeout(int fd, std::chrono::milliseconds timeout) {
-  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
 
 StatusOr<HttpReply> HttpDo(const HttpCall& call) {
   std::string peer = call.host + ":" + std::to_string(call.port);
@@ -32,8 +24,7 @@ StatusOr<HttpReply> HttpDo(const HttpCall& call) {
     stream.expires_after(call.timeout);
     tcp::resolver resolver(io);
     beast::error_code ec;
-    auto results = resolver.resolve(call.host, std::to_string(call.port),
-                                    tcp::resolver::numeric_service, ec);
+    auto results = resolver.resolve(call.host, std::to_string(call.port), tcp::resolver::numeric_service, ec);
     if (ec) return Unavailable("resolve " + peer + ": " + ec.message());
     stream.connect(results, ec);
     if (ec) return Unavailable("connect " + peer + ": " + ec.message());
@@ -41,21 +32,21 @@ StatusOr<HttpReply> HttpDo(const HttpCall& call) {
     // write and read below get socket timeouts, else a guest that is gone
     // (no FIN, no RST from a deleted netns) holds the caller forever.
     SetSocketIoTimeout(stream.socket().native_handle(), call.timeout);
-    http::request<http::string_body> req{http::string_to_verb(call.method), call.target, 11};
-    req.set(http::field::host, peer);
-    req.set(http::field::connection, "close");
+    bhttp::request<bhttp::string_body> req{bhttp::string_to_verb(call.method), call.target, 11};
+    req.set(bhttp::field::host, peer);
+    req.set(bhttp::field::connection, "close");
     for (const auto& [k, v] : call.headers) req.set(k, v);
     req.body() = call.body;
     if (!call.body.empty() || call.method == "POST" || call.method == "PUT") req.prepare_payload();
-    http::write(stream, req, ec);
+    bhttp::write(stream, req, ec);
     if (ec == beast::error::timeout || ec == asio::error::would_block || ec == asio::error::timed_out)
       return DeadlineExceeded("HTTP " + call.method + " " + peer + ": timed out");
     if (ec) return Unavailable("write to " + peer + ": " + ec.message());
     beast::flat_buffer buf;
-    http::response_parser<http::string_body> parser;
+    bhttp::response_parser<bhttp::string_body> parser;
     parser.body_limit(call.max_body);
-    http::read(stream, buf, parser, ec);
-    if (ec == http::error::body_limit) {
+    bhttp::read(stream, buf, parser, ec);
+    if (ec == bhttp::error::body_limit) {
       return ResourceExhausted("response from " + peer + " exceeds " + std::to_string(call.max_body) + " bytes");
     }
     if (ec == beast::error::timeout || ec == asio::error::would_block || ec == asio::error::timed_out)
@@ -92,19 +83,4 @@ StatusOr<std::pair<std::string, uint16_t>> ParseHostPort(std::string address) {
   return std::make_pair(host, static_cast<uint16_t>(port));
 }
 
-std::string UrlEncodeComponent(std::string_view s) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  return out;
-}
-
-}  // namespace airlock
+}  // namespace airlock::http
