@@ -89,7 +89,7 @@ StatusOr<int> DaemonExec(const DaemonTarget& t, const DaemonSandbox& sb, const D
     r.set(http::field::content_type, "application/connect+json");
     r.set("Connect-Protocol-Version", "1");
     r.set("E2b-Sandbox-Id", sb.id);
-    r.set("E2b-Sandbox-Port", "49983");
+    r.set("E2b-Sandbox-Port", std::to_string(kAgentPort));
     r.set("X-Access-Token", sb.token);
     if (!spec.user.empty()) r.set(http::field::authorization, "Basic " + envd::Base64Encode(spec.user + ":"));
     if (spec.timeout_s > 0) r.set("Connect-Timeout-Ms", std::to_string(int64_t{spec.timeout_s} * 1000));

@@ -138,8 +138,16 @@ int RunInSandbox(Manager& manager, const RunOptions& o) {
     std::fprintf(stderr,
                  "airlock: timings ms: create=%.1f (network=%.1f vmm=%.1f agent_ready=%.1f) upload=%.1f "
                  "exec=%.1f download=%.1f destroy=%.1f total=%.1f\n",
-                 create_ms, t.network_ms, t.vmm_start_ms, t.agent_ready_ms, upload_ms, exec_ms, download_ms,
-                 destroy_ms, MsSince(t0));
+                 create_ms, t.network_ms, t.vmm_start_ms, t.agent_ready_ms, upload_ms, exec_ms, download_ms, destroy_ms,
+                 MsSince(t0));
+    // Each bring-up step by its name (core/bring_up.h).
+    std::string steps;
+    for (const auto& s : t.steps) {
+      char one[96];
+      std::snprintf(one, sizeof one, "%s%s=%.1f", steps.empty() ? "" : ", ", s.step.c_str(), s.ms);
+      steps += one;
+    }
+    std::fprintf(stderr, "airlock: bring-up steps ms: %s\n", steps.c_str());
   }
   return finish(code);
 }

@@ -7,13 +7,13 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "common/agent_port.h"
 #include "core/http_client.h"
 #include "envd/proto_json.h"
 
 namespace airlock {
 namespace {
 
-constexpr uint16_t kAgentPort = 49983;
 constexpr size_t kEntropyBytes = 64;
 
 std::string RandomBytes(size_t n) {

@@ -100,7 +100,7 @@ void AddCommonHeaders(Req& req, const AgentEndpoint& ep, const std::string& toke
   if (!token.empty()) req.set("X-Access-Token", token);
   if (!route.empty()) {
     req.set("E2b-Sandbox-Id", route);
-    req.set("E2b-Sandbox-Port", "49983");
+    req.set("E2b-Sandbox-Port", std::to_string(kAgentPort));
   }
 }
 

@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/agent_port.h"
 #include "common/status.h"
 #include "envd/messages.h"
 
@@ -28,7 +29,7 @@ namespace airlock {
 
 struct AgentEndpoint {
   std::string host;  // IPv4 literal
-  uint16_t port = 49983;
+  uint16_t port = kAgentPort;
 };
 
 struct ExecRequest {
@@ -75,7 +76,7 @@ class EnvdClient {
  public:
   explicit EnvdClient(AgentEndpoint endpoint, std::string access_token = "");
   // The endpoint is an airlock daemon's data plane, not the agent: every
-  // request carries E2b-Sandbox-Id: <sandbox_id> and E2b-Sandbox-Port: 49983.
+  // request carries E2b-Sandbox-Id: <sandbox_id> and E2b-Sandbox-Port: kAgentPort.
   static EnvdClient ViaDaemon(AgentEndpoint daemon, const std::string& sandbox_id, std::string access_token);
 
   // GET /health answered 204 within `timeout` (one attempt).

@@ -22,21 +22,15 @@
 
 #include "common/disk_records.h"
 #include "common/log.h"
-#include "core/agent_init.h"
-#include "core/http_client.h"
 #include "core/manager.h"
-#include "core/sandbox_egress.h"
 #include "core/registry.h"
-#include "net/address_pool.h"
-#include "net/sandbox_network.h"
+#include "core/sandbox_egress.h"
 
 namespace airlock {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr uint16_t kAgentPort = 49983;
 constexpr int kMaxForks = 16;
-
 
 std::string JsonField(const std::string& path, const char* field) {
   std::ifstream f(path);
@@ -87,18 +81,22 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
   std::vector<std::thread> threads;
   for (int k = 0; k < count; ++k) {
     auto start_child = [this, k, &out, &parent, &dir] {
-      SnapshotStart st;
-      st.dir = dir;
-      st.source_token = parent->access_token_;
-      st.template_name = parent->template_;
-      st.vcpus = parent->vcpus_;
-      st.memory_mib = parent->memory_mib_;
-      st.detach = parent->detach_;
-      st.env_vars = parent->env_vars_;
-      st.shared_snapshot = dir;
-      st.what = "fork child " + std::to_string(k) + " of " + parent->id_;
-      st.egress_policy = LoadEgressPolicy(parent->run_dir_);  // the parent's, at fork time
-      out[k] = StartFromSnapshot(st);
+      // Its own id, token, network; the parent's shape, env and policy (at
+      // fork time); its disk layered on the checkpoint, shared with siblings.
+      BringUpPlan plan;
+      plan.source = MachineSource::kForkSnapshot;
+      plan.snapshot_dir = dir;
+      plan.shared_snapshot = dir;
+      plan.source_token = parent->access_token_;
+      plan.template_name = parent->template_;
+      plan.vcpus = parent->vcpus_;
+      plan.memory_mib = parent->memory_mib_;
+      plan.detach = parent->detach_;
+      plan.env_vars = parent->env_vars_;
+      plan.egress_policy = LoadEgressPolicy(parent->run_dir_);
+      plan.ready_timeout = std::chrono::seconds(60);
+      plan.what = "fork child " + std::to_string(k) + " of " + parent->id_;
+      out[k] = StartSandbox(std::move(plan));
     };
     // A VMM that is not detached dies with the thread that started it
     // (PR_SET_PDEATHSIG): such children start one after the other here.
@@ -114,87 +112,6 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
   }
   ReleaseSharedSnapshot(dir, nullptr);  // deleted here when no child started
   return out;
-}
-
-StatusOr<std::shared_ptr<Sandbox>> Manager::StartFromSnapshot(const SnapshotStart& st) {
-  std::shared_ptr<Sandbox> sb(new Sandbox());
-  sb->id_ = NewSandboxId();
-  sb->run_dir_ = config_.state_dir + "/run/" + sb->id_;
-  sb->template_ = st.template_name;
-  sb->access_token_ = RandomHex(32);
-  sb->port_limits_ = config_.port_exposure;
-  sb->vcpus_ = st.vcpus;
-  sb->memory_mib_ = st.memory_mib;
-  sb->detach_ = st.detach;
-  sb->env_vars_ = st.env_vars;
-  sb->shared_snapshot_ = st.shared_snapshot;
-  if (::mkdir(sb->run_dir_.c_str(), 0700) != 0) return ErrnoError("mkdir " + sb->run_dir_);
-  WriteOwnerFile(sb->run_dir_);
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    sandboxes_[sb->id_] = sb;
-  }
-  auto fail = [&](Status s) -> Status {
-    LOG_WARN("sandbox={} {} failed: {}", sb->id_, st.what, s.message());
-    (void)sb->Transition(SandboxState::kFailed);
-    (void)Destroy(sb->id_);
-    return s.WithContext(st.what);
-  };
-  auto t0 = std::chrono::steady_clock::now();
-  net::NetworkOptions net_options;
-  net_options.max_exposed_ports = config_.port_exposure.max_ports;
-  if (egress_) net_options.egress = EgressPorts(*egress_);
-  auto network = net::SandboxNetwork::Create(sb->id_, *pool_, net_options);
-  if (!network.ok()) return fail(network.status().WithContext("network"));
-  {
-    std::lock_guard<std::mutex> l(sb->mu_);
-    sb->network_ = std::move(network).value();
-  }
-  if (egress_) {
-    Status eg = ApplyEgressPolicy(*sb->network_, *egress_, sb->id_, st.egress_policy, sb->run_dir_, true);
-    if (!eg.ok()) return fail(eg.WithContext("egress"));
-    sb->egress_ = egress_.get();
-  }
-  sb->timings_.network_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  VmStartRequest req;
-  req.sandbox_id = sb->id_;
-  req.run_dir = sb->run_dir_ + "/vm";
-  req.vcpus = sb->vcpus_;
-  req.memory_mib = sb->memory_mib_;
-  req.netns_fd = sb->network_->netns_fd();
-  req.tap = sb->network_->tap_name();
-  req.detach = sb->detach_;
-  auto vm = runtime_->Restore(req, st.dir, SnapshotDisk::kShared);
-  if (!vm.ok()) return fail(vm.status());
-  VmInstance* raw = vm->get();
-  Status lease = pool_->Adopt(sb->network_->lease(), raw->pid());
-  {
-    std::lock_guard<std::mutex> l(sb->mu_);
-    sb->vm_ = std::move(vm).value();
-  }
-  if (!lease.ok()) return fail(lease.WithContext("lease"));
-  sb->timings_.vmm_start_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() -
-                              sb->timings_.network_ms;
-  auto t3 = std::chrono::steady_clock::now();
-  const std::string ip = sb->network_->netns_ip();
-  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, st.source_token);
-  Status ready = sb->agent_->WaitReady(std::chrono::steady_clock::now() + std::chrono::seconds(60), [raw]() {
-    return raw->alive() ? OkStatus() : Unavailable("the VMM exited: " + raw->ConsoleTail());
-  });
-  if (!ready.ok()) return fail(ready.WithContext("agent"));
-  // Rotates the copied agent's token (it holds the source's) and makes it fresh.
-  std::optional<std::map<std::string, std::string>> envs;
-  if (!st.env_vars.empty()) envs = st.env_vars;
-  Status init = PostAgentInit({ip, st.source_token, sb->access_token_, envs, sb->id_});
-  if (!init.ok()) return fail(init.WithContext("init agent"));
-  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, sb->access_token_);
-  sb->timings_.agent_ready_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t3).count();
-  sb->timings_.total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  sb->timings_.from_snapshot = true;
-  if (Status s = sb->Transition(SandboxState::kRunning); !s.ok()) return fail(s);
-  LOG_INFO("sandbox={} started from snapshot {} ({}) total_ms={:.0f}", sb->id_, st.dir, st.what, sb->timings_.total_ms);
-  return sb;
 }
 
 void Manager::ReleaseSharedSnapshot(const std::string& dir, const Sandbox* except) {

@@ -1,27 +1,29 @@
 #include "core/manager.h"
 
-#include <utility>
-
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
-#include <dirent.h>
 #include <fstream>
 #include <random>
+#include <utility>
 
+#include "common/agent_port.h"
 #include "common/log.h"
 #include "core/adopted_vm.h"
 #include "core/agent_init.h"
 #include "core/http_client.h"
 #include "core/registry.h"
-#include "image/image.h"
-#include "net/sandbox_network.h"
 #include "core/sandbox_egress.h"
+#include "image/image.h"
 #include "net/address_pool.h"
 #include "net/names.h"
+#include "net/sandbox_network.h"
 #include "runtime/registry.h"
 
 namespace airlock {
@@ -29,12 +31,6 @@ namespace airlock {
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr uint16_t kAgentPort = 49983;  // envd's port (spec §2.1)
-
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 Status JoinErrors(const std::vector<Status>& errors) {
   std::string msg;
@@ -49,11 +45,13 @@ Status JoinErrors(const std::vector<Status>& errors) {
 
 }  // namespace
 
-void Manager::WriteOwnerFile(const std::string& run_dir) const {
+void WriteRunDirOwner(const std::string& run_dir, const std::string& registry) {
   if (FILE* f = std::fopen((run_dir + "/owner").c_str(), "w")) {
     std::fprintf(f, "%d\n", ::getpid());
-    if (!config_.owner.empty()) std::fprintf(f, "registry %s\n", config_.owner.c_str());
+    if (!registry.empty()) std::fprintf(f, "registry %s\n", registry.c_str());
     std::fclose(f);
+  } else {
+    LOG_WARN("write {}/owner: {}", run_dir, std::strerror(errno));
   }
 }
 
@@ -141,18 +139,26 @@ Status Sandbox::Transition(SandboxState to) {
   return OkStatus();
 }
 
-Status Sandbox::TearDown() {
-  std::vector<Status> errors;
+Status Sandbox::DestroyVm() {
   std::unique_ptr<VmInstance> vm;
-  std::unique_ptr<net::SandboxNetwork> network;
   {
     std::lock_guard<std::mutex> l(mu_);
     vm = std::move(vm_);
-    network = std::move(network_);
   }
-  // Wake whoever is blocked on the agent: once the netns is gone its TCP
-  // connections would never see a reset.
-  if (agent_) agent_->CancelAll();
+  return vm ? vm->Destroy().WithContext("destroy VMM") : OkStatus();
+}
+
+Status Sandbox::DestroyNetwork() {
+  std::unique_ptr<net::SandboxNetwork> network;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    network = std::move(network_);
+    exposed_ports_.clear();
+  }
+  return network ? network->Destroy().WithContext("destroy network") : OkStatus();
+}
+
+void Sandbox::DetachEgress() {
   // Once: a second TearDown (the destructor after Destroy) may outlive the
   // Manager and its egress service.
   egress::EgressService* egress = nullptr;
@@ -161,15 +167,22 @@ Status Sandbox::TearDown() {
     egress = std::exchange(egress_, nullptr);
   }
   if (egress) egress->RemoveSandbox(id_);
+}
+
+Status Sandbox::RemoveRunDir() {
+  if (run_dir_.empty()) return OkStatus();
+  std::error_code ec;
+  fs::remove_all(run_dir_, ec);
+  return ec ? Internal("remove " + run_dir_ + ": " + ec.message()) : OkStatus();
+}
+
+Status Sandbox::TearDown() {
+  // Wake whoever is blocked on the agent: once the netns is gone its TCP
+  // connections would never see a reset.
+  if (agent_) agent_->CancelAll();
+  DetachEgress();
   // Order matters: the VMM holds the tap inside the netns.
-  if (vm) errors.push_back(vm->Destroy().WithContext("destroy VMM"));
-  if (network) errors.push_back(network->Destroy().WithContext("destroy network"));
-  if (!run_dir_.empty()) {
-    std::error_code ec;
-    fs::remove_all(run_dir_, ec);
-    if (ec) errors.push_back(Internal("remove " + run_dir_ + ": " + ec.message()));
-  }
-  return JoinErrors(errors);
+  return JoinErrors({DestroyVm(), DestroyNetwork(), RemoveRunDir()});
 }
 
 // ---- Manager ----
@@ -188,9 +201,9 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   // Root's only: no other uid (a VMM's included) lists or enters sandboxes' run dirs.
   if (!ec) ::chmod((m->config_.state_dir + "/run").c_str(), 0700);
   if (ec) {
-    return Status(StatusCode::kFailedPrecondition,
-                  "cannot create state directory " + m->config_.state_dir + ": " + ec.message() +
-                      " (run as root, or pass --state-dir / AIRLOCK_STATE_DIR)");
+    return Status(StatusCode::kFailedPrecondition, "cannot create state directory " + m->config_.state_dir + ": " +
+                                                       ec.message() +
+                                                       " (run as root, or pass --state-dir / AIRLOCK_STATE_DIR)");
   }
   ASSIGN_OR_RETURN(auto pool,
                    net::AddressPool::Create(m->config_.lease_root, m->config_.address_pool, m->config_.owner));
@@ -290,7 +303,7 @@ void Manager::CleanupOrphans(const std::set<std::string>& adopted) {
     const std::string run_dir = e.path().string();
     if (adopted.count(id)) continue;
     RunDirOwner o = ReadRunDirOwner(run_dir);
-    if (o.pid > 0 && ::kill(o.pid, 0) == 0) continue;                   // its owner still runs
+    if (o.pid > 0 && ::kill(o.pid, 0) == 0) continue;                  // its owner still runs
     if (!o.registry.empty() && o.registry != config_.owner) continue;  // another daemon's
     ReapStaleGuest(id, run_dir, o.pid);
     std::error_code rm;
@@ -306,17 +319,17 @@ void Manager::CleanupOrphans(const std::set<std::string>& adopted) {
 }
 
 std::shared_ptr<Sandbox> Manager::AdoptedSandbox(const AdoptRequest& r) {
-  std::shared_ptr<Sandbox> sb(new Sandbox());
-  sb->id_ = r.id;
-  sb->run_dir_ = config_.state_dir + "/run/" + r.id;
-  sb->template_ = r.template_name;
-  sb->access_token_ = r.access_token;
-  sb->port_limits_ = config_.port_exposure;
-  sb->vcpus_ = r.vcpus;
-  sb->memory_mib_ = r.memory_mib;
-  sb->detach_ = true;
-  sb->env_vars_ = r.env_vars;
-  return sb;
+  // The identity and shape of a plan, without its bring-up (the caller
+  // attaches what is still running).
+  BringUpPlan plan;
+  plan.id = r.id;
+  plan.template_name = r.template_name;
+  plan.access_token = r.access_token;
+  plan.vcpus = r.vcpus;
+  plan.memory_mib = r.memory_mib;
+  plan.detach = true;
+  plan.env_vars = r.env_vars;
+  return SandboxFor(plan);
 }
 
 StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
@@ -341,15 +354,17 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
   }
   sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{sb->network_->netns_ip(), kAgentPort}, r.access_token);
   sb->released_ = false;  // from here on, a failure tears it all down
-  Status health = sb->agent_->WaitReady(std::chrono::steady_clock::now() + std::chrono::seconds(5),
-                                        [] { return OkStatus(); });
+  Status health =
+      sb->agent_->WaitReady(std::chrono::steady_clock::now() + std::chrono::seconds(5), [] { return OkStatus(); });
   if (!health.ok()) return health.WithContext("agent");
-  WriteOwnerFile(sb->run_dir_);
+  WriteRunDirOwner(sb->run_dir_, config_.owner);
   if (egress_) {
     // The policy kept in the run dir (deny-all without it).
     Status st = ApplyEgressPolicy(*sb->network_, *egress_, r.id, LoadEgressPolicy(sb->run_dir_), "", true);
-    if (st.ok()) sb->egress_ = egress_.get();
-    else LOG_WARN("sandbox={} egress not restored (guest reaches nothing): {}", r.id, st.message());
+    if (st.ok())
+      sb->egress_ = egress_.get();
+    else
+      LOG_WARN("sandbox={} egress not restored (guest reaches nothing): {}", r.id, st.message());
   }
   sb->state_ = SandboxState::kRunning;
   return sb;
@@ -416,108 +431,27 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   }
   if (!img.ok()) return img.status();
 
-  std::shared_ptr<Sandbox> sb(new Sandbox());
-  sb->id_ = NewSandboxId();
-  sb->run_dir_ = config_.state_dir + "/run/" + sb->id_;
-  sb->template_ = options.template_name;
-  sb->access_token_ = options.access_token.empty() ? RandomHex(32) : options.access_token;
-  sb->port_limits_ = config_.port_exposure;
-  sb->vcpus_ = options.vcpus;
-  sb->memory_mib_ = options.memory_mib;
-  sb->detach_ = options.detach;
-  sb->env_vars_ = options.env_vars;
-  if (::mkdir(sb->run_dir_.c_str(), 0700) != 0) return ErrnoError("mkdir " + sb->run_dir_);
-  WriteOwnerFile(sb->run_dir_);
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    sandboxes_[sb->id_] = sb;
-  }
-  auto fail = [&](Status s) -> Status {
-    (void)sb->Transition(SandboxState::kFailed);
-    (void)Destroy(sb->id_);
-    return s;
-  };
-
-  // 1. network
-  auto t1 = std::chrono::steady_clock::now();
-  net::NetworkOptions net_options;
-  net_options.max_exposed_ports = config_.port_exposure.max_ports;
-  if (egress_) net_options.egress = EgressPorts(*egress_);
-  auto network = net::SandboxNetwork::Create(sb->id_, *pool_, net_options);
-  if (!network.ok()) return fail(network.status().WithContext("network"));
-  sb->timings_.network_ms = MsSince(t1);
-  {
-    std::lock_guard<std::mutex> l(sb->mu_);
-    sb->network_ = std::move(network).value();
-  }
-  if (egress_) {
-    Status st = ApplyEgressPolicy(*sb->network_, *egress_, sb->id_, options.egress_policy, sb->run_dir_, true,
-                                  options.egress_limits);
-    if (!st.ok()) return fail(st.WithContext("egress"));
-    sb->egress_ = egress_.get();
-  }
-  // 2. disk overlay + VMM
-  auto t2 = std::chrono::steady_clock::now();
-  VmStartRequest req;
-  req.sandbox_id = sb->id_;
-  req.kernel = img->kernel;
-  req.initrd = img->initrd;
-  req.rootfs = img->rootfs;
-  req.run_dir = sb->run_dir_ + "/vm";
-  req.vcpus = options.vcpus;
-  req.memory_mib = options.memory_mib;
-  req.netns_fd = sb->network_->netns_fd();
-  req.tap = sb->network_->tap_name();
-  req.detach = options.detach;
-  // From the template's snapshot when there is one (restore: ~0.3-0.7 s
-  // under TCG), else a cold boot; a failed restore falls back to the boot.
-  StatusOr<std::unique_ptr<VmInstance>> vm = Unavailable("no template snapshot");
+  BringUpPlan plan;
+  plan.access_token = options.access_token;
+  plan.template_name = options.template_name;
+  plan.vcpus = options.vcpus;
+  plan.memory_mib = options.memory_mib;
+  plan.egress_policy = options.egress_policy;
+  plan.egress_limits = options.egress_limits;
+  plan.env_vars = options.env_vars;
+  plan.detach = options.detach;
+  plan.ready_timeout = options.ready_timeout;
+  plan.image = *img;
+  // From the template's snapshot when there is one, else a cold boot.
+  plan.source = MachineSource::kColdBoot;
   if (config_.template_snapshots) {
     auto tdir = TemplateSnapshotDir(*img, options.vcpus, options.memory_mib);
     if (tdir.ok() && TemplateSnapshotUsable(*tdir)) {
-      vm = runtime_->Restore(req, *tdir, SnapshotDisk::kShared);
-      if (vm.ok()) sb->timings_.from_snapshot = true;
-      else LOG_WARN("sandbox={} restore of template snapshot failed, cold boot: {}", sb->id_, vm.status().message());
+      plan.source = MachineSource::kTemplateSnapshot;
+      plan.snapshot_dir = *tdir;
     }
   }
-  if (!vm.ok()) vm = runtime_->Start(req);
-  if (!vm.ok()) return fail(vm.status().WithContext("start VMM"));
-  sb->timings_.vmm_start_ms = MsSince(t2);
-  VmInstance* vm_raw = vm->get();
-  // The VMM owns the lease from now on: it outlives a daemon killed with -9,
-  // and while it lives no other airlock process reclaims the sandbox's network.
-  if (Status st = pool_->Adopt(sb->network_->lease(), vm_raw->pid()); !st.ok()) return fail(st.WithContext("lease"));
-  {
-    std::lock_guard<std::mutex> l(sb->mu_);
-    sb->vm_ = std::move(vm).value();
-  }
-  // 3. agent ready
-  auto t3 = std::chrono::steady_clock::now();
-  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{sb->network_->netns_ip(), kAgentPort});
-  Status ready = sb->agent_->WaitReady(t3 + options.ready_timeout, [&]() -> Status {
-    if (!vm_raw->alive()) return Unavailable("the VMM exited during boot; console:\n" + vm_raw->ConsoleTail());
-    return OkStatus();
-  });
-  if (!ready.ok()) {
-    std::string tail = vm_raw->ConsoleTail();
-    if (ready.code() == StatusCode::kDeadlineExceeded && !tail.empty()) {
-      ready = Status(ready.code(), ready.message() + "; console:\n" + tail);
-    }
-    return fail(ready.WithContext("sandbox " + sb->id_));
-  }
-  // 4. token + sandbox-wide env (POST /init); from now on the agent wants the token.
-  // A guest restored from a template snapshot shares the template VM's RNG
-  // state and hostname until told otherwise (docs/snapshots.md).
-  Status init = PostAgentInit(
-      {sb->network_->netns_ip(), "", sb->access_token_, options.env_vars, sb->id_});
-  if (!init.ok()) return fail(init.WithContext("sandbox " + sb->id_ + ": init agent"));
-  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{sb->network_->netns_ip(), kAgentPort}, sb->access_token_);
-  sb->timings_.agent_ready_ms = MsSince(t3);
-  if (Status st = sb->Transition(SandboxState::kRunning); !st.ok()) return fail(st);
-  sb->timings_.total_ms = MsSince(t0);
-  LOG_INFO("sandbox={} running network_ms={:.1f} vmm_ms={:.1f} ready_ms={:.1f} from_snapshot={}", sb->id_,
-           sb->timings_.network_ms, sb->timings_.vmm_start_ms, sb->timings_.agent_ready_ms, sb->timings_.from_snapshot);
-  return sb;
+  return StartSandbox(std::move(plan), t0);
 }
 
 Status Manager::Destroy(const std::string& id) {

@@ -1,6 +1,6 @@
-// The in-process sandbox manager: the single owner of sandbox state. It
-// creates a sandbox as a checklist of steps (network → disk overlay + VMM →
-// agent ready), each undone if a later step fails, and destroys it leaving
+// The in-process sandbox manager: the single owner of sandbox state. Every
+// bring-up (create, start from a snapshot, resume) is one checklist of named
+// steps, each undone if a later step fails (core/bring_up.h); destroy leaves
 // nothing behind (VMM, netns, veth, tap, overlay, sockets, run dir).
 //
 // `airlock run` uses it directly; the daemon (src/server) wraps the same
@@ -17,13 +17,14 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <set>
-#include <vector>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
+#include "core/bring_up.h"
 #include "core/envd_client.h"
 #include "runtime/options.h"
 #include "runtime/runtime.h"
@@ -62,11 +63,11 @@ struct ManagerConfig {
   // Egress (docs/network.md): airlock's resolver + proxy for every sandbox.
   // Off, or when it cannot start: guests reach nothing at all.
   bool egress = true;
-  std::string upstream_dns;  // "ip[:port]"; empty: the host's /etc/resolv.conf
-  egress::AuditSink egress_audit_sink;  // every egress decision (JSON)
-  egress::EgressLimits egress_limits;   // default per-sandbox limits
+  std::string upstream_dns;                                      // "ip[:port]"; empty: the host's /etc/resolv.conf
+  egress::AuditSink egress_audit_sink;                           // every egress decision (JSON)
+  egress::EgressLimits egress_limits;                            // default per-sandbox limits
   std::shared_ptr<egress::RequestBroker> egress_request_broker;  // brokered secrets; null: none
-  std::string egress_upstream_ca_file;  // extra trust for intercepted HTTPS upstreams
+  std::string egress_upstream_ca_file;                           // extra trust for intercepted HTTPS upstreams
   // Create restores the template's snapshot when one exists for the image and
   // machine shape (EnsureTemplateSnapshot makes it); else it cold boots.
   bool template_snapshots = false;
@@ -92,11 +93,14 @@ struct RunDirOwner {
   std::string registry;
 };
 RunDirOwner ReadRunDirOwner(const std::string& run_dir);
+// Writes <run_dir>/owner: this process's pid and `registry` (the one place
+// that writes it; a failure is logged).
+void WriteRunDirOwner(const std::string& run_dir, const std::string& registry);
 
 struct CreateOptions {
   std::string template_name = "base";
-  int vcpus = 1;          // 1..64
-  int memory_mib = 512;   // 128..65536
+  int vcpus = 1;         // 1..64
+  int memory_mib = 512;  // 128..65536
   // Bound on cold boot to agent-ready (TCG boots take seconds, KVM far less).
   std::chrono::milliseconds ready_timeout{std::chrono::seconds(120)};
   // Sandbox-wide environment of every process (agent /init envVars).
@@ -145,20 +149,22 @@ struct ResumeResult {
   double total_ms = 0;
 };
 
-// Where the time of a create went, in milliseconds.
+// Where the time of a create went, in milliseconds: every bring-up step that
+// ran, in order (bring_up.h), and the sums the CLI prints.
 struct CreateTimings {
-  double network_ms = 0;
-  double vmm_start_ms = 0;
-  double agent_ready_ms = 0;
-  double total_ms = 0;
-  bool from_snapshot = false;  // restored from the template snapshot (else cold boot)
+  double network_ms = 0;       // step "network"
+  double vmm_start_ms = 0;     // step "vmm"
+  double agent_ready_ms = 0;   // steps "agent ready" + "agent init"
+  double total_ms = 0;         // from the request (image look-up included)
+  bool from_snapshot = false;  // restored from a snapshot (else cold boot)
+  std::vector<StepTiming> steps;
 };
 
 // A named snapshot (named_snapshots.cc).
 struct NamedSnapshotInfo {
   std::string snapshot_id;  // "snap-<16 hex>"
   std::vector<std::string> names;
-  std::string sandbox_id;   // the source
+  std::string sandbox_id;  // the source
   int64_t created_at_ms = 0;
   std::string dir;
 };
@@ -180,7 +186,7 @@ class Sandbox {
   std::string netns_ip() const;
   // Makes guest TCP `port` reachable at netns_ip():port (idempotent; one
   // netlink batch for a new port, nothing for a known one). The agent port
-  // (49983) is always reachable. Errors: FailedPrecondition when the
+  // (kAgentPort) is always reachable. Errors: FailedPrecondition when the
   // sandbox already has PortExposureLimits::max_ports ports (or no network);
   // ResourceExhausted when new ports come faster than the limit allows
   // (*retry_after_s, if given, says when one is allowed again); Internal
@@ -198,6 +204,12 @@ class Sandbox {
   // Pause/resume (snapshots.cc): stops the VMM and removes the network, keeping
   // identity, token, run dir and snapshot.
   Status StopRuntime();
+  // The pieces of TearDown and StopRuntime, also the bring-up's undos; each
+  // is idempotent (nothing to do: OK).
+  Status DestroyVm();
+  Status DestroyNetwork();  // and forgets the exposed ports
+  void DetachEgress();      // the egress service forgets the sandbox
+  Status RemoveRunDir();
 
   std::string id_;
   std::string run_dir_;
@@ -214,8 +226,8 @@ class Sandbox {
   // The fork snapshot whose disk this sandbox's disk is layered on (shared
   // with its siblings; deleted with the last of them). Empty otherwise.
   std::string shared_snapshot_;
-  bool memory_snapshot_ = true;   // the pause snapshot has memory (false: reboot on resume)
-  std::string snapshot_dir_;      // committed pause snapshot while paused
+  bool memory_snapshot_ = true;  // the pause snapshot has memory (false: reboot on resume)
+  std::string snapshot_dir_;     // committed pause snapshot while paused
   // Serialises pause, resume and destroy of this sandbox.
   std::mutex op_mu_;
   bool released_ = false;
@@ -236,8 +248,7 @@ class Manager {
   // alive and its command line names the sandbox's run dir) and whose agent
   // answers is taken over (network via SandboxNetwork::Adopt); the others
   // are cleaned up fully (VMM, netns, run dir, lease). Get(id) tells which.
-  static StatusOr<std::unique_ptr<Manager>> Open(ManagerConfig config,
-                                                 const std::vector<AdoptRequest>& adopt = {});
+  static StatusOr<std::unique_ptr<Manager>> Open(ManagerConfig config, const std::vector<AdoptRequest>& adopt = {});
   ~Manager();  // destroys every sandbox it still owns (none after ReleaseAll)
 
   StatusOr<std::shared_ptr<Sandbox>> Create(const CreateOptions& options);
@@ -310,8 +321,18 @@ class Manager {
 
  private:
   Manager() = default;
-  // Writes <run_dir>/owner: this process's pid and config_.owner.
-  void WriteOwnerFile(const std::string& run_dir) const;
+  // A Sandbox object with `plan`'s identity and shape (nothing brought up yet).
+  std::shared_ptr<Sandbox> SandboxFor(const BringUpPlan& plan) const;
+  // One bring-up (bring_up.cc): runs `plan`'s steps on `sb`. On failure
+  // every step done is undone, newest first, and the error reads
+  // "<plan.what>: <step>: <cause>"; sb's state is left to the caller.
+  // *timings: what each step took.
+  Status BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* timings);
+  // A new sandbox from `plan` (any source but kPausedSandbox; empty id and
+  // token: new ones), listed while it comes up. On failure it is destroyed
+  // (failed → killed) and nothing is left behind.
+  StatusOr<std::shared_ptr<Sandbox>> StartSandbox(
+      BringUpPlan plan, std::chrono::steady_clock::time_point requested_at = std::chrono::steady_clock::now());
   // Start-up: destroys what this owner (or a dead in-process run) left on the
   // host that no adopted sandbox accounts for: VMMs, run dirs, address
   // leases, netns and links, cgroups (manager.cc).
@@ -323,7 +344,7 @@ class Manager {
   std::shared_ptr<Sandbox> AdoptedSandbox(const AdoptRequest& r);
   StatusOr<std::shared_ptr<Sandbox>> AdoptOne(const AdoptRequest& r);
   bool TemplateSnapshotUsable(const std::string& dir) const;
-  std::mutex template_mu_;  // one template snapshot build at a time
+  std::mutex template_mu_;                   // one template snapshot build at a time
   std::set<std::string> template_failed_;    // dirs whose build failed: not retried (guarded by template_mu_)
   std::set<std::string> forks_in_progress_;  // fork snapshot dirs (guarded by mu_)
   // A paused sandbox of a previous daemon (snapshots.cc).
@@ -340,17 +361,6 @@ class Manager {
   // snapshot manifest names a file inside them (an overlay layered on its
   // disk) (template_snapshots.cc).
   void SweepTemplateSnapshots();
-  // Starts one sandbox from a snapshot whose agent holds `source_token`
-  // (fork.cc): own network, CoW overlay, /init with a new token, hostname,
-  // time, entropy (and env vars). Failure leaves nothing behind.
-  struct SnapshotStart {
-    std::string dir, source_token, template_name, shared_snapshot, what;
-    int vcpus = 1, memory_mib = 512;
-    bool detach = false;
-    std::map<std::string, std::string> env_vars;
-    egress::EgressPolicy egress_policy;  // default: deny everything
-  };
-  StatusOr<std::shared_ptr<Sandbox>> StartFromSnapshot(const SnapshotStart& start);
   StatusOr<std::shared_ptr<Sandbox>> CreateFromNamedSnapshot(const std::string& dir, const CreateOptions& options);
   // Deletes a fork snapshot once no sandbox other than `except` uses it (fork.cc).
   void ReleaseSharedSnapshot(const std::string& dir, const Sandbox* except);
@@ -379,5 +389,11 @@ class Manager {
 
 // A new random sandbox id: 20 lowercase alphanumerics (E2B's shape).
 std::string NewSandboxId();
+
+// The VMM request of a sandbox on `network` (bring_up.cc): run dir
+// <run_dir>/vm, the machine shape, the netns and tap; the caller adds the
+// image for a boot.
+VmStartRequest VmStartRequestFor(const std::string& id, const std::string& run_dir, int vcpus, int memory_mib,
+                                 const net::SandboxNetwork& network, bool detach);
 
 }  // namespace airlock

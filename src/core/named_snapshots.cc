@@ -172,23 +172,25 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::CreateFromNamedSnapshot(const std::s
                                                                     const CreateOptions& options) {
   ASSIGN_OR_RETURN(auto j, ReadInfo(dir));
   ASSIGN_OR_RETURN(auto m, runtime_->snapshots().Read(dir));
-  SnapshotStart st;
-  st.dir = dir;
-  st.source_token = j.value("sourceToken", "");
-  st.template_name = j.value("snapshotID", options.template_name);
-  st.shared_snapshot = dir;
-  st.vcpus = m.vcpus;  // the snapshot's machine shape, whatever the defaults
-  st.memory_mib = m.memory_mib;
-  st.detach = options.detach;
+  BringUpPlan plan;
+  plan.source = MachineSource::kNamedSnapshot;
+  plan.snapshot_dir = dir;
+  plan.shared_snapshot = dir;
+  plan.source_token = j.value("sourceToken", "");
+  plan.template_name = j.value("snapshotID", options.template_name);
+  plan.vcpus = m.vcpus;  // the snapshot's machine shape, whatever the defaults
+  plan.memory_mib = m.memory_mib;
+  plan.detach = options.detach;
   if (j.contains("envVars") && j["envVars"].is_object()) {
     for (auto& [k, v] : j["envVars"].items()) {
-      if (v.is_string()) st.env_vars[k] = v.get<std::string>();
+      if (v.is_string()) plan.env_vars[k] = v.get<std::string>();
     }
   }
-  for (auto& [k, v] : options.env_vars) st.env_vars[k] = v;
-  st.what = "create from snapshot " + st.template_name;
-  st.egress_policy = options.egress_policy;
-  return StartFromSnapshot(st);
+  for (auto& [k, v] : options.env_vars) plan.env_vars[k] = v;
+  plan.egress_policy = options.egress_policy;
+  plan.ready_timeout = std::chrono::seconds(60);
+  plan.what = "create from snapshot " + plan.template_name;
+  return StartSandbox(std::move(plan));
 }
 
 }  // namespace airlock

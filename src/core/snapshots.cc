@@ -9,7 +9,6 @@
 //         entropy) ─▶ running ─▶ <id> deleted.
 // A failure in pause leaves the sandbox running; in resume, paused.
 #include <fcntl.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -18,20 +17,15 @@
 
 #include "common/log.h"
 #include "core/adopted_vm.h"
-#include "core/agent_init.h"
 #include "core/http_client.h"
 #include "core/manager.h"
 #include "core/sandbox_egress.h"
-#include "envd/proto_json.h"
-#include "net/address_pool.h"
 #include "net/names.h"
 #include "net/sandbox_network.h"
 
 namespace airlock {
 namespace fs = std::filesystem;
 namespace {
-
-constexpr uint16_t kAgentPort = 49983;
 
 double MsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -48,36 +42,18 @@ Status FsyncDir(const std::string& dir) {
 
 }  // namespace
 
-
 std::string Sandbox::snapshot_dir() const {
   std::lock_guard<std::mutex> l(mu_);
   return snapshot_dir_;
 }
 
 Status Sandbox::StopRuntime() {
-  std::unique_ptr<VmInstance> vm;
-  std::unique_ptr<net::SandboxNetwork> network;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    vm = std::move(vm_);
-    network = std::move(network_);
-    exposed_ports_.clear();
-  }
   if (agent_) agent_->CancelAll();
   // The policy stays in <run_dir>/egress.json; Resume registers it again.
-  egress::EgressService* egress = nullptr;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    egress = std::exchange(egress_, nullptr);
-  }
-  if (egress) egress->RemoveSandbox(id_);
-  Status st;
-  if (vm) st = vm->Destroy().WithContext("destroy VMM");
-  if (network) {
-    Status n = network->Destroy().WithContext("destroy network");
-    if (st.ok()) st = n;
-  }
-  return st;
+  DetachEgress();
+  Status st = DestroyVm();
+  Status n = DestroyNetwork();
+  return st.ok() ? n : st;
 }
 
 StatusOr<PauseResult> Manager::Pause(const std::string& id, const PauseOptions& options) {
@@ -164,98 +140,42 @@ StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milli
   SandboxState state = sb->state();
   if (state == SandboxState::kRunning) return result;
   RETURN_IF_ERROR(sb->Transition(SandboxState::kResuming));
-  std::string dir;
-  bool memory = true;
+  // The same identity, shape and network policy (kept in the run dir) as
+  // before the pause; the machine from its pause snapshot.
+  BringUpPlan plan;
+  plan.source = MachineSource::kPausedSandbox;
   {
     std::lock_guard<std::mutex> l(sb->mu_);
-    dir = sb->snapshot_dir_;
-    memory = sb->memory_snapshot_;
+    plan.snapshot_dir = sb->snapshot_dir_;
+    plan.snapshot_memory = sb->memory_snapshot_;
   }
-  auto back_to_paused = [&](Status s) -> Status {
-    (void)sb->StopRuntime();
+  plan.id = id;
+  plan.access_token = sb->access_token_;
+  plan.template_name = sb->template_;
+  plan.owner = config_.owner;
+  plan.vcpus = sb->vcpus_;
+  plan.memory_mib = sb->memory_mib_;
+  plan.egress_policy = LoadEgressPolicy(sb->run_dir_);
+  plan.env_vars = sb->env_vars_;
+  plan.detach = sb->detach_;
+  plan.ready_timeout = ready_timeout;
+  plan.what = "resume " + id;
+  Status st = plan.snapshot_dir.empty() ? FailedPrecondition("no pause snapshot").WithContext(plan.what) : OkStatus();
+  CreateTimings timings;
+  if (st.ok()) st = BringUp(*sb, plan, &timings);
+  if (!st.ok()) {
     (void)sb->Transition(SandboxState::kPaused);
-    LOG_WARN("sandbox={} resume failed, still paused: {}", id, s.message());
-    return s.WithContext("resume " + id);
-  };
-  if (dir.empty()) return back_to_paused(FailedPrecondition("no pause snapshot"));
-  std::error_code ec;
-  fs::create_directories(sb->run_dir_, ec);
-  WriteOwnerFile(sb->run_dir_);
-  fs::remove_all(sb->run_dir_ + "/vm", ec);
-
-  net::NetworkOptions net_options;
-  net_options.max_exposed_ports = config_.port_exposure.max_ports;
-  if (egress_) net_options.egress = EgressPorts(*egress_);
-  auto network = net::SandboxNetwork::Create(id, *pool_, net_options);
-  if (!network.ok() && network.status().code() == StatusCode::kAlreadyExists) {
-    // A daemon killed -9 after committing the pause but before stopping the
-    // guest leaves its VMM and network behind; the snapshot is complete, so
-    // they go, and the resume starts afresh.
-    LOG_WARN("sandbox={} resume: a stale guest of the paused sandbox is still up ({}): reaping it", id,
-             network.status().message());
-    ReapStaleGuest(id, sb->run_dir_, -1);
-    network = net::SandboxNetwork::Create(id, *pool_, net_options);
+    LOG_WARN("sandbox={} resume failed, still paused: {}", id, st.message());
+    return st;
   }
-  if (!network.ok()) return back_to_paused(network.status().WithContext("network"));
-  {
-    std::lock_guard<std::mutex> l(sb->mu_);
-    sb->network_ = std::move(network).value();
-  }
-  // The same network policy as before the pause (kept in the run dir).
-  if (egress_) {
-    Status st = ApplyEgressPolicy(*sb->network_, *egress_, id, LoadEgressPolicy(sb->run_dir_), sb->run_dir_, true);
-    if (!st.ok()) return back_to_paused(st.WithContext("egress"));
-    sb->egress_ = egress_.get();
-  }
-  VmStartRequest req;
-  req.sandbox_id = id;
-  req.run_dir = sb->run_dir_ + "/vm";
-  req.vcpus = sb->vcpus_;
-  req.memory_mib = sb->memory_mib_;
-  req.netns_fd = sb->network_->netns_fd();
-  req.tap = sb->network_->tap_name();
-  req.detach = sb->detach_;
-  auto vm = runtime_->Restore(req, dir, SnapshotDisk::kPrivateCopy, memory);
-  if (!vm.ok()) return back_to_paused(vm.status());
-  VmInstance* vm_raw = vm->get();
-  if (Status st = pool_->Adopt(sb->network_->lease(), vm_raw->pid()); !st.ok()) {
-    (void)(*vm)->Destroy();
-    return back_to_paused(st.WithContext("lease"));
-  }
-  {
-    std::lock_guard<std::mutex> l(sb->mu_);
-    sb->vm_ = std::move(vm).value();
-  }
-  const std::string ip = sb->network_->netns_ip();
-  // A fresh agent (cold resume) answers without a token until /init sets it.
-  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, memory ? sb->access_token_ : "");
-  Status ready = sb->agent_->WaitReady(std::chrono::steady_clock::now() + ready_timeout, [&]() -> Status {
-    if (!vm_raw->alive()) return Unavailable("the VMM exited during resume; console:\n" + vm_raw->ConsoleTail());
-    return OkStatus();
-  });
-  if (!ready.ok()) return back_to_paused(ready.WithContext("agent"));
-  // The guest's clock and RNG are the snapshot's: send the time and fresh
-  // entropy (and, after a cold resume, the token and env vars a fresh agent
-  // does not have yet).
-  AgentInitRequest init_request{ip, sb->access_token_, std::nullopt, std::nullopt, ""};
-  if (!memory) {
-    init_request.access_token = sb->access_token_;
-    init_request.env_vars = sb->env_vars_;
-  }
-  Status init = PostAgentInit(init_request);
-  if (!init.ok()) return back_to_paused(init.WithContext("init agent"));
-  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, sb->access_token_);
-  {
-    std::lock_guard<std::mutex> l(sb->mu_);
-    sb->snapshot_dir_.clear();
-  }
-  RETURN_IF_ERROR(sb->Transition(SandboxState::kRunning));
   // The VM runs on a private copy of the snapshot's disk: the snapshot is no
   // longer needed.
-  if (Status s = runtime_->snapshots().Delete(dir); !s.ok()) LOG_WARN("sandbox={} delete pause snapshot: {}", id, s.message());
+  if (Status s = runtime_->snapshots().Delete(plan.snapshot_dir); !s.ok()) {
+    LOG_WARN("sandbox={} delete pause snapshot: {}", id, s.message());
+  }
   result.resumed = true;
   result.total_ms = MsSince(t0);
-  LOG_INFO("sandbox={} resumed total_ms={:.0f} memory={}", id, result.total_ms, memory);
+  LOG_INFO("sandbox={} resumed total_ms={:.0f} memory={}", id, result.total_ms, plan.snapshot_memory);
   return result;
 }
 

@@ -18,6 +18,7 @@
 
 #include <filesystem>
 
+#include "common/agent_port.h"
 #include "common/log.h"
 #include "core/manager.h"
 #include "image/hash.h"
@@ -59,7 +60,8 @@ void Manager::SweepTemplateSnapshots() {
     bool is_current = false;
     for (const auto& p : current) is_current = is_current || name.compare(0, p.size(), p) == 0;
     if (is_current) continue;
-    LOG_INFO("removing template snapshot {} (not of the current build of an image, and nothing is layered on it)", e.path().string());
+    LOG_INFO("removing template snapshot {} (not of the current build of an image, and nothing is layered on it)",
+             e.path().string());
     if (Status st = runtime_->snapshots().Delete(e.path().string()); !st.ok()) LOG_WARN("{}", st.message());
   }
 }
@@ -82,7 +84,7 @@ Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcp
   fs::create_directories(config_.state_dir + "/snapshots/templates", ec);
   if (ec) return Internal("mkdir snapshots/templates: " + ec.message());
   if (::mkdir(run_dir.c_str(), 0700) != 0) return ErrnoError("mkdir " + run_dir);
-  WriteOwnerFile(run_dir);
+  WriteRunDirOwner(run_dir, config_.owner);
   auto cleanup = [&](std::unique_ptr<VmInstance>& vm, std::unique_ptr<net::SandboxNetwork>& network) {
     if (vm) (void)vm->Destroy();
     if (network) (void)network->Destroy();
@@ -93,19 +95,13 @@ Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcp
   std::unique_ptr<net::SandboxNetwork> network;
   auto build = [&]() -> Status {
     ASSIGN_OR_RETURN(network, net::SandboxNetwork::Create(id, *pool_));
-    VmStartRequest req;
-    req.sandbox_id = id;
+    VmStartRequest req = VmStartRequestFor(id, run_dir, vcpus, memory_mib, *network, /*detach=*/false);
     req.kernel = img.kernel;
     req.initrd = img.initrd;
     req.rootfs = img.rootfs;
-    req.run_dir = run_dir + "/vm";
-    req.vcpus = vcpus;
-    req.memory_mib = memory_mib;
-    req.netns_fd = network->netns_fd();
-    req.tap = network->tap_name();
     ASSIGN_OR_RETURN(vm, runtime_->Start(req));
     RETURN_IF_ERROR(pool_->Adopt(network->lease(), vm->pid()));
-    EnvdClient agent(AgentEndpoint{network->netns_ip(), 49983});
+    EnvdClient agent(AgentEndpoint{network->netns_ip(), kAgentPort});
     VmInstance* raw = vm.get();
     RETURN_IF_ERROR(agent.WaitReady(std::chrono::steady_clock::now() + std::chrono::seconds(120), [raw]() -> Status {
       return raw->alive() ? OkStatus() : Unavailable("the VMM exited during boot: " + raw->ConsoleTail());

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "common/agent_port.h"  // kAgentPort
 #include "common/status.h"
 
 namespace airlock::net {
@@ -18,7 +19,6 @@ inline constexpr char kTapName[] = "tap0";
 inline constexpr char kGuestIp[] = "169.254.0.21";
 inline constexpr char kGatewayIp[] = "169.254.0.22";  // tap0 in the netns
 inline constexpr int kGuestPrefix = 30;
-inline constexpr int kAgentPort = 49983;
 
 // Sandbox ids: [A-Za-z0-9][A-Za-z0-9_-]{0,62}.
 Status ValidateSandboxId(const std::string& id);

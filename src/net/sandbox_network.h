@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "common/checklist.h"
 #include "common/fd.h"
 #include "common/status.h"
 #include "net/address_pool.h"
-#include "net/checklist.h"
 #include "net/nft_rules.h"
 
 namespace airlock::net {

@@ -35,7 +35,7 @@ StatusOr<int64_t> UnixSeconds(const std::string& name, const std::string& v) {
 StatusOr<MetricSample> SampleAgent(const SandboxRecord& rec, std::chrono::seconds timeout) {
   HttpCall call;
   call.host = rec.netns_ip;
-  call.port = kEnvdPort;
+  call.port = kAgentPort;
   call.target = "/metrics";
   call.headers = {{"X-Access-Token", rec.access_token}};
   call.timeout = timeout;

@@ -471,7 +471,7 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
   // A guest port other than the agent's, of a sandbox with
   // network.allowPublicTraffic false: E2B's traffic token is required first
   // (403 as E2B), before anything is exposed or an autoResume starts.
-  if (port != kEnvdPort && !traffic_token.empty()) {
+  if (port != kAgentPort && !traffic_token.empty()) {
     std::string got = c->Header("E2B-Traffic-Access-Token");
     if (got.empty()) {
       return c->RespondError(403, "Sandbox is secured with traffic access token. Token header "
@@ -517,7 +517,7 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
     return c->RespondError(502, "sandbox " + id + " is " + std::string(SandboxStateName(sb->state())) +
                                     " (connect resumes a paused sandbox)");
   }
-  if (port == kEnvdPort) {
+  if (port == kAgentPort) {
     bool health = path == "/health" && (c->method() == http::Method::kGet || c->method() == http::Method::kHead);
     std::string got = c->Header("X-Access-Token");
     bool ok = health || (!got.empty() && SecureEqual(got, token)) || (path == "/files" && ValidFileSignature(*c, token));

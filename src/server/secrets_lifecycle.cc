@@ -32,7 +32,7 @@ static Status InstallCaWith(const EnvdClient& agent, const std::string& pem, std
 
 Status InstallCaCert(const Sandbox& sb, const std::string& pem, std::chrono::seconds timeout) {
   if (sb.state() != SandboxState::kRunning) return FailedPrecondition("sandbox " + sb.id() + " is not running");
-  return InstallCaCertAt(AgentEndpoint{sb.netns_ip(), kEnvdPort}, sb.access_token(), pem, timeout);
+  return InstallCaCertAt(AgentEndpoint{sb.netns_ip(), kAgentPort}, sb.access_token(), pem, timeout);
 }
 
 Status InstallCaCertAt(const AgentEndpoint& endpoint, const std::string& token, const std::string& pem,

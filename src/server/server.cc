@@ -338,7 +338,7 @@ bool HostIsDirect(std::string host) {
 std::optional<std::string> Server::DataPlaneTarget(const HttpConn& c, uint16_t* port) const {
   std::string host = c.Header("Host");
   std::string id = c.Header("E2b-Sandbox-Id");
-  *port = kEnvdPort;
+  *port = kAgentPort;
   if (!id.empty() && HostIsDirect(host)) {
     std::string p = c.Header("E2b-Sandbox-Port");
     if (!p.empty()) {
@@ -369,10 +369,10 @@ std::optional<std::string> Server::DataPlaneTarget(const HttpConn& c, uint16_t* 
 }
 
 void Server::Handle(std::shared_ptr<HttpConn> c) {
-  uint16_t port = kEnvdPort;
+  uint16_t port = kAgentPort;
   if (auto id = DataPlaneTarget(*c, &port)) return HandleData(std::move(c), *id, port);
   // A signed URL names its sandbox through the signature alone.
-  if (auto id = SandboxBySignature(*c)) return HandleData(std::move(c), *id, kEnvdPort);
+  if (auto id = SandboxBySignature(*c)) return HandleData(std::move(c), *id, kAgentPort);
   if (c->path() == "/files" && c->Query("signature")) {
     return c->RespondError(401, "the URL's signature matches no sandbox (tampered, expired, or its sandbox is gone)");
   }

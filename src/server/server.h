@@ -29,6 +29,7 @@
 
 #include "audit/audit_log.h"
 #include "audit/otlp_exporter.h"
+#include "common/agent_port.h"
 #include "common/clock.h"
 #include "common/state_lock.h"
 #include "common/status.h"
@@ -50,7 +51,6 @@
 namespace airlock::server {
 
 inline constexpr const char* kEnvdVersion = "0.6.13";
-inline constexpr uint16_t kEnvdPort = 49983;
 
 struct ServerConfig {
   // Host-based data-plane routing "<port>-<id>.<domain>" only for this

@@ -22,7 +22,7 @@
 #include "common/fd.h"
 #include "common/subprocess.h"
 #include "net/address_pool.h"
-#include "net/checklist.h"
+#include "common/checklist.h"
 #include "net/doctor.h"
 #include "net/names.h"
 #include "net/nft_rules.h"

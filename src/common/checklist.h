@@ -11,7 +11,7 @@
 
 #include "common/status.h"
 
-namespace airlock::net {
+namespace airlock {
 
 class Checklist {
  public:
@@ -33,4 +33,4 @@ class Checklist {
   std::vector<Step> undos_;
 };
 
-}  // namespace airlock::net
+}  // namespace airlock

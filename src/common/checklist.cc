@@ -1,8 +1,8 @@
-#include "net/checklist.h"
+#include "common/checklist.h"
 
 #include "common/log.h"
 
-namespace airlock::net {
+namespace airlock {
 
 Status Checklist::Do(const std::string& name, const Step& run, Step undo) {
   Status st = run();
@@ -33,4 +33,4 @@ Status Checklist::UndoAll() {
   return first;
 }
 
-}  // namespace airlock::net
+}  // namespace airlock

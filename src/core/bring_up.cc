@@ -1,0 +1,314 @@
+// The one bring-up (bring_up.h): Manager::BringUp runs a plan's steps on a
+// sandbox, Manager::StartSandbox makes a new sandbox from a plan.
+#include "core/bring_up.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <string>
+
+#include "common/agent_port.h"
+#include "common/checklist.h"
+#include "common/log.h"
+#include "core/agent_init.h"
+#include "core/http_client.h"
+#include "core/manager.h"
+#include "core/registry.h"
+#include "core/sandbox_egress.h"
+#include "net/address_pool.h"
+#include "net/sandbox_network.h"
+
+namespace airlock {
+namespace fs = std::filesystem;
+namespace {
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The token the agent of the machine holds before /init: a snapshot's agent
+// holds the one of the sandbox it was taken of; a booted agent none.
+std::string TokenHeld(const BringUpPlan& plan) {
+  switch (plan.source) {
+    case MachineSource::kColdBoot:
+    case MachineSource::kTemplateSnapshot:
+      return "";
+    case MachineSource::kNamedSnapshot:
+    case MachineSource::kForkSnapshot:
+      return plan.source_token;
+    case MachineSource::kPausedSandbox:
+      return plan.snapshot_memory ? plan.access_token : "";
+  }
+  return "";
+}
+
+// What /init tells the agent. A guest restored from a snapshot shares the
+// source's RNG state and hostname until told otherwise (docs/snapshots.md);
+// a resumed one gets the clock and entropy, and after a cold resume the
+// token and env a fresh agent does not have yet.
+AgentInitRequest InitRequest(const BringUpPlan& plan, const std::string& ip) {
+  switch (plan.source) {
+    case MachineSource::kColdBoot:
+    case MachineSource::kTemplateSnapshot:
+      return {ip, "", plan.access_token, plan.env_vars, plan.id};
+    case MachineSource::kNamedSnapshot:
+    case MachineSource::kForkSnapshot: {
+      std::optional<std::map<std::string, std::string>> envs;
+      if (!plan.env_vars.empty()) envs = plan.env_vars;
+      return {ip, plan.source_token, plan.access_token, envs, plan.id};
+    }
+    case MachineSource::kPausedSandbox: {
+      AgentInitRequest r{ip, plan.access_token, std::nullopt, std::nullopt, ""};
+      if (!plan.snapshot_memory) {
+        r.access_token = plan.access_token;
+        r.env_vars = plan.env_vars;
+      }
+      return r;
+    }
+  }
+  return {ip, "", std::nullopt, std::nullopt, ""};
+}
+
+}  // namespace
+
+std::string_view MachineSourceName(MachineSource s) {
+  switch (s) {
+    case MachineSource::kColdBoot:
+      return "cold boot";
+    case MachineSource::kTemplateSnapshot:
+      return "template snapshot";
+    case MachineSource::kNamedSnapshot:
+      return "named snapshot";
+    case MachineSource::kForkSnapshot:
+      return "fork snapshot";
+    case MachineSource::kPausedSandbox:
+      return "paused sandbox";
+  }
+  return "unknown";
+}
+
+VmStartRequest VmStartRequestFor(const std::string& id, const std::string& run_dir, int vcpus, int memory_mib,
+                                 const net::SandboxNetwork& network, bool detach) {
+  VmStartRequest req;
+  req.sandbox_id = id;
+  req.run_dir = run_dir + "/vm";
+  req.vcpus = vcpus;
+  req.memory_mib = memory_mib;
+  req.netns_fd = network.netns_fd();
+  req.tap = network.tap_name();
+  req.detach = detach;
+  return req;
+}
+
+std::shared_ptr<Sandbox> Manager::SandboxFor(const BringUpPlan& plan) const {
+  std::shared_ptr<Sandbox> sb(new Sandbox());
+  sb->id_ = plan.id;
+  sb->run_dir_ = config_.state_dir + "/run/" + plan.id;
+  sb->template_ = plan.template_name;
+  sb->access_token_ = plan.access_token;
+  sb->port_limits_ = config_.port_exposure;
+  sb->vcpus_ = plan.vcpus;
+  sb->memory_mib_ = plan.memory_mib;
+  sb->detach_ = plan.detach;
+  sb->env_vars_ = plan.env_vars;
+  sb->shared_snapshot_ = plan.shared_snapshot;
+  return sb;
+}
+
+StatusOr<std::shared_ptr<Sandbox>> Manager::StartSandbox(BringUpPlan plan,
+                                                         std::chrono::steady_clock::time_point requested_at) {
+  if (plan.id.empty()) plan.id = NewSandboxId();
+  if (plan.access_token.empty()) plan.access_token = RandomHex(32);
+  if (plan.what.empty()) plan.what = "sandbox " + plan.id;
+  plan.owner = config_.owner;
+  std::shared_ptr<Sandbox> sb = SandboxFor(plan);
+  {
+    // Listed while it comes up: a fork checkpoint or named snapshot counts it
+    // as a user (ReleaseSharedSnapshot, DeleteNamedSnapshot).
+    std::lock_guard<std::mutex> l(mu_);
+    sandboxes_[sb->id_] = sb;
+  }
+  CreateTimings timings;
+  Status st = BringUp(*sb, plan, &timings);
+  timings.total_ms = MsSince(requested_at);
+  sb->timings_ = timings;
+  if (!st.ok()) {
+    // Everything the steps made is undone; Destroy forgets the sandbox
+    // (failed → killing → killed) and releases its shared snapshot.
+    (void)sb->Transition(SandboxState::kFailed);
+    (void)Destroy(sb->id_);
+    return st;
+  }
+  return sb;
+}
+
+Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* timings) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool paused = plan.source == MachineSource::kPausedSandbox;
+  Checklist steps;
+  std::vector<StepTiming> done;
+  auto step = [&](const char* name, const Checklist::Step& run, Checklist::Step undo) -> Status {
+    const auto t = std::chrono::steady_clock::now();
+    Status st = steps.Do(name, run, std::move(undo));
+    if (st.ok()) {
+      done.push_back({name, MsSince(t)});
+      LOG_DEBUG("sandbox={} step={} ms={:.1f}", plan.id, name, done.back().ms);
+    }
+    return st;
+  };
+  VmInstance* vm = nullptr;  // the VMM, once the vmm step made it (owned by sb.vm_)
+  bool from_snapshot = false;
+
+  auto run_dir = [&]() -> Status {
+    if (paused) {
+      // The paused sandbox's run dir (egress.json) stays; its old VMM's goes.
+      std::error_code ec;
+      fs::create_directories(sb.run_dir_, ec);
+      WriteRunDirOwner(sb.run_dir_, plan.owner);
+      fs::remove_all(sb.run_dir_ + "/vm", ec);
+      return OkStatus();
+    }
+    if (::mkdir(sb.run_dir_.c_str(), 0700) != 0) return ErrnoError("mkdir " + sb.run_dir_);
+    WriteRunDirOwner(sb.run_dir_, plan.owner);
+    return OkStatus();
+  };
+  auto network = [&]() -> Status {
+    net::NetworkOptions options;
+    options.max_exposed_ports = config_.port_exposure.max_ports;
+    if (egress_) options.egress = EgressPorts(*egress_);
+    auto n = net::SandboxNetwork::Create(plan.id, *pool_, options);
+    if (paused && !n.ok() && n.status().code() == StatusCode::kAlreadyExists) {
+      // A daemon killed -9 after committing the pause but before stopping the
+      // guest leaves its VMM and network behind; the snapshot is complete, so
+      // they go, and the resume starts afresh.
+      LOG_WARN("sandbox={} resume: a stale guest of the paused sandbox is still up ({}): reaping it", plan.id,
+               n.status().message());
+      ReapStaleGuest(plan.id, sb.run_dir_, -1);
+      n = net::SandboxNetwork::Create(plan.id, *pool_, options);
+    }
+    if (!n.ok()) return n.status();
+    std::lock_guard<std::mutex> l(sb.mu_);
+    sb.network_ = std::move(n).value();
+    return OkStatus();
+  };
+  auto egress = [&]() -> Status {
+    RETURN_IF_ERROR(
+        ApplyEgressPolicy(*sb.network_, *egress_, plan.id, plan.egress_policy, sb.run_dir_, true, plan.egress_limits));
+    std::lock_guard<std::mutex> l(sb.mu_);
+    sb.egress_ = egress_.get();
+    return OkStatus();
+  };
+  auto vmm = [&]() -> Status {
+    VmStartRequest req =
+        VmStartRequestFor(plan.id, sb.run_dir_, plan.vcpus, plan.memory_mib, *sb.network_, plan.detach);
+    if (plan.source == MachineSource::kColdBoot || plan.source == MachineSource::kTemplateSnapshot) {
+      req.kernel = plan.image.kernel;
+      req.initrd = plan.image.initrd;
+      req.rootfs = plan.image.rootfs;
+    }
+    StatusOr<std::unique_ptr<VmInstance>> v = Unavailable("no VMM");
+    switch (plan.source) {
+      case MachineSource::kColdBoot:
+        v = runtime_->Start(req);
+        break;
+      case MachineSource::kTemplateSnapshot:
+        // A restore takes ~0.3-0.7 s under TCG; a failed one falls back to the boot.
+        v = runtime_->Restore(req, plan.snapshot_dir, SnapshotDisk::kShared);
+        if (v.ok()) {
+          from_snapshot = true;
+        } else {
+          LOG_WARN("sandbox={} restore of template snapshot failed, cold boot: {}", plan.id, v.status().message());
+          v = runtime_->Start(req);
+        }
+        break;
+      case MachineSource::kNamedSnapshot:
+      case MachineSource::kForkSnapshot:
+        v = runtime_->Restore(req, plan.snapshot_dir, SnapshotDisk::kShared);
+        from_snapshot = true;
+        break;
+      case MachineSource::kPausedSandbox:
+        v = runtime_->Restore(req, plan.snapshot_dir, SnapshotDisk::kPrivateCopy, plan.snapshot_memory);
+        break;
+    }
+    if (!v.ok()) return v.status();
+    vm = v->get();
+    std::lock_guard<std::mutex> l(sb.mu_);
+    sb.vm_ = std::move(v).value();
+    return OkStatus();
+  };
+  // The VMM owns the lease from now on: it outlives a daemon killed with -9,
+  // and while it lives no other airlock process reclaims the sandbox's network.
+  auto lease = [&]() -> Status { return pool_->Adopt(sb.network_->lease(), vm->pid()); };
+  auto agent_ready = [&]() -> Status {
+    sb.agent_ = std::make_unique<EnvdClient>(AgentEndpoint{sb.network_->netns_ip(), kAgentPort}, TokenHeld(plan));
+    Status ready = sb.agent_->WaitReady(std::chrono::steady_clock::now() + plan.ready_timeout, [vm]() -> Status {
+      if (!vm->alive()) return Unavailable("the VMM exited before its agent was ready; console:\n" + vm->ConsoleTail());
+      return OkStatus();
+    });
+    if (ready.code() == StatusCode::kDeadlineExceeded) {
+      if (std::string tail = vm->ConsoleTail(); !tail.empty()) {
+        ready = Status(ready.code(), ready.message() + "; console:\n" + tail);
+      }
+    }
+    return ready;
+  };
+  // From /init on, the agent wants the sandbox's token.
+  auto agent_init = [&]() -> Status {
+    const std::string ip = sb.network_->netns_ip();
+    RETURN_IF_ERROR(PostAgentInit(InitRequest(plan, ip)));
+    sb.agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, plan.access_token);
+    return OkStatus();
+  };
+  auto running = [&]() -> Status {
+    RETURN_IF_ERROR(sb.Transition(SandboxState::kRunning));
+    if (paused) {
+      std::lock_guard<std::mutex> l(sb.mu_);
+      sb.snapshot_dir_.clear();
+    }
+    return OkStatus();
+  };
+
+  Status st = [&]() -> Status {
+    // A paused sandbox's run dir is not the bring-up's to remove.
+    Checklist::Step remove_run_dir;
+    if (!paused) remove_run_dir = [&sb] { return sb.RemoveRunDir(); };
+    RETURN_IF_ERROR(step(kStepRunDir, run_dir, remove_run_dir));
+    RETURN_IF_ERROR(step(kStepNetwork, network, [&sb] { return sb.DestroyNetwork(); }));
+    if (egress_) {
+      RETURN_IF_ERROR(step(kStepEgress, egress, [&sb] {
+        sb.DetachEgress();
+        return OkStatus();
+      }));
+    }
+    RETURN_IF_ERROR(step(kStepVmm, vmm, [&sb] { return sb.DestroyVm(); }));
+    RETURN_IF_ERROR(step(kStepLease, lease, nullptr));
+    // Undo: whoever waits on the agent is woken before the netns goes.
+    RETURN_IF_ERROR(step(kStepAgentReady, agent_ready, [&sb] {
+      if (sb.agent_) sb.agent_->CancelAll();
+      return OkStatus();
+    }));
+    RETURN_IF_ERROR(step(kStepAgentInit, agent_init, nullptr));
+    return step(kStepRunning, running, nullptr);
+  }();
+
+  timings->steps = done;
+  timings->from_snapshot = from_snapshot;
+  for (const auto& s : done) {
+    if (s.step == kStepNetwork) timings->network_ms = s.ms;
+    if (s.step == kStepVmm) timings->vmm_start_ms = s.ms;
+    if (s.step == kStepAgentReady || s.step == kStepAgentInit) timings->agent_ready_ms += s.ms;
+  }
+  timings->total_ms = MsSince(t0);
+  if (!st.ok()) {
+    st = st.WithContext(plan.what);
+    LOG_WARN("sandbox={} bring-up from {} failed: {}", plan.id, MachineSourceName(plan.source), st.message());
+    return st;
+  }
+  std::string summary;
+  for (const auto& s : done) summary += fmt::format("{}{}:{:.1f}", summary.empty() ? "" : ", ", s.step, s.ms);
+  LOG_INFO("sandbox={} running from=\"{}\" steps_ms=\"{}\" total_ms={:.1f} ({})", plan.id,
+           MachineSourceName(plan.source), summary, timings->total_ms, plan.what);
+  return OkStatus();
+}
+
+}  // namespace airlock
