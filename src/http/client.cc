@@ -26,31 +26,39 @@ StatusOr<HttpReply> HttpDo(const HttpCall& call) {
     beast::error_code ec;
     auto results = resolver.resolve(call.host, std::to_string(call.port), tcp::resolver::numeric_service, ec);
     if (ec) return Unavailable("resolve " + peer + ": " + ec.message());
-    stream.connect(results, ec);
+    // Every step is asynchronous under one deadline (the stream's expiry is a
+    // time point): Asio's blocking connect/read wait without limit on a
+    // guest that is gone (no FIN, no RST from a deleted netns; a socket
+    // timeout only makes its blocking read poll again), which once held a
+    // metrics worker, and so the daemon's shutdown, forever.
+    auto run = [&io] {
+      io.run();
+      io.restart();
+    };
+    auto timed_out = [&] { return ec == beast::error::timeout || ec == asio::error::timed_out; };
+    stream.async_connect(results, [&](beast::error_code e, const tcp::endpoint&) { ec = e; });
+    run();
+    if (timed_out()) return DeadlineExceeded("connect " + peer + ": timed out");
     if (ec) return Unavailable("connect " + peer + ": " + ec.message());
-    // Beast's expires_after bounds asynchronous operations only: the blocking
-    // write and read below get socket timeouts, else a guest that is gone
-    // (no FIN, no RST from a deleted netns) holds the caller forever.
-    SetSocketIoTimeout(stream.socket().native_handle(), call.timeout);
     bhttp::request<bhttp::string_body> req{bhttp::string_to_verb(call.method), call.target, 11};
     req.set(bhttp::field::host, peer);
     req.set(bhttp::field::connection, "close");
     for (const auto& [k, v] : call.headers) req.set(k, v);
     req.body() = call.body;
     if (!call.body.empty() || call.method == "POST" || call.method == "PUT") req.prepare_payload();
-    bhttp::write(stream, req, ec);
-    if (ec == beast::error::timeout || ec == asio::error::would_block || ec == asio::error::timed_out)
-      return DeadlineExceeded("HTTP " + call.method + " " + peer + ": timed out");
+    bhttp::async_write(stream, req, [&](beast::error_code e, size_t) { ec = e; });
+    run();
+    if (timed_out()) return DeadlineExceeded("HTTP " + call.method + " " + peer + ": timed out");
     if (ec) return Unavailable("write to " + peer + ": " + ec.message());
     beast::flat_buffer buf;
     bhttp::response_parser<bhttp::string_body> parser;
     parser.body_limit(call.max_body);
-    bhttp::read(stream, buf, parser, ec);
+    bhttp::async_read(stream, buf, parser, [&](beast::error_code e, size_t) { ec = e; });
+    run();
     if (ec == bhttp::error::body_limit) {
       return ResourceExhausted("response from " + peer + " exceeds " + std::to_string(call.max_body) + " bytes");
     }
-    if (ec == beast::error::timeout || ec == asio::error::would_block || ec == asio::error::timed_out)
-      return DeadlineExceeded("HTTP " + call.method + " " + peer + ": timed out");
+    if (timed_out()) return DeadlineExceeded("HTTP " + call.method + " " + peer + ": timed out");
     if (ec) return Unavailable("read from " + peer + ": " + ec.message());
     auto& res = parser.get();
     HttpReply reply;

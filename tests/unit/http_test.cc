@@ -519,6 +519,33 @@ TEST(HttpClientTest, DoAgainstListener) {
   EXPECT_EQ(reply->Header("content-type"), "text/plain");
 }
 
+// A peer that accepts and then says nothing (a guest whose netns is gone
+// looks like this): the call ends at its deadline instead of hanging.
+TEST(HttpClientTest, SilentPeerEndsAtTheDeadline) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);  // the kernel completes the handshake; nobody reads
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  HttpCall call;
+  call.host = "127.0.0.1";
+  call.port = ntohs(a.sin_port);
+  call.method = "GET";
+  call.target = "/";
+  call.timeout = 300ms;
+  auto t0 = std::chrono::steady_clock::now();
+  auto reply = HttpDo(call);
+  auto took = std::chrono::steady_clock::now() - t0;
+  ::close(fd);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_EQ(reply.status().code(), StatusCode::kDeadlineExceeded) << reply.status().ToString();
+  EXPECT_LT(took, 10s);  // a hang would be forever; the bound only catches it
+}
+
 TEST(HttpClientTest, ParseHostPort) {
   auto a = ParseHostPort("http://[::1]:3000/");
   ASSERT_TRUE(a.ok());
