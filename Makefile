@@ -4,9 +4,10 @@
 BUILD ?= build
 STATE_DIR ?= /var/lib/airlock
 JOBS ?= $(shell nproc)
-# Test: -O1, no debug info, about half the compile time of RelWithDebInfo
-# (-O2 -g); what `make test`, `make demo` and CI build. For a release:
-# make build BUILD_TYPE=RelWithDebInfo
+# Test: -O0, no debug info, half the compile time of RelWithDebInfo (-O2 -g);
+# what `make test`, `make demo` and CI build (docs/build.md). Benchmarks
+# build RelWithDebInfo in build-release/; for a release build by hand:
+# make build BUILD_TYPE=RelWithDebInfo BUILD=build-release
 BUILD_TYPE ?= Test
 
 .PHONY: all setup build image demo test unit-test bench bench-tti bench-egress bench-snapshot clean format
@@ -32,6 +33,10 @@ test: image
 
 unit-test: build
 	cd $(BUILD) && ctest --output-on-failure -L unit
+
+# Benchmarks measure optimised code: their own RelWithDebInfo build.
+bench bench-tti bench-egress bench-snapshot: BUILD = build-release
+bench bench-tti bench-egress bench-snapshot: BUILD_TYPE = RelWithDebInfo
 
 bench: image
 	$(BUILD)/bench/airlock-bench --state-dir $(STATE_DIR)

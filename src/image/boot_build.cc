@@ -26,7 +26,7 @@ constexpr const char* kApplets[] = {
     "dmesg",    "tail",   "sync",   "mknod", "uname",  "modprobe", "lsmod",
 };
 
-void Say(const Progress& p, const std::string& s) {
+void Report(const Progress& p, const std::string& s) {
   if (p) p(s);
 }
 
@@ -92,14 +92,14 @@ StatusOr<KernelPackage> ResolveKernelPackage(bool update, const std::string& wor
                                              const Progress& progress) {
   std::string log = work_dir + "/apt.log";
   if (!update) {
-    Say(progress, std::string("resolving ") + kKernelMetapackage);
+    Report(progress, std::string("resolving ") + kKernelMetapackage);
     auto k = LookUpKernel();
     if (k.ok()) return k;
   }
-  Say(progress, "updating apt package lists (apt-get update)");
+  Report(progress, "updating apt package lists (apt-get update)");
   Status st = RunCommand({"apt-get", "update"}, LogTo(log));
   if (!st.ok()) return Unavailable("apt-get update failed: " + st.message());
-  Say(progress, std::string("resolving ") + kKernelMetapackage);
+  Report(progress, std::string("resolving ") + kKernelMetapackage);
   auto k = LookUpKernel();
   if (!k.ok()) return k.status().WithContext("after apt-get update");
   return k;
@@ -111,16 +111,16 @@ Status BuildBoot(const BootInputs& in, const std::string& work_dir, const std::s
   RETURN_IF_ERROR(MakeDirs(in.deb_cache_dir));
   std::string deb = in.deb_cache_dir + "/" + DebFileName(k);
   if (!Exists(deb)) {
-    Say(progress, "fetching kernel package " + k.name + " " + k.version);
+    Report(progress, "fetching kernel package " + k.name + " " + k.version);
     RETURN_IF_ERROR(RunCommand({"apt-get", "download", k.name + "=" + k.version},
                                LogTo(work_dir + "/apt.log", in.deb_cache_dir)));
     if (!Exists(deb)) return Internal("apt-get download did not produce " + deb);
   }
-  Say(progress, "unpacking " + DebFileName(k));
+  Report(progress, "unpacking " + DebFileName(k));
   std::string pkg = work_dir + "/pkg";
   RETURN_IF_ERROR(RunCommand({"dpkg-deb", "-x", deb, pkg}, LogTo(work_dir + "/dpkg.log")));
 
-  Say(progress, "extracting vmlinux from vmlinuz-" + k.release);
+  Report(progress, "extracting vmlinux from vmlinuz-" + k.release);
   std::string vmlinuz = pkg + "/boot/vmlinuz-" + k.release;
   ASSIGN_OR_RETURN(std::string bz, ReadFile(vmlinuz));
   auto elf = ExtractVmlinux(bz);
@@ -128,7 +128,7 @@ Status BuildBoot(const BootInputs& in, const std::string& work_dir, const std::s
   RETURN_IF_ERROR(WriteFile(out_dir + "/vmlinux", *elf, 0644));
   elf = StatusOr<std::string>(std::string());  // free ~30 MiB early
 
-  Say(progress, "resolving kernel modules (depmod)");
+  Report(progress, "resolving kernel modules (depmod)");
   std::string moddir = pkg + "/lib/modules/" + k.release;
   RETURN_IF_ERROR(RunCommand({"depmod", "-b", pkg, k.release}, LogTo(work_dir + "/depmod.log")));
   ASSIGN_OR_RETURN(std::string dep_text, ReadFile(moddir + "/modules.dep"));
@@ -138,7 +138,7 @@ Status BuildBoot(const BootInputs& in, const std::string& work_dir, const std::s
   ASSIGN_OR_RETURN(std::vector<std::string> order,
                    ResolveLoadOrder(deps, InitramfsModules(), ParseModulesBuiltin(builtin_text)));
 
-  Say(progress, "writing initramfs (" + std::to_string(order.size()) + " modules)");
+  Report(progress, "writing initramfs (" + std::to_string(order.size()) + " modules)");
   CpioWriter cpio;
   for (const char* d : {"bin", "dev", "etc", "etc/airlock", "lib", "lib/modules", "newroot", "proc",
                         "run", "sys", "tmp"}) {

@@ -71,7 +71,7 @@ std::string KeyPem(EVP_PKEY* k) {
   return out;
 }
 
-std::string Lower(std::string s) {
+std::string LowerHost(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
@@ -89,7 +89,7 @@ StatusOr<std::shared_ptr<SandboxCa>> SandboxCa::Generate(const std::string& sand
   if (hosts.empty()) return InvalidArgument("a sandbox CA needs at least one host");
   std::shared_ptr<SandboxCa> ca(new SandboxCa());
   ca->validity_ = validity;
-  for (const auto& h : hosts) ca->hosts_.push_back(Lower(h));
+  for (const auto& h : hosts) ca->hosts_.push_back(LowerHost(h));
   ca->key_ = NewKey();
   if (!ca->key_) return SslError("generate CA key");
   X509* x = X509_new();
@@ -123,7 +123,7 @@ StatusOr<std::shared_ptr<SandboxCa>> SandboxCa::Generate(const std::string& sand
 StatusOr<CertAndKey> SandboxCa::LeafFor(const std::string& host_in) {
   std::string host = host_in;
   if (size_t colon = host.rfind(':'); colon != std::string::npos && host.find(':') == colon) host.resize(colon);
-  host = Lower(host);
+  host = LowerHost(host);
   bool allowed = false;
   for (const auto& p : hosts_) allowed = allowed || Broker::HostMatches(p, host);
   if (!allowed) return PermissionDenied("no brokered secret of this sandbox may go to " + host);

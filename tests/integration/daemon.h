@@ -167,4 +167,12 @@ inline std::string Slurp(const std::string& path) {
   return s.str();
 }
 
+// POST /v2/sandboxes with `body`; the created sandbox's JSON, or an error
+// naming the status and body when it is not 201.
+inline StatusOr<nlohmann::json> CreateSandbox(const TestDaemon& d, const nlohmann::json& body) {
+  ASSIGN_OR_RETURN(auto r, d.Do("POST", "/v2/sandboxes", body.dump()));
+  if (r.status != 201) return Internal("create: " + std::to_string(r.status) + " " + r.body);
+  return nlohmann::json::parse(r.body);
+}
+
 }  // namespace airlock::testing

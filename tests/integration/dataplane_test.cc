@@ -63,12 +63,6 @@ class Sha256 {
   uint64_t bytes_ = 0;
 };
 
-StatusOr<json> CreateSandbox(const TestDaemon& d, const json& body) {
-  ASSIGN_OR_RETURN(auto r, d.Do("POST", "/v2/sandboxes", body.dump()));
-  if (r.status != 201) return Internal("create: " + std::to_string(r.status) + " " + r.body);
-  return json::parse(r.body);
-}
-
 // GET through the daemon, the body hashed as it arrives (never held).
 struct Streamed {
   int status = 0;

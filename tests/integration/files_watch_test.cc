@@ -18,7 +18,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void Sh(const EnvdClient& agent, const std::string& script, const std::string& user = "user") {
+void RunShell(const EnvdClient& agent, const std::string& script, const std::string& user = "user") {
   ExecRequest r;
   r.cmd = "/bin/bash";
   r.args = {"-c", script};
@@ -40,7 +40,7 @@ TEST(FilesWatchTest, SymlinksMetadataAndPolledWatcher) {
   const EnvdClient& agent = (*sb)->agent();
 
   // Item 5: the resolved absolute target; a dangling link gives its own path.
-  Sh(agent, "mkdir -p ~/l/real && : > ~/l/real/f && ln -s real/f ~/l/rel && ln -s gone ~/l/dangling");
+  RunShell(agent, "mkdir -p ~/l/real && : > ~/l/real/f && ln -s real/f ~/l/rel && ln -s gone ~/l/dangling");
   auto rel = agent.Stat("/home/user/l/rel");
   ASSERT_TRUE(rel.ok()) << rel.status().ToString();
   EXPECT_EQ(rel->type, envd::FileType::kSymlink);
@@ -48,18 +48,18 @@ TEST(FilesWatchTest, SymlinksMetadataAndPolledWatcher) {
   EXPECT_EQ(agent.Stat("/home/user/l/dangling")->symlink_target, "/home/user/l/dangling");
 
   // Item 9: xattrs set in the guest (python3; the base image has no attr).
-  Sh(agent, "echo x > ~/m.txt && python3 -c \"import os; os.setxattr('/home/user/m.txt', 'user.e2b.owner', b'bob')\"");
+  RunShell(agent, "echo x > ~/m.txt && python3 -c \"import os; os.setxattr('/home/user/m.txt', 'user.e2b.owner', b'bob')\"");
   auto st = agent.Stat("/home/user/m.txt");
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->metadata, (std::map<std::string, std::string>{{"owner", "bob"}}));
-  Sh(agent, "mkdir -p ~/md && mv ~/m.txt ~/md/n.txt");
+  RunShell(agent, "mkdir -p ~/md && mv ~/m.txt ~/md/n.txt");
   auto list = agent.ListDir("/home/user/md", 1);
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), 1u);
   EXPECT_EQ((*list)[0].metadata.at("owner"), "bob");
 
   // Item 8: the polled watcher, recursive, as the default user.
-  Sh(agent, "mkdir ~/pw");
+  RunShell(agent, "mkdir ~/pw");
   auto created = agent.Call("filesystem.Filesystem/CreateWatcher", {{"path", "pw"}, {"recursive", true}});
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   std::string id = (*created)["watcherId"];
@@ -75,9 +75,9 @@ TEST(FilesWatchTest, SymlinksMetadataAndPolledWatcher) {
     }
     return got;
   };
-  Sh(agent, "mkdir ~/pw/later");
+  RunShell(agent, "mkdir ~/pw/later");
   EXPECT_EQ(poll_until(1), (std::vector<std::string>{"EVENT_TYPE_CREATE later"}));
-  Sh(agent, "echo hi > ~/pw/later/f && mv ~/pw/later/f ~/pw/g && rm ~/pw/g");
+  RunShell(agent, "echo hi > ~/pw/later/f && mv ~/pw/later/f ~/pw/g && rm ~/pw/g");
   EXPECT_EQ(poll_until(5), (std::vector<std::string>{"EVENT_TYPE_CREATE later/f", "EVENT_TYPE_WRITE later/f",
                                                       "EVENT_TYPE_RENAME later/f", "EVENT_TYPE_CREATE g",
                                                       "EVENT_TYPE_REMOVE g"}));

@@ -54,12 +54,6 @@ std::string RawExchange(uint16_t port, const std::string& bytes, std::chrono::se
   return out;
 }
 
-StatusOr<json> CreateSandbox(const TestDaemon& d, const json& body) {
-  ASSIGN_OR_RETURN(auto r, d.Do("POST", "/v2/sandboxes", body.dump()));
-  if (r.status != 201) return Internal("create: " + std::to_string(r.status) + " " + r.body);
-  return json::parse(r.body);
-}
-
 TEST(ServerTest, RoutingAuthAndErrorsWithoutSandboxes) {
   AIRLOCK_REQUIRE_VM();
   std::string dir = MakeTempDir();
