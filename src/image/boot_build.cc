@@ -26,10 +26,6 @@ constexpr const char* kApplets[] = {
     "dmesg",    "tail",   "sync",   "mknod", "uname",  "modprobe", "lsmod",
 };
 
-void Report(const Progress& p, const std::string& s) {
-  if (p) p(s);
-}
-
 // "linux-image-6.1.0-57-cloud-amd64" from `apt-cache depends` output.
 std::string ParseDependsTarget(const std::string& out) {
   std::istringstream in(out);
@@ -92,14 +88,14 @@ StatusOr<KernelPackage> ResolveKernelPackage(bool update, const std::string& wor
                                              const Progress& progress) {
   std::string log = work_dir + "/apt.log";
   if (!update) {
-    Report(progress, std::string("resolving ") + kKernelMetapackage);
+    ReportProgress(progress, std::string("resolving ") + kKernelMetapackage);
     auto k = LookUpKernel();
     if (k.ok()) return k;
   }
-  Report(progress, "updating apt package lists (apt-get update)");
+  ReportProgress(progress, "updating apt package lists (apt-get update)");
   Status st = RunCommand({"apt-get", "update"}, LogTo(log));
   if (!st.ok()) return Unavailable("apt-get update failed: " + st.message());
-  Report(progress, std::string("resolving ") + kKernelMetapackage);
+  ReportProgress(progress, std::string("resolving ") + kKernelMetapackage);
   auto k = LookUpKernel();
   if (!k.ok()) return k.status().WithContext("after apt-get update");
   return k;
@@ -111,16 +107,16 @@ Status BuildBoot(const BootInputs& in, const std::string& work_dir, const std::s
   RETURN_IF_ERROR(MakeDirs(in.deb_cache_dir));
   std::string deb = in.deb_cache_dir + "/" + DebFileName(k);
   if (!Exists(deb)) {
-    Report(progress, "fetching kernel package " + k.name + " " + k.version);
+    ReportProgress(progress, "fetching kernel package " + k.name + " " + k.version);
     RETURN_IF_ERROR(RunCommand({"apt-get", "download", k.name + "=" + k.version},
                                LogTo(work_dir + "/apt.log", in.deb_cache_dir)));
     if (!Exists(deb)) return Internal("apt-get download did not produce " + deb);
   }
-  Report(progress, "unpacking " + DebFileName(k));
+  ReportProgress(progress, "unpacking " + DebFileName(k));
   std::string pkg = work_dir + "/pkg";
   RETURN_IF_ERROR(RunCommand({"dpkg-deb", "-x", deb, pkg}, LogTo(work_dir + "/dpkg.log")));
 
-  Report(progress, "extracting vmlinux from vmlinuz-" + k.release);
+  ReportProgress(progress, "extracting vmlinux from vmlinuz-" + k.release);
   std::string vmlinuz = pkg + "/boot/vmlinuz-" + k.release;
   ASSIGN_OR_RETURN(std::string bz, ReadFile(vmlinuz));
   auto elf = ExtractVmlinux(bz);
@@ -128,7 +124,7 @@ Status BuildBoot(const BootInputs& in, const std::string& work_dir, const std::s
   RETURN_IF_ERROR(WriteFile(out_dir + "/vmlinux", *elf, 0644));
   elf = StatusOr<std::string>(std::string());  // free ~30 MiB early
 
-  Report(progress, "resolving kernel modules (depmod)");
+  ReportProgress(progress, "resolving kernel modules (depmod)");
   std::string moddir = pkg + "/lib/modules/" + k.release;
   RETURN_IF_ERROR(RunCommand({"depmod", "-b", pkg, k.release}, LogTo(work_dir + "/depmod.log")));
   ASSIGN_OR_RETURN(std::string dep_text, ReadFile(moddir + "/modules.dep"));
@@ -138,7 +134,7 @@ Status BuildBoot(const BootInputs& in, const std::string& work_dir, const std::s
   ASSIGN_OR_RETURN(std::vector<std::string> order,
                    ResolveLoadOrder(deps, InitramfsModules(), ParseModulesBuiltin(builtin_text)));
 
-  Report(progress, "writing initramfs (" + std::to_string(order.size()) + " modules)");
+  ReportProgress(progress, "writing initramfs (" + std::to_string(order.size()) + " modules)");
   CpioWriter cpio;
   for (const char* d : {"bin", "dev", "etc", "etc/airlock", "lib", "lib/modules", "newroot", "proc",
                         "run", "sys", "tmp"}) {

@@ -14,6 +14,10 @@
 namespace airlock::image {
 
 using Progress = std::function<void(std::string_view)>;
+// Tells `progress` (if any) about a build step.
+inline void ReportProgress(const Progress& progress, std::string_view step) {
+  if (progress) progress(step);
+}
 
 // Bumped whenever a build step changes what it produces; part of every key.
 inline constexpr char kBuilderVersion[] = "2";

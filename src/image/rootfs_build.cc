@@ -62,10 +62,6 @@ const std::vector<std::string>& UserAdd() {
   return v;
 }
 
-void Tell(const Progress& p, const std::string& s) {
-  if (p) p(s);
-}
-
 // The host's apt sources (one-line and deb822 files), handed to mmdebstrap
 // as MIRROR arguments: the chroot uses exactly the mirrors the host uses.
 StatusOr<std::vector<std::string>> HostAptSources() {
@@ -193,15 +189,15 @@ Status BuildBaseLayer(const BaseLayerInputs& in, const std::string& work_dir,
   argv.push_back(in.suite);
   argv.push_back(root);
   argv.insert(argv.end(), sources.begin(), sources.end());
-  Tell(progress, "installing " + in.suite + " with " + std::to_string(in.packages.size()) +
+  ReportProgress(progress, "installing " + in.suite + " with " + std::to_string(in.packages.size()) +
                     " packages (mmdebstrap; a few minutes; log: " + log + ")");
   RETURN_IF_ERROR(RunCommand(argv, LogTo(log)));
 
-  Tell(progress, "configuring the base layer (user, hostname)");
+  ReportProgress(progress, "configuring the base layer (user, hostname)");
   RETURN_IF_ERROR(Chroot(root, GroupAdd(), log));
   RETURN_IF_ERROR(Chroot(root, UserAdd(), log));
   if (std::find(in.packages.begin(), in.packages.end(), "sudo") != in.packages.end()) {
-    Tell(progress, "configuring passwordless sudo for user");
+    ReportProgress(progress, "configuring passwordless sudo for user");
     RETURN_IF_ERROR(Chroot(root, SudoGroup(), log));
     RETURN_IF_ERROR(MakeDirs(root + "/etc/sudoers.d"));
     RETURN_IF_ERROR(ReplaceFile(root + kSudoersPath, kSudoers, 0440));
@@ -253,7 +249,7 @@ Status BuildTemplateRootfs(const TemplateInputs& in, const std::string& work_dir
                   "agent binary " + in.agent_binary + " changed during the build; run it again");
   }
   std::string stage = work_dir + "/stage";
-  Tell(progress, "staging the template (hard links to the base layer + stripped agent)");
+  ReportProgress(progress, "staging the template (hard links to the base layer + stripped agent)");
   RETURN_IF_ERROR(StageTemplateTree(in.base_dir + "/root", stage, agent, in.key, log));
   RETURN_IF_ERROR(CopyFile(in.base_dir + "/packages.txt", out_dir + "/packages.txt", 0644));
 
@@ -262,7 +258,7 @@ Status BuildTemplateRootfs(const TemplateInputs& in, const std::string& work_dir
   uint64_t bytes = usage.bytes + usage.bytes / 10 + usage.inodes * 256 + 64 * kMiB + kFreeSpace;
   uint64_t mib = (bytes + kMiB - 1) / kMiB;
   std::string image = out_dir + "/rootfs.ext4";
-  Tell(progress, "writing ext4 image (" + std::to_string(usage.bytes / kMiB) + " MiB used, " +
+  ReportProgress(progress, "writing ext4 image (" + std::to_string(usage.bytes / kMiB) + " MiB used, " +
                     std::to_string(mib) + " MiB image)");
   RETURN_IF_ERROR(RunCommand({"mkfs.ext4", "-q", "-F", "-L", "airlock-root", "-m", "0",
                               // Initialise inode tables and journal now: otherwise the guest's
