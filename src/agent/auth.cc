@@ -41,12 +41,15 @@ Status CheckFileSignature(const Agent& agent, const http::Conn& s) {
     char* end = nullptr;
     long long v = std::strtoll(e->c_str(), &end, 10);
     if (*end != '\0') return Status(StatusCode::kUnauthenticated, "malformed signature_expiration");
-    if (v < static_cast<long long>(::time(nullptr))) return Status(StatusCode::kUnauthenticated, "signature expired");
+    // CLOCK_REALTIME itself, not time(2) (the vDSO's last tick, which lags).
+    struct timespec now {};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    if (v < static_cast<long long>(now.tv_sec)) return Status(StatusCode::kUnauthenticated, "signature expired");
     exp = v;
   }
   std::string op = s.method() == http::Method::kGet ? "read" : "write";
-  std::string want = FileSignature(s.Query("path").value_or(""), op, s.Query("username").value_or(""),
-                                   agent.access_token(), exp);
+  std::string want =
+      FileSignature(s.Query("path").value_or(""), op, s.Query("username").value_or(""), agent.access_token(), exp);
   if (!SecureEqual(*sig, want)) return Status(StatusCode::kUnauthenticated, "invalid signature");
   return OkStatus();
 }
@@ -113,8 +116,9 @@ void HandleInit(Agent& agent, std::shared_ptr<http::Conn> s) {
       auto raw = envd::Base64Decode(it->get<std::string>());
       if (!raw.ok()) return RespondHttpError(*s, 400, "entropy: " + raw.status().message());
       if (raw->size() < kMinEntropyBytes || raw->size() > kMaxEntropyBytes) {
-        return RespondHttpError(*s, 400, "entropy must be " + std::to_string(kMinEntropyBytes) + ".." +
-                                             std::to_string(kMaxEntropyBytes) + " bytes");
+        return RespondHttpError(
+            *s, 400,
+            "entropy must be " + std::to_string(kMinEntropyBytes) + ".." + std::to_string(kMaxEntropyBytes) + " bytes");
       }
       if (::getpid() == 1) {
         if (Status st = ReseedEntropy(*raw); !st.ok()) return RespondHttpError(*s, 500, st.message());

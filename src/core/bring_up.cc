@@ -112,6 +112,15 @@ std::shared_ptr<Sandbox> Manager::SandboxFor(const BringUpPlan& plan) const {
   sb->detach_ = plan.detach;
   sb->env_vars_ = plan.env_vars;
   sb->shared_snapshot_ = plan.shared_snapshot;
+  sb->attrs_ = plan.attributes;
+  sb->recorded_env_ = plan.attributes.recorded_env_vars.value_or(plan.env_vars);
+  sb->attrs_.recorded_env_vars.reset();
+  sb->timeout_ms_ = plan.timeout.count();
+  if (auto img = image::FindImage(config_.state_dir, plan.template_name); img.ok()) {
+    std::error_code ec;
+    auto size = fs::file_size(img->rootfs, ec);
+    if (!ec) sb->disk_mib_ = static_cast<int>(size >> 20);
+  }
   return sb;
 }
 
@@ -136,9 +145,13 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::StartSandbox(BringUpPlan plan,
     // Everything the steps made is undone; Destroy forgets the sandbox
     // (failed → killing → killed) and releases its shared snapshot.
     (void)sb->Transition(SandboxState::kFailed);
+    (void)End(sb->id_, SandboxOutcome::kCreateFailed, st.message());
     (void)Destroy(sb->id_);
     return st;
   }
+  Persist(*sb, "running");
+  sb->AddLog("info", fmt::format("sandbox running in {:.0f} ms ({})", timings.total_ms,
+                                 timings.from_snapshot ? "restored from a snapshot" : "cold boot"));
   return sb;
 }
 
@@ -261,9 +274,13 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
   };
   auto running = [&]() -> Status {
     RETURN_IF_ERROR(sb.Transition(SandboxState::kRunning));
+    std::lock_guard<std::mutex> l(sb.mu_);
     if (paused) {
-      std::lock_guard<std::mutex> l(sb.mu_);
       sb.snapshot_dir_.clear();
+    } else {
+      // Its TTL counts from here.
+      sb.created_at_ms_ = NowUnixMs();
+      sb.ends_at_ms_ = sb.timeout_ms_ > 0 ? sb.created_at_ms_ + sb.timeout_ms_ : 0;
     }
     return OkStatus();
   };
@@ -288,6 +305,9 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
       return OkStatus();
     }));
     RETURN_IF_ERROR(step(kStepAgentInit, agent_init, nullptr));
+    if (plan.handover)
+      RETURN_IF_ERROR(step(
+          kStepHandover, [&] { return plan.handover(sb); }, nullptr));
     return step(kStepRunning, running, nullptr);
   }();
 

@@ -3,7 +3,7 @@
 // resume of a paused sandbox) is a BringUpPlan run by Manager::BringUp as the
 // same named steps, each with its undo (common/checklist.h):
 //
-//   run dir ─▶ network ─▶ egress ─▶ vmm ─▶ lease ─▶ agent ready ─▶ agent init ─▶ running
+//   run dir ─▶ network ─▶ egress ─▶ vmm ─▶ lease ─▶ agent ready ─▶ agent init ─▶ [handover] ─▶ running
 //
 //   run dir      <state_dir>/run/<id> (0700) and its owner file; a paused
 //                sandbox keeps its run dir (only its old vm/ goes)
@@ -13,7 +13,9 @@
 //   lease        the address lease handed to the VMM's pid (it outlives a daemon)
 //   agent ready  the agent answers /health (within ready_timeout)
 //   agent init   POST /init: token, env, hostname, clock, entropy
-//   running      the state machine's transition
+//   handover     the caller's own step (plan.handover; the daemon: CA, owner)
+//   running      the state machine's transition; the TTL starts, the
+//                registry row is written
 //
 // A failing step undoes the ones before it, newest first, and its error reads
 // "<what>: <step>: <cause>" (plan.what gives the first part). The step names
@@ -21,17 +23,22 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/status.h"
+#include "core/sandbox_attributes.h"
 #include "egress/egress_service.h"  // EgressLimits
 #include "egress/policy.h"
 #include "image/image.h"
 
 namespace airlock {
+
+class Sandbox;
 
 // The steps, in the order they run.
 inline constexpr char kStepRunDir[] = "run dir";
@@ -41,6 +48,7 @@ inline constexpr char kStepVmm[] = "vmm";
 inline constexpr char kStepLease[] = "lease";
 inline constexpr char kStepAgentReady[] = "agent ready";
 inline constexpr char kStepAgentInit[] = "agent init";
+inline constexpr char kStepHandover[] = "handover";  // only with a BringUpPlan::handover
 inline constexpr char kStepRunning[] = "running";
 
 // Where the machine comes from.
@@ -88,6 +96,13 @@ struct BringUpPlan {
   // The snapshot the new sandbox's disk is layered on and shares with its
   // siblings (named and fork snapshots; Sandbox::shared_snapshot_).
   std::string shared_snapshot;
+  // What the API shows of a new sandbox, and its TTL from when it runs (0:
+  // none). A resume keeps the Sandbox's own.
+  SandboxAttributes attributes;
+  std::chrono::milliseconds timeout{0};
+  // The caller's last step before "running" (the daemon: CA, owner), on
+  // the sandbox as brought up so far. Empty: none.
+  std::function<Status(Sandbox&)> handover;
   // Context of errors and logs: "sandbox <id>", "fork child 0 of <id>",
   // "resume <id>".
   std::string what;

@@ -44,7 +44,8 @@ std::string JsonField(const std::string& path, const char* field) {
 
 }  // namespace
 
-StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const std::string& id, int count) {
+StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const std::string& id, int count,
+                                                                        const ForkOptions& options) {
   if (count < 1 || count > kMaxForks) return InvalidArgument("count must be 1.." + std::to_string(kMaxForks));
   std::shared_ptr<Sandbox> parent = Get(id);
   if (!parent) return NotFound("sandbox " + id + " not found");
@@ -80,7 +81,7 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
   std::vector<StatusOr<std::shared_ptr<Sandbox>>> out(static_cast<size_t>(count), Internal("not started"));
   std::vector<std::thread> threads;
   for (int k = 0; k < count; ++k) {
-    auto start_child = [this, k, &out, &parent, &dir] {
+    auto start_child = [this, k, &out, &parent, &dir, &options] {
       // Its own id, token, network; the parent's shape, env and policy (at
       // fork time); its disk layered on the checkpoint, shared with siblings.
       BringUpPlan plan;
@@ -96,7 +97,17 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
       plan.egress_policy = LoadEgressPolicy(parent->run_dir_);
       plan.ready_timeout = std::chrono::seconds(60);
       plan.what = "fork child " + std::to_string(k) + " of " + parent->id_;
+      // The parent's attributes, with a traffic token of its own.
+      plan.attributes = parent->attributes();
+      {
+        std::lock_guard<std::mutex> l(parent->mu_);
+        plan.attributes.recorded_env_vars = parent->recorded_env_;
+      }
+      if (!plan.attributes.traffic_token.empty()) plan.attributes.traffic_token = RandomHex(32);
+      plan.timeout = options.timeout;
+      plan.handover = options.handover;
       out[k] = StartSandbox(std::move(plan));
+      if (out[k].ok()) (*out[k])->AddLog("info", "forked from " + parent->id_);
     };
     // A VMM that is not detached dies with the thread that started it
     // (PR_SET_PDEATHSIG): such children start one after the other here.

@@ -121,6 +121,87 @@ size_t Sandbox::exposed_port_count() const {
   return exposed_ports_.size();
 }
 
+SandboxAttributes Sandbox::attributes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return attrs_;
+}
+
+int64_t Sandbox::created_at_ms() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return created_at_ms_;
+}
+
+int64_t Sandbox::ends_at_ms() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return ends_at_ms_;
+}
+
+int Sandbox::disk_mib() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return disk_mib_;
+}
+
+namespace {
+// Sandbox::api_state with mu_ held.
+std::string_view ApiStateOf(SandboxState state, bool snapshot_committed) {
+  if (state == SandboxState::kPaused || state == SandboxState::kResuming) return "paused";
+  if (state == SandboxState::kPausing && snapshot_committed) return "paused";
+  return "running";
+}
+}  // namespace
+
+std::string_view Sandbox::api_state() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return ApiStateOf(state_, !snapshot_dir_.empty());
+}
+
+bool Sandbox::visible() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return !end_ && state_ != SandboxState::kCreating && state_ != SandboxState::kFailed &&
+         state_ != SandboxState::kKilling && state_ != SandboxState::kKilled;
+}
+
+SandboxRecord Sandbox::Record() const {
+  std::lock_guard<std::mutex> l(mu_);
+  SandboxRecord r;
+  r.id = id_;
+  r.template_id = template_;
+  r.state = std::string(ApiStateOf(state_, !snapshot_dir_.empty()));
+  r.created_at_ms = created_at_ms_;
+  r.ends_at_ms = ends_at_ms_;
+  r.metadata = attrs_.metadata;
+  r.env_vars = recorded_env_;
+  r.access_token = access_token_;
+  r.traffic_token = attrs_.traffic_token;
+  r.mask_request_host = attrs_.mask_request_host;
+  r.vcpus = vcpus_;
+  r.memory_mib = memory_mib_;
+  r.netns_ip = network_ ? network_->netns_ip() : "";
+  r.vmm_pid = vm_ ? vm_->pid() : -1;
+  r.run_dir = run_dir_;
+  r.auto_pause = attrs_.auto_pause;
+  r.auto_pause_memory = attrs_.auto_pause_memory;
+  r.auto_resume = attrs_.auto_resume;
+  r.owner = attrs_.owner_team;
+  return r;
+}
+
+std::optional<SandboxEnd> Sandbox::end() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return end_;
+}
+
+void Sandbox::AddLog(std::string level, std::string message) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (logs_.size() >= kMaxLogEvents) logs_.pop_front();
+  logs_.push_back({NowUnixMs(), std::move(level), std::move(message)});
+}
+
+std::vector<SandboxLogEvent> Sandbox::Logs() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return {logs_.begin(), logs_.end()};
+}
+
 SandboxState Sandbox::state() const {
   std::lock_guard<std::mutex> l(mu_);
   return state_;
@@ -233,26 +314,32 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   // A previous daemon's sandboxes: take over the live ones first, so the
   // cleanup below sees us as the owner of their leases and run dirs.
   for (const auto& r : adopt) {
-    auto sb = r.paused ? m->AdoptPausedOne(r) : m->AdoptOne(r);
-    if (!sb.ok() && !r.paused && m->RecoverPaused(r)) {
+    const bool paused = r.record.state == "paused";
+    auto sb = paused ? m->AdoptPausedOne(r) : m->AdoptOne(r);
+    if (!sb.ok() && !paused && m->RecoverPaused(r)) {
       // Killed after a pause committed but before the registry said so.
-      AdoptRequest p = r;
-      p.paused = true;
-      sb = m->AdoptPausedOne(p);
+      sb = m->AdoptPausedOne(r);
     }
     if (sb.ok()) {
-      std::lock_guard<std::mutex> l(m->mu_);
-      (*sb)->shared_snapshot_ = m->ForkSnapshotOf(r.id);
-      m->sandboxes_[r.id] = *sb;
-      LOG_INFO("sandbox={} adopted vmm_pid={}", r.id, r.vmm_pid);
+      {
+        std::lock_guard<std::mutex> l(m->mu_);
+        (*sb)->shared_snapshot_ = m->ForkSnapshotOf(r.record.id);
+        m->sandboxes_[r.record.id] = *sb;
+      }
+      (*sb)->AddLog("info", "sandbox adopted by a restarted daemon");
+      // Its row as it is now (a pause that committed as the daemon died; a new netns address).
+      m->Persist(**sb, (*sb)->api_state());
+      LOG_INFO("sandbox={} adopted vmm_pid={}", r.record.id, r.record.vmm_pid);
       continue;
     }
-    LOG_WARN("sandbox={} not adopted, cleaning up: {}", r.id, sb.status().message());
-    std::string run_dir = m->config_.state_dir + "/run/" + r.id;
-    AdoptedVm(r.id, r.vmm_pid, run_dir).Destroy().ok();  // kills it only if the pid is still that VMM
-    if (auto st = net::TeardownByName(r.id); !st.ok()) LOG_WARN("sandbox={} network teardown: {}", r.id, st.message());
+    if (m->config_.registry) (void)m->config_.registry->DeleteSandbox(r.record.id);
+    LOG_WARN("sandbox={} not adopted, cleaning up: {}", r.record.id, sb.status().message());
+    std::string run_dir = m->config_.state_dir + "/run/" + r.record.id;
+    AdoptedVm(r.record.id, r.record.vmm_pid, run_dir).Destroy().ok();  // kills it only if the pid is still that VMM
+    if (auto st = net::TeardownByName(r.record.id); !st.ok())
+      LOG_WARN("sandbox={} network teardown: {}", r.record.id, st.message());
     fs::remove_all(run_dir, ec);
-    fs::remove_all(m->paused_dir() + "/" + r.id, ec);
+    fs::remove_all(m->paused_dir() + "/" + r.record.id, ec);
   }
   m->SweepSnapshots();
   m->SweepForkSnapshots();
@@ -322,37 +409,49 @@ std::shared_ptr<Sandbox> Manager::AdoptedSandbox(const AdoptRequest& r) {
   // The identity and shape of a plan, without its bring-up (the caller
   // attaches what is still running).
   BringUpPlan plan;
-  plan.id = r.id;
-  plan.template_name = r.template_name;
-  plan.access_token = r.access_token;
-  plan.vcpus = r.vcpus;
-  plan.memory_mib = r.memory_mib;
+  plan.id = r.record.id;
+  plan.template_name = r.record.template_id;
+  plan.access_token = r.record.access_token;
+  plan.vcpus = r.record.vcpus;
+  plan.memory_mib = r.record.memory_mib;
   plan.detach = true;
   plan.env_vars = r.env_vars;
-  return SandboxFor(plan);
+  const SandboxRecord& rec = r.record;
+  plan.attributes.metadata = rec.metadata;
+  plan.attributes.traffic_token = rec.traffic_token;
+  plan.attributes.mask_request_host = rec.mask_request_host;
+  plan.attributes.owner_team = rec.owner;
+  plan.attributes.auto_pause = rec.auto_pause;
+  plan.attributes.auto_pause_memory = rec.auto_pause_memory;
+  plan.attributes.auto_resume = rec.auto_resume;
+  plan.attributes.recorded_env_vars = rec.env_vars;
+  std::shared_ptr<Sandbox> sb = SandboxFor(plan);
+  sb->created_at_ms_ = rec.created_at_ms;
+  sb->ends_at_ms_ = rec.ends_at_ms;
+  return sb;
 }
 
 StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
-  RETURN_IF_ERROR(net::ValidateSandboxId(r.id));
+  RETURN_IF_ERROR(net::ValidateSandboxId(r.record.id));
   std::shared_ptr<Sandbox> sb = AdoptedSandbox(r);
   // Until every check passes, the Sandbox must not tear anything down.
   sb->released_ = true;
-  if (!ProcessMatches(r.vmm_pid, sb->run_dir_)) {
-    return Unavailable("VMM pid " + std::to_string(r.vmm_pid) + " is gone");
+  if (!ProcessMatches(r.record.vmm_pid, sb->run_dir_)) {
+    return Unavailable("VMM pid " + std::to_string(r.record.vmm_pid) + " is gone");
   }
-  ASSIGN_OR_RETURN(auto network, net::SandboxNetwork::Adopt(r.id, *pool_));
+  ASSIGN_OR_RETURN(auto network, net::SandboxNetwork::Adopt(r.record.id, *pool_));
   sb->network_ = std::move(network);
   // The VMM owns the lease, so it stays live while no daemon runs.
-  RETURN_IF_ERROR(pool_->Adopt(sb->network_->lease(), r.vmm_pid));
+  RETURN_IF_ERROR(pool_->Adopt(sb->network_->lease(), r.record.vmm_pid));
   // Full control (pause, fork) when the runtime can reattach; else pid only.
   ContinueIfStopped(sb->run_dir_ + "/vm");  // a daemon killed mid-pause leaves it stopped
-  if (auto vm = runtime_->Adopt(sb->run_dir_ + "/vm", r.vmm_pid); vm.ok()) {
+  if (auto vm = runtime_->Adopt(sb->run_dir_ + "/vm", r.record.vmm_pid); vm.ok()) {
     sb->vm_ = std::move(vm).value();
   } else {
-    LOG_WARN("sandbox={} VMM adopted by pid only (no pause/fork): {}", r.id, vm.status().message());
-    sb->vm_ = std::make_unique<AdoptedVm>(r.id, r.vmm_pid, sb->run_dir_);
+    LOG_WARN("sandbox={} VMM adopted by pid only (no pause/fork): {}", r.record.id, vm.status().message());
+    sb->vm_ = std::make_unique<AdoptedVm>(r.record.id, r.record.vmm_pid, sb->run_dir_);
   }
-  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{sb->network_->netns_ip(), kAgentPort}, r.access_token);
+  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{sb->network_->netns_ip(), kAgentPort}, r.record.access_token);
   sb->released_ = false;  // from here on, a failure tears it all down
   Status health =
       sb->agent_->WaitReady(std::chrono::steady_clock::now() + std::chrono::seconds(5), [] { return OkStatus(); });
@@ -360,17 +459,18 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
   WriteRunDirOwner(sb->run_dir_, config_.owner);
   if (egress_) {
     // The policy kept in the run dir (deny-all without it).
-    Status st = ApplyEgressPolicy(*sb->network_, *egress_, r.id, LoadEgressPolicy(sb->run_dir_), "", true);
+    Status st = ApplyEgressPolicy(*sb->network_, *egress_, r.record.id, LoadEgressPolicy(sb->run_dir_), "", true);
     if (st.ok())
       sb->egress_ = egress_.get();
     else
-      LOG_WARN("sandbox={} egress not restored (guest reaches nothing): {}", r.id, st.message());
+      LOG_WARN("sandbox={} egress not restored (guest reaches nothing): {}", r.record.id, st.message());
   }
   sb->state_ = SandboxState::kRunning;
   return sb;
 }
 
 Manager::~Manager() {
+  StopReaper();
   // No host-address callback once members start going away.
   if (egress_) egress_->StopHostAddressNotifications();
   DestroyAll();
@@ -441,6 +541,9 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   plan.env_vars = options.env_vars;
   plan.detach = options.detach;
   plan.ready_timeout = options.ready_timeout;
+  plan.attributes = options.attributes;
+  plan.timeout = options.timeout;
+  plan.handover = options.handover;
   plan.image = *img;
   // From the template's snapshot when there is one, else a cold boot.
   plan.source = MachineSource::kColdBoot;
@@ -454,29 +557,95 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   return StartSandbox(std::move(plan), t0);
 }
 
+Status Manager::End(const std::string& id, SandboxOutcome outcome, std::string detail) {
+  std::shared_ptr<Sandbox> sb = Get(id);
+  if (!sb) return NotFound("sandbox " + id + " not found");
+  std::lock_guard<std::mutex> l(sb->mu_);
+  if (sb->end_) return NotFound("sandbox " + id + " not found (it is ending: " + sb->end_->Describe() + ")");
+  sb->end_ = SandboxEnd{outcome, std::move(detail), NowUnixMs()};
+  LOG_INFO("sandbox={} ending: {}", id, sb->end_->Describe());
+  return OkStatus();
+}
+
 Status Manager::Destroy(const std::string& id) {
-  std::shared_ptr<Sandbox> sb;
+  std::shared_ptr<Sandbox> sb = Get(id);
+  if (!sb) return NotFound("sandbox " + id + " not found");
+  (void)End(id, SandboxOutcome::kKilled);  // unless its end was decided already
+  const SandboxEnd end = *sb->end();
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) return NotFound("sandbox " + id + " not found");
-    sb = it->second;
+    // Another Destroy got there first.
+    if (it == sandboxes_.end() || it->second != sb) return NotFound("sandbox " + id + " not found");
     sandboxes_.erase(it);
+    ended_.emplace_back(id, end);
+    if (ended_.size() > kMaxEnded) ended_.pop_front();
   }
+  if (config_.events.ending) config_.events.ending(*sb, end);
   std::lock_guard<std::mutex> op(sb->op_mu_);  // waits for a pause/resume in flight
   (void)sb->Transition(SandboxState::kKilling);
   Status s = sb->TearDown();
   s = JoinErrors({s, DeletePrivateSnapshots(*sb)});
   if (!sb->shared_snapshot_.empty()) ReleaseSharedSnapshot(sb->shared_snapshot_, sb.get());
   (void)sb->Transition(SandboxState::kKilled);
+  if (config_.registry) {
+    if (Status r = config_.registry->DeleteSandbox(id); !r.ok()) LOG_WARN("sandbox={} registry: {}", id, r.message());
+  }
   if (!s.ok()) LOG_WARN("sandbox={} destroy: {}", id, s.message());
+  if (config_.events.ended) config_.events.ended(id, end);
   return s;
+}
+
+std::optional<SandboxEnd> Manager::EndOf(const std::string& id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto it = ended_.rbegin(); it != ended_.rend(); ++it) {
+    if (it->first == id) return it->second;
+  }
+  auto it = sandboxes_.find(id);
+  if (it != sandboxes_.end()) return it->second->end();
+  return std::nullopt;
 }
 
 std::shared_ptr<Sandbox> Manager::Get(const std::string& id) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = sandboxes_.find(id);
   return it == sandboxes_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<Sandbox> Manager::Visible(const std::string& id) {
+  auto sb = Get(id);
+  return sb && sb->visible() ? sb : nullptr;
+}
+
+std::vector<std::shared_ptr<Sandbox>> Manager::VisibleList() {
+  std::vector<std::shared_ptr<Sandbox>> out;
+  for (auto& sb : List()) {
+    if (sb->visible()) out.push_back(std::move(sb));
+  }
+  return out;
+}
+
+StatusOr<int64_t> Manager::SetEndsAt(const std::string& id, int64_t ends_at_ms, bool extend_only) {
+  auto sb = Visible(id);
+  if (!sb) return NotFound("sandbox " + id + " not found");
+  int64_t now_ends = 0;
+  {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    if (!extend_only || ends_at_ms > sb->ends_at_ms_) sb->ends_at_ms_ = ends_at_ms;
+    now_ends = sb->ends_at_ms_;
+  }
+  if (config_.registry) {
+    if (Status st = config_.registry->SetEndsAt(id, now_ends); !st.ok())
+      LOG_WARN("sandbox={} registry: {}", id, st.message());
+  }
+  return now_ends;
+}
+
+void Manager::Persist(const Sandbox& sb, std::string_view state) {
+  if (!config_.registry) return;
+  SandboxRecord r = sb.Record();
+  r.state = std::string(state);
+  if (Status st = config_.registry->PutSandbox(r); !st.ok()) LOG_WARN("sandbox={} registry: {}", r.id, st.message());
 }
 
 std::vector<Manager::DeadVm> Manager::DeadSandboxes() {
@@ -488,7 +657,7 @@ std::vector<Manager::DeadVm> Manager::DeadSandboxes() {
     while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
     if (auto nl = tail.rfind('\n'); nl != std::string::npos) tail = tail.substr(nl + 1);
     if (tail.size() > 200) tail = tail.substr(tail.size() - 200);
-    out.push_back({sb->id(), "vmm exited" + (tail.empty() ? std::string() : " (console: " + tail + ")")});
+    out.push_back({sb->id(), tail.empty() ? std::string() : "console: " + tail});
   }
   return out;
 }
@@ -501,6 +670,7 @@ std::vector<std::shared_ptr<Sandbox>> Manager::List() {
 }
 
 void Manager::ReleaseAll() {
+  StopReaper();
   std::map<std::string, std::shared_ptr<Sandbox>> all;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -516,12 +686,16 @@ void Manager::ReleaseAll() {
 }
 
 void Manager::DestroyAll() {
+  StopReaper();
   std::vector<std::string> ids;
   {
     std::lock_guard<std::mutex> l(mu_);
     for (auto& [id, _] : sandboxes_) ids.push_back(id);
   }
-  for (auto& id : ids) (void)Destroy(id);
+  for (auto& id : ids) {
+    (void)End(id, SandboxOutcome::kDaemonStopped);
+    (void)Destroy(id);
+  }
 }
 
 }  // namespace airlock

@@ -13,7 +13,10 @@
 // Thread-safe: Create/Destroy/Get/List may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -21,17 +24,20 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
 #include "core/bring_up.h"
 #include "core/envd_client.h"
-#include "runtime/options.h"
-#include "runtime/runtime.h"
+#include "core/registry.h"
+#include "core/sandbox_attributes.h"
 #include "core/sandbox_state.h"
 #include "egress/egress_service.h"
 #include "egress/policy.h"
 #include "image/image.h"
+#include "runtime/options.h"
+#include "runtime/runtime.h"
 
 namespace airlock {
 
@@ -49,6 +55,23 @@ struct PortExposureLimits {
   int max_ports = 32;
   double new_per_second = 4;
   int burst = 16;
+};
+
+class Sandbox;
+
+// What the manager tells its owner (the daemon) about sandboxes. Each is
+// optional and called on the thread doing the work (a worker, the reaper),
+// never with a manager lock held.
+struct SandboxEvents {
+  // Its pause snapshot is committed and the registry says paused (the VMM
+  // is being stopped).
+  std::function<void(Sandbox&)> paused;
+  // It runs again after a resume, and the registry says so.
+  std::function<void(Sandbox&)> resumed;
+  // Its end was decided (Sandbox::end() is set); teardown is about to begin.
+  std::function<void(Sandbox&, const SandboxEnd&)> ending;
+  // It is torn down, forgotten and out of the registry.
+  std::function<void(const std::string& id, const SandboxEnd&)> ended;
 };
 
 struct ManagerConfig {
@@ -83,6 +106,19 @@ struct ManagerConfig {
   // is used for its uid leases.
   VmmJailOptions vmm_jail;
   PortExposureLimits port_exposure;
+  // The daemon's registry (core/registry.h): the manager writes a sandbox's
+  // row on each transition (running, paused, running again, gone) and when
+  // its TTL changes. nullptr: nothing is persisted (airlock run, tests).
+  // Must outlive the manager.
+  Registry* registry = nullptr;
+  SandboxEvents events;
+  // The reaper (StartReaper): how often it looks, and serve --max-lifetime
+  // (seconds after create a sandbox ends whatever its TTL; 0: no cap).
+  std::chrono::milliseconds reaper_interval{1000};
+  int max_lifetime_s = 0;
+  // Where the blocking work the reaper starts runs (a destroy, an
+  // autoPause, the dead-VMM scan); empty: a detached thread each.
+  std::function<void(std::function<void()>)> run_blocking;
 };
 
 // The "owner" file of a run dir: the pid of the process that runs the
@@ -113,21 +149,29 @@ struct CreateOptions {
   // What the sandbox may reach (default: nothing) and its limits.
   egress::EgressPolicy egress_policy;
   std::optional<egress::EgressLimits> egress_limits;
+  SandboxAttributes attributes;
+  // Its TTL, counted from when it runs; 0: none (the reaper never ends it
+  // for time).
+  std::chrono::milliseconds timeout{0};
+  // The bring-up's last step before "running" (kStepHandover): the daemon
+  // installs the sandbox's CA and records its owner here. An error fails
+  // the create and undoes everything.
+  std::function<Status(Sandbox&)> handover;
 };
 
 // A sandbox left running by a previous daemon, to be taken over by Open().
+// record.state "paused": it is taken over as paused (its snapshot under
+// snapshots/paused/<id>), and a VMM a crashed daemon left behind is stopped.
 struct AdoptRequest {
-  std::string id;
-  int vmm_pid = -1;
-  std::string template_name;
-  std::string access_token;
-  int vcpus = 1;
-  int memory_mib = 512;
-  std::map<std::string, std::string> env_vars;  // re-sent to the agent after a cold resume
-  // true: the registry says paused; the sandbox is taken over as paused
-  // (its snapshot under snapshots/paused/<id>), and a VMM a crashed daemon
-  // left behind is stopped.
-  bool paused = false;
+  SandboxRecord record;                         // its registry row
+  std::map<std::string, std::string> env_vars;  // re-sent to the agent after a cold resume (secrets' values included)
+};
+
+// Fork (fork.cc).
+struct ForkOptions {
+  std::chrono::milliseconds timeout{0};  // each child's TTL; 0: none
+  // As CreateOptions::handover, for each child.
+  std::function<Status(Sandbox&)> handover;
 };
 
 // Pause (snapshots.cc, docs/snapshots.md).
@@ -196,6 +240,25 @@ class Sandbox {
   // The committed snapshot of a paused sandbox ("" when not paused).
   std::string snapshot_dir() const;
 
+  // ---- what the API shows (one owner of sandbox state) ----
+  SandboxAttributes attributes() const;
+  int64_t created_at_ms() const;  // Unix ms it first ran (0 while creating)
+  int64_t ends_at_ms() const;     // Unix ms its TTL ends (0: none)
+  int disk_mib() const;           // its template's disk size (GET /sandboxes/{id} diskSizeMB)
+  // "running" or "paused", as the API and the registry say it: paused from
+  // the commit of its pause snapshot until it runs again.
+  std::string_view api_state() const;
+  // Handed out and not ended: the API lists it.
+  bool visible() const;
+  // Its registry row as it is now.
+  SandboxRecord Record() const;
+  // Its end, once decided (nullopt while it lives).
+  std::optional<SandboxEnd> end() const;
+  // Its lifecycle log (bounded: the newest kMaxLogEvents), oldest first.
+  static constexpr size_t kMaxLogEvents = 1000;
+  void AddLog(std::string level, std::string message);
+  std::vector<SandboxLogEvent> Logs() const;
+
  private:
   friend class Manager;
   Sandbox() = default;
@@ -234,6 +297,15 @@ class Sandbox {
   egress::EgressService* egress_ = nullptr;  // the Manager's; outlives the sandbox
   mutable std::mutex mu_;
   SandboxState state_ = SandboxState::kCreating;
+  // What the API shows; guarded by mu_.
+  SandboxAttributes attrs_;
+  std::map<std::string, std::string> recorded_env_;
+  int64_t created_at_ms_ = 0;
+  int64_t ends_at_ms_ = 0;
+  int64_t timeout_ms_ = 0;  // the create's TTL, applied when it first runs
+  int disk_mib_ = 0;
+  std::deque<SandboxLogEvent> logs_;
+  std::optional<SandboxEnd> end_;
   std::unique_ptr<net::SandboxNetwork> network_;
   std::unique_ptr<VmInstance> vm_;
   std::unique_ptr<EnvdClient> agent_;
@@ -252,8 +324,37 @@ class Manager {
   ~Manager();  // destroys every sandbox it still owns (none after ReleaseAll)
 
   StatusOr<std::shared_ptr<Sandbox>> Create(const CreateOptions& options);
+  // Decides the end of sandbox `id` (its outcome, set once) without tearing
+  // it down: from then on it is no longer visible(). Never blocks. NotFound
+  // when there is no such sandbox or its end is already decided.
+  Status End(const std::string& id, SandboxOutcome outcome, std::string detail = "");
+  // Tears sandbox `id` down (its end: as decided by End, else kKilled):
+  // events.ending, VMM, network, run dir, private snapshots, registry row,
+  // events.ended. Waits for a pause or resume in flight. NotFound.
   Status Destroy(const std::string& id);
+  // Destroys every sandbox (outcome kDaemonStopped unless decided).
   void DestroyAll();
+  // The end of a sandbox that ended lately (the newest kMaxEnded), else nullopt.
+  static constexpr size_t kMaxEnded = 4096;
+  std::optional<SandboxEnd> EndOf(const std::string& id) const;
+  // The sandbox the API may show (visible()), or nullptr.
+  std::shared_ptr<Sandbox> Visible(const std::string& id);
+  std::vector<std::shared_ptr<Sandbox>> VisibleList();
+  // Sets when sandbox `id`'s TTL ends (Unix ms); extend_only: only ever
+  // later (connect). Writes the registry. Returns the end now in force.
+  // NotFound unless visible.
+  StatusOr<int64_t> SetEndsAt(const std::string& id, int64_t ends_at_ms, bool extend_only = false);
+  // The reaper (a thread of the manager): every reaper_interval it ends
+  // sandboxes whose TTL passed (kTtlExpired; pauses them instead with
+  // autoPause on, kAutoPauseFailed when that fails), that reached
+  // max_lifetime_s (kLifetimeCap), or whose VMM died (kVmmExited, with the
+  // console's last line). Paused sandboxes have no TTL until resumed.
+  // Stopped by StopReaper, ReleaseAll and the destructor.
+  void StartReaper();
+  void StopReaper();
+  // One pass of the reaper, on the calling thread (the blocking work it
+  // starts goes to run_blocking).
+  void ReapOnce();
   // The host's interface addresses changed (egress on_host_addresses_changed):
   // rewrites each sandbox netns's set of them (SandboxNetwork::SetEgressHostAddresses).
   void RefreshEgressHostAddresses(const std::vector<uint32_t>& host);
@@ -267,7 +368,7 @@ class Manager {
   // Sandboxes in a pause, resume or destroy are skipped (their VMM changes).
   struct DeadVm {
     std::string id;
-    std::string outcome;  // "vmm exited", plus the console's last line when there is one
+    std::string detail;  // "console: <its last line>", or "" when it printed nothing
   };
   std::vector<DeadVm> DeadSandboxes();
   // Saves the sandbox (memory + device state + disk, or the disk only) under
@@ -280,8 +381,11 @@ class Manager {
   // sends the agent the current time and fresh entropy, and deletes the pause
   // snapshot. A running sandbox: OK with resumed=false. On failure it stays
   // paused (snapshot kept).
+  // ends_at_ms > 0: the TTL's new end once resumed (a resumed sandbox's TTL
+  // starts anew).
   StatusOr<ResumeResult> Resume(const std::string& id,
-                                std::chrono::milliseconds ready_timeout = std::chrono::seconds(60));
+                                std::chrono::milliseconds ready_timeout = std::chrono::seconds(60),
+                                int64_t ends_at_ms = 0);
   // <state_dir>/snapshots/paused
   std::string paused_dir() const { return config_.state_dir + "/snapshots/paused"; }
   // Template snapshots (template_snapshots.cc): boots the template once in a
@@ -296,7 +400,10 @@ class Manager {
   // its own id, token, hostname, clock and entropy, sharing the unchanged
   // disk copy-on-write. One result per child (a child that failed is an
   // error; the others run). NotFound; FailedPrecondition unless running.
-  StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Fork(const std::string& id, int count);
+  // Each child carries the parent's attributes (a traffic token of its own)
+  // and options.timeout as its TTL.
+  StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Fork(const std::string& id, int count,
+                                                                 const ForkOptions& options = {});
   // Named snapshots (named_snapshots.cc): a checkpoint of running sandbox
   // `id` (it keeps running) kept until deleted; `name` optional, unique.
   // Create(template_name = its id or name) starts a sandbox from it.
@@ -377,13 +484,28 @@ class Manager {
   std::string ForkSnapshotOf(const std::string& id) const;
   // Deletes a sandbox's own snapshot data, never anything shared (snapshots.cc).
   Status DeletePrivateSnapshots(Sandbox& sb);
+  // The registry row of `sb` (state "running" or "paused"); errors are logged.
+  void Persist(const Sandbox& sb, std::string_view state);
+  // The reaper's pieces (reaper.cc).
+  void RunBlocking(std::function<void()> work);
+  void EndAndDestroy(const std::string& id, SandboxOutcome outcome, std::string detail);
+  void AutoPause(const std::string& id, bool keep_memory);
+  void ReaperLoop();
+  std::mutex reaper_mu_;
+  std::condition_variable reaper_cv_;
+  bool reaper_stop_ = false;  // guarded by reaper_mu_
+  std::thread reaper_;
+  std::atomic<bool> death_check_in_flight_{false};
+  std::set<std::string> auto_pausing_;                    // guarded by mu_
+  std::deque<std::pair<std::string, SandboxEnd>> ended_;  // newest last, bounded kMaxEnded (guarded by mu_)
+
   ManagerConfig config_;
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<net::AddressPool> pool_;
   std::unique_ptr<egress::EgressService> egress_;  // before sandboxes_: outlives them
   std::mutex host_elements_mu_;
   std::vector<std::string> host_elements_;  // the netns host_addrs set last written (RefreshEgressHostAddresses)
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
 };
 

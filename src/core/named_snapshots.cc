@@ -186,8 +186,14 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::CreateFromNamedSnapshot(const std::s
       if (v.is_string()) plan.env_vars[k] = v.get<std::string>();
     }
   }
+  plan.attributes = options.attributes;
+  std::map<std::string, std::string> recorded = plan.env_vars;  // the snapshot's, then the create's
+  for (auto& [k, v] : options.attributes.recorded_env_vars.value_or(options.env_vars)) recorded[k] = v;
+  plan.attributes.recorded_env_vars = std::move(recorded);
   for (auto& [k, v] : options.env_vars) plan.env_vars[k] = v;
   plan.egress_policy = options.egress_policy;
+  plan.timeout = options.timeout;
+  plan.handover = options.handover;
   plan.ready_timeout = std::chrono::seconds(60);
   plan.what = "create from snapshot " + plan.template_name;
   return StartSandbox(std::move(plan));

@@ -118,6 +118,11 @@ StatusOr<PauseResult> Manager::Pause(const std::string& id, const PauseOptions& 
     sb->snapshot_dir_ = dir;
     sb->memory_snapshot_ = options.keep_memory;
   }
+  // Paused from here on, for the registry and the API: a daemon killed now
+  // finds a complete snapshot.
+  Persist(*sb, "paused");
+  sb->AddLog("info", "sandbox paused");
+  if (config_.events.paused) config_.events.paused(*sb);
   if (options.on_saved) {
     if (Status s = options.on_saved(); !s.ok()) LOG_WARN("sandbox={} pause recorded badly: {}", id, s.message());
   }
@@ -131,7 +136,8 @@ StatusOr<PauseResult> Manager::Pause(const std::string& id, const PauseOptions& 
   return r;
 }
 
-StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milliseconds ready_timeout) {
+StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milliseconds ready_timeout,
+                                       int64_t ends_at_ms) {
   auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<Sandbox> sb = Get(id);
   if (!sb) return NotFound("sandbox " + id + " not found");
@@ -173,6 +179,13 @@ StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milli
   if (Status s = runtime_->snapshots().Delete(plan.snapshot_dir); !s.ok()) {
     LOG_WARN("sandbox={} delete pause snapshot: {}", id, s.message());
   }
+  if (ends_at_ms > 0) {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    sb->ends_at_ms_ = ends_at_ms;
+  }
+  Persist(*sb, "running");
+  sb->AddLog("info", "sandbox running");
+  if (config_.events.resumed) config_.events.resumed(*sb);
   result.resumed = true;
   result.total_ms = MsSince(t0);
   LOG_INFO("sandbox={} resumed total_ms={:.0f} memory={}", id, result.total_ms, plan.snapshot_memory);
@@ -180,15 +193,15 @@ StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milli
 }
 
 StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptPausedOne(const AdoptRequest& r) {
-  RETURN_IF_ERROR(net::ValidateSandboxId(r.id));
-  const std::string dir = paused_dir() + "/" + r.id;
-  const std::string run_dir = config_.state_dir + "/run/" + r.id;
+  RETURN_IF_ERROR(net::ValidateSandboxId(r.record.id));
+  const std::string dir = paused_dir() + "/" + r.record.id;
+  const std::string run_dir = config_.state_dir + "/run/" + r.record.id;
   // A daemon killed between "registry: paused" and stopping the VMM left it
   // running (stopped): stop it for good; the snapshot is the sandbox now.
-  if (r.vmm_pid > 0 && ProcessMatches(r.vmm_pid, run_dir)) {
-    (void)AdoptedVm(r.id, r.vmm_pid, run_dir).Destroy();
-    if (Status st = net::TeardownByName(r.id); !st.ok())
-      LOG_WARN("sandbox={} network teardown: {}", r.id, st.message());
+  if (r.record.vmm_pid > 0 && ProcessMatches(r.record.vmm_pid, run_dir)) {
+    (void)AdoptedVm(r.record.id, r.record.vmm_pid, run_dir).Destroy();
+    if (Status st = net::TeardownByName(r.record.id); !st.ok())
+      LOG_WARN("sandbox={} network teardown: {}", r.record.id, st.message());
   }
   ASSIGN_OR_RETURN(auto m, runtime_->snapshots().Read(dir));
   std::shared_ptr<Sandbox> sb = AdoptedSandbox(r);
@@ -199,10 +212,10 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptPausedOne(const AdoptRequest& r
 }
 
 bool Manager::RecoverPaused(const AdoptRequest& r) {
-  if (net::ValidateSandboxId(r.id).ok() == false) return false;
-  const std::string run_dir = config_.state_dir + "/run/" + r.id;
-  if (r.vmm_pid > 0 && ProcessMatches(r.vmm_pid, run_dir)) return false;
-  return runtime_->snapshots().Read(paused_dir() + "/" + r.id).ok();
+  if (net::ValidateSandboxId(r.record.id).ok() == false) return false;
+  const std::string run_dir = config_.state_dir + "/run/" + r.record.id;
+  if (r.record.vmm_pid > 0 && ProcessMatches(r.record.vmm_pid, run_dir)) return false;
+  return runtime_->snapshots().Read(paused_dir() + "/" + r.record.id).ok();
 }
 
 void Manager::ContinueIfStopped(const std::string& vm_run_dir) {

@@ -160,6 +160,14 @@ void Server::RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller) {
 
 bool Server::CallerOwns(const Caller& caller, OwnedKind kind, const std::string& id) {
   if (caller.admin) return true;
+  // A live sandbox carries its team: no SQLite on the event loop. An ended
+  // or unknown one is looked up (its owners row outlives it).
+  if (kind == OwnedKind::kSandbox) {
+    if (auto sb = manager_->Get(id)) {
+      std::string team = sb->attributes().owner_team;
+      if (!team.empty()) return caller.Owns(team);
+    }
+  }
   auto owner = registry_->OwnerOf(kind, id);
   if (!owner.ok()) {
     LOG_WARN("owner of {}: {}", id, owner.status().message());
@@ -195,91 +203,56 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
     if (Status st = requests::CheckTemplateDisk(req, template_disk_mib); !st.ok())
       return c->RespondError(400, st.message());
     int ttl = ClampTimeout(req.timeout_s.value_or(config_.default_timeout_s));
-    auto meta = req.metadata;
+    opts.timeout = std::chrono::seconds(ttl);
+    opts.attributes.metadata = req.metadata;
+    if (!req.allow_public_traffic) opts.attributes.traffic_token = RandomHex(32);
+    opts.attributes.mask_request_host = req.mask_request_host;
+    opts.attributes.owner_team = caller.team;
+    opts.attributes.auto_pause = req.lifecycle.auto_pause;
+    opts.attributes.auto_pause_memory = req.lifecycle.auto_pause_memory;
+    opts.attributes.auto_resume = req.lifecycle.auto_resume;
+    opts.attributes.recorded_env_vars = req.env_vars;  // brokered secrets' values are never persisted
     auto bindings = req.secrets;
-    auto lifecycle = req.lifecycle;
-    bool public_traffic = req.allow_public_traffic;
-    std::string mask_host = req.mask_request_host;
     std::string key_id = caller.key_id;
-    Admit(c, key_id, opts.memory_mib,
-          [this, c, opts, ttl, meta, bindings, key_id, caller, lifecycle, public_traffic, mask_host](uint64_t ticket) {
-            auto t0 = std::chrono::steady_clock::now();
-            CreateOptions run_opts = opts;  // + secret env vars, never persisted
-            auto attached = secrets_->Attach(bindings, caller, &run_opts);
-            if (!attached.ok()) {
-              AdmissionDone(ticket, "", 0);
-              Status st = attached.status();
-              return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
-            }
-            auto sb = manager_->Create(run_opts);
-            if (!sb.ok()) {
-              LOG_WARN("create failed: {}", sb.status().message());
-              Status st = sb.status();
-              Audit({{"action", "sandbox.create_failed"}, {"error", st.message()}});
-              AdmissionDone(ticket, "", 0);
-              return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
-            }
-            if (Status ca = secrets_->InstallSandboxCa(**sb, run_opts.egress_policy, &attached.value()); !ca.ok()) {
-              (void)manager_->Destroy((*sb)->id());
-              AdmissionDone(ticket, "", 0);
-              return asio::post(c->executor(), [c, ca] { c->RespondError(500, ca.message()); });
-            }
-            SandboxRecord r;
-            r.id = (*sb)->id();
-            r.template_id = opts.template_name;
-            r.state = "running";
-            r.created_at_ms = NowUnixMs();
-            r.ends_at_ms = r.created_at_ms + int64_t{ttl} * 1000;
-            r.metadata = meta;
-            r.env_vars = opts.env_vars;
-            r.access_token = (*sb)->access_token();
-            if (!public_traffic) r.traffic_token = RandomHex(32);
-            r.mask_request_host = mask_host;
-            r.vcpus = opts.vcpus;
-            r.memory_mib = opts.memory_mib;
-            r.netns_ip = (*sb)->netns_ip();
-            r.vmm_pid = (*sb)->vmm_pid();
-            r.run_dir = (*sb)->run_dir();
-            r.auto_pause = lifecycle.auto_pause;
-            r.auto_pause_memory = lifecycle.auto_pause_memory;
-            r.auto_resume = lifecycle.auto_resume;
-            r.owner = caller.team;
-            if (Status st = registry_->SetOwner(OwnedKind::kSandbox, r.id, r.owner); !st.ok()) {
-              // A sandbox nobody can be shown to own is not handed out.
-              LOG_WARN("sandbox={} owner: {}", r.id, st.message());
-              secrets_->Forget(r.id);
-              (void)manager_->Destroy(r.id);
-              AdmissionDone(ticket, "", 0);
-              return asio::post(c->executor(), [c, st] { c->RespondError(500, st.message()); });
-            }
-            if (Status st = registry_->PutSandbox(r); !st.ok()) LOG_WARN("sandbox={} registry: {}", r.id, st.message());
-            secrets_->Commit(r.id, std::move(attached).value(), key_id);
-            int disk_mib = 0;
-            if (auto img = image::FindImage(config_.manager.state_dir, r.template_id); img.ok()) {
-              struct stat st;
-              if (::stat(img->rootfs.c_str(), &st) == 0) disk_mib = static_cast<int>(st.st_size >> 20);
-            }
-            double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            AdmissionDone(ticket, r.id, ms / 1000.0);  // before a kill can see it
-            {
-              std::lock_guard<std::mutex> l(mu_);
-              Entry e{r, *sb, disk_mib, {}, {}};
-              e.logs.push_back(
-                  {r.created_at_ms, "info", "sandbox created in " + std::to_string(static_cast<int>(ms)) + " ms"});
-              sandboxes_[r.id] = std::move(e);
-            }
-            LOG_INFO("sandbox={} created total_ms={:.0f} ttl_s={}", r.id, ms, ttl);
-            if (!(*sb)->timings().from_snapshot) EnsureTemplateSnapshotAsync(r.template_id, r.vcpus, r.memory_mib);
-            Audit({{"action", "sandbox.created"},
-                   {"sandbox", r.id},
-                   {"template", r.template_id},
-                   {"vcpus", r.vcpus},
-                   {"memory_mib", r.memory_mib},
-                   {"ttl_s", ttl},
-                   {"create_ms", static_cast<int64_t>(ms)}});
-            std::string out = SandboxJson(r).dump();
-            asio::post(c->executor(), [c, out] { c->Respond(201, "application/json", out); });
-          });
+    Admit(c, key_id, opts.memory_mib, [this, c, opts, ttl, bindings, key_id, caller](uint64_t ticket) {
+      auto t0 = std::chrono::steady_clock::now();
+      CreateOptions run_opts = opts;  // + secret env vars, never persisted
+      auto attached = secrets_->Attach(bindings, caller, &run_opts);
+      if (!attached.ok()) {
+        AdmissionDone(ticket, "", 0);
+        Status st = attached.status();
+        return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
+      }
+      // The bring-up's last step: the sandbox's CA (when it has secrets to
+      // broker) and its owners row; without them it is not handed out.
+      run_opts.handover = [this, &attached, egress = run_opts.egress_policy](Sandbox& sb) -> Status {
+        RETURN_IF_ERROR(secrets_->InstallSandboxCa(sb, egress, &attached.value()));
+        return registry_->SetOwner(OwnedKind::kSandbox, sb.id(), sb.attributes().owner_team);
+      };
+      auto sb = manager_->Create(run_opts);
+      if (!sb.ok()) {
+        LOG_WARN("create failed: {}", sb.status().message());
+        Status st = sb.status();
+        Audit({{"action", "sandbox.create_failed"}, {"error", st.message()}});
+        AdmissionDone(ticket, "", 0);
+        return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
+      }
+      const std::string id = (*sb)->id();
+      secrets_->Commit(id, std::move(attached).value(), key_id);
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      AdmissionDone(ticket, id, ms / 1000.0);
+      LOG_INFO("sandbox={} created total_ms={:.0f} ttl_s={}", id, ms, ttl);
+      if (!(*sb)->timings().from_snapshot) EnsureTemplateSnapshotAsync(opts.template_name, opts.vcpus, opts.memory_mib);
+      Audit({{"action", "sandbox.created"},
+             {"sandbox", id},
+             {"template", opts.template_name},
+             {"vcpus", opts.vcpus},
+             {"memory_mib", opts.memory_mib},
+             {"ttl_s", ttl},
+             {"create_ms", static_cast<int64_t>(ms)}});
+      std::string out = SandboxJson((*sb)->Record()).dump();
+      asio::post(c->executor(), [c, out] { c->Respond(201, "application/json", out); });
+    });
   });
 }
 
@@ -289,22 +262,20 @@ void Server::ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bo
   const requests::ListSandboxesRequest& q = *parsed;
   std::vector<std::pair<SandboxRecord, int>> rows;
   size_t total_running = 0;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    for (auto& [id, e] : sandboxes_) {
-      if (!caller.admin && e.rec.owner != caller.team) continue;  // another team's
-      ++total_running;
-      if (!(e.rec.state == "paused" ? q.want_paused : q.want_running)) continue;
-      if (!q.template_id.empty() && e.rec.template_id != q.template_id) continue;
-      if (q.started_after_us && e.rec.created_at_ms * 1000 < *q.started_after_us) continue;
-      if (q.started_before_us && e.rec.created_at_ms * 1000 >= *q.started_before_us) continue;
-      bool match = true;
-      for (auto& [k, v] : q.metadata) {
-        auto it = e.rec.metadata.find(k);
-        if (it == e.rec.metadata.end() || it->second != v) match = false;
-      }
-      if (match) rows.emplace_back(e.rec, e.disk_mib);
+  for (const auto& sb : manager_->VisibleList()) {
+    SandboxRecord rec = sb->Record();
+    if (!caller.admin && rec.owner != caller.team) continue;  // another team's
+    ++total_running;
+    if (!(rec.state == "paused" ? q.want_paused : q.want_running)) continue;
+    if (!q.template_id.empty() && rec.template_id != q.template_id) continue;
+    if (q.started_after_us && rec.created_at_ms * 1000 < *q.started_after_us) continue;
+    if (q.started_before_us && rec.created_at_ms * 1000 >= *q.started_before_us) continue;
+    bool match = true;
+    for (auto& [k, v] : q.metadata) {
+      auto it = rec.metadata.find(k);
+      if (it == rec.metadata.end() || it->second != v) match = false;
     }
+    if (match) rows.emplace_back(std::move(rec), sb->disk_mib());
   }
   auto key = [](const SandboxRecord& r) { return std::make_pair(r.created_at_ms, r.id); };
   std::sort(rows.begin(), rows.end(),
@@ -328,28 +299,21 @@ void Server::ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bo
 }
 
 void Server::GetSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = sandboxes_.find(id);
-  if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
-  json detail = ListedJson(it->second.rec, it->second.disk_mib, true);
+  auto sb = Visible(id);
+  if (!sb) return RespondNoSandbox(c, id);
+  json detail = ListedJson(sb->Record(), sb->disk_mib(), true);
   AddEgressFields(manager_->egress(), id, detail);
   secrets_->AddSecretFields(id, detail);
   c->Respond(200, "application/json", detail.dump());
 }
 
 void Server::KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (!sandboxes_.count(id)) return c->RespondError(404, "sandbox " + id + " not found");
-    sandboxes_.erase(id);
-  }
+  // Decided here, on the event loop: from now on nothing shows or reaches it.
+  if (!Visible(id) || !manager_->End(id, SandboxOutcome::kKilled).ok()) return RespondNoSandbox(c, id);
   DropStreams(id);
   LOG_INFO("sandbox={} kill requested", id);
   asio::post(*workers_, [this, c, id] {
-    secrets_->Forget(id);
-    Status st = manager_->Destroy(id);
-    (void)registry_->DeleteSandbox(id);
-    SandboxReleased(id);
+    Status st = manager_->Destroy(id);  // OnSandboxEnding / OnSandboxEnded: secrets, audit, admission
     asio::post(c->executor(), [c, st, id] {
       if (!st.ok() && st.code() != StatusCode::kNotFound) LOG_WARN("sandbox={} destroy: {}", id, st.message());
       c->Respond(204, "", "");
@@ -363,17 +327,14 @@ void Server::SetTimeout(std::shared_ptr<HttpConn> c, const std::string& id) {
     if (!req.ok()) return c->RespondError(400, req.status().message());
     const int64_t timeout_s = req->timeout_s;
     int64_t ends = NowUnixMs() + int64_t{ClampTimeout(timeout_s)} * 1000;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      auto it = sandboxes_.find(id);
-      if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
-      it->second.rec.ends_at_ms = ends;
-      if (it->second.logs.size() >= kMaxLogs) it->second.logs.pop_front();
-      it->second.logs.push_back({NowUnixMs(), "info", "timeout set to " + std::to_string(timeout_s) + " s"});
-    }
-    asio::post(*workers_, [this, c, id, ends] {
-      (void)registry_->SetEndsAt(id, ends);
-      asio::post(c->executor(), [c] { c->Respond(204, "", ""); });
+    if (!Visible(id)) return RespondNoSandbox(c, id);
+    asio::post(*workers_, [this, c, id, ends, timeout_s] {
+      auto set = manager_->SetEndsAt(id, ends);  // and the registry
+      if (set.ok()) AddLog(id, "info", "timeout set to " + std::to_string(timeout_s) + " s");
+      asio::post(c->executor(), [this, c, id, ok = set.ok()] {
+        if (!ok) return RespondNoSandbox(c, id);
+        c->Respond(204, "", "");
+      });
     });
   });
 }
@@ -383,19 +344,15 @@ void Server::ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id) 
     auto req = requests::ParseConnect(body);
     if (!req.ok()) return c->RespondError(400, req.status().message());
     int64_t ends = NowUnixMs() + int64_t{ClampTimeout(req->timeout_s.value_or(config_.default_timeout_s))} * 1000;
-    SandboxRecord rec;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      auto it = sandboxes_.find(id);
-      if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
-      if (it->second.rec.state == "paused") return ResumeSandbox(c, id, ends);
+    auto sb = Visible(id);
+    if (!sb) return RespondNoSandbox(c, id);
+    if (sb->api_state() == "paused") return ResumeSandbox(c, id, ends);
+    asio::post(*workers_, [this, c, id, ends] {
       // A running sandbox's TTL is only ever extended (spec §1.5.6).
-      if (ends > it->second.rec.ends_at_ms) it->second.rec.ends_at_ms = ends;
-      rec = it->second.rec;
-    }
-    asio::post(*workers_, [this, c, rec] {
-      (void)registry_->SetEndsAt(rec.id, rec.ends_at_ms);
-      std::string out = SandboxJson(rec).dump();
+      auto set = manager_->SetEndsAt(id, ends, /*extend_only=*/true);
+      auto sb = Visible(id);
+      if (!set.ok() || !sb) return asio::post(c->executor(), [this, c, id] { RespondNoSandbox(c, id); });
+      std::string out = SandboxJson(sb->Record()).dump();
       asio::post(c->executor(), [c, out] { c->Respond(200, "application/json", out); });
     });
   });
@@ -408,12 +365,13 @@ void Server::Logs(std::shared_ptr<HttpConn> c, const std::string& id, bool v2) {
   if (auto s = c->Query("limit"); s && !s->empty()) limit = std::strtoul(s->c_str(), nullptr, 10);
   json entries = json::array(), lines = json::array();
   {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
-    for (const auto& e : it->second.logs) {
+    auto sb = Visible(id);
+    if (!sb) return RespondNoSandbox(c, id);
+    for (const auto& e : sb->Logs()) {
       if (e.ts_ms < from || entries.size() >= limit) continue;
-      entries.push_back({{"timestamp", FormatRfc3339Ms(e.ts_ms)}, {"level", e.level}, {"message", e.message},
+      entries.push_back({{"timestamp", FormatRfc3339Ms(e.ts_ms)},
+                         {"level", e.level},
+                         {"message", e.message},
                          {"fields", json::object()}});
       lines.push_back({{"timestamp", FormatRfc3339Ms(e.ts_ms)}, {"line", e.message}});
     }

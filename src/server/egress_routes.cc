@@ -62,10 +62,7 @@ std::vector<json> Server::EgressLogEntries(const std::string& id, int64_t from_m
 }
 
 void Server::UpdateNetwork(std::shared_ptr<HttpConn> c, const std::string& id) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (!sandboxes_.count(id)) return c->RespondError(404, "sandbox " + id + " not found");
-  }
+  if (!Visible(id)) return RespondNoSandbox(c, id);
   ReadJson(c, [this, c, id](json body) {
     auto* eg = manager_->egress();
     if (!eg) return c->RespondError(503, "egress is off in this airlock");

@@ -20,12 +20,10 @@ Status Server::CheckDiskForCreate() const {
     if (::statvfs(dir.c_str(), &vfs) != 0) return ErrnoError("statvfs " + dir);
     int64_t free_mib = static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize) >> 20;
     if (free_mib < need) {
-      return ResourceExhausted("not enough free disk for another sandbox: " + std::to_string(free_mib) +
-                               " MiB free on the filesystem of " + dir + ", " +
-                               std::to_string(config_.disk_reserve_mib) +
-                               " MiB kept for the registry and audit trail plus " +
-                               std::to_string(config_.disk_per_create_mib) +
-                               " MiB per create (serve --disk-reserve, --disk-per-create)");
+      return ResourceExhausted(
+          "not enough free disk for another sandbox: " + std::to_string(free_mib) + " MiB free on the filesystem of " +
+          dir + ", " + std::to_string(config_.disk_reserve_mib) + " MiB kept for the registry and audit trail plus " +
+          std::to_string(config_.disk_per_create_mib) + " MiB per create (serve --disk-reserve, --disk-per-create)");
     }
   }
   return OkStatus();
@@ -76,11 +74,8 @@ void Server::ScheduleAdmissionTick() {
 void Server::ServeMetrics(std::shared_ptr<HttpConn> c) {
   DaemonMetrics::Gauges g;
   auto st = admission_->stats();
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    // As GET /v2/sandboxes reports them: a paused one holds no VMM.
-    for (const auto& [id, e] : sandboxes_) (e.rec.state == "paused" ? g.paused : g.running)++;
-  }
+  // As GET /v2/sandboxes reports them: a paused one holds no VMM.
+  for (const auto& sb : manager_->VisibleList()) (sb->api_state() == "paused" ? g.paused : g.running)++;
   g.creating = st.in_flight;
   g.queued = static_cast<int>(st.queued);
   g.committed_memory_mib = st.committed_memory_mib;

@@ -76,8 +76,8 @@ StatusOr<MetricsRange> ParseMetricsRange(const std::optional<std::string>& start
     ASSIGN_OR_RETURN(r.end_s, UnixSeconds("end", *end));
   }
   if (r.start_s > r.end_s) {
-    return InvalidArgument("invalid time range for metrics: start (" + std::to_string(r.start_s) +
-                           ") is after end (" + std::to_string(r.end_s) + ")");
+    return InvalidArgument("invalid time range for metrics: start (" + std::to_string(r.start_s) + ") is after end (" +
+                           std::to_string(r.end_s) + ")");
   }
   return r;
 }
@@ -122,10 +122,9 @@ json MetricJson(const MetricSample& m) {
 }
 
 void Server::RecordMetricSample(const std::string& id, const MetricSample& m) {
+  if (!Visible(id)) return;  // ended meanwhile
   std::lock_guard<std::mutex> l(mu_);
-  auto it = sandboxes_.find(id);
-  if (it == sandboxes_.end()) return;
-  auto& h = it->second.metrics;
+  auto& h = metric_history_[id];
   if (!h.empty() && h.back().ts_s >= m.ts_s) {
     h.back() = m;  // one sample per second at most
     return;
@@ -147,11 +146,8 @@ void Server::ScheduleMetricsSampler() {
 
 void Server::SampleAllMetrics() {
   std::vector<SandboxRecord> running;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    for (const auto& [id, e] : sandboxes_) {
-      if (e.rec.state == "running") running.push_back(e.rec);
-    }
+  for (const auto& sb : manager_->VisibleList()) {
+    if (sb->state() == SandboxState::kRunning) running.push_back(sb->Record());
   }
   for (const auto& rec : running) {
     auto s = SampleAgent(rec, std::chrono::seconds(3));
@@ -165,13 +161,9 @@ void Server::SampleAllMetrics() {
 }
 
 void Server::Metrics(std::shared_ptr<HttpConn> c, const std::string& id) {
-  SandboxRecord rec;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
-    rec = it->second.rec;
-  }
+  auto sb = Visible(id);
+  if (!sb) return RespondNoSandbox(c, id);
+  SandboxRecord rec = sb->Record();
   const int64_t now_s = NowUnixMs() / 1000;
   auto range = ParseMetricsRange(c->Query("start"), c->Query("end"), rec.created_at_ms / 1000, now_s);
   if (!range.ok()) return c->RespondError(400, range.status().message());
@@ -189,13 +181,11 @@ void Server::Metrics(std::shared_ptr<HttpConn> c, const std::string& id) {
     }
     std::vector<MetricSample> points;
     bool found = false;
-    {
+    if (Visible(rec.id)) {
+      found = true;
       std::lock_guard<std::mutex> l(mu_);
-      auto it = sandboxes_.find(rec.id);
-      if (it != sandboxes_.end()) {
-        found = true;
-        points = SelectMetrics(it->second.metrics, range);
-      }
+      if (auto it = metric_history_.find(rec.id); it != metric_history_.end())
+        points = SelectMetrics(it->second, range);
     }
     int status = 200;
     std::string out;

@@ -76,7 +76,12 @@ bool ValidFileSignature(const HttpConn& c, const std::string& token) {
   if (auto e = c.Query("signature_expiration"); e && !e->empty()) {
     char* end = nullptr;
     long long v = std::strtoll(e->c_str(), &end, 10);
-    if (*end != '\0' || v < static_cast<long long>(::time(nullptr))) return false;
+    // The precise clock: time(2) is the vDSO's last tick, which lags the
+    // client's clock by a tick or more on a loaded host and let a URL be
+    // used in the second after it expired.
+    const long long now_s =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    if (*end != '\0' || v < now_s) return false;
     s += ":" + *e;
   }
   return SecureEqual(*sig, Signature(s));
@@ -454,20 +459,13 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
 
 void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint16_t port) {
   const std::string& path = c->path();
-  std::shared_ptr<Sandbox> sb;
-  std::string token, traffic_token, ip, mask;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = sandboxes_.find(id);
-    if (it != sandboxes_.end()) {
-      sb = it->second.sb;
-      token = it->second.rec.access_token;
-      traffic_token = it->second.rec.traffic_token;
-      mask = it->second.rec.mask_request_host;
-      ip = it->second.rec.netns_ip;
-    }
-  }
+  std::shared_ptr<Sandbox> sb = Visible(id);
   if (!sb) return RespondSandboxNotFound(*c, id);  // as E2B's proxy, on every port and path
+  const SandboxAttributes attrs = sb->attributes();
+  const std::string token = sb->access_token();
+  const std::string& traffic_token = attrs.traffic_token;
+  const std::string& mask = attrs.mask_request_host;
+  const std::string ip = sb->netns_ip();  // as E2B's proxy, on every port and path
   // A guest port other than the agent's, of a sandbox with
   // network.allowPublicTraffic false: E2B's traffic token is required first
   // (403 as E2B), before anything is exposed or an autoResume starts.
@@ -486,25 +484,11 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
   // is still being stopped; Resume waits for the pause to finish.
   if (sb->state() == SandboxState::kPaused || sb->state() == SandboxState::kResuming ||
       sb->state() == SandboxState::kPausing) {
-    bool auto_resume = false;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      auto it = sandboxes_.find(id);
-      auto_resume = it != sandboxes_.end() && it->second.rec.auto_resume;
-    }
-    if (auto_resume) {
+    if (attrs.auto_resume) {
       // autoResume: bring it back, then serve this request as if it had been running.
       return asio::post(*workers_, [this, c, id, port] {
-        auto r = manager_->Resume(id);
-        if (r.ok() && r->resumed) {
-          {
-            std::lock_guard<std::mutex> l(mu_);
-            auto it = sandboxes_.find(id);
-            if (it != sandboxes_.end()) it->second.rec.ends_at_ms = NowUnixMs() + int64_t{config_.default_timeout_s} * 1000;
-          }
-          RecordState(id, "running");
-          AddLog(id, "info", "resumed by data-plane traffic (autoResume)");
-        }
+        auto r = manager_->Resume(id, std::chrono::seconds(60), NowUnixMs() + int64_t{config_.default_timeout_s} * 1000);
+        if (r.ok() && r->resumed) AddLog(id, "info", "resumed by data-plane traffic (autoResume)");
         Status st = r.ok() ? OkStatus() : r.status();
         asio::post(c->executor(), [this, c, id, port, st] {
           if (!st.ok()) return c->RespondError(502, "sandbox " + id + " could not be resumed: " + st.message());
@@ -568,11 +552,8 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
 std::optional<std::string> Server::SandboxBySignature(const HttpConn& c) {
   if (c.path() != "/files" || !c.Query("signature")) return std::nullopt;
   std::vector<std::pair<std::string, std::string>> tokens;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    for (const auto& [id, e] : sandboxes_) {
-      if (!e.rec.access_token.empty()) tokens.emplace_back(id, e.rec.access_token);
-    }
+  for (const auto& sb : manager_->VisibleList()) {
+    if (!sb->access_token().empty()) tokens.emplace_back(sb->id(), sb->access_token());
   }
   for (const auto& [id, token] : tokens) {
     if (ValidFileSignature(c, token)) return id;

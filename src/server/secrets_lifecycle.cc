@@ -31,7 +31,9 @@ constexpr const char* kBundleMarker = "# airlock sandbox CA";
 static Status InstallCaWith(const EnvdClient& agent, const std::string& pem, std::chrono::seconds timeout);
 
 Status InstallCaCert(const Sandbox& sb, const std::string& pem, std::chrono::seconds timeout) {
-  if (sb.state() != SandboxState::kRunning) return FailedPrecondition("sandbox " + sb.id() + " is not running");
+  // Running, or in its bring-up's handover step (its agent is initialised).
+  if (sb.state() != SandboxState::kRunning && sb.state() != SandboxState::kCreating)
+    return FailedPrecondition("sandbox " + sb.id() + " is not running");
   return InstallCaCertAt(AgentEndpoint{sb.netns_ip(), kAgentPort}, sb.access_token(), pem, timeout);
 }
 
@@ -128,9 +130,9 @@ void SecretsService::AddSecretEnvToAdopt(std::vector<AdoptRequest>* adopt) {
   auto store = Store();
   if (!store.ok()) return LOG_WARN("secrets: {}", store.status().message());
   for (auto& r : *adopt) {
-    auto bindings = (*store)->BindingsOf(r.id);
+    auto bindings = (*store)->BindingsOf(r.record.id);
     if (!bindings.ok()) {
-      LOG_WARN("sandbox={} secrets: {}", r.id, bindings.status().message());
+      LOG_WARN("sandbox={} secrets: {}", r.record.id, bindings.status().message());
       continue;
     }
     // What AttachSecrets gave the guest at create: a cold resume or a fork
@@ -144,7 +146,7 @@ void SecretsService::AddSecretEnvToAdopt(std::vector<AdoptRequest>* adopt) {
       }
       auto v = (*store)->Get(b.name);
       if (!v.ok()) {
-        LOG_WARN("sandbox={} secret {}: {}", r.id, b.name, v.status().message());
+        LOG_WARN("sandbox={} secret {}: {}", r.record.id, b.name, v.status().message());
         continue;
       }
       (void)redactor_->Add(b.name, *v);
@@ -221,7 +223,7 @@ void SecretsService::EnsureSandboxCaAsync(const std::string& id, int attempt) {
 
 void SecretsService::ReinstallCas(const std::vector<std::string>& running) {
   // EnsureSandboxCa skips those with nothing to intercept; paused ones get
-  // theirs when they resume (RecordState "running").
+  // theirs when they resume (SandboxEvents::resumed).
   for (const auto& id : running) EnsureSandboxCaAsync(id, 1);
 }
 

@@ -57,10 +57,7 @@ Status Server::Init() {
   // Sandboxes of a previous daemon: adopt the live ones, forget the rest.
   ASSIGN_OR_RETURN(auto records, registry_->ListSandboxes());
   std::vector<AdoptRequest> adopt;
-  for (const auto& r : records) {
-    adopt.push_back(
-        {r.id, r.vmm_pid, r.template_id, r.access_token, r.vcpus, r.memory_mib, r.env_vars, r.state == "paused"});
-  }
+  for (const auto& r : records) adopt.push_back({r, r.env_vars});
   // Secrets: the egress proxy asks the broker about brokered secrets and the sandbox CA.
   {
     SecretsService::Options so;
@@ -112,33 +109,27 @@ Status Server::Init() {
     };
   }
   config_.manager.template_snapshots = !config_.no_template_snapshot;
+  // The Manager owns sandbox state and writes the registry; the server hears
+  // of ends and pauses (SandboxEvents) and runs their blocking work on its workers.
+  workers_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(1, config_.workers)));
+  config_.manager.registry = registry_.get();
+  config_.manager.reaper_interval = config_.reaper_interval;
+  config_.manager.max_lifetime_s = config_.max_lifetime_s;
+  config_.manager.run_blocking = [this](std::function<void()> work) { asio::post(*workers_, std::move(work)); };
+  config_.manager.events.ending = [this](Sandbox& sb, const SandboxEnd& end) { OnSandboxEnding(sb, end); };
+  config_.manager.events.ended = [this](const std::string& id, const SandboxEnd& end) { OnSandboxEnded(id, end); };
+  // Its guest is stopping: no stream may wait on it.
+  config_.manager.events.paused = [this](Sandbox& sb) { DropStreams(sb.id()); };
+  // Adopted while paused: its CA is minted now.
+  config_.manager.events.resumed = [this](Sandbox& sb) { secrets_->EnsureSandboxCa(sb.id()); };
   secrets_->AddSecretEnvToAdopt(&adopt);
   ASSIGN_OR_RETURN(manager_, Manager::Open(config_.manager, adopt));
-  for (auto& r : records) {
-    auto sb = manager_->Get(r.id);
-    if (!sb) {
-      (void)registry_->DeleteSandbox(r.id);
-      continue;
-    }
-    Entry e;
-    e.rec = r;
-    e.rec.netns_ip = sb->netns_ip();
-    e.rec.state = sb->state() == SandboxState::kPaused ? "paused" : "running";
-    if (e.rec.state != r.state) (void)registry_->PutSandbox(e.rec);  // a pause that committed as the daemon died
-    e.sb = sb;
-    if (auto img = image::FindImage(dir, r.template_id); img.ok()) {
-      struct stat st;
-      if (::stat(img->rootfs.c_str(), &st) == 0) e.disk_mib = static_cast<int>(st.st_size >> 20);
-    }
-    e.logs.push_back({NowUnixMs(), "info", "sandbox adopted by a restarted daemon"});
-    admission_->Adopt(r.id, "", r.memory_mib);
-    sandboxes_[r.id] = std::move(e);
+  std::vector<std::string> adopted;
+  for (const auto& sb : manager_->List()) {
+    admission_->Adopt(sb->id(), "", sb->memory_mib());
+    adopted.push_back(sb->id());
   }
-  {
-    std::vector<std::string> adopted;
-    for (const auto& [id, e] : sandboxes_) adopted.push_back(id);
-    RETURN_IF_ERROR(secrets_->Init(manager_.get(), adopted));
-  }
+  RETURN_IF_ERROR(secrets_->Init(manager_.get(), adopted));
   if (config_.write_cli_key) {
     std::string path = db_dir + "/cli.key";
     std::string existing;
@@ -158,7 +149,6 @@ Status Server::Init() {
   api_keys_ = std::make_unique<ApiKeyTable>(registry_.get());
   RETURN_IF_ERROR(api_keys_->Reload());
   key_refresher_ = std::make_unique<asio::thread_pool>(1);
-  workers_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(1, config_.workers)));
   HttpLimits limits = config_.limits;
   if (!limits.log) {
     limits.log = [](http::LogLevel level, const std::string& msg) {
@@ -180,34 +170,35 @@ Status Server::Init() {
       Stop();
     }
   });
-  reaper_ = std::make_unique<asio::steady_timer>(io_);
-  ScheduleReaper();
+  key_timer_ = std::make_unique<asio::steady_timer>(io_);
+  ScheduleKeyRefresh();
   metrics_timer_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleMetricsSampler();
   {
     std::vector<std::string> running;
-    for (const auto& [id, e] : sandboxes_) {
-      if (e.rec.state == "running") running.push_back(id);
+    for (const auto& sb : manager_->VisibleList()) {
+      if (sb->api_state() == "running") running.push_back(sb->id());
     }
     secrets_->ReinstallCas(running);
   }
+  manager_->StartReaper();
   if (image::FindImage(dir, "base").ok())
     EnsureTemplateSnapshotAsync("base", config_.default_vcpus, config_.default_memory_mib);
   admission_timer_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleAdmissionTick();
-  LOG_WARN("airlock serve listening on {} (port {}), {} sandbox(es) adopted", config_.listen, port(),
-           sandboxes_.size());
+  LOG_WARN("airlock serve listening on {} (port {}), {} sandbox(es) adopted", config_.listen, port(), adopted.size());
   return OkStatus();
 }
 
 Server::~Server() {
   Stop();
+  // No reaper decision once the workers stop taking work.
+  if (manager_) manager_->StopReaper();
   if (workers_) workers_->join();
   if (key_refresher_) key_refresher_->join();
   if (manager_) {
     if (config_.kill_on_exit) {
-      for (const auto& [id, e] : sandboxes_) secrets_->Forget(id);
-      manager_->DestroyAll();
+      manager_->DestroyAll();  // each end forgets the sandbox's secrets (OnSandboxEnding)
     } else {
       manager_->ReleaseAll();
     }
@@ -219,7 +210,7 @@ void Server::Run() { io_.run(); }
 void Server::Stop() {
   asio::post(io_, [this] {
     if (listener_) listener_->Stop();
-    if (reaper_) reaper_->cancel();
+    if (key_timer_) key_timer_->cancel();
     if (metrics_timer_) metrics_timer_->cancel();
     if (admission_timer_) admission_timer_->cancel();
     if (signals_) signals_->cancel();
@@ -234,84 +225,58 @@ int Server::ClampTimeout(int64_t seconds) const {
 }
 
 void Server::AddLog(const std::string& id, std::string level, std::string message) {
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = sandboxes_.find(id);
-  if (it == sandboxes_.end()) return;
-  auto& logs = it->second.logs;
-  if (logs.size() >= kMaxLogs) logs.pop_front();
-  logs.push_back({NowUnixMs(), std::move(level), std::move(message)});
+  if (auto sb = manager_->Get(id)) sb->AddLog(std::move(level), std::move(message));
 }
 
-void Server::ScheduleReaper() {
-  reaper_->expires_after(config_.reaper_interval);
-  reaper_->async_wait([this](boost::system::error_code ec) {
-    if (ec) return;
-    Reap();
-    ScheduleReaper();
-  });
+void Server::RespondNoSandbox(const std::shared_ptr<HttpConn>& c, const std::string& id) {
+  auto end = manager_->EndOf(id);
+  if (!end) return c->RespondError(404, "sandbox " + id + " not found");
+  json j{{"code", 404},
+         {"message", "sandbox " + id + " not found: it ended (" + end->Describe() + ")"},
+         {"outcome", SandboxOutcomeName(end->outcome)},
+         {"outcomeDetail", end->detail},
+         {"endedAt", FormatRfc3339Ms(end->at_ms)}};
+  c->Respond(404, "application/json", j.dump());
 }
 
-void Server::Reap() {
-  std::vector<std::string> expired;
-  std::vector<std::pair<std::string, bool>> to_pause;
-  int64_t now = NowUnixMs();
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    for (auto& [id, e] : sandboxes_) {
-      if (e.rec.state == "paused") continue;  // a paused sandbox has no TTL until resumed
-      if (e.rec.ends_at_ms <= now && e.rec.auto_pause) {
-        if (auto_pausing_.insert(id).second) to_pause.emplace_back(id, e.rec.auto_pause_memory);
-        continue;
-      }
-      if (e.rec.ends_at_ms <= now)
-        expired.push_back(id);
-      else if (config_.max_lifetime_s > 0 && now >= e.rec.created_at_ms + int64_t{config_.max_lifetime_s} * 1000) {
-        expired.push_back(id);
-      }
-    }
-  }
-  // Keys removed (or added) by `airlock apikey` reach the in-memory table
-  // within a tick; a cheap data_version check when nothing changed.
-  if (api_keys_ && !key_refresh_in_flight_.exchange(true)) {
-    asio::post(*key_refresher_, [this] {
-      if (Status st = api_keys_->RefreshIfStale(); !st.ok()) LOG_WARN("api keys: {}", st.message());
-      key_refresh_in_flight_ = false;
-    });
-  }
-  for (auto& id : expired) DestroyAsync(id, "TTL expired");
-  for (auto& [id, memory] : to_pause) AutoPauseAsync(id, memory);
-  // A guest that died (panic, QEMU crash, OOM kill) is noticed within a
-  // reaper tick: reaped, recorded with its outcome, and its resources and
-  // admission slot freed, instead of staying "running" until its TTL.
-  if (!death_check_in_flight_.exchange(true)) {
-    asio::post(*workers_, [this] {
-      auto dead = manager_->DeadSandboxes();
-      death_check_in_flight_ = false;
-      for (auto& d : dead) {
-        LOG_WARN("sandbox={} died: {}", d.id, d.outcome);
-        AddLog(d.id, "warn", "sandbox died: " + d.outcome);
-        Audit({{"action", "sandbox.died"}, {"sandbox", d.id}, {"outcome", d.outcome}});
-        metrics_.SandboxDied();
-        asio::post(io_, [this, id = d.id, outcome = d.outcome] { DestroyAsync(id, "died: " + outcome); });
-      }
-    });
-  }
-}
-
-void Server::DestroyAsync(const std::string& id, const std::string& why) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (sandboxes_.erase(id) == 0) return;
-  }
+void Server::OnSandboxEnding(Sandbox& sb, const SandboxEnd& end) {
+  const std::string& id = sb.id();
   DropStreams(id);
-  LOG_INFO("sandbox={} destroying: {}", id, why);
-  Audit({{"action", "sandbox.destroy"}, {"sandbox", id}, {"reason", why}});
-  asio::post(*workers_, [this, id] {
-    secrets_->Forget(id);
-    Status st = manager_->Destroy(id);
-    if (!st.ok() && st.code() != StatusCode::kNotFound) LOG_WARN("sandbox={} destroy: {}", id, st.message());
-    (void)registry_->DeleteSandbox(id);
-    SandboxReleased(id);
+  secrets_->Forget(id);
+  if (end.outcome == SandboxOutcome::kCreateFailed) return;  // audited as sandbox.create_failed
+  if (end.outcome == SandboxOutcome::kVmmExited) {
+    sb.AddLog("warn", "sandbox died: " + end.Describe());
+    Audit({{"action", "sandbox.died"}, {"sandbox", id}, {"outcome", end.Describe()}});
+    metrics_.SandboxDied();
+  }
+  Audit({{"action", "sandbox.ended"},
+         {"sandbox", id},
+         {"outcome", SandboxOutcomeName(end.outcome)},
+         {"detail", end.detail},
+         {"reason", end.Describe()}});
+}
+
+void Server::OnSandboxEnded(const std::string& id, const SandboxEnd& end) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    metric_history_.erase(id);
+  }
+  if (end.outcome != SandboxOutcome::kCreateFailed) SandboxReleased(id);
+}
+
+void Server::ScheduleKeyRefresh() {
+  key_timer_->expires_after(config_.reaper_interval);
+  key_timer_->async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
+    // Keys removed (or added) by `airlock apikey` reach the in-memory table
+    // within a tick; a cheap data_version check when nothing changed.
+    if (api_keys_ && !key_refresh_in_flight_.exchange(true)) {
+      asio::post(*key_refresher_, [this] {
+        if (Status st = api_keys_->RefreshIfStale(); !st.ok()) LOG_WARN("api keys: {}", st.message());
+        key_refresh_in_flight_ = false;
+      });
+    }
+    ScheduleKeyRefresh();
   });
 }
 

@@ -3,13 +3,16 @@
 // plane (requests carrying E2b-Sandbox-Id are proxied to that sandbox's agent
 // or another guest port; X-Access-Token), see docs/server.md.
 //
-// Threads: one io_context thread runs every connection, the proxy and the
-// TTL reaper; blocking work (Manager::Create/Destroy, agent /metrics, SQLite
-// writes that follow them) runs on a small worker pool and posts its result
-// back to the connection's executor, so the event loop never blocks on a VM.
+// Threads: one io_context thread runs every connection and the proxy;
+// blocking work (Manager::Create/Destroy, agent /metrics, SQLite writes)
+// runs on a small worker pool and posts its result back to the
+// connection's executor, so the event loop never blocks on a VM.
 //
-// State: an in-memory table of running sandboxes (guarded by mu_), mirrored
-// in the Registry (SQLite) so a restarted daemon re-adopts detached VMMs.
+// State: the Manager owns every sandbox's state (core/manager.h Sandbox:
+// machine, metadata, times, lifecycle, log, outcome), writes the Registry
+// (SQLite) on each transition so a restarted daemon re-adopts detached
+// VMMs, and runs the TTL / autoPause / dead-VMM reaper. The server keeps
+// only what is its own: metrics history, live data-plane streams.
 // Errors are Status values; HTTP errors are JSON {"code","message"}.
 #pragma once
 
@@ -99,13 +102,6 @@ struct ServerConfig {
   bool no_template_snapshot = false;
 };
 
-// One lifecycle/exec event of a sandbox (GET /v2/sandboxes/{id}/logs).
-struct LogEvent {
-  int64_t ts_ms = 0;
-  std::string level;  // "info" | "warn"
-  std::string message;
-};
-
 // One sample of a sandbox's resource use (GET /sandboxes/{id}/metrics),
 // taken by the daemon from the agent's /metrics; ts_s is the daemon's clock
 // (Unix seconds), never the guest's.
@@ -167,14 +163,6 @@ class Server {
   Manager& manager() { return *manager_; }
 
  private:
-  struct Entry {
-    SandboxRecord rec;
-    std::shared_ptr<Sandbox> sb;
-    int disk_mib = 0;
-    std::deque<LogEvent> logs;  // bounded (kMaxLogs)
-    std::deque<MetricSample> metrics;  // oldest first, bounded (kMaxMetricSamples)
-  };
-  static constexpr size_t kMaxLogs = 1000;
   // One hour at the default 5 s sampling interval.
   static constexpr size_t kMaxMetricSamples = 720;
 
@@ -222,14 +210,7 @@ class Server {
   // Resumes a paused sandbox for connect (201 + Sandbox JSON; 200 if it was
   // already running again by the time the worker got to it).
   void ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, int64_t ends_at_ms);
-  // Records a sandbox's new state (and VMM/network after a resume) in the
-  // table and the registry.
-  void RecordState(const std::string& id, const std::string& state);
   // Makes the template snapshot for (template, shape) on a worker, once.
-  // Reaper: pause (instead of kill) a sandbox whose TTL expired.
-  void AutoPauseAsync(const std::string& id, bool keep_memory);
-  std::set<std::string> auto_pausing_;  // guarded by mu_
-  std::atomic<bool> death_check_in_flight_{false};  // one DeadSandboxes scan at a time
   void EnsureTemplateSnapshotAsync(const std::string& template_name, int vcpus, int memory_mib);
   // Reads a bounded JSON object body; answers 400/413 itself and returns
   // nothing on failure.
@@ -270,11 +251,19 @@ class Server {
   // Ends every live exchange of `id` (kill, death, pause); thread-safe.
   void DropStreams(const std::string& id);
 
-  // state
+  // state (the Manager's; these are the server's views and hooks)
+  // The sandbox the API shows, or nullptr.
+  std::shared_ptr<Sandbox> Visible(const std::string& id) { return manager_->Visible(id); }
+  // 404 for a sandbox the API does not show; one that ended lately says how
+  // ("outcome", "outcomeDetail", "endedAt" beside code and message).
+  void RespondNoSandbox(const std::shared_ptr<HttpConn>& c, const std::string& id);
+  // Appends to a sandbox's log (nothing when it is gone).
   void AddLog(const std::string& id, std::string level, std::string message);
-  void Reap();
-  void ScheduleReaper();
-  void DestroyAsync(const std::string& id, const std::string& why);
+  // SandboxEvents (server.cc): streams, secrets, audit, admission, metrics.
+  void OnSandboxEnding(Sandbox& sb, const SandboxEnd& end);
+  void OnSandboxEnded(const std::string& id, const SandboxEnd& end);
+  // API keys changed by `airlock apikey` reach the table within a reaper_interval.
+  void ScheduleKeyRefresh();
   int ClampTimeout(int64_t seconds) const;
 
   ServerConfig config_;
@@ -294,7 +283,7 @@ class Server {
   std::unique_ptr<asio::thread_pool> workers_;
   std::unique_ptr<HttpListener> listener_;
   std::unique_ptr<asio::signal_set> signals_;
-  std::unique_ptr<asio::steady_timer> reaper_;
+  std::unique_ptr<asio::steady_timer> key_timer_;
   std::unique_ptr<Registry> registry_;
   // X-API-Key checks in memory; reloads run on key_refresher_ (one thread,
   // so a create that holds every worker never delays a new key's first call).
@@ -303,7 +292,9 @@ class Server {
   std::atomic<bool> key_refresh_in_flight_{false};
   std::unique_ptr<Manager> manager_;
   std::mutex mu_;
-  std::map<std::string, Entry> sandboxes_;
+  // Resource samples per sandbox (GET /sandboxes/{id}/metrics), oldest
+  // first, bounded (kMaxMetricSamples); dropped when the sandbox ends.
+  std::map<std::string, std::deque<MetricSample>> metric_history_;  // guarded by mu_
   std::mutex streams_mu_;
   std::map<std::string, std::vector<std::weak_ptr<DataPlaneStream>>> streams_;  // guarded by streams_mu_
 };

@@ -21,27 +21,6 @@ namespace airlock::server {
 
 using nlohmann::json;
 
-void Server::AutoPauseAsync(const std::string& id, bool keep_memory) {
-  LOG_INFO("sandbox={} TTL expired: pausing (autoPause)", id);
-  asio::post(*workers_, [this, id, keep_memory] {
-    PauseOptions opts;
-    opts.keep_memory = keep_memory;
-    opts.on_saved = [this, id] {
-      RecordState(id, "paused");
-      return OkStatus();
-    };
-    auto r = manager_->Pause(id, opts);
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      auto_pausing_.erase(id);
-    }
-    if (r.ok()) return AddLog(id, "info", "paused at TTL (autoPause)");
-    // A sandbox that cannot be paused is not kept past its TTL.
-    LOG_WARN("sandbox={} autoPause failed, killing: {}", id, r.status().message());
-    DestroyAsync(id, "TTL expired (autoPause failed)");
-  });
-}
-
 void Server::EnsureTemplateSnapshotAsync(const std::string& template_name, int vcpus, int memory_mib) {
   if (config_.no_template_snapshot) return;
   asio::post(*workers_, [this, template_name, vcpus, memory_mib] {
@@ -55,17 +34,21 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
     auto req = requests::ParseFork(body);
     if (!req.ok()) return c->RespondError(400, req.status().message());
     const int count = req->count;
-    SandboxRecord parent;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      auto it = sandboxes_.find(id);
-      if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
-      parent = it->second.rec;
-    }
+    if (!Visible(id)) return RespondNoSandbox(c, id);
     int ttl = ClampTimeout(req->timeout_s.value_or(config_.default_timeout_s));
     std::string key_id = caller.key_id;
-    asio::post(*workers_, [this, c, id, count, ttl, parent, key_id] {
-      auto children = manager_->Fork(id, count);
+    asio::post(*workers_, [this, c, id, count, ttl, key_id] {
+      ForkOptions fo;
+      fo.timeout = std::chrono::seconds(ttl);
+      // Each child's last bring-up step: the parent's secrets (same
+      // placeholders, already in the child's memory) with a CA of the
+      // child's own, and its owners row (its parent's team).
+      fo.handover = [this, id, key_id](Sandbox& child) -> Status {
+        RETURN_IF_ERROR(secrets_->Inherit(id, child, key_id).WithContext("fork child secrets"));
+        return registry_->SetOwner(OwnedKind::kSandbox, child.id(), child.attributes().owner_team)
+            .WithContext("fork child owner");
+      };
+      auto children = manager_->Fork(id, count, fo);
       if (!children.ok()) {
         Status st = children.status();
         int code = HttpStatusFor(st, HttpStatusContext::kDisk);
@@ -77,41 +60,7 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
           out.push_back({{"error", {{"code", 500}, {"message", child.status().message()}}}});
           continue;
         }
-        // The parent's secrets (same placeholders, already in the child's
-        // memory) with a CA of the child's own; a child without it is destroyed.
-        if (Status s = secrets_->Inherit(id, **child, key_id); !s.ok()) {
-          LOG_WARN("sandbox={} fork child secrets: {}", (*child)->id(), s.message());
-          secrets_->Forget((*child)->id());
-          (void)manager_->Destroy((*child)->id());
-          out.push_back({{"error", {{"code", 500}, {"message", "fork child secrets: " + s.message()}}}});
-          continue;
-        }
-        SandboxRecord r = parent;
-        r.id = (*child)->id();
-        r.state = "running";
-        r.created_at_ms = NowUnixMs();
-        r.ends_at_ms = r.created_at_ms + int64_t{ttl} * 1000;
-        r.access_token = (*child)->access_token();
-        if (!parent.traffic_token.empty()) r.traffic_token = RandomHex(32);  // each child its own
-        r.netns_ip = (*child)->netns_ip();
-        r.vmm_pid = (*child)->vmm_pid();
-        r.run_dir = (*child)->run_dir();
-        // A child belongs to its parent's team (r.owner is the parent's).
-        if (Status st = registry_->SetOwner(OwnedKind::kSandbox, r.id, r.owner); !st.ok()) {
-          LOG_WARN("sandbox={} owner: {}", r.id, st.message());
-          secrets_->Forget(r.id);
-          (void)manager_->Destroy(r.id);
-          out.push_back({{"error", {{"code", 500}, {"message", "fork child owner: " + st.message()}}}});
-          continue;
-        }
-        if (Status st = registry_->PutSandbox(r); !st.ok()) LOG_WARN("sandbox={} registry: {}", r.id, st.message());
-        {
-          std::lock_guard<std::mutex> l(mu_);
-          int disk_mib = sandboxes_.count(id) ? sandboxes_[id].disk_mib : 0;
-          Entry e{r, *child, disk_mib, {}, {}};
-          e.logs.push_back({r.created_at_ms, "info", "forked from " + id});
-          sandboxes_[r.id] = std::move(e);
-        }
+        SandboxRecord r = (*child)->Record();
         out.push_back({{"sandbox",
                         {{"sandboxID", r.id},
                          {"templateID", r.template_id},
@@ -133,13 +82,9 @@ void Server::CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id) 
     auto req = requests::ParseSnapshot(body);
     if (!req.ok()) return c->RespondError(400, req.status().message());
     const std::string name = req->name;
-    std::string owner;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      auto it = sandboxes_.find(id);
-      if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
-      owner = it->second.rec.owner;
-    }
+    auto sb = Visible(id);
+    if (!sb) return RespondNoSandbox(c, id);
+    std::string owner = sb->attributes().owner_team;
     asio::post(*workers_, [this, c, id, name, owner] {
       auto snap = manager_->CreateNamedSnapshot(id, name);
       if (!snap.ok()) {
@@ -204,43 +149,15 @@ void Server::DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id, 
   });
 }
 
-void Server::RecordState(const std::string& id, const std::string& state) {
-  SandboxRecord rec;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = sandboxes_.find(id);
-    if (it == sandboxes_.end()) return;
-    Entry& e = it->second;
-    e.rec.state = state;
-    if (state == "running" && e.sb) {
-      e.rec.netns_ip = e.sb->netns_ip();
-      e.rec.vmm_pid = e.sb->vmm_pid();
-    }
-    rec = e.rec;
-    if (e.logs.size() >= kMaxLogs) e.logs.pop_front();
-    e.logs.push_back({NowUnixMs(), "info", "sandbox " + state});
-  }
-  if (Status st = registry_->PutSandbox(rec); !st.ok()) LOG_WARN("sandbox={} registry: {}", id, st.message());
-  if (state == "paused") DropStreams(id);  // its guest is stopping: no stream may wait on it
-  if (state == "running") secrets_->EnsureSandboxCa(id);  // adopted while paused: its CA is minted now
-}
-
 void Server::PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   ReadJson(c, [this, c, id](json body) {
     auto req = requests::ParsePause(body);
     if (!req.ok()) return c->RespondError(400, req.status().message());
     PauseOptions opts;
     opts.keep_memory = req->keep_memory;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      auto it = sandboxes_.find(id);
-      if (it == sandboxes_.end()) return c->RespondError(404, "sandbox " + id + " not found");
-      if (it->second.rec.state == "paused") return c->RespondError(409, "sandbox " + id + " is already paused");
-    }
-    opts.on_saved = [this, id] {
-      RecordState(id, "paused");
-      return OkStatus();
-    };
+    auto sb = Visible(id);
+    if (!sb) return RespondNoSandbox(c, id);
+    if (sb->api_state() == "paused") return c->RespondError(409, "sandbox " + id + " is already paused");
     asio::post(*workers_, [this, c, id, opts] {
       auto r = manager_->Pause(id, opts);
       if (!r.ok()) {
@@ -260,33 +177,26 @@ void Server::PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
 
 void Server::ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, int64_t ends_at_ms) {
   asio::post(*workers_, [this, c, id, ends_at_ms] {
-    auto r = manager_->Resume(id);
+    // The registry and the TTL (a resumed sandbox's starts anew) are the Manager's.
+    auto r = manager_->Resume(id, std::chrono::seconds(60), ends_at_ms);
     if (!r.ok()) {
       Status st = r.status();
       LOG_WARN("sandbox={} resume: {}", id, st.message());
       int code = HttpStatusFor(st);
       return asio::post(c->executor(), [c, code, st] { c->RespondError(code, st.message()); });
     }
-    SandboxRecord rec;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      auto it = sandboxes_.find(id);
-      if (it == sandboxes_.end()) {
-        return asio::post(c->executor(), [c, id] { c->RespondError(404, "sandbox " + id + " not found"); });
-      }
-      it->second.rec.ends_at_ms = ends_at_ms;  // a resumed sandbox's TTL starts anew
-    }
-    if (r->resumed) RecordState(id, "running");
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      auto it = sandboxes_.find(id);
-      if (it != sandboxes_.end()) rec = it->second.rec;
-    }
-    if (!r->resumed) (void)registry_->SetEndsAt(id, ends_at_ms);
+    if (!r->resumed) (void)manager_->SetEndsAt(id, ends_at_ms);
+    auto sb = Visible(id);
+    if (!sb) return asio::post(c->executor(), [this, c, id] { RespondNoSandbox(c, id); });
     AddLog(id, "info",
            r->resumed ? "resumed in " + std::to_string(static_cast<int>(r->total_ms)) + " ms" : "connected");
-    json out{{"sandboxID", rec.id},         {"templateID", rec.template_id},       {"clientID", "airlock"},
-             {"envdVersion", kEnvdVersion}, {"envdAccessToken", rec.access_token}, {"domain", nullptr},
+    SandboxRecord rec = sb->Record();
+    json out{{"sandboxID", rec.id},
+             {"templateID", rec.template_id},
+             {"clientID", "airlock"},
+             {"envdVersion", kEnvdVersion},
+             {"envdAccessToken", rec.access_token},
+             {"domain", nullptr},
              {"trafficAccessToken", TrafficTokenJson(rec)}};
     int status = r->resumed ? 201 : 200;
     std::string body = out.dump();

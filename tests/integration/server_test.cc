@@ -13,10 +13,12 @@
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "common/subprocess.h"
 #include "core/http_client.h"
+#include "core/registry.h"
 #include "tests/integration/daemon.h"
 #include "tests/integration/harness.h"
 
@@ -100,10 +102,10 @@ TEST(ServerTest, RoutingAuthAndErrorsWithoutSandboxes) {
   EXPECT_NE(reply.find("HTTP/1.1 408"), std::string::npos) << reply;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(6));
   t0 = std::chrono::steady_clock::now();
-  reply = RawExchange(d.port(),
-                      "POST /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: " + d.key() +
-                          "\r\nContent-Length: 100\r\n\r\n{\"templ",
-                      std::chrono::seconds(10));
+  reply = RawExchange(
+      d.port(),
+      "POST /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: " + d.key() + "\r\nContent-Length: 100\r\n\r\n{\"templ",
+      std::chrono::seconds(10));
   EXPECT_NE(reply.find("HTTP/1.1 408"), std::string::npos) << reply;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(6));
   // Still serving afterwards.
@@ -154,6 +156,64 @@ TEST(ServerTest, TokensTtlExpiryAndCleanup) {
   }
   EXPECT_NE(::stat(("/run/netns/al-" + id).c_str(), &st), 0) << "netns left behind";
   EXPECT_NE(::stat((StateDir() + "/run/" + id).c_str(), &st), 0) << "run dir left behind";
+  // Issue 13 item 3: the 404 of an ended sandbox says how it ended.
+  auto gone = d.Do("GET", "/sandboxes/" + id);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_EQ(gone->status, 404);
+  EXPECT_EQ(json::parse(gone->body).value("outcome", ""), "ttl_expired") << gone->body;
+}
+
+// Issue 13 item 3: one owner of sandbox state. The manager writes the
+// registry on each transition and the outcome is set once: an API kill
+// says "killed" (GET 404 body, audit), and the row goes with the sandbox.
+TEST(ServerTest, RegistryFollowsTheSandboxAndTheOutcomeIsRecorded) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  TestDaemon d(dir);
+  auto a = CreateSandbox(d, {{"templateID", "base"}, {"timeout", 600}, {"metadata", {{"who", "test"}}}});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  std::string id = (*a)["sandboxID"];
+  auto registry = Registry::Open(dir + "/airlock.db");
+  ASSERT_TRUE(registry.ok()) << registry.status().ToString();
+  auto row = [&]() -> std::optional<SandboxRecord> {
+    auto rows = (*registry)->ListSandboxes();
+    if (!rows.ok()) return std::nullopt;
+    for (const auto& r : *rows) {
+      if (r.id == id) return r;
+    }
+    return std::nullopt;
+  };
+  auto r = row();
+  ASSERT_TRUE(r.has_value()) << "no registry row for a running sandbox";
+  EXPECT_EQ(r->state, "running");
+  EXPECT_EQ(r->metadata.at("who"), "test");
+  EXPECT_GT(r->vmm_pid, 0);
+  EXPECT_FALSE(r->netns_ip.empty());
+  // The TTL's new end reaches the row.
+  int64_t ends_before = r->ends_at_ms;
+  auto t = d.Do("POST", "/sandboxes/" + id + "/timeout", R"({"timeout":1200})");
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ(t->status, 204) << t->body;
+  r = row();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_GT(r->ends_at_ms, ends_before);
+  auto k = d.Do("DELETE", "/sandboxes/" + id);
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(k->status, 204) << k->body;
+  EXPECT_FALSE(row().has_value()) << "the registry row outlived the sandbox";
+  auto gone = d.Do("GET", "/sandboxes/" + id);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_EQ(gone->status, 404);
+  json body = json::parse(gone->body);
+  EXPECT_EQ(body.value("outcome", ""), "killed") << gone->body;
+  EXPECT_NE(body.value("message", "").find("killed"), std::string::npos) << gone->body;
+  // A second kill finds nothing to kill.
+  auto again = d.Do("DELETE", "/sandboxes/" + id);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->status, 404);
+  auto audit = RunCli({"audit", "--dir", dir + "/audit", "--sandbox", id});
+  EXPECT_NE(audit.out.find("sandbox.ended"), std::string::npos) << audit.out;
+  EXPECT_NE(audit.out.find("killed"), std::string::npos) << audit.out;
 }
 
 TEST(ServerTest, DaemonKilledWithSigkillIsReadopted) {

@@ -391,6 +391,10 @@ TEST(TenancyTest, GuestPanicIsReportedDeadWithinSeconds) {
   EXPECT_TRUE(WaitFor([&] { return !fs::exists("/proc/" + std::to_string(vmm)); }, std::chrono::seconds(10)));
   auto audit = RunCli({"audit", "--dir", dir + "/audit", "--sandbox", id});
   EXPECT_NE(audit.out.find("sandbox.died"), std::string::npos) << audit.out;
+  auto gone = d.Do("GET", "/sandboxes/" + id);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_EQ(gone->status, 404);
+  EXPECT_EQ(json::parse(gone->body).value("outcome", ""), "vmm_exited") << gone->body;
   auto metrics = d.Do("GET", "/metrics", "", false);
   ASSERT_TRUE(metrics.ok());
   EXPECT_NE(metrics->body.find("airlock_sandbox_deaths_total 1"), std::string::npos);

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "core/envd_client.h"
 #include "core/manager.h"
 #include "core/sandbox_state.h"
@@ -34,6 +36,20 @@ TEST(SandboxStateTest, EveryStateHasAName) {
   for (S s : {S::kCreating, S::kRunning, S::kPausing, S::kPaused, S::kResuming, S::kKilling, S::kKilled, S::kFailed}) {
     EXPECT_NE(SandboxStateName(s), "unknown");
   }
+}
+
+TEST(SandboxOutcomeTest, EveryOutcomeHasItsOwnNameAndDescription) {
+  using O = SandboxOutcome;
+  std::set<std::string> names;
+  for (O o : {O::kKilled, O::kTtlExpired, O::kLifetimeCap, O::kVmmExited, O::kCreateFailed, O::kAutoPauseFailed,
+              O::kDaemonStopped}) {
+    EXPECT_NE(SandboxOutcomeName(o), "unknown");
+    EXPECT_TRUE(names.insert(std::string(SandboxOutcomeName(o))).second) << SandboxOutcomeName(o);
+    EXPECT_FALSE((SandboxEnd{o, "", 0}.Describe().empty()));
+  }
+  EXPECT_EQ((SandboxEnd{O::kTtlExpired, "", 0}.Describe()), "TTL expired");
+  EXPECT_EQ((SandboxEnd{O::kVmmExited, "console: Kernel panic", 0}.Describe()), "vmm exited (console: Kernel panic)");
+  EXPECT_EQ((SandboxEnd{O::kCreateFailed, "vmm: no such file", 0}.Describe()), "create failed: vmm: no such file");
 }
 
 TEST(SandboxIdTest, ShapeAndUniqueness) {

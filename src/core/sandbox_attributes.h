@@ -1,0 +1,40 @@
+// What a sandbox carries for the API besides its machine (core/manager.h
+// Sandbox keeps it; the registry row, core/registry.h SandboxRecord,
+// persists it; GET /sandboxes/{id} shows it).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace airlock {
+
+// What a sandbox carries for the API besides its machine: kept by the
+// Sandbox, persisted in its registry row (SandboxRecord), shown by
+// GET /sandboxes/{id}.
+struct SandboxAttributes {
+  std::map<std::string, std::string> metadata;
+  // E2B's trafficAccessToken and network.maskRequestHost (SandboxRecord).
+  std::string traffic_token;
+  std::string mask_request_host;
+  // The team that owns it (tenancy, docs/security.md).
+  std::string owner_team;
+  // Lifecycle (spec §1.5.1): at TTL pause instead of kill (keeping memory
+  // or not); resume a paused sandbox on data-plane traffic.
+  bool auto_pause = false;
+  bool auto_pause_memory = true;
+  bool auto_resume = false;
+  // Its env vars as the registry keeps them (brokered secrets' values are
+  // left out); nullopt: CreateOptions::env_vars.
+  std::optional<std::map<std::string, std::string>> recorded_env_vars;
+};
+
+// One lifecycle event of a sandbox (GET /v2/sandboxes/{id}/logs).
+struct SandboxLogEvent {
+  int64_t ts_ms = 0;  // Unix ms
+  std::string level;  // "info" | "warn"
+  std::string message;
+};
+
+}  // namespace airlock
