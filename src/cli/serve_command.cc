@@ -47,6 +47,9 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "(hosts with brokered secrets or network.rules)")(
       "no-template-snapshot", po::bool_switch(&cfg.no_template_snapshot),
       "always cold boot (default: snapshot each template once, create sandboxes by restoring it)")(
+      "pool", po::value(&cfg.pool_size)->default_value(cfg.pool_size),
+      "warm pool: sandboxes restored ahead of demand per template shape, handed out by creates "
+      "(-1: sized to the host, 1 per 8 GiB of memory, at most 4; 0: off)")(
       "no-vmm-jail", po::bool_switch(&no_vmm_jail),
       "DEBUGGING ONLY: run QEMU as root in the host mount namespace (default: each VMM as its own uid, no "
       "capabilities, in a mount namespace holding only its files)")(

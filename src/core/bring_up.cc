@@ -32,6 +32,7 @@ std::string TokenHeld(const BringUpPlan& plan) {
   switch (plan.source) {
     case MachineSource::kColdBoot:
     case MachineSource::kTemplateSnapshot:
+    case MachineSource::kParked:
       return "";
     case MachineSource::kNamedSnapshot:
     case MachineSource::kForkSnapshot:
@@ -50,6 +51,7 @@ AgentInitRequest InitRequest(const BringUpPlan& plan, const std::string& ip) {
   switch (plan.source) {
     case MachineSource::kColdBoot:
     case MachineSource::kTemplateSnapshot:
+    case MachineSource::kParked:
       return {ip, "", plan.access_token, plan.env_vars, plan.id};
     case MachineSource::kNamedSnapshot:
     case MachineSource::kForkSnapshot: {
@@ -83,6 +85,8 @@ std::string_view MachineSourceName(MachineSource s) {
       return "fork snapshot";
     case MachineSource::kPausedSandbox:
       return "paused sandbox";
+    case MachineSource::kParked:
+      return "warm pool";
   }
   return "unknown";
 }
@@ -125,12 +129,27 @@ std::shared_ptr<Sandbox> Manager::SandboxFor(const BringUpPlan& plan) const {
 }
 
 StatusOr<std::shared_ptr<Sandbox>> Manager::StartSandbox(BringUpPlan plan,
-                                                         std::chrono::steady_clock::time_point requested_at) {
+                                                         std::chrono::steady_clock::time_point requested_at,
+                                                         std::shared_ptr<Sandbox> parked) {
+  if (parked) plan.id = parked->id_;
   if (plan.id.empty()) plan.id = NewSandboxId();
   if (plan.access_token.empty()) plan.access_token = RandomHex(32);
   if (plan.what.empty()) plan.what = "sandbox " + plan.id;
   plan.owner = config_.owner;
-  std::shared_ptr<Sandbox> sb = SandboxFor(plan);
+  std::shared_ptr<Sandbox> sb = parked;
+  if (sb) {
+    // The parked machine takes the create's identity (its own id stays).
+    std::shared_ptr<Sandbox> fresh = SandboxFor(plan);
+    std::lock_guard<std::mutex> l(sb->mu_);
+    sb->access_token_ = fresh->access_token_;
+    sb->env_vars_ = fresh->env_vars_;
+    sb->attrs_ = fresh->attrs_;
+    sb->recorded_env_ = fresh->recorded_env_;
+    sb->timeout_ms_ = fresh->timeout_ms_;
+    sb->detach_ = fresh->detach_;
+  } else {
+    sb = SandboxFor(plan);
+  }
   {
     // Listed while it comes up: a fork checkpoint or named snapshot counts it
     // as a user (ReleaseSharedSnapshot, DeleteNamedSnapshot).
@@ -242,6 +261,8 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
       case MachineSource::kPausedSandbox:
         v = runtime_->Restore(req, plan.snapshot_dir, SnapshotDisk::kPrivateCopy, plan.snapshot_memory);
         break;
+      case MachineSource::kParked:
+        return Internal("a parked sandbox has its VMM already");
     }
     if (!v.ok()) return v.status();
     vm = v->get();
@@ -285,6 +306,33 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
     return OkStatus();
   };
 
+  // A parked sandbox (warm pool) is up to "agent ready": the create's policy
+  // replaces the pool's deny-all, then /init gives it its identity.
+  auto parked_egress = [&]() -> Status {
+    return ApplyEgressPolicy(*sb.network_, *egress_, plan.id, plan.egress_policy, sb.run_dir_, false,
+                             plan.egress_limits);
+  };
+  if (plan.source == MachineSource::kParked) {
+    Status st = [&]() -> Status {
+      if (!sb.vm_ || !sb.vm_->alive()) return Unavailable("the parked VMM is gone");
+      if (egress_ && sb.egress_) RETURN_IF_ERROR(step(kStepEgress, parked_egress, nullptr));
+      RETURN_IF_ERROR(step(kStepAgentInit, agent_init, nullptr));
+      if (plan.handover) RETURN_IF_ERROR(step(kStepHandover, [&] { return plan.handover(sb); }, nullptr));
+      return step(kStepRunning, running, nullptr);
+    }();
+    timings->steps = done;
+    timings->from_snapshot = true;
+    for (const auto& s : done) {
+      if (s.step == kStepAgentInit) timings->agent_ready_ms += s.ms;
+    }
+    timings->total_ms = MsSince(t0);
+    if (!st.ok()) {
+      st = st.WithContext(plan.what);
+      LOG_WARN("sandbox={} hand-out from the warm pool failed: {}", plan.id, st.message());
+    }
+    return st;
+  }
+
   Status st = [&]() -> Status {
     // A paused sandbox's run dir is not the bring-up's to remove.
     Checklist::Step remove_run_dir;
@@ -304,6 +352,9 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
       if (sb.agent_) sb.agent_->CancelAll();
       return OkStatus();
     }));
+    if (plan.park) {
+      return OkStatus();  // parked: what is up is the Sandbox's to tear down (warm_pool.cc)
+    }
     RETURN_IF_ERROR(step(kStepAgentInit, agent_init, nullptr));
     if (plan.handover)
       RETURN_IF_ERROR(step(

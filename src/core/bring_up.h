@@ -58,6 +58,8 @@ enum class MachineSource {
   kNamedSnapshot,     // a named snapshot (its agent holds the source's token)
   kForkSnapshot,      // a fork checkpoint (its agent holds the parent's token)
   kPausedSandbox,     // the sandbox's own pause snapshot (same id, token, run dir)
+  kParked,            // a sandbox of the warm pool (warm_pool.cc): run dir, network, VMM and
+                      // agent are up already; egress gets the create's policy, then agent init
 };
 std::string_view MachineSourceName(MachineSource s);
 
@@ -100,6 +102,9 @@ struct BringUpPlan {
   // none). A resume keeps the Sandbox's own.
   SandboxAttributes attributes;
   std::chrono::milliseconds timeout{0};
+  // true: stop after "agent ready" (a sandbox parked in the warm pool; its
+  // agent holds no token and has had no /init).
+  bool park = false;
   // The caller's last step before "running" (the daemon: CA, owner), on
   // the sandbox as brought up so far. Empty: none.
   std::function<Status(Sandbox&)> handover;

@@ -554,6 +554,21 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
       plan.snapshot_dir = *tdir;
     }
   }
+  // A parked sandbox of the warm pool when there is one (warm_pool.cc).
+  if (plan.source == MachineSource::kTemplateSnapshot && options.detach && config_.pool_size > 0) {
+    WarmPool(options.template_name, options.vcpus, options.memory_mib);
+    if (auto parked = TakeParked(plan.snapshot_dir)) {
+      BringUpPlan handout = plan;
+      handout.source = MachineSource::kParked;
+      auto sb = StartSandbox(std::move(handout), t0, parked);
+      if (sb.ok()) {
+        pool_hits_.fetch_add(1);
+        return sb;
+      }
+      LOG_WARN("warm pool: hand-out failed, restoring afresh: {}", sb.status().message());
+    }
+    pool_misses_.fetch_add(1);
+  }
   return StartSandbox(std::move(plan), t0);
 }
 
@@ -671,6 +686,7 @@ std::vector<std::shared_ptr<Sandbox>> Manager::List() {
 
 void Manager::ReleaseAll() {
   StopReaper();
+  StopPool();  // parked sandboxes are no one's to adopt
   std::map<std::string, std::shared_ptr<Sandbox>> all;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -687,6 +703,7 @@ void Manager::ReleaseAll() {
 
 void Manager::DestroyAll() {
   StopReaper();
+  StopPool();
   std::vector<std::string> ids;
   {
     std::lock_guard<std::mutex> l(mu_);

@@ -25,6 +25,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/status.h"
@@ -119,6 +120,13 @@ struct ManagerConfig {
   // Where the blocking work the reaper starts runs (a destroy, an
   // autoPause, the dead-VMM scan); empty: a detached thread each.
   std::function<void(std::function<void()>)> run_blocking;
+  // The warm pool (warm_pool.cc): sandboxes restored from a template's
+  // snapshot ahead of demand, per machine shape a create asked for (and
+  // WarmPool's). 0: none. Only detached creates (the daemon) take from it.
+  int pool_size = 0;
+  // The pool refills only while the host has this much MemAvailable, and
+  // gives back one parked sandbox a round below it.
+  int64_t pool_min_available_mib = 2048;
 };
 
 // The "owner" file of a run dir: the pid of the process that runs the
@@ -355,6 +363,25 @@ class Manager {
   // One pass of the reaper, on the calling thread (the blocking work it
   // starts goes to run_blocking).
   void ReapOnce();
+
+  // The warm pool (warm_pool.cc). A parked sandbox is brought up to "agent
+  // ready" from the template's snapshot (run dir, network with egress denied,
+  // VMM, lease) and is in no list, registry or API; a create of its shape
+  // takes it and runs only egress (its policy), agent init (id, token,
+  // hostname, clock, entropy, env) and handover. Parked sandboxes are this
+  // daemon's run dirs: a restarted daemon finds them unregistered and
+  // removes them (CleanupOrphans), so none is leaked or handed out twice.
+  // Keeps pool_size parked sandboxes of (template, shape) from now on.
+  void WarmPool(const std::string& template_name, int vcpus, int memory_mib);
+  // The filler thread; StopPool (also ReleaseAll, DestroyAll, the
+  // destructor) joins it and destroys every parked sandbox.
+  void StartPool();
+  void StopPool();
+  struct PoolStats {
+    int parked = 0;
+    uint64_t hits = 0, misses = 0;  // creates that took a parked sandbox / found none
+  };
+  PoolStats pool_stats() const;
   // The host's interface addresses changed (egress on_host_addresses_changed):
   // rewrites each sandbox netns's set of them (SandboxNetwork::SetEgressHostAddresses).
   void RefreshEgressHostAddresses(const std::vector<uint32_t>& host);
@@ -430,6 +457,28 @@ class Manager {
   Manager() = default;
   // A Sandbox object with `plan`'s identity and shape (nothing brought up yet).
   std::shared_ptr<Sandbox> SandboxFor(const BringUpPlan& plan) const;
+  // The warm pool's pieces (warm_pool.cc).
+  struct PoolShape {
+    std::string template_name;
+    int vcpus = 1;
+    int memory_mib = 512;
+    bool operator<(const PoolShape& o) const {
+      return std::tie(template_name, vcpus, memory_mib) < std::tie(o.template_name, o.vcpus, o.memory_mib);
+    }
+  };
+  void PoolLoop();
+  void PoolRound();
+  StatusOr<std::shared_ptr<Sandbox>> Park(const PoolShape& shape, const image::GuestImage& img,
+                                          const std::string& snapshot_dir);
+  // A live parked sandbox restored from `snapshot_dir`, or nullptr.
+  std::shared_ptr<Sandbox> TakeParked(const std::string& snapshot_dir);
+  mutable std::mutex pool_mu_;
+  std::condition_variable pool_cv_;
+  bool pool_stop_ = false;                                               // guarded by pool_mu_
+  std::set<PoolShape> pool_shapes_;                                      // guarded by pool_mu_
+  std::map<std::string, std::deque<std::shared_ptr<Sandbox>>> parked_;  // by snapshot dir; guarded by pool_mu_
+  std::thread pool_thread_;
+  std::atomic<uint64_t> pool_hits_{0}, pool_misses_{0};
   // One bring-up (bring_up.cc): runs `plan`'s steps on `sb`. On failure
   // every step done is undone, newest first, and the error reads
   // "<plan.what>: <step>: <cause>"; sb's state is left to the caller.
@@ -438,8 +487,11 @@ class Manager {
   // A new sandbox from `plan` (any source but kPausedSandbox; empty id and
   // token: new ones), listed while it comes up. On failure it is destroyed
   // (failed → killed) and nothing is left behind.
+  // `parked`: a sandbox of the warm pool to hand out (plan.source kParked;
+  // it takes plan's identity but keeps its id).
   StatusOr<std::shared_ptr<Sandbox>> StartSandbox(
-      BringUpPlan plan, std::chrono::steady_clock::time_point requested_at = std::chrono::steady_clock::now());
+      BringUpPlan plan, std::chrono::steady_clock::time_point requested_at = std::chrono::steady_clock::now(),
+      std::shared_ptr<Sandbox> parked = nullptr);
   // Start-up: destroys what this owner (or a dead in-process run) left on the
   // host that no adopted sandbox accounts for: VMMs, run dirs, address
   // leases, netns and links, cgroups (manager.cc).

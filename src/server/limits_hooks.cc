@@ -79,6 +79,10 @@ void Server::ServeMetrics(std::shared_ptr<HttpConn> c) {
   g.creating = st.in_flight;
   g.queued = static_cast<int>(st.queued);
   g.committed_memory_mib = st.committed_memory_mib;
+  auto ps = manager_->pool_stats();
+  g.pool_parked = ps.parked;
+  g.pool_hits = ps.hits;
+  g.pool_misses = ps.misses;
   if (otlp_) {
     auto os = otlp_->stats();
     g.otlp_exported = os.exported;

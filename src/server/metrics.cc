@@ -70,6 +70,15 @@ std::string DaemonMetrics::Render(const Gauges& g) const {
   o += "# HELP airlock_sandbox_deaths_total Running sandboxes whose VMM exited (guest panic, QEMU crash).\n"
        "# TYPE airlock_sandbox_deaths_total counter\n";
   line("airlock_sandbox_deaths_total %llu\n", u(sandbox_deaths_));
+  o += "# HELP airlock_pool_parked Sandboxes parked in the warm pool, ready to be handed out.\n"
+       "# TYPE airlock_pool_parked gauge\n";
+  line("airlock_pool_parked %d\n", g.pool_parked);
+  o += "# HELP airlock_pool_hits_total Creates that took a parked sandbox from the warm pool.\n"
+       "# TYPE airlock_pool_hits_total counter\n";
+  line("airlock_pool_hits_total %llu\n", static_cast<unsigned long long>(g.pool_hits));
+  o += "# HELP airlock_pool_misses_total Creates of a pooled shape that found the pool empty.\n"
+       "# TYPE airlock_pool_misses_total counter\n";
+  line("airlock_pool_misses_total %llu\n", static_cast<unsigned long long>(g.pool_misses));
   o += "# HELP airlock_otlp_exported_records_total Audit records delivered to the OTLP collector.\n"
        "# TYPE airlock_otlp_exported_records_total counter\n";
   line("airlock_otlp_exported_records_total %llu\n", static_cast<unsigned long long>(g.otlp_exported));

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <cstdio>
 #include <ctime>
@@ -109,6 +110,9 @@ Status Server::Init() {
     };
   }
   config_.manager.template_snapshots = !config_.no_template_snapshot;
+  config_.manager.pool_size = config_.no_template_snapshot ? 0
+                              : config_.pool_size < 0    ? PoolSizeForHost()
+                                                         : config_.pool_size;
   // The Manager owns sandbox state and writes the registry; the server hears
   // of ends and pauses (SandboxEvents) and runs their blocking work on its workers.
   workers_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(1, config_.workers)));
@@ -182,8 +186,11 @@ Status Server::Init() {
     secrets_->ReinstallCas(running);
   }
   manager_->StartReaper();
-  if (image::FindImage(dir, "base").ok())
+  if (image::FindImage(dir, "base").ok()) {
     EnsureTemplateSnapshotAsync("base", config_.default_vcpus, config_.default_memory_mib);
+    manager_->WarmPool("base", config_.default_vcpus, config_.default_memory_mib);
+  }
+  manager_->StartPool();
   admission_timer_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleAdmissionTick();
   LOG_WARN("airlock serve listening on {} (port {}), {} sandbox(es) adopted", config_.listen, port(), adopted.size());
@@ -222,6 +229,12 @@ int Server::ClampTimeout(int64_t seconds) const {
   if (seconds < 0) seconds = 0;
   if (seconds > config_.max_timeout_s) seconds = config_.max_timeout_s;
   return static_cast<int>(seconds);
+}
+
+int PoolSizeForHost() {
+  long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  int64_t gib = pages > 0 && page > 0 ? (int64_t{pages} * page) >> 30 : 0;
+  return static_cast<int>(std::clamp<int64_t>(gib / 8, 1, 4));
 }
 
 void Server::AddLog(const std::string& id, std::string level, std::string message) {

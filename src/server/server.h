@@ -100,6 +100,9 @@ struct ServerConfig {
   bool kill_on_exit = false;
   // true: every create cold boots (no template snapshots are made or used).
   bool no_template_snapshot = false;
+  // The warm pool per template shape (serve --pool; Manager::WarmPool):
+  // -1 sized to the host (PoolSizeForHost), 0 off.
+  int pool_size = -1;
 };
 
 // One sample of a sandbox's resource use (GET /sandboxes/{id}/metrics),
@@ -298,6 +301,9 @@ class Server {
   std::mutex streams_mu_;
   std::map<std::string, std::vector<std::weak_ptr<DataPlaneStream>>> streams_;  // guarded by streams_mu_
 };
+
+// serve --pool -1: one parked sandbox per 8 GiB of host memory, 1..4.
+int PoolSizeForHost();
 
 // "sandbox.create", "sandbox.kill", ... for a control-plane route (path
 // segments after the optional "v2").

@@ -74,7 +74,9 @@ export async function startDaemon(extraArgs = []) {
   const port = await freePort()
   const url = `http://127.0.0.1:${port}`
   const child = spawn(BIN, ['--state-dir', STATE_DIR, 'serve', '--runtime', RUNTIME, '--listen', `127.0.0.1:${port}`,
-    '--db', join(tmp, 'airlock.db'), '--kill-on-exit', ...extraArgs], { stdio: ['ignore', 'inherit', 'inherit'] })
+    '--db', join(tmp, 'airlock.db'), '--kill-on-exit',
+    // No warm pool unless a test asks for one (pool.test.mjs): parked guests would share the CPU with every test.
+    ...(extraArgs.includes('--pool') ? [] : ['--pool', '0']), ...extraArgs], { stdio: ['ignore', 'inherit', 'inherit'] })
   const exited = new Promise((r) => child.once('exit', r))
   await waitHealthy(url, 20000)
   const apiKey = readFileSync(join(tmp, 'cli.key'), 'utf8').trim()

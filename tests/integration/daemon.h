@@ -45,6 +45,8 @@ class TestDaemon {
                "serve",      "--listen",           "127.0.0.1:" + std::to_string(port_),
                "--db",       dir_ + "/airlock.db", "--runtime", RuntimeName()};
     if (kill_on_exit) so.argv.push_back("--kill-on-exit");
+    // No warm pool unless a test asks for one (parked guests share the CPU with every test).
+    if (std::find(extra.begin(), extra.end(), "--pool") == extra.end()) so.argv.insert(so.argv.end(), {"--pool", "0"});
     so.argv.insert(so.argv.end(), extra.begin(), extra.end());
     so.stdout_to_devnull = true;
     log_fd_ = ::open((dir_ + "/daemon.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
