@@ -15,6 +15,9 @@
 //   agent init   POST /init: token, env, hostname, clock, entropy
 //   running      the state machine's transition
 //
+// A rollback (MachineSource::kCheckpoint) keeps the sandbox's network: it
+// runs run dir, vmm, lease, agent ready, agent init, running.
+//
 // A failing step undoes the ones before it, newest first, and its error reads
 // "<what>: <step>: <cause>" (plan.what gives the first part). The step names
 // are what CreateTimings::steps, `airlock run --timings` and the logs use.
@@ -50,6 +53,10 @@ enum class MachineSource {
   kNamedSnapshot,     // a named snapshot (its agent holds the source's token)
   kForkSnapshot,      // a fork checkpoint (its agent holds the parent's token)
   kPausedSandbox,     // the sandbox's own pause snapshot (same id, token, run dir)
+  // One of the sandbox's own checkpoints (rollback, core/checkpoints.cc):
+  // same id, token, run dir, and its network kept (the steps "network" and
+  // "egress" are skipped; the old VMM is gone, the netns, IP and policy stay).
+  kCheckpoint,
 };
 std::string_view MachineSourceName(MachineSource s);
 

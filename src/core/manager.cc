@@ -262,6 +262,7 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
     for (const auto& [id, sb] : m->sandboxes_) adopted.insert(id);
   }
   m->CleanupOrphans(adopted);
+  m->SweepCheckpoints();  // after CleanupOrphans: a checkpoint whose sandbox's run dir is gone goes
   return m;
 }
 

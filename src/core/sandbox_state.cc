@@ -14,6 +14,7 @@ std::string_view SandboxStateName(SandboxState s) {
     case SandboxState::kKilling: return "killing";
     case SandboxState::kKilled: return "killed";
     case SandboxState::kFailed: return "failed";
+    case SandboxState::kRollingBack: return "rolling back";
   }
   return "unknown";
 }
@@ -23,11 +24,12 @@ Status CheckTransition(SandboxState from, SandboxState to) {
   bool ok = false;
   switch (from) {
     case S::kCreating: ok = to == S::kRunning || to == S::kFailed || to == S::kKilling; break;
-    case S::kRunning: ok = to == S::kKilling || to == S::kPausing; break;
+    case S::kRunning: ok = to == S::kKilling || to == S::kPausing || to == S::kRollingBack; break;
     case S::kPausing: ok = to == S::kPaused || to == S::kRunning || to == S::kKilling; break;
     case S::kPaused: ok = to == S::kResuming || to == S::kKilling; break;
     case S::kResuming: ok = to == S::kRunning || to == S::kPaused || to == S::kKilling; break;
     case S::kFailed: ok = to == S::kKilling; break;
+    case S::kRollingBack: ok = to == S::kRunning || to == S::kFailed || to == S::kKilling; break;
     case S::kKilling: ok = to == S::kKilled; break;
     case S::kKilled: ok = false; break;
   }

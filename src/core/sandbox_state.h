@@ -3,10 +3,11 @@
 //
 // The legal transitions (CheckTransition):
 //   creating ─▶ running | failed | killing
-//   running  ─▶ pausing | killing
+//   running  ─▶ pausing | rolling back | killing
 //   pausing  ─▶ paused | running (the pause failed) | killing
 //   paused   ─▶ resuming | killing
 //   resuming ─▶ running | paused (the resume failed) | killing
+//   rolling back ─▶ running | failed (its VMM was gone when the restore failed) | killing
 //   failed   ─▶ killing (cleanup of a half-made sandbox)
 //   killing  ─▶ killed, which is final.
 // Pause and resume: core/snapshots.cc, docs/snapshots.md.
@@ -18,7 +19,7 @@
 
 namespace airlock {
 
-enum class SandboxState { kCreating, kRunning, kPausing, kPaused, kResuming, kKilling, kKilled, kFailed };
+enum class SandboxState { kCreating, kRunning, kPausing, kPaused, kResuming, kKilling, kKilled, kFailed, kRollingBack };
 
 std::string_view SandboxStateName(SandboxState s);
 

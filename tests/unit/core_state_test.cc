@@ -17,6 +17,14 @@ TEST(SandboxStateTest, LegalTransitions) {
   EXPECT_TRUE(CheckTransition(S::kKilling, S::kKilled).ok());
   EXPECT_TRUE(CheckTransition(S::kRunning, S::kPausing).ok());
   EXPECT_TRUE(CheckTransition(S::kPaused, S::kResuming).ok());
+  // Rollback (core/checkpoints.cc): back to running, or failed when the
+  // restore failed after the old VMM was stopped.
+  EXPECT_TRUE(CheckTransition(S::kRunning, S::kRollingBack).ok());
+  EXPECT_TRUE(CheckTransition(S::kRollingBack, S::kRunning).ok());
+  EXPECT_TRUE(CheckTransition(S::kRollingBack, S::kFailed).ok());
+  EXPECT_TRUE(CheckTransition(S::kRollingBack, S::kKilling).ok());
+  EXPECT_FALSE(CheckTransition(S::kPaused, S::kRollingBack).ok());
+  EXPECT_FALSE(CheckTransition(S::kRollingBack, S::kPaused).ok());
 }
 
 TEST(SandboxStateTest, IllegalTransitionsNameBothStates) {
@@ -31,7 +39,8 @@ TEST(SandboxStateTest, IllegalTransitionsNameBothStates) {
 }
 
 TEST(SandboxStateTest, EveryStateHasAName) {
-  for (S s : {S::kCreating, S::kRunning, S::kPausing, S::kPaused, S::kResuming, S::kKilling, S::kKilled, S::kFailed}) {
+  for (S s : {S::kCreating, S::kRunning, S::kPausing, S::kPaused, S::kResuming, S::kKilling, S::kKilled, S::kFailed,
+              S::kRollingBack}) {
     EXPECT_NE(SandboxStateName(s), "unknown");
   }
 }

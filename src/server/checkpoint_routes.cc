@@ -1,0 +1,169 @@
+// Checkpoint and rollback routes of the control plane, an airlock extension
+// of E2B's API (docs/snapshots.md "Checkpoints and rollback"):
+//   POST   /sandboxes/{id}/checkpoints        201 {checkpoint}; 404; 409 not
+//          running, or already kMaxCheckpoints; 507 disk full (it keeps running)
+//   GET    /sandboxes/{id}/checkpoints        200 [{checkpoint}] oldest first
+//   DELETE /sandboxes/{id}/checkpoints/{cid}  204; 404
+//   POST   /sandboxes/{id}/rollback {"checkpointID"}  200 {sandbox +
+//          checkpointID, rollbackMs}; 400; 404 (sandbox or checkpoint); 409 not
+//          running; 500 when the restore failed after the old VMM was stopped
+//          (the sandbox is then killed, and the error says so)
+// {checkpoint} = {"checkpointID","sandboxID","createdAt","memoryBytes","diskBytes"}
+// (+ "saveMs" when created). Ownership is RouteControl's (another team's
+// sandbox is 404 before this runs); the work runs on the worker pool, and
+// Manager serialises it with pause, resume and kill of the same sandbox.
+#include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "server/http_status.h"
+#include "server/requests/checkpoint.h"
+#include "server/server.h"
+
+namespace airlock::server {
+
+using nlohmann::json;
+
+namespace {
+
+json CheckpointJson(const CheckpointInfo& i) {
+  return json{{"checkpointID", i.checkpoint_id},
+              {"sandboxID", i.sandbox_id},
+              {"createdAt", FormatRfc3339Ms(i.created_at_ms)},
+              {"memoryBytes", i.memory_bytes},
+              {"diskBytes", i.disk_bytes}};
+}
+
+void RespondStatus(const std::shared_ptr<HttpConn>& c, const Status& st, HttpStatusContext ctx) {
+  int code = HttpStatusFor(st, ctx);
+  asio::post(c->executor(), [c, code, st] { c->RespondError(code, st.message()); });
+}
+
+}  // namespace
+
+void Server::RouteCheckpoints(std::shared_ptr<HttpConn> c, const std::string& id, const std::vector<std::string>& seg) {
+  const auto verb = c->method();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!sandboxes_.count(id)) return c->RespondError(404, "sandbox " + id + " not found");
+  }
+  if (seg[2] == "checkpoints" && seg.size() == 3) {
+    if (verb == http::Method::kPost) return CreateCheckpoint(c, id);
+    if (verb == http::Method::kGet) return ListCheckpoints(c, id);
+    return c->RespondError(405, "method not allowed");
+  }
+  if (seg[2] == "checkpoints" && seg.size() == 4) {
+    if (verb == http::Method::kDelete) return DeleteCheckpoint(c, id, seg[3]);
+    return c->RespondError(405, "method not allowed");
+  }
+  if (seg[2] == "rollback" && seg.size() == 3) {
+    if (verb == http::Method::kPost) return RollbackSandbox(c, id);
+    return c->RespondError(405, "method not allowed");
+  }
+  c->RespondError(404, "no route for " + c->method_string() + " " + c->path());
+}
+
+void Server::CreateCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id) {
+  // No fields; a body, if sent, must still be a JSON object.
+  ReadJson(c, [this, c, id](json) {
+    asio::post(*workers_, [this, c, id] {
+      auto info = manager_->CreateCheckpoint(id);
+      if (!info.ok()) {
+        LOG_WARN("sandbox={} checkpoint: {}", id, info.status().message());
+        return RespondStatus(c, info.status(), HttpStatusContext::kDisk);
+      }
+      AddLog(id, "info",
+             "checkpoint " + info->checkpoint_id + " created in " + std::to_string(static_cast<int>(info->save_ms)) +
+                 " ms (memory " + std::to_string(info->memory_bytes) + " B, disk " + std::to_string(info->disk_bytes) +
+                 " B)");
+      Audit({{"action", "sandbox.checkpointed"},
+             {"sandbox", id},
+             {"checkpoint", info->checkpoint_id},
+             {"memory_bytes", info->memory_bytes},
+             {"disk_bytes", info->disk_bytes},
+             {"save_ms", info->save_ms}});
+      json out = CheckpointJson(*info);
+      out["saveMs"] = info->save_ms;
+      std::string body = out.dump();
+      asio::post(c->executor(), [c, body] { c->Respond(201, "application/json", body); });
+    });
+  });
+}
+
+void Server::ListCheckpoints(std::shared_ptr<HttpConn> c, const std::string& id) {
+  asio::post(*workers_, [this, c, id] {
+    auto all = manager_->ListCheckpoints(id);
+    if (!all.ok()) return RespondStatus(c, all.status(), HttpStatusContext::kDefault);
+    json arr = json::array();
+    for (const auto& i : *all) arr.push_back(CheckpointJson(i));
+    std::string body = arr.dump();
+    asio::post(c->executor(), [c, body] { c->Respond(200, "application/json", body); });
+  });
+}
+
+void Server::DeleteCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id, const std::string& checkpoint_id) {
+  asio::post(*workers_, [this, c, id, checkpoint_id] {
+    Status st = manager_->DeleteCheckpoint(id, checkpoint_id);
+    if (!st.ok()) return RespondStatus(c, st, HttpStatusContext::kDefault);
+    AddLog(id, "info", "checkpoint " + checkpoint_id + " deleted");
+    asio::post(c->executor(), [c] { c->Respond(204, "", ""); });
+  });
+}
+
+void Server::RollbackSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
+  ReadJson(c, [this, c, id](json body) {
+    auto req = requests::ParseRollback(body);
+    if (!req.ok()) return c->RespondError(400, req.status().message());
+    const std::string checkpoint_id = req->checkpoint_id;
+    asio::post(*workers_, [this, c, id, checkpoint_id] {
+      auto r = manager_->Rollback(id, checkpoint_id);
+      if (!r.ok()) {
+        Status st = r.status();
+        LOG_WARN("sandbox={} rollback to {}: {}", id, checkpoint_id, st.message());
+        auto sb = manager_->Get(id);
+        if (sb && sb->state() == SandboxState::kFailed) {
+          // Its old VMM is gone and the checkpoint did not come up: the
+          // sandbox is lost, and killed like one whose VMM died.
+          Audit({{"action", "sandbox.rollback_failed"},
+                 {"sandbox", id},
+                 {"checkpoint", checkpoint_id},
+                 {"lost", true},
+                 {"error", st.message()}});
+          DestroyAsync(id, "rollback failed: " + st.message());
+        }
+        return RespondStatus(c, st, HttpStatusContext::kDefault);
+      }
+      // The guest's TCP state is the checkpoint's: exchanges with the old
+      // VMM can never finish (as on pause).
+      DropStreams(id);
+      RecordState(id, "running");  // the new VMM's pid in the registry
+      AddLog(id, "info",
+             "rolled back to checkpoint " + checkpoint_id + " in " + std::to_string(static_cast<int>(r->total_ms)) +
+                 " ms");
+      Audit({{"action", "sandbox.rolled_back"},
+             {"sandbox", id},
+             {"checkpoint", checkpoint_id},
+             {"rollback_ms", r->total_ms}});
+      SandboxRecord rec;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        auto it = sandboxes_.find(id);
+        if (it != sandboxes_.end()) rec = it->second.rec;
+      }
+      json out{{"sandboxID", id},
+               {"templateID", rec.template_id},
+               {"clientID", "airlock"},
+               {"envdVersion", kEnvdVersion},
+               {"envdAccessToken", rec.access_token},
+               {"trafficAccessToken", TrafficTokenJson(rec)},
+               {"domain", nullptr},
+               {"checkpointID", checkpoint_id},
+               {"rollbackMs", r->total_ms}};
+      std::string text = out.dump();
+      asio::post(c->executor(), [c, text] { c->Respond(200, "application/json", text); });
+    });
+  });
+}
+
+}  // namespace airlock::server
