@@ -1,0 +1,314 @@
+// Integration tests of checkpoints and rollback in place (docs/snapshots.md
+// "Checkpoints and rollback", core/checkpoints.cc) against a real daemon and
+// microVMs: files and a background process come back, same sandbox id and
+// token; 20 checkpoint/rollback cycles lose nothing; another team's key gets
+// 404; unknown or deleted checkpoints are 404, a paused sandbox 409;
+// checkpoints survive a daemon restart and go with their sandbox; a start
+// sweeps uncommitted and orphaned checkpoints. Skips without root / QEMU / image.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "image/hash.h"
+#include "tests/integration/daemon.h"
+#include "tests/integration/harness.h"
+#include "tests/wait_for.h"
+
+namespace airlock::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct CkptSandbox {
+  std::string id;
+  std::string token;
+};
+
+CkptSandbox CkptCreate(const TestDaemon& d, const std::string& key = "") {
+  auto r = d.Do("POST", "/v2/sandboxes", R"({"templateID":"base","timeout":900})", true, {}, key);
+  EXPECT_TRUE(r.ok() && r->status == 201) << (r.ok() ? r->body : r.status().ToString());
+  if (!r.ok() || r->status != 201) return {};
+  auto j = json::parse(r->body);
+  return {j["sandboxID"], j["envdAccessToken"]};
+}
+
+std::string CkptKey(const std::string& dir, const std::string& name, const std::string& team) {
+  auto r = RunCli({"apikey", "--db", dir + "/airlock.db", "create", "--name", name, "--team", team});
+  EXPECT_EQ(r.code, 0) << r.err;
+  return r.out.substr(0, r.out.find('\n'));
+}
+
+// POST /sandboxes/{id}/checkpoints → its checkpointID ("" and a failure otherwise).
+std::string Checkpoint(const TestDaemon& d, const std::string& id) {
+  auto r = d.Do("POST", "/sandboxes/" + id + "/checkpoints", "{}");
+  EXPECT_TRUE(r.ok() && r->status == 201) << (r.ok() ? r->body : r.status().ToString());
+  if (!r.ok() || r->status != 201) return "";
+  auto j = json::parse(r->body);
+  EXPECT_EQ(j.value("sandboxID", ""), id);
+  EXPECT_GT(j.value("memoryBytes", 0), 0);
+  return j.value("checkpointID", "");
+}
+
+StatusOr<HttpReply> Rollback(const TestDaemon& d, const std::string& id, const std::string& checkpoint,
+                             const std::string& key = "") {
+  return d.Do("POST", "/sandboxes/" + id + "/rollback", json{{"checkpointID", checkpoint}}.dump(), true, {}, key);
+}
+
+std::string CkptState(const TestDaemon& d, const std::string& id) {
+  auto r = d.Do("GET", "/sandboxes/" + id);
+  if (!r.ok() || r->status != 200) return r.ok() ? "http " + std::to_string(r->status) : r.status().ToString();
+  return json::parse(r->body).value("state", "?");
+}
+
+std::vector<std::string> CheckpointDirsOf(const std::string& id) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(StateDir() + "/snapshots/checkpoints", ec)) {
+    if (e.path().filename().string().rfind(id + "-", 0) == 0) out.push_back(e.path().filename().string());
+  }
+  return out;
+}
+
+std::string DiskBackingOf(const std::string& id) {
+  std::ifstream f(StateDir() + "/run/" + id + "/vm/vm.json");
+  auto j = json::parse(f, nullptr, false);
+  return j.is_object() ? j.value("disk_backing", "") : "";
+}
+
+TEST(CheckpointTest, RollbackBringsBackFilesAndProcessesInTheSameSandbox) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  TestDaemon d(dir);
+  ASSERT_FALSE(d.key().empty());
+  std::string a = CkptKey(dir, "alice", "team-a"), b = CkptKey(dir, "bob", "team-b");
+  CkptSandbox sb = CkptCreate(d, a);
+  ASSERT_FALSE(sb.id.empty());
+
+  // Files and a background process (a shell loop that keeps a counter file).
+  auto setup = d.Run(sb.id, sb.token,
+                     "set -e; mkdir -p /home/user/work; head -c 200000 /dev/urandom > /home/user/work/data.bin\n"
+                     "sha256sum /home/user/work/data.bin | cut -d' ' -f1 > /home/user/work/data.sha\n"
+                     "setsid bash -c 'while true; do sleep 0.2; done' </dev/null >/dev/null 2>&1 &\n"
+                     "echo $! > /home/user/work/loop.pid; cat /home/user/work/data.sha");
+  ASSERT_TRUE(setup.ok()) << setup.status().ToString();
+  ASSERT_EQ(setup->exit_code, 0) << setup->err;
+  const std::string sha = setup->out;
+
+  auto t0 = std::chrono::steady_clock::now();
+  const std::string ckpt = Checkpoint(d, sb.id);
+  ASSERT_FALSE(ckpt.empty());
+  std::printf("checkpoint: %.0f ms\n",
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  // The sandbox kept running through the checkpoint.
+  auto alive = d.Run(sb.id, sb.token, "kill -0 $(cat /home/user/work/loop.pid) && echo up");
+  ASSERT_TRUE(alive.ok());
+  EXPECT_EQ(alive->out, "up\n");
+  auto list = d.Do("GET", "/sandboxes/" + sb.id + "/checkpoints", "", true, {}, a);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->status, 200) << list->body;
+  auto arr = json::parse(list->body);
+  ASSERT_EQ(arr.size(), 1u) << list->body;
+  EXPECT_EQ(arr[0].value("checkpointID", ""), ckpt);
+  EXPECT_FALSE(arr[0].value("createdAt", "").empty());
+
+  // Another team's key: every checkpoint route is 404, as for a sandbox that does not exist.
+  for (auto [method, path, body] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"POST", "/sandboxes/" + sb.id + "/checkpoints", "{}"},
+           {"GET", "/sandboxes/" + sb.id + "/checkpoints", ""},
+           {"DELETE", "/sandboxes/" + sb.id + "/checkpoints/" + ckpt, ""},
+           {"POST", "/sandboxes/" + sb.id + "/rollback", json{{"checkpointID", ckpt}}.dump()}}) {
+    auto r = d.Do(method, path, body, true, {}, b);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->status, 404) << method << " " << path << ": " << r->body;
+  }
+
+  // Destroy: files gone, process killed, a file the checkpoint never saw.
+  auto wreck =
+      d.Run(sb.id, sb.token,
+            "kill -9 $(cat /home/user/work/loop.pid); rm -rf /home/user/work; echo later > /home/user/new.txt");
+  ASSERT_TRUE(wreck.ok());
+  auto gone = d.Run(sb.id, sb.token, "ls /home/user/work 2>&1 || echo gone");
+  ASSERT_TRUE(gone.ok());
+  EXPECT_NE(gone->out.find("gone"), std::string::npos) << gone->out;
+
+  // Bad requests: no checkpointID 400, unknown checkpoint 404.
+  auto bad = d.Do("POST", "/sandboxes/" + sb.id + "/rollback", "{}", true, {}, a);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  auto unknown = Rollback(d, sb.id, "ckpt-0000000000000000", a);
+  ASSERT_TRUE(unknown.ok());
+  EXPECT_EQ(unknown->status, 404) << unknown->body;
+  auto garbage = Rollback(d, sb.id, "../../etc", a);
+  ASSERT_TRUE(garbage.ok());
+  EXPECT_EQ(garbage->status, 404) << garbage->body;
+
+  t0 = std::chrono::steady_clock::now();
+  auto rb = Rollback(d, sb.id, ckpt, a);
+  ASSERT_TRUE(rb.ok());
+  ASSERT_EQ(rb->status, 200) << rb->body;
+  std::printf("rollback: %.0f ms\n",
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  auto rj = json::parse(rb->body);
+  EXPECT_EQ(rj.value("sandboxID", ""), sb.id);
+  EXPECT_EQ(rj.value("envdAccessToken", ""), sb.token) << "same token";
+  EXPECT_EQ(rj.value("checkpointID", ""), ckpt);
+  EXPECT_EQ(CkptState(d, sb.id), "running");
+
+  // Same id and token on the data plane; the files and the process are back,
+  // the later file is not.
+  auto back = d.Run(sb.id, sb.token,
+                    "sha256sum /home/user/work/data.bin | cut -d' ' -f1; cat /home/user/work/data.sha; "
+                    "kill -0 $(cat /home/user/work/loop.pid) && echo process-up; "
+                    "test -e /home/user/new.txt && echo new-exists || echo new-absent");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->out, sha + sha + "process-up\nnew-absent\n");
+  // The guest's clock was set again (not the checkpoint's, which is behind).
+  auto clock = d.Run(sb.id, sb.token, "date +%s");
+  ASSERT_TRUE(clock.ok());
+  const int64_t guest_s = std::atoll(clock->out.c_str());
+  const int64_t host_s =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  EXPECT_LE(std::llabs(guest_s - host_s), 5) << "guest clock " << guest_s << " host " << host_s;
+
+  // The checkpoint stays: roll back to it again, then delete it; a deleted one is 404.
+  auto again = Rollback(d, sb.id, ckpt, a);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->status, 200) << again->body;
+  auto del = d.Do("DELETE", "/sandboxes/" + sb.id + "/checkpoints/" + ckpt, "", true, {}, a);
+  ASSERT_TRUE(del.ok());
+  EXPECT_EQ(del->status, 204) << del->body;
+  auto del2 = d.Do("DELETE", "/sandboxes/" + sb.id + "/checkpoints/" + ckpt, "", true, {}, a);
+  ASSERT_TRUE(del2.ok());
+  EXPECT_EQ(del2->status, 404) << del2->body;
+  auto deleted = Rollback(d, sb.id, ckpt, a);
+  ASSERT_TRUE(deleted.ok());
+  EXPECT_EQ(deleted->status, 404) << deleted->body;
+
+  // Paused: no checkpoint, no rollback (409); a kill removes every checkpoint.
+  const std::string ckpt2 = Checkpoint(d, sb.id);
+  ASSERT_FALSE(ckpt2.empty());
+  auto p = d.Do("POST", "/sandboxes/" + sb.id + "/pause", "{}");
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->status, 204) << p->body;
+  auto pc = d.Do("POST", "/sandboxes/" + sb.id + "/checkpoints", "{}");
+  ASSERT_TRUE(pc.ok());
+  EXPECT_EQ(pc->status, 409) << pc->body;
+  auto pr = Rollback(d, sb.id, ckpt2);
+  ASSERT_TRUE(pr.ok());
+  EXPECT_EQ(pr->status, 409) << pr->body;
+
+  // The audit trail has the checkpoint and the rollbacks.
+  auto audit = d.Do("GET", "/sandboxes/" + sb.id + "/audit");
+  ASSERT_TRUE(audit.ok());
+  EXPECT_NE(audit->body.find("sandbox.checkpointed"), std::string::npos);
+  EXPECT_NE(audit->body.find("sandbox.rolled_back"), std::string::npos);
+
+  EXPECT_EQ(CheckpointDirsOf(sb.id).size(), 1u);
+  auto k = d.Do("DELETE", "/sandboxes/" + sb.id);
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(k->status, 204);
+  EXPECT_TRUE(WaitFor([&] { return CheckpointDirsOf(sb.id).empty(); }, std::chrono::seconds(30)))
+      << "kill deletes the sandbox's checkpoints";
+  fs::remove_all(dir);
+}
+
+// Each cycle writes a file, checkpoints, wrecks the home directory, rolls
+// back, and checks every file so far. Checkpoints are deleted as it goes
+// (at most Manager::kMaxCheckpoints per sandbox).
+TEST(CheckpointTest, TwentyCheckpointRollbackCyclesLoseNothing) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  TestDaemon d(dir);
+  CkptSandbox sb = CkptCreate(d);
+  ASSERT_FALSE(sb.id.empty());
+  const std::string backing = DiskBackingOf(sb.id);
+  double ckpt_ms = 0, rb_ms = 0;
+  constexpr int kCycles = 20;
+  for (int i = 0; i < kCycles; ++i) {
+    SCOPED_TRACE("cycle " + std::to_string(i));
+    auto w = d.Run(sb.id, sb.token,
+                   "head -c 50000 /dev/urandom > /home/user/f" + std::to_string(i) +
+                       " && sha256sum /home/user/f* > /home/user/sums && sync");
+    ASSERT_TRUE(w.ok() && w->exit_code == 0) << (w.ok() ? w->err : w.status().ToString());
+    auto t0 = std::chrono::steady_clock::now();
+    const std::string ckpt = Checkpoint(d, sb.id);
+    ASSERT_FALSE(ckpt.empty());
+    auto t1 = std::chrono::steady_clock::now();
+    auto wreck = d.Run(sb.id, sb.token, "rm -f /home/user/f* /home/user/sums; echo junk > /home/user/junk");
+    ASSERT_TRUE(wreck.ok());
+    auto t2 = std::chrono::steady_clock::now();
+    auto rb = Rollback(d, sb.id, ckpt);
+    ASSERT_TRUE(rb.ok());
+    ASSERT_EQ(rb->status, 200) << rb->body;
+    auto t3 = std::chrono::steady_clock::now();
+    ckpt_ms += std::chrono::duration<double, std::milli>(t1 - t0).count();
+    rb_ms += std::chrono::duration<double, std::milli>(t3 - t2).count();
+    auto check = d.Run(sb.id, sb.token,
+                       "cd /home/user && sha256sum -c --quiet sums && ls f* | wc -l && "
+                       "(test -e junk && echo junk || echo clean)");
+    ASSERT_TRUE(check.ok());
+    EXPECT_EQ(check->exit_code, 0) << check->out << check->err;
+    EXPECT_EQ(check->out, std::to_string(i + 1) + "\nclean\n");
+    auto del = d.Do("DELETE", "/sandboxes/" + sb.id + "/checkpoints/" + ckpt);
+    ASSERT_TRUE(del.ok());
+    EXPECT_EQ(del->status, 204);
+  }
+  std::printf("%d cycles: checkpoint %.0f ms, rollback %.0f ms on average (HTTP round trip included)\n", kCycles,
+              ckpt_ms / kCycles, rb_ms / kCycles);
+  EXPECT_EQ(DiskBackingOf(sb.id), backing) << "rollbacks copy the checkpoint's disk: the chain never grows";
+  EXPECT_TRUE(CheckpointDirsOf(sb.id).empty());
+  fs::remove_all(dir);
+}
+
+// The limit per sandbox, and checkpoints across a daemon restart: an adopted
+// sandbox's checkpoints stay usable; uncommitted ones and those of sandboxes
+// that are gone are removed at start.
+TEST(CheckpointTest, LimitRestartAndStartSweep) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  uint16_t port = FreeTcpPort();
+  CkptSandbox sb;
+  std::string ckpt;
+  const std::string root = StateDir() + "/snapshots/checkpoints/";
+  // A save a dead daemon never committed, and a checkpoint of a sandbox that is gone.
+  const std::string orphan = root + "zzzzzzzzzzzzzzzzzzzz-ckpt-00000000000000aa";
+  {
+    TestDaemon d(dir, {}, /*kill_on_exit=*/false, port);
+    sb = CkptCreate(d);
+    ASSERT_FALSE(sb.id.empty());
+    ckpt = Checkpoint(d, sb.id);
+    ASSERT_FALSE(ckpt.empty());
+    for (int i = 1; i < 16; ++i) ASSERT_FALSE(Checkpoint(d, sb.id).empty()) << i;
+    auto over = d.Do("POST", "/sandboxes/" + sb.id + "/checkpoints", "{}");
+    ASSERT_TRUE(over.ok());
+    EXPECT_EQ(over->status, 409) << "the 17th: " << over->body;
+    auto w = d.Run(sb.id, sb.token, "echo after > /home/user/after.txt && sync");
+    ASSERT_TRUE(w.ok());
+    fs::create_directories(root + sb.id + "-ckpt-00000000000000ff.tmp");
+    fs::create_directories(orphan);
+    std::ofstream(orphan + "/memory") << "x";
+  }  // SIGTERM without --kill-on-exit: the sandbox keeps running
+  TestDaemon d(dir, {}, false, port);
+  EXPECT_FALSE(fs::exists(root + sb.id + "-ckpt-00000000000000ff.tmp")) << "uncommitted checkpoint swept";
+  EXPECT_FALSE(fs::exists(orphan)) << "checkpoint of a sandbox that is gone swept";
+  ASSERT_EQ(CkptState(d, sb.id), "running");
+  auto list = d.Do("GET", "/sandboxes/" + sb.id + "/checkpoints");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(json::parse(list->body).size(), 16u) << list->body;
+  auto rb = Rollback(d, sb.id, ckpt);
+  ASSERT_TRUE(rb.ok());
+  ASSERT_EQ(rb->status, 200) << rb->body;
+  auto check = d.Run(sb.id, sb.token, "test -e /home/user/after.txt && echo present || echo absent");
+  ASSERT_TRUE(check.ok());
+  EXPECT_EQ(check->out, "absent\n");
+  auto k = d.Do("DELETE", "/sandboxes/" + sb.id);
+  ASSERT_TRUE(k.ok());
+  EXPECT_TRUE(WaitFor([&] { return CheckpointDirsOf(sb.id).empty(); }, std::chrono::seconds(30)));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace airlock::testing
