@@ -250,6 +250,9 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
     LOG_WARN("sandbox={} not adopted, cleaning up: {}", r.id, sb.status().message());
     std::string run_dir = m->config_.state_dir + "/run/" + r.id;
     AdoptedVm(r.id, r.vmm_pid, run_dir).Destroy().ok();  // kills it only if the pid is still that VMM
+    // A VMM the registry does not know (a daemon killed mid-rollback started
+    // it) names the run dir too: it goes before the run dir does.
+    m->ReapStaleGuest(r.id, run_dir, r.vmm_pid);
     if (auto st = net::TeardownByName(r.id); !st.ok()) LOG_WARN("sandbox={} network teardown: {}", r.id, st.message());
     fs::remove_all(run_dir, ec);
     fs::remove_all(m->paused_dir() + "/" + r.id, ec);

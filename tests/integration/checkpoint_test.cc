@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "image/hash.h"
 #include "tests/integration/daemon.h"
@@ -308,6 +309,65 @@ TEST(CheckpointTest, LimitRestartAndStartSweep) {
   ASSERT_TRUE(k.ok());
   EXPECT_TRUE(WaitFor([&] { return CheckpointDirsOf(sb.id).empty(); }, std::chrono::seconds(30)));
   fs::remove_all(dir);
+}
+
+// A daemon killed with SIGKILL in the middle of a checkpoint or a rollback:
+// the next start leaves no uncommitted checkpoint; the sandbox runs (a
+// checkpoint: the VMM stopped for the save is continued) or, when the kill
+// came after a rollback stopped the old VMM (the registry does not know the
+// new one), it is cleaned up entirely; either way nothing leaks once it is
+// killed.
+TEST(CheckpointTest, Kill9DuringCheckpointOrRollbackLeavesNothingBehind) {
+  AIRLOCK_REQUIRE_VM();
+  for (const char* phase : {"checkpoint", "rollback"}) {
+    for (int delay_ms : {40, 150, 400}) {
+      SCOPED_TRACE(std::string(phase) + ", kill -9 after " + std::to_string(delay_ms) + " ms");
+      std::string dir = MakeTempDir();
+      uint16_t port = FreeTcpPort();
+      SandboxResources resources;
+      CkptSandbox sb;
+      {
+        TestDaemon d(dir, {}, /*kill_on_exit=*/false, port);
+        sb = CkptCreate(d);
+        ASSERT_FALSE(sb.id.empty());
+        std::string ckpt;
+        if (std::string(phase) == "rollback") {
+          ckpt = Checkpoint(d, sb.id);
+          ASSERT_FALSE(ckpt.empty());
+        }
+        std::thread op([&] {
+          if (ckpt.empty())
+            (void)d.Do("POST", "/sandboxes/" + sb.id + "/checkpoints", "{}");
+          else
+            (void)Rollback(d, sb.id, ckpt);
+        });
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));  // the moment of the kill
+        d.Kill9();
+        op.join();
+      }
+      TestDaemon d(dir, {}, false, port);
+      for (const auto& name : CheckpointDirsOf(sb.id)) {
+        EXPECT_EQ(name.find(".tmp"), std::string::npos) << "uncommitted checkpoint left: " << name;
+      }
+      std::string state = CkptState(d, sb.id);
+      std::printf("# %s, kill -9 after %d ms: sandbox %s\n", phase, delay_ms, state.c_str());
+      if (std::string(phase) == "checkpoint") EXPECT_EQ(state, "running");
+      if (state == "running") {
+        auto e = d.Run(sb.id, sb.token, "echo ok");
+        ASSERT_TRUE(e.ok()) << e.status().ToString();
+        EXPECT_EQ(e->out, "ok\n");
+        EXPECT_FALSE(Checkpoint(d, sb.id).empty()) << "and it checkpoints again";
+        auto k = d.Do("DELETE", "/sandboxes/" + sb.id);
+        ASSERT_TRUE(k.ok());
+      } else {
+        EXPECT_EQ(state, "http 404");
+      }
+      EXPECT_TRUE(WaitFor([&] { return resources.Snapshot() == HostResources{}; }, std::chrono::seconds(30)))
+          << resources.Snapshot().ToString();
+      EXPECT_TRUE(WaitFor([&] { return CheckpointDirsOf(sb.id).empty(); }, std::chrono::seconds(30)));
+      fs::remove_all(dir);
+    }
+  }
 }
 
 }  // namespace
