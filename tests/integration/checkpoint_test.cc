@@ -188,6 +188,31 @@ TEST(CheckpointTest, RollbackBringsBackFilesAndProcessesInTheSameSandbox) {
   ASSERT_TRUE(deleted.ok());
   EXPECT_EQ(deleted->status, 404) << deleted->body;
 
+  // The CLI: airlock sandbox checkpoint | checkpoint ls | rollback | checkpoint rm.
+  {
+    const std::vector<std::string> cli = {"--state-dir", dir, "sandbox", "--server",
+                                          "127.0.0.1:" + std::to_string(d.port())};
+    auto with = [&](std::vector<std::string> more) {
+      std::vector<std::string> a = cli;
+      a.insert(a.end(), more.begin(), more.end());
+      return RunCli(a);
+    };
+    auto c = with({"checkpoint", sb.id});
+    ASSERT_EQ(c.code, 0) << c.err;
+    const std::string id = c.out.substr(0, c.out.find('\n'));
+    EXPECT_EQ(id.rfind("ckpt-", 0), 0u) << c.out;
+    auto ls = with({"checkpoint", "ls", sb.id});
+    EXPECT_EQ(ls.code, 0) << ls.err;
+    EXPECT_NE(ls.out.find(id), std::string::npos) << ls.out;
+    auto r = with({"rollback", sb.id, id});
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("rolled back"), std::string::npos) << r.out;
+    auto rm = with({"checkpoint", "rm", sb.id, id});
+    EXPECT_EQ(rm.code, 0) << rm.err;
+    auto rm2 = with({"checkpoint", "rm", sb.id, id});
+    EXPECT_NE(rm2.code, 0) << "deleting it again fails";
+  }
+
   // Paused: no checkpoint, no rollback (409); a kill removes every checkpoint.
   const std::string ckpt2 = Checkpoint(d, sb.id);
   ASSERT_FALSE(ckpt2.empty());
