@@ -226,6 +226,17 @@ TEST(CheckpointTest, RollbackBringsBackFilesAndProcessesInTheSameSandbox) {
   ASSERT_TRUE(pr.ok());
   EXPECT_EQ(pr->status, 409) << pr->body;
 
+  // Checkpoints survive pause/resume (a resume makes a new network): roll back after one.
+  auto resumed = d.Do("POST", "/v2/sandboxes/" + sb.id + "/connect", "{}");
+  ASSERT_TRUE(resumed.ok());
+  ASSERT_EQ(resumed->status, 201) << resumed->body;
+  auto after_resume = Rollback(d, sb.id, ckpt2);
+  ASSERT_TRUE(after_resume.ok());
+  EXPECT_EQ(after_resume->status, 200) << after_resume->body;
+  auto works = d.Run(sb.id, sb.token, "cat /home/user/work/data.sha");
+  ASSERT_TRUE(works.ok()) << works.status().ToString();
+  EXPECT_EQ(works->out, sha);
+
   // The audit trail has the checkpoint and the rollbacks.
   auto audit = d.Do("GET", "/sandboxes/" + sb.id + "/audit");
   ASSERT_TRUE(audit.ok());
