@@ -73,6 +73,7 @@ void Server::CreateCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id
         LOG_WARN("sandbox={} checkpoint: {}", id, info.status().message());
         return RespondStatus(c, info.status(), HttpStatusContext::kDisk);
       }
+      metrics_.Checkpointed();
       AddLog(id, "info",
              "checkpoint " + info->checkpoint_id + " created in " + std::to_string(static_cast<int>(info->save_ms)) +
                  " ms (memory " + std::to_string(info->memory_bytes) + " B, disk " + std::to_string(info->disk_bytes) +
@@ -125,6 +126,7 @@ void Server::RollbackSandbox(std::shared_ptr<HttpConn> c, const std::string& id)
         if (sb && sb->state() == SandboxState::kFailed) {
           // Its old VMM is gone and the checkpoint did not come up: the
           // sandbox is lost, and killed like one whose VMM died.
+          metrics_.RollbackLost();
           Audit({{"action", "sandbox.rollback_failed"},
                  {"sandbox", id},
                  {"checkpoint", checkpoint_id},
@@ -136,6 +138,7 @@ void Server::RollbackSandbox(std::shared_ptr<HttpConn> c, const std::string& id)
       }
       // The guest's TCP state is the checkpoint's: exchanges with the old
       // VMM can never finish (as on pause).
+      metrics_.RolledBack();
       DropStreams(id);
       RecordState(id, "running");  // the new VMM's pid in the registry
       AddLog(id, "info",

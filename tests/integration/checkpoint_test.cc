@@ -243,6 +243,11 @@ TEST(CheckpointTest, RollbackBringsBackFilesAndProcessesInTheSameSandbox) {
   EXPECT_NE(audit->body.find("sandbox.checkpointed"), std::string::npos);
   EXPECT_NE(audit->body.find("sandbox.rolled_back"), std::string::npos);
 
+  auto metrics = d.Do("GET", "/metrics", "", false);
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_NE(metrics->body.find("airlock_rollbacks_total{result=\"ok\"} 4"), std::string::npos) << metrics->body;
+  EXPECT_NE(metrics->body.find("airlock_checkpoints_total 3"), std::string::npos) << metrics->body;
+
   EXPECT_EQ(CheckpointDirsOf(sb.id).size(), 1u);
   auto k = d.Do("DELETE", "/sandboxes/" + sb.id);
   ASSERT_TRUE(k.ok());
