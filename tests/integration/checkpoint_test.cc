@@ -411,5 +411,56 @@ TEST(CheckpointTest, Kill9DuringCheckpointOrRollbackLeavesNothingBehind) {
   }
 }
 
+// A rollback that fails: before the VMM is stopped (a truncated checkpoint:
+// its sizes are checked first) the sandbox runs on untouched; after (bytes
+// changed in place: only the CRC on restore finds it) it is reported lost and
+// killed, and nothing of it is left.
+TEST(CheckpointTest, FailedRollbackLeavesTheSandboxOrSaysItIsLost) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  SandboxResources resources;
+  TestDaemon d(dir);
+  CkptSandbox sb = CkptCreate(d);
+  ASSERT_FALSE(sb.id.empty());
+  auto w = d.Run(sb.id, sb.token, "echo before > /home/user/mark");
+  ASSERT_TRUE(w.ok());
+  const std::string truncated = Checkpoint(d, sb.id), flipped = Checkpoint(d, sb.id);
+  ASSERT_FALSE(truncated.empty());
+  ASSERT_FALSE(flipped.empty());
+  auto w2 = d.Run(sb.id, sb.token, "echo after > /home/user/mark");
+  ASSERT_TRUE(w2.ok());
+  const std::string root = StateDir() + "/snapshots/checkpoints/" + sb.id + "-";
+  fs::resize_file(root + truncated + "/memory", fs::file_size(root + truncated + "/memory") - 1);
+  {
+    std::fstream f(root + flipped + "/memory", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(root + flipped + "/memory") / 2));
+    f.write("\x55\xaa\x55\xaa\x55\xaa\x55\xaa", 8);
+  }
+
+  auto r1 = Rollback(d, sb.id, truncated);
+  ASSERT_TRUE(r1.ok());
+  EXPECT_EQ(r1->status, 500) << r1->body;
+  EXPECT_EQ(r1->body.find("VMM was stopped"), std::string::npos) << "checked before stopping: " << r1->body;
+  EXPECT_EQ(CkptState(d, sb.id), "running");
+  auto still = d.Run(sb.id, sb.token, "cat /home/user/mark");
+  ASSERT_TRUE(still.ok()) << still.status().ToString();
+  EXPECT_EQ(still->out, "after\n") << "untouched";
+
+  auto r2 = Rollback(d, sb.id, flipped);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(r2->status, 500) << r2->body;
+  EXPECT_NE(r2->body.find("VMM was stopped"), std::string::npos) << r2->body;
+  EXPECT_NE(r2->body.find("must be killed"), std::string::npos) << r2->body;
+  EXPECT_TRUE(WaitFor([&] { return CkptState(d, sb.id) == "http 404"; }, std::chrono::seconds(30)))
+      << "a lost sandbox is killed: " << CkptState(d, sb.id);
+  auto audit = d.Do("GET", "/sandboxes/" + sb.id + "/audit");
+  ASSERT_TRUE(audit.ok());
+  EXPECT_NE(audit->body.find("sandbox.rollback_failed"), std::string::npos) << audit->body;
+  EXPECT_TRUE(WaitFor([&] { return resources.Snapshot() == HostResources{}; }, std::chrono::seconds(30)))
+      << resources.Snapshot().ToString();
+  EXPECT_TRUE(WaitFor([&] { return CheckpointDirsOf(sb.id).empty(); }, std::chrono::seconds(30)));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace airlock::testing
