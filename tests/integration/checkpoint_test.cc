@@ -98,6 +98,21 @@ TEST(CheckpointTest, RollbackBringsBackFilesAndProcessesInTheSameSandbox) {
   ASSERT_EQ(setup->exit_code, 0) << setup->err;
   const std::string sha = setup->out;
 
+  // A guest HTTP server on an exposed port: after the rollback it answers
+  // again through the same network (netns, nft rules kept).
+  auto web = d.Run(sb.id, sb.token,
+                   "cd /home/user/work && (setsid python3 -m http.server 8000 >/dev/null 2>&1 &); "
+                   "for i in $(seq 100); do (echo > /dev/tcp/127.0.0.1/8000) 2>/dev/null && exit 0; sleep 0.1; done; "
+                   "exit 1");
+  ASSERT_TRUE(web.ok() && web->exit_code == 0) << (web.ok() ? web->err : web.status().ToString());
+  auto to_port = [&] {
+    return d.Do("GET", "/data.sha", "", false, {{"E2b-Sandbox-Id", sb.id}, {"E2b-Sandbox-Port", "8000"}});
+  };
+  auto page = to_port();
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->status, 200) << page->body;
+  EXPECT_EQ(page->body, sha);
+
   auto t0 = std::chrono::steady_clock::now();
   const std::string ckpt = Checkpoint(d, sb.id);
   ASSERT_FALSE(ckpt.empty());
@@ -127,13 +142,17 @@ TEST(CheckpointTest, RollbackBringsBackFilesAndProcessesInTheSameSandbox) {
   }
 
   // Destroy: files gone, process killed, a file the checkpoint never saw.
-  auto wreck =
-      d.Run(sb.id, sb.token,
-            "kill -9 $(cat /home/user/work/loop.pid); rm -rf /home/user/work; echo later > /home/user/new.txt");
+  auto wreck = d.Run(
+      sb.id, sb.token,
+      "kill -9 $(cat /home/user/work/loop.pid); pkill -9 -f 'python3 -m http[.]server'; rm -rf /home/user/work; echo "
+      "later > /home/user/new.txt");
   ASSERT_TRUE(wreck.ok());
   auto gone = d.Run(sb.id, sb.token, "ls /home/user/work 2>&1 || echo gone");
   ASSERT_TRUE(gone.ok());
   EXPECT_NE(gone->out.find("gone"), std::string::npos) << gone->out;
+  auto dead = to_port();
+  ASSERT_TRUE(dead.ok());
+  EXPECT_NE(dead->status, 200) << "the web server was killed";
 
   // Bad requests: no checkpointID 400, unknown checkpoint 404.
   auto bad = d.Do("POST", "/sandboxes/" + sb.id + "/rollback", "{}", true, {}, a);
@@ -166,6 +185,10 @@ TEST(CheckpointTest, RollbackBringsBackFilesAndProcessesInTheSameSandbox) {
                     "test -e /home/user/new.txt && echo new-exists || echo new-absent");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->out, sha + sha + "process-up\nnew-absent\n");
+  auto page_again = to_port();
+  ASSERT_TRUE(page_again.ok());
+  EXPECT_EQ(page_again->status, 200) << page_again->body;
+  EXPECT_EQ(page_again->body, sha) << "the guest's web server, restored, on the same exposed port";
   // The guest's clock was set again (not the checkpoint's, which is behind).
   auto clock = d.Run(sb.id, sb.token, "date +%s");
   ASSERT_TRUE(clock.ok());
