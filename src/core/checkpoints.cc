@@ -191,7 +191,8 @@ Status Manager::DeleteCheckpoint(const std::string& id, const std::string& check
 }
 
 StatusOr<RollbackResult> Manager::Rollback(const std::string& id, const std::string& checkpoint_id,
-                                           std::chrono::milliseconds ready_timeout) {
+                                           std::chrono::milliseconds ready_timeout,
+                                           const std::function<void()>& on_running) {
   const auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<Sandbox> sb = Get(id);
   if (!sb) return NotFound("sandbox " + id + " not found");
@@ -246,6 +247,7 @@ StatusOr<RollbackResult> Manager::Rollback(const std::string& id, const std::str
   }
   result.steps = timings.steps;
   result.total_ms = CkptMsSince(t0);
+  if (on_running) on_running();
   LOG_INFO("sandbox={} rolled back to {} stop_ms={:.0f} total_ms={:.0f}", id, checkpoint_id, result.stop_ms,
            result.total_ms);
   return result;

@@ -353,8 +353,12 @@ class Manager {
   StatusOr<CheckpointInfo> CreateCheckpoint(const std::string& id);
   StatusOr<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& id);
   Status DeleteCheckpoint(const std::string& id, const std::string& checkpoint_id);
+  // `on_running`: called once the sandbox runs from the checkpoint, before
+  // its lock is released, so no pause or kill can come between (the daemon
+  // records the new VMM and drops stale streams here).
   StatusOr<RollbackResult> Rollback(const std::string& id, const std::string& checkpoint_id,
-                                    std::chrono::milliseconds ready_timeout = std::chrono::seconds(60));
+                                    std::chrono::milliseconds ready_timeout = std::chrono::seconds(60),
+                                    const std::function<void()>& on_running = {});
   std::string checkpoints_dir() const { return config_.state_dir + "/snapshots/checkpoints"; }
 
  private:

@@ -118,7 +118,15 @@ void Server::RollbackSandbox(std::shared_ptr<HttpConn> c, const std::string& id)
     if (!req.ok()) return c->RespondError(400, req.status().message());
     const std::string checkpoint_id = req->checkpoint_id;
     asio::post(*workers_, [this, c, id, checkpoint_id] {
-      auto r = manager_->Rollback(id, checkpoint_id);
+      // Under the sandbox's lock: a pause or kill waiting for the rollback
+      // comes after these, never between.
+      auto on_running = [this, id] {
+        // The guest's TCP state is the checkpoint's: exchanges with the old
+        // VMM can never finish (as on pause).
+        DropStreams(id);
+        RecordState(id, "running");  // the new VMM's pid in the registry
+      };
+      auto r = manager_->Rollback(id, checkpoint_id, std::chrono::seconds(60), on_running);
       if (!r.ok()) {
         Status st = r.status();
         LOG_WARN("sandbox={} rollback to {}: {}", id, checkpoint_id, st.message());
@@ -136,11 +144,7 @@ void Server::RollbackSandbox(std::shared_ptr<HttpConn> c, const std::string& id)
         }
         return RespondStatus(c, st, HttpStatusContext::kDefault);
       }
-      // The guest's TCP state is the checkpoint's: exchanges with the old
-      // VMM can never finish (as on pause).
       metrics_.RolledBack();
-      DropStreams(id);
-      RecordState(id, "running");  // the new VMM's pid in the registry
       AddLog(id, "info",
              "rolled back to checkpoint " + checkpoint_id + " in " + std::to_string(static_cast<int>(r->total_ms)) +
                  " ms");

@@ -485,5 +485,60 @@ TEST(CheckpointTest, FailedRollbackLeavesTheSandboxOrSaysItIsLost) {
   fs::remove_all(dir);
 }
 
+// Pause, rollback and kill of one sandbox at the same moment are serialised
+// (Sandbox::op_mu_): whichever runs second sees the state the first left
+// (a rollback after a pause is 409; a pause after a rollback pauses the
+// rolled-back sandbox), and a kill racing a rollback leaves nothing behind.
+TEST(CheckpointTest, ConcurrentPauseRollbackAndKillAreSerialised) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  SandboxResources resources;
+  TestDaemon d(dir);
+  CkptSandbox sb = CkptCreate(d);
+  ASSERT_FALSE(sb.id.empty());
+  const std::string ckpt = Checkpoint(d, sb.id);
+  ASSERT_FALSE(ckpt.empty());
+  int rollback_status = 0, pause_status = 0;
+  std::thread rb([&] {
+    auto r = Rollback(d, sb.id, ckpt);
+    rollback_status = r.ok() ? r->status : -1;
+  });
+  std::thread pause([&] {
+    auto r = d.Do("POST", "/sandboxes/" + sb.id + "/pause", "{}");
+    pause_status = r.ok() ? r->status : -1;
+  });
+  rb.join();
+  pause.join();
+  std::printf("# rollback %d, pause %d\n", rollback_status, pause_status);
+  EXPECT_EQ(pause_status, 204);
+  EXPECT_TRUE(rollback_status == 200 || rollback_status == 409) << rollback_status;
+  EXPECT_EQ(CkptState(d, sb.id), "paused");
+  auto c = d.Do("POST", "/v2/sandboxes/" + sb.id + "/connect", "{}");
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->status, 201) << c->body;
+  auto e = d.Run(sb.id, sb.token, "echo ok");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->out, "ok\n");
+
+  int kill_status = 0;
+  std::thread rb2([&] {
+    auto r = Rollback(d, sb.id, ckpt);
+    rollback_status = r.ok() ? r->status : -1;
+  });
+  std::thread kill([&] {
+    auto r = d.Do("DELETE", "/sandboxes/" + sb.id);
+    kill_status = r.ok() ? r->status : -1;
+  });
+  rb2.join();
+  kill.join();
+  std::printf("# rollback %d, kill %d\n", rollback_status, kill_status);
+  EXPECT_EQ(kill_status, 204);
+  EXPECT_TRUE(WaitFor([&] { return CkptState(d, sb.id) == "http 404"; }, std::chrono::seconds(30)));
+  EXPECT_TRUE(WaitFor([&] { return resources.Snapshot() == HostResources{}; }, std::chrono::seconds(30)))
+      << resources.Snapshot().ToString();
+  EXPECT_TRUE(WaitFor([&] { return CheckpointDirsOf(sb.id).empty(); }, std::chrono::seconds(30)));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace airlock::testing
