@@ -12,6 +12,8 @@
 // (+ "saveMs" when created). Ownership is RouteControl's (another team's
 // sandbox is 404 before this runs); the work runs on the worker pool, and
 // Manager serialises it with pause, resume and kill of the same sandbox.
+#include <sys/statvfs.h>
+
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 
@@ -64,10 +66,41 @@ void Server::RouteCheckpoints(std::shared_ptr<HttpConn> c, const std::string& id
   c->RespondError(404, "no route for " + c->method_string() + " " + c->path());
 }
 
+namespace {
+
+// A checkpoint writes up to the guest's RAM (the memory stream, zero pages
+// excepted) plus its disk layer: refused (507) unless that much is free
+// beyond the reserve kept for the registry and audit trail.
+Status CheckpointDiskCheck(const std::string& state_dir, int64_t reserve_mib, int64_t memory_mib) {
+  struct statvfs vfs;
+  if (::statvfs(state_dir.c_str(), &vfs) != 0) return ErrnoError("statvfs " + state_dir);
+  const int64_t free_mib = static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize) >> 20;
+  if (free_mib >= reserve_mib + memory_mib) return OkStatus();
+  return ResourceExhausted("not enough free disk for a checkpoint: " + std::to_string(free_mib) +
+                           " MiB free on the "
+                           "filesystem of " +
+                           state_dir + ", " + std::to_string(reserve_mib) +
+                           " MiB kept for the registry and audit trail (serve --disk-reserve) plus up to " +
+                           std::to_string(memory_mib) + " MiB for the checkpoint (the guest's memory)");
+}
+
+}  // namespace
+
 void Server::CreateCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id) {
   // No fields; a body, if sent, must still be a JSON object.
   ReadJson(c, [this, c, id](json) {
     asio::post(*workers_, [this, c, id] {
+      int memory_mib = 0;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        auto it = sandboxes_.find(id);
+        if (it != sandboxes_.end()) memory_mib = it->second.rec.memory_mib;
+      }
+      if (Status disk = CheckpointDiskCheck(config_.manager.state_dir, config_.disk_reserve_mib, memory_mib);
+          !disk.ok()) {
+        LOG_WARN("sandbox={} checkpoint refused: {}", id, disk.message());
+        return RespondStatus(c, disk, HttpStatusContext::kDisk);
+      }
       auto info = manager_->CreateCheckpoint(id);
       if (!info.ok()) {
         LOG_WARN("sandbox={} checkpoint: {}", id, info.status().message());

@@ -6,6 +6,7 @@
 // checkpoints survive a daemon restart and go with their sandbox; a start
 // sweeps uncommitted and orphaned checkpoints. Skips without root / QEMU / image.
 #include <gtest/gtest.h>
+#include <sys/statvfs.h>
 
 #include <filesystem>
 #include <fstream>
@@ -537,6 +538,37 @@ TEST(CheckpointTest, ConcurrentPauseRollbackAndKillAreSerialised) {
   EXPECT_TRUE(WaitFor([&] { return resources.Snapshot() == HostResources{}; }, std::chrono::seconds(30)))
       << resources.Snapshot().ToString();
   EXPECT_TRUE(WaitFor([&] { return CheckpointDirsOf(sb.id).empty(); }, std::chrono::seconds(30)));
+  fs::remove_all(dir);
+}
+
+// A checkpoint needs the guest's memory in free disk beyond --disk-reserve:
+// refused with 507 and the numbers otherwise, and the sandbox runs on.
+TEST(CheckpointTest, CheckpointOnALowDiskIs507AndTheSandboxRunsOn) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  struct statvfs vfs;
+  ASSERT_EQ(::statvfs(StateDir().c_str(), &vfs), 0);
+  const int64_t free_mib = static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize) >> 20;
+  // Creates fit (they need the reserve only), a 512 MiB guest's checkpoint does not.
+  const int64_t reserve = free_mib - 150;
+  ASSERT_GT(reserve, 0);
+  // Creates also check the registry's filesystem (the temp dir).
+  struct statvfs db;
+  ASSERT_EQ(::statvfs(dir.c_str(), &db), 0);
+  if ((static_cast<int64_t>(db.f_bavail) * static_cast<int64_t>(db.f_frsize) >> 20) < reserve)
+    GTEST_SKIP() << "the temp dir's filesystem has less free space than the state dir's: no reserve fits both";
+  TestDaemon d(dir, {"--disk-reserve", std::to_string(reserve), "--disk-per-create", "0"});
+  CkptSandbox sb = CkptCreate(d);
+  ASSERT_FALSE(sb.id.empty());
+  auto r = d.Do("POST", "/sandboxes/" + sb.id + "/checkpoints", "{}");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 507) << r->body;
+  EXPECT_NE(r->body.find("--disk-reserve"), std::string::npos) << r->body;
+  EXPECT_TRUE(CheckpointDirsOf(sb.id).empty());
+  auto e = d.Run(sb.id, sb.token, "echo ok");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->out, "ok\n");
+  (void)d.Do("DELETE", "/sandboxes/" + sb.id);
   fs::remove_all(dir);
 }
 
