@@ -4,6 +4,7 @@
 //   - pause time (total, and per GiB of guest memory), resume time
 //   - fork time for 1 and for 5 children
 //   - disk used per paused sandbox beyond the template (blocks on disk)
+//   - checkpoint and rollback in place: 20 cycles, beside the create above
 // Runs the Manager in-process against real microVMs (root, QEMU, an image).
 // Usage: airlock-snapshot-bench [--state-dir DIR] [--n N]
 #include <sys/stat.h>
@@ -149,5 +150,46 @@ int main(int argc, char** argv) {
               paused_disk / 1048576.0, memory_bytes / 1048576.0, opts.memory_mib);
   std::printf("| template snapshot, made once per image | %.0f ms | | %s |\n", template_ms,
               template_ms < 100 ? "already made" : "built in this run");
+
+  // Checkpoint and rollback in place (core/checkpoints.cc), 20 cycles on one
+  // sandbox: checkpoint, roll back to it, first command, delete it. Compared
+  // with the template-snapshot create TTI measured above in this run.
+  {
+    auto cs = mgr.Create(opts);
+    if (!cs.ok()) Die("create", cs.status());
+    const std::string id = (*cs)->id();
+    std::vector<double> ckpt, rollback, rollback_tti;
+    uint64_t ckpt_memory = 0, ckpt_disk = 0;
+    for (int i = 0; i < 20; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      auto cp = mgr.CreateCheckpoint(id);
+      if (!cp.ok()) Die("checkpoint", cp.status());
+      ckpt.push_back(Ms(t0));
+      ckpt_memory = cp->memory_bytes;
+      ckpt_disk = DiskUsed(cp->dir);
+      t0 = std::chrono::steady_clock::now();
+      auto rb = mgr.Rollback(id, cp->checkpoint_id);
+      if (!rb.ok()) Die("rollback", rb.status());
+      rollback.push_back(Ms(t0));
+      if (!Run(**cs)) Die("command after rollback", Internal("failed"));
+      rollback_tti.push_back(Ms(t0));
+      if (Status st = mgr.DeleteCheckpoint(id, cp->checkpoint_id); !st.ok()) Die("delete checkpoint", st);
+    }
+    (void)mgr.Destroy(id);
+    const double create = Pct(warm, .5);
+    std::printf(
+        "\n| checkpoint / rollback in place (n=20, one sandbox) | p50 | p95 | ratio to a template-snapshot create "
+        "(%.0f ms p50) |\n"
+        "|---|---|---|---|\n",
+        create);
+    std::printf("| checkpoint (sandbox keeps running) | %.0f ms | %.0f ms | %.2f |\n", Pct(ckpt, .5), Pct(ckpt, .95),
+                Pct(ckpt, .5) / create);
+    std::printf("| rollback (stop VMM → restore → agent /init) | %.0f ms | %.0f ms | %.2f |\n", Pct(rollback, .5),
+                Pct(rollback, .95), Pct(rollback, .5) / create);
+    std::printf("| rollback → first command answered | %.0f ms | %.0f ms | %.2f |\n", Pct(rollback_tti, .5),
+                Pct(rollback_tti, .95), Pct(rollback_tti, .5) / create);
+    std::printf("| disk per checkpoint | %.1f MiB | | memory stream %.1f MiB of %d MiB RAM |\n", ckpt_disk / 1048576.0,
+                ckpt_memory / 1048576.0, opts.memory_mib);
+  }
   return 0;
 }

@@ -38,7 +38,7 @@ int RunDoctor(const std::string& state_dir) {
     print("guest image", false, img.status().message(), "airlock image build");
   }
   // Snapshot disk use (docs/snapshots.md): blocks actually allocated.
-  for (const char* kind : {"templates", "paused", "forks", "named"}) {
+  for (const char* kind : {"templates", "paused", "forks", "named", "checkpoints"}) {
     std::string dir = state_dir + "/snapshots/" + kind;
     uint64_t bytes = 0;
     int count = 0;

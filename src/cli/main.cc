@@ -5,7 +5,7 @@
 //   airlock doctor                           check what this host has and lacks
 //   airlock serve [--listen ADDR]            run the daemon (E2B-compatible API)
 //   airlock apikey create|ls|rm              manage the daemon's API keys
-//   airlock sandbox ls|info|kill|exec|cp|timeout   talk to a running daemon
+//   airlock sandbox ls|info|kill|exec|cp|timeout|checkpoint|rollback   talk to a running daemon
 //
 // Global: --state-dir DIR (env AIRLOCK_STATE_DIR, default /var/lib/airlock).
 #include <unistd.h>
@@ -41,7 +41,8 @@ constexpr const char* kUsage =
     "  doctor                          report what this host has and what it lacks, with fixes\n"
     "  serve [--listen IP:PORT]        run the daemon: E2B-compatible API on one port (default 127.0.0.1:3000)\n"
     "  apikey create --name N | ls | rm ID   manage API keys (printed once, stored hashed)\n"
-    "  sandbox ls | info ID | kill ID | exec ID -- CMD | cp SRC DST | timeout ID S\n"
+    "  sandbox ls | info ID | kill ID | exec ID -- CMD | cp SRC DST | timeout ID S |\n"
+    "          checkpoint ID | checkpoint ls|rm ID [CKPT] | rollback ID CKPT\n"
     "                                  client of a running daemon (--server, AIRLOCK_SERVER, AIRLOCK_API_KEY)\n"
     "  audit [verify] [--sandbox ID] [--since T]   print or verify the audit trail\n"
     "  secret set NAME | ls | rm NAME  manage secrets (value read from stdin, encrypted at rest)\n"

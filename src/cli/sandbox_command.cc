@@ -86,13 +86,60 @@ int Copy(const DaemonTarget& t, const std::string& src, const std::string& dst) 
   return 0;
 }
 
+// checkpoint ID | checkpoint ls ID | checkpoint rm ID CKPT | rollback ID CKPT
+// (docs/snapshots.md "Checkpoints and rollback").
+int Checkpoints(const DaemonTarget& t, const std::vector<std::string>& args, const char* usage) {
+  auto base = [](const std::string& id) { return "/sandboxes/" + UrlEncodeComponent(id); };
+  if (args[0] == "rollback" && args.size() == 3) {
+    auto r = Api(t, "POST", base(args[1]) + "/rollback", json{{"checkpointID", args[2]}}.dump());
+    if (!r.ok()) return Fail("rollback", r.status());
+    auto j = json::parse(r->body, nullptr, false);
+    double ms =
+        j.is_object() && j.contains("rollbackMs") && j["rollbackMs"].is_number() ? j["rollbackMs"].get<double>() : 0;
+    std::printf("%s rolled back to %s in %.0f ms\n", args[1].c_str(), args[2].c_str(), ms);
+    return 0;
+  }
+  if (args[0] == "checkpoint" && args.size() == 2) {
+    auto r = Api(t, "POST", base(args[1]) + "/checkpoints", "{}");
+    if (!r.ok()) return Fail("checkpoint", r.status());
+    auto j = json::parse(r->body, nullptr, false);
+    if (!j.is_object()) return Fail("checkpoint", Internal("bad reply: " + r->body));
+    std::printf("%s\n", j.value("checkpointID", "").c_str());
+    return 0;
+  }
+  if (args[0] == "checkpoint" && args.size() == 3 && args[1] == "ls") {
+    auto r = Api(t, "GET", base(args[2]) + "/checkpoints");
+    if (!r.ok()) return Fail("checkpoint ls", r.status());
+    auto j = json::parse(r->body, nullptr, false);
+    std::printf("%-22s %-26s %12s %12s\n", "CHECKPOINT", "CREATED AT", "MEMORY B", "DISK B");
+    if (j.is_array()) {
+      for (auto& c : j) {
+        std::printf("%-22s %-26s %12llu %12llu\n", c.value("checkpointID", "").c_str(),
+                    c.value("createdAt", "").c_str(),
+                    static_cast<unsigned long long>(c.value("memoryBytes", uint64_t{0})),
+                    static_cast<unsigned long long>(c.value("diskBytes", uint64_t{0})));
+      }
+    }
+    return 0;
+  }
+  if (args[0] == "checkpoint" && args.size() == 4 && args[1] == "rm") {
+    auto r = Api(t, "DELETE", base(args[2]) + "/checkpoints/" + UrlEncodeComponent(args[3]));
+    if (!r.ok()) return Fail("checkpoint rm", r.status());
+    return 0;
+  }
+  std::fputs(usage, stderr);
+  return 2;
+}
+
 }  // namespace
 
 int CmdSandbox(const std::string& state_dir, const std::vector<std::string>& in) {
   const char* usage =
       "usage: airlock sandbox [--server ADDR] ls | info ID | kill ID | exec ID -- CMD [ARGS...] |\n"
       "                        cp SRC DST (one side ID:/guest/path) | timeout ID SECONDS |\n"
-      "                        log ID | network ID [--allow RULE]... [--deny RULE]... [--internet|--no-internet]\n";
+      "                        log ID | network ID [--allow RULE]... [--deny RULE]... [--internet|--no-internet] |\n"
+      "                        checkpoint ID | checkpoint ls ID | checkpoint rm ID CHECKPOINT |\n"
+      "                        rollback ID CHECKPOINT\n";
   std::vector<std::string> args = in;
   std::string server;
   if (args.size() >= 2 && args[0] == "--server") {
@@ -162,6 +209,7 @@ int CmdSandbox(const std::string& state_dir, const std::vector<std::string>& in)
     }
     return 0;
   }
+  if (verb == "checkpoint" || verb == "rollback") return Checkpoints(t, args, usage);
   if (verb == "network" && args.size() >= 2) {
     json allow = json::array(), deny = json::array(), body = json::object();
     for (size_t i = 2; i < args.size(); ++i) {

@@ -39,6 +39,8 @@ std::string TokenHeld(const BringUpPlan& plan) {
       return plan.source_token;
     case MachineSource::kPausedSandbox:
       return plan.snapshot_memory ? plan.access_token : "";
+    case MachineSource::kCheckpoint:
+      return plan.access_token;
   }
   return "";
 }
@@ -59,6 +61,9 @@ AgentInitRequest InitRequest(const BringUpPlan& plan, const std::string& ip) {
       if (!plan.env_vars.empty()) envs = plan.env_vars;
       return {ip, plan.source_token, plan.access_token, envs, plan.id};
     }
+    case MachineSource::kCheckpoint:
+      // The sandbox's own memory: clock and entropy only.
+      return {ip, plan.access_token, std::nullopt, std::nullopt, ""};
     case MachineSource::kPausedSandbox: {
       AgentInitRequest r{ip, plan.access_token, std::nullopt, std::nullopt, ""};
       if (!plan.snapshot_memory) {
@@ -87,6 +92,8 @@ std::string_view MachineSourceName(MachineSource s) {
       return "paused sandbox";
     case MachineSource::kParked:
       return "warm pool";
+    case MachineSource::kCheckpoint:
+      return "checkpoint";
   }
   return "unknown";
 }
@@ -176,7 +183,9 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::StartSandbox(BringUpPlan plan,
 
 Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* timings) {
   const auto t0 = std::chrono::steady_clock::now();
-  const bool paused = plan.source == MachineSource::kPausedSandbox;
+  // A paused sandbox or a rollback: the sandbox's own run dir (kept).
+  const bool rollback = plan.source == MachineSource::kCheckpoint;
+  const bool paused = plan.source == MachineSource::kPausedSandbox || rollback;
   Checklist steps;
   std::vector<StepTiming> done;
   auto step = [&](const char* name, const Checklist::Step& run, Checklist::Step undo) -> Status {
@@ -263,6 +272,12 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
         break;
       case MachineSource::kParked:
         return Internal("a parked sandbox has its VMM already");
+      case MachineSource::kCheckpoint:
+        // A private copy: the checkpoint stays deletable, and rollbacks never
+        // lengthen the disk's backing chain.
+        v = runtime_->Restore(req, plan.snapshot_dir, SnapshotDisk::kPrivateCopy);
+        from_snapshot = true;
+        break;
     }
     if (!v.ok()) return v.status();
     vm = v->get();
@@ -296,7 +311,9 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
   auto running = [&]() -> Status {
     RETURN_IF_ERROR(sb.Transition(SandboxState::kRunning));
     std::lock_guard<std::mutex> l(sb.mu_);
-    if (paused) {
+    if (rollback) {
+      // Same sandbox, same TTL.
+    } else if (paused) {
       sb.snapshot_dir_.clear();
     } else {
       // Its TTL counts from here.
@@ -338,8 +355,9 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
     Checklist::Step remove_run_dir;
     if (!paused) remove_run_dir = [&sb] { return sb.RemoveRunDir(); };
     RETURN_IF_ERROR(step(kStepRunDir, run_dir, remove_run_dir));
-    RETURN_IF_ERROR(step(kStepNetwork, network, [&sb] { return sb.DestroyNetwork(); }));
-    if (egress_) {
+    // A rollback keeps the network (and its egress) of the sandbox.
+    if (!rollback) RETURN_IF_ERROR(step(kStepNetwork, network, [&sb] { return sb.DestroyNetwork(); }));
+    if (egress_ && !rollback) {
       RETURN_IF_ERROR(step(kStepEgress, egress, [&sb] {
         sb.DetachEgress();
         return OkStatus();

@@ -17,6 +17,9 @@
 //   running      the state machine's transition; the TTL starts, the
 //                registry row is written
 //
+// A rollback (MachineSource::kCheckpoint) keeps the sandbox's network: it
+// runs run dir, vmm, lease, agent ready, agent init, running.
+//
 // A failing step undoes the ones before it, newest first, and its error reads
 // "<what>: <step>: <cause>" (plan.what gives the first part). The step names
 // are what CreateTimings::steps, `airlock run --timings` and the logs use.
@@ -60,6 +63,10 @@ enum class MachineSource {
   kPausedSandbox,     // the sandbox's own pause snapshot (same id, token, run dir)
   kParked,            // a sandbox of the warm pool (warm_pool.cc): run dir, network, VMM and
                       // agent are up already; egress gets the create's policy, then agent init
+  // One of the sandbox's own checkpoints (rollback, core/checkpoints.cc):
+  // same id, token, run dir, and its network kept (the steps "network" and
+  // "egress" are skipped; the old VMM is gone, the netns, IP and policy stay).
+  kCheckpoint,
 };
 std::string_view MachineSourceName(MachineSource s);
 

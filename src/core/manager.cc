@@ -336,6 +336,9 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
     LOG_WARN("sandbox={} not adopted, cleaning up: {}", r.record.id, sb.status().message());
     std::string run_dir = m->config_.state_dir + "/run/" + r.record.id;
     AdoptedVm(r.record.id, r.record.vmm_pid, run_dir).Destroy().ok();  // kills it only if the pid is still that VMM
+    // A VMM the registry does not know (a daemon killed mid-rollback started
+    // it) names the run dir too: it goes before the run dir does.
+    m->ReapStaleGuest(r.record.id, run_dir, r.record.vmm_pid);
     if (auto st = net::TeardownByName(r.record.id); !st.ok())
       LOG_WARN("sandbox={} network teardown: {}", r.record.id, st.message());
     fs::remove_all(run_dir, ec);
@@ -349,6 +352,7 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
     for (const auto& [id, sb] : m->sandboxes_) adopted.insert(id);
   }
   m->CleanupOrphans(adopted);
+  m->SweepCheckpoints();  // after CleanupOrphans: a checkpoint whose sandbox's run dir is gone goes
   return m;
 }
 

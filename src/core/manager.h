@@ -221,6 +221,25 @@ struct NamedSnapshotInfo {
   std::string dir;
 };
 
+// A checkpoint of a running sandbox (checkpoints.cc, docs/snapshots.md
+// "Checkpoints and rollback"): memory, devices and disk, kept until deleted
+// or the sandbox is killed.
+struct CheckpointInfo {
+  std::string checkpoint_id;  // "ckpt-<16 hex>"
+  std::string sandbox_id;
+  int64_t created_at_ms = 0;  // Unix ms
+  uint64_t memory_bytes = 0;
+  uint64_t disk_bytes = 0;
+  double save_ms = 0;  // the sandbox was stopped this long (0 when listed)
+  std::string dir;
+};
+
+struct RollbackResult {
+  double total_ms = 0;  // request to agent answering again
+  double stop_ms = 0;   // old VMM gone
+  std::vector<StepTiming> steps;
+};
+
 class Sandbox {
  public:
   ~Sandbox();
@@ -453,7 +472,34 @@ class Manager {
   Status UpdateEgress(const std::string& id, const egress::EgressPolicy& policy);
   const ManagerConfig& config() const { return config_; }
 
+  // Checkpoints and rollback (checkpoints.cc). Each sandbox has at most
+  // kMaxCheckpoints (FailedPrecondition beyond). CreateCheckpoint saves the
+  // running sandbox under snapshots/checkpoints/<id>-<checkpoint id> (it
+  // keeps running; NotFound; FailedPrecondition unless running;
+  // ResourceExhausted when the disk is full). Rollback stops its VMM and
+  // restores the checkpoint into the same sandbox (id, token, network, run
+  // dir kept; clock and entropy refreshed); NotFound for an unknown sandbox
+  // or checkpoint; FailedPrecondition unless running. Checks that fail
+  // before the VMM is stopped leave the sandbox running as it was; a restore
+  // that fails after leaves it failed (the error says so; the caller kills
+  // it). Checkpoints are deleted with their sandbox.
+  static constexpr int kMaxCheckpoints = 16;
+  StatusOr<CheckpointInfo> CreateCheckpoint(const std::string& id);
+  StatusOr<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& id);
+  Status DeleteCheckpoint(const std::string& id, const std::string& checkpoint_id);
+  // `on_running`: called once the sandbox runs from the checkpoint, before
+  // its lock is released, so no pause or kill can come between (the daemon
+  // records the new VMM and drops stale streams here).
+  StatusOr<RollbackResult> Rollback(const std::string& id, const std::string& checkpoint_id,
+                                    std::chrono::milliseconds ready_timeout = std::chrono::seconds(60),
+                                    const std::function<void()>& on_running = {});
+  std::string checkpoints_dir() const { return config_.state_dir + "/snapshots/checkpoints"; }
+
  private:
+  // checkpoints.cc: every checkpoint of `id` (and its uncommitted .tmp) goes
+  // (kill); at start, those of sandboxes with no run dir, and every .tmp.
+  Status DeleteCheckpointsOf(const std::string& id);
+  void SweepCheckpoints();
   Manager() = default;
   // A Sandbox object with `plan`'s identity and shape (nothing brought up yet).
   std::shared_ptr<Sandbox> SandboxFor(const BringUpPlan& plan) const;

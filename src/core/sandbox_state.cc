@@ -6,22 +6,15 @@ namespace airlock {
 
 std::string_view SandboxStateName(SandboxState s) {
   switch (s) {
-    case SandboxState::kCreating:
-      return "creating";
-    case SandboxState::kRunning:
-      return "running";
-    case SandboxState::kPausing:
-      return "pausing";
-    case SandboxState::kPaused:
-      return "paused";
-    case SandboxState::kResuming:
-      return "resuming";
-    case SandboxState::kKilling:
-      return "killing";
-    case SandboxState::kKilled:
-      return "killed";
-    case SandboxState::kFailed:
-      return "failed";
+    case SandboxState::kCreating: return "creating";
+    case SandboxState::kRunning: return "running";
+    case SandboxState::kPausing: return "pausing";
+    case SandboxState::kPaused: return "paused";
+    case SandboxState::kResuming: return "resuming";
+    case SandboxState::kKilling: return "killing";
+    case SandboxState::kKilled: return "killed";
+    case SandboxState::kFailed: return "failed";
+    case SandboxState::kRollingBack: return "rolling back";
   }
   return "unknown";
 }
@@ -42,6 +35,8 @@ std::string_view SandboxOutcomeName(SandboxOutcome o) {
       return "auto_pause_failed";
     case SandboxOutcome::kDaemonStopped:
       return "daemon_stopped";
+    case SandboxOutcome::kRollbackFailed:
+      return "rollback_failed";
   }
   return "unknown";
 }
@@ -70,6 +65,9 @@ std::string SandboxEnd::Describe() const {
     case SandboxOutcome::kDaemonStopped:
       what = "daemon stopped";
       break;
+    case SandboxOutcome::kRollbackFailed:
+      what = "rollback failed";
+      break;
   }
   if (detail.empty()) return what;
   return outcome == SandboxOutcome::kVmmExited ? what + " (" + detail + ")" : what + ": " + detail;
@@ -79,30 +77,15 @@ Status CheckTransition(SandboxState from, SandboxState to) {
   using S = SandboxState;
   bool ok = false;
   switch (from) {
-    case S::kCreating:
-      ok = to == S::kRunning || to == S::kFailed || to == S::kKilling;
-      break;
-    case S::kRunning:
-      ok = to == S::kKilling || to == S::kPausing;
-      break;
-    case S::kPausing:
-      ok = to == S::kPaused || to == S::kRunning || to == S::kKilling;
-      break;
-    case S::kPaused:
-      ok = to == S::kResuming || to == S::kKilling;
-      break;
-    case S::kResuming:
-      ok = to == S::kRunning || to == S::kPaused || to == S::kKilling;
-      break;
-    case S::kFailed:
-      ok = to == S::kKilling;
-      break;
-    case S::kKilling:
-      ok = to == S::kKilled;
-      break;
-    case S::kKilled:
-      ok = false;
-      break;
+    case S::kCreating: ok = to == S::kRunning || to == S::kFailed || to == S::kKilling; break;
+    case S::kRunning: ok = to == S::kKilling || to == S::kPausing || to == S::kRollingBack; break;
+    case S::kPausing: ok = to == S::kPaused || to == S::kRunning || to == S::kKilling; break;
+    case S::kPaused: ok = to == S::kResuming || to == S::kKilling; break;
+    case S::kResuming: ok = to == S::kRunning || to == S::kPaused || to == S::kKilling; break;
+    case S::kFailed: ok = to == S::kKilling; break;
+    case S::kRollingBack: ok = to == S::kRunning || to == S::kFailed || to == S::kKilling; break;
+    case S::kKilling: ok = to == S::kKilled; break;
+    case S::kKilled: ok = false; break;
   }
   if (ok) return OkStatus();
   return FailedPrecondition("sandbox cannot go from " + std::string(SandboxStateName(from)) + " to " +

@@ -3,10 +3,11 @@
 //
 // The legal transitions (CheckTransition):
 //   creating ─▶ running | failed | killing
-//   running  ─▶ pausing | killing
+//   running  ─▶ pausing | rolling back | killing
 //   pausing  ─▶ paused | running (the pause failed) | killing
 //   paused   ─▶ resuming | killing
 //   resuming ─▶ running | paused (the resume failed) | killing
+//   rolling back ─▶ running | failed (its VMM was gone when the restore failed) | killing
 //   failed   ─▶ killing (cleanup of a half-made sandbox)
 //   killing  ─▶ killed, which is final.
 // Pause and resume: core/snapshots.cc, docs/snapshots.md.
@@ -26,7 +27,7 @@
 
 namespace airlock {
 
-enum class SandboxState { kCreating, kRunning, kPausing, kPaused, kResuming, kKilling, kKilled, kFailed };
+enum class SandboxState { kCreating, kRunning, kPausing, kPaused, kResuming, kKilling, kKilled, kFailed, kRollingBack };
 
 std::string_view SandboxStateName(SandboxState s);
 
@@ -39,10 +40,12 @@ enum class SandboxOutcome {
   kCreateFailed,     // its bring-up failed (nothing was handed out)
   kAutoPauseFailed,  // its timeout passed with autoPause on, and the pause failed
   kDaemonStopped,    // destroyed by a daemon stopping with --kill-on-exit
+  kRollbackFailed,   // a rollback stopped its VMM and the checkpoint did not come up
 };
 
 // "killed", "ttl_expired", "lifetime_cap", "vmm_exited", "create_failed",
-// "auto_pause_failed", "daemon_stopped": the names the API and audit use.
+// "auto_pause_failed", "daemon_stopped", "rollback_failed": the names the
+// API and audit use.
 std::string_view SandboxOutcomeName(SandboxOutcome o);
 
 // The end of a sandbox: its outcome, what is known about it (the console's

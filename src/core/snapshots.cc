@@ -252,9 +252,11 @@ void Manager::SweepSnapshots() {
 Status Manager::DeletePrivateSnapshots(Sandbox& sb) {
   std::error_code ec;
   fs::remove_all(paused_dir() + "/" + sb.id_ + ".tmp", ec);
+  Status checkpoints = DeleteCheckpointsOf(sb.id_);  // checkpoints.cc
   const std::string dir = paused_dir() + "/" + sb.id_;
-  if (!fs::exists(dir, ec)) return OkStatus();
-  return runtime_->snapshots().Delete(dir);
+  if (!fs::exists(dir, ec)) return checkpoints;
+  Status st = runtime_->snapshots().Delete(dir);
+  return st.ok() ? checkpoints : st;
 }
 
 }  // namespace airlock

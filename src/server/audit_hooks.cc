@@ -105,6 +105,10 @@ std::string ControlActionName(const std::vector<std::string>& seg, http::Method 
   if (seg.empty() || seg[0] != "sandboxes") return "api.unknown_route";
   if (seg.size() == 1) return verb == http::Method::kPost ? "sandbox.create" : "sandbox.list";
   if (seg.size() == 2) return verb == http::Method::kDelete ? "sandbox.kill" : "sandbox.get";
+  if (seg.size() >= 3 && seg[2] == "checkpoints") {
+    if (seg.size() == 4) return verb == http::Method::kDelete ? "sandbox.checkpoint.delete" : "api.unknown_route";
+    return verb == http::Method::kPost ? "sandbox.checkpoint" : "sandbox.checkpoints";
+  }
   if (seg.size() == 3) return "sandbox." + seg[2];
   return "api.unknown_route";
 }

@@ -138,6 +138,7 @@ void Server::RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller) {
   // Every route under /sandboxes/{id} acts on one sandbox: another team's is
   // answered exactly as one that does not exist.
   if (!CallerOwns(caller, OwnedKind::kSandbox, id)) return c->RespondError(404, "sandbox " + id + " not found");
+  if (seg.size() >= 3 && (seg[2] == "checkpoints" || seg[2] == "rollback") && !v2) return RouteCheckpoints(c, id, seg);
   if (seg.size() == 2) {
     if (verb == http::Method::kGet && !v2) return GetSandbox(c, id);
     if (verb == http::Method::kDelete && !v2) return KillSandbox(c, id);

@@ -79,6 +79,15 @@ std::string DaemonMetrics::Render(const Gauges& g) const {
   o += "# HELP airlock_pool_misses_total Creates of a pooled shape that found the pool empty.\n"
        "# TYPE airlock_pool_misses_total counter\n";
   line("airlock_pool_misses_total %llu\n", static_cast<unsigned long long>(g.pool_misses));
+  o += "# HELP airlock_checkpoints_total Checkpoints of running sandboxes committed.\n"
+       "# TYPE airlock_checkpoints_total counter\n";
+  line("airlock_checkpoints_total %llu\n", u(checkpoints_));
+  o += "# HELP airlock_rollbacks_total Rollbacks of sandboxes to a checkpoint, by result (lost: the restore failed "
+       "after "
+       "the old VMM was stopped, and the sandbox was killed).\n"
+       "# TYPE airlock_rollbacks_total counter\n";
+  line("airlock_rollbacks_total{result=\"ok\"} %llu\n", u(rollbacks_));
+  line("airlock_rollbacks_total{result=\"lost\"} %llu\n", u(rollbacks_lost_));
   o += "# HELP airlock_otlp_exported_records_total Audit records delivered to the OTLP collector.\n"
        "# TYPE airlock_otlp_exported_records_total counter\n";
   line("airlock_otlp_exported_records_total %llu\n", static_cast<unsigned long long>(g.otlp_exported));

@@ -33,6 +33,11 @@ class DaemonMetrics {
   }
   void AuditRecord() { audit_records_.fetch_add(1); }
   void SandboxDied() { sandbox_deaths_.fetch_add(1); }
+  // Checkpoints and rollback (checkpoint_routes.cc); `lost`: a rollback that
+  // failed after the old VMM was stopped (the sandbox was killed).
+  void Checkpointed() { checkpoints_.fetch_add(1); }
+  void RolledBack() { rollbacks_.fetch_add(1); }
+  void RollbackLost() { rollbacks_lost_.fetch_add(1); }
 
   struct Gauges {
     int running = 0, paused = 0, creating = 0, queued = 0;
@@ -53,6 +58,7 @@ class DaemonMetrics {
   std::atomic<uint64_t> egress_allowed_{0}, egress_denied_{0}, egress_tx_{0}, egress_rx_{0};
   std::atomic<uint64_t> audit_records_{0};
   std::atomic<uint64_t> sandbox_deaths_{0};
+  std::atomic<uint64_t> checkpoints_{0}, rollbacks_{0}, rollbacks_lost_{0};
   std::array<std::atomic<uint64_t>, kCreateBuckets.size()> create_buckets_{};
   std::atomic<uint64_t> create_count_{0};
   std::atomic<uint64_t> create_sum_us_{0};

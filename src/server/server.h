@@ -208,6 +208,15 @@ class Server {
   void CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id);
   void ListSnapshots(std::shared_ptr<HttpConn> c, const Caller& caller);
   void DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller);
+  // Checkpoints and rollback (checkpoint_routes.cc, docs/snapshots.md):
+  // POST|GET /sandboxes/{id}/checkpoints, DELETE .../checkpoints/{cid},
+  // POST /sandboxes/{id}/rollback {"checkpointID"}. `seg`: the path after
+  // "v2", seg[2] is "checkpoints" or "rollback"; the caller owns `id`.
+  void RouteCheckpoints(std::shared_ptr<HttpConn> c, const std::string& id, const std::vector<std::string>& seg);
+  void CreateCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id);
+  void ListCheckpoints(std::shared_ptr<HttpConn> c, const std::string& id);
+  void DeleteCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id, const std::string& checkpoint_id);
+  void RollbackSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
   // May `caller` see sandbox / named snapshot `id` (its owners row)?
   bool CallerOwns(const Caller& caller, OwnedKind kind, const std::string& id);
   // Resumes a paused sandbox for connect (201 + Sandbox JSON; 200 if it was

@@ -19,6 +19,14 @@ TEST(SandboxStateTest, LegalTransitions) {
   EXPECT_TRUE(CheckTransition(S::kKilling, S::kKilled).ok());
   EXPECT_TRUE(CheckTransition(S::kRunning, S::kPausing).ok());
   EXPECT_TRUE(CheckTransition(S::kPaused, S::kResuming).ok());
+  // Rollback (core/checkpoints.cc): back to running, or failed when the
+  // restore failed after the old VMM was stopped.
+  EXPECT_TRUE(CheckTransition(S::kRunning, S::kRollingBack).ok());
+  EXPECT_TRUE(CheckTransition(S::kRollingBack, S::kRunning).ok());
+  EXPECT_TRUE(CheckTransition(S::kRollingBack, S::kFailed).ok());
+  EXPECT_TRUE(CheckTransition(S::kRollingBack, S::kKilling).ok());
+  EXPECT_FALSE(CheckTransition(S::kPaused, S::kRollingBack).ok());
+  EXPECT_FALSE(CheckTransition(S::kRollingBack, S::kPaused).ok());
 }
 
 TEST(SandboxStateTest, IllegalTransitionsNameBothStates) {
@@ -33,7 +41,8 @@ TEST(SandboxStateTest, IllegalTransitionsNameBothStates) {
 }
 
 TEST(SandboxStateTest, EveryStateHasAName) {
-  for (S s : {S::kCreating, S::kRunning, S::kPausing, S::kPaused, S::kResuming, S::kKilling, S::kKilled, S::kFailed}) {
+  for (S s : {S::kCreating, S::kRunning, S::kPausing, S::kPaused, S::kResuming, S::kKilling, S::kKilled, S::kFailed,
+              S::kRollingBack}) {
     EXPECT_NE(SandboxStateName(s), "unknown");
   }
 }
@@ -42,7 +51,7 @@ TEST(SandboxOutcomeTest, EveryOutcomeHasItsOwnNameAndDescription) {
   using O = SandboxOutcome;
   std::set<std::string> names;
   for (O o : {O::kKilled, O::kTtlExpired, O::kLifetimeCap, O::kVmmExited, O::kCreateFailed, O::kAutoPauseFailed,
-              O::kDaemonStopped}) {
+              O::kDaemonStopped, O::kRollbackFailed}) {
     EXPECT_NE(SandboxOutcomeName(o), "unknown");
     EXPECT_TRUE(names.insert(std::string(SandboxOutcomeName(o))).second) << SandboxOutcomeName(o);
     EXPECT_FALSE((SandboxEnd{o, "", 0}.Describe().empty()));

@@ -11,6 +11,7 @@
 #include "core/registry.h"
 #include "server/api_keys.h"
 #include "server/http_status.h"
+#include "server/requests/checkpoint.h"
 #include "server/requests/create.h"
 #include "server/requests/fork.h"
 #include "server/requests/list.h"
@@ -117,6 +118,16 @@ TEST(ServerRequestsTest, SmallBodies) {
   EXPECT_EQ(rq::ParseSnapshot(json::object())->name, "");
   EXPECT_EQ(rq::ParseSnapshot({{"name", "n"}})->name, "n");
   EXPECT_EQ(rq::ParseSnapshot({{"name", 1}}).status().message(), "name must be a string");
+}
+
+TEST(ServerRequestsTest, Rollback) {
+  EXPECT_EQ(rq::ParseRollback({{"checkpointID", "ckpt-0123456789abcdef"}})->checkpoint_id, "ckpt-0123456789abcdef");
+  EXPECT_EQ(rq::ParseRollback(json::object()).status().message(), "checkpointID is required");
+  EXPECT_EQ(rq::ParseRollback({{"checkpointID", nullptr}}).status().message(), "checkpointID is required");
+  EXPECT_EQ(rq::ParseRollback({{"checkpointID", 3}}).status().message(), "checkpointID must be a string");
+  EXPECT_EQ(rq::ParseRollback({{"checkpointID", ""}}).status().message(), "checkpointID must be 1..64 bytes");
+  EXPECT_EQ(rq::ParseRollback({{"checkpointID", std::string(65, 'a')}}).status().code(),
+            airlock::StatusCode::kInvalidArgument);
 }
 
 TEST(ServerRequestsTest, ListQueries) {
