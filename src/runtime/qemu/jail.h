@@ -9,7 +9,9 @@
 //   console and migration sockets), and each file it reads (kernel, initrd,
 //   every disk of the overlay's backing chain) read-only, all at their host
 //   paths, so no path on QEMU's command line or in a qcow2 header changes.
-// No /proc, no /sys, nothing else of the host (state dir, database, keys,
+// No /proc (except, for a VMM handed an fd, a private procfs showing only
+// its own uid's processes and no system files: subset=pid,hidepid=invisible,
+// so that /proc/self/fd/3 names the fd), no /sys, nothing else of the host (state dir, database, keys,
 // other sandboxes) exists in that namespace.
 //
 // PlanJail() is pure but for stat/realpath of the inputs (unit-tested);
@@ -38,6 +40,10 @@ struct JailSpec {
   std::string vmm_dir;                // read-write, owned by uid (absolute)
   std::vector<std::string> ro_files;  // read-only (absolute; kernel, initrd, disks)
   bool kvm = false;                   // give it /dev/kvm
+  // Mount a procfs of its own at /proc (subset=pid, hidepid=invisible: its
+  // uid's processes only, i.e. itself) so a passed fd is openable as
+  // /proc/self/fd/N (QEMU 7.2's memory-backend-file takes only a path).
+  bool proc = false;
   // The tmpfs is mounted here inside the new namespace before pivot_root
   // (must exist; nothing on the host sees the mount). Usually the run dir.
   std::string base_dir;
@@ -69,6 +75,7 @@ struct JailPlan {
   std::vector<Symlink> symlinks;
   std::vector<Bind> binds;
   std::vector<Node> nodes;
+  bool proc = false;  // mount a private procfs at /proc (JailSpec::proc)
 };
 
 // InvalidArgument for uid/gid 0 or relative paths; ErrnoError naming a file
@@ -84,6 +91,7 @@ struct JailProcess {
   std::string tap;                        // tap in that netns handed to the uid (TUNSETOWNER)
   int stdout_fd = -1, stderr_fd = -1;     // -1: /dev/null
   bool die_with_parent = true;            // PR_SET_PDEATHSIG(SIGKILL), set after the uid change
+  int pass_fd = -1;                       // >= 0: becomes fd 3 of the process (borrowed; every other fd is closed)
 };
 
 StatusOr<Child> SpawnJailed(const JailPlan& plan, const JailProcess& process);

@@ -92,11 +92,30 @@ StatusOr<std::string> CanonicalExecutable(const std::string& exe) {
 
 VmPaths VmPaths::For(const std::string& run_dir) {
   const std::string d = run_dir + "/vmm";
-  return {d, d + "/overlay.qcow2", d + "/qmp.sock", d + "/console.sock", d + "/mig-out.sock", d + "/mig-in.sock"};
+  return {d,  d + "/overlay.qcow2", d + "/qmp.sock", d + "/console.sock", d + "/mig-out.sock", d + "/mig-in.sock",
+          d + "/ram"};
 }
 
 VmPaths VmPaths::Legacy(const std::string& d) {
-  return {d, d + "/overlay.qcow2", d + "/qmp.sock", d + "/console.sock", d + "/mig-out.sock", d + "/mig-in.sock"};
+  return {d,  d + "/overlay.qcow2", d + "/qmp.sock", d + "/console.sock", d + "/mig-out.sock", d + "/mig-in.sock",
+          d + "/ram"};
+}
+
+std::string_view RamKindName(RamKind k) {
+  switch (k) {
+    case RamKind::kMachine: return "machine";
+    case RamKind::kAnon: return "anon";
+    case RamKind::kSharedFile: return "shared-file";
+    case RamKind::kPrivateFile: return "private-file";
+  }
+  return "machine";
+}
+
+StatusOr<RamKind> ParseRamKind(std::string_view name) {
+  for (RamKind k : {RamKind::kMachine, RamKind::kAnon, RamKind::kSharedFile, RamKind::kPrivateFile}) {
+    if (RamKindName(k) == name) return k;
+  }
+  return InvalidArgument("unknown guest RAM kind '" + std::string(name) + "'");
 }
 
 namespace {
@@ -158,15 +177,35 @@ std::string BuildKernelCmdline(const VmSpec& spec, Accel accel, uint64_t tsc_khz
 }
 
 std::vector<std::string> BuildQemuArgv(const VmSpec& spec, Accel accel, const VmPaths& p, bool sandbox_supported,
-                                       uint64_t tsc_khz) {
+                                       uint64_t tsc_khz, const GuestRam& ram) {
   std::vector<std::string> a = {spec.qemu_binary, "-name", "airlock-" + spec.sandbox_id};
-  a.insert(a.end(), {"-M", "microvm,acpi=on,x-option-roms=off,isa-serial=on,rtc=on"});
+  std::string machine = "microvm,acpi=on,x-option-roms=off,isa-serial=on,rtc=on";
+  // microvm has no NUMA: the machine's memory-backend= is how its RAM gets a
+  // backend. Never prealloc (a clone would copy every page), never a
+  // balloon, virtio-mem or free-page reporting (they discard guest RAM,
+  // which on a private file mapping punches holes in the shared file).
+  if (ram.kind != RamKind::kMachine) machine += std::string(",memory-backend=") + kRamBackendId;
+  a.insert(a.end(), {"-M", machine});
   if (accel == Accel::kKvm) {
     a.insert(a.end(), {"-accel", "kvm", "-cpu", "host"});
   } else {
     a.insert(a.end(), {"-accel", "tcg,tb-size=" + std::to_string(kTcgTbMib), "-cpu", "max"});
   }
   a.insert(a.end(), {"-smp", std::to_string(spec.vcpus), "-m", std::to_string(spec.memory_mib)});
+  const std::string size = "size=" + std::to_string(spec.memory_mib) + "M";
+  switch (ram.kind) {
+    case RamKind::kMachine: break;
+    case RamKind::kAnon:
+      a.insert(a.end(), {"-object", std::string("memory-backend-ram,id=") + kRamBackendId + "," + size});
+      break;
+    case RamKind::kSharedFile:
+    case RamKind::kPrivateFile:
+      a.insert(a.end(), {"-object", std::string("memory-backend-file,id=") + kRamBackendId + "," + size +
+                                        ",mem-path=" + QemuEscape(ram.mem_path) +
+                                        (ram.kind == RamKind::kSharedFile ? ",share=on" : ",share=off") +
+                                        ",prealloc=off"});
+      break;
+  }
   a.insert(a.end(), {"-nodefaults", "-no-user-config", "-nographic", "-no-reboot"});
   a.insert(a.end(), {"-kernel", spec.kernel, "-initrd", spec.initrd, "-append",
                      BuildKernelCmdline(spec, accel, tsc_khz)});
@@ -218,6 +257,20 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
   vm->disk_backing_ = fs::absolute(plan.backing.empty() ? spec.rootfs_template : plan.backing).string();
   vm->disk_backing_format_ = plan.backing_format;
   ASSIGN_OR_RETURN(vm->rootfs_stamp_, FileStamp(spec.rootfs_template));
+  vm->ram_ = plan.ram;
+  vm->ram_source_ = plan.ram_source;
+  if (spec.shared_ram_file) {
+    if (plan.ram.kind != RamKind::kMachine) return InvalidArgument("shared_ram_file is for Start() only");
+    // Created by us, sized, owned by the VMM (it maps it MAP_SHARED and the
+    // guest writes its RAM through it); SaveSnapshot makes it root's and
+    // read-only once the VMM is gone.
+    UniqueFd rf(::open(p.ram.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!rf) return ErrnoError("create " + p.ram);
+    if (::ftruncate(rf.get(), static_cast<off_t>(uint64_t(spec.memory_mib) << 20)) != 0)
+      return ErrnoError("truncate " + p.ram);
+    if (spec.jail && ::fchown(rf.get(), spec.jail->first, spec.jail->second) != 0) return ErrnoError("chown " + p.ram);
+    vm->ram_ = {RamKind::kSharedFile, p.ram};
+  }
   if (!plan.copy_overlay_from.empty()) {
     RETURN_IF_ERROR(CopyFileSynced(plan.copy_overlay_from, p.overlay, 0600).WithContext("overlay"));
   } else {
@@ -255,10 +308,11 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
   if (::pipe2(ep, O_CLOEXEC) != 0) return ErrnoError("pipe2");
   UniqueFd err_r(ep[0]), err_w(ep[1]);
   std::vector<std::string> qemu_argv =
-      BuildQemuArgv(spec, vm->accel_, p, QemuSupportsSandbox(spec.qemu_binary), HostTscKhz());
+      BuildQemuArgv(spec, vm->accel_, p, QemuSupportsSandbox(spec.qemu_binary), HostTscKhz(), vm->ram_);
   // Restore: wait for migrate-incoming, and stay stopped after it until `cont`.
   if (plan.incoming) qemu_argv.insert(qemu_argv.end(), {"-S", "-incoming", "defer"});
   ASSIGN_OR_RETURN(std::string exe, FindExecutable(spec.qemu_binary));
+  if (!spec.jail && plan.ram_fd >= 0) return InvalidArgument("a RAM fd is passed only to a jailed VMM");
   if (!spec.jail) {
     SpawnOptions so;
     if (!vm->cgroup_.procs_files().empty()) {
@@ -289,10 +343,12 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
     js.vmm_dir = p.vmm_dir;
     js.base_dir = spec.run_dir;
     js.kvm = vm->accel_ == Accel::kKvm;
+    js.proc = plan.ram_fd >= 0;  // /proc/self/fd/3
     js.ro_files = {spec.kernel, spec.initrd};
     js.ro_files.insert(js.ro_files.end(), chain.begin(), chain.end());
     for (auto& f : js.ro_files) f = fs::absolute(f).string();
-    ASSIGN_OR_RETURN(JailPlan plan, PlanJail(js));
+    const int ram_fd = plan.ram_fd;
+    ASSIGN_OR_RETURN(JailPlan jail_plan, PlanJail(js));
     JailProcess jp;
     jp.argv = qemu_argv;
     ASSIGN_OR_RETURN(jp.argv[0], CanonicalExecutable(exe));
@@ -303,7 +359,8 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
     jp.stdout_fd = err_w.get();
     jp.stderr_fd = err_w.get();
     jp.die_with_parent = !spec.detach;
-    auto child = SpawnJailed(plan, jp);
+    jp.pass_fd = ram_fd;
+    auto child = SpawnJailed(jail_plan, jp);
     if (!child.ok()) return child.status().WithContext("spawn qemu");
     vm->child_ = std::move(*child);
     if (Status st = VmmUidPool::Adopt(spec.uid_lease, vm->child_.pid()); !st.ok()) return st.WithContext("uid lease");
