@@ -35,8 +35,8 @@ namespace airlock::qemu {
 
 // What the jailed VMM may see and who it runs as.
 struct JailSpec {
-  uid_t uid = 0;  // must not be 0
-  gid_t gid = 0;  // must not be 0
+  uid_t uid = 0;                      // must not be 0
+  gid_t gid = 0;                      // must not be 0
   std::string vmm_dir;                // read-write, owned by uid (absolute)
   std::vector<std::string> ro_files;  // read-only (absolute; kernel, initrd, disks)
   bool kvm = false;                   // give it /dev/kvm
@@ -60,7 +60,7 @@ struct JailPlan {
   struct Node {
     std::string path;
     dev_t rdev = 0;
-    mode_t mode = 0;  // permission bits
+    mode_t mode = 0;     // permission bits
     bool owned = false;  // chown to the jail's uid (else root)
   };
   struct Symlink {
@@ -69,9 +69,9 @@ struct JailPlan {
   uid_t uid = 0;
   gid_t gid = 0;
   std::string base_dir;
-  std::string cwd;                  // chdir here before exec (the VMM dir)
-  std::vector<std::string> dirs;    // created in this order inside the jail
-  std::vector<std::string> files;   // empty files created as bind targets
+  std::string cwd;                 // chdir here before exec (the VMM dir)
+  std::vector<std::string> dirs;   // created in this order inside the jail
+  std::vector<std::string> files;  // empty files created as bind targets
   std::vector<Symlink> symlinks;
   std::vector<Bind> binds;
   std::vector<Node> nodes;
@@ -84,8 +84,8 @@ StatusOr<JailPlan> PlanJail(const JailSpec& spec);
 
 // How to run the process in the jail.
 struct JailProcess {
-  std::vector<std::string> argv;  // argv[0]: absolute path inside the jail
-  std::vector<std::string> env;   // "K=V"; the daemon's environment is not inherited
+  std::vector<std::string> argv;          // argv[0]: absolute path inside the jail
+  std::vector<std::string> env;           // "K=V"; the daemon's environment is not inherited
   std::vector<std::string> cgroup_procs;  // cgroup.procs files joined before anything else
   int netns_fd = -1;                      // setns(CLONE_NEWNET) when >= 0
   std::string tap;                        // tap in that netns handed to the uid (TUNSETOWNER)

@@ -7,8 +7,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <climits>
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr uint64_t kOverheadBytes = 256ull << 20;  // QEMU itself
-constexpr int kTcgTbMib = 128;                      // TCG translation cache
+constexpr int kTcgTbMib = 128;                     // TCG translation cache
 constexpr int kPidsMax = 256;
 
 Status ValidateSpec(const VmSpec& s) {
@@ -92,21 +92,27 @@ StatusOr<std::string> CanonicalExecutable(const std::string& exe) {
 
 VmPaths VmPaths::For(const std::string& run_dir) {
   const std::string d = run_dir + "/vmm";
-  return {d,  d + "/overlay.qcow2", d + "/qmp.sock", d + "/console.sock", d + "/mig-out.sock", d + "/mig-in.sock",
-          d + "/ram"};
+  return {
+      d,         d + "/overlay.qcow2", d + "/qmp.sock", d + "/console.sock", d + "/mig-out.sock", d + "/mig-in.sock",
+      d + "/ram"};
 }
 
 VmPaths VmPaths::Legacy(const std::string& d) {
-  return {d,  d + "/overlay.qcow2", d + "/qmp.sock", d + "/console.sock", d + "/mig-out.sock", d + "/mig-in.sock",
-          d + "/ram"};
+  return {
+      d,         d + "/overlay.qcow2", d + "/qmp.sock", d + "/console.sock", d + "/mig-out.sock", d + "/mig-in.sock",
+      d + "/ram"};
 }
 
 std::string_view RamKindName(RamKind k) {
   switch (k) {
-    case RamKind::kMachine: return "machine";
-    case RamKind::kAnon: return "anon";
-    case RamKind::kSharedFile: return "shared-file";
-    case RamKind::kPrivateFile: return "private-file";
+    case RamKind::kMachine:
+      return "machine";
+    case RamKind::kAnon:
+      return "anon";
+    case RamKind::kSharedFile:
+      return "shared-file";
+    case RamKind::kPrivateFile:
+      return "private-file";
   }
   return "machine";
 }
@@ -169,8 +175,10 @@ bool QemuSupportsSandbox(const std::string& bin) {
 }
 
 std::string BuildKernelCmdline(const VmSpec& spec, Accel accel, uint64_t tsc_khz) {
-  std::string c = "console=ttyS0 quiet panic=-1 pci=off airlock.ip=169.254.0.21/30 airlock.gw=169.254.0.22 airlock.route=default airlock.dns=169.254.0.22 airlock.hostname=" +
-                  spec.sandbox_id;
+  std::string c =
+      "console=ttyS0 quiet panic=-1 pci=off airlock.ip=169.254.0.21/30 airlock.gw=169.254.0.22 airlock.route=default "
+      "airlock.dns=169.254.0.22 airlock.hostname=" +
+      spec.sandbox_id;
   if (accel == Accel::kTcg) c += " tsc_early_khz=" + std::to_string(tsc_khz);
   if (!spec.extra_cmdline.empty()) c += " " + spec.extra_cmdline;
   return c;
@@ -194,21 +202,22 @@ std::vector<std::string> BuildQemuArgv(const VmSpec& spec, Accel accel, const Vm
   a.insert(a.end(), {"-smp", std::to_string(spec.vcpus), "-m", std::to_string(spec.memory_mib)});
   const std::string size = "size=" + std::to_string(spec.memory_mib) + "M";
   switch (ram.kind) {
-    case RamKind::kMachine: break;
+    case RamKind::kMachine:
+      break;
     case RamKind::kAnon:
       a.insert(a.end(), {"-object", std::string("memory-backend-ram,id=") + kRamBackendId + "," + size});
       break;
     case RamKind::kSharedFile:
     case RamKind::kPrivateFile:
-      a.insert(a.end(), {"-object", std::string("memory-backend-file,id=") + kRamBackendId + "," + size +
-                                        ",mem-path=" + QemuEscape(ram.mem_path) +
-                                        (ram.kind == RamKind::kSharedFile ? ",share=on" : ",share=off") +
-                                        ",prealloc=off"});
+      a.insert(a.end(),
+               {"-object", std::string("memory-backend-file,id=") + kRamBackendId + "," + size +
+                               ",mem-path=" + QemuEscape(ram.mem_path) +
+                               (ram.kind == RamKind::kSharedFile ? ",share=on" : ",share=off") + ",prealloc=off"});
       break;
   }
   a.insert(a.end(), {"-nodefaults", "-no-user-config", "-nographic", "-no-reboot"});
-  a.insert(a.end(), {"-kernel", spec.kernel, "-initrd", spec.initrd, "-append",
-                     BuildKernelCmdline(spec, accel, tsc_khz)});
+  a.insert(a.end(),
+           {"-kernel", spec.kernel, "-initrd", spec.initrd, "-append", BuildKernelCmdline(spec, accel, tsc_khz)});
   a.insert(a.end(), {"-drive", "file=" + QemuEscape(p.overlay) + ",if=none,id=root,format=qcow2,discard=unmap",
                      "-device", "virtio-blk-device,drive=root"});
   if (!spec.tap_name.empty()) {
@@ -237,8 +246,10 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
   auto t0 = std::chrono::steady_clock::now();
 
   // accel
-  if (spec.accel) vm->accel_ = *spec.accel;
-  else vm->accel_ = (spec.state_dir.empty() ? ProbeAccel() : ProbeAccelCached(spec.state_dir)).accel;
+  if (spec.accel)
+    vm->accel_ = *spec.accel;
+  else
+    vm->accel_ = (spec.state_dir.empty() ? ProbeAccel() : ProbeAccelCached(spec.state_dir)).accel;
 
   // run dir: ours alone, so Destroy() may remove it whole.
   vm->spec_.run_dir.clear();  // not ours (yet): Destroy() must not remove it
@@ -298,9 +309,11 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
     limits.pids_max = kPidsMax;
     limits.cpus = spec.vcpus;
     auto cg = VmCgroup::Create(spec.sandbox_id, limits);
-    if (cg.ok()) vm->cgroup_ = std::move(*cg);
-    else LOG_WARN("no cgroup for VMM, running unconfined by cgroup sandbox={} error={}", spec.sandbox_id,
-                  cg.status().ToString());
+    if (cg.ok())
+      vm->cgroup_ = std::move(*cg);
+    else
+      LOG_WARN("no cgroup for VMM, running unconfined by cgroup sandbox={} error={}", spec.sandbox_id,
+               cg.status().ToString());
   }
 
   // spawn
@@ -382,8 +395,8 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
     }
     if (q.status().code() != StatusCode::kUnavailable) return q.status().WithContext("qmp connect");
     if (std::chrono::steady_clock::now() > deadline)
-      return DeadlineExceeded("qemu did not open its QMP socket within " +
-                              std::to_string(spec.start_timeout.count()) + " ms; stderr: " + vm->stderr_.Tail());
+      return DeadlineExceeded("qemu did not open its QMP socket within " + std::to_string(spec.start_timeout.count()) +
+                              " ms; stderr: " + vm->stderr_.Tail());
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 
@@ -403,9 +416,8 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
   if (!st.ok()) return st.status();
   if (spec.detach) RETURN_IF_ERROR(WriteVmRecord(*vm));
   auto t1 = std::chrono::steady_clock::now();
-  LOG_INFO("vmm started sandbox={} pid={} accel={} status={} ms={}", spec.sandbox_id, vm->pid(),
-           AccelName(vm->accel_), st->value("status", "?"),
-           std::chrono::duration_cast<std::chrono::milliseconds>(t1 - t0).count());
+  LOG_INFO("vmm started sandbox={} pid={} accel={} status={} ms={}", spec.sandbox_id, vm->pid(), AccelName(vm->accel_),
+           st->value("status", "?"), std::chrono::duration_cast<std::chrono::milliseconds>(t1 - t0).count());
   return vm;
 }
 

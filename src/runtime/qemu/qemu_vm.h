@@ -53,8 +53,8 @@ std::string_view RamKindName(RamKind k);
 StatusOr<RamKind> ParseRamKind(std::string_view name);
 
 struct VmSpec {
-  std::string sandbox_id;       // [A-Za-z0-9_-], becomes airlock.hostname
-  std::string kernel;           // uncompressed ELF vmlinux
+  std::string sandbox_id;  // [A-Za-z0-9_-], becomes airlock.hostname
+  std::string kernel;      // uncompressed ELF vmlinux
   std::string initrd;
   std::string rootfs_template;  // raw ext4, opened read-only as the overlay's backing file
   std::string run_dir;          // absolute; must not exist or be empty; removed by Destroy()
@@ -109,8 +109,8 @@ struct VmPaths {
 // the guest hangs at boot).
 // `ram`: the guest RAM's backing (kMachine: none, the command line of
 // every VM before shared-RAM templates, so MachineShapeHash is unchanged).
-std::vector<std::string> BuildQemuArgv(const VmSpec& spec, Accel accel, const VmPaths& paths,
-                                       bool sandbox_supported, uint64_t tsc_khz, const GuestRam& ram = {});
+std::vector<std::string> BuildQemuArgv(const VmSpec& spec, Accel accel, const VmPaths& paths, bool sandbox_supported,
+                                       uint64_t tsc_khz, const GuestRam& ram = {});
 std::string BuildKernelCmdline(const VmSpec& spec, Accel accel, uint64_t tsc_khz);
 
 class QemuVm {
@@ -187,15 +187,15 @@ class QemuVm {
  private:
   // How Launch() differs between a cold boot and a restore.
   struct LaunchPlan {
-    std::string backing;                  // empty: spec.rootfs_template
+    std::string backing;  // empty: spec.rootfs_template
     std::string backing_format = "raw";
-    bool incoming = false;                // add -S -incoming defer
+    bool incoming = false;  // add -S -incoming defer
     // Non-empty: the overlay is a copy of this qcow2 (whose backing file is
     // `backing`) instead of a new empty one.
     std::string copy_overlay_from;
-    GuestRam ram;             // kMachine: none
-    std::string ram_source;   // kPrivateFile: the template RAM file (absolute)
-    int ram_fd = -1;          // >= 0: passed to the jailed VMM as fd 3 (borrowed)
+    GuestRam ram;            // kMachine: none
+    std::string ram_source;  // kPrivateFile: the template RAM file (absolute)
+    int ram_fd = -1;         // >= 0: passed to the jailed VMM as fd 3 (borrowed)
   };
   static StatusOr<std::unique_ptr<QemuVm>> Launch(const VmSpec& spec, const LaunchPlan& plan);
   // Shared-RAM save: moves <vmm>/ram into `dir`, ends the VMM, makes the file

@@ -25,28 +25,28 @@ constexpr char kVmRecord[] = "vm.json";
 
 Status WriteVmRecord(const QemuVm& vm) {
   const VmSpec& s = vm.spec();
-  nlohmann::json j = {{"sandbox_id", s.sandbox_id},
-                      {"kernel", s.kernel},
-                      {"initrd", s.initrd},
-                      {"rootfs_template", s.rootfs_template},
-                      {"vcpus", s.vcpus},
-                      {"memory_mib", s.memory_mib},
-                      {"extra_cmdline", s.extra_cmdline},
-                      {"tap_name", s.tap_name},
-                      {"accel", std::string(AccelName(vm.accel()))},
-                      {"disk_backing", vm.disk_backing()},
-                      {"disk_backing_format", vm.disk_backing_format()},
-                      {"rootfs_stamp", vm.rootfs_stamp()},
-                      // Guest RAM: a clone of a shared-RAM template maps
-                      // ram_source (the snapshot GC keeps its dir).
-                      {"ram_kind", std::string(RamKindName(vm.ram().kind))},
-                      {"ram_mem_path", vm.ram().mem_path},
-                      {"ram_source", vm.ram_source()},
-                      {"pid", vm.pid()},
-                      {"vmm_dir", vm.paths().vmm_dir},
-                      {"jail", s.jail ? nlohmann::json{{"uid", s.jail->first}, {"gid", s.jail->second},
-                                                       {"uid_lease", s.uid_lease.path}}
-                                      : nlohmann::json(nullptr)}};
+  nlohmann::json j = {
+      {"sandbox_id", s.sandbox_id},
+      {"kernel", s.kernel},
+      {"initrd", s.initrd},
+      {"rootfs_template", s.rootfs_template},
+      {"vcpus", s.vcpus},
+      {"memory_mib", s.memory_mib},
+      {"extra_cmdline", s.extra_cmdline},
+      {"tap_name", s.tap_name},
+      {"accel", std::string(AccelName(vm.accel()))},
+      {"disk_backing", vm.disk_backing()},
+      {"disk_backing_format", vm.disk_backing_format()},
+      {"rootfs_stamp", vm.rootfs_stamp()},
+      // Guest RAM: a clone of a shared-RAM template maps
+      // ram_source (the snapshot GC keeps its dir).
+      {"ram_kind", std::string(RamKindName(vm.ram().kind))},
+      {"ram_mem_path", vm.ram().mem_path},
+      {"ram_source", vm.ram_source()},
+      {"pid", vm.pid()},
+      {"vmm_dir", vm.paths().vmm_dir},
+      {"jail", s.jail ? nlohmann::json{{"uid", s.jail->first}, {"gid", s.jail->second}, {"uid_lease", s.uid_lease.path}}
+                      : nlohmann::json(nullptr)}};
   return WriteFileAtomic(s.run_dir + "/" + kVmRecord, j.dump(), 0600);
 }
 

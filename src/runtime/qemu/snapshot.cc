@@ -183,22 +183,32 @@ StatusOr<SnapshotManifest> SnapshotManifest::FromJson(const nlohmann::json& j) {
     return InvalidArgument("manifest: not an airlock snapshot manifest");
   SnapshotManifest m;
   auto str = [&](const char* k, std::string& out) -> Status {
-    if (!j.contains(k) || !j[k].is_string()) return InvalidArgument(std::string("manifest: field ") + k + " missing or not a string");
+    if (!j.contains(k) || !j[k].is_string())
+      return InvalidArgument(std::string("manifest: field ") + k + " missing or not a string");
     out = j[k].get<std::string>();
     return OkStatus();
   };
   auto num = [&](const char* k, auto& out) -> Status {
-    if (!j.contains(k) || !j[k].is_number_integer()) return InvalidArgument(std::string("manifest: field ") + k + " missing or not an integer");
+    if (!j.contains(k) || !j[k].is_number_integer())
+      return InvalidArgument(std::string("manifest: field ") + k + " missing or not an integer");
     out = j[k].get<std::remove_reference_t<decltype(out)>>();
     return OkStatus();
   };
   RETURN_IF_ERROR(num("format_version", m.format_version));
-  for (auto [k, f] : std::initializer_list<std::pair<const char*, std::string*>>{
-           {"image_id", &m.image_id}, {"kernel", &m.kernel}, {"initrd", &m.initrd}, {"rootfs", &m.rootfs},
-           {"accel", &m.accel}, {"machine_hash", &m.machine_hash}, {"qemu_version", &m.qemu_version},
-           {"memory_file", &m.memory_file}, {"disk_file", &m.disk_file}, {"disk_backing", &m.disk_backing},
-           {"disk_backing_format", &m.disk_backing_format}, {"source_sandbox_id", &m.source_sandbox_id},
-           {"created_at", &m.created_at}}) {
+  for (auto [k, f] :
+       std::initializer_list<std::pair<const char*, std::string*>>{{"image_id", &m.image_id},
+                                                                   {"kernel", &m.kernel},
+                                                                   {"initrd", &m.initrd},
+                                                                   {"rootfs", &m.rootfs},
+                                                                   {"accel", &m.accel},
+                                                                   {"machine_hash", &m.machine_hash},
+                                                                   {"qemu_version", &m.qemu_version},
+                                                                   {"memory_file", &m.memory_file},
+                                                                   {"disk_file", &m.disk_file},
+                                                                   {"disk_backing", &m.disk_backing},
+                                                                   {"disk_backing_format", &m.disk_backing_format},
+                                                                   {"source_sandbox_id", &m.source_sandbox_id},
+                                                                   {"created_at", &m.created_at}}) {
     RETURN_IF_ERROR(str(k, *f));
   }
   RETURN_IF_ERROR(num("vcpus", m.vcpus));
@@ -246,7 +256,9 @@ Status DropSnapshotMemory(const std::string& dir) {
 StatusOr<SnapshotManifest> ReadSnapshot(const std::string& dir) {
   std::string path = dir + "/" + kSnapshotManifest;
   std::ifstream f(path);
-  if (!f) return NotFound("no snapshot at " + dir + " (" + kSnapshotManifest + " missing: never saved, or the save did not commit)");
+  if (!f)
+    return NotFound("no snapshot at " + dir + " (" + kSnapshotManifest +
+                    " missing: never saved, or the save did not commit)");
   std::stringstream ss;
   ss << f.rdbuf();
   auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
@@ -255,7 +267,8 @@ StatusOr<SnapshotManifest> ReadSnapshot(const std::string& dir) {
   if (!m.ok()) return m.status().WithContext(path);
   if (m->format_version != kSnapshotFormatVersion && m->format_version != kSnapshotFormatSharedRam)
     return FailedPrecondition(path + ": format version " + std::to_string(m->format_version) + ", this build reads " +
-                              std::to_string(kSnapshotFormatVersion) + " and " + std::to_string(kSnapshotFormatSharedRam));
+                              std::to_string(kSnapshotFormatVersion) + " and " +
+                              std::to_string(kSnapshotFormatSharedRam));
   if (m->shared_ram()) {
     // The template's RAM: clones map it, so it must be exactly what was
     // saved and writable by nobody but root.
@@ -268,7 +281,8 @@ StatusOr<SnapshotManifest> ReadSnapshot(const std::string& dir) {
                                                " bytes, manifest says " + std::to_string(m->ram_bytes));
     if (st.st_uid != 0 || (st.st_mode & 0222) != 0)
       return FailedPrecondition("snapshot RAM file " + p + " is writable (owner " + std::to_string(st.st_uid) +
-                                ", mode " + std::to_string(st.st_mode & 07777) + "): a template's RAM must be root's, read-only");
+                                ", mode " + std::to_string(st.st_mode & 07777) +
+                                "): a template's RAM must be root's, read-only");
   }
   for (auto [name, want] : {std::pair{m->memory_file, m->memory_bytes}, std::pair{m->disk_file, m->disk_bytes}}) {
     struct stat st;
@@ -276,7 +290,8 @@ StatusOr<SnapshotManifest> ReadSnapshot(const std::string& dir) {
     if (::stat(p.c_str(), &st) != 0) return Status(StatusCode::kDataLoss, ErrnoError("snapshot file " + p).message());
     if (static_cast<uint64_t>(st.st_size) != want)
       return Status(StatusCode::kDataLoss, "snapshot file " + p + " is " + std::to_string(st.st_size) +
-                                               " bytes, manifest says " + std::to_string(want) + " (truncated or replaced)");
+                                               " bytes, manifest says " + std::to_string(want) +
+                                               " (truncated or replaced)");
   }
   if (m->memory_bytes > (uint64_t(m->memory_mib) << 20) + kStreamOverheadBytes)
     return InvalidArgument(path + ": memory file larger than guest RAM + overhead");
@@ -377,8 +392,10 @@ void ForgetSealedRam(const std::string& dir) {
   std::lock_guard<std::mutex> l(sealed_mu);
   auto& rams = SealedRams();
   for (auto it = rams.begin(); it != rams.end();) {
-    if (it->first.path.rfind(dir + "/", 0) == 0) it = rams.erase(it);
-    else ++it;
+    if (it->first.path.rfind(dir + "/", 0) == 0)
+      it = rams.erase(it);
+    else
+      ++it;
   }
 }
 }  // namespace
@@ -450,8 +467,8 @@ StatusOr<std::shared_ptr<const UniqueFd>> SealedTemplateRam(const std::string& d
     char got[16], want[16];
     std::snprintf(got, sizeof got, "%08x", *crc);
     std::snprintf(want, sizeof want, "%08x", m.ram_crc32);
-    return Status(StatusCode::kDataLoss, "template RAM file " + path + " is corrupt (crc32 " + got + ", manifest " +
-                                             want + ")");
+    return Status(StatusCode::kDataLoss,
+                  "template RAM file " + path + " is corrupt (crc32 " + got + ", manifest " + want + ")");
   }
   if (::fcntl(mfd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
     return ErrnoError("seal the template RAM memfd");
@@ -475,7 +492,8 @@ StatusOr<std::vector<std::string>> DiskChain(const std::string& backing, const s
   std::vector<std::string> chain;
   std::string file = backing, fmt = format;
   for (int depth = 0; depth < 64; ++depth) {
-    if (file.empty() || file[0] != '/') return InvalidArgument("disk chain: backing file '" + file + "' is not absolute");
+    if (file.empty() || file[0] != '/')
+      return InvalidArgument("disk chain: backing file '" + file + "' is not absolute");
     chain.push_back(file);
     if (fmt == "raw") return chain;
     if (fmt != "qcow2") return InvalidArgument("disk chain: unknown format '" + fmt + "' of " + file);
@@ -529,7 +547,8 @@ StatusOr<nlohmann::json> WaitMigration(QemuVm& vm, Clock::time_point deadline, c
       return Internal(std::string(what) + ": migration " + s +
                       (q->contains("error-desc") ? ": " + q->value("error-desc", "") : ""));
     }
-    if (Clock::now() > deadline) return DeadlineExceeded(std::string(what) + ": migration still '" + s + "' at the deadline");
+    if (Clock::now() > deadline)
+      return DeadlineExceeded(std::string(what) + ": migration still '" + s + "' at the deadline");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
@@ -583,6 +602,7 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
   const std::string mem_tmp = dir + "/" + kSnapshotMemory + ".tmp";
   const std::string disk_tmp = dir + "/" + kSnapshotDisk + ".tmp";
   SnapshotManifest m;
+  m.qemu_version = QemuVersionOf(qmp_->greeting());  // now: a shared-RAM save ends the VMM (and its QMP)
   uint64_t stop_ms = 0, migrate_ms = 0, disk_ms = 0;
 
   auto save = [&]() -> Status {
@@ -590,10 +610,14 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     stop_ms = MsSince(t0);
     auto p = qmp_->Execute("migrate-set-parameters", {{"max-bandwidth", kMaxBandwidth}});
     if (!p.ok()) return p.status();
-    if (shared) {
-      // The stream then holds device state only: RAM stays in the file.
-      auto c = qmp_->Execute("migrate-set-capabilities",
-                             {{"capabilities", nlohmann::json::array({{{"capability", "x-ignore-shared"}, {"state", true}}})}});
+    if (ram_.kind != RamKind::kMachine) {
+      // shared: the stream then holds device state only, RAM stays in the
+      // file. Otherwise off, explicitly: a clone of a shared-RAM template
+      // had it on for its incoming migration, and its RAM (a private
+      // mapping) must be in this stream, whose restore has it off.
+      auto c = qmp_->Execute(
+          "migrate-set-capabilities",
+          {{"capabilities", nlohmann::json::array({{{"capability", "x-ignore-shared"}, {"state", shared}}})}});
       if (!c.ok()) return c.status().WithContext("x-ignore-shared");
     }
     ASSIGN_OR_RETURN(UniqueFd listener, ListenUnix(sock));
@@ -620,7 +644,8 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
       std::string s = q->value("status", "none");
       if (s == "failed" || s == "cancelled")
         return Internal("migration " + s + (q->contains("error-desc") ? ": " + q->value("error-desc", "") : ""));
-      if (Clock::now() > deadline) return DeadlineExceeded("snapshot not written within " + std::to_string(o.timeout.count()) + " ms");
+      if (Clock::now() > deadline)
+        return DeadlineExceeded("snapshot not written within " + std::to_string(o.timeout.count()) + " ms");
       return OkStatus();
     };
     UniqueFd conn;
@@ -684,7 +709,6 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     m.accel = std::string(AccelName(accel_));
     m.network = !spec_.tap_name.empty();
     m.machine_hash = MachineShapeHash(spec_, accel_);
-    m.qemu_version = QemuVersionOf(qmp_->greeting());
     m.disk_backing = disk_backing_;
     m.disk_backing_format = disk_backing_format_;
     m.rootfs_stamp = rootfs_stamp_;
@@ -721,13 +745,13 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     return st.WithContext("snapshot " + dir);
   }
   if (o.keep_running && was_running) RETURN_IF_ERROR(Resume().WithContext("snapshot saved, but cont failed"));
-  LOG_INFO("snapshot saved sandbox={} dir={} memory_bytes={} disk_bytes={} stop_ms={} migrate_ms={} disk_ms={} total_ms={}",
-           spec_.sandbox_id, dir, m.memory_bytes, m.disk_bytes, stop_ms, migrate_ms, disk_ms, MsSince(t0));
+  LOG_INFO(
+      "snapshot saved sandbox={} dir={} memory_bytes={} disk_bytes={} stop_ms={} migrate_ms={} disk_ms={} total_ms={}",
+      spec_.sandbox_id, dir, m.memory_bytes, m.disk_bytes, stop_ms, migrate_ms, disk_ms, MsSince(t0));
   return m;
 }
 
-StatusOr<std::unique_ptr<QemuVm>> QemuVm::Restore(const VmSpec& spec, const std::string& dir,
-                                                  const RestoreOptions& o) {
+StatusOr<std::unique_ptr<QemuVm>> QemuVm::Restore(const VmSpec& spec, const std::string& dir, const RestoreOptions& o) {
   const auto t0 = Clock::now();
   const auto deadline = t0 + o.timeout;
   ASSIGN_OR_RETURN(SnapshotManifest m, ReadSnapshot(dir));
@@ -776,12 +800,14 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Restore(const VmSpec& spec, const std:
   // From here on, returning destroys the VM (and its run dir).
   std::string version = QemuVersionOf(vm->qmp_->greeting());
   if (MajorMinor(version) != MajorMinor(m.qemu_version))
-    return FailedPrecondition("restore " + dir + ": snapshot written by QEMU " + m.qemu_version + ", this is " + version);
+    return FailedPrecondition("restore " + dir + ": snapshot written by QEMU " + m.qemu_version + ", this is " +
+                              version);
 
   if (m.shared_ram()) {
     // Same stream format as the save: the RAM block's pages are not in it.
-    auto c = vm->qmp_->Execute("migrate-set-capabilities",
-                               {{"capabilities", nlohmann::json::array({{{"capability", "x-ignore-shared"}, {"state", true}}})}});
+    auto c = vm->qmp_->Execute(
+        "migrate-set-capabilities",
+        {{"capabilities", nlohmann::json::array({{{"capability", "x-ignore-shared"}, {"state", true}}})}});
     if (!c.ok()) return c.status().WithContext("restore " + dir + ": x-ignore-shared");
   }
   const std::string sock = vm->paths_.migrate_in_socket;
@@ -829,13 +855,17 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Restore(const VmSpec& spec, const std:
       if (r < 0) {
         stream = ErrnoError("poll migration stream");
       } else if (r == 0) {
-        if (Clock::now() > deadline) stream = DeadlineExceeded("qemu stopped reading the memory stream");
-        else stream = vm->CheckAlive();
+        if (Clock::now() > deadline)
+          stream = DeadlineExceeded("qemu stopped reading the memory stream");
+        else
+          stream = vm->CheckAlive();
       } else {
         ssize_t w = ::send(conn.get(), buf.data() + off, static_cast<size_t>(n) - off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-        if (w < 0) stream = ErrnoError("send memory stream to qemu");
-        else off += static_cast<size_t>(w);
+        if (w < 0)
+          stream = ErrnoError("send memory stream to qemu");
+        else
+          off += static_cast<size_t>(w);
       }
     }
     if (!stream.ok() && (stream.code() == StatusCode::kDeadlineExceeded)) break;
@@ -855,7 +885,8 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Restore(const VmSpec& spec, const std:
   }
   if (!done.ok()) {
     // A load failure on a file that fails its CRC is data loss; otherwise QEMU's words.
-    if (corrupt) return Status(StatusCode::kDataLoss, "restore " + dir + ": " + corrupt_msg + "; " + done.status().message());
+    if (corrupt)
+      return Status(StatusCode::kDataLoss, "restore " + dir + ": " + corrupt_msg + "; " + done.status().message());
     return Status(done.status().code(), "restore " + dir + ": " + done.status().message() +
                                             (stream.ok() ? "" : "; stream: " + stream.message()));
   }

@@ -16,13 +16,14 @@
 // QemuVm::SaveSnapshot / QemuVm::Restore (qemu_vm.h) write and read it.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <sys/types.h>
 #include <vector>
 
 #include "common/fd.h"
