@@ -20,6 +20,7 @@
 #include "image/hash.h"
 #include "image/image.h"
 #include "runtime/qemu/snapshot.h"
+#include "tests/integration/daemon.h"
 #include "tests/integration/harness.h"
 
 namespace airlock::testing {
@@ -310,6 +311,55 @@ TEST(SharedRamTest, TemplateMappedByASandboxIsNotSwept) {
   EXPECT_TRUE(qemu::ReadSnapshot(dir).ok()) << "a template a sandbox maps was swept";
   EXPECT_EQ(RunIn(**sb, "echo ok"), "ok\n");
   EXPECT_TRUE((*m)->Destroy((*sb)->id()).ok());
+}
+
+// A daemon restart adopts a VMM whose RAM is a private mapping of the
+// template (vm.json records it): the sandbox keeps running, and its pause
+// and resume through the new daemon keep its files.
+TEST(SharedRamTest, DaemonRestartAdoptsACloneThatStillPausesAndResumes) {
+  AIRLOCK_REQUIRE_VM();
+  {
+    auto m = OpenShmManager();
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    ASSERT_FALSE(EnsureSharedTemplate(**m).empty());
+  }
+  const std::string dir = MakeTempDir();
+  const uint16_t port = FreeTcpPort();
+  std::string id, token;
+  const std::string data = "kept across a daemon restart " + std::to_string(::getpid());
+  {
+    TestDaemon d(dir, {}, /*kill_on_exit=*/false, port);
+    auto r = d.Do("POST", "/v2/sandboxes", R"({"templateID":"base","timeout":600})");
+    ASSERT_TRUE(r.ok() && r->status == 201) << (r.ok() ? r->body : r.status().ToString());
+    auto j = nlohmann::json::parse(r->body);
+    id = j["sandboxID"];
+    token = j["envdAccessToken"];
+    std::ifstream vf(StateDir() + "/run/" + id + "/vm/vm.json");
+    auto vm = nlohmann::json::parse(vf, nullptr, false);
+    ASSERT_EQ(vm.value("ram_kind", ""), "private-file") << "not created from the shared-RAM template";
+    auto w = d.Data(id, token, "POST", "/files?path=/home/user/keep.txt&username=user", data);
+    ASSERT_TRUE(w.ok() && w->status == 200) << (w.ok() ? w->body : w.status().ToString());
+  }  // SIGTERM: the daemon stops, the VMM runs on
+  TestDaemon d(dir, {}, /*kill_on_exit=*/true, port);
+  auto read = [&]() {
+    auto r = d.Data(id, token, "GET", "/files?path=/home/user/keep.txt&username=user");
+    return r.ok() && r->status == 200 ? r->body : std::string("error");
+  };
+  EXPECT_EQ(read(), data) << "the adopted clone does not answer";
+  auto p = d.Do("POST", "/sandboxes/" + id + "/pause", "{}");
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->status, 204) << p->body;
+  auto pm = qemu::ReadSnapshot(StateDir() + "/snapshots/paused/" + id);
+  ASSERT_TRUE(pm.ok()) << pm.status().ToString();
+  EXPECT_EQ(pm->ram_backend, "mem0") << "the adopted VMM's RAM backend was not read back from vm.json";
+  auto c = d.Do("POST", "/v2/sandboxes/" + id + "/connect", "{}");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->status, 201) << c->body;
+  EXPECT_EQ(read(), data);
+  auto k = d.Do("DELETE", "/sandboxes/" + id);
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(k->status, 204);
+  fs::remove_all(dir);
 }
 
 }  // namespace shared_ram_test
