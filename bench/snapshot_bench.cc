@@ -12,7 +12,6 @@
 // Runs the Manager in-process against real microVMs (root, QEMU, an image).
 // Usage: airlock-snapshot-bench [--state-dir DIR] [--n N] [--only-ram]
 #include <sys/stat.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -91,8 +90,18 @@ double BareQemuSpawnMs() {
   ::unlink(sock.c_str());
   auto t0 = std::chrono::steady_clock::now();
   SpawnOptions so;
-  so.argv = {"qemu-system-x86_64", "-M",   "microvm", "-accel",   "tcg", "-m", "512", "-nodefaults",
-             "-nographic",         "-S",   "-qmp",    "unix:" + sock + ",server=on,wait=off"};
+  so.argv = {"qemu-system-x86_64",
+             "-M",
+             "microvm",
+             "-accel",
+             "tcg",
+             "-m",
+             "512",
+             "-nodefaults",
+             "-nographic",
+             "-S",
+             "-qmp",
+             "unix:" + sock + ",server=on,wait=off"};
   so.stdout_to_devnull = so.stderr_to_devnull = true;
   auto child = Spawn(so);
   if (!child.ok()) return -1;
@@ -119,10 +128,10 @@ void CompareRamLayouts(const ManagerConfig& base, const CreateOptions& opts, int
     std::unique_ptr<Manager> mgr;
     std::string dir;
     qemu::SnapshotManifest manifest;
-    std::vector<double> restore, create, tti, pss;
+    std::vector<double> restore, create, tti, pss, network, agent;
   };
-  Mode modes[2] = {{"stream", false, nullptr, "", {}, {}, {}, {}, {}},
-                   {"shared file", true, nullptr, "", {}, {}, {}, {}, {}}};
+  Mode modes[2] = {{"stream", false, nullptr, "", {}, {}, {}, {}, {}, {}, {}},
+                   {"shared file", true, nullptr, "", {}, {}, {}, {}, {}, {}, {}}};
   // Both managers first: each start sweeps templates of the other layout that nothing uses.
   for (auto& md : modes) {
     ManagerConfig mc = base;
@@ -153,7 +162,10 @@ void CompareRamLayouts(const ManagerConfig& base, const CreateOptions& opts, int
       if (!Run(**sb)) Die("first command", Internal("failed"));
       md.tti.push_back(Ms(t0));
       md.create.push_back(created);
-      md.restore.push_back(StepMs((*sb)->timings(), kStepVmm));
+      const CreateTimings& ct = (*sb)->timings();
+      md.restore.push_back(StepMs(ct, kStepVmm));
+      md.network.push_back(StepMs(ct, kStepNetwork) + StepMs(ct, kStepEgress) + StepMs(ct, kStepLease));
+      md.agent.push_back(StepMs(ct, kStepAgentReady) + StepMs(ct, kStepAgentInit));
       if (!(*sb)->timings().from_snapshot) Die("create", Internal(std::string(md.name) + ": not from the snapshot"));
       (void)md.mgr->Destroy((*sb)->id());
     }
@@ -191,24 +203,30 @@ void CompareRamLayouts(const ManagerConfig& base, const CreateOptions& opts, int
     for (double x : v) s += x;
     return v.empty() ? 0 : s / v.size();
   };
-  std::printf("\n| template snapshot (TCG, 1 vCPU, %d MiB, n=%d interleaved) | stream (RAM in the migration stream) | "
-              "shared file (RAM mapped copy-on-write) | shared / stream |\n|---|---|---|---|\n",
-              opts.memory_mib, n);
-  std::printf("| snapshot written | %.2f MB in %llu ms | %.2f MB in %llu ms (+ RAM file: %.1f MB of data in %d MiB) | %.3f |\n",
-              st.manifest.memory_bytes / 1e6, static_cast<unsigned long long>(st.manifest.save_ms),
-              sh.manifest.memory_bytes / 1e6, static_cast<unsigned long long>(sh.manifest.save_ms),
-              sh.manifest.ram_data_bytes / 1e6, opts.memory_mib,
-              double(sh.manifest.memory_bytes) / double(std::max<uint64_t>(1, st.manifest.memory_bytes)));
+  std::printf(
+      "\n| template snapshot (TCG, 1 vCPU, %d MiB, n=%d interleaved) | stream (RAM in the migration stream) | "
+      "shared file (RAM mapped copy-on-write) | shared / stream |\n|---|---|---|---|\n",
+      opts.memory_mib, n);
+  std::printf(
+      "| snapshot written (save_ms: stop → manifest; shared: also ends the VMM and CRCs the RAM file) | %.2f MB in "
+      "%llu ms | %.2f MB in %llu ms (+ RAM file: %.1f MB of data in %d MiB) | %.3f |\n",
+      st.manifest.memory_bytes / 1e6, static_cast<unsigned long long>(st.manifest.save_ms),
+      sh.manifest.memory_bytes / 1e6, static_cast<unsigned long long>(sh.manifest.save_ms),
+      sh.manifest.ram_data_bytes / 1e6, opts.memory_mib,
+      double(sh.manifest.memory_bytes) / double(std::max<uint64_t>(1, st.manifest.memory_bytes)));
   auto row = [&](const char* what, const std::vector<double>& a, const std::vector<double>& b) {
-    std::printf("| %s, p50 / p95 | %.0f / %.0f ms | %.0f / %.0f ms | %.2f |\n", what, Pct(a, .5), Pct(a, .95), Pct(b, .5),
-                Pct(b, .95), Pct(b, .5) / std::max(1e-9, Pct(a, .5)));
+    std::printf("| %s, p50 / p95 | %.0f / %.0f ms | %.0f / %.0f ms | %.2f |\n", what, Pct(a, .5), Pct(a, .95),
+                Pct(b, .5), Pct(b, .95), Pct(b, .5) / std::max(1e-9, Pct(a, .5)));
   };
   row("restore (vmm step: QEMU launch + migration + cont)", st.restore, sh.restore);
+  row("create: network + egress + lease steps", st.network, sh.network);
+  row("create: agent ready + agent init steps", st.agent, sh.agent);
   row("create → agent /health + /init (pool empty: clone restore)", st.create, sh.create);
   row("create → first command answered", st.tti, sh.tti);
-  std::printf("| PSS per clone, %d side by side (avg; min–max) | %.1f MiB (%.1f–%.1f) | %.1f MiB (%.1f–%.1f) | %.2f |\n",
-              kSideBySide, avg(st.pss), Pct(st.pss, 0), Pct(st.pss, 1), avg(sh.pss), Pct(sh.pss, 0), Pct(sh.pss, 1),
-              avg(sh.pss) / std::max(1e-9, avg(st.pss)));
+  std::printf(
+      "| PSS per clone, %d side by side (avg; min–max) | %.1f MiB (%.1f–%.1f) | %.1f MiB (%.1f–%.1f) | %.2f |\n",
+      kSideBySide, avg(st.pss), Pct(st.pss, 0), Pct(st.pss, 1), avg(sh.pss), Pct(sh.pss, 0), Pct(sh.pss, 1),
+      avg(sh.pss) / std::max(1e-9, avg(st.pss)));
   std::printf("| raw: bare QEMU spawn → QMP ready, p50 | %.0f ms | | |\n", Pct(spawn, .5));
   std::printf("| raw: agent /health round trip, p50 | %.1f ms | | |\n", Pct(health, .5));
 }
