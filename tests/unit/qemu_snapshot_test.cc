@@ -124,6 +124,7 @@ TEST(QemuSnapshotManifest, SharedRamFieldsAndVersions) {
   m.ram_bytes = 512ull << 20;
   m.ram_crc32 = 0xabcdef01;
   m.ram_data_bytes = 70 << 20;
+  m.migrate_ms = 9;
   auto back = SnapshotManifest::FromJson(m.ToJson());
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(back->shared_ram());
@@ -142,7 +143,8 @@ TEST(QemuSnapshotManifest, SharedRamFieldsAndVersions) {
   EXPECT_EQ(SnapshotManifest::FromJson(j).status().code(), StatusCode::kInvalidArgument);  // format 2 needs it
   // A manifest written before these fields existed.
   j = FakeManifest(s).ToJson();
-  for (const char* k : {"ram_backend", "ram_file", "ram_bytes", "ram_crc32", "ram_data_bytes"}) j.erase(k);
+  for (const char* k : {"ram_backend", "ram_file", "ram_bytes", "ram_crc32", "ram_data_bytes", "migrate_ms"})
+    j.erase(k);
   auto old = SnapshotManifest::FromJson(j);
   ASSERT_TRUE(old.ok()) << old.status().ToString();
   EXPECT_FALSE(old->shared_ram());

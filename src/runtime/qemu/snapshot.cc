@@ -171,6 +171,7 @@ nlohmann::json SnapshotManifest::ToJson() const {
           {"created_at", created_at},
           {"host_tsc_khz", host_tsc_khz},
           {"save_ms", save_ms},
+          {"migrate_ms", migrate_ms},
           {"ram_backend", ram_backend},
           {"ram_file", ram_file},
           {"ram_bytes", ram_bytes},
@@ -220,6 +221,7 @@ StatusOr<SnapshotManifest> SnapshotManifest::FromJson(const nlohmann::json& j) {
   RETURN_IF_ERROR(num("save_ms", m.save_ms));
   // Optional: absent in snapshots written before they existed.
   if (j.contains("rootfs_stamp")) RETURN_IF_ERROR(str("rootfs_stamp", m.rootfs_stamp));
+  if (j.contains("migrate_ms")) RETURN_IF_ERROR(num("migrate_ms", m.migrate_ms));
   if (j.contains("ram_backend")) RETURN_IF_ERROR(str("ram_backend", m.ram_backend));
   if (j.contains("ram_file")) {
     RETURN_IF_ERROR(str("ram_file", m.ram_file));
@@ -716,6 +718,7 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     m.created_at = Rfc3339Now();
     m.host_tsc_khz = HostTscKhz();
     m.save_ms = static_cast<uint64_t>(MsSince(t0));
+    m.migrate_ms = migrate_ms;
     m.ram_backend = ram_.kind == RamKind::kMachine ? "" : kRamBackendId;
     if (shared) m.format_version = kSnapshotFormatSharedRam;
     return WriteFileAtomic(dir + "/" + kSnapshotManifest, m.ToJson().dump(2) + "\n");  // the commit point

@@ -94,6 +94,7 @@ struct SnapshotManifest {
   std::string created_at;  // RFC 3339, UTC
   uint64_t host_tsc_khz = 0;
   uint64_t save_ms = 0;
+  uint64_t migrate_ms = 0;  // of save_ms: `migrate` until the stream is on disk (information; 0 in older manifests)
   // The RAM block the stream was written from: "" microvm's own
   // ("microvm.ram"), "mem0" a memory backend (a VM restored from a
   // shared-RAM template), restored into an anonymous backend of that name.
