@@ -5,18 +5,30 @@
 //   - fork time for 1 and for 5 children
 //   - disk used per paused sandbox beyond the template (blocks on disk)
 //   - checkpoint and rollback in place: 20 cycles, beside the create above
+//   - template snapshots with RAM in the stream vs RAM in a shared file
+//     (docs/snapshots.md "Shared-RAM templates"), interleaved: snapshot
+//     written, restore, create, create → first command, PSS per clone of 8
+//     side by side; beside the raw primitives (bare QEMU spawn → QMP ready,
+//     agent /health round trip)
 // Runs the Manager in-process against real microVMs (root, QEMU, an image).
-// Usage: airlock-snapshot-bench [--state-dir DIR] [--n N]
+// Usage: airlock-snapshot-bench [--state-dir DIR] [--n N] [--only-ram]
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "common/subprocess.h"
 #include "core/manager.h"
+#include "runtime/qemu/qmp_client.h"
+#include "runtime/qemu/snapshot.h"
 
 using namespace airlock;
 namespace fs = std::filesystem;
@@ -57,22 +69,200 @@ void Die(const std::string& what, const Status& st) {
   std::exit(1);
 }
 
+// Pss of a process in KiB (/proc/PID/smaps_rollup); 0 if unknown.
+uint64_t PssKib(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/smaps_rollup");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("Pss:", 0) == 0) return std::stoull(line.substr(4));
+  }
+  return 0;
+}
+
+double StepMs(const CreateTimings& t, const std::string& step) {
+  for (const auto& s : t.steps)
+    if (s.step == step) return s.ms;
+  return 0;
+}
+
+// Bare QEMU (microvm, no devices, -S) spawned until its QMP greeting.
+double BareQemuSpawnMs() {
+  const std::string sock = "/tmp/airlock-bench-qmp-" + std::to_string(::getpid()) + ".sock";
+  ::unlink(sock.c_str());
+  auto t0 = std::chrono::steady_clock::now();
+  SpawnOptions so;
+  so.argv = {"qemu-system-x86_64",
+             "-M",
+             "microvm",
+             "-accel",
+             "tcg",
+             "-m",
+             "512",
+             "-nodefaults",
+             "-nographic",
+             "-S",
+             "-qmp",
+             "unix:" + sock + ",server=on,wait=off"};
+  so.stdout_to_devnull = so.stderr_to_devnull = true;
+  auto child = Spawn(so);
+  if (!child.ok()) return -1;
+  double ms = -1;
+  while (Ms(t0) < 10000) {
+    auto q = qemu::QmpClient::Connect(sock, std::chrono::seconds(2));
+    if (q.ok()) {
+      ms = Ms(t0);
+      (void)(*q)->Execute("quit");
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  (void)child->WaitFor(std::chrono::seconds(2));
+  ::unlink(sock.c_str());
+  return ms;
+}
+
+// Stream vs shared-file template snapshots, in one run, interleaved.
+void CompareRamLayouts(const ManagerConfig& base, const CreateOptions& opts, int n) {
+  struct Mode {
+    const char* name;
+    bool shared;
+    std::unique_ptr<Manager> mgr;
+    std::string dir;
+    qemu::SnapshotManifest manifest;
+    std::vector<double> restore, create, tti, pss, network, agent;
+  };
+  Mode modes[2] = {{"stream", false, nullptr, "", {}, {}, {}, {}, {}, {}, {}},
+                   {"shared file", true, nullptr, "", {}, {}, {}, {}, {}, {}, {}}};
+  // Both managers first: each start sweeps templates of the other layout that nothing uses.
+  for (auto& md : modes) {
+    ManagerConfig mc = base;
+    mc.template_snapshots = true;
+    mc.template_shared_memory = md.shared;
+    auto mm = Manager::Open(mc);
+    if (!mm.ok()) Die("open", mm.status());
+    md.mgr = std::move(*mm);
+  }
+  auto img = image::FindImage(base.state_dir, "base");
+  if (!img.ok()) Die("image", img.status());
+  for (auto& md : modes) {
+    // Made in this run, so "snapshot written" is measured beside the rest.
+    if (auto d = md.mgr->TemplateSnapshotDir(*img, opts.vcpus, opts.memory_mib);
+        d.ok() && !md.mgr->SnapshotDirInUse(*d))
+      (void)md.mgr->runtime().snapshots().Delete(*d);
+    if (Status st = md.mgr->EnsureTemplateSnapshot("base", opts.vcpus, opts.memory_mib); !st.ok())
+      Die(std::string("template snapshot, ") + md.name, st);
+    auto d = md.mgr->TemplateSnapshotDir(*img, opts.vcpus, opts.memory_mib);
+    if (!d.ok()) Die("template dir", d.status());
+    md.dir = *d;
+    auto m = qemu::ReadSnapshot(md.dir);
+    if (!m.ok()) Die("manifest", m.status());
+    md.manifest = *m;
+  }
+  for (int i = 0; i < n; ++i) {
+    for (auto& md : modes) {
+      auto t0 = std::chrono::steady_clock::now();
+      auto sb = md.mgr->Create(opts);
+      if (!sb.ok()) Die("create", sb.status());
+      double created = Ms(t0);
+      if (!Run(**sb)) Die("first command", Internal("failed"));
+      md.tti.push_back(Ms(t0));
+      md.create.push_back(created);
+      const CreateTimings& ct = (*sb)->timings();
+      md.restore.push_back(StepMs(ct, kStepVmm));
+      md.network.push_back(StepMs(ct, kStepNetwork) + StepMs(ct, kStepEgress) + StepMs(ct, kStepLease));
+      md.agent.push_back(StepMs(ct, kStepAgentReady) + StepMs(ct, kStepAgentInit));
+      if (!(*sb)->timings().from_snapshot) Die("create", Internal(std::string(md.name) + ": not from the snapshot"));
+      (void)md.mgr->Destroy((*sb)->id());
+    }
+  }
+  // 8 clones side by side, one layout at a time.
+  constexpr int kSideBySide = 8;
+  for (auto& md : modes) {
+    std::vector<std::shared_ptr<Sandbox>> sbs;
+    for (int i = 0; i < kSideBySide; ++i) {
+      auto sb = md.mgr->Create(opts);
+      if (!sb.ok()) Die("create", sb.status());
+      if (!Run(**sb)) Die("command", Internal("failed"));
+      sbs.push_back(*sb);
+    }
+    for (auto& sb : sbs) md.pss.push_back(PssKib(sb->vmm_pid()) / 1024.0);
+    for (auto& sb : sbs) (void)md.mgr->Destroy(sb->id());
+  }
+  // Raw primitives, same run.
+  std::vector<double> spawn, health;
+  for (int i = 0; i < std::max(n, 5); ++i) spawn.push_back(BareQemuSpawnMs());
+  {
+    auto sb = modes[1].mgr->Create(opts);
+    if (!sb.ok()) Die("create", sb.status());
+    for (int i = 0; i < 20; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      if (Status st = (*sb)->agent().Health(std::chrono::seconds(2)); !st.ok()) Die("health", st);
+      health.push_back(Ms(t0));
+    }
+    (void)modes[1].mgr->Destroy((*sb)->id());
+  }
+
+  const Mode &st = modes[0], &sh = modes[1];
+  auto avg = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? 0 : s / v.size();
+  };
+  std::printf(
+      "\n| template snapshot (TCG, 1 vCPU, %d MiB, n=%d interleaved) | stream (RAM in the migration stream) | "
+      "shared file (RAM mapped copy-on-write) | shared / stream |\n|---|---|---|---|\n",
+      opts.memory_mib, n);
+  std::printf(
+      "| snapshot written (stream bytes; migration ms, save ms: stop → manifest, shared: also ends the VMM and "
+      "CRCs the RAM file) | %.2f MB; %llu ms, %llu ms | %.2f MB; %llu ms, %llu ms (+ RAM file: %.1f MB of data in "
+      "%d MiB) | %.3f of the bytes |\n",
+      st.manifest.memory_bytes / 1e6, static_cast<unsigned long long>(st.manifest.migrate_ms),
+      static_cast<unsigned long long>(st.manifest.save_ms), sh.manifest.memory_bytes / 1e6,
+      static_cast<unsigned long long>(sh.manifest.migrate_ms), static_cast<unsigned long long>(sh.manifest.save_ms),
+      sh.manifest.ram_data_bytes / 1e6, opts.memory_mib,
+      double(sh.manifest.memory_bytes) / double(std::max<uint64_t>(1, st.manifest.memory_bytes)));
+  auto row = [&](const char* what, const std::vector<double>& a, const std::vector<double>& b) {
+    std::printf("| %s, p50 / p95 | %.0f / %.0f ms | %.0f / %.0f ms | %.2f |\n", what, Pct(a, .5), Pct(a, .95),
+                Pct(b, .5), Pct(b, .95), Pct(b, .5) / std::max(1e-9, Pct(a, .5)));
+  };
+  row("restore (vmm step: QEMU launch + migration + cont)", st.restore, sh.restore);
+  row("create: network + egress + lease steps", st.network, sh.network);
+  row("create: agent ready + agent init steps", st.agent, sh.agent);
+  row("create → agent /health + /init (pool empty: clone restore)", st.create, sh.create);
+  row("create → first command answered", st.tti, sh.tti);
+  std::printf(
+      "| PSS per clone, %d side by side (avg; min–max) | %.1f MiB (%.1f–%.1f) | %.1f MiB (%.1f–%.1f) | %.2f |\n",
+      kSideBySide, avg(st.pss), Pct(st.pss, 0), Pct(st.pss, 1), avg(sh.pss), Pct(sh.pss, 0), Pct(sh.pss, 1),
+      avg(sh.pss) / std::max(1e-9, avg(st.pss)));
+  std::printf("| raw: bare QEMU spawn → QMP ready, p50 | %.0f ms | | |\n", Pct(spawn, .5));
+  std::printf("| raw: agent /health round trip, p50 | %.1f ms | | |\n", Pct(health, .5));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string state_dir = "/var/lib/airlock";
   int n = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool only_ram = false;
+  for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--state-dir")
-      state_dir = argv[i + 1];
-    else if (a == "--n")
-      n = std::max(2, std::atoi(argv[i + 1]));
+    if (a == "--only-ram") {
+      only_ram = true;
+    } else if (i + 1 < argc && a == "--state-dir") {
+      state_dir = argv[++i];
+    } else if (i + 1 < argc && a == "--n") {
+      n = std::max(2, std::atoi(argv[++i]));
+    }
   }
   ManagerConfig c;
   c.state_dir = state_dir;
   c.build_image_if_missing = false;
   c.template_snapshots = true;
+  CreateOptions ram_opts;  // 1 vCPU, 512 MiB
+  if (only_ram) {
+    CompareRamLayouts(c, ram_opts, n);
+    return 0;
+  }
   auto m = Manager::Open(c);
   if (!m.ok()) Die("open", m.status());
   Manager& mgr = **m;
@@ -191,5 +381,7 @@ int main(int argc, char** argv) {
     std::printf("| disk per checkpoint | %.1f MiB | | memory stream %.1f MiB of %d MiB RAM |\n", ckpt_disk / 1048576.0,
                 ckpt_memory / 1048576.0, opts.memory_mib);
   }
+  m->reset();
+  CompareRamLayouts(c, ram_opts, n);
   return 0;
 }

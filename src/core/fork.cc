@@ -158,8 +158,7 @@ std::string Manager::ForkSnapshotOf(const std::string& id) const {
 std::set<std::string> Manager::SnapshotDirsLayeredOn() const {
   std::set<std::string> dirs;
   const std::string root = config_.state_dir + "/snapshots/";
-  auto note = [&](const std::string& record) {
-    std::string backing = JsonField(record, "disk_backing");
+  auto note_path = [&](std::string backing) {
     if (backing.empty()) return;
     // Written under another spelling of the state dir (a symlink): compare canonical paths.
     std::error_code ec;
@@ -169,7 +168,11 @@ std::set<std::string> Manager::SnapshotDirsLayeredOn() const {
     size_t name_end = kind_end == std::string::npos ? kind_end : backing.find('/', kind_end + 1);
     if (name_end != std::string::npos) dirs.insert(backing.substr(0, name_end));
   };
-  for (const auto& record : DiskRecordFiles(config_.state_dir, /*with_template_snapshots=*/true)) note(record);
+  for (const auto& record : DiskRecordFiles(config_.state_dir, /*with_template_snapshots=*/true)) {
+    note_path(JsonField(record, "disk_backing"));
+    // A VMM restored from a shared-RAM template maps its RAM file (vm.json).
+    note_path(JsonField(record, "ram_source"));
+  }
   return dirs;
 }
 

@@ -95,6 +95,11 @@ struct ManagerConfig {
   // Create restores the template's snapshot when one exists for the image and
   // machine shape (EnsureTemplateSnapshot makes it); else it cold boots.
   bool template_snapshots = false;
+  // true: template snapshots keep their RAM in a file every sandbox created
+  // from them maps copy-on-write (docs/snapshots.md "Shared-RAM templates",
+  // directory suffix "-shm"); false: RAM in the migration stream, loaded by
+  // every create (the way before; kept for comparison, bench/snapshot_bench).
+  bool template_shared_memory = true;
   // Who owns the sandboxes this manager makes: the daemon's registry (its
   // canonical path), written into every run dir ("owner") and address lease,
   // so that start-up clean-up destroys only this owner's leftovers (and those
@@ -578,6 +583,14 @@ class Manager {
   // Such a directory must not be deleted: the overlay or the snapshot disk
   // on top of it would lose its backing file (fork.cc).
   std::set<std::string> SnapshotDirsLayeredOn() const;
+
+ public:
+  // Whether a running VMM, or a snapshot, uses the snapshot directory `dir`
+  // (its disk as a backing file, or its RAM file mapped): such a directory
+  // is never deleted by a sweep.
+  bool SnapshotDirInUse(const std::string& dir) const { return SnapshotDirsLayeredOn().count(dir) > 0; }
+
+ private:
   // A fork snapshot the disk in run_dir/vm (or a paused manifest) is layered on, if any.
   std::string ForkSnapshotOf(const std::string& id) const;
   // Deletes a sandbox's own snapshot data, never anything shared (snapshots.cc).

@@ -1,7 +1,10 @@
 // Template snapshots (docs/snapshots.md): a sandbox is created by restoring
 // a snapshot of its template booted once, instead of booting the kernel.
 //
-//   snapshots/templates/<image id>-<rootfs stamp>-<vcpus>c-<memory>m/   memory, disk.qcow2, manifest.json
+//   snapshots/templates/<image id>-<rootfs stamp>-<vcpus>c-<memory>m[-shm]/   memory, disk.qcow2, [ram,] manifest.json
+// With "-shm" (ManagerConfig::template_shared_memory, the default) the RAM is
+// a read-only file every sandbox created from it maps copy-on-write and the
+// memory stream holds device state only; without, the RAM is in the stream.
 //
 // The snapshot is taken right after the agent first answers /health, before
 // any /init: it holds no token, no env vars, no sandbox id. Each sandbox
@@ -31,6 +34,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Template snapshots whose RAM is a shared file (ManagerConfig::template_shared_memory).
+constexpr char kSharedMemorySuffix[] = "-shm";
+
 // "<image id>-<8 hex of the SHA-256 of the rootfs stamp>-": what every template
 // snapshot directory of this build of the image starts with.
 StatusOr<std::string> TemplateSnapshotPrefix(const SnapshotStore& store, const image::GuestImage& img) {
@@ -43,7 +49,7 @@ StatusOr<std::string> TemplateSnapshotPrefix(const SnapshotStore& store, const i
 StatusOr<std::string> Manager::TemplateSnapshotDir(const image::GuestImage& img, int vcpus, int memory_mib) const {
   ASSIGN_OR_RETURN(std::string prefix, TemplateSnapshotPrefix(runtime_->snapshots(), img));
   return config_.state_dir + "/snapshots/templates/" + prefix + std::to_string(vcpus) + "c-" +
-         std::to_string(memory_mib) + "m";
+         std::to_string(memory_mib) + "m" + (config_.template_shared_memory ? kSharedMemorySuffix : "");
 }
 
 void Manager::SweepTemplateSnapshots() {
@@ -59,6 +65,9 @@ void Manager::SweepTemplateSnapshots() {
     if (name.find(".tmp-") != std::string::npos || in_use.count(e.path().string())) continue;
     bool is_current = false;
     for (const auto& p : current) is_current = is_current || name.compare(0, p.size(), p) == 0;
+    // Of the other RAM layout (the setting changed): not made any more.
+    const bool shm = name.size() > 4 && name.compare(name.size() - 4, 4, kSharedMemorySuffix) == 0;
+    if (shm != config_.template_shared_memory) is_current = false;
     if (is_current) continue;
     LOG_INFO("removing template snapshot {} (not of the current build of an image, and nothing is layered on it)",
              e.path().string());
@@ -99,6 +108,7 @@ Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcp
     req.kernel = img.kernel;
     req.initrd = img.initrd;
     req.rootfs = img.rootfs;
+    req.shared_memory_template = config_.template_shared_memory;
     ASSIGN_OR_RETURN(vm, runtime_->Start(req));
     RETURN_IF_ERROR(pool_->Adopt(network->lease(), vm->pid()));
     EnvdClient agent(AgentEndpoint{network->netns_ip(), kAgentPort});

@@ -35,6 +35,12 @@ struct VmStartRequest {
   // true: the VMM survives this process (a daemon re-adopts it after a
   // restart); false: it dies with the thread that started it.
   bool detach = false;
+  // Start() of a template builder: keep the guest RAM so that its
+  // SaveSnapshot(keep_running=false) writes a template whose RAM every
+  // Restore maps copy-on-write instead of loading (qemu: a file, see
+  // docs/snapshots.md "Shared-RAM templates"); such a save ends the VM.
+  // Ignored by runtimes that cannot.
+  bool shared_memory_template = false;
 };
 
 // What a snapshot holds (docs/snapshots.md): sizes in bytes, time in ms.
@@ -42,6 +48,9 @@ struct VmSnapshotInfo {
   uint64_t memory_bytes = 0;
   uint64_t disk_bytes = 0;
   uint64_t save_ms = 0;
+  // RAM kept in a file every restore maps (shared_memory_template), not in
+  // memory_bytes; 0 otherwise.
+  uint64_t shared_memory_bytes = 0;
 };
 
 // How a VM restored from a snapshot gets its disk.

@@ -417,6 +417,45 @@ TEST_P(RuntimeConformance, RestoreRunsTheGuestWithItsMemory) {
   EXPECT_EQ(ReadGuestFile(**r, "/home/user/x"), "before-checkpoint");
 }
 
+// A template builder (shared_memory_template): its save (keep_running =
+// false) ends it; where the runtime keeps the RAM apart (shared_memory_bytes
+// > 0) the saved stream is small. Two restores run with the template's
+// memory and disk, and what one writes the other does not see.
+TEST_P(RuntimeConformance, SharedMemoryTemplateRestoresRunWithItsMemoryAndStayPrivate) {
+  VmStartRequest req;
+  auto t = NewSlot(&req);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  req.shared_memory_template = true;
+  auto vm = runtime().Start(req);
+  ASSERT_TRUE(vm.ok()) << vm.status().ToString();
+  (*t)->vm = std::move(*vm);
+  ASSERT_TRUE(WaitHealthy(**t).ok());
+  auto init = AgentHttp((*t)->ip(), "POST", "/init", std::string(R"({"accessToken":")") + kToken + "\"}");
+  ASSERT_TRUE(init.ok() && init->status == 204);
+  ASSERT_TRUE(WriteGuestFile(**t, "/home/user/t", "template").ok());
+  const std::string dir = shared_->dir.path + "/shared-memory-template";
+  auto info = (*t)->vm->SaveSnapshot(dir, /*keep_running=*/false);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  if (info->shared_memory_bytes > 0) {
+    EXPECT_EQ(info->shared_memory_bytes, uint64_t(kMemoryMib) << 20);
+    EXPECT_LT(info->memory_bytes, 4u << 20) << "RAM kept apart, yet the stream is large";
+  }
+  EXPECT_TRUE((*t)->vm->Destroy().ok());
+  EXPECT_TRUE(store().Read(dir).ok());
+  auto a = RestoreInto(dir, SnapshotDisk::kShared);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto b = RestoreInto(dir, SnapshotDisk::kShared);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  // Memory came back: the token given before the save is still required.
+  auto no_token = AgentHttp((*a)->ip(), "GET", "/files?path=/home/user/t");
+  ASSERT_TRUE(no_token.ok());
+  EXPECT_EQ(no_token->status, 401);
+  EXPECT_EQ(ReadGuestFile(**a, "/home/user/t"), "template");
+  ASSERT_TRUE(WriteGuestFile(**a, "/home/user/t", "a's").ok());
+  EXPECT_EQ(ReadGuestFile(**b, "/home/user/t"), "template");
+  EXPECT_EQ(ReadGuestFile(**a, "/home/user/t"), "a's");
+}
+
 TEST_P(RuntimeConformance, RestoreWithAnotherShapeIsFailedPrecondition) {
   const std::string dir = Checkpoint();
   ASSERT_FALSE(dir.empty());

@@ -5,8 +5,8 @@
 // open neither the daemon's secrets.key nor its database nor another
 // sandbox's files; its cpu cgroup caps it at its vCPU count.
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <grp.h>
+#include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -136,8 +136,8 @@ TEST(JailTest, VmmIsUnprivilegedAndSeesNothingButItsOwnFiles) {
   }
   EXPECT_NE(uid, 0u) << st["Uid"];
   EXPECT_NE(gid, 0u) << st["Gid"];
-  EXPECT_EQ(st["Uid"], std::to_string(uid) + "\t" + std::to_string(uid) + "\t" + std::to_string(uid) + "\t" +
-                           std::to_string(uid));
+  EXPECT_EQ(st["Uid"],
+            std::to_string(uid) + "\t" + std::to_string(uid) + "\t" + std::to_string(uid) + "\t" + std::to_string(uid));
   for (const char* cap : {"CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb"})
     EXPECT_EQ(st[cap], "0000000000000000") << cap;
   EXPECT_EQ(st["NoNewPrivs"], "1");
@@ -171,7 +171,10 @@ TEST(JailTest, VmmIsUnprivilegedAndSeesNothingButItsOwnFiles) {
     }
   }
   // Nothing of the host but what it needs: no /proc, /sys, /etc/shadow, /root.
-  for (const char* path : {"/proc/1/cmdline", "/sys/kernel", "/etc/shadow", "/etc/passwd", "/root", "/tmp"})
+  // (A clone of a shared-RAM template has a procfs of its own process only:
+  // no other pid, no system file.)
+  for (const char* path : {"/proc/1/cmdline", "/proc/meminfo", "/proc/sys/kernel/hostname", "/sys/kernel",
+                           "/etc/shadow", "/etc/passwd", "/root", "/tmp"})
     EXPECT_EQ(OpenAs(pid, true, uid, gid, path, O_RDONLY), ENOENT) << path;
 
   // CPU: at most its vCPU count in host cores.

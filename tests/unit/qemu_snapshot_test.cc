@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -17,6 +18,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -29,7 +31,6 @@
 #include "net/sandbox_network.h"
 #include "runtime/qemu/qemu_vm.h"
 #include "runtime/qemu/snapshot.h"
-
 #include "tests/unit/agent_http.h"
 #include "tests/unit/scoped_dir.h"
 
@@ -110,6 +111,124 @@ TEST(QemuSnapshotManifest, RoundTripAndRejects) {
   auto missing = SnapshotManifest::FromJson(j);
   EXPECT_NE(missing.status().message().find("memory_bytes"), std::string::npos) << missing.status().ToString();
   EXPECT_FALSE(SnapshotManifest::FromJson(nlohmann::json::array()).ok());
+}
+
+// Format 2 (shared-RAM template): ram_* fields round-trip; version and
+// ram_file go together; older manifests (no ram fields) still parse.
+TEST(QemuSnapshotManifest, SharedRamFieldsAndVersions) {
+  VmSpec s = FakeSpec("/x");
+  SnapshotManifest m = FakeManifest(s);
+  m.format_version = kSnapshotFormatSharedRam;
+  m.ram_backend = "mem0";
+  m.ram_file = "ram";
+  m.ram_bytes = 512ull << 20;
+  m.ram_crc32 = 0xabcdef01;
+  m.ram_data_bytes = 70 << 20;
+  m.migrate_ms = 9;
+  auto back = SnapshotManifest::FromJson(m.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->shared_ram());
+  EXPECT_EQ(back->ToJson(), m.ToJson());
+  auto j = m.ToJson();
+  j["format_version"] = 1;
+  EXPECT_EQ(SnapshotManifest::FromJson(j).status().code(), StatusCode::kInvalidArgument);
+  j = m.ToJson();
+  j["ram_file"] = "../ram";
+  EXPECT_EQ(SnapshotManifest::FromJson(j).status().code(), StatusCode::kInvalidArgument);
+  j = m.ToJson();
+  j["ram_backend"] = "hugepages";
+  EXPECT_EQ(SnapshotManifest::FromJson(j).status().code(), StatusCode::kInvalidArgument);
+  j = m.ToJson();
+  j.erase("ram_file");
+  EXPECT_EQ(SnapshotManifest::FromJson(j).status().code(), StatusCode::kInvalidArgument);  // format 2 needs it
+  // A manifest written before these fields existed.
+  j = FakeManifest(s).ToJson();
+  for (const char* k : {"ram_backend", "ram_file", "ram_bytes", "ram_crc32", "ram_data_bytes", "migrate_ms"})
+    j.erase(k);
+  auto old = SnapshotManifest::FromJson(j);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_FALSE(old->shared_ram());
+  EXPECT_EQ(old->ram_backend, "");
+}
+
+// The RAM file of a format-2 snapshot must be root's, read-only, and of the
+// manifest's size; its CRC ignores holes and zero pages (layout-independent)
+// and the sealed memfd built from it refuses writes, resizing, hole punching.
+TEST(QemuSnapshotDir, SharedRamFileIsCheckedAndSealed) {
+  ScopedDir d{TempDir()};
+  VmSpec s = FakeSpec(d.path);
+  s.memory_mib = 64;
+  WriteText(s.rootfs_template, "raw");
+  SnapshotManifest m = FakeManifest(s);
+  m.memory_mib = 64;
+  m.format_version = kSnapshotFormatSharedRam;
+  m.ram_backend = "mem0";
+  m.ram_file = "ram";
+  m.ram_bytes = 64ull << 20;
+  std::string snap = d.path + "/snap";
+  fs::create_directories(snap);
+  WriteText(snap + "/memory", "12345");
+  WriteText(snap + "/disk.qcow2", "abc");
+  const std::string ram = snap + "/ram";
+  {
+    UniqueFd fd(::open(ram.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    ASSERT_TRUE(fd);
+    ASSERT_EQ(::ftruncate(fd.get(), static_cast<off_t>(m.ram_bytes)), 0);
+    ASSERT_EQ(::pwrite(fd.get(), "guest", 5, 8192), 5);
+    ASSERT_EQ(::pwrite(fd.get(), "page", 4, 40 << 20), 4);
+    std::string zeros(4096, '\0');
+    ASSERT_EQ(::pwrite(fd.get(), zeros.data(), zeros.size(), 1 << 20), 4096);  // data, but zero: skipped
+    uint64_t data = 0;
+    auto crc = RamFileCrc32(fd.get(), m.ram_bytes, &data);
+    ASSERT_TRUE(crc.ok()) << crc.status().ToString();
+    EXPECT_EQ(data, 8192u);  // two non-zero pages
+    m.ram_crc32 = *crc;
+  }
+  WriteText(snap + "/manifest.json", m.ToJson().dump());
+  // Writable (0644): refused.
+  EXPECT_EQ(ReadSnapshot(snap).status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_EQ(::chmod(ram.c_str(), 0444), 0);
+  if (::geteuid() != 0) GTEST_SKIP() << "the rest needs root (the RAM file must be root's)";
+  auto ok = ReadSnapshot(snap);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  auto sealed = SealedTemplateRam(snap, *ok);
+  ASSERT_TRUE(sealed.ok()) << sealed.status().ToString();
+  auto again = SealedTemplateRam(snap, *ok);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(sealed->get(), again->get()) << "one memfd per RAM file";
+  const int mfd = (*sealed)->get();
+  char buf[8] = {};
+  EXPECT_EQ(::pread(mfd, buf, 5, 8192), 5);
+  EXPECT_EQ(std::string(buf, 5), "guest");
+  // Through a new open, as a VMM does it (/proc/self/fd/3): nothing changes it.
+  UniqueFd w(::open(("/proc/self/fd/" + std::to_string(mfd)).c_str(), O_RDWR | O_CLOEXEC));
+  ASSERT_TRUE(w);
+  EXPECT_LT(::pwrite(w.get(), "x", 1, 0), 0);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_NE(::ftruncate(w.get(), 0), 0);
+  EXPECT_NE(::fallocate(w.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 8192, 4096), 0);
+  EXPECT_EQ(errno, EPERM);
+  // A private writable mapping is what QEMU makes: allowed, and private.
+  void* p = ::mmap(nullptr, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE, w.get(), 0);
+  ASSERT_NE(p, MAP_FAILED);
+  std::memcpy(static_cast<char*>(p) + 8192, "GUEST", 5);
+  ::munmap(p, 1 << 20);
+  EXPECT_EQ(::pread(mfd, buf, 5, 8192), 5);
+  EXPECT_EQ(std::string(buf, 5), "guest");
+  // Corrupt file (same size, other bytes): DataLoss, before any VMM maps it.
+  ASSERT_TRUE(DeleteSnapshot(snap).ok());  // also forgets the memfd
+  fs::create_directories(snap);
+  WriteText(snap + "/memory", "12345");
+  WriteText(snap + "/disk.qcow2", "abc");
+  {
+    UniqueFd fd(::open(ram.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0444));
+    ASSERT_EQ(::ftruncate(fd.get(), static_cast<off_t>(m.ram_bytes)), 0);
+    ASSERT_EQ(::pwrite(fd.get(), "GUEST", 5, 8192), 5);
+  }
+  WriteText(snap + "/manifest.json", m.ToJson().dump());
+  auto bad = ReadSnapshot(snap);
+  ASSERT_TRUE(bad.ok()) << bad.status().ToString();
+  EXPECT_EQ(SealedTemplateRam(snap, *bad).status().code(), StatusCode::kDataLoss);
 }
 
 TEST(QemuSnapshotManifest, ShapeHashIgnoresPerSandboxFields) {
@@ -358,8 +477,10 @@ TEST_F(QemuSnapshotE2E, SaveRestoreTwiceIsolatedAndBrokenSnapshotsFailCleanly) {
   std::string token;
   auto init = Http((*n0)->netns_ip(), "POST", "/init", R"({"accessToken":"tok-A"})");
   ASSERT_TRUE(init.ok()) << init.status().ToString();
-  if (init->status == 204) token = "tok-A";
-  else std::cerr << "agent has no POST /init (" << init->status << "): no token\n";
+  if (init->status == 204)
+    token = "tok-A";
+  else
+    std::cerr << "agent has no POST /init (" << init->status << "): no token\n";
   auto w = Http((*n0)->netns_ip(), "POST", "/files?path=/home/user/x", "hello-snapshot", token);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   ASSERT_EQ(w->status, 200) << w->body;
@@ -538,9 +659,8 @@ TEST_F(QemuSnapshotE2E, SaveRestoreTwiceIsolatedAndBrokenSnapshotsFailCleanly) {
     f.write("X", 1);
   });
   EXPECT_EQ(e.code(), StatusCode::kDataLoss) << e.ToString();
-  e = broken("other-shape", [&](const std::string& b) {
-    patch_manifest(b, [&](nlohmann::json& j) { j["memory_mib"] = 1024; });
-  });
+  e = broken("other-shape",
+             [&](const std::string& b) { patch_manifest(b, [&](nlohmann::json& j) { j["memory_mib"] = 1024; }); });
   EXPECT_EQ(e.code(), StatusCode::kFailedPrecondition) << e.ToString();
   e = broken("other-image", [&](const std::string& b) {
     patch_manifest(b, [&](nlohmann::json& j) { j["image_id"] = "not-this-image"; });

@@ -27,11 +27,10 @@
 #include "runtime/qemu/accel_probe.h"
 #include "runtime/qemu/doctor.h"
 #include "runtime/qemu/jail.h"
-#include "runtime/qemu/uid_pool.h"
 #include "runtime/qemu/output_tail.h"
 #include "runtime/qemu/qemu_vm.h"
 #include "runtime/qemu/qmp_client.h"
-
+#include "runtime/qemu/uid_pool.h"
 #include "tests/unit/scoped_dir.h"
 
 namespace airlock::qemu {
@@ -126,6 +125,57 @@ TEST(QemuArgv, Shape) {
   EXPECT_NE(all.find("file=/run/a,,b/vmm/overlay.qcow2"), std::string::npos);
 }
 
+// Guest RAM backends (docs/snapshots.md "Shared-RAM templates"): none by
+// default (the command line, and so MachineShapeHash, of every VM before);
+// a file shared by a template builder, private for a clone, anonymous for a
+// stream restore of a VM that had a backend; never prealloc, balloon,
+// virtio-mem or free-page reporting.
+TEST(QemuArgv, GuestRamBackends) {
+  VmSpec s;
+  s.sandbox_id = "sb1";
+  s.kernel = "/k";
+  s.initrd = "/i";
+  s.run_dir = "/run/x";
+  s.memory_mib = 512;
+  auto join = [](const std::vector<std::string>& a) {
+    std::string all;
+    for (auto& x : a) all += x + " ";
+    return all;
+  };
+  const VmPaths p = VmPaths::For(s.run_dir);
+  EXPECT_EQ(p.ram, "/run/x/vmm/ram");
+  std::string plain = join(BuildQemuArgv(s, Accel::kTcg, p, true, 1));
+  EXPECT_EQ(plain, join(BuildQemuArgv(s, Accel::kTcg, p, true, 1, GuestRam{})));
+  EXPECT_EQ(plain.find("memory-backend"), std::string::npos) << plain;
+  std::string shared = join(BuildQemuArgv(s, Accel::kTcg, p, true, 1, {RamKind::kSharedFile, p.ram}));
+  EXPECT_NE(shared.find("-M microvm,acpi=on,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem0 "),
+            std::string::npos)
+      << shared;
+  EXPECT_NE(
+      shared.find("-m 512 -object memory-backend-file,id=mem0,size=512M,mem-path=/run/x/vmm/ram,share=on,prealloc=off"),
+      std::string::npos)
+      << shared;
+  std::string clone = join(BuildQemuArgv(s, Accel::kTcg, p, true, 1, {RamKind::kPrivateFile, "/proc/self/fd/3"}));
+  EXPECT_NE(clone.find("memory-backend-file,id=mem0,size=512M,mem-path=/proc/self/fd/3,share=off,prealloc=off"),
+            std::string::npos)
+      << clone;
+  std::string anon = join(BuildQemuArgv(s, Accel::kTcg, p, true, 1, {RamKind::kAnon, ""}));
+  EXPECT_NE(anon.find("-object memory-backend-ram,id=mem0,size=512M"), std::string::npos) << anon;
+  for (const std::string& a : {shared, clone, anon}) {
+    for (const char* never : {"balloon", "virtio-mem", "free-page", "prealloc=on", "memfd", "postcopy"})
+      EXPECT_EQ(a.find(never), std::string::npos) << never << " in " << a;
+  }
+  // A comma in the path is escaped as QEMU wants.
+  std::string esc = join(BuildQemuArgv(s, Accel::kTcg, p, true, 1, {RamKind::kPrivateFile, "/t/a,b/ram"}));
+  EXPECT_NE(esc.find("mem-path=/t/a,,b/ram,share=off"), std::string::npos) << esc;
+  for (RamKind k : {RamKind::kMachine, RamKind::kAnon, RamKind::kSharedFile, RamKind::kPrivateFile}) {
+    auto back = ParseRamKind(RamKindName(k));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, k);
+  }
+  EXPECT_FALSE(ParseRamKind("hugepages").ok());
+}
+
 // ---- jail ------------------------------------------------------------------------
 
 TEST(QemuJail, PlanHoldsExactlyWhatTheVmmNeeds) {
@@ -175,6 +225,15 @@ TEST(QemuJail, PlanHoldsExactlyWhatTheVmmNeeds) {
   bool kvm = false;
   for (const auto& n : plan->nodes) kvm = kvm || n.path == "/dev/kvm";
   EXPECT_FALSE(kvm);  // only for a KVM guest
+  // No /proc unless asked for (a VMM handed its RAM as fd 3).
+  EXPECT_FALSE(plan->proc);
+  EXPECT_EQ(std::find(plan->dirs.begin(), plan->dirs.end(), "/proc"), plan->dirs.end());
+  js.proc = true;
+  auto with_proc = PlanJail(js);
+  ASSERT_TRUE(with_proc.ok());
+  EXPECT_TRUE(with_proc->proc);
+  EXPECT_NE(std::find(with_proc->dirs.begin(), with_proc->dirs.end(), "/proc"), with_proc->dirs.end());
+  js.proc = false;
   js.ro_files.push_back(dir + "/missing");
   EXPECT_FALSE(PlanJail(js).ok());
 }
@@ -266,8 +325,10 @@ TEST(QemuQmp, HandshakeEventsErrorsTimeout) {
     send("{\"event\": \"RESUME\", \"timestamp\": {}}\r\n");
     send("{\"return\": {\"status\": \"running\", \"running\": true}, \"id\": " + m["id"].dump() + "}\r\n");
     m = read_line();  // bogus
-    send("{\"error\": {\"class\": \"CommandNotFound\", \"desc\": \"The command bogus has not been found\"}, "
-         "\"id\": " + m["id"].dump() + "}\r\n");
+    send(
+        "{\"error\": {\"class\": \"CommandNotFound\", \"desc\": \"The command bogus has not been found\"}, "
+        "\"id\": " +
+        m["id"].dump() + "}\r\n");
     m = read_line();  // slow: never answered
     std::this_thread::sleep_for(300ms);
   });
@@ -323,15 +384,16 @@ std::optional<Image> FindImage() {
   return im;
 }
 
-#define REQUIRE_QEMU()                                                                   \
-  do {                                                                                   \
+#define REQUIRE_QEMU()                                                                    \
+  do {                                                                                    \
     if (!FindExecutable("qemu-system-x86_64").ok()) GTEST_SKIP() << "qemu not installed"; \
   } while (0)
-#define REQUIRE_IMAGE(im)                                                                                \
-  REQUIRE_QEMU();                                                                                        \
-  auto im##_opt = FindImage();                                                                           \
-  if (!im##_opt) GTEST_SKIP() << "no guest image (set AIRLOCK_TEST_KERNEL/INITRD/ROOTFS or build one " \
-                                 "under /var/lib/airlock/images)";                                      \
+#define REQUIRE_IMAGE(im)                                                                 \
+  REQUIRE_QEMU();                                                                         \
+  auto im##_opt = FindImage();                                                            \
+  if (!im##_opt)                                                                          \
+    GTEST_SKIP() << "no guest image (set AIRLOCK_TEST_KERNEL/INITRD/ROOTFS or build one " \
+                    "under /var/lib/airlock/images)";                                     \
   const Image& im = *im##_opt
 
 VmSpec SpecFor(const Image& im, const std::string& run_dir, const std::string& id) {

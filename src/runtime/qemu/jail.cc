@@ -16,9 +16,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <climits>
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -31,16 +31,72 @@ constexpr char kOldRoot[] = "/.oldroot";
 
 // Child steps, in the order they run; the names are what an error says.
 enum Step : int {
-  kCgroup, kSetns, kTunOpen, kTunAttach, kTunOwner, kStdio, kUnshare, kPrivate, kTmpfs, kOldRootDir, kPivot,
-  kChdirRoot, kMkdir, kFile, kSymlink, kBind, kRemount, kMknod, kChown, kUmountOld, kRootRo, kChdir, kBounding,
-  kSetgroups, kSetgid, kSetuid, kRegain, kCapset, kNoNewPrivs, kDeathSig, kExec, kStepCount
+  kCgroup,
+  kSetns,
+  kTunOpen,
+  kTunAttach,
+  kTunOwner,
+  kStdio,
+  kUnshare,
+  kPrivate,
+  kTmpfs,
+  kOldRootDir,
+  kPivot,
+  kChdirRoot,
+  kMkdir,
+  kFile,
+  kSymlink,
+  kBind,
+  kRemount,
+  kMknod,
+  kChown,
+  kProc,
+  kUmountOld,
+  kRootRo,
+  kChdir,
+  kBounding,
+  kSetgroups,
+  kSetgid,
+  kSetuid,
+  kRegain,
+  kCapset,
+  kNoNewPrivs,
+  kDeathSig,
+  kExec,
+  kStepCount
 };
-constexpr const char* kStepName[kStepCount] = {
-    "join cgroup", "setns(net)", "open /dev/net/tun", "TUNSETIFF", "TUNSETOWNER", "stdio", "unshare(CLONE_NEWNS)",
-    "make mounts private", "mount tmpfs root", "mkdir old root", "pivot_root", "chdir /", "mkdir", "create",
-    "symlink", "bind mount", "remount", "mknod", "chown", "detach old root", "remount root read-only", "chdir",
-    "drop bounding set", "setgroups", "setresgid", "setresuid", "check root is gone", "capset", "no_new_privs",
-    "parent death signal", "exec"};
+constexpr const char* kStepName[kStepCount] = {"join cgroup",
+                                               "setns(net)",
+                                               "open /dev/net/tun",
+                                               "TUNSETIFF",
+                                               "TUNSETOWNER",
+                                               "stdio",
+                                               "unshare(CLONE_NEWNS)",
+                                               "make mounts private",
+                                               "mount tmpfs root",
+                                               "mkdir old root",
+                                               "pivot_root",
+                                               "chdir /",
+                                               "mkdir",
+                                               "create",
+                                               "symlink",
+                                               "bind mount",
+                                               "remount",
+                                               "mknod",
+                                               "chown",
+                                               "mount /proc",
+                                               "detach old root",
+                                               "remount root read-only",
+                                               "chdir",
+                                               "drop bounding set",
+                                               "setgroups",
+                                               "setresgid",
+                                               "setresuid",
+                                               "check root is gone",
+                                               "capset",
+                                               "no_new_privs",
+                                               "parent death signal",
+                                               "exec"};
 
 bool Under(const std::string& path, const std::string& dir) {
   return path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/';
@@ -106,6 +162,10 @@ StatusOr<JailPlan> PlanJail(const JailSpec& s) {
     plan.files.push_back("/etc/ld.so.cache");
     dirs.insert("/etc");
   }
+  if (s.proc) {
+    dirs.insert("/proc");
+    plan.proc = true;
+  }
   // Devices: harmless ones for everybody, the VMM's own ones owned by its uid.
   dirs.insert("/dev");
   dirs.insert("/dev/net");
@@ -169,6 +229,13 @@ StatusOr<Child> SpawnJailed(const JailPlan& plan, const JailProcess& pr) {
   int ep[2];
   if (::pipe2(ep, O_CLOEXEC) != 0) return ErrnoError("pipe2");
   UniqueFd err_r(ep[0]), err_w(ep[1]);
+  if (pr.pass_fd >= 0) {
+    // Out of the way of fd 3, where the child puts pass_fd.
+    UniqueFd high(::fcntl(err_w.get(), F_DUPFD_CLOEXEC, 16));
+    if (!high) return ErrnoError("fcntl F_DUPFD");
+    err_w = std::move(high);
+    if (pr.pass_fd == 0 || pr.pass_fd == 1 || pr.pass_fd == 2) return InvalidArgument("jail: pass_fd must not be 0..2");
+  }
   const pid_t parent = ::getpid();
 
   pid_t pid = ::fork();
@@ -208,8 +275,14 @@ StatusOr<Child> SpawnJailed(const JailPlan& plan, const JailProcess& pr) {
     int er = pr.stderr_fd >= 0 ? pr.stderr_fd : devnull.get();
     if (::dup2(devnull.get(), 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(er, 2) < 0) fail(kStdio, 0);
     {
+      // err_w is >= 16 when an fd is passed (see below), so fd 3 is free for it.
+      unsigned first = 3;
+      if (pr.pass_fd >= 0) {
+        if (pr.pass_fd == 3 ? ::fcntl(3, F_SETFD, 0) != 0 : ::dup2(pr.pass_fd, 3) < 0) fail(kStdio, 3);
+        first = 4;
+      }
       unsigned ew = static_cast<unsigned>(err_w.get());
-      if (ew > 3) ::syscall(SYS_close_range, 3u, ew - 1, 0u);
+      if (ew > first) ::syscall(SYS_close_range, first, ew - 1, 0u);
       ::syscall(SYS_close_range, ew + 1, ~0u, 0u);
     }
     // The mount namespace.
@@ -231,7 +304,8 @@ StatusOr<Child> SpawnJailed(const JailPlan& plan, const JailProcess& pr) {
       ::close(fd);
     }
     for (size_t i = 0; i < plan.symlinks.size(); ++i) {
-      if (::symlink(plan.symlinks[i].target.c_str(), plan.symlinks[i].path.c_str()) != 0) fail(kSymlink, static_cast<int>(i));
+      if (::symlink(plan.symlinks[i].target.c_str(), plan.symlinks[i].path.c_str()) != 0)
+        fail(kSymlink, static_cast<int>(i));
     }
     for (size_t i = 0; i < plan.binds.size(); ++i) {
       const auto& b = plan.binds[i];
@@ -247,6 +321,9 @@ StatusOr<Child> SpawnJailed(const JailPlan& plan, const JailProcess& pr) {
       if (::mknod(n.path.c_str(), S_IFCHR | n.mode, n.rdev) != 0) fail(kMknod, static_cast<int>(i));
       if (n.owned && ::chown(n.path.c_str(), plan.uid, plan.gid) != 0) fail(kChown, static_cast<int>(i));
     }
+    if (plan.proc &&
+        ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "subset=pid,hidepid=invisible") != 0)
+      fail(kProc, 0);
     if (::umount2(kOldRoot, MNT_DETACH) != 0 || ::rmdir(kOldRoot) != 0) fail(kUmountOld, 0);
     if (::mount(nullptr, "/", nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID, nullptr) != 0) fail(kRootRo, 0);
     if (::chdir(plan.cwd.c_str()) != 0) fail(kChdir, 0);
@@ -288,22 +365,41 @@ StatusOr<Child> SpawnJailed(const JailPlan& plan, const JailProcess& pr) {
     size_t i = static_cast<size_t>(e[2]);
     std::string what;
     switch (step) {
-      case kCgroup: what = i < pr.cgroup_procs.size() ? pr.cgroup_procs[i] : ""; break;
-      case kMkdir: what = i < plan.dirs.size() ? plan.dirs[i] : ""; break;
-      case kFile: what = i < plan.files.size() ? plan.files[i] : ""; break;
-      case kSymlink: what = i < plan.symlinks.size() ? plan.symlinks[i].path : ""; break;
+      case kCgroup:
+        what = i < pr.cgroup_procs.size() ? pr.cgroup_procs[i] : "";
+        break;
+      case kMkdir:
+        what = i < plan.dirs.size() ? plan.dirs[i] : "";
+        break;
+      case kFile:
+        what = i < plan.files.size() ? plan.files[i] : "";
+        break;
+      case kSymlink:
+        what = i < plan.symlinks.size() ? plan.symlinks[i].path : "";
+        break;
       case kBind:
-      case kRemount: what = i < plan.binds.size() ? plan.binds[i].target : ""; break;
+      case kRemount:
+        what = i < plan.binds.size() ? plan.binds[i].target : "";
+        break;
       case kMknod:
-      case kChown: what = i < plan.nodes.size() ? plan.nodes[i].path : ""; break;
+      case kChown:
+        what = i < plan.nodes.size() ? plan.nodes[i].path : "";
+        break;
       case kTunAttach:
-      case kTunOwner: what = pr.tap; break;
-      case kExec: what = pr.argv[0]; break;
-      case kChdir: what = plan.cwd; break;
-      default: break;
+      case kTunOwner:
+        what = pr.tap;
+        break;
+      case kExec:
+        what = pr.argv[0];
+        break;
+      case kChdir:
+        what = plan.cwd;
+        break;
+      default:
+        break;
     }
-    std::string msg = std::string("vmm jail: ") + kStepName[step] + (what.empty() ? "" : " " + what) + ": " +
-                      std::strerror(e[1]);
+    std::string msg =
+        std::string("vmm jail: ") + kStepName[step] + (what.empty() ? "" : " " + what) + ": " + std::strerror(e[1]);
     return FailedPrecondition(msg);
   }
   return child;

@@ -35,7 +35,7 @@ class QemuInstance final : public VmInstance {
     SaveSnapshotOptions o;
     o.keep_running = keep_running;
     ASSIGN_OR_RETURN(auto m, vm_->SaveSnapshot(dir, o));
-    return VmSnapshotInfo{m.memory_bytes, m.disk_bytes, m.save_ms};
+    return VmSnapshotInfo{m.memory_bytes, m.disk_bytes, m.save_ms, m.ram_bytes};
   }
   Status ContinueGuest() override { return vm_->Resume(); }
 
@@ -87,6 +87,7 @@ class QemuRuntime final : public Runtime {
     spec.accel = accel_.accel;
     spec.state_dir = state_dir_;
     spec.detach = r.detach;
+    spec.shared_ram_file = r.shared_memory_template;
     return spec;
   }
 

@@ -7,8 +7,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <climits>
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr uint64_t kOverheadBytes = 256ull << 20;  // QEMU itself
-constexpr int kTcgTbMib = 128;                      // TCG translation cache
+constexpr int kTcgTbMib = 128;                     // TCG translation cache
 constexpr int kPidsMax = 256;
 
 Status ValidateSpec(const VmSpec& s) {
@@ -92,11 +92,36 @@ StatusOr<std::string> CanonicalExecutable(const std::string& exe) {
 
 VmPaths VmPaths::For(const std::string& run_dir) {
   const std::string d = run_dir + "/vmm";
-  return {d, d + "/overlay.qcow2", d + "/qmp.sock", d + "/console.sock", d + "/mig-out.sock", d + "/mig-in.sock"};
+  return {
+      d,         d + "/overlay.qcow2", d + "/qmp.sock", d + "/console.sock", d + "/mig-out.sock", d + "/mig-in.sock",
+      d + "/ram"};
 }
 
 VmPaths VmPaths::Legacy(const std::string& d) {
-  return {d, d + "/overlay.qcow2", d + "/qmp.sock", d + "/console.sock", d + "/mig-out.sock", d + "/mig-in.sock"};
+  return {
+      d,         d + "/overlay.qcow2", d + "/qmp.sock", d + "/console.sock", d + "/mig-out.sock", d + "/mig-in.sock",
+      d + "/ram"};
+}
+
+std::string_view RamKindName(RamKind k) {
+  switch (k) {
+    case RamKind::kMachine:
+      return "machine";
+    case RamKind::kAnon:
+      return "anon";
+    case RamKind::kSharedFile:
+      return "shared-file";
+    case RamKind::kPrivateFile:
+      return "private-file";
+  }
+  return "machine";
+}
+
+StatusOr<RamKind> ParseRamKind(std::string_view name) {
+  for (RamKind k : {RamKind::kMachine, RamKind::kAnon, RamKind::kSharedFile, RamKind::kPrivateFile}) {
+    if (RamKindName(k) == name) return k;
+  }
+  return InvalidArgument("unknown guest RAM kind '" + std::string(name) + "'");
 }
 
 namespace {
@@ -150,26 +175,49 @@ bool QemuSupportsSandbox(const std::string& bin) {
 }
 
 std::string BuildKernelCmdline(const VmSpec& spec, Accel accel, uint64_t tsc_khz) {
-  std::string c = "console=ttyS0 quiet panic=-1 pci=off airlock.ip=169.254.0.21/30 airlock.gw=169.254.0.22 airlock.route=default airlock.dns=169.254.0.22 airlock.hostname=" +
-                  spec.sandbox_id;
+  std::string c =
+      "console=ttyS0 quiet panic=-1 pci=off airlock.ip=169.254.0.21/30 airlock.gw=169.254.0.22 airlock.route=default "
+      "airlock.dns=169.254.0.22 airlock.hostname=" +
+      spec.sandbox_id;
   if (accel == Accel::kTcg) c += " tsc_early_khz=" + std::to_string(tsc_khz);
   if (!spec.extra_cmdline.empty()) c += " " + spec.extra_cmdline;
   return c;
 }
 
 std::vector<std::string> BuildQemuArgv(const VmSpec& spec, Accel accel, const VmPaths& p, bool sandbox_supported,
-                                       uint64_t tsc_khz) {
+                                       uint64_t tsc_khz, const GuestRam& ram) {
   std::vector<std::string> a = {spec.qemu_binary, "-name", "airlock-" + spec.sandbox_id};
-  a.insert(a.end(), {"-M", "microvm,acpi=on,x-option-roms=off,isa-serial=on,rtc=on"});
+  std::string machine = "microvm,acpi=on,x-option-roms=off,isa-serial=on,rtc=on";
+  // microvm has no NUMA: the machine's memory-backend= is how its RAM gets a
+  // backend. Never prealloc (a clone would copy every page), never a
+  // balloon, virtio-mem or free-page reporting (they discard guest RAM,
+  // which on a private file mapping punches holes in the shared file).
+  if (ram.kind != RamKind::kMachine) machine += std::string(",memory-backend=") + kRamBackendId;
+  a.insert(a.end(), {"-M", machine});
   if (accel == Accel::kKvm) {
     a.insert(a.end(), {"-accel", "kvm", "-cpu", "host"});
   } else {
     a.insert(a.end(), {"-accel", "tcg,tb-size=" + std::to_string(kTcgTbMib), "-cpu", "max"});
   }
   a.insert(a.end(), {"-smp", std::to_string(spec.vcpus), "-m", std::to_string(spec.memory_mib)});
+  const std::string size = "size=" + std::to_string(spec.memory_mib) + "M";
+  switch (ram.kind) {
+    case RamKind::kMachine:
+      break;
+    case RamKind::kAnon:
+      a.insert(a.end(), {"-object", std::string("memory-backend-ram,id=") + kRamBackendId + "," + size});
+      break;
+    case RamKind::kSharedFile:
+    case RamKind::kPrivateFile:
+      a.insert(a.end(),
+               {"-object", std::string("memory-backend-file,id=") + kRamBackendId + "," + size +
+                               ",mem-path=" + QemuEscape(ram.mem_path) +
+                               (ram.kind == RamKind::kSharedFile ? ",share=on" : ",share=off") + ",prealloc=off"});
+      break;
+  }
   a.insert(a.end(), {"-nodefaults", "-no-user-config", "-nographic", "-no-reboot"});
-  a.insert(a.end(), {"-kernel", spec.kernel, "-initrd", spec.initrd, "-append",
-                     BuildKernelCmdline(spec, accel, tsc_khz)});
+  a.insert(a.end(),
+           {"-kernel", spec.kernel, "-initrd", spec.initrd, "-append", BuildKernelCmdline(spec, accel, tsc_khz)});
   a.insert(a.end(), {"-drive", "file=" + QemuEscape(p.overlay) + ",if=none,id=root,format=qcow2,discard=unmap",
                      "-device", "virtio-blk-device,drive=root"});
   if (!spec.tap_name.empty()) {
@@ -198,8 +246,10 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
   auto t0 = std::chrono::steady_clock::now();
 
   // accel
-  if (spec.accel) vm->accel_ = *spec.accel;
-  else vm->accel_ = (spec.state_dir.empty() ? ProbeAccel() : ProbeAccelCached(spec.state_dir)).accel;
+  if (spec.accel)
+    vm->accel_ = *spec.accel;
+  else
+    vm->accel_ = (spec.state_dir.empty() ? ProbeAccel() : ProbeAccelCached(spec.state_dir)).accel;
 
   // run dir: ours alone, so Destroy() may remove it whole.
   vm->spec_.run_dir.clear();  // not ours (yet): Destroy() must not remove it
@@ -218,6 +268,20 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
   vm->disk_backing_ = fs::absolute(plan.backing.empty() ? spec.rootfs_template : plan.backing).string();
   vm->disk_backing_format_ = plan.backing_format;
   ASSIGN_OR_RETURN(vm->rootfs_stamp_, FileStamp(spec.rootfs_template));
+  vm->ram_ = plan.ram;
+  vm->ram_source_ = plan.ram_source;
+  if (spec.shared_ram_file) {
+    if (plan.ram.kind != RamKind::kMachine) return InvalidArgument("shared_ram_file is for Start() only");
+    // Created by us, sized, owned by the VMM (it maps it MAP_SHARED and the
+    // guest writes its RAM through it); SaveSnapshot makes it root's and
+    // read-only once the VMM is gone.
+    UniqueFd rf(::open(p.ram.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!rf) return ErrnoError("create " + p.ram);
+    if (::ftruncate(rf.get(), static_cast<off_t>(uint64_t(spec.memory_mib) << 20)) != 0)
+      return ErrnoError("truncate " + p.ram);
+    if (spec.jail && ::fchown(rf.get(), spec.jail->first, spec.jail->second) != 0) return ErrnoError("chown " + p.ram);
+    vm->ram_ = {RamKind::kSharedFile, p.ram};
+  }
   if (!plan.copy_overlay_from.empty()) {
     RETURN_IF_ERROR(CopyFileSynced(plan.copy_overlay_from, p.overlay, 0600).WithContext("overlay"));
   } else {
@@ -245,9 +309,11 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
     limits.pids_max = kPidsMax;
     limits.cpus = spec.vcpus;
     auto cg = VmCgroup::Create(spec.sandbox_id, limits);
-    if (cg.ok()) vm->cgroup_ = std::move(*cg);
-    else LOG_WARN("no cgroup for VMM, running unconfined by cgroup sandbox={} error={}", spec.sandbox_id,
-                  cg.status().ToString());
+    if (cg.ok())
+      vm->cgroup_ = std::move(*cg);
+    else
+      LOG_WARN("no cgroup for VMM, running unconfined by cgroup sandbox={} error={}", spec.sandbox_id,
+               cg.status().ToString());
   }
 
   // spawn
@@ -255,10 +321,11 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
   if (::pipe2(ep, O_CLOEXEC) != 0) return ErrnoError("pipe2");
   UniqueFd err_r(ep[0]), err_w(ep[1]);
   std::vector<std::string> qemu_argv =
-      BuildQemuArgv(spec, vm->accel_, p, QemuSupportsSandbox(spec.qemu_binary), HostTscKhz());
+      BuildQemuArgv(spec, vm->accel_, p, QemuSupportsSandbox(spec.qemu_binary), HostTscKhz(), vm->ram_);
   // Restore: wait for migrate-incoming, and stay stopped after it until `cont`.
   if (plan.incoming) qemu_argv.insert(qemu_argv.end(), {"-S", "-incoming", "defer"});
   ASSIGN_OR_RETURN(std::string exe, FindExecutable(spec.qemu_binary));
+  if (!spec.jail && plan.ram_fd >= 0) return InvalidArgument("a RAM fd is passed only to a jailed VMM");
   if (!spec.jail) {
     SpawnOptions so;
     if (!vm->cgroup_.procs_files().empty()) {
@@ -289,10 +356,12 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
     js.vmm_dir = p.vmm_dir;
     js.base_dir = spec.run_dir;
     js.kvm = vm->accel_ == Accel::kKvm;
+    js.proc = plan.ram_fd >= 0;  // /proc/self/fd/3
     js.ro_files = {spec.kernel, spec.initrd};
     js.ro_files.insert(js.ro_files.end(), chain.begin(), chain.end());
     for (auto& f : js.ro_files) f = fs::absolute(f).string();
-    ASSIGN_OR_RETURN(JailPlan plan, PlanJail(js));
+    const int ram_fd = plan.ram_fd;
+    ASSIGN_OR_RETURN(JailPlan jail_plan, PlanJail(js));
     JailProcess jp;
     jp.argv = qemu_argv;
     ASSIGN_OR_RETURN(jp.argv[0], CanonicalExecutable(exe));
@@ -303,7 +372,8 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
     jp.stdout_fd = err_w.get();
     jp.stderr_fd = err_w.get();
     jp.die_with_parent = !spec.detach;
-    auto child = SpawnJailed(plan, jp);
+    jp.pass_fd = ram_fd;
+    auto child = SpawnJailed(jail_plan, jp);
     if (!child.ok()) return child.status().WithContext("spawn qemu");
     vm->child_ = std::move(*child);
     if (Status st = VmmUidPool::Adopt(spec.uid_lease, vm->child_.pid()); !st.ok()) return st.WithContext("uid lease");
@@ -325,8 +395,8 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
     }
     if (q.status().code() != StatusCode::kUnavailable) return q.status().WithContext("qmp connect");
     if (std::chrono::steady_clock::now() > deadline)
-      return DeadlineExceeded("qemu did not open its QMP socket within " +
-                              std::to_string(spec.start_timeout.count()) + " ms; stderr: " + vm->stderr_.Tail());
+      return DeadlineExceeded("qemu did not open its QMP socket within " + std::to_string(spec.start_timeout.count()) +
+                              " ms; stderr: " + vm->stderr_.Tail());
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 
@@ -346,9 +416,8 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
   if (!st.ok()) return st.status();
   if (spec.detach) RETURN_IF_ERROR(WriteVmRecord(*vm));
   auto t1 = std::chrono::steady_clock::now();
-  LOG_INFO("vmm started sandbox={} pid={} accel={} status={} ms={}", spec.sandbox_id, vm->pid(),
-           AccelName(vm->accel_), st->value("status", "?"),
-           std::chrono::duration_cast<std::chrono::milliseconds>(t1 - t0).count());
+  LOG_INFO("vmm started sandbox={} pid={} accel={} status={} ms={}", spec.sandbox_id, vm->pid(), AccelName(vm->accel_),
+           st->value("status", "?"), std::chrono::duration_cast<std::chrono::milliseconds>(t1 - t0).count());
   return vm;
 }
 

@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -35,9 +36,25 @@
 
 namespace airlock::qemu {
 
+// Guest RAM (docs/snapshots.md "Shared-RAM templates"). kMachine: microvm's
+// own anonymous RAM block ("microvm.ram"), what every VM had before. The
+// others are a memory backend object named kRamBackendId (the RAM block's
+// name in a migration stream): kAnon anonymous (a stream restore of a VM that
+// had a backend), kSharedFile a file mapped MAP_SHARED (a template builder:
+// its RAM becomes the template's file), kPrivateFile a file mapped
+// MAP_PRIVATE (a clone of a shared-RAM template: pages copied on write).
+enum class RamKind { kMachine, kAnon, kSharedFile, kPrivateFile };
+inline constexpr char kRamBackendId[] = "mem0";
+struct GuestRam {
+  RamKind kind = RamKind::kMachine;
+  std::string mem_path;  // kSharedFile / kPrivateFile: the path QEMU opens (as QEMU sees it)
+};
+std::string_view RamKindName(RamKind k);
+StatusOr<RamKind> ParseRamKind(std::string_view name);
+
 struct VmSpec {
-  std::string sandbox_id;       // [A-Za-z0-9_-], becomes airlock.hostname
-  std::string kernel;           // uncompressed ELF vmlinux
+  std::string sandbox_id;  // [A-Za-z0-9_-], becomes airlock.hostname
+  std::string kernel;      // uncompressed ELF vmlinux
   std::string initrd;
   std::string rootfs_template;  // raw ext4, opened read-only as the overlay's backing file
   std::string run_dir;          // absolute; must not exist or be empty; removed by Destroy()
@@ -66,6 +83,11 @@ struct VmSpec {
   std::string qemu_binary = "qemu-system-x86_64";
   std::string qemu_img = "qemu-img";
   std::chrono::milliseconds start_timeout{15000};
+  // Start() only: the guest's RAM is a file, <run_dir>/vmm/ram, mapped
+  // share=on, so that SaveSnapshot writes a shared-RAM snapshot (device state
+  // in the stream, RAM as a read-only file every restore maps copy-on-write).
+  // Such a VM ends with its save.
+  bool shared_ram_file = false;
 };
 
 inline constexpr size_t kConsoleTailBytes = 256 * 1024;
@@ -75,7 +97,7 @@ inline constexpr size_t kStderrTailBytes = 16 * 1024;
 // QEMU opens, creates or connects to is in <run_dir>/vmm, the only writable
 // directory in its jail (owned by the jail uid).
 struct VmPaths {
-  std::string vmm_dir, overlay, qmp_socket, console_socket, migrate_out_socket, migrate_in_socket;
+  std::string vmm_dir, overlay, qmp_socket, console_socket, migrate_out_socket, migrate_in_socket, ram;
   static VmPaths For(const std::string& run_dir);
   // Before the vmm/ dir existed (a VMM started by an older daemon, adopted).
   static VmPaths Legacy(const std::string& run_dir);
@@ -85,8 +107,10 @@ struct VmPaths {
 // this QEMU has -sandbox (seccomp). `tsc_khz`: TSC frequency given to a TCG
 // guest (microvm has no PIT/HPET/PM timer to calibrate against; without it
 // the guest hangs at boot).
-std::vector<std::string> BuildQemuArgv(const VmSpec& spec, Accel accel, const VmPaths& paths,
-                                       bool sandbox_supported, uint64_t tsc_khz);
+// `ram`: the guest RAM's backing (kMachine: none, the command line of
+// every VM before shared-RAM templates, so MachineShapeHash is unchanged).
+std::vector<std::string> BuildQemuArgv(const VmSpec& spec, Accel accel, const VmPaths& paths, bool sandbox_supported,
+                                       uint64_t tsc_khz, const GuestRam& ram = {});
 std::string BuildKernelCmdline(const VmSpec& spec, Accel accel, uint64_t tsc_khz);
 
 class QemuVm {
@@ -124,6 +148,12 @@ class QemuVm {
   // last, <dir>/manifest.json (the commit point; temp + rename). A failure
   // removes what was written and, if the guest was running, resumes it.
   // With keep_running = false the VM is left stopped ("postmigrate").
+  // A VM started with spec.shared_ram_file writes a shared-RAM template
+  // instead (format 2): x-ignore-shared keeps RAM out of the stream, and its
+  // RAM file becomes <dir>/ram, root's and 0444, after the VMM is ended (so
+  // the save ends the VM; keep_running must be false). Restores map it
+  // copy-on-write. A VM restored from such a template (RAM a private
+  // mapping) saves all of its RAM into the stream, as any other VM.
   StatusOr<SnapshotManifest> SaveSnapshot(const std::string& dir, const SaveSnapshotOptions& options = {});
   // Starts a new QEMU from a snapshot: same machine shape as `spec` (checked
   // against the manifest; FailedPrecondition when it differs), a fresh
@@ -148,18 +178,29 @@ class QemuVm {
   const std::string& disk_backing_format() const { return disk_backing_format_; }
   // FileStamp() of the rootfs template, taken at launch.
   const std::string& rootfs_stamp() const { return rootfs_stamp_; }
+  // How the guest RAM is backed, and for a clone of a shared-RAM template
+  // (kPrivateFile) the template's RAM file it maps (absolute; what the
+  // snapshot GC must keep while this VM runs). Recorded in vm.json.
+  const GuestRam& ram() const { return ram_; }
+  const std::string& ram_source() const { return ram_source_; }
 
  private:
   // How Launch() differs between a cold boot and a restore.
   struct LaunchPlan {
-    std::string backing;                  // empty: spec.rootfs_template
+    std::string backing;  // empty: spec.rootfs_template
     std::string backing_format = "raw";
-    bool incoming = false;                // add -S -incoming defer
+    bool incoming = false;  // add -S -incoming defer
     // Non-empty: the overlay is a copy of this qcow2 (whose backing file is
     // `backing`) instead of a new empty one.
     std::string copy_overlay_from;
+    GuestRam ram;            // kMachine: none
+    std::string ram_source;  // kPrivateFile: the template RAM file (absolute)
+    int ram_fd = -1;         // >= 0: passed to the jailed VMM as fd 3 (borrowed)
   };
   static StatusOr<std::unique_ptr<QemuVm>> Launch(const VmSpec& spec, const LaunchPlan& plan);
+  // Shared-RAM save: moves <vmm>/ram into `dir`, ends the VMM, makes the file
+  // root's and 0444, fsyncs and CRCs it into `m` (snapshot.cc).
+  Status FreezeRamFile(const std::string& dir, SnapshotManifest& m);
 
   QemuVm() : console_(kConsoleTailBytes), stderr_(kStderrTailBytes) {}
   std::string DeathReport(const ExitStatus& es) const;
@@ -178,6 +219,8 @@ class QemuVm {
   // FileStamp() of the rootfs template at launch (what SaveSnapshot
   // records; vm.json keeps it for Reattach).
   std::string rootfs_stamp_;
+  GuestRam ram_;
+  std::string ram_source_;
   pid_t adopted_pid_ = -1;  // Reattach(): not our child
   bool AdoptedAlive() const;
 };

@@ -25,23 +25,28 @@ constexpr char kVmRecord[] = "vm.json";
 
 Status WriteVmRecord(const QemuVm& vm) {
   const VmSpec& s = vm.spec();
-  nlohmann::json j = {{"sandbox_id", s.sandbox_id},
-                      {"kernel", s.kernel},
-                      {"initrd", s.initrd},
-                      {"rootfs_template", s.rootfs_template},
-                      {"vcpus", s.vcpus},
-                      {"memory_mib", s.memory_mib},
-                      {"extra_cmdline", s.extra_cmdline},
-                      {"tap_name", s.tap_name},
-                      {"accel", std::string(AccelName(vm.accel()))},
-                      {"disk_backing", vm.disk_backing()},
-                      {"disk_backing_format", vm.disk_backing_format()},
-                      {"rootfs_stamp", vm.rootfs_stamp()},
-                      {"pid", vm.pid()},
-                      {"vmm_dir", vm.paths().vmm_dir},
-                      {"jail", s.jail ? nlohmann::json{{"uid", s.jail->first}, {"gid", s.jail->second},
-                                                       {"uid_lease", s.uid_lease.path}}
-                                      : nlohmann::json(nullptr)}};
+  nlohmann::json j = {
+      {"sandbox_id", s.sandbox_id},
+      {"kernel", s.kernel},
+      {"initrd", s.initrd},
+      {"rootfs_template", s.rootfs_template},
+      {"vcpus", s.vcpus},
+      {"memory_mib", s.memory_mib},
+      {"extra_cmdline", s.extra_cmdline},
+      {"tap_name", s.tap_name},
+      {"accel", std::string(AccelName(vm.accel()))},
+      {"disk_backing", vm.disk_backing()},
+      {"disk_backing_format", vm.disk_backing_format()},
+      {"rootfs_stamp", vm.rootfs_stamp()},
+      // Guest RAM: a clone of a shared-RAM template maps
+      // ram_source (the snapshot GC keeps its dir).
+      {"ram_kind", std::string(RamKindName(vm.ram().kind))},
+      {"ram_mem_path", vm.ram().mem_path},
+      {"ram_source", vm.ram_source()},
+      {"pid", vm.pid()},
+      {"vmm_dir", vm.paths().vmm_dir},
+      {"jail", s.jail ? nlohmann::json{{"uid", s.jail->first}, {"gid", s.jail->second}, {"uid_lease", s.uid_lease.path}}
+                      : nlohmann::json(nullptr)}};
   return WriteFileAtomic(s.run_dir + "/" + kVmRecord, j.dump(), 0600);
 }
 
@@ -77,6 +82,11 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Reattach(const std::string& run_dir, p
     vm->disk_backing_format_ = j.at("disk_backing_format").get<std::string>();
     // Absent in records written before the stamp existed: taken now.
     vm->rootfs_stamp_ = j.value("rootfs_stamp", "");
+    // Absent in records written before guest RAM could be a backend: microvm's own.
+    auto kind = ParseRamKind(j.value("ram_kind", "machine"));
+    if (!kind.ok()) return kind.status().WithContext(path);
+    vm->ram_ = {*kind, j.value("ram_mem_path", "")};
+    vm->ram_source_ = j.value("ram_source", "");
     if (j.contains("jail") && j["jail"].is_object()) {
       const auto& jl = j["jail"];
       vm->spec_.jail = std::make_pair(jl.at("uid").get<uid_t>(), jl.at("gid").get<gid_t>());

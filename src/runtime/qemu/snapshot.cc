@@ -13,6 +13,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -23,6 +24,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -167,7 +170,13 @@ nlohmann::json SnapshotManifest::ToJson() const {
           {"source_sandbox_id", source_sandbox_id},
           {"created_at", created_at},
           {"host_tsc_khz", host_tsc_khz},
-          {"save_ms", save_ms}};
+          {"save_ms", save_ms},
+          {"migrate_ms", migrate_ms},
+          {"ram_backend", ram_backend},
+          {"ram_file", ram_file},
+          {"ram_bytes", ram_bytes},
+          {"ram_crc32", ram_crc32},
+          {"ram_data_bytes", ram_data_bytes}};
 }
 
 StatusOr<SnapshotManifest> SnapshotManifest::FromJson(const nlohmann::json& j) {
@@ -175,22 +184,32 @@ StatusOr<SnapshotManifest> SnapshotManifest::FromJson(const nlohmann::json& j) {
     return InvalidArgument("manifest: not an airlock snapshot manifest");
   SnapshotManifest m;
   auto str = [&](const char* k, std::string& out) -> Status {
-    if (!j.contains(k) || !j[k].is_string()) return InvalidArgument(std::string("manifest: field ") + k + " missing or not a string");
+    if (!j.contains(k) || !j[k].is_string())
+      return InvalidArgument(std::string("manifest: field ") + k + " missing or not a string");
     out = j[k].get<std::string>();
     return OkStatus();
   };
   auto num = [&](const char* k, auto& out) -> Status {
-    if (!j.contains(k) || !j[k].is_number_integer()) return InvalidArgument(std::string("manifest: field ") + k + " missing or not an integer");
+    if (!j.contains(k) || !j[k].is_number_integer())
+      return InvalidArgument(std::string("manifest: field ") + k + " missing or not an integer");
     out = j[k].get<std::remove_reference_t<decltype(out)>>();
     return OkStatus();
   };
   RETURN_IF_ERROR(num("format_version", m.format_version));
-  for (auto [k, f] : std::initializer_list<std::pair<const char*, std::string*>>{
-           {"image_id", &m.image_id}, {"kernel", &m.kernel}, {"initrd", &m.initrd}, {"rootfs", &m.rootfs},
-           {"accel", &m.accel}, {"machine_hash", &m.machine_hash}, {"qemu_version", &m.qemu_version},
-           {"memory_file", &m.memory_file}, {"disk_file", &m.disk_file}, {"disk_backing", &m.disk_backing},
-           {"disk_backing_format", &m.disk_backing_format}, {"source_sandbox_id", &m.source_sandbox_id},
-           {"created_at", &m.created_at}}) {
+  for (auto [k, f] :
+       std::initializer_list<std::pair<const char*, std::string*>>{{"image_id", &m.image_id},
+                                                                   {"kernel", &m.kernel},
+                                                                   {"initrd", &m.initrd},
+                                                                   {"rootfs", &m.rootfs},
+                                                                   {"accel", &m.accel},
+                                                                   {"machine_hash", &m.machine_hash},
+                                                                   {"qemu_version", &m.qemu_version},
+                                                                   {"memory_file", &m.memory_file},
+                                                                   {"disk_file", &m.disk_file},
+                                                                   {"disk_backing", &m.disk_backing},
+                                                                   {"disk_backing_format", &m.disk_backing_format},
+                                                                   {"source_sandbox_id", &m.source_sandbox_id},
+                                                                   {"created_at", &m.created_at}}) {
     RETURN_IF_ERROR(str(k, *f));
   }
   RETURN_IF_ERROR(num("vcpus", m.vcpus));
@@ -202,10 +221,25 @@ StatusOr<SnapshotManifest> SnapshotManifest::FromJson(const nlohmann::json& j) {
   RETURN_IF_ERROR(num("save_ms", m.save_ms));
   // Optional: absent in snapshots written before they existed.
   if (j.contains("rootfs_stamp")) RETURN_IF_ERROR(str("rootfs_stamp", m.rootfs_stamp));
+  if (j.contains("migrate_ms")) RETURN_IF_ERROR(num("migrate_ms", m.migrate_ms));
+  if (j.contains("ram_backend")) RETURN_IF_ERROR(str("ram_backend", m.ram_backend));
+  if (j.contains("ram_file")) {
+    RETURN_IF_ERROR(str("ram_file", m.ram_file));
+    RETURN_IF_ERROR(num("ram_bytes", m.ram_bytes));
+    RETURN_IF_ERROR(num("ram_crc32", m.ram_crc32));
+    if (j.contains("ram_data_bytes")) RETURN_IF_ERROR(num("ram_data_bytes", m.ram_data_bytes));
+  }
+  if (!m.ram_backend.empty() && m.ram_backend != "mem0")
+    return InvalidArgument("manifest: unknown ram_backend '" + m.ram_backend + "'");
+  if (m.shared_ram() && m.format_version != kSnapshotFormatSharedRam)
+    return InvalidArgument("manifest: ram_file in a format " + std::to_string(m.format_version) + " manifest");
+  if (m.format_version == kSnapshotFormatSharedRam && !m.shared_ram())
+    return InvalidArgument("manifest: format 2 without ram_file");
   if (!j.contains("network") || !j["network"].is_boolean()) return InvalidArgument("manifest: field network missing");
   m.network = j["network"].get<bool>();
   // File names are plain names inside the snapshot dir, never paths.
-  for (const std::string* f : {&m.memory_file, &m.disk_file}) {
+  for (const std::string* f : {&m.memory_file, &m.disk_file, &m.ram_file}) {
+    if (f == &m.ram_file && f->empty()) continue;
     if (f->empty() || f->find('/') != std::string::npos || *f == "." || *f == "..")
       return InvalidArgument("manifest: bad file name '" + *f + "'");
   }
@@ -224,23 +258,42 @@ Status DropSnapshotMemory(const std::string& dir) {
 StatusOr<SnapshotManifest> ReadSnapshot(const std::string& dir) {
   std::string path = dir + "/" + kSnapshotManifest;
   std::ifstream f(path);
-  if (!f) return NotFound("no snapshot at " + dir + " (" + kSnapshotManifest + " missing: never saved, or the save did not commit)");
+  if (!f)
+    return NotFound("no snapshot at " + dir + " (" + kSnapshotManifest +
+                    " missing: never saved, or the save did not commit)");
   std::stringstream ss;
   ss << f.rdbuf();
   auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return InvalidArgument(path + ": not JSON");
   auto m = SnapshotManifest::FromJson(j);
   if (!m.ok()) return m.status().WithContext(path);
-  if (m->format_version != kSnapshotFormatVersion)
+  if (m->format_version != kSnapshotFormatVersion && m->format_version != kSnapshotFormatSharedRam)
     return FailedPrecondition(path + ": format version " + std::to_string(m->format_version) + ", this build reads " +
-                              std::to_string(kSnapshotFormatVersion));
+                              std::to_string(kSnapshotFormatVersion) + " and " +
+                              std::to_string(kSnapshotFormatSharedRam));
+  if (m->shared_ram()) {
+    // The template's RAM: clones map it, so it must be exactly what was
+    // saved and writable by nobody but root.
+    std::string p = dir + "/" + m->ram_file;
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0) return Status(StatusCode::kDataLoss, ErrnoError("snapshot file " + p).message());
+    if (!S_ISREG(st.st_mode)) return Status(StatusCode::kDataLoss, "snapshot file " + p + " is not a regular file");
+    if (static_cast<uint64_t>(st.st_size) != m->ram_bytes || m->ram_bytes != (uint64_t(m->memory_mib) << 20))
+      return Status(StatusCode::kDataLoss, "snapshot file " + p + " is " + std::to_string(st.st_size) +
+                                               " bytes, manifest says " + std::to_string(m->ram_bytes));
+    if (st.st_uid != 0 || (st.st_mode & 0222) != 0)
+      return FailedPrecondition("snapshot RAM file " + p + " is writable (owner " + std::to_string(st.st_uid) +
+                                ", mode " + std::to_string(st.st_mode & 07777) +
+                                "): a template's RAM must be root's, read-only");
+  }
   for (auto [name, want] : {std::pair{m->memory_file, m->memory_bytes}, std::pair{m->disk_file, m->disk_bytes}}) {
     struct stat st;
     std::string p = dir + "/" + name;
     if (::stat(p.c_str(), &st) != 0) return Status(StatusCode::kDataLoss, ErrnoError("snapshot file " + p).message());
     if (static_cast<uint64_t>(st.st_size) != want)
       return Status(StatusCode::kDataLoss, "snapshot file " + p + " is " + std::to_string(st.st_size) +
-                                               " bytes, manifest says " + std::to_string(want) + " (truncated or replaced)");
+                                               " bytes, manifest says " + std::to_string(want) +
+                                               " (truncated or replaced)");
   }
   if (m->memory_bytes > (uint64_t(m->memory_mib) << 20) + kStreamOverheadBytes)
     return InvalidArgument(path + ": memory file larger than guest RAM + overhead");
@@ -310,7 +363,125 @@ Status CheckSnapshotFits(const SnapshotManifest& m, const VmSpec& spec, Accel ac
   return OkStatus();
 }
 
+namespace {
+// SealedTemplateRam's memfds: RAM file (path, device, inode, mtime) → memfd.
+struct SealedRamKey {
+  std::string path;
+  dev_t dev;
+  ino_t ino;
+  int64_t mtime_ns;
+  bool operator<(const SealedRamKey& o) const {
+    return std::tie(path, dev, ino, mtime_ns) < std::tie(o.path, o.dev, o.ino, o.mtime_ns);
+  }
+};
+std::mutex sealed_mu;
+std::map<SealedRamKey, std::shared_ptr<const UniqueFd>>& SealedRams() {
+  static auto* m = new std::map<SealedRamKey, std::shared_ptr<const UniqueFd>>();
+  return *m;
+}
+Status PwriteAll(int fd, const char* p, size_t len, uint64_t off) {
+  while (len > 0) {
+    ssize_t n = ::pwrite(fd, p, len, static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("write memfd");
+    p += n;
+    len -= static_cast<size_t>(n);
+    off += static_cast<uint64_t>(n);
+  }
+  return OkStatus();
+}
+void ForgetSealedRam(const std::string& dir) {
+  std::lock_guard<std::mutex> l(sealed_mu);
+  auto& rams = SealedRams();
+  for (auto it = rams.begin(); it != rams.end();) {
+    if (it->first.path.rfind(dir + "/", 0) == 0)
+      it = rams.erase(it);
+    else
+      ++it;
+  }
+}
+}  // namespace
+
+StatusOr<uint32_t> RamFileCrc32(int fd, uint64_t size, uint64_t* data_bytes,
+                                const std::function<Status(uint64_t, const char*, size_t)>& visit) {
+  constexpr size_t kPage = 4096;
+  std::vector<char> buf(kChunk);
+  static const char kZero[kPage] = {};
+  uLong crc = crc32_z(0, nullptr, 0);
+  uint64_t data = 0;
+  off_t pos = 0;
+  while (static_cast<uint64_t>(pos) < size) {
+    off_t start = ::lseek(fd, pos, SEEK_DATA);
+    if (start < 0 && errno == ENXIO) break;  // only a hole is left
+    if (start < 0) return ErrnoError("lseek SEEK_DATA");
+    off_t end = ::lseek(fd, start, SEEK_HOLE);
+    if (end < 0) return ErrnoError("lseek SEEK_HOLE");
+    start &= ~static_cast<off_t>(kPage - 1);
+    for (off_t off = start; off < end;) {
+      size_t want = static_cast<size_t>(std::min<off_t>(static_cast<off_t>(buf.size()), end - off));
+      want = (want + kPage - 1) & ~(kPage - 1);
+      ssize_t n = ::pread(fd, buf.data(), want, off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoError("read RAM file");
+      if (n == 0) break;
+      for (size_t i = 0; i < static_cast<size_t>(n); i += kPage) {
+        size_t len = std::min(kPage, static_cast<size_t>(n) - i);
+        if (std::memcmp(buf.data() + i, kZero, len) == 0) continue;
+        uint64_t page = (static_cast<uint64_t>(off) + i) / kPage;
+        unsigned char le[8];
+        for (int b = 0; b < 8; ++b) le[b] = static_cast<unsigned char>(page >> (8 * b));
+        crc = crc32_z(crc, le, sizeof le);
+        crc = crc32_z(crc, reinterpret_cast<const Bytef*>(buf.data() + i), len);
+        data += len;
+        if (visit) RETURN_IF_ERROR(visit(static_cast<uint64_t>(off) + i, buf.data() + i, len));
+      }
+      off += n;
+    }
+    pos = end;
+  }
+  if (data_bytes) *data_bytes = data;
+  return static_cast<uint32_t>(crc);
+}
+
+StatusOr<std::shared_ptr<const UniqueFd>> SealedTemplateRam(const std::string& dir, const SnapshotManifest& m) {
+  if (!m.shared_ram()) return InvalidArgument("snapshot " + dir + " has no shared RAM file");
+  const std::string path = fs::absolute(dir + "/" + m.ram_file).lexically_normal().string();
+  UniqueFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!file) return ErrnoError("open " + path);
+  struct stat st;
+  if (::fstat(file.get(), &st) != 0) return ErrnoError("stat " + path);
+  if (!S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 0222) != 0 ||
+      static_cast<uint64_t>(st.st_size) != m.ram_bytes)
+    return FailedPrecondition("template RAM file " + path + " is not the root-owned, read-only file of its manifest");
+  SealedRamKey key{path, st.st_dev, st.st_ino, int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+  std::lock_guard<std::mutex> l(sealed_mu);  // one build at a time; a hit costs a map lookup
+  if (auto it = SealedRams().find(key); it != SealedRams().end()) return it->second;
+  const auto t0 = Clock::now();
+  UniqueFd mfd(::memfd_create("airlock-template-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!mfd) return ErrnoError("memfd_create");
+  if (::ftruncate(mfd.get(), static_cast<off_t>(m.ram_bytes)) != 0) return ErrnoError("truncate memfd");
+  uint64_t data = 0;
+  auto crc = RamFileCrc32(file.get(), m.ram_bytes, &data, [&](uint64_t off, const char* p, size_t len) -> Status {
+    return PwriteAll(mfd.get(), p, len, off);
+  });
+  if (!crc.ok()) return crc.status().WithContext("copy " + path + " into a memfd");
+  if (*crc != m.ram_crc32) {
+    char got[16], want[16];
+    std::snprintf(got, sizeof got, "%08x", *crc);
+    std::snprintf(want, sizeof want, "%08x", m.ram_crc32);
+    return Status(StatusCode::kDataLoss,
+                  "template RAM file " + path + " is corrupt (crc32 " + got + ", manifest " + want + ")");
+  }
+  if (::fcntl(mfd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+    return ErrnoError("seal the template RAM memfd");
+  auto shared = std::make_shared<const UniqueFd>(std::move(mfd));
+  SealedRams()[key] = shared;
+  LOG_INFO("template RAM sealed file={} data_bytes={} ms={}", path, data, MsSince(t0));
+  return shared;
+}
+
 Status DeleteSnapshot(const std::string& dir) {
+  ForgetSealedRam(dir);
   std::string manifest = dir + "/" + kSnapshotManifest;
   if (::unlink(manifest.c_str()) != 0 && errno != ENOENT) return ErrnoError("unlink " + manifest);
   std::error_code ec;
@@ -323,7 +494,8 @@ StatusOr<std::vector<std::string>> DiskChain(const std::string& backing, const s
   std::vector<std::string> chain;
   std::string file = backing, fmt = format;
   for (int depth = 0; depth < 64; ++depth) {
-    if (file.empty() || file[0] != '/') return InvalidArgument("disk chain: backing file '" + file + "' is not absolute");
+    if (file.empty() || file[0] != '/')
+      return InvalidArgument("disk chain: backing file '" + file + "' is not absolute");
     chain.push_back(file);
     if (fmt == "raw") return chain;
     if (fmt != "qcow2") return InvalidArgument("disk chain: unknown format '" + fmt + "' of " + file);
@@ -377,18 +549,48 @@ StatusOr<nlohmann::json> WaitMigration(QemuVm& vm, Clock::time_point deadline, c
       return Internal(std::string(what) + ": migration " + s +
                       (q->contains("error-desc") ? ": " + q->value("error-desc", "") : ""));
     }
-    if (Clock::now() > deadline) return DeadlineExceeded(std::string(what) + ": migration still '" + s + "' at the deadline");
+    if (Clock::now() > deadline)
+      return DeadlineExceeded(std::string(what) + ": migration still '" + s + "' at the deadline");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 
 }  // namespace
 
+Status QemuVm::FreezeRamFile(const std::string& dir, SnapshotManifest& m) {
+  // Out of the VMM's reach by path first (into root's 0700 snapshot dir),
+  // then the VMM is ended: nothing may write the file once it is frozen.
+  const std::string tmp = dir + "/" + kSnapshotRam + ".tmp";
+  if (::rename(paths_.ram.c_str(), tmp.c_str()) != 0) return ErrnoError("rename " + paths_.ram + " to " + tmp);
+  RETURN_IF_ERROR(Destroy().WithContext("end the template VMM"));
+  UniqueFd fd(::open(tmp.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd) return ErrnoError("open " + tmp);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError("stat " + tmp);
+  const uint64_t size = uint64_t(spec_.memory_mib) << 20;
+  if (!S_ISREG(st.st_mode) || st.st_nlink != 1 || static_cast<uint64_t>(st.st_size) != size)
+    return FailedPrecondition(tmp + ": not the VMM's RAM file (a regular file of " + std::to_string(size) +
+                              " bytes with one link)");
+  if (::fchown(fd.get(), 0, 0) != 0) return ErrnoError("chown " + tmp);
+  if (::fchmod(fd.get(), 0444) != 0) return ErrnoError("chmod " + tmp);
+  if (::fsync(fd.get()) != 0) return ErrnoError("fsync " + tmp);
+  ASSIGN_OR_RETURN(m.ram_crc32, RamFileCrc32(fd.get(), size, &m.ram_data_bytes));
+  if (::rename(tmp.c_str(), (dir + "/" + kSnapshotRam).c_str()) != 0) return ErrnoError("rename " + tmp);
+  m.ram_file = kSnapshotRam;
+  m.ram_bytes = size;
+  return OkStatus();
+}
+
 StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const SaveSnapshotOptions& o) {
   const auto t0 = Clock::now();
   const auto deadline = t0 + o.timeout;
   RETURN_IF_ERROR(CheckAlive());
   if (dir.empty() || dir[0] != '/') return InvalidArgument("snapshot dir must be an absolute path: " + dir);
+  // A VM whose RAM is its own shared file saves it as a shared-RAM template:
+  // the file becomes the snapshot's, so the VM must end with the save.
+  const bool shared = ram_.kind == RamKind::kSharedFile;
+  if (shared && o.keep_running)
+    return InvalidArgument("a VM with shared-file RAM is saved only with keep_running = false (the save ends it)");
   std::error_code ec;
   bool created = !fs::exists(dir, ec);
   if (!created && !fs::is_empty(dir, ec)) return FailedPrecondition("snapshot dir " + dir + " exists and is not empty");
@@ -402,6 +604,7 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
   const std::string mem_tmp = dir + "/" + kSnapshotMemory + ".tmp";
   const std::string disk_tmp = dir + "/" + kSnapshotDisk + ".tmp";
   SnapshotManifest m;
+  m.qemu_version = QemuVersionOf(qmp_->greeting());  // now: a shared-RAM save ends the VMM (and its QMP)
   uint64_t stop_ms = 0, migrate_ms = 0, disk_ms = 0;
 
   auto save = [&]() -> Status {
@@ -409,6 +612,16 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     stop_ms = MsSince(t0);
     auto p = qmp_->Execute("migrate-set-parameters", {{"max-bandwidth", kMaxBandwidth}});
     if (!p.ok()) return p.status();
+    if (ram_.kind != RamKind::kMachine) {
+      // shared: the stream then holds device state only, RAM stays in the
+      // file. Otherwise off, explicitly: a clone of a shared-RAM template
+      // had it on for its incoming migration, and its RAM (a private
+      // mapping) must be in this stream, whose restore has it off.
+      auto c = qmp_->Execute(
+          "migrate-set-capabilities",
+          {{"capabilities", nlohmann::json::array({{{"capability", "x-ignore-shared"}, {"state", shared}}})}});
+      if (!c.ok()) return c.status().WithContext("x-ignore-shared");
+    }
     ASSIGN_OR_RETURN(UniqueFd listener, ListenUnix(sock));
     // QEMU, as the jail uid, must be able to connect. lchown: the VMM's dir
     // is its own, so never follow what may have replaced the socket there.
@@ -433,7 +646,8 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
       std::string s = q->value("status", "none");
       if (s == "failed" || s == "cancelled")
         return Internal("migration " + s + (q->contains("error-desc") ? ": " + q->value("error-desc", "") : ""));
-      if (Clock::now() > deadline) return DeadlineExceeded("snapshot not written within " + std::to_string(o.timeout.count()) + " ms");
+      if (Clock::now() > deadline)
+        return DeadlineExceeded("snapshot not written within " + std::to_string(o.timeout.count()) + " ms");
       return OkStatus();
     };
     UniqueFd conn;
@@ -485,6 +699,7 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     if (::stat((dir + "/" + kSnapshotDisk).c_str(), &ds) != 0) return ErrnoError("stat disk");
     m.disk_bytes = static_cast<uint64_t>(ds.st_size);
     disk_ms = MsSince(t0) - stop_ms - migrate_ms;
+    if (shared) RETURN_IF_ERROR(FreezeRamFile(dir, m).WithContext("template RAM"));
     RETURN_IF_ERROR(FsyncDir(dir));
 
     m.image_id = o.image_id;
@@ -496,7 +711,6 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     m.accel = std::string(AccelName(accel_));
     m.network = !spec_.tap_name.empty();
     m.machine_hash = MachineShapeHash(spec_, accel_);
-    m.qemu_version = QemuVersionOf(qmp_->greeting());
     m.disk_backing = disk_backing_;
     m.disk_backing_format = disk_backing_format_;
     m.rootfs_stamp = rootfs_stamp_;
@@ -504,6 +718,9 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     m.created_at = Rfc3339Now();
     m.host_tsc_khz = HostTscKhz();
     m.save_ms = static_cast<uint64_t>(MsSince(t0));
+    m.migrate_ms = migrate_ms;
+    m.ram_backend = ram_.kind == RamKind::kMachine ? "" : kRamBackendId;
+    if (shared) m.format_version = kSnapshotFormatSharedRam;
     return WriteFileAtomic(dir + "/" + kSnapshotManifest, m.ToJson().dump(2) + "\n");  // the commit point
   };
 
@@ -512,7 +729,7 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     auto cancel = qmp_ ? qmp_->Execute("migrate_cancel") : StatusOr<nlohmann::json>(Internal("no qmp"));
     (void)cancel;
     ::unlink(sock.c_str());
-    for (const char* f : {kSnapshotManifest, kSnapshotMemory, kSnapshotDisk}) {
+    for (const char* f : {kSnapshotManifest, kSnapshotMemory, kSnapshotDisk, kSnapshotRam}) {
       ::unlink((dir + "/" + f).c_str());
       ::unlink((dir + "/" + f + ".tmp").c_str());
     }
@@ -531,13 +748,13 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     return st.WithContext("snapshot " + dir);
   }
   if (o.keep_running && was_running) RETURN_IF_ERROR(Resume().WithContext("snapshot saved, but cont failed"));
-  LOG_INFO("snapshot saved sandbox={} dir={} memory_bytes={} disk_bytes={} stop_ms={} migrate_ms={} disk_ms={} total_ms={}",
-           spec_.sandbox_id, dir, m.memory_bytes, m.disk_bytes, stop_ms, migrate_ms, disk_ms, MsSince(t0));
+  LOG_INFO(
+      "snapshot saved sandbox={} dir={} memory_bytes={} disk_bytes={} stop_ms={} migrate_ms={} disk_ms={} total_ms={}",
+      spec_.sandbox_id, dir, m.memory_bytes, m.disk_bytes, stop_ms, migrate_ms, disk_ms, MsSince(t0));
   return m;
 }
 
-StatusOr<std::unique_ptr<QemuVm>> QemuVm::Restore(const VmSpec& spec, const std::string& dir,
-                                                  const RestoreOptions& o) {
+StatusOr<std::unique_ptr<QemuVm>> QemuVm::Restore(const VmSpec& spec, const std::string& dir, const RestoreOptions& o) {
   const auto t0 = Clock::now();
   const auto deadline = t0 + o.timeout;
   ASSIGN_OR_RETURN(SnapshotManifest m, ReadSnapshot(dir));
@@ -565,13 +782,37 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Restore(const VmSpec& spec, const std:
     plan.backing_format = "qcow2";
   }
   plan.incoming = true;
+  std::shared_ptr<const UniqueFd> sealed;  // borrowed by Launch as the VMM's fd 3
+  if (m.shared_ram()) {
+    // Copy-on-write of the template's RAM: a jailed VMM gets the sealed
+    // memfd (it can map it privately, never write it); an unjailed one
+    // (debugging only) the file itself.
+    plan.ram_source = fs::absolute(dir + "/" + m.ram_file).lexically_normal().string();
+    if (s.jail) {
+      ASSIGN_OR_RETURN(sealed, SealedTemplateRam(dir, m));
+      plan.ram_fd = sealed->get();
+      plan.ram = {RamKind::kPrivateFile, "/proc/self/fd/3"};
+    } else {
+      plan.ram = {RamKind::kPrivateFile, plan.ram_source};
+    }
+  } else if (!m.ram_backend.empty()) {
+    plan.ram = {RamKind::kAnon, ""};  // the stream's RAM block is a backend's
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<QemuVm> vm, Launch(s, plan));
   const auto launched_ms = MsSince(t0);
   // From here on, returning destroys the VM (and its run dir).
   std::string version = QemuVersionOf(vm->qmp_->greeting());
   if (MajorMinor(version) != MajorMinor(m.qemu_version))
-    return FailedPrecondition("restore " + dir + ": snapshot written by QEMU " + m.qemu_version + ", this is " + version);
+    return FailedPrecondition("restore " + dir + ": snapshot written by QEMU " + m.qemu_version + ", this is " +
+                              version);
 
+  if (m.shared_ram()) {
+    // Same stream format as the save: the RAM block's pages are not in it.
+    auto c = vm->qmp_->Execute(
+        "migrate-set-capabilities",
+        {{"capabilities", nlohmann::json::array({{{"capability", "x-ignore-shared"}, {"state", true}}})}});
+    if (!c.ok()) return c.status().WithContext("restore " + dir + ": x-ignore-shared");
+  }
   const std::string sock = vm->paths_.migrate_in_socket;
   auto inc = vm->qmp_->Execute("migrate-incoming", {{"uri", "unix:" + sock}});
   if (!inc.ok()) return inc.status().WithContext("restore " + dir);
@@ -617,13 +858,17 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Restore(const VmSpec& spec, const std:
       if (r < 0) {
         stream = ErrnoError("poll migration stream");
       } else if (r == 0) {
-        if (Clock::now() > deadline) stream = DeadlineExceeded("qemu stopped reading the memory stream");
-        else stream = vm->CheckAlive();
+        if (Clock::now() > deadline)
+          stream = DeadlineExceeded("qemu stopped reading the memory stream");
+        else
+          stream = vm->CheckAlive();
       } else {
         ssize_t w = ::send(conn.get(), buf.data() + off, static_cast<size_t>(n) - off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-        if (w < 0) stream = ErrnoError("send memory stream to qemu");
-        else off += static_cast<size_t>(w);
+        if (w < 0)
+          stream = ErrnoError("send memory stream to qemu");
+        else
+          off += static_cast<size_t>(w);
       }
     }
     if (!stream.ok() && (stream.code() == StatusCode::kDeadlineExceeded)) break;
@@ -643,7 +888,8 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Restore(const VmSpec& spec, const std:
   }
   if (!done.ok()) {
     // A load failure on a file that fails its CRC is data loss; otherwise QEMU's words.
-    if (corrupt) return Status(StatusCode::kDataLoss, "restore " + dir + ": " + corrupt_msg + "; " + done.status().message());
+    if (corrupt)
+      return Status(StatusCode::kDataLoss, "restore " + dir + ": " + corrupt_msg + "; " + done.status().message());
     return Status(done.status().code(), "restore " + dir + ": " + done.status().message() +
                                             (stream.ok() ? "" : "; stream: " + stream.message()));
   }

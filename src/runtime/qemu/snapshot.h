@@ -6,19 +6,27 @@
 //   disk.qcow2     the VM's disk overlay frozen at snapshot time (read-only
 //                  from then on; its backing file is the template, or the disk
 //                  of the snapshot the VM was itself restored from)
+//   ram            (format 2, shared-RAM templates only) the guest RAM as a
+//                  plain file, root's and 0444: `memory` then holds device
+//                  state only (x-ignore-shared) and every restore maps `ram`
+//                  copy-on-write (docs/snapshots.md "Shared-RAM templates")
 //   manifest.json  written last, by temp + rename: the commit point. A
 //                  directory without a manifest, or whose files do not match
 //                  the sizes it records, is not a snapshot.
 // QemuVm::SaveSnapshot / QemuVm::Restore (qemu_vm.h) write and read it.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <sys/types.h>
 #include <vector>
 
+#include "common/fd.h"
 #include "common/status.h"
 #include "runtime/qemu/accel_probe.h"
 
@@ -27,6 +35,10 @@ namespace airlock::qemu {
 struct VmSpec;
 
 inline constexpr int kSnapshotFormatVersion = 1;
+// A snapshot whose RAM is a shared file (`ram_file`): builds that read only
+// version 1 refuse it instead of loading a stream without the RAM.
+inline constexpr int kSnapshotFormatSharedRam = 2;
+inline constexpr char kSnapshotRam[] = "ram";
 inline constexpr char kSnapshotManifest[] = "manifest.json";
 inline constexpr char kSnapshotMemory[] = "memory";
 inline constexpr char kSnapshotDisk[] = "disk.qcow2";
@@ -82,6 +94,19 @@ struct SnapshotManifest {
   std::string created_at;  // RFC 3339, UTC
   uint64_t host_tsc_khz = 0;
   uint64_t save_ms = 0;
+  uint64_t migrate_ms = 0;  // of save_ms: `migrate` until the stream is on disk (information; 0 in older manifests)
+  // The RAM block the stream was written from: "" microvm's own
+  // ("microvm.ram"), "mem0" a memory backend (a VM restored from a
+  // shared-RAM template), restored into an anonymous backend of that name.
+  std::string ram_backend;
+  // Shared-RAM template (format 2): plain file name of the RAM file, its
+  // size (= memory_mib MiB) and RamFileCrc32 of its contents. Empty name: the
+  // RAM is in the stream.
+  std::string ram_file;
+  uint64_t ram_bytes = 0;
+  uint32_t ram_crc32 = 0;
+  uint64_t ram_data_bytes = 0;  // bytes of non-zero pages (information)
+  bool shared_ram() const { return !ram_file.empty(); }
 
   nlohmann::json ToJson() const;
   // InvalidArgument naming the bad field.
@@ -131,6 +156,23 @@ Status DropSnapshotMemory(const std::string& dir);
 // to the raw template. FailedPrecondition for a qcow2 that is not a
 // snapshot's disk or an unreadable manifest; at most 64 disks.
 StatusOr<std::vector<std::string>> DiskChain(const std::string& backing, const std::string& format);
+
+// CRC-32 (zlib) of a guest RAM file, independent of how the filesystem lays
+// it out: over every 4 KiB page that is not all zeros, its page index
+// (8 bytes, little-endian) then its bytes (holes and zero pages skipped).
+// `visit`, when set, sees each such page (offset, bytes). `data_bytes` gets
+// the bytes of those pages.
+StatusOr<uint32_t> RamFileCrc32(int fd, uint64_t size, uint64_t* data_bytes,
+                                const std::function<Status(uint64_t, const char*, size_t)>& visit = nullptr);
+
+// The sealed memfd clones of the shared-RAM template in `dir` map (one per
+// RAM file per process, built on first use): a copy of <dir>/<ram_file>
+// checked against the manifest's CRC (DataLoss otherwise), sealed against
+// writes, resizing and hole punching (F_SEAL_WRITE|SHRINK|GROW|SEAL). QEMU
+// 7.2 opens a memory-backend-file O_RDWR even with share=off, so a clone
+// gets this (as /proc/self/fd/3), never the file: it can map it
+// copy-on-write and nothing more. Forgotten by DeleteSnapshot.
+StatusOr<std::shared_ptr<const UniqueFd>> SealedTemplateRam(const std::string& dir, const SnapshotManifest& m);
 
 // Copies a file (copy_file_range: a reflink where the filesystem can) to a
 // new file `to` (O_EXCL, `mode`) and fsyncs it. ENOSPC is ResourceExhausted.
