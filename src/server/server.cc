@@ -249,7 +249,8 @@ void Server::RespondNoSandbox(const std::shared_ptr<HttpConn>& c, const std::str
          {"outcome", SandboxOutcomeName(end->outcome)},
          {"outcomeDetail", end->detail},
          {"endedAt", FormatRfc3339Ms(end->at_ms)}};
-  c->Respond(404, "application/json", j.dump());
+  // The detail may quote a VMM's or guest's bytes: never an exception (500) for them.
+  c->Respond(404, "application/json", j.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 void Server::OnSandboxEnding(Sandbox& sb, const SandboxEnd& end) {

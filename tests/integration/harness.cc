@@ -77,7 +77,10 @@ CliResult RunCli(const std::vector<std::string>& args, const std::string& stdin_
   ::fcntl(in[1], F_SETFL, O_NONBLOCK);
   size_t fed = 0;
   int in_fd = in[1];
-  if (stdin_bytes.empty()) { ::close(in_fd); in_fd = -1; }
+  if (stdin_bytes.empty()) {
+    ::close(in_fd);
+    in_fd = -1;
+  }
   pollfd p[3];
   int open_outputs = 2;
   int fds[2] = {out[0], err[0]};
@@ -104,7 +107,10 @@ CliResult RunCli(const std::vector<std::string>& args, const std::string& stdin_
       ssize_t w = ::write(in_fd, stdin_bytes.data() + fed, stdin_bytes.size() - fed);
       if (w > 0) fed += w;
       if (w < 0 && errno != EAGAIN) fed = stdin_bytes.size();
-      if (fed == stdin_bytes.size()) { ::close(in_fd); in_fd = -1; }
+      if (fed == stdin_bytes.size()) {
+        ::close(in_fd);
+        in_fd = -1;
+      }
     }
   }
   if (in_fd >= 0) ::close(in_fd);
@@ -143,7 +149,9 @@ SandboxResources::SandboxResources() {
   if (!inotify_ || ::inotify_add_watch(inotify_.get(), run.c_str(), IN_CREATE | IN_MOVED_TO) < 0) {
     ADD_FAILURE() << "inotify on " << run << ": " << std::strerror(errno);
   }
-  for (auto& n : ListNames(run)) ids_.insert(n);
+  // Run dirs already there are not this test's (another daemon's on the
+  // same state dir, or a dead one's leftovers its own daemon will sweep).
+  for (auto& n : ListNames(run)) preexisting_.insert(n);
 }
 
 HostResources SandboxResources::Snapshot() {
@@ -154,13 +162,16 @@ HostResources SandboxResources::Snapshot() {
     for (char* p = buf; p < buf + n;) {
       auto* e = reinterpret_cast<inotify_event*>(p);
       if (e->mask & IN_Q_OVERFLOW) ADD_FAILURE() << "inotify queue overflowed: sandbox ids missed";
-      if (e->len > 0 && (e->mask & IN_ISDIR)) ids_.insert(e->name);
+      if (e->len > 0 && (e->mask & IN_ISDIR) && !preexisting_.count(e->name)) ids_.insert(e->name);
       p += sizeof(inotify_event) + e->len;
     }
   }
   HostResources r;
-  r.run_dirs = ListNames(StateDir() + "/run");
-  for (auto& id : r.run_dirs) ids_.insert(id);
+  for (auto& id : ListNames(StateDir() + "/run")) {
+    if (preexisting_.count(id)) continue;
+    r.run_dirs.push_back(id);
+    ids_.insert(id);
+  }
   struct stat st;
   for (auto& id : ids_) {
     if (::stat(("/run/netns/" + net::NetnsName(id)).c_str(), &st) == 0) r.netns.push_back(net::NetnsName(id));
@@ -177,8 +188,12 @@ HostResources SandboxResources::Snapshot() {
   for (auto& n : ListNames("/proc")) {
     if (n.find_first_not_of("0123456789") != std::string::npos) continue;
     std::string cmd = ReadFileOrDie("/proc/" + n + "/cmdline");
-    if (cmd.find("qemu-system") != std::string::npos && cmd.find(StateDir() + "/run/") != std::string::npos)
-      r.vmm_pids.push_back(n);
+    const std::string run = StateDir() + "/run/";
+    size_t at = cmd.find(run);
+    if (cmd.find("qemu-system") == std::string::npos || at == std::string::npos) continue;
+    std::string id = cmd.substr(at + run.size());
+    id = id.substr(0, id.find('/'));
+    if (!preexisting_.count(id)) r.vmm_pids.push_back(n);
   }
   return r;
 }

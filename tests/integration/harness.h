@@ -25,10 +25,10 @@ std::string RuntimeName();
 // Empty when microVM tests can run here; else the reason to skip.
 std::string SkipReason();
 
-#define AIRLOCK_REQUIRE_VM()                               \
-  do {                                                     \
-    std::string why = ::airlock::testing::SkipReason();    \
-    if (!why.empty()) GTEST_SKIP() << why;                 \
+#define AIRLOCK_REQUIRE_VM()                            \
+  do {                                                  \
+    std::string why = ::airlock::testing::SkipReason(); \
+    if (!why.empty()) GTEST_SKIP() << why;              \
   } while (0)
 
 struct CliResult {
@@ -61,15 +61,16 @@ struct HostResources {
 };
 
 // The resources of this test's sandboxes, and only theirs, so that a leak
-// check holds while other airlock daemons (other state dirs) run on the
-// host. Make it before the test creates sandboxes: from then on it notes
+// check holds while other airlock daemons run on the host (on other state
+// dirs, or on this one: run dirs there before it was made are not the
+// test's). Make it before the test creates sandboxes: from then on it notes
 // (inotify) every run dir made under StateDir()/run, so a sandbox that
 // failed to start and was cleaned up is still known by its id.
 class SandboxResources {
  public:
   SandboxResources();
-  // StateDir()'s run dirs and VMM processes, and for every sandbox id seen
-  // (run dirs there at construction or made since): its netns al-<id>, its
+  // StateDir()'s run dirs and VMM processes made since construction, and
+  // for every sandbox id seen: its netns al-<id>, its
   // host link net::HostVethName(id) and the lease naming it.
   HostResources Snapshot();
   const std::set<std::string>& ids() const { return ids_; }
@@ -77,6 +78,7 @@ class SandboxResources {
  private:
   UniqueFd inotify_;
   std::set<std::string> ids_;
+  std::set<std::string> preexisting_;
 };
 
 }  // namespace airlock::testing

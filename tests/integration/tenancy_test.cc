@@ -5,9 +5,11 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/manager.h"  // ReadRunDirOwner
 #include "tests/integration/daemon.h"
 #include "tests/integration/harness.h"
 #include "tests/wait_for.h"
@@ -356,6 +358,50 @@ TEST(TenancyTest, Kill9MidCreateLeavesNothingAfterRestart) {
   }
 }
 
+
+// Issue 14 item 2: parked sandboxes of the warm pool are this daemon's run
+// dirs and nobody's registry rows. A daemon killed -9 with a full pool
+// leaves their VMMs running; the next daemon on the registry removes them
+// all (VMM, netns, run dir) and never hands one out or lists it.
+TEST(TenancyTest, Kill9WithAFullWarmPoolLeavesNothingAfterRestart) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  const std::string db = fs::weakly_canonical(dir + "/airlock.db").string();
+  std::map<std::string, pid_t> parked;  // id -> VMM pid
+  {
+    TestDaemon d(dir, {"--pool", "2"}, false);
+    auto parked_count = [&] {
+      auto m = d.Do("GET", "/metrics", "", false);
+      return m.ok() && m->body.find("airlock_pool_parked 2") != std::string::npos;
+    };
+    ASSERT_TRUE(WaitFor(parked_count, std::chrono::seconds(90))) << "the pool never filled";
+    std::error_code ec;
+    for (auto& e : fs::directory_iterator(StateDir() + "/run", ec)) {
+      if (ReadRunDirOwner(e.path().string()).registry != db) continue;
+      parked[e.path().filename().string()] = FindVmm(e.path().string());
+    }
+    ASSERT_EQ(parked.size(), 2u);
+    for (const auto& [id, pid] : parked) EXPECT_GT(pid, 0) << id;
+    auto list = d.Do("GET", "/v2/sandboxes");
+    ASSERT_TRUE(list.ok());
+    EXPECT_EQ(list->body, "[]") << "parked sandboxes are listed";
+    d.Kill9();
+  }
+  for (const auto& [id, pid] : parked) EXPECT_TRUE(fs::exists("/proc/" + std::to_string(pid))) << "VMM of " << id;
+  TestDaemon d2(dir);  // --pool 0
+  for (const auto& [id, pid] : parked) {
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          return !fs::exists("/proc/" + std::to_string(pid)) && !fs::exists(StateDir() + "/run/" + id) &&
+                 !fs::exists("/run/netns/al-" + id);
+        },
+        std::chrono::seconds(30)))
+        << "parked sandbox " << id << " left behind";
+    auto r = d2.Do("GET", "/sandboxes/" + id);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->status, 404) << r->body;
+  }
+}
 
 // Issue 11 item 9: a guest that dies is noticed at once, reaped, recorded
 // and freed, not left "running" until its TTL.

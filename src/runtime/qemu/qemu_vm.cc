@@ -306,6 +306,13 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
     CgroupLimits limits;
     limits.memory_bytes = (uint64_t(spec.memory_mib) << 20) + kOverheadBytes +
                           (vm->accel_ == Accel::kTcg ? uint64_t(kTcgTbMib) << 20 : 0);
+    // A clone of a shared-RAM template: the first write (or read) of a page
+    // the template's memfd holds as a hole allocates that page in the memfd
+    // (tmpfs allocates on fault) and charges it to the faulting VMM, beside
+    // its private copy. Those memfd pages are shared by every clone and
+    // bounded by the guest's RAM; without room for them a guest that
+    // touches all its memory is OOM-killed at about half of it.
+    if (!plan.ram_source.empty()) limits.memory_bytes += uint64_t(spec.memory_mib) << 20;
     limits.pids_max = kPidsMax;
     limits.cpus = spec.vcpus;
     auto cg = VmCgroup::Create(spec.sandbox_id, limits);
