@@ -1,7 +1,8 @@
 // The warm pool (Manager::WarmPool, manager.h): per machine shape, up to
-// ManagerConfig::pool_size sandboxes restored from the template's snapshot
-// and parked at "agent ready" (core/bring_up.h, BringUpPlan::park), so a
-// create costs only egress, agent init and handover. One filler thread
+// ManagerConfig::pool_size sandboxes restored from the template's snapshot,
+// parked at "agent ready" (core/bring_up.h, BringUpPlan::park) and warmed by
+// one login-shell command, so a create costs only egress, agent init and
+// handover, and its first command runs on a warm guest. One filler thread
 // parks one sandbox at a time, never while the host is short of memory
 // (then it gives one back each round), and drops parked sandboxes of a
 // template snapshot that is no longer current.
@@ -124,6 +125,17 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Park(const PoolShape& shape, const i
     sb->released_ = true;
     return FailedPrecondition("warm pool: the template snapshot " + snapshot_dir + " did not restore");
   }
+  // Past its first steps: the guest runs what a create's first command runs
+  // (a login shell as the default user, as the SDK's commands.run does), so
+  // its kernel, the agent's exec path and, under TCG, QEMU's translation of
+  // that code are warm when the user's first command arrives. It leaves no
+  // file or process (the e2e pool test looks for both).
+  ExecRequest warm;
+  warm.cmd = "/bin/bash";
+  warm.args = {"-l", "-c", "true"};
+  warm.timeout = std::chrono::seconds(30);
+  if (auto r = sb->agent_->Exec(warm, {}); !r.ok() || r->exit_code != 0)
+    LOG_WARN("warm pool: sandbox={} warm-up command: {}", sb->id(), r.ok() ? r->status : r.status().message());
   sb->timings_ = timings;
   return sb;
 }
