@@ -135,6 +135,20 @@ std::shared_ptr<Sandbox> Manager::SandboxFor(const BringUpPlan& plan) const {
   return sb;
 }
 
+BringUpPlan Manager::PlanOf(const Sandbox& sb) const {
+  BringUpPlan plan;
+  plan.id = sb.id_;
+  plan.access_token = sb.access_token_;
+  plan.template_name = sb.template_;
+  plan.owner = config_.owner;
+  plan.vcpus = sb.vcpus_;
+  plan.memory_mib = sb.memory_mib_;
+  plan.egress_policy = LoadEgressPolicy(sb.run_dir_);
+  plan.env_vars = sb.env_vars_;
+  plan.detach = sb.detach_;
+  return plan;
+}
+
 StatusOr<std::shared_ptr<Sandbox>> Manager::StartSandbox(BringUpPlan plan,
                                                          std::chrono::steady_clock::time_point requested_at,
                                                          std::shared_ptr<Sandbox> parked) {

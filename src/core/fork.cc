@@ -84,17 +84,13 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
     auto start_child = [this, k, &out, &parent, &dir, &options] {
       // Its own id, token, network; the parent's shape, env and policy (at
       // fork time); its disk layered on the checkpoint, shared with siblings.
-      BringUpPlan plan;
+      BringUpPlan plan = PlanOf(*parent);
+      plan.id.clear();  // a new id and token (StartSandbox)
+      plan.access_token.clear();
       plan.source = MachineSource::kForkSnapshot;
       plan.snapshot_dir = dir;
       plan.shared_snapshot = dir;
       plan.source_token = parent->access_token_;
-      plan.template_name = parent->template_;
-      plan.vcpus = parent->vcpus_;
-      plan.memory_mib = parent->memory_mib_;
-      plan.detach = parent->detach_;
-      plan.env_vars = parent->env_vars_;
-      plan.egress_policy = LoadEgressPolicy(parent->run_dir_);
       plan.ready_timeout = std::chrono::seconds(60);
       plan.what = "fork child " + std::to_string(k) + " of " + parent->id_;
       // The parent's attributes, with a traffic token of its own.

@@ -395,7 +395,9 @@ void Manager::CleanupOrphans(const std::set<std::string>& adopted) {
     if (adopted.count(id)) continue;
     RunDirOwner o = ReadRunDirOwner(run_dir);
     if (o.pid > 0 && ::kill(o.pid, 0) == 0) continue;                  // its owner still runs
-    if (!o.registry.empty() && o.registry != config_.owner) continue;  // another daemon's
+    // Another daemon's, unless its registry is gone: then no daemon can ever
+    // adopt or sweep it (a test daemon's temporary registry, a deleted one).
+    if (!o.registry.empty() && o.registry != config_.owner && fs::exists(o.registry, ec)) continue;
     ReapStaleGuest(id, run_dir, o.pid);
     std::error_code rm;
     fs::remove_all(run_dir, rm);

@@ -508,6 +508,10 @@ class Manager {
   Manager() = default;
   // A Sandbox object with `plan`'s identity and shape (nothing brought up yet).
   std::shared_ptr<Sandbox> SandboxFor(const BringUpPlan& plan) const;
+  // The plan of an existing sandbox: its identity, shape, env, egress policy
+  // (from its run dir) and detach; the source and `what` are the caller's
+  // (resume, rollback; a fork child takes all but the identity).
+  BringUpPlan PlanOf(const Sandbox& sb) const;
   // The warm pool's pieces (warm_pool.cc).
   struct PoolShape {
     std::string template_name;

@@ -148,22 +148,13 @@ StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milli
   RETURN_IF_ERROR(sb->Transition(SandboxState::kResuming));
   // The same identity, shape and network policy (kept in the run dir) as
   // before the pause; the machine from its pause snapshot.
-  BringUpPlan plan;
+  BringUpPlan plan = PlanOf(*sb);
   plan.source = MachineSource::kPausedSandbox;
   {
     std::lock_guard<std::mutex> l(sb->mu_);
     plan.snapshot_dir = sb->snapshot_dir_;
     plan.snapshot_memory = sb->memory_snapshot_;
   }
-  plan.id = id;
-  plan.access_token = sb->access_token_;
-  plan.template_name = sb->template_;
-  plan.owner = config_.owner;
-  plan.vcpus = sb->vcpus_;
-  plan.memory_mib = sb->memory_mib_;
-  plan.egress_policy = LoadEgressPolicy(sb->run_dir_);
-  plan.env_vars = sb->env_vars_;
-  plan.detach = sb->detach_;
   plan.ready_timeout = ready_timeout;
   plan.what = "resume " + id;
   Status st = plan.snapshot_dir.empty() ? FailedPrecondition("no pause snapshot").WithContext(plan.what) : OkStatus();

@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -401,6 +402,34 @@ TEST(TenancyTest, Kill9WithAFullWarmPoolLeavesNothingAfterRestart) {
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->status, 404) << r->body;
   }
+}
+
+// A run dir left by a dead daemon whose registry no longer exists can never
+// be adopted or swept by its own daemon: the next daemon on the state dir
+// removes it. One of a dead daemon whose registry still exists is left for
+// that daemon.
+TEST(TenancyTest, LeftoversOfADaemonWhoseRegistryIsGoneAreSwept) {
+  const std::string run = StateDir() + "/run";
+  fs::create_directories(run);
+  const std::string gone_id = "zzgone" + NewSandboxId().substr(6), kept_id = "zzkept" + NewSandboxId().substr(6);
+  std::string other = MakeTempDir();
+  const std::string other_db = other + "/airlock.db";
+  { std::ofstream(other_db) << ""; }
+  auto make = [&](const std::string& id, const std::string& registry) {
+    fs::create_directories(run + "/" + id);
+    // pid 2147483647 is never a live process.
+    std::ofstream(run + "/" + id + "/owner") << "2147483647\nregistry " << registry << "\n";
+  };
+  make(gone_id, "/nonexistent/airlock-test-" + NewSandboxId() + "/airlock.db");
+  make(kept_id, other_db);
+  {
+    TestDaemon d(MakeTempDir());
+    EXPECT_TRUE(WaitFor([&] { return !fs::exists(run + "/" + gone_id); }, std::chrono::seconds(10)))
+        << "the leftover of a daemon whose registry is gone stayed";
+    EXPECT_TRUE(fs::exists(run + "/" + kept_id)) << "another daemon's leftover was removed";
+  }
+  std::error_code ec;
+  fs::remove_all(run + "/" + kept_id, ec);
 }
 
 // Issue 11 item 9: a guest that dies is noticed at once, reaped, recorded
