@@ -116,23 +116,32 @@ std::shared_ptr<Sandbox> Manager::SandboxFor(const BringUpPlan& plan) const {
   sb->id_ = plan.id;
   sb->run_dir_ = config_.state_dir + "/run/" + plan.id;
   sb->template_ = plan.template_name;
-  sb->access_token_ = plan.access_token;
   sb->port_limits_ = config_.port_exposure;
   sb->vcpus_ = plan.vcpus;
   sb->memory_mib_ = plan.memory_mib;
-  sb->detach_ = plan.detach;
-  sb->env_vars_ = plan.env_vars;
   sb->shared_snapshot_ = plan.shared_snapshot;
-  sb->attrs_ = plan.attributes;
-  sb->recorded_env_ = plan.attributes.recorded_env_vars.value_or(plan.env_vars);
-  sb->attrs_.recorded_env_vars.reset();
-  sb->timeout_ms_ = plan.timeout.count();
-  if (auto img = image::FindImage(config_.state_dir, plan.template_name); img.ok()) {
+  GiveIdentity(*sb, plan);
+  // The template's disk size; the plan's image when it has one (no second look-up).
+  std::string rootfs = plan.image.rootfs;
+  if (rootfs.empty()) {
+    if (auto img = image::FindImage(config_.state_dir, plan.template_name); img.ok()) rootfs = img->rootfs;
+  }
+  if (!rootfs.empty()) {
     std::error_code ec;
-    auto size = fs::file_size(img->rootfs, ec);
+    auto size = fs::file_size(rootfs, ec);
     if (!ec) sb->disk_mib_ = static_cast<int>(size >> 20);
   }
   return sb;
+}
+
+void Manager::GiveIdentity(Sandbox& sb, const BringUpPlan& plan) {
+  sb.access_token_ = plan.access_token;
+  sb.detach_ = plan.detach;
+  sb.env_vars_ = plan.env_vars;
+  sb.attrs_ = plan.attributes;
+  sb.recorded_env_ = plan.attributes.recorded_env_vars.value_or(plan.env_vars);
+  sb.attrs_.recorded_env_vars.reset();
+  sb.timeout_ms_ = plan.timeout.count();
 }
 
 BringUpPlan Manager::PlanOf(const Sandbox& sb) const {
@@ -160,14 +169,8 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::StartSandbox(BringUpPlan plan,
   std::shared_ptr<Sandbox> sb = parked;
   if (sb) {
     // The parked machine takes the create's identity (its own id stays).
-    std::shared_ptr<Sandbox> fresh = SandboxFor(plan);
     std::lock_guard<std::mutex> l(sb->mu_);
-    sb->access_token_ = fresh->access_token_;
-    sb->env_vars_ = fresh->env_vars_;
-    sb->attrs_ = fresh->attrs_;
-    sb->recorded_env_ = fresh->recorded_env_;
-    sb->timeout_ms_ = fresh->timeout_ms_;
-    sb->detach_ = fresh->detach_;
+    GiveIdentity(*sb, plan);
   } else {
     sb = SandboxFor(plan);
   }
@@ -348,7 +351,9 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
       if (!sb.vm_ || !sb.vm_->alive()) return Unavailable("the parked VMM is gone");
       if (egress_ && sb.egress_) RETURN_IF_ERROR(step(kStepEgress, parked_egress, nullptr));
       RETURN_IF_ERROR(step(kStepAgentInit, agent_init, nullptr));
-      if (plan.handover) RETURN_IF_ERROR(step(kStepHandover, [&] { return plan.handover(sb); }, nullptr));
+      if (plan.handover)
+        RETURN_IF_ERROR(step(
+            kStepHandover, [&] { return plan.handover(sb); }, nullptr));
       return step(kStepRunning, running, nullptr);
     }();
     timings->steps = done;

@@ -508,6 +508,9 @@ class Manager {
   Manager() = default;
   // A Sandbox object with `plan`'s identity and shape (nothing brought up yet).
   std::shared_ptr<Sandbox> SandboxFor(const BringUpPlan& plan) const;
+  // The identity a plan gives a sandbox: token, env, attributes, TTL, detach
+  // (SandboxFor; a parked sandbox of the warm pool at hand-out).
+  static void GiveIdentity(Sandbox& sb, const BringUpPlan& plan);
   // The plan of an existing sandbox: its identity, shape, env, egress policy
   // (from its run dir) and detach; the source and `what` are the caller's
   // (resume, rollback; a fork child takes all but the identity).
@@ -529,8 +532,8 @@ class Manager {
   std::shared_ptr<Sandbox> TakeParked(const std::string& snapshot_dir);
   mutable std::mutex pool_mu_;
   std::condition_variable pool_cv_;
-  bool pool_stop_ = false;                                               // guarded by pool_mu_
-  std::set<PoolShape> pool_shapes_;                                      // guarded by pool_mu_
+  bool pool_stop_ = false;                                              // guarded by pool_mu_
+  std::set<PoolShape> pool_shapes_;                                     // guarded by pool_mu_
   std::map<std::string, std::deque<std::shared_ptr<Sandbox>>> parked_;  // by snapshot dir; guarded by pool_mu_
   std::thread pool_thread_;
   std::atomic<uint64_t> pool_hits_{0}, pool_misses_{0};
