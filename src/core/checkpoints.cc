@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/file_util.h"
 #include "common/log.h"
 #include "core/manager.h"
 #include "core/registry.h"
@@ -61,15 +62,6 @@ bool ParseCheckpointEntry(std::string name, std::string* sandbox_id, std::string
   *sandbox_id = name.substr(0, at);
   *checkpoint_id = name.substr(at + 1);
   return ValidCheckpointId(*checkpoint_id);
-}
-
-Status CkptFsyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("open " + dir);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  return rc == 0 ? OkStatus() : ErrnoError("fsync " + dir, err);
 }
 
 Status WriteCheckpointInfo(const std::string& dir, const CheckpointInfo& info) {
@@ -168,7 +160,7 @@ StatusOr<CheckpointInfo> Manager::CreateCheckpoint(const std::string& id) {
     fs::remove_all(tmp, ec);
     return st.WithContext("checkpoint " + id);
   }
-  if (Status s = CkptFsyncDir(checkpoints_dir()); !s.ok()) LOG_WARN("sandbox={} {}", id, s.message());
+  if (Status s = FsyncDir(checkpoints_dir()); !s.ok()) LOG_WARN("sandbox={} {}", id, s.message());
   info.memory_bytes = saved->memory_bytes;
   info.disk_bytes = saved->disk_bytes;
   info.save_ms = static_cast<double>(saved->save_ms);
