@@ -66,7 +66,9 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
     fs::create_directories(forks_dir(), ec);
     if (ec) return Internal("mkdir " + forks_dir() + ": " + ec.message());
     // The checkpoint: the parent is stopped for the save only and continues.
-    auto info = vm->SaveSnapshot(dir + ".tmp", /*keep_running=*/true);
+    // Its RAM becomes a file of the fork's own that every child maps
+    // copy-on-write: the children share each page none of them writes.
+    auto info = vm->SaveSnapshot(dir + ".tmp", /*keep_running=*/true, SnapshotMemory::kSharedByRestores);
     if (!info.ok()) return info.status().WithContext("fork " + id);
     if (::rename((dir + ".tmp").c_str(), dir.c_str()) != 0) {
       Status s = ErrnoError("rename " + dir + ".tmp");

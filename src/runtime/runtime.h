@@ -48,9 +48,23 @@ struct VmSnapshotInfo {
   uint64_t memory_bytes = 0;
   uint64_t disk_bytes = 0;
   uint64_t save_ms = 0;
-  // RAM kept in a file every restore maps (shared_memory_template), not in
-  // memory_bytes; 0 otherwise.
+  // RAM kept in a file every restore maps (shared_memory_template, or
+  // SnapshotMemory::kSharedByRestores), not in memory_bytes; 0 otherwise.
   uint64_t shared_memory_bytes = 0;
+};
+
+// How a snapshot keeps the guest's memory (docs/snapshots.md "RAM deltas and
+// fork files").
+enum class SnapshotMemory {
+  // As the runtime restores it best: a VM that maps its RAM from a file its
+  // restores map too (qemu: a clone of a shared-RAM template or of a fork)
+  // keeps only the pages it changed since that file (a delta); others all.
+  kDefault,
+  // For a fork: the memory becomes a file of the snapshot's own that every
+  // restore maps copy-on-write, so the children share each page none of them
+  // writes. Where the runtime cannot (qemu: a VM whose RAM is no memory
+  // backend, i.e. a cold boot), as kDefault.
+  kSharedByRestores,
 };
 
 // How a VM restored from a snapshot gets its disk.
@@ -127,8 +141,9 @@ class VmInstance {
   // guest stopped (pause: the caller destroys the VM next). On failure nothing
   // is left in `dir` and a guest that was running runs again. ENOSPC is
   // ResourceExhausted. Unimplemented where the backend cannot.
-  virtual StatusOr<VmSnapshotInfo> SaveSnapshot(const std::string& dir, bool keep_running) {
-    (void)dir, (void)keep_running;
+  virtual StatusOr<VmSnapshotInfo> SaveSnapshot(const std::string& dir, bool keep_running,
+                                                 SnapshotMemory memory = SnapshotMemory::kDefault) {
+    (void)dir, (void)keep_running, (void)memory;
     return Unimplemented("this VM cannot be snapshotted");
   }
   // Lets a guest left stopped by SaveSnapshot(keep_running=false) run again.

@@ -222,9 +222,11 @@ TEST(SharedRamTest, ClonesShareTheTemplateRamAndNeverChangeIt) {
   EXPECT_EQ(*crc, man->ram_crc32);
 }
 
-// A clone's RAM is a private mapping of the template: its pause writes all
-// of it into the stream (and resumes into anonymous RAM of the same block
-// name), its fork children see its memory and files.
+// A clone's RAM is a private mapping of the template: its pause writes only
+// the pages that differ from the template's RAM file (a format 3 delta; the
+// resume maps the template again and loads them), its fork writes its RAM
+// into a file of the fork's own that the children map, and the children see
+// its memory and files.
 TEST(SharedRamTest, PauseResumeAndForkOfACloneKeepItsState) {
   AIRLOCK_REQUIRE_VM();
   auto m = OpenShmManager();
@@ -249,11 +251,21 @@ TEST(SharedRamTest, PauseResumeAndForkOfACloneKeepItsState) {
   EXPECT_EQ(vm.value("ram_kind", ""), "private-file");
   EXPECT_NE(vm.value("ram_source", "").find("/snapshots/templates/"), std::string::npos);
 
-  // Fork of the clone (its checkpoint holds all of its RAM).
+  // Fork of the clone: its RAM becomes the fork's `ram` file.
   auto kids = (*m)->Fork(id, 2);
   ASSERT_TRUE(kids.ok()) << kids.status().ToString();
   for (auto& k : *kids) {
     ASSERT_TRUE(k.ok()) << k.status().ToString();
+    std::ifstream kf(StateDir() + "/run/" + (*k)->id() + "/vm/vm.json");
+    auto kvm = nlohmann::json::parse(kf, nullptr, false);
+    EXPECT_EQ(kvm.value("ram_kind", ""), "private-file");
+    const std::string kram = kvm.value("ram_source", "");
+    EXPECT_NE(kram.find("/snapshots/forks/"), std::string::npos) << kram;
+    auto fm = qemu::ReadSnapshot(fs::path(kram).parent_path().string());
+    ASSERT_TRUE(fm.ok()) << fm.status().ToString();
+    EXPECT_TRUE(fm->shared_ram());
+    EXPECT_LT(fm->memory_bytes, 1ull << 20) << "a fork's stream holds device state only";
+    EXPECT_GT(fm->ram_data_bytes, 16ull << 20) << "the fork's RAM file holds the parent's memory";
     EXPECT_EQ(RunIn(**k, "cat /tmp/marker"), marker);
     EXPECT_EQ(RunIn(**k, "cat /home/user/f"), "on-disk\n");
     RunIn(**k, "echo child > /tmp/marker");
@@ -267,11 +279,112 @@ TEST(SharedRamTest, PauseResumeAndForkOfACloneKeepItsState) {
     ASSERT_TRUE(pm.ok()) << pm.status().ToString();
     EXPECT_EQ(pm->ram_backend, "mem0");
     EXPECT_FALSE(pm->shared_ram());
-    EXPECT_GT(pm->memory_bytes, 16ull << 20) << "a clone's pause must write its RAM into the stream";
+    EXPECT_EQ(pm->format_version, qemu::kSnapshotFormatRamDelta);
+    EXPECT_EQ(pm->ram_source, vm.value("ram_source", "")) << "a delta of the template's RAM";
+    EXPECT_TRUE(pm->x_ignore_shared);
+    EXPECT_GT(pm->ram_pages_in_stream, 0u);
+    EXPECT_LT(pm->memory_bytes, 48ull << 20) << "a clone's pause writes what it changed, not its RAM";
+    EXPECT_TRUE((*m)->SnapshotDirInUse(fs::path(pm->ram_source).parent_path().string()))
+        << "a paused delta keeps its template";
     auto r = (*m)->Resume(id);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(RunIn(**sb, "cat /tmp/marker"), marker);
     EXPECT_EQ(RunIn(**sb, "kill -0 $(cat /tmp/sleep.pid) && echo alive"), "alive\n");
+  }
+  EXPECT_TRUE((*m)->Destroy(id).ok());
+}
+
+// Fork that shares memory (issue 14 item 3): the parent's RAM is saved once
+// into the fork's `ram` file, and five children map it copy-on-write. Each
+// sees the parent's memory; parent and children write privately; the pages
+// none of them writes are one copy (PSS well below RSS in every child).
+TEST(SharedRamTest, FiveForkChildrenShareTheParentsMemory) {
+  AIRLOCK_REQUIRE_VM();
+  auto m = OpenShmManager();
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_FALSE(EnsureSharedTemplate(**m).empty());
+  CreateOptions o;
+  o.detach = true;
+  auto sb = (*m)->Create(o);
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  const std::string parent = (*sb)->id();
+  // 32 MiB of the parent's memory (tmpfs pages) no template page equals.
+  const std::string sum = RunIn(
+      **sb, "head -c 32M /dev/urandom > /dev/shm/blob && echo parent > /tmp/who && sha256sum < /dev/shm/blob");
+  ASSERT_EQ(sum.size(), 68u) << sum;
+  auto kids = (*m)->Fork(parent, 5);
+  ASSERT_TRUE(kids.ok()) << kids.status().ToString();
+  std::vector<std::shared_ptr<Sandbox>> children;
+  for (auto& k : *kids) {
+    ASSERT_TRUE(k.ok()) << k.status().ToString();
+    children.push_back(*k);
+  }
+  uint64_t rss = 0, pss = 0;
+  for (size_t i = 0; i < children.size(); ++i) {
+    auto& k = children[i];
+    EXPECT_EQ(RunIn(*k, "sha256sum < /dev/shm/blob"), sum) << "child " << i << " lost the parent's memory";
+    EXPECT_EQ(RunIn(*k, "cat /tmp/who"), "parent\n");
+    RunIn(*k, "echo child-" + std::to_string(i) + " > /tmp/who");
+  }
+  for (size_t i = 0; i < children.size(); ++i) {
+    EXPECT_EQ(RunIn(*children[i], "cat /tmp/who"), "child-" + std::to_string(i) + "\n") << "a sibling's write leaked";
+    auto kb = SmapsRollup(children[i]->vmm_pid());
+    ASSERT_GT(kb["Rss"], 0u);
+    std::printf("fork child %zu pid %d: Rss %lu Pss %lu Pss_Anon %lu Pss_Shmem %lu kB\n", i, children[i]->vmm_pid(),
+                kb["Rss"], kb["Pss"], kb["Pss_Anon"], kb["Pss_Shmem"]);
+    rss += kb["Rss"];
+    pss += kb["Pss"];
+    // The blob (read by every child) is in the fork's file: each child's
+    // PSS counts a fifth of it.
+    EXPECT_GT(kb["Rss"] - kb["Pss"], 16u * 1024) << "child " << i << " shares too little";
+  }
+  std::printf("5 fork children: sum RSS %.1f MiB, sum PSS %.1f MiB\n", rss / 1024.0, pss / 1024.0);
+  EXPECT_LT(pss, rss * 6 / 10);
+  EXPECT_EQ(RunIn(**sb, "cat /tmp/who"), "parent\n") << "a child's write reached the parent";
+  RunIn(**sb, "echo parent-after > /tmp/who");
+  for (auto& k : children) EXPECT_EQ(RunIn(*k, "sha256sum < /dev/shm/blob"), sum);
+  EXPECT_EQ(RunIn(*children[0], "cat /tmp/who"), "child-0\n") << "the parent's write reached a child";
+  for (auto& k : children) EXPECT_TRUE((*m)->Destroy(k->id()).ok());
+  EXPECT_TRUE((*m)->Destroy(parent).ok());
+}
+
+// Pause writes what the sandbox changed (issue 14 item 4): 10 MiB dirtied
+// after the restore is in the delta, the untouched template pages are not,
+// and a resume (template mapped again, the delta loaded) has every byte.
+// A pause of a resumed sandbox is again a delta of the template.
+TEST(SharedRamTest, PauseOfACloneWritesWhatItDirtied) {
+  AIRLOCK_REQUIRE_VM();
+  auto m = OpenShmManager();
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const std::string tmpl = EnsureSharedTemplate(**m);
+  ASSERT_FALSE(tmpl.empty());
+  auto tm = qemu::ReadSnapshot(tmpl);
+  ASSERT_TRUE(tm.ok());
+  CreateOptions o;
+  o.detach = true;
+  auto sb = (*m)->Create(o);
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  const std::string id = (*sb)->id();
+  const std::string sum = RunIn(**sb, "head -c 10M /dev/urandom > /dev/shm/dirty && sha256sum < /dev/shm/dirty");
+  for (int round = 0; round < 2; ++round) {
+    auto p = (*m)->Pause(id);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    auto pm = qemu::ReadSnapshot((*m)->paused_dir() + "/" + id);
+    ASSERT_TRUE(pm.ok()) << pm.status().ToString();
+    EXPECT_EQ(pm->format_version, qemu::kSnapshotFormatRamDelta);
+    EXPECT_EQ(pm->ram_source, tmpl + "/ram");
+    std::printf("round %d: delta %.1f MiB (%lu pages) of a template with %.1f MiB of data\n", round,
+                pm->memory_bytes / 1048576.0, static_cast<unsigned long>(pm->ram_pages_in_stream),
+                tm->ram_data_bytes / 1048576.0);
+    EXPECT_GE(pm->memory_bytes, 10ull << 20) << "the dirtied pages are missing from the delta";
+    EXPECT_LT(pm->memory_bytes, tm->ram_data_bytes / 2) << "the delta holds the template's pages";
+    auto r = (*m)->Resume(id);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    std::ifstream vf(StateDir() + "/run/" + id + "/vm/vm.json");
+    auto vm = nlohmann::json::parse(vf, nullptr, false);
+    EXPECT_EQ(vm.value("ram_kind", ""), "private-file") << "resume maps the template again";
+    EXPECT_EQ(vm.value("ram_source", ""), tmpl + "/ram");
+    EXPECT_EQ(RunIn(**sb, "sha256sum < /dev/shm/dirty"), sum);
   }
   EXPECT_TRUE((*m)->Destroy(id).ok());
 }

@@ -31,9 +31,10 @@ class QemuInstance final : public VmInstance {
     released_ = true;
     return vm_->Release();
   }
-  StatusOr<VmSnapshotInfo> SaveSnapshot(const std::string& dir, bool keep_running) override {
+  StatusOr<VmSnapshotInfo> SaveSnapshot(const std::string& dir, bool keep_running, SnapshotMemory memory) override {
     SaveSnapshotOptions o;
     o.keep_running = keep_running;
+    o.ram_file = memory == SnapshotMemory::kSharedByRestores;
     ASSIGN_OR_RETURN(auto m, vm_->SaveSnapshot(dir, o));
     return VmSnapshotInfo{m.memory_bytes, m.disk_bytes, m.save_ms, m.ram_bytes};
   }

@@ -33,6 +33,7 @@
 #include "common/file_util.h"
 #include "common/hex.h"
 #include "common/log.h"
+#include "runtime/qemu/migration_stream.h"
 #include "runtime/qemu/qemu_vm.h"
 
 namespace airlock::qemu {
@@ -176,7 +177,11 @@ nlohmann::json SnapshotManifest::ToJson() const {
           {"ram_file", ram_file},
           {"ram_bytes", ram_bytes},
           {"ram_crc32", ram_crc32},
-          {"ram_data_bytes", ram_data_bytes}};
+          {"ram_data_bytes", ram_data_bytes},
+          {"x_ignore_shared", x_ignore_shared},
+          {"ram_source", ram_source},
+          {"ram_source_crc32", ram_source_crc32},
+          {"ram_pages_in_stream", ram_pages_in_stream}};
 }
 
 StatusOr<SnapshotManifest> SnapshotManifest::FromJson(const nlohmann::json& j) {
@@ -229,12 +234,26 @@ StatusOr<SnapshotManifest> SnapshotManifest::FromJson(const nlohmann::json& j) {
     RETURN_IF_ERROR(num("ram_crc32", m.ram_crc32));
     if (j.contains("ram_data_bytes")) RETURN_IF_ERROR(num("ram_data_bytes", m.ram_data_bytes));
   }
+  m.x_ignore_shared = m.format_version == kSnapshotFormatSharedRam;
+  if (j.contains("x_ignore_shared")) {
+    if (!j["x_ignore_shared"].is_boolean()) return InvalidArgument("manifest: field x_ignore_shared is not a boolean");
+    m.x_ignore_shared = j["x_ignore_shared"].get<bool>();
+  }
+  if (j.contains("ram_source")) {
+    RETURN_IF_ERROR(str("ram_source", m.ram_source));
+    if (m.ram_delta()) RETURN_IF_ERROR(num("ram_source_crc32", m.ram_source_crc32));
+  }
+  if (j.contains("ram_pages_in_stream")) RETURN_IF_ERROR(num("ram_pages_in_stream", m.ram_pages_in_stream));
   if (!m.ram_backend.empty() && m.ram_backend != "mem0")
     return InvalidArgument("manifest: unknown ram_backend '" + m.ram_backend + "'");
   if (m.shared_ram() && m.format_version != kSnapshotFormatSharedRam)
     return InvalidArgument("manifest: ram_file in a format " + std::to_string(m.format_version) + " manifest");
   if (m.format_version == kSnapshotFormatSharedRam && !m.shared_ram())
     return InvalidArgument("manifest: format 2 without ram_file");
+  if (m.ram_delta() != (m.format_version == kSnapshotFormatRamDelta))
+    return InvalidArgument("manifest: ram_source goes with format 3 only");
+  if (m.ram_delta() && (m.ram_source[0] != '/' || m.ram_backend.empty() || !m.x_ignore_shared))
+    return InvalidArgument("manifest: a RAM delta needs an absolute ram_source, ram_backend and x_ignore_shared");
   if (!j.contains("network") || !j["network"].is_boolean()) return InvalidArgument("manifest: field network missing");
   m.network = j["network"].get<bool>();
   // File names are plain names inside the snapshot dir, never paths.
@@ -252,6 +271,13 @@ Status DropSnapshotMemory(const std::string& dir) {
   if (::truncate(mem.c_str(), 0) != 0) return ErrnoError("truncate " + mem);
   m.memory_bytes = 0;
   m.memory_crc32 = 0;
+  if (m.ram_delta()) {
+    // Nothing of the memory is left: no longer a delta of anything (and no
+    // longer keeping its ram_source's snapshot from the GC).
+    m.ram_source.clear();
+    m.ram_source_crc32 = 0;
+    m.format_version = kSnapshotFormatVersion;
+  }
   return WriteFileAtomic(dir + "/" + kSnapshotManifest, m.ToJson().dump(2) + "\n");
 }
 
@@ -267,10 +293,16 @@ StatusOr<SnapshotManifest> ReadSnapshot(const std::string& dir) {
   if (j.is_discarded()) return InvalidArgument(path + ": not JSON");
   auto m = SnapshotManifest::FromJson(j);
   if (!m.ok()) return m.status().WithContext(path);
-  if (m->format_version != kSnapshotFormatVersion && m->format_version != kSnapshotFormatSharedRam)
+  if (m->format_version < kSnapshotFormatVersion || m->format_version > kSnapshotFormatRamDelta)
     return FailedPrecondition(path + ": format version " + std::to_string(m->format_version) + ", this build reads " +
-                              std::to_string(kSnapshotFormatVersion) + " and " +
-                              std::to_string(kSnapshotFormatSharedRam));
+                              std::to_string(kSnapshotFormatVersion) + " to " +
+                              std::to_string(kSnapshotFormatRamDelta));
+  if (m->ram_delta()) {
+    struct stat st;
+    if (::stat(m->ram_source.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+      return FailedPrecondition(path + ": the RAM file this snapshot's memory is a delta of (" + m->ram_source +
+                                ") is gone");
+  }
   if (m->shared_ram()) {
     // The template's RAM: clones map it, so it must be exactly what was
     // saved and writable by nobody but root.
@@ -555,6 +587,152 @@ StatusOr<nlohmann::json> WaitMigration(QemuVm& vm, Clock::time_point deadline, c
   }
 }
 
+// The socket QEMU writes its stream to: bounded in size (QEMU is
+// untrusted) and time, and noticing a QEMU that died or gave up (`check`,
+// run whenever nothing arrived for a tick) instead of blocking on it.
+class MigrationSocketReader final : public StreamReader {
+ public:
+  MigrationSocketReader(int fd, uint64_t limit, Clock::time_point deadline, std::function<Status()> check)
+      : fd_(fd), limit_(limit), deadline_(deadline), check_(std::move(check)) {}
+  StatusOr<size_t> ReadSome(char* p, size_t max) override {
+    while (true) {
+      pollfd pf{fd_, POLLIN, 0};
+      int r = ::poll(&pf, 1, MsLeft(deadline_));
+      if (r < 0 && errno != EINTR) return ErrnoError("poll migration stream");
+      if (r <= 0) {
+        RETURN_IF_ERROR(check_());
+        continue;
+      }
+      ssize_t n = ::read(fd_, p, max);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoError("read migration stream");
+      total_ += static_cast<uint64_t>(n);
+      if (total_ > limit_)
+        return ResourceExhausted("migration stream exceeds " + std::to_string(limit_) +
+                                 " bytes (guest RAM + overhead)");
+      return static_cast<size_t>(n);
+    }
+  }
+
+ private:
+  int fd_;
+  uint64_t limit_, total_ = 0;
+  Clock::time_point deadline_;
+  std::function<Status()> check_;
+};
+
+// The snapshot's memory file: what is written, its size and CRC-32.
+class MemoryFileWriter final : public StreamWriter {
+ public:
+  MemoryFileWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  Status Write(const char* p, size_t n) override {
+    crc_ = crc32_z(crc_, reinterpret_cast<const Bytef*>(p), n);
+    bytes_ += n;
+    return WriteAll(fd_, {p, n}, path_);
+  }
+  uint64_t bytes() const { return bytes_; }
+  uint32_t crc32() const { return static_cast<uint32_t>(crc_); }
+
+ private:
+  int fd_;
+  std::string path_;
+  uLong crc_ = crc32_z(0, nullptr, 0);
+  uint64_t bytes_ = 0;
+};
+
+// The RAM file a clone maps (another snapshot's `ram`), readable here for a
+// delta save: the sealed memfd the clones map (SealedTemplateRam), mapped
+// read-only, and which of its pages hold data (holes are never touched: a
+// read fault on a memfd hole would allocate a page in it).
+struct DeltaBase {
+  std::shared_ptr<const UniqueFd> memfd;
+  const unsigned char* map = nullptr;
+  size_t bytes = 0;
+  std::vector<bool> data;
+  uint32_t crc = 0;
+  DeltaBase() = default;
+  DeltaBase(const DeltaBase&) = delete;
+  DeltaBase& operator=(const DeltaBase&) = delete;
+  ~DeltaBase() {
+    if (map) ::munmap(const_cast<unsigned char*>(map), bytes);
+  }
+};
+
+StatusOr<std::unique_ptr<DeltaBase>> OpenDeltaBase(const std::string& ram_path, uint64_t bytes) {
+  const std::string dir = fs::path(ram_path).parent_path().string();
+  ASSIGN_OR_RETURN(SnapshotManifest bm, ReadSnapshot(dir));
+  if (!bm.shared_ram() || fs::path(dir + "/" + bm.ram_file).lexically_normal().string() != ram_path)
+    return FailedPrecondition(dir + " is not the shared-RAM snapshot of " + ram_path);
+  if (bm.ram_bytes != bytes)
+    return FailedPrecondition(ram_path + " is " + std::to_string(bm.ram_bytes) + " bytes, the guest RAM " +
+                              std::to_string(bytes));
+  auto b = std::make_unique<DeltaBase>();
+  ASSIGN_OR_RETURN(b->memfd, SealedTemplateRam(dir, bm));
+  void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, b->memfd->get(), 0);
+  if (p == MAP_FAILED) return ErrnoError("map " + ram_path);
+  b->map = static_cast<const unsigned char*>(p);
+  b->bytes = bytes;
+  ASSIGN_OR_RETURN(b->data, FileDataPages(b->memfd->get(), bytes));
+  b->crc = bm.ram_crc32;
+  return b;
+}
+
+// What SaveSnapshot does with the pages of a VM's RAM backend.
+enum class RamSave { kStream, kDelta, kFile };
+struct RamSavePlan {
+  RamSave mode = RamSave::kStream;
+  RamPagePolicy policy;
+  std::unique_ptr<DeltaBase> base;  // kDelta
+  UniqueFd file;                    // kFile: <dir>/ram.tmp
+};
+
+// kFile when asked for a VM with a RAM backend (a fork); kDelta for a VM
+// that maps another snapshot's RAM file, unless that file cannot be read
+// (then the whole RAM is streamed, with a warning); kStream otherwise.
+StatusOr<RamSavePlan> PlanRamSave(const SaveSnapshotOptions& o, const std::string& dir, RamKind kind,
+                                  const std::string& ram_source, int memory_mib, const std::string& sandbox_id) {
+  RamSavePlan p;
+  p.policy.block = kRamBackendId;
+  p.policy.block_bytes = uint64_t(memory_mib) << 20;
+  if (kind == RamKind::kMachine || kind == RamKind::kSharedFile) return p;
+  if (o.ram_file) {
+    const std::string tmp = dir + "/" + kSnapshotRam + ".tmp";
+    p.file.Reset(::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!p.file) return ErrnoError("create " + tmp);
+    if (::ftruncate(p.file.get(), static_cast<off_t>(p.policy.block_bytes)) != 0) return ErrnoError("size " + tmp);
+    p.policy.file_fd = p.file.get();
+    p.mode = RamSave::kFile;
+    return p;
+  }
+  if (kind != RamKind::kPrivateFile || ram_source.empty() || !o.ram_delta) return p;
+  auto base = OpenDeltaBase(ram_source, p.policy.block_bytes);
+  if (!base.ok()) {
+    LOG_WARN("snapshot sandbox={}: RAM saved whole, not as a delta of {}: {}", sandbox_id, ram_source,
+             base.status().ToString());
+    return p;
+  }
+  p.base = std::move(*base);
+  p.policy.base = p.base->map;
+  p.policy.base_data = &p.base->data;
+  p.mode = RamSave::kDelta;
+  return p;
+}
+
+// A RAM file that restores will map, made final: read-only, on disk, CRC'd
+// into `m`, renamed from <dir>/ram.tmp to <dir>/ram. `fd` is the file.
+Status CommitRamFile(const UniqueFd& fd, const std::string& dir, int memory_mib, SnapshotManifest& m) {
+  const std::string tmp = dir + "/" + kSnapshotRam + ".tmp";
+  const uint64_t size = uint64_t(memory_mib) << 20;
+  if (::fchown(fd.get(), 0, 0) != 0) return ErrnoError("chown " + tmp);
+  if (::fchmod(fd.get(), 0444) != 0) return ErrnoError("chmod " + tmp);
+  if (::fsync(fd.get()) != 0) return ErrnoError("fsync " + tmp);
+  ASSIGN_OR_RETURN(m.ram_crc32, RamFileCrc32(fd.get(), size, &m.ram_data_bytes));
+  if (::rename(tmp.c_str(), (dir + "/" + kSnapshotRam).c_str()) != 0) return ErrnoError("rename " + tmp);
+  m.ram_file = kSnapshotRam;
+  m.ram_bytes = size;
+  return OkStatus();
+}
+
 }  // namespace
 
 Status QemuVm::FreezeRamFile(const std::string& dir, SnapshotManifest& m) {
@@ -571,14 +749,7 @@ Status QemuVm::FreezeRamFile(const std::string& dir, SnapshotManifest& m) {
   if (!S_ISREG(st.st_mode) || st.st_nlink != 1 || static_cast<uint64_t>(st.st_size) != size)
     return FailedPrecondition(tmp + ": not the VMM's RAM file (a regular file of " + std::to_string(size) +
                               " bytes with one link)");
-  if (::fchown(fd.get(), 0, 0) != 0) return ErrnoError("chown " + tmp);
-  if (::fchmod(fd.get(), 0444) != 0) return ErrnoError("chmod " + tmp);
-  if (::fsync(fd.get()) != 0) return ErrnoError("fsync " + tmp);
-  ASSIGN_OR_RETURN(m.ram_crc32, RamFileCrc32(fd.get(), size, &m.ram_data_bytes));
-  if (::rename(tmp.c_str(), (dir + "/" + kSnapshotRam).c_str()) != 0) return ErrnoError("rename " + tmp);
-  m.ram_file = kSnapshotRam;
-  m.ram_bytes = size;
-  return OkStatus();
+  return CommitRamFile(fd, dir, spec_.memory_mib, m);
 }
 
 StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const SaveSnapshotOptions& o) {
@@ -606,6 +777,16 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
   SnapshotManifest m;
   m.qemu_version = QemuVersionOf(qmp_->greeting());  // now: a shared-RAM save ends the VMM (and its QMP)
   uint64_t stop_ms = 0, migrate_ms = 0, disk_ms = 0;
+  RamSavePlan ram_plan;
+  if (!shared) {
+    auto plan = PlanRamSave(o, dir, ram_.kind, ram_source_, spec_.memory_mib, spec_.sandbox_id);
+    if (!plan.ok()) {
+      ::unlink((dir + "/" + kSnapshotRam + ".tmp").c_str());
+      if (created) fs::remove(dir, ec);
+      return plan.status().WithContext("snapshot " + dir);
+    }
+    ram_plan = std::move(*plan);
+  }
 
   auto save = [&]() -> Status {
     if (was_running) RETURN_IF_ERROR(Pause().WithContext("stop"));  // also drains + flushes the block layer
@@ -613,14 +794,17 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     auto p = qmp_->Execute("migrate-set-parameters", {{"max-bandwidth", kMaxBandwidth}});
     if (!p.ok()) return p.status();
     if (ram_.kind != RamKind::kMachine) {
-      // shared: the stream then holds device state only, RAM stays in the
-      // file. Otherwise off, explicitly: a clone of a shared-RAM template
-      // had it on for its incoming migration, and its RAM (a private
-      // mapping) must be in this stream, whose restore has it off.
+      // On for every VM whose RAM is a memory backend. shared: the stream
+      // then holds device state only, the RAM stays in the file. Others
+      // (private or anonymous RAM, which the capability does not skip) send
+      // their pages, which the RAM plan keeps, drops or moves; the stream's
+      // block list then carries each block's address, and its restore sets
+      // the capability too (x_ignore_shared in the manifest).
       auto c = qmp_->Execute(
           "migrate-set-capabilities",
-          {{"capabilities", nlohmann::json::array({{{"capability", "x-ignore-shared"}, {"state", shared}}})}});
+          {{"capabilities", nlohmann::json::array({{{"capability", "x-ignore-shared"}, {"state", true}}})}});
       if (!c.ok()) return c.status().WithContext("x-ignore-shared");
+      m.x_ignore_shared = true;
     }
     ASSIGN_OR_RETURN(UniqueFd listener, ListenUnix(sock));
     // QEMU, as the jail uid, must be able to connect. lchown: the VMM's dir
@@ -663,27 +847,27 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     }
     listener.Reset();
     ::unlink(sock.c_str());
-    std::vector<char> buf(kChunk);
-    uLong crc = crc32_z(0, nullptr, 0);
-    while (true) {
-      pollfd pf{conn.get(), POLLIN, 0};
-      int r = ::poll(&pf, 1, MsLeft(deadline));
-      if (r < 0 && errno != EINTR) return ErrnoError("poll migration stream");
-      if (r <= 0) {
-        RETURN_IF_ERROR(check_qemu());
-        continue;
+    MigrationSocketReader reader(conn.get(), limit, deadline, check_qemu);
+    MemoryFileWriter writer(out.get(), mem_tmp);
+    if (ram_plan.mode == RamSave::kStream) {
+      std::vector<char> buf(kChunk);
+      while (true) {
+        ASSIGN_OR_RETURN(size_t n, reader.ReadSome(buf.data(), buf.size()));
+        if (n == 0) break;
+        RETURN_IF_ERROR(writer.Write(buf.data(), n));
       }
-      ssize_t n = ::read(conn.get(), buf.data(), buf.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return ErrnoError("read migration stream");
-      if (n == 0) break;
-      m.memory_bytes += static_cast<uint64_t>(n);
-      if (m.memory_bytes > limit)
-        return ResourceExhausted("migration stream exceeds " + std::to_string(limit) + " bytes (guest RAM + overhead)");
-      crc = crc32_z(crc, reinterpret_cast<const Bytef*>(buf.data()), static_cast<size_t>(n));
-      RETURN_IF_ERROR(WriteAll(out.get(), {buf.data(), static_cast<size_t>(n)}, mem_tmp));
+    } else {
+      // Page by page (migration_stream.h): a delta keeps what differs from
+      // the RAM file restores map; a fork moves the RAM into a file of its own.
+      ASSIGN_OR_RETURN(MigrationFilterStats fs, FilterMigrationStream(reader, writer, ram_plan.policy));
+      m.ram_pages_in_stream = fs.pages_kept;
+      LOG_INFO("snapshot RAM sandbox={} mode={} stream_in={} stream_out={} pages_kept={} pages_dropped={} "
+               "pages_to_file={} other_pages={}",
+               spec_.sandbox_id, ram_plan.mode == RamSave::kDelta ? "delta" : "file", fs.bytes_in, fs.bytes_out,
+               fs.pages_kept, fs.pages_dropped, fs.pages_to_file, fs.other_pages);
     }
-    m.memory_crc32 = static_cast<uint32_t>(crc);
+    m.memory_bytes = writer.bytes();
+    m.memory_crc32 = writer.crc32();
     RETURN_IF_ERROR(WaitMigration(*this, deadline, "snapshot").status());
     if (::fsync(out.get()) != 0) return ErrnoError("fsync " + mem_tmp);
     out.Reset();
@@ -700,6 +884,8 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     m.disk_bytes = static_cast<uint64_t>(ds.st_size);
     disk_ms = MsSince(t0) - stop_ms - migrate_ms;
     if (shared) RETURN_IF_ERROR(FreezeRamFile(dir, m).WithContext("template RAM"));
+    if (ram_plan.mode == RamSave::kFile)
+      RETURN_IF_ERROR(CommitRamFile(ram_plan.file, dir, spec_.memory_mib, m).WithContext("fork RAM file"));
     RETURN_IF_ERROR(FsyncDir(dir));
 
     m.image_id = o.image_id;
@@ -720,7 +906,12 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     m.save_ms = static_cast<uint64_t>(MsSince(t0));
     m.migrate_ms = migrate_ms;
     m.ram_backend = ram_.kind == RamKind::kMachine ? "" : kRamBackendId;
-    if (shared) m.format_version = kSnapshotFormatSharedRam;
+    if (shared || ram_plan.mode == RamSave::kFile) m.format_version = kSnapshotFormatSharedRam;
+    if (ram_plan.mode == RamSave::kDelta) {
+      m.format_version = kSnapshotFormatRamDelta;
+      m.ram_source = ram_source_;
+      m.ram_source_crc32 = ram_plan.base->crc;
+    }
     return WriteFileAtomic(dir + "/" + kSnapshotManifest, m.ToJson().dump(2) + "\n");  // the commit point
   };
 
@@ -729,6 +920,7 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
     auto cancel = qmp_ ? qmp_->Execute("migrate_cancel") : StatusOr<nlohmann::json>(Internal("no qmp"));
     (void)cancel;
     ::unlink(sock.c_str());
+    ram_plan.file.Reset();
     for (const char* f : {kSnapshotManifest, kSnapshotMemory, kSnapshotDisk, kSnapshotRam}) {
       ::unlink((dir + "/" + f).c_str());
       ::unlink((dir + "/" + f + ".tmp").c_str());
@@ -783,13 +975,30 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Restore(const VmSpec& spec, const std:
   }
   plan.incoming = true;
   std::shared_ptr<const UniqueFd> sealed;  // borrowed by Launch as the VMM's fd 3
+  // The RAM file this VM maps copy-on-write: the snapshot's own (a template,
+  // a fork), or the one its delta was taken against.
+  std::string ram_dir;
+  SnapshotManifest ram_m;
   if (m.shared_ram()) {
-    // Copy-on-write of the template's RAM: a jailed VMM gets the sealed
-    // memfd (it can map it privately, never write it); an unjailed one
-    // (debugging only) the file itself.
-    plan.ram_source = fs::absolute(dir + "/" + m.ram_file).lexically_normal().string();
+    ram_dir = dir;
+    ram_m = m;
+  } else if (m.ram_delta()) {
+    ram_dir = fs::path(m.ram_source).parent_path().string();
+    auto bm = ReadSnapshot(ram_dir);
+    if (!bm.ok()) return bm.status().WithContext("restore " + dir + ": the RAM its delta is taken against");
+    ram_m = std::move(*bm);
+    if (!ram_m.shared_ram() || fs::path(ram_dir + "/" + ram_m.ram_file).lexically_normal().string() != m.ram_source ||
+        ram_m.ram_crc32 != m.ram_source_crc32 || ram_m.ram_bytes != (uint64_t(s.memory_mib) << 20))
+      return FailedPrecondition("restore " + dir + ": " + m.ram_source +
+                                " is not the RAM file its delta was taken against (replaced since)");
+  }
+  if (!ram_dir.empty()) {
+    // Copy-on-write of that RAM: a jailed VMM gets the sealed memfd (it can
+    // map it privately, never write it); an unjailed one (debugging only)
+    // the file itself.
+    plan.ram_source = fs::absolute(ram_dir + "/" + ram_m.ram_file).lexically_normal().string();
     if (s.jail) {
-      ASSIGN_OR_RETURN(sealed, SealedTemplateRam(dir, m));
+      ASSIGN_OR_RETURN(sealed, SealedTemplateRam(ram_dir, ram_m));
       plan.ram_fd = sealed->get();
       plan.ram = {RamKind::kPrivateFile, "/proc/self/fd/3"};
     } else {
@@ -806,8 +1015,8 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Restore(const VmSpec& spec, const std:
     return FailedPrecondition("restore " + dir + ": snapshot written by QEMU " + m.qemu_version + ", this is " +
                               version);
 
-  if (m.shared_ram()) {
-    // Same stream format as the save: the RAM block's pages are not in it.
+  if (m.x_ignore_shared) {
+    // Same stream format as the save (QEMU refuses a mismatch).
     auto c = vm->qmp_->Execute(
         "migrate-set-capabilities",
         {{"capabilities", nlohmann::json::array({{{"capability", "x-ignore-shared"}, {"state", true}}})}});

@@ -6,10 +6,14 @@
 //   disk.qcow2     the VM's disk overlay frozen at snapshot time (read-only
 //                  from then on; its backing file is the template, or the disk
 //                  of the snapshot the VM was itself restored from)
-//   ram            (format 2, shared-RAM templates only) the guest RAM as a
-//                  plain file, root's and 0444: `memory` then holds device
-//                  state only (x-ignore-shared) and every restore maps `ram`
-//                  copy-on-write (docs/snapshots.md "Shared-RAM templates")
+//   ram            (format 2: shared-RAM templates and fork files) the guest
+//                  RAM as a plain file, root's and 0444: `memory` then holds
+//                  device state only (x-ignore-shared) and every restore
+//                  maps `ram` copy-on-write (docs/snapshots.md "Shared-RAM
+//                  templates", "RAM deltas and fork files")
+// A format 3 snapshot (a *RAM delta*) holds in `memory` only the pages that
+// differ from another snapshot's `ram` (its `ram_source`, e.g. the template
+// the VM was cloned from); its restore maps that file and loads the delta.
 //   manifest.json  written last, by temp + rename: the commit point. A
 //                  directory without a manifest, or whose files do not match
 //                  the sizes it records, is not a snapshot.
@@ -38,6 +42,10 @@ inline constexpr int kSnapshotFormatVersion = 1;
 // A snapshot whose RAM is a shared file (`ram_file`): builds that read only
 // version 1 refuse it instead of loading a stream without the RAM.
 inline constexpr int kSnapshotFormatSharedRam = 2;
+// The stream holds only the pages that differ from `ram_source` (the RAM
+// file of a format 2 snapshot): builds that do not know it would restore a
+// guest with holes in its memory, so they must refuse it.
+inline constexpr int kSnapshotFormatRamDelta = 3;
 inline constexpr char kSnapshotRam[] = "ram";
 inline constexpr char kSnapshotManifest[] = "manifest.json";
 inline constexpr char kSnapshotMemory[] = "memory";
@@ -52,6 +60,16 @@ struct SaveSnapshotOptions {
   // Bound on the whole save (migration + disk copy); on expiry the migration
   // is cancelled and the VM resumed.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // A VM whose RAM is a memory backend (a clone, a resumed or forked VM):
+  // true writes its RAM into <dir>/ram, a file every restore maps
+  // copy-on-write (a format 2 snapshot, as a template's: a fork), instead of
+  // into the stream. Ignored for other VMs (their RAM block is microvm's own).
+  bool ram_file = false;
+  // A VM that maps its RAM from another snapshot's `ram` (a clone of a
+  // template or of a fork): true (default) keeps in the stream only the pages
+  // that differ from that file (format 3), false all of them. Falls back to
+  // all (with a warning) when the file cannot be read.
+  bool ram_delta = true;
 };
 
 struct RestoreOptions {
@@ -107,6 +125,17 @@ struct SnapshotManifest {
   uint32_t ram_crc32 = 0;
   uint64_t ram_data_bytes = 0;  // bytes of non-zero pages (information)
   bool shared_ram() const { return !ram_file.empty(); }
+  // The migration capability the stream was written with (a restore sets the
+  // same: QEMU refuses a mismatch). Absent in older manifests: true for
+  // format 2, false otherwise.
+  bool x_ignore_shared = false;
+  // RAM delta (format 3): the absolute path of the format 2 snapshot's `ram`
+  // file whose pages the stream leaves out, and that file's ram_crc32 when
+  // the delta was written (a restore refuses another file under that name).
+  std::string ram_source;
+  uint32_t ram_source_crc32 = 0;
+  uint64_t ram_pages_in_stream = 0;  // of the guest RAM's pages, those the stream holds (information)
+  bool ram_delta() const { return !ram_source.empty(); }
 
   nlohmann::json ToJson() const;
   // InvalidArgument naming the bad field.
@@ -128,7 +157,8 @@ StatusOr<std::string> FileStamp(const std::string& path);
 // committed); DataLoss when a file is missing or its size differs from the
 // manifest (truncated, half-copied); FailedPrecondition for an unknown
 // format version, a missing disk backing file, or a rootfs whose FileStamp()
-// differs from the one recorded (rebuilt since).
+// differs from the one recorded (rebuilt since), or a RAM delta whose
+// ram_source file is gone.
 StatusOr<SnapshotManifest> ReadSnapshot(const std::string& dir);
 
 // Identity of the machine a migration stream can be loaded into: the QEMU
