@@ -142,7 +142,7 @@ class VmInstance {
   // is left in `dir` and a guest that was running runs again. ENOSPC is
   // ResourceExhausted. Unimplemented where the backend cannot.
   virtual StatusOr<VmSnapshotInfo> SaveSnapshot(const std::string& dir, bool keep_running,
-                                                 SnapshotMemory memory = SnapshotMemory::kDefault) {
+                                                SnapshotMemory memory = SnapshotMemory::kDefault) {
     (void)dir, (void)keep_running, (void)memory;
     return Unimplemented("this VM cannot be snapshotted");
   }

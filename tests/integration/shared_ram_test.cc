@@ -309,8 +309,8 @@ TEST(SharedRamTest, FiveForkChildrenShareTheParentsMemory) {
   ASSERT_TRUE(sb.ok()) << sb.status().ToString();
   const std::string parent = (*sb)->id();
   // 32 MiB of the parent's memory (tmpfs pages) no template page equals.
-  const std::string sum = RunIn(
-      **sb, "head -c 32M /dev/urandom > /dev/shm/blob && echo parent > /tmp/who && sha256sum < /dev/shm/blob");
+  const std::string sum =
+      RunIn(**sb, "head -c 32M /dev/urandom > /dev/shm/blob && echo parent > /tmp/who && sha256sum < /dev/shm/blob");
   ASSERT_EQ(sum.size(), 68u) << sum;
   auto kids = (*m)->Fork(parent, 5);
   ASSERT_TRUE(kids.ok()) << kids.status().ToString();

@@ -30,8 +30,8 @@ namespace {
 
 constexpr uint32_t kFileMagic = 0x5145564d;  // "QEVM"
 constexpr uint32_t kFileVersion = 3;
-constexpr uint8_t kVmEof = 0x00, kSectionStart = 0x01, kSectionPart = 0x02, kSectionEnd = 0x03,
-                  kSectionFull = 0x04, kSubsection = 0x05, kConfiguration = 0x07, kSectionFooter = 0x7e;
+constexpr uint8_t kVmEof = 0x00, kSectionStart = 0x01, kSectionPart = 0x02, kSectionEnd = 0x03, kSectionFull = 0x04,
+                  kSubsection = 0x05, kConfiguration = 0x07, kSectionFooter = 0x7e;
 constexpr uint64_t kFlagZero = 0x02, kFlagMemSize = 0x04, kFlagPage = 0x08, kFlagEos = 0x10, kFlagContinue = 0x20;
 constexpr uint64_t kPage = 4096, kFlagMask = kPage - 1;
 constexpr size_t kBufBytes = 1 << 20;
@@ -86,8 +86,7 @@ class Filter {
       }
     }
     if (policy_.file_fd >= 0 || policy_.base) {
-      if (!policy_block_seen_)
-        return FailedPrecondition("migration stream has no RAM block '" + policy_.block + "'");
+      if (!policy_block_seen_) return FailedPrecondition("migration stream has no RAM block '" + policy_.block + "'");
     }
     RETURN_IF_ERROR(FlushRun());
     RETURN_IF_ERROR(Flush());
@@ -425,8 +424,7 @@ class Filter {
 
 }  // namespace
 
-StatusOr<MigrationFilterStats> FilterMigrationStream(StreamReader& in, StreamWriter& out,
-                                                     const RamPagePolicy& policy) {
+StatusOr<MigrationFilterStats> FilterMigrationStream(StreamReader& in, StreamWriter& out, const RamPagePolicy& policy) {
   if (policy.base && policy.file_fd >= 0) return InvalidArgument("a RAM policy is a delta or a file, not both");
   if ((policy.base || policy.file_fd >= 0) && (policy.block_bytes == 0 || policy.block_bytes % kPage != 0))
     return InvalidArgument("RAM policy block size must be a non-zero number of pages");
@@ -443,8 +441,8 @@ StatusOr<std::vector<bool>> FileDataPages(int fd, uint64_t bytes) {
     if (start < 0) return ErrnoError("lseek SEEK_DATA");
     off_t end = ::lseek(fd, start, SEEK_HOLE);
     if (end < 0) return ErrnoError("lseek SEEK_HOLE");
-    for (uint64_t p = static_cast<uint64_t>(start) / kPage;
-         p < data.size() && p * kPage < static_cast<uint64_t>(end); ++p)
+    for (uint64_t p = static_cast<uint64_t>(start) / kPage; p < data.size() && p * kPage < static_cast<uint64_t>(end);
+         ++p)
       data[p] = true;
     pos = end;
   }

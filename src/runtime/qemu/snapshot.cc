@@ -861,10 +861,11 @@ StatusOr<SnapshotManifest> QemuVm::SaveSnapshot(const std::string& dir, const Sa
       // the RAM file restores map; a fork moves the RAM into a file of its own.
       ASSIGN_OR_RETURN(MigrationFilterStats fs, FilterMigrationStream(reader, writer, ram_plan.policy));
       m.ram_pages_in_stream = fs.pages_kept;
-      LOG_INFO("snapshot RAM sandbox={} mode={} stream_in={} stream_out={} pages_kept={} pages_dropped={} "
-               "pages_to_file={} other_pages={}",
-               spec_.sandbox_id, ram_plan.mode == RamSave::kDelta ? "delta" : "file", fs.bytes_in, fs.bytes_out,
-               fs.pages_kept, fs.pages_dropped, fs.pages_to_file, fs.other_pages);
+      LOG_INFO(
+          "snapshot RAM sandbox={} mode={} stream_in={} stream_out={} pages_kept={} pages_dropped={} "
+          "pages_to_file={} other_pages={}",
+          spec_.sandbox_id, ram_plan.mode == RamSave::kDelta ? "delta" : "file", fs.bytes_in, fs.bytes_out,
+          fs.pages_kept, fs.pages_dropped, fs.pages_to_file, fs.other_pages);
     }
     m.memory_bytes = writer.bytes();
     m.memory_crc32 = writer.crc32();
