@@ -10,7 +10,7 @@ JOBS ?= $(shell nproc)
 # make build BUILD_TYPE=RelWithDebInfo BUILD=build-release
 BUILD_TYPE ?= Test
 
-.PHONY: all setup build image demo test unit-test bench bench-tti bench-egress bench-snapshot clean format
+.PHONY: all setup build image demo test unit-test bench bench-tti bench-egress bench-snapshot bench-density clean format
 
 all: build
 
@@ -35,8 +35,8 @@ unit-test: build
 	cd $(BUILD) && ctest --output-on-failure -L unit
 
 # Benchmarks measure optimised code: their own RelWithDebInfo build.
-bench bench-tti bench-egress bench-snapshot: BUILD = build-release
-bench bench-tti bench-egress bench-snapshot: BUILD_TYPE = RelWithDebInfo
+bench bench-tti bench-egress bench-snapshot bench-density: BUILD = build-release
+bench bench-tti bench-egress bench-snapshot bench-density: BUILD_TYPE = RelWithDebInfo
 
 bench: image
 	$(BUILD)/bench/airlock-bench --state-dir $(STATE_DIR)
@@ -58,3 +58,8 @@ format:
 
 clean:
 	rm -rf $(BUILD)
+
+# Issue 14's table (README): pool hit, fork, checkpoint/rollback, pause/resume of 10 MiB dirtied,
+# memory per idle sandbox with IDLE (default 100) side by side.
+bench-density: image
+	$(BUILD)/bench/airlock-density-bench --state-dir $(STATE_DIR) --n $(or $(N),10) --idle $(or $(IDLE),100)

@@ -95,8 +95,10 @@ StatusOr<double> BareBootToInit(const image::GuestImage& img, qemu::Accel accel)
 
 void Row(const char* what, const Stats& s, const char* vs = "", double base = 0) {
   char ratio[64];
-  if (base > 0) std::snprintf(ratio, sizeof(ratio), "%.2fx %s", s.p50 / base, vs);
-  else std::snprintf(ratio, sizeof(ratio), "%s", vs);
+  if (base > 0)
+    std::snprintf(ratio, sizeof(ratio), "%.2fx %s", s.p50 / base, vs);
+  else
+    std::snprintf(ratio, sizeof(ratio), "%s", vs);
   std::printf("| %-44s | %9.1f | %9.1f | %3d | %-18s |\n", what, s.p50, s.p95, s.n, ratio);
 }
 
@@ -105,9 +107,12 @@ int Main(int argc, char** argv) {
   int runs = 5, execs = 20;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--state-dir") state_dir = argv[i + 1];
-    else if (a == "--runs") runs = std::atoi(argv[i + 1]);
-    else if (a == "--execs") execs = std::atoi(argv[i + 1]);
+    if (a == "--state-dir")
+      state_dir = argv[i + 1];
+    else if (a == "--runs")
+      runs = std::atoi(argv[i + 1]);
+    else if (a == "--execs")
+      execs = std::atoi(argv[i + 1]);
   }
   auto img = image::FindImage(state_dir, "base");
   if (!img.ok()) {

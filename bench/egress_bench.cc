@@ -16,10 +16,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
-
-#include <fstream>
 
 #include "egress/egress_service.h"
 #include "egress/policy.h"
@@ -165,8 +164,8 @@ int main(int argc, char** argv) {
               tls_dir / 1e6, tls_dir > 0 ? tls_raw / tls_dir : 0);
   std::printf("| %ld MB HTTPS download, intercepted (network.rules) | %.0f MB/s | %.0f MB/s | %.2f |\n", mb,
               tls_int / 1e6, tls_dir / 1e6, tls_dir > 0 ? tls_int / tls_dir : 0);
-  std::printf("| HTTPS first byte, relayed as bytes (median of %d) | %.2f ms | %.2f ms | +%.2f ms |\n", n,
-              Median(sr), Median(sd), Median(sr) - Median(sd));
+  std::printf("| HTTPS first byte, relayed as bytes (median of %d) | %.2f ms | %.2f ms | +%.2f ms |\n", n, Median(sr),
+              Median(sd), Median(sr) - Median(sd));
   std::printf("| HTTPS first byte, intercepted (median of %d) | %.2f ms | %.2f ms | +%.2f ms |\n", n, Median(si),
               Median(sd), Median(si) - Median(sd));
   return 0;

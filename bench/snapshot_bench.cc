@@ -25,26 +25,17 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "common/subprocess.h"
 #include "core/manager.h"
 #include "runtime/qemu/qmp_client.h"
 #include "runtime/qemu/snapshot.h"
 
 using namespace airlock;
+using namespace airlock::bench;
 namespace fs = std::filesystem;
 
 namespace {
-
-double Ms(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double Pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(p * (v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
 
 uint64_t DiskUsed(const std::string& dir) {
   uint64_t total = 0;
@@ -69,56 +60,10 @@ void Die(const std::string& what, const Status& st) {
   std::exit(1);
 }
 
-// Pss of a process in KiB (/proc/PID/smaps_rollup); 0 if unknown.
-uint64_t PssKib(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/smaps_rollup");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("Pss:", 0) == 0) return std::stoull(line.substr(4));
-  }
-  return 0;
-}
-
 double StepMs(const CreateTimings& t, const std::string& step) {
   for (const auto& s : t.steps)
     if (s.step == step) return s.ms;
   return 0;
-}
-
-// Bare QEMU (microvm, no devices, -S) spawned until its QMP greeting.
-double BareQemuSpawnMs() {
-  const std::string sock = "/tmp/airlock-bench-qmp-" + std::to_string(::getpid()) + ".sock";
-  ::unlink(sock.c_str());
-  auto t0 = std::chrono::steady_clock::now();
-  SpawnOptions so;
-  so.argv = {"qemu-system-x86_64",
-             "-M",
-             "microvm",
-             "-accel",
-             "tcg",
-             "-m",
-             "512",
-             "-nodefaults",
-             "-nographic",
-             "-S",
-             "-qmp",
-             "unix:" + sock + ",server=on,wait=off"};
-  so.stdout_to_devnull = so.stderr_to_devnull = true;
-  auto child = Spawn(so);
-  if (!child.ok()) return -1;
-  double ms = -1;
-  while (Ms(t0) < 10000) {
-    auto q = qemu::QmpClient::Connect(sock, std::chrono::seconds(2));
-    if (q.ok()) {
-      ms = Ms(t0);
-      (void)(*q)->Execute("quit");
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  (void)child->WaitFor(std::chrono::seconds(2));
-  ::unlink(sock.c_str());
-  return ms;
 }
 
 // Stream vs shared-file template snapshots, in one run, interleaved.

@@ -2,7 +2,8 @@
 // benchmarks measure it: Sandbox.create() then the first
 // commands.run('echo hi') result, N times in sequence, from the warm pool
 // (serve --pool 2) and with the pool off (each create restores the template
-// snapshot); beside commands.run('echo hi') in a running sandbox and the
+// snapshot, and once more with the template's RAM in the migration stream as
+// before shared RAM); beside commands.run('echo hi') in a running sandbox and the
 // exec round trip of `true` through the SDK and as raw HTTP (one Connect
 // envelope, read to the end of the stream), all in the same run.
 //
@@ -129,6 +130,16 @@ try {
 } finally {
   await empty.stop()
 }
+// Today's snapshot create before shared RAM (issue 14's yardstick for the
+// pool-empty create): the template's RAM in the migration stream, loaded
+// into private memory by every create.
+const stream = await startDaemon(['--pool', '0', '--template-ram-in-stream'])
+let streamed
+try {
+  streamed = await ttiLoop(stream, Math.min(N, 30), false)
+} finally {
+  await stream.stop()
+}
 
 console.log(`\n| ${'measurement (ms)'.padEnd(50)} | ${'p50'.padStart(8)} | ${'p95'.padStart(8)} | ${'p99'.padStart(8)} | ${'n'.padStart(4)} |`)
 console.log(`|${'-'.repeat(52)}|${'-'.repeat(10)}|${'-'.repeat(10)}|${'-'.repeat(10)}|${'-'.repeat(6)}|`)
@@ -136,6 +147,8 @@ row("TTI, pool hit: create → first commands.run('echo hi')", pooled.tti)
 row('  of which Sandbox.create()', pooled.create)
 row("TTI, pool empty (template snapshot restore)", cold.tti)
 row('  of which Sandbox.create()', cold.create)
+row("TTI, pool empty, template RAM in the stream (before)", streamed.tti)
+row('  of which Sandbox.create()', streamed.create)
 row("commands.run('echo hi') in a running sandbox", echo)
 row('exec `true`: raw HTTP Connect stream (primitive)', raw)
 row('exec `true`: SDK commands.run (bash -l -c)', sdk)
@@ -143,3 +156,5 @@ const p50 = (v) => pct(v, 50)
 console.log(`\npool misses: ${pooled.misses} of ${pooled.tti.length}`)
 console.log(`pool hit TTI p50 / echo round trip p50 = ${(p50(pooled.tti) / p50(echo)).toFixed(2)} (goal <= 1.3)`)
 console.log(`pool empty TTI p50 / pool hit TTI p50 = ${(p50(cold.tti) / p50(pooled.tti)).toFixed(2)}`)
+console.log(`pool empty TTI p50 / stream-template TTI p50 = ${(p50(cold.tti) / p50(streamed.tti)).toFixed(2)} (goal <= 0.5)`)
+console.log(`pool empty create p50 / stream-template create p50 = ${(p50(cold.create) / p50(streamed.create)).toFixed(2)}`)

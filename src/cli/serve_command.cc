@@ -16,17 +16,19 @@ namespace airlock::cli {
 
 int CmdServe(const std::string& state_dir, const std::string& agent_binary, const std::vector<std::string>& args) {
   server::ServerConfig cfg;
+  bool stream_templates = false;
   if (const char* env = std::getenv("AIRLOCK_LISTEN"); env && *env) cfg.listen = env;
   cfg.manager.state_dir = state_dir;
   cfg.manager.agent_binary = agent_binary;
   int header_timeout_s = 30, body_timeout_s = 30;
   bool no_vmm_jail = false;
   po::options_description desc("airlock serve [options]");
-  desc.add_options()("help,h", "show this help")(
-      "listen", po::value(&cfg.listen)->default_value(cfg.listen), "ip:port to serve on (env AIRLOCK_LISTEN)")(
+  desc.add_options()("help,h", "show this help")("listen", po::value(&cfg.listen)->default_value(cfg.listen),
+                                                 "ip:port to serve on (env AIRLOCK_LISTEN)")(
       "db", po::value(&cfg.db_path), "registry database (default STATE_DIR/airlock.db; cli.key is written beside it)")(
-      "default-timeout", po::value(&cfg.default_timeout_s)->default_value(300), "sandbox TTL when create gives none (s)")(
-      "max-timeout", po::value(&cfg.max_timeout_s)->default_value(86400), "largest TTL a client may ask for (s)")(
+      "default-timeout", po::value(&cfg.default_timeout_s)->default_value(300),
+      "sandbox TTL when create gives none (s)")("max-timeout", po::value(&cfg.max_timeout_s)->default_value(86400),
+                                                "largest TTL a client may ask for (s)")(
       "workers", po::value(&cfg.workers)->default_value(4), "threads for blocking work (create, destroy)")(
       "cpus", po::value(&cfg.default_vcpus)->default_value(1), "vCPUs per sandbox")(
       "memory", po::value(&cfg.default_memory_mib)->default_value(512), "memory per sandbox (MiB)")(
@@ -47,6 +49,9 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "(hosts with brokered secrets or network.rules)")(
       "no-template-snapshot", po::bool_switch(&cfg.no_template_snapshot),
       "always cold boot (default: snapshot each template once, create sandboxes by restoring it)")(
+      "template-ram-in-stream", po::bool_switch(&stream_templates),
+      "FOR COMPARISONS: template snapshots keep the guest RAM in the migration stream, loaded into private memory "
+      "by every create (default: a file every sandbox maps copy-on-write)")(
       "pool", po::value(&cfg.pool_size)->default_value(cfg.pool_size),
       "warm pool: sandboxes restored ahead of demand per template shape, handed out by creates "
       "(-1: sized to the host, 1 per 8 GiB of memory, at most 4; 0: off)")(
@@ -56,34 +61,52 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "vmm-uid-base", po::value(&cfg.manager.vmm_jail.uid_base)->default_value(cfg.manager.vmm_jail.uid_base),
       "first uid of the VMM uid range (host-wide leases under /run/airlock/vmm-uids)")(
       "vmm-uid-count", po::value(&cfg.manager.vmm_jail.uid_count)->default_value(cfg.manager.vmm_jail.uid_count),
-      "size of the VMM uid range")(
-      "runtime", po::value(&cfg.manager.runtime)->default_value(cfg.manager.runtime),
-      ("what runs the sandboxes' VMs: " + AvailableRuntimesText()).c_str())(
+      "size of the VMM uid range")("runtime", po::value(&cfg.manager.runtime)->default_value(cfg.manager.runtime),
+                                   ("what runs the sandboxes' VMs: " + AvailableRuntimesText()).c_str())(
       "kill-on-exit", po::bool_switch(&cfg.kill_on_exit),
       "destroy every sandbox on SIGINT/SIGTERM (default: leave them for the next daemon to adopt)");
   // Audit, export and limits (docs/audit.md, docs/limits.md).
   int queue_timeout_s = 20;
   auto& ad = cfg.admission;
-  desc.add_options()(
-      "audit-dir", po::value(&cfg.audit_dir), "audit trail directory (default: beside the database, audit/)")(
-      "otlp-endpoint", po::value(&cfg.otlp.endpoint), "export audit records as OTLP/HTTP JSON logs, e.g. http://127.0.0.1:4318/v1/logs")(
+  desc.add_options()("audit-dir", po::value(&cfg.audit_dir),
+                     "audit trail directory (default: beside the database, audit/)")(
+      "otlp-endpoint", po::value(&cfg.otlp.endpoint),
+      "export audit records as OTLP/HTTP JSON logs, e.g. http://127.0.0.1:4318/v1/logs")(
       "max-cpus", po::value(&cfg.max_vcpus)->default_value(cfg.max_vcpus), "largest cpuCount a create may ask for")(
-      "max-memory", po::value(&cfg.max_memory_mib)->default_value(cfg.max_memory_mib), "largest memoryMB a create may ask for")(
-      "max-disk", po::value(&cfg.max_disk_mib)->default_value(cfg.max_disk_mib), "largest diskSizeMB a create may ask for")(
-      "max-lifetime", po::value(&cfg.max_lifetime_s)->default_value(0), "kill sandboxes this many seconds after create, whatever their TTL (0: off)")(
-      "max-sandboxes", po::value(&ad.max_sandboxes)->default_value(ad.max_sandboxes), "live sandboxes, all keys (0: no cap)")(
-      "max-sandboxes-per-key", po::value(&ad.max_sandboxes_per_key)->default_value(ad.max_sandboxes_per_key), "live sandboxes per API key (0: no cap)")(
-      "creates-per-second", po::value(&ad.creates_per_second)->default_value(ad.creates_per_second), "global create rate (0: no cap)")(
+      "max-memory", po::value(&cfg.max_memory_mib)->default_value(cfg.max_memory_mib),
+      "largest memoryMB a create may ask for")("max-disk",
+                                               po::value(&cfg.max_disk_mib)->default_value(cfg.max_disk_mib),
+                                               "largest diskSizeMB a create may ask for")(
+      "max-lifetime", po::value(&cfg.max_lifetime_s)->default_value(0),
+      "kill sandboxes this many seconds after create, whatever their TTL (0: off)")(
+      "max-sandboxes", po::value(&ad.max_sandboxes)->default_value(ad.max_sandboxes),
+      "live sandboxes, all keys (0: no cap)")(
+      "max-sandboxes-per-key", po::value(&ad.max_sandboxes_per_key)->default_value(ad.max_sandboxes_per_key),
+      "live sandboxes per API key (0: no cap)")("creates-per-second",
+                                                po::value(&ad.creates_per_second)->default_value(ad.creates_per_second),
+                                                "global create rate (0: no cap)")(
       "create-burst", po::value(&ad.create_burst)->default_value(ad.create_burst), "global create burst")(
-      "creates-per-second-per-key", po::value(&ad.creates_per_second_per_key)->default_value(ad.creates_per_second_per_key), "create rate per API key (0: no cap)")(
-      "create-burst-per-key", po::value(&ad.create_burst_per_key)->default_value(ad.create_burst_per_key), "create burst per API key")(
-      "max-creates-in-flight", po::value(&ad.max_creates_in_flight)->default_value(ad.max_creates_in_flight), "sandboxes booting at once (0: no cap)")(
-      "queue-timeout", po::value(&queue_timeout_s)->default_value(queue_timeout_s), "seconds a create may wait for a slot before 429 + Retry-After")(
-      "memory-overcommit-ratio", po::value(&ad.memory_overcommit_ratio)->default_value(ad.memory_overcommit_ratio), "refuse creates once guest memory exceeds this x host memory (0: off)")(
-      "max-exposed-ports", po::value(&cfg.manager.port_exposure.max_ports)->default_value(cfg.manager.port_exposure.max_ports), "distinct guest ports (besides the agent's) the data plane may reach, per sandbox")(
-      "exposed-ports-per-second", po::value(&cfg.manager.port_exposure.new_per_second)->default_value(cfg.manager.port_exposure.new_per_second), "new guest ports exposed per second and sandbox, after a burst of 16")(
-      "disk-reserve", po::value(&cfg.disk_reserve_mib)->default_value(cfg.disk_reserve_mib), "MiB of free disk kept for the registry and audit trail; creates beyond it get 507")(
-      "disk-per-create", po::value(&cfg.disk_per_create_mib)->default_value(cfg.disk_per_create_mib), "MiB of free disk a create needs besides the reserve");
+      "creates-per-second-per-key",
+      po::value(&ad.creates_per_second_per_key)->default_value(ad.creates_per_second_per_key),
+      "create rate per API key (0: no cap)")(
+      "create-burst-per-key", po::value(&ad.create_burst_per_key)->default_value(ad.create_burst_per_key),
+      "create burst per API key")("max-creates-in-flight",
+                                  po::value(&ad.max_creates_in_flight)->default_value(ad.max_creates_in_flight),
+                                  "sandboxes booting at once (0: no cap)")(
+      "queue-timeout", po::value(&queue_timeout_s)->default_value(queue_timeout_s),
+      "seconds a create may wait for a slot before 429 + Retry-After")(
+      "memory-overcommit-ratio", po::value(&ad.memory_overcommit_ratio)->default_value(ad.memory_overcommit_ratio),
+      "refuse creates once guest memory exceeds this x host memory (0: off)")(
+      "max-exposed-ports",
+      po::value(&cfg.manager.port_exposure.max_ports)->default_value(cfg.manager.port_exposure.max_ports),
+      "distinct guest ports (besides the agent's) the data plane may reach, per sandbox")(
+      "exposed-ports-per-second",
+      po::value(&cfg.manager.port_exposure.new_per_second)->default_value(cfg.manager.port_exposure.new_per_second),
+      "new guest ports exposed per second and sandbox, after a burst of 16")(
+      "disk-reserve", po::value(&cfg.disk_reserve_mib)->default_value(cfg.disk_reserve_mib),
+      "MiB of free disk kept for the registry and audit trail; creates beyond it get 507")(
+      "disk-per-create", po::value(&cfg.disk_per_create_mib)->default_value(cfg.disk_per_create_mib),
+      "MiB of free disk a create needs besides the reserve");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
@@ -97,6 +120,7 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
     return 0;
   }
   cfg.manager.vmm_jail.enabled = !no_vmm_jail;
+  cfg.manager.template_shared_memory = !stream_templates;
   if (Status st = CheckRuntimeName(cfg.manager.runtime); !st.ok()) {
     std::fprintf(stderr, "airlock serve: --runtime: %s\n", st.message().c_str());
     return 2;
@@ -113,8 +137,9 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
   if (queue_timeout_s < 0 || cfg.max_vcpus < 1 || cfg.max_memory_mib < 128 || ad.memory_overcommit_ratio < 0 ||
       cfg.manager.port_exposure.max_ports < 0 || cfg.manager.port_exposure.max_ports > 4096 ||
       cfg.manager.port_exposure.new_per_second <= 0) {
-    std::fprintf(stderr, "airlock serve: --queue-timeout >= 0, --max-cpus >= 1, --max-memory >= 128, ratio >= 0, "
-                         "0 <= --max-exposed-ports <= 4096, --exposed-ports-per-second > 0\n");
+    std::fprintf(stderr,
+                 "airlock serve: --queue-timeout >= 0, --max-cpus >= 1, --max-memory >= 128, ratio >= 0, "
+                 "0 <= --max-exposed-ports <= 4096, --exposed-ports-per-second > 0\n");
     return 2;
   }
   ad.queue_timeout = std::chrono::seconds(queue_timeout_s);
@@ -153,11 +178,16 @@ int CmdApiKey(const std::string& state_dir, const std::vector<std::string>& args
     std::string name, team;
     bool admin = false;
     for (size_t i = 1; i < args.size(); ++i) {
-      if (args[i] == "--name" && i + 1 < args.size()) name = args[++i];
-      else if (args[i].rfind("--name=", 0) == 0) name = args[i].substr(7);
-      else if (args[i] == "--team" && i + 1 < args.size()) team = args[++i];
-      else if (args[i].rfind("--team=", 0) == 0) team = args[i].substr(7);
-      else if (args[i] == "--admin") admin = true;
+      if (args[i] == "--name" && i + 1 < args.size())
+        name = args[++i];
+      else if (args[i].rfind("--name=", 0) == 0)
+        name = args[i].substr(7);
+      else if (args[i] == "--team" && i + 1 < args.size())
+        team = args[++i];
+      else if (args[i].rfind("--team=", 0) == 0)
+        team = args[i].substr(7);
+      else if (args[i] == "--admin")
+        admin = true;
       else {
         std::fprintf(stderr, "airlock apikey create: unknown argument '%s'\n%s", args[i].c_str(), usage);
         return 2;

@@ -2,12 +2,14 @@
 // sandbox, N restores of it.
 //
 //   parent (keeps running) ──checkpoint──▶ snapshots/forks/<parent>-<rand>/
-//                                             memory, disk.qcow2 (read-only)
+//                                             ram, memory, disk.qcow2 (read-only)
 //   child k: own netns al-<child>, overlay.qcow2 ─backing─▶ forks/.../disk.qcow2
+//                                  RAM mapped copy-on-write ─▶ forks/.../ram
 //
-// Disk: shared copy-on-write (qcow2 backing chain). Memory: each child's QEMU
-// loads its own copy of the memory stream (QEMU 7.2 has no mapped-ram; see
-// docs/snapshots.md). The guest address is 169.254.0.21 in every netns, so a
+// Disk: shared copy-on-write (qcow2 backing chain). Memory: the parent's RAM
+// is saved once into the fork's `ram` file, which every child maps
+// copy-on-write (SnapshotMemory::kSharedByRestores; docs/snapshots.md "RAM
+// deltas and fork files"). The guest address is 169.254.0.21 in every netns, so a
 // child needs no network rewrite, only a new tap in its own netns.
 // Each child gets in /init: a new token (rotated with the parent's), its id
 // as hostname, the time and fresh entropy.
