@@ -43,6 +43,7 @@ int RunDoctor(const std::string& state_dir) {
     uint64_t bytes = 0;
     int count = 0;
     for (auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      if (!e.is_directory(ec)) continue;  // a fork's owner file
       ++count;
       for (auto& f : std::filesystem::recursive_directory_iterator(e.path(), ec)) {
         struct stat st;

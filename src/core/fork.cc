@@ -13,9 +13,11 @@
 // child needs no network rewrite, only a new tap in its own netns.
 // Each child gets in /init: a new token (rotated with the parent's), its id
 // as hostname, the time and fresh entropy.
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -33,6 +35,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kMaxForks = 16;
+constexpr char kForkOwnerSuffix[] = ".owner";
 
 std::string JsonField(const std::string& path, const char* field) {
   std::ifstream f(path);
@@ -67,14 +70,23 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
     std::error_code ec;
     fs::create_directories(forks_dir(), ec);
     if (ec) return Internal("mkdir " + forks_dir() + ": " + ec.message());
+    // Whose fork this is (<dir>.owner: pid, registry), written first, so that
+    // a daemon killed at any moment of the fork is followed by one that
+    // removes what it left at once instead of after the 10 minutes a fork of
+    // a live daemon may take (SweepForkSnapshots).
+    if (!config_.owner.empty()) WriteOwnerFile(dir + kForkOwnerSuffix, config_.owner);
     // The checkpoint: the parent is stopped for the save only and continues.
     // Its RAM becomes a file of the fork's own that every child maps
     // copy-on-write: the children share each page none of them writes.
     auto info = vm->SaveSnapshot(dir + ".tmp", /*keep_running=*/true, SnapshotMemory::kSharedByRestores);
-    if (!info.ok()) return info.status().WithContext("fork " + id);
+    if (!info.ok()) {
+      fs::remove(dir + kForkOwnerSuffix, ec);
+      return info.status().WithContext("fork " + id);
+    }
     if (::rename((dir + ".tmp").c_str(), dir.c_str()) != 0) {
       Status s = ErrnoError("rename " + dir + ".tmp");
       fs::remove_all(dir + ".tmp", ec);
+      fs::remove(dir + kForkOwnerSuffix, ec);
       return s;
     }
   }
@@ -142,6 +154,8 @@ void Manager::ReleaseSharedSnapshot(const std::string& dir, const Sandbox* excep
     return;
   }
   if (Status s = runtime_->snapshots().Delete(dir); !s.ok()) LOG_WARN("delete fork snapshot {}: {}", dir, s.message());
+  std::error_code ec;
+  fs::remove(dir + kForkOwnerSuffix, ec);
 }
 
 std::string Manager::ForkSnapshotOf(const std::string& id) const {
@@ -178,15 +192,37 @@ std::set<std::string> Manager::SnapshotDirsLayeredOn() const {
 
 void Manager::SweepForkSnapshots() {
   std::error_code ec;
-  // Every disk on this state dir (any daemon's): running, paused, snapshots.
+  // Every disk and RAM file on this state dir (any daemon's): running,
+  // paused, snapshots. Run after the orphan clean-up, so that children a
+  // dead daemon was still bringing up no longer count.
   const std::set<std::string> used = SnapshotDirsLayeredOn();
-  for (auto& e : fs::directory_iterator(forks_dir(), ec)) {
-    if (used.count(e.path().string())) continue;
-    // A fork of another daemon may be between its checkpoint and its children.
-    auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), ec);
-    if (ec || age < std::chrono::minutes(10)) continue;
-    LOG_INFO("removing unused fork snapshot {}", e.path().string());
-    fs::remove_all(e.path(), ec);
+  std::vector<fs::path> entries;
+  for (auto& e : fs::directory_iterator(forks_dir(), ec)) entries.push_back(e.path());
+  for (const auto& path : entries) {
+    std::string p = path.string();
+    if (p.size() > std::strlen(kForkOwnerSuffix) &&
+        p.compare(p.size() - std::strlen(kForkOwnerSuffix), std::string::npos, kForkOwnerSuffix) == 0) {
+      // An owner file whose fork (committed or not) is gone.
+      std::string base = p.substr(0, p.size() - std::strlen(kForkOwnerSuffix));
+      if (!fs::exists(base, ec) && !fs::exists(base + ".tmp", ec)) fs::remove(path, ec);
+      continue;
+    }
+    if (used.count(p)) continue;
+    std::string base = p.size() > 4 && p.compare(p.size() - 4, 4, ".tmp") == 0 ? p.substr(0, p.size() - 4) : p;
+    // A fork of this daemon's registry whose process is gone (this start's
+    // predecessor, killed mid-fork): nobody will finish it. Anything else
+    // may be a live daemon's fork between its checkpoint and its children.
+    RunDirOwner o = ReadOwnerFile(base + kForkOwnerSuffix);
+    const bool ours_and_dead = !config_.owner.empty() && o.registry == config_.owner && o.pid > 0 &&
+                               o.pid != ::getpid() && ::kill(o.pid, 0) != 0;
+    if (!ours_and_dead) {
+      auto age = fs::file_time_type::clock::now() - fs::last_write_time(path, ec);
+      if (ec || age < std::chrono::minutes(10)) continue;
+    }
+    LOG_INFO("removing unused fork snapshot {}", p);
+    (void)runtime_->snapshots().Delete(p);
+    fs::remove_all(path, ec);
+    if (!fs::exists(base, ec) && !fs::exists(base + ".tmp", ec)) fs::remove(base + kForkOwnerSuffix, ec);
   }
 }
 

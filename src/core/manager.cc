@@ -45,19 +45,25 @@ Status JoinErrors(const std::vector<Status>& errors) {
 
 }  // namespace
 
-void WriteRunDirOwner(const std::string& run_dir, const std::string& registry) {
-  if (FILE* f = std::fopen((run_dir + "/owner").c_str(), "w")) {
+void WriteOwnerFile(const std::string& path, const std::string& registry) {
+  if (FILE* f = std::fopen(path.c_str(), "w")) {
     std::fprintf(f, "%d\n", ::getpid());
     if (!registry.empty()) std::fprintf(f, "registry %s\n", registry.c_str());
     std::fclose(f);
   } else {
-    LOG_WARN("write {}/owner: {}", run_dir, std::strerror(errno));
+    LOG_WARN("write {}: {}", path, std::strerror(errno));
   }
 }
 
-RunDirOwner ReadRunDirOwner(const std::string& run_dir) {
+void WriteRunDirOwner(const std::string& run_dir, const std::string& registry) {
+  WriteOwnerFile(run_dir + "/owner", registry);
+}
+
+RunDirOwner ReadRunDirOwner(const std::string& run_dir) { return ReadOwnerFile(run_dir + "/owner"); }
+
+RunDirOwner ReadOwnerFile(const std::string& path) {
   RunDirOwner o;
-  std::ifstream f(run_dir + "/owner");
+  std::ifstream f(path);
   std::string line;
   if (std::getline(f, line)) o.pid = std::atoi(line.c_str());
   while (std::getline(f, line)) {
@@ -345,14 +351,14 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
     fs::remove_all(m->paused_dir() + "/" + r.record.id, ec);
   }
   m->SweepSnapshots();
-  m->SweepForkSnapshots();
   std::set<std::string> adopted;
   {
     std::lock_guard<std::mutex> l(m->mu_);
     for (const auto& [id, sb] : m->sandboxes_) adopted.insert(id);
   }
   m->CleanupOrphans(adopted);
-  m->SweepCheckpoints();  // after CleanupOrphans: a checkpoint whose sandbox's run dir is gone goes
+  m->SweepForkSnapshots();  // after CleanupOrphans: fork children a dead daemon never registered are gone
+  m->SweepCheckpoints();    // after CleanupOrphans: a checkpoint whose sandbox's run dir is gone goes
   return m;
 }
 
@@ -394,7 +400,7 @@ void Manager::CleanupOrphans(const std::set<std::string>& adopted) {
     const std::string run_dir = e.path().string();
     if (adopted.count(id)) continue;
     RunDirOwner o = ReadRunDirOwner(run_dir);
-    if (o.pid > 0 && ::kill(o.pid, 0) == 0) continue;                  // its owner still runs
+    if (o.pid > 0 && ::kill(o.pid, 0) == 0) continue;  // its owner still runs
     // Another daemon's, unless its registry is gone: then no daemon can ever
     // adopt or sweep it (a test daemon's temporary registry, a deleted one).
     if (!o.registry.empty() && o.registry != config_.owner && fs::exists(o.registry, ec)) continue;

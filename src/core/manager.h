@@ -142,9 +142,12 @@ struct RunDirOwner {
   std::string registry;
 };
 RunDirOwner ReadRunDirOwner(const std::string& run_dir);
-// Writes <run_dir>/owner: this process's pid and `registry` (the one place
-// that writes it; a failure is logged).
+// Writes <run_dir>/owner: this process's pid and `registry` (a failure is logged).
 void WriteRunDirOwner(const std::string& run_dir, const std::string& registry);
+// The same record in a file of its own (a fork's <dir>.owner): the one
+// writer and reader of the format ("<pid>\nregistry <path>\n").
+void WriteOwnerFile(const std::string& path, const std::string& registry);
+RunDirOwner ReadOwnerFile(const std::string& path);
 
 struct CreateOptions {
   std::string template_name = "base";

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "core/manager.h"  // ReadRunDirOwner
@@ -40,9 +41,9 @@ TEST(TenancyTest, KeysOfAnotherTeamReachNothing) {
   TestDaemon d(dir);
   ASSERT_FALSE(d.key().empty());
   std::string a = NewKey(dir, "alice", "team-a"), b = NewKey(dir, "bob", "team-b");
-  auto created = d.Do("POST", "/v2/sandboxes",
-                      json{{"templateID", "base"}, {"secrets", {{"TEAM_A_TOKEN", json::object()}}}}.dump(), true, {},
-                      a);
+  auto created =
+      d.Do("POST", "/v2/sandboxes",
+           json{{"templateID", "base"}, {"secrets", {{"TEAM_A_TOKEN", json::object()}}}}.dump(), true, {}, a);
   ASSERT_TRUE(created.ok());
   ASSERT_EQ(created->status, 201) << created->body;
   std::string id = json::parse(created->body)["sandboxID"];
@@ -138,8 +139,8 @@ TEST(TenancyTest, SecretsAreUsedOnlyAsStoredAndByTheirTeams) {
     auto r = RunCli(args, name + "-value-0123456789");
     EXPECT_EQ(r.code, 0) << r.err;
   };
-  set("BROKERED_ONLY", {"--scope", "brokered", "--host", "api.example.test", "--host", "*.svc.example.test",
-                        "--team", "team-a"});
+  set("BROKERED_ONLY",
+      {"--scope", "brokered", "--host", "api.example.test", "--host", "*.svc.example.test", "--team", "team-a"});
   set("ENV_OK", {"--scope", "env", "--team", "team-a"});
   set("ADMIN_ONLY", {});
   // Flags that make no sense are refused before anything is stored.
@@ -163,19 +164,20 @@ TEST(TenancyTest, SecretsAreUsedOnlyAsStoredAndByTheirTeams) {
       {a, {{"NO_SUCH_SECRET", {{"scope", "env"}}}}, "a secret that does not exist"},
   };
   for (const auto& c : refused) {
-    auto r = d.Do("POST", "/v2/sandboxes", json{{"templateID", "base"}, {"secrets", c.secrets}}.dump(), true, {}, c.key);
+    auto r =
+        d.Do("POST", "/v2/sandboxes", json{{"templateID", "base"}, {"secrets", c.secrets}}.dump(), true, {}, c.key);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->status, 403) << c.why << ": " << r->body;
     EXPECT_NE(r->body.find(c.secrets.begin().key()), std::string::npos) << "the 403 names the secret: " << r->body;
     EXPECT_EQ(r->body.find("-value-0123456789"), std::string::npos);
   }
   // Allowed uses: env as stored, brokered to a covered host. One sandbox for both.
-  auto ok = d.Do("POST", "/v2/sandboxes",
-                 json{{"templateID", "base"},
-                      {"secrets",
-                       {{"ENV_OK", json::object()}, {"BROKERED_ONLY", {{"hosts", {"api.svc.example.test"}}}}}}}
-                     .dump(),
-                 true, {}, a);
+  auto ok =
+      d.Do("POST", "/v2/sandboxes",
+           json{{"templateID", "base"},
+                {"secrets", {{"ENV_OK", json::object()}, {"BROKERED_ONLY", {{"hosts", {"api.svc.example.test"}}}}}}}
+               .dump(),
+           true, {}, a);
   ASSERT_TRUE(ok.ok());
   ASSERT_EQ(ok->status, 201) << ok->body;
   json sb = json::parse(ok->body);
@@ -227,8 +229,9 @@ TEST(TenancyTest, SecretsApiSecretsBelongToTheirTeamAndAreBrokeredAsStored) {
   auto upd = d.Do("POST", "/secrets/gh-token", json{{"value", "stolen-value-0123"}}.dump(), true, {}, b);
   EXPECT_EQ(upd->status, 404) << upd->body;
   EXPECT_EQ(d.Do("GET", "/secrets", "", true, {}, b)->body, "[]");
-  EXPECT_EQ(d.Do("POST", "/secrets", json{{"name", "gh-token"}, {"value", "other-value-0123"}}.dump(), true, {}, b)->status,
-            409);
+  EXPECT_EQ(
+      d.Do("POST", "/secrets", json{{"name", "gh-token"}, {"value", "other-value-0123"}}.dump(), true, {}, b)->status,
+      409);
   // A CLI secret is not part of the API (not listed, 404), and its name is
   // taken (the API lower-cases "CLI_Secret" to the CLI's "cli_secret").
   auto listed = d.Do("GET", "/secrets", "", true, {}, a);
@@ -237,9 +240,11 @@ TEST(TenancyTest, SecretsApiSecretsBelongToTheirTeamAndAreBrokeredAsStored) {
   ASSERT_EQ(list.size(), 1u) << listed->body;
   EXPECT_EQ(list[0]["secretID"], sid);
   EXPECT_EQ(d.Do("GET", "/secrets/cli_secret", "", true, {}, a)->status, 404);
-  EXPECT_EQ(d.Do("POST", "/secrets", json{{"name", "CLI_Secret"}, {"value", "x-value-0123"}}.dump(), true, {}, a)->status,
-            409);
-  auto bad = d.Do("POST", "/secrets", json{{"name", "x"}, {"value", "x-value-0123"}, {"metadata", {{"airlock.scope", "brokered"}}}}.dump(),
+  EXPECT_EQ(
+      d.Do("POST", "/secrets", json{{"name", "CLI_Secret"}, {"value", "x-value-0123"}}.dump(), true, {}, a)->status,
+      409);
+  auto bad = d.Do("POST", "/secrets",
+                  json{{"name", "x"}, {"value", "x-value-0123"}, {"metadata", {{"airlock.scope", "brokered"}}}}.dump(),
                   true, {}, a);
   EXPECT_EQ(bad->status, 400) << bad->body;
   EXPECT_NE(bad->body.find("airlock.hosts"), std::string::npos) << bad->body;
@@ -282,7 +287,8 @@ TEST(TenancyTest, SecondDaemonOnOneRegistryIsRefusedNamingTheFirst) {
   std::string dir = MakeTempDir();
   TestDaemon d(dir);
   ASSERT_FALSE(d.key().empty());
-  auto second = RunCli({"serve", "--listen", "127.0.0.1:" + std::to_string(FreeTcpPort()), "--db", dir + "/airlock.db"});
+  auto second =
+      RunCli({"serve", "--listen", "127.0.0.1:" + std::to_string(FreeTcpPort()), "--db", dir + "/airlock.db"});
   EXPECT_NE(second.code, 0);
   EXPECT_NE(second.err.find("in use by pid " + std::to_string(d.pid())), std::string::npos) << second.err;
   // The first is unharmed, and its audit trail has one writer.
@@ -359,7 +365,6 @@ TEST(TenancyTest, Kill9MidCreateLeavesNothingAfterRestart) {
   }
 }
 
-
 // Issue 14 item 2: parked sandboxes of the warm pool are this daemon's run
 // dirs and nobody's registry rows. A daemon killed -9 with a full pool
 // leaves their VMMs running; the next daemon on the registry removes them
@@ -402,6 +407,83 @@ TEST(TenancyTest, Kill9WithAFullWarmPoolLeavesNothingAfterRestart) {
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->status, 404) << r->body;
   }
+}
+
+// Issue 14: a daemon killed -9 in the middle of a fork (the parent's RAM in
+// the fork's file, children coming up) leaves nothing the next daemon on its
+// registry does not clean up at start: no fork snapshot, committed or not,
+// that no registered sandbox maps; no run dir, VMM or netns of a child it
+// never registered. The parent (and any child registered before the kill)
+// runs on, and killing them releases the fork's files.
+TEST(TenancyTest, Kill9DuringForkLeavesNothingAfterRestart) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  const std::string canon = fs::weakly_canonical(dir + "/airlock.db").string();
+  const std::string forks = StateDir() + "/snapshots/forks";
+  std::string parent;
+  {
+    TestDaemon d(dir, {}, /*kill_on_exit=*/false);
+    auto sb = CreateSandbox(d, {{"templateID", "base"}, {"timeout", 600}});
+    ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+    parent = (*sb)["sandboxID"].get<std::string>();
+    std::thread fork([&] { (void)d.Do("POST", "/sandboxes/" + parent + "/fork", R"({"count":3})"); });
+    // Killed once the fork's RAM file is committed and its children start.
+    bool seen = WaitFor(
+        [&] {
+          std::error_code ec;
+          for (auto& e : fs::directory_iterator(forks, ec)) {
+            std::string name = e.path().filename().string();
+            if (name.rfind(parent + "-", 0) == 0 && e.is_directory(ec) && name.find(".tmp") == std::string::npos &&
+                fs::exists(e.path() / "ram", ec))
+              return true;
+          }
+          return false;
+        },
+        std::chrono::seconds(120));
+    d.Kill9();
+    fork.join();
+    ASSERT_TRUE(seen) << "the fork never committed its RAM file";
+  }
+  TestDaemon d2(dir, {}, /*kill_on_exit=*/true);
+  ASSERT_FALSE(d2.key().empty());
+  auto listed = [&](const std::string& id) {
+    auto r = d2.Do("GET", "/sandboxes/" + id);
+    return r.ok() && r->status == 200;
+  };
+  ASSERT_TRUE(listed(parent)) << "the parent was not adopted";
+  // Every run dir of this registry is a listed sandbox; every fork dir of
+  // the parent is mapped by one of them.
+  std::set<std::string> mapped;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(StateDir() + "/run", ec)) {
+    if (ReadRunDirOwner(e.path().string()).registry != canon) continue;
+    const std::string id = e.path().filename().string();
+    EXPECT_TRUE(listed(id)) << "run dir of an unregistered sandbox left: " << id;
+    auto vm = nlohmann::json::parse(Slurp(e.path().string() + "/vm/vm.json"), nullptr, false);
+    if (vm.is_object()) mapped.insert(fs::path(vm.value("ram_source", "")).parent_path().string());
+  }
+  for (auto& e : fs::directory_iterator(forks, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(parent + "-", 0) != 0 || !e.is_directory(ec)) continue;
+    EXPECT_TRUE(mapped.count(e.path().string())) << "fork snapshot left that nothing maps: " << name;
+  }
+  // Killing every sandbox of the registry releases the fork's files.
+  auto list = d2.Do("GET", "/v2/sandboxes");
+  ASSERT_TRUE(list.ok());
+  for (auto& s : nlohmann::json::parse(list->body)) {
+    auto r = d2.Do("DELETE", "/sandboxes/" + s["sandboxID"].get<std::string>());
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->status, 204);
+  }
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        std::error_code ec2;
+        for (auto& e : fs::directory_iterator(forks, ec2))
+          if (e.path().filename().string().rfind(parent + "-", 0) == 0) return false;
+        return true;
+      },
+      std::chrono::seconds(30)))
+      << "the fork's files outlived its children";
 }
 
 // A run dir left by a dead daemon whose registry no longer exists can never
