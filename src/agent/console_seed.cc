@@ -47,8 +47,8 @@ StatusOr<SeedRequest> ParseSeedLine(std::string_view line) {
   return SeedRequest{std::string(nonce), std::move(bytes).value()};
 }
 
-ConsoleSeedReader::ConsoleSeedReader(boost::asio::io_context& io, Reseed reseed, Answer answer)
-    : stream_(io), reseed_(std::move(reseed)), answer_(std::move(answer)) {}
+ConsoleSeedReader::ConsoleSeedReader(boost::asio::io_context& io, Reseed reseed)
+    : stream_(io), reseed_(std::move(reseed)) {}
 
 Status ConsoleSeedReader::Start(const std::string& tty) {
   UniqueFd fd(::open(tty.c_str(), O_RDWR | O_NOCTTY | O_CLOEXEC | O_NONBLOCK));
@@ -112,10 +112,19 @@ void ConsoleSeedReader::OnLine(std::string_view line) {
     return;
   }
   if (Status st = reseed_(req->entropy); !st.ok()) {
-    answer_(kSeedFailedMarker + req->nonce + ": " + st.message());
+    Answer(kSeedFailedMarker + req->nonce + ": " + st.message());
     return;
   }
-  answer_(kSeededMarker + req->nonce);
+  Answer(kSeededMarker + req->nonce);
+}
+
+void ConsoleSeedReader::Answer(const std::string& line) {
+  // A few dozen bytes into the tty's output buffer: a non-blocking write
+  // that does not take them all means the console is jammed (a process
+  // flooding it); the host writes its line again and is answered then.
+  const std::string l = line + "\n";
+  ssize_t n = ::write(stream_.native_handle(), l.data(), l.size());
+  if (n != static_cast<ssize_t>(l.size())) LogError("console seed: answer not written (%zd of %zu)", n, l.size());
 }
 
 }  // namespace airlock::agent

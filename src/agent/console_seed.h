@@ -44,30 +44,30 @@ struct SeedRequest {
 StatusOr<SeedRequest> ParseSeedLine(std::string_view line);
 
 // Reads seed lines from a terminal (the guest's /dev/ttyS0) on the agent's
-// io_context, reseeds with each valid one and answers on the console.
+// io_context, reseeds with each valid one and answers on the same terminal
+// (the fd it reads: no open of /dev/console on the way, which under TCG is
+// translation time the host waits for).
 class ConsoleSeedReader {
  public:
-  // reseed: mixes the bytes in and reseeds the CRNG (ReseedEntropy);
-  // answer: writes one line to the console (ConsoleLine).
+  // reseed: mixes the bytes in and reseeds the CRNG (ReseedEntropy).
   using Reseed = std::function<Status(std::string_view bytes)>;
-  using Answer = std::function<void(const std::string& line)>;
-  ConsoleSeedReader(boost::asio::io_context& io, Reseed reseed, Answer answer);
+  ConsoleSeedReader(boost::asio::io_context& io, Reseed reseed);
 
   // Opens `tty` (O_RDWR | O_NOCTTY), turns off echo, line editing and
   // signal characters on its input (so the entropy is never echoed to the
   // console output) and starts reading. An errno status naming the path.
   Status Start(const std::string& tty);
-  // Starts reading an fd already open (tests: a pty's slave side).
+  // Starts reading (and answering on) an fd already open (tests: a pty's slave side).
   Status StartFd(UniqueFd fd);
 
  private:
   void ReadMore();
   void OnBytes(std::string_view bytes);
   void OnLine(std::string_view line);
+  void Answer(const std::string& line);
 
   boost::asio::posix::stream_descriptor stream_;
   Reseed reseed_;
-  Answer answer_;
   std::string line_;
   bool overlong_ = false;  // dropping the rest of a line over kMaxSeedLineBytes
   char buf_[256];

@@ -84,8 +84,7 @@ int main(int argc, char** argv) {
       // As PID 1: fresh entropy from the host over the serial console, before
       // any TCP (console_seed.h). Reading before "ready" is printed, so a
       // host that waits for "ready" never writes to a console nobody reads.
-      ConsoleSeedReader seeder(
-          io, [](std::string_view b) { return ReseedEntropy(b); }, ConsoleLine);
+      ConsoleSeedReader seeder(io, [](std::string_view b) { return ReseedEntropy(b); });
       if (pid1) {
         if (airlock::Status st = seeder.Start(kSeedConsole); !st.ok()) LogError("%s", st.ToString().c_str());
       }

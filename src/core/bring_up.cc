@@ -83,11 +83,12 @@ AgentInitRequest InitRequest(const BringUpPlan& plan, const std::string& ip) {
 // brought up anyway: /init reseeds it, after its first TCP handshake.
 constexpr auto kSeedAnswerTimeout = std::chrono::seconds(10);
 
-Status SeedBeforeNetwork(VmInstance& vm, const BringUpPlan& plan, bool booted) {
+Status SeedBeforeNetwork(VmInstance& vm, const BringUpPlan& plan, bool booted,
+                         std::chrono::steady_clock::time_point ready_deadline) {
   GuestSeedOptions o;
   o.booted = booted;
   // A booting kernel takes its time before the agent runs; the answer then does not.
-  o.ready_deadline = std::chrono::steady_clock::now() + plan.ready_timeout;
+  o.ready_deadline = ready_deadline;
   o.answer_timeout = kSeedAnswerTimeout;
   const auto t0 = std::chrono::steady_clock::now();
   Status st = SeedGuestBeforeNetwork(vm, o);
@@ -341,9 +342,10 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
   auto agent_ready = [&]() -> Status {
     // Fresh entropy over the console before the first TCP packet to the guest
     // (guest_seed.h): the guest's TCP secrets are drawn after this reseed.
-    RETURN_IF_ERROR(SeedBeforeNetwork(*vm, plan, booted));
+    const auto deadline = std::chrono::steady_clock::now() + plan.ready_timeout;
+    RETURN_IF_ERROR(SeedBeforeNetwork(*vm, plan, booted, deadline));
     sb.agent_ = std::make_unique<EnvdClient>(AgentEndpoint{sb.network_->netns_ip(), kAgentPort}, TokenHeld(plan));
-    Status ready = sb.agent_->WaitReady(std::chrono::steady_clock::now() + plan.ready_timeout, [vm]() -> Status {
+    Status ready = sb.agent_->WaitReady(deadline, [vm]() -> Status {
       if (!vm->alive()) return Unavailable("the VMM exited before its agent was ready; console:\n" + vm->ConsoleTail());
       return OkStatus();
     });

@@ -9,7 +9,10 @@
 namespace airlock {
 namespace {
 
-constexpr size_t kSeedBytes = 64;
+// 256 bits: a full CRNG reseed. Short, because under TCG every 8 bytes of
+// UART input are a guest interrupt; /init mixes in 64 more bytes later.
+constexpr size_t kSeedBytes = 32;
+constexpr size_t kNonceBytes = 8;  // only has to differ from the VMM's earlier requests
 constexpr auto kSeedPoll = std::chrono::milliseconds(5);
 
 std::string SeedRandomBytes(size_t n) {
@@ -46,16 +49,18 @@ Status SeedGuestBeforeNetwork(VmInstance& vm, const GuestSeedOptions& o) {
   if (o.booted) {
     while (!vm.ConsoleContains(kAgentReadyMarker)) {
       if (!vm.alive()) return gone();
-      if (std::chrono::steady_clock::now() >= o.ready_deadline) return SeedTimedOut(vm, "the agent did not start");
+      if (std::chrono::steady_clock::now() >= o.ready_deadline)
+        return SeedTimedOut(
+            vm, "the agent did not become ready in time (no '" + std::string(kAgentReadyMarker) + "' on its console)");
       std::this_thread::sleep_for(kSeedPoll);
     }
   }
-  const std::string nonce = NonceHex(SeedRandomBytes(16));
+  const std::string nonce = NonceHex(SeedRandomBytes(kNonceBytes));
   // A leading newline ends whatever partial line the console input holds.
   const std::string line = "\nairlock-seed " + nonce + " " + envd::Base64Encode(SeedRandomBytes(kSeedBytes));
   const std::string done = "airlock-agent: seeded " + nonce;
   const std::string failed = "airlock-agent: seed failed " + nonce;
-  const auto deadline = std::chrono::steady_clock::now() + o.answer_timeout;
+  const auto deadline = std::min(o.ready_deadline, std::chrono::steady_clock::now() + o.answer_timeout);
   while (true) {
     Status w = vm.WriteConsoleLine(line);
     if (w.code() == StatusCode::kUnimplemented) return w;

@@ -23,8 +23,9 @@ struct GuestSeedOptions {
   // The guest booted rather than restored: its console input is read only
   // once the agent printed kAgentReadyMarker, so wait for that first.
   bool booted = false;
-  // Until when a booted guest may take to print kAgentReadyMarker.
-  std::chrono::steady_clock::time_point ready_deadline;
+  // Until when a booted guest may take to print kAgentReadyMarker; no wait
+  // of this call lasts beyond it.
+  std::chrono::steady_clock::time_point ready_deadline = std::chrono::steady_clock::time_point::max();
   // How long the agent may take to answer, from the first write of the line.
   std::chrono::milliseconds answer_timeout{std::chrono::seconds(10)};
   // How long one try waits for the answer before the line is written again
@@ -32,7 +33,7 @@ struct GuestSeedOptions {
   std::chrono::milliseconds retry_every{1000};
 };
 
-// Writes "airlock-seed <nonce> <64 random bytes, base64>" to `vm`'s console
+// Writes "airlock-seed <nonce: 16 hex> <32 random bytes, base64>" to `vm`'s console
 // and waits for "airlock-agent: seeded <nonce>". Everything the guest sends
 // is only searched for those markers (bounded: the VMM's console tail).
 // DeadlineExceeded when either wait runs out (with the console's tail); Unavailable

@@ -57,19 +57,31 @@ TEST(ConsoleSeedTest, ReaderAnswersValidLinesOnly) {
   UniqueFd m(master);
   boost::asio::io_context io;
   std::vector<std::string> seeded, answers;
-  ConsoleSeedReader reader(
-      io,
-      [&](std::string_view b) {
-        seeded.emplace_back(b);
-        return seeded.size() == 3 ? Internal("ioctl RNDRESEEDCRNG: Operation not permitted") : OkStatus();
-      },
-      [&](const std::string& l) { answers.push_back(l); });
+  ConsoleSeedReader reader(io, [&](std::string_view b) {
+    seeded.emplace_back(b);
+    return seeded.size() == 3 ? Internal("ioctl RNDRESEEDCRNG: Operation not permitted") : OkStatus();
+  });
+  // What the reader writes back on the slave comes out of the master.
+  std::string out;
+  auto read_answers = [&] {
+    char buf[512];
+    ssize_t n = ::read(m.get(), buf, sizeof buf);
+    if (n > 0) out.append(buf, static_cast<size_t>(n));
+    answers.clear();
+    size_t start = 0;
+    for (size_t nl; (nl = out.find('\n', start)) != std::string::npos; start = nl + 1) {
+      std::string l = out.substr(start, nl - start);
+      if (!l.empty() && l.back() == '\r') l.pop_back();
+      answers.push_back(l);
+    }
+  };
   ASSERT_TRUE(reader.StartFd(UniqueFd(slave)).ok());
   // Raw input on the slave, as Start() sets up a tty.
   termios t{};
   ASSERT_EQ(::tcgetattr(master, &t), 0);
   t.c_lflag &= ~(ECHO | ICANON | ISIG | IEXTEN);
   t.c_iflag &= ~(ICRNL);
+  t.c_oflag &= ~(OPOST);
   ASSERT_EQ(::tcsetattr(master, TCSANOW, &t), 0);
 
   const std::string other = "fedcba9876543210fedcba9876543210";
@@ -82,10 +94,11 @@ TEST(ConsoleSeedTest, ReaderAnswersValidLinesOnly) {
   };
   write_all(input);
   write_all(second.substr(0, 20));
-  while (answers.empty()) io.run_one();
+  while (seeded.empty()) io.run_one();
   write_all(second.substr(20));
   write_all(third);
-  while (answers.size() < 3) io.run_one();
+  while (seeded.size() < 3) io.run_one();
+  while (answers.size() < 3) read_answers();
   ASSERT_EQ(seeded.size(), 3u);
   EXPECT_EQ(seeded[0], std::string(64, 'e'));
   EXPECT_EQ(seeded[1], std::string(32, 'e'));
