@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "agent/console_seed.h"
+#include "agent/entropy.h"
 #include "agent/init.h"
 #include "agent/log.h"
 
@@ -79,6 +81,13 @@ int main(int argc, char** argv) {
         continue;  // retry: PID 1 never exits
       }
       LogInfo("listening on %s (port %u)", opts.listen.c_str(), agent.port());
+      // As PID 1: fresh entropy from the host over the serial console, before
+      // any TCP (console_seed.h). Reading before "ready" is printed, so a
+      // host that waits for "ready" never writes to a console nobody reads.
+      ConsoleSeedReader seeder(io, [](std::string_view b) { return ReseedEntropy(b); });
+      if (pid1) {
+        if (airlock::Status st = seeder.Start(kSeedConsole); !st.ok()) LogError("%s", st.ToString().c_str());
+      }
       if (pid1 || init) ConsoleLine("airlock-agent: ready");
       else std::fprintf(stderr, "airlock-agent: ready port=%u\n", agent.port());
       io.run();

@@ -11,6 +11,7 @@
 #include "common/checklist.h"
 #include "common/log.h"
 #include "core/agent_init.h"
+#include "core/guest_seed.h"
 #include "core/http_client.h"
 #include "core/manager.h"
 #include "core/registry.h"
@@ -74,6 +75,35 @@ AgentInitRequest InitRequest(const BringUpPlan& plan, const std::string& ip) {
     }
   }
   return {ip, "", std::nullopt, std::nullopt, ""};
+}
+
+// The seed before "agent ready" probes /health (guest_seed.h). An agent that
+// does not answer on its console within kSeedAnswerTimeout (an agent older
+// than the console seed, in a snapshot made before it) is warned about and
+// brought up anyway: /init reseeds it, after its first TCP handshake.
+constexpr auto kSeedAnswerTimeout = std::chrono::seconds(10);
+
+Status SeedBeforeNetwork(VmInstance& vm, const BringUpPlan& plan, bool booted,
+                         std::chrono::steady_clock::time_point ready_deadline) {
+  GuestSeedOptions o;
+  o.booted = booted;
+  // A booting kernel takes its time before the agent runs; the answer then does not.
+  o.ready_deadline = ready_deadline;
+  o.answer_timeout = kSeedAnswerTimeout;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = SeedGuestBeforeNetwork(vm, o);
+  LOG_DEBUG("sandbox={} console seed: {} ms={:.1f}", plan.id, st.ToString(), MsSince(t0));
+  if (st.code() == StatusCode::kUnimplemented) return OkStatus();  // a runtime without console input
+  if (st.code() == StatusCode::kDeadlineExceeded && vm.alive()) {
+    if (!booted || vm.ConsoleContains(kAgentReadyMarker)) {  // else: a boot that never got to the agent
+      LOG_WARN(
+          "sandbox={} the agent did not answer the entropy seed on its console in {} s (an older agent?): "
+          "its TCP secrets may be drawn before /init reseeds it",
+          plan.id, std::chrono::duration_cast<std::chrono::seconds>(kSeedAnswerTimeout).count());
+      return OkStatus();
+    }
+  }
+  return st;
 }
 
 }  // namespace
@@ -216,6 +246,7 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
   };
   VmInstance* vm = nullptr;  // the VMM, once the vmm step made it (owned by sb.vm_)
   bool from_snapshot = false;
+  bool booted = false;  // the vmm step booted a kernel (no memory restored)
 
   auto run_dir = [&]() -> Status {
     if (paused) {
@@ -268,6 +299,7 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
     switch (plan.source) {
       case MachineSource::kColdBoot:
         v = runtime_->Start(req);
+        booted = true;
         break;
       case MachineSource::kTemplateSnapshot:
         // A restore takes ~0.3-0.7 s under TCG; a failed one falls back to the boot.
@@ -277,6 +309,7 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
         } else {
           LOG_WARN("sandbox={} restore of template snapshot failed, cold boot: {}", plan.id, v.status().message());
           v = runtime_->Start(req);
+          booted = true;
         }
         break;
       case MachineSource::kNamedSnapshot:
@@ -286,6 +319,7 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
         break;
       case MachineSource::kPausedSandbox:
         v = runtime_->Restore(req, plan.snapshot_dir, SnapshotDisk::kPrivateCopy, plan.snapshot_memory);
+        booted = !plan.snapshot_memory;
         break;
       case MachineSource::kParked:
         return Internal("a parked sandbox has its VMM already");
@@ -306,8 +340,12 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
   // and while it lives no other airlock process reclaims the sandbox's network.
   auto lease = [&]() -> Status { return pool_->Adopt(sb.network_->lease(), vm->pid()); };
   auto agent_ready = [&]() -> Status {
+    // Fresh entropy over the console before the first TCP packet to the guest
+    // (guest_seed.h): the guest's TCP secrets are drawn after this reseed.
+    const auto deadline = std::chrono::steady_clock::now() + plan.ready_timeout;
+    RETURN_IF_ERROR(SeedBeforeNetwork(*vm, plan, booted, deadline));
     sb.agent_ = std::make_unique<EnvdClient>(AgentEndpoint{sb.network_->netns_ip(), kAgentPort}, TokenHeld(plan));
-    Status ready = sb.agent_->WaitReady(std::chrono::steady_clock::now() + plan.ready_timeout, [vm]() -> Status {
+    Status ready = sb.agent_->WaitReady(deadline, [vm]() -> Status {
       if (!vm->alive()) return Unavailable("the VMM exited before its agent was ready; console:\n" + vm->ConsoleTail());
       return OkStatus();
     });

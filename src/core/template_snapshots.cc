@@ -6,8 +6,10 @@
 // a read-only file every sandbox created from it maps copy-on-write and the
 // memory stream holds device state only; without, the RAM is in the stream.
 //
-// The snapshot is taken right after the agent first answers /health, before
-// any /init: it holds no token, no env vars, no sandbox id. Each sandbox
+// The snapshot is taken right after the agent first answers on its console
+// (guest_seed.h), before any TCP and any /init: it holds no token, no env
+// vars, no sandbox id, and no TCP secrets (Linux draws them at the first TCP
+// use; each clone draws its own after its reseed). Each sandbox
 // restored from it gets a copy-on-write overlay on its disk.qcow2 and, in
 // /init, its own token, env, hostname, the time and fresh entropy.
 // Keyed by image id (a hash of the template's inputs) and by the rootfs
@@ -23,6 +25,7 @@
 
 #include "common/agent_port.h"
 #include "common/log.h"
+#include "core/guest_seed.h"
 #include "core/manager.h"
 #include "image/hash.h"
 #include "image/image.h"
@@ -111,11 +114,23 @@ Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcp
     req.shared_memory_template = config_.template_shared_memory;
     ASSIGN_OR_RETURN(vm, runtime_->Start(req));
     RETURN_IF_ERROR(pool_->Adopt(network->lease(), vm->pid()));
-    EnvdClient agent(AgentEndpoint{network->netns_ip(), kAgentPort});
-    VmInstance* raw = vm.get();
-    RETURN_IF_ERROR(agent.WaitReady(std::chrono::steady_clock::now() + std::chrono::seconds(120), [raw]() -> Status {
-      return raw->alive() ? OkStatus() : Unavailable("the VMM exited during boot: " + raw->ConsoleTail());
-    }));
+    // Ready through the console, never TCP: the guest's first TCP handshake
+    // draws its TCP secrets (net_secret, ts_secret) for the rest of its boot,
+    // and every clone must draw its own after its own reseed (guest_seed.h).
+    // The seed round-trip also shows the agent reads its console.
+    GuestSeedOptions seed;
+    seed.booted = true;
+    seed.ready_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    Status ready = SeedGuestBeforeNetwork(*vm, seed);
+    if (ready.code() == StatusCode::kUnimplemented) {
+      // A runtime without console input: ready by TCP (the clones share its TCP secrets).
+      EnvdClient agent(AgentEndpoint{network->netns_ip(), kAgentPort});
+      VmInstance* raw = vm.get();
+      ready = agent.WaitReady(std::chrono::steady_clock::now() + std::chrono::seconds(120), [raw]() -> Status {
+        return raw->alive() ? OkStatus() : Unavailable("the VMM exited during boot: " + raw->ConsoleTail());
+      });
+    }
+    RETURN_IF_ERROR(ready.WithContext("agent ready"));
     ASSIGN_OR_RETURN(auto info, vm->SaveSnapshot(tmp, /*keep_running=*/false));
     (void)info;
     if (::rename(tmp.c_str(), dir.c_str()) != 0) {

@@ -148,6 +148,21 @@ class VmInstance {
   }
   // Lets a guest left stopped by SaveSnapshot(keep_running=false) run again.
   virtual Status ContinueGuest() { return Unimplemented("this VM cannot be continued"); }
+  // The guest's console as a channel that needs no guest network (core/
+  // guest_seed.h): writes `line` and '\n' to the console's input without
+  // blocking (Unavailable when it cannot take them now or the VMM is gone).
+  // Unimplemented where the backend has no console input.
+  virtual Status WriteConsoleLine(std::string_view line) {
+    (void)line;
+    return Unimplemented("this VM has no console input");
+  }
+  // Whether what the guest wrote on its console since this VMM started (the
+  // last few hundred KiB of it) contains `text`. Guest output: a hint, never
+  // proof of anything but the guest's own state.
+  virtual bool ConsoleContains(const std::string& text) {
+    (void)text;
+    return false;
+  }
 };
 
 class Runtime {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 namespace airlock::qemu {
@@ -64,6 +65,21 @@ std::string OutputTail::Tail() const {
 bool OutputTail::Contains(const std::string& needle) const {
   std::lock_guard<std::mutex> lock(mu_);
   return buf_.find(needle) != std::string::npos;
+}
+
+Status OutputTail::Write(std::string_view bytes) {
+  // fd_ is set before the thread starts and reset after it is joined (Stop):
+  // the same thread that calls Start and Stop calls this (the VMM's owner).
+  if (!thread_.joinable() || !fd_) return Unavailable("the console is not connected");
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::send(fd_.get(), bytes.data() + done, bytes.size() - done, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Unavailable("the console input is full");
+    if (n < 0) return ErrnoError("send to the console");
+    done += static_cast<size_t>(n);
+  }
+  return OkStatus();
 }
 
 }  // namespace airlock::qemu

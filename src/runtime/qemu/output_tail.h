@@ -7,6 +7,7 @@
 #include <atomic>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "common/fd.h"
@@ -29,6 +30,10 @@ class OutputTail {
   // Total bytes ever read (including dropped ones).
   uint64_t total_bytes() const { return total_.load(); }
   bool Contains(const std::string& needle) const;
+  // Writes `bytes` to the fd being drained (a socket: the console's input)
+  // without blocking; all or nothing as far as the socket buffer allows
+  // (Unavailable when it would block or is not started, an errno status else).
+  Status Write(std::string_view bytes);
 
  private:
   void Loop();

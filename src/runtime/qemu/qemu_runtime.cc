@@ -39,6 +39,11 @@ class QemuInstance final : public VmInstance {
     return VmSnapshotInfo{m.memory_bytes, m.disk_bytes, m.save_ms, m.ram_bytes};
   }
   Status ContinueGuest() override { return vm_->Resume(); }
+  Status WriteConsoleLine(std::string_view line) override {
+    if (released_) return Unavailable("the VMM was released");
+    return vm_->WriteConsole(std::string(line) + "\n");
+  }
+  bool ConsoleContains(const std::string& text) override { return !released_ && vm_->ConsoleContains(text); }
 
  private:
   std::unique_ptr<QemuVm> vm_;

@@ -124,6 +124,9 @@ class QemuVm {
   Accel accel() const { return accel_; }
   QmpClient& qmp() { return *qmp_; }
   std::string console_tail() const { return console_.Tail(); }
+  bool ConsoleContains(const std::string& text) const { return console_.Contains(text); }
+  // Writes to the guest's serial console input (OutputTail::Write).
+  Status WriteConsole(std::string_view bytes) { return console_.Write(bytes); }
   std::string stderr_tail() const { return stderr_.Tail(); }
   const VmSpec& spec() const { return spec_; }
   const VmPaths& paths() const { return paths_; }
