@@ -64,6 +64,8 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
   // Audit, export and limits (docs/audit.md, docs/limits.md).
   int queue_timeout_s = 20;
   auto& ad = cfg.admission;
+  bool no_memory_admission = false;
+  int memory_sample_ms = static_cast<int>(cfg.memory_sample_interval.count());
   desc.add_options()(
       "audit-dir", po::value(&cfg.audit_dir), "audit trail directory (default: beside the database, audit/)")(
       "otlp-endpoint", po::value(&cfg.otlp.endpoint), "export audit records as OTLP/HTTP JSON logs, e.g. http://127.0.0.1:4318/v1/logs")(
@@ -79,7 +81,15 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "create-burst-per-key", po::value(&ad.create_burst_per_key)->default_value(ad.create_burst_per_key), "create burst per API key")(
       "max-creates-in-flight", po::value(&ad.max_creates_in_flight)->default_value(ad.max_creates_in_flight), "sandboxes booting at once (0: no cap)")(
       "queue-timeout", po::value(&queue_timeout_s)->default_value(queue_timeout_s), "seconds a create may wait for a slot before 429 + Retry-After")(
-      "memory-overcommit-ratio", po::value(&ad.memory_overcommit_ratio)->default_value(ad.memory_overcommit_ratio), "refuse creates once guest memory exceeds this x host memory (0: off)")(
+      "memory-overcommit-ratio", po::value(&ad.memory_overcommit_ratio)->default_value(ad.memory_overcommit_ratio), "nominal cap: refuse creates once the memoryMB of all sandboxes exceeds this x host memory (0: off; the held-memory rule below is the default)")(
+      "host-memory", po::value(&ad.host_memory_mib)->default_value(ad.host_memory_mib), "MiB of host memory admission budgets against (0: MemTotal)")(
+      "memory-host-reserve", po::value(&ad.memory_host_reserve_mib)->default_value(ad.memory_host_reserve_mib), "MiB of host memory never promised to sandboxes: a create is refused (503) when what sandboxes hold + their growth reserve + its memoryMB exceeds host memory minus this")(
+      "memory-growth-reserve", po::value(&ad.memory_growth_reserve)->default_value(ad.memory_growth_reserve), "a measured sandbox counts at least this fraction of its memoryMB (room to grow); an unmeasured one all of it")(
+      "no-memory-admission", po::bool_switch(&no_memory_admission), "do not admit by what sandboxes hold (only --memory-overcommit-ratio, if set)")(
+      "memory-pressure", po::value(&cfg.pressure.refuse_below_mib)->default_value(cfg.pressure.refuse_below_mib), "MiB of MemAvailable below which the host is under memory pressure: creates are refused and the warm pool shrinks (until 256 MiB above it)")(
+      "pause-idle-under-pressure", po::bool_switch(&cfg.pressure.pause_idle), "under memory pressure with MemAvailable below --pressure-pause-below and no parked sandbox left, pause the longest-idle sandbox (memory kept; it resumes on connect), one at a time")(
+      "pressure-pause-below", po::value(&cfg.pressure.pause_below_mib)->default_value(cfg.pressure.pause_below_mib), "MiB of MemAvailable below which --pause-idle-under-pressure pauses")(
+      "memory-sample-interval", po::value(&memory_sample_ms)->default_value(memory_sample_ms), "ms between readings of MemAvailable and every VMM's smaps_rollup (0: off: sandboxes count their memoryMB, no pressure policy)")(
       "max-exposed-ports", po::value(&cfg.manager.port_exposure.max_ports)->default_value(cfg.manager.port_exposure.max_ports), "distinct guest ports (besides the agent's) the data plane may reach, per sandbox")(
       "exposed-ports-per-second", po::value(&cfg.manager.port_exposure.new_per_second)->default_value(cfg.manager.port_exposure.new_per_second), "new guest ports exposed per second and sandbox, after a burst of 16")(
       "disk-reserve", po::value(&cfg.disk_reserve_mib)->default_value(cfg.disk_reserve_mib), "MiB of free disk kept for the registry and audit trail; creates beyond it get 507")(
@@ -117,6 +127,15 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
                          "0 <= --max-exposed-ports <= 4096, --exposed-ports-per-second > 0\n");
     return 2;
   }
+  if (ad.host_memory_mib < 0 || ad.memory_host_reserve_mib < 0 || ad.memory_growth_reserve < 0 ||
+      ad.memory_growth_reserve > 1 || cfg.pressure.refuse_below_mib < 0 || cfg.pressure.pause_below_mib < 0 ||
+      memory_sample_ms < 0) {
+    std::fprintf(stderr, "airlock serve: --host-memory, --memory-host-reserve, --memory-pressure, "
+                         "--pressure-pause-below, --memory-sample-interval >= 0; 0 <= --memory-growth-reserve <= 1\n");
+    return 2;
+  }
+  ad.held_memory = !no_memory_admission;
+  cfg.memory_sample_interval = std::chrono::milliseconds(memory_sample_ms);
   ad.queue_timeout = std::chrono::seconds(queue_timeout_s);
   cfg.default_vcpus = std::min(cfg.default_vcpus, cfg.max_vcpus);
   cfg.default_memory_mib = std::min(cfg.default_memory_mib, cfg.max_memory_mib);

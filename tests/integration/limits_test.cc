@@ -170,6 +170,93 @@ TEST(LimitsTest, MemoryOvercommitIsRefusedAndSaysSo) {
   std::filesystem::remove_all(dir);
 }
 
+// The value of the Prometheus line `name` (exact, labels included) in a
+// /metrics body; -1 when absent.
+int64_t MetricValue(const std::string& body, const std::string& name) {
+  size_t at = body.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::stoll(body.substr(at + name.size() + 2));
+}
+
+// Issue 14 item 6: admission by what sandboxes hold. With --host-memory
+// 1300 the nominal rule (1.5 x 1300 = 1950 MiB) admitted three sandboxes of
+// 512 MiB and refused a fourth; measured clones hold far less, so the
+// fourth is admitted. Then one guest writes memory until what is held plus
+// a fifth create's 512 MiB exceeds 1300 MiB: refused with the numbers.
+TEST(LimitsTest, MemoryAdmissionCountsWhatSandboxesHold) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  TestDaemon d(dir, {"--host-memory", "1300", "--memory-host-reserve", "0", "--memory-growth-reserve", "0.1",
+                     "--memory-pressure", "0", "--memory-sample-interval", "300"});
+  auto metrics = [&] {
+    auto m = d.Do("GET", "/metrics", "", false);
+    return m.ok() ? m->body : std::string();
+  };
+  // Every live sandbox measured at a reading after `after_held` MiB was seen.
+  auto measured = [&](int64_t at_least_held) {
+    return WaitFor(
+        [&] {
+          std::string m = metrics();
+          return MetricValue(m, "airlock_memory_reserved_mib{for=\"unmeasured\"}") == 0 &&
+                 MetricValue(m, "airlock_memory_held_mib") >= at_least_held;
+        },
+        std::chrono::seconds(60));
+  };
+  std::vector<std::pair<std::string, std::string>> sbs;  // id, token
+  auto create = [&] { return d.Do("POST", "/v2/sandboxes", json{{"timeout", 600}}.dump()); };
+  for (int i = 0; i < 3; ++i) {
+    auto r = create();
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->status, 201) << r->body;
+    auto j = json::parse(r->body);
+    sbs.push_back({j["sandboxID"], j["envdAccessToken"]});
+  }
+  ASSERT_TRUE(measured(1)) << metrics();
+  std::string m = metrics();
+  const int64_t held3 = MetricValue(m, "airlock_memory_held_mib");
+  std::printf("3 idle sandboxes hold %lld MiB (growth reserve %lld MiB)\n", static_cast<long long>(held3),
+              static_cast<long long>(MetricValue(m, "airlock_memory_reserved_mib{for=\"growth\"}")));
+  auto fourth = create();
+  ASSERT_TRUE(fourth.ok());
+  ASSERT_EQ(fourth->status, 201) << fourth->body << "\n" << m;
+  sbs.push_back({json::parse(fourth->body)["sandboxID"], json::parse(fourth->body)["envdAccessToken"]});
+  m = metrics();
+  EXPECT_EQ(MetricValue(m, "airlock_committed_memory_mib"), 4 * 512);  // > 1.5 x 1300: beyond the old cap
+  EXPECT_EQ(MetricValue(m, "airlock_memory_budget_mib"), 1300);
+  ASSERT_TRUE(measured(1)) << metrics();
+  m = metrics();
+  const int64_t held4 = MetricValue(m, "airlock_memory_held_mib");
+  const int64_t charged = held4 + MetricValue(m, "airlock_memory_reserved_mib{for=\"growth\"}");
+  std::printf("4 idle sandboxes hold %lld MiB, charged %lld MiB\n", static_cast<long long>(held4),
+              static_cast<long long>(charged));
+  // What one guest must write so that a fifth create no longer fits.
+  const int64_t need = 1300 - 512 - charged + 1;
+  ASSERT_GT(need, 0) << "a fifth create already does not fit: " << m;
+  ASSERT_LE(need, 400) << "idle sandboxes hold more than this test can outgrow: " << m;
+  const int64_t write = need + 48;
+  auto w = d.Run(sbs[0].first, sbs[0].second,
+                 "dd if=/dev/zero of=/dev/shm/a bs=1M count=" + std::to_string(write / 2) +
+                     " status=none && dd if=/dev/zero of=/tmp/b bs=1M count=" + std::to_string(write - write / 2) +
+                     " status=none && echo ok",
+                 120000);
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  ASSERT_EQ(w->out, "ok\n") << w->err;
+  ASSERT_TRUE(measured(held4 + need)) << metrics();
+  auto fifth = create();
+  ASSERT_TRUE(fifth.ok());
+  EXPECT_EQ(fifth->status, 503) << fifth->body;
+  EXPECT_NE(fifth->body.find("refusing create: not enough host memory: sandboxes hold "), std::string::npos)
+      << fifth->body;
+  EXPECT_NE(fifth->body.find("512 MiB asked > 1300 MiB of host memory - 0 MiB kept for the host = 1300 MiB"),
+            std::string::npos)
+      << fifth->body;
+  std::printf("refused: %s\n", fifth->body.c_str());
+  m = metrics();
+  EXPECT_EQ(MetricValue(m, "airlock_admission_rejections_total{reason=\"held_memory\"}"), 1) << m;
+  for (const auto& [id, token] : sbs) EXPECT_EQ(d.Do("DELETE", "/sandboxes/" + id)->status, 204);
+  std::filesystem::remove_all(dir);
+}
+
 // Issue 11 item 12: a create that would eat into the disk kept for the
 // registry and audit trail is refused with 507 and the numbers; nothing starts.
 TEST(LimitsTest, DiskBelowTheReserveIsRefusedWith507) {
