@@ -179,14 +179,15 @@ int64_t MetricValue(const std::string& body, const std::string& name) {
 }
 
 // Issue 14 item 6: admission by what sandboxes hold. With --host-memory
-// 1300 the nominal rule (1.5 x 1300 = 1950 MiB) admitted three sandboxes of
-// 512 MiB and refused a fourth; measured clones hold far less, so the
-// fourth is admitted. Then one guest writes memory until what is held plus
-// a fifth create's 512 MiB exceeds 1300 MiB: refused with the numbers.
+// 700 the nominal rule (1.5 x 700 = 1050 MiB) admitted two sandboxes of
+// 512 MiB and refused a third; measured clones hold far less (each is
+// charged max(held, 0.1 x 512 MiB)), so the third is admitted. Then one
+// guest writes memory until what is held plus a fourth create's 512 MiB
+// exceeds 700 MiB: refused with the numbers.
 TEST(LimitsTest, MemoryAdmissionCountsWhatSandboxesHold) {
   AIRLOCK_REQUIRE_VM();
   std::string dir = MakeTempDir();
-  TestDaemon d(dir, {"--host-memory", "1300", "--memory-host-reserve", "0", "--memory-growth-reserve", "0.1",
+  TestDaemon d(dir, {"--host-memory", "700", "--memory-host-reserve", "0", "--memory-growth-reserve", "0.1",
                      "--memory-pressure", "0", "--memory-sample-interval", "300"});
   auto metrics = [&] {
     auto m = d.Do("GET", "/metrics", "", false);
@@ -204,36 +205,38 @@ TEST(LimitsTest, MemoryAdmissionCountsWhatSandboxesHold) {
   };
   std::vector<std::pair<std::string, std::string>> sbs;  // id, token
   auto create = [&] { return d.Do("POST", "/v2/sandboxes", json{{"timeout", 600}}.dump()); };
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 2; ++i) {
     auto r = create();
     ASSERT_TRUE(r.ok());
     ASSERT_EQ(r->status, 201) << r->body;
     auto j = json::parse(r->body);
     sbs.push_back({j["sandboxID"], j["envdAccessToken"]});
+    // Until the sampler has measured it, a new sandbox counts its whole 512 MiB.
+    ASSERT_TRUE(measured(1)) << metrics();
   }
-  ASSERT_TRUE(measured(1)) << metrics();
   std::string m = metrics();
-  const int64_t held3 = MetricValue(m, "airlock_memory_held_mib");
-  std::printf("3 idle sandboxes hold %lld MiB (growth reserve %lld MiB)\n", static_cast<long long>(held3),
+  const int64_t held2 = MetricValue(m, "airlock_memory_held_mib");
+  std::printf("2 idle sandboxes hold %lld MiB (growth reserve %lld MiB)\n", static_cast<long long>(held2),
               static_cast<long long>(MetricValue(m, "airlock_memory_reserved_mib{for=\"growth\"}")));
-  auto fourth = create();
-  ASSERT_TRUE(fourth.ok());
-  ASSERT_EQ(fourth->status, 201) << fourth->body << "\n" << m;
-  sbs.push_back({json::parse(fourth->body)["sandboxID"], json::parse(fourth->body)["envdAccessToken"]});
+  auto third = create();
+  ASSERT_TRUE(third.ok());
+  ASSERT_EQ(third->status, 201) << third->body << "\n" << m;
+  sbs.push_back({json::parse(third->body)["sandboxID"], json::parse(third->body)["envdAccessToken"]});
   m = metrics();
-  EXPECT_EQ(MetricValue(m, "airlock_committed_memory_mib"), 4 * 512);  // > 1.5 x 1300: beyond the old cap
-  EXPECT_EQ(MetricValue(m, "airlock_memory_budget_mib"), 1300);
+  EXPECT_EQ(MetricValue(m, "airlock_committed_memory_mib"), 3 * 512);  // > 1.5 x 700: beyond the old cap
+  EXPECT_EQ(MetricValue(m, "airlock_memory_budget_mib"), 700);
   ASSERT_TRUE(measured(1)) << metrics();
   m = metrics();
-  const int64_t held4 = MetricValue(m, "airlock_memory_held_mib");
-  const int64_t charged = held4 + MetricValue(m, "airlock_memory_reserved_mib{for=\"growth\"}");
-  std::printf("4 idle sandboxes hold %lld MiB, charged %lld MiB\n", static_cast<long long>(held4),
+  const int64_t held3 = MetricValue(m, "airlock_memory_held_mib");
+  const int64_t charged = held3 + MetricValue(m, "airlock_memory_reserved_mib{for=\"growth\"}");
+  std::printf("3 idle sandboxes hold %lld MiB, charged %lld MiB\n", static_cast<long long>(held3),
               static_cast<long long>(charged));
-  // What one guest must write so that a fifth create no longer fits.
-  const int64_t need = 1300 - 512 - charged + 1;
-  ASSERT_GT(need, 0) << "a fifth create already does not fit: " << m;
-  ASSERT_LE(need, 400) << "idle sandboxes hold more than this test can outgrow: " << m;
-  const int64_t write = need + 48;
+  // What one guest must write so that a fourth create no longer fits: the
+  // shortfall, plus its growth reserve (52 MiB) that its writes fill first.
+  const int64_t need = 700 - 512 - charged + 1;
+  ASSERT_GT(need, 0) << "a fourth create already does not fit: " << m;
+  ASSERT_LE(need, 250) << "idle sandboxes hold more than this test can outgrow: " << m;
+  const int64_t write = need + 52 + 48;
   auto w = d.Run(sbs[0].first, sbs[0].second,
                  "dd if=/dev/zero of=/dev/shm/a bs=1M count=" + std::to_string(write / 2) +
                      " status=none && dd if=/dev/zero of=/tmp/b bs=1M count=" + std::to_string(write - write / 2) +
@@ -241,16 +244,16 @@ TEST(LimitsTest, MemoryAdmissionCountsWhatSandboxesHold) {
                  120000);
   ASSERT_TRUE(w.ok()) << w.status().message();
   ASSERT_EQ(w->out, "ok\n") << w->err;
-  ASSERT_TRUE(measured(held4 + need)) << metrics();
-  auto fifth = create();
-  ASSERT_TRUE(fifth.ok());
-  EXPECT_EQ(fifth->status, 503) << fifth->body;
-  EXPECT_NE(fifth->body.find("refusing create: not enough host memory: sandboxes hold "), std::string::npos)
-      << fifth->body;
-  EXPECT_NE(fifth->body.find("512 MiB asked > 1300 MiB of host memory - 0 MiB kept for the host = 1300 MiB"),
+  ASSERT_TRUE(measured(held3 + need + 52)) << metrics();
+  auto fourth = create();
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_EQ(fourth->status, 503) << fourth->body;
+  EXPECT_NE(fourth->body.find("refusing create: not enough host memory: sandboxes hold "), std::string::npos)
+      << fourth->body;
+  EXPECT_NE(fourth->body.find("512 MiB asked > 700 MiB of host memory - 0 MiB kept for the host = 700 MiB"),
             std::string::npos)
-      << fifth->body;
-  std::printf("refused: %s\n", fifth->body.c_str());
+      << fourth->body;
+  std::printf("refused: %s\n", fourth->body.c_str());
   m = metrics();
   EXPECT_EQ(MetricValue(m, "airlock_admission_rejections_total{reason=\"held_memory\"}"), 1) << m;
   for (const auto& [id, token] : sbs) EXPECT_EQ(d.Do("DELETE", "/sandboxes/" + id)->status, 204);
