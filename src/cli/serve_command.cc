@@ -66,6 +66,7 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
   auto& ad = cfg.admission;
   bool no_memory_admission = false;
   int memory_sample_ms = static_cast<int>(cfg.memory_sample_interval.count());
+  int pause_min_idle_s = static_cast<int>(cfg.pressure.min_idle_ms / 1000);
   desc.add_options()(
       "audit-dir", po::value(&cfg.audit_dir), "audit trail directory (default: beside the database, audit/)")(
       "otlp-endpoint", po::value(&cfg.otlp.endpoint), "export audit records as OTLP/HTTP JSON logs, e.g. http://127.0.0.1:4318/v1/logs")(
@@ -89,6 +90,7 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "memory-pressure", po::value(&cfg.pressure.refuse_below_mib)->default_value(cfg.pressure.refuse_below_mib), "MiB of MemAvailable below which the host is under memory pressure: creates are refused and the warm pool shrinks (until 256 MiB above it)")(
       "pause-idle-under-pressure", po::bool_switch(&cfg.pressure.pause_idle), "under memory pressure with MemAvailable below --pressure-pause-below and no parked sandbox left, pause the longest-idle sandbox (memory kept; it resumes on connect), one at a time")(
       "pressure-pause-below", po::value(&cfg.pressure.pause_below_mib)->default_value(cfg.pressure.pause_below_mib), "MiB of MemAvailable below which --pause-idle-under-pressure pauses")(
+      "pressure-pause-min-idle", po::value(&pause_min_idle_s)->default_value(pause_min_idle_s), "seconds without a data-plane request or connect before --pause-idle-under-pressure may pause a sandbox")(
       "memory-sample-interval", po::value(&memory_sample_ms)->default_value(memory_sample_ms), "ms between readings of MemAvailable and every VMM's smaps_rollup (0: off: sandboxes count their memoryMB, no pressure policy)")(
       "max-exposed-ports", po::value(&cfg.manager.port_exposure.max_ports)->default_value(cfg.manager.port_exposure.max_ports), "distinct guest ports (besides the agent's) the data plane may reach, per sandbox")(
       "exposed-ports-per-second", po::value(&cfg.manager.port_exposure.new_per_second)->default_value(cfg.manager.port_exposure.new_per_second), "new guest ports exposed per second and sandbox, after a burst of 16")(
@@ -129,13 +131,14 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
   }
   if (ad.host_memory_mib < 0 || ad.memory_host_reserve_mib < 0 || ad.memory_growth_reserve < 0 ||
       ad.memory_growth_reserve > 1 || cfg.pressure.refuse_below_mib < 0 || cfg.pressure.pause_below_mib < 0 ||
-      memory_sample_ms < 0) {
+      memory_sample_ms < 0 || pause_min_idle_s < 0) {
     std::fprintf(stderr, "airlock serve: --host-memory, --memory-host-reserve, --memory-pressure, "
-                         "--pressure-pause-below, --memory-sample-interval >= 0; 0 <= --memory-growth-reserve <= 1\n");
+                         "--pressure-pause-below, --memory-sample-interval, --pressure-pause-min-idle >= 0; 0 <= --memory-growth-reserve <= 1\n");
     return 2;
   }
   ad.held_memory = !no_memory_admission;
   cfg.memory_sample_interval = std::chrono::milliseconds(memory_sample_ms);
+  cfg.pressure.min_idle_ms = int64_t{pause_min_idle_s} * 1000;
   ad.queue_timeout = std::chrono::seconds(queue_timeout_s);
   cfg.default_vcpus = std::min(cfg.default_vcpus, cfg.max_vcpus);
   cfg.default_memory_mib = std::min(cfg.default_memory_mib, cfg.max_memory_mib);

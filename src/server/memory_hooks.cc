@@ -87,6 +87,7 @@ void Server::SampleMemory() {
   }
   std::erase_if(oom_adjusted_, [&](pid_t p) { return !seen.count(p); });
   pool_held_mib_ = pool_held;
+  in.now_ms = now_ms;
   in.was_under = memory_under_.load();
   in.pool_parked = static_cast<int>(parked.size());
   in.pause_in_flight = pressure_pause_in_flight_.load();

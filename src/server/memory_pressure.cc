@@ -15,6 +15,7 @@ PressurePlan PlanPressure(const PressureConfig& config, const PressureInput& in)
     return p;
   const RunningSandbox* pick = nullptr;
   for (const auto& s : in.running) {
+    if (in.now_ms - s.last_active_ms < config.min_idle_ms) continue;
     if (!pick || std::tie(s.last_active_ms, pick->held_mib) < std::tie(pick->last_active_ms, s.held_mib)) pick = &s;
   }
   if (pick) {

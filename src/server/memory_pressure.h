@@ -10,9 +10,11 @@
 //     parked sandbox a round and refills nothing;
 //  2. only when pause_idle (serve --pause-idle-under-pressure) and
 //     MemAvailable < pause_below_mib and the pool is empty: the longest-idle
-//     running sandbox (oldest last use; ties: the one holding most) is paused
-//     with its memory kept (Manager::Pause; it resumes on connect as usual).
-//     One pause at a time: the next reading, after it finished, decides again.
+//     running sandbox (oldest last use; ties: the one holding most) that has
+//     been idle at least min_idle_ms is paused with its memory kept
+//     (Manager::Pause; it resumes on connect as usual, and connect counts as
+//     use, so a resumed sandbox is not paused again at once). One pause at a
+//     time: the next reading, after it finished, decides again.
 //  3. the kernel's OOM killer, if it ever comes to that, picks a parked VMM
 //     first, then a sandbox's VMM, never the daemon first (oom_score_adj,
 //     kPooledVmmOomScoreAdj / kVmmOomScoreAdj; the daemon keeps 0).
@@ -33,6 +35,7 @@ struct PressureConfig {
   int64_t recover_margin_mib = 256;
   bool pause_idle = false;         // serve --pause-idle-under-pressure
   int64_t pause_below_mib = 1024;  // serve --pressure-pause-below
+  int64_t min_idle_ms = 30000;     // serve --pressure-pause-min-idle (seconds there)
 };
 
 struct RunningSandbox {
@@ -42,6 +45,7 @@ struct RunningSandbox {
 };
 
 struct PressureInput {
+  int64_t now_ms = 0;
   int64_t available_mib = -1;  // MemAvailable; -1 unknown: no pressure decided
   bool was_under = false;      // the previous reading's verdict
   int pool_parked = 0;

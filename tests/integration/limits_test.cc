@@ -178,6 +178,22 @@ int64_t MetricValue(const std::string& body, const std::string& name) {
   return std::stoll(body.substr(at + name.size() + 2));
 }
 
+// The oom_score_adj of the VMM of sandbox `id` (its command line names its
+// run dir), or "" when there is none.
+std::string VmmOomScoreAdj(const std::string& id) {
+  const std::string run_dir = StateDir() + "/run/" + id + "/";
+  std::error_code ec;
+  for (auto& p : std::filesystem::directory_iterator("/proc", ec)) {
+    std::string cmd = Slurp(p.path().string() + "/cmdline");
+    if (cmd.rfind("/usr/bin/qemu-system", 0) != 0 && cmd.find("qemu-system") == std::string::npos) continue;
+    if (cmd.find(run_dir) == std::string::npos) continue;
+    std::string adj = Slurp(p.path().string() + "/oom_score_adj");
+    while (!adj.empty() && adj.back() == '\n') adj.pop_back();
+    return adj;
+  }
+  return "";
+}
+
 // Issue 14 item 6: admission by what sandboxes hold. With --host-memory
 // 700 the nominal rule (1.5 x 700 = 1050 MiB) admitted two sandboxes of
 // 512 MiB and refused a third; measured clones hold far less (each is
@@ -254,9 +270,64 @@ TEST(LimitsTest, MemoryAdmissionCountsWhatSandboxesHold) {
             std::string::npos)
       << fourth->body;
   std::printf("refused: %s\n", fourth->body.c_str());
+  // The sampler made every VMM a likelier OOM victim than the daemon.
+  for (const auto& [id, token] : sbs) EXPECT_EQ(VmmOomScoreAdj(id), "500") << id;
   m = metrics();
   EXPECT_EQ(MetricValue(m, "airlock_admission_rejections_total{reason=\"held_memory\"}"), 1) << m;
   for (const auto& [id, token] : sbs) EXPECT_EQ(d.Do("DELETE", "/sandboxes/" + id)->status, 204);
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 14 item 6, memory pressure: a daemon that finds the host short of
+// memory (here: --memory-pressure above any real MemAvailable) refuses
+// creates with reason "pressure" and, with --pause-idle-under-pressure,
+// pauses the longest-idle sandbox with its memory kept; connect resumes it.
+// The sandbox is made by a first daemon (a daemon under pressure admits
+// nothing) and adopted by the second.
+TEST(LimitsTest, MemoryPressureRefusesCreatesAndPausesTheIdleSandbox) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  std::string id, token;
+  {
+    TestDaemon d(dir, {}, /*kill_on_exit=*/false);
+    auto r = d.Do("POST", "/v2/sandboxes", json{{"timeout", 600}}.dump());
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->status, 201) << r->body;
+    id = json::parse(r->body)["sandboxID"];
+    token = json::parse(r->body)["envdAccessToken"];
+    auto e = d.Run(id, token, "echo before > /tmp/mark && echo ok");
+    ASSERT_TRUE(e.ok() && e->out == "ok\n");
+  }
+  TestDaemon d(dir, {"--memory-pressure", "100000000", "--pause-idle-under-pressure", "--pressure-pause-below",
+                     "100000000", "--pressure-pause-min-idle", "5", "--memory-sample-interval", "300"});
+  auto metric = [&](const std::string& name) {
+    auto m = d.Do("GET", "/metrics", "", false);
+    return m.ok() ? MetricValue(m->body, name) : -1;
+  };
+  auto state = [&] {
+    auto r = d.Do("GET", "/sandboxes/" + id);
+    return r.ok() && r->status == 200 ? json::parse(r->body).value("state", "") : std::string();
+  };
+  ASSERT_TRUE(WaitFor([&] { return state() == "paused" && metric("airlock_memory_pressure_pauses_total") == 1; },
+                      std::chrono::seconds(120)))
+      << "state " << state() << "\n"
+      << Slurp(dir + "/daemon.log");
+  EXPECT_EQ(metric("airlock_memory_pressure"), 1);
+  auto r = d.Do("POST", "/v2/sandboxes", "{}");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 503) << r->body;
+  EXPECT_NE(r->body.find("refusing create: the host is short of memory: "), std::string::npos) << r->body;
+  EXPECT_EQ(metric("airlock_admission_rejections_total{reason=\"pressure\"}"), 1);
+  // Connect resumes it, memory intact; connect and the command count as use,
+  // so it is not paused again for --pressure-pause-min-idle (5 s).
+  auto c = d.Do("POST", "/v2/sandboxes/" + id + "/connect", json{{"timeout", 600}}.dump());
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->status == 200 || c->status == 201) << c->body;
+  auto e = d.Run(id, token, "cat /tmp/mark");
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_EQ(e->out, "before\n");
+  std::string log = Slurp(dir + "/daemon.log");
+  EXPECT_NE(log.find("memory pressure: MemAvailable"), std::string::npos);
   std::filesystem::remove_all(dir);
 }
 

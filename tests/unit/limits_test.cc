@@ -317,7 +317,9 @@ TEST(MemoryPressure, RefusesBelowTheLevelWithHysteresis) {
 
 TEST(MemoryPressure, PausesTheLongestIdleOnlyWhenEnabledBelowThePauseLevelAndThePoolIsEmpty) {
   PressureConfig c;
+  c.min_idle_ms = 2000;
   PressureInput in;
+  in.now_ms = 10000;
   in.available_mib = 800;
   in.running = {{"busy", 5000, 300}, {"idle", 1000, 100}, {"idle-bigger", 1000, 200}, {"new", 9000, 50}};
   auto p = PlanPressure(c, in);
@@ -338,6 +340,8 @@ TEST(MemoryPressure, PausesTheLongestIdleOnlyWhenEnabledBelowThePauseLevelAndThe
   EXPECT_TRUE(p.under);
   EXPECT_EQ(p.pause_id, "");
   in.available_mib = 800;
+  in.running = {{"used-a-second-ago", 9000, 400}};  // idle less than min_idle_ms: never paused
+  EXPECT_EQ(PlanPressure(c, in).pause_id, "");
   in.running.clear();
   EXPECT_EQ(PlanPressure(c, in).pause_id, "");
 }
