@@ -197,15 +197,18 @@ Status Server::Init() {
     EnsureTemplateSnapshotAsync("base", config_.default_vcpus, config_.default_memory_mib);
     manager_->WarmPool("base", config_.default_vcpus, config_.default_memory_mib);
   }
-  manager_->StartPool();
-  admission_timer_ = std::make_unique<asio::steady_timer>(io_);
-  ScheduleAdmissionTick();
+  // A first memory reading before the warm pool starts (it follows the
+  // pressure verdict from its first round) and before any create: here, at
+  // start, on this thread (adopted VMMs are measured too; milliseconds).
   memory_timer_ = std::make_unique<asio::steady_timer>(io_);
   if (config_.memory_sample_interval.count() > 0) {
     memory_sampling_ = true;
-    asio::post(*workers_, [this] { SampleMemory(); });  // a first reading now
+    SampleMemory();
   }
   ScheduleMemorySampler();
+  manager_->StartPool();
+  admission_timer_ = std::make_unique<asio::steady_timer>(io_);
+  ScheduleAdmissionTick();
   LOG_WARN("airlock serve listening on {} (port {}), {} sandbox(es) adopted", config_.listen, port(), adopted.size());
   return OkStatus();
 }

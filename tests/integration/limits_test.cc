@@ -282,7 +282,8 @@ TEST(LimitsTest, MemoryAdmissionCountsWhatSandboxesHold) {
 // memory (here: --memory-pressure above any real MemAvailable) refuses
 // creates with reason "pressure" and, with --pause-idle-under-pressure,
 // pauses the longest-idle sandbox with its memory kept; connect resumes it.
-// The sandbox is made by a first daemon (a daemon under pressure admits
+// Its warm pool (--pool 1) follows the same verdict and parks nothing. The
+// sandbox is made by a first daemon (a daemon under pressure admits
 // nothing) and adopted by the second.
 TEST(LimitsTest, MemoryPressureRefusesCreatesAndPausesTheIdleSandbox) {
   AIRLOCK_REQUIRE_VM();
@@ -299,7 +300,7 @@ TEST(LimitsTest, MemoryPressureRefusesCreatesAndPausesTheIdleSandbox) {
     ASSERT_TRUE(e.ok() && e->out == "ok\n");
   }
   TestDaemon d(dir, {"--memory-pressure", "100000000", "--pause-idle-under-pressure", "--pressure-pause-below",
-                     "100000000", "--pressure-pause-min-idle", "5", "--memory-sample-interval", "300"});
+                     "100000000", "--pressure-pause-min-idle", "5", "--memory-sample-interval", "300", "--pool", "1"});
   auto metric = [&](const std::string& name) {
     auto m = d.Do("GET", "/metrics", "", false);
     return m.ok() ? MetricValue(m->body, name) : -1;
@@ -313,6 +314,8 @@ TEST(LimitsTest, MemoryPressureRefusesCreatesAndPausesTheIdleSandbox) {
       << "state " << state() << "\n"
       << Slurp(dir + "/daemon.log");
   EXPECT_EQ(metric("airlock_memory_pressure"), 1);
+  EXPECT_EQ(metric("airlock_pool_parked"), 0);
+  EXPECT_EQ(metric("airlock_pool_hits_total"), 0);
   auto r = d.Do("POST", "/v2/sandboxes", "{}");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status, 503) << r->body;
