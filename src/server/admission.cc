@@ -297,6 +297,13 @@ void Admission::Adopt(const std::string& sandbox_id, const std::string& key, int
   Account(h, 1);
 }
 
+std::string Admission::CheckMemory(int memory_mib, std::string* reason) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::string m = MemoryProblem(memory_mib, reason);
+  if (!m.empty()) CountMemoryRefusal(*reason);
+  return m;
+}
+
 AdmissionStats Admission::stats() const {
   std::lock_guard<std::mutex> l(mu_);
   AdmissionStats s = counters_;

@@ -102,8 +102,13 @@ class Admission {
   // memory until SandboxGone; with "" (failed) both are released.
   void CreateDone(uint64_t ticket, const std::string& sandbox_id, Clock::time_point now);
   void SandboxGone(const std::string& sandbox_id, Clock::time_point now);
-  // A sandbox that exists without a create (adopted after a restart).
+  // A sandbox that exists without a create (adopted after a restart, a
+  // fork child).
   void Adopt(const std::string& sandbox_id, const std::string& key, int memory_mib);
+  // The memory rules alone, for sandboxes that do not queue (fork
+  // children): "" when `memory_mib` more fits; else the refusal message and
+  // *reason (counted as a refusal).
+  std::string CheckMemory(int memory_mib, std::string* reason);
   // Grants what fits, expires what waited too long. Returns when to call
   // again for a time-based change (token refill, a queue deadline).
   std::optional<Clock::time_point> Pump(Clock::time_point now);

@@ -299,6 +299,21 @@ TEST(MemoryAdmission, AdoptedSandboxesCountUntilMeasuredAndTheNominalCapStillApp
   EXPECT_NE(r.got.back().second.message.find("refusing to overcommit host memory"), std::string::npos);
 }
 
+TEST(MemoryAdmission, ForkChildrenAreCheckedAndCounted) {
+  Admission a(HeldMemory());
+  std::string reason;
+  EXPECT_EQ(a.CheckMemory(4 * 512, &reason), "");  // 2048 <= 3072
+  a.Adopt("child-1", "k", 512);
+  a.Adopt("child-2", "k", 512);
+  EXPECT_EQ(a.CheckMemory(4 * 512, &reason), "");  // 1024 + 2048 = 3072 fits exactly
+  EXPECT_NE(a.CheckMemory(5 * 512, &reason), "");  // 1024 + 2560 > 3072
+  EXPECT_EQ(reason, "held_memory");
+  EXPECT_EQ(a.stats().rejected_held, 1u);
+  a.SandboxGone("child-1", Clock::now());
+  a.SandboxGone("child-2", Clock::now());
+  EXPECT_EQ(a.stats().committed_memory_mib, 0);
+}
+
 TEST(MemoryPressure, RefusesBelowTheLevelWithHysteresis) {
   PressureConfig c;  // 2048, +256 to recover
   PressureInput in;
