@@ -55,14 +55,14 @@ void Admission::Account(const Holder& h, int64_t sign) {
 
 std::string Admission::MemoryProblem(int memory_mib, std::string* reason) const {
   std::ostringstream m;
-  if (config_.held_memory && pressure_) {
+  if (pressure_) {
     *reason = "pressure";
     m << "refusing create: the host is short of memory: " << available_mib_
       << " MiB available (MemAvailable), creates resume once it is back above " << config_.memory_pressure_mib
       << " MiB (serve --memory-pressure)";
     return m.str();
   }
-  if (config_.held_memory && available_mib_ >= 0 &&
+  if (available_mib_ >= 0 &&
       available_mib_ - unmeasured_mib_ - memory_mib < config_.memory_pressure_mib) {
     *reason = "pressure";
     m << "refusing create: not enough memory available on the host: " << available_mib_

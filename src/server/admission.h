@@ -51,7 +51,8 @@ struct AdmissionConfig {
   size_t max_queue_per_key = 64;
   int64_t host_memory_mib = 0;         // 0: MemTotal of /proc/meminfo
   double memory_overcommit_ratio = 0;  // nominal cap: Σ memoryMB ≤ ratio × host; 0: no check
-  // Held-memory admission (see above); false: only the nominal cap.
+  // The held-memory rule (see above); false: off (the pressure rules stay;
+  // memory_pressure_mib 0 turns them off).
   bool held_memory = true;
   int64_t memory_host_reserve_mib = 2048;  // never promised to sandboxes
   double memory_growth_reserve = 0.25;     // a measured sandbox counts at least this × its memoryMB
