@@ -62,8 +62,7 @@ std::string Admission::MemoryProblem(int memory_mib, std::string* reason) const 
       << " MiB (serve --memory-pressure)";
     return m.str();
   }
-  if (available_mib_ >= 0 &&
-      available_mib_ - unmeasured_mib_ - memory_mib < config_.memory_pressure_mib) {
+  if (available_mib_ >= 0 && available_mib_ - unmeasured_mib_ - memory_mib < config_.memory_pressure_mib) {
     *reason = "pressure";
     m << "refusing create: not enough memory available on the host: " << available_mib_
       << " MiB available (MemAvailable) - " << unmeasured_mib_ << " MiB for " << unmeasured_
