@@ -68,6 +68,9 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
   // Audit, export and limits (docs/audit.md, docs/limits.md).
   int queue_timeout_s = 20;
   auto& ad = cfg.admission;
+  bool no_memory_admission = false;
+  int memory_sample_ms = static_cast<int>(cfg.memory_sample_interval.count());
+  int pause_min_idle_s = static_cast<int>(cfg.pressure.min_idle_ms / 1000);
   desc.add_options()("audit-dir", po::value(&cfg.audit_dir),
                      "audit trail directory (default: beside the database, audit/)")(
       "otlp-endpoint", po::value(&cfg.otlp.endpoint),
@@ -96,7 +99,31 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "queue-timeout", po::value(&queue_timeout_s)->default_value(queue_timeout_s),
       "seconds a create may wait for a slot before 429 + Retry-After")(
       "memory-overcommit-ratio", po::value(&ad.memory_overcommit_ratio)->default_value(ad.memory_overcommit_ratio),
-      "refuse creates once guest memory exceeds this x host memory (0: off)")(
+      "nominal cap: refuse creates once the memoryMB of all sandboxes exceeds this x host memory (0: off; the "
+      "held-memory rule below is the default)")("host-memory",
+                                                po::value(&ad.host_memory_mib)->default_value(ad.host_memory_mib),
+                                                "MiB of host memory admission budgets against (0: MemTotal)")(
+      "memory-host-reserve", po::value(&ad.memory_host_reserve_mib)->default_value(ad.memory_host_reserve_mib),
+      "MiB of host memory never promised to sandboxes: a create is refused (503) when what sandboxes hold + their "
+      "growth reserve + its memoryMB exceeds host memory minus this")(
+      "memory-growth-reserve", po::value(&ad.memory_growth_reserve)->default_value(ad.memory_growth_reserve),
+      "a measured sandbox counts at least this fraction of its memoryMB (room to grow); an unmeasured one all of it")(
+      "no-memory-admission", po::bool_switch(&no_memory_admission),
+      "do not admit by what sandboxes hold (the pressure refusals of --memory-pressure and --memory-overcommit-ratio, "
+      "if set, stay)")("memory-pressure",
+                       po::value(&cfg.pressure.refuse_below_mib)->default_value(cfg.pressure.refuse_below_mib),
+                       "MiB of MemAvailable below which the host is under memory pressure: creates are refused and the "
+                       "warm pool shrinks (until 256 MiB above it)")(
+      "pause-idle-under-pressure", po::bool_switch(&cfg.pressure.pause_idle),
+      "under memory pressure with MemAvailable below --pressure-pause-below and no parked sandbox left, pause the "
+      "longest-idle sandbox (memory kept; it resumes on connect), one at a time")(
+      "pressure-pause-below", po::value(&cfg.pressure.pause_below_mib)->default_value(cfg.pressure.pause_below_mib),
+      "MiB of MemAvailable below which --pause-idle-under-pressure pauses")(
+      "pressure-pause-min-idle", po::value(&pause_min_idle_s)->default_value(pause_min_idle_s),
+      "seconds without a data-plane request or connect before --pause-idle-under-pressure may pause a sandbox")(
+      "memory-sample-interval", po::value(&memory_sample_ms)->default_value(memory_sample_ms),
+      "ms between readings of MemAvailable and every VMM's smaps_rollup (0: off: sandboxes count their memoryMB, no "
+      "pressure policy)")(
       "max-exposed-ports",
       po::value(&cfg.manager.port_exposure.max_ports)->default_value(cfg.manager.port_exposure.max_ports),
       "distinct guest ports (besides the agent's) the data plane may reach, per sandbox")(
@@ -142,6 +169,18 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
                  "0 <= --max-exposed-ports <= 4096, --exposed-ports-per-second > 0\n");
     return 2;
   }
+  if (ad.host_memory_mib < 0 || ad.memory_host_reserve_mib < 0 || ad.memory_growth_reserve < 0 ||
+      ad.memory_growth_reserve > 1 || cfg.pressure.refuse_below_mib < 0 || cfg.pressure.pause_below_mib < 0 ||
+      memory_sample_ms < 0 || pause_min_idle_s < 0) {
+    std::fprintf(stderr,
+                 "airlock serve: --host-memory, --memory-host-reserve, --memory-pressure, "
+                 "--pressure-pause-below, --memory-sample-interval, --pressure-pause-min-idle >= 0; 0 <= "
+                 "--memory-growth-reserve <= 1\n");
+    return 2;
+  }
+  ad.held_memory = !no_memory_admission;
+  cfg.memory_sample_interval = std::chrono::milliseconds(memory_sample_ms);
+  cfg.pressure.min_idle_ms = int64_t{pause_min_idle_s} * 1000;
   ad.queue_timeout = std::chrono::seconds(queue_timeout_s);
   cfg.default_vcpus = std::min(cfg.default_vcpus, cfg.max_vcpus);
   cfg.default_memory_mib = std::min(cfg.default_memory_mib, cfg.max_memory_mib);

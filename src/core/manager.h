@@ -132,6 +132,10 @@ struct ManagerConfig {
   // The pool refills only while the host has this much MemAvailable, and
   // gives back one parked sandbox a round below it.
   int64_t pool_min_available_mib = 2048;
+  // When set, the pool asks this instead of reading MemAvailable itself
+  // (the daemon's memory-pressure policy, server/memory_pressure.h: one
+  // policy for refusing creates, shrinking the pool and pausing).
+  std::function<bool()> memory_short;
 };
 
 // The "owner" file of a run dir: the pid of the process that runs the
@@ -409,6 +413,8 @@ class Manager {
     uint64_t hits = 0, misses = 0;  // creates that took a parked sandbox / found none
   };
   PoolStats pool_stats() const;
+  // The VMM pids of the parked sandboxes (the daemon's memory sampler).
+  std::vector<pid_t> ParkedVmmPids() const;
   // The host's interface addresses changed (egress on_host_addresses_changed):
   // rewrites each sandbox netns's set of them (SandboxNetwork::SetEgressHostAddresses).
   void RefreshEgressHostAddresses(const std::vector<uint32_t>& host);

@@ -5,7 +5,9 @@
 // handover, and its first command runs on a warm guest. One filler thread
 // parks one sandbox at a time, never while the host is short of memory
 // (then it gives one back each round), and drops parked sandboxes of a
-// template snapshot that is no longer current.
+// template snapshot that is no longer current. "Short of memory" is
+// ManagerConfig::memory_short when set (the daemon's pressure policy), else
+// MemAvailable < pool_min_available_mib.
 #include <fstream>
 #include <sstream>
 
@@ -68,6 +70,17 @@ void Manager::StopPool() {
       sb->released_ = true;  // torn down already
     }
   }
+}
+
+std::vector<pid_t> Manager::ParkedVmmPids() const {
+  std::vector<pid_t> out;
+  std::lock_guard<std::mutex> l(pool_mu_);
+  for (const auto& [dir, q] : parked_) {
+    for (const auto& sb : q) {
+      if (sb->vm_ && sb->vm_->alive() && sb->vm_->pid() > 0) out.push_back(sb->vm_->pid());
+    }
+  }
+  return out;
 }
 
 Manager::PoolStats Manager::pool_stats() const {
@@ -170,7 +183,8 @@ void Manager::PoolRound() {
   }
   std::vector<std::shared_ptr<Sandbox>> drop;
   const int64_t available = MemAvailableMib();
-  const bool short_of_memory = available >= 0 && available < config_.pool_min_available_mib;
+  const bool short_of_memory =
+      config_.memory_short ? config_.memory_short() : available >= 0 && available < config_.pool_min_available_mib;
   std::string to_fill;
   {
     std::lock_guard<std::mutex> l(pool_mu_);
@@ -215,7 +229,7 @@ void Manager::PoolRound() {
     sb->released_ = true;
   }
   if (short_of_memory && !drop.empty())
-    LOG_WARN("warm pool: host MemAvailable {} MiB < {} MiB: shrinking", available, config_.pool_min_available_mib);
+    LOG_WARN("warm pool: host short of memory (MemAvailable {} MiB): shrinking", available);
   if (to_fill.empty()) return;
   const auto& [shape, img] = wanted[to_fill];
   auto sb = Park(shape, img, to_fill);

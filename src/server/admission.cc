@@ -36,15 +36,87 @@ void Admission::Refill(Bucket& b, double rate, double burst, Clock::time_point n
   }
 }
 
-std::string Admission::MemoryProblem(int memory_mib) const {
-  if (config_.memory_overcommit_ratio <= 0 || host_memory_mib_ <= 0) return "";
-  double limit = config_.memory_overcommit_ratio * static_cast<double>(host_memory_mib_);
-  if (static_cast<double>(committed_mib_ + memory_mib) <= limit) return "";
+int64_t Admission::Charge(const Holder& h) const {
+  if (h.held_mib < 0) return h.memory_mib;
+  auto floor = static_cast<int64_t>(std::ceil(config_.memory_growth_reserve * h.memory_mib));
+  return std::max(h.held_mib, floor);
+}
+
+void Admission::Account(const Holder& h, int64_t sign) {
+  committed_mib_ += sign * h.memory_mib;
+  charged_mib_ += sign * Charge(h);
+  if (h.held_mib < 0) {
+    unmeasured_mib_ += sign * h.memory_mib;
+    unmeasured_ += static_cast<int>(sign);
+  } else {
+    held_sum_mib_ += sign * h.held_mib;
+  }
+}
+
+std::string Admission::MemoryProblem(int memory_mib, std::string* reason) const {
   std::ostringstream m;
-  m << "refusing to overcommit host memory: " << committed_mib_ << " MiB committed to sandboxes + " << memory_mib
-    << " MiB requested > " << config_.memory_overcommit_ratio << " x " << host_memory_mib_
-    << " MiB of host memory (--memory-overcommit-ratio)";
-  return m.str();
+  if (pressure_) {
+    *reason = "pressure";
+    m << "refusing create: the host is short of memory: " << available_mib_
+      << " MiB available (MemAvailable), creates resume once it is back above " << config_.memory_pressure_mib
+      << " MiB (serve --memory-pressure)";
+    return m.str();
+  }
+  if (available_mib_ >= 0 && available_mib_ - unmeasured_mib_ - memory_mib < config_.memory_pressure_mib) {
+    *reason = "pressure";
+    m << "refusing create: not enough memory available on the host: " << available_mib_
+      << " MiB available (MemAvailable) - " << unmeasured_mib_ << " MiB for " << unmeasured_
+      << " sandbox(es) not yet measured - " << memory_mib << " MiB asked < " << config_.memory_pressure_mib
+      << " MiB kept free (serve --memory-pressure)";
+    return m.str();
+  }
+  if (config_.held_memory && host_memory_mib_ > 0) {
+    const int64_t budget = host_memory_mib_ - config_.memory_host_reserve_mib;
+    if (charged_mib_ + memory_mib > budget) {
+      *reason = "held_memory";
+      const int64_t growth = charged_mib_ - held_sum_mib_ - unmeasured_mib_;
+      m << "refusing create: not enough host memory: sandboxes hold " << held_sum_mib_ << " MiB, " << growth
+        << " MiB is reserved for their growth (each counts at least " << config_.memory_growth_reserve
+        << " x its memoryMB), " << unmeasured_mib_ << " MiB for " << unmeasured_ << " not yet measured, " << memory_mib
+        << " MiB asked > " << host_memory_mib_ << " MiB of host memory - " << config_.memory_host_reserve_mib
+        << " MiB kept for the host = " << budget
+        << " MiB (serve --host-memory, --memory-host-reserve, --memory-growth-reserve)";
+      return m.str();
+    }
+  }
+  if (config_.memory_overcommit_ratio > 0 && host_memory_mib_ > 0) {
+    double limit = config_.memory_overcommit_ratio * static_cast<double>(host_memory_mib_);
+    if (static_cast<double>(committed_mib_ + memory_mib) > limit) {
+      *reason = "memory";
+      m << "refusing to overcommit host memory: " << committed_mib_ << " MiB committed to sandboxes + " << memory_mib
+        << " MiB requested > " << config_.memory_overcommit_ratio << " x " << host_memory_mib_
+        << " MiB of host memory (--memory-overcommit-ratio)";
+      return m.str();
+    }
+  }
+  return "";
+}
+
+void Admission::UpdateMemory(const MemoryReading& reading) {
+  std::lock_guard<std::mutex> l(mu_);
+  available_mib_ = reading.available_mib;
+  pressure_ = reading.pressure;
+  for (auto& [id, h] : live_) {
+    auto it = reading.held_mib.find(id);
+    if (it == reading.held_mib.end()) continue;
+    Account(h, -1);
+    h.held_mib = std::max<int64_t>(0, it->second);
+    Account(h, 1);
+  }
+}
+
+void Admission::CountMemoryRefusal(const std::string& reason) {
+  if (reason == "pressure")
+    ++counters_.rejected_pressure;
+  else if (reason == "held_memory")
+    ++counters_.rejected_held;
+  else
+    ++counters_.rejected_memory;
 }
 
 int Admission::RetryAfter(size_t waiting) const {
@@ -61,8 +133,8 @@ void Admission::Request(const std::string& key, int memory_mib, Clock::time_poin
   {
     std::lock_guard<std::mutex> l(mu_);
     AdmissionDecision d;
-    if (std::string m = MemoryProblem(memory_mib); !m.empty()) {
-      ++counters_.rejected_memory;
+    if (std::string m = MemoryProblem(memory_mib, &d.reason); !m.empty()) {
+      CountMemoryRefusal(d.reason);
       d.http_status = 503;
       d.message = m;
       out.push_back({std::move(cb), d});
@@ -70,6 +142,7 @@ void Admission::Request(const std::string& key, int memory_mib, Clock::time_poin
       ++counters_.rejected_rate;
       d.http_status = 429;
       d.retry_after_s = RetryAfter(queues_[key].size());
+      d.reason = "limit";
       d.message = "too many creates waiting for this API key (" + std::to_string(config_.max_queue_per_key) +
                   "); retry after " + std::to_string(d.retry_after_s) + " s";
       out.push_back({std::move(cb), d});
@@ -106,6 +179,7 @@ std::optional<Admission::Clock::time_point> Admission::PumpLocked(
       AdmissionDecision d;
       d.http_status = 429;
       d.retry_after_s = RetryAfter(q.size() - 1);
+      d.reason = "limit";
       d.message = "sandbox limits reached and no slot freed within " +
                   std::to_string(config_.queue_timeout.count() / 1000) + " s; retry after " +
                   std::to_string(d.retry_after_s) + " s";
@@ -148,18 +222,20 @@ std::optional<Admission::Clock::time_point> Admission::PumpLocked(
           want(refill_at(kb, config_.creates_per_second_per_key));
       }
       if (!fits || !rate_ok) continue;
-      if (std::string m = MemoryProblem(w.memory_mib); !m.empty()) {
-        ++counters_.rejected_memory;
-        AdmissionDecision d;
+      AdmissionDecision refusal;
+      if (std::string m = MemoryProblem(w.memory_mib, &refusal.reason); !m.empty()) {
+        CountMemoryRefusal(refusal.reason);
+        AdmissionDecision d = refusal;
         d.http_status = 503;
         d.message = m;
         out->push_back({std::move(w.cb), d});
       } else {
         if (config_.creates_per_second > 0) global_.tokens -= 1.0;
         if (config_.creates_per_second_per_key > 0) kb.tokens -= 1.0;
-        in_flight_[w.ticket] = {key, w.memory_mib, now};
+        Holder h{key, w.memory_mib, now};
+        in_flight_[w.ticket] = h;
         ++per_key_[key];
-        committed_mib_ += w.memory_mib;
+        Account(h, 1);
         ++counters_.granted;
         AdmissionDecision d;
         d.granted = true;
@@ -193,7 +269,7 @@ void Admission::CreateDone(uint64_t ticket, const std::string& sandbox_id, Clock
       live_[sandbox_id] = h;
     } else {
       --per_key_[h.key];
-      committed_mib_ -= h.memory_mib;
+      Account(h, -1);
     }
   }
   (void)Pump(now);
@@ -205,7 +281,7 @@ void Admission::SandboxGone(const std::string& sandbox_id, Clock::time_point now
     auto it = live_.find(sandbox_id);
     if (it == live_.end()) return;
     --per_key_[it->second.key];
-    committed_mib_ -= it->second.memory_mib;
+    Account(it->second, -1);
     live_.erase(it);
   }
   (void)Pump(now);
@@ -214,9 +290,17 @@ void Admission::SandboxGone(const std::string& sandbox_id, Clock::time_point now
 void Admission::Adopt(const std::string& sandbox_id, const std::string& key, int memory_mib) {
   std::lock_guard<std::mutex> l(mu_);
   if (live_.count(sandbox_id)) return;
-  live_[sandbox_id] = {key, memory_mib, {}};
+  Holder h{key, memory_mib, {}};
+  live_[sandbox_id] = h;
   ++per_key_[key];
-  committed_mib_ += memory_mib;
+  Account(h, 1);
+}
+
+std::string Admission::CheckMemory(int memory_mib, std::string* reason) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::string m = MemoryProblem(memory_mib, reason);
+  if (!m.empty()) CountMemoryRefusal(*reason);
+  return m;
 }
 
 AdmissionStats Admission::stats() const {
@@ -226,6 +310,13 @@ AdmissionStats Admission::stats() const {
   s.in_flight = static_cast<int>(in_flight_.size());
   for (auto& [k, q] : queues_) s.queued += q.size();
   s.committed_memory_mib = committed_mib_;
+  s.held_mib = held_sum_mib_;
+  s.growth_reserve_mib = charged_mib_ - held_sum_mib_ - unmeasured_mib_;
+  s.unmeasured_mib = unmeasured_mib_;
+  s.unmeasured = unmeasured_;
+  s.budget_mib = host_memory_mib_ > 0 ? host_memory_mib_ - config_.memory_host_reserve_mib : 0;
+  s.available_mib = available_mib_;
+  s.pressure = pressure_;
   return s;
 }
 

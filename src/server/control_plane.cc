@@ -347,6 +347,7 @@ void Server::ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id) 
     int64_t ends = NowUnixMs() + int64_t{ClampTimeout(req->timeout_s.value_or(config_.default_timeout_s))} * 1000;
     auto sb = Visible(id);
     if (!sb) return RespondNoSandbox(c, id);
+    NoteActivity(id);  // a connected sandbox is in use: not the memory-pressure policy's first pause
     if (sb->api_state() == "paused") return ResumeSandbox(c, id, ends);
     asio::post(*workers_, [this, c, id, ends] {
       // A running sandbox's TTL is only ever extended (spec §1.5.6).

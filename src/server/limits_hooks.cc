@@ -1,5 +1,5 @@
 // Limits in the daemon (docs/limits.md): admission (429 + Retry-After / bounded fair queue / 503 memory), the
-// admission tick, and GET /metrics.
+// admission tick, and GET /metrics. The memory readings admission uses: memory_hooks.cc.
 #include <sys/statvfs.h>
 
 #include <boost/asio/post.hpp>
@@ -39,7 +39,10 @@ void Server::Admit(std::shared_ptr<HttpConn> c, const std::string& key_id, int m
   admission_->Request(
       key_id, memory_mib, Admission::Clock::now(), [this, c, work = std::move(work)](AdmissionDecision d) {
         if (!d.granted) {
-          metrics_.AdmissionRejected(d.http_status);
+          if (d.reason.empty())
+            metrics_.AdmissionRejected(d.http_status);
+          else
+            metrics_.AdmissionRejected(d.reason);
           LOG_INFO("create refused ({}): {}", d.http_status, d.message);
           HeaderList extra;
           if (d.retry_after_s > 0) extra.push_back({"Retry-After", std::to_string(d.retry_after_s)});
@@ -79,6 +82,15 @@ void Server::ServeMetrics(std::shared_ptr<HttpConn> c) {
   g.creating = st.in_flight;
   g.queued = static_cast<int>(st.queued);
   g.committed_memory_mib = st.committed_memory_mib;
+  g.memory_held_mib = st.held_mib;
+  g.memory_growth_reserve_mib = st.growth_reserve_mib;
+  g.memory_unmeasured_mib = st.unmeasured_mib;
+  g.memory_budget_mib = st.budget_mib;
+  g.memory_host_reserve_mib = admission_->config().memory_host_reserve_mib;
+  g.memory_available_mib = st.available_mib;
+  g.memory_pool_held_mib = pool_held_mib_.load();
+  g.memory_pressure = st.pressure ? 1 : 0;
+  g.memory_sample_seconds = static_cast<double>(memory_sample_us_.load()) / 1e6;
   auto ps = manager_->pool_stats();
   g.pool_parked = ps.parked;
   g.pool_hits = ps.hits;

@@ -33,11 +33,42 @@ std::string DaemonMetrics::Render(const Gauges& g) const {
   o += "# HELP airlock_sandbox_create_failures_total Sandbox creates that failed after admission.\n"
        "# TYPE airlock_sandbox_create_failures_total counter\n";
   line("airlock_sandbox_create_failures_total %llu\n", u(create_failures_));
-  o += "# HELP airlock_admission_rejections_total Creates refused by limits (429) or memory protection (503).\n"
+  o += "# HELP airlock_admission_rejections_total Creates refused: limits (429), held memory, memory pressure, "
+       "nominal memory cap (503), disk (507).\n"
        "# TYPE airlock_admission_rejections_total counter\n";
   line("airlock_admission_rejections_total{reason=\"limit\"} %llu\n", u(rejected_limit_));
+  line("airlock_admission_rejections_total{reason=\"held_memory\"} %llu\n", u(rejected_held_));
+  line("airlock_admission_rejections_total{reason=\"pressure\"} %llu\n", u(rejected_pressure_));
   line("airlock_admission_rejections_total{reason=\"memory\"} %llu\n", u(rejected_memory_));
   line("airlock_admission_rejections_total{reason=\"disk\"} %llu\n", u(rejected_disk_));
+  auto ll = [](int64_t v) { return static_cast<long long>(v); };
+  o += "# HELP airlock_memory_held_mib Memory the VMMs of measured live sandboxes hold (Private_Clean + "
+       "Private_Dirty, MiB).\n# TYPE airlock_memory_held_mib gauge\n";
+  line("airlock_memory_held_mib %lld\n", ll(g.memory_held_mib));
+  o += "# HELP airlock_memory_reserved_mib Memory admission keeps beyond what sandboxes hold (MiB): growth of "
+       "measured sandboxes, memoryMB of unmeasured ones, the host reserve.\n"
+       "# TYPE airlock_memory_reserved_mib gauge\n";
+  line("airlock_memory_reserved_mib{for=\"growth\"} %lld\n", ll(g.memory_growth_reserve_mib));
+  line("airlock_memory_reserved_mib{for=\"unmeasured\"} %lld\n", ll(g.memory_unmeasured_mib));
+  line("airlock_memory_reserved_mib{for=\"host\"} %lld\n", ll(g.memory_host_reserve_mib));
+  o += "# HELP airlock_memory_budget_mib Host memory minus the host reserve: what held + reserved may reach (MiB).\n"
+       "# TYPE airlock_memory_budget_mib gauge\n";
+  line("airlock_memory_budget_mib %lld\n", ll(g.memory_budget_mib));
+  o += "# HELP airlock_memory_available_mib MemAvailable at the last reading (MiB; -1 unknown).\n"
+       "# TYPE airlock_memory_available_mib gauge\n";
+  line("airlock_memory_available_mib %lld\n", ll(g.memory_available_mib));
+  o += "# HELP airlock_memory_pool_held_mib Memory the warm pool's parked VMMs hold (MiB).\n"
+       "# TYPE airlock_memory_pool_held_mib gauge\n";
+  line("airlock_memory_pool_held_mib %lld\n", ll(g.memory_pool_held_mib));
+  o += "# HELP airlock_memory_pressure 1 while the host is under memory pressure (creates refused, pool shrinking).\n"
+       "# TYPE airlock_memory_pressure gauge\n";
+  line("airlock_memory_pressure %d\n", g.memory_pressure);
+  o += "# HELP airlock_memory_sample_seconds How long the last memory reading (every VMM's smaps_rollup) took.\n"
+       "# TYPE airlock_memory_sample_seconds gauge\n";
+  line("airlock_memory_sample_seconds %.6f\n", g.memory_sample_seconds);
+  o += "# HELP airlock_memory_pressure_pauses_total Running sandboxes paused by the memory-pressure policy.\n"
+       "# TYPE airlock_memory_pressure_pauses_total counter\n";
+  line("airlock_memory_pressure_pauses_total %llu\n", u(pressure_pauses_));
   o += "# HELP airlock_sandbox_create_duration_seconds Time from admission to a ready sandbox.\n"
        "# TYPE airlock_sandbox_create_duration_seconds histogram\n";
   for (size_t i = 0; i < kCreateBuckets.size(); ++i) {

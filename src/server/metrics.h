@@ -24,6 +24,17 @@ class DaemonMetrics {
   void AdmissionRejected(int http_status) {
     (http_status == 503 ? rejected_memory_ : http_status == 507 ? rejected_disk_ : rejected_limit_).fetch_add(1);
   }
+  // By reason (AdmissionDecision::reason): "limit", "memory", "held_memory", "pressure", "disk".
+  void AdmissionRejected(const std::string& reason) {
+    (reason == "held_memory" ? rejected_held_
+     : reason == "pressure"  ? rejected_pressure_
+     : reason == "memory"    ? rejected_memory_
+     : reason == "disk"      ? rejected_disk_
+                             : rejected_limit_)
+        .fetch_add(1);
+  }
+  // A running sandbox paused by the memory-pressure policy.
+  void PressurePause() { pressure_pauses_.fetch_add(1); }
   // For the egress proxy (sealed network): one call per connection decision,
   // and the bytes it moved.
   void EgressDecision(bool allowed) { (allowed ? egress_allowed_ : egress_denied_).fetch_add(1); }
@@ -48,6 +59,11 @@ class DaemonMetrics {
     // The warm pool (Manager::pool_stats).
     int pool_parked = 0;
     uint64_t pool_hits = 0, pool_misses = 0;
+    // What memory admission sees (AdmissionStats, MiB).
+    int64_t memory_held_mib = 0, memory_growth_reserve_mib = 0, memory_unmeasured_mib = 0;
+    int64_t memory_budget_mib = 0, memory_host_reserve_mib = 0, memory_available_mib = -1, memory_pool_held_mib = 0;
+    int memory_pressure = 0;
+    double memory_sample_seconds = 0;
   };
   // The whole exposition, with the gauges sampled by the caller.
   std::string Render(const Gauges& g) const;
@@ -55,6 +71,7 @@ class DaemonMetrics {
  private:
   std::atomic<uint64_t> creates_{0}, create_failures_{0}, execs_{0};
   std::atomic<uint64_t> rejected_limit_{0}, rejected_memory_{0}, rejected_disk_{0};
+  std::atomic<uint64_t> rejected_held_{0}, rejected_pressure_{0}, pressure_pauses_{0};
   std::atomic<uint64_t> egress_allowed_{0}, egress_denied_{0}, egress_tx_{0}, egress_rx_{0};
   std::atomic<uint64_t> audit_records_{0};
   std::atomic<uint64_t> sandbox_deaths_{0};

@@ -461,6 +461,7 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
   const std::string& path = c->path();
   std::shared_ptr<Sandbox> sb = Visible(id);
   if (!sb) return RespondSandboxNotFound(*c, id);  // as E2B's proxy, on every port and path
+  NoteActivity(id);                                // the memory-pressure policy pauses the longest idle first
   const SandboxAttributes attrs = sb->attributes();
   const std::string token = sb->access_token();
   const std::string& traffic_token = attrs.traffic_token;

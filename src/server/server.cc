@@ -47,7 +47,11 @@ Status Server::Init() {
   db_path_ = db;
   db_dir_ = db_dir;
   RETURN_IF_ERROR(InitAudit(db_dir));
+  // One level for "short of memory": admission's, the pressure policy's and the warm pool's.
+  config_.admission.memory_pressure_mib = config_.pressure.refuse_below_mib;
+  if (config_.memory_sample_interval.count() <= 0) config_.admission.memory_pressure_mib = 0;
   admission_ = std::make_unique<Admission>(config_.admission);
+  memory_probe_ = ProcMemoryProbe();
   if (!config_.otlp.endpoint.empty()) {
     ASSIGN_OR_RETURN(otlp_, audit::OtlpExporter::Start(config_.otlp));
   }
@@ -120,6 +124,9 @@ Status Server::Init() {
   config_.manager.reaper_interval = config_.reaper_interval;
   config_.manager.max_lifetime_s = config_.max_lifetime_s;
   config_.manager.run_blocking = [this](std::function<void()> work) { asio::post(*workers_, std::move(work)); };
+  config_.manager.pool_min_available_mib = config_.pressure.refuse_below_mib;
+  if (config_.memory_sample_interval.count() > 0)
+    config_.manager.memory_short = [this] { return memory_under_.load(); };
   config_.manager.events.ending = [this](Sandbox& sb, const SandboxEnd& end) { OnSandboxEnding(sb, end); };
   config_.manager.events.ended = [this](const std::string& id, const SandboxEnd& end) { OnSandboxEnded(id, end); };
   // Its guest is stopping: no stream may wait on it.
@@ -190,6 +197,15 @@ Status Server::Init() {
     EnsureTemplateSnapshotAsync("base", config_.default_vcpus, config_.default_memory_mib);
     manager_->WarmPool("base", config_.default_vcpus, config_.default_memory_mib);
   }
+  // A first memory reading before the warm pool starts (it follows the
+  // pressure verdict from its first round) and before any create: here, at
+  // start, on this thread (adopted VMMs are measured too; milliseconds).
+  memory_timer_ = std::make_unique<asio::steady_timer>(io_);
+  if (config_.memory_sample_interval.count() > 0) {
+    memory_sampling_ = true;
+    SampleMemory();
+  }
+  ScheduleMemorySampler();
   manager_->StartPool();
   admission_timer_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleAdmissionTick();
@@ -220,6 +236,7 @@ void Server::Stop() {
     if (key_timer_) key_timer_->cancel();
     if (metrics_timer_) metrics_timer_->cancel();
     if (admission_timer_) admission_timer_->cancel();
+    if (memory_timer_) memory_timer_->cancel();
     if (signals_) signals_->cancel();
     io_.stop();
   });

@@ -43,7 +43,9 @@
 #include "server/admission.h"
 #include "server/api_keys.h"
 #include "server/caller.h"
+#include "server/host_memory.h"
 #include "server/http_conn.h"
+#include "server/memory_pressure.h"
 #include "server/metrics.h"
 #include "server/requests/create.h"  // Lifecycle, ParseLifecycle, ... (tests)
 #include "server/requests/list.h"
@@ -95,6 +97,13 @@ struct ServerConfig {
   // disk_per_create_mib for the new sandbox's overlay and snapshots.
   int64_t disk_reserve_mib = 1024;
   int64_t disk_per_create_mib = 256;
+  // Memory admission and pressure (docs/limits.md "Host memory"): every
+  // memory_sample_interval a worker reads MemAvailable and each VMM's
+  // smaps_rollup for admission (AdmissionConfig) and the pressure policy
+  // (memory_pressure.h). 0: never (admission then counts every sandbox at
+  // its memoryMB and sees no pressure).
+  std::chrono::milliseconds memory_sample_interval{2000};
+  PressureConfig pressure;
   // On a clean stop: true destroys every sandbox; false leaves the detached
   // VMMs running for the next daemon to adopt.
   bool kill_on_exit = false;
@@ -247,6 +256,22 @@ class Server {
   void SandboxReleased(const std::string& sandbox_id);
   void ScheduleAdmissionTick();
   void ServeMetrics(std::shared_ptr<HttpConn> c);
+  // memory admission and pressure (memory_hooks.cc): the sampler's timer,
+  // one reading (worker thread), the pause it may start, data-plane use.
+  void ScheduleMemorySampler();
+  void SampleMemory();
+  void PauseForPressure(const std::string& id, const std::string& why);
+  void NoteActivity(const std::string& id);
+  std::unique_ptr<MemoryProbe> memory_probe_;
+  std::unique_ptr<asio::steady_timer> memory_timer_;
+  std::atomic<bool> memory_sampling_{false};
+  std::atomic<bool> memory_under_{false};
+  std::atomic<bool> pressure_pause_in_flight_{false};
+  std::atomic<int64_t> pool_held_mib_{0};
+  std::atomic<int64_t> memory_sample_us_{0};  // the last reading took this long
+  std::set<pid_t> oom_adjusted_;              // VMM pids whose oom_score_adj is set (sampler only)
+  std::mutex activity_mu_;
+  std::map<std::string, int64_t> last_active_ms_;  // sandbox id → last data-plane request (guarded by activity_mu_)
 
   // E2B secrets API (secrets_api.cc): /secrets and /secrets/{selector}
   // (selector empty: the collection); the store work is SecretsService's.

@@ -34,7 +34,15 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
     auto req = requests::ParseFork(body);
     if (!req.ok()) return c->RespondError(400, req.status().message());
     const int count = req->count;
-    if (!Visible(id)) return RespondNoSandbox(c, id);
+    auto parent = Visible(id);
+    if (!parent) return RespondNoSandbox(c, id);
+    // The children are admitted by memory like creates (docs/limits.md), all at once.
+    std::string reason;
+    if (std::string m = admission_->CheckMemory(count * parent->memory_mib(), &reason); !m.empty()) {
+      metrics_.AdmissionRejected(reason);
+      LOG_INFO("fork of sandbox={} refused (503): {}", id, m);
+      return c->RespondError(503, m);
+    }
     int ttl = ClampTimeout(req->timeout_s.value_or(config_.default_timeout_s));
     std::string key_id = caller.key_id;
     asio::post(*workers_, [this, c, id, count, ttl, key_id] {
@@ -61,6 +69,9 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
           continue;
         }
         SandboxRecord r = (*child)->Record();
+        // Counted by admission from now on; one that already ended is released again.
+        admission_->Adopt(r.id, key_id, (*child)->memory_mib());
+        if (!Visible(r.id)) SandboxReleased(r.id);
         out.push_back({{"sandbox",
                         {{"sandboxID", r.id},
                          {"templateID", r.template_id},

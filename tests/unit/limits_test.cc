@@ -1,9 +1,14 @@
 // Admission control with a fake clock: caps, rate limits, bounded fair
 // queue (no key starves another), 429 + Retry-After on timeout, memory
-// overcommit refusal; the Prometheus exposition.
+// overcommit refusal; admission by held memory and the memory-pressure
+// policy with the readings faked (MemoryReading, PressureInput: the seam
+// the daemon's sampler fills from /proc); /proc parsers; the Prometheus
+// exposition.
 #include <gtest/gtest.h>
 
 #include "server/admission.h"
+#include "server/host_memory.h"
+#include "server/memory_pressure.h"
 #include "server/metrics.h"
 
 namespace airlock::server {
@@ -27,6 +32,7 @@ AdmissionConfig Unlimited() {
   c.creates_per_second_per_key = 0;
   c.max_creates_in_flight = 0;
   c.memory_overcommit_ratio = 0;
+  c.held_memory = false;
   return c;
 }
 
@@ -157,6 +163,241 @@ TEST(DaemonMetrics, RendersPrometheusText) {
   EXPECT_NE(t.find("airlock_egress_connections_total{decision=\"denied\"} 1\n"), std::string::npos);
   EXPECT_NE(t.find("airlock_egress_bytes_total{direction=\"received\"} 20\n"), std::string::npos);
   EXPECT_NE(t.find("# TYPE airlock_sandbox_creates_total counter"), std::string::npos);
+}
+
+// Held-memory admission: host 4096 MiB, 1024 kept for the host (budget
+// 3072), each measured sandbox counts at least 0.25 x its memoryMB.
+AdmissionConfig HeldMemory() {
+  auto c = Unlimited();
+  c.held_memory = true;
+  c.host_memory_mib = 4096;
+  c.memory_host_reserve_mib = 1024;
+  c.memory_growth_reserve = 0.25;
+  c.memory_pressure_mib = 2048;
+  return c;
+}
+
+// Grants `n` creates of `mib` and finishes them as sandboxes <prefix><i>.
+void Live(Admission& a, Recorder& r, int n, int mib, const std::string& prefix) {
+  for (int i = 0; i < n; ++i) {
+    a.Request("k", mib, Clock::now(), r.For(prefix));
+    ASSERT_TRUE(r.got.back().second.granted) << r.got.back().second.message;
+    a.CreateDone(r.got.back().second.ticket, prefix + std::to_string(i), Clock::now());
+  }
+}
+
+TEST(MemoryAdmission, UnmeasuredSandboxesCountTheirWholeMemory) {
+  Admission a(HeldMemory());
+  Recorder r;
+  Live(a, r, 6, 512, "sb");  // 6 x 512 = 3072 = the budget
+  a.Request("k", 512, Clock::now(), r.For("7th"));
+  const auto& d = r.got.back().second;
+  EXPECT_FALSE(d.granted);
+  EXPECT_EQ(d.http_status, 503);
+  EXPECT_EQ(d.reason, "held_memory");
+  EXPECT_NE(d.message.find("sandboxes hold 0 MiB, 0 MiB is reserved for their growth"), std::string::npos) << d.message;
+  EXPECT_NE(d.message.find("3072 MiB for 6 not yet measured, 512 MiB asked > 4096 MiB of host memory - 1024 MiB "
+                           "kept for the host = 3072 MiB"),
+            std::string::npos)
+      << d.message;
+  EXPECT_EQ(a.stats().rejected_held, 1u);
+}
+
+TEST(MemoryAdmission, MeasuredSandboxesCountWhatTheyHoldPlusGrowthAndAdmitBeyondTheNominalCap) {
+  Admission a(HeldMemory());
+  Recorder r;
+  Live(a, r, 6, 512, "sb");
+  MemoryReading m;
+  m.available_mib = 20000;
+  for (int i = 0; i < 6; ++i) m.held_mib["sb" + std::to_string(i)] = 40;  // idle clones
+  a.UpdateMemory(m);
+  auto st = a.stats();
+  EXPECT_EQ(st.held_mib, 240);
+  EXPECT_EQ(st.growth_reserve_mib, 6 * 128 - 240);  // each counts max(40, 0.25 x 512)
+  EXPECT_EQ(st.unmeasured, 0);
+  EXPECT_EQ(st.budget_mib, 3072);
+  // 768 charged: four more creates fit (768 + 4 x 512 = 2816), a fifth not.
+  for (int i = 0; i < 4; ++i) {
+    a.Request("k", 512, Clock::now(), r.For("more"));
+    EXPECT_TRUE(r.got.back().second.granted) << r.got.back().second.message;
+  }
+  EXPECT_EQ(a.stats().committed_memory_mib, 10 * 512);  // 3.3 x the "host": the nominal rule would have refused
+  a.Request("k", 512, Clock::now(), r.For("over"));
+  const auto& d = r.got.back().second;
+  EXPECT_EQ(d.reason, "held_memory");
+  EXPECT_NE(d.message.find("sandboxes hold 240 MiB, 528 MiB is reserved for their growth (each counts at least 0.25 "
+                           "x its memoryMB), 2048 MiB for 4 not yet measured, 512 MiB asked"),
+            std::string::npos)
+      << d.message;
+}
+
+TEST(MemoryAdmission, ASandboxThatDirtiesItsMemoryIsChargedWhatItHolds) {
+  Admission a(HeldMemory());
+  Recorder r;
+  Live(a, r, 2, 1024, "sb");
+  MemoryReading m;
+  m.held_mib = {{"sb0", 50}, {"sb1", 60}};
+  a.UpdateMemory(m);
+  EXPECT_EQ(a.stats().held_mib, 110);
+  a.Request("k", 1024, Clock::now(), r.For("fits"));  // 256 + 256 + 1024 <= 3072
+  ASSERT_TRUE(r.got.back().second.granted);
+  a.CreateDone(r.got.back().second.ticket, "", Clock::now());  // failed: released
+  m.held_mib = {{"sb0", 1000}};                                // sb0 wrote 1000 MiB; sb1 keeps its figure
+  a.UpdateMemory(m);
+  EXPECT_EQ(a.stats().held_mib, 1060);
+  a.Request("k", 1024, Clock::now(), r.For("fits too"));  // 1000 + 256 + 1024 = 2280
+  ASSERT_TRUE(r.got.back().second.granted);
+  a.CreateDone(r.got.back().second.ticket, "sb2", Clock::now());
+  a.Request("k", 1024, Clock::now(), r.For("refused"));  // 2280 + 1024 > 3072
+  EXPECT_EQ(r.got.back().second.reason, "held_memory");
+  EXPECT_NE(r.got.back().second.message.find("sandboxes hold 1060 MiB"), std::string::npos);
+  a.SandboxGone("sb0", Clock::now());
+  a.Request("k", 1024, Clock::now(), r.For("after sb0 left"));
+  EXPECT_TRUE(r.got.back().second.granted) << r.got.back().second.message;
+  auto st = a.stats();
+  EXPECT_EQ(st.held_mib, 60);
+  EXPECT_EQ(st.unmeasured_mib, 2048);  // sb2 and the one in flight
+}
+
+TEST(MemoryAdmission, PressureAndLowMemAvailableRefuseWithTheNumbers) {
+  Admission a(HeldMemory());
+  Recorder r;
+  MemoryReading m;
+  m.available_mib = 1500;
+  m.pressure = true;
+  a.UpdateMemory(m);
+  a.Request("k", 512, Clock::now(), r.For("a"));
+  EXPECT_EQ(r.got.back().second.reason, "pressure");
+  EXPECT_NE(r.got.back().second.message.find("the host is short of memory: 1500 MiB available"), std::string::npos)
+      << r.got.back().second.message;
+  // Not under pressure, but what is available minus what unmeasured
+  // creates may take would go below the pressure level.
+  m.available_mib = 3000;
+  m.pressure = false;
+  a.UpdateMemory(m);
+  a.Request("k", 512, Clock::now(), r.For("b"));  // 3000 - 512 >= 2048
+  ASSERT_TRUE(r.got.back().second.granted);
+  a.Request("k", 512, Clock::now(), r.For("c"));  // 3000 - 512 - 512 < 2048
+  const auto& d = r.got.back().second;
+  EXPECT_EQ(d.reason, "pressure");
+  EXPECT_NE(d.message.find("3000 MiB available (MemAvailable) - 512 MiB for 1 sandbox(es) not yet measured - 512 MiB "
+                           "asked < 2048 MiB kept free"),
+            std::string::npos)
+      << d.message;
+  EXPECT_EQ(a.stats().rejected_pressure, 2u);
+}
+
+TEST(MemoryAdmission, AdoptedSandboxesCountUntilMeasuredAndTheNominalCapStillApplies) {
+  auto cfg = HeldMemory();
+  cfg.memory_overcommit_ratio = 0.5;  // 2048 MiB nominal
+  Admission a(cfg);
+  a.Adopt("old", "", 2048);
+  EXPECT_EQ(a.stats().unmeasured_mib, 2048);
+  Recorder r;
+  a.Request("k", 512, Clock::now(), r.For("a"));  // held: 2048 + 512 fits 3072; nominal: 2560 > 2048
+  EXPECT_EQ(r.got.back().second.reason, "memory");
+  EXPECT_NE(r.got.back().second.message.find("refusing to overcommit host memory"), std::string::npos);
+}
+
+TEST(MemoryAdmission, ForkChildrenAreCheckedAndCounted) {
+  Admission a(HeldMemory());
+  std::string reason;
+  EXPECT_EQ(a.CheckMemory(4 * 512, &reason), "");  // 2048 <= 3072
+  a.Adopt("child-1", "k", 512);
+  a.Adopt("child-2", "k", 512);
+  EXPECT_EQ(a.CheckMemory(4 * 512, &reason), "");  // 1024 + 2048 = 3072 fits exactly
+  EXPECT_NE(a.CheckMemory(5 * 512, &reason), "");  // 1024 + 2560 > 3072
+  EXPECT_EQ(reason, "held_memory");
+  EXPECT_EQ(a.stats().rejected_held, 1u);
+  a.SandboxGone("child-1", Clock::now());
+  a.SandboxGone("child-2", Clock::now());
+  EXPECT_EQ(a.stats().committed_memory_mib, 0);
+}
+
+TEST(MemoryPressure, RefusesBelowTheLevelWithHysteresis) {
+  PressureConfig c;  // 2048, +256 to recover
+  PressureInput in;
+  in.available_mib = 3000;
+  EXPECT_FALSE(PlanPressure(c, in).under);
+  in.available_mib = 2000;
+  EXPECT_TRUE(PlanPressure(c, in).under);
+  in.was_under = true;
+  in.available_mib = 2200;  // above the level, not above level + margin
+  EXPECT_TRUE(PlanPressure(c, in).under);
+  in.available_mib = 2400;
+  EXPECT_FALSE(PlanPressure(c, in).under);
+  in.available_mib = -1;  // unknown: no verdict
+  EXPECT_FALSE(PlanPressure(c, in).under);
+}
+
+TEST(MemoryPressure, PausesTheLongestIdleOnlyWhenEnabledBelowThePauseLevelAndThePoolIsEmpty) {
+  PressureConfig c;
+  c.min_idle_ms = 2000;
+  PressureInput in;
+  in.now_ms = 10000;
+  in.available_mib = 800;
+  in.running = {{"busy", 5000, 300}, {"idle", 1000, 100}, {"idle-bigger", 1000, 200}, {"new", 9000, 50}};
+  auto p = PlanPressure(c, in);
+  EXPECT_TRUE(p.under);
+  EXPECT_EQ(p.pause_id, "");  // pausing is the operator's choice
+  c.pause_idle = true;
+  p = PlanPressure(c, in);
+  EXPECT_EQ(p.pause_id, "idle-bigger");  // oldest last use; of two, the one holding most
+  EXPECT_NE(p.why.find("pausing the longest idle (idle-bigger, holding 200 MiB)"), std::string::npos) << p.why;
+  in.pool_parked = 1;  // the pool gives back first
+  EXPECT_EQ(PlanPressure(c, in).pause_id, "");
+  in.pool_parked = 0;
+  in.pause_in_flight = true;  // one at a time
+  EXPECT_EQ(PlanPressure(c, in).pause_id, "");
+  in.pause_in_flight = false;
+  in.available_mib = 1500;  // under pressure, above the pause level
+  p = PlanPressure(c, in);
+  EXPECT_TRUE(p.under);
+  EXPECT_EQ(p.pause_id, "");
+  in.available_mib = 800;
+  in.running = {{"used-a-second-ago", 9000, 400}};  // idle less than min_idle_ms: never paused
+  EXPECT_EQ(PlanPressure(c, in).pause_id, "");
+  in.running.clear();
+  EXPECT_EQ(PlanPressure(c, in).pause_id, "");
+}
+
+TEST(HostMemory, ParsesSmapsRollupAndMeminfo) {
+  auto v = ParseSmapsRollup(
+      "55d0c0000000-7ffd5e3f2000 ---p 00000000 00:00 0                          [rollup]\n"
+      "Rss:              180224 kB\nPss:               95000 kB\nPss_Anon:          40000 kB\n"
+      "Shared_Clean:     100000 kB\nShared_Dirty:          0 kB\nPrivate_Clean:     10240 kB\n"
+      "Private_Dirty:     51200 kB\nReferenced:       180224 kB\nSwap:                  0 kB\n");
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  EXPECT_EQ(v->held_mib(), 60);
+  EXPECT_EQ(v->pss_kib, 95000);
+  EXPECT_FALSE(ParseSmapsRollup("").ok());
+  auto m = ParseMemInfo("MemTotal:       24683904 kB\nMemFree:  1000 kB\nMemAvailable:   20480000 kB\n");
+  EXPECT_EQ(m.total_mib, 24105);
+  EXPECT_EQ(m.available_mib, 20000);
+  EXPECT_EQ(ParseMemInfo("garbage").available_mib, -1);
+}
+
+TEST(DaemonMetrics, RendersWhatMemoryAdmissionSees) {
+  DaemonMetrics m;
+  m.AdmissionRejected(std::string("held_memory"));
+  m.AdmissionRejected(std::string("pressure"));
+  m.AdmissionRejected(std::string("pressure"));
+  m.PressurePause();
+  DaemonMetrics::Gauges g;
+  g.memory_held_mib = 240;
+  g.memory_growth_reserve_mib = 528;
+  g.memory_host_reserve_mib = 2048;
+  g.memory_available_mib = 20000;
+  g.memory_pressure = 1;
+  std::string t = m.Render(g);
+  EXPECT_NE(t.find("airlock_admission_rejections_total{reason=\"held_memory\"} 1\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("airlock_admission_rejections_total{reason=\"pressure\"} 2\n"), std::string::npos);
+  EXPECT_NE(t.find("airlock_memory_held_mib 240\n"), std::string::npos);
+  EXPECT_NE(t.find("airlock_memory_reserved_mib{for=\"growth\"} 528\n"), std::string::npos);
+  EXPECT_NE(t.find("airlock_memory_reserved_mib{for=\"host\"} 2048\n"), std::string::npos);
+  EXPECT_NE(t.find("airlock_memory_available_mib 20000\n"), std::string::npos);
+  EXPECT_NE(t.find("airlock_memory_pressure 1\n"), std::string::npos);
+  EXPECT_NE(t.find("airlock_memory_pressure_pauses_total 1\n"), std::string::npos);
 }
 
 }  // namespace
