@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/proc_fields.h"
 #include "common/subprocess.h"
 #include "runtime/qemu/qmp_client.h"
 
@@ -34,21 +35,8 @@ inline double Pct(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
-// kB fields of /proc/PID/smaps_rollup ("Pss", "Rss", "Pss_Anon", ...); empty if unknown.
-inline std::map<std::string, uint64_t> SmapsRollupKib(pid_t pid) {
-  std::map<std::string, uint64_t> kb;
-  std::ifstream f("/proc/" + std::to_string(pid) + "/smaps_rollup");
-  std::string line;
-  while (std::getline(f, line)) {
-    auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::istringstream rest(line.substr(colon + 1));
-    uint64_t v = 0;
-    if (rest >> v) kb[line.substr(0, colon)] = v;
-  }
-  return kb;
-}
-inline uint64_t PssKib(pid_t pid) { return SmapsRollupKib(pid)["Pss"]; }
+using airlock::ReadSmapsRollupKib;  // common/proc_fields.h
+inline uint64_t PssKib(pid_t pid) { return ReadSmapsRollupKib(pid)["Pss"]; }
 
 // Bare QEMU (microvm, no devices, -S) spawned until its QMP greeting, in ms; -1 on failure.
 inline double BareQemuSpawnMs() {

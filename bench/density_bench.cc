@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
       }
       if (count == 5 && i == 0) {
         for (auto& k : *kids) {
-          auto kb = SmapsRollupKib((*k)->vmm_pid());
+          auto kb = ReadSmapsRollupKib((*k)->vmm_pid());
           kids_pss += kb["Pss"] / 1024.0;
           kids_rss += kb["Rss"] / 1024.0;
         }
@@ -217,8 +217,14 @@ int main(int argc, char** argv) {
     idles.push_back(*sb);
   }
   const double idle_create_s = Ms(t_idle) / 1000;
-  double vmm_pss = 0;
-  for (auto& sb : idles) vmm_pss += PssKib(sb->vmm_pid()) / 1024.0;
+  double vmm_pss = 0, anon = 0, shmem = 0, file = 0;
+  for (auto& sb : idles) {
+    auto kb = ReadSmapsRollupKib(sb->vmm_pid());
+    vmm_pss += kb["Pss"] / 1024.0;
+    anon += kb["Pss_Anon"] / 1024.0;
+    shmem += kb["Pss_Shmem"] / 1024.0;
+    file += kb["Pss_File"] / 1024.0;
+  }
   const double self_pss = PssKib(::getpid()) / 1024.0;
   const double per = idles.empty() ? 0 : (vmm_pss + self_pss) / idles.size();
   const double host_mib = MemInfoKib("MemTotal") / 1024.0;
@@ -249,7 +255,11 @@ int main(int argc, char** argv) {
       "| host memory per idle sandbox, %d side by side (VMM PSS + share of the manager) | %.1f MiB | | %d fit in "
       "this host's %.0f MiB | ≤ 32 MiB |\n",
       made, per, per > 0 ? static_cast<int>(host_mib / per) : 0, host_mib);
-  std::printf("| (made in %.0f s) | | | | |\n", idle_create_s);
+  if (made > 0)
+    std::printf(
+        "| of which per VMM: anonymous (its own guest pages, TCG code, heap) / template RAM share / files | %.1f / "
+        "%.1f / %.1f MiB | | made in %.0f s | |\n",
+        anon / made, shmem / made, file / made, idle_create_s);
   std::printf("| raw: bare QEMU spawn → QMP ready | %.0f ms | %.0f ms | | |\n", Pct(spawn, .5), Pct(spawn, .95));
   std::printf("| raw: agent /health round trip | %.1f ms | %.1f ms | | |\n", Pct(health, .5), Pct(health, .95));
   return 0;

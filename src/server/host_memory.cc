@@ -1,35 +1,15 @@
 #include "server/host_memory.h"
 
 #include <cerrno>
-#include <charconv>
 #include <fstream>
 #include <sstream>
 #include <string>
 
+#include "common/proc_fields.h"
+
 namespace airlock::server {
 
 namespace {
-
-// "Key:   1234 kB" lines: calls fn(key, value in kB) for each.
-template <typename Fn>
-void ForEachKib(std::string_view text, Fn fn) {
-  while (!text.empty()) {
-    size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
-    size_t colon = line.find(':');
-    if (colon == std::string_view::npos) continue;
-    std::string_view key = line.substr(0, colon);
-    std::string_view rest = line.substr(colon + 1);
-    size_t start = rest.find_first_not_of(' ');
-    if (start == std::string_view::npos) continue;
-    rest = rest.substr(start);
-    int64_t v = 0;
-    auto [p, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), v);
-    if (ec != std::errc() || p == rest.data()) continue;
-    fn(key, v);
-  }
-}
 
 StatusOr<std::string> ReadProcFile(const std::string& path) {
   std::ifstream f(path);
@@ -69,23 +49,26 @@ class ProcProbe : public MemoryProbe {
 
 HostMemInfo ParseMemInfo(std::string_view text) {
   HostMemInfo m;
-  ForEachKib(text, [&](std::string_view key, int64_t kib) {
-    if (key == "MemTotal") m.total_mib = kib / 1024;
-    if (key == "MemAvailable") m.available_mib = kib / 1024;
-  });
+  auto kib = ParseProcKib(text);
+  if (auto it = kib.find("MemTotal"); it != kib.end()) m.total_mib = static_cast<int64_t>(it->second / 1024);
+  if (auto it = kib.find("MemAvailable"); it != kib.end()) m.available_mib = static_cast<int64_t>(it->second / 1024);
   return m;
 }
 
 StatusOr<VmmMemory> ParseSmapsRollup(std::string_view text) {
   VmmMemory v;
-  bool rss = false, priv = false;
-  ForEachKib(text, [&](std::string_view key, int64_t kib) {
-    if (key == "Rss") v.rss_kib = kib, rss = true;
-    if (key == "Pss") v.pss_kib = kib;
-    if (key == "Private_Clean") v.private_clean_kib = kib, priv = true;
-    if (key == "Private_Dirty") v.private_dirty_kib = kib, priv = true;
-  });
-  if (!rss || !priv) return InvalidArgument("not a smaps_rollup: no Rss or Private_* line");
+  auto kib = ParseProcKib(text);
+  auto field = [&](std::string_view key, int64_t& out) {
+    auto it = kib.find(key);
+    if (it == kib.end()) return false;
+    out = static_cast<int64_t>(it->second);
+    return true;
+  };
+  const bool rss = field("Rss", v.rss_kib);
+  field("Pss", v.pss_kib);
+  const bool clean = field("Private_Clean", v.private_clean_kib);
+  const bool dirty = field("Private_Dirty", v.private_dirty_kib);
+  if (!rss || !(clean || dirty)) return InvalidArgument("not a smaps_rollup: no Rss or Private_* line");
   return v;
 }
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/proc_fields.h"
 #include "core/manager.h"
 #include "image/hash.h"
 #include "image/image.h"
@@ -63,19 +64,7 @@ std::string RunIn(const Sandbox& sb, const std::string& script) {
 }
 
 // kB fields of /proc/PID/smaps_rollup ("Pss", "Rss", "Pss_Shmem", ...).
-std::map<std::string, uint64_t> SmapsRollup(pid_t pid) {
-  std::map<std::string, uint64_t> kb;
-  std::ifstream f("/proc/" + std::to_string(pid) + "/smaps_rollup");
-  std::string line;
-  while (std::getline(f, line)) {
-    auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::istringstream rest(line.substr(colon + 1));
-    uint64_t v = 0;
-    if (rest >> v) kb[line.substr(0, colon)] = v;
-  }
-  return kb;
-}
+std::map<std::string, uint64_t, std::less<>> SmapsRollup(pid_t pid) { return ReadSmapsRollupKib(pid); }
 
 uid_t UidOf(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
