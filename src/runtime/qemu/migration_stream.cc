@@ -432,21 +432,4 @@ StatusOr<MigrationFilterStats> FilterMigrationStream(StreamReader& in, StreamWri
   return f.Run();
 }
 
-StatusOr<std::vector<bool>> FileDataPages(int fd, uint64_t bytes) {
-  std::vector<bool> data(bytes / kPage, false);
-  off_t pos = 0;
-  while (static_cast<uint64_t>(pos) < bytes) {
-    off_t start = ::lseek(fd, pos, SEEK_DATA);
-    if (start < 0 && errno == ENXIO) break;
-    if (start < 0) return ErrnoError("lseek SEEK_DATA");
-    off_t end = ::lseek(fd, start, SEEK_HOLE);
-    if (end < 0) return ErrnoError("lseek SEEK_HOLE");
-    for (uint64_t p = static_cast<uint64_t>(start) / kPage; p < data.size() && p * kPage < static_cast<uint64_t>(end);
-         ++p)
-      data[p] = true;
-    pos = end;
-  }
-  return data;
-}
-
 }  // namespace airlock::qemu

@@ -53,8 +53,8 @@ struct RamPagePolicy {
   std::string block = "mem0";  // the RAM block the policy applies to
   uint64_t block_bytes = 0;    // its size (the guest RAM); the stream must agree
   // Delta: the base RAM, block_bytes long and read-only, that restores will
-  // map; `base_data[i]` says whether page i of it may be non-zero (false: a
-  // hole, all zeros, and never read). Pages equal to the base are dropped.
+  // map; `base_data[i]` says whether page i of it may be non-zero (false:
+  // all zeros, and never read). Pages equal to the base are dropped.
   const unsigned char* base = nullptr;
   const std::vector<bool>* base_data = nullptr;
   // Fork file: >= 0, a file of block_bytes (sparse, zero-filled) that gets
@@ -76,9 +76,5 @@ struct MigrationFilterStats {
 // malformed or truncated stream; FailedPrecondition when the policy's block
 // is missing or of another size; the reader's and writer's errors as they are.
 StatusOr<MigrationFilterStats> FilterMigrationStream(StreamReader& in, StreamWriter& out, const RamPagePolicy& policy);
-
-// Which pages of a file hold data (SEEK_DATA/SEEK_HOLE): false where the file
-// has a hole (reads as zeros). `bytes` is the file's size (a multiple of 4 KiB).
-StatusOr<std::vector<bool>> FileDataPages(int fd, uint64_t bytes);
 
 }  // namespace airlock::qemu

@@ -407,8 +407,8 @@ struct SealedRamKey {
   }
 };
 std::mutex sealed_mu;
-std::map<SealedRamKey, std::shared_ptr<const UniqueFd>>& SealedRams() {
-  static auto* m = new std::map<SealedRamKey, std::shared_ptr<const UniqueFd>>();
+std::map<SealedRamKey, std::shared_ptr<const SealedRam>>& SealedRams() {
+  static auto* m = new std::map<SealedRamKey, std::shared_ptr<const SealedRam>>();
   return *m;
 }
 Status PwriteAll(int fd, const char* p, size_t len, uint64_t off) {
@@ -475,7 +475,16 @@ StatusOr<uint32_t> RamFileCrc32(int fd, uint64_t size, uint64_t* data_bytes,
   return static_cast<uint32_t>(crc);
 }
 
+SealedRam::~SealedRam() {
+  if (map) ::munmap(const_cast<unsigned char*>(map), bytes);
+}
+
 StatusOr<std::shared_ptr<const UniqueFd>> SealedTemplateRam(const std::string& dir, const SnapshotManifest& m) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const SealedRam> r, SealedRamOf(dir, m));
+  return std::shared_ptr<const UniqueFd>(r, &r->memfd);
+}
+
+StatusOr<std::shared_ptr<const SealedRam>> SealedRamOf(const std::string& dir, const SnapshotManifest& m) {
   if (!m.shared_ram()) return InvalidArgument("snapshot " + dir + " has no shared RAM file");
   const std::string path = fs::absolute(dir + "/" + m.ram_file).lexically_normal().string();
   UniqueFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
@@ -489,12 +498,16 @@ StatusOr<std::shared_ptr<const UniqueFd>> SealedTemplateRam(const std::string& d
   std::lock_guard<std::mutex> l(sealed_mu);  // one build at a time; a hit costs a map lookup
   if (auto it = SealedRams().find(key); it != SealedRams().end()) return it->second;
   const auto t0 = Clock::now();
-  UniqueFd mfd(::memfd_create("airlock-template-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!mfd) return ErrnoError("memfd_create");
-  if (::ftruncate(mfd.get(), static_cast<off_t>(m.ram_bytes)) != 0) return ErrnoError("truncate memfd");
+  auto r = std::make_shared<SealedRam>();
+  r->memfd.Reset(::memfd_create("airlock-template-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!r->memfd) return ErrnoError("memfd_create");
+  if (::ftruncate(r->memfd.get(), static_cast<off_t>(m.ram_bytes)) != 0) return ErrnoError("truncate memfd");
+  r->nonzero.assign(m.ram_bytes / 4096, false);
   uint64_t data = 0;
   auto crc = RamFileCrc32(file.get(), m.ram_bytes, &data, [&](uint64_t off, const char* p, size_t len) -> Status {
-    return PwriteAll(mfd.get(), p, len, off);
+    for (uint64_t page = off / 4096; page < r->nonzero.size() && page * 4096 < off + len; ++page)
+      r->nonzero[page] = true;
+    return PwriteAll(r->memfd.get(), p, len, off);
   });
   if (!crc.ok()) return crc.status().WithContext("copy " + path + " into a memfd");
   if (*crc != m.ram_crc32) {
@@ -504,12 +517,15 @@ StatusOr<std::shared_ptr<const UniqueFd>> SealedTemplateRam(const std::string& d
     return Status(StatusCode::kDataLoss,
                   "template RAM file " + path + " is corrupt (crc32 " + got + ", manifest " + want + ")");
   }
-  if (::fcntl(mfd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+  if (::fcntl(r->memfd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
     return ErrnoError("seal the template RAM memfd");
-  auto shared = std::make_shared<const UniqueFd>(std::move(mfd));
-  SealedRams()[key] = shared;
+  void* p = ::mmap(nullptr, m.ram_bytes, PROT_READ, MAP_SHARED, r->memfd.get(), 0);
+  if (p == MAP_FAILED) return ErrnoError("map the template RAM memfd");
+  r->map = static_cast<const unsigned char*>(p);
+  r->bytes = m.ram_bytes;
+  SealedRams()[key] = r;
   LOG_INFO("template RAM sealed file={} data_bytes={} ms={}", path, data, MsSince(t0));
-  return shared;
+  return std::shared_ptr<const SealedRam>(r);
 }
 
 Status DeleteSnapshot(const std::string& dir) {
@@ -641,21 +657,13 @@ class MemoryFileWriter final : public StreamWriter {
 };
 
 // The RAM file a clone maps (another snapshot's `ram`), readable here for a
-// delta save: the sealed memfd the clones map (SealedTemplateRam), mapped
-// read-only, and which of its pages hold data (holes are never touched: a
-// read fault on a memfd hole would allocate a page in it).
+// delta save: SealedRamOf's memfd (the one the clones map), its read-only
+// mapping and its non-zero pages (zero pages are never read: most of a
+// template's RAM, and reading a memfd hole through a mapping would
+// allocate a page in it).
 struct DeltaBase {
-  std::shared_ptr<const UniqueFd> memfd;
-  const unsigned char* map = nullptr;
-  size_t bytes = 0;
-  std::vector<bool> data;
+  std::shared_ptr<const SealedRam> ram;
   uint32_t crc = 0;
-  DeltaBase() = default;
-  DeltaBase(const DeltaBase&) = delete;
-  DeltaBase& operator=(const DeltaBase&) = delete;
-  ~DeltaBase() {
-    if (map) ::munmap(const_cast<unsigned char*>(map), bytes);
-  }
 };
 
 StatusOr<std::unique_ptr<DeltaBase>> OpenDeltaBase(const std::string& ram_path, uint64_t bytes) {
@@ -667,12 +675,7 @@ StatusOr<std::unique_ptr<DeltaBase>> OpenDeltaBase(const std::string& ram_path, 
     return FailedPrecondition(ram_path + " is " + std::to_string(bm.ram_bytes) + " bytes, the guest RAM " +
                               std::to_string(bytes));
   auto b = std::make_unique<DeltaBase>();
-  ASSIGN_OR_RETURN(b->memfd, SealedTemplateRam(dir, bm));
-  void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, b->memfd->get(), 0);
-  if (p == MAP_FAILED) return ErrnoError("map " + ram_path);
-  b->map = static_cast<const unsigned char*>(p);
-  b->bytes = bytes;
-  ASSIGN_OR_RETURN(b->data, FileDataPages(b->memfd->get(), bytes));
+  ASSIGN_OR_RETURN(b->ram, SealedRamOf(dir, bm));
   b->crc = bm.ram_crc32;
   return b;
 }
@@ -712,8 +715,8 @@ StatusOr<RamSavePlan> PlanRamSave(const SaveSnapshotOptions& o, const std::strin
     return p;
   }
   p.base = std::move(*base);
-  p.policy.base = p.base->map;
-  p.policy.base_data = &p.base->data;
+  p.policy.base = p.base->ram->map;
+  p.policy.base_data = &p.base->ram->nonzero;
   p.mode = RamSave::kDelta;
   return p;
 }

@@ -204,6 +204,21 @@ StatusOr<uint32_t> RamFileCrc32(int fd, uint64_t size, uint64_t* data_bytes,
 // copy-on-write and nothing more. Forgotten by DeleteSnapshot.
 StatusOr<std::shared_ptr<const UniqueFd>> SealedTemplateRam(const std::string& dir, const SnapshotManifest& m);
 
+// What SealedTemplateRam keeps per RAM file, for the saves that compare a
+// VM's RAM with it (RAM deltas): the memfd, mapped read-only once, and
+// which of its 4 KiB pages are not all zeros (taken while it was copied).
+struct SealedRam {
+  UniqueFd memfd;
+  const unsigned char* map = nullptr;  // `bytes` long, PROT_READ
+  size_t bytes = 0;
+  std::vector<bool> nonzero;  // per page
+  SealedRam() = default;
+  SealedRam(const SealedRam&) = delete;
+  SealedRam& operator=(const SealedRam&) = delete;
+  ~SealedRam();
+};
+StatusOr<std::shared_ptr<const SealedRam>> SealedRamOf(const std::string& dir, const SnapshotManifest& m);
+
 // Copies a file (copy_file_range: a reflink where the filesystem can) to a
 // new file `to` (O_EXCL, `mode`) and fsyncs it. ENOSPC is ResourceExhausted.
 Status CopyFileSynced(const std::string& from, const std::string& to, mode_t mode);
