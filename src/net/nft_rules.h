@@ -69,6 +69,7 @@ struct NftCidr {
   std::optional<uint16_t> port;  // nullopt: every TCP port
   bool bypass_proxy = false;     // true: 80/443 to it are not redirected
   std::string rule;              // audit label (the policy's rule text); empty: "<cidr>[:port]"
+  bool operator==(const NftCidr&) const = default;
 };
 
 // `max_exposed_ports` (≥ 1): the size of the exposed_ports set.

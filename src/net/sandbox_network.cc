@@ -88,8 +88,7 @@ SandboxNetwork::SandboxNetwork(const std::string& sandbox_id, AddressPool& pool)
       tap_(kTapName),
       pool_(&pool) {}
 
-StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(const std::string& sandbox_id,
-                                                                 AddressPool& pool,
+StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(const std::string& sandbox_id, AddressPool& pool,
                                                                  const NetworkOptions& options) {
   RETURN_IF_ERROR(ValidateSandboxId(sandbox_id));
   std::unique_ptr<SandboxNetwork> n(new SandboxNetwork(sandbox_id, pool));
@@ -109,8 +108,13 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(const std::stri
   const std::string host_ip = n->lease_.host_str(), netns_ip = n->lease_.netns_str();
 
   RETURN_IF_ERROR(c.Do(
-      "netns", [&]() { return Ok(RunChecked({"ip", "netns", "add", ns})); },
-      [ns]() { return RunIgnoringGone({"ip", "netns", "del", ns}); }));
+      "netns",
+      [&]() {
+        return Ok(RunChecked({"ip", "netns", "add", ns}));
+      },
+      [ns]() {
+        return RunIgnoringGone({"ip", "netns", "del", ns});
+      }));
   RETURN_IF_ERROR(c.Do(
       "netns-fd",
       [&]() -> Status {
@@ -130,7 +134,9 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(const std::stri
       [&]() {
         return Ok(RunChecked({"ip", "link", "add", veth, "type", "veth", "peer", "name", kNetnsVeth, "netns", ns}));
       },
-      [veth]() { return RunIgnoringGone({"ip", "link", "del", veth}); }));
+      [veth]() {
+        return RunIgnoringGone({"ip", "link", "del", veth});
+      }));
   RETURN_IF_ERROR(c.Do(
       "host-addr",
       [&]() -> Status {
@@ -154,7 +160,8 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(const std::stri
         RETURN_IF_ERROR(Ok(RunChecked({"ip", "addr", "add", netns_ip + "/31", "dev", kNetnsVeth}, fd)));
         RETURN_IF_ERROR(Ok(RunChecked({"ip", "link", "set", kNetnsVeth, "up"}, fd)));
         // Egress CIDR flows leave through the host; the forward chain decides.
-        if (options.egress) return Ok(RunChecked({"ip", "route", "add", "default", "via", host_ip, "dev", kNetnsVeth}, fd));
+        if (options.egress)
+          return Ok(RunChecked({"ip", "route", "add", "default", "via", host_ip, "dev", kNetnsVeth}, fd));
         return OkStatus();
       },
       nullptr));
@@ -191,8 +198,7 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(const std::stri
         if (!self->netns_fd_) return OkStatus();
         return RunIgnoringGone({"nft", "delete", "table", "inet", kNftTable}, self->netns_fd_.get());
       }));
-  LOG_INFO("network ready sandbox={} netns={} veth={} host_ip={} netns_ip={}", sandbox_id, ns, veth, host_ip,
-           netns_ip);
+  LOG_INFO("network ready sandbox={} netns={} veth={} host_ip={} netns_ip={}", sandbox_id, ns, veth, host_ip, netns_ip);
   return n;
 }
 
@@ -244,12 +250,15 @@ Status SandboxNetwork::SetEgressHostAddresses(const std::vector<std::string>& ho
 Status SandboxNetwork::ApplyEgressLocked(const std::vector<NftCidr>& cidrs,
                                          const std::vector<std::string>& host_addresses) {
   if (destroyed_ || !netns_fd_) return FailedPrecondition("network of sandbox " + id_ + " is destroyed");
+  if (egress_applied_ && cidrs == cidrs_ && host_addresses == host_addresses_) return OkStatus();
   const std::string file = NetDir(*pool_) + "/" + netns_ + ".cidr.nft";
   RETURN_IF_ERROR(WriteFile(file, NftEgressCidrUpdate(cidrs, host_addresses)));
   auto r = RunChecked({"nft", "-f", file}, netns_fd_.get());
   ::unlink(file.c_str());
   if (!r.ok()) return r.status().WithContext("egress CIDR rules");
   if (&cidrs != &cidrs_) cidrs_ = cidrs;
+  if (&host_addresses != &host_addresses_) host_addresses_ = host_addresses;
+  egress_applied_ = true;
   return OkStatus();
 }
 
@@ -293,8 +302,10 @@ StatusOr<std::vector<std::string>> CleanupLeftovers(const std::string& lease_roo
       removed.push_back("netns " + std::string(kNetnsPrefix) + o.sandbox_id);
     }
     Status st = pool.Release(l);
-    if (st.ok()) removed.push_back("lease " + l.path);
-    else if (first.ok()) first = st;
+    if (st.ok())
+      removed.push_back("lease " + l.path);
+    else if (first.ok())
+      first = st;
   }
   if (!first.ok()) return first;
   return removed;

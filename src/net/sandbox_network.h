@@ -95,8 +95,12 @@ class SandboxNetwork {
   bool destroyed_ = false;
   bool released_ = false;
   bool adopted_ = false;  // built by Adopt(): torn down by name, not by checklist
-  std::mutex egress_mu_;  // one CIDR update at a time; guards cidrs_
+  std::mutex egress_mu_;  // one CIDR update at a time; guards cidrs_, host_addresses_, egress_applied_
   std::vector<NftCidr> cidrs_;
+  // What the netns's egress chains were last set to: an update that changes
+  // nothing (a warm-pool hand-out with the default deny-all policy) runs no nft.
+  std::vector<std::string> host_addresses_;
+  bool egress_applied_ = false;
   int max_exposed_ports_ = kDefaultMaxExposedPorts;
 };
 
