@@ -61,7 +61,6 @@ enum Step : int {
   kRegain,
   kCapset,
   kNoNewPrivs,
-  kThpDisable,
   kDeathSig,
   kExec,
   kStepCount
@@ -96,7 +95,6 @@ constexpr const char* kStepName[kStepCount] = {"join cgroup",
                                                "check root is gone",
                                                "capset",
                                                "no_new_privs",
-                                               "disable transparent huge pages",
                                                "parent death signal",
                                                "exec"};
 
@@ -168,7 +166,6 @@ StatusOr<JailPlan> PlanJail(const JailSpec& s) {
     dirs.insert("/proc");
     plan.proc = true;
   }
-  plan.no_huge_pages = s.no_huge_pages;
   // Devices: harmless ones for everybody, the VMM's own ones owned by its uid.
   dirs.insert("/dev");
   dirs.insert("/dev/net");
@@ -347,7 +344,6 @@ StatusOr<Child> SpawnJailed(const JailPlan& plan, const JailProcess& pr) {
     __user_cap_data_struct data[2] = {};
     if (::syscall(SYS_capset, &hdr, data) != 0) fail(kCapset, 0);
     if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(kNoNewPrivs, 0);
-    if (plan.no_huge_pages && ::prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0) fail(kThpDisable, 0);
     // Cleared by the uid change, so set only now.
     if (pr.die_with_parent) {
       if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(kDeathSig, 0);

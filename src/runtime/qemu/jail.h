@@ -44,13 +44,6 @@ struct JailSpec {
   // uid's processes only, i.e. itself) so a passed fd is openable as
   // /proc/self/fd/N (QEMU 7.2's memory-backend-file takes only a path).
   bool proc = false;
-  // No transparent huge pages for the VMM (PR_SET_THP_DISABLE, kept across
-  // exec): QEMU madvises its TCG translation buffer MADV_HUGEPAGE, so an idle
-  // guest's few MiB of translated code held 2 MiB pages (16 MiB per idle
-  // VMM, measured); with 4 KiB pages it holds what it uses. Set for TCG only
-  // (under KVM there is no translation buffer, and huge pages of guest RAM
-  // matter for the nested page tables).
-  bool no_huge_pages = false;
   // The tmpfs is mounted here inside the new namespace before pivot_root
   // (must exist; nothing on the host sees the mount). Usually the run dir.
   std::string base_dir;
@@ -82,8 +75,7 @@ struct JailPlan {
   std::vector<Symlink> symlinks;
   std::vector<Bind> binds;
   std::vector<Node> nodes;
-  bool proc = false;           // mount a private procfs at /proc (JailSpec::proc)
-  bool no_huge_pages = false;  // JailSpec::no_huge_pages
+  bool proc = false;  // mount a private procfs at /proc (JailSpec::proc)
 };
 
 // InvalidArgument for uid/gid 0 or relative paths; ErrnoError naming a file

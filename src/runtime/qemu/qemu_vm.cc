@@ -364,7 +364,6 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
     js.base_dir = spec.run_dir;
     js.kvm = vm->accel_ == Accel::kKvm;
     js.proc = plan.ram_fd >= 0;  // /proc/self/fd/3
-    js.no_huge_pages = vm->accel_ == Accel::kTcg;
     js.ro_files = {spec.kernel, spec.initrd};
     js.ro_files.insert(js.ro_files.end(), chain.begin(), chain.end());
     for (auto& f : js.ro_files) f = fs::absolute(f).string();
