@@ -1,7 +1,5 @@
 #include "core/agent_init.h"
 
-#include <sys/random.h>
-
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -9,22 +7,13 @@
 
 #include "common/agent_port.h"
 #include "core/http_client.h"
+#include "core/registry.h"
 #include "envd/proto_json.h"
 
 namespace airlock {
 namespace {
 
 constexpr size_t kEntropyBytes = 64;
-
-std::string RandomBytes(size_t n) {
-  std::string out(n, '\0');
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = ::getrandom(out.data() + got, n - got, 0);
-    if (r > 0) got += static_cast<size_t>(r);
-  }
-  return out;
-}
 
 }  // namespace
 

@@ -1,9 +1,8 @@
 #include "core/guest_seed.h"
 
-#include <sys/random.h>
-
 #include <thread>
 
+#include "core/registry.h"
 #include "envd/proto_json.h"
 
 namespace airlock {
@@ -14,26 +13,6 @@ namespace {
 constexpr size_t kSeedBytes = 32;
 constexpr size_t kNonceBytes = 8;  // only has to differ from the VMM's earlier requests
 constexpr auto kSeedPoll = std::chrono::milliseconds(5);
-
-std::string SeedRandomBytes(size_t n) {
-  std::string out(n, '\0');
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = ::getrandom(out.data() + got, n - got, 0);
-    if (r > 0) got += static_cast<size_t>(r);
-  }
-  return out;
-}
-
-std::string NonceHex(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 15]);
-  }
-  return out;
-}
 
 Status SeedTimedOut(VmInstance& vm, const std::string& what) {
   std::string tail = vm.ConsoleTail();
@@ -55,9 +34,9 @@ Status SeedGuestBeforeNetwork(VmInstance& vm, const GuestSeedOptions& o) {
       std::this_thread::sleep_for(kSeedPoll);
     }
   }
-  const std::string nonce = NonceHex(SeedRandomBytes(kNonceBytes));
+  const std::string nonce = RandomHex(kNonceBytes);
   // A leading newline ends whatever partial line the console input holds.
-  const std::string line = "\nairlock-seed " + nonce + " " + envd::Base64Encode(SeedRandomBytes(kSeedBytes));
+  const std::string line = "\nairlock-seed " + nonce + " " + envd::Base64Encode(RandomBytes(kSeedBytes));
   const std::string done = "airlock-agent: seeded " + nonce;
   const std::string failed = "airlock-agent: seed failed " + nonce;
   const auto deadline = std::min(o.ready_deadline, std::chrono::steady_clock::now() + o.answer_timeout);

@@ -55,15 +55,17 @@ std::map<std::string, std::string> JsonToMap(const std::string& s) {
 
 }  // namespace
 
-std::string RandomHex(size_t bytes) {
-  std::string raw(bytes, '\0');
+std::string RandomBytes(size_t n) {
+  std::string out(n, '\0');
   size_t got = 0;
-  while (got < bytes) {
-    ssize_t n = ::getrandom(raw.data() + got, bytes - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
+  while (got < n) {
+    ssize_t r = ::getrandom(out.data() + got, n - got, 0);
+    if (r > 0) got += static_cast<size_t>(r);
   }
-  return HexEncode(raw);
+  return out;
 }
+
+std::string RandomHex(size_t bytes) { return HexEncode(RandomBytes(bytes)); }
 
 StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& path) {
   std::unique_ptr<Registry> r(new Registry());
@@ -77,16 +79,16 @@ StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& path) {
   }
   sqlite3_busy_timeout(r->db_, 5000);
   RETURN_IF_ERROR(r->Exec("PRAGMA journal_mode=WAL", "set WAL"));
-  RETURN_IF_ERROR(r->Exec(
-      "CREATE TABLE IF NOT EXISTS sandboxes ("
-      " id TEXT PRIMARY KEY, template TEXT NOT NULL, state TEXT NOT NULL,"
-      " created_at INTEGER NOT NULL, ends_at INTEGER NOT NULL, metadata TEXT NOT NULL,"
-      " env_vars TEXT NOT NULL, token TEXT NOT NULL, vcpus INTEGER NOT NULL, memory_mib INTEGER NOT NULL,"
-      " netns_ip TEXT NOT NULL, vmm_pid INTEGER NOT NULL, run_dir TEXT NOT NULL);"
-      "CREATE TABLE IF NOT EXISTS api_keys ("
-      " id TEXT PRIMARY KEY, name TEXT NOT NULL, prefix TEXT NOT NULL, hash TEXT NOT NULL UNIQUE,"
-      " created_at INTEGER NOT NULL);",
-      "create tables"));
+  RETURN_IF_ERROR(
+      r->Exec("CREATE TABLE IF NOT EXISTS sandboxes ("
+              " id TEXT PRIMARY KEY, template TEXT NOT NULL, state TEXT NOT NULL,"
+              " created_at INTEGER NOT NULL, ends_at INTEGER NOT NULL, metadata TEXT NOT NULL,"
+              " env_vars TEXT NOT NULL, token TEXT NOT NULL, vcpus INTEGER NOT NULL, memory_mib INTEGER NOT NULL,"
+              " netns_ip TEXT NOT NULL, vmm_pid INTEGER NOT NULL, run_dir TEXT NOT NULL);"
+              "CREATE TABLE IF NOT EXISTS api_keys ("
+              " id TEXT PRIMARY KEY, name TEXT NOT NULL, prefix TEXT NOT NULL, hash TEXT NOT NULL UNIQUE,"
+              " created_at INTEGER NOT NULL);",
+              "create tables"));
   // v2: lifecycle (JSON) of each sandbox; added to databases of older daemons.
   if (!r->Exec("SELECT lifecycle FROM sandboxes LIMIT 0", "probe lifecycle").ok()) {
     RETURN_IF_ERROR(r->Exec("ALTER TABLE sandboxes ADD COLUMN lifecycle TEXT NOT NULL DEFAULT '{}'", "add lifecycle"));
@@ -94,18 +96,20 @@ StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& path) {
   // v3: tenancy. Keys get a team (their own id for keys made before) and an
   // admin flag (the CLI key); sandboxes an owner; ownership outlives sandboxes.
   if (!r->Exec("SELECT team FROM api_keys LIMIT 0", "probe team").ok()) {
-    RETURN_IF_ERROR(r->Exec("ALTER TABLE api_keys ADD COLUMN team TEXT NOT NULL DEFAULT '';"
-                            "ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0;"
-                            "UPDATE api_keys SET team = id WHERE team = '';"
-                            "UPDATE api_keys SET admin = 1 WHERE name = 'cli';",
-                            "add key team"));
+    RETURN_IF_ERROR(
+        r->Exec("ALTER TABLE api_keys ADD COLUMN team TEXT NOT NULL DEFAULT '';"
+                "ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0;"
+                "UPDATE api_keys SET team = id WHERE team = '';"
+                "UPDATE api_keys SET admin = 1 WHERE name = 'cli';",
+                "add key team"));
   }
   if (!r->Exec("SELECT owner FROM sandboxes LIMIT 0", "probe owner").ok()) {
     RETURN_IF_ERROR(r->Exec("ALTER TABLE sandboxes ADD COLUMN owner TEXT NOT NULL DEFAULT ''", "add owner"));
   }
-  RETURN_IF_ERROR(r->Exec("CREATE TABLE IF NOT EXISTS owners (kind TEXT NOT NULL, id TEXT NOT NULL,"
-                          " team TEXT NOT NULL, created_at INTEGER NOT NULL, PRIMARY KEY (kind, id))",
-                          "create owners"));
+  RETURN_IF_ERROR(
+      r->Exec("CREATE TABLE IF NOT EXISTS owners (kind TEXT NOT NULL, id TEXT NOT NULL,"
+              " team TEXT NOT NULL, created_at INTEGER NOT NULL, PRIMARY KEY (kind, id))",
+              "create owners"));
   // v4: the traffic access token (empty: none).
   if (!r->Exec("SELECT traffic_token FROM sandboxes LIMIT 0", "probe traffic_token").ok()) {
     RETURN_IF_ERROR(
@@ -145,9 +149,10 @@ Status Registry::PutSandbox(const SandboxRecord& r) {
   s.Bind(6, MapToJson(r.metadata)).Bind(7, MapToJson(r.env_vars)).Bind(8, r.access_token);
   s.Bind(9, int64_t{r.vcpus}).Bind(10, int64_t{r.memory_mib}).Bind(11, r.netns_ip).Bind(12, int64_t{r.vmm_pid});
   s.Bind(13, r.run_dir);
-  s.Bind(14, nlohmann::json{{"autoPause", r.auto_pause}, {"autoPauseMemory", r.auto_pause_memory},
-                            {"autoResume", r.auto_resume}}
-                 .dump());
+  s.Bind(14,
+         nlohmann::json{
+             {"autoPause", r.auto_pause}, {"autoPauseMemory", r.auto_pause_memory}, {"autoResume", r.auto_resume}}
+             .dump());
   s.Bind(15, r.owner);
   s.Bind(16, r.traffic_token);
   s.Bind(17, r.mask_request_host);
@@ -237,7 +242,8 @@ StatusOr<std::vector<ApiKeyRecord>> Registry::ListApiKeys() {
   AIRLOCK_SQL_CHECK(s.ok(), "prepare list api keys");
   std::vector<ApiKeyRecord> out;
   int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Text(4), s.Int(5) != 0});
+  while ((rc = s.Step()) == SQLITE_ROW)
+    out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Text(4), s.Int(5) != 0});
   AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "list api keys");
   return out;
 }

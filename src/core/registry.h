@@ -132,6 +132,8 @@ inline constexpr size_t kApiKeyRandomBytes = 20;
 // Does `key` pass the SDKs' client-side check (`^e2b_[0-9a-f]+$`)?
 bool HasE2bKeyFormat(std::string_view key);
 
+// `n` random bytes from getrandom(2) (blocks only before the host's CRNG is seeded).
+std::string RandomBytes(size_t n);
 // Lower-case hex of `bytes` random bytes from getrandom(2).
 std::string RandomHex(size_t bytes);
 
