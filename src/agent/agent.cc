@@ -1,4 +1,5 @@
 #include "agent/agent.h"
+#include "agent/services.h"
 
 #include <strings.h>
 #include <sys/wait.h>
@@ -88,7 +89,12 @@ void Agent::SetupCgroups() {
 Status Agent::Start() {
   SetupCgroups();
   ReapChildren();  // arms the SIGCHLD wait and collects anything already dead
-  return server_.Listen(options_.listen, "0.0.0.0");
+  RETURN_IF_ERROR(server_.Listen(options_.listen, "0.0.0.0"));
+  if (!options_.services_dir.empty() && !services_) {
+    services_ = std::make_unique<ServiceSupervisor>(*this, LoadServiceSpecs(options_.services_dir));
+    services_->Start();
+  }
+  return OkStatus();
 }
 
 void Agent::ReapChildren() {

@@ -24,6 +24,7 @@ namespace airlock::agent {
 namespace asio = boost::asio;
 
 class WatchRegistry;
+class ServiceSupervisor;
 
 struct AgentOptions {
   std::string listen = "0.0.0.0:49983";
@@ -38,6 +39,8 @@ struct AgentOptions {
   // response, however long it streams, is never cut.
   std::chrono::milliseconds header_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds body_idle_timeout{std::chrono::minutes(5)};
+  // Where the template's service declarations are (services.h); "" = none.
+  std::string services_dir = "/etc/airlock/services";
 };
 
 inline constexpr const char* kChildPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -84,6 +87,7 @@ class Agent {
   bool is_root_;
   ProcessTable processes_;
   std::unique_ptr<WatchRegistry> watches_;
+  std::unique_ptr<ServiceSupervisor> services_;
   http::Listener server_;
   asio::signal_set sigchld_;
   std::string access_token_;

@@ -1,7 +1,7 @@
 // airlock-agent: the guest's PID 1 and its envd-compatible API server.
 //
 //   airlock-agent [--listen IP:PORT] [--init] [--root-prefix DIR]
-//                 [--default-user NAME] [--verbose]
+//                 [--default-user NAME] [--services-dir DIR] [--verbose]
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -27,6 +27,7 @@ void Usage() {
                "  --init               do PID 1 duties (mounts, hostname, network) even if not PID 1\n"
                "  --root-prefix DIR    read DIR/etc/passwd and DIR/etc/group for users (tests)\n"
                "  --default-user NAME  user when a request names none (default: user)\n"
+               "  --services-dir DIR   service declarations to start (default /etc/airlock/services; \"\" = none)\n"
                "  --verbose            debug logging\n");
 }
 
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
     else if (a == "--init") init = true;
     else if (a == "--root-prefix") opts.root_prefix = value("--root-prefix");
     else if (a == "--default-user") opts.default_user = value("--default-user");
+    else if (a == "--services-dir") opts.services_dir = value("--services-dir");
     else if (a == "--verbose") opts.verbose = true;
     else if (a == "--help" || a == "-h") {
       Usage();

@@ -466,6 +466,11 @@ StatusOr<std::shared_ptr<Process>> ProcessTable::Spawn(SpawnRequest req) {
     auto keep = std::move(it->second);
     procs_.erase(it);
     asio::post(io_, [keep] {});
+    if (on_finished_) {
+      asio::post(io_, [this, p, tag = keep->tag(), end] {
+        if (on_finished_) on_finished_(p, tag, end);
+      });
+    }
   };
   procs_[pid] = proc;
   proc->Attach(out_r.Release(), err_r.Release(), pty_master.Release(), in_w.Release());

@@ -29,6 +29,7 @@
 #include <array>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -156,6 +157,11 @@ class ProcessTable {
   // (orphans reparented to PID 1) are ignored.
   void OnChildExit(pid_t pid, int wait_status);
 
+  // Called (on the io thread) after every spawned process has ended and its
+  // end event was delivered; one hook (the service supervisor's).
+  using FinishedFn = std::function<void(pid_t, const std::optional<std::string>& tag, const envd::EndEvent&)>;
+  void SetOnFinished(FinishedFn fn) { on_finished_ = std::move(fn); }
+
  private:
   struct Finished {
     pid_t pid;
@@ -169,6 +175,7 @@ class ProcessTable {
   bool reset_oom_score_ = false;
   std::map<pid_t, std::shared_ptr<Process>> procs_;
   std::deque<Finished> finished_;
+  FinishedFn on_finished_;
 };
 
 // Looks cmd up in PATH (from env) when it has no '/'. Returns cmd itself
