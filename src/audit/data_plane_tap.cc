@@ -1,5 +1,6 @@
 #include "audit/data_plane_tap.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "agent/multipart.h"
@@ -12,6 +13,22 @@ namespace airlock::audit {
 using nlohmann::json;
 
 namespace {
+
+constexpr uint16_t kAgentTapPort = 49983;
+constexpr uint16_t kInterpreterPort = 49999;
+constexpr size_t kMaxErrorValue = 256;
+
+// The "type" of an NDJSON line too long to parse, from its first bytes
+// ({"type": "stdout", ...} as the interpreter writes it); "" when not there.
+std::string TypeFromPrefix(std::string_view head) {
+  size_t k = head.find("\"type\"");
+  if (k == std::string_view::npos) return "";
+  size_t q1 = head.find('"', head.find(':', k + 6));
+  if (q1 == std::string_view::npos) return "";
+  size_t q2 = head.find('"', q1 + 1);
+  if (q2 == std::string_view::npos || q2 - q1 > 64) return "";
+  return std::string(head.substr(q1 + 1, q2 - q1 - 1));
+}
 
 // "Basic base64(user:)" → "user"; "" when absent or malformed.
 std::string BasicUser(const std::string& authorization) {
@@ -83,6 +100,13 @@ Status ChunkedDecoder::Feed(std::string_view in, std::string* out) {
 
 std::unique_ptr<DataPlaneTap> DataPlaneTap::Create(const TapRequest& req, AuditSink sink) {
   if (!sink) return nullptr;
+  if (req.port == kInterpreterPort) {
+    if (req.method == "POST" && req.path == "/execute") {
+      return std::unique_ptr<DataPlaneTap>(new DataPlaneTap(Kind::kInterpreterExecute, req, std::move(sink)));
+    }
+    return nullptr;
+  }
+  if (req.port != kAgentTapPort) return nullptr;
   if (req.method == "POST" && req.path == "/process.Process/Start") {
     return std::unique_ptr<DataPlaneTap>(new DataPlaneTap(Kind::kExec, req, std::move(sink)));
   }
@@ -137,10 +161,12 @@ void DataPlaneTap::OnRequestBody(std::string_view d) {
 }
 
 void DataPlaneTap::OnRequestBodyImpl(std::string_view d) {
-  if (kind_ == Kind::kExec) {
-    size_t room = kMaxStartRequest - std::min(kMaxStartRequest, start_body_.size());
+  if (kind_ == Kind::kExec || kind_ == Kind::kInterpreterExecute) {
+    size_t max = kind_ == Kind::kExec ? kMaxStartRequest : kMaxExecuteRequest;
+    size_t room = max - std::min(max, start_body_.size());
     if (d.size() > room) start_truncated_ = true;
     start_body_.append(d.substr(0, room));
+    if (kind_ == Kind::kInterpreterExecute) body_hash_.Update(d);
   } else if (kind_ == Kind::kFileWrite) {
     body_hash_.Update(d);
     if (multipart_) {
@@ -174,6 +200,10 @@ void DataPlaneTap::OnResponseBytesImpl(std::string_view framed) {
 void DataPlaneTap::OnResponsePayload(std::string_view data) {
   if (kind_ == Kind::kFileRead) {
     if (status_ == 200) body_hash_.Update(data);
+    return;
+  }
+  if (kind_ == Kind::kInterpreterExecute) {
+    if (status_ == 200) OnNdjson(data);
     return;
   }
   if (kind_ != Kind::kExec || status_ != 200) return;
@@ -222,6 +252,102 @@ void DataPlaneTap::OnMessage(const std::string& payload) {
   if (auto e = ev.find("end"); e != ev.end() && e->is_object()) end_ = *e;
 }
 
+void DataPlaneTap::OnNdjson(std::string_view data) {
+  while (!data.empty()) {
+    size_t nl = data.find('\n');
+    std::string_view piece = data.substr(0, nl == std::string_view::npos ? data.size() : nl);
+    size_t room = kMaxNdjsonLine - std::min(kMaxNdjsonLine, line_.size());
+    line_.append(piece.substr(0, std::min(room, piece.size())));
+    line_size_ += piece.size();
+    if (nl == std::string_view::npos) return;
+    OnNdjsonLine(line_, line_size_);
+    line_.clear();
+    line_size_ = 0;
+    data.remove_prefix(nl + 1);
+  }
+}
+
+void DataPlaneTap::OnNdjsonLine(std::string_view line, uint64_t full_size) {
+  ++lines_;
+  std::string type;
+  json j;
+  if (full_size <= kMaxNdjsonLine) {
+    j = json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("type") && j["type"].is_string()) type = j["type"].get<std::string>();
+  } else {
+    type = TypeFromPrefix(line.substr(0, 4096));
+  }
+  auto text_size = [&]() -> uint64_t {
+    if (j.is_object() && j.contains("text") && j["text"].is_string()) return j["text"].get_ref<const std::string&>().size();
+    return full_size;  // too long to parse: the line's size stands for it
+  };
+  if (type == "stdout") {
+    stdout_bytes_ += text_size();
+  } else if (type == "stderr") {
+    stderr_bytes_ += text_size();
+  } else if (type == "result") {
+    ++results_;
+    result_bytes_ += full_size;
+    if (j.is_object()) {
+      for (auto& [k, v] : j.items()) {
+        if (k == "type" || k == "is_main_result" || k == "extra") continue;
+        if (result_formats_.size() < 32 && std::find(result_formats_.begin(), result_formats_.end(), k) == result_formats_.end()) {
+          result_formats_.push_back(k.substr(0, 64));
+        }
+      }
+    }
+  } else if (type == "error") {
+    json e = json::object();
+    if (j.is_object()) {
+      for (const char* k : {"name", "value"}) {
+        if (j.contains(k) && j[k].is_string()) e[k] = j[k].get<std::string>().substr(0, kMaxErrorValue);
+      }
+    }
+    error_ = e;
+  } else if (type == "number_of_executions") {
+    if (j.is_object() && j.contains("execution_count") && j["execution_count"].is_number_integer()) {
+      execution_count_ = j["execution_count"].get<int64_t>();
+    }
+  } else if (type == "end_of_execution") {
+    end_of_execution_ = true;
+  }
+}
+
+void DataPlaneTap::FinishInterpreter(json& r) {
+  r["action"] = "interpreter.execute";
+  json body = start_truncated_ ? json() : json::parse(start_body_, nullptr, false);
+  if (body.is_object() && body.contains("code") && body["code"].is_string()) {
+    Sha256Stream code;
+    code.Update(body["code"].get_ref<const std::string&>());
+    r["code_bytes"] = code.bytes();
+    r["code_sha256"] = code.HexDigest();
+    std::string lang = body.contains("language") && body["language"].is_string() ? body["language"].get<std::string>() : "";
+    std::string ctx = body.contains("context_id") && body["context_id"].is_string() ? body["context_id"].get<std::string>() : "";
+    r["language"] = lang.empty() && ctx.empty() ? "python" : lang.substr(0, 64);
+    if (!ctx.empty()) r["context_id"] = ctx.substr(0, 128);
+    json names = json::array();
+    if (body.contains("env_vars") && body["env_vars"].is_object()) {
+      for (auto& [k, v] : body["env_vars"].items()) names.push_back(k);
+    }
+    r["env_names"] = names;
+  } else {
+    r["request_bytes"] = body_hash_.bytes();
+    r["request_sha256"] = body_hash_.HexDigest();
+    if (errors_.empty()) errors_ = start_truncated_ ? "execute request over 1 MiB, not parsed" : "execute request unparsed";
+  }
+  if (!line_.empty() || line_size_ > 0) OnNdjsonLine(line_, line_size_);  // a last line without '\n'
+  line_.clear();
+  line_size_ = 0;
+  r["stdout_bytes"] = stdout_bytes_;
+  r["stderr_bytes"] = stderr_bytes_;
+  r["results"] = results_;
+  r["result_bytes"] = result_bytes_;
+  r["result_formats"] = result_formats_;
+  if (error_) r["error_name"] = error_->value("name", ""), r["error_value"] = error_->value("value", "");
+  if (execution_count_) r["execution_count"] = *execution_count_;
+  r["outcome"] = end_of_execution_ ? "ended" : "stream closed before the end";
+}
+
 void DataPlaneTap::ParseStartRequest() {
   if (start_parsed_) return;
   start_parsed_ = true;
@@ -263,7 +389,9 @@ void DataPlaneTap::FinishImpl(const std::string& error) {
   json r = {
       {"sandbox", req_.sandbox}, {"started_at_ms", started_ms_}, {"ended_at_ms", NowUnixMs()}, {"status", status_}};
   if (!req_.api_key_id.empty()) r["api_key_id"] = req_.api_key_id;
-  if (kind_ == Kind::kExec) {
+  if (kind_ == Kind::kInterpreterExecute) {
+    FinishInterpreter(r);
+  } else if (kind_ == Kind::kExec) {
     r["action"] = "exec";
     std::string user = BasicUser(req_.authorization);
     r["user"] = user.empty() ? json("default") : json(user);

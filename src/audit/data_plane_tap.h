@@ -13,7 +13,13 @@
 //       path, else the part's filename), size, SHA-256; HTTP status.
 //   GET /files                   action "file.read": path, size, SHA-256 of
 //       the bytes sent to the client; HTTP status.
-// Other paths: no record (Create returns nullptr).
+//   POST /execute on port 49999 (the code interpreter, docs/code-interpreter.md)
+//       action "interpreter.execute": the code's size and SHA-256 (never the
+//       code), language, context_id, per-call env var NAMES; from the NDJSON
+//       response: stdout/stderr text bytes, results (count, bytes, MIME
+//       keys), error name and value (≤ 256 bytes), execution_count, outcome
+//       ("ended" | "stream closed before the end").
+// Other paths and ports: no record (Create returns nullptr).
 //
 // All input is untrusted (client and guest): parse failures end up as an
 // "error" field of the record, never as a crash or unbounded buffering.
@@ -75,11 +81,18 @@ struct TapRequest {
   std::map<std::string, std::string> query;
   std::string authorization;  // the request's Authorization header ("" if none)
   std::string content_type;
+  uint16_t port = 49983;  // the guest port: the agent's, or the interpreter's 49999
 };
 
 class DataPlaneTap {
  public:
   static constexpr size_t kMaxStartRequest = 256 * 1024;
+  // An /execute body kept for parsing (the code is hashed from it); longer
+  // bodies are hashed whole and recorded as unparsed.
+  static constexpr size_t kMaxExecuteRequest = 1 << 20;
+  // An NDJSON line kept whole for parsing; a longer one (a big PNG result,
+  // a huge print) is only counted, its type taken from its first bytes.
+  static constexpr size_t kMaxNdjsonLine = 1 << 20;
   // nullptr when the request is not one that is audited.
   static std::unique_ptr<DataPlaneTap> Create(const TapRequest& req, AuditSink sink);
   ~DataPlaneTap();  // emits the record if Finish was not called
@@ -93,7 +106,7 @@ class DataPlaneTap {
   bool WantsDrain() const { return kind_ == Kind::kExec && !finished_ && status_ == 200 && !end_; }
 
  private:
-  enum class Kind { kExec, kFileWrite, kFileRead };
+  enum class Kind { kExec, kFileWrite, kFileRead, kInterpreterExecute };
   DataPlaneTap(Kind kind, TapRequest req, AuditSink sink);
   void OnRequestBodyImpl(std::string_view decoded);
   void OnResponseBytesImpl(std::string_view framed);
@@ -101,6 +114,9 @@ class DataPlaneTap {
   void OnResponsePayload(std::string_view data);
   void OnMessage(const std::string& payload);
   void ParseStartRequest();
+  void OnNdjson(std::string_view data);
+  void OnNdjsonLine(std::string_view line, uint64_t full_size);
+  void FinishInterpreter(nlohmann::json& r);
 
   Kind kind_;
   TapRequest req_;
@@ -126,6 +142,14 @@ class DataPlaneTap {
   nlohmann::json parts_ = nlohmann::json::array();
   std::unique_ptr<Sha256Stream> part_hash_;
   std::string part_path_;
+  // interpreter
+  std::string line_;          // the NDJSON line being read (≤ kMaxNdjsonLine)
+  uint64_t line_size_ = 0;    // its full size so far
+  uint64_t stdout_bytes_ = 0, stderr_bytes_ = 0, result_bytes_ = 0, results_ = 0, lines_ = 0;
+  nlohmann::json result_formats_ = nlohmann::json::array();
+  std::optional<nlohmann::json> error_;
+  std::optional<int64_t> execution_count_;
+  bool end_of_execution_ = false;
 };
 
 }  // namespace airlock::audit

@@ -69,6 +69,17 @@ std::string FindAgentBinary(const std::string& flag) {
   return "/usr/lib/airlock/airlock-agent";
 }
 
+// A file beside this binary (the build directory's layout), else `installed`.
+std::string BesideSelf(const std::string& name, const std::string& installed) {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    auto sibling = self.parent_path() / name;
+    if (std::filesystem::exists(sibling)) return sibling.string();
+  }
+  return installed;
+}
+
 void PrintProgress(std::string_view step) {
   if (::isatty(STDERR_FILENO)) std::fprintf(stderr, "\033[2K\r\033[1m==>\033[0m %.*s\n", (int)step.size(), step.data());
   else std::fprintf(stderr, "==> %.*s\n", (int)step.size(), step.data());
@@ -77,12 +88,18 @@ void PrintProgress(std::string_view step) {
 int CmdImage(const std::string& state_dir, const std::vector<std::string>& args) {
   po::options_description desc("airlock image build [options]");
   bool force = false;
-  std::string agent, tmpl;
+  std::string agent, tmpl, interpreter, kernels;
   desc.add_options()("help,h", "show this help")("force", po::bool_switch(&force), "rebuild even if cached")(
-      "template", po::value(&tmpl)->default_value("base"), "template to build")(
-      "agent", po::value(&agent), "path of the static airlock-agent to install in the template");
+      "template", po::value(&tmpl)->default_value("base"), "template to build: base, code-interpreter, or all")(
+      "agent", po::value(&agent), "path of the static airlock-agent to install in the template")(
+      "interpreter", po::value(&interpreter),
+      "path of the static airlock-interpreter (code-interpreter; default: beside this binary)")(
+      "interpreter-kernels", po::value(&kernels),
+      "directory of the interpreter's kernel files (default: interpreter-kernels beside this binary)");
   if (args.empty() || args[0] != "build") {
-    std::fprintf(stderr, "usage: airlock image build [--force] [--template NAME] [--agent PATH]\n");
+    std::fprintf(stderr,
+                 "usage: airlock image build [--force] [--template NAME|all] [--agent PATH] [--interpreter PATH]\n"
+                 "                           [--interpreter-kernels DIR]\n");
     return 2;
   }
   po::variables_map vm;
@@ -97,21 +114,29 @@ int CmdImage(const std::string& state_dir, const std::vector<std::string>& args)
     std::cout << desc;
     return 0;
   }
-  image::ImageOptions opts;
-  opts.state_dir = state_dir;
-  opts.template_name = tmpl;
-  opts.agent_binary = FindAgentBinary(agent);
-  opts.force = force;
-  opts.progress = PrintProgress;
-  auto t0 = std::chrono::steady_clock::now();
-  auto img = image::EnsureImage(opts);
-  if (!img.ok()) {
-    std::fprintf(stderr, "airlock image build: %s\n", img.status().message().c_str());
-    return 1;
+  std::vector<std::string> templates = tmpl == "all" ? image::KnownTemplates() : std::vector<std::string>{tmpl};
+  for (const auto& name : templates) {
+    image::ImageOptions opts;
+    opts.state_dir = state_dir;
+    opts.template_name = name;
+    opts.agent_binary = FindAgentBinary(agent);
+    opts.interpreter_binary =
+        interpreter.empty() ? BesideSelf("airlock-interpreter", "/usr/lib/airlock/airlock-interpreter") : interpreter;
+    opts.interpreter_kernels_dir =
+        kernels.empty() ? BesideSelf("interpreter-kernels", "/usr/lib/airlock/interpreter-kernels") : kernels;
+    opts.force = force;
+    opts.progress = PrintProgress;
+    auto t0 = std::chrono::steady_clock::now();
+    auto img = image::EnsureImage(opts);
+    if (!img.ok()) {
+      std::fprintf(stderr, "airlock image build: %s: %s\n", name.c_str(), img.status().message().c_str());
+      return 1;
+    }
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("image %s (%s) ready in %.1fs\n  kernel  %s (%s)\n  initrd  %s\n  rootfs  %s\n", img->id.c_str(),
+                img->template_name.c_str(), s, img->kernel.c_str(), img->kernel_release.c_str(), img->initrd.c_str(),
+                img->rootfs.c_str());
   }
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("image %s ready in %.1fs\n  kernel  %s (%s)\n  initrd  %s\n  rootfs  %s\n", img->id.c_str(), s,
-              img->kernel.c_str(), img->kernel_release.c_str(), img->initrd.c_str(), img->rootfs.c_str());
   return 0;
 }
 

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "common/agent_port.h"
 #include "common/checklist.h"
@@ -16,6 +17,7 @@
 #include "core/manager.h"
 #include "core/registry.h"
 #include "core/sandbox_egress.h"
+#include "image/image.h"
 #include "net/address_pool.h"
 #include "net/sandbox_network.h"
 
@@ -354,7 +356,22 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
         ready = Status(ready.code(), ready.message() + "; console:\n" + tail);
       }
     }
-    return ready;
+    RETURN_IF_ERROR(ready);
+    // A cold boot of a template with services (the code interpreter): they
+    // are up before the sandbox is handed out, as in one restored from the
+    // template snapshot, where they were running when it was taken.
+    if (booted) {
+      if (auto marker = image::ReadinessOf(plan.template_name).console_marker; !marker.empty()) {
+        while (!vm->ConsoleContains(marker)) {
+          if (!vm->alive()) return Unavailable("the VMM exited before \"" + marker + "\"; console:\n" + vm->ConsoleTail());
+          if (std::chrono::steady_clock::now() > deadline) {
+            return DeadlineExceeded("no \"" + marker + "\" on the console in time; console:\n" + vm->ConsoleTail());
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      }
+    }
+    return OkStatus();
   };
   // From /init on, the agent wants the sandbox's token.
   auto agent_init = [&]() -> Status {

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <thread>
 
 #include "common/agent_port.h"
 #include "common/log.h"
@@ -36,6 +37,10 @@ namespace airlock {
 namespace fs = std::filesystem;
 
 namespace {
+
+// How long a template's services may take to say they are ready after the
+// agent (a python kernel importing pandas and matplotlib under TCG: ~1 min).
+constexpr std::chrono::seconds kTemplateServiceReadyTimeout{600};
 
 // Template snapshots whose RAM is a shared file (ManagerConfig::template_shared_memory).
 constexpr char kSharedMemorySuffix[] = "-shm";
@@ -131,6 +136,19 @@ Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcp
       });
     }
     RETURN_IF_ERROR(ready.WithContext("agent ready"));
+    // The template's own services (the code interpreter's warm kernel):
+    // ready by a console line, still before any TCP (image::ReadinessOf).
+    if (auto marker = image::ReadinessOf(template_name).console_marker; !marker.empty()) {
+      auto deadline = std::chrono::steady_clock::now() + kTemplateServiceReadyTimeout;
+      while (!vm->ConsoleContains(marker)) {
+        if (!vm->alive()) return Unavailable("the VMM exited before \"" + marker + "\": " + vm->ConsoleTail());
+        if (std::chrono::steady_clock::now() > deadline) {
+          return DeadlineExceeded("no \"" + marker + "\" on the console within " +
+                                  std::to_string(kTemplateServiceReadyTimeout.count()) + " s: " + vm->ConsoleTail());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
     ASSIGN_OR_RETURN(auto info, vm->SaveSnapshot(tmp, /*keep_running=*/false));
     (void)info;
     if (::rename(tmp.c_str(), dir.c_str()) != 0) {

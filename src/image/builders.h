@@ -65,8 +65,25 @@ std::string BaseLayerRecipe();
 // BaseLayerRecipe(). Does not depend on the agent.
 std::string BaseLayerKey(std::string_view template_name, std::string_view suite,
                          const std::vector<std::string>& packages);
-// Key of the template rootfs: builder version, base-layer key, agent SHA-256.
-std::string TemplateRootfsKey(std::string_view base_key, std::string_view agent_sha256);
+// Key of the template rootfs: builder version, base-layer key, agent SHA-256,
+// and (when not empty) the digest of the template's extra files
+// (ExtraFilesDigest); an empty digest leaves the key as it was before extra
+// files existed, so `base` keeps its key.
+std::string TemplateRootfsKey(std::string_view base_key, std::string_view agent_sha256,
+                              std::string_view extras_digest = "");
+
+// A file a template adds to its tree besides the agent (the code
+// interpreter's server, kernels and service declaration): `source` on the
+// host (already as the guest gets it) installed as a new file at `dest`
+// (absolute, inside the tree) with `mode`, owned by root.
+struct StagedFile {
+  std::string source;
+  std::string dest;
+  unsigned mode = 0644;
+  std::string sha256;  // of source: what the key covers
+};
+// Digest over every file's dest, mode and SHA-256, in order ("" for none).
+std::string ExtraFilesDigest(const std::vector<StagedFile>& files);
 
 struct BaseLayerInputs {
   std::string suite;
@@ -90,6 +107,7 @@ struct TemplateInputs {
   std::string agent_binary;  // a GuestAgentCopy(): installed as it is
   std::string agent_sha256;  // of agent_binary: what the key was computed from
   std::string key;           // written to /etc/airlock/rootfs-id
+  std::vector<StagedFile> extras;
 };
 // Writes out_dir/{rootfs.ext4,packages.txt}; stages the tree in
 // work_dir/stage (hard links into the base layer), which goes with work_dir.
@@ -103,8 +121,10 @@ Status BuildTemplateRootfs(const TemplateInputs& in, const std::string& work_dir
 // `rootfs_id` + "\n" as a new /etc/airlock/rootfs-id. Files of the base tree
 // are never written: every file this step adds replaces the link (unlink +
 // create), and /sbin must be a directory or a relative symlink inside the tree.
+// `extras` are installed the same way (parent directories created; a
+// dest whose parent resolves outside the tree is refused).
 Status StageTemplateTree(const std::string& base_root, const std::string& stage,
                          const std::string& agent, const std::string& rootfs_id,
-                         const std::string& log);
+                         const std::string& log, const std::vector<StagedFile>& extras = {});
 
 }  // namespace airlock::image

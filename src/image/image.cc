@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <algorithm>
 
 #include "common/disk_records.h"
 #include "common/log.h"
@@ -73,8 +74,8 @@ StatusOr<Pointer> ReadPointer(const Layout& l, const std::string& name) {
   auto text = ReadFile(path);
   if (!text.ok()) {
     if (text.status().code() == StatusCode::kNotFound) {
-      return NotFound("no guest image for template \"" + name + "\" in " + l.root +
-                      " (run: airlock image build)");
+      return NotFound("no guest image for template \"" + name + "\" in " + l.root + " (run: airlock image build" +
+                      (name == "base" ? "" : " --template " + name) + ")");
     }
     return text.status();
   }
@@ -246,20 +247,61 @@ std::string FindBusybox() {
 
 }  // namespace
 
+namespace {
+const std::vector<std::string>& BasePackages() {
+  static const std::vector<std::string> v = {"bash",         "coreutils",
+                                             "procps",       "iproute2",
+                                             "netbase",      "ca-certificates",
+                                             "curl",         "git",
+                                             "less",         "mount",
+                                             "xz-utils",     "unzip",
+                                             "python3",      "python3-pip",
+                                             "python3-venv", "python-is-python3",
+                                             "nodejs",       "npm",
+                                             "sudo"};
+  return v;
+}
+// What a data-analysis agent expects of E2B's code interpreter, from Debian:
+// the kernel, the scientific stack, plotting (with a font), spreadsheets,
+// HTML/XML, HTTP, and TypeScript for the typescript kernel.
+const std::vector<std::string>& InterpreterPackages() {
+  static const std::vector<std::string> v = {
+      "python3-ipykernel", "python3-numpy",    "python3-pandas",   "python3-matplotlib", "python3-scipy",
+      "python3-pil",       "python3-requests", "python3-seaborn",  "python3-sklearn",    "python3-sympy",
+      "python3-openpyxl",  "python3-bs4",      "python3-lxml",     "python3-tabulate",   "fonts-dejavu-core",
+      "node-typescript"};
+  return v;
+}
+}  // namespace
+
+const std::vector<std::string>& KnownTemplates() {
+  static const std::vector<std::string> v = {"base", "code-interpreter"};
+  return v;
+}
+
+std::string CanonicalTemplateName(const std::string& name) {
+  if (name == "code-interpreter-v1") return "code-interpreter";
+  return name;
+}
+
+bool TemplateHasInterpreter(const std::string& template_name) {
+  return CanonicalTemplateName(template_name) == "code-interpreter";
+}
+
+TemplateReadiness ReadinessOf(const std::string& template_name) {
+  if (TemplateHasInterpreter(template_name)) return {kInterpreterReadyMarker};
+  return {};
+}
+
 StatusOr<std::vector<std::string>> TemplatePackages(const std::string& template_name) {
-  if (template_name != "base") {
-    return InvalidArgument("unknown template \"" + template_name + "\" (known: base)");
+  std::string name = CanonicalTemplateName(template_name);
+  if (name == "base") return BasePackages();
+  if (name == "code-interpreter") {
+    std::vector<std::string> v = BasePackages();
+    v.insert(v.end(), InterpreterPackages().begin(), InterpreterPackages().end());
+    return v;
   }
-  return std::vector<std::string>{"bash",         "coreutils",
-                                  "procps",       "iproute2",
-                                  "netbase",      "ca-certificates",
-                                  "curl",         "git",
-                                  "less",         "mount",
-                                  "xz-utils",     "unzip",
-                                  "python3",      "python3-pip",
-                                  "python3-venv", "python-is-python3",
-                                  "nodejs",       "npm",
-                                  "sudo"};
+  return InvalidArgument("unknown template \"" + template_name + "\" (known: base, code-interpreter)");
 }
 
 void CollectGarbage(const std::string& state_dir) {
@@ -282,7 +324,8 @@ std::vector<GuestImage> CurrentImages(const std::string& state_dir) {
   return out;
 }
 
-StatusOr<GuestImage> FindImage(const std::string& state_dir, const std::string& template_name) {
+StatusOr<GuestImage> FindImage(const std::string& state_dir, const std::string& requested) {
+  std::string template_name = CanonicalTemplateName(requested);
   RETURN_IF_ERROR(ValidTemplateName(template_name));
   auto abs = AbsolutePath(state_dir);
   Layout l = LayoutFor(abs.ok() ? *abs : state_dir);
@@ -290,7 +333,62 @@ StatusOr<GuestImage> FindImage(const std::string& state_dir, const std::string& 
   return ImageFrom(l, template_name, p);
 }
 
-StatusOr<GuestImage> EnsureImage(const ImageOptions& o) {
+namespace {
+
+// The code interpreter's files as the guest gets them, copied into `dir`
+// first (so what is hashed is what is installed): the server (stripped like
+// the agent), every regular file of the kernels directory, and the service
+// declaration that makes the agent start the server (agent/services.h).
+StatusOr<std::vector<StagedFile>> InterpreterFiles(const ImageOptions& o, const std::string& dir) {
+  if (o.interpreter_binary.empty() || o.interpreter_kernels_dir.empty()) {
+    return InvalidArgument("template " + o.template_name +
+                           " needs the airlock-interpreter binary and its kernels directory (--interpreter, "
+                           "--interpreter-kernels)");
+  }
+  std::vector<StagedFile> out;
+  auto add = [&](const std::string& source, const std::string& dest, unsigned mode) -> Status {
+    ASSIGN_OR_RETURN(std::string sha, Sha256File(source));
+    out.push_back(StagedFile{source, dest, mode, sha});
+    return OkStatus();
+  };
+  std::string server = dir + "/airlock-interpreter";
+  RETURN_IF_ERROR(GuestAgentCopy(o.interpreter_binary, server, dir + "/objcopy-interpreter.log")
+                      .WithContext("interpreter " + o.interpreter_binary));
+  RETURN_IF_ERROR(add(server, kInterpreterPath, 0755));
+  ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(o.interpreter_kernels_dir));
+  std::sort(names.begin(), names.end());
+  RETURN_IF_ERROR(MakeDirs(dir + "/kernels"));
+  bool has_table = false;
+  for (const auto& n : names) {
+    std::string src = o.interpreter_kernels_dir + "/" + n;
+    struct stat st;
+    if (::stat(src.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (n == "kernels.json") has_table = true;
+    RETURN_IF_ERROR(CopyFile(src, dir + "/kernels/" + n, 0644));
+    RETURN_IF_ERROR(add(dir + "/kernels/" + n, std::string(kInterpreterKernelsDir) + "/" + n, 0644));
+  }
+  if (!has_table) return InvalidArgument("no kernels.json in " + o.interpreter_kernels_dir);
+  json service = {{"name", "interpreter"},
+                  {"argv",
+                   {kInterpreterPath, "--kernels", std::string(kInterpreterKernelsDir) + "/kernels.json", "--console",
+                    "/dev/console"}},
+                  {"user", "root"},
+                  {"cwd", "/"}};
+  std::string service_file = dir + "/interpreter.json";
+  {
+    std::ofstream f(service_file);
+    f << service.dump(2) << "\n";
+    if (!f) return ErrnoError("write " + service_file);
+  }
+  RETURN_IF_ERROR(add(service_file, "/etc/airlock/services/interpreter.json", 0644));
+  return out;
+}
+
+}  // namespace
+
+StatusOr<GuestImage> EnsureImage(const ImageOptions& options) {
+  ImageOptions o = options;
+  o.template_name = CanonicalTemplateName(o.template_name);
   const Progress& progress = o.progress;
   RETURN_IF_ERROR(ValidTemplateName(o.template_name));
   ASSIGN_OR_RETURN(std::vector<std::string> packages, TemplatePackages(o.template_name));
@@ -352,8 +450,12 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& o) {
                                .Add("modules", InitramfsModules())
                                .Add("busybox", busybox_sha)
                                .Digest();
+  std::vector<StagedFile> extras;
+  if (TemplateHasInterpreter(o.template_name)) {
+    ASSIGN_OR_RETURN(extras, InterpreterFiles(o, agent_dir));
+  }
   std::string base_key = BaseLayerKey(o.template_name, kSuite, packages);
-  std::string rootfs_key = TemplateRootfsKey(base_key, agent_sha);
+  std::string rootfs_key = TemplateRootfsKey(base_key, agent_sha, ExtraFilesDigest(extras));
 
   auto prev = ReadPointer(l, o.template_name);
   if (!o.force && !o.refresh && prev.ok() && prev->boot_local == boot_local &&
@@ -406,7 +508,7 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& o) {
     } else {
       Say(progress, "base layer up to date (" + base_key + ")");
     }
-    TemplateInputs in{base_dir, guest_agent, agent_sha, rootfs_key};
+    TemplateInputs in{base_dir, guest_agent, agent_sha, rootfs_key, extras};
     RETURN_IF_ERROR(
         BuildInto(l, l.rootfs(rootfs_key), [&](const std::string& w, const std::string& out) {
           return BuildTemplateRootfs(in, w, out, progress);

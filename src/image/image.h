@@ -21,6 +21,7 @@
 // with the command and the tail of its output in the message.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -34,9 +35,15 @@ inline constexpr char kDefaultStateDir[] = "/var/lib/airlock";
 
 struct ImageOptions {
   std::string state_dir = kDefaultStateDir;
-  std::string template_name = "base";  // only "base" exists so far
+  std::string template_name = "base";  // KnownTemplates(); aliases accepted
   // The static airlock-agent, installed in the rootfs at /sbin/airlock-agent.
   std::string agent_binary;
+  // Templates with the code interpreter (TemplateHasInterpreter): the static
+  // airlock-interpreter (installed at kInterpreterPath) and the directory of
+  // its kernel files (kernels.json and what it names; installed in
+  // kInterpreterKernelsDir). Ignored by other templates.
+  std::string interpreter_binary;
+  std::string interpreter_kernels_dir;
   // Rebuild everything even when a cached build matches.
   bool force = false;
   // Ask apt again which kernel package linux-image-cloud-amd64 points to
@@ -79,6 +86,36 @@ std::vector<GuestImage> CurrentImages(const std::string& state_dir);
 void CollectGarbage(const std::string& state_dir);
 
 // The Debian packages of a template's rootfs (what the cache key covers).
+// `code-interpreter` is `base`'s list plus the data-analysis packages
+// (docs/code-interpreter.md).
 StatusOr<std::vector<std::string>> TemplatePackages(const std::string& template_name);
+
+// The built-in templates, in build order: "base", "code-interpreter".
+const std::vector<std::string>& KnownTemplates();
+// The template an alias names ("code-interpreter-v1", what
+// @e2b/code-interpreter's Sandbox.create() asks for, is "code-interpreter");
+// any other name is returned as is.
+std::string CanonicalTemplateName(const std::string& name);
+// Whether the template carries the code interpreter (server, kernels, the
+// service declaration that makes the agent start it).
+bool TemplateHasInterpreter(const std::string& template_name);
+
+inline constexpr char kInterpreterPath[] = "/usr/local/bin/airlock-interpreter";
+inline constexpr char kInterpreterKernelsDir[] = "/usr/local/lib/airlock/interpreter";
+inline constexpr uint16_t kInterpreterPort = 49999;
+
+// What must have happened before a template's memory snapshot is taken,
+// besides the agent's ready line: the guest printing `console_marker` on its
+// console ("" means nothing more). The code interpreter's server prints
+// kInterpreterReadyMarker once its default python kernel has answered, so
+// every sandbox made from the snapshot has that kernel warm. A console line,
+// not a TCP probe: the snapshot must come before the guest's first TCP
+// handshake (docs/snapshots.md "Fresh before the first TCP"), so the server
+// talks to its kernels over unix sockets too.
+inline constexpr char kInterpreterReadyMarker[] = "airlock-interpreter: ready";
+struct TemplateReadiness {
+  std::string console_marker;
+};
+TemplateReadiness ReadinessOf(const std::string& template_name);
 
 }  // namespace airlock::image

@@ -150,12 +150,19 @@ std::string BaseLayerKey(std::string_view template_name, std::string_view suite,
       .ShortDigest();
 }
 
-std::string TemplateRootfsKey(std::string_view base_key, std::string_view agent_sha256) {
-  return KeyBuilder()
-      .Add("builder", kBuilderVersion)
-      .Add("base", base_key)
-      .Add("agent", agent_sha256)
-      .ShortDigest();
+std::string TemplateRootfsKey(std::string_view base_key, std::string_view agent_sha256,
+                              std::string_view extras_digest) {
+  KeyBuilder k;
+  k.Add("builder", kBuilderVersion).Add("base", base_key).Add("agent", agent_sha256);
+  if (!extras_digest.empty()) k.Add("extras", extras_digest);
+  return k.ShortDigest();
+}
+
+std::string ExtraFilesDigest(const std::vector<StagedFile>& files) {
+  if (files.empty()) return "";
+  KeyBuilder k;
+  for (const auto& f : files) k.Add("dest", f.dest).Add("mode", std::to_string(f.mode)).Add("sha256", f.sha256);
+  return k.Digest();
 }
 
 Status BuildBaseLayer(const BaseLayerInputs& in, const std::string& work_dir,
@@ -222,7 +229,7 @@ Status GuestAgentCopy(const std::string& agent, const std::string& dest, const s
 
 Status StageTemplateTree(const std::string& base_root, const std::string& stage,
                          const std::string& agent, const std::string& rootfs_id,
-                         const std::string& log) {
+                         const std::string& log, const std::vector<StagedFile>& extras) {
   // -a keeps ownership, modes, times and xattrs of the directories and
   // symlinks it creates; regular files and device nodes become hard links.
   RETURN_IF_ERROR(RunCommand({"cp", "-al", "--", base_root, stage}, LogTo(log)));
@@ -233,7 +240,39 @@ Status StageTemplateTree(const std::string& base_root, const std::string& stage,
   if (::geteuid() == 0 && ::chown(dest.c_str(), 0, 0) != 0) return ErrnoError("chown " + dest);
   if (::chmod(dest.c_str(), 0755) != 0) return ErrnoError("chmod " + dest);
   RETURN_IF_ERROR(MakeDirs(stage + "/etc/airlock"));
-  return ReplaceFile(stage + "/etc/airlock/rootfs-id", rootfs_id + "\n");
+  RETURN_IF_ERROR(ReplaceFile(stage + "/etc/airlock/rootfs-id", rootfs_id + "\n"));
+  for (const auto& f : extras) {
+    if (f.dest.empty() || f.dest[0] != '/' || f.dest.find("/../") != std::string::npos ||
+        f.dest.find("/./") != std::string::npos || f.dest.back() == '/') {
+      return InvalidArgument("extra file destination \"" + f.dest + "\" is not a clean absolute path");
+    }
+    // Parent directories: each existing component must be a real directory
+    // (never a symlink, which could lead outside the tree); missing ones
+    // are made (0755, root's).
+    std::string parent = stage;
+    std::string rest = f.dest.substr(1, f.dest.rfind('/') - 1);
+    while (!rest.empty()) {
+      size_t slash = rest.find('/');
+      std::string part = rest.substr(0, slash);
+      rest = slash == std::string::npos ? "" : rest.substr(slash + 1);
+      if (part.empty()) continue;
+      parent += "/" + part;
+      struct stat st;
+      if (::lstat(parent.c_str(), &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) return FailedPrecondition(parent + " is not a directory (extra file " + f.dest + ")");
+      } else if (errno == ENOENT) {
+        if (::mkdir(parent.c_str(), 0755) != 0) return ErrnoError("mkdir " + parent);
+      } else {
+        return ErrnoError("lstat " + parent);
+      }
+    }
+    std::string dest = parent + f.dest.substr(f.dest.rfind('/'));
+    if (::unlink(dest.c_str()) != 0 && errno != ENOENT) return ErrnoError("unlink " + dest);
+    RETURN_IF_ERROR(CopyFile(f.source, dest, f.mode));
+    if (::geteuid() == 0 && ::chown(dest.c_str(), 0, 0) != 0) return ErrnoError("chown " + dest);
+    if (::chmod(dest.c_str(), f.mode) != 0) return ErrnoError("chmod " + dest);
+  }
+  return OkStatus();
 }
 
 Status BuildTemplateRootfs(const TemplateInputs& in, const std::string& work_dir,
@@ -250,7 +289,13 @@ Status BuildTemplateRootfs(const TemplateInputs& in, const std::string& work_dir
   }
   std::string stage = work_dir + "/stage";
   ReportProgress(progress, "staging the template (hard links to the base layer + stripped agent)");
-  RETURN_IF_ERROR(StageTemplateTree(in.base_dir + "/root", stage, agent, in.key, log));
+  for (const auto& f : in.extras) {
+    ASSIGN_OR_RETURN(std::string sha, Sha256File(f.source));
+    if (sha != f.sha256) {
+      return Status(StatusCode::kAborted, "template file " + f.source + " changed during the build; run it again");
+    }
+  }
+  RETURN_IF_ERROR(StageTemplateTree(in.base_dir + "/root", stage, agent, in.key, log, in.extras));
   RETURN_IF_ERROR(CopyFile(in.base_dir + "/packages.txt", out_dir + "/packages.txt", 0644));
 
   ASSIGN_OR_RETURN(TreeUsage usage, MeasureTree(stage));

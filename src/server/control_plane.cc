@@ -193,6 +193,8 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
       if (!snap.empty() && !CallerOwns(caller, OwnedKind::kSnapshot, snap.substr(snap.rfind('/') + 1))) {
         return c->RespondError(404, "template " + opts.template_name + " not found");
       }
+      // An alias of a built-in template ("code-interpreter-v1") is that template.
+      if (snap.empty()) opts.template_name = image::CanonicalTemplateName(opts.template_name);
     }
     opts.env_vars = req.env_vars;
     opts.egress_policy = req.egress_policy;

@@ -525,10 +525,12 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
   // The Host the guest's server sees: the client's (as E2B's proxy), or the
   // sandbox's network.maskRequestHost with ${PORT} filled in.
   std::string host_header = mask.empty() ? c->Header("Host") : FillMaskPort(mask, std::to_string(port));
-  asio::post(*workers_, [this, c, sb, id, ip, port, host_header] {
+  // The code interpreter's /execute is audited like a command (audit/data_plane_tap.h).
+  audit::TapRequest tap{id, "", c->method_string(), path, {}, "", c->Header("Content-Type"), port};
+  asio::post(*workers_, [this, c, sb, id, ip, port, host_header, tap] {
     double retry_after = 1;
     Status st = sb->ExposePort(port, &retry_after);
-    asio::post(c->executor(), [this, c, st, id, ip, port, retry_after, host_header] {
+    asio::post(c->executor(), [this, c, st, id, ip, port, retry_after, host_header, tap] {
       if (st.code() == StatusCode::kResourceExhausted) {
         int secs = std::max(1, static_cast<int>(std::ceil(retry_after)));
         return c->RespondError(429, st.message(), {{"Retry-After", std::to_string(secs)}});
@@ -544,8 +546,10 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
                               .dump());
       }
       if (!st.ok()) return c->RespondError(502, "expose port " + std::to_string(port) + ": " + st.message());
-      std::make_shared<ProxyCall>(c, ip, port, id, [this, id](auto w) { TrackStream(id, std::move(w)); }, host_header)
-          ->Start();
+      auto call = std::make_shared<ProxyCall>(c, ip, port, id, [this, id](auto w) { TrackStream(id, std::move(w)); },
+                                              host_header);
+      call->SetTap(audit::DataPlaneTap::Create(tap, AuditSinkFn()));
+      call->Start();
     });
   });
 }

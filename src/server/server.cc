@@ -197,6 +197,11 @@ Status Server::Init() {
     EnsureTemplateSnapshotAsync("base", config_.default_vcpus, config_.default_memory_mib);
     manager_->WarmPool("base", config_.default_vcpus, config_.default_memory_mib);
   }
+  // The code interpreter's snapshot (its kernel warm in it) is made at start
+  // too, so the first Sandbox.create() of @e2b/code-interpreter restores it.
+  if (image::FindImage(dir, "code-interpreter").ok()) {
+    EnsureTemplateSnapshotAsync("code-interpreter", config_.default_vcpus, config_.default_memory_mib);
+  }
   // A first memory reading before the warm pool starts (it follows the
   // pressure verdict from its first round) and before any create: here, at
   // start, on this thread (adopted VMMs are measured too; milliseconds).
