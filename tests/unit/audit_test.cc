@@ -405,5 +405,69 @@ TEST(DataPlaneTap, FileWriteMultipartAndReadRecords) {
   EXPECT_EQ(DataPlaneTap::Create({"sb1", "", "GET", "/health", {}, "", ""}, [](const json&) {}), nullptr);
 }
 
+// The code interpreter's /execute (port 49999): the code's hash and size,
+// never the code; output sizes, results and their formats, the error, the
+// outcome; a line split anywhere, a huge line and a hostile stream.
+TEST(DataPlaneTap, InterpreterExecuteRecord) {
+  std::vector<json> got;
+  TapRequest req{"sb1", "", "POST", "/execute", {}, "", "application/json", 49999};
+  auto tap = DataPlaneTap::Create(req, [&](const json& r) { got.push_back(r); });
+  ASSERT_NE(tap, nullptr);
+  std::string body = R"({"code":"print('hi')\n1/0","language":"python","env_vars":{"SECRET_NAME":"value-never-kept"}})";
+  tap->OnRequestBody(body.substr(0, 10));
+  tap->OnRequestBody(body.substr(10));
+  tap->OnResponseHead(200, true);
+  std::string stream =
+      "{\"type\": \"number_of_executions\", \"execution_count\": 4}\n"
+      "{\"type\": \"stdout\", \"text\": \"hi\\n\", \"timestamp\": \"t\"}\n"
+      "{\"type\": \"stdout\", \"text\": \"" + std::string(2 << 20, 'z') + "\"}\n"
+      "{\"type\": \"result\", \"text\": \"1\", \"png\": \"aGk=\", \"chart\": {}, \"extra\": {}, \"is_main_result\": false}\n"
+      "{\"type\": \"error\", \"name\": \"ZeroDivisionError\", \"value\": \"" + std::string(1000, 'v') + "\", \"traceback\": \"...\"}\n"
+      "{\"type\": \"end_of_execution\"}\n";
+  std::string framed = Chunked(stream);
+  for (size_t i = 0; i < framed.size(); i += 7777) tap->OnResponseBytes(framed.substr(i, 7777));
+  tap->Finish();
+  ASSERT_EQ(got.size(), 1u);
+  const json& r = got[0];
+  EXPECT_EQ(r["action"], "interpreter.execute");
+  EXPECT_EQ(r["code_sha256"], Sha256Hex("print('hi')\n1/0"));
+  EXPECT_EQ(r["code_bytes"], 15);
+  EXPECT_EQ(r["language"], "python");
+  EXPECT_EQ(r["env_names"], json::array({"SECRET_NAME"}));
+  EXPECT_EQ(r["execution_count"], 4);
+  // 3 bytes of text, plus the too-long line counted by its size.
+  EXPECT_GT(r["stdout_bytes"].get<uint64_t>(), (2u << 20));
+  EXPECT_EQ(r["results"], 1);
+  EXPECT_EQ(r["result_formats"], json::array({"chart", "png", "text"}));
+  EXPECT_EQ(r["error_name"], "ZeroDivisionError");
+  EXPECT_EQ(r["error_value"].get<std::string>().size(), 256u);
+  EXPECT_EQ(r["outcome"], "ended");
+  EXPECT_EQ(r.dump().find("value-never-kept"), std::string::npos);
+  EXPECT_EQ(r.dump().find("print("), std::string::npos);
+  EXPECT_FALSE(r.contains("error")) << r.dump();
+}
+
+TEST(DataPlaneTap, InterpreterOtherPathsAndPortsAreNotTapped) {
+  auto sink = [](const json&) {};
+  EXPECT_EQ(DataPlaneTap::Create({"sb", "", "GET", "/contexts", {}, "", "", 49999}, sink), nullptr);
+  EXPECT_EQ(DataPlaneTap::Create({"sb", "", "POST", "/execute", {}, "", "", 8080}, sink), nullptr);
+  EXPECT_EQ(DataPlaneTap::Create({"sb", "", "POST", "/process.Process/Start", {}, "", "", 8080}, sink), nullptr);
+}
+
+TEST(DataPlaneTap, InterpreterCutStreamAndUnparsableRequest) {
+  std::vector<json> got;
+  TapRequest req{"sb1", "", "POST", "/execute", {}, "", "", 49999};
+  auto tap = DataPlaneTap::Create(req, [&](const json& r) { got.push_back(r); });
+  tap->OnRequestBody("{not json");
+  tap->OnResponseHead(200, false);
+  tap->OnResponseBytes("{\"type\": \"stdout\", \"text\": \"a\"}\n\xff\xfe{{{\n{\"type\": \"stdo");
+  tap->Finish();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0]["outcome"], "stream closed before the end");
+  EXPECT_EQ(got[0]["stdout_bytes"], 1);
+  EXPECT_TRUE(got[0].contains("request_sha256"));
+  EXPECT_TRUE(got[0].contains("error"));
+}
+
 }  // namespace
 }  // namespace airlock::audit
