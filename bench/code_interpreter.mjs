@@ -1,0 +1,104 @@
+// The code interpreter's numbers (issue 15), through the official
+// @e2b/code-interpreter (2.8.0, unmodified), all in one run on one daemon:
+//   - runCode('1+1') round trip beside commands.run('true') in the same
+//     sandbox (the raw primitive; goal: runCode <= 1.5x);
+//   - the first runCode('1+1') after Sandbox.create() beside later ones
+//     (goal: no kernel start in it, <= 2x a later runCode);
+//   - a ~1 MB PNG result (a PIL image of noise as the last expression): time
+//     to arrive, beside the time the kernel took to make it.
+//
+// Usage (root): node bench/code_interpreter.mjs [N]   (default 30; AIRLOCK_BIN, AIRLOCK_STATE_DIR)
+// Run via `make bench-interpreter`. Starts its own daemon on a free port.
+import { spawn } from 'node:child_process'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+const here = dirname(fileURLToPath(import.meta.url))
+const require = createRequire(join(here, '../tests/e2e/package.json'))
+const { Sandbox } = require('@e2b/code-interpreter')
+const N = Number(process.argv[2] || 30)
+const CREATES = Math.max(3, Math.min(10, Math.round(N / 3)))
+const BIN = process.env.AIRLOCK_BIN || join(here, '../build/airlock')
+const STATE_DIR = process.env.AIRLOCK_STATE_DIR || '/var/lib/airlock'
+
+const freePort = () => new Promise((res, rej) => {
+  const s = createServer().once('error', rej)
+  s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => res(port)) })
+})
+const pct = (v, p) => { const s = [...v].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.ceil(p / 100 * s.length) - 1)] }
+const row = (name, v) => console.log(`| ${name.padEnd(56)} | ${pct(v, 50).toFixed(1).padStart(8)} | ${pct(v, 95).toFixed(1).padStart(8)} | ${String(v.length).padStart(4)} |`)
+
+const tmp = mkdtempSync(join(tmpdir(), 'airlock-ci-bench-'))
+const port = await freePort()
+const url = `http://127.0.0.1:${port}`
+const daemon = spawn(BIN, ['--state-dir', STATE_DIR, 'serve', '--listen', `127.0.0.1:${port}`, '--db', join(tmp, 'airlock.db'),
+  '--kill-on-exit', '--pool', '0'], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, AIRLOCK_LOG: 'warn' } })
+const stop = async () => {
+  daemon.kill('SIGTERM')
+  await new Promise((r) => daemon.once('exit', r))
+  rmSync(tmp, { recursive: true, force: true })
+}
+for (let i = 0; ; i++) {
+  try { if ((await fetch(`${url}/health`)).ok) break } catch {}
+  if (i > 200) throw new Error('daemon did not start')
+  await new Promise((r) => setTimeout(r, 100))
+}
+const apiKey = readFileSync(join(tmp, 'cli.key'), 'utf8').trim()
+const opts = { apiKey, apiUrl: url, sandboxUrl: url, requestTimeoutMs: 300000 }
+
+const time = async (f) => { const t0 = performance.now(); const v = await f(); return [performance.now() - t0, v] }
+const create = [], first = [], later = [], cmd = [], png = [], pngKernel = []
+let pngBytes = 0
+try {
+  // The template snapshot is made at daemon start; one create first makes
+  // sure every measured create restores it (not a cold boot).
+  await (await Sandbox.create({ ...opts, timeoutMs: 600000 })).kill()
+  for (let i = 0; i < CREATES; i++) {
+    const [c, sb] = await time(() => Sandbox.create({ ...opts, timeoutMs: 600000 }))
+    const [f, r] = await time(() => sb.runCode('1+1'))
+    if (r.text !== '2') throw new Error(`first runCode gave ${JSON.stringify(r.text)} ${JSON.stringify(r.error)}`)
+    create.push(c)
+    first.push(f)
+    if (i < CREATES - 1) await sb.kill()
+    else {
+      for (let j = 0; j < N; j++) {
+        const [a, r1] = await time(() => sb.runCode('1+1'))
+        if (r1.text !== '2') throw new Error('runCode failed')
+        later.push(a)
+        const [b, r2] = await time(() => sb.commands.run('true'))
+        if (r2.exitCode !== 0) throw new Error('commands.run failed')
+        cmd.push(b)
+      }
+      await sb.runCode('import numpy as np\nfrom PIL import Image\nimport io, time')
+      for (let j = 0; j < Math.min(N, 10); j++) {
+        const [t, r] = await time(() => sb.runCode(
+          't0 = time.perf_counter()\nimg = Image.fromarray(np.random.randint(0, 256, (580, 580, 3), dtype=np.uint8))\n' +
+          'img._repr_png_(); made_ms = (time.perf_counter() - t0) * 1000\nimg'))
+        const res = r.results.find((x) => x.png)
+        if (!res) throw new Error(`no png: ${JSON.stringify(r.error)}`)
+        pngBytes = Buffer.from(res.png, 'base64').length
+        png.push(t)
+        pngKernel.push(Number((await sb.runCode('made_ms')).text))
+      }
+      await sb.kill()
+    }
+  }
+} finally {
+  await stop()
+}
+
+console.log(`\n| ${'measurement (ms)'.padEnd(56)} | ${'p50'.padStart(8)} | ${'p95'.padStart(8)} | ${'n'.padStart(4)} |`)
+console.log(`|${'-'.repeat(58)}|${'-'.repeat(10)}|${'-'.repeat(10)}|${'-'.repeat(6)}|`)
+row("commands.run('true') (primitive, same sandbox)", cmd)
+row("runCode('1+1'), warm context", later)
+row("first runCode('1+1') after Sandbox.create()", first)
+row('Sandbox.create() (code-interpreter-v1)', create)
+row(`runCode → PNG result of ${(pngBytes / 1048576).toFixed(2)} MiB, to arrive`, png)
+row('  of which the kernel making it (encode included)', pngKernel)
+const p50 = (v) => pct(v, 50)
+console.log(`\nrunCode p50 / commands.run('true') p50 = ${(p50(later) / p50(cmd)).toFixed(2)} (goal <= 1.5)`)
+console.log(`first runCode p50 / later runCode p50 = ${(p50(first) / p50(later)).toFixed(2)} (goal <= 2)`)
