@@ -454,6 +454,9 @@ class Manager {
   // by rename. OK at once when it exists. Keyed by image id and rootfs
   // stamp, so a rebuilt template never uses an old snapshot.
   Status EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib);
+  // Makes a template snapshot in progress give up (Cancelled) at its next
+  // wait instead of running to its deadline: a daemon shutting down.
+  void CancelTemplateSnapshots() { template_cancel_.store(true); }
   // Fork (fork.cc): checkpoints the running sandbox `id` once (it keeps
   // running) under snapshots/forks/<id>-<n>, then starts `count` (1..16)
   // sandboxes from it in parallel, each in its own network namespace with
@@ -571,6 +574,7 @@ class Manager {
   StatusOr<std::shared_ptr<Sandbox>> AdoptOne(const AdoptRequest& r);
   bool TemplateSnapshotUsable(const std::string& dir) const;
   std::mutex template_mu_;                   // one template snapshot build at a time
+  std::atomic<bool> template_cancel_{false};  // CancelTemplateSnapshots
   std::set<std::string> template_failed_;    // dirs whose build failed: not retried (guarded by template_mu_)
   std::set<std::string> forks_in_progress_;  // fork snapshot dirs (guarded by mu_)
   // A paused sandbox of a previous daemon (snapshots.cc).

@@ -142,6 +142,7 @@ Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcp
       auto deadline = std::chrono::steady_clock::now() + kTemplateServiceReadyTimeout;
       while (!vm->ConsoleContains(marker)) {
         if (!vm->alive()) return Unavailable("the VMM exited before \"" + marker + "\": " + vm->ConsoleTail());
+        if (template_cancel_.load()) return Unavailable("the daemon is stopping");
         if (std::chrono::steady_clock::now() > deadline) {
           return DeadlineExceeded("no \"" + marker + "\" on the console within " +
                                   std::to_string(kTemplateServiceReadyTimeout.count()) + " s: " + vm->ConsoleTail());

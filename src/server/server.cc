@@ -222,6 +222,8 @@ Server::~Server() {
   Stop();
   // No reaper decision once the workers stop taking work.
   if (manager_) manager_->StopReaper();
+  // A template snapshot waiting on its guest (minutes, under TCG) gives up.
+  if (manager_) manager_->CancelTemplateSnapshots();
   if (workers_) workers_->join();
   if (key_refresher_) key_refresher_->join();
   if (manager_) {
