@@ -1,0 +1,78 @@
+// ZmqHub: the one thread that owns every ZeroMQ socket of the interpreter.
+// Per kernel: shell and control DEALERs and an IOPub SUB (subscribed to
+// everything, receive high-water mark 0 = never drop), connected to the
+// ports of the kernel's connection file.
+//
+// Other threads (the io thread) call Add/Send/Remove; they only queue a
+// command and wake the hub through an eventfd, never block on ZeroMQ. The
+// hub receives every message, verifies its HMAC (ParseMessage; a bad or
+// malformed message is dropped and counted) and hands it to `on_message`,
+// on the hub thread; the server's callback posts it to the io thread.
+// Messages are parsed whole in memory: the per-execution output cap is
+// applied by the io thread (context.h), which drops output past it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/fd.h"
+#include "common/status.h"
+#include "interpreter/kernel_process.h"
+#include "interpreter/wire.h"
+
+namespace airlock::interpreter {
+
+enum class Channel { kShell, kControl, kIopub };
+
+class ZmqHub {
+ public:
+  using OnMessage = std::function<void(uint64_t kernel, Channel, KernelMessage)>;
+  using OnDropped = std::function<void(uint64_t kernel, const Status&)>;
+
+  ZmqHub(OnMessage on_message, OnDropped on_dropped, size_t max_content);
+  ~ZmqHub();  // stops and joins the thread
+  ZmqHub(const ZmqHub&) = delete;
+  ZmqHub& operator=(const ZmqHub&) = delete;
+
+  Status Start();
+  void Stop();
+
+  // Sockets for kernel `id` (a number never reused).
+  void Add(uint64_t id, const ConnectionInfo& info);
+  void Send(uint64_t id, Channel channel, std::vector<std::string> frames);
+  void Remove(uint64_t id);
+
+  uint64_t dropped() const { return dropped_.load(); }
+
+ private:
+  struct Command {
+    enum Kind { kAdd, kSend, kRemove } kind;
+    uint64_t id = 0;
+    ConnectionInfo info;
+    Channel channel = Channel::kShell;
+    std::vector<std::string> frames;
+  };
+  struct Impl;
+
+  void Push(Command c);
+  void Run();
+
+  OnMessage on_message_;
+  OnDropped on_dropped_;
+  size_t max_content_;
+  std::mutex mu_;
+  std::deque<Command> commands_;
+  bool stopping_ = false;
+  UniqueFd wake_;
+  std::thread thread_;
+  std::atomic<uint64_t> dropped_{0};
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace airlock::interpreter
