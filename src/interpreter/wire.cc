@@ -128,6 +128,11 @@ std::vector<std::string> SerializeMessage(std::string_view key, const json& head
 
 StatusOr<KernelMessage> ParseMessage(std::string_view key, const std::vector<std::string_view>& frames,
                                      size_t max_content) {
+  return ParseMessage(key, frames, [max_content](const KernelMessage&, size_t n) { return n <= max_content; });
+}
+
+StatusOr<KernelMessage> ParseMessage(std::string_view key, const std::vector<std::string_view>& frames,
+                                     const std::function<bool(const KernelMessage&, size_t)>& want_content) {
   size_t d = 0;
   while (d < frames.size() && frames[d] != kDelimiter) ++d;
   if (d == frames.size()) return InvalidArgument("kernel message: no <IDS|MSG> delimiter");
@@ -141,7 +146,7 @@ StatusOr<KernelMessage> ParseMessage(std::string_view key, const std::vector<std
   ASSIGN_OR_RETURN(m.parent_header, ParseObject(frames[d + 3], "parent_header"));
   ASSIGN_OR_RETURN(m.metadata, ParseObject(frames[d + 4], "metadata"));
   m.content_bytes = frames[d + 5].size();
-  if (m.content_bytes > max_content) {
+  if (!want_content(m, m.content_bytes)) {
     m.content_too_large = true;
   } else {
     ASSIGN_OR_RETURN(m.content, ParseObject(frames[d + 5], "content"));

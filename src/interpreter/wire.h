@@ -14,6 +14,7 @@
 // still route it by its header.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -54,6 +55,10 @@ std::vector<std::string> SerializeMessage(std::string_view key, const nlohmann::
 
 StatusOr<KernelMessage> ParseMessage(std::string_view key, const std::vector<std::string_view>& frames,
                                      size_t max_content = 256u << 20);
+// The same, asking `want_content(message with header/parent/metadata,
+// content size)` whether to parse the content at all (false → as if too large).
+StatusOr<KernelMessage> ParseMessage(std::string_view key, const std::vector<std::string_view>& frames,
+                                     const std::function<bool(const KernelMessage&, size_t)>& want_content);
 
 // A random 128-bit id in UUID v4 form (kernel keys, msg ids, context ids).
 std::string NewUuid();

@@ -13,6 +13,8 @@ struct ZmqHub::Impl {
   struct Sockets {
     ConnectionInfo info;
     zmq::socket_t shell, control, iopub;
+    std::string counted_parent;  // output bytes of this request so far
+    size_t counted = 0;
   };
   std::map<uint64_t, Sockets> kernels;
 };
@@ -58,14 +60,16 @@ void ZmqHub::Push(Command c) {
 }
 
 void ZmqHub::Add(uint64_t id, const ConnectionInfo& info) {
-  Command c{Command::kAdd};
+  Command c;
+  c.kind = Command::kAdd;
   c.id = id;
   c.info = info;
   Push(std::move(c));
 }
 
 void ZmqHub::Send(uint64_t id, Channel channel, std::vector<std::string> frames) {
-  Command c{Command::kSend};
+  Command c;
+  c.kind = Command::kSend;
   c.id = id;
   c.channel = channel;
   c.frames = std::move(frames);
@@ -73,7 +77,8 @@ void ZmqHub::Send(uint64_t id, Channel channel, std::vector<std::string> frames)
 }
 
 void ZmqHub::Remove(uint64_t id) {
-  Command c{Command::kRemove};
+  Command c;
+  c.kind = Command::kRemove;
   c.id = id;
   Push(std::move(c));
 }
@@ -94,7 +99,7 @@ void ZmqHub::Run() {
         if (c.kind == Command::kAdd) {
           Impl::Sockets s{c.info, zmq::socket_t(impl_->ctx, zmq::socket_type::dealer),
                           zmq::socket_t(impl_->ctx, zmq::socket_type::dealer),
-                          zmq::socket_t(impl_->ctx, zmq::socket_type::sub)};
+                          zmq::socket_t(impl_->ctx, zmq::socket_type::sub), std::string(), 0};
           for (auto* sock : {&s.shell, &s.control, &s.iopub}) sock->set(zmq::sockopt::linger, 0);
           s.iopub.set(zmq::sockopt::rcvhwm, 0);
           s.iopub.set(zmq::sockopt::subscribe, "");
@@ -166,7 +171,20 @@ void ZmqHub::Run() {
         std::vector<std::string_view> frames;
         frames.reserve(parts.size());
         for (auto& p : parts) frames.emplace_back(static_cast<const char*>(p.data()), p.size());
-        auto m = ParseMessage(it->second.info.key, frames, max_content_);
+        Impl::Sockets& ks = it->second;
+        auto m = ParseMessage(ks.info.key, frames, [&](const KernelMessage& head, size_t bytes) {
+          std::string type = head.msg_type();
+          if (type != "stream" && type != "display_data" && type != "execute_result" && type != "error") {
+            return bytes <= max_content_;
+          }
+          std::string parent = head.parent_id();
+          if (parent != ks.counted_parent) {
+            ks.counted_parent = parent;
+            ks.counted = 0;
+          }
+          ks.counted += bytes;
+          return ks.counted <= max_content_;
+        });
         if (!m.ok()) {
           dropped_.fetch_add(1);
           if (on_dropped_) on_dropped_(id, m.status());

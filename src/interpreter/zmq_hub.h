@@ -8,8 +8,14 @@
 // hub receives every message, verifies its HMAC (ParseMessage; a bad or
 // malformed message is dropped and counted) and hands it to `on_message`,
 // on the hub thread; the server's callback posts it to the io thread.
-// Messages are parsed whole in memory: the per-execution output cap is
-// applied by the io thread (context.h), which drops output past it.
+// The output cap is applied twice: exactly by the io thread (execution.h),
+// on the lines it writes, and roughly here, so that a kernel printing
+// faster than lines can be made never grows a backlog: per kernel, the raw
+// content bytes of output messages (stream, display_data, execute_result,
+// error) of one parent request are summed, and past `max_content` their
+// content is no longer parsed (content_too_large; the io thread then ends
+// the execution with OutputLimitExceeded and interrupts the kernel). What is
+// left per message is the HMAC and a small header parse.
 #pragma once
 
 #include <atomic>
@@ -52,7 +58,7 @@ class ZmqHub {
 
  private:
   struct Command {
-    enum Kind { kAdd, kSend, kRemove } kind;
+    enum Kind { kAdd, kSend, kRemove } kind = kSend;
     uint64_t id = 0;
     ConnectionInfo info;
     Channel channel = Channel::kShell;
