@@ -28,7 +28,7 @@ std::string ReadFile(const std::string& p) {
   return ss.str();
 }
 
-class EnvSnippetTest : public ::testing::Test {
+class InterpreterEnvSnippetRoundTrip : public ::testing::Test {
  protected:
   void SetUp() override {
     char tmpl[] = "/tmp/interp-env-XXXXXX";
@@ -89,7 +89,7 @@ TEST(InterpreterEnvSnippet, Base64AndQuoting) {
   EXPECT_EQ(SetEnvSnippet("bash", {{"A;touch x", "v"}}, true), "");
 }
 
-TEST_F(EnvSnippetTest, PythonRoundTrip) {
+TEST_F(InterpreterEnvSnippetRoundTrip, PythonRoundTrip) {
   if (access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
   std::string dump =
       "import os, json\n"
@@ -107,7 +107,7 @@ TEST_F(EnvSnippetTest, PythonRoundTrip) {
   EXPECT_EQ(j["set"]["AIRLOCK_TRICKY"], tricky_);
 }
 
-TEST_F(EnvSnippetTest, BashRoundTrip) {
+TEST_F(InterpreterEnvSnippetRoundTrip, BashRoundTrip) {
   if (access("/bin/bash", X_OK) != 0) GTEST_SKIP() << "no bash";
   // The values are read back with python's json (bash has no JSON encoder).
   std::string snap = "python3 -c 'import os,json,sys; json.dump({k: os.environ.get(k) for k in "
@@ -119,7 +119,7 @@ TEST_F(EnvSnippetTest, BashRoundTrip) {
   Check(Run("/bin/bash", script, ".sh"));
 }
 
-TEST_F(EnvSnippetTest, JavascriptRoundTrip) {
+TEST_F(InterpreterEnvSnippetRoundTrip, JavascriptRoundTrip) {
   if (access("/usr/bin/node", X_OK) != 0) GTEST_SKIP() << "no node";
   std::string snap =
       "const snap = () => Object.fromEntries(['AIRLOCK_TRICKY','PRE_EXISTING','EMPTY'].map(k => [k, k in "
