@@ -515,6 +515,53 @@ TEST_F(InterpreterServer, NonAsciiIsEscaped) {
   EXPECT_EQ(Stdout(r), "caf\xc3\xa9 \xf0\x9f\x98\x80\n");
 }
 
+TEST_F(InterpreterServer, KernelDeathEndsTheExecutionAndRestartsTheKernel) {
+  std::string ctx = NewContext();
+  ExpectWellFormed(Execute(port(), {{"code", "k = 1"}, {"context_id", ctx}}));
+  Reply r = Execute(port(), {{"code", "import os\nos._exit(3)"}, {"context_id", ctx}});
+  ExpectWellFormed(r);
+  auto errs = OfType(r, "error");
+  ASSERT_EQ(errs.size(), 1u) << r.body;
+  EXPECT_EQ(errs[0].value("name", ""), "UnexpectedEndOfExecution");
+  // Same context id, a fresh kernel: the state is gone, the context works.
+  Reply after = Execute(port(), {{"code", "'k' in globals()"}, {"context_id", ctx}});
+  ExpectWellFormed(after);
+  EXPECT_EQ(MainText(after), "False") << after.body;
+}
+
+TEST_F(InterpreterServer, ExecutionsInOneContextRunOneAtATime) {
+  std::string ctx = NewContext();
+  int fd = Connect(port());
+  ASSERT_GE(fd, 0);
+  json body{{"code", "import time\nprint('started', flush=True)\ntime.sleep(1)\nq = 'first done'"},
+            {"context_id", ctx}};
+  ASSERT_TRUE(SendAll(fd, Request("POST", "/execute", body.dump())));
+  std::string raw;
+  char buf[4096];
+  while (raw.find("started") == std::string::npos) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    raw.append(buf, static_cast<size_t>(n));
+  }
+  ASSERT_NE(raw.find("started"), std::string::npos) << raw;
+  // Sent while the first one sleeps: it waits for it, and sees its effect.
+  Reply second = Execute(port(), {{"code", "q"}, {"context_id", ctx}});
+  ExpectWellFormed(second);
+  EXPECT_EQ(MainText(second), "first done") << second.body;
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) raw.append(buf, static_cast<size_t>(n));
+  close(fd);
+  Reply first = Parse(raw);
+  ExpectWellFormed(first);
+}
+
+TEST_F(InterpreterServer, KeepaliveDuringSilence) {
+  Reply r = Execute(port(), {{"code", "import time\ntime.sleep(6)\n'woke'"}});
+  ExpectWellFormed(r);
+  EXPECT_GE(OfType(r, "keepalive").size(), 1u) << r.body;
+  EXPECT_EQ(MainText(r), "woke");
+}
+
 TEST_F(InterpreterServer, OutputLimitCutsAndNextCallWorks) {
   std::string dir = MakeTempDir();
   {
