@@ -208,9 +208,11 @@ void Context::BeginStop(bool restart) {
     if (ec || !self || self->kernel_ != k || self->state_ != State::kStopping) return;
     // Not gone after the grace period: SIGKILL; the reaper still reports
     // the exit (OnExit → AfterStop).
-    pid_t pid = self->proc_.pid();
-    ::kill(-pid, SIGKILL);
-    ::kill(pid, SIGKILL);
+    if (self->proc_.valid()) {
+      pid_t pid = self->proc_.pid();
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+    }
   });
 }
 
