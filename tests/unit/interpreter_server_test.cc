@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -279,6 +280,7 @@ class Server {
     }
   }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   std::string Log() const {
     std::ifstream f(log_);
     std::stringstream ss;
@@ -579,6 +581,45 @@ TEST_F(InterpreterServer, OutputLimitCutsAndNextCallWorks) {
     Reply next = Execute(small.port(), {{"code", "n * 2"}});
     ExpectWellFormed(next);
     EXPECT_EQ(MainText(next), "6") << next.body;
+
+    // A client that reads nothing while the cell prints ~100 MB in 100 kB
+    // messages: the server buffers about the cap, never the output. (A
+    // single kernel message is held whole while it is checked, so the cell
+    // flushes often; ipykernel alone batches 0.2 s of prints into one.)
+    auto status_kb = [&](const char* field) {
+      std::ifstream status("/proc/" + std::to_string(small.pid()) + "/status");
+      std::string line;
+      long kb = -1;
+      while (std::getline(status, line)) {
+        if (line.rfind(field, 0) == 0) kb = std::atol(line.c_str() + std::strlen(field));
+      }
+      return kb;
+    };
+    auto peak_kb = [&] { return status_kb("VmHWM:"); };
+    std::cout << "server peak RSS after the first cut: " << peak_kb() << " kB\n";
+    std::ofstream("/proc/" + std::to_string(small.pid()) + "/clear_refs") << "5";  // resets VmHWM
+    long base_kb = status_kb("VmRSS:");
+    int fd = Connect(small.port());
+    ASSERT_GE(fd, 0);
+    std::string marker = dir + "/cwd/slow-done";
+    json body{{"code", "import sys\ntry:\n    for i in range(100000):\n        print('y' * 1000)\n        if i % 100 == 0: sys.stdout.flush()\nfinally:\n    open('slow-done', 'w').write('1')"}};
+    ASSERT_TRUE(SendAll(fd, Request("POST", "/execute", body.dump())));
+    struct stat st;
+    EXPECT_TRUE(WaitFor([&] { return stat(marker.c_str(), &st) == 0; }, 120s));
+    std::string raw;
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) raw.append(buf, static_cast<size_t>(n));
+    close(fd);
+    Reply slow = Parse(raw);
+    ExpectWellFormed(slow);
+    ASSERT_EQ(OfType(slow, "error").size(), 1u);
+    EXPECT_EQ(OfType(slow, "error")[0].value("name", ""), "OutputLimitExceeded");
+    long hwm_kb = peak_kb();
+    std::cout << "server RSS before the slow client " << base_kb << " kB, peak during it " << hwm_kb << " kB\n";
+    EXPECT_GT(hwm_kb, 0);
+    // The cap is 1 MiB: the growth stays within a few times that.
+    EXPECT_LT(hwm_kb - base_kb, 16 * 1024) << "peak RSS growth of the server, kB";
   }
   std::system(("rm -rf " + dir).c_str());
 }
