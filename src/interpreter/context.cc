@@ -265,14 +265,23 @@ void Context::OnMessage(uint64_t kernel, Channel channel, const KernelMessage& m
     }
   } else if (channel == Channel::kShell && type == "execute_reply") {
     current_->reply = true;
-    if (current_->user && running_) running_->OnReply(m.content);
+    if (current_->user && running_) {
+      running_->OnReply(m.content);
+    } else if (!current_->user && m.content.is_object() && m.content.value("status", "") != "ok") {
+      // The server's own snippets must not fail; say so when they do.
+      LogError("context %s (%s): the %s execution failed in the kernel: %s: %s", id_.c_str(), language_.c_str(),
+               current_->what, m.content.value("ename", m.content.value("status", "")).c_str(),
+               m.content.value("evalue", "").c_str());
+    }
   }
   if (current_ && current_->reply && current_->idle) Complete();
 }
 
-void Context::RunCode(const std::string& code, bool user, std::function<void(bool ok)> done) {
+void Context::RunCode(const std::string& code, const char* what, std::function<void(bool ok)> done) {
   auto r = std::make_unique<Request>();
+  bool user = std::string_view(what) == "code";
   r->user = user;
+  r->what = what;
   r->done = std::move(done);
   r->msg_id = Send(Channel::kShell, "execute_request",
                    json{{"code", code},
@@ -374,7 +383,7 @@ void Context::StepSetup() {
       self->StepSetEnv();
       return;
     }
-    self->RunCode(code, false, [weak](bool ok) {
+    self->RunCode(code, "env setup", [weak](bool ok) {
       if (auto self = weak.lock(); self && ok) self->StepSetEnv();
     });
   });
@@ -388,7 +397,7 @@ void Context::StepSetEnv() {
     return;
   }
   std::weak_ptr<Context> weak = weak_from_this();
-  RunCode(code, false, [weak](bool ok) {
+  RunCode(code, "env_vars", [weak](bool ok) {
     if (auto self = weak.lock(); self && ok) self->StepUser();
   });
 }
@@ -401,7 +410,7 @@ void Context::StepUser() {
   }
   std::weak_ptr<Context> weak = weak_from_this();
   user_sent_ = true;
-  RunCode(running_->request().code, true, [weak](bool ok) {
+  RunCode(running_->request().code, "code", [weak](bool ok) {
     auto self = weak.lock();
     if (!self || !ok) return;  // not ok: FailCurrent already ended it
     if (self->running_) self->running_->Finish();
@@ -418,7 +427,7 @@ void Context::StepRestoreEnv() {
     return;
   }
   std::weak_ptr<Context> weak = weak_from_this();
-  RunCode(code, false, [weak](bool ok) {
+  RunCode(code, "env restore", [weak](bool ok) {
     if (auto self = weak.lock(); self && ok) self->StepDone();
   });
 }

@@ -88,6 +88,7 @@ class Context : public std::enable_shared_from_this<Context> {
   struct Request {
     std::string msg_id;
     bool user = false;
+    const char* what = "";  // for the log: "env setup", "env_vars", "code", "env restore"
     bool started = false, reply = false, idle = false;
     std::function<void(bool ok)> done;  // ok false: the kernel went away
   };
@@ -103,7 +104,7 @@ class Context : public std::enable_shared_from_this<Context> {
   void FailQueue(const std::string& error_line);
   void CallReadyWaiters(const Status& st);
   std::string Send(Channel channel, std::string_view msg_type, nlohmann::json content);
-  void RunCode(const std::string& code, bool user, std::function<void(bool ok)> done);
+  void RunCode(const std::string& code, const char* what, std::function<void(bool ok)> done);
   void Complete();
 
   void Pump();

@@ -157,7 +157,12 @@ void Interpreter::FetchEnvs(const std::string& token, std::function<void(EnvVars
       json j = json::parse(r->body, nullptr, false);
       if (j.is_object()) {
         for (auto it = j.begin(); it != j.end(); ++it) {
-          if (it->is_string() && !it.key().empty()) envs[it.key()] = it->get<std::string>();
+          if (!it->is_string() || it.key().empty()) continue;
+          const std::string& v = it->get_ref<const std::string&>();
+          if (it.key().find_first_of(std::string_view("=\0", 2)) != std::string::npos ||
+              v.find('\0') != std::string::npos)
+            continue;  // no environment holds it
+          envs[it.key()] = v;
         }
       }
     }

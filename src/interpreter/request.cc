@@ -68,6 +68,10 @@ Parsed<ExecuteRequest> ParseExecuteRequest(std::string_view body) {
     for (auto it = env->begin(); it != env->end(); ++it) {
       if (!it->is_string()) return Fail<ExecuteRequest>(400, "Field 'env_vars' must be an object of strings");
       if (it.key().empty()) return Fail<ExecuteRequest>(400, "An env_vars name must not be empty");
+      // No process environment can hold these.
+      if (it.key().find_first_of(std::string_view("=\0", 2)) != std::string::npos ||
+          it->get_ref<const std::string&>().find('\0') != std::string::npos)
+        return Fail<ExecuteRequest>(400, "env_vars names must not contain '=' or NUL, nor values NUL");
       r.env_vars[it.key()] = it->get<std::string>();
     }
   }

@@ -2,7 +2,8 @@
 // values (shared/spec/e2b-code-interpreter.md §B.1, §B.4). Errors carry the
 // HTTP status to answer with and a plain-text message:
 //   400 body not a JSON object, `code` missing or not a string, `env_vars`
-//       not an object of strings, both context_id and language given
+//       not an object of strings (or a name with '=' or NUL, a value with
+//       NUL: no environment holds them), both context_id and language given
 //       ("Only one of context_id or language can be provided");
 // the language itself is checked later against kernels.json (500).
 #pragma once

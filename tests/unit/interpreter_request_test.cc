@@ -51,6 +51,11 @@ TEST(InterpreterRequest, ExecuteErrors) {
       {R"({"code":"x","env_vars":[]})", 400, "Field 'env_vars' must be an object of strings"},
       {R"({"code":"x","env_vars":{"A":1}})", 400, "Field 'env_vars' must be an object of strings"},
       {R"({"code":"x","env_vars":{"":"v"}})", 400, "An env_vars name must not be empty"},
+      {R"({"code":"x","env_vars":{"A=B":"v"}})", 400, "env_vars names must not contain '=' or NUL, nor values NUL"},
+      {R"({"code":"x","env_vars":{"A":"v\u0000w"}})", 400,
+       "env_vars names must not contain '=' or NUL, nor values NUL"},
+      {R"({"code":"x","env_vars":{"A\u0000":"v"}})", 400,
+       "env_vars names must not contain '=' or NUL, nor values NUL"},
       {"{\"code\":\"\xff\"}", 400, "The request body must be a JSON object"},  // invalid UTF-8
   };
   for (const auto& c : cases) {

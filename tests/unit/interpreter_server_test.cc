@@ -358,6 +358,8 @@ TEST_F(InterpreterServer, StateCarriesOverAndResultText) {
   EXPECT_TRUE(res[0].contains("extra"));
   // A string result loses its quotes.
   EXPECT_EQ(MainText(Execute(port(), {{"code", "'abc'"}, {"context_id", ctx}})), "abc");
+  // The server's own silent executions (env setup, re-seed) did not fail.
+  EXPECT_EQ(server_->Log().find("execution failed in the kernel"), std::string::npos) << server_->Log();
 }
 
 TEST_F(InterpreterServer, StdoutIsStreamedBeforeTheResult) {
@@ -440,6 +442,7 @@ TEST_F(InterpreterServer, EnvVarsApplyToOneExecution) {
                        {"context_id", ctx}});
   ExpectWellFormed(r);
   EXPECT_EQ(Stdout(r), "None True\n") << r.body;
+  EXPECT_EQ(server_->Log().find("execution failed in the kernel"), std::string::npos) << server_->Log();
   struct stat st;
   EXPECT_NE(stat((*dir_ + "/pwned").c_str(), &st), 0);
 }
