@@ -7,11 +7,9 @@
 #include <openssl/rand.h>
 #include <sys/random.h>
 
-#include <chrono>
-#include <cstdio>
-#include <ctime>
 
 #include "common/hex.h"
+#include "interpreter/output.h"
 
 namespace airlock::interpreter {
 
@@ -72,18 +70,6 @@ StatusOr<json> ParseObject(std::string_view frame, const char* what) {
   return j;
 }
 
-std::string IsoNow() {
-  auto now = std::chrono::system_clock::now();
-  auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
-  std::time_t secs = static_cast<std::time_t>(us / 1000000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(us % 1000000));
-  return buf;
-}
-
 }  // namespace
 
 std::string KernelMessage::msg_type() const { return StringField(header, "msg_type"); }
@@ -110,7 +96,7 @@ std::string Sign(std::string_view key, const std::vector<std::string_view>& part
 
 json MakeHeader(std::string_view msg_type, std::string_view session) {
   return json{{"msg_id", NewUuid()},       {"session", session}, {"username", "airlock"},
-              {"date", IsoNow()},          {"msg_type", msg_type}, {"version", kProtocolVersion}};
+              {"date", TimestampNow()},          {"msg_type", msg_type}, {"version", kProtocolVersion}};
 }
 
 std::vector<std::string> SerializeMessage(std::string_view key, const json& header, const json& content) {
