@@ -413,7 +413,7 @@ void Context::StepUser() {
   RunCode(running_->request().code, "code", [weak](bool ok) {
     auto self = weak.lock();
     if (!self || !ok) return;  // not ok: FailCurrent already ended it
-    if (self->running_) self->running_->Finish();
+    if (self->running_) self->running_->Complete();
     self->StepRestoreEnv();
   });
 }

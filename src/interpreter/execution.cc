@@ -107,7 +107,10 @@ void Execution::OnIopub(const KernelMessage& m) {
     WriteLine(*line);
     return;
   }
-  if (type == "error") error_sent_ = true;
+  if (type == "error") {
+    if (error_sent_) return;  // one error line per execution
+    error_sent_ = true;
+  }
   if (type == "stream") {
     auto it = m.content.find("text");
     std::string name = m.content.value("name", "stdout") == "stderr" ? "stderr" : "stdout";
@@ -117,8 +120,9 @@ void Execution::OnIopub(const KernelMessage& m) {
   }
 }
 
-void Execution::OnReply(const json& c) {
-  if (finished_ || !c.is_object()) return;
+void Execution::Complete() {
+  const json& c = reply_;
+  if (finished_ || !c.is_object()) return Finish();
   if (!counted_) {
     if (auto it = c.find("execution_count"); it != c.end() && it->is_number_integer()) {
       counted_ = true;
@@ -126,13 +130,14 @@ void Execution::OnReply(const json& c) {
     }
   }
   std::string status = c.value("status", "");
-  if (status == "aborted") {
+  if (status == "aborted" && !error_sent_) {
     WriteOutput(ErrorLine("ExecutionAborted", "Execution was aborted", ""), nullptr, {});
     error_sent_ = true;
   } else if (status == "error" && !error_sent_) {
     WriteOutput(ErrorLineFromContent(c), nullptr, {});
     error_sent_ = true;
   }
+  Finish();
 }
 
 void Execution::Finish(std::optional<std::string> error_line) {

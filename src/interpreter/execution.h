@@ -42,9 +42,15 @@ class Execution : public std::enable_shared_from_this<Execution> {
   // An IOPub message of the user's execution (stream, results, error,
   // execute_input); status and the rest are ignored here.
   void OnIopub(const KernelMessage& m);
-  // The execute_reply: execution_count (if no execute_input gave it), an
-  // error the IOPub did not carry, ExecutionAborted.
-  void OnReply(const nlohmann::json& content);
+  // The execute_reply, kept until Complete(): the shell and IOPub channels
+  // are not ordered with each other, so the reply may come before the
+  // IOPub error it repeats.
+  void OnReply(const nlohmann::json& content) { reply_ = content; }
+  // The kernel finished (reply and IOPub idle, so every IOPub message of the
+  // execution has been seen): from the reply, execution_count if no
+  // execute_input gave it, an error the IOPub did not carry, or
+  // ExecutionAborted; then Finish().
+  void Complete();
   // Ends the response: an optional error line, then end_of_execution.
   void Finish(std::optional<std::string> error_line = std::nullopt);
 
@@ -70,6 +76,7 @@ class Execution : public std::enable_shared_from_this<Execution> {
   size_t output_bytes_ = 0;
   bool counted_ = false;
   bool error_sent_ = false;
+  nlohmann::json reply_;
   bool limit_hit_ = false;
   bool gone_ = false;
   bool finished_ = false;
