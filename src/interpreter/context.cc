@@ -45,7 +45,7 @@ Status Context::Spawn() {
   }
   proc_ = std::move(proc).value();
   kernel_ = s_.register_kernel(weak_from_this());
-  s_.hub.Add(kernel_, conn_);
+  s_.hub.Add(kernel_, conn_, proc_.DupPidfd());
   uint64_t k = kernel_;
   std::weak_ptr<Context> weak = weak_from_this();
   s_.reaper.Watch(proc_.pid(), [weak, k](int w) {

@@ -172,13 +172,22 @@ std::map<std::string, std::string> KernelEnvironment(const KernelUser& user,
   return env;
 }
 
-KernelProcess::KernelProcess(KernelProcess&& o) noexcept : pid_(std::exchange(o.pid_, -1)) {}
+KernelProcess::KernelProcess(pid_t pid) : pid_(pid), pidfd_(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0))) {}
+
+KernelProcess::KernelProcess(KernelProcess&& o) noexcept
+    : pid_(std::exchange(o.pid_, -1)), pidfd_(std::move(o.pidfd_)) {}
 KernelProcess& KernelProcess::operator=(KernelProcess&& o) noexcept {
   if (this != &o) {
     Kill();
     pid_ = std::exchange(o.pid_, -1);
+    pidfd_ = std::move(o.pidfd_);
   }
   return *this;
+}
+
+UniqueFd KernelProcess::DupPidfd() const {
+  if (!pidfd_) return UniqueFd();
+  return UniqueFd(::fcntl(pidfd_.get(), F_DUPFD_CLOEXEC, 0));
 }
 
 void KernelProcess::Signal(int sig) const {
@@ -190,6 +199,7 @@ void KernelProcess::Kill() {
   ::kill(-pid_, SIGKILL);  // its own session and group (setsid): the wrappers' children too
   ::kill(pid_, SIGKILL);
   pid_ = -1;
+  pidfd_.Reset();
 }
 
 StatusOr<KernelProcess> SpawnKernel(const KernelLaunch& l) {

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fd.h"
 #include "common/status.h"
 
 namespace airlock::interpreter {
@@ -77,7 +78,8 @@ std::map<std::string, std::string> KernelEnvironment(const KernelUser& user,
 class KernelProcess {
  public:
   KernelProcess() = default;
-  explicit KernelProcess(pid_t pid) : pid_(pid) {}
+  // Opens a pidfd for `pid` too (invalid on kernels without pidfd_open).
+  explicit KernelProcess(pid_t pid);
   KernelProcess(KernelProcess&& o) noexcept;
   KernelProcess& operator=(KernelProcess&& o) noexcept;
   KernelProcess(const KernelProcess&) = delete;
@@ -91,10 +93,17 @@ class KernelProcess {
   // SIGKILL to the process group and the process; the owner lets go.
   void Kill();
   // The process has been reaped: nothing left to kill.
-  void MarkReaped() { pid_ = -1; }
+  void MarkReaped() {
+    pid_ = -1;
+    pidfd_.Reset();
+  }
+  // A CLOEXEC duplicate of the pidfd (for the hub thread, which may signal
+  // the kernel without the pid-reuse race); invalid when there is none.
+  UniqueFd DupPidfd() const;
 
  private:
   pid_t pid_ = -1;
+  UniqueFd pidfd_;
 };
 
 StatusOr<KernelProcess> SpawnKernel(const KernelLaunch& launch);

@@ -1,6 +1,8 @@
 #include "interpreter/zmq_hub.h"
 
+#include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <map>
@@ -15,6 +17,8 @@ struct ZmqHub::Impl {
     zmq::socket_t shell, control, iopub;
     std::string counted_parent;  // output bytes of this request so far
     size_t counted = 0;
+    UniqueFd pidfd;
+    bool interrupted = false;  // counted_parent was SIGINTed
   };
   std::map<uint64_t, Sockets> kernels;
 };
@@ -59,11 +63,12 @@ void ZmqHub::Push(Command c) {
   (void)ignored;
 }
 
-void ZmqHub::Add(uint64_t id, const ConnectionInfo& info) {
+void ZmqHub::Add(uint64_t id, const ConnectionInfo& info, UniqueFd pidfd) {
   Command c;
   c.kind = Command::kAdd;
   c.id = id;
   c.info = info;
+  c.pidfd = std::move(pidfd);
   Push(std::move(c));
 }
 
@@ -99,7 +104,8 @@ void ZmqHub::Run() {
         if (c.kind == Command::kAdd) {
           Impl::Sockets s{c.info, zmq::socket_t(impl_->ctx, zmq::socket_type::dealer),
                           zmq::socket_t(impl_->ctx, zmq::socket_type::dealer),
-                          zmq::socket_t(impl_->ctx, zmq::socket_type::sub), std::string(), 0};
+                          zmq::socket_t(impl_->ctx, zmq::socket_type::sub), std::string(), 0,
+                          std::move(c.pidfd), false};
           for (auto* sock : {&s.shell, &s.control, &s.iopub}) sock->set(zmq::sockopt::linger, 0);
           s.iopub.set(zmq::sockopt::rcvhwm, 0);
           s.iopub.set(zmq::sockopt::subscribe, "");
@@ -181,9 +187,15 @@ void ZmqHub::Run() {
           if (parent != ks.counted_parent) {
             ks.counted_parent = parent;
             ks.counted = 0;
+            ks.interrupted = false;
           }
           ks.counted += bytes;
-          return ks.counted <= max_content_;
+          if (ks.counted <= max_content_) return true;
+          if (!ks.interrupted && ks.pidfd) {
+            ks.interrupted = true;
+            ::syscall(SYS_pidfd_send_signal, ks.pidfd.get(), SIGINT, nullptr, 0);
+          }
+          return false;
         });
         if (!m.ok()) {
           dropped_.fetch_add(1);

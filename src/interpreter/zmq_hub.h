@@ -49,8 +49,12 @@ class ZmqHub {
   Status Start();
   void Stop();
 
-  // Sockets for kernel `id` (a number never reused).
-  void Add(uint64_t id, const ConnectionInfo& info);
+  // Sockets for kernel `id` (a number never reused). `pidfd` (may be
+  // invalid): the hub SIGINTs the kernel through it the moment a request's
+  // output passes max_content, without waiting for the io thread to get
+  // there; the io thread interrupts too (execution.h), this only cuts the
+  // latency, so a fast-printing kernel leaves less in flight.
+  void Add(uint64_t id, const ConnectionInfo& info, UniqueFd pidfd);
   void Send(uint64_t id, Channel channel, std::vector<std::string> frames);
   void Remove(uint64_t id);
 
@@ -61,6 +65,7 @@ class ZmqHub {
     enum Kind { kAdd, kSend, kRemove } kind = kSend;
     uint64_t id = 0;
     ConnectionInfo info;
+    UniqueFd pidfd;
     Channel channel = Channel::kShell;
     std::vector<std::string> frames;
   };
