@@ -96,6 +96,7 @@ void Context::ArmNudge() {
 
 void Context::BecomeReady() {
   nudge_timer_.cancel();
+  start_retries_ = 0;
   state_ = State::kReady;
   last_error_ = OkStatus();
   LogInfo("context %s (%s): kernel ready", id_.c_str(), language_.c_str());
@@ -109,10 +110,21 @@ void Context::CallReadyWaiters(const Status& st) {
   for (auto& w : waiters) w(st);
 }
 
-void Context::StartFailed(const Status& st) {
+void Context::StartFailed(const Status& failure) {
+  Status st = failure;
   LogError("context %s (%s): kernel start failed: %s", id_.c_str(), language_.c_str(), st.ToString().c_str());
   TearDownKernel();
   state_ = State::kFailed;
+  // A kernel that exits while starting may have lost the race for one of
+  // the five ports picked for it (they are free when picked, not reserved):
+  // new ports, twice more.
+  if (st.code() == StatusCode::kUnavailable && start_retries_ < 2) {
+    ++start_retries_;
+    Status again = Spawn();
+    if (again.ok()) return;
+    st = again;
+  }
+  start_retries_ = 0;
   last_error_ = st;
   std::string line = ErrorLine("KernelStartFailed", "The " + language_ + " kernel did not start: " + st.message(), "");
   AbortRunning(line);

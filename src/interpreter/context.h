@@ -5,7 +5,8 @@
 //   kStarting  process spawned, sockets connected; kernel_info_request sent
 //              every second until a kernel_info_reply AND an IOPub message
 //              (the subscription is live) have arrived → kReady; at most
-//              start_timeout, else kFailed.
+//              start_timeout, else kFailed. A kernel that exits while
+//              starting is started twice more, on new ports.
 //   kReady     runs the queue, one execution at a time.
 //   kStopping  shutdown_request sent on control; SIGKILL after stop_grace;
 //              the exit then restarts (Restart) or ends the context (Delete).
@@ -133,6 +134,7 @@ class Context : public std::enable_shared_from_this<Context> {
   std::string session_;
   std::string connection_file_;
   bool info_reply_ = false, iopub_seen_ = false, setup_done_ = false;
+  int start_retries_ = 0;
   std::chrono::steady_clock::time_point start_deadline_;
   boost::asio::steady_timer nudge_timer_, kill_timer_, interrupt_timer_;
   std::vector<std::function<void(Status)>> ready_waiters_;

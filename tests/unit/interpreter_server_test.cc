@@ -251,7 +251,9 @@ class Server {
     std::string kernels = dir + "/kernels.json";
     std::ofstream(kernels) << json{{"python",
                                     {{"argv", {kPython, "-m", "ipykernel_launcher", "-f", "{connection_file}"}},
-                                     {"env", {{"IPYTHONDIR", dir + "/ipython"}, {"PYDEVD_DISABLE_FILE_VALIDATION", "1"}}}}}}
+                                     {"env", {{"IPYTHONDIR", dir + "/ipython"}, {"PYDEVD_DISABLE_FILE_VALIDATION", "1"}}}}},
+                                   // A kernel that can never start.
+                                   {"broken", {{"argv", {"/bin/false", "{connection_file}"}}}}}
                                   .dump();
     mkdir((dir + "/cwd").c_str(), 0777);
     chmod((dir + "/cwd").c_str(), 0777);
@@ -471,7 +473,8 @@ TEST_F(InterpreterServer, ContextsAreIsolatedAndListed) {
   int found = 0;
   for (const auto& c : l) {
     if (c.value("id", "") == a || c.value("id", "") == b) ++found;
-    EXPECT_EQ(c.value("language", ""), "python");
+    EXPECT_TRUE(c.value("language", "") == "python" || c.value("language", "") == "broken") << c;
+    EXPECT_TRUE(c.contains("cwd")) << c;
   }
   EXPECT_EQ(found, 2);
   EXPECT_GE(l.size(), 3u);  // the default python context too
@@ -565,6 +568,25 @@ TEST_F(InterpreterServer, KeepaliveDuringSilence) {
   ExpectWellFormed(r);
   EXPECT_GE(OfType(r, "keepalive").size(), 1u) << r.body;
   EXPECT_EQ(MainText(r), "woke");
+}
+
+TEST_F(InterpreterServer, KernelThatCannotStart) {
+  Reply created = Call(port(), "POST", "/contexts", R"({"language":"broken"})");
+  EXPECT_EQ(created.status, 500) << created.body;
+  Reply r = Execute(port(), {{"code", "1"}, {"language", "broken"}});
+  ExpectWellFormed(r);
+  auto errs = OfType(r, "error");
+  ASSERT_EQ(errs.size(), 1u) << r.body;
+  EXPECT_EQ(errs[0].value("name", ""), "KernelStartFailed");
+  // Tried three times (new ports each time), then gave up.
+  std::string log = server_->Log();
+  size_t n = 0;
+  for (size_t p = log.find("(broken): kernel start failed"); p != std::string::npos;
+       p = log.find("(broken): kernel start failed", p + 1))
+    ++n;
+  EXPECT_GE(n, 6u) << log;  // 3 for the POST, 3 for the execute
+  // The python kernels are unaffected.
+  EXPECT_EQ(MainText(Execute(port(), {{"code", "2 + 2"}})), "4");
 }
 
 TEST_F(InterpreterServer, OutputLimitCutsAndNextCallWorks) {
