@@ -46,15 +46,15 @@ Status Context::Spawn() {
   proc_ = std::move(proc).value();
   kernel_ = s_.register_kernel(weak_from_this());
   s_.hub.Add(kernel_, conn_, proc_.DupPidfd());
+  session_ = NewUuid();
+  info_reply_ = iopub_seen_ = setup_done_ = false;
+  state_ = State::kStarting;
+  start_deadline_ = std::chrono::steady_clock::now() + s_.options.start_timeout;
   uint64_t k = kernel_;
   std::weak_ptr<Context> weak = weak_from_this();
   s_.reaper.Watch(proc_.pid(), [weak, k](int w) {
     if (auto self = weak.lock()) self->OnExit(k, w);
   });
-  session_ = NewUuid();
-  info_reply_ = iopub_seen_ = setup_done_ = false;
-  state_ = State::kStarting;
-  start_deadline_ = std::chrono::steady_clock::now() + s_.options.start_timeout;
   LogInfo("context %s (%s): kernel pid %d started", id_.c_str(), language_.c_str(), proc_.pid());
   SendKernelInfo();
   ArmNudge();

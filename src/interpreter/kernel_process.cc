@@ -20,6 +20,8 @@
 #include <sstream>
 #include <utility>
 
+#include <boost/asio/post.hpp>
+
 #include "common/fd.h"
 #include "interpreter/wire.h"
 
@@ -299,7 +301,9 @@ void ChildReaper::Arm() {
 
 void ChildReaper::Watch(pid_t pid, std::function<void(int)> on_exit) {
   watched_[pid] = std::move(on_exit);
-  Poll();  // it may have ended before we watched
+  // It may have ended before we watched (its SIGCHLD already handled): look
+  // again soon, never from inside Watch (the caller is mid-setup).
+  boost::asio::post(signals_.get_executor(), [this] { Poll(); });
 }
 
 void ChildReaper::Forget(pid_t pid) {

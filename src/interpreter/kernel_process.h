@@ -114,7 +114,8 @@ std::string DescribeWaitStatus(int wstatus);
 class ChildReaper {
  public:
   explicit ChildReaper(boost::asio::io_context& io);
-  // `on_exit(wstatus)` runs on the io thread once the child is reaped.
+  // `on_exit(wstatus)` runs on the io thread once the child is reaped
+  // (never from inside Watch).
   void Watch(pid_t pid, std::function<void(int wstatus)> on_exit);
   // Keeps reaping `pid` but calls nothing.
   void Forget(pid_t pid);
