@@ -1,0 +1,294 @@
+#include "interpreter/interpreter.h"
+
+#include <boost/asio/post.hpp>
+#include <thread>
+
+#include "http/client.h"
+#include "interpreter/log.h"
+#include "interpreter/request.h"
+#include "interpreter/wire.h"
+
+namespace airlock::interpreter {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kText = "text/plain; charset=utf-8";
+constexpr std::string_view kJson = "application/json";
+
+http::Limits ServerLimits() {
+  http::Limits l;
+  l.log = [](http::LogLevel level, const std::string& m) {
+    if (level == http::LogLevel::kError) LogError("http: %s", m.c_str());
+    else LogDebug("http: %s", m.c_str());
+  };
+  return l;
+}
+
+}  // namespace
+
+Interpreter::Interpreter(boost::asio::io_context& io, Options options, KernelTable table, KernelUser user)
+    : io_(io),
+      options_(std::move(options)),
+      table_(std::move(table)),
+      user_(std::move(user)),
+      reaper_(io),
+      hub_(std::make_unique<ZmqHub>(
+          [this, alive = std::weak_ptr<bool>(alive_)](uint64_t k, Channel ch, KernelMessage m) {
+            // Hub thread → io thread.
+            boost::asio::post(io_, [this, alive, k, ch, m = std::move(m)] {
+              if (alive.expired()) return;
+              auto it = kernels_.find(k);
+              if (it == kernels_.end()) return;
+              if (auto ctx = it->second.lock()) ctx->OnMessage(k, ch, m);
+            });
+          },
+          [](uint64_t k, const Status& st) {
+            static std::atomic<uint64_t> n{0};
+            uint64_t i = n.fetch_add(1);
+            if (i < 20 || i % 1000 == 0) LogError("kernel %llu: dropped a message: %s (%llu so far)",
+                                                  static_cast<unsigned long long>(k), st.ToString().c_str(),
+                                                  static_cast<unsigned long long>(i + 1));
+          },
+          // A content frame above the output cap is never parsed: it would
+          // be cut anyway (Execution::OnIopub → OutputLimitExceeded).
+          options_.max_output_bytes + (1u << 20))),
+      services_{io,
+                options_,
+                table_,
+                user_,
+                *hub_,
+                reaper_,
+                [this](std::weak_ptr<Context> c) {
+                  uint64_t k = next_kernel_++;
+                  kernels_[k] = std::move(c);
+                  return k;
+                },
+                [this](uint64_t k) { kernels_.erase(k); },
+                [this](const std::string& token, std::function<void(EnvVars)> done) {
+                  FetchEnvs(token, std::move(done));
+                }},
+      retry_timer_(io),
+      listener_(io, [this](std::shared_ptr<http::Conn> c) { Handle(std::move(c)); }, ServerLimits()) {}
+
+Interpreter::~Interpreter() { Shutdown(); }
+
+Status Interpreter::Start() {
+  RETURN_IF_ERROR(listener_.Listen(options_.listen));
+  RETURN_IF_ERROR(hub_->Start());
+  StartDefaultPython();
+  return OkStatus();
+}
+
+void Interpreter::Shutdown() {
+  listener_.Stop();
+  retry_timer_.cancel();
+  contexts_.clear();  // each kills its kernel
+  defaults_.clear();
+  if (hub_) hub_->Stop();
+}
+
+void Interpreter::StartDefaultPython() {
+  auto ctx = DefaultContext("python");
+  if (!ctx) {
+    LogError("%s has no python kernel: /health stays 503", options_.kernels.c_str());
+    return;
+  }
+  ctx->Start([this, alive = std::weak_ptr<bool>(alive_)](Status st) {
+    if (alive.expired()) return;
+    if (st.ok()) {
+      python_ready_ = true;
+      retry_delay_ = std::chrono::seconds(1);
+      return;
+    }
+    if (python_ready_) return;
+    // Not warm yet: try again (the host waits on /health), backing off.
+    retry_timer_.expires_after(retry_delay_);
+    retry_delay_ = std::min<std::chrono::milliseconds>(retry_delay_ * 2, std::chrono::seconds(30));
+    retry_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
+      if (!ec && !alive.expired() && !python_ready_) StartDefaultPython();
+    });
+  });
+}
+
+std::shared_ptr<Context> Interpreter::NewContext(const std::string& language, const std::string& cwd) {
+  const KernelSpec* spec = table_.Find(language);
+  if (!spec) return nullptr;
+  auto ctx = std::make_shared<Context>(services_, NewUuid(), language, cwd, *spec);
+  contexts_[ctx->id()] = ctx;
+  return ctx;
+}
+
+std::shared_ptr<Context> Interpreter::DefaultContext(const std::string& language) {
+  if (auto it = defaults_.find(language); it != defaults_.end()) {
+    auto c = contexts_.find(it->second);
+    if (c != contexts_.end()) return c->second;
+    defaults_.erase(it);
+  }
+  auto ctx = NewContext(language, options_.cwd);
+  if (ctx) defaults_[language] = ctx->id();
+  return ctx;
+}
+
+void Interpreter::FetchEnvs(const std::string& token, std::function<void(EnvVars)> done) {
+  auto hp = http::ParseHostPort(options_.envd);
+  if (!hp.ok()) {
+    LogError("--envd %s: %s", options_.envd.c_str(), hp.status().ToString().c_str());
+    boost::asio::post(io_, [done = std::move(done)] { done({}); });
+    return;
+  }
+  http::HttpCall call;
+  call.host = hp->first;
+  call.port = hp->second;
+  call.target = "/envs";
+  if (!token.empty()) call.headers.emplace_back("X-Access-Token", token);
+  call.timeout = std::chrono::seconds(5);
+  call.max_body = 4u << 20;
+  // HttpDo blocks: a short-lived thread, the answer posted back.
+  std::thread([this, call = std::move(call), done = std::move(done)]() mutable {
+    EnvVars envs;
+    auto r = http::HttpDo(call);
+    if (!r.ok()) {
+      LogError("envd GET /envs: %s", r.status().ToString().c_str());
+    } else if (r->status != 200) {
+      LogError("envd GET /envs: HTTP %d", r->status);
+    } else {
+      json j = json::parse(r->body, nullptr, false);
+      if (j.is_object()) {
+        for (auto it = j.begin(); it != j.end(); ++it) {
+          if (!it->is_string() || it.key().empty()) continue;
+          const std::string& v = it->get_ref<const std::string&>();
+          if (it.key().find_first_of(std::string_view("=\0", 2)) != std::string::npos ||
+              v.find('\0') != std::string::npos)
+            continue;  // no environment holds it
+          envs[it.key()] = v;
+        }
+      }
+    }
+    boost::asio::post(io_, [done = std::move(done), envs = std::move(envs)]() mutable { done(std::move(envs)); });
+  }).detach();
+}
+
+// ---- HTTP ----
+
+void Interpreter::Handle(std::shared_ptr<http::Conn> c) {
+  const std::string& path = c->path();
+  http::Method m = c->method();
+  auto with_body = [this, c](std::function<void(std::string)> fn) {
+    c->ReadBodyToString(options_.max_request_body, [c, fn = std::move(fn)](StatusOr<std::string> body) {
+      if (!body.ok()) {
+        c->Respond(body.status().code() == StatusCode::kResourceExhausted ? 413 : 400, kText,
+                   "Could not read the request body: " + body.status().message());
+        return;
+      }
+      fn(std::move(body).value());
+    });
+  };
+  if (path == "/health") {
+    if (m != http::Method::kGet && m != http::Method::kHead) return c->Respond(405, kText, "Method not allowed");
+    if (python_ready_) return c->Respond(200, kJson, "\"OK\"");
+    return c->Respond(503, kText, "The default python kernel is not ready yet");
+  }
+  if (path == "/execute") {
+    if (m != http::Method::kPost) return c->Respond(405, kText, "Method not allowed");
+    return with_body([this, c](std::string body) { HandleExecute(c, std::move(body)); });
+  }
+  if (path == "/contexts") {
+    if (m == http::Method::kGet) return HandleListContexts(c);
+    if (m == http::Method::kPost)
+      return with_body([this, c](std::string body) { HandleCreateContext(c, std::move(body)); });
+    return c->Respond(405, kText, "Method not allowed");
+  }
+  constexpr std::string_view kPrefix = "/contexts/";
+  if (path.size() > kPrefix.size() && path.compare(0, kPrefix.size(), kPrefix) == 0) {
+    std::string rest = path.substr(kPrefix.size());
+    constexpr std::string_view kRestart = "/restart";
+    if (rest.size() > kRestart.size() && rest.compare(rest.size() - kRestart.size(), kRestart.size(), kRestart) == 0) {
+      if (m != http::Method::kPost) return c->Respond(405, kText, "Method not allowed");
+      std::string id = rest.substr(0, rest.size() - kRestart.size());
+      return with_body([this, c, id](std::string) { HandleRestart(c, id); });
+    }
+    if (rest.find('/') == std::string::npos) {
+      if (m != http::Method::kDelete) return c->Respond(405, kText, "Method not allowed");
+      return with_body([this, c, rest](std::string) { HandleDelete(c, rest); });
+    }
+  }
+  c->Respond(404, kText, "Not found");
+}
+
+void Interpreter::HandleExecute(std::shared_ptr<http::Conn> c, std::string body) {
+  auto parsed = ParseExecuteRequest(body);
+  if (!parsed.ok()) return c->Respond(parsed.error.status, kText, parsed.error.message);
+  ExecuteRequest req = std::move(*parsed.value);
+  std::shared_ptr<Context> ctx;
+  if (req.context_id) {
+    auto it = contexts_.find(*req.context_id);
+    if (it == contexts_.end()) return c->Respond(404, kText, "Context " + *req.context_id + " not found");
+    ctx = it->second;
+  } else {
+    std::string language = req.language.value_or("python");
+    if (language.empty()) language = "python";
+    ctx = DefaultContext(language);
+    if (!ctx)
+      return c->Respond(500, kText,
+                        "Language '" + language + "' is not supported; supported: " + table_.Languages());
+  }
+  auto e = std::make_shared<Execution>(c, std::move(req), c->Header("X-Access-Token"), options_.max_output_bytes,
+                                       options_.keepalive);
+  e->Begin();
+  ctx->Enqueue(std::move(e));
+}
+
+void Interpreter::HandleCreateContext(std::shared_ptr<http::Conn> c, std::string body) {
+  auto parsed = ParseCreateContextRequest(body);
+  if (!parsed.ok()) return c->Respond(parsed.error.status, kText, parsed.error.message);
+  const auto& req = *parsed.value;
+  auto ctx = NewContext(req.language, req.cwd.value_or(options_.cwd));
+  if (!ctx)
+    return c->Respond(500, kText,
+                      "Language '" + req.language + "' is not supported; supported: " + table_.Languages());
+  std::weak_ptr<Context> weak = ctx;
+  ctx->Start([this, c, weak, alive = std::weak_ptr<bool>(alive_)](Status st) {
+    auto ctx = weak.lock();
+    if (alive.expired() || !ctx) return;
+    if (!st.ok()) {
+      // A context that never ran is not kept.
+      contexts_.erase(ctx->id());
+      return c->Respond(500, kText, "Could not start the " + ctx->language() + " kernel: " + st.message());
+    }
+    c->Respond(200, kJson, ctx->ToJson().dump(-1, ' ', true, json::error_handler_t::replace));
+  });
+}
+
+void Interpreter::HandleListContexts(std::shared_ptr<http::Conn> c) {
+  json a = json::array();
+  for (const auto& [id, ctx] : contexts_) a.push_back(ctx->ToJson());
+  c->Respond(200, kJson, a.dump(-1, ' ', true, json::error_handler_t::replace));
+}
+
+void Interpreter::HandleRestart(std::shared_ptr<http::Conn> c, const std::string& id) {
+  auto it = contexts_.find(id);
+  if (it == contexts_.end()) return c->Respond(404, kText, "Context " + id + " not found");
+  it->second->Restart([c](Status st) {
+    if (st.ok()) return c->Respond(200, kJson, "null");
+    if (st.code() == StatusCode::kNotFound) return c->Respond(404, kText, st.message());
+    c->Respond(500, kText, "Could not restart the kernel: " + st.message());
+  });
+}
+
+void Interpreter::HandleDelete(std::shared_ptr<http::Conn> c, const std::string& id) {
+  auto it = contexts_.find(id);
+  if (it == contexts_.end()) return c->Respond(404, kText, "Context " + id + " not found");
+  auto ctx = it->second;
+  contexts_.erase(it);
+  for (auto d = defaults_.begin(); d != defaults_.end(); ++d) {
+    if (d->second == id) {
+      defaults_.erase(d);
+      break;
+    }
+  }
+  ctx->Delete([c, ctx] { c->Respond(200, kJson, "null"); });
+}
+
+}  // namespace airlock::interpreter

@@ -1,0 +1,80 @@
+// Interpreter: the port-49999 server (shared/spec/e2b-code-interpreter.md
+// §B.1–B.4). Owns the contexts (by id, plus one default per language), the
+// ZeroMQ hub thread, the child reaper and the HTTP listener; everything but
+// the hub runs on the io thread.
+//
+//   POST /execute               → 200 NDJSON (execution.h); 400/404/500 text/plain
+//   POST /contexts              → 200 {"id","language","cwd"} once the kernel answers
+//   GET  /contexts              → 200 [every context, defaults included]
+//   POST /contexts/{id}/restart → 200 null once the new kernel answers; 404
+//   DELETE /contexts/{id}       → 200 null once the kernel is gone; 404
+//   GET  /health                → 503 until the default python kernel has
+//                                 answered kernel_info, then 200 "OK"
+// The python default context is created at Start(); other languages' on
+// first use. Unknown languages → 500 naming the supported ones.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "http/conn.h"
+#include "http/listener.h"
+#include "interpreter/context.h"
+#include "interpreter/kernel_process.h"
+#include "interpreter/kernel_spec.h"
+#include "interpreter/options.h"
+#include "interpreter/zmq_hub.h"
+
+namespace airlock::interpreter {
+
+class Interpreter {
+ public:
+  Interpreter(boost::asio::io_context& io, Options options, KernelTable table, KernelUser user);
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
+
+  // Listens, starts the hub and the default python context.
+  Status Start();
+  uint16_t port() const { return listener_.port(); }
+  // Kills every kernel and stops the hub (the io loop may then return).
+  void Shutdown();
+
+ private:
+  void Handle(std::shared_ptr<http::Conn> c);
+  void HandleExecute(std::shared_ptr<http::Conn> c, std::string body);
+  void HandleCreateContext(std::shared_ptr<http::Conn> c, std::string body);
+  void HandleListContexts(std::shared_ptr<http::Conn> c);
+  void HandleRestart(std::shared_ptr<http::Conn> c, const std::string& id);
+  void HandleDelete(std::shared_ptr<http::Conn> c, const std::string& id);
+
+  // The default context of a (normalised) language, created and started on
+  // first use; nullptr when kernels.json has no such language.
+  std::shared_ptr<Context> DefaultContext(const std::string& language);
+  std::shared_ptr<Context> NewContext(const std::string& language, const std::string& cwd);
+  void StartDefaultPython();
+  void FetchEnvs(const std::string& token, std::function<void(EnvVars)> done);
+
+  boost::asio::io_context& io_;
+  // Expires with the server: callbacks posted from other threads check it.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  Options options_;
+  KernelTable table_;
+  KernelUser user_;
+  ChildReaper reaper_;
+  std::unique_ptr<ZmqHub> hub_;
+  ContextServices services_;
+  uint64_t next_kernel_ = 1;
+  std::map<uint64_t, std::weak_ptr<Context>> kernels_;
+  std::map<std::string, std::shared_ptr<Context>> contexts_;
+  std::map<std::string, std::string> defaults_;  // language → context id
+  bool python_ready_ = false;
+  boost::asio::steady_timer retry_timer_;
+  std::chrono::milliseconds retry_delay_{std::chrono::seconds(1)};
+  http::Listener listener_;
+};
+
+}  // namespace airlock::interpreter

@@ -1,0 +1,27 @@
+// airlock-interpreter's settings, parsed once from the command line (main.cc)
+// and read-only afterwards.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace airlock::interpreter {
+
+struct Options {
+  std::string listen = "0.0.0.0:49999";
+  std::string kernels = "/usr/local/lib/airlock/interpreter/kernels.json";
+  std::string user = "user";
+  std::string cwd = "/home/user";
+  std::string envd = "http://127.0.0.1:49983";
+  std::string runtime_dir = "/run/airlock-interpreter";
+  size_t max_output_bytes = 64u << 20;
+  // Not flags: fixed policy, kept here so tests may shorten them.
+  std::chrono::milliseconds keepalive{std::chrono::seconds(5)};
+  std::chrono::milliseconds start_timeout{std::chrono::seconds(120)};  // TCG guests start python slowly
+  std::chrono::milliseconds stop_grace{std::chrono::seconds(3)};       // shutdown_request → SIGKILL
+  std::chrono::milliseconds reinterrupt{std::chrono::seconds(2)};      // SIGINT again while still busy
+  size_t max_request_body = 32u << 20;
+};
+
+}  // namespace airlock::interpreter
