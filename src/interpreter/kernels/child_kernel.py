@@ -82,6 +82,7 @@ class ChildKernel(Kernel):
             "stdout": codecs.getincrementaldecoder("utf-8")("replace"),
             "stderr": codecs.getincrementaldecoder("utf-8")("replace"),
         }
+        self.after_spawn()
         # Wait for "ready", dropping whatever the child says while starting.
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
@@ -112,12 +113,15 @@ class ChildKernel(Kernel):
     def child_env(self):
         return None  # inherit
 
+    def after_spawn(self):
+        """Called once the child runs, before waiting for its "ready"."""
+
     # --- I/O ----------------------------------------------------------------
 
     def _poll(self, timeout):
         """Waits up to `timeout` s for the child; returns (events, streams):
         the event objects, and [(name, text)] of the raw output. Raises
-        ChildDied when the event pipe closes."""
+        ChildDied (with the streams read) when the event pipe closes."""
         fds = [self._ev_r, self._out_r, self._err_r]
         ready, _, _ = select.select(fds, [], [], timeout)
         events, streams = [], []
@@ -130,7 +134,7 @@ class ChildKernel(Kernel):
         if self._ev_r in ready:
             data = os.read(self._ev_r, 65536)
             if not data:
-                raise ChildDied()
+                raise ChildDied(streams)
             self._events_buffer += data
             *lines, self._events_buffer = self._events_buffer.split(b"\n")
             for line in lines:
@@ -219,8 +223,9 @@ class ChildKernel(Kernel):
                             "KeyboardInterrupt",
                             "Execution interrupted; the %s process did not stop, so it was "
                             "restarted and the state of this context was lost" % self.child_name)
-            except (ChildDied, BrokenPipeError):
-                self._publish_streams(self._drain_raw(), silent)
+            except (ChildDied, BrokenPipeError) as e:
+                early = e.args[0] if isinstance(e, ChildDied) and e.args else []
+                self._publish_streams(early + self._drain_raw(), silent)
                 status = self._proc.poll() if self._proc else None
                 self._start_child()
                 return self.error_outcome(

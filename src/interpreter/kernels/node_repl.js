@@ -330,8 +330,9 @@ function Execute(id, code) {
       if (hoisted.length > 0) vm.runInThisContext(`var ${hoisted.join(', ')};`);
       current.wrapperLine = body.split('\n').length + 1;
       const publish = functions.map((f) => `globalThis[${JSONStringify(f)}] = ${f};`).join(' ');
-      const script = new vm.Script(`(async () => {${publish}${body}\n})()`,
-          {filename: cellName, importModuleDynamically: ImportDynamically});
+      const prefix = `(async () => {${publish}`;
+      const script = new vm.Script(`${prefix}${body}\n})()`,
+          {filename: cellName, columnOffset: -prefix.length, importModuleDynamically: ImportDynamically});
       promise = script.runInThisContext({breakOnSigint: true, displayErrors: false});
     }
   } catch (err) {
