@@ -378,6 +378,11 @@ class JavascriptTest(KernelTest):
         reply, _ = self.error("await new Promise(() => {})", interrupt_after=1.5)
         self.assertEqual(reply["ename"], "KeyboardInterrupt")
         self.assertEqual(self.text_result("kept"), "'yes'")
+        # A loop after an await runs outside the cell's vm call: node_repl.js'
+        # watchdog stops it, and the state is still there.
+        reply, _ = self.error("kept = 'still'; await null; for (;;) {}", interrupt_after=1.5)
+        self.assertEqual((reply["ename"], reply["evalue"]), ("KeyboardInterrupt", "Execution interrupted (SIGINT)"))
+        self.assertEqual(self.text_result("kept"), "'still'")
 
 
 @unittest.skipUnless(has_typescript(), "node or Debian's node-typescript is missing")

@@ -12,9 +12,10 @@ The child gets four pipes from this process:
               as `stream` messages.
 
 Interrupt: SIGINT to this process while a cell runs is forwarded to the
-child (subclass' signal_child); if the child does not finish the execution
-within `interrupt_grace` seconds, it is killed and started again (its state is
-lost, and the error says so). Between executions SIGINT is ignored, as
+child (subclass' signal_child); if the child has not finished the execution
+after `escalate_after` seconds, the subclass' escalate_interrupt() may try
+harder; after `interrupt_grace` seconds it is killed and started again (its
+state is lost, and the error says so). Between executions SIGINT is ignored, as
 ipykernel does.
 
 The child runs in its own session, so a SIGINT meant for this process is
@@ -42,7 +43,8 @@ class ChildKernel(Kernel):
     # Subclasses set these and implement child_argv(), request_bytes(),
     # on_event(), signal_child().
     requests_on_stdin = False
-    interrupt_grace = 3.0
+    escalate_after = 1.0
+    interrupt_grace = 5.0
     startup_timeout = 60.0
 
     def __init__(self, **kwargs):
@@ -60,6 +62,7 @@ class ChildKernel(Kernel):
         ev_r, ev_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        self.child_only_fds = []  # child_argv may add fds the child gets and this process closes
         argv = self.child_argv(request_fd=req_r, event_fd=ev_w)
         if shutil.which("setpriv"):
             argv = ["setpriv", "--pdeathsig", "KILL", "--"] + argv
@@ -69,12 +72,12 @@ class ChildKernel(Kernel):
                 stdin=req_r if self.requests_on_stdin else subprocess.DEVNULL,
                 stdout=out_w,
                 stderr=err_w,
-                pass_fds=(req_r, ev_w),
+                pass_fds=(req_r, ev_w, *self.child_only_fds),
                 start_new_session=True,
                 env=self.child_env(),
             )
         finally:
-            for fd in (req_r, ev_w, out_w, err_w):
+            for fd in (req_r, ev_w, out_w, err_w, *self.child_only_fds):
                 os.close(fd)
         self._req_w, self._ev_r, self._out_r, self._err_r = req_w, ev_r, out_r, err_r
         self._events_buffer = b""
@@ -199,6 +202,7 @@ class ChildKernel(Kernel):
             try:
                 self._write_request(self.request_bytes(exec_id, code))
                 after_interrupt_done = False
+                escalated = False
                 while True:
                     events, streams = self._poll(0.1)
                     chunks = list(streams)
@@ -216,6 +220,10 @@ class ChildKernel(Kernel):
                     if interrupted_at and not after_interrupt_done:
                         after_interrupt_done = True
                         self.after_interrupt(exec_id)
+                    if (interrupted_at and not escalated and
+                            time.monotonic() - interrupted_at[0] > self.escalate_after):
+                        escalated = True
+                        self.escalate_interrupt()
                     if interrupted_at and time.monotonic() - interrupted_at[0] > self.interrupt_grace:
                         self._publish_streams(self._drain_raw(), silent)
                         self._start_child()
@@ -248,6 +256,10 @@ class ChildKernel(Kernel):
 
     def after_interrupt(self, exec_id):
         """Called once, in the loop, after SIGINT was forwarded."""
+
+    def escalate_interrupt(self):
+        """Called once when the child has not answered a forwarded SIGINT
+        within `escalate_after` seconds."""
 
     def do_execute(self, code, silent, store_history=True, user_expressions=None,
                    allow_stdin=False, *, cell_id=None):

@@ -50,8 +50,10 @@ class JsKernel(ChildKernel):
                 "file_extension": ".js"}
 
     def child_argv(self, request_fd, event_fd):
-        argv = ["node", os.path.join(HERE, "node_repl.js"),
-                "--request-fd=%d" % request_fd, "--event-fd=%d" % event_fd]
+        interrupt_r, self._interrupt_w = os.pipe()
+        self.child_only_fds.append(interrupt_r)
+        argv = ["node", os.path.join(HERE, "node_repl.js"), "--request-fd=%d" % request_fd,
+                "--event-fd=%d" % event_fd, "--interrupt-fd=%d" % interrupt_r]
         return argv + (["--typescript"] if TYPESCRIPT else [])
 
     def request_bytes(self, exec_id, code):
@@ -67,6 +69,23 @@ class JsKernel(ChildKernel):
 
     def signal_child(self, pid):
         os.kill(pid, signal.SIGINT)
+
+    def escalate_interrupt(self):
+        # Node is stuck outside the cell's vm call (a loop after an await):
+        # node_repl.js' watchdog thread stops the running JavaScript.
+        try:
+            os.write(self._interrupt_w, b"!")
+        except OSError:
+            pass
+
+    def _stop_child(self):
+        super()._stop_child()
+        if getattr(self, "_interrupt_w", None) is not None:
+            try:
+                os.close(self._interrupt_w)
+            except OSError:
+                pass
+            self._interrupt_w = None
 
 
 if __name__ == "__main__":

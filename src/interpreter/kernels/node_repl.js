@@ -9,6 +9,7 @@
 //           {"type":"done","id":n,"status":"ok","result":"..."|null}
 //           {"type":"done","id":n,"status":"error","ename","evalue","traceback":[...]}
 //           {"type":"ready"} once at start
+//   fd 5  (--interrupt-fd=N) a byte: stop the JavaScript running now (watchdog)
 //   fd 1/2 whatever bypasses process.stdout/stderr (child processes, native
 //         code); js_kernel.py forwards it as stdout/stderr.
 //
@@ -22,8 +23,9 @@
 //
 // SIGINT: while the cell's synchronous part runs, vm's breakOnSigint stops
 // it; while the cell awaits, the SIGINT handler abandons it (the promise is
-// left behind). A synchronous loop after an `await` cannot be stopped from
-// here: js_kernel.py restarts this process if no answer comes.
+// left behind); a synchronous loop after an `await` (outside the vm call)
+// is stopped by the watchdog thread (--interrupt-fd, below). If all that
+// fails, js_kernel.py restarts this process.
 
 const fs = require('fs');
 const path = require('path');
@@ -344,6 +346,43 @@ function Execute(id, code) {
     const result = value === undefined ? null : util.inspect(value, {colors: false, depth: 4});
     Finish(id, {type: 'done', id, status: 'ok', result});
   }, (err) => Finish(id, ErrorEvent(id, err)));
+}
+
+// The watchdog: a thread that, when js_kernel.py writes a byte to the
+// interrupt fd (a SIGINT got no answer), stops the JavaScript the main thread
+// is stuck in (a loop after an await, outside any vm call) through the
+// inspector's Runtime.terminateExecution. It does so only if the main thread
+// is really stuck: its heartbeat has not moved for 300 ms. The SIGINT handler
+// below then runs and ends the execution.
+const kInterruptFd = FdArgument('interrupt-fd', -1);
+if (kInterruptFd >= 0) {
+  try {
+    const {Worker} = require('worker_threads');
+    require('inspector');
+    const heartbeat = new Int32Array(new SharedArrayBuffer(4));
+    setInterval(() => Atomics.add(heartbeat, 0, 1), 100).unref();
+    const watchdog = new Worker(`
+      const {workerData} = require('worker_threads');
+      const fs = require('fs');
+      const session = new (require('inspector').Session)();
+      session.connectToMainThread();
+      const nap = new Int32Array(new SharedArrayBuffer(4));
+      const byte = Buffer.alloc(1);
+      for (;;) {
+        let n;
+        try {
+          n = fs.readSync(workerData.fd, byte, 0, 1, null);
+        } catch (e) {
+          if (e.code === 'EAGAIN' || e.code === 'EINTR') continue;
+          break;
+        }
+        if (n === 0) break;
+        const before = Atomics.load(workerData.heartbeat, 0);
+        Atomics.wait(nap, 0, 0, 300);
+        if (Atomics.load(workerData.heartbeat, 0) === before) session.post('Runtime.terminateExecution');
+      }`, {eval: true, workerData: {fd: kInterruptFd, heartbeat}});
+    watchdog.unref();
+  } catch (e) {}
 }
 
 process.on('SIGINT', () => {
