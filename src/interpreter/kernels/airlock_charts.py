@@ -105,7 +105,8 @@ def dataframe_data(df):
 def _axis_kind(axis):
     converter = getattr(axis, "converter", None)
     module = type(converter).__module__ if converter is not None else ""
-    if module.startswith("matplotlib.dates") or "converter" in module and "Date" in type(converter).__name__:
+    # matplotlib's date converters, and pandas' DatetimeConverter (same numbers)
+    if module.startswith("matplotlib.dates") or ("converter" in module and "Date" in type(converter).__name__):
         return "datetime"
     if module.startswith("matplotlib.category"):
         return "categorical"

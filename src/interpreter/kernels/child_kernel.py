@@ -66,6 +66,7 @@ class ChildKernel(Kernel):
         argv = self.child_argv(request_fd=req_r, event_fd=ev_w)
         if shutil.which("setpriv"):
             argv = ["setpriv", "--pdeathsig", "KILL", "--"] + argv
+        self._start_error = None
         try:
             self._proc = subprocess.Popen(
                 argv,
@@ -76,6 +77,12 @@ class ChildKernel(Kernel):
                 start_new_session=True,
                 env=self.child_env(),
             )
+        except OSError as e:  # e.g. no node on PATH: the kernel runs and says so
+            self._start_error = "cannot start %s: %s" % (argv[0], e)
+            self.log.error("%s", self._start_error)
+            for fd in (req_w, ev_r, out_r, err_r):
+                os.close(fd)
+            return
         finally:
             for fd in (req_r, ev_w, out_w, err_w, *self.child_only_fds):
                 os.close(fd)
@@ -88,11 +95,22 @@ class ChildKernel(Kernel):
         self.after_spawn()
         # Wait for "ready", dropping whatever the child says while starting.
         deadline = time.monotonic() + self.startup_timeout
+        said = []
         while time.monotonic() < deadline:
-            events, _ = self._poll(0.5)
+            try:
+                events, streams = self._poll(0.5)
+            except ChildDied as e:  # e.g. the program is missing (setpriv's exec failed)
+                said += [text for _, text in (e.args[0] if e.args else []) + self._drain_raw()]
+                status = self._proc.wait()
+                self._stop_child()
+                self._start_error = "%s ended while starting (status %s): %s" % (
+                    self.child_name, status, "".join(said).strip()[-500:])
+                self.log.error("%s", self._start_error)
+                return
+            said += [text for _, text in streams]
             if any(e.get("type") == "ready" for e in events):
                 return
-        self.log.error("child %s did not become ready", argv)
+        self.log.error("%s did not become ready within %d s", argv, self.startup_timeout)
 
     def _stop_child(self):
         if self._proc is None:
@@ -185,6 +203,10 @@ class ChildKernel(Kernel):
         """Runs one cell; returns the outcome dict the subclass' on_event
         made: {"status": "ok", "result": str|None} or {"status": "error",
         "ename", "evalue", "traceback": [str]}."""
+        if self._proc is None:
+            self._start_child()
+            if self._proc is None:
+                return self.error_outcome("KernelChildDied", self._start_error or "no %s process" % self.child_name)
         self._next_id += 1
         exec_id = self._next_id
         interrupted_at = []
