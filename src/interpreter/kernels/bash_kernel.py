@@ -18,8 +18,8 @@ the cell's last command, as `$?`); interrupted -> ename "KeyboardInterrupt".
 If a cell ends bash (`exit`), a new bash is started and the error says so.
 """
 
-import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -75,7 +75,7 @@ class BashKernel(ChildKernel):
             if not code.endswith("\n"):
                 f.write("\n")
         return ("source %s </dev/null; printf '{\"type\":\"done\",\"id\":%d,\"rc\":%%d}\\n' $? >&%d\n"
-                % (path, exec_id, self._event_fd)).encode()
+                % (shlex.quote(path), exec_id, self._event_fd)).encode()
 
     def after_interrupt(self, exec_id):
         # An interrupted bash drops the rest of the line, "done" included;
