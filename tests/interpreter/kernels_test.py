@@ -372,8 +372,11 @@ class JavascriptTest(KernelTest):
     def test_require(self):
         self.assertEqual(self.text_result("require('path').join('a', 'b')"), "'a/b'")
         self.assertEqual(self.text_result("import {join} from 'path'; join('c', 'd')"), "'c/d'")
+        self.assertEqual(self.text_result("(await import('os')).platform()"), "'linux'")
         if has_typescript():  # a module found only in the global directories (/usr/share/nodejs)
             self.assertEqual(self.text_result("typeof require('typescript').transpileModule"), "'function'")
+            self.assertEqual(self.text_result("typeof (await import('typescript')).default.transpileModule"),
+                             "'function'")
 
     def test_interrupt_stops_a_loop_and_an_endless_await_keeping_state(self):
         self.ok("let kept = 'yes'")

@@ -93,18 +93,24 @@ const kGlobalDirs = [
   '/usr/local/lib/node_modules', '/usr/lib/node_modules', '/usr/local/lib/nodejs',
   '/usr/share/nodejs', '/usr/lib/nodejs',
 ];
+// A bare module name looked up as <dir>/<name> in each global directory.
+function ResolveGlobal(id) {
+  if (typeof id !== 'string' || id.startsWith('.') || path.isAbsolute(id)) return null;
+  for (const dir of kGlobalDirs) {
+    try {
+      return require.resolve(path.join(dir, id));
+    } catch (e) {}
+  }
+  return null;
+}
 function UserRequire(id) {
   const local = Module.createRequire(path.join(process.cwd(), '[airlock-cell].js'));
   try {
     return local(id);
   } catch (e) {
     if (e.code !== 'MODULE_NOT_FOUND') throw e;
-    let resolved;
-    try {
-      resolved = local.resolve(id, {paths: kGlobalDirs});
-    } catch (e2) {
-      throw e;
-    }
+    const resolved = ResolveGlobal(id);
+    if (!resolved) throw e;
     return local(resolved);
   }
 }
@@ -115,18 +121,39 @@ globalThis.require = UserRequire;
 function ImportDynamically(specifier) {
   let target = specifier;
   if (!specifier.startsWith('node:') && !Module.builtinModules.includes(specifier)) {
+    let resolved = null;
     try {
-      target = require('url').pathToFileURL(UserRequire.resolve(specifier)).href;
+      resolved = UserRequire.resolve(specifier);
     } catch (e) {
-      try {
-        target = require('url').pathToFileURL(UserRequire.resolve(specifier, {paths: kGlobalDirs})).href;
-      } catch (e2) {}
+      resolved = ResolveGlobal(specifier);
     }
+    if (resolved) target = require('url').pathToFileURL(resolved).href;
   }
   return import(target);
 }
 
+// import() in a vm script needs --experimental-vm-modules (Node 20) or an
+// experimental vm option (18); cells call this instead, which imports from here.
+Object.defineProperty(globalThis, '__airlock_import', {value: ImportDynamically, enumerable: false});
+
 // --- the rewrite -----------------------------------------------------------
+
+// import(x) -> globalThis.__airlock_import(x), anywhere in the cell.
+function RewriteImportCalls(code, cellName) {
+  if (!/\bimport\s*\(/.test(code)) return code;
+  const sf = ts.createSourceFile(cellName, code, ts.ScriptTarget.Latest, true, ts.ScriptKind.JS);
+  const edits = [];
+  const Visit = (node) => {
+    if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword) {
+      edits.push([node.expression.getStart(sf), node.expression.end]);
+    }
+    ts.forEachChild(node, Visit);
+  };
+  Visit(sf);
+  edits.sort((a, b) => b[0] - a[0]);
+  for (const [from, to] of edits) code = code.slice(0, from) + 'globalThis.__airlock_import' + code.slice(to);
+  return code;
+}
 
 function BoundNames(name, out) {
   if (ts.isIdentifier(name)) {
@@ -323,18 +350,18 @@ function Execute(id, code) {
   try {
     if (!ts) {
       // No parser: run as a plain script (no top-level await, no redeclaration).
-      const value = new vm.Script(code, {filename: cellName, importModuleDynamically: ImportDynamically})
+      const value = new vm.Script(code, {filename: cellName})
           .runInThisContext({breakOnSigint: true, displayErrors: false});
       promise = Promise.resolve([value]);
     } else {
-      const js = kTypeScript ? Transpile(code, cellName) : code;
+      const js = RewriteImportCalls(kTypeScript ? Transpile(code, cellName) : code, cellName);
       const {hoisted, functions, body} = Rewrite(js, cellName);
       if (hoisted.length > 0) vm.runInThisContext(`var ${hoisted.join(', ')};`);
       current.wrapperLine = body.split('\n').length + 1;
       const publish = functions.map((f) => `globalThis[${JSONStringify(f)}] = ${f};`).join(' ');
       const prefix = `(async () => {${publish}`;
       const script = new vm.Script(`${prefix}${body}\n})()`,
-          {filename: cellName, columnOffset: -prefix.length, importModuleDynamically: ImportDynamically});
+          {filename: cellName, columnOffset: -prefix.length});
       promise = script.runInThisContext({breakOnSigint: true, displayErrors: false});
     }
   } catch (err) {
