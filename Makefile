@@ -23,7 +23,7 @@ build: setup
 	  echo "==> build ($(BUILD_TYPE)) wall time: $$(( $$(date +%s) - t0 )) s"
 
 image: build
-	$(BUILD)/airlock image build --state-dir $(STATE_DIR)
+	$(BUILD)/airlock image build --template all --state-dir $(STATE_DIR)
 
 demo: image
 	scripts/demo $(BUILD)/airlock

@@ -362,6 +362,7 @@ StatusOr<std::vector<StagedFile>> InterpreterFiles(const ImageOptions& o, const 
   for (const auto& n : names) {
     std::string src = o.interpreter_kernels_dir + "/" + n;
     struct stat st;
+    if (n[0] == '.') continue;  // the build's .stamp, editor files
     if (::stat(src.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     if (n == "kernels.json") has_table = true;
     RETURN_IF_ERROR(CopyFile(src, dir + "/kernels/" + n, 0644));

@@ -29,10 +29,13 @@ json Context::ToJson() const { return json{{"id", id_}, {"language", language_},
 // ---- kernel lifecycle ----
 
 Status Context::Spawn() {
-  ASSIGN_OR_RETURN(conn_, PickConnectionInfo());
   ::mkdir(s_.options.runtime_dir.c_str(), 0711);
-  connection_file_ = s_.options.runtime_dir + "/kernel-" + id_ + ".json";
-  RETURN_IF_ERROR(WriteConnectionFile(connection_file_, conn_, s_.user));
+  ASSIGN_OR_RETURN(conn_, PrepareConnection(s_.options.runtime_dir + "/kernel-" + id_, s_.user));
+  connection_file_ = conn_.ConnectionFile();
+  if (Status st = WriteConnectionFile(conn_, s_.user); !st.ok()) {
+    RemoveConnection(conn_);
+    return st;
+  }
   KernelLaunch launch;
   launch.argv = s_.table.Argv(spec_, connection_file_);
   launch.env = KernelEnvironment(s_.user, spec_.env);
@@ -40,7 +43,8 @@ Status Context::Spawn() {
   launch.user = s_.user;
   auto proc = SpawnKernel(launch);
   if (!proc.ok()) {
-    ::unlink(connection_file_.c_str());
+    RemoveConnection(conn_);
+    connection_file_.clear();
     return proc.status();
   }
   proc_ = std::move(proc).value();
@@ -146,7 +150,7 @@ void Context::TearDownKernel() {
     proc_.Kill();
   }
   if (!connection_file_.empty()) {
-    ::unlink(connection_file_.c_str());
+    RemoveConnection(conn_);
     connection_file_.clear();
   }
 }

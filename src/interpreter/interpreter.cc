@@ -1,8 +1,14 @@
 #include "interpreter/interpreter.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <boost/asio/post.hpp>
+#include <cerrno>
+#include <cstring>
 #include <thread>
 
+#include "common/fd.h"
 #include "http/client.h"
 #include "interpreter/log.h"
 #include "interpreter/request.h"
@@ -98,6 +104,7 @@ void Interpreter::StartDefaultPython() {
   ctx->Start([this, alive = std::weak_ptr<bool>(alive_)](Status st) {
     if (alive.expired()) return;
     if (st.ok()) {
+      if (!python_ready_) AnnounceReady();
       python_ready_ = true;
       retry_delay_ = std::chrono::seconds(1);
       return;
@@ -110,6 +117,20 @@ void Interpreter::StartDefaultPython() {
       if (!ec && !alive.expired() && !python_ready_) StartDefaultPython();
     });
   });
+}
+
+void Interpreter::AnnounceReady() {
+  LogInfo("the default python kernel is ready");
+  if (options_.console.empty()) return;
+  UniqueFd fd(::open(options_.console.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC | O_APPEND));
+  if (!fd) {
+    LogError("open %s: %s", options_.console.c_str(), std::strerror(errno));
+    return;
+  }
+  static constexpr char kLine[] = "airlock-interpreter: ready\n";
+  if (::write(fd.get(), kLine, sizeof kLine - 1) != static_cast<ssize_t>(sizeof kLine - 1)) {
+    LogError("write %s: %s", options_.console.c_str(), std::strerror(errno));
+  }
 }
 
 std::shared_ptr<Context> Interpreter::NewContext(const std::string& language, const std::string& cwd) {

@@ -56,6 +56,8 @@ class Interpreter {
   std::shared_ptr<Context> DefaultContext(const std::string& language);
   std::shared_ptr<Context> NewContext(const std::string& language, const std::string& cwd);
   void StartDefaultPython();
+  // The first time the default python kernel is ready: the line on --console.
+  void AnnounceReady();
   void FetchEnvs(const std::string& token, std::function<void(EnvVars)> done);
 
   boost::asio::io_context& io_;

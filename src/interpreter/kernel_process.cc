@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -15,6 +16,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -112,7 +114,7 @@ StatusOr<KernelUser> ResolveKernelUser(const std::string& name, const std::strin
 }
 
 std::string ConnectionInfo::ToJson() const {
-  nlohmann::json j{{"transport", "tcp"},         {"ip", ip},
+  nlohmann::json j{{"transport", "ipc"},         {"ip", ip},
                    {"shell_port", shell_port},   {"iopub_port", iopub_port},
                    {"stdin_port", stdin_port},   {"control_port", control_port},
                    {"hb_port", hb_port},         {"key", key},
@@ -120,31 +122,24 @@ std::string ConnectionInfo::ToJson() const {
   return j.dump(2);
 }
 
-StatusOr<ConnectionInfo> PickConnectionInfo() {
+StatusOr<ConnectionInfo> PrepareConnection(const std::string& dir, const KernelUser& user) {
   ConnectionInfo info;
-  UniqueFd socks[5];
-  uint16_t ports[5];
-  for (int i = 0; i < 5; ++i) {
-    socks[i].Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!socks[i]) return ErrnoError("socket");
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::bind(socks[i].get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return ErrnoError("bind 127.0.0.1:0");
-    socklen_t len = sizeof a;
-    if (::getsockname(socks[i].get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) return ErrnoError("getsockname");
-    ports[i] = ntohs(a.sin_port);
+  info.dir = dir;
+  info.ip = dir + "/k";
+  // sun_path holds 107 bytes and a NUL; the longest endpoint is "<ip>-5".
+  if (info.ip.size() + 2 >= sizeof(sockaddr_un{}.sun_path)) {
+    return InvalidArgument("kernel socket path too long for a unix socket: " + info.ip);
   }
-  info.shell_port = ports[0];
-  info.iopub_port = ports[1];
-  info.stdin_port = ports[2];
-  info.control_port = ports[3];
-  info.hb_port = ports[4];
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (::mkdir(dir.c_str(), 0700) != 0) return ErrnoError("mkdir " + dir);
+  if (user.switch_user && ::chown(dir.c_str(), user.uid, user.gid) != 0) return ErrnoError("chown " + dir);
   info.key = NewUuid();
   return info;
 }
 
-Status WriteConnectionFile(const std::string& path, const ConnectionInfo& info, const KernelUser& user) {
+Status WriteConnectionFile(const ConnectionInfo& info, const KernelUser& user) {
+  const std::string path = info.ConnectionFile();
   ::unlink(path.c_str());
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!fd) return ErrnoError("create " + path);
@@ -158,6 +153,12 @@ Status WriteConnectionFile(const std::string& path, const ConnectionInfo& info, 
     off += static_cast<size_t>(n);
   }
   return OkStatus();
+}
+
+void RemoveConnection(const ConnectionInfo& info) {
+  if (info.dir.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(info.dir, ec);
 }
 
 std::map<std::string, std::string> KernelEnvironment(const KernelUser& user,

@@ -6,8 +6,15 @@
 //    Only a root server switches user; otherwise the kernel runs as the
 //    server does and only HOME/USER come from the passwd entry (or the
 //    server's environment).
-//  - ConnectionInfo: five free loopback TCP ports and a random key, written
-//    as a standard Jupyter connection file (0600, owned by the kernel user).
+//  - ConnectionInfo: a standard Jupyter connection file (0600, owned by the
+//    kernel user) with transport "ipc": the five sockets are the files
+//    <dir>/k-1 .. <dir>/k-5 in a directory of the kernel's own (0700, owned
+//    by the kernel user), and a random key. Unix sockets, not loopback TCP:
+//    the code-interpreter template's snapshot is taken with the default
+//    kernel running, and a guest must not have made a TCP handshake before
+//    its snapshot (every clone draws its own TCP secrets after its reseed,
+//    docs/code-interpreter.md). Other users of the guest cannot connect
+//    (the directory is the kernel user's), and no port can be taken.
 //  - SpawnKernel(): fork + exec with everything prepared before the fork
 //    (only async-signal-safe calls in the child): a new session (its pgid is
 //    its pid), PR_SET_PDEATHSIG, default signal dispositions, an empty signal
@@ -49,19 +56,24 @@ struct KernelUser {
 StatusOr<KernelUser> ResolveKernelUser(const std::string& name, const std::string& root_prefix = "");
 
 struct ConnectionInfo {
-  std::string ip = "127.0.0.1";
-  uint16_t shell_port = 0, iopub_port = 0, stdin_port = 0, control_port = 0, hb_port = 0;
+  std::string dir;  // the kernel's directory: its sockets and connection file
+  std::string ip;   // for ipc, Jupyter's path prefix: socket n is "<ip>-<n>"
+  uint16_t shell_port = 1, iopub_port = 2, stdin_port = 3, control_port = 4, hb_port = 5;
   std::string key;  // hex, also the HMAC key as is (Jupyter uses the string's bytes)
 
-  std::string Endpoint(uint16_t port) const { return "tcp://" + ip + ":" + std::to_string(port); }
+  std::string Endpoint(uint16_t port) const { return "ipc://" + ip + "-" + std::to_string(port); }
+  std::string ConnectionFile() const { return dir + "/connection.json"; }
   std::string ToJson() const;
 };
 
-// Binds five loopback sockets on port 0 at once (five distinct ports), closes
-// them and returns the ports with a fresh random key.
-StatusOr<ConnectionInfo> PickConnectionInfo();
-// Writes the file (0600, created anew) and chowns it to the user when switching.
-Status WriteConnectionFile(const std::string& path, const ConnectionInfo& info, const KernelUser& user);
+// Makes `dir` anew (whatever was there is removed; 0700, owned by the kernel
+// user when switching) and returns its endpoints with a fresh random key.
+// The socket paths must fit a sockaddr_un (InvalidArgument otherwise).
+StatusOr<ConnectionInfo> PrepareConnection(const std::string& dir, const KernelUser& user);
+// Writes info.ConnectionFile() (0600, created anew) and chowns it to the user when switching.
+Status WriteConnectionFile(const ConnectionInfo& info, const KernelUser& user);
+// Removes the kernel's directory and what is in it (sockets a killed kernel left).
+void RemoveConnection(const ConnectionInfo& info);
 
 struct KernelLaunch {
   std::vector<std::string> argv;  // argv[0] looked up in env PATH if it has no '/'

@@ -20,7 +20,8 @@ namespace {
 void Usage() {
   std::fprintf(stderr,
                "usage: airlock-interpreter [--listen IP:PORT] [--kernels PATH] [--user NAME] [--cwd DIR]\n"
-               "                           [--envd URL] [--runtime-dir DIR] [--max-output-bytes N] [--verbose]\n"
+               "                           [--envd URL] [--runtime-dir DIR] [--max-output-bytes N] [--console PATH]\n"
+               "                           [--verbose]\n"
                "  --listen IP:PORT        address to serve on (default 0.0.0.0:49999; port 0 = any)\n"
                "  --kernels PATH          kernel table (default /usr/local/lib/airlock/interpreter/kernels.json)\n"
                "  --user NAME             kernels run as this user when the server is root (default user)\n"
@@ -28,6 +29,8 @@ void Usage() {
                "  --envd URL              envd, for the sandbox's env vars (default http://127.0.0.1:49983)\n"
                "  --runtime-dir DIR       connection files (default /run/airlock-interpreter)\n"
                "  --max-output-bytes N    output cap per execution (default 67108864)\n"
+               "  --console PATH          write \"airlock-interpreter: ready\" there once the default python\n"
+               "                          kernel is ready (the guest's /dev/console)\n"
                "  --verbose               debug logging\n");
 }
 
@@ -52,6 +55,7 @@ int main(int argc, char** argv) {
     else if (a == "--cwd") o.cwd = value();
     else if (a == "--envd") o.envd = value();
     else if (a == "--runtime-dir") o.runtime_dir = value();
+    else if (a == "--console") o.console = value();
     else if (a == "--max-output-bytes") {
       std::string v = value();
       char* end = nullptr;

@@ -16,6 +16,10 @@ struct Options {
   std::string envd = "http://127.0.0.1:49983";
   std::string runtime_dir = "/run/airlock-interpreter";
   size_t max_output_bytes = 64u << 20;
+  // Where "airlock-interpreter: ready" is written once the default python
+  // kernel is ready (the guest's /dev/console: the host takes the template
+  // snapshot on that line, image::kInterpreterReadyMarker). Empty: nowhere.
+  std::string console;
   // Not flags: fixed policy, kept here so tests may shorten them.
   std::chrono::milliseconds keepalive{std::chrono::seconds(5)};
   std::chrono::milliseconds start_timeout{std::chrono::seconds(120)};  // TCG guests start python slowly
