@@ -10,7 +10,7 @@ JOBS ?= $(shell nproc)
 # make build BUILD_TYPE=RelWithDebInfo BUILD=build-release
 BUILD_TYPE ?= Test
 
-.PHONY: all setup build image demo test unit-test bench bench-tti bench-egress bench-snapshot bench-density clean format
+.PHONY: all setup build image demo test unit-test bench bench-tti bench-egress bench-snapshot bench-density bench-interpreter clean format
 
 all: build
 
@@ -35,8 +35,8 @@ unit-test: build
 	cd $(BUILD) && ctest --output-on-failure -L unit
 
 # Benchmarks measure optimised code: their own RelWithDebInfo build.
-bench bench-tti bench-egress bench-snapshot bench-density: BUILD = build-release
-bench bench-tti bench-egress bench-snapshot bench-density: BUILD_TYPE = RelWithDebInfo
+bench bench-tti bench-egress bench-snapshot bench-density bench-interpreter: BUILD = build-release
+bench bench-tti bench-egress bench-snapshot bench-density bench-interpreter: BUILD_TYPE = RelWithDebInfo
 
 bench: image
 	$(BUILD)/bench/airlock-bench --state-dir $(STATE_DIR)
@@ -63,3 +63,8 @@ clean:
 # memory per idle sandbox with IDLE (default 100) side by side.
 bench-density: image
 	$(BUILD)/bench/airlock-density-bench --state-dir $(STATE_DIR) --n $(or $(N),10) --idle $(or $(IDLE),100)
+
+# Issue 15's table (README, docs/code-interpreter.md): runCode vs commands.run through the
+# official packages, the first runCode after create, a 1 MB PNG result.
+bench-interpreter: image
+	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/code_interpreter.mjs $(or $(N),20)

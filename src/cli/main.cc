@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "image/image.h"
 #include "runtime/registry.h"
+#include "server/server.h"
 
 namespace po = boost::program_options;
 
@@ -85,11 +86,16 @@ void PrintProgress(std::string_view step) {
   else std::fprintf(stderr, "==> %.*s\n", (int)step.size(), step.data());
 }
 
+int SnapshotTemplates(const std::string& state_dir, const std::vector<std::string>& templates,
+                      const std::string& agent_binary);
+
 int CmdImage(const std::string& state_dir, const std::vector<std::string>& args) {
   po::options_description desc("airlock image build [options]");
-  bool force = false;
+  bool force = false, no_snapshot = false;
   std::string agent, tmpl, interpreter, kernels;
   desc.add_options()("help,h", "show this help")("force", po::bool_switch(&force), "rebuild even if cached")(
+      "no-snapshot", po::bool_switch(&no_snapshot),
+      "skip the template snapshots (serve then takes them when it starts)")(
       "template", po::value(&tmpl)->default_value("base"), "template to build: base, code-interpreter, or all")(
       "agent", po::value(&agent), "path of the static airlock-agent to install in the template")(
       "interpreter", po::value(&interpreter),
@@ -99,7 +105,7 @@ int CmdImage(const std::string& state_dir, const std::vector<std::string>& args)
   if (args.empty() || args[0] != "build") {
     std::fprintf(stderr,
                  "usage: airlock image build [--force] [--template NAME|all] [--agent PATH] [--interpreter PATH]\n"
-                 "                           [--interpreter-kernels DIR]\n");
+                 "                           [--interpreter-kernels DIR] [--no-snapshot]\n");
     return 2;
   }
   po::variables_map vm;
@@ -136,6 +142,52 @@ int CmdImage(const std::string& state_dir, const std::vector<std::string>& args)
     std::printf("image %s (%s) ready in %.1fs\n  kernel  %s (%s)\n  initrd  %s\n  rootfs  %s\n", img->id.c_str(),
                 img->template_name.c_str(), s, img->kernel.c_str(), img->kernel_release.c_str(), img->initrd.c_str(),
                 img->rootfs.c_str());
+  }
+  if (no_snapshot) return 0;
+  return SnapshotTemplates(state_dir, templates, FindAgentBinary(agent));
+}
+
+// The template snapshots `serve` restores creates from, in the shape of its
+// defaults, taken once here so that no daemon pays for them at start (the
+// code interpreter's, with its kernel warm, takes minutes under TCG).
+// Beside a running daemon: skipped (it takes them itself).
+int SnapshotTemplates(const std::string& state_dir, const std::vector<std::string>& templates,
+                      const std::string& agent_binary) {
+  ::mkdir(state_dir.c_str(), 0700);
+  auto lock = StateLock::Acquire(state_dir + "/airlock.db.lock", StateLock::Mode::kShared, "registry");
+  if (!lock.ok()) {
+    std::printf("template snapshots: skipped (%s); the daemon takes them\n", lock.status().message().c_str());
+    return 0;
+  }
+  // Interrupted: a later start-up clean-up removes the builder VM's leftovers.
+  ManagerConfig mc;
+  mc.state_dir = state_dir;
+  mc.agent_binary = agent_binary;
+  mc.build_image_if_missing = false;
+  mc.template_snapshots = true;
+  auto manager = Manager::Open(mc);
+  if (!manager.ok()) {
+    std::fprintf(stderr, "airlock image build: template snapshots: %s\n", manager.status().message().c_str());
+    return 1;
+  }
+  const airlock::server::ServerConfig serve_defaults;
+  for (const auto& name : templates) {
+    // The shape serve gives a create of this template that names none (Server::DefaultShapeFor).
+    image::MachineShape shape{serve_defaults.default_vcpus, serve_defaults.default_memory_mib};
+    if (auto own = image::DefaultShapeOf(name)) {
+      shape.vcpus = std::min(own->vcpus, serve_defaults.max_vcpus);
+      shape.memory_mib = std::min(own->memory_mib, serve_defaults.max_memory_mib);
+    }
+    std::printf("==> template snapshot %s (%d vCPU, %d MiB)\n", name.c_str(), shape.vcpus, shape.memory_mib);
+    std::fflush(stdout);
+    auto t0 = std::chrono::steady_clock::now();
+    Status st = (*manager)->EnsureTemplateSnapshot(name, shape.vcpus, shape.memory_mib);
+    if (!st.ok()) {
+      std::fprintf(stderr, "airlock image build: %s\n", st.message().c_str());
+      return 1;
+    }
+    std::printf("==> template snapshot %s ready (%.0f s)\n", name.c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return 0;
 }

@@ -293,6 +293,11 @@ TemplateReadiness ReadinessOf(const std::string& template_name) {
   return {};
 }
 
+std::optional<MachineShape> DefaultShapeOf(const std::string& template_name) {
+  if (TemplateHasInterpreter(template_name)) return MachineShape{2, 2048};
+  return std::nullopt;
+}
+
 StatusOr<std::vector<std::string>> TemplatePackages(const std::string& template_name) {
   std::string name = CanonicalTemplateName(template_name);
   if (name == "base") return BasePackages();

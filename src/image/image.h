@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -117,5 +118,17 @@ struct TemplateReadiness {
   std::string console_marker;
 };
 TemplateReadiness ReadinessOf(const std::string& template_name);
+
+// The machine a create of the template gets when it names none (E2B's create
+// carries no cpuCount/memoryMB: a template brings its own). `code-interpreter`
+// is 2 vCPUs and 2048 MiB, the shape E2B builds its code-interpreter
+// template with (its template/build_prod.py): a few kernels of ~110 MiB each
+// (numpy, pandas and matplotlib loaded) and a Node child of ~100 MiB do not
+// fit in 512. nullopt: the server's default (serve --cpus/--memory).
+struct MachineShape {
+  int vcpus = 0;
+  int memory_mib = 0;
+};
+std::optional<MachineShape> DefaultShapeOf(const std::string& template_name);
 
 }  // namespace airlock::image

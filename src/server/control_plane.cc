@@ -184,8 +184,6 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
     const requests::CreateRequest& req = *parsed;
     CreateOptions opts;
     opts.detach = true;
-    opts.vcpus = req.vcpus.value_or(config_.default_vcpus);
-    opts.memory_mib = req.memory_mib.value_or(config_.default_memory_mib);
     if (req.template_id) {
       opts.template_name = *req.template_id;
       // A named snapshot is a template of its team only.
@@ -196,6 +194,9 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
       // An alias of a built-in template ("code-interpreter-v1") is that template.
       if (snap.empty()) opts.template_name = image::CanonicalTemplateName(opts.template_name);
     }
+    const image::MachineShape shape = DefaultShapeFor(opts.template_name);
+    opts.vcpus = req.vcpus.value_or(shape.vcpus);
+    opts.memory_mib = req.memory_mib.value_or(shape.memory_mib);
     opts.env_vars = req.env_vars;
     opts.egress_policy = req.egress_policy;
     int template_disk_mib = 0;

@@ -200,7 +200,8 @@ Status Server::Init() {
   // The code interpreter's snapshot (its kernel warm in it) is made at start
   // too, so the first Sandbox.create() of @e2b/code-interpreter restores it.
   if (image::FindImage(dir, "code-interpreter").ok()) {
-    EnsureTemplateSnapshotAsync("code-interpreter", config_.default_vcpus, config_.default_memory_mib);
+    const image::MachineShape shape = DefaultShapeFor("code-interpreter");
+    EnsureTemplateSnapshotAsync("code-interpreter", shape.vcpus, shape.memory_mib);
   }
   // A first memory reading before the warm pool starts (it follows the
   // pressure verdict from its first round) and before any create: here, at
@@ -247,6 +248,15 @@ void Server::Stop() {
     if (signals_) signals_->cancel();
     io_.stop();
   });
+}
+
+image::MachineShape Server::DefaultShapeFor(const std::string& template_name) const {
+  image::MachineShape shape{config_.default_vcpus, config_.default_memory_mib};
+  if (auto own = image::DefaultShapeOf(template_name)) {
+    shape.vcpus = std::min(own->vcpus, config_.max_vcpus);
+    shape.memory_mib = std::min(own->memory_mib, config_.max_memory_mib);
+  }
+  return shape;
 }
 
 int Server::ClampTimeout(int64_t seconds) const {

@@ -37,6 +37,7 @@
 #include "common/state_lock.h"
 #include "common/status.h"
 #include "core/manager.h"
+#include "image/image.h"
 #include "core/registry.h"
 #include "secrets/broker.h"
 #include "secrets/redactor.h"
@@ -302,6 +303,10 @@ class Server {
   // API keys changed by `airlock apikey` reach the table within a reaper_interval.
   void ScheduleKeyRefresh();
   int ClampTimeout(int64_t seconds) const;
+  // The shape a create of the template gets when it names none: the
+  // template's own (image::DefaultShapeOf) within serve's maxima, else
+  // serve's defaults.
+  image::MachineShape DefaultShapeFor(const std::string& template_name) const;
 
   ServerConfig config_;
   StateLock registry_lock_;  // held for the daemon's life (released last)

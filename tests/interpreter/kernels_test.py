@@ -196,6 +196,15 @@ class PythonTest(KernelTest):
     def test_language_info(self):
         self.assertEqual(self.kernel.info()["language_info"]["name"], "python")
 
+    def test_png_is_the_figure_size_not_cropped(self):
+        code = ("import matplotlib.pyplot as plt\n"
+                "plt.figure(figsize=(4, 3), dpi=100)\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()")
+        pngs = [d["image/png"] for d in results(self.ok(code)) if "image/png" in d]
+        self.assertEqual(len(pngs), 1)
+        png = base64.b64decode(pngs[0])
+        # IHDR: width and height, big-endian, at bytes 16..24.
+        self.assertEqual((int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")), (400, 300))
+
     def test_startup_preimports_and_leaves_the_namespace_clean(self):
         names = self.text_result("import sys; sorted(m for m in ('numpy', 'pandas', 'matplotlib.pyplot') "
                                  "if m in sys.modules), [n for n in dir() if 'airlock' in n]")

@@ -78,6 +78,9 @@ def _airlock_startup(file):
         import matplotlib.pyplot  # noqa: F401
         from matplotlib.figure import Figure
         ip.run_line_magic("matplotlib", "inline")
+        # The PNG is the figure's size (figsize x dpi), not cropped to what
+        # is drawn: the inline backend's default bbox_inches="tight" is off.
+        ip.run_line_magic("config", "InlineBackend.print_figure_kwargs = {'bbox_inches': None}")
         charts.record_boxplots()
         chart_formatter.for_type(Figure, quiet(charts.chart_from_figure))
     except ImportError:
