@@ -12,9 +12,12 @@ std::string UnexpectedEndLine() {
 }
 
 std::string OutputLimitLine(size_t max) {
+  // "64 MiB (67108864 bytes)"; a limit that is no whole number of MiB in bytes only.
+  std::string limit = std::to_string(max) + " bytes";
+  if (max % (1u << 20) == 0) limit = std::to_string(max >> 20) + " MiB (" + limit + ")";
   return ErrorLine("OutputLimitExceeded",
-                   "The execution's output exceeded the limit of " + std::to_string(max) +
-                       " bytes; the rest was dropped and the execution was interrupted",
+                   "The execution's output exceeded the limit of " + limit +
+                       "; the rest was dropped and the execution was interrupted",
                    "");
 }
 
