@@ -12,10 +12,10 @@
 import { spawn } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { createRequire } from 'node:module'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { freePort, pct } from './util.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const require = createRequire(join(here, '../tests/e2e/package.json'))
@@ -25,11 +25,6 @@ const CREATES = Math.max(3, Math.min(10, Math.round(N / 3)))
 const BIN = process.env.AIRLOCK_BIN || join(here, '../build/airlock')
 const STATE_DIR = process.env.AIRLOCK_STATE_DIR || '/var/lib/airlock'
 
-const freePort = () => new Promise((res, rej) => {
-  const s = createServer().once('error', rej)
-  s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => res(port)) })
-})
-const pct = (v, p) => { const s = [...v].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.ceil(p / 100 * s.length) - 1)] }
 const row = (name, v) => console.log(`| ${name.padEnd(56)} | ${pct(v, 50).toFixed(1).padStart(8)} | ${pct(v, 95).toFixed(1).padStart(8)} | ${String(v.length).padStart(4)} |`)
 
 const tmp = mkdtempSync(join(tmpdir(), 'airlock-ci-bench-'))

@@ -61,6 +61,18 @@ class Agent {
   const AgentOptions& options() const { return options_; }
   // True when the agent may change uid/gid (it runs as root).
   bool can_switch_user() const { return is_root_; }
+  // A spawn as `user` with the environment every child starts from: PATH
+  // (kChildPath), HOME, USER, LOGNAME; the caller adds the rest.
+  SpawnRequest SpawnAs(const User& user) const {
+    SpawnRequest sp;
+    sp.user = user;
+    sp.change_user = can_switch_user();
+    sp.env["PATH"] = kChildPath;
+    sp.env["HOME"] = user.home;
+    sp.env["USER"] = user.name;
+    sp.env["LOGNAME"] = user.name;
+    return sp;
+  }
   UserDb LoadUsers() const { return UserDb::Load(options_.root_prefix); }
   // User named by `Authorization: Basic base64(user:)`, else the default
   // user. unauthenticated when the header is malformed or the user unknown.

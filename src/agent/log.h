@@ -1,12 +1,14 @@
-// Minimal leveled logging for the static agent (no spdlog): one line per
-// message on stderr, which is the serial console when running as PID 1.
+// The agent's logging: common/guest_log.h with the prefix "airlock-agent"
+// (its stderr is the serial console when it runs as PID 1).
 #pragma once
+
+#include "common/guest_log.h"
 
 namespace airlock::agent {
 
-void SetLogVerbose(bool verbose);
-void LogInfo(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void LogError(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void LogDebug(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+inline void SetLogVerbose(bool verbose) { guest_log::Configure("airlock-agent", verbose); }
+using guest_log::LogDebug;
+using guest_log::LogError;
+using guest_log::LogInfo;
 
 }  // namespace airlock::agent

@@ -101,13 +101,7 @@ void Start(Agent& agent, std::shared_ptr<http::Conn> s) {
     auto user = agent.UserFromAuthHeader(*s);
     if (!user.ok()) return RespondStreamStatus(*s, user.status());
 
-    SpawnRequest sp;
-    sp.user = *user;
-    sp.change_user = agent.can_switch_user();
-    sp.env["PATH"] = kChildPath;
-    sp.env["HOME"] = user->home;
-    sp.env["USER"] = user->name;
-    sp.env["LOGNAME"] = user->name;
+    SpawnRequest sp = agent.SpawnAs(*user);
     if (!user->shell.empty()) sp.env["SHELL"] = user->shell;
     for (const auto& [k, v] : agent.env_vars()) sp.env[k] = v;
     for (const auto& [k, v] : req->process.envs) {

@@ -122,13 +122,7 @@ void ServiceSupervisor::Launch(size_t i) {
   };
   auto user = agent_.LoadUsers().Lookup(spec.user);
   if (!user.ok()) return retry(user.status());
-  SpawnRequest sp;
-  sp.user = *user;
-  sp.change_user = agent_.can_switch_user();
-  sp.env["PATH"] = kChildPath;
-  sp.env["HOME"] = user->home;
-  sp.env["USER"] = user->name;
-  sp.env["LOGNAME"] = user->name;
+  SpawnRequest sp = agent_.SpawnAs(*user);
   for (const auto& [k, v] : spec.env) sp.env[k] = v;
   sp.cwd = spec.cwd;
   sp.start.process.cmd = spec.argv[0];

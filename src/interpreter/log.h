@@ -1,12 +1,14 @@
-// One line per message on stderr ("airlock-interpreter: <level>: ..."),
-// which the agent's service supervisor keeps. Thread-safe (one fprintf).
+// The interpreter server's logging: common/guest_log.h with the prefix
+// "airlock-interpreter" (its stderr is kept by the agent's service supervisor).
 #pragma once
+
+#include "common/guest_log.h"
 
 namespace airlock::interpreter {
 
-void SetLogVerbose(bool verbose);
-void LogInfo(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void LogError(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void LogDebug(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+inline void SetLogVerbose(bool verbose) { guest_log::Configure("airlock-interpreter", verbose); }
+using guest_log::LogDebug;
+using guest_log::LogError;
+using guest_log::LogInfo;
 
 }  // namespace airlock::interpreter

@@ -1,22 +1,26 @@
-#include "interpreter/log.h"
+#include "common/guest_log.h"
 
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
 
-namespace airlock::interpreter {
+namespace airlock::guest_log {
 
 namespace {
+std::atomic<const char*> g_program{"airlock"};
 std::atomic<bool> g_verbose{false};
 
 void Emit(const char* level, const char* fmt, va_list ap) {
   char buf[2048];
   std::vsnprintf(buf, sizeof buf, fmt, ap);
-  std::fprintf(stderr, "airlock-interpreter: %s: %s\n", level, buf);
+  std::fprintf(stderr, "%s: %s: %s\n", g_program.load(), level, buf);
 }
 }  // namespace
 
-void SetLogVerbose(bool v) { g_verbose = v; }
+void Configure(const char* program, bool verbose) {
+  g_program = program;
+  g_verbose = verbose;
+}
 
 void LogInfo(const char* fmt, ...) {
   va_list ap;
@@ -40,4 +44,4 @@ void LogDebug(const char* fmt, ...) {
   va_end(ap);
 }
 
-}  // namespace airlock::interpreter
+}  // namespace airlock::guest_log
