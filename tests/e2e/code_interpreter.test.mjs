@@ -55,6 +55,8 @@ function pngSize(b64) {
 maybe('the default template is code-interpreter-v1 and state persists within a context, not across', { timeout: 300000 }, async () => {
   const info = await ci.Sandbox.getInfo(sbx.sandboxId, opts)
   assert.equal(info.templateId, 'code-interpreter')
+  // The template's own machine (E2B's shape for it), as no cpuCount/memoryMB was asked for.
+  assert.deepEqual([info.cpuCount, info.memoryMB], [2, 2048])
   let r = await sbx.runCode('x = 41')
   assert.equal(r.error, undefined)
   r = await sbx.runCode('x + 1')

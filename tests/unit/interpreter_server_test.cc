@@ -317,7 +317,8 @@ class InterpreterServer : public ::testing::Test {
     if (!HaveIpykernel()) return;
     dir_ = new std::string(MakeTempDir());
     envd_ = new FakeEnvd();
-    server_ = new Server(*dir_, "", envd_->port());
+    std::ofstream(*dir_ + "/console").flush();  // opened for append, never created
+    server_ = new Server(*dir_, "--console " + *dir_ + "/console", envd_->port());
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -495,6 +496,62 @@ TEST_F(InterpreterServer, RestartClearsStateDeleteForgets) {
   EXPECT_EQ(gone.body, "Context " + ctx + " not found");
   EXPECT_EQ(Call(port(), "DELETE", "/contexts/" + ctx).status, 404);
   EXPECT_EQ(Call(port(), "POST", "/contexts/" + ctx + "/restart").status, 404);
+}
+
+// The line the host takes the template snapshot on, once, after the default
+// python kernel is ready (the fixture waited for /health).
+TEST_F(InterpreterServer, ReadyLineOnTheConsoleOnce) {
+  std::string console;
+  ASSERT_TRUE(WaitFor([&] {
+    std::ifstream f(*dir_ + "/console");
+    console.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    return !console.empty();
+  }, 10s));
+  EXPECT_EQ(console, "airlock-interpreter: ready\n");
+}
+
+// Each kernel's sockets are unix sockets in a directory of its own (0700,
+// the kernel user's; no TCP port), gone with the context.
+TEST_F(InterpreterServer, KernelSocketsAreIpcInAPrivateDirectory) {
+  std::string ctx = NewContext();
+  ASSERT_EQ(MainText(Execute(port(), {{"code", "1 + 1"}, {"context_id", ctx}})), "2");
+  const std::string kdir = *dir_ + "/run/kernel-" + ctx;
+  struct stat st {};
+  ASSERT_EQ(stat(kdir.c_str(), &st), 0) << kdir;
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  std::ifstream conn(kdir + "/connection.json");
+  json info = json::parse(conn, nullptr, false);
+  ASSERT_TRUE(info.is_object());
+  EXPECT_EQ(info.value("transport", ""), "ipc");
+  EXPECT_EQ(info.value("ip", ""), kdir + "/k");
+  for (int port = 1; port <= 5; ++port) {
+    std::string sock = kdir + "/k-" + std::to_string(port);
+    ASSERT_EQ(stat(sock.c_str(), &st), 0) << sock;
+    EXPECT_TRUE(S_ISSOCK(st.st_mode)) << sock;
+  }
+  // None of the kernel's sockets is a TCP one (its socket inodes are in
+  // neither /proc/net/tcp nor tcp6; the test shares its network namespace).
+  int tcp_sockets = 0;
+  std::ifstream all_tcp("/proc/net/tcp");
+  std::string tcp_table((std::istreambuf_iterator<char>(all_tcp)), std::istreambuf_iterator<char>());
+  std::string tcp6_table;
+  {
+    std::ifstream all_tcp6("/proc/net/tcp6");
+    tcp6_table.assign(std::istreambuf_iterator<char>(all_tcp6), std::istreambuf_iterator<char>());
+  }
+  Reply inodes = Execute(
+      port(), {{"code", "import os\n' '.join(os.readlink('/proc/self/fd/' + f)[8:-1] for f in os.listdir('/proc/self/fd') "
+                        "if os.readlink('/proc/self/fd/' + f).startswith('socket:'))"},
+               {"context_id", ctx}});
+  std::stringstream ss(MainText(inodes));
+  std::string inode;
+  while (ss >> inode) {
+    std::string needle = " " + inode + " ";
+    if (tcp_table.find(needle) != std::string::npos || tcp6_table.find(needle) != std::string::npos) ++tcp_sockets;
+  }
+  EXPECT_EQ(tcp_sockets, 0) << MainText(inodes);
+  EXPECT_EQ(Call(port(), "DELETE", "/contexts/" + ctx).status, 200);
+  EXPECT_TRUE(WaitFor([&] { return stat(kdir.c_str(), &st) != 0; }, 10s)) << kdir << " is still there";
 }
 
 TEST_F(InterpreterServer, RequestErrors) {
