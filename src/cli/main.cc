@@ -38,7 +38,7 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  run [options] -- CMD [ARGS...]  run a command in a new microVM sandbox, then destroy it\n"
-    "  image build [--force]           build the guest image (kernel, initramfs, base template)\n"
+    "  image build [--template all]    build the guest images (kernel, initramfs, templates) and their snapshots\n"
     "  doctor                          report what this host has and what it lacks, with fixes\n"
     "  serve [--listen IP:PORT]        run the daemon: E2B-compatible API on one port (default 127.0.0.1:3000)\n"
     "  apikey create --name N | ls | rm ID   manage API keys (printed once, stored hashed)\n"
@@ -91,9 +91,11 @@ int SnapshotTemplates(const std::string& state_dir, const std::vector<std::strin
 
 int CmdImage(const std::string& state_dir, const std::vector<std::string>& args) {
   po::options_description desc("airlock image build [options]");
-  bool force = false, no_snapshot = false;
+  bool force = false, refresh = false, no_snapshot = false;
   std::string agent, tmpl, interpreter, kernels;
   desc.add_options()("help,h", "show this help")("force", po::bool_switch(&force), "rebuild even if cached")(
+      "refresh", po::bool_switch(&refresh),
+      "apt-get update and re-resolve the kernel package (rebuilds the boot files if it changed)")(
       "no-snapshot", po::bool_switch(&no_snapshot),
       "skip the template snapshots (serve then takes them when it starts)")(
       "template", po::value(&tmpl)->default_value("base"), "template to build: base, code-interpreter, or all")(
@@ -104,8 +106,8 @@ int CmdImage(const std::string& state_dir, const std::vector<std::string>& args)
       "directory of the interpreter's kernel files (default: interpreter-kernels beside this binary)");
   if (args.empty() || args[0] != "build") {
     std::fprintf(stderr,
-                 "usage: airlock image build [--force] [--template NAME|all] [--agent PATH] [--interpreter PATH]\n"
-                 "                           [--interpreter-kernels DIR] [--no-snapshot]\n");
+                 "usage: airlock image build [--force] [--refresh] [--template NAME|all] [--agent PATH]\n"
+                 "                           [--interpreter PATH] [--interpreter-kernels DIR] [--no-snapshot]\n");
     return 2;
   }
   po::variables_map vm;
@@ -131,6 +133,7 @@ int CmdImage(const std::string& state_dir, const std::vector<std::string>& args)
     opts.interpreter_kernels_dir =
         kernels.empty() ? BesideSelf("interpreter-kernels", "/usr/lib/airlock/interpreter-kernels") : kernels;
     opts.force = force;
+    opts.refresh = refresh;
     opts.progress = PrintProgress;
     auto t0 = std::chrono::steady_clock::now();
     auto img = image::EnsureImage(opts);
