@@ -71,11 +71,13 @@ void Manager::SweepTemplateSnapshots() {
   for (auto& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
     if (name.find(".tmp-") != std::string::npos || in_use.count(e.path().string())) continue;
+    // Of a current image: kept, in either RAM layout. Managers of both
+    // layouts may share a state dir (a stream-layout bench or test beside
+    // the daemon), and one must not throw away what the other restores
+    // from: the code interpreter's takes the better part of a minute to
+    // make again under TCG. At most one more snapshot per image and shape.
     bool is_current = false;
     for (const auto& p : current) is_current = is_current || name.compare(0, p.size(), p) == 0;
-    // Of the other RAM layout (the setting changed): not made any more.
-    const bool shm = name.size() > 4 && name.compare(name.size() - 4, 4, kSharedMemorySuffix) == 0;
-    if (shm != config_.template_shared_memory) is_current = false;
     if (is_current) continue;
     LOG_INFO("removing template snapshot {} (not of the current build of an image, and nothing is layered on it)",
              e.path().string());

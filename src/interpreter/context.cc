@@ -39,6 +39,11 @@ Status Context::Spawn() {
   KernelLaunch launch;
   launch.argv = s_.table.Argv(spec_, connection_file_);
   launch.env = KernelEnvironment(s_.user, spec_.env);
+  // The python kernel drops stdout/stderr past this per execution
+  // (python_startup.py): a little above our cap, so that we still see the
+  // cap crossed (and say OutputLimitExceeded), while a cell printing faster
+  // than the kernel sends cannot grow it out of memory.
+  launch.env["AIRLOCK_MAX_OUTPUT_BYTES"] = std::to_string(s_.options.max_output_bytes + (size_t{1} << 20));
   launch.cwd = cwd_;
   launch.user = s_.user;
   auto proc = SpawnKernel(launch);

@@ -232,7 +232,7 @@ maybe('10 MB of output arrives complete; far more is cut with a clear error and 
 
 maybe('every execution is an audit record: the code hash and size, language, outcome, output sizes', { timeout: 300000 }, async () => {
   const code = "print('audited')\n6 * 7"
-  await sbx.runCode(code)
+  await sbx.runCode(code, { timeoutMs: 300000 })
   const sha = createHash('sha256').update(code).digest('hex')
   const auditDir = join(dirname(d.db), 'audit')
   const rec = await waitFor(() => {

@@ -12,7 +12,13 @@
 #   - PIL Image.save(path) called from user code also displays the image;
 #   - numpy, pandas and matplotlib.pyplot are imported (not into the user's
 #     namespace), so the template snapshot holds them and a user's first
-#     import is instant.
+#     import is instant;
+#   - stdout/stderr keep at most AIRLOCK_MAX_OUTPUT_BYTES (set by the server,
+#     a little above its own cap) per execution: the rest is dropped in the
+#     kernel. ipykernel buffers what a cell writes until its IOPub thread
+#     sends it; a cell that prints faster than that would otherwise grow the
+#     kernel until the guest kills it, before the server has seen enough to
+#     cut the stream (OutputLimitExceeded) and interrupt the cell.
 
 
 def _airlock_startup(file):
@@ -95,6 +101,30 @@ def _airlock_startup(file):
         pass
     except Exception:
         log_failure("pandas")
+
+    try:
+        limit = int(os.environ.get("AIRLOCK_MAX_OUTPUT_BYTES", "0"))
+        if limit > 0:
+            written = [0]
+
+            def reset(*_):
+                written[0] = 0
+
+            def bounded(stream):
+                original_write = stream.write
+
+                def write(text):
+                    if written[0] > limit:
+                        return len(text)  # dropped: over the cap
+                    written[0] += len(text)
+                    return original_write(text)
+                return write
+
+            ip.events.register("pre_execute", reset)
+            for stream in (sys.stdout, sys.stderr):
+                stream.write = bounded(stream)
+    except Exception:
+        log_failure("bounding stdout/stderr")
 
     try:
         import base64
