@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "agent/auth.h"
 #include "agent/log.h"
@@ -50,6 +52,22 @@ Agent::Agent(asio::io_context& io, AgentOptions options)
 
 Agent::~Agent() = default;
 
+StatusOr<TemplateDefaults> ParseTemplateDefaults(std::string_view text) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument("template defaults are not a JSON object");
+  TemplateDefaults d;
+  if (auto it = j.find("user"); it != j.end()) {
+    if (!it->is_string()) return InvalidArgument("\"user\" must be a string");
+    d.user = it->get<std::string>();
+  }
+  if (auto it = j.find("workdir"); it != j.end()) {
+    if (!it->is_string()) return InvalidArgument("\"workdir\" must be a string");
+    d.workdir = it->get<std::string>();
+    if (!d.workdir.empty() && d.workdir[0] != '/') return InvalidArgument("\"workdir\" must be an absolute path");
+  }
+  return d;
+}
+
 // The agent outside every limit it sets: processes it starts go to leaf
 // cgroups below <cgroup_root>/commands, and the OOM killer never picks the
 // agent (PID 1 is exempt anyway; this covers --init off PID 1). A failed
@@ -87,6 +105,20 @@ void Agent::SetupCgroups() {
 }
 
 Status Agent::Start() {
+  if (!options_.template_defaults.empty()) {
+    std::ifstream f(options_.template_defaults);
+    if (f) {
+      std::stringstream ss;
+      ss << f.rdbuf();
+      auto d = ParseTemplateDefaults(ss.str());
+      if (!d.ok()) {
+        LogError("%s: %s (ignored)", options_.template_defaults.c_str(), d.status().message().c_str());
+      } else {
+        if (!d->user.empty()) default_user_ = d->user;
+        default_workdir_ = d->workdir;
+      }
+    }
+  }
   SetupCgroups();
   ReapChildren();  // arms the SIGCHLD wait and collects anything already dead
   RETURN_IF_ERROR(server_.Listen(options_.listen, "0.0.0.0"));

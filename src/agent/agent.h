@@ -41,7 +41,21 @@ struct AgentOptions {
   std::chrono::milliseconds body_idle_timeout{std::chrono::minutes(5)};
   // Where the template's service declarations are (services.h); "" = none.
   std::string services_dir = "/etc/airlock/services";
+  // A custom template's defaults (src/templates, written by its build's
+  // finalize step): {"user": NAME, "workdir": ABSOLUTE PATH}, either
+  // optional. "user" replaces default_user; "workdir" is the cwd of a
+  // process started without one (else the user's home). "" or a missing
+  // file: none. An unreadable file is logged and ignored.
+  std::string template_defaults = "/etc/airlock/template.json";
 };
+
+// Reads AgentOptions::template_defaults into `options` (default_user,
+// default_workdir). InvalidArgument naming the field when it is malformed.
+struct TemplateDefaults {
+  std::string user;
+  std::string workdir;
+};
+StatusOr<TemplateDefaults> ParseTemplateDefaults(std::string_view json);
 
 inline constexpr const char* kChildPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 inline constexpr size_t kMaxRequestBody = 1 << 20;
@@ -88,6 +102,8 @@ class Agent {
     for (const auto& [k, v] : envs) env_vars_[k] = v;
   }
   void SetDefaultUser(std::string user) { default_user_ = std::move(user); }
+  // The cwd of a process started without one ("" = the user's home).
+  const std::string& default_workdir() const { return default_workdir_; }
 
  private:
   void Handle(std::shared_ptr<http::Conn> s);
@@ -105,6 +121,7 @@ class Agent {
   std::string access_token_;
   std::map<std::string, std::string> env_vars_;
   std::string default_user_;
+  std::string default_workdir_;
 };
 
 // Handlers (one file each).

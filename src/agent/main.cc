@@ -1,7 +1,7 @@
 // airlock-agent: the guest's PID 1 and its envd-compatible API server.
 //
 //   airlock-agent [--listen IP:PORT] [--init] [--root-prefix DIR]
-//                 [--default-user NAME] [--services-dir DIR] [--verbose]
+//                 [--default-user NAME] [--services-dir DIR] [--template-defaults FILE] [--verbose]
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -28,6 +28,8 @@ void Usage() {
                "  --root-prefix DIR    read DIR/etc/passwd and DIR/etc/group for users (tests)\n"
                "  --default-user NAME  user when a request names none (default: user)\n"
                "  --services-dir DIR   service declarations to start (default /etc/airlock/services; \"\" = none)\n"
+               "  --template-defaults FILE  a custom template's default user and workdir (default\n"
+               "                       /etc/airlock/template.json; \"\" = none)\n"
                "  --verbose            debug logging\n");
 }
 
@@ -53,6 +55,7 @@ int main(int argc, char** argv) {
     else if (a == "--root-prefix") opts.root_prefix = value("--root-prefix");
     else if (a == "--default-user") opts.default_user = value("--default-user");
     else if (a == "--services-dir") opts.services_dir = value("--services-dir");
+    else if (a == "--template-defaults") opts.template_defaults = value("--template-defaults");
     else if (a == "--verbose") opts.verbose = true;
     else if (a == "--help" || a == "-h") {
       Usage();

@@ -118,6 +118,9 @@ void Start(Agent& agent, std::shared_ptr<http::Conn> s) {
         return RespondStreamStatus(*s, InvalidArgument("cwd '" + *cwd + "' does not exist"));
       }
       sp.cwd = *cwd;
+    } else if (!agent.default_workdir().empty() && stat(agent.default_workdir().c_str(), &st) == 0 &&
+               S_ISDIR(st.st_mode)) {
+      sp.cwd = agent.default_workdir();  // a custom template's WORKDIR
     } else {
       sp.cwd = (stat(user->home.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) ? user->home : "/";
     }

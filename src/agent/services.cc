@@ -1,9 +1,13 @@
 #include "agent/services.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -19,9 +23,19 @@ namespace {
 constexpr auto kYoung = std::chrono::seconds(60);
 }  // namespace
 
+std::string ServiceReadyLine(std::string_view name) {
+  return "airlock-agent: service " + std::string(name) + " ready";
+}
+std::string ServiceFailedLine(std::string_view name) {
+  return "airlock-agent: service " + std::string(name) + " ended before ready:";
+}
+
 struct ServiceSupervisor::Running {
-  explicit Running(asio::io_context& io) : restart(io) {}
+  explicit Running(asio::io_context& io) : restart(io), ready_timer(io) {}
   asio::steady_timer restart;
+  asio::steady_timer ready_timer;
+  bool ready = false;          // its ready_cmd exited 0 once (this boot)
+  bool ready_running = false;  // a ready_cmd is running now
   std::chrono::steady_clock::time_point started;
   int quick_deaths = 0;
   bool running = false;
@@ -50,6 +64,10 @@ StatusOr<ServiceSpec> ParseServiceSpec(std::string_view text, std::string_view f
       }
       (std::string_view(key) == "user" ? s.user : s.cwd) = it->get<std::string>();
     }
+  }
+  if (auto it = j.find("ready_cmd"); it != j.end()) {
+    if (!it->is_string()) return InvalidArgument("\"ready_cmd\" must be a string");
+    s.ready_cmd = it->get<std::string>();
   }
   if (auto it = j.find("env"); it != j.end()) {
     if (!it->is_object()) return InvalidArgument("\"env\" must be an object of strings");
@@ -103,8 +121,9 @@ void ServiceSupervisor::Start() {
   if (specs_.empty()) return;
   for (size_t i = 0; i < specs_.size(); ++i) state_.push_back(std::make_unique<Running>(agent_.io()));
   agent_.processes().SetOnFinished(
-      [this](pid_t, const std::optional<std::string>& tag, const envd::EndEvent&) {
-        if (tag && tag->rfind(kServiceTagPrefix, 0) == 0) OnFinished(*tag);
+      [this](pid_t, const std::optional<std::string>& tag, const envd::EndEvent& end) {
+        if (tag && (tag->rfind(kServiceTagPrefix, 0) == 0 || tag->rfind(kServiceReadyTagPrefix, 0) == 0))
+          OnFinished(*tag, end);
       });
   for (size_t i = 0; i < specs_.size(); ++i) Launch(i);
 }
@@ -133,14 +152,66 @@ void ServiceSupervisor::Launch(size_t i) {
   st.running = true;
   st.started = std::chrono::steady_clock::now();
   LogInfo("service %s started (pid %d)", spec.name.c_str(), (*proc)->pid());
+  if (!spec.ready_cmd.empty() && !st.ready && !st.ready_running) PollReady(i);
 }
 
-void ServiceSupervisor::OnFinished(const std::string& tag) {
+void ServiceSupervisor::Announce(const std::string& line) {
+  LogInfo("%s", line.c_str());
+  int fd = ::open(kServiceConsole, O_WRONLY | O_NOCTTY | O_CLOEXEC | O_APPEND);
+  if (fd < 0) return LogError("open %s: %s", kServiceConsole, std::strerror(errno));
+  std::string text = line + "\n";
+  if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+    LogError("write %s: %s", kServiceConsole, std::strerror(errno));
+  ::close(fd);
+}
+
+void ServiceSupervisor::PollReady(size_t i) {
+  const ServiceSpec& spec = specs_[i];
+  Running& st = *state_[i];
+  if (st.ready) return;
+  auto again = [this, i, &st] {
+    st.ready_timer.expires_after(kReadyPollInterval);
+    st.ready_timer.async_wait([this, i](boost::system::error_code ec) {
+      if (!ec) PollReady(i);
+    });
+  };
+  auto user = agent_.LoadUsers().Lookup(spec.user);
+  if (!user.ok()) return again();
+  SpawnRequest sp = agent_.SpawnAs(*user);
+  for (const auto& [k, v] : spec.env) sp.env[k] = v;
+  sp.cwd = spec.cwd;
+  sp.start.process.cmd = "/bin/bash";
+  sp.start.process.args = {"-l", "-c", spec.ready_cmd};
+  sp.start.tag = std::string(kServiceReadyTagPrefix) + spec.name;
+  auto proc = agent_.processes().Spawn(std::move(sp));
+  if (!proc.ok()) {
+    LogError("service %s: ready check: %s", spec.name.c_str(), proc.status().ToString().c_str());
+    return again();
+  }
+  st.ready_running = true;
+}
+
+void ServiceSupervisor::OnFinished(const std::string& tag, const envd::EndEvent& end) {
   for (size_t i = 0; i < specs_.size(); ++i) {
+    if (tag == kServiceReadyTagPrefix + specs_[i].name) {
+      Running& st = *state_[i];
+      st.ready_running = false;
+      if (end.exited && end.exit_code == 0) {
+        st.ready = true;
+        Announce(ServiceReadyLine(specs_[i].name));
+        return;
+      }
+      st.ready_timer.expires_after(kReadyPollInterval);
+      st.ready_timer.async_wait([this, i](boost::system::error_code ec) {
+        if (!ec) PollReady(i);
+      });
+      return;
+    }
     if (tag != kServiceTagPrefix + specs_[i].name) continue;
     Running& st = *state_[i];
     if (!st.running) return;
     st.running = false;
+    if (!specs_[i].ready_cmd.empty() && !st.ready) Announce(ServiceFailedLine(specs_[i].name) + " " + end.status);
     bool young = std::chrono::steady_clock::now() - st.started < kYoung;
     st.quick_deaths = young ? st.quick_deaths + 1 : 1;
     auto wait = Backoff(st.quick_deaths);

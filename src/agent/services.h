@@ -12,6 +12,15 @@
 // "airlock-service:<name>", so `commands.list()` shows it; its output is
 // read and dropped (a service that wants a log writes one).
 //
+// Readiness (a custom template's start command, src/templates): with
+// "ready_cmd", the agent runs `/bin/bash -l -c <ready_cmd>` as the service's
+// user, in its cwd and env, every kReadyPollInterval from the service's
+// start until it exits 0, then writes ServiceReadyLine(name) on the console
+// (once per boot). Each time the service ends before that, it writes
+// ServiceFailedLine(name) + " <status>". The host waits for either line
+// before it takes the template's memory snapshot (no TCP is needed to
+// know; docs/templates.md).
+//
 // Restart: after an exit, wait 1 s, doubling up to 30 s while it keeps dying
 // within 60 s of its start; a run longer than that resets the wait.
 // Errors: a declaration that does not parse is logged and skipped; the
@@ -28,6 +37,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "envd/messages.h"
 
 namespace airlock::agent {
 
@@ -36,12 +46,22 @@ class Agent;
 inline constexpr char kServicesDir[] = "/etc/airlock/services";
 inline constexpr char kServiceTagPrefix[] = "airlock-service:";
 
+inline constexpr char kServiceReadyTagPrefix[] = "airlock-service-ready:";
+inline constexpr std::chrono::milliseconds kReadyPollInterval{1000};
+inline constexpr char kServiceConsole[] = "/dev/console";
+
+// The console lines of readiness: "airlock-agent: service <name> ready" and
+// "airlock-agent: service <name> ended before ready:" (+ " <status>").
+std::string ServiceReadyLine(std::string_view name);
+std::string ServiceFailedLine(std::string_view name);
+
 struct ServiceSpec {
   std::string name;
   std::vector<std::string> argv;
   std::string user = "root";
   std::string cwd = "/";
   std::map<std::string, std::string> env;
+  std::string ready_cmd;  // "": no readiness line
 };
 
 // Parses one declaration. InvalidArgument naming what is wrong.
@@ -63,7 +83,9 @@ class ServiceSupervisor {
  private:
   struct Running;
   void Launch(size_t index);
-  void OnFinished(const std::string& tag);
+  void OnFinished(const std::string& tag, const envd::EndEvent& end);
+  void PollReady(size_t index);
+  void Announce(const std::string& line);
 
   Agent& agent_;
   std::vector<ServiceSpec> specs_;

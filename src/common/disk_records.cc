@@ -9,7 +9,7 @@ std::vector<std::string> DiskRecordFiles(const std::string& state_dir, bool with
   std::vector<std::string> records;
   std::error_code ec;
   for (auto& e : fs::directory_iterator(state_dir + "/run", ec)) records.push_back(e.path().string() + "/vm/vm.json");
-  for (const char* kind : {"paused", "forks", "named", "checkpoints", "templates"}) {
+  for (const char* kind : {"paused", "forks", "named", "checkpoints", "templates", "layers"}) {
     if (std::string(kind) == "templates" && !with_template_snapshots) continue;
     for (auto& e : fs::directory_iterator(state_dir + "/snapshots/" + kind, ec))
       records.push_back(e.path().string() + "/manifest.json");

@@ -36,6 +36,7 @@ std::string TokenHeld(const BringUpPlan& plan) {
     case MachineSource::kColdBoot:
     case MachineSource::kTemplateSnapshot:
     case MachineSource::kParked:
+    case MachineSource::kDiskLayer:
       return "";
     case MachineSource::kNamedSnapshot:
     case MachineSource::kForkSnapshot:
@@ -57,6 +58,7 @@ AgentInitRequest InitRequest(const BringUpPlan& plan, const std::string& ip) {
     case MachineSource::kColdBoot:
     case MachineSource::kTemplateSnapshot:
     case MachineSource::kParked:
+    case MachineSource::kDiskLayer:
       return {ip, "", plan.access_token, plan.env_vars, plan.id};
     case MachineSource::kNamedSnapshot:
     case MachineSource::kForkSnapshot: {
@@ -126,6 +128,8 @@ std::string_view MachineSourceName(MachineSource s) {
       return "warm pool";
     case MachineSource::kCheckpoint:
       return "checkpoint";
+    case MachineSource::kDiskLayer:
+      return "disk layer";
   }
   return "unknown";
 }
@@ -331,6 +335,10 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
         v = runtime_->Restore(req, plan.snapshot_dir, SnapshotDisk::kPrivateCopy);
         from_snapshot = true;
         break;
+      case MachineSource::kDiskLayer:
+        v = runtime_->Restore(req, plan.snapshot_dir, SnapshotDisk::kPrivateCopy, /*memory=*/false);
+        booted = true;
+        break;
     }
     if (!v.ok()) return v.status();
     vm = v->get();
@@ -361,7 +369,7 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
     // are up before the sandbox is handed out, as in one restored from the
     // template snapshot, where they were running when it was taken.
     if (booted) {
-      if (auto marker = image::ReadinessOf(plan.template_name).console_marker; !marker.empty()) {
+      if (auto marker = image::ReadinessOf(plan.template_name, config_.state_dir).console_marker; !marker.empty()) {
         while (!vm->ConsoleContains(marker)) {
           if (!vm->alive()) return Unavailable("the VMM exited before \"" + marker + "\"; console:\n" + vm->ConsoleTail());
           if (std::chrono::steady_clock::now() > deadline) {

@@ -67,6 +67,9 @@ enum class MachineSource {
   // same id, token, run dir, and its network kept (the steps "network" and
   // "egress" are skipped; the old VMM is gone, the netns, IP and policy stay).
   kCheckpoint,
+  // A disk-only snapshot (a custom template's build layer, disk_layers.cc):
+  // the image's kernel boots on a private copy of its disk.
+  kDiskLayer,
 };
 std::string_view MachineSourceName(MachineSource s);
 

@@ -467,6 +467,22 @@ class Manager {
   // and options.timeout as its TTL.
   StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Fork(const std::string& id, int count,
                                                                  const ForkOptions& options = {});
+  // Custom template builds (disk_layers.cc; src/templates, docs/templates.md):
+  // layers are disk-only snapshots under layers_dir(). SaveDiskLayer writes
+  // running sandbox `id`'s disk (everything it wrote since it started, over
+  // its backing) into `dir` (new; committed by rename, nothing left on
+  // failure) and the sandbox runs on. CreateOnDiskLayer boots the image's
+  // kernel on a private copy of a layer's disk (the layer's machine shape).
+  StatusOr<VmSnapshotInfo> SaveDiskLayer(const std::string& id, const std::string& dir);
+  StatusOr<std::shared_ptr<Sandbox>> CreateOnDiskLayer(const std::string& dir, const CreateOptions& options);
+  // The layer's disk-backing chain (its disk's backing file, and theirs, for
+  // a garbage collector to know what it needs); FailedPrecondition when it
+  // is not a complete disk-only snapshot.
+  StatusOr<SnapshotShape> ReadDiskLayer(const std::string& dir) const;
+  Status DeleteDiskLayer(const std::string& dir) const;
+  // The layer's whole disk as one raw image at `out` (SnapshotStore::ExportDisk).
+  Status ExportDiskLayer(const std::string& dir, const std::string& out) const;
+  std::string layers_dir() const { return config_.state_dir + "/snapshots/layers"; }
   // Named snapshots (named_snapshots.cc): a checkpoint of running sandbox
   // `id` (it keeps running) kept until deleted; `name` optional, unique.
   // Create(template_name = its id or name) starts a sandbox from it.

@@ -8,38 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/hex.h"
+#include "core/sqlite_stmt.h"
 #include "image/hash.h"
 
 namespace airlock {
 namespace {
-
-// One prepared statement; finalized on scope exit.
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
-  ~Stmt() { sqlite3_finalize(s_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-  bool ok() const { return rc_ == SQLITE_OK; }
-  Stmt& Bind(int i, const std::string& v) {
-    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& Bind(int i, int64_t v) {
-    sqlite3_bind_int64(s_, i, v);
-    return *this;
-  }
-  int Step() { return sqlite3_step(s_); }
-  std::string Text(int col) const {
-    auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, col));
-    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(s_, col))) : std::string();
-  }
-  int64_t Int(int col) const { return sqlite3_column_int64(s_, col); }
-
- private:
-  sqlite3_stmt* s_ = nullptr;
-  int rc_ = SQLITE_ERROR;
-};
 
 std::string MapToJson(const std::map<std::string, std::string>& m) { return nlohmann::json(m).dump(); }
 

@@ -87,6 +87,18 @@ void Manager::SweepTemplateSnapshots() {
 
 bool Manager::TemplateSnapshotUsable(const std::string& dir) const { return runtime_->snapshots().Read(dir).ok(); }
 
+namespace {
+// The console line holding `needle` (the last one), without its newline.
+std::string ConsoleLineWith(const std::string& tail, const std::string& needle) {
+  size_t at = tail.rfind(needle);
+  if (at == std::string::npos) return needle;
+  size_t end = tail.find('\n', at);
+  std::string line = tail.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  while (!line.empty() && (line.back() == '\r')) line.pop_back();
+  return line;
+}
+}  // namespace
+
 Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib) {
   ASSIGN_OR_RETURN(auto img, image::FindImage(config_.state_dir, template_name));
   ASSIGN_OR_RETURN(const std::string dir, TemplateSnapshotDir(img, vcpus, memory_mib));
@@ -140,10 +152,15 @@ Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcp
     RETURN_IF_ERROR(ready.WithContext("agent ready"));
     // The template's own services (the code interpreter's warm kernel):
     // ready by a console line, still before any TCP (image::ReadinessOf).
-    if (auto marker = image::ReadinessOf(template_name).console_marker; !marker.empty()) {
+    const image::TemplateReadiness readiness = image::ReadinessOf(template_name, config_.state_dir);
+    if (const std::string& marker = readiness.console_marker; !marker.empty()) {
       auto deadline = std::chrono::steady_clock::now() + kTemplateServiceReadyTimeout;
       while (!vm->ConsoleContains(marker)) {
         if (!vm->alive()) return Unavailable("the VMM exited before \"" + marker + "\": " + vm->ConsoleTail());
+        if (!readiness.console_failure.empty() && vm->ConsoleContains(readiness.console_failure)) {
+          return FailedPrecondition("start command failed before it was ready: " +
+                                    ConsoleLineWith(vm->ConsoleTail(), readiness.console_failure));
+        }
         if (template_cancel_.load()) return Unavailable("the daemon is stopping");
         if (std::chrono::steady_clock::now() > deadline) {
           return DeadlineExceeded("no \"" + marker + "\" on the console within " +

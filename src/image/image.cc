@@ -67,6 +67,9 @@ Status ValidTemplateName(const std::string& name) {
 struct Pointer {
   std::string id, boot_key, rootfs_key, base_key, previous_rootfs_key, boot_local, kernel_name,
       kernel_version, kernel_release;
+  // A custom template build's (InstallBuiltImage); empty/0 for built-ins.
+  std::string console_marker, console_failure;
+  int vcpus = 0, memory_mib = 0;
 };
 
 StatusOr<Pointer> ReadPointer(const Layout& l, const std::string& name) {
@@ -96,6 +99,10 @@ StatusOr<Pointer> ReadPointer(const Layout& l, const std::string& name) {
   p.kernel_name = get("kernel_package");
   p.kernel_version = get("kernel_version");
   p.kernel_release = get("kernel_release");
+  p.console_marker = get("console_marker");
+  p.console_failure = get("console_failure");
+  if (j.contains("vcpus") && j["vcpus"].is_number_integer()) p.vcpus = j["vcpus"].get<int>();
+  if (j.contains("memory_mib") && j["memory_mib"].is_number_integer()) p.memory_mib = j["memory_mib"].get<int>();
   if (p.id.empty() || p.boot_key.empty() || p.rootfs_key.empty() || p.kernel_release.empty()) {
     return NotFound(path + " is incomplete (run: airlock image build)");
   }
@@ -114,6 +121,10 @@ Status WritePointer(const Layout& l, const std::string& name, const Pointer& p) 
             {"kernel_version", p.kernel_version},
             {"kernel_release", p.kernel_release},
             {"builder_version", kBuilderVersion}};
+  if (!p.console_marker.empty()) j["console_marker"] = p.console_marker;
+  if (!p.console_failure.empty()) j["console_failure"] = p.console_failure;
+  if (p.vcpus > 0) j["vcpus"] = p.vcpus;
+  if (p.memory_mib > 0) j["memory_mib"] = p.memory_mib;
   return WriteFileAtomic(l.pointer(name), j.dump(2) + "\n");
 }
 
@@ -288,14 +299,80 @@ bool TemplateHasInterpreter(const std::string& template_name) {
   return CanonicalTemplateName(template_name) == "code-interpreter";
 }
 
-TemplateReadiness ReadinessOf(const std::string& template_name) {
-  if (TemplateHasInterpreter(template_name)) return {kInterpreterReadyMarker};
+namespace {
+// The pointer of a template that is not built in (nullopt for built-ins and
+// when there is none).
+std::optional<Pointer> CustomPointer(const std::string& template_name, const std::string& state_dir) {
+  if (state_dir.empty()) return std::nullopt;
+  const std::string name = CanonicalTemplateName(template_name);
+  if (std::find(KnownTemplates().begin(), KnownTemplates().end(), name) != KnownTemplates().end()) return std::nullopt;
+  if (!ValidTemplateName(name).ok()) return std::nullopt;
+  auto p = ReadPointer(LayoutFor(state_dir), name);
+  if (!p.ok()) return std::nullopt;
+  return *p;
+}
+}  // namespace
+
+TemplateReadiness ReadinessOf(const std::string& template_name, const std::string& state_dir) {
+  if (TemplateHasInterpreter(template_name)) return {kInterpreterReadyMarker, ""};
+  if (auto p = CustomPointer(template_name, state_dir)) return {p->console_marker, p->console_failure};
   return {};
 }
 
-std::optional<MachineShape> DefaultShapeOf(const std::string& template_name) {
+std::optional<MachineShape> DefaultShapeOf(const std::string& template_name, const std::string& state_dir) {
   if (TemplateHasInterpreter(template_name)) return MachineShape{2, 2048};
+  if (auto p = CustomPointer(template_name, state_dir); p && p->vcpus > 0 && p->memory_mib > 0)
+    return MachineShape{p->vcpus, p->memory_mib};
   return std::nullopt;
+}
+
+bool HasBuiltRootfs(const std::string& state_dir, const std::string& id) {
+  auto abs = AbsolutePath(state_dir);
+  Layout l = LayoutFor(abs.ok() ? *abs : state_dir);
+  return Exists(l.rootfs(id) + "/rootfs.ext4");
+}
+
+StatusOr<GuestImage> InstallBuiltImage(const std::string& state_dir, const BuiltImage& b) {
+  RETURN_IF_ERROR(ValidTemplateName(b.name));
+  if (b.id.size() != 20 || b.id.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return InvalidArgument("built image id must be 20 hex digits");
+  auto abs = AbsolutePath(state_dir);
+  Layout l = LayoutFor(abs.ok() ? *abs : state_dir);
+  ASSIGN_OR_RETURN(UniqueFd lock, LockFile(l.lock(), [] {}));
+  ASSIGN_OR_RETURN(Pointer base, ReadPointer(l, "base"));
+  const std::string dest = l.rootfs(b.id);
+  if (Exists(dest + "/rootfs.ext4")) {
+    if (!b.rootfs.empty()) ::unlink(b.rootfs.c_str());
+  } else {
+    if (b.rootfs.empty()) return NotFound("no rootfs for built image " + b.id);
+    RETURN_IF_ERROR(BuildInto(l, dest, [&](const std::string&, const std::string& out) -> Status {
+      if (::rename(b.rootfs.c_str(), (out + "/rootfs.ext4").c_str()) != 0) return ErrnoError("rename " + b.rootfs);
+      return OkStatus();
+    }));
+  }
+  Pointer p;
+  p.id = b.id;
+  p.boot_key = base.boot_key;
+  p.rootfs_key = b.id;
+  p.boot_local = base.boot_local;
+  p.kernel_name = base.kernel_name;
+  p.kernel_version = base.kernel_version;
+  p.kernel_release = base.kernel_release;
+  p.console_marker = b.readiness.console_marker;
+  p.console_failure = b.readiness.console_failure;
+  p.vcpus = b.shape.vcpus;
+  p.memory_mib = b.shape.memory_mib;
+  RETURN_IF_ERROR(MakeDirs(l.templates()));
+  RETURN_IF_ERROR(WritePointer(l, b.name, p));
+  return ImageFrom(l, b.name, p);
+}
+
+Status RemoveTemplateImage(const std::string& state_dir, const std::string& name) {
+  RETURN_IF_ERROR(ValidTemplateName(name));
+  auto abs = AbsolutePath(state_dir);
+  Layout l = LayoutFor(abs.ok() ? *abs : state_dir);
+  if (::unlink(l.pointer(name).c_str()) != 0 && errno != ENOENT) return ErrnoError("unlink " + l.pointer(name));
+  return OkStatus();
 }
 
 StatusOr<std::vector<std::string>> TemplatePackages(const std::string& template_name) {

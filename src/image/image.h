@@ -114,10 +114,17 @@ inline constexpr uint16_t kInterpreterPort = 49999;
 // handshake (docs/snapshots.md "Fresh before the first TCP"), so the server
 // talks to its kernels over unix sockets too.
 inline constexpr char kInterpreterReadyMarker[] = "airlock-interpreter: ready";
+//
+// A custom template (src/templates) keeps its own in its pointer file
+// (InstallBuiltImage): the agent's ready line of its start command, and
+// the line that says the start command ended before it was ready
+// (console_failure); `state_dir` is where to look for it ("" = built-in
+// templates only).
 struct TemplateReadiness {
   std::string console_marker;
+  std::string console_failure;  // "" = none; seen first: the start command failed
 };
-TemplateReadiness ReadinessOf(const std::string& template_name);
+TemplateReadiness ReadinessOf(const std::string& template_name, const std::string& state_dir = "");
 
 // The machine a create of the template gets when it names none (E2B's create
 // carries no cpuCount/memoryMB: a template brings its own). `code-interpreter`
@@ -129,6 +136,28 @@ struct MachineShape {
   int vcpus = 0;
   int memory_mib = 0;
 };
-std::optional<MachineShape> DefaultShapeOf(const std::string& template_name);
+// A custom template's is its build's cpuCount/memoryMB (from its pointer
+// file, under `state_dir`).
+std::optional<MachineShape> DefaultShapeOf(const std::string& template_name, const std::string& state_dir = "");
+
+// A custom template build's guest image (src/templates): `rootfs` (a raw
+// ext4 file the caller made, moved into images/rootfs/<id>/) with the
+// kernel and initramfs of the current `base` image, under the template
+// name `name` ([a-z0-9_-], at most 64). `id` (20 hex digits) names the
+// rootfs build: an existing one with the same id is reused and `rootfs` is
+// removed. Errors: NotFound when base has no image; errno statuses.
+struct BuiltImage {
+  std::string name;
+  std::string id;
+  std::string rootfs;
+  TemplateReadiness readiness;
+  MachineShape shape;
+};
+StatusOr<GuestImage> InstallBuiltImage(const std::string& state_dir, const BuiltImage& built);
+// Whether a rootfs with this id is installed already (a cached build).
+bool HasBuiltRootfs(const std::string& state_dir, const std::string& id);
+// Removes a template's pointer file (its builds go with the next
+// CollectGarbage, once no sandbox or snapshot needs them). OK when absent.
+Status RemoveTemplateImage(const std::string& state_dir, const std::string& name);
 
 }  // namespace airlock::image

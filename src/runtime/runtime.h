@@ -120,6 +120,16 @@ class SnapshotStore {
   // another build is never restored over this one). An errno status when the
   // file cannot be read.
   virtual StatusOr<std::string> ImageStamp(const std::string& path) const = 0;
+  // Writes the whole disk of the snapshot in `dir` (its layer and every disk
+  // under it, as the store recorded them, never as a disk file's own header
+  // names them) as one raw, sparse image at `out` (a new file): how a custom
+  // template build's last layer becomes a template rootfs. Read's errors;
+  // Internal with the tool's output when the copy fails; ResourceExhausted
+  // when the disk is full. Unimplemented where the backend cannot.
+  virtual Status ExportDisk(const std::string& dir, const std::string& out) const {
+    (void)dir, (void)out;
+    return Unimplemented("this runtime cannot export snapshot disks");
+  }
 };
 
 // One running microVM. Destroy() stops the VMM (its process is gone when it

@@ -252,7 +252,7 @@ void Server::Stop() {
 
 image::MachineShape Server::DefaultShapeFor(const std::string& template_name) const {
   image::MachineShape shape{config_.default_vcpus, config_.default_memory_mib};
-  if (auto own = image::DefaultShapeOf(template_name)) {
+  if (auto own = image::DefaultShapeOf(template_name, config_.manager.state_dir)) {
     shape.vcpus = std::min(own->vcpus, config_.max_vcpus);
     shape.memory_mib = std::min(own->memory_mib, config_.max_memory_mib);
   }

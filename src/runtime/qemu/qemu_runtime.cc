@@ -66,6 +66,9 @@ class QemuSnapshotStore final : public SnapshotStore {
   Status Delete(const std::string& dir) const override { return DeleteSnapshot(dir); }
   Status DropMemory(const std::string& dir) const override { return DropSnapshotMemory(dir); }
   StatusOr<std::string> ImageStamp(const std::string& path) const override { return FileStamp(path); }
+  Status ExportDisk(const std::string& dir, const std::string& out) const override {
+    return ExportSnapshotDisk(dir, out);
+  }
 };
 
 class QemuRuntime final : public Runtime {

@@ -33,6 +33,7 @@
 #include "common/file_util.h"
 #include "common/hex.h"
 #include "common/log.h"
+#include "common/subprocess.h"
 #include "runtime/qemu/migration_stream.h"
 #include "runtime/qemu/qemu_vm.h"
 
@@ -557,6 +558,37 @@ StatusOr<std::vector<std::string>> DiskChain(const std::string& backing, const s
     fmt = m.disk_backing_format;
   }
   return FailedPrecondition("disk chain of " + backing + " is longer than 64 disks");
+}
+
+Status ExportSnapshotDisk(const std::string& dir, const std::string& out, const std::string& qemu_img) {
+  ASSIGN_OR_RETURN(SnapshotManifest m, ReadSnapshot(dir));
+  const std::string top = fs::absolute(dir + "/" + m.disk_file).string();
+  ASSIGN_OR_RETURN(std::vector<std::string> below, DiskChain(m.disk_backing, m.disk_backing_format));
+  std::vector<std::string> chain = {top};
+  chain.insert(chain.end(), below.begin(), below.end());
+  // Every qcow2 of the chain: no external data file (it would be opened as
+  // named by the header).
+  for (size_t i = 0; i + 1 < chain.size(); ++i) {
+    ASSIGN_OR_RETURN(std::string info, RunChecked({qemu_img, "info", "-U", "--output=json", "-f", "qcow2", chain[i]}));
+    auto j = nlohmann::json::parse(info, nullptr, false);
+    if (j.is_discarded()) return Internal("qemu-img info " + chain[i] + ": not JSON");
+    if (j.contains("format-specific") && j["format-specific"].is_object() &&
+        j["format-specific"].value("data", nlohmann::json::object()).contains("data-file"))
+      return FailedPrecondition("export " + dir + ": " + chain[i] + " has an external data file");
+  }
+  // The graph from the bottom (raw) up.
+  nlohmann::json node = {{"driver", "raw"}, {"file", {{"driver", "file"}, {"filename", chain.back()}}}};
+  for (size_t i = chain.size() - 1; i-- > 0;) {
+    node = {{"driver", "qcow2"}, {"file", {{"driver", "file"}, {"filename", chain[i]}}}, {"backing", node}};
+  }
+  auto r = RunChecked({qemu_img, "convert", "-U", "-O", "raw", "json:" + node.dump(), out});
+  if (!r.ok()) {
+    ::unlink(out.c_str());
+    if (r.status().message().find("No space left") != std::string::npos)
+      return ResourceExhausted("export " + dir + ": " + r.status().message());
+    return r.status().WithContext("export " + dir);
+  }
+  return OkStatus();
 }
 
 // ---- QemuVm ---------------------------------------------------------------------

@@ -186,6 +186,11 @@ Status DropSnapshotMemory(const std::string& dir);
 // to the raw template. FailedPrecondition for a qcow2 that is not a
 // snapshot's disk or an unreadable manifest; at most 64 disks.
 StatusOr<std::vector<std::string>> DiskChain(const std::string& backing, const std::string& format);
+// SnapshotStore::ExportDisk: `qemu-img convert -O raw` of the snapshot's
+// disk over the chain DiskChain records, spelled out as a json: block graph
+// (so no backing file named by a qcow2 header, which a VMM wrote, is
+// opened); a qcow2 with an external data file is refused.
+Status ExportSnapshotDisk(const std::string& dir, const std::string& out, const std::string& qemu_img = "qemu-img");
 
 // CRC-32 (zlib) of a guest RAM file, independent of how the filesystem lays
 // it out: over every 4 KiB page that is not all zeros, its page index

@@ -1,0 +1,656 @@
+#include "templates/builder.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "core/manager.h"
+#include "core/registry.h"
+#include "egress/policy.h"
+#include "image/hash.h"
+#include "image/image.h"
+
+namespace airlock::templates {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// The agent's readiness lines of the "start" service (agent/services.h
+// ServiceReadyLine/ServiceFailedLine; tests/unit/templates_test.cc checks
+// they agree).
+constexpr char kStartReadyLine[] = "airlock-agent: service start ready";
+constexpr char kStartFailedLine[] = "airlock-agent: service start ended before ready:";
+
+constexpr size_t kMaxLogLines = 20000;     // per build; then one "truncated" line
+constexpr size_t kMaxLogLineBytes = 4096;  // longer lines are cut
+
+std::string Short(const std::string& hash) { return hash.substr(0, 12); }
+
+// A step as the log shows it: "RUN apt-get install -y curl".
+std::string Describe(const Step& s) {
+  std::string out(StepTypeName(s.type));
+  for (const auto& a : s.args) {
+    if (a.empty()) continue;
+    std::string one = a.size() > 200 ? a.substr(0, 200) + "..." : a;
+    out += " " + one;
+  }
+  return out;
+}
+
+// COPY inside the guest (as root): extract the archive (GNU tar detects
+// gzip by itself), take the source base out of it, give it its owner and
+// mode, and put it at the target with Docker's COPY rules (§A.4).
+// $1 archive $2 source base ("" = the archive root) $3 target $4 owner
+// ("" = the context user) $5 mode ("" = as archived) $6 context user
+// $7 context workdir.
+constexpr char kCopyScript[] = R"SH(set -euo pipefail
+archive=$1 base=$2 target=$3 owner=$4 mode=$5 ctxuser=$6 workdir=$7
+work=$(mktemp -d /tmp/airlock-copy.XXXXXX)
+trap 'rm -rf "$work" "$archive"' EXIT
+mkdir "$work/unpack"
+tar -xf "$archive" -C "$work/unpack"
+src="$work/unpack"
+[ -n "$base" ] && src="$work/unpack/$base"
+if [ ! -e "$src" ] && [ ! -L "$src" ]; then echo "COPY: '$base' is not in the uploaded files" >&2; exit 1; fi
+if [[ "$target" != /* ]]; then
+  if [ -n "$workdir" ]; then target="$workdir/$target"
+  else target="$(getent passwd "$ctxuser" | cut -d: -f6)/$target"; fi
+fi
+[ -n "$owner" ] || owner=$ctxuser
+[[ "$owner" == *:* ]] || owner="$owner:$owner"
+chown -R -h "$owner" "$src" 2>/dev/null || chown -R -h "${owner%%:*}" "$src"
+if [ -n "$mode" ]; then find "$src" ! -type l -exec chmod "$mode" {} +; fi
+if [ -d "$src" ] && [ ! -L "$src" ]; then
+  mkdir -p "$target"
+  tar -C "$src" -cf - . | tar -C "$target" -xf - --keep-directory-symlink --no-overwrite-dir
+elif [[ "$target" == */ ]] || [ -d "$target" ]; then
+  mkdir -p "$target"
+  mv -f "$src" "$target/"
+else
+  mkdir -p "$(dirname "$target")"
+  mv -fT "$src" "$target"
+fi
+)SH";
+
+// WORKDIR (as root): mkdir -p, the directories it made owned by the
+// context user; prints the real path. $1 path $2 user.
+constexpr char kWorkdirScript[] = R"SH(set -euo pipefail
+p=$1 u=$2 first= d=$1
+while [ ! -e "$d" ]; do first=$d; d=$(dirname "$d"); done
+mkdir -p "$p"
+if [ -n "$first" ]; then chown -R "$u:$u" "$first" 2>/dev/null || chown -R "$u" "$first"; fi
+realpath "$p"
+)SH";
+
+// USER (as root): the user, made when missing; with $2 = "true", sudo.
+constexpr char kUserScript[] = R"SH(set -euo pipefail
+id -u "$1" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$1"
+if [ "${2:-}" = true ]; then
+  mkdir -p /etc/sudoers.d
+  printf '%s ALL=(ALL:ALL) NOPASSWD: ALL\n' "$1" > "/etc/sudoers.d/90-$1"
+  chmod 0440 "/etc/sudoers.d/90-$1"
+fi
+)SH";
+
+// Finalize (as root): the agent's template defaults and the start service.
+constexpr char kFinalizeScript[] = R"SH(set -euo pipefail
+mkdir -p /etc/airlock/services
+printf '%s\n' "$1" > /etc/airlock/template.json
+if [ -n "$2" ]; then printf '%s\n' "$2" > /etc/airlock/services/start.json
+else rm -f /etc/airlock/services/start.json; fi
+)SH";
+
+std::string HomeOf(const std::string& user) { return user == "root" ? "/root" : "/home/" + user; }
+
+}  // namespace
+
+std::string ImageNameOf(const std::string& build_id) {
+  std::string hex;
+  for (char c : build_id) {
+    if (c != '-') hex += c;
+  }
+  return "b" + hex;
+}
+
+std::string FilesPathOf(const std::string& state_dir, const std::string& team, const std::string& hash) {
+  return state_dir + "/templates/files/" + image::Sha256Hex(team).substr(0, 16) + "/" + hash + ".tar";
+}
+
+struct Builder::Job {
+  BuildRow row;
+  TemplateRow tmpl;
+  BuildStart spec;
+  std::string step = "base";  // where a failure is reported
+  Clock::time_point deadline;
+  std::atomic<bool> canceled{false};
+  std::mutex mu;
+  std::string sandbox_id;  // the build sandbox, while one runs
+  std::shared_ptr<Sandbox> sandbox;
+  std::vector<LayerRow> new_layers;  // committed only when the build is ready
+  std::string image;                 // installed image name (removed on failure)
+  size_t log_lines = 0;
+};
+
+Builder::Builder(Manager& manager, TemplateStore& store, BuilderConfig config)
+    : manager_(manager), store_(store), config_(std::move(config)) {
+  if (config_.max_concurrent < 1) config_.max_concurrent = 1;
+}
+
+Builder::~Builder() { Stop(); }
+
+void Builder::Start() {
+  // Builds a previous daemon left mid-way: failed, nothing of them kept.
+  for (const char* status : {kBuilding, kWaiting}) {
+    auto rows = store_.BuildsWithStatus(status);
+    if (!rows.ok()) continue;
+    for (auto& b : *rows) {
+      if (std::string(status) == kWaiting && !b.started) continue;  // not triggered yet: may still be
+      b.status = kError;
+      b.reason = {{"message", "the build was interrupted: the daemon stopped during it"}, {"step", "base"}};
+      (void)store_.FinishBuild(b);
+      (void)store_.AppendLog(b.id, {NowUnixMs(), "error", "Build failed: the daemon stopped during the build", ""});
+      LOG_WARN("template build {} was interrupted by a daemon stop: failed", b.id);
+    }
+  }
+  CollectGarbage();
+  std::lock_guard<std::mutex> l(mu_);
+  stopping_ = false;
+  for (int i = 0; i < config_.max_concurrent; ++i) workers_.emplace_back([this] { Worker(); });
+}
+
+void Builder::Stop() {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_ && workers_.empty()) return;
+    stopping_ = true;
+    for (auto& [id, job] : running_) jobs.push_back(job);
+  }
+  cv_.notify_all();
+  for (auto& job : jobs) {
+    job->canceled = true;
+    std::string sid;
+    {
+      std::lock_guard<std::mutex> l(job->mu);
+      sid = job->sandbox_id;
+    }
+    if (!sid.empty()) (void)manager_.Destroy(sid);
+  }
+  for (auto& t : workers_) {
+    if (t.joinable()) t.join();
+  }
+  workers_.clear();
+}
+
+Status Builder::Enqueue(const std::string& build_id) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_) return FailedPrecondition("the daemon is stopping");
+    queue_.push_back(build_id);
+  }
+  cv_.notify_one();
+  return OkStatus();
+}
+
+void Builder::CancelTemplate(const std::string& template_id) {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& id : queue_) {
+      auto b = store_.GetBuild(id);
+      if (b.ok() && b->template_id == template_id) canceled_.insert(id);
+    }
+    for (auto& [id, job] : running_) {
+      if (job->row.template_id == template_id) jobs.push_back(job);
+    }
+  }
+  for (auto& job : jobs) {
+    job->canceled = true;
+    std::string sid;
+    {
+      std::lock_guard<std::mutex> l(job->mu);
+      sid = job->sandbox_id;
+    }
+    if (!sid.empty()) (void)manager_.Destroy(sid);
+  }
+}
+
+void Builder::Worker() {
+  while (true) {
+    std::string id;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      id = queue_.front();
+      queue_.pop_front();
+      if (canceled_.erase(id)) continue;
+    }
+    RunBuild(id);
+  }
+}
+
+void Builder::Log(Job& job, const std::string& level, const std::string& message, const std::string& step) {
+  if (job.log_lines > kMaxLogLines) return;
+  std::string m = message.size() > kMaxLogLineBytes ? message.substr(0, kMaxLogLineBytes) + "..." : message;
+  if (++job.log_lines > kMaxLogLines) m = "(build log truncated: more than " + std::to_string(kMaxLogLines) + " lines)";
+  Status st = store_.AppendLog(job.row.id, LogEntry{NowUnixMs(), level, m, step});
+  if (!st.ok()) LOG_WARN("template build {}: log: {}", job.row.id, st.message());
+}
+
+void Builder::RunBuild(const std::string& build_id) {
+  auto job = std::make_shared<Job>();
+  auto row = store_.GetBuild(build_id);
+  if (!row.ok()) return;  // deleted with its template
+  job->row = *row;
+  auto tmpl = store_.GetTemplate(row->template_id);
+  if (!tmpl.ok()) return;
+  job->tmpl = *tmpl;
+  auto spec = ParseBuildStart(row->spec);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    running_[build_id] = job;
+  }
+  (void)store_.SetStatus(build_id, kBuilding);
+  const auto t0 = Clock::now();
+  job->deadline = t0 + config_.timeout;
+  Log(*job, "info", "Building template " + job->row.template_id + "/" + build_id, "");
+  Status st = spec.ok() ? (job->spec = *spec, Build(*job)) : spec.status();
+  // The build sandbox, whatever happened.
+  std::shared_ptr<Sandbox> sb;
+  {
+    std::lock_guard<std::mutex> l(job->mu);
+    sb = std::move(job->sandbox);
+    if (!job->sandbox_id.empty()) (void)manager_.Destroy(job->sandbox_id);
+    job->sandbox_id.clear();
+  }
+  sb.reset();
+  if (job->canceled && st.ok()) st = Unavailable("the build was canceled");
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  BuildRow done = job->row;
+  if (st.ok()) {
+    for (const auto& layer : job->new_layers) {
+      if (Status p = store_.PutLayer(layer); !p.ok()) LOG_WARN("template build {}: layer index: {}", build_id, p.message());
+    }
+    done.status = kReady;
+    done.reason = nullptr;
+    Log(*job, "info", "Build finished, took " + std::to_string(static_cast<int>(secs + 0.5)) + "s", "");
+  } else {
+    std::string message = st.message();
+    if (job->canceled) message = "the build was canceled (its template was deleted or the daemon stopped)";
+    for (const auto& layer : job->new_layers) (void)manager_.DeleteDiskLayer(layer.dir);
+    if (!job->image.empty()) (void)image::RemoveTemplateImage(config_.state_dir, job->image);
+    done.status = kError;
+    done.image.clear();
+    done.final_layer.clear();
+    done.reason = {{"message", message}, {"step", job->step}};
+    Log(*job, "error", "Build failed: " + message, job->step);
+    LOG_WARN("template build {} failed at step {}: {}", build_id, job->step, message);
+  }
+  if (Status f = store_.FinishBuild(done); !f.ok()) LOG_WARN("template build {}: {}", build_id, f.message());
+  if (config_.audit) {
+    config_.audit(json{{"action", st.ok() ? "template.build_ready" : "template.build_failed"},
+                       {"template", done.template_id},
+                       {"build", build_id},
+                       {"team", job->tmpl.team},
+                       {"steps", job->spec.steps.size()},
+                       {"layers_built", job->new_layers.size()},
+                       {"seconds", secs},
+                       {"error", st.ok() ? json(nullptr) : json(done.reason)}});
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    running_.erase(build_id);
+  }
+  CollectGarbage();
+}
+
+Status Builder::Build(Job& job) {
+  const BuildStart& spec = job.spec;
+  const std::string& team = job.tmpl.team;
+  BuildContext ctx;
+  std::string start_cmd = spec.start_cmd, ready_cmd = spec.ready_cmd;
+  std::string prev;          // the chain so far
+  std::string layer;         // the layer the next step starts on ("" = the base image)
+  std::string base_desc;
+
+  // ---- base
+  job.step = "base";
+  if (!spec.from_template.empty()) {
+    auto parent = ResolveBuild(store_, spec.from_template, team, /*admin=*/false);
+    if (!parent.ok()) return InvalidArgument("fromTemplate '" + spec.from_template + "': " + parent.status().message());
+    if (parent->build.final_layer.empty() || !manager_.ReadDiskLayer(parent->build.final_layer).ok())
+      return FailedPrecondition("fromTemplate '" + spec.from_template + "': its layers are gone; rebuild it");
+    layer = parent->build.final_layer;
+    const json& fc = parent->build.final_context;
+    ctx = BuildContext::FromJson(fc.is_object() ? fc.value("context", json::object()) : json::object());
+    if (fc.is_object()) {
+      if (start_cmd.empty()) start_cmd = fc.value("startCmd", std::string());
+      if (ready_cmd.empty() && spec.start_cmd.empty()) ready_cmd = fc.value("readyCmd", std::string());
+    }
+    prev = HashKeys({"template", parent->build.id});
+    base_desc = "FROM template " + spec.from_template;
+  } else {
+    std::string ref = spec.from_image;
+    if (ref == "e2bdev/base" || ref == "e2bdev/base:latest" || ref == "base") {
+      auto img = image::FindImage(config_.state_dir, "base");
+      if (!img.ok()) return img.status();
+      prev = HashKeys({"image", "base", img->id});
+      ctx = BuildContext{};
+      ctx.user = "root";
+      // The user phase (§A.6 step 2): `user` exists in base; steps run as it.
+      prev = HashKeys({prev, "DEFAULT USER", "user"});
+      ctx.user = "user";
+      base_desc = "FROM " + ref + " (airlock base)";
+    } else {
+      return Unimplemented("cannot use image '" + ref +
+                           "': this server builds from templates only (fromTemplate, fromBaseImage); pulling OCI "
+                           "images is not available here yet");
+    }
+  }
+  Log(job, "info", "[base] " + base_desc + " [" + Short(prev) + "]", "base");
+
+  // ---- the build sandbox, started when a step must run
+  auto policy = egress::EgressPolicy::Create(false, config_.allow, {});
+  if (!policy.ok()) return policy.status().WithContext("build network policy");
+  auto ensure_sandbox = [&]() -> StatusOr<std::shared_ptr<Sandbox>> {
+    {
+      std::lock_guard<std::mutex> l(job.mu);
+      if (job.sandbox) return job.sandbox;
+    }
+    if (job.canceled) return Unavailable("the build was canceled");
+    CreateOptions o;
+    o.template_name = "base";
+    o.vcpus = job.row.cpu_count;
+    o.memory_mib = job.row.memory_mb;
+    o.detach = false;
+    o.egress_policy = *policy;
+    o.ready_timeout = std::chrono::seconds(300);
+    o.attributes.metadata = {{"airlock.template.build", job.row.id}};
+    o.env_vars = {};
+    auto sb = layer.empty() ? manager_.Create(o) : manager_.CreateOnDiskLayer(layer, o);
+    if (!sb.ok()) return sb.status().WithContext("start the build sandbox");
+    std::lock_guard<std::mutex> l(job.mu);
+    job.sandbox = *sb;
+    job.sandbox_id = (*sb)->id();
+    if (job.canceled) return Unavailable("the build was canceled");
+    return *sb;
+  };
+  auto remaining = [&]() -> std::chrono::milliseconds {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(job.deadline - Clock::now());
+    return left.count() > 1000 ? left : std::chrono::milliseconds(1000);
+  };
+  // Runs argv in the guest; output lines go to the log (with `prefix`) or
+  // to *captured. A non-zero exit is FailedPrecondition(`what`: status).
+  auto run = [&](Sandbox& sb, ExecRequest req, const std::string& prefix, const std::string& what,
+                 std::string* captured) -> Status {
+    if (Clock::now() > job.deadline) return DeadlineExceeded("the build timed out");
+    req.timeout = remaining();
+    std::string out_buf, err_buf;
+    auto flush = [&](std::string& buf, const char* stream, bool all) {
+      size_t nl;
+      while ((nl = buf.find('\n')) != std::string::npos) {
+        Log(job, "info", prefix + " [" + stream + "]: " + buf.substr(0, nl), job.step);
+        buf.erase(0, nl + 1);
+      }
+      if (all && !buf.empty()) {
+        Log(job, "info", prefix + " [" + stream + "]: " + buf, job.step);
+        buf.clear();
+      }
+      if (buf.size() > kMaxLogLineBytes) {
+        Log(job, "info", prefix + " [" + stream + "]: " + buf, job.step);
+        buf.clear();
+      }
+    };
+    ExecCallbacks cb;
+    cb.on_stdout = [&](std::string_view b) {
+      if (captured) {
+        if (captured->size() < kMaxArgBytes) captured->append(b);
+        return;
+      }
+      out_buf.append(b);
+      flush(out_buf, "stdout", false);
+    };
+    cb.on_stderr = [&](std::string_view b) {
+      err_buf.append(b);
+      flush(err_buf, "stderr", false);
+    };
+    auto r = sb.agent().Exec(req, cb);
+    flush(out_buf, "stdout", true);
+    flush(err_buf, "stderr", true);
+    if (job.canceled) return Unavailable("the build was canceled");
+    if (!r.ok()) return r.status().WithContext(what);
+    if (!r->exited || r->exit_code != 0)
+      return FailedPrecondition(what + ": " + (r->status.empty() ? "failed" : r->status));
+    return OkStatus();
+  };
+  auto as_root = [&](const char* script, std::vector<std::string> args) {
+    ExecRequest r;
+    r.cmd = "/bin/bash";
+    r.args = {"-c", script, "airlock-build"};
+    r.args.insert(r.args.end(), args.begin(), args.end());
+    r.user = "root";
+    r.envs = StepEnv(ctx);
+    return r;
+  };
+  // After a step ran: the guest's writes on the disk, and the disk saved as
+  // the step's layer.
+  auto save_layer = [&](Sandbox& sb, const std::string& hash) -> Status {
+    ExecRequest sync;
+    sync.cmd = "/bin/sync";
+    sync.user = "root";
+    RETURN_IF_ERROR(run(sb, sync, "sync", "sync", nullptr));
+    const std::string dir = manager_.layers_dir() + "/" + hash.substr(0, 16) + "-" + RandomHex(4);
+    ASSIGN_OR_RETURN(VmSnapshotInfo info, manager_.SaveDiskLayer(sb.id(), dir));
+    job.new_layers.push_back(LayerRow{team, hash, dir, layer, ctx.ToJson(), NowUnixMs()});
+    LOG_INFO("template build {} step {}: layer {} ({} B of disk)", job.row.id, job.step, dir, info.disk_bytes);
+    layer = dir;
+    return OkStatus();
+  };
+  // Cache: the index's layer when the step is not forced and it is whole.
+  auto cached = [&](const std::string& hash, bool forced) -> bool {
+    if (forced) return false;
+    auto row = store_.FindLayer(team, hash);
+    if (!row.ok() || !manager_.ReadDiskLayer(row->dir).ok()) return false;
+    layer = row->dir;
+    ctx = BuildContext::FromJson(row->context);
+    return true;
+  };
+
+  // ---- steps
+  const std::vector<bool> forced = ForcedSteps(spec);
+  const size_t n = spec.steps.size();
+  bool chain_forced = spec.force;
+  for (size_t i = 0; i < n; ++i) {
+    const Step& step = spec.steps[i];
+    job.step = std::to_string(i + 1);
+    const std::string hash = StepHash(prev, step);
+    prev = hash;
+    const std::string label = "[builder " + std::to_string(i + 1) + "/" + std::to_string(n) + "]";
+    chain_forced = chain_forced || forced[i];
+    if (cached(hash, forced[i])) {
+      Log(job, "info", "CACHED " + label + " " + Describe(step) + " [" + Short(hash) + "]", job.step);
+      continue;
+    }
+    // From here on every later step runs (its parent layer is new).
+    chain_forced = true;
+    Log(job, "info", label + " " + Describe(step) + " [" + Short(hash) + "]", job.step);
+    ASSIGN_OR_RETURN(auto sb, ensure_sandbox());
+    switch (step.type) {
+      case StepType::kRun: {
+        ExecRequest r;
+        r.cmd = "/bin/bash";
+        r.args = {"-l", "-c", step.args[0]};
+        r.user = step.args.size() > 1 && !step.args[1].empty() ? step.args[1] : ctx.user;
+        if (!ctx.workdir.empty()) r.cwd = ctx.workdir;
+        r.envs = StepEnv(ctx);
+        RETURN_IF_ERROR(run(*sb, r, label, "failed to run command '" + step.args[0] + "'", nullptr));
+        break;
+      }
+      case StepType::kCopy: {
+        auto blob = store_.FindFile(team, step.files_hash);
+        if (!blob.ok()) return FailedPrecondition("COPY " + step.args[0] + ": its files were never uploaded");
+        const std::string guest_archive = "/tmp/airlock-copy-" + step.files_hash.substr(0, 16) + ".tar";
+        RETURN_IF_ERROR(sb->agent().UploadFile(*blob, guest_archive, "root").WithContext("COPY upload"));
+        RETURN_IF_ERROR(run(*sb,
+                            as_root(kCopyScript, {guest_archive, CopySourceBase(step.args[0]), step.args[1],
+                                                  step.args.size() > 2 ? step.args[2] : "",
+                                                  step.args.size() > 3 ? step.args[3] : "", ctx.user, ctx.workdir}),
+                            label, "COPY " + step.args[0] + " " + step.args[1], nullptr));
+        break;
+      }
+      case StepType::kEnv: {
+        for (size_t k = 0; k + 1 < step.args.size(); k += 2) {
+          // Evaluated by bash in the guest: $VAR expands, command
+          // substitution does not (EscapeEnvValue).
+          std::string value;
+          ExecRequest r = as_root("", {});
+          r.args = {"-c", "printf '%s' \"" + EscapeEnvValue(step.args[k + 1]) + "\""};
+          RETURN_IF_ERROR(run(*sb, r, label, "ENV " + step.args[k], &value));
+          ctx.env[step.args[k]] = value;
+        }
+        break;
+      }
+      case StepType::kWorkdir: {
+        std::string real;
+        const std::string path = JoinWorkdir(ctx.workdir, step.args[0]);
+        RETURN_IF_ERROR(run(*sb, as_root(kWorkdirScript, {path, ctx.user}), label, "WORKDIR " + path, &real));
+        while (!real.empty() && (real.back() == '\n' || real.back() == '\r')) real.pop_back();
+        ctx.workdir = real.empty() ? path : real;
+        break;
+      }
+      case StepType::kUser: {
+        const bool sudo = step.args.size() > 1 && step.args[1] == "true";
+        RETURN_IF_ERROR(
+            run(*sb, as_root(kUserScript, {step.args[0], sudo ? "true" : ""}), label, "USER " + step.args[0], nullptr));
+        ctx.user = step.args[0];
+        break;
+      }
+    }
+    RETURN_IF_ERROR(save_layer(*sb, hash));
+  }
+  (void)chain_forced;
+
+  // ---- finalize: the defaults file and the start service, as a layer
+  job.step = "finalize";
+  json defaults = {{"user", ctx.user}};
+  if (!ctx.workdir.empty()) defaults["workdir"] = ctx.workdir;
+  std::string service;
+  std::string effective_ready = ready_cmd;
+  if (!start_cmd.empty() && effective_ready.empty()) effective_ready = "sleep 20";
+  if (!start_cmd.empty()) {
+    service = json{{"name", "start"},
+                   {"argv", {"/bin/bash", "-l", "-c", start_cmd}},
+                   {"user", ctx.user},
+                   {"cwd", ctx.workdir.empty() ? HomeOf(ctx.user) : ctx.workdir},
+                   {"env", StepEnv(ctx)},
+                   {"ready_cmd", effective_ready}}
+                  .dump();
+  }
+  const std::string final_hash = HashKeys({prev, "FINALIZE", defaults.dump(), service});
+  if (cached(final_hash, spec.force)) {
+    Log(job, "info", "CACHED [finalize] [" + Short(final_hash) + "]", "finalize");
+  } else {
+    ASSIGN_OR_RETURN(auto sb, ensure_sandbox());
+    RETURN_IF_ERROR(run(*sb, as_root(kFinalizeScript, {defaults.dump(), service}), "[finalize]", "finalize", nullptr));
+    RETURN_IF_ERROR(save_layer(*sb, final_hash));
+  }
+  // The build sandbox is done with.
+  {
+    std::lock_guard<std::mutex> l(job.mu);
+    if (!job.sandbox_id.empty()) (void)manager_.Destroy(job.sandbox_id);
+    job.sandbox_id.clear();
+    job.sandbox.reset();
+  }
+  if (job.canceled) return Unavailable("the build was canceled");
+
+  // ---- the guest image: the last layer's disk as a rootfs
+  const std::string image_id = image::Sha256Hex(fs::path(layer).filename().string()).substr(0, 20);
+  std::string rootfs;
+  if (!image::HasBuiltRootfs(config_.state_dir, image_id)) {
+    const std::string tmpdir = config_.state_dir + "/images/tmp";
+    std::error_code ec;
+    fs::create_directories(tmpdir, ec);
+    rootfs = tmpdir + "/template-" + RandomHex(6) + ".ext4";
+    Log(job, "info", "Exporting the template's disk", "finalize");
+    RETURN_IF_ERROR(manager_.ExportDiskLayer(layer, rootfs));
+  }
+  image::BuiltImage bi;
+  bi.name = ImageNameOf(job.row.id);
+  bi.id = image_id;
+  bi.rootfs = rootfs;
+  if (!start_cmd.empty()) bi.readiness = {kStartReadyLine, kStartFailedLine};
+  bi.shape = {job.row.cpu_count, job.row.memory_mb};
+  auto installed = image::InstallBuiltImage(config_.state_dir, bi);
+  if (!installed.ok()) {
+    if (!rootfs.empty()) ::unlink(rootfs.c_str());
+    return installed.status();
+  }
+  job.image = bi.name;
+  if (!start_cmd.empty()) Log(job, "info", "Running start command: " + start_cmd, "finalize");
+  if (!effective_ready.empty()) Log(job, "info", "Waiting for template to be ready: " + effective_ready, "finalize");
+  Status snap = manager_.EnsureTemplateSnapshot(bi.name, job.row.cpu_count, job.row.memory_mb);
+  if (!snap.ok()) {
+    if (job.canceled) return Unavailable("the build was canceled");
+    return snap;
+  }
+  Log(job, "info", "Template is ready", "finalize");
+  job.row.image = bi.name;
+  job.row.final_layer = layer;
+  job.row.final_context = {{"context", ctx.ToJson()}, {"startCmd", start_cmd}, {"readyCmd", ready_cmd}};
+  return OkStatus();
+}
+
+void Builder::CollectGarbage() {
+  std::lock_guard<std::mutex> gc(gc_mu_);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!running_.empty()) return;  // a build in progress may need any layer
+  }
+  auto layers = store_.AllLayers();
+  auto ready = store_.BuildsWithStatus(kReady);
+  if (!layers.ok() || !ready.ok()) return;
+  std::map<std::string, const LayerRow*> by_dir;
+  for (const auto& l : *layers) by_dir[l.dir] = &l;
+  // Live: the last layer of every ready build and its ancestors.
+  std::set<std::string> live;
+  for (const auto& b : *ready) {
+    std::string d = b.final_layer;
+    while (!d.empty() && live.insert(d).second) {
+      auto it = by_dir.find(d);
+      d = it == by_dir.end() ? "" : it->second->parent_dir;
+    }
+  }
+  for (const auto& l : *layers) {
+    if (!live.count(l.dir)) (void)store_.DeleteLayer(l.team, l.hash);
+  }
+  // Directories: live ones and those a live one's disk is layered on stay.
+  std::set<std::string> keep = live;
+  for (const auto& d : live) {
+    std::string cur = d;
+    for (int depth = 0; depth < 64 && !cur.empty(); ++depth) {
+      auto shape = manager_.ReadDiskLayer(cur);
+      if (!shape.ok()) break;
+      std::string parent = fs::path(shape->disk_backing).parent_path().string();
+      if (fs::path(parent).parent_path().string() != manager_.layers_dir()) break;
+      keep.insert(parent);
+      cur = parent;
+    }
+  }
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(manager_.layers_dir(), ec)) {
+    const std::string d = e.path().string();
+    if (keep.count(d)) continue;
+    LOG_INFO("template layers: removing {} (no template uses it)", d);
+    (void)manager_.DeleteDiskLayer(d);
+    fs::remove_all(d, ec);
+  }
+}
+
+}  // namespace airlock::templates

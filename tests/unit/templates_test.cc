@@ -1,0 +1,205 @@
+// Custom templates: the request model (names, the build body, the hash
+// chain, the pure step helpers) and the store (aliases, tags, logs, layers).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "agent/services.h"
+#include "templates/build_spec.h"
+#include "templates/builder.h"
+#include "templates/template_store.h"
+
+namespace airlock::templates {
+namespace {
+
+using nlohmann::json;
+
+TEST(TemplateName, ParsesAliasTagAndNamespace) {
+  auto n = ParseName("  My-App:V1 ");
+  ASSERT_TRUE(n.ok()) << n.status().message();
+  EXPECT_EQ(n->alias, "my-app");
+  EXPECT_EQ(n->tag, "v1");
+  EXPECT_EQ(n->ns, "");
+  n = ParseName("team/app");
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->ns, "team");
+  EXPECT_EQ(n->alias, "app");
+  n = ParseName("app:default");
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->tag, "");
+  n = ParseName("app:0b5c3c2e-52c0-4d4b-9a3e-1f2a3b4c5d6e");
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->tag, "0b5c3c2e-52c0-4d4b-9a3e-1f2a3b4c5d6e");
+  for (const char* bad : {"", "a b", "app:", "../x", "app:t@g", "a/b/c", "é"}) {
+    EXPECT_FALSE(ParseName(bad).ok()) << bad;
+  }
+  EXPECT_FALSE(ValidateTag("0b5c3c2e-52c0-4d4b-9a3e-1f2a3b4c5d6e").ok());
+  EXPECT_TRUE(ValidateTag("v1.2_x-y").ok());
+}
+
+TEST(BuildStart, ParsesTheCapturedBody) {
+  json body = json::parse(R"({"startCmd":"python -m http.server 8000","readyCmd":"true",
+    "steps":[{"type":"RUN","args":["apt-get update","root"],"force":false},
+      {"type":"COPY","args":["app","/app/","",""],"force":false,"filesHash":"9911593d1c8d51f10547f894efa6e91d6dec57864dd6afeb35760ef4b82775d4","gzip":false,"resolveSymlinks":true},
+      {"type":"ENV","args":["FOO","bar","PATH","$PATH:/opt/bin"],"force":false},
+      {"type":"workdir","args":["/app"]},{"type":"ADD","args":["x","/x"],"filesHash":"9911593d1c8d51f10547f894efa6e91d6dec57864dd6afeb35760ef4b82775d4"},
+      {"type":"RUN","args":["python -V"],"force":true},{"type":"USER","args":["user"],"force":false}],
+    "force":false,"fromImage":"python:3.12","unknownField":1})");
+  auto b = ParseBuildStart(body);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b->steps.size(), 7u);
+  EXPECT_EQ(b->steps[3].type, StepType::kWorkdir);
+  EXPECT_EQ(b->steps[4].type, StepType::kCopy);
+  // skipCache from step 6 on: 6 and 7 are forced.
+  EXPECT_EQ(ForcedSteps(*b), (std::vector<bool>{false, false, false, false, false, true, true}));
+  b->force = true;
+  EXPECT_EQ(ForcedSteps(*b), std::vector<bool>(7, true));
+}
+
+TEST(BuildStart, RefusesBadBodies) {
+  const char* bad[] = {
+      R"({"steps":[]})",                                                            // no base
+      R"({"fromImage":"a","fromTemplate":"b"})",                                    // both
+      R"({"fromTemplate":"b","steps":[{"type":"FROB","args":["x"]}]})",             // unknown type
+      R"({"fromTemplate":"b","steps":[{"type":"ENV","args":["A"]}]})",              // odd ENV
+      R"({"fromTemplate":"b","steps":[{"type":"COPY","args":["a","b"]}]})",         // no filesHash
+      R"({"fromTemplate":"b","steps":[{"type":"COPY","args":["a","b","","999"],"filesHash":"9911593d1c8d51f10547f894efa6e91d6dec57864dd6afeb35760ef4b82775d4"}]})",
+      R"({"fromTemplate":"b","steps":[{"type":"RUN","args":["a","b","c"]}]})",      // 3 args
+      R"({"fromTemplate":"b","steps":[{"type":"RUN","args":["ls","bad user"]}]})",  // user
+      R"({"fromTemplate":"b","steps":[{"type":"USER","args":[]}]})",
+      R"({"fromTemplate":"b","steps":[{"type":"WORKDIR","args":["a","b"]}]})",
+      R"({"fromTemplate":"b","steps":"x"})",
+      R"({"fromTemplate":"b","steps":[{"type":"RUN","args":[1]}]})",
+      R"({"fromTemplate":"b","force":"yes"})",
+  };
+  for (const char* text : bad) {
+    auto b = ParseBuildStart(json::parse(text));
+    EXPECT_FALSE(b.ok()) << text;
+    if (!b.ok()) EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(BuildSpec, HashChainChangesWithEveryInput) {
+  Step run{StepType::kRun, {"echo hi"}, false, ""};
+  Step copy{StepType::kCopy, {"app", "/app/"}, false, std::string(64, 'a')};
+  Step copy2 = copy;
+  copy2.files_hash = std::string(64, 'b');
+  EXPECT_EQ(StepHash("p", run), StepHash("p", run));
+  EXPECT_NE(StepHash("p", run), StepHash("q", run));
+  EXPECT_NE(StepHash("p", copy), StepHash("p", copy2));
+  EXPECT_EQ(HashKeys({"a", "b"}).size(), 64u);
+  EXPECT_NE(HashKeys({"a", "b"}), HashKeys({"a;b"}).substr(0, 63) + "x");
+}
+
+TEST(BuildSpec, StepHelpers) {
+  EXPECT_EQ(CopySourceBase("app"), "app");
+  EXPECT_EQ(CopySourceBase("app/*.py"), "app");
+  EXPECT_EQ(CopySourceBase("a/b/**/c"), "a/b");
+  EXPECT_EQ(CopySourceBase("*.txt"), "");
+  EXPECT_EQ(CopySourceBase("./req.txt"), "req.txt");
+  EXPECT_EQ(EscapeEnvValue("$PATH:/x"), "$PATH:/x");
+  EXPECT_EQ(EscapeEnvValue("a\"b`c$(id)\\"), "a\\\"b\\`c\\$(id)\\\\");
+  EXPECT_EQ(JoinWorkdir("", "app"), "/app");
+  EXPECT_EQ(JoinWorkdir("/app", "sub/../x"), "/app/x");
+  EXPECT_EQ(JoinWorkdir("/app", "/opt"), "/opt");
+  EXPECT_EQ(JoinWorkdir("/", "../../.."), "/");
+  EXPECT_TRUE(ValidUserName("user"));
+  EXPECT_FALSE(ValidUserName("Root"));
+  EXPECT_FALSE(ValidUserName("a;b"));
+  BuildContext ctx;
+  ctx.env["PATH"] = "/opt/bin";
+  EXPECT_EQ(StepEnv(ctx)["PATH"], "/opt/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  EXPECT_EQ(ImageNameOf("0b5c3c2e-52c0-4d4b-9a3e-1f2a3b4c5d6e"), "b0b5c3c2e52c04d4b9a3e1f2a3b4c5d6e");
+}
+
+TEST(BuildSpec, ReadyLinesAgreeWithTheAgent) {
+  // builder.cc's copies of the agent's readiness lines.
+  EXPECT_EQ(agent::ServiceReadyLine("start"), "airlock-agent: service start ready");
+  EXPECT_EQ(agent::ServiceFailedLine("start"), "airlock-agent: service start ended before ready:");
+}
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("airlock-tstore-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    auto s = TemplateStore::Open((dir_ / "t.db").string());
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    store_ = std::move(*s);
+  }
+  void TearDown() override {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::filesystem::path dir_;
+  std::unique_ptr<TemplateStore> store_;
+};
+
+TEST_F(StoreTest, AliasesTagsAndResolution) {
+  auto b1 = store_->RequestBuild("team-a", "app", {"v1"}, 2, 1024, 0, "tpl00000000000000001");
+  ASSERT_TRUE(b1.ok()) << b1.status().message();
+  EXPECT_EQ(b1->tags, std::vector<std::string>{"v1"});
+  ASSERT_TRUE(store_->StartBuild(b1->build_id, json::object()).ok());
+  EXPECT_FALSE(store_->StartBuild(b1->build_id, json::object()).ok());  // not twice
+  // Same alias, same team: the same template; another team: 403; an id: 409.
+  auto b2 = store_->RequestBuild("team-a", "app", {}, 2, 1024, 0, "tpl00000000000000002");
+  ASSERT_TRUE(b2.ok());
+  EXPECT_EQ(b2->template_id, b1->template_id);
+  EXPECT_EQ(b2->tags, std::vector<std::string>{"default"});
+  EXPECT_EQ(store_->RequestBuild("team-b", "app", {}, 2, 1024, 0, "x").status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(store_->RequestBuild("team-b", b1->template_id, {}, 2, 1024, 0, "x").status().code(),
+            StatusCode::kAlreadyExists);
+  // Nothing ready: no tag resolves.
+  EXPECT_FALSE(ResolveBuild(*store_, "app:v1", "team-a", false).ok());
+  BuildRow r = *store_->GetBuild(b1->build_id);
+  r.status = kReady;
+  r.image = "img1";
+  ASSERT_TRUE(store_->FinishBuild(r).ok());
+  auto got = ResolveBuild(*store_, "app:v1", "team-a", false);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(got->build.image, "img1");
+  EXPECT_EQ(got->alias, "app");
+  // By id, and by build UUID as the tag.
+  EXPECT_TRUE(ResolveBuild(*store_, b1->template_id + ":v1", "team-a", false).ok());
+  EXPECT_TRUE(ResolveBuild(*store_, "app:" + b1->build_id, "team-a", false).ok());
+  // Another team sees nothing until it is public.
+  EXPECT_EQ(ResolveBuild(*store_, "app:v1", "team-b", false).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(store_->SetPublic(b1->template_id, true).ok());
+  EXPECT_TRUE(ResolveBuild(*store_, "app:v1", "team-b", false).ok());
+  // The default tag's build (b2) is not ready: no default.
+  EXPECT_FALSE(ResolveBuild(*store_, "app", "team-a", false).ok());
+  // Move a tag, remove it.
+  ASSERT_TRUE(store_->AssignTags(b1->template_id, b1->build_id, {"prod"}).ok());
+  EXPECT_TRUE(ResolveBuild(*store_, "app:prod", "team-a", false).ok());
+  ASSERT_TRUE(store_->RemoveTags(b1->template_id, {"prod"}).ok());
+  EXPECT_FALSE(ResolveBuild(*store_, "app:prod", "team-a", false).ok());
+  auto tags = store_->TagsOf(b1->template_id);
+  ASSERT_TRUE(tags.ok());
+  ASSERT_EQ(tags->size(), 2u);  // default (b2), v1 (b1)
+  EXPECT_EQ((*tags)[0].tag, "default");
+  EXPECT_EQ((*tags)[1].tag, "v1");
+}
+
+TEST_F(StoreTest, LogsPageByOffsetAndUnstartedBuildsAreSuperseded) {
+  auto b1 = store_->RequestBuild("t", "app", {}, 2, 1024, 0, "tpl00000000000000001");
+  ASSERT_TRUE(b1.ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(store_->AppendLog(b1->build_id, {i, "info", "line " + std::to_string(i), ""}).ok());
+  auto page = store_->Logs(b1->build_id, 3, 100);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->size(), 2u);
+  EXPECT_EQ((*page)[0].message, "line 3");
+  EXPECT_TRUE(store_->Logs(b1->build_id, 5, 100)->empty());
+  auto b2 = store_->RequestBuild("t", "app", {}, 2, 1024, 0, "unused");
+  ASSERT_TRUE(b2.ok());
+  EXPECT_EQ(store_->GetBuild(b1->build_id)->status, kError);
+  EXPECT_EQ(store_->GetBuild(b2->build_id)->status, kWaiting);
+  auto deleted = store_->DeleteTemplate(b1->template_id);
+  ASSERT_TRUE(deleted.ok());
+  EXPECT_EQ(deleted->size(), 2u);
+  EXPECT_FALSE(store_->FindAlias("app").ok());
+  EXPECT_TRUE(store_->Logs(b1->build_id, 0, 100)->empty());
+}
+
+}  // namespace
+}  // namespace airlock::templates
