@@ -134,10 +134,23 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "MiB of free disk kept for the registry and audit trail; creates beyond it get 507")(
       "disk-per-create", po::value(&cfg.disk_per_create_mib)->default_value(cfg.disk_per_create_mib),
       "MiB of free disk a create needs besides the reserve");
+  // Custom template builds (docs/templates.md).
+  desc.add_options()("build-allow", po::value(&cfg.build_allow)->multitoken(),
+                     "what template build sandboxes may reach (domains, *.domain, CIDR[:port]; repeatable; default: "
+                     "the package mirrors of this host's apt sources and npm configuration)")(
+      "max-builds", po::value(&cfg.max_builds)->default_value(cfg.max_builds),
+      "template builds running at once (more wait, status \"waiting\")")(
+      "build-timeout", po::value(&cfg.build_timeout_s)->default_value(cfg.build_timeout_s),
+      "seconds one template build may run")(
+      "max-upload", po::value(&cfg.max_upload_mib)->default_value(cfg.max_upload_mib),
+      "largest COPY archive a template build may upload (MiB)")(
+      "public-url", po::value(&cfg.public_url),
+      "base URL clients reach this server at, for upload links (default: the Host they used)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
     po::notify(vm);
+    cfg.build_allow_set = vm.count("build-allow") > 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "airlock serve: %s\n", e.what());
     return 2;

@@ -93,6 +93,8 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
   auto verb = c->method();
   if (path == "/health" && verb == http::Method::kGet) return c->Respond(200, "application/json", "{\"status\":\"ok\"}");
   if (path == "/metrics" && verb == http::Method::kGet) return ServeMetrics(c);
+  // COPY archives of template builds: the signed URL is the credential.
+  if (path.rfind("/upload/", 0) == 0) return HandleUpload(c);
   // The key table is memory only; a key it does not hold may be one the CLI
   // made a moment ago, so the table is refreshed (SQLite, off this thread)
   // before the request is refused.
@@ -123,8 +125,7 @@ void Server::RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller) {
   AuditControlCall(c, caller.key_id, ControlActionName(seg, verb),
                    seg.size() >= 2 && seg[0] == "sandboxes" ? seg[1] : "");
   if (seg.size() == 1 && seg[0] == "snapshots" && verb == http::Method::kGet && !v2) return ListSnapshots(c, caller);
-  if (seg.size() == 2 && seg[0] == "templates" && verb == http::Method::kDelete && !v2)
-    return DeleteSnapshot(c, seg[1], caller);
+  if (RouteTemplates(c, caller, seg, v2)) return;
   if (!seg.empty() && seg[0] == "secrets" && !v2 && seg.size() <= 2) {
     return HandleSecrets(c, caller, seg.size() == 2 ? seg[1] : "");
   }
@@ -178,13 +179,20 @@ bool Server::CallerOwns(const Caller& caller, OwnedKind kind, const std::string&
 }
 
 void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
-  ReadJson(c, [this, c, caller](json body) {
+  ReadJson(c, [this, c, caller](json body) { CreateSandboxFrom(c, caller, std::move(body), "", "", ""); });
+}
+
+void Server::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller, json body, std::string image,
+                               std::string display_id, std::string alias) {
+  {
     auto parsed = requests::ParseCreateRequest(body, {config_.max_vcpus, config_.max_memory_mib, config_.max_disk_mib});
     if (!parsed.ok()) return c->RespondError(400, parsed.status().message());
     const requests::CreateRequest& req = *parsed;
     CreateOptions opts;
     opts.detach = true;
-    if (req.template_id) {
+    if (!image.empty()) {
+      opts.template_name = image;  // a custom template's build (resolved below, on a worker)
+    } else if (req.template_id) {
       opts.template_name = *req.template_id;
       // A named snapshot is a template of its team only.
       std::string snap = manager_->FindNamedSnapshot(opts.template_name);
@@ -193,6 +201,24 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
       }
       // An alias of a built-in template ("code-interpreter-v1") is that template.
       if (snap.empty()) opts.template_name = image::CanonicalTemplateName(opts.template_name);
+      // A custom template ("name", "name:tag", its id): its ready build's image
+      // (the store is read on a worker; the create continues there).
+      const auto& known = image::KnownTemplates();
+      if (snap.empty() && std::find(known.begin(), known.end(), opts.template_name) == known.end()) {
+        const std::string ref = *req.template_id;
+        return asio::post(*workers_, [this, c, caller, body, ref] {
+          auto r = templates::ResolveBuild(*template_store_, ref, caller.team, caller.admin);
+          if (r.ok()) (void)template_store_->CountSpawn(r->tmpl.id);
+          asio::post(c->executor(), [this, c, caller, body, ref, r] {
+            if (!r.ok()) {
+              int code = r.status().code() == StatusCode::kInvalidArgument ? 400 : 404;
+              return c->RespondError(code, r.status().message());
+            }
+            NoteTemplateImage(r->build.image, r->tmpl.id);
+            CreateSandboxFrom(c, caller, body, r->build.image, r->tmpl.id, r->alias);
+          });
+        });
+      }
     }
     const image::MachineShape shape = DefaultShapeFor(opts.template_name);
     opts.vcpus = req.vcpus.value_or(shape.vcpus);
@@ -218,7 +244,7 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
     opts.attributes.recorded_env_vars = req.env_vars;  // brokered secrets' values are never persisted
     auto bindings = req.secrets;
     std::string key_id = caller.key_id;
-    Admit(c, key_id, opts.memory_mib, [this, c, opts, ttl, bindings, key_id, caller](uint64_t ticket) {
+    Admit(c, key_id, opts.memory_mib, [this, c, opts, ttl, bindings, key_id, caller, display_id, alias](uint64_t ticket) {
       auto t0 = std::chrono::steady_clock::now();
       CreateOptions run_opts = opts;  // + secret env vars, never persisted
       auto attached = secrets_->Attach(bindings, caller, &run_opts);
@@ -254,10 +280,13 @@ void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
              {"memory_mib", opts.memory_mib},
              {"ttl_s", ttl},
              {"create_ms", static_cast<int64_t>(ms)}});
-      std::string out = SandboxJson((*sb)->Record()).dump();
+      json created = SandboxJson((*sb)->Record());
+      if (!display_id.empty()) created["templateID"] = display_id;
+      if (!alias.empty()) created["alias"] = alias;
+      std::string out = created.dump();
       asio::post(c->executor(), [c, out] { c->Respond(201, "application/json", out); });
     });
-  });
+  }
 }
 
 void Server::ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bool v2) {
@@ -295,7 +324,9 @@ void Server::ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bo
       extra.push_back({"X-Next-Token", std::to_string(last.created_at_ms) + "_" + last.id});
       break;
     }
-    arr.push_back(ListedJson(r, rows[i].second, false));
+    SandboxRecord shown = r;
+    shown.template_id = DisplayTemplateId(r.template_id);
+    arr.push_back(ListedJson(shown, rows[i].second, false));
     ++taken;
   }
   (void)v2;
@@ -305,7 +336,9 @@ void Server::ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bo
 void Server::GetSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   auto sb = Visible(id);
   if (!sb) return RespondNoSandbox(c, id);
-  json detail = ListedJson(sb->Record(), sb->disk_mib(), true);
+  SandboxRecord shown = sb->Record();
+  shown.template_id = DisplayTemplateId(shown.template_id);
+  json detail = ListedJson(shown, sb->disk_mib(), true);
   AddEgressFields(manager_->egress(), id, detail);
   secrets_->AddSecretFields(id, detail);
   c->Respond(200, "application/json", detail.dump());

@@ -141,6 +141,8 @@ Status Server::Init() {
     adopted.push_back(sb->id());
   }
   RETURN_IF_ERROR(secrets_->Init(manager_.get(), adopted));
+  if (!config_.build_allow_set) config_.build_allow = DefaultBuildAllow();
+  RETURN_IF_ERROR(InitTemplates());
   if (config_.write_cli_key) {
     std::string path = db_dir + "/cli.key";
     std::string existing;
@@ -221,6 +223,9 @@ Status Server::Init() {
 
 Server::~Server() {
   Stop();
+  // A running template build ends (its build sandbox is destroyed) before
+  // anything it uses goes.
+  if (builder_) builder_->Stop();
   // No reaper decision once the workers stop taking work.
   if (manager_) manager_->StopReaper();
   // A template snapshot waiting on its guest (minutes, under TCG) gives up.

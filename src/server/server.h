@@ -44,6 +44,8 @@
 #include "server/admission.h"
 #include "server/api_keys.h"
 #include "server/caller.h"
+#include "templates/builder.h"
+#include "templates/template_store.h"
 #include "server/host_memory.h"
 #include "server/http_conn.h"
 #include "server/memory_pressure.h"
@@ -55,6 +57,8 @@
 #include "server/secrets_service.h"
 
 namespace airlock::server {
+
+struct TemplateAnswer;
 
 inline constexpr const char* kEnvdVersion = "0.6.13";
 
@@ -113,7 +117,26 @@ struct ServerConfig {
   // The warm pool per template shape (serve --pool; Manager::WarmPool):
   // -1 sized to the host (PoolSizeForHost), 0 off.
   int pool_size = -1;
+  // Custom template builds (docs/templates.md): at most max_builds at once
+  // (more wait), each at most build_timeout_s; build sandboxes may reach
+  // only build_allow (serve --build-allow; empty: the package mirrors of the
+  // host's apt and npm configuration, DefaultBuildAllow); an upload is at
+  // most max_upload_mib. public_url: the base of upload URLs ("" = the
+  // Host the client used).
+  int max_builds = 1;
+  int build_timeout_s = 3600;
+  std::vector<std::string> build_allow;
+  bool build_allow_set = false;
+  int64_t max_upload_mib = 2048;
+  std::string public_url;
 };
+
+// The host names of the package mirrors this host's apt sources
+// (/etc/apt/sources.list, sources.list.d/*.list and *.sources) and npm
+// configuration (`npm config get registry`) use: what build sandboxes may
+// reach unless serve --build-allow says otherwise. `root` prefixes the
+// paths (tests).
+std::vector<std::string> DefaultBuildAllow(const std::string& root = "");
 
 // One sample of a sandbox's resource use (GET /sandboxes/{id}/metrics),
 // taken by the daemon from the agent's /metrics; ts_s is the daemon's clock
@@ -189,6 +212,10 @@ class Server {
   void HandleControl(std::shared_ptr<HttpConn> c);
   void RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller);
   void CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller);
+  // `image` non-empty: a custom template's build, shown as `display_id`
+  // (its template id) with `alias`.
+  void CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller, nlohmann::json body, std::string image,
+                         std::string display_id, std::string alias);
   void ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bool v2);
   void GetSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
   void KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
@@ -218,6 +245,30 @@ class Server {
   void CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id);
   void ListSnapshots(std::shared_ptr<HttpConn> c, const Caller& caller);
   void DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller);
+  // Custom templates (template_routes.cc, docs/templates.md).
+  Status InitTemplates();
+  bool RouteTemplates(std::shared_ptr<HttpConn> c, const Caller& caller, std::vector<std::string> seg, bool v2);
+  void InTemplateWorker(std::shared_ptr<HttpConn> c, std::function<TemplateAnswer()> work);
+  void RequestTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& caller);
+  void FilesLink(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
+                 const std::string& hash);
+  void HandleUpload(std::shared_ptr<HttpConn> c);
+  void StartTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
+                          const std::string& build_id);
+  void TemplateBuildStatus(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
+                           const std::string& build_id);
+  void AliasExists(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref);
+  void TemplateTags(std::shared_ptr<HttpConn> c, const Caller& caller, bool assign);
+  void ListTemplateTags(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref);
+  void ListTemplates(std::shared_ptr<HttpConn> c, const Caller& caller);
+  void GetTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref);
+  void PublishTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref, bool v2);
+  nlohmann::json TemplateJson(const templates::TemplateRow& t, bool with_builds);
+  bool IsTemplateOwner(const Caller& caller, const templates::TemplateRow& t);
+  std::string UploadToken(const std::string& team, const std::string& hash, int64_t expires) const;
+  // The API's templateID of a sandbox's image ("b<build>" -> its template id).
+  void NoteTemplateImage(const std::string& image, const std::string& template_id);
+  std::string DisplayTemplateId(const std::string& image);
   // Checkpoints and rollback (checkpoint_routes.cc, docs/snapshots.md):
   // POST|GET /sandboxes/{id}/checkpoints, DELETE .../checkpoints/{cid},
   // POST /sandboxes/{id}/rollback {"checkpointID"}. `seg`: the path after
@@ -327,6 +378,11 @@ class Server {
   std::unique_ptr<asio::signal_set> signals_;
   std::unique_ptr<asio::steady_timer> key_timer_;
   std::unique_ptr<Registry> registry_;
+  std::unique_ptr<templates::TemplateStore> template_store_;
+  std::unique_ptr<templates::Builder> builder_;  // after manager_ in ~Server: stopped first
+  std::string upload_key_;                       // HMAC key of upload URLs (per daemon start)
+  std::mutex template_images_mu_;
+  std::map<std::string, std::string> template_images_;
   // X-API-Key checks in memory; reloads run on key_refresher_ (one thread,
   // so a create that holds every worker never delays a new key's first call).
   std::unique_ptr<ApiKeyTable> api_keys_;

@@ -1,0 +1,632 @@
+// Custom templates on the control plane (shared/spec/e2b-templates.md §A.3;
+// docs/templates.md): what the official SDK's Template builder and the
+// `e2b template` CLI call, plus the signed upload URL of COPY archives on
+// the same listener (no API key: the URL carries an HMAC).
+//
+//   POST   /v3/templates, /v2/templates (older SDKs)     request a build (202)
+//   GET    /templates/{id}/files/{hash}                  upload link (201)
+//   PUT    /upload/{hash}?team=&expires=&token=          the archive (200)
+//   POST   /v2/templates/{id}/builds/{bid}               start it (202, empty)
+//   GET    /templates/{id}/builds/{bid}/status           status + logs by offset
+//   GET    /templates/aliases/{alias[:tag]}              exists (200/403/404)
+//   POST   /templates/tags, DELETE /templates/tags, GET /templates/{ref}/tags
+//   GET    /templates, GET /templates/{ref}, DELETE /templates/{ref},
+//   PATCH  /v2/templates/{ref} (publish), PATCH /templates/{ref}
+//
+// Every SQLite call runs on the worker pool; the answer is posted back.
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/clock.h"
+#include "common/hex.h"
+#include "common/log.h"
+#include "core/registry.h"
+#include "image/hash.h"
+#include "image/image.h"
+#include "server/http_status.h"
+#include "server/server.h"
+#include "templates/build_spec.h"
+#include "templates/builder.h"
+#include "templates/template_store.h"
+
+namespace airlock::server {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+namespace tpl = templates;
+
+namespace {
+
+constexpr int64_t kUploadLinkSeconds = 30 * 60;  // as E2B's local storage
+constexpr char kZeroUuid[] = "00000000-0000-0000-0000-000000000000";
+
+// The HTTP status of a store or resolution error.
+int StatusOf(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kFailedPrecondition:
+      return 400;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kAlreadyExists:
+      return 409;
+    case StatusCode::kPermissionDenied:
+      return 403;
+    default:
+      return HttpStatusFor(st);
+  }
+}
+
+std::string Decode(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+std::string NewTemplateId() {
+  static const char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  std::string bytes = RandomBytes(20), out;
+  for (unsigned char b : bytes) out += kAlphabet[b % 36];
+  return out;
+}
+
+bool HexDecode(const std::string& hex, std::string* out) {
+  if (hex.size() % 2 != 0 || hex.size() > 512) return false;
+  out->clear();
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    auto v = [](char ch) -> int {
+      if (ch >= '0' && ch <= '9') return ch - '0';
+      if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+      return -1;
+    };
+    int hi = v(hex[i]), lo = v(hex[i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out->push_back(static_cast<char>(hi * 16 + lo));
+  }
+  return true;
+}
+
+bool Hex64(const std::string& s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+json LogJson(const tpl::LogEntry& e) {
+  json j = {{"timestamp", FormatRfc3339Ms(e.ts_ms)}, {"level", e.level}, {"message", e.message}};
+  if (!e.step.empty()) j["step"] = e.step;
+  return j;
+}
+
+}  // namespace
+
+// One answer from a worker: status and JSON body (or an error message).
+struct TemplateAnswer {
+  int status = 200;
+  json body;  // null: no body (Content-Length: 0)
+  std::string error;
+  static TemplateAnswer Error(const Status& st) { return {StatusOf(st), nullptr, st.message()}; }
+};
+
+void Server::InTemplateWorker(std::shared_ptr<HttpConn> c, std::function<TemplateAnswer()> work) {
+  asio::post(*workers_, [c, work = std::move(work)] {
+    TemplateAnswer a = work();
+    asio::post(c->executor(), [c, a = std::move(a)] {
+      if (!a.error.empty() || a.status >= 400) return c->RespondError(a.status, a.error);
+      if (a.body.is_null()) return c->Respond(a.status, "", "");
+      c->Respond(a.status, "application/json", a.body.dump());
+    });
+  });
+}
+
+Status Server::InitTemplates() {
+  ASSIGN_OR_RETURN(template_store_, tpl::TemplateStore::Open(db_path_));
+  upload_key_ = RandomBytes(32);
+  tpl::BuilderConfig bc;
+  bc.state_dir = config_.manager.state_dir;
+  bc.max_concurrent = config_.max_builds;
+  bc.timeout = std::chrono::seconds(config_.build_timeout_s);
+  bc.allow = config_.build_allow;
+  bc.audit = [this](const json& r) { Audit(r); };
+  builder_ = std::make_unique<tpl::Builder>(*manager_, *template_store_, std::move(bc));
+  builder_->Start();
+  if (auto ready = template_store_->BuildsWithStatus(tpl::kReady); ready.ok()) {
+    for (const auto& b : *ready) NoteTemplateImage(b.image, b.template_id);
+  }
+  return OkStatus();
+}
+
+void Server::NoteTemplateImage(const std::string& image, const std::string& template_id) {
+  if (image.empty()) return;
+  std::lock_guard<std::mutex> l(template_images_mu_);
+  template_images_[image] = template_id;
+}
+
+std::string Server::DisplayTemplateId(const std::string& image) {
+  std::lock_guard<std::mutex> l(template_images_mu_);
+  auto it = template_images_.find(image);
+  return it == template_images_.end() ? image : it->second;
+}
+
+bool Server::IsTemplateOwner(const Caller& caller, const tpl::TemplateRow& t) {
+  return caller.admin || t.team == caller.team;
+}
+
+std::string Server::UploadToken(const std::string& team, const std::string& hash, int64_t expires) const {
+  const std::string msg = team + std::string(1, '\0') + hash + std::string(1, '\0') + std::to_string(expires);
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), upload_key_.data(), static_cast<int>(upload_key_.size()),
+       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), mac, &len);
+  return HexEncode(std::string(reinterpret_cast<char*>(mac), len));
+}
+
+bool Server::RouteTemplates(std::shared_ptr<HttpConn> c, const Caller& caller, std::vector<std::string> seg,
+                            bool v2) {
+  if (seg.empty()) return false;
+  auto verb = c->method();
+  bool v3 = seg[0] == "v3";
+  if (v3) seg.erase(seg.begin());
+  if (seg.empty() || seg[0] != "templates") return false;
+  for (auto& s : seg) s = Decode(s);
+  const size_t n = seg.size();
+  using M = http::Method;
+  if (n == 1 && verb == M::kPost && (v3 || v2)) {
+    RequestTemplateBuild(c, caller);
+    return true;
+  }
+  if (n == 1 && verb == M::kGet && !v3) {
+    ListTemplates(c, caller);
+    return true;
+  }
+  if (v3) return false;
+  if (n == 2 && seg[1] == "tags" && !v2 && (verb == M::kPost || verb == M::kDelete)) {
+    TemplateTags(c, caller, verb == M::kPost);
+    return true;
+  }
+  if (n == 3 && seg[1] == "aliases" && verb == M::kGet && !v2) {
+    AliasExists(c, caller, seg[2]);
+    return true;
+  }
+  if (n == 4 && seg[2] == "files" && verb == M::kGet && !v2) {
+    FilesLink(c, caller, seg[1], seg[3]);
+    return true;
+  }
+  if (n == 4 && seg[2] == "builds" && verb == M::kPost && v2) {
+    StartTemplateBuild(c, caller, seg[1], seg[3]);
+    return true;
+  }
+  if (n == 5 && seg[2] == "builds" && seg[4] == "status" && verb == M::kGet && !v2) {
+    TemplateBuildStatus(c, caller, seg[1], seg[3]);
+    return true;
+  }
+  if (n == 3 && seg[2] == "tags" && verb == M::kGet && !v2) {
+    ListTemplateTags(c, caller, seg[1]);
+    return true;
+  }
+  if (n == 2 && verb == M::kPatch) {
+    PublishTemplate(c, caller, seg[1], v2);
+    return true;
+  }
+  if (n == 2 && verb == M::kGet && !v2) {
+    GetTemplate(c, caller, seg[1]);
+    return true;
+  }
+  if (n == 2 && verb == M::kDelete && !v2) {
+    // A custom template by id or alias; else a named snapshot (E2B deletes
+    // snapshots through this route too).
+    const std::string ref = seg[1];
+    auto self = this;
+    asio::post(*workers_, [self, c, caller, ref] {
+      auto t = tpl::ResolveTemplate(*self->template_store_, ref, caller.team, caller.admin);
+      if (!t.ok()) {
+        return asio::post(c->executor(), [self, c, caller, ref] { self->DeleteSnapshot(c, ref, caller); });
+      }
+      TemplateAnswer a;
+      if (!self->IsTemplateOwner(caller, t->tmpl)) {
+        a = TemplateAnswer{403, nullptr, "template '" + ref + "' is not yours"};
+      } else {
+        self->builder_->CancelTemplate(t->tmpl.id);
+        auto builds = self->template_store_->DeleteTemplate(t->tmpl.id);
+        if (!builds.ok()) {
+          a = TemplateAnswer::Error(builds.status());
+        } else {
+          for (const auto& b : *builds) {
+            if (!b.image.empty()) (void)image::RemoveTemplateImage(self->config_.manager.state_dir, b.image);
+          }
+          self->builder_->CollectGarbage();
+          image::CollectGarbage(self->config_.manager.state_dir);
+          self->Audit({{"action", "template.deleted"}, {"template", t->tmpl.id}, {"team", t->tmpl.team}});
+          a = TemplateAnswer{204, nullptr, ""};
+        }
+      }
+      asio::post(c->executor(), [c, a] {
+        if (!a.error.empty()) return c->RespondError(a.status, a.error);
+        c->Respond(a.status, "", "");
+      });
+    });
+    return true;
+  }
+  return false;
+}
+
+void Server::RequestTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& caller) {
+  ReadJson(c, [this, c, caller](json body) {
+    std::string name;
+    if (body.contains("name") && body["name"].is_string()) name = body["name"].get<std::string>();
+    else if (body.contains("alias") && body["alias"].is_string()) name = body["alias"].get<std::string>();
+    if (name.empty()) return c->RespondError(400, "\"name\" is required");
+    auto parsed = tpl::ParseName(name);
+    if (!parsed.ok()) return c->RespondError(400, parsed.status().message());
+    if (!parsed->ns.empty() && parsed->ns != caller.team)
+      return c->RespondError(400, "Invalid name: namespace '" + parsed->ns + "' is not your team's");
+    if (parsed->tag.size() == 36 && tpl::IsUuid(parsed->tag))
+      return c->RespondError(400, "Invalid name: a tag cannot be a UUID");
+    for (const auto& builtin : image::KnownTemplates()) {
+      if (parsed->alias == builtin || image::CanonicalTemplateName(parsed->alias) == builtin)
+        return c->RespondError(409, "Alias '" + parsed->alias + "' is already used");
+    }
+    std::vector<std::string> tags;
+    if (!parsed->tag.empty()) tags.push_back(parsed->tag);
+    if (auto t = body.find("tags"); t != body.end() && !t->is_null()) {
+      if (!t->is_array()) return c->RespondError(400, "\"tags\" must be an array of strings");
+      for (const auto& x : *t) {
+        if (!x.is_string()) return c->RespondError(400, "\"tags\" must be an array of strings");
+        std::string tag = x.get<std::string>();
+        if (tag == "default") continue;
+        if (Status st = tpl::ValidateTag(tag); !st.ok()) return c->RespondError(400, st.message());
+        tags.push_back(tag);
+      }
+    }
+    auto int_field = [&](const char* k, int def) -> StatusOr<int> {
+      auto it = body.find(k);
+      if (it == body.end() || it->is_null()) return def;
+      if (!it->is_number_integer()) return InvalidArgument(std::string("\"") + k + "\" must be an integer");
+      return it->get<int>();
+    };
+    auto cpu = int_field("cpuCount", 2);
+    auto mem = int_field("memoryMB", 1024);
+    auto disk = int_field("minFreeDiskMb", 0);
+    for (auto* r : {&cpu, &mem, &disk}) {
+      if (!r->ok()) return c->RespondError(400, r->status().message());
+    }
+    if (*cpu < 1 || (*cpu != 1 && *cpu % 2 != 0) || *cpu > config_.max_vcpus)
+      return c->RespondError(400, "cpuCount must be 1 or even, at most " + std::to_string(config_.max_vcpus));
+    if (*mem < 128 || *mem % 2 != 0 || *mem > config_.max_memory_mib)
+      return c->RespondError(400, "memoryMB must be even, 128.." + std::to_string(config_.max_memory_mib));
+    if (*disk < 0 || *disk > config_.max_disk_mib) return c->RespondError(400, "minFreeDiskMb is out of range");
+    const std::string alias = parsed->alias;
+    InTemplateWorker(c, [this, caller, alias, tags, cpu = *cpu, mem = *mem, disk = *disk]() -> TemplateAnswer {
+      auto r = template_store_->RequestBuild(caller.team, alias, tags, cpu, mem, disk, NewTemplateId());
+      if (!r.ok()) return TemplateAnswer::Error(r.status());
+      Audit({{"action", "template.build_requested"},
+             {"template", r->template_id},
+             {"build", r->build_id},
+             {"alias", alias},
+             {"team", caller.team},
+             {"key", caller.key_id}});
+      return {202,
+              json{{"templateID", r->template_id},
+                   {"buildID", r->build_id},
+                   {"aliases", {alias}},
+                   {"names", {caller.team + "/" + alias}},
+                   {"tags", r->tags},
+                   {"public", r->is_public}},
+              ""};
+    });
+  });
+}
+
+void Server::FilesLink(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
+                       const std::string& hash) {
+  if (!Hex64(hash)) return c->RespondError(400, "Invalid files hash");
+  std::string base = config_.public_url;
+  if (base.empty()) {
+    std::string host = c->Header("Host");
+    if (host.empty() || host.find_first_of(" /\\\r\n") != std::string::npos) host = config_.listen;
+    base = "http://" + host;
+  }
+  InTemplateWorker(c, [this, caller, template_id, hash, base]() -> TemplateAnswer {
+    auto t = template_store_->GetTemplate(template_id);
+    if (!t.ok() || !IsTemplateOwner(caller, *t)) return {404, nullptr, "template '" + template_id + "' not found"};
+    bool present = template_store_->FindFile(t->team, hash).ok();
+    const int64_t expires = NowUnixMs() / 1000 + kUploadLinkSeconds;
+    std::string url = base + "/upload/" + hash + "?team=" + HexEncode(t->team) + "&expires=" + std::to_string(expires) +
+                      "&token=" + UploadToken(t->team, hash, expires);
+    return {201, json{{"present", present}, {"url", url}}, ""};
+  });
+}
+
+void Server::HandleUpload(std::shared_ptr<HttpConn> c) {
+  if (c->method() != http::Method::kPut) return c->RespondError(405, "method not allowed");
+  const std::string path = c->path();
+  const std::string hash = path.substr(std::string("/upload/").size());
+  auto team_hex = c->Query("team");
+  auto expires_s = c->Query("expires");
+  auto token = c->Query("token");
+  if (!Hex64(hash) || !team_hex || !expires_s || !token) return c->RespondError(400, "malformed upload URL");
+  std::string team;
+  if (!HexDecode(*team_hex, &team)) return c->RespondError(400, "malformed upload URL");
+  int64_t expires = 0;
+  try {
+    expires = std::stoll(*expires_s);
+  } catch (...) {
+    return c->RespondError(400, "malformed upload URL");
+  }
+  const std::string want = UploadToken(team, hash, expires);
+  if (token->size() != want.size() || CRYPTO_memcmp(token->data(), want.data(), want.size()) != 0)
+    return c->RespondError(403, "invalid upload token");
+  if (expires < NowUnixMs() / 1000) return c->RespondError(403, "the upload link expired");
+  const uint64_t max = static_cast<uint64_t>(config_.max_upload_mib) << 20;
+  if (c->content_length() && *c->content_length() > max)
+    return c->RespondError(413, "upload larger than " + std::to_string(config_.max_upload_mib) + " MiB");
+  const std::string dest = tpl::FilesPathOf(config_.manager.state_dir, team, hash);
+  std::error_code ec;
+  fs::create_directories(fs::path(dest).parent_path(), ec);
+  if (ec) return c->RespondError(500, "mkdir: " + ec.message());
+  const std::string tmp = dest + ".tmp-" + RandomHex(6);
+  auto out = std::make_shared<std::ofstream>(tmp, std::ios::binary | std::ios::trunc);
+  if (!*out) return c->RespondError(500, "cannot write " + tmp);
+  auto size = std::make_shared<uint64_t>(0);
+  c->ReadBody(
+      [out, size, max](std::string_view chunk) -> Status {
+        *size += chunk.size();
+        if (*size > max) return ResourceExhausted("upload too large");
+        out->write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+        if (!*out) return ResourceExhausted("write failed (disk full?)");
+        return OkStatus();
+      },
+      [this, c, out, size, tmp, dest, team, hash, max](Status st) {
+        out->close();
+        if (st.ok() && !*out) st = ResourceExhausted("write failed (disk full?)");
+        if (!st.ok()) {
+          ::unlink(tmp.c_str());
+          if (st.code() == StatusCode::kUnavailable) return;  // the client went away
+          int code = st.code() == StatusCode::kResourceExhausted && *size > max ? 413 : HttpStatusFor(st);
+          return c->RespondError(code, st.message());
+        }
+        InTemplateWorker(c, [this, tmp, dest, team, hash, size]() -> TemplateAnswer {
+          if (::rename(tmp.c_str(), dest.c_str()) != 0) {
+            ::unlink(tmp.c_str());
+            return TemplateAnswer::Error(ErrnoError("rename " + tmp));
+          }
+          if (Status p = template_store_->PutFile(team, hash, dest, static_cast<int64_t>(*size)); !p.ok())
+            return TemplateAnswer::Error(p);
+          Audit({{"action", "template.files_uploaded"}, {"team", team}, {"hash", hash}, {"bytes", *size}});
+          return {200, nullptr, ""};
+        });
+      });
+}
+
+void Server::StartTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
+                                const std::string& build_id) {
+  ReadJson(c, [this, c, caller, template_id, build_id](json body) {
+    if (!tpl::IsUuid(build_id)) return c->RespondError(400, "build id must be a UUID");
+    auto spec = tpl::ParseBuildStart(body);
+    if (!spec.ok()) return c->RespondError(400, spec.status().message());
+    InTemplateWorker(c, [this, caller, template_id, build_id, body]() -> TemplateAnswer {
+      auto t = template_store_->GetTemplate(template_id);
+      if (!t.ok()) return {404, nullptr, "template '" + template_id + "' not found"};
+      if (!IsTemplateOwner(caller, *t)) return {403, nullptr, "template '" + template_id + "' is not yours"};
+      auto b = template_store_->GetBuild(build_id);
+      if (!b.ok() || b->template_id != template_id) return {404, nullptr, "build '" + build_id + "' not found"};
+      if (Status st = template_store_->StartBuild(build_id, body); !st.ok()) return {400, nullptr, st.message()};
+      if (Status st = builder_->Enqueue(build_id); !st.ok()) return TemplateAnswer::Error(st);
+      Audit({{"action", "template.build_started"}, {"template", template_id}, {"build", build_id}, {"key", caller.key_id}});
+      return {202, nullptr, ""};
+    });
+  });
+}
+
+void Server::TemplateBuildStatus(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
+                                 const std::string& build_id) {
+  int64_t offset = 0, limit = 100;
+  if (auto o = c->Query("logsOffset")) {
+    try {
+      offset = std::stoll(*o);
+    } catch (...) {
+      return c->RespondError(400, "logsOffset must be a non-negative integer");
+    }
+    if (offset < 0) return c->RespondError(400, "logsOffset must be a non-negative integer");
+  }
+  if (auto l = c->Query("limit")) {
+    try {
+      limit = std::clamp<int64_t>(std::stoll(*l), 0, 100);
+    } catch (...) {
+      return c->RespondError(400, "limit must be an integer");
+    }
+  }
+  InTemplateWorker(c, [this, caller, template_id, build_id, offset, limit]() -> TemplateAnswer {
+    auto t = template_store_->GetTemplate(template_id);
+    if (!t.ok() || !IsTemplateOwner(caller, *t)) return {404, nullptr, "template '" + template_id + "' not found"};
+    auto b = template_store_->GetBuild(build_id);
+    if (!b.ok() || b->template_id != template_id) return {400, nullptr, "Build '" + build_id + "' not found"};
+    auto logs = template_store_->Logs(build_id, offset, limit);
+    if (!logs.ok()) return TemplateAnswer::Error(logs.status());
+    json entries = json::array();
+    for (const auto& e : *logs) entries.push_back(LogJson(e));
+    json out = {{"buildID", build_id},
+                {"templateID", template_id},
+                {"status", b->status},
+                {"logs", json::array()},
+                {"logEntries", entries}};
+    if (b->status == tpl::kError) {
+      json reason = b->reason.is_object() ? b->reason : json{{"message", "Unknown error"}};
+      if (reason.contains("step") && reason["step"].is_string() && reason["step"].get<std::string>().empty())
+        reason.erase("step");
+      json mine = json::array();
+      for (const auto& e : *logs) {
+        if ((e.level == "warn" || e.level == "error") && reason.contains("step") && e.step == reason["step"])
+          mine.push_back(LogJson(e));
+      }
+      reason["logEntries"] = mine;
+      out["reason"] = reason;
+    }
+    return {200, out, ""};
+  });
+}
+
+void Server::AliasExists(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref) {
+  InTemplateWorker(c, [this, caller, ref]() -> TemplateAnswer {
+    auto name = tpl::ParseName(ref);
+    if (!name.ok()) return {400, nullptr, name.status().message()};
+    auto id = template_store_->FindAlias(name->alias);
+    if (!id.ok()) return {404, nullptr, "template '" + ref + "' not found"};
+    auto t = template_store_->GetTemplate(*id);
+    if (!t.ok()) return {404, nullptr, "template '" + ref + "' not found"};
+    if (!IsTemplateOwner(caller, *t) && !t->is_public) return {403, nullptr, "template '" + ref + "' is not yours"};
+    if (!name->tag.empty() && !template_store_->ResolveTag(t->id, name->tag).ok())
+      return {404, nullptr, "tag '" + name->tag + "' does not exist for template '" + name->alias + "'"};
+    return {200, json{{"templateID", t->id}, {"public", t->is_public}}, ""};
+  });
+}
+
+void Server::TemplateTags(std::shared_ptr<HttpConn> c, const Caller& caller, bool assign) {
+  ReadJson(c, [this, c, caller, assign](json body) {
+    std::vector<std::string> tags;
+    if (auto t = body.find("tags"); t != body.end() && t->is_array()) {
+      for (const auto& x : *t) {
+        if (!x.is_string()) return c->RespondError(400, "\"tags\" must be an array of strings");
+        tags.push_back(x.get<std::string>());
+      }
+    }
+    if (tags.empty()) return c->RespondError(400, "\"tags\" must not be empty");
+    for (const auto& tag : tags) {
+      if (Status st = tpl::ValidateTag(tag); !st.ok()) return c->RespondError(400, st.message());
+      if (!assign && tag == "default") return c->RespondError(400, "the tag 'default' cannot be removed");
+    }
+    const std::string ref = body.value(assign ? "target" : "name", std::string());
+    if (ref.empty()) return c->RespondError(400, assign ? "\"target\" is required" : "\"name\" is required");
+    InTemplateWorker(c, [this, caller, assign, tags, ref]() -> TemplateAnswer {
+      auto name = tpl::ParseName(ref);
+      if (!name.ok()) return {400, nullptr, name.status().message()};
+      if (!assign && !name->tag.empty()) return {400, nullptr, "\"name\" must not carry a tag"};
+      auto r = assign ? tpl::ResolveBuild(*template_store_, ref, caller.team, caller.admin)
+                      : tpl::ResolveTemplate(*template_store_, ref, caller.team, caller.admin);
+      if (!r.ok()) return TemplateAnswer::Error(r.status());
+      if (!IsTemplateOwner(caller, r->tmpl)) return {403, nullptr, "template '" + ref + "' is not yours"};
+      if (assign) {
+        if (Status st = template_store_->AssignTags(r->tmpl.id, r->build.id, tags); !st.ok())
+          return TemplateAnswer::Error(st);
+        Audit({{"action", "template.tags_assigned"}, {"template", r->tmpl.id}, {"build", r->build.id}, {"tags", tags}});
+        return {201, json{{"buildID", r->build.id}, {"tags", tags}}, ""};
+      }
+      if (Status st = template_store_->RemoveTags(r->tmpl.id, tags); !st.ok()) return TemplateAnswer::Error(st);
+      Audit({{"action", "template.tags_removed"}, {"template", r->tmpl.id}, {"tags", tags}});
+      return {204, nullptr, ""};
+    });
+  });
+}
+
+void Server::ListTemplateTags(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref) {
+  InTemplateWorker(c, [this, caller, ref]() -> TemplateAnswer {
+    auto r = tpl::ResolveTemplate(*template_store_, ref, caller.team, caller.admin);
+    if (!r.ok()) return TemplateAnswer::Error(r.status());
+    auto tags = template_store_->TagsOf(r->tmpl.id);
+    if (!tags.ok()) return TemplateAnswer::Error(tags.status());
+    json out = json::array();
+    for (const auto& t : *tags)
+      out.push_back({{"tag", t.tag}, {"buildID", t.build_id}, {"createdAt", FormatRfc3339Ms(t.created_at_ms)}});
+    return {200, out, ""};
+  });
+}
+
+json Server::TemplateJson(const tpl::TemplateRow& t, bool with_builds) {
+  auto builds = template_store_->BuildsOf(t.id);
+  std::vector<tpl::BuildRow> all = builds.ok() ? *builds : std::vector<tpl::BuildRow>{};
+  auto ready = template_store_->ResolveTag(t.id, "");
+  std::string latest_status = tpl::kWaiting;
+  for (const auto& b : all) {
+    if (std::find(b.requested_tags.begin(), b.requested_tags.end(), "default") != b.requested_tags.end())
+      latest_status = b.status;
+  }
+  json names = json::array();
+  for (const auto& a : t.aliases) names.push_back(t.team + "/" + a);
+  json j = {{"templateID", t.id},
+            {"buildID", ready.ok() ? ready->id : std::string(kZeroUuid)},
+            {"buildStatus", latest_status},
+            {"cpuCount", ready.ok() ? ready->cpu_count : 0},
+            {"memoryMB", ready.ok() ? ready->memory_mb : 0},
+            {"diskSizeMB", ready.ok() ? ready->disk_mb : 0},
+            {"envdVersion", ready.ok() ? kEnvdVersion : ""},
+            {"aliases", t.aliases},
+            {"names", names},
+            {"public", t.is_public},
+            {"createdAt", FormatRfc3339Ms(t.created_at_ms)},
+            {"updatedAt", FormatRfc3339Ms(t.updated_at_ms)},
+            {"lastSpawnedAt", t.last_spawned_at_ms ? json(FormatRfc3339Ms(t.last_spawned_at_ms)) : json(nullptr)},
+            {"spawnCount", t.spawn_count},
+            {"buildCount", static_cast<int64_t>(all.size())},
+            {"createdBy", nullptr}};
+  if (with_builds) {
+    json list = json::array();
+    for (const auto& b : all) {
+      json e = {{"buildID", b.id},
+                {"status", b.status},
+                {"cpuCount", b.cpu_count},
+                {"memoryMB", b.memory_mb},
+                {"diskSizeMB", b.disk_mb},
+                {"envdVersion", kEnvdVersion},
+                {"createdAt", FormatRfc3339Ms(b.created_at_ms)},
+                {"updatedAt", FormatRfc3339Ms(b.updated_at_ms)}};
+      if (b.finished_at_ms) e["finishedAt"] = FormatRfc3339Ms(b.finished_at_ms);
+      list.push_back(e);
+    }
+    j["builds"] = list;
+  }
+  return j;
+}
+
+void Server::ListTemplates(std::shared_ptr<HttpConn> c, const Caller& caller) {
+  if (auto team = c->Query("teamID"); team && !team->empty() && *team != caller.team && !caller.admin)
+    return c->RespondError(400, "teamID does not match the API key's team");
+  InTemplateWorker(c, [this, caller]() -> TemplateAnswer {
+    auto list = template_store_->ListTemplates(caller.team, caller.admin);
+    if (!list.ok()) return TemplateAnswer::Error(list.status());
+    json out = json::array();
+    for (const auto& t : *list) out.push_back(TemplateJson(t, false));
+    return {200, out, ""};
+  });
+}
+
+void Server::GetTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref) {
+  InTemplateWorker(c, [this, caller, ref]() -> TemplateAnswer {
+    auto r = tpl::ResolveTemplate(*template_store_, ref, caller.team, caller.admin);
+    if (!r.ok()) return TemplateAnswer::Error(r.status());
+    return {200, TemplateJson(r->tmpl, true), ""};
+  });
+}
+
+void Server::PublishTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref, bool v2) {
+  ReadJson(c, [this, c, caller, ref, v2](json body) {
+    if (!body.contains("public") || !body["public"].is_boolean()) return c->RespondError(400, "\"public\" must be a boolean");
+    bool pub = body["public"].get<bool>();
+    InTemplateWorker(c, [this, caller, ref, pub, v2]() -> TemplateAnswer {
+      auto r = tpl::ResolveTemplate(*template_store_, ref, caller.team, caller.admin);
+      if (!r.ok()) return TemplateAnswer::Error(r.status());
+      if (!IsTemplateOwner(caller, r->tmpl)) return {403, nullptr, "template '" + ref + "' is not yours"};
+      if (Status st = template_store_->SetPublic(r->tmpl.id, pub); !st.ok()) return TemplateAnswer::Error(st);
+      Audit({{"action", "template.published"}, {"template", r->tmpl.id}, {"public", pub}});
+      json names = json::array();
+      for (const auto& a : r->tmpl.aliases) names.push_back(r->tmpl.team + "/" + a);
+      if (!v2) return {200, nullptr, ""};
+      return {200, json{{"names", names}}, ""};
+    });
+  });
+}
+
+}  // namespace airlock::server
