@@ -10,7 +10,7 @@ JOBS ?= $(shell nproc)
 # make build BUILD_TYPE=RelWithDebInfo BUILD=build-release
 BUILD_TYPE ?= Test
 
-.PHONY: all setup build image demo test unit-test bench bench-tti bench-egress bench-snapshot bench-density bench-interpreter clean format
+.PHONY: all setup build image demo test unit-test bench bench-tti bench-egress bench-snapshot bench-density bench-interpreter bench-templates clean format
 
 all: build
 
@@ -70,3 +70,6 @@ bench-density: image
 # code-interpreter image and snapshot are made for it.
 bench-interpreter: image
 	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/code_interpreter.mjs $(or $(N),20)
+
+bench-templates: image
+	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/templates.mjs $(or $(N),20)

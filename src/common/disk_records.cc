@@ -11,8 +11,15 @@ std::vector<std::string> DiskRecordFiles(const std::string& state_dir, bool with
   for (auto& e : fs::directory_iterator(state_dir + "/run", ec)) records.push_back(e.path().string() + "/vm/vm.json");
   for (const char* kind : {"paused", "forks", "named", "checkpoints", "templates", "layers"}) {
     if (std::string(kind) == "templates" && !with_template_snapshots) continue;
-    for (auto& e : fs::directory_iterator(state_dir + "/snapshots/" + kind, ec))
+    for (auto& e : fs::directory_iterator(state_dir + "/snapshots/" + kind, ec)) {
+      // layers/<owner>/<layer>/ (one directory per daemon registry).
+      if (std::string(kind) == "layers") {
+        std::error_code ec2;
+        for (auto& l : fs::directory_iterator(e.path(), ec2)) records.push_back(l.path().string() + "/manifest.json");
+        continue;
+      }
       records.push_back(e.path().string() + "/manifest.json");
+    }
   }
   return records;
 }

@@ -68,7 +68,7 @@ struct Pointer {
   std::string id, boot_key, rootfs_key, base_key, previous_rootfs_key, boot_local, kernel_name,
       kernel_version, kernel_release;
   // A custom template build's (InstallBuiltImage); empty/0 for built-ins.
-  std::string console_marker, console_failure;
+  std::string console_marker, console_failure, owner;
   int vcpus = 0, memory_mib = 0;
 };
 
@@ -101,6 +101,7 @@ StatusOr<Pointer> ReadPointer(const Layout& l, const std::string& name) {
   p.kernel_release = get("kernel_release");
   p.console_marker = get("console_marker");
   p.console_failure = get("console_failure");
+  p.owner = get("owner");
   if (j.contains("vcpus") && j["vcpus"].is_number_integer()) p.vcpus = j["vcpus"].get<int>();
   if (j.contains("memory_mib") && j["memory_mib"].is_number_integer()) p.memory_mib = j["memory_mib"].get<int>();
   if (p.id.empty() || p.boot_key.empty() || p.rootfs_key.empty() || p.kernel_release.empty()) {
@@ -123,6 +124,7 @@ Status WritePointer(const Layout& l, const std::string& name, const Pointer& p) 
             {"builder_version", kBuilderVersion}};
   if (!p.console_marker.empty()) j["console_marker"] = p.console_marker;
   if (!p.console_failure.empty()) j["console_failure"] = p.console_failure;
+  if (!p.owner.empty()) j["owner"] = p.owner;
   if (p.vcpus > 0) j["vcpus"] = p.vcpus;
   if (p.memory_mib > 0) j["memory_mib"] = p.memory_mib;
   return WriteFileAtomic(l.pointer(name), j.dump(2) + "\n");
@@ -360,11 +362,24 @@ StatusOr<GuestImage> InstallBuiltImage(const std::string& state_dir, const Built
   p.kernel_release = base.kernel_release;
   p.console_marker = b.readiness.console_marker;
   p.console_failure = b.readiness.console_failure;
+  p.owner = b.owner;
   p.vcpus = b.shape.vcpus;
   p.memory_mib = b.shape.memory_mib;
   RETURN_IF_ERROR(MakeDirs(l.templates()));
   RETURN_IF_ERROR(WritePointer(l, b.name, p));
   return ImageFrom(l, b.name, p);
+}
+
+std::map<std::string, std::string> CustomImages(const std::string& state_dir) {
+  auto abs = AbsolutePath(state_dir);
+  Layout l = LayoutFor(abs.ok() ? *abs : state_dir);
+  std::map<std::string, std::string> out;
+  for (const auto& name : TemplateNames(l)) {
+    if (std::find(KnownTemplates().begin(), KnownTemplates().end(), name) != KnownTemplates().end()) continue;
+    auto p = ReadPointer(l, name);
+    if (p.ok()) out[name] = p->owner;
+  }
+  return out;
 }
 
 Status RemoveTemplateImage(const std::string& state_dir, const std::string& name) {

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -147,6 +148,7 @@ std::optional<MachineShape> DefaultShapeOf(const std::string& template_name, con
 // rootfs build: an existing one with the same id is reused and `rootfs` is
 // removed. Errors: NotFound when base has no image; errno statuses.
 struct BuiltImage {
+  std::string owner;  // the daemon registry whose build it is (CustomImages)
   std::string name;
   std::string id;
   std::string rootfs;
@@ -159,5 +161,7 @@ bool HasBuiltRootfs(const std::string& state_dir, const std::string& id);
 // Removes a template's pointer file (its builds go with the next
 // CollectGarbage, once no sandbox or snapshot needs them). OK when absent.
 Status RemoveTemplateImage(const std::string& state_dir, const std::string& name);
+// The installed custom template images: name -> owner (BuiltImage::owner).
+std::map<std::string, std::string> CustomImages(const std::string& state_dir);
 
 }  // namespace airlock::image
