@@ -1,0 +1,413 @@
+// OCI bases of custom templates (oci_base.h): skopeo to pull, umoci to
+// unpack, BuildTemplateRootfs (rootfs_build.cc) to add the agent and write
+// the ext4 image, InstallBuiltImage (image.cc) to install it.
+#include "image/oci_base.h"
+
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <ctime>
+#include <tuple>
+#include <fcntl.h>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "common/subprocess.h"
+#include "image/builders.h"
+#include "image/command.h"
+#include "image/fs_util.h"
+#include "image/hash.h"
+#include "image/image.h"
+
+namespace airlock::image {
+namespace {
+// A named namespace inside the anonymous one: the image library is built
+// as one unity file, and rootfs_build.cc's helpers have the short names.
+namespace oci {
+
+using json = nlohmann::json;
+
+constexpr char kTag[] = "img";             // the tag of the one image in a work layout
+constexpr size_t kMaxErrorBytes = 600;     // of skopeo's error in a build reason
+constexpr size_t kMaxInspectBytes = 4 << 20;
+constexpr time_t kStaleWorkSeconds = 3600;  // a work dir without a lock file this old is a dead pull's
+
+// What every OCI tree gets besides the agent: the same text as `base`
+// (rootfs_build.cc), so a guest cannot tell them apart by these.
+constexpr char kHostnameText[] = "airlock\n";
+constexpr char kHostsText[] =
+    "127.0.0.1\tlocalhost\n127.0.1.1\tairlock\n"
+    "::1\t\tlocalhost ip6-localhost ip6-loopback\n"
+    "ff02::1\t\tip6-allnodes\nff02::2\t\tip6-allrouters\n";
+
+bool IsHex(std::string_view s) { return !s.empty() && s.find_first_not_of("0123456789abcdef") == std::string_view::npos; }
+
+bool IsSha256Digest(std::string_view d) {
+  return d.size() == 71 && d.substr(0, 7) == "sha256:" && IsHex(d.substr(7));
+}
+
+std::string OciDir(const std::string& state_dir) { return state_dir + "/images/oci"; }
+
+// skopeo and its global options: a bound on the command, and the default
+// signature policy when the host has none (Debian's containers-common ships
+// one that accepts anything; without the file skopeo refuses to copy).
+std::vector<std::string> Skopeo(const OciPullOptions& o) {
+  std::vector<std::string> argv = {"skopeo", "--command-timeout", std::to_string(o.timeout.count()) + "s"};
+  if (!Exists("/etc/containers/policy.json")) argv.push_back("--insecure-policy");
+  return argv;
+}
+
+bool Insecure(const OciPullOptions& o) {
+  std::string reg = RegistryOf(o.ref);
+  for (auto& c : reg) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (reg.empty()) return false;
+  for (const auto& h : o.insecure_registries) {
+    if (h == reg) return true;
+  }
+  return false;
+}
+
+Status PullError(const std::string& ref, const RunResult& r) {
+  std::string why = SkopeoError(r.err);
+  if (why.empty()) why = SkopeoError(r.out);
+  if (why.empty()) why = "skopeo " + r.status.ToString();
+  return FailedPrecondition("cannot pull image '" + ref + "': " + why);
+}
+
+// A work directory under images/oci, locked while it is used: a pull that
+// died leaves one that the next pull removes (its lock is free).
+class WorkDir {
+ public:
+  static StatusOr<WorkDir> Make(const std::string& parent) {
+    RemoveStale(parent);
+    ASSIGN_OR_RETURN(std::string dir, MakeTempDir(parent, "work-"));
+    WorkDir w;
+    w.dir_ = dir;
+    ASSIGN_OR_RETURN(w.lock_, LockFile(dir + "/.lock"));
+    return w;
+  }
+  WorkDir() = default;
+  WorkDir(WorkDir&& o) noexcept : dir_(std::move(o.dir_)), lock_(std::move(o.lock_)) { o.dir_.clear(); }
+  WorkDir& operator=(WorkDir&&) = delete;
+  ~WorkDir() {
+    if (dir_.empty()) return;
+    if (Status st = RemoveTree(dir_); !st.ok()) LOG_WARN("oci: cleaning {}: {}", dir_, st.ToString());
+  }
+  const std::string& path() const { return dir_; }
+
+ private:
+  static void RemoveStale(const std::string& parent) {
+    auto names = ListDir(parent);
+    if (!names.ok()) return;
+    for (const auto& n : *names) {
+      if (n.rfind("work-", 0) != 0) continue;
+      const std::string dir = parent + "/" + n;
+      UniqueFd fd(::open((dir + "/.lock").c_str(), O_RDWR | O_CLOEXEC));
+      if (!fd) {
+        struct stat st;
+        if (errno != ENOENT || ::stat(dir.c_str(), &st) != 0 || std::time(nullptr) - st.st_mtime < kStaleWorkSeconds)
+          continue;
+      } else if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+        continue;  // a pull in progress
+      }
+      LOG_INFO("oci: removing {} (left by a pull that did not finish)", dir);
+      (void)RemoveTree(dir);
+    }
+  }
+  std::string dir_;
+  UniqueFd lock_;
+};
+
+// The image config of the one image in an OCI layout (index.json ->
+// manifest -> config), as skopeo wrote it.
+StatusOr<json> LayoutConfig(const std::string& layout) {
+  auto blob = [&](const std::string& digest) -> StatusOr<json> {
+    if (!IsSha256Digest(digest)) return FailedPrecondition("OCI layout " + layout + ": bad digest '" + digest + "'");
+    const std::string path = layout + "/blobs/sha256/" + digest.substr(7);
+    ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) return FailedPrecondition(path + " is not a JSON object");
+    return j;
+  };
+  ASSIGN_OR_RETURN(std::string index_text, ReadFile(layout + "/index.json"));
+  json index = json::parse(index_text, nullptr, /*allow_exceptions=*/false);
+  if (!index.is_object() || !index["manifests"].is_array() || index["manifests"].empty() ||
+      !index["manifests"][0].is_object() || !index["manifests"][0]["digest"].is_string()) {
+    return FailedPrecondition(layout + "/index.json names no manifest");
+  }
+  ASSIGN_OR_RETURN(json manifest, blob(index["manifests"][0]["digest"].get<std::string>()));
+  if (!manifest["config"].is_object() || !manifest["config"]["digest"].is_string())
+    return FailedPrecondition(layout + ": the manifest names no config");
+  return blob(manifest["config"]["digest"].get<std::string>());
+}
+
+void ConfigInto(const json& image_config, OciBase& out) {
+  const json empty = json::object();
+  const json& c = image_config.is_object() && image_config.contains("config") && image_config["config"].is_object()
+                      ? image_config["config"]
+                      : empty;
+  out.env.clear();
+  if (c.contains("Env") && c["Env"].is_array()) {
+    for (const auto& e : c["Env"]) {
+      if (e.is_string() && e.get<std::string>().find('=') != std::string::npos) out.env.push_back(e.get<std::string>());
+    }
+  }
+  out.user = c.contains("User") && c["User"].is_string() ? c["User"].get<std::string>() : "";
+  out.workdir = c.contains("WorkingDir") && c["WorkingDir"].is_string() ? c["WorkingDir"].get<std::string>() : "";
+}
+
+// What the initramfs and the agent need in a tree an image brought: the
+// mount points (initramfs_init.sh moves /proc /sys /dev; the agent mounts
+// /tmp /run), /sbin and /etc as directories (StageTemplateTree installs
+// there). Existing entries are left as they are.
+Status PrepareTree(const std::string& root) {
+  struct Dir {
+    const char* name;
+    mode_t mode;
+  };
+  for (const Dir d : {Dir{"proc", 0555}, Dir{"sys", 0555}, Dir{"dev", 0755}, Dir{"tmp", 01777}, Dir{"run", 0755},
+                      Dir{"sbin", 0755}, Dir{"etc", 0755}}) {
+    const std::string p = root + "/" + d.name;
+    struct stat st;
+    if (::lstat(p.c_str(), &st) == 0) continue;
+    if (errno != ENOENT) return ErrnoError("lstat " + p);
+    if (::mkdir(p.c_str(), d.mode) != 0) return ErrnoError("mkdir " + p);
+    if (::chmod(p.c_str(), d.mode) != 0) return ErrnoError("chmod " + p);
+  }
+  struct stat st;
+  if (::lstat((root + "/etc").c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return FailedPrecondition("the image's /etc is not a directory");
+  return OkStatus();
+}
+
+StatusOr<StagedFile> Staged(const std::string& dir, const std::string& name, std::string_view text,
+                            const std::string& dest) {
+  const std::string path = dir + "/" + name;
+  RETURN_IF_ERROR(WriteFile(path, text, 0644));
+  ASSIGN_OR_RETURN(std::string sha, Sha256File(path));
+  return StagedFile{path, dest, 0644, sha};
+}
+
+std::string JsonUnescape(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size()) {
+      char c = s[++i];
+      out += c == 'n' ? '\n' : c == 't' ? '\t' : c;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace oci
+}  // namespace
+
+Status ValidateImageRef(std::string_view ref) {
+  if (ref.empty() || ref.size() > 512) return InvalidArgument("image reference must be 1-512 characters");
+  if (ref.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/@-") !=
+      std::string_view::npos)
+    return InvalidArgument("image reference '" + std::string(ref) + "' has characters other than [A-Za-z0-9._:/@-]");
+  if (std::string_view("-/:@").find(ref[0]) != std::string_view::npos)
+    return InvalidArgument("image reference '" + std::string(ref) + "' must start with a letter or digit");
+  return OkStatus();
+}
+
+std::string RegistryOf(std::string_view ref) {
+  const size_t slash = ref.find('/');
+  if (slash == std::string_view::npos) return "";
+  std::string_view first = ref.substr(0, slash);
+  if (first.find('.') != std::string_view::npos || first.find(':') != std::string_view::npos || first == "localhost")
+    return std::string(first);
+  return "";
+}
+
+std::string PinnedRef(std::string_view ref, std::string_view digest) {
+  if (ref.find('@') != std::string_view::npos) return std::string(ref);
+  const size_t slash = ref.rfind('/');
+  const size_t colon = ref.rfind(':');
+  std::string_view name = ref;
+  if (colon != std::string_view::npos && (slash == std::string_view::npos || colon > slash)) name = ref.substr(0, colon);
+  return std::string(name) + "@" + std::string(digest);
+}
+
+Status ValidateRegistryHost(std::string_view host) {
+  std::string_view h = host, port;
+  if (size_t colon = host.rfind(':'); colon != std::string_view::npos) {
+    h = host.substr(0, colon);
+    port = host.substr(colon + 1);
+    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos)
+      return InvalidArgument("registry '" + std::string(host) + "': the port must be digits");
+  }
+  if (h.empty() || h.size() > 253 ||
+      h.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789.-") != std::string_view::npos || h[0] == '-' ||
+      h[0] == '.')
+    return InvalidArgument("registry '" + std::string(host) + "' must be HOST[:PORT] (lower-case name or IPv4)");
+  return OkStatus();
+}
+
+std::string SkopeoError(std::string_view text) {
+  std::string line;
+  // The last msg="..." of a fatal or error line; else the last non-empty line.
+  size_t pos = 0;
+  std::string last_plain;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string_view l = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
+    pos = nl == std::string_view::npos ? text.size() : nl + 1;
+    if (l.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    last_plain = std::string(l);
+    size_t m = l.find("msg=\"");
+    if (m == std::string_view::npos ||
+        (l.find("level=fatal") == std::string_view::npos && l.find("level=error") == std::string_view::npos))
+      continue;
+    std::string_view body = l.substr(m + 5);
+    size_t end = body.size();
+    for (size_t i = 0; i < body.size(); ++i) {
+      if (body[i] == '\\') {
+        ++i;
+      } else if (body[i] == '"') {
+        end = i;
+        break;
+      }
+    }
+    line = oci::JsonUnescape(body.substr(0, end));
+  }
+  if (line.empty()) line = last_plain;
+  // skopeo wraps the registry's answer in what it was doing.
+  for (const std::string prefix : {"Error parsing image name \"", "initializing source "}) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    size_t sep = line.find(": ", prefix.size());
+    if (sep != std::string::npos) line = line.substr(sep + 2);
+  }
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  if (line.size() > oci::kMaxErrorBytes) line = line.substr(0, oci::kMaxErrorBytes) + "...";
+  return line;
+}
+
+StatusOr<std::string> OciBaseVersion(const std::string& state_dir, const std::string& agent_binary) {
+  RETURN_IF_ERROR(MakeDirs(oci::OciDir(state_dir)));
+  ASSIGN_OR_RETURN(oci::WorkDir work, oci::WorkDir::Make(oci::OciDir(state_dir)));
+  const std::string agent = work.path() + "/airlock-agent";
+  RETURN_IF_ERROR(GuestAgentCopy(agent_binary, agent, work.path() + "/objcopy.log").WithContext("agent"));
+  ASSIGN_OR_RETURN(std::string sha, Sha256File(agent));
+  return KeyBuilder().Add("oci-format", kOciFormatVersion).Add("builder", kBuilderVersion).Add("agent", sha).ShortDigest();
+}
+
+StatusOr<OciBase> EnsureOciBase(const OciPullOptions& o) {
+  auto say = [&](const std::string& s) {
+    LOG_INFO("oci {}: {}", o.ref, s);
+    if (o.progress) o.progress(s);
+  };
+  RETURN_IF_ERROR(ValidateImageRef(o.ref));
+  for (const char* tool : {"skopeo", "umoci"}) {
+    if (!FindExecutable(tool).ok())
+      return FailedPrecondition(std::string(tool) + " is not installed on the server (apt-get install skopeo umoci)");
+  }
+  if (o.agent_binary.empty()) return InvalidArgument("no agent binary given");
+  const std::string oci_dir = oci::OciDir(o.state_dir);
+  RETURN_IF_ERROR(MakeDirs(oci_dir));
+  // Unpacked images hold device nodes, setuid files and other users' files.
+  if (::chmod(oci_dir.c_str(), 0700) != 0) return ErrnoError("chmod " + oci_dir);
+  const bool insecure = oci::Insecure(o);
+
+  // The digest (and whether the reference can be pulled at all).
+  std::vector<std::string> argv = oci::Skopeo(o);
+  argv.push_back("inspect");
+  if (insecure) argv.push_back("--tls-verify=false");
+  if (o.credentials) argv.push_back("--creds=" + o.credentials->username + ":" + o.credentials->password);
+  argv.push_back("docker://" + o.ref);
+  say("inspecting " + o.ref + (insecure ? " (insecure registry: no TLS verification)" : ""));
+  ASSIGN_OR_RETURN(RunResult inspected, Run(argv, -1, oci::kMaxInspectBytes));
+  if (!inspected.status.success()) return oci::PullError(o.ref, inspected);
+  json info = json::parse(inspected.out, nullptr, /*allow_exceptions=*/false);
+  if (!info.is_object() || !info["Digest"].is_string() || !oci::IsSha256Digest(info["Digest"].get<std::string>()))
+    return FailedPrecondition("cannot pull image '" + o.ref + "': skopeo inspect gave no sha256 digest");
+  OciBase out;
+  out.digest = info["Digest"].get<std::string>();
+
+  ASSIGN_OR_RETURN(oci::WorkDir work, oci::WorkDir::Make(oci_dir));
+  const std::string agent = work.path() + "/airlock-agent";
+  RETURN_IF_ERROR(GuestAgentCopy(o.agent_binary, agent, work.path() + "/objcopy.log").WithContext("agent"));
+  ASSIGN_OR_RETURN(std::string agent_sha, Sha256File(agent));
+  const std::string key = KeyBuilder()
+                              .Add("oci-format", kOciFormatVersion)
+                              .Add("builder", kBuilderVersion)
+                              .Add("agent", agent_sha)
+                              .Add("digest", out.digest)
+                              .ShortDigest();
+  out.image_name = "oci-" + key;
+  const std::string sidecar = oci_dir + "/" + key + ".json";
+  if (FindImage(o.state_dir, out.image_name).ok()) {
+    if (auto text = ReadFile(sidecar); text.ok()) {
+      json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("config")) {
+        oci::ConfigInto(j["config"], out);
+        out.cached = true;
+        say("image " + out.digest + " is installed already (" + out.image_name + ")");
+        return out;
+      }
+    }
+  }
+
+  // Pull, pinned to the digest inspected.
+  const std::string layout = work.path() + "/layout";
+  argv = oci::Skopeo(o);
+  argv.insert(argv.end(), {"copy", "--quiet"});
+  if (insecure) argv.push_back("--src-tls-verify=false");
+  if (o.credentials) argv.push_back("--src-creds=" + o.credentials->username + ":" + o.credentials->password);
+  argv.push_back("docker://" + PinnedRef(o.ref, out.digest));
+  argv.push_back(std::string("oci:") + layout + ":" + oci::kTag);
+  say("pulling " + o.ref + " (" + out.digest + ")");
+  ASSIGN_OR_RETURN(RunResult copied, Run(argv, -1, oci::kMaxInspectBytes));
+  if (!copied.status.success()) return oci::PullError(o.ref, copied);
+  ASSIGN_OR_RETURN(json config, oci::LayoutConfig(layout));
+  oci::ConfigInto(config, out);
+
+  // Unpack, then what the agent needs, then the ext4 image.
+  const std::string base_dir = work.path() + "/base";
+  RETURN_IF_ERROR(MakeDirs(base_dir));
+  const std::string root = base_dir + "/root";
+  std::vector<std::string> unpack = {"umoci", "raw", "unpack"};
+  if (::geteuid() != 0) unpack.push_back("--rootless");
+  unpack.insert(unpack.end(), {"--image", layout + ":" + oci::kTag, root});
+  say("unpacking the image (umoci)");
+  RETURN_IF_ERROR(RunCommand(unpack, LogTo(work.path() + "/umoci.log")));
+  RETURN_IF_ERROR(oci::PrepareTree(root));
+  RETURN_IF_ERROR(WriteFile(base_dir + "/packages.txt", "oci-image " + o.ref + " " + out.digest + "\n"));
+  const std::string files = work.path() + "/files";
+  RETURN_IF_ERROR(MakeDirs(files));
+  std::vector<StagedFile> extras;
+  for (const auto& [name, text, dest] : std::vector<std::tuple<std::string, std::string_view, std::string>>{
+           {"hostname", oci::kHostnameText, "/etc/hostname"},
+           {"hosts", oci::kHostsText, "/etc/hosts"},
+           // The agent writes the sandbox's resolver at start; the host's
+           // never gets in.
+           {"resolv.conf", "", "/etc/resolv.conf"}}) {
+    ASSIGN_OR_RETURN(StagedFile f, oci::Staged(files, name, text, dest));
+    extras.push_back(std::move(f));
+  }
+  const std::string tmpl_work = work.path() + "/template", tmpl_out = work.path() + "/out";
+  RETURN_IF_ERROR(MakeDirs(tmpl_work));
+  RETURN_IF_ERROR(MakeDirs(tmpl_out));
+  TemplateInputs in{base_dir, agent, agent_sha, key, extras};
+  RETURN_IF_ERROR(BuildTemplateRootfs(in, tmpl_work, tmpl_out, o.progress)
+                      .WithContext("image '" + o.ref + "' as a rootfs"));
+
+  // The config beside the image (a cached use needs its Env), then the image.
+  json side = {{"ref", o.ref}, {"digest", out.digest}, {"config", config}};
+  RETURN_IF_ERROR(WriteFileAtomic(sidecar, side.dump() + "\n", 0600));
+  BuiltImage bi;
+  bi.name = out.image_name;
+  bi.id = key;
+  bi.rootfs = tmpl_out + "/rootfs.ext4";
+  RETURN_IF_ERROR(InstallBuiltImage(o.state_dir, bi).status());
+  say("installed as image " + out.image_name);
+  return out;
+}
+
+}  // namespace airlock::image
