@@ -68,9 +68,11 @@ export async function waitFor(cond, ms, pollMs = 100) {
 
 // Starts `airlock serve --kill-on-exit` plus `extraArgs`; returns
 // { url, apiKey (the admin cli.key), db, opts (for the SDK), createKey(team),
-// stop() }. createKey makes a non-admin key of `team` with `airlock apikey`.
-export async function startDaemon(extraArgs = []) {
-  const tmp = mkdtempSync(join(tmpdir(), 'airlock-e2e-'))
+// stop(), kill9() }. createKey makes a non-admin key of `team` with
+// `airlock apikey`. `reuse`: a previous daemon's { tmp } (its registry), for
+// a restart after kill9() (which keeps the directory).
+export async function startDaemon(extraArgs = [], reuse = null) {
+  const tmp = reuse ? reuse.tmp : mkdtempSync(join(tmpdir(), 'airlock-e2e-'))
   const port = await freePort()
   const url = `http://127.0.0.1:${port}`
   const child = spawn(BIN, ['--state-dir', STATE_DIR, 'serve', '--runtime', RUNTIME, '--listen', `127.0.0.1:${port}`,
@@ -91,10 +93,15 @@ export async function startDaemon(extraArgs = []) {
       return out.split('\n')[0].trim()
     },
     opts: { apiKey, apiUrl: url, sandboxUrl: url, requestTimeoutMs: 120000 },
+    tmp,
     async stop() {
       child.kill('SIGTERM')
       await exited
       rmSync(tmp, { recursive: true, force: true })
+    },
+    async kill9() {
+      child.kill('SIGKILL')
+      await exited
     },
   }
 }
