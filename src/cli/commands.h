@@ -19,6 +19,9 @@ int CmdSandbox(const std::string& state_dir, const std::vector<std::string>& arg
 int CmdAudit(const std::string& state_dir, const std::vector<std::string>& args);
 // airlock secret set NAME (value on stdin) | ls | rm NAME (local store, root).
 int CmdSecret(const std::string& state_dir, const std::vector<std::string>& args);
+// airlock template ls | build NAME -f Dockerfile | rm NAME | logs NAME
+// (template_command.cc; a client of a running daemon).
+int CmdTemplate(const std::string& state_dir, const std::vector<std::string>& args);
 // Takes "--db PATH" out of `args` (into *db, which holds the default) and
 // returns the rest, in order.
 std::vector<std::string> TakeDbFlag(const std::vector<std::string>& args, std::string* db);

@@ -6,6 +6,7 @@
 //   airlock serve [--listen ADDR]            run the daemon (E2B-compatible API)
 //   airlock apikey create|ls|rm              manage the daemon's API keys
 //   airlock sandbox ls|info|kill|exec|cp|timeout|checkpoint|rollback   talk to a running daemon
+//   airlock template ls|build|rm|logs         custom templates on a running daemon
 //
 // Global: --state-dir DIR (env AIRLOCK_STATE_DIR, default /var/lib/airlock).
 #include <unistd.h>
@@ -45,6 +46,8 @@ constexpr const char* kUsage =
     "  sandbox ls | info ID | kill ID | exec ID -- CMD | cp SRC DST | timeout ID S |\n"
     "          checkpoint ID | checkpoint ls|rm ID [CKPT] | rollback ID CKPT\n"
     "                                  client of a running daemon (--server, AIRLOCK_SERVER, AIRLOCK_API_KEY)\n"
+    "  template ls | build NAME -f Dockerfile | rm NAME | logs NAME\n"
+    "                                  custom templates, built by a running daemon (--server, --db)\n"
     "  audit [verify] [--sandbox ID] [--since T]   print or verify the audit trail\n"
     "  secret set NAME | ls | rm NAME  manage secrets (value read from stdin, encrypted at rest)\n"
     "  version                         print the version\n"
@@ -365,6 +368,7 @@ int main(int argc, char** argv) {
   if (cmd == "sandbox") return CmdSandbox(state_dir, rest);
   if (cmd == "audit") return CmdAudit(state_dir, rest);
   if (cmd == "secret") return CmdSecret(state_dir, rest);
+  if (cmd == "template") return CmdTemplate(state_dir, rest);
   if (cmd == "version" || cmd == "--version") {
     std::puts("airlock 0.1.0");
     return 0;

@@ -46,7 +46,12 @@ DaemonTarget ResolveDaemon(const std::string& state_dir, const std::string& serv
 }
 
 bool DaemonAnswers(const DaemonTarget& t) {
-  HttpCall call{t.host, t.port, "GET", "/health", {}, "", std::chrono::milliseconds(300), 4096};
+  HttpCall call;
+  call.host = t.host;
+  call.port = t.port;
+  call.target = "/health";
+  call.timeout = std::chrono::milliseconds(300);
+  call.max_body = 4096;
   auto r = HttpDo(call);
   return r.ok() && r->status == 200;
 }

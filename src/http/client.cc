@@ -40,14 +40,25 @@ StatusOr<HttpReply> HttpDo(const HttpCall& call) {
     run();
     if (timed_out()) return DeadlineExceeded("connect " + peer + ": timed out");
     if (ec) return Unavailable("connect " + peer + ": " + ec.message());
-    bhttp::request<bhttp::string_body> req{bhttp::string_to_verb(call.method), call.target, 11};
-    req.set(bhttp::field::host, peer);
-    req.set(bhttp::field::connection, "close");
-    for (const auto& [k, v] : call.headers) req.set(k, v);
-    req.body() = call.body;
-    if (!call.body.empty() || call.method == "POST" || call.method == "PUT") req.prepare_payload();
-    bhttp::async_write(stream, req, [&](beast::error_code e, size_t) { ec = e; });
-    run();
+    auto send = [&](auto& req) {
+      req.set(bhttp::field::host, peer);
+      req.set(bhttp::field::connection, "close");
+      for (const auto& [k, v] : call.headers) req.set(k, v);
+      bhttp::async_write(stream, req, [&](beast::error_code e, size_t) { ec = e; });
+      run();
+    };
+    if (!call.body_file.empty()) {
+      bhttp::request<bhttp::file_body> req{bhttp::string_to_verb(call.method), call.target, 11};
+      req.body().open(call.body_file.c_str(), beast::file_mode::scan, ec);
+      if (ec) return NotFound("open " + call.body_file + ": " + ec.message());
+      req.prepare_payload();
+      send(req);
+    } else {
+      bhttp::request<bhttp::string_body> req{bhttp::string_to_verb(call.method), call.target, 11};
+      req.body() = call.body;
+      if (!call.body.empty() || call.method == "POST" || call.method == "PUT") req.prepare_payload();
+      send(req);
+    }
     if (timed_out()) return DeadlineExceeded("HTTP " + call.method + " " + peer + ": timed out");
     if (ec) return Unavailable("write to " + peer + ": " + ec.message());
     beast::flat_buffer buf;

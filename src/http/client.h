@@ -30,6 +30,10 @@ struct HttpCall {
   std::string body;  // sent with Content-Length when non-empty or method is POST/PUT
   std::chrono::milliseconds timeout{std::chrono::seconds(30)};
   size_t max_body = 16u << 20;
+  // When set, the body is this file's bytes instead, streamed from disk with
+  // its size as Content-Length (uploads larger than memory should hold);
+  // NotFound when it cannot be opened.
+  std::string body_file;
 };
 
 struct HttpReply {

@@ -519,6 +519,28 @@ TEST(HttpClientTest, DoAgainstListener) {
   EXPECT_EQ(reply->Header("content-type"), "text/plain");
 }
 
+// body_file: the file's bytes are the body, with its size as Content-Length.
+TEST(HttpClientTest, BodyFileIsStreamedWithItsLength) {
+  TestServer server(Fast(), Echo);
+  char path[] = "/tmp/http-body-XXXXXX";
+  int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "from a file", 11), 11);
+  ::close(fd);
+  HttpCall call;
+  call.host = "127.0.0.1";
+  call.port = server.port();
+  call.method = "PUT";
+  call.target = "/up";
+  call.body_file = path;
+  auto reply = HttpDo(call);
+  ::unlink(path);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(reply->body, "PUT /up q=- h= body=from a file");
+  call.body_file = "/nonexistent/file";
+  EXPECT_EQ(HttpDo(call).status().code(), StatusCode::kNotFound);
+}
+
 // A peer that accepts and then says nothing (a guest whose netns is gone
 // looks like this): the call ends at its deadline instead of hanging.
 TEST(HttpClientTest, SilentPeerEndsAtTheDeadline) {
