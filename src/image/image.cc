@@ -552,6 +552,15 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& options) {
   if (TemplateHasInterpreter(o.template_name)) {
     ASSIGN_OR_RETURN(extras, InterpreterFiles(o, agent_dir));
   }
+  {
+    // pip installs system-wide as root, as in E2B's images (a template's
+    // pipInstall is `pip install ...` as root); Debian's pip refuses that
+    // without this (PEP 668, "externally-managed-environment").
+    const std::string pip_conf = agent_dir + "/pip.conf";
+    RETURN_IF_ERROR(WriteFile(pip_conf, "[global]\nbreak-system-packages = true\n"));
+    ASSIGN_OR_RETURN(std::string sha, Sha256File(pip_conf));
+    extras.push_back(StagedFile{pip_conf, "/etc/pip.conf", 0644, sha});
+  }
   std::string base_key = BaseLayerKey(o.template_name, kSuite, packages);
   std::string rootfs_key = TemplateRootfsKey(base_key, agent_sha, ExtraFilesDigest(extras));
 

@@ -11,8 +11,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 
 #include "common/subprocess.h"
 #include "egress/dns_message.h"
@@ -248,6 +250,11 @@ void FakeInternet::ServeTcp(int listen_fd, std::string ip_port, bool tls) {
   for (auto& t : conns) t.join();
 }
 
+std::vector<std::string> FakeInternet::FilesServed() {
+  std::lock_guard<std::mutex> l(mu_);
+  return files_served_;
+}
+
 void FakeInternet::HandleConn(int fd, std::string ip_port, bool tls) {
   UniqueFd owned(fd);
   timeval tv{5, 0};
@@ -332,6 +339,33 @@ void FakeInternet::HandleConn(int fd, std::string ip_port, bool tls) {
         body = v ? "sha256=" + image::Sha256Hex(*v) + "\n" : "absent\n";
       } else if (path == "/body") {
         body = "len=" + std::to_string(req_body.size()) + " sha256=" + image::Sha256Hex(req_body) + "\n";
+      } else if (path.rfind("/pkg/", 0) == 0 && !files_dir_.empty()) {
+        std::string rel = path.substr(5);
+        if (size_t q = rel.find('?'); q != std::string::npos) rel.resize(q);
+        if (rel.empty() || rel.back() == '/') rel += "index.html";
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          files_served_.push_back(rel);
+        }
+        std::string data;
+        bool found = false;
+        if (rel.find("..") == std::string::npos) {
+          std::ifstream f(files_dir_ + "/" + rel, std::ios::binary);
+          if (f && !std::filesystem::is_directory(files_dir_ + "/" + rel)) {
+            std::stringstream ss;
+            ss << f.rdbuf();
+            data = ss.str();
+            found = true;
+          }
+        }
+        std::string status = found ? "200 OK" : "404 Not Found";
+        if (!found) data = "not found\n";
+        const std::string type = rel.ends_with(".html") ? "text/html" : "application/octet-stream";
+        if (!wr("HTTP/1.1 " + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " +
+                std::to_string(data.size()) + (keep_alive ? "\r\nConnection: keep-alive" : "\r\nConnection: close") +
+                "\r\n\r\n" + (head.rfind("HEAD ", 0) == 0 ? std::string() : data)))
+          break;
+        continue;
       } else if (path.rfind("/bytes?n=", 0) == 0) {
         size_t n = std::stoull(path.substr(9));
         std::string rhead =

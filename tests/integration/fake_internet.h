@@ -16,7 +16,8 @@
 //   echo-ish on .30:8080; each counts accepted connections per ip:port.
 //   Responses: "server=<ip> host=<Host> sni=<sni> path=<path>\n";
 //   /hold waits up to 10 s; /doh?name=N answers N's address (DNS over HTTPS
-//   in spirit); /bytes?n=N sends N bytes.
+//   in spirit); /bytes?n=N sends N bytes; /pkg/<path> serves the file
+//   <ServeFiles dir>/<path> (a package mirror; 404 when absent).
 #pragma once
 
 #include <atomic>
@@ -48,6 +49,12 @@ class FakeInternet {
   std::string uplink() const { return uplink_; }
   static constexpr const char* kDnsServer = "203.0.113.53:53";
 
+  // Serve /pkg/<path> from `dir` (a test's apt repository, package index,
+  // tarballs). Call before the first request.
+  void ServeFiles(const std::string& dir) { files_dir_ = dir; }
+  // Paths asked under /pkg/, in order.
+  std::vector<std::string> FilesServed();
+
   // Names the DNS server was asked, in order.
   std::vector<std::string> DnsLog();
   int Accepted(const std::string& ip_port);  // "203.0.113.10:443"
@@ -63,7 +70,8 @@ class FakeInternet {
   void HandleConn(int fd, std::string ip_port, bool tls);
   std::string Answer(const std::string& name);
 
-  std::string dir_, dns_, ins_, uplink_;
+  std::string dir_, dns_, ins_, uplink_, files_dir_;
+  std::vector<std::string> files_served_;
   UniqueFd root_ns_, daemon_ns_fd_, inet_ns_fd_;
   std::atomic<bool> stop_{false};
   std::mutex mu_;
