@@ -9,46 +9,19 @@
 //
 // Usage (root): node bench/tti.mjs [N]   (default 100; AIRLOCK_BIN, AIRLOCK_STATE_DIR)
 // Run via `make bench-tti`. Starts its own daemon on a free port.
-import { spawn } from 'node:child_process'
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { createRequire } from 'node:module'
-import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { freePort, pct } from './util.mjs'
+import { pct, startDaemon } from './util.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const require = createRequire(join(here, '../tests/e2e/package.json'))
 const { Sandbox } = require('e2b')
 const N = Number(process.argv[2] || 100)
 const EXECS = 50
-const BIN = process.env.AIRLOCK_BIN || join(here, '../build/airlock')
-const STATE_DIR = process.env.AIRLOCK_STATE_DIR || '/var/lib/airlock'
 
 const row = (name, v) => console.log(`| ${name.padEnd(50)} | ${pct(v, 50).toFixed(1).padStart(8)} | ${pct(v, 95).toFixed(1).padStart(8)} | ${pct(v, 99).toFixed(1).padStart(8)} | ${String(v.length).padStart(4)} |`)
 
-async function startDaemon(extra) {
-  const tmp = mkdtempSync(join(tmpdir(), 'airlock-tti-'))
-  const port = await freePort()
-  const url = `http://127.0.0.1:${port}`
-  const daemon = spawn(BIN, ['--state-dir', STATE_DIR, 'serve', '--listen', `127.0.0.1:${port}`, '--db', join(tmp, 'airlock.db'),
-    '--kill-on-exit', ...extra], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, AIRLOCK_LOG: 'warn' } })
-  for (let i = 0; ; i++) {
-    try { if ((await fetch(`${url}/health`)).ok) break } catch {}
-    if (i > 200) throw new Error('daemon did not start')
-    await new Promise((r) => setTimeout(r, 100))
-  }
-  const apiKey = readFileSync(join(tmp, 'cli.key'), 'utf8').trim()
-  return {
-    url,
-    opts: { apiKey, apiUrl: url, sandboxUrl: url, requestTimeoutMs: 120000 },
-    async stop() {
-      daemon.kill('SIGTERM')
-      await new Promise((r) => daemon.once('exit', r))
-      rmSync(tmp, { recursive: true, force: true })
-    },
-  }
-}
 
 async function metric(url, name) {
   const m = (await (await fetch(`${url}/metrics`)).text()).match(new RegExp(`^${name} (\\d+)`, 'm'))
