@@ -200,12 +200,17 @@ maybe('buildInBackground + getBuildStatus page the logs by offset; list and dele
   } finally {
     await sb.kill()
   }
-  const h = { 'X-API-KEY': opts.apiKey }
-  const listed = await (await fetch(`${url}/templates`, { headers: h })).json()
-  const mine = listed.find((t) => t.aliases.includes('child-e2e'))
+  // The official `e2b template` CLI (2.19.0) lists and deletes.
+  const cli = (...args) => execFileSync(join(import.meta.dirname, 'node_modules/.bin/e2b'), ['template', ...args], {
+    encoding: 'utf8',
+    env: { ...process.env, E2B_API_KEY: opts.apiKey, E2B_API_URL: url, NO_UPDATE_NOTIFIER: '1' },
+  })
+  const listed = JSON.parse(cli('list', '-f', 'json'))
+  const mine = listed.find((t) => (t.aliases || []).includes('child-e2e'))
   assert.ok(mine, JSON.stringify(listed))
   assert.equal(mine.buildStatus, 'ready')
-  assert.equal((await fetch(`${url}/templates/child-e2e`, { method: 'DELETE', headers: h })).status, 204)
+  assert.ok(mine.diskSizeMB > 0)
+  cli('delete', mine.templateID, '-y')
   assert.equal(await Template.exists('child-e2e', opts), false)
   await assert.rejects(Sandbox.create('child-e2e', opts))
 })
