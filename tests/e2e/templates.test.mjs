@@ -336,3 +336,43 @@ maybe('a daemon killed -9 mid-build: the build is failed on restart and nothing 
     else await d1.stop()
   }
 })
+
+maybe('builds queue past --max-builds, deleting a template cancels its running build, --build-timeout ends a build', async () => {
+  const dq = await startDaemon(['--max-builds', '1', '--build-timeout', '60'])
+  try {
+    const o = dq.opts
+    const status = (b) => Template.getBuildStatus(b, { ...o, logsOffset: 0 })
+    const a = await Template.buildInBackground(Template().fromBaseImage().runCmd('echo a-started; sleep 600'), 'queue-a', o)
+    let running = false
+    for (let i = 0; i < 600 && !running; i++) {
+      running = (await status(a)).logEntries.some((l) => l.message.includes('[stdout]: a-started'))
+      if (!running) await new Promise((r) => setTimeout(r, 250))
+    }
+    assert.ok(running, 'build a runs its step')
+    const b = await Template.buildInBackground(Template().fromBaseImage().runCmd('echo b-ran'), 'queue-b', o)
+    assert.equal((await status(b)).status, 'waiting')
+    const del = await fetch(`${dq.url}/templates/queue-a`, { method: 'DELETE', headers: { 'X-API-KEY': o.apiKey } })
+    assert.equal(del.status, 204)
+    let sb
+    for (let i = 0; i < 1200; i++) {
+      sb = await status(b)
+      if (sb.status === 'ready' || sb.status === 'error') break
+      await new Promise((r) => setTimeout(r, 250))
+    }
+    assert.equal(sb.status, 'ready', JSON.stringify(sb))
+    // Nothing of a's build is left running.
+    assert.equal((await Sandbox.list(o).nextItems()).length, 0)
+    const c = await Template.buildInBackground(Template().fromBaseImage().runCmd('sleep 600'), 'queue-c', o)
+    let sc
+    for (let i = 0; i < 1200; i++) {
+      sc = await status(c)
+      if (sc.status === 'ready' || sc.status === 'error') break
+      await new Promise((r) => setTimeout(r, 500))
+    }
+    assert.equal(sc.status, 'error', JSON.stringify(sc))
+    assert.match(sc.reason.message, /timed out/)
+    assert.equal(sc.reason.step, '1')
+  } finally {
+    await dq.stop()
+  }
+})
