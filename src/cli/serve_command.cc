@@ -1,5 +1,7 @@
 // `airlock serve` and `airlock apikey`.
+#include <algorithm>
 #include <boost/program_options.hpp>
+#include <cctype>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
@@ -7,6 +9,7 @@
 #include "cli/commands.h"
 #include "common/log.h"
 #include "core/registry.h"
+#include "image/oci_base.h"
 #include "runtime/registry.h"
 #include "server/server.h"
 
@@ -145,7 +148,10 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "max-upload", po::value(&cfg.max_upload_mib)->default_value(cfg.max_upload_mib),
       "largest COPY archive a template build may upload (MiB)")(
       "public-url", po::value(&cfg.public_url),
-      "base URL clients reach this server at, for upload links (default: the Host they used)");
+      "base URL clients reach this server at, for upload links (default: the Host they used)")(
+      "insecure-registry", po::value(&cfg.insecure_registries)->multitoken(),
+      "HOST[:PORT] of a registry fromImage may pull from over plain HTTP or without TLS verification "
+      "(repeatable)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
@@ -158,6 +164,13 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
   if (vm.count("help")) {
     std::cout << desc;
     return 0;
+  }
+  for (auto& r : cfg.insecure_registries) {
+    std::transform(r.begin(), r.end(), r.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (Status st = image::ValidateRegistryHost(r); !st.ok()) {
+      std::fprintf(stderr, "airlock serve: --insecure-registry: %s\n", st.message().c_str());
+      return 2;
+    }
   }
   cfg.manager.vmm_jail.enabled = !no_vmm_jail;
   cfg.manager.template_shared_memory = !stream_templates;

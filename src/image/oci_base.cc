@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <ctime>
 #include <tuple>
+#include <utility>
 #include <fcntl.h>
 #include <nlohmann/json.hpp>
 
@@ -68,6 +69,42 @@ bool Insecure(const OciPullOptions& o) {
     if (h == reg) return true;
   }
   return false;
+}
+
+// Runs a skopeo command with its stdout and stderr in <dir>/<name>.{out,err}
+// (read back, at most kMaxInspectBytes each); kills it when `canceled` says
+// so (asked every 200 ms): Unavailable then.
+StatusOr<RunResult> RunSkopeo(const OciPullOptions& o, const std::vector<std::string>& argv, const std::string& dir,
+                              const std::string& name) {
+  const std::string out_path = dir + "/" + name + ".out", err_path = dir + "/" + name + ".err";
+  UniqueFd out(::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!out) return ErrnoError("open " + out_path);
+  UniqueFd err(::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!err) return ErrnoError("open " + err_path);
+  SpawnOptions so;
+  so.argv = argv;
+  so.stdout_fd = out.get();
+  so.stderr_fd = err.get();
+  ASSIGN_OR_RETURN(Child child, Spawn(so));
+  RunResult r;
+  while (true) {
+    auto w = child.WaitFor(std::chrono::milliseconds(200));
+    if (w.ok()) {
+      r.status = *w;
+      break;
+    }
+    if (w.status().code() != StatusCode::kDeadlineExceeded) return w.status();
+    if (o.canceled && o.canceled()) {
+      child.Kill();
+      return Unavailable("the build was canceled");
+    }
+  }
+  for (auto [path, text] : {std::pair{&out_path, &r.out}, std::pair{&err_path, &r.err}}) {
+    auto t = ReadFile(*path);
+    if (!t.ok()) return t.status();
+    *text = t->size() > kMaxInspectBytes ? t->substr(t->size() - kMaxInspectBytes) : *t;
+  }
+  return r;
 }
 
 Status PullError(const std::string& ref, const RunResult& r) {
@@ -299,6 +336,7 @@ StatusOr<std::string> OciBaseVersion(const std::string& state_dir, const std::st
 }
 
 StatusOr<OciBase> EnsureOciBase(const OciPullOptions& o) {
+  using oci::json;
   auto say = [&](const std::string& s) {
     LOG_INFO("oci {}: {}", o.ref, s);
     if (o.progress) o.progress(s);
@@ -315,6 +353,7 @@ StatusOr<OciBase> EnsureOciBase(const OciPullOptions& o) {
   if (::chmod(oci_dir.c_str(), 0700) != 0) return ErrnoError("chmod " + oci_dir);
   const bool insecure = oci::Insecure(o);
 
+  ASSIGN_OR_RETURN(oci::WorkDir work, oci::WorkDir::Make(oci_dir));
   // The digest (and whether the reference can be pulled at all).
   std::vector<std::string> argv = oci::Skopeo(o);
   argv.push_back("inspect");
@@ -322,7 +361,7 @@ StatusOr<OciBase> EnsureOciBase(const OciPullOptions& o) {
   if (o.credentials) argv.push_back("--creds=" + o.credentials->username + ":" + o.credentials->password);
   argv.push_back("docker://" + o.ref);
   say("inspecting " + o.ref + (insecure ? " (insecure registry: no TLS verification)" : ""));
-  ASSIGN_OR_RETURN(RunResult inspected, Run(argv, -1, oci::kMaxInspectBytes));
+  ASSIGN_OR_RETURN(RunResult inspected, oci::RunSkopeo(o, argv, work.path(), "inspect"));
   if (!inspected.status.success()) return oci::PullError(o.ref, inspected);
   json info = json::parse(inspected.out, nullptr, /*allow_exceptions=*/false);
   if (!info.is_object() || !info["Digest"].is_string() || !oci::IsSha256Digest(info["Digest"].get<std::string>()))
@@ -330,7 +369,6 @@ StatusOr<OciBase> EnsureOciBase(const OciPullOptions& o) {
   OciBase out;
   out.digest = info["Digest"].get<std::string>();
 
-  ASSIGN_OR_RETURN(oci::WorkDir work, oci::WorkDir::Make(oci_dir));
   const std::string agent = work.path() + "/airlock-agent";
   RETURN_IF_ERROR(GuestAgentCopy(o.agent_binary, agent, work.path() + "/objcopy.log").WithContext("agent"));
   ASSIGN_OR_RETURN(std::string agent_sha, Sha256File(agent));
@@ -363,7 +401,7 @@ StatusOr<OciBase> EnsureOciBase(const OciPullOptions& o) {
   argv.push_back("docker://" + PinnedRef(o.ref, out.digest));
   argv.push_back(std::string("oci:") + layout + ":" + oci::kTag);
   say("pulling " + o.ref + " (" + out.digest + ")");
-  ASSIGN_OR_RETURN(RunResult copied, Run(argv, -1, oci::kMaxInspectBytes));
+  ASSIGN_OR_RETURN(RunResult copied, oci::RunSkopeo(o, argv, work.path(), "copy"));
   if (!copied.status.success()) return oci::PullError(o.ref, copied);
   ASSIGN_OR_RETURN(json config, oci::LayoutConfig(layout));
   oci::ConfigInto(config, out);

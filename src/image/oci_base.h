@@ -72,6 +72,8 @@ struct OciPullOptions {
   std::chrono::seconds timeout{std::chrono::minutes(30)};
   // One line per phase ("pulling ...", "writing ext4 image ..."). May be empty.
   std::function<void(std::string_view)> progress;
+  // Asked while skopeo runs: true kills it (Unavailable). May be empty.
+  std::function<bool()> canceled;
 };
 
 struct OciBase {

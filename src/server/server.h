@@ -127,6 +127,9 @@ struct ServerConfig {
   int build_timeout_s = 3600;
   std::vector<std::string> build_allow;
   bool build_allow_set = false;
+  // Registries fromImage may reach without TLS verification (serve
+  // --insecure-registry HOST[:PORT]).
+  std::vector<std::string> insecure_registries;
   int64_t max_upload_mib = 2048;
   std::string public_url;
 };

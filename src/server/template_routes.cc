@@ -141,6 +141,7 @@ Status Server::InitTemplates() {
   bc.max_concurrent = config_.max_builds;
   bc.timeout = std::chrono::seconds(config_.build_timeout_s);
   bc.allow = config_.build_allow;
+  bc.insecure_registries = config_.insecure_registries;
   bc.audit = [this](const json& r) { Audit(r); };
   builder_ = std::make_unique<tpl::Builder>(*manager_, *template_store_, std::move(bc));
   builder_->Start();

@@ -12,6 +12,7 @@
 #include "egress/policy.h"
 #include "image/hash.h"
 #include "image/image.h"
+#include "image/oci_base.h"
 
 namespace airlock::templates {
 
@@ -95,6 +96,25 @@ if [ "${2:-}" = true ]; then
   mkdir -p /etc/sudoers.d
   printf '%s ALL=(ALL:ALL) NOPASSWD: ALL\n' "$1" > "/etc/sudoers.d/90-$1"
   chmod 0440 "/etc/sudoers.d/90-$1"
+fi
+)SH";
+
+// The user phase of an OCI base (§A.6 step 2), as root with /bin/sh (an
+// image need not have bash): `user`, made when missing (useradd, or
+// busybox's adduser), passwordless sudo when the image has sudo.
+constexpr char kOciUserScript[] = R"SH(set -eu
+if ! id -u user >/dev/null 2>&1; then
+  shell=/bin/sh
+  [ -x /bin/bash ] && shell=/bin/bash
+  if command -v useradd >/dev/null 2>&1; then useradd --create-home --shell "$shell" user
+  elif command -v adduser >/dev/null 2>&1; then adduser -D -s "$shell" user
+  else echo "the image has neither useradd nor adduser: cannot create the user 'user'" >&2; exit 1
+  fi
+fi
+if command -v sudo >/dev/null 2>&1; then
+  mkdir -p /etc/sudoers.d
+  printf 'user ALL=(ALL:ALL) NOPASSWD: ALL\n' > /etc/sudoers.d/90-user
+  chmod 0440 /etc/sudoers.d/90-user
 fi
 )SH";
 
@@ -319,6 +339,9 @@ Status Builder::Build(Job& job) {
   std::string prev;          // the chain so far
   std::string layer;         // the layer the next step starts on ("" = the base image)
   std::string base_desc;
+  std::string base_template = "base";  // the image a build sandbox on no layer boots
+  std::string oci_user_hash;  // an OCI base's user phase (its layer's hash)
+  bool oci_cached = false;    // ... found in the layer index
 
   // ---- base
   job.step = "base";
@@ -336,22 +359,59 @@ Status Builder::Build(Job& job) {
     }
     prev = HashKeys({"template", parent->build.id});
     base_desc = "FROM template " + spec.from_template;
+  } else if (spec.from_image == "e2bdev/base" || spec.from_image == "e2bdev/base:latest" || spec.from_image == "base") {
+    auto img = image::FindImage(config_.state_dir, "base");
+    if (!img.ok()) return img.status();
+    prev = HashKeys({"image", "base", img->id});
+    ctx = BuildContext{};
+    ctx.user = "root";
+    // The user phase (§A.6 step 2): `user` exists in base; steps run as it.
+    prev = HashKeys({prev, "DEFAULT USER", "user"});
+    ctx.user = "user";
+    base_desc = "FROM " + spec.from_image + " (airlock base)";
   } else {
-    std::string ref = spec.from_image;
-    if (ref == "e2bdev/base" || ref == "e2bdev/base:latest" || ref == "base") {
-      auto img = image::FindImage(config_.state_dir, "base");
-      if (!img.ok()) return img.status();
-      prev = HashKeys({"image", "base", img->id});
+    // An OCI image (image/oci_base.h): base = HashKeys("oci", ref as written,
+    // the agent and tree format), then the user phase as a layer of its own
+    // (below). When that layer is cached nothing is pulled (§A.7: the tag,
+    // not its digest, is the key until a forced build).
+    const std::string& ref = spec.from_image;
+    if (spec.registry && spec.registry->type != "registry")
+      return FailedPrecondition("fromImage '" + ref + "': " + spec.registry->type +
+                                " registries are not supported by this server (only {type: \"registry\", username, "
+                                "password})");
+    RETURN_IF_ERROR(image::ValidateImageRef(ref).WithContext("fromImage"));
+    ASSIGN_OR_RETURN(std::string version, image::OciBaseVersion(config_.state_dir, manager_.config().agent_binary));
+    prev = HashKeys({"oci", ref, version});
+    oci_user_hash = HashKeys({prev, "DEFAULT USER", "user"});
+    base_desc = "FROM " + ref;
+    auto row = store_.FindLayer(team, oci_user_hash);
+    if (!spec.force && row.ok() && manager_.ReadDiskLayer(row->dir).ok()) {
+      oci_cached = true;
+      layer = row->dir;
+      ctx = BuildContext::FromJson(row->context);
+    } else {
+      image::OciPullOptions po;
+      po.state_dir = config_.state_dir;
+      po.ref = ref;
+      if (spec.registry) po.credentials = image::OciCredentials{spec.registry->username, spec.registry->password};
+      po.insecure_registries = config_.insecure_registries;
+      po.agent_binary = manager_.config().agent_binary;
+      po.timeout = std::chrono::duration_cast<std::chrono::seconds>(job.deadline - Clock::now());
+      if (po.timeout.count() < 1) return DeadlineExceeded("the build timed out");
+      po.progress = [&](std::string_view s) { Log(job, "info", "[base] " + std::string(s), "base"); };
+      po.canceled = [&job] { return job.canceled.load(); };
+      ASSIGN_OR_RETURN(image::OciBase oci, image::EnsureOciBase(po));
+      base_template = oci.image_name;
+      // §A.6: {user: root, workdir: unset, env: the image config's Env}.
       ctx = BuildContext{};
       ctx.user = "root";
-      // The user phase (§A.6 step 2): `user` exists in base; steps run as it.
-      prev = HashKeys({prev, "DEFAULT USER", "user"});
-      ctx.user = "user";
-      base_desc = "FROM " + ref + " (airlock base)";
-    } else {
-      return Unimplemented("cannot use image '" + ref +
-                           "': this server builds from templates only (fromTemplate, fromBaseImage); pulling OCI "
-                           "images is not available here yet");
+      for (const auto& kv : oci.env) ctx.env[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+      if (!oci.user.empty() || !oci.workdir.empty())
+        Log(job, "info",
+            "[base] the image's User '" + oci.user + "' and WorkingDir '" + oci.workdir +
+                "' are not used: steps start as root with no workdir, then run as user",
+            "base");
+      base_desc += " (" + oci.digest + ")";
     }
   }
   Log(job, "info", "[base] " + base_desc + " [" + Short(prev) + "]", "base");
@@ -366,7 +426,7 @@ Status Builder::Build(Job& job) {
     }
     if (job.canceled) return Unavailable("the build was canceled");
     CreateOptions o;
-    o.template_name = "base";
+    o.template_name = base_template;
     o.vcpus = job.row.cpu_count;
     o.memory_mib = job.row.memory_mb;
     o.detach = false;
@@ -462,6 +522,25 @@ Status Builder::Build(Job& job) {
     ctx = BuildContext::FromJson(row->context);
     return true;
   };
+
+  // ---- the user phase of an OCI base (§A.6 step 2), a layer of its own
+  if (!oci_user_hash.empty()) {
+    prev = oci_user_hash;
+    if (oci_cached) {
+      Log(job, "info", "CACHED [base] USER user [" + Short(prev) + "]", "base");
+    } else {
+      Log(job, "info", "[base] USER user [" + Short(prev) + "]", "base");
+      ASSIGN_OR_RETURN(auto sb, ensure_sandbox());
+      ExecRequest r;
+      r.cmd = "/bin/sh";
+      r.args = {"-c", kOciUserScript, "airlock-build"};
+      r.user = "root";
+      r.envs = StepEnv(ctx);
+      RETURN_IF_ERROR(run(*sb, r, "[base]", "create the user 'user'", nullptr));
+      ctx.user = "user";
+      RETURN_IF_ERROR(save_layer(*sb, prev));
+    }
+  }
 
   // ---- steps
   const std::vector<bool> forced = ForcedSteps(spec);

@@ -4,8 +4,11 @@
 // §A.7, and finalized into a guest image with its template snapshot:
 //
 //   queue (status "waiting", at most max_concurrent building)
-//     ─▶ base: `base` (fromBaseImage, fromImage e2bdev/base) or a built
-//        template's last layer (fromTemplate), with its context
+//     ─▶ base: `base` (fromBaseImage, fromImage e2bdev/base), a built
+//        template's last layer (fromTemplate), with its context, or an OCI
+//        image (any other fromImage: pulled, the agent added, installed as
+//        image "oci-<key>", image/oci_base.h) and its user phase (`user`
+//        made in a build sandbox, a cached layer of its own)
 //     ─▶ steps 1..N: cached (the layer index has the step's hash and its
 //        layer is complete) or run in ONE build sandbox started on the last
 //        cached layer, `sync`, and its disk saved as the step's layer
@@ -57,6 +60,9 @@ struct BuilderConfig {
   int max_concurrent = 1;                          // builds running at once (the rest wait)
   std::chrono::seconds timeout{std::chrono::hours(1)};  // one build, queue time excluded
   std::vector<std::string> allow;                  // egress allowlist of build sandboxes
+  // Registries (HOST[:PORT]) fromImage may pull from over plain HTTP or
+  // without TLS verification (serve --insecure-registry; image/oci_base.h).
+  std::vector<std::string> insecure_registries;
   // Every build's decision and outcome (audit). May be empty.
   std::function<void(const nlohmann::json&)> audit;
 };
