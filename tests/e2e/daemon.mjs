@@ -80,7 +80,15 @@ export async function startDaemon(extraArgs = [], reuse = null) {
     // No warm pool unless a test asks for one (pool.test.mjs): parked guests would share the CPU with every test.
     ...(extraArgs.includes('--pool') ? [] : ['--pool', '0']), ...extraArgs], { stdio: ['ignore', 'inherit', 'inherit'] })
   const exited = new Promise((r) => child.once('exit', r))
-  await waitHealthy(url, 20000)
+  try {
+    await waitHealthy(url, 20000)
+  } catch (e) {
+    // A daemon that never answered is not left running (the suite's after()
+    // has no handle on it).
+    child.kill('SIGTERM')
+    await exited
+    throw e
+  }
   const apiKey = readFileSync(join(tmp, 'cli.key'), 'utf8').trim()
   const db = join(tmp, 'airlock.db')
   return {
