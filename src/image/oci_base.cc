@@ -3,6 +3,7 @@
 // the ext4 image, InstallBuiltImage (image.cc) to install it.
 #include "image/oci_base.h"
 
+#include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,10 +11,9 @@
 #include <cctype>
 #include <cerrno>
 #include <ctime>
+#include <nlohmann/json.hpp>
 #include <tuple>
 #include <utility>
-#include <fcntl.h>
-#include <nlohmann/json.hpp>
 
 #include "common/log.h"
 #include "common/subprocess.h"
@@ -31,8 +31,8 @@ namespace oci {
 
 using json = nlohmann::json;
 
-constexpr char kTag[] = "img";             // the tag of the one image in a work layout
-constexpr size_t kMaxErrorBytes = 600;     // of skopeo's error in a build reason
+constexpr char kTag[] = "img";          // the tag of the one image in a work layout
+constexpr size_t kMaxErrorBytes = 600;  // of skopeo's error in a build reason
 constexpr size_t kMaxInspectBytes = 4 << 20;
 constexpr time_t kStaleWorkSeconds = 3600;  // a work dir without a lock file this old is a dead pull's
 
@@ -44,11 +44,11 @@ constexpr char kHostsText[] =
     "::1\t\tlocalhost ip6-localhost ip6-loopback\n"
     "ff02::1\t\tip6-allnodes\nff02::2\t\tip6-allrouters\n";
 
-bool IsHex(std::string_view s) { return !s.empty() && s.find_first_not_of("0123456789abcdef") == std::string_view::npos; }
-
-bool IsSha256Digest(std::string_view d) {
-  return d.size() == 71 && d.substr(0, 7) == "sha256:" && IsHex(d.substr(7));
+bool IsHex(std::string_view s) {
+  return !s.empty() && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
+
+bool IsSha256Digest(std::string_view d) { return d.size() == 71 && d.substr(0, 7) == "sha256:" && IsHex(d.substr(7)); }
 
 std::string OciDir(const std::string& state_dir) { return state_dir + "/images/oci"; }
 
@@ -268,7 +268,8 @@ std::string PinnedRef(std::string_view ref, std::string_view digest) {
   const size_t slash = ref.rfind('/');
   const size_t colon = ref.rfind(':');
   std::string_view name = ref;
-  if (colon != std::string_view::npos && (slash == std::string_view::npos || colon > slash)) name = ref.substr(0, colon);
+  if (colon != std::string_view::npos && (slash == std::string_view::npos || colon > slash))
+    name = ref.substr(0, colon);
   return std::string(name) + "@" + std::string(digest);
 }
 
@@ -332,7 +333,11 @@ StatusOr<std::string> OciBaseVersion(const std::string& state_dir, const std::st
   const std::string agent = work.path() + "/airlock-agent";
   RETURN_IF_ERROR(GuestAgentCopy(agent_binary, agent, work.path() + "/objcopy.log").WithContext("agent"));
   ASSIGN_OR_RETURN(std::string sha, Sha256File(agent));
-  return KeyBuilder().Add("oci-format", kOciFormatVersion).Add("builder", kBuilderVersion).Add("agent", sha).ShortDigest();
+  return KeyBuilder()
+      .Add("oci-format", kOciFormatVersion)
+      .Add("builder", kBuilderVersion)
+      .Add("agent", sha)
+      .ShortDigest();
 }
 
 StatusOr<OciBase> EnsureOciBase(const OciPullOptions& o) {
@@ -433,8 +438,8 @@ StatusOr<OciBase> EnsureOciBase(const OciPullOptions& o) {
   RETURN_IF_ERROR(MakeDirs(tmpl_work));
   RETURN_IF_ERROR(MakeDirs(tmpl_out));
   TemplateInputs in{base_dir, agent, agent_sha, key, extras};
-  RETURN_IF_ERROR(BuildTemplateRootfs(in, tmpl_work, tmpl_out, o.progress)
-                      .WithContext("image '" + o.ref + "' as a rootfs"));
+  RETURN_IF_ERROR(
+      BuildTemplateRootfs(in, tmpl_work, tmpl_out, o.progress).WithContext("image '" + o.ref + "' as a rootfs"));
 
   // The config beside the image (a cached use needs its Env), then the image.
   json side = {{"ref", o.ref}, {"digest", out.digest}, {"config", config}};

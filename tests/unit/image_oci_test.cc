@@ -16,8 +16,8 @@ TEST(OciRefTest, ValidReferences) {
 }
 
 TEST(OciRefTest, RefusedReferences) {
-  for (const char* bad : {"", "-x", "/abs", ":tag", "@sha256:00", "a b", "a;rm -rf /", "a$(id)", "ü/x",
-                          "docker://x\n"}) {
+  for (const char* bad :
+       {"", "-x", "/abs", ":tag", "@sha256:00", "a b", "a;rm -rf /", "a$(id)", "ü/x", "docker://x\n"}) {
     auto st = ValidateImageRef(bad);
     EXPECT_FALSE(st.ok()) << bad;
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad;
@@ -52,10 +52,11 @@ TEST(OciRefTest, RegistryHosts) {
 }
 
 TEST(OciRefTest, SkopeoErrorIsTheFatalMessageTrimmed) {
-  EXPECT_EQ(SkopeoError("time=\"2026-12-03T07:18:39Z\" level=fatal msg=\"Error parsing image name "
-                        "\\\"docker://127.0.0.1:15077/test/nope:1\\\": reading manifest 1 in 127.0.0.1:15077/test/nope: "
-                        "manifest unknown: manifest unknown\"\n"),
-            "reading manifest 1 in 127.0.0.1:15077/test/nope: manifest unknown: manifest unknown");
+  EXPECT_EQ(
+      SkopeoError("time=\"2026-12-03T07:18:39Z\" level=fatal msg=\"Error parsing image name "
+                  "\\\"docker://127.0.0.1:15077/test/nope:1\\\": reading manifest 1 in 127.0.0.1:15077/test/nope: "
+                  "manifest unknown: manifest unknown\"\n"),
+      "reading manifest 1 in 127.0.0.1:15077/test/nope: manifest unknown: manifest unknown");
   EXPECT_EQ(SkopeoError("time=\"x\" level=warning msg=\"something\"\n"
                         "time=\"y\" level=fatal msg=\"initializing source docker://h/a:1: pinging container registry "
                         "h: Get \\\"https://h/v2/\\\": dial tcp: connection refused\"\n"),
