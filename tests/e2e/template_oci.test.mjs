@@ -264,6 +264,17 @@ maybe('fromImage of an image the registry does not have fails at base with the r
     return true
   })
   console.log(`# failed build answered in ${Date.now() - t0} ms`)
+  // The status names the step.
+  const bg = await Template.buildInBackground(Template().fromImage(nope).runCmd('true'), 'nope-bg-e2e', opts)
+  let st
+  for (let i = 0; i < 200; i++) {
+    st = await Template.getBuildStatus(bg, { ...opts, logsOffset: 0 })
+    if (st.status === 'error' || st.status === 'ready') break
+    await new Promise((r) => setTimeout(r, 200))
+  }
+  assert.equal(st.status, 'error')
+  assert.equal(st.reason?.step, 'base', JSON.stringify(st.reason))
+  assert.match(st.reason?.message ?? '', /cannot pull image/)
 })
 
 maybe('fromImage with registry credentials: wrong ones fail at base, right ones build', { timeout: 600000 }, async (t) => {
