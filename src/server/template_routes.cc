@@ -106,6 +106,14 @@ bool Hex64(const std::string& s) {
   return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
+// The size of a build's rootfs (its disk as sandboxes get it), MiB.
+int64_t ImageDiskMib(const std::string& state_dir, const std::string& image_name) {
+  auto img = image::FindImage(state_dir, image_name);
+  struct stat st;
+  if (!img.ok() || ::stat(img->rootfs.c_str(), &st) != 0) return 0;
+  return static_cast<int64_t>(st.st_size >> 20);
+}
+
 json LogJson(const tpl::LogEntry& e) {
   json j = {{"timestamp", FormatRfc3339Ms(e.ts_ms)}, {"level", e.level}, {"message", e.message}};
   if (!e.step.empty()) j["step"] = e.step;
@@ -138,6 +146,7 @@ Status Server::InitTemplates() {
   upload_key_ = RandomBytes(32);
   tpl::BuilderConfig bc;
   bc.state_dir = config_.manager.state_dir;
+  bc.owner = config_.manager.owner;
   bc.max_concurrent = config_.max_builds;
   bc.timeout = std::chrono::seconds(config_.build_timeout_s);
   bc.allow = config_.build_allow;
@@ -235,6 +244,9 @@ bool Server::RouteTemplates(std::shared_ptr<HttpConn> c, const Caller& caller, s
     asio::post(*workers_, [self, c, caller, ref] {
       auto t = tpl::ResolveTemplate(*self->template_store_, ref, caller.team, caller.admin);
       if (!t.ok()) {
+        if (self->manager_->FindNamedSnapshot(ref).empty()) {
+          return asio::post(c->executor(), [c, ref] { c->RespondError(404, "template '" + ref + "' not found"); });
+        }
         return asio::post(c->executor(), [self, c, caller, ref] { self->DeleteSnapshot(c, ref, caller); });
       }
       TemplateAnswer a;
@@ -562,7 +574,7 @@ json Server::TemplateJson(const tpl::TemplateRow& t, bool with_builds) {
             {"buildStatus", latest_status},
             {"cpuCount", ready.ok() ? ready->cpu_count : 0},
             {"memoryMB", ready.ok() ? ready->memory_mb : 0},
-            {"diskSizeMB", ready.ok() ? ready->disk_mb : 0},
+            {"diskSizeMB", ready.ok() ? ImageDiskMib(config_.manager.state_dir, ready->image) : 0},
             {"envdVersion", ready.ok() ? kEnvdVersion : ""},
             {"aliases", t.aliases},
             {"names", names},
@@ -580,7 +592,7 @@ json Server::TemplateJson(const tpl::TemplateRow& t, bool with_builds) {
                 {"status", b.status},
                 {"cpuCount", b.cpu_count},
                 {"memoryMB", b.memory_mb},
-                {"diskSizeMB", b.disk_mb},
+                {"diskSizeMB", b.status == tpl::kReady ? ImageDiskMib(config_.manager.state_dir, b.image) : 0},
                 {"envdVersion", kEnvdVersion},
                 {"createdAt", FormatRfc3339Ms(b.created_at_ms)},
                 {"updatedAt", FormatRfc3339Ms(b.updated_at_ms)}};

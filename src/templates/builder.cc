@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -67,14 +68,21 @@ fi
 [[ "$owner" == *:* ]] || owner="$owner:$owner"
 chown -R -h "$owner" "$src" 2>/dev/null || chown -R -h "${owner%%:*}" "$src"
 if [ -n "$mode" ]; then find "$src" ! -type l -exec chmod "$mode" {} +; fi
+# Directories COPY creates belong to the owner too.
+mkdirs() {
+  local d=$1 first=
+  while [ ! -e "$d" ] && [ ! -L "$d" ]; do first=$d; d=$(dirname "$d"); done
+  mkdir -p "$1"
+  if [ -n "$first" ]; then chown -R "$owner" "$first" 2>/dev/null || chown -R "${owner%%:*}" "$first"; fi
+}
 if [ -d "$src" ] && [ ! -L "$src" ]; then
-  mkdir -p "$target"
+  mkdirs "$target"
   tar -C "$src" -cf - . | tar -C "$target" -xf - --keep-directory-symlink --no-overwrite-dir
 elif [[ "$target" == */ ]] || [ -d "$target" ]; then
-  mkdir -p "$target"
+  mkdirs "$target"
   mv -f "$src" "$target/"
 else
-  mkdir -p "$(dirname "$target")"
+  mkdirs "$(dirname "$target")"
   mv -fT "$src" "$target"
 fi
 )SH";
@@ -177,6 +185,43 @@ void Builder::Start() {
       (void)store_.AppendLog(b.id, {NowUnixMs(), "error", "Build failed: the daemon stopped during the build", ""});
       LOG_WARN("template build {} was interrupted by a daemon stop: failed", b.id);
     }
+  }
+  // Images of builds this registry no longer has, or of registries that are
+  // gone (a test daemon's temporary database).
+  {
+    std::set<std::string> mine;
+    if (auto ready = store_.BuildsWithStatus(kReady); ready.ok()) {
+      for (const auto& b : *ready) mine.insert(b.image);
+    }
+    bool removed = false;
+    for (const auto& [name, owner] : image::CustomImages(config_.state_dir)) {
+      std::error_code ec;
+      bool stale = owner == config_.owner ? !mine.count(name) : (!owner.empty() && !fs::exists(owner, ec));
+      if (!stale) continue;
+      LOG_INFO("template image {} of {} is no longer built: removed", name, owner.empty() ? "?" : owner);
+      (void)image::RemoveTemplateImage(config_.state_dir, name);
+      removed = true;
+    }
+    // Layer directories of registries that are gone (their "owner" file).
+    std::error_code ec;
+    for (auto& e : fs::directory_iterator(manager_.layers_dir(), ec)) {
+      std::ifstream f(e.path() / "owner");
+      std::string owner;
+      if (!f || !std::getline(f, owner) || owner.empty() || fs::exists(owner, ec)) continue;
+      LOG_INFO("template layers of {} (gone): removed", owner);
+      std::error_code ec2;
+      for (auto& l : fs::directory_iterator(e.path(), ec2)) {
+        if (l.is_directory()) (void)manager_.DeleteDiskLayer(l.path().string());
+      }
+      fs::remove_all(e.path(), ec2);
+      removed = true;
+    }
+    if (removed) image::CollectGarbage(config_.state_dir);
+  }
+  {
+    std::error_code ec;
+    fs::create_directories(LayersRoot(), ec);
+    std::ofstream(LayersRoot() + "/owner") << config_.owner << "\n";
   }
   CollectGarbage();
   std::lock_guard<std::mutex> l(mu_);
@@ -345,7 +390,28 @@ Status Builder::Build(Job& job) {
 
   // ---- base
   job.step = "base";
+  std::string builtin;  // a built-in template as the base (base, code-interpreter)
   if (!spec.from_template.empty()) {
+    const std::string canon = image::CanonicalTemplateName(spec.from_template);
+    for (const auto& k : image::KnownTemplates()) {
+      if (canon == k) builtin = k;
+    }
+  } else if (spec.from_image == "e2bdev/base" || spec.from_image == "e2bdev/base:latest" || spec.from_image == "base") {
+    builtin = "base";
+  }
+  if (!builtin.empty()) {
+    auto img = image::FindImage(config_.state_dir, builtin);
+    if (!img.ok()) return img.status();
+    prev = HashKeys({"image", builtin, img->id});
+    // The user phase (§A.6 step 2): `user` exists in the built-in images;
+    // steps run as it.
+    prev = HashKeys({prev, "DEFAULT USER", "user"});
+    ctx = BuildContext{};
+    ctx.user = "user";
+    base_template = builtin;
+    base_desc = "FROM " + (spec.from_template.empty() ? spec.from_image : "template " + spec.from_template) +
+                " (airlock " + builtin + ")";
+  } else if (!spec.from_template.empty()) {
     auto parent = ResolveBuild(store_, spec.from_template, team, /*admin=*/false);
     if (!parent.ok()) return InvalidArgument("fromTemplate '" + spec.from_template + "': " + parent.status().message());
     if (parent->build.final_layer.empty() || !manager_.ReadDiskLayer(parent->build.final_layer).ok())
@@ -359,16 +425,6 @@ Status Builder::Build(Job& job) {
     }
     prev = HashKeys({"template", parent->build.id});
     base_desc = "FROM template " + spec.from_template;
-  } else if (spec.from_image == "e2bdev/base" || spec.from_image == "e2bdev/base:latest" || spec.from_image == "base") {
-    auto img = image::FindImage(config_.state_dir, "base");
-    if (!img.ok()) return img.status();
-    prev = HashKeys({"image", "base", img->id});
-    ctx = BuildContext{};
-    ctx.user = "root";
-    // The user phase (§A.6 step 2): `user` exists in base; steps run as it.
-    prev = HashKeys({prev, "DEFAULT USER", "user"});
-    ctx.user = "user";
-    base_desc = "FROM " + spec.from_image + " (airlock base)";
   } else {
     // An OCI image (image/oci_base.h): base = HashKeys("oci", ref as written,
     // the agent and tree format), then the user phase as a layer of its own
@@ -485,6 +541,8 @@ Status Builder::Build(Job& job) {
     flush(out_buf, "stdout", true);
     flush(err_buf, "stderr", true);
     if (job.canceled) return Unavailable("the build was canceled");
+    if (Clock::now() >= job.deadline)
+      return DeadlineExceeded("the build timed out after " + std::to_string(config_.timeout.count()) + " s (" + what + ")");
     if (!r.ok()) return r.status().WithContext(what);
     if (!r->exited || r->exit_code != 0)
       return FailedPrecondition(what + ": " + (r->status.empty() ? "failed" : r->status));
@@ -506,7 +564,7 @@ Status Builder::Build(Job& job) {
     sync.cmd = "/bin/sync";
     sync.user = "root";
     RETURN_IF_ERROR(run(sb, sync, "sync", "sync", nullptr));
-    const std::string dir = manager_.layers_dir() + "/" + hash.substr(0, 16) + "-" + RandomHex(4);
+    const std::string dir = LayersRoot() + "/" + hash.substr(0, 16) + "-" + RandomHex(4);
     ASSIGN_OR_RETURN(VmSnapshotInfo info, manager_.SaveDiskLayer(sb.id(), dir));
     job.new_layers.push_back(LayerRow{team, hash, dir, layer, ctx.ToJson(), NowUnixMs()});
     LOG_INFO("template build {} step {}: layer {} ({} B of disk)", job.row.id, job.step, dir, info.disk_bytes);
@@ -661,6 +719,7 @@ Status Builder::Build(Job& job) {
     RETURN_IF_ERROR(manager_.ExportDiskLayer(layer, rootfs));
   }
   image::BuiltImage bi;
+  bi.owner = config_.owner;
   bi.name = ImageNameOf(job.row.id);
   bi.id = image_id;
   bi.rootfs = rootfs;
@@ -684,6 +743,10 @@ Status Builder::Build(Job& job) {
   job.row.final_layer = layer;
   job.row.final_context = {{"context", ctx.ToJson()}, {"startCmd", start_cmd}, {"readyCmd", ready_cmd}};
   return OkStatus();
+}
+
+std::string Builder::LayersRoot() const {
+  return manager_.layers_dir() + "/" + image::Sha256Hex(config_.owner).substr(0, 16);
 }
 
 void Builder::CollectGarbage() {
@@ -717,15 +780,15 @@ void Builder::CollectGarbage() {
       auto shape = manager_.ReadDiskLayer(cur);
       if (!shape.ok()) break;
       std::string parent = fs::path(shape->disk_backing).parent_path().string();
-      if (fs::path(parent).parent_path().string() != manager_.layers_dir()) break;
+      if (fs::path(parent).parent_path().string() != LayersRoot()) break;
       keep.insert(parent);
       cur = parent;
     }
   }
   std::error_code ec;
-  for (auto& e : fs::directory_iterator(manager_.layers_dir(), ec)) {
+  for (auto& e : fs::directory_iterator(LayersRoot(), ec)) {
     const std::string d = e.path().string();
-    if (keep.count(d)) continue;
+    if (keep.count(d) || !e.is_directory()) continue;
     LOG_INFO("template layers: removing {} (no template uses it)", d);
     (void)manager_.DeleteDiskLayer(d);
     fs::remove_all(d, ec);

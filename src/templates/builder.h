@@ -57,6 +57,11 @@ namespace airlock::templates {
 
 struct BuilderConfig {
   std::string state_dir;
+  // The daemon's registry (canonical path): its layers live in a directory
+  // of their own (layers_dir()/<hash of owner>), and the images of its
+  // builds carry it, so that another daemon on the same state dir never
+  // collects them, and a registry that is gone leaves nothing for long.
+  std::string owner;
   int max_concurrent = 1;                          // builds running at once (the rest wait)
   std::chrono::seconds timeout{std::chrono::hours(1)};  // one build, queue time excluded
   std::vector<std::string> allow;                  // egress allowlist of build sandboxes
@@ -89,6 +94,8 @@ class Builder {
   // Layers no ready build's chain needs, and uploads no template build is
   // waiting for are removed (after each build and each template delete).
   void CollectGarbage();
+  // Where this daemon's layers are.
+  std::string LayersRoot() const;
 
  private:
   struct Job;
