@@ -5,9 +5,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/subprocess.h"
 #include "core/manager.h"
 #include "core/registry.h"
 #include "egress/policy.h"
@@ -398,6 +400,18 @@ Status Builder::Build(Job& job) {
     }
   } else if (spec.from_image == "e2bdev/base" || spec.from_image == "e2bdev/base:latest" || spec.from_image == "base") {
     builtin = "base";
+  } else if (spec.from_image.rfind("debian:", 0) == 0 || spec.from_image.rfind("docker.io/library/debian:", 0) == 0) {
+    // fromDebianImage(suite): airlock's base is Debian bookworm, made with
+    // mmdebstrap from this host's own mirror (docs/image.md), with python3,
+    // node, git, curl and sudo on top: the suite this server can build
+    // without pulling. Other suites are refused rather than pulled.
+    const std::string tag = spec.from_image.substr(spec.from_image.rfind(':') + 1);
+    static const std::set<std::string> kBookworm = {"bookworm", "bookworm-slim", "stable", "stable-slim",
+                                                    "12",       "12-slim",       "latest"};
+    if (!kBookworm.count(tag))
+      return InvalidArgument("fromImage '" + spec.from_image +
+                             "': this server builds Debian bases from its own mirror, bookworm (stable, 12) only");
+    builtin = "base";
   }
   if (!builtin.empty()) {
     auto img = image::FindImage(config_.state_dir, builtin);
@@ -708,7 +722,9 @@ Status Builder::Build(Job& job) {
   if (job.canceled) return Unavailable("the build was canceled");
 
   // ---- the guest image: the last layer's disk as a rootfs
-  const std::string image_id = image::Sha256Hex(fs::path(layer).filename().string()).substr(0, 20);
+  // The image: the last layer, plus the free space asked for (minFreeDiskMb).
+  const std::string image_id =
+      image::Sha256Hex(fs::path(layer).filename().string() + ":" + std::to_string(job.row.disk_mb)).substr(0, 20);
   std::string rootfs;
   if (!image::HasBuiltRootfs(config_.state_dir, image_id)) {
     const std::string tmpdir = config_.state_dir + "/images/tmp";
@@ -717,6 +733,22 @@ Status Builder::Build(Job& job) {
     rootfs = tmpdir + "/template-" + RandomHex(6) + ".ext4";
     Log(job, "info", "Exporting the template's disk", "finalize");
     RETURN_IF_ERROR(manager_.ExportDiskLayer(layer, rootfs));
+    if (job.row.disk_mb > 0) {
+      // minFreeDiskMb: the filesystem grows by that much (never shrinks).
+      // The export is a disk that was in use: its journal is replayed first.
+      Log(job, "info", "Growing the disk by " + std::to_string(job.row.disk_mb) + " MiB (minFreeDiskMb)", "finalize");
+      auto fsck = airlock::Run({"e2fsck", "-fy", rootfs});
+      Status grown = !fsck.ok() ? fsck.status()
+                     : fsck->status.ShellCode() > 1
+                         ? Internal("e2fsck " + rootfs + " exited " + std::to_string(fsck->status.ShellCode()) + ": " + fsck->out)
+                         : OkStatus();
+      if (grown.ok()) grown = RunChecked({"truncate", "-s", "+" + std::to_string(job.row.disk_mb) + "M", rootfs}).status();
+      if (grown.ok()) grown = RunChecked({"resize2fs", rootfs}).status();
+      if (!grown.ok()) {
+        ::unlink(rootfs.c_str());
+        return grown.WithContext("minFreeDiskMb");
+      }
+    }
   }
   image::BuiltImage bi;
   bi.owner = config_.owner;
@@ -793,6 +825,28 @@ void Builder::CollectGarbage() {
     (void)manager_.DeleteDiskLayer(d);
     fs::remove_all(d, ec);
   }
+  // Pulled OCI bases ("oci-*" images) that no layer of any registry on this
+  // state dir is layered on any more (their layers are what keeps them).
+  std::string manifests;
+  for (auto& owner : fs::directory_iterator(manager_.layers_dir(), ec)) {
+    std::error_code ec2;
+    for (auto& l : fs::directory_iterator(owner.path(), ec2)) {
+      std::ifstream f(l.path() / "manifest.json");
+      std::stringstream ss;
+      ss << f.rdbuf();
+      manifests += ss.str();
+    }
+  }
+  bool removed = false;
+  for (const auto& [name, owner] : image::CustomImages(config_.state_dir)) {
+    if (name.rfind("oci-", 0) != 0) continue;
+    auto img = image::FindImage(config_.state_dir, name);
+    if (!img.ok() || manifests.find(img->rootfs) != std::string::npos) continue;
+    LOG_INFO("template images: removing {} (no layer is built on it)", name);
+    (void)image::RemoveTemplateImage(config_.state_dir, name);
+    removed = true;
+  }
+  if (removed) image::CollectGarbage(config_.state_dir);
 }
 
 }  // namespace airlock::templates

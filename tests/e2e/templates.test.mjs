@@ -376,3 +376,19 @@ maybe('builds queue past --max-builds, deleting a template cancels its running b
     await dq.stop()
   }
 })
+
+maybe('fromDebianImage builds on the host mirror\'s bookworm (other suites are refused); minFreeDiskMb grows the disk', async () => {
+  const t = Template().fromDebianImage('bookworm').runCmd('cat /etc/debian_version > /home/user/debian_version')
+  const r = await build(t, 'debian-e2e', { minFreeDiskMb: 3072 })
+  assert.ok(r.logs.some((l) => l.includes('Growing the disk by 3072 MiB')), r.logs.join('\n'))
+  const sb = await Sandbox.create('debian-e2e', opts)
+  try {
+    assert.match(await sh(sb, 'cat /home/user/debian_version'), /^12\./)
+    const avail = Number(await sh(sb, "df -m --output=avail / | tail -1"))
+    assert.ok(avail >= 3072, `free MiB: ${avail}`)
+  } finally {
+    await sb.kill()
+  }
+  await assert.rejects(Template.build(Template().fromDebianImage('trixie').runCmd('true'), 'trixie-e2e', opts),
+    (e) => e instanceof BuildError && /bookworm/.test(e.message))
+})
