@@ -240,15 +240,7 @@ void Builder::Stop() {
     for (auto& [id, job] : running_) jobs.push_back(job);
   }
   cv_.notify_all();
-  for (auto& job : jobs) {
-    job->canceled = true;
-    std::string sid;
-    {
-      std::lock_guard<std::mutex> l(job->mu);
-      sid = job->sandbox_id;
-    }
-    if (!sid.empty()) (void)manager_.Destroy(sid);
-  }
+  Cancel(jobs);
   for (auto& t : workers_) {
     if (t.joinable()) t.join();
   }
@@ -277,13 +269,18 @@ void Builder::CancelTemplate(const std::string& template_id) {
       if (job->row.template_id == template_id) jobs.push_back(job);
     }
   }
-  for (auto& job : jobs) {
+  Cancel(jobs);
+}
+
+void Builder::Cancel(const std::vector<std::shared_ptr<Job>>& jobs) {
+  for (const auto& job : jobs) {
     job->canceled = true;
     std::string sid;
     {
       std::lock_guard<std::mutex> l(job->mu);
       sid = job->sandbox_id;
     }
+    // Its calls into the guest fail at once; the build ends as canceled.
     if (!sid.empty()) (void)manager_.Destroy(sid);
   }
 }

@@ -100,6 +100,8 @@ class Builder {
  private:
   struct Job;
   void Worker();
+  // Marks running jobs canceled and destroys their build sandboxes.
+  void Cancel(const std::vector<std::shared_ptr<Job>>& jobs);
   void RunBuild(const std::string& build_id);
   Status Build(Job& job);
   void Log(Job& job, const std::string& level, const std::string& message, const std::string& step);

@@ -30,7 +30,7 @@ if (!skipReason) {
 }
 if (skipReason) console.log(`# SKIP e2e: ${skipReason}`)
 
-function freePort() {
+export function freePort() {
   return new Promise((resolve, reject) => {
     const s = createServer()
     s.once('error', reject)

@@ -21,10 +21,9 @@ import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { e2b, skipReason as fixtureSkip, startDaemon, STATE_DIR } from './daemon.mjs'
+import { e2b, freePort, skipReason as fixtureSkip, startDaemon, STATE_DIR } from './daemon.mjs'
 
 const { Sandbox, Template, BuildError } = e2b
 
@@ -41,16 +40,6 @@ let d, opts, work, ref, authRef
 const registries = [] // the docker-registry children this file started
 const installed = new Set() // oci-<key> images this run's builds installed
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = createServer()
-    s.once('error', reject)
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address()
-      s.close(() => resolve(port))
-    })
-  })
-}
 
 function run(cmd, args, options = {}) {
   return execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], ...options })
