@@ -42,16 +42,7 @@ std::string RandomHex(size_t bytes) { return HexEncode(RandomBytes(bytes)); }
 
 StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& path) {
   std::unique_ptr<Registry> r(new Registry());
-  mode_t old = ::umask(077);
-  int rc = sqlite3_open_v2(path.c_str(), &r->db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                           nullptr);
-  ::umask(old);
-  if (rc != SQLITE_OK) {
-    std::string msg = r->db_ ? sqlite3_errmsg(r->db_) : sqlite3_errstr(rc);
-    return Internal("open database " + path + ": " + msg);
-  }
-  sqlite3_busy_timeout(r->db_, 5000);
-  RETURN_IF_ERROR(r->Exec("PRAGMA journal_mode=WAL", "set WAL"));
+  RETURN_IF_ERROR(OpenSharedDb(path, &r->db_));
   RETURN_IF_ERROR(
       r->Exec("CREATE TABLE IF NOT EXISTS sandboxes ("
               " id TEXT PRIMARY KEY, template TEXT NOT NULL, state TEXT NOT NULL,"

@@ -5,9 +5,12 @@
 #pragma once
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <string>
+
+#include "common/status.h"
 
 namespace airlock {
 
@@ -42,5 +45,27 @@ class Stmt {
   sqlite3_stmt* s_ = nullptr;
   int rc_ = SQLITE_ERROR;
 };
+
+// Opens (creating it 0600) the database at `path` as every store of the
+// daemon's database does: serialized connection, 5 s busy timeout, WAL
+// journal. `*db` is set even on failure (the caller closes it). Internal
+// with SQLite's message on failure.
+inline Status OpenSharedDb(const std::string& path, sqlite3** db) {
+  mode_t old = ::umask(077);
+  int rc = sqlite3_open_v2(path.c_str(), db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  ::umask(old);
+  if (rc != SQLITE_OK) {
+    std::string msg = *db ? sqlite3_errmsg(*db) : sqlite3_errstr(rc);
+    return Internal("open database " + path + ": " + msg);
+  }
+  sqlite3_busy_timeout(*db, 5000);
+  char* err = nullptr;
+  if (sqlite3_exec(*db, "PRAGMA journal_mode=WAL", nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return Internal("set WAL on " + path + ": " + msg);
+  }
+  return OkStatus();
+}
 
 }  // namespace airlock

@@ -67,16 +67,7 @@ BuildRow ReadBuild(const Stmt& s) {
 
 StatusOr<std::unique_ptr<TemplateStore>> TemplateStore::Open(const std::string& path) {
   std::unique_ptr<TemplateStore> t(new TemplateStore());
-  mode_t old = ::umask(077);
-  int rc = sqlite3_open_v2(path.c_str(), &t->db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                           nullptr);
-  ::umask(old);
-  if (rc != SQLITE_OK) {
-    std::string msg = t->db_ ? sqlite3_errmsg(t->db_) : sqlite3_errstr(rc);
-    return Internal("open database " + path + ": " + msg);
-  }
-  sqlite3_busy_timeout(t->db_, 5000);
-  RETURN_IF_ERROR(t->Exec("PRAGMA journal_mode=WAL", "set WAL"));
+  RETURN_IF_ERROR(OpenSharedDb(path, &t->db_));
   RETURN_IF_ERROR(t->Exec(
       "CREATE TABLE IF NOT EXISTS templates (id TEXT PRIMARY KEY, team TEXT NOT NULL, public INTEGER NOT NULL,"
       " created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, spawn_count INTEGER NOT NULL DEFAULT 0,"
