@@ -220,11 +220,6 @@ void Builder::Start() {
     }
     if (removed) image::CollectGarbage(config_.state_dir);
   }
-  {
-    std::error_code ec;
-    fs::create_directories(LayersRoot(), ec);
-    std::ofstream(LayersRoot() + "/owner") << config_.owner << "\n";
-  }
   CollectGarbage();
   std::lock_guard<std::mutex> l(mu_);
   stopping_ = false;
@@ -575,6 +570,12 @@ Status Builder::Build(Job& job) {
     sync.cmd = "/bin/sync";
     sync.user = "root";
     RETURN_IF_ERROR(run(sb, sync, "sync", "sync", nullptr));
+    // This registry's layer directory, made with its first layer (with the
+    // "owner" file by which a later daemon knows whose it is).
+    if (std::error_code ec; !fs::exists(LayersRoot() + "/owner", ec)) {
+      fs::create_directories(LayersRoot(), ec);
+      std::ofstream(LayersRoot() + "/owner") << config_.owner << "\n";
+    }
     const std::string dir = LayersRoot() + "/" + hash.substr(0, 16) + "-" + RandomHex(4);
     ASSIGN_OR_RETURN(VmSnapshotInfo info, manager_.SaveDiskLayer(sb.id(), dir));
     job.new_layers.push_back(LayerRow{team, hash, dir, layer, ctx.ToJson(), NowUnixMs()});
