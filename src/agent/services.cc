@@ -139,15 +139,7 @@ void ServiceSupervisor::Launch(size_t i) {
       if (!ec) Launch(i);
     });
   };
-  auto user = agent_.LoadUsers().Lookup(spec.user);
-  if (!user.ok()) return retry(user.status());
-  SpawnRequest sp = agent_.SpawnAs(*user);
-  for (const auto& [k, v] : spec.env) sp.env[k] = v;
-  sp.cwd = spec.cwd;
-  sp.start.process.cmd = spec.argv[0];
-  sp.start.process.args.assign(spec.argv.begin() + 1, spec.argv.end());
-  sp.start.tag = std::string(kServiceTagPrefix) + spec.name;
-  auto proc = agent_.processes().Spawn(std::move(sp));
+  auto proc = SpawnFor(spec, spec.argv, std::string(kServiceTagPrefix) + spec.name);
   if (!proc.ok()) return retry(proc.status());
   st.running = true;
   st.started = std::chrono::steady_clock::now();
@@ -169,26 +161,34 @@ void ServiceSupervisor::PollReady(size_t i) {
   const ServiceSpec& spec = specs_[i];
   Running& st = *state_[i];
   if (st.ready) return;
-  auto again = [this, i, &st] {
-    st.ready_timer.expires_after(kReadyPollInterval);
-    st.ready_timer.async_wait([this, i](boost::system::error_code ec) {
-      if (!ec) PollReady(i);
-    });
-  };
+  auto proc = SpawnFor(spec, {"/bin/bash", "-l", "-c", spec.ready_cmd}, std::string(kServiceReadyTagPrefix) + spec.name);
+  if (!proc.ok()) {
+    LogError("service %s: ready check: %s", spec.name.c_str(), proc.status().ToString().c_str());
+    return PollReadyLater(i);
+  }
+  st.ready_running = true;
+}
+
+void ServiceSupervisor::PollReadyLater(size_t i) {
+  Running& st = *state_[i];
+  st.ready_timer.expires_after(kReadyPollInterval);
+  st.ready_timer.async_wait([this, i](boost::system::error_code ec) {
+    if (!ec) PollReady(i);
+  });
+}
+
+StatusOr<std::shared_ptr<Process>> ServiceSupervisor::SpawnFor(const ServiceSpec& spec,
+                                                               const std::vector<std::string>& argv,
+                                                               const std::string& tag) {
   auto user = agent_.LoadUsers().Lookup(spec.user);
-  if (!user.ok()) return again();
+  if (!user.ok()) return user.status();
   SpawnRequest sp = agent_.SpawnAs(*user);
   for (const auto& [k, v] : spec.env) sp.env[k] = v;
   sp.cwd = spec.cwd;
-  sp.start.process.cmd = "/bin/bash";
-  sp.start.process.args = {"-l", "-c", spec.ready_cmd};
-  sp.start.tag = std::string(kServiceReadyTagPrefix) + spec.name;
-  auto proc = agent_.processes().Spawn(std::move(sp));
-  if (!proc.ok()) {
-    LogError("service %s: ready check: %s", spec.name.c_str(), proc.status().ToString().c_str());
-    return again();
-  }
-  st.ready_running = true;
+  sp.start.process.cmd = argv[0];
+  sp.start.process.args.assign(argv.begin() + 1, argv.end());
+  sp.start.tag = tag;
+  return agent_.processes().Spawn(std::move(sp));
 }
 
 void ServiceSupervisor::OnFinished(const std::string& tag, const envd::EndEvent& end) {
@@ -201,11 +201,7 @@ void ServiceSupervisor::OnFinished(const std::string& tag, const envd::EndEvent&
         Announce(ServiceReadyLine(specs_[i].name));
         return;
       }
-      st.ready_timer.expires_after(kReadyPollInterval);
-      st.ready_timer.async_wait([this, i](boost::system::error_code ec) {
-        if (!ec) PollReady(i);
-      });
-      return;
+      return PollReadyLater(i);
     }
     if (tag != kServiceTagPrefix + specs_[i].name) continue;
     Running& st = *state_[i];

@@ -42,6 +42,7 @@
 namespace airlock::agent {
 
 class Agent;
+class Process;
 
 inline constexpr char kServicesDir[] = "/etc/airlock/services";
 inline constexpr char kServiceTagPrefix[] = "airlock-service:";
@@ -85,6 +86,10 @@ class ServiceSupervisor {
   void Launch(size_t index);
   void OnFinished(const std::string& tag, const envd::EndEvent& end);
   void PollReady(size_t index);
+  void PollReadyLater(size_t index);  // PollReady after kReadyPollInterval
+  // Starts `argv` as the service's user, in its cwd and env, tagged `tag`.
+  StatusOr<std::shared_ptr<Process>> SpawnFor(const ServiceSpec& spec, const std::vector<std::string>& argv,
+                                             const std::string& tag);
   void Announce(const std::string& line);
 
   Agent& agent_;

@@ -89,15 +89,7 @@ StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& path) {
 
 Registry::~Registry() { sqlite3_close_v2(db_); }
 
-Status Registry::Exec(const std::string& sql, const char* what) {
-  char* err = nullptr;
-  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err ? err : "unknown error";
-    sqlite3_free(err);
-    return Internal(std::string("sqlite ") + what + ": " + msg);
-  }
-  return OkStatus();
-}
+Status Registry::Exec(const std::string& sql, const char* what) { return ExecSql(db_, sql, what); }
 
 #define AIRLOCK_SQL_CHECK(cond, what) \
   if (!(cond)) return Internal(std::string("sqlite ") + (what) + ": " + sqlite3_errmsg(db_))

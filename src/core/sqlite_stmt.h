@@ -46,6 +46,18 @@ class Stmt {
   int rc_ = SQLITE_ERROR;
 };
 
+// Runs `sql` (one or more statements, no results). Internal naming `what`
+// with SQLite's message on failure.
+inline Status ExecSql(sqlite3* db, const std::string& sql, const char* what) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return Internal(std::string("sqlite ") + what + ": " + msg);
+  }
+  return OkStatus();
+}
+
 // Opens (creating it 0600) the database at `path` as every store of the
 // daemon's database does: serialized connection, 5 s busy timeout, WAL
 // journal. `*db` is set even on failure (the caller closes it). Internal
@@ -59,13 +71,7 @@ inline Status OpenSharedDb(const std::string& path, sqlite3** db) {
     return Internal("open database " + path + ": " + msg);
   }
   sqlite3_busy_timeout(*db, 5000);
-  char* err = nullptr;
-  if (sqlite3_exec(*db, "PRAGMA journal_mode=WAL", nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err ? err : "unknown error";
-    sqlite3_free(err);
-    return Internal("set WAL on " + path + ": " + msg);
-  }
-  return OkStatus();
+  return ExecSql(*db, "PRAGMA journal_mode=WAL", "set WAL");
 }
 
 }  // namespace airlock

@@ -29,6 +29,7 @@
 #include "common/hex.h"
 #include "common/log.h"
 #include "core/registry.h"
+#include "http/url.h"
 #include "image/hash.h"
 #include "image/image.h"
 #include "server/http_status.h"
@@ -48,21 +49,11 @@ namespace {
 constexpr int64_t kUploadLinkSeconds = 30 * 60;  // as E2B's local storage
 constexpr char kZeroUuid[] = "00000000-0000-0000-0000-000000000000";
 
-// The HTTP status of a store or resolution error.
+// The HTTP status of a store or resolution error: the server's mapping,
+// except that a state conflict is E2B's 400 ("build is not in waiting
+// state"), not 409.
 int StatusOf(const Status& st) {
-  switch (st.code()) {
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kFailedPrecondition:
-      return 400;
-    case StatusCode::kNotFound:
-      return 404;
-    case StatusCode::kAlreadyExists:
-      return 409;
-    case StatusCode::kPermissionDenied:
-      return 403;
-    default:
-      return HttpStatusFor(st);
-  }
+  return st.code() == StatusCode::kFailedPrecondition ? 400 : HttpStatusFor(st);
 }
 
 std::string Decode(const std::string& s) {
@@ -84,22 +75,6 @@ std::string NewTemplateId() {
   std::string bytes = RandomBytes(20), out;
   for (unsigned char b : bytes) out += kAlphabet[b % 36];
   return out;
-}
-
-bool HexDecode(const std::string& hex, std::string* out) {
-  if (hex.size() % 2 != 0 || hex.size() > 512) return false;
-  out->clear();
-  for (size_t i = 0; i < hex.size(); i += 2) {
-    auto v = [](char ch) -> int {
-      if (ch >= '0' && ch <= '9') return ch - '0';
-      if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-      return -1;
-    };
-    int hi = v(hex[i]), lo = v(hex[i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    out->push_back(static_cast<char>(hi * 16 + lo));
-  }
-  return true;
 }
 
 bool Hex64(const std::string& s) {
@@ -358,7 +333,8 @@ void Server::FilesLink(std::shared_ptr<HttpConn> c, const Caller& caller, const 
     if (!t.ok() || !IsTemplateOwner(caller, *t)) return {404, nullptr, "template '" + template_id + "' not found"};
     bool present = template_store_->FindFile(t->team, hash).ok();
     const int64_t expires = NowUnixMs() / 1000 + kUploadLinkSeconds;
-    std::string url = base + "/upload/" + hash + "?team=" + HexEncode(t->team) + "&expires=" + std::to_string(expires) +
+    std::string url = base + "/upload/" + hash + "?team=" + http::UrlEncodeComponent(t->team) +
+                      "&expires=" + std::to_string(expires) +
                       "&token=" + UploadToken(t->team, hash, expires);
     return {201, json{{"present", present}, {"url", url}}, ""};
   });
@@ -368,12 +344,11 @@ void Server::HandleUpload(std::shared_ptr<HttpConn> c) {
   if (c->method() != http::Method::kPut) return c->RespondError(405, "method not allowed");
   const std::string path = c->path();
   const std::string hash = path.substr(std::string("/upload/").size());
-  auto team_hex = c->Query("team");
+  auto team_q = c->Query("team");
   auto expires_s = c->Query("expires");
   auto token = c->Query("token");
-  if (!Hex64(hash) || !team_hex || !expires_s || !token) return c->RespondError(400, "malformed upload URL");
-  std::string team;
-  if (!HexDecode(*team_hex, &team)) return c->RespondError(400, "malformed upload URL");
+  if (!Hex64(hash) || !team_q || !expires_s || !token) return c->RespondError(400, "malformed upload URL");
+  const std::string team = *team_q;
   int64_t expires = 0;
   try {
     expires = std::stoll(*expires_s);

@@ -5,7 +5,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -47,6 +46,17 @@ std::string Describe(const Step& s) {
   return out;
 }
 
+// A shell function COPY and WORKDIR share: `mkdirs DIR OWNER` is
+// `mkdir -p DIR`, the directories it made belonging to OWNER (user:group,
+// or the user alone when the group does not exist).
+constexpr char kMkdirsFunction[] = R"SH(mkdirs() {
+  local d=$1 first=
+  while [ ! -e "$d" ] && [ ! -L "$d" ]; do first=$d; d=$(dirname "$d"); done
+  mkdir -p "$1"
+  if [ -n "$first" ]; then chown -R "$2" "$first" 2>/dev/null || chown -R "${2%%:*}" "$first"; fi
+}
+)SH";
+
 // COPY inside the guest (as root): extract the archive (GNU tar detects
 // gzip by itself), take the source base out of it, give it its owner and
 // mode, and put it at the target with Docker's COPY rules (§A.4).
@@ -70,21 +80,14 @@ fi
 [[ "$owner" == *:* ]] || owner="$owner:$owner"
 chown -R -h "$owner" "$src" 2>/dev/null || chown -R -h "${owner%%:*}" "$src"
 if [ -n "$mode" ]; then find "$src" ! -type l -exec chmod "$mode" {} +; fi
-# Directories COPY creates belong to the owner too.
-mkdirs() {
-  local d=$1 first=
-  while [ ! -e "$d" ] && [ ! -L "$d" ]; do first=$d; d=$(dirname "$d"); done
-  mkdir -p "$1"
-  if [ -n "$first" ]; then chown -R "$owner" "$first" 2>/dev/null || chown -R "${owner%%:*}" "$first"; fi
-}
 if [ -d "$src" ] && [ ! -L "$src" ]; then
-  mkdirs "$target"
+  mkdirs "$target" "$owner"
   tar -C "$src" -cf - . | tar -C "$target" -xf - --keep-directory-symlink --no-overwrite-dir
 elif [[ "$target" == */ ]] || [ -d "$target" ]; then
-  mkdirs "$target"
+  mkdirs "$target" "$owner"
   mv -f "$src" "$target/"
 else
-  mkdirs "$(dirname "$target")"
+  mkdirs "$(dirname "$target")" "$owner"
   mv -fT "$src" "$target"
 fi
 )SH";
@@ -92,11 +95,8 @@ fi
 // WORKDIR (as root): mkdir -p, the directories it made owned by the
 // context user; prints the real path. $1 path $2 user.
 constexpr char kWorkdirScript[] = R"SH(set -euo pipefail
-p=$1 u=$2 first= d=$1
-while [ ! -e "$d" ]; do first=$d; d=$(dirname "$d"); done
-mkdir -p "$p"
-if [ -n "$first" ]; then chown -R "$u:$u" "$first" 2>/dev/null || chown -R "$u" "$first"; fi
-realpath "$p"
+mkdirs "$1" "$2:$2"
+realpath "$1"
 )SH";
 
 // USER (as root): the user, made when missing; with $2 = "true", sudo.
@@ -554,7 +554,7 @@ Status Builder::Build(Job& job) {
       return FailedPrecondition(what + ": " + (r->status.empty() ? "failed" : r->status));
     return OkStatus();
   };
-  auto as_root = [&](const char* script, std::vector<std::string> args) {
+  auto as_root = [&](const std::string& script, std::vector<std::string> args) {
     ExecRequest r;
     r.cmd = "/bin/bash";
     r.args = {"-c", script, "airlock-build"};
@@ -648,7 +648,7 @@ Status Builder::Build(Job& job) {
         const std::string guest_archive = "/tmp/airlock-copy-" + step.files_hash.substr(0, 16) + ".tar";
         RETURN_IF_ERROR(sb->agent().UploadFile(*blob, guest_archive, "root").WithContext("COPY upload"));
         RETURN_IF_ERROR(run(*sb,
-                            as_root(kCopyScript, {guest_archive, CopySourceBase(step.args[0]), step.args[1],
+                            as_root(std::string(kMkdirsFunction) + kCopyScript, {guest_archive, CopySourceBase(step.args[0]), step.args[1],
                                                   step.args.size() > 2 ? step.args[2] : "",
                                                   step.args.size() > 3 ? step.args[3] : "", ctx.user, ctx.workdir}),
                             label, "COPY " + step.args[0] + " " + step.args[1], nullptr));
@@ -669,7 +669,7 @@ Status Builder::Build(Job& job) {
       case StepType::kWorkdir: {
         std::string real;
         const std::string path = JoinWorkdir(ctx.workdir, step.args[0]);
-        RETURN_IF_ERROR(run(*sb, as_root(kWorkdirScript, {path, ctx.user}), label, "WORKDIR " + path, &real));
+        RETURN_IF_ERROR(run(*sb, as_root(std::string(kMkdirsFunction) + kWorkdirScript, {path, ctx.user}), label, "WORKDIR " + path, &real));
         while (!real.empty() && (real.back() == '\n' || real.back() == '\r')) real.pop_back();
         ctx.workdir = real.empty() ? path : real;
         break;
@@ -825,21 +825,18 @@ void Builder::CollectGarbage() {
   }
   // Pulled OCI bases ("oci-*" images) that no layer of any registry on this
   // state dir is layered on any more (their layers are what keeps them).
-  std::string manifests;
+  std::set<std::string> backings;
   for (auto& owner : fs::directory_iterator(manager_.layers_dir(), ec)) {
     std::error_code ec2;
     for (auto& l : fs::directory_iterator(owner.path(), ec2)) {
-      std::ifstream f(l.path() / "manifest.json");
-      std::stringstream ss;
-      ss << f.rdbuf();
-      manifests += ss.str();
+      if (auto shape = manager_.ReadDiskLayer(l.path().string()); shape.ok()) backings.insert(shape->disk_backing);
     }
   }
   bool removed = false;
   for (const auto& [name, owner] : image::CustomImages(config_.state_dir)) {
     if (name.rfind("oci-", 0) != 0) continue;
     auto img = image::FindImage(config_.state_dir, name);
-    if (!img.ok() || manifests.find(img->rootfs) != std::string::npos) continue;
+    if (!img.ok() || backings.count(img->rootfs)) continue;
     LOG_INFO("template images: removing {} (no layer is built on it)", name);
     (void)image::RemoveTemplateImage(config_.state_dir, name);
     removed = true;

@@ -95,15 +95,7 @@ StatusOr<std::unique_ptr<TemplateStore>> TemplateStore::Open(const std::string& 
 
 TemplateStore::~TemplateStore() { sqlite3_close_v2(db_); }
 
-Status TemplateStore::Exec(const std::string& sql, const char* what) {
-  char* err = nullptr;
-  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err ? err : "unknown error";
-    sqlite3_free(err);
-    return Internal(std::string(what) + ": " + msg);
-  }
-  return OkStatus();
-}
+Status TemplateStore::Exec(const std::string& sql, const char* what) { return ExecSql(db_, sql, what); }
 
 Status TemplateStore::Err(const char* what) { return Internal(std::string(what) + ": " + sqlite3_errmsg(db_)); }
 
