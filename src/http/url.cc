@@ -76,4 +76,20 @@ std::string UrlEncodeComponent(std::string_view s) {
   return out;
 }
 
+std::vector<std::string> PathSegments(std::string_view path) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < path.size()) {
+    if (path[i] == '/') {
+      ++i;
+      continue;
+    }
+    size_t j = path.find('/', i);
+    if (j == std::string_view::npos) j = path.size();
+    out.emplace_back(path.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
 }  // namespace airlock::http

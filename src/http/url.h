@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace airlock::http {
 
@@ -21,6 +22,9 @@ std::map<std::string, std::string> ParseQuery(std::string_view query);
 // Splits a request target "/p%20ath?q" into the percent-decoded path ("/p ath";
 // '+' kept) and the raw query ("q"; empty when there is no '?').
 std::pair<std::string, std::string_view> SplitTarget(std::string_view target);
+
+// "/a//b/c" → {"a","b","c"} (empty segments dropped; nothing decoded).
+std::vector<std::string> PathSegments(std::string_view path);
 
 // Percent-encodes everything except unreserved characters (RFC 3986 §2.3).
 std::string UrlEncodeComponent(std::string_view s);

@@ -21,27 +21,6 @@ namespace airlock::server {
 
 using nlohmann::json;
 
-namespace {
-
-// Splits "/a/b/c" into {"a","b","c"}.
-std::vector<std::string> Segments(const std::string& path) {
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i < path.size()) {
-    if (path[i] == '/') {
-      ++i;
-      continue;
-    }
-    size_t j = path.find('/', i);
-    if (j == std::string::npos) j = path.size();
-    out.push_back(path.substr(i, j - i));
-    i = j;
-  }
-  return out;
-}
-
-}  // namespace
-
 void Server::ReadJson(std::shared_ptr<HttpConn> c, std::function<void(json)> then) {
   c->ReadBodyToString(config_.max_json_body, [c, then = std::move(then)](StatusOr<std::string> body) {
     if (!body.ok())
@@ -119,13 +98,13 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
 void Server::RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller) {
   const std::string& path = c->path();
   auto verb = c->method();
-  auto seg = Segments(path);
+  auto seg = http::PathSegments(path);
   bool v2 = !seg.empty() && seg[0] == "v2";
   if (v2) seg.erase(seg.begin());
   AuditControlCall(c, caller.key_id, ControlActionName(seg, verb),
                    seg.size() >= 2 && seg[0] == "sandboxes" ? seg[1] : "");
   if (seg.size() == 1 && seg[0] == "snapshots" && verb == http::Method::kGet && !v2) return ListSnapshots(c, caller);
-  if (RouteTemplates(c, caller, seg, v2)) return;
+  if (RouteTemplates(c, caller)) return;
   if (!seg.empty() && seg[0] == "secrets" && !v2 && seg.size() <= 2) {
     return HandleSecrets(c, caller, seg.size() == 2 ? seg[1] : "");
   }

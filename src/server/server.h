@@ -250,7 +250,9 @@ class Server {
   void DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller);
   // Custom templates (template_routes.cc, docs/templates.md).
   Status InitTemplates();
-  bool RouteTemplates(std::shared_ptr<HttpConn> c, const Caller& caller, std::vector<std::string> seg, bool v2);
+  // The template routes, on the raw request path split into segments and
+  // each percent-decoded (a name may carry "%2F" and "%3A", spec §A.2).
+  bool RouteTemplates(std::shared_ptr<HttpConn> c, const Caller& caller);
   void InTemplateWorker(std::shared_ptr<HttpConn> c, std::function<TemplateAnswer()> work);
   void RequestTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& caller);
   void FilesLink(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,

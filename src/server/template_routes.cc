@@ -56,19 +56,6 @@ int StatusOf(const Status& st) {
   return st.code() == StatusCode::kFailedPrecondition ? 400 : HttpStatusFor(st);
 }
 
-std::string Decode(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
-        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
-      out += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
-      i += 2;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
 
 std::string NewTemplateId() {
   static const char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
@@ -160,14 +147,15 @@ std::string Server::UploadToken(const std::string& team, const std::string& hash
   return HexEncode(std::string(reinterpret_cast<char*>(mac), len));
 }
 
-bool Server::RouteTemplates(std::shared_ptr<HttpConn> c, const Caller& caller, std::vector<std::string> seg,
-                            bool v2) {
+bool Server::RouteTemplates(std::shared_ptr<HttpConn> c, const Caller& caller) {
+  const std::string& target = c->target();
+  std::vector<std::string> seg = http::PathSegments(std::string_view(target).substr(0, target.find('?')));
   if (seg.empty()) return false;
   auto verb = c->method();
-  bool v3 = seg[0] == "v3";
-  if (v3) seg.erase(seg.begin());
+  const bool v2 = seg[0] == "v2", v3 = seg[0] == "v3";
+  if (v2 || v3) seg.erase(seg.begin());
   if (seg.empty() || seg[0] != "templates") return false;
-  for (auto& s : seg) s = Decode(s);
+  for (auto& s : seg) s = http::UrlDecode(s, /*plus_is_space=*/false);
   const size_t n = seg.size();
   using M = http::Method;
   if (n == 1 && verb == M::kPost && (v3 || v2)) {
