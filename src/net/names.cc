@@ -19,6 +19,7 @@ Status ValidateSandboxId(const std::string& id) {
 }
 
 std::string NetnsName(const std::string& sandbox_id) { return kNetnsPrefix + sandbox_id; }
+std::string GuestNetnsName(const std::string& sandbox_id) { return kGuestNetnsPrefix + sandbox_id; }
 
 std::string HostVethName(const std::string& id) {
   if (id.size() <= 12) return kHostVethPrefix + id;

@@ -78,6 +78,7 @@ Status TeardownByName(const std::string& id) {
   }
   note(RunIgnoringGone({"ip", "link", "del", HostVethName(id)}));
   note(RunIgnoringGone({"ip", "netns", "del", ns}));
+  if (NetnsExists(GuestNetnsName(id))) note(RunIgnoringGone({"ip", "netns", "del", GuestNetnsName(id)}));
   return first;
 }
 
@@ -165,23 +166,60 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Create(const std::stri
         return OkStatus();
       },
       nullptr));
-  RETURN_IF_ERROR(c.Do(
-      "tap",
-      [&]() -> Status {
-        std::vector<std::string> add = {"ip", "tuntap", "add", "dev", tap, "mode", "tap"};
-        if (options.tap_owner) {
-          add.push_back("user");
-          add.push_back(std::to_string(*options.tap_owner));
-        }
-        RETURN_IF_ERROR(Ok(RunChecked(add, fd)));
-        RETURN_IF_ERROR(Ok(RunChecked(
-            {"ip", "addr", "add", std::string(kGatewayIp) + "/" + std::to_string(kGuestPrefix), "dev", tap}, fd)));
-        return Ok(RunChecked({"ip", "link", "set", tap, "up"}, fd));
-      },
-      [self, tap]() {
-        if (!self->netns_fd_) return OkStatus();
-        return RunIgnoringGone({"ip", "link", "del", tap}, self->netns_fd_.get());
-      }));
+  if (options.guest_link == GuestLink::kVethNetns) {
+    const std::string gns = GuestNetnsName(sandbox_id);
+    RETURN_IF_ERROR(c.Do(
+        "guest-netns",
+        [&]() -> Status {
+          RETURN_IF_ERROR(Ok(RunChecked({"ip", "netns", "add", gns})));
+          self->guest_netns_path_ = "/run/netns/" + gns;
+          return OkStatus();
+        },
+        [gns]() { return RunIgnoringGone({"ip", "netns", "del", gns}); }));
+    RETURN_IF_ERROR(c.Do(
+        "guest-veth",
+        [&]() -> Status {
+          // tap0 here, eth0 in the guest netns: the guest's address on eth0,
+          // the gateway's on tap0, as a tap and a VMM's NIC would have them.
+          RETURN_IF_ERROR(Ok(RunChecked({"ip", "link", "add", tap, "type", "veth", "peer", "name", kNetnsVeth, "netns", gns}, fd)));
+          RETURN_IF_ERROR(Ok(RunChecked(
+              {"ip", "addr", "add", std::string(kGatewayIp) + "/" + std::to_string(kGuestPrefix), "dev", tap}, fd)));
+          RETURN_IF_ERROR(Ok(RunChecked({"ip", "link", "set", tap, "up"}, fd)));
+          UniqueFd g(::open(self->guest_netns_path_.c_str(), O_RDONLY | O_CLOEXEC));
+          if (!g) return ErrnoError("open " + self->guest_netns_path_);
+          RETURN_IF_ERROR(Ok(RunChecked({"sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1",
+                                         "net.ipv6.conf.default.disable_ipv6=1"},
+                                        g.get())));
+          RETURN_IF_ERROR(Ok(RunChecked({"ip", "link", "set", "lo", "up"}, g.get())));
+          RETURN_IF_ERROR(Ok(RunChecked(
+              {"ip", "addr", "add", std::string(kGuestIp) + "/" + std::to_string(kGuestPrefix), "dev", kNetnsVeth},
+              g.get())));
+          RETURN_IF_ERROR(Ok(RunChecked({"ip", "link", "set", kNetnsVeth, "up"}, g.get())));
+          return Ok(RunChecked({"ip", "route", "add", "default", "via", kGatewayIp, "dev", kNetnsVeth}, g.get()));
+        },
+        [self, tap]() {
+          if (!self->netns_fd_) return OkStatus();
+          return RunIgnoringGone({"ip", "link", "del", tap}, self->netns_fd_.get());
+        }));
+  } else {
+    RETURN_IF_ERROR(c.Do(
+        "tap",
+        [&]() -> Status {
+          std::vector<std::string> add = {"ip", "tuntap", "add", "dev", tap, "mode", "tap"};
+          if (options.tap_owner) {
+            add.push_back("user");
+            add.push_back(std::to_string(*options.tap_owner));
+          }
+          RETURN_IF_ERROR(Ok(RunChecked(add, fd)));
+          RETURN_IF_ERROR(Ok(RunChecked(
+              {"ip", "addr", "add", std::string(kGatewayIp) + "/" + std::to_string(kGuestPrefix), "dev", tap}, fd)));
+          return Ok(RunChecked({"ip", "link", "set", tap, "up"}, fd));
+        },
+        [self, tap]() {
+          if (!self->netns_fd_) return OkStatus();
+          return RunIgnoringGone({"ip", "link", "del", tap}, self->netns_fd_.get());
+        }));
+  }
   const std::string nft_file = NftFile(net_dir, sandbox_id);
   RETURN_IF_ERROR(c.Do(
       "nft",
@@ -209,6 +247,7 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Adopt(const std::strin
   std::unique_ptr<SandboxNetwork> n(new SandboxNetwork(sandbox_id, pool));
   n->lease_ = *lease;
   n->adopted_ = true;
+  if (NetnsExists(GuestNetnsName(sandbox_id))) n->guest_netns_path_ = "/run/netns/" + GuestNetnsName(sandbox_id);
   std::string p = "/run/netns/" + n->netns_;
   n->netns_fd_.Reset(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
   if (!n->netns_fd_) return ErrnoError("open " + p);

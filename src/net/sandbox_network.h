@@ -27,10 +27,18 @@
 #include "common/status.h"
 #include "net/address_pool.h"
 #include "net/nft_rules.h"
+#include "runtime/runtime.h"  // GuestLink
 
 namespace airlock::net {
 
 struct NetworkOptions {
+  // What the runtime plugs its guest into (runtime/runtime.h GuestLink):
+  // tap0 itself (a VMM's NIC), or, for a runtime whose network stack takes
+  // over a host interface (gVisor's netstack), the guest's end of a veth
+  // pair (eth0, 169.254.0.21/30, default route via 169.254.0.22) alone in a
+  // netns of its own, alg-<id>, whose other end is tap0: same name, same
+  // address, so the nft rules, DNAT and egress do not change.
+  GuestLink guest_link = GuestLink::kTap;
   // Owner of tap0 (so a VMM that dropped root with -runas may still open it);
   // nullopt = root only.
   std::optional<uid_t> tap_owner;
@@ -59,6 +67,8 @@ class SandboxNetwork {
   // before exec'ing the VMM. Valid until Destroy().
   int netns_fd() const { return netns_fd_.get(); }
   const std::string& tap_name() const { return tap_; }
+  // "/run/netns/alg-<id>" for GuestLink::kVethNetns; "" otherwise.
+  const std::string& guest_netns_path() const { return guest_netns_path_; }
   const std::string& host_veth() const { return host_veth_; }
   const AddressLease& lease() const { return lease_; }
   std::string host_ip() const { return lease_.host_str(); }
@@ -88,6 +98,7 @@ class SandboxNetwork {
   Status ApplyEgressLocked(const std::vector<NftCidr>& cidrs, const std::vector<std::string>& host_addresses);
 
   std::string id_, netns_, host_veth_, tap_;
+  std::string guest_netns_path_;
   AddressLease lease_;
   UniqueFd netns_fd_;
   AddressPool* pool_ = nullptr;

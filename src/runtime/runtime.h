@@ -20,6 +20,16 @@
 
 namespace airlock {
 
+// What a runtime plugs its guest into (net/sandbox_network.h NetworkOptions):
+// both give the guest 169.254.0.21/30 behind the gateway 169.254.0.22 on
+// tap0 in the sandbox's netns, so everything above the runtime is the same.
+enum class GuestLink {
+  kTap,        // tap0 itself, opened by the VMM as the guest's NIC (qemu)
+  kVethNetns,  // a netns holding only eth0 (the guest address), the other
+               // end of a veth named tap0: for a user-space network stack
+               // that takes over a host interface (gVisor's netstack)
+};
+
 // Everything a runtime needs to start one microVM.
 struct VmStartRequest {
   std::string sandbox_id;
@@ -30,7 +40,10 @@ struct VmStartRequest {
   int vcpus = 1;
   int memory_mib = 512;
   int netns_fd = -1;  // the sandbox's network namespace (not owned)
-  std::string tap;    // tap device inside that netns
+  std::string tap;    // tap device inside that netns (GuestLink::kTap)
+  // GuestLink::kVethNetns: the path of the guest's own netns
+  // ("/run/netns/alg-<id>"), holding eth0 with the guest address.
+  std::string guest_netns;
   std::string kernel_cmdline_extra;
   // true: the VMM survives this process (a daemon re-adopts it after a
   // restart); false: it dies with the thread that started it.
@@ -181,6 +194,8 @@ class Runtime {
   virtual std::string_view name() const = 0;
   // Human-readable accelerator decision, e.g. "tcg (no vmx/svm in /proc/cpuinfo)".
   virtual std::string accelerator() const = 0;
+  // What the sandbox network must give this runtime's guests.
+  virtual GuestLink guest_link() const { return GuestLink::kTap; }
   // Boots a VM; it runs when this returns (its guest may still be booting).
   // On failure nothing is left running and run_dir is removed; the error
   // carries the tail of what the VMM and the guest printed.

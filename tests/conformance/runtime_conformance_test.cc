@@ -141,7 +141,9 @@ class RuntimeConformance : public ::testing::TestWithParam<std::string> {
   StatusOr<std::unique_ptr<TestVm>> NewSlot(VmStartRequest* req) {
     const std::string id = "cf" + std::to_string(shared_->next_id++) + "-" + std::to_string(::getpid());
     auto t = std::make_unique<TestVm>();
-    ASSIGN_OR_RETURN(t->network, net::SandboxNetwork::Create(id, *shared_->pool));
+    net::NetworkOptions no;
+    no.guest_link = runtime().guest_link();
+    ASSIGN_OR_RETURN(t->network, net::SandboxNetwork::Create(id, *shared_->pool, no));
     std::error_code ec;
     fs::create_directories(shared_->dir.path + "/state/run/" + id, ec);
     t->run_dir = shared_->dir.path + "/state/run/" + id + "/vm";
@@ -154,6 +156,7 @@ class RuntimeConformance : public ::testing::TestWithParam<std::string> {
     req->memory_mib = kMemoryMib;
     req->netns_fd = t->network->netns_fd();
     req->tap = t->network->tap_name();
+    req->guest_netns = t->network->guest_netns_path();
     return t;
   }
 
