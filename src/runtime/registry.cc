@@ -25,6 +25,11 @@ StatusOr<std::unique_ptr<Runtime>> OpenRuntime(std::string_view name, const Runt
   return qemu::NewQemuRuntime(options.state_dir, options.jail);
 }
 
+std::string RuntimeOfSnapshot(const std::string& dir) {
+  (void)dir;
+  return kDefaultRuntime;
+}
+
 std::vector<DoctorCheck> RuntimeDoctorChecks(std::string_view name, const std::string& state_dir) {
   if (Status st = CheckRuntimeName(name); !st.ok()) {
     return {DoctorCheck{"runtime", false, st.message(), "pick one of: " + AvailableRuntimesText()}};

@@ -33,6 +33,11 @@ Status CheckRuntimeName(std::string_view name);
 // installed or its jail cannot run here; never a silent fallback).
 StatusOr<std::unique_ptr<Runtime>> OpenRuntime(std::string_view name, const RuntimeOptions& options);
 
+// Which runtime wrote the snapshot directory `dir` (each backend's commit
+// record has its own name): one of AvailableRuntimes(); kDefaultRuntime when
+// none is recognised (the caller's store then reports it).
+std::string RuntimeOfSnapshot(const std::string& dir);
+
 // What `airlock doctor` checks for runtime `name` (installed, accelerator,
 // jail), in order; `state_dir` empty: nothing cached. One failed check
 // naming the problem for an unknown name.
