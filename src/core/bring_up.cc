@@ -143,6 +143,7 @@ VmStartRequest VmStartRequestFor(const std::string& id, const std::string& run_d
   req.memory_mib = memory_mib;
   req.netns_fd = network.netns_fd();
   req.tap = network.tap_name();
+  req.guest_netns = network.guest_netns_path();  // GuestLink::kVethNetns only
   req.detach = detach;
   return req;
 }
@@ -152,6 +153,7 @@ std::shared_ptr<Sandbox> Manager::SandboxFor(const BringUpPlan& plan) const {
   sb->id_ = plan.id;
   sb->run_dir_ = config_.state_dir + "/run/" + plan.id;
   sb->template_ = plan.template_name;
+  sb->runtime_ = plan.runtime.empty() ? config_.runtime : plan.runtime;
   sb->port_limits_ = config_.port_exposure;
   sb->vcpus_ = plan.vcpus;
   sb->memory_mib_ = plan.memory_mib;
@@ -185,6 +187,7 @@ BringUpPlan Manager::PlanOf(const Sandbox& sb) const {
   plan.id = sb.id_;
   plan.access_token = sb.access_token_;
   plan.template_name = sb.template_;
+  plan.runtime = sb.runtime_;
   plan.owner = config_.owner;
   plan.vcpus = sb.vcpus_;
   plan.memory_mib = sb.memory_mib_;
@@ -201,6 +204,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::StartSandbox(BringUpPlan plan,
   if (plan.id.empty()) plan.id = NewSandboxId();
   if (plan.access_token.empty()) plan.access_token = RandomHex(32);
   if (plan.what.empty()) plan.what = "sandbox " + plan.id;
+  if (plan.runtime.empty()) plan.runtime = config_.runtime;
   plan.owner = config_.owner;
   std::shared_ptr<Sandbox> sb = parked;
   if (sb) {
@@ -250,6 +254,10 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
     }
     return st;
   };
+  // The runtime the sandbox was made on: its guest link and its VMM.
+  auto opened = RuntimeNamed(sb.runtime_);
+  if (!opened.ok()) return opened.status().WithContext(plan.what);
+  Runtime& runtime = **opened;
   VmInstance* vm = nullptr;  // the VMM, once the vmm step made it (owned by sb.vm_)
   bool from_snapshot = false;
   bool booted = false;  // the vmm step booted a kernel (no memory restored)
@@ -269,6 +277,7 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
   };
   auto network = [&]() -> Status {
     net::NetworkOptions options;
+    options.guest_link = runtime.guest_link();
     options.max_exposed_ports = config_.port_exposure.max_ports;
     if (egress_) options.egress = EgressPorts(*egress_);
     auto n = net::SandboxNetwork::Create(plan.id, *pool_, options);
@@ -304,27 +313,27 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
     StatusOr<std::unique_ptr<VmInstance>> v = Unavailable("no VMM");
     switch (plan.source) {
       case MachineSource::kColdBoot:
-        v = runtime_->Start(req);
+        v = runtime.Start(req);
         booted = true;
         break;
       case MachineSource::kTemplateSnapshot:
         // A restore takes ~0.3-0.7 s under TCG; a failed one falls back to the boot.
-        v = runtime_->Restore(req, plan.snapshot_dir, SnapshotDisk::kShared);
+        v = runtime.Restore(req, plan.snapshot_dir, SnapshotDisk::kShared);
         if (v.ok()) {
           from_snapshot = true;
         } else {
           LOG_WARN("sandbox={} restore of template snapshot failed, cold boot: {}", plan.id, v.status().message());
-          v = runtime_->Start(req);
+          v = runtime.Start(req);
           booted = true;
         }
         break;
       case MachineSource::kNamedSnapshot:
       case MachineSource::kForkSnapshot:
-        v = runtime_->Restore(req, plan.snapshot_dir, SnapshotDisk::kShared);
+        v = runtime.Restore(req, plan.snapshot_dir, SnapshotDisk::kShared);
         from_snapshot = true;
         break;
       case MachineSource::kPausedSandbox:
-        v = runtime_->Restore(req, plan.snapshot_dir, SnapshotDisk::kPrivateCopy, plan.snapshot_memory);
+        v = runtime.Restore(req, plan.snapshot_dir, SnapshotDisk::kPrivateCopy, plan.snapshot_memory);
         booted = !plan.snapshot_memory;
         break;
       case MachineSource::kParked:
@@ -332,11 +341,11 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
       case MachineSource::kCheckpoint:
         // A private copy: the checkpoint stays deletable, and rollbacks never
         // lengthen the disk's backing chain.
-        v = runtime_->Restore(req, plan.snapshot_dir, SnapshotDisk::kPrivateCopy);
+        v = runtime.Restore(req, plan.snapshot_dir, SnapshotDisk::kPrivateCopy);
         from_snapshot = true;
         break;
       case MachineSource::kDiskLayer:
-        v = runtime_->Restore(req, plan.snapshot_dir, SnapshotDisk::kPrivateCopy, /*memory=*/false);
+        v = runtime.Restore(req, plan.snapshot_dir, SnapshotDisk::kPrivateCopy, /*memory=*/false);
         booted = true;
         break;
     }

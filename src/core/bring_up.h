@@ -81,6 +81,9 @@ struct BringUpPlan {
   std::string access_token;
   std::string template_name;
   std::string owner;
+  // The runtime the sandbox runs on (AvailableRuntimes(); "" = the
+  // manager's default): its network's guest link, its VMM, its snapshots.
+  std::string runtime;
   // Shape.
   int vcpus = 1;
   int memory_mib = 512;

@@ -97,7 +97,8 @@ Status CheckpointNotFound(const std::string& id, const std::string& checkpoint_i
 }  // namespace
 
 StatusOr<std::vector<CheckpointInfo>> Manager::ListCheckpoints(const std::string& id) {
-  if (!Get(id)) return NotFound("sandbox " + id + " not found");
+  std::shared_ptr<Sandbox> sb = Get(id);
+  if (!sb) return NotFound("sandbox " + id + " not found");
   std::vector<CheckpointInfo> out;
   std::error_code ec;
   for (auto& e : fs::directory_iterator(checkpoints_dir(), ec)) {
@@ -105,7 +106,7 @@ StatusOr<std::vector<CheckpointInfo>> Manager::ListCheckpoints(const std::string
     bool tmp = false;
     if (!ParseCheckpointEntry(e.path().filename().string(), &sandbox_id, &checkpoint_id, &tmp)) continue;
     if (tmp || sandbox_id != id) continue;
-    auto shape = runtime_->snapshots().Read(e.path().string());
+    auto shape = ReadSnapshot(e.path().string(), sb->runtime_);
     if (!shape.ok()) continue;  // being deleted, or unusable: not offered
     CheckpointInfo i;
     i.checkpoint_id = checkpoint_id;
@@ -153,7 +154,7 @@ StatusOr<CheckpointInfo> Manager::CreateCheckpoint(const std::string& id) {
   // The guest is stopped for the save only and continues (a failed save
   // leaves nothing behind and the guest running).
   auto saved = vm->SaveSnapshot(tmp, /*keep_running=*/true);
-  if (!saved.ok()) return saved.status().WithContext("checkpoint " + id);
+  if (!saved.ok()) return RuntimeOpStatus(saved.status(), sb->runtime_, "checkpoint", "checkpoint " + id);
   Status st = WriteCheckpointInfo(tmp, info);
   if (st.ok() && ::rename(tmp.c_str(), info.dir.c_str()) != 0) st = ErrnoError("rename " + tmp);
   if (!st.ok()) {
@@ -177,7 +178,7 @@ Status Manager::DeleteCheckpoint(const std::string& id, const std::string& check
   const std::string dir = checkpoints_dir() + "/" + id + "-" + checkpoint_id;
   std::error_code ec;
   if (!fs::exists(dir, ec)) return CheckpointNotFound(id, checkpoint_id);
-  RETURN_IF_ERROR(runtime_->snapshots().Delete(dir));
+  RETURN_IF_ERROR(DeleteSnapshot(dir, sb->runtime_));
   LOG_INFO("sandbox={} checkpoint {} deleted", id, checkpoint_id);
   return OkStatus();
 }
@@ -197,7 +198,7 @@ StatusOr<RollbackResult> Manager::Rollback(const std::string& id, const std::str
   // Everything that can be checked without stopping the sandbox is checked
   // first: a failure here leaves it running as it was.
   const std::string dir = checkpoints_dir() + "/" + id + "-" + checkpoint_id;
-  auto shape = runtime_->snapshots().Read(dir);
+  auto shape = ReadSnapshot(dir, sb->runtime_);
   if (!shape.ok()) {
     if (shape.status().code() == StatusCode::kNotFound) return CheckpointNotFound(id, checkpoint_id);
     return shape.status().WithContext("rollback " + id + " to " + checkpoint_id);
@@ -246,7 +247,7 @@ Status Manager::DeleteCheckpointsOf(const std::string& id) {
     bool tmp = false;
     if (!ParseCheckpointEntry(e.path().filename().string(), &sandbox_id, &checkpoint_id, &tmp)) continue;
     if (sandbox_id != id) continue;
-    Status st = runtime_->snapshots().Delete(e.path().string());
+    Status st = DeleteSnapshot(e.path().string());
     if (!st.ok() && first.ok()) first = st;
   }
   return first;
@@ -275,7 +276,7 @@ void Manager::SweepCheckpoints() {
       fs::remove_all(e.path(), ec);
     } else if (gone) {
       LOG_INFO("removing checkpoint {} of sandbox {}, which is gone", checkpoint_id, sandbox_id);
-      if (Status st = runtime_->snapshots().Delete(e.path().string()); !st.ok()) LOG_WARN("{}", st.message());
+      if (Status st = DeleteSnapshot(e.path().string()); !st.ok()) LOG_WARN("{}", st.message());
     }
   }
 }

@@ -8,10 +8,13 @@
 // what the sandbox started on (the base image's rootfs, its template
 // snapshot's disk, or the private copy of an earlier layer's). Layers never
 // change once committed; the template store's index says which are live.
+// A layer is read, exported and deleted by the runtime that wrote it; a
+// sandbox on a layer runs on that runtime (builds use qemu: templates/builder.cc).
 #include <filesystem>
 
 #include "common/log.h"
 #include "core/manager.h"
+#include "runtime/registry.h"
 
 namespace airlock {
 namespace fs = std::filesystem;
@@ -32,12 +35,16 @@ StatusOr<VmSnapshotInfo> Manager::SaveDiskLayer(const std::string& id, const std
   fs::create_directories(fs::path(dir).parent_path(), ec);
   if (ec) return Internal("mkdir " + fs::path(dir).parent_path().string() + ": " + ec.message());
   auto saved = vm->SaveSnapshot(tmp, /*keep_running=*/true);
-  if (!saved.ok()) return saved.status().WithContext("layer of " + id);
-  Status st = runtime_->snapshots().DropMemory(tmp);
-  if (st.ok() && ::rename(tmp.c_str(), dir.c_str()) != 0) st = ErrnoError("rename " + tmp);
+  if (!saved.ok()) return RuntimeOpStatus(saved.status(), sb->runtime_, "saving a disk layer", "layer of " + id);
+  // A new save: the store of the sandbox's runtime.
+  ASSIGN_OR_RETURN(Runtime * runtime, RuntimeNamed(sb->runtime_));
+  Status st =
+      RuntimeOpStatus(runtime->snapshots().DropMemory(tmp), sb->runtime_, "saving a disk layer", "layer of " + id);
+  if (st.ok() && ::rename(tmp.c_str(), dir.c_str()) != 0)
+    st = ErrnoError("rename " + tmp).WithContext("layer of " + id);
   if (!st.ok()) {
-    (void)runtime_->snapshots().Delete(tmp);
-    return st.WithContext("layer of " + id);
+    (void)runtime->snapshots().Delete(tmp);
+    return st;
   }
   VmSnapshotInfo info = *saved;
   info.memory_bytes = 0;
@@ -45,22 +52,30 @@ StatusOr<VmSnapshotInfo> Manager::SaveDiskLayer(const std::string& id, const std
 }
 
 StatusOr<SnapshotShape> Manager::ReadDiskLayer(const std::string& dir) const {
-  ASSIGN_OR_RETURN(SnapshotShape shape, runtime_->snapshots().Read(dir));
+  ASSIGN_OR_RETURN(SnapshotShape shape, ReadSnapshot(dir));
   if (shape.memory_bytes != 0) return FailedPrecondition(dir + " is not a disk-only snapshot");
   return shape;
 }
 
-Status Manager::DeleteDiskLayer(const std::string& dir) const { return runtime_->snapshots().Delete(dir); }
+Status Manager::DeleteDiskLayer(const std::string& dir) const { return DeleteSnapshot(dir); }
 
 Status Manager::ExportDiskLayer(const std::string& dir, const std::string& out) const {
   RETURN_IF_ERROR(ReadDiskLayer(dir).status());
-  return runtime_->snapshots().ExportDisk(dir, out);
+  ASSIGN_OR_RETURN(Runtime * runtime, runtimes_->ForSnapshot(dir));
+  return RuntimeOpStatus(runtime->snapshots().ExportDisk(dir, out), runtime->name(), "exporting a disk layer");
 }
 
 StatusOr<std::shared_ptr<Sandbox>> Manager::CreateOnDiskLayer(const std::string& dir, const CreateOptions& options) {
   ASSIGN_OR_RETURN(SnapshotShape shape, ReadDiskLayer(dir));
+  // It boots on the runtime that wrote the layer, and no other.
+  const std::string runtime = RuntimeOfSnapshot(dir);
+  if (!options.runtime.empty() && options.runtime != runtime) {
+    return InvalidArgument("layer " + fs::path(dir).filename().string() + " was written by the " + runtime +
+                           " runtime; it cannot boot on " + options.runtime);
+  }
   BringUpPlan plan;
   plan.source = MachineSource::kDiskLayer;
+  plan.runtime = runtime;
   plan.snapshot_dir = dir;
   plan.template_name = options.template_name;
   plan.vcpus = shape.vcpus;

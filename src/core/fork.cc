@@ -81,7 +81,7 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
     auto info = vm->SaveSnapshot(dir + ".tmp", /*keep_running=*/true, SnapshotMemory::kSharedByRestores);
     if (!info.ok()) {
       fs::remove(dir + kForkOwnerSuffix, ec);
-      return info.status().WithContext("fork " + id);
+      return RuntimeOpStatus(info.status(), parent->runtime_, "fork", "fork " + id);
     }
     if (::rename((dir + ".tmp").c_str(), dir.c_str()) != 0) {
       Status s = ErrnoError("rename " + dir + ".tmp");
@@ -153,7 +153,7 @@ void Manager::ReleaseSharedSnapshot(const std::string& dir, const Sandbox* excep
     LOG_INFO("fork snapshot {} kept: a snapshot or sandbox is layered on it", dir);
     return;
   }
-  if (Status s = runtime_->snapshots().Delete(dir); !s.ok()) LOG_WARN("delete fork snapshot {}: {}", dir, s.message());
+  if (Status s = DeleteSnapshot(dir); !s.ok()) LOG_WARN("delete fork snapshot {}: {}", dir, s.message());
   std::error_code ec;
   fs::remove(dir + kForkOwnerSuffix, ec);
 }
@@ -161,7 +161,7 @@ void Manager::ReleaseSharedSnapshot(const std::string& dir, const Sandbox* excep
 std::string Manager::ForkSnapshotOf(const std::string& id) const {
   std::string backing = JsonField(config_.state_dir + "/run/" + id + "/vm/vm.json", "disk_backing");
   if (backing.empty()) {
-    if (auto m = runtime_->snapshots().Read(paused_dir() + "/" + id); m.ok()) backing = m->disk_backing;
+    if (auto m = ReadSnapshot(paused_dir() + "/" + id); m.ok()) backing = m->disk_backing;
   }
   for (const std::string& prefix : {forks_dir() + "/", named_dir() + "/"}) {
     if (backing.rfind(prefix, 0) == 0) return fs::path(backing).parent_path().string();
@@ -220,7 +220,7 @@ void Manager::SweepForkSnapshots() {
       if (ec || age < std::chrono::minutes(10)) continue;
     }
     LOG_INFO("removing unused fork snapshot {}", p);
-    (void)runtime_->snapshots().Delete(p);
+    if (Status st = DeleteSnapshot(p); !st.ok()) LOG_WARN("{}", st.message());
     fs::remove_all(path, ec);
     if (!fs::exists(base, ec) && !fs::exists(base + ".tmp", ec)) fs::remove(base + kForkOwnerSuffix, ec);
   }

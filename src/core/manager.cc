@@ -20,6 +20,7 @@
 #include "core/http_client.h"
 #include "core/registry.h"
 #include "core/sandbox_egress.h"
+#include "core/template_runtime.h"
 #include "image/image.h"
 #include "net/address_pool.h"
 #include "net/names.h"
@@ -172,6 +173,7 @@ SandboxRecord Sandbox::Record() const {
   SandboxRecord r;
   r.id = id_;
   r.template_id = template_;
+  r.runtime = runtime_;
   r.state = std::string(ApiStateOf(state_, !snapshot_dir_.empty()));
   r.created_at_ms = created_at_ms_;
   r.ends_at_ms = ends_at_ms_;
@@ -299,7 +301,8 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   ro.state_dir = m->config_.state_dir;
   ro.jail = m->config_.vmm_jail;
   ro.jail.lease_root = m->config_.lease_root;
-  ASSIGN_OR_RETURN(m->runtime_, OpenRuntime(m->config_.runtime, ro));
+  ASSIGN_OR_RETURN(m->runtimes_, RuntimeSet::Open(m->config_.runtime, ro));
+  m->config_.runtime = m->runtimes_->default_name();
   if (m->config_.egress) {
     EgressSetup setup{m->config_.address_pool,           m->config_.upstream_dns,  m->config_.state_dir,
                       m->config_.egress_audit_sink,      m->config_.egress_limits, m->config_.egress_request_broker,
@@ -423,6 +426,8 @@ std::shared_ptr<Sandbox> Manager::AdoptedSandbox(const AdoptRequest& r) {
   BringUpPlan plan;
   plan.id = r.record.id;
   plan.template_name = r.record.template_id;
+  // Rows written before runtimes were recorded are qemu's (registry v6).
+  plan.runtime = r.record.runtime.empty() ? std::string(kDefaultRuntime) : r.record.runtime;
   plan.access_token = r.record.access_token;
   plan.vcpus = r.record.vcpus;
   plan.memory_mib = r.record.memory_mib;
@@ -455,9 +460,16 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
   sb->network_ = std::move(network);
   // The VMM owns the lease, so it stays live while no daemon runs.
   RETURN_IF_ERROR(pool_->Adopt(sb->network_->lease(), r.record.vmm_pid));
-  // Full control (pause, fork) when the runtime can reattach; else pid only.
-  ContinueIfStopped(sb->run_dir_ + "/vm");  // a daemon killed mid-pause leaves it stopped
-  if (auto vm = runtime_->Adopt(sb->run_dir_ + "/vm", r.record.vmm_pid); vm.ok()) {
+  // Full control (pause, fork) when its runtime opens here and can
+  // reattach; else pid only.
+  StatusOr<std::unique_ptr<VmInstance>> vm = Unavailable("no VMM");
+  if (auto runtime = RuntimeNamed(sb->runtime_); runtime.ok()) {
+    ContinueIfStopped(**runtime, sb->run_dir_ + "/vm");  // a daemon killed mid-pause leaves it stopped
+    vm = (*runtime)->Adopt(sb->run_dir_ + "/vm", r.record.vmm_pid);
+  } else {
+    vm = runtime.status();
+  }
+  if (vm.ok()) {
     sb->vm_ = std::move(vm).value();
   } else {
     LOG_WARN("sandbox={} VMM adopted by pid only (no pause/fork): {}", r.record.id, vm.status().message());
@@ -526,17 +538,24 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   if (options.vcpus < 1 || options.vcpus > 64) return InvalidArgument("vcpus must be 1..64");
   if (options.memory_mib < 128 || options.memory_mib > 65536) return InvalidArgument("memory must be 128..65536 MiB");
 
-  // A named snapshot as the template (named_snapshots.cc).
+  // A named snapshot as the template (named_snapshots.cc): its runtime.
   if (auto snap = FindNamedSnapshot(options.template_name); !snap.empty()) {
     return CreateFromNamedSnapshot(snap, options);
   }
+  // The runtime: asked for, else the template name's ("base-gvisor"), else
+  // the default; one that cannot run here fails the create before anything
+  // is made.
+  const TemplateRef ref = ParseTemplateRuntime(options.template_name, config_.runtime);
+  const std::string template_name = ref.image_template;
+  const std::string runtime = options.runtime.empty() ? ref.runtime : options.runtime;
+  RETURN_IF_ERROR(RuntimeNamed(runtime).status());
   // The image: found, or built on first use.
-  auto img = image::FindImage(config_.state_dir, options.template_name);
+  auto img = image::FindImage(config_.state_dir, template_name);
   if (!img.ok() && img.status().code() == StatusCode::kNotFound && config_.build_image_if_missing &&
-      options.template_name == "base") {
+      template_name == "base") {
     image::ImageOptions io;
     io.state_dir = config_.state_dir;
-    io.template_name = options.template_name;
+    io.template_name = template_name;
     io.agent_binary = config_.agent_binary;
     io.progress = [](std::string_view step) { std::fprintf(stderr, "==> %.*s\n", (int)step.size(), step.data()); };
     img = image::EnsureImage(io);
@@ -545,7 +564,8 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
 
   BringUpPlan plan;
   plan.access_token = options.access_token;
-  plan.template_name = options.template_name;
+  plan.template_name = template_name;
+  plan.runtime = runtime;
   plan.vcpus = options.vcpus;
   plan.memory_mib = options.memory_mib;
   plan.egress_policy = options.egress_policy;
@@ -560,7 +580,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   // From the template's snapshot when there is one, else a cold boot.
   plan.source = MachineSource::kColdBoot;
   if (config_.template_snapshots) {
-    auto tdir = TemplateSnapshotDir(*img, options.vcpus, options.memory_mib);
+    auto tdir = TemplateSnapshotDir(*img, options.vcpus, options.memory_mib, runtime);
     if (tdir.ok() && TemplateSnapshotUsable(*tdir)) {
       plan.source = MachineSource::kTemplateSnapshot;
       plan.snapshot_dir = *tdir;
@@ -568,7 +588,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   }
   // A parked sandbox of the warm pool when there is one (warm_pool.cc).
   if (plan.source == MachineSource::kTemplateSnapshot && options.detach && config_.pool_size > 0) {
-    WarmPool(options.template_name, options.vcpus, options.memory_mib);
+    WarmPool(template_name, options.vcpus, options.memory_mib, runtime);
     if (auto parked = TakeParked(plan.snapshot_dir)) {
       BringUpPlan handout = plan;
       handout.source = MachineSource::kParked;

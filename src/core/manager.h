@@ -24,6 +24,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -32,6 +33,7 @@
 #include "core/bring_up.h"
 #include "core/envd_client.h"
 #include "core/registry.h"
+#include "core/runtime_set.h"
 #include "core/sandbox_attributes.h"
 #include "core/sandbox_state.h"
 #include "egress/egress_service.h"
@@ -105,7 +107,9 @@ struct ManagerConfig {
   // so that start-up clean-up destroys only this owner's leftovers (and those
   // of dead in-process runs, which carry none). Empty: an in-process run.
   std::string owner;
-  // Which runtime starts the VMs (runtime/registry.h AvailableRuntimes()).
+  // The default runtime (runtime/registry.h AvailableRuntimes(); serve
+  // --default-runtime): what a create that names none runs on. Opened by
+  // Open (its failure fails it); the others on first use (core/runtime_set.h).
   std::string runtime = "qemu";
   // The VMM jail (docs/runtime-qemu.md "Jail"): each VMM as its own uid, no
   // capabilities, its own mount namespace. On by default; lease_root above
@@ -154,7 +158,13 @@ void WriteOwnerFile(const std::string& path, const std::string& registry);
 RunDirOwner ReadOwnerFile(const std::string& path);
 
 struct CreateOptions {
+  // A built-in template may name its runtime ("base-gvisor",
+  // core/template_runtime.h) when `runtime` is empty.
   std::string template_name = "base";
+  // What runs it (AvailableRuntimes()); empty: the template name's, else
+  // ManagerConfig::runtime. A runtime that cannot run here is the create's
+  // error, never a fallback to another.
+  std::string runtime;
   int vcpus = 1;         // 1..64
   int memory_mib = 512;  // 128..65536
   // Bound on cold boot to agent-ready (TCG boots take seconds, KVM far less).
@@ -261,6 +271,9 @@ class Sandbox {
   const CreateTimings& timings() const { return timings_; }
   pid_t vmm_pid() const;
   const std::string& template_name() const { return template_; }
+  // The runtime it runs on (AvailableRuntimes()); fixed for its life, kept
+  // by its pauses, forks and resumes.
+  const std::string& runtime() const { return runtime_; }
   const std::string& access_token() const { return access_token_; }
   const std::string& run_dir() const { return run_dir_; }
   int vcpus() const { return vcpus_; }
@@ -316,6 +329,7 @@ class Sandbox {
   std::string id_;
   std::string run_dir_;
   std::string template_;
+  std::string runtime_;
   std::string access_token_;
   int vcpus_ = 1;
   int memory_mib_ = 512;
@@ -353,8 +367,9 @@ class Sandbox {
 
 class Manager {
  public:
-  // Prepares the state dir, picks the runtime (QEMU; KVM if it really works,
-  // else TCG) and removes leftovers of sandboxes whose owner died.
+  // Prepares the state dir, opens the default runtime (QEMU: KVM if it
+  // really works, else TCG; others on first use) and removes leftovers of
+  // sandboxes whose owner died.
   // `adopt`: sandboxes of a previous daemon; each whose VMM still runs (pid
   // alive and its command line names the sandbox's run dir) and whose agent
   // answers is taken over (network via SandboxNetwork::Adopt); the others
@@ -402,8 +417,9 @@ class Manager {
   // hostname, clock, entropy, env) and handover. Parked sandboxes are this
   // daemon's run dirs: a restarted daemon finds them unregistered and
   // removes them (CleanupOrphans), so none is leaked or handed out twice.
-  // Keeps pool_size parked sandboxes of (template, shape) from now on.
-  void WarmPool(const std::string& template_name, int vcpus, int memory_mib);
+  // Keeps pool_size parked sandboxes of (template, shape, runtime; "" = the
+  // default) from now on.
+  void WarmPool(const std::string& template_name, int vcpus, int memory_mib, const std::string& runtime = "");
   // The filler thread; StopPool (also ReleaseAll, DestroyAll, the
   // destructor) joins it and destroys every parked sandbox.
   void StartPool();
@@ -453,7 +469,9 @@ class Manager {
   // saves memory + device state + disk under TemplateSnapshotDir, committed
   // by rename. OK at once when it exists. Keyed by image id and rootfs
   // stamp, so a rebuilt template never uses an old snapshot.
-  Status EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib);
+  // `runtime`: whose snapshot ("" = the default); each runtime has its own.
+  Status EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib,
+                                const std::string& runtime = "");
   // Makes a template snapshot in progress give up (Cancelled) at its next
   // wait instead of running to its deadline: a daemon shutting down.
   void CancelTemplateSnapshots() { template_cancel_.store(true); }
@@ -495,10 +513,17 @@ class Manager {
   std::string named_dir() const { return config_.state_dir + "/snapshots/named"; }
   // <state_dir>/snapshots/forks
   std::string forks_dir() const { return config_.state_dir + "/snapshots/forks"; }
-  // <state_dir>/snapshots/templates/<image id>-<rootfs stamp>-<vcpus>c-<memory>m
-  // (template_snapshots.cc); an error when the image's rootfs cannot be stat'ed.
-  StatusOr<std::string> TemplateSnapshotDir(const image::GuestImage& img, int vcpus, int memory_mib) const;
-  Runtime& runtime() { return *runtime_; }
+  // <state_dir>/snapshots/templates/<image id>-[<runtime>-]<rootfs stamp>-<vcpus>c-<memory>m
+  // (template_snapshots.cc; the runtime's name unless it is kDefaultRuntime,
+  // "" = ManagerConfig::runtime); an error when the image's rootfs cannot be
+  // stat'ed, Unimplemented when the runtime has no snapshots.
+  StatusOr<std::string> TemplateSnapshotDir(const image::GuestImage& img, int vcpus, int memory_mib,
+                                            const std::string& runtime = "") const;
+  // The default runtime (ManagerConfig::runtime).
+  Runtime& runtime() { return runtimes_->default_runtime(); }
+  // Runtime `name` ("" = the default), opened on first use
+  // (RuntimeSet::Named: an unknown name, or a runtime that cannot run here).
+  StatusOr<Runtime*> RuntimeNamed(std::string_view name) const { return runtimes_->Named(name); }
   // nullptr when egress is off.
   egress::EgressService* egress() { return egress_.get(); }
   // Replaces a sandbox's egress policy live (nft + resolver/proxy).
@@ -548,8 +573,10 @@ class Manager {
     std::string template_name;
     int vcpus = 1;
     int memory_mib = 512;
+    std::string runtime;  // never empty (WarmPool fills in the default)
     bool operator<(const PoolShape& o) const {
-      return std::tie(template_name, vcpus, memory_mib) < std::tie(o.template_name, o.vcpus, o.memory_mib);
+      return std::tie(template_name, vcpus, memory_mib, runtime) <
+             std::tie(o.template_name, o.vcpus, o.memory_mib, o.runtime);
     }
   };
   void PoolLoop();
@@ -596,7 +623,12 @@ class Manager {
   // A paused sandbox of a previous daemon (snapshots.cc).
   StatusOr<std::shared_ptr<Sandbox>> AdoptPausedOne(const AdoptRequest& r);
   // A VMM left stopped by a daemon killed mid-pause is continued (snapshots.cc).
-  void ContinueIfStopped(const std::string& run_dir);
+  void ContinueIfStopped(Runtime& runtime, const std::string& run_dir);
+  // The snapshot in `dir` read or deleted through the store of the runtime
+  // that wrote it (RuntimeSet::ForSnapshot; `runtime` for a dir not yet
+  // there); the runtime's open error when it cannot be opened here.
+  StatusOr<SnapshotShape> ReadSnapshot(const std::string& dir, std::string_view runtime = {}) const;
+  Status DeleteSnapshot(const std::string& dir, std::string_view runtime = {}) const;
   // Is there a committed pause snapshot for r.id? (snapshots.cc)
   bool RecoverPaused(const AdoptRequest& r);
   // Removes uncommitted (.tmp) snapshot dirs left by a crash (snapshots.cc),
@@ -647,7 +679,7 @@ class Manager {
   std::deque<std::pair<std::string, SandboxEnd>> ended_;  // newest last, bounded kMaxEnded (guarded by mu_)
 
   ManagerConfig config_;
-  std::unique_ptr<Runtime> runtime_;
+  std::unique_ptr<RuntimeSet> runtimes_;
   std::unique_ptr<net::AddressPool> pool_;
   std::unique_ptr<egress::EgressService> egress_;  // before sandboxes_: outlives them
   std::mutex host_elements_mu_;

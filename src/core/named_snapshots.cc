@@ -21,6 +21,7 @@
 #include "core/manager.h"
 #include "core/registry.h"
 #include "core/sandbox_egress.h"
+#include "runtime/registry.h"
 
 namespace airlock {
 namespace fs = std::filesystem;
@@ -55,7 +56,7 @@ StatusOr<std::vector<NamedSnapshotInfo>> Manager::ListNamedSnapshots() {
     std::string name = e.path().filename().string();
     if (name.find(".tmp") != std::string::npos) continue;
     auto j = ReadInfo(e.path().string());
-    if (!j.ok() || !runtime_->snapshots().Read(e.path().string()).ok()) continue;
+    if (!j.ok() || !ReadSnapshot(e.path().string()).ok()) continue;
     NamedSnapshotInfo i;
     i.snapshot_id = j->value("snapshotID", "");
     if (j->contains("names") && (*j)["names"].is_array()) {
@@ -114,7 +115,7 @@ StatusOr<NamedSnapshotInfo> Manager::CreateNamedSnapshot(const std::string& id, 
   fs::create_directories(named_dir(), ec);
   if (ec) return Internal("mkdir " + named_dir() + ": " + ec.message());
   auto saved = vm->SaveSnapshot(tmp, /*keep_running=*/true);  // the sandbox keeps running
-  if (!saved.ok()) return saved.status().WithContext("snapshot " + id);
+  if (!saved.ok()) return RuntimeOpStatus(saved.status(), sb->runtime_, "snapshot", "snapshot " + id);
   nlohmann::json j = {{"snapshotID", info.snapshot_id},    {"names", info.names},       {"sandboxID", id},
                       {"createdAtMs", info.created_at_ms}, {"template", sb->template_}, {"envVars", sb->env_vars_},
                       {"sourceToken", sb->access_token_}};
@@ -160,8 +161,8 @@ Status Manager::DeleteNamedSnapshot(const std::string& id_or_name) {
                               " is the base of another snapshot or sandbox (its disk is layered on this one's); "
                               "delete or kill that first");
   }
-  auto m = runtime_->snapshots().Read(dir);
-  RETURN_IF_ERROR(runtime_->snapshots().Delete(dir));
+  auto m = ReadSnapshot(dir);
+  RETURN_IF_ERROR(DeleteSnapshot(dir));
   // A named snapshot of a fork child was the last thing on its fork
   // checkpoint, perhaps: released (deleted when nothing else is on it).
   if (m.ok()) ReleaseSharedSnapshot(fs::path(m->disk_backing).parent_path().string(), nullptr);
@@ -171,8 +172,15 @@ Status Manager::DeleteNamedSnapshot(const std::string& id_or_name) {
 StatusOr<std::shared_ptr<Sandbox>> Manager::CreateFromNamedSnapshot(const std::string& dir,
                                                                     const CreateOptions& options) {
   ASSIGN_OR_RETURN(auto j, ReadInfo(dir));
-  ASSIGN_OR_RETURN(auto m, runtime_->snapshots().Read(dir));
+  // A snapshot restores on the runtime that wrote it, and no other.
+  const std::string runtime = RuntimeOfSnapshot(dir);
+  if (!options.runtime.empty() && options.runtime != runtime) {
+    return InvalidArgument("snapshot " + options.template_name + " was taken on the " + runtime +
+                           " runtime; it cannot start on " + options.runtime);
+  }
+  ASSIGN_OR_RETURN(auto m, ReadSnapshot(dir, runtime));
   BringUpPlan plan;
+  plan.runtime = runtime;
   plan.source = MachineSource::kNamedSnapshot;
   plan.snapshot_dir = dir;
   plan.shared_snapshot = dir;

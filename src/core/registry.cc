@@ -84,6 +84,10 @@ StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& path) {
     RETURN_IF_ERROR(r->Exec("ALTER TABLE sandboxes ADD COLUMN mask_request_host TEXT NOT NULL DEFAULT ''",
                             "add mask_request_host"));
   }
+  // v6: the runtime each sandbox runs on; every sandbox before ran on qemu.
+  if (!r->Exec("SELECT runtime FROM sandboxes LIMIT 0", "probe runtime").ok()) {
+    RETURN_IF_ERROR(r->Exec("ALTER TABLE sandboxes ADD COLUMN runtime TEXT NOT NULL DEFAULT 'qemu'", "add runtime"));
+  }
   return r;
 }
 
@@ -98,8 +102,8 @@ Status Registry::PutSandbox(const SandboxRecord& r) {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
          "INSERT OR REPLACE INTO sandboxes (id, template, state, created_at, ends_at, metadata, env_vars, token,"
-         " vcpus, memory_mib, netns_ip, vmm_pid, run_dir, lifecycle, owner, traffic_token, mask_request_host)"
-         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+         " vcpus, memory_mib, netns_ip, vmm_pid, run_dir, lifecycle, owner, traffic_token, mask_request_host, runtime)"
+         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   AIRLOCK_SQL_CHECK(s.ok(), "prepare put sandbox");
   s.Bind(1, r.id).Bind(2, r.template_id).Bind(3, r.state).Bind(4, r.created_at_ms).Bind(5, r.ends_at_ms);
   s.Bind(6, MapToJson(r.metadata)).Bind(7, MapToJson(r.env_vars)).Bind(8, r.access_token);
@@ -112,6 +116,7 @@ Status Registry::PutSandbox(const SandboxRecord& r) {
   s.Bind(15, r.owner);
   s.Bind(16, r.traffic_token);
   s.Bind(17, r.mask_request_host);
+  s.Bind(18, r.runtime.empty() ? std::string("qemu") : r.runtime);
   AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "put sandbox " + r.id);
   return OkStatus();
 }
@@ -139,7 +144,8 @@ StatusOr<std::vector<SandboxRecord>> Registry::ListSandboxes() {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_,
          "SELECT id, template, state, created_at, ends_at, metadata, env_vars, token, vcpus, memory_mib, netns_ip,"
-         " vmm_pid, run_dir, lifecycle, owner, traffic_token, mask_request_host FROM sandboxes ORDER BY created_at");
+         " vmm_pid, run_dir, lifecycle, owner, traffic_token, mask_request_host, runtime FROM sandboxes"
+         " ORDER BY created_at");
   AIRLOCK_SQL_CHECK(s.ok(), "prepare list sandboxes");
   std::vector<SandboxRecord> out;
   int rc;
@@ -167,6 +173,7 @@ StatusOr<std::vector<SandboxRecord>> Registry::ListSandboxes() {
     r.owner = s.Text(14);
     r.traffic_token = s.Text(15);
     r.mask_request_host = s.Text(16);
+    r.runtime = s.Text(17);
     out.push_back(std::move(r));
   }
   AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "list sandboxes");

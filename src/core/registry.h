@@ -35,6 +35,9 @@ namespace airlock {
 struct SandboxRecord {
   std::string id;
   std::string template_id;
+  // The runtime it runs on (runtime/registry.h AvailableRuntimes()); rows
+  // written before runtimes were recorded read "qemu".
+  std::string runtime = "qemu";
   std::string state;  // "running" (the only state persisted today)
   int64_t created_at_ms = 0;
   int64_t ends_at_ms = 0;

@@ -89,14 +89,19 @@ StatusOr<PauseResult> Manager::Pause(const std::string& id, const PauseOptions& 
   }
   // The save writes every file under a temporary name, the manifest last; the
   // directory is renamed into place only once it is complete.
+  // What the sandbox's runtime cannot do is named in the error (HTTP 501).
+  const char* what = options.keep_memory ? "pause" : "pause without memory";
   auto info = vm->SaveSnapshot(tmp, /*keep_running=*/false);
-  if (!info.ok()) return back_to_running(info.status().WithContext("pause " + id));
+  if (!info.ok()) return back_to_running(RuntimeOpStatus(info.status(), sb->runtime_, what, "pause " + id));
   if (!options.keep_memory) {
     // The filesystem only: the memory image is dropped before the commit
-    // (resume boots the kernel on the saved disk).
-    if (Status s = runtime_->snapshots().DropMemory(tmp); !s.ok()) {
+    // (resume boots the kernel on the saved disk). A new save: the store of
+    // the sandbox's runtime.
+    auto runtime = RuntimeNamed(sb->runtime_);
+    Status s = runtime.ok() ? (*runtime)->snapshots().DropMemory(tmp) : runtime.status();
+    if (!s.ok()) {
       (void)vm->ContinueGuest();
-      return back_to_running(s);
+      return back_to_running(RuntimeOpStatus(s, sb->runtime_, what, "pause " + id));
     }
   }
   if (::rename(tmp.c_str(), dir.c_str()) != 0) {
@@ -159,7 +164,7 @@ StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milli
   }
   // The VM runs on a private copy of the snapshot's disk: the snapshot is no
   // longer needed.
-  if (Status s = runtime_->snapshots().Delete(plan.snapshot_dir); !s.ok()) {
+  if (Status s = DeleteSnapshot(plan.snapshot_dir, sb->runtime_); !s.ok()) {
     LOG_WARN("sandbox={} delete pause snapshot: {}", id, s.message());
   }
   if (ends_at_ms > 0) {
@@ -186,7 +191,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptPausedOne(const AdoptRequest& r
     if (Status st = net::TeardownByName(r.record.id); !st.ok())
       LOG_WARN("sandbox={} network teardown: {}", r.record.id, st.message());
   }
-  ASSIGN_OR_RETURN(auto m, runtime_->snapshots().Read(dir));
+  ASSIGN_OR_RETURN(auto m, ReadSnapshot(dir, r.record.runtime));
   std::shared_ptr<Sandbox> sb = AdoptedSandbox(r);
   sb->snapshot_dir_ = dir;
   sb->memory_snapshot_ = m.memory_bytes > 0;  // 0: a keepMemory=false pause
@@ -198,11 +203,21 @@ bool Manager::RecoverPaused(const AdoptRequest& r) {
   if (net::ValidateSandboxId(r.record.id).ok() == false) return false;
   const std::string run_dir = config_.state_dir + "/run/" + r.record.id;
   if (r.record.vmm_pid > 0 && ProcessMatches(r.record.vmm_pid, run_dir)) return false;
-  return runtime_->snapshots().Read(paused_dir() + "/" + r.record.id).ok();
+  return ReadSnapshot(paused_dir() + "/" + r.record.id, r.record.runtime).ok();
 }
 
-void Manager::ContinueIfStopped(const std::string& vm_run_dir) {
-  if (Status s = runtime_->ContinueIfStopped(vm_run_dir); !s.ok()) LOG_WARN("{}", s.message());
+void Manager::ContinueIfStopped(Runtime& runtime, const std::string& vm_run_dir) {
+  if (Status s = runtime.ContinueIfStopped(vm_run_dir); !s.ok()) LOG_WARN("{}", s.message());
+}
+
+StatusOr<SnapshotShape> Manager::ReadSnapshot(const std::string& dir, std::string_view runtime) const {
+  ASSIGN_OR_RETURN(Runtime * rt, runtimes_->ForSnapshot(dir, runtime));
+  return rt->snapshots().Read(dir);
+}
+
+Status Manager::DeleteSnapshot(const std::string& dir, std::string_view runtime) const {
+  ASSIGN_OR_RETURN(Runtime * rt, runtimes_->ForSnapshot(dir, runtime));
+  return rt->snapshots().Delete(dir);
 }
 
 void Manager::SweepSnapshots() {
@@ -238,7 +253,7 @@ Status Manager::DeletePrivateSnapshots(Sandbox& sb) {
   Status checkpoints = DeleteCheckpointsOf(sb.id_);  // checkpoints.cc
   const std::string dir = paused_dir() + "/" + sb.id_;
   if (!fs::exists(dir, ec)) return checkpoints;
-  Status st = runtime_->snapshots().Delete(dir);
+  Status st = DeleteSnapshot(dir, sb.runtime_);
   return st.ok() ? checkpoints : st;
 }
 

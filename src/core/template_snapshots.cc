@@ -1,7 +1,11 @@
 // Template snapshots (docs/snapshots.md): a sandbox is created by restoring
 // a snapshot of its template booted once, instead of booting the kernel.
 //
-//   snapshots/templates/<image id>-<rootfs stamp>-<vcpus>c-<memory>m[-shm]/   memory, disk.qcow2, [ram,] manifest.json
+//   snapshots/templates/<image id>-[<runtime>-]<rootfs stamp>-<vcpus>c-<memory>m[-shm]/
+//       memory, disk.qcow2, [ram,] manifest.json
+// Each runtime has its own (its name in the directory unless it is the
+// default, qemu, whose directories kept their names), written, read and
+// deleted through that runtime's store: "base" and "base-gvisor" never share one.
 // With "-shm" (ManagerConfig::template_shared_memory, the default) the RAM is
 // a read-only file every sandbox created from it maps copy-on-write and the
 // memory stream holds device state only; without, the RAM is in the stream.
@@ -22,6 +26,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "common/agent_port.h"
@@ -32,6 +37,7 @@
 #include "image/image.h"
 #include "net/address_pool.h"
 #include "net/sandbox_network.h"
+#include "runtime/registry.h"
 
 namespace airlock {
 namespace fs = std::filesystem;
@@ -45,17 +51,22 @@ constexpr std::chrono::seconds kTemplateServiceReadyTimeout{600};
 // Template snapshots whose RAM is a shared file (ManagerConfig::template_shared_memory).
 constexpr char kSharedMemorySuffix[] = "-shm";
 
-// "<image id>-<8 hex of the SHA-256 of the rootfs stamp>-": what every template
-// snapshot directory of this build of the image starts with.
-StatusOr<std::string> TemplateSnapshotPrefix(const SnapshotStore& store, const image::GuestImage& img) {
-  ASSIGN_OR_RETURN(std::string stamp, store.ImageStamp(img.rootfs));
-  return img.id + "-" + image::Sha256Hex(stamp).substr(0, 8) + "-";
+// "<image id>-[<runtime>-]<8 hex of the SHA-256 of the rootfs stamp>-": what
+// every template snapshot directory of this build of the image on `runtime`
+// starts with (no runtime name for the default runtime, qemu). Unimplemented
+// from a runtime without snapshots.
+StatusOr<std::string> TemplateSnapshotPrefix(const Runtime& runtime, const image::GuestImage& img) {
+  ASSIGN_OR_RETURN(std::string stamp, runtime.snapshots().ImageStamp(img.rootfs));
+  const std::string name(runtime.name());
+  return img.id + "-" + (name == kDefaultRuntime ? "" : name + "-") + image::Sha256Hex(stamp).substr(0, 8) + "-";
 }
 
 }  // namespace
 
-StatusOr<std::string> Manager::TemplateSnapshotDir(const image::GuestImage& img, int vcpus, int memory_mib) const {
-  ASSIGN_OR_RETURN(std::string prefix, TemplateSnapshotPrefix(runtime_->snapshots(), img));
+StatusOr<std::string> Manager::TemplateSnapshotDir(const image::GuestImage& img, int vcpus, int memory_mib,
+                                                   const std::string& runtime) const {
+  ASSIGN_OR_RETURN(Runtime * rt, RuntimeNamed(runtime));
+  ASSIGN_OR_RETURN(std::string prefix, TemplateSnapshotPrefix(*rt, img));
   return config_.state_dir + "/snapshots/templates/" + prefix + std::to_string(vcpus) + "c-" +
          std::to_string(memory_mib) + "m" + (config_.template_shared_memory ? kSharedMemorySuffix : "");
 }
@@ -63,29 +74,45 @@ StatusOr<std::string> Manager::TemplateSnapshotDir(const image::GuestImage& img,
 void Manager::SweepTemplateSnapshots() {
   std::error_code ec;
   const std::string root = config_.state_dir + "/snapshots/templates";
-  std::vector<std::string> current;
-  for (const auto& img : image::CurrentImages(config_.state_dir)) {
-    if (auto p = TemplateSnapshotPrefix(runtime_->snapshots(), img); p.ok()) current.push_back(*p);
-  }
+  const std::vector<image::GuestImage> images = image::CurrentImages(config_.state_dir);
+  // The prefixes of the current images, per runtime: computed for the
+  // runtimes whose snapshots are here (a runtime is not opened for nothing).
+  std::map<std::string, std::vector<std::string>> current;
+  auto current_of = [&](Runtime& runtime) -> const std::vector<std::string>& {
+    auto [it, added] = current.try_emplace(std::string(runtime.name()));
+    if (added) {
+      for (const auto& img : images) {
+        if (auto p = TemplateSnapshotPrefix(runtime, img); p.ok()) it->second.push_back(*p);
+      }
+    }
+    return it->second;
+  };
   const std::set<std::string> in_use = SnapshotDirsLayeredOn();
   for (auto& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
     if (name.find(".tmp-") != std::string::npos || in_use.count(e.path().string())) continue;
+    // Judged, and deleted, by the runtime that wrote it; kept when that
+    // runtime cannot be opened here.
+    auto runtime = runtimes_->ForSnapshot(e.path().string());
+    if (!runtime.ok()) {
+      LOG_WARN("template snapshot {} kept: {}", e.path().string(), runtime.status().message());
+      continue;
+    }
     // Of a current image: kept, in either RAM layout. Managers of both
     // layouts may share a state dir (a stream-layout bench or test beside
     // the daemon), and one must not throw away what the other restores
     // from: the code interpreter's takes the better part of a minute to
     // make again under TCG. At most one more snapshot per image and shape.
     bool is_current = false;
-    for (const auto& p : current) is_current = is_current || name.compare(0, p.size(), p) == 0;
+    for (const auto& p : current_of(**runtime)) is_current = is_current || name.compare(0, p.size(), p) == 0;
     if (is_current) continue;
     LOG_INFO("removing template snapshot {} (not of the current build of an image, and nothing is layered on it)",
              e.path().string());
-    if (Status st = runtime_->snapshots().Delete(e.path().string()); !st.ok()) LOG_WARN("{}", st.message());
+    if (Status st = (*runtime)->snapshots().Delete(e.path().string()); !st.ok()) LOG_WARN("{}", st.message());
   }
 }
 
-bool Manager::TemplateSnapshotUsable(const std::string& dir) const { return runtime_->snapshots().Read(dir).ok(); }
+bool Manager::TemplateSnapshotUsable(const std::string& dir) const { return ReadSnapshot(dir).ok(); }
 
 namespace {
 // The console line holding `needle` (the last one), without its newline.
@@ -99,9 +126,16 @@ std::string ConsoleLineWith(const std::string& tail, const std::string& needle) 
 }
 }  // namespace
 
-Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib) {
+Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib,
+                                       const std::string& runtime_name) {
+  ASSIGN_OR_RETURN(Runtime * runtime, RuntimeNamed(runtime_name));
   ASSIGN_OR_RETURN(auto img, image::FindImage(config_.state_dir, template_name));
-  ASSIGN_OR_RETURN(const std::string dir, TemplateSnapshotDir(img, vcpus, memory_mib));
+  auto snapshot_dir = TemplateSnapshotDir(img, vcpus, memory_mib, std::string(runtime->name()));
+  if (!snapshot_dir.ok()) {
+    return RuntimeOpStatus(snapshot_dir.status(), runtime->name(), "taking a template snapshot",
+                           "template snapshot of " + template_name);
+  }
+  const std::string dir = *snapshot_dir;
   std::lock_guard<std::mutex> once(template_mu_);
   if (TemplateSnapshotUsable(dir)) return OkStatus();
   if (template_failed_.count(dir))
@@ -125,13 +159,15 @@ Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcp
   std::unique_ptr<VmInstance> vm;
   std::unique_ptr<net::SandboxNetwork> network;
   auto build = [&]() -> Status {
-    ASSIGN_OR_RETURN(network, net::SandboxNetwork::Create(id, *pool_));
+    net::NetworkOptions options;
+    options.guest_link = runtime->guest_link();
+    ASSIGN_OR_RETURN(network, net::SandboxNetwork::Create(id, *pool_, options));
     VmStartRequest req = VmStartRequestFor(id, run_dir, vcpus, memory_mib, *network, /*detach=*/false);
     req.kernel = img.kernel;
     req.initrd = img.initrd;
     req.rootfs = img.rootfs;
     req.shared_memory_template = config_.template_shared_memory;
-    ASSIGN_OR_RETURN(vm, runtime_->Start(req));
+    ASSIGN_OR_RETURN(vm, runtime->Start(req));
     RETURN_IF_ERROR(pool_->Adopt(network->lease(), vm->pid()));
     // Ready through the console, never TCP: the guest's first TCP handshake
     // draws its TCP secrets (net_secret, ts_secret) for the rest of its boot,
@@ -169,8 +205,8 @@ Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcp
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     }
-    ASSIGN_OR_RETURN(auto info, vm->SaveSnapshot(tmp, /*keep_running=*/false));
-    (void)info;
+    auto info = vm->SaveSnapshot(tmp, /*keep_running=*/false);
+    if (!info.ok()) return RuntimeOpStatus(info.status(), runtime->name(), "taking a template snapshot");
     if (::rename(tmp.c_str(), dir.c_str()) != 0) {
       if (errno == ENOTEMPTY || errno == EEXIST) return OkStatus();  // another daemon committed it first
       return ErrnoError("rename " + tmp);
@@ -184,7 +220,7 @@ Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcp
     LOG_WARN("template snapshot {} failed: {}", dir, st.message());
     return st.WithContext("template snapshot of " + template_name);
   }
-  LOG_INFO("template snapshot ready template={} dir={} ms={:.0f}", template_name, dir,
+  LOG_INFO("template snapshot ready template={} runtime={} dir={} ms={:.0f}", template_name, runtime->name(), dir,
            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   return OkStatus();
 }

@@ -7,7 +7,9 @@
 // (then it gives one back each round), and drops parked sandboxes of a
 // template snapshot that is no longer current. "Short of memory" is
 // ManagerConfig::memory_short when set (the daemon's pressure policy), else
-// MemAvailable < pool_min_available_mib.
+// MemAvailable < pool_min_available_mib. A shape includes its runtime, and
+// parked sandboxes are kept by template snapshot directory, which names the
+// runtime: "base" and "base-gvisor" never share a parked sandbox.
 #include <fstream>
 #include <sstream>
 
@@ -33,12 +35,12 @@ int64_t MemAvailableMib() {
 
 }  // namespace
 
-void Manager::WarmPool(const std::string& template_name, int vcpus, int memory_mib) {
+void Manager::WarmPool(const std::string& template_name, int vcpus, int memory_mib, const std::string& runtime) {
   if (config_.pool_size <= 0) return;
   bool added = false;
   {
     std::lock_guard<std::mutex> l(pool_mu_);
-    added = pool_shapes_.insert({template_name, vcpus, memory_mib}).second;
+    added = pool_shapes_.insert({template_name, vcpus, memory_mib, runtime.empty() ? config_.runtime : runtime}).second;
   }
   if (added) pool_cv_.notify_all();
 }
@@ -119,6 +121,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Park(const PoolShape& shape, const i
   BringUpPlan plan;
   plan.id = NewSandboxId();
   plan.template_name = shape.template_name;
+  plan.runtime = shape.runtime;
   plan.vcpus = shape.vcpus;
   plan.memory_mib = shape.memory_mib;
   plan.detach = true;
@@ -128,7 +131,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Park(const PoolShape& shape, const i
   plan.snapshot_dir = snapshot_dir;
   plan.park = true;
   plan.ready_timeout = std::chrono::seconds(60);
-  plan.what = "warm pool " + shape.template_name;
+  plan.what = "warm pool " + shape.template_name + " (" + shape.runtime + ")";
   std::shared_ptr<Sandbox> sb = SandboxFor(plan);
   CreateTimings timings;
   RETURN_IF_ERROR(BringUp(*sb, plan, &timings));  // a failed step undid the ones before it
@@ -177,7 +180,7 @@ void Manager::PoolRound() {
   for (const auto& shape : shapes) {
     auto img = image::FindImage(config_.state_dir, shape.template_name);
     if (!img.ok()) continue;
-    auto dir = TemplateSnapshotDir(*img, shape.vcpus, shape.memory_mib);
+    auto dir = TemplateSnapshotDir(*img, shape.vcpus, shape.memory_mib, shape.runtime);
     if (!dir.ok() || !TemplateSnapshotUsable(*dir)) continue;
     wanted[*dir] = {shape, *img};
   }
@@ -237,8 +240,8 @@ void Manager::PoolRound() {
     LOG_WARN("warm pool: {}", sb.status().message());
     return;
   }
-  LOG_INFO("warm pool: sandbox={} parked ({} {}c {}m)", (*sb)->id(), shape.template_name, shape.vcpus,
-           shape.memory_mib);
+  LOG_INFO("warm pool: sandbox={} parked ({} {}c {}m on {})", (*sb)->id(), shape.template_name, shape.vcpus,
+           shape.memory_mib, shape.runtime);
   std::lock_guard<std::mutex> l(pool_mu_);
   if (pool_stop_) {
     (void)(*sb)->TearDown();

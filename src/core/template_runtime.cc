@@ -1,0 +1,34 @@
+#include "core/template_runtime.h"
+
+#include <algorithm>
+
+#include "image/image.h"
+
+namespace airlock {
+namespace {
+
+bool IsBuiltIn(const std::string& name) {
+  const auto& known = image::KnownTemplates();
+  return std::find(known.begin(), known.end(), image::CanonicalTemplateName(name)) != known.end();
+}
+
+}  // namespace
+
+TemplateRef ParseTemplateRuntime(const std::string& name, const std::string& default_runtime,
+                                 const std::vector<std::string>& runtimes) {
+  for (const auto& runtime : runtimes) {
+    if (runtime == kDefaultRuntime) continue;
+    const std::string suffix = "-" + runtime;
+    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    const std::string base = name.substr(0, name.size() - suffix.size());
+    if (IsBuiltIn(base)) return {image::CanonicalTemplateName(base), runtime, true};
+  }
+  return {name, default_runtime, false};
+}
+
+std::string TemplateNameOn(const std::string& image_template, const std::string& runtime) {
+  if (runtime.empty() || runtime == kDefaultRuntime || !IsBuiltIn(image_template)) return image_template;
+  return image::CanonicalTemplateName(image_template) + "-" + runtime;
+}
+
+}  // namespace airlock

@@ -1,0 +1,227 @@
+// Runtimes per sandbox (core/runtime_set.h, core/template_runtime.h,
+// registry v6): template names that carry a runtime, the lazily opened set
+// of runtimes (a fake opener: no VMM), the API error of an operation a
+// runtime cannot do, and the runtime column of a registry written before it.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "core/registry.h"
+#include "core/runtime_set.h"
+#include "core/template_runtime.h"
+#include "tests/unit/scoped_dir.h"
+
+namespace airlock {
+namespace {
+
+const std::vector<std::string> kTwo = {"qemu", "gvisor"};
+
+TEST(TemplateRuntimeTest, BuiltInTemplateWithARuntimeSuffix) {
+  TemplateRef r = ParseTemplateRuntime("base-gvisor", "qemu", kTwo);
+  EXPECT_EQ(r.image_template, "base");
+  EXPECT_EQ(r.runtime, "gvisor");
+  EXPECT_TRUE(r.runtime_in_name);
+  r = ParseTemplateRuntime("code-interpreter-gvisor", "qemu", kTwo);
+  EXPECT_EQ(r.image_template, "code-interpreter");
+  EXPECT_EQ(r.runtime, "gvisor");
+  // An alias of a built-in is that built-in.
+  r = ParseTemplateRuntime("code-interpreter-v1-gvisor", "qemu", kTwo);
+  EXPECT_EQ(r.image_template, "code-interpreter");
+  EXPECT_EQ(r.runtime, "gvisor");
+  // The name wins over the default, whichever it is.
+  r = ParseTemplateRuntime("base-gvisor", "gvisor", kTwo);
+  EXPECT_EQ(r.runtime, "gvisor");
+}
+
+TEST(TemplateRuntimeTest, OtherNamesRunOnTheDefault) {
+  for (const std::string name : {"base", "code-interpreter", "code-interpreter-v1", "my-app", "my-app-gvisor",
+                                 "base-qemu", "gvisor", "-gvisor", "base-gvisorx", "base-firecracker"}) {
+    for (const std::string def : {"qemu", "gvisor"}) {
+      TemplateRef r = ParseTemplateRuntime(name, def, kTwo);
+      EXPECT_EQ(r.image_template, name) << name;
+      EXPECT_EQ(r.runtime, def) << name;
+      EXPECT_FALSE(r.runtime_in_name) << name;
+    }
+  }
+  // Only registered runtimes count: with qemu alone, "base-gvisor" is just a name.
+  TemplateRef r = ParseTemplateRuntime("base-gvisor", "qemu", {"qemu"});
+  EXPECT_EQ(r.image_template, "base-gvisor");
+  EXPECT_EQ(r.runtime, "qemu");
+}
+
+TEST(TemplateRuntimeTest, ShownNameIsTheInverse) {
+  EXPECT_EQ(TemplateNameOn("base", "gvisor"), "base-gvisor");
+  EXPECT_EQ(TemplateNameOn("code-interpreter", "gvisor"), "code-interpreter-gvisor");
+  EXPECT_EQ(TemplateNameOn("base", "qemu"), "base");
+  EXPECT_EQ(TemplateNameOn("base", ""), "base");
+  EXPECT_EQ(TemplateNameOn("my-app", "gvisor"), "my-app");  // custom: never renamed
+  for (const std::string name : {"base", "code-interpreter"}) {
+    TemplateRef r = ParseTemplateRuntime(TemplateNameOn(name, "gvisor"), "qemu", kTwo);
+    EXPECT_EQ(r.image_template, name);
+    EXPECT_EQ(r.runtime, "gvisor");
+  }
+}
+
+// A runtime that starts nothing; its name is what it was opened as.
+class FakeRuntime final : public Runtime {
+ public:
+  explicit FakeRuntime(std::string name) : name_(std::move(name)) {}
+  std::string_view name() const override { return name_; }
+  std::string accelerator() const override { return "none"; }
+  StatusOr<std::unique_ptr<VmInstance>> Start(const VmStartRequest&) override { return Unimplemented("fake"); }
+
+ private:
+  std::string name_;
+};
+
+struct FakeOpener {
+  std::atomic<int> opens{0};
+  bool gvisor_works = false;
+  RuntimeSet::Opener Get() {
+    return [this](std::string_view name, const RuntimeOptions&) -> StatusOr<std::unique_ptr<Runtime>> {
+      ++opens;
+      if (name != "qemu" && name != "gvisor") return InvalidArgument("unknown runtime '" + std::string(name) + "'");
+      if (name == "gvisor" && !gvisor_works) return FailedPrecondition("runsc not found (install gVisor's runsc)");
+      return std::unique_ptr<Runtime>(new FakeRuntime(std::string(name)));
+    };
+  }
+};
+
+TEST(RuntimeSetTest, DefaultOpenedAtOnceOthersOnFirstUseAndKept) {
+  FakeOpener f;
+  auto set = RuntimeSet::Open("qemu", {}, f.Get());
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(f.opens, 1);
+  EXPECT_EQ((*set)->default_name(), "qemu");
+  EXPECT_EQ((*set)->default_runtime().name(), "qemu");
+  auto q = (*set)->Named("");
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(*q, &(*set)->default_runtime());
+  EXPECT_EQ(f.opens, 1);
+
+  // A runtime that cannot run here: its error, naming it and the fix; tried again next time.
+  auto g = (*set)->Named("gvisor");
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(g.status().message(), "runtime gvisor: runsc not found (install gVisor's runsc)");
+  f.gvisor_works = true;
+  g = (*set)->Named("gvisor");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ((*g)->name(), "gvisor");
+  const int opens = f.opens;
+  EXPECT_EQ(*(*set)->Named("gvisor"), *g);  // cached
+  EXPECT_EQ(f.opens, opens);
+
+  // An unknown name: the registry's own message, untouched.
+  auto u = (*set)->Named("vmware");
+  ASSERT_FALSE(u.ok());
+  EXPECT_EQ(u.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(u.status().message(), "unknown runtime 'vmware'");
+}
+
+TEST(RuntimeSetTest, ADefaultThatCannotOpenFailsTheStart) {
+  FakeOpener f;
+  auto set = RuntimeSet::Open("gvisor", {}, f.Get());
+  ASSERT_FALSE(set.ok());
+  EXPECT_NE(set.status().message().find("runtime gvisor: runsc not found"), std::string::npos);
+}
+
+TEST(RuntimeSetTest, ConcurrentFirstUsesOpenOnce) {
+  FakeOpener f;
+  f.gvisor_works = true;
+  auto set = RuntimeSet::Open("qemu", {}, f.Get());
+  ASSERT_TRUE(set.ok());
+  std::vector<std::thread> threads;
+  std::vector<Runtime*> got(8, nullptr);
+  for (size_t i = 0; i < got.size(); ++i) {
+    threads.emplace_back([&, i] {
+      auto r = (*set)->Named("gvisor");
+      if (r.ok()) got[i] = *r;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(f.opens, 2);  // qemu at Open, gvisor once
+  for (Runtime* r : got) EXPECT_EQ(r, got[0]);
+  EXPECT_NE(got[0], nullptr);
+}
+
+TEST(RuntimeSetTest, ASnapshotNotYetWrittenIsTheSavingSandboxsRuntimes) {
+  FakeOpener f;
+  f.gvisor_works = true;
+  auto set = RuntimeSet::Open("qemu", {}, f.Get());
+  ASSERT_TRUE(set.ok());
+  auto r = (*set)->ForSnapshot("/nonexistent/airlock-snapshot", "gvisor");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)->name(), "gvisor");
+  r = (*set)->ForSnapshot("/nonexistent/airlock-snapshot");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)->name(), "qemu");
+}
+
+TEST(RuntimeOpStatusTest, WhatARuntimeCannotDoNamesIt) {
+  Status st =
+      RuntimeOpStatus(Unimplemented("this VM cannot be snapshotted"), "gvisor", "pause without memory", "pause abc");
+  EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(st.message(), "pause without memory is not supported by the gvisor runtime: this VM cannot be snapshotted");
+  st = RuntimeOpStatus(ResourceExhausted("disk full"), "qemu", "pause", "pause abc");
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(st.message(), "pause abc: disk full");
+  EXPECT_EQ(RuntimeOpStatus(Internal("x"), "qemu", "fork").message(), "x");
+  EXPECT_TRUE(RuntimeOpStatus(OkStatus(), "qemu", "fork").ok());
+}
+
+// A database of a daemon from before registry v2 (the first schema), with
+// one sandbox: the migrations add every later column, and the sandbox reads
+// as running on qemu.
+TEST(RegistryMigrationTest, AnOldDatabaseSandboxRunsOnQemu) {
+  test_util::ScopedDir dir{test_util::MakeTempDir("airlock-reg-v1")};
+  ASSERT_FALSE(dir.path.empty());
+  const std::string path = dir.path + "/airlock.db";
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const char* v1 =
+        "CREATE TABLE sandboxes ("
+        " id TEXT PRIMARY KEY, template TEXT NOT NULL, state TEXT NOT NULL,"
+        " created_at INTEGER NOT NULL, ends_at INTEGER NOT NULL, metadata TEXT NOT NULL,"
+        " env_vars TEXT NOT NULL, token TEXT NOT NULL, vcpus INTEGER NOT NULL, memory_mib INTEGER NOT NULL,"
+        " netns_ip TEXT NOT NULL, vmm_pid INTEGER NOT NULL, run_dir TEXT NOT NULL);"
+        "CREATE TABLE api_keys ("
+        " id TEXT PRIMARY KEY, name TEXT NOT NULL, prefix TEXT NOT NULL, hash TEXT NOT NULL UNIQUE,"
+        " created_at INTEGER NOT NULL);"
+        "INSERT INTO sandboxes VALUES ('old1', 'base', 'running', 5, 6, '{}', '{}', 'tok', 1, 512,"
+        " '198.18.0.2', 77, '/x/run/old1');";
+    char* err = nullptr;
+    ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+    sqlite3_free(err);
+    sqlite3_close(db);
+  }
+  {
+    auto reg = Registry::Open(path);
+    ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+    auto list = (*reg)->ListSandboxes();
+    ASSERT_TRUE(list.ok()) << list.status().ToString();
+    ASSERT_EQ(list->size(), 1u);
+    EXPECT_EQ((*list)[0].id, "old1");
+    EXPECT_EQ((*list)[0].runtime, "qemu");
+    EXPECT_EQ((*list)[0].vmm_pid, 77);
+    // A new row keeps its runtime.
+    SandboxRecord r = (*list)[0];
+    r.id = "new1";
+    r.runtime = "gvisor";
+    ASSERT_TRUE((*reg)->PutSandbox(r).ok());
+  }
+  // Reopened (the migration runs once; a second open changes nothing).
+  auto reg = Registry::Open(path);
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  auto list = (*reg)->ListSandboxes();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  for (const auto& r : *list) EXPECT_EQ(r.runtime, r.id == "new1" ? "gvisor" : "qemu") << r.id;
+}
+
+}  // namespace
+}  // namespace airlock
