@@ -181,7 +181,8 @@ void Server::RollbackSandbox(std::shared_ptr<HttpConn> c, const std::string& id)
       SandboxRecord rec;
       if (auto sb = Visible(id)) rec = sb->Record();
       json out{{"sandboxID", id},
-               {"templateID", rec.template_id},
+               {"templateID", ShownTemplateId(rec)},
+               {"runtime", rec.runtime},
                {"clientID", "airlock"},
                {"envdVersion", kEnvdVersion},
                {"envdAccessToken", rec.access_token},

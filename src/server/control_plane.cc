@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "core/http_client.h"
+#include "core/template_runtime.h"
 #include "image/image.h"
 #include "server/egress_routes.h"
 #include "server/http_status.h"
@@ -35,9 +36,12 @@ json TrafficTokenJson(const SandboxRecord& r) {
   return r.traffic_token.empty() ? json(nullptr) : json(r.traffic_token);
 }
 
-static json SandboxJson(const SandboxRecord& r) {
+// `template_id`: as the API shows it (Server::ShownTemplateId). "runtime" is
+// airlock's extension (docs/server.md "Runtimes").
+static json SandboxJson(const SandboxRecord& r, const std::string& template_id) {
   return json{{"sandboxID", r.id},
-              {"templateID", r.template_id},
+              {"templateID", template_id},
+              {"runtime", r.runtime},
               {"clientID", "airlock"},
               {"envdVersion", kEnvdVersion},
               {"envdAccessToken", r.access_token},
@@ -48,6 +52,7 @@ static json SandboxJson(const SandboxRecord& r) {
 static json ListedJson(const SandboxRecord& r, int disk_mib, bool detail) {
   json j{{"sandboxID", r.id},
          {"templateID", r.template_id},
+         {"runtime", r.runtime},
          {"clientID", "airlock"},
          {"startedAt", FormatRfc3339Ms(r.created_at_ms)},
          {"endAt", FormatRfc3339Ms(r.ends_at_ms)},
@@ -169,6 +174,9 @@ void Server::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller
     const requests::CreateRequest& req = *parsed;
     CreateOptions opts;
     opts.detach = true;
+    // The runtime: the body's, else the template name's (below), else the
+    // default (the manager's).
+    if (req.runtime) opts.runtime = *req.runtime;
     if (!image.empty()) {
       opts.template_name = image;  // a custom template's build (resolved below, on a worker)
     } else if (req.template_id) {
@@ -178,8 +186,17 @@ void Server::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller
       if (!snap.empty() && !CallerOwns(caller, OwnedKind::kSnapshot, snap.substr(snap.rfind('/') + 1))) {
         return c->RespondError(404, "template " + opts.template_name + " not found");
       }
-      // An alias of a built-in template ("code-interpreter-v1") is that template.
-      if (snap.empty()) opts.template_name = image::CanonicalTemplateName(opts.template_name);
+      if (snap.empty()) {
+        // A built-in template on a runtime ("base-gvisor") is that template,
+        // on that runtime unless the body names one.
+        const TemplateRef ref = ParseTemplateRuntime(opts.template_name, manager_->config().runtime);
+        if (ref.runtime_in_name) {
+          opts.template_name = ref.image_template;
+          if (!req.runtime) opts.runtime = ref.runtime;
+        }
+        // An alias of a built-in template ("code-interpreter-v1") is that template.
+        opts.template_name = image::CanonicalTemplateName(opts.template_name);
+      }
       // A custom template ("name", "name:tag", its id): its ready build's image
       // (the store is read on a worker; the create continues there).
       const auto& known = image::KnownTemplates();
@@ -251,15 +268,18 @@ void Server::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       AdmissionDone(ticket, id, ms / 1000.0);
       LOG_INFO("sandbox={} created total_ms={:.0f} ttl_s={}", id, ms, ttl);
-      if (!(*sb)->timings().from_snapshot) EnsureTemplateSnapshotAsync(opts.template_name, opts.vcpus, opts.memory_mib);
+      if (!(*sb)->timings().from_snapshot)
+        EnsureTemplateSnapshotAsync(opts.template_name, opts.vcpus, opts.memory_mib, (*sb)->runtime());
       Audit({{"action", "sandbox.created"},
              {"sandbox", id},
              {"template", opts.template_name},
+             {"runtime", (*sb)->runtime()},
              {"vcpus", opts.vcpus},
              {"memory_mib", opts.memory_mib},
              {"ttl_s", ttl},
              {"create_ms", static_cast<int64_t>(ms)}});
-      json created = SandboxJson((*sb)->Record());
+      const SandboxRecord rec = (*sb)->Record();
+      json created = SandboxJson(rec, ShownTemplateId(rec));
       if (!display_id.empty()) created["templateID"] = display_id;
       if (!alias.empty()) created["alias"] = alias;
       std::string out = created.dump();
@@ -279,7 +299,7 @@ void Server::ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bo
     if (!caller.admin && rec.owner != caller.team) continue;  // another team's
     ++total_running;
     if (!(rec.state == "paused" ? q.want_paused : q.want_running)) continue;
-    if (!q.template_id.empty() && rec.template_id != q.template_id) continue;
+    if (!q.template_id.empty() && rec.template_id != q.template_id && ShownTemplateId(rec) != q.template_id) continue;
     if (q.started_after_us && rec.created_at_ms * 1000 < *q.started_after_us) continue;
     if (q.started_before_us && rec.created_at_ms * 1000 >= *q.started_before_us) continue;
     bool match = true;
@@ -304,7 +324,7 @@ void Server::ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bo
       break;
     }
     SandboxRecord shown = r;
-    shown.template_id = DisplayTemplateId(r.template_id);
+    shown.template_id = ShownTemplateId(r);
     arr.push_back(ListedJson(shown, rows[i].second, false));
     ++taken;
   }
@@ -316,7 +336,7 @@ void Server::GetSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   auto sb = Visible(id);
   if (!sb) return RespondNoSandbox(c, id);
   SandboxRecord shown = sb->Record();
-  shown.template_id = DisplayTemplateId(shown.template_id);
+  shown.template_id = ShownTemplateId(shown);
   json detail = ListedJson(shown, sb->disk_mib(), true);
   AddEgressFields(manager_->egress(), id, detail);
   secrets_->AddSecretFields(id, detail);
@@ -369,7 +389,8 @@ void Server::ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id) 
       auto set = manager_->SetEndsAt(id, ends, /*extend_only=*/true);
       auto sb = Visible(id);
       if (!set.ok() || !sb) return asio::post(c->executor(), [this, c, id] { RespondNoSandbox(c, id); });
-      std::string out = SandboxJson(sb->Record()).dump();
+      const SandboxRecord rec = sb->Record();
+      std::string out = SandboxJson(rec, ShownTemplateId(rec)).dump();
       asio::post(c->executor(), [c, out] { c->Respond(200, "application/json", out); });
     });
   });

@@ -274,6 +274,10 @@ class Server {
   // The API's templateID of a sandbox's image ("b<build>" -> its template id).
   void NoteTemplateImage(const std::string& image, const std::string& template_id);
   std::string DisplayTemplateId(const std::string& image);
+  // The API's templateID of a sandbox: a built-in template with its runtime
+  // when that is not qemu ("base-gvisor", core/template_runtime.h), a custom
+  // template's id (DisplayTemplateId), else its template as recorded.
+  std::string ShownTemplateId(const SandboxRecord& r);
   // Checkpoints and rollback (checkpoint_routes.cc, docs/snapshots.md):
   // POST|GET /sandboxes/{id}/checkpoints, DELETE .../checkpoints/{cid},
   // POST /sandboxes/{id}/rollback {"checkpointID"}. `seg`: the path after
@@ -288,8 +292,10 @@ class Server {
   // Resumes a paused sandbox for connect (201 + Sandbox JSON; 200 if it was
   // already running again by the time the worker got to it).
   void ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, int64_t ends_at_ms);
-  // Makes the template snapshot for (template, shape) on a worker, once.
-  void EnsureTemplateSnapshotAsync(const std::string& template_name, int vcpus, int memory_mib);
+  // Makes the template snapshot for (template, shape, runtime; "" = the
+  // default) on a worker, once; nothing for a runtime without snapshots.
+  void EnsureTemplateSnapshotAsync(const std::string& template_name, int vcpus, int memory_mib,
+                                   const std::string& runtime = "");
   // Reads a bounded JSON object body; answers 400/413 itself and returns
   // nothing on failure.
   void ReadJson(std::shared_ptr<HttpConn> c, std::function<void(nlohmann::json)> then);

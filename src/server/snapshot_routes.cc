@@ -21,11 +21,17 @@ namespace airlock::server {
 
 using nlohmann::json;
 
-void Server::EnsureTemplateSnapshotAsync(const std::string& template_name, int vcpus, int memory_mib) {
+void Server::EnsureTemplateSnapshotAsync(const std::string& template_name, int vcpus, int memory_mib,
+                                         const std::string& runtime) {
   if (config_.no_template_snapshot) return;
-  asio::post(*workers_, [this, template_name, vcpus, memory_mib] {
-    Status st = manager_->EnsureTemplateSnapshot(template_name, vcpus, memory_mib);
-    if (!st.ok()) LOG_WARN("template={} snapshot: {}", template_name, st.message());
+  asio::post(*workers_, [this, template_name, vcpus, memory_mib, runtime] {
+    Status st = manager_->EnsureTemplateSnapshot(template_name, vcpus, memory_mib, runtime);
+    if (st.code() == StatusCode::kUnimplemented) {
+      // A runtime without snapshots: its sandboxes boot every time.
+      LOG_DEBUG("template={} snapshot: {}", template_name, st.message());
+    } else if (!st.ok()) {
+      LOG_WARN("template={} snapshot: {}", template_name, st.message());
+    }
   });
 }
 
@@ -74,7 +80,8 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
         if (!Visible(r.id)) SandboxReleased(r.id);
         out.push_back({{"sandbox",
                         {{"sandboxID", r.id},
-                         {"templateID", r.template_id},
+                         {"templateID", ShownTemplateId(r)},
+                         {"runtime", r.runtime},
                          {"clientID", "airlock"},
                          {"envdVersion", kEnvdVersion},
                          {"envdAccessToken", r.access_token},
@@ -203,7 +210,8 @@ void Server::ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, i
            r->resumed ? "resumed in " + std::to_string(static_cast<int>(r->total_ms)) + " ms" : "connected");
     SandboxRecord rec = sb->Record();
     json out{{"sandboxID", rec.id},
-             {"templateID", rec.template_id},
+             {"templateID", ShownTemplateId(rec)},
+             {"runtime", rec.runtime},
              {"clientID", "airlock"},
              {"envdVersion", kEnvdVersion},
              {"envdAccessToken", rec.access_token},

@@ -29,6 +29,7 @@
 #include "common/hex.h"
 #include "common/log.h"
 #include "core/registry.h"
+#include "core/template_runtime.h"
 #include "http/url.h"
 #include "image/hash.h"
 #include "image/image.h"
@@ -132,6 +133,10 @@ std::string Server::DisplayTemplateId(const std::string& image) {
   std::lock_guard<std::mutex> l(template_images_mu_);
   auto it = template_images_.find(image);
   return it == template_images_.end() ? image : it->second;
+}
+
+std::string Server::ShownTemplateId(const SandboxRecord& r) {
+  return DisplayTemplateId(TemplateNameOn(r.template_id, r.runtime));
 }
 
 bool Server::IsTemplateOwner(const Caller& caller, const tpl::TemplateRow& t) {
@@ -256,6 +261,9 @@ void Server::RequestTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& cal
       if (parsed->alias == builtin || image::CanonicalTemplateName(parsed->alias) == builtin)
         return c->RespondError(409, "Alias '" + parsed->alias + "' is already used");
     }
+    // "base-gvisor" and the like: a built-in template on another runtime.
+    if (ParseTemplateRuntime(parsed->alias, kDefaultRuntime).runtime_in_name)
+      return c->RespondError(409, "Alias '" + parsed->alias + "' is already used (a built-in template on a runtime)");
     std::vector<std::string> tags;
     if (!parsed->tag.empty()) tags.push_back(parsed->tag);
     if (auto t = body.find("tags"); t != body.end() && !t->is_null()) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/registry.h"
+#include "runtime/registry.h"
 #include "server/api_keys.h"
 #include "server/http_status.h"
 #include "server/requests/checkpoint.h"
@@ -97,6 +98,21 @@ TEST(ServerRequestsTest, CreateErrorsNameTheField) {
       CreateError({{"envVars", {{"A", "${e2b.secrets.a}"}}}, {"secrets", {{"a", json::object()}}}}).find("named twice"),
       std::string::npos);
   EXPECT_EQ(CreateError({{"allow_internet_access", "no"}}), "allow_internet_access must be a boolean");
+  // airlock's runtime field: one of the registered runtimes, the list in the error.
+  EXPECT_EQ(CreateError({{"runtime", "vmware"}}),
+            "unknown runtime 'vmware' (available: " + AvailableRuntimesText() + ")");
+  EXPECT_EQ(CreateError({{"runtime", 1}}), "runtime must be a string (available: " + AvailableRuntimesText() + ")");
+  EXPECT_EQ(CreateError({{"runtime", ""}}), "unknown runtime '' (available: " + AvailableRuntimesText() + ")");
+}
+
+TEST(ServerRequestsTest, CreateRuntime) {
+  EXPECT_FALSE(rq::ParseCreateRequest(json::object(), kLimits)->runtime);
+  EXPECT_FALSE(rq::ParseCreateRequest({{"runtime", nullptr}}, kLimits)->runtime);
+  for (const auto& name : AvailableRuntimes()) {
+    auto r = rq::ParseCreateRequest({{"runtime", name}}, kLimits);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(*r->runtime, name);
+  }
 }
 
 TEST(ServerRequestsTest, SmallBodies) {

@@ -2,6 +2,7 @@
 
 #include <cctype>
 
+#include "runtime/registry.h"
 #include "server/requests/fields.h"
 #include "server/requests/network.h"
 #include "server/requests/secrets_spec.h"
@@ -90,6 +91,12 @@ StatusOr<CreateRequest> ParseCreateRequest(const json& body, const CreateLimits&
   if (auto it = body.find("templateID"); it != body.end() && !it->is_null()) {
     if (!it->is_string() || it->get<std::string>().empty()) return InvalidArgument("templateID must be a string");
     r.template_id = it->get<std::string>();
+  }
+  if (auto it = body.find("runtime"); it != body.end() && !it->is_null()) {
+    if (!it->is_string())
+      return InvalidArgument("runtime must be a string (available: " + AvailableRuntimesText() + ")");
+    RETURN_IF_ERROR(CheckRuntimeName(it->get<std::string>()));
+    r.runtime = it->get<std::string>();
   }
   ASSIGN_OR_RETURN(r.timeout_s, SecondsField(body, "timeout"));
   ASSIGN_OR_RETURN(r.metadata, StringMapField(body, "metadata"));

@@ -1,8 +1,12 @@
 // POST /sandboxes, /v2/sandboxes (spec §1.5.1 NewSandbox, plus airlock's
-// "secrets" extension, docs/secrets.md) → CreateRequest, or InvalidArgument
-// naming the first bad field (answered 400):
+// "secrets" and "runtime" extensions: docs/secrets.md, docs/server.md
+// "Runtimes") → CreateRequest, or InvalidArgument naming the first bad field
+// (answered 400):
 //
 //   templateID   non-empty string              (default: the CLI's "base")
+//   runtime      one of AvailableRuntimes()    (default: the template name's,
+//                                               "base-gvisor", else serve
+//                                               --default-runtime)
 //   timeout      integer seconds >= 0          (default: serve --timeout)
 //   metadata     {string: string}
 //   envVars      {string: string}; a value "${e2b.secrets.NAME}" names a
@@ -63,6 +67,7 @@ struct CreateLimits {
 
 struct CreateRequest {
   std::optional<std::string> template_id;
+  std::optional<std::string> runtime;  // checked by CheckRuntimeName
   std::optional<int64_t> timeout_s;
   std::map<std::string, std::string> metadata;
   std::map<std::string, std::string> env_vars;  // without the lifted secret placeholders
