@@ -161,11 +161,13 @@ int CmdSandbox(const std::string& state_dir, const std::vector<std::string>& in)
     auto r = Api(t, "GET", "/v2/sandboxes?limit=100");
     if (!r.ok()) return Fail("ls", r.status());
     auto j = json::parse(r->body, nullptr, false);
-    std::printf("%-22s %-12s %-8s %-26s %s\n", "ID", "TEMPLATE", "STATE", "ENDS AT", "METADATA");
+    std::printf("%-22s %-24s %-8s %-8s %-26s %s\n", "ID", "TEMPLATE", "RUNTIME", "STATE", "ENDS AT", "METADATA");
     if (j.is_array()) {
       for (auto& s : j) {
-        std::printf("%-22s %-12s %-8s %-26s %s\n", s.value("sandboxID", "").c_str(), s.value("templateID", "").c_str(),
-                    s.value("state", "").c_str(), s.value("endAt", "").c_str(), s["metadata"].dump().c_str());
+        // "runtime": airlock's extension (a daemon before it: qemu, the only one then).
+        std::printf("%-22s %-24s %-8s %-8s %-26s %s\n", s.value("sandboxID", "").c_str(),
+                    s.value("templateID", "").c_str(), s.value("runtime", "qemu").c_str(), s.value("state", "").c_str(),
+                    s.value("endAt", "").c_str(), s["metadata"].dump().c_str());
       }
     }
     return 0;

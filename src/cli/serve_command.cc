@@ -25,6 +25,7 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
   cfg.manager.agent_binary = agent_binary;
   int header_timeout_s = 30, body_timeout_s = 30;
   bool no_vmm_jail = false;
+  std::string runtime_alias;  // --runtime: the older name of --default-runtime
   po::options_description desc("airlock serve [options]");
   desc.add_options()("help,h", "show this help")("listen", po::value(&cfg.listen)->default_value(cfg.listen),
                                                  "ip:port to serve on (env AIRLOCK_LISTEN)")(
@@ -64,8 +65,11 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "vmm-uid-base", po::value(&cfg.manager.vmm_jail.uid_base)->default_value(cfg.manager.vmm_jail.uid_base),
       "first uid of the VMM uid range (host-wide leases under /run/airlock/vmm-uids)")(
       "vmm-uid-count", po::value(&cfg.manager.vmm_jail.uid_count)->default_value(cfg.manager.vmm_jail.uid_count),
-      "size of the VMM uid range")("runtime", po::value(&cfg.manager.runtime)->default_value(cfg.manager.runtime),
-                                   ("what runs the sandboxes' VMs: " + AvailableRuntimesText()).c_str())(
+      "size of the VMM uid range")(
+      "default-runtime", po::value(&cfg.manager.runtime)->default_value(cfg.manager.runtime),
+      ("what runs a sandbox whose create names no runtime (body \"runtime\", or a template such as base-gvisor): " +
+       AvailableRuntimesText())
+          .c_str())("runtime", po::value(&runtime_alias), "the same as --default-runtime (its older name)")(
       "kill-on-exit", po::bool_switch(&cfg.kill_on_exit),
       "destroy every sandbox on SIGINT/SIGTERM (default: leave them for the next daemon to adopt)");
   // Audit, export and limits (docs/audit.md, docs/limits.md).
@@ -174,8 +178,16 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
   }
   cfg.manager.vmm_jail.enabled = !no_vmm_jail;
   cfg.manager.template_shared_memory = !stream_templates;
+  if (vm.count("runtime")) {
+    if (!vm["default-runtime"].defaulted() && runtime_alias != cfg.manager.runtime) {
+      std::fprintf(stderr, "airlock serve: --runtime %s and --default-runtime %s disagree (they are one flag)\n",
+                   runtime_alias.c_str(), cfg.manager.runtime.c_str());
+      return 2;
+    }
+    cfg.manager.runtime = runtime_alias;
+  }
   if (Status st = CheckRuntimeName(cfg.manager.runtime); !st.ok()) {
-    std::fprintf(stderr, "airlock serve: --runtime: %s\n", st.message().c_str());
+    std::fprintf(stderr, "airlock serve: --default-runtime: %s\n", st.message().c_str());
     return 2;
   }
   if (cfg.max_timeout_s < 1 || cfg.default_timeout_s < 1 || header_timeout_s < 1 || body_timeout_s < 1) {
