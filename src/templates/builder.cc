@@ -30,6 +30,13 @@ namespace {
 constexpr char kStartReadyLine[] = "airlock-agent: service start ready";
 constexpr char kStartFailedLine[] = "airlock-agent: service start ended before ready:";
 
+// What every build sandbox runs on, whatever the daemon's default runtime
+// (serve --default-runtime): qemu, whose snapshots keep the disk as layers
+// and export it as the template's rootfs (Manager::SaveDiskLayer,
+// SnapshotStore::ExportDisk); gVisor cannot export a disk. A template built here may then
+// run on any runtime.
+constexpr char kBuildRuntime[] = "qemu";
+
 constexpr size_t kMaxLogLines = 20000;     // per build; then one "truncated" line
 constexpr size_t kMaxLogLineBytes = 4096;  // longer lines are cut
 
@@ -489,6 +496,7 @@ Status Builder::Build(Job& job) {
     if (job.canceled) return Unavailable("the build was canceled");
     CreateOptions o;
     o.template_name = base_template;
+    o.runtime = kBuildRuntime;
     o.vcpus = job.row.cpu_count;
     o.memory_mib = job.row.memory_mb;
     o.detach = false;
@@ -763,7 +771,10 @@ Status Builder::Build(Job& job) {
   job.image = bi.name;
   if (!start_cmd.empty()) Log(job, "info", "Running start command: " + start_cmd, "finalize");
   if (!effective_ready.empty()) Log(job, "info", "Waiting for template to be ready: " + effective_ready, "finalize");
-  Status snap = manager_.EnsureTemplateSnapshot(bi.name, job.row.cpu_count, job.row.memory_mb);
+  // On the build runtime too: this boot is the build's check of the start
+  // and ready commands, and a runtime without snapshots could not make it.
+  // Sandboxes of the template on another runtime cold boot.
+  Status snap = manager_.EnsureTemplateSnapshot(bi.name, job.row.cpu_count, job.row.memory_mb, kBuildRuntime);
   if (!snap.ok()) {
     if (job.canceled) return Unavailable("the build was canceled");
     return snap;
