@@ -34,10 +34,12 @@ StatusOr<VmSnapshotInfo> Manager::SaveDiskLayer(const std::string& id, const std
   std::error_code ec;
   fs::create_directories(fs::path(dir).parent_path(), ec);
   if (ec) return Internal("mkdir " + fs::path(dir).parent_path().string() + ": " + ec.message());
+  // A new save: the store of the sandbox's runtime, which must be able to
+  // drop the memory (asked before the save).
+  ASSIGN_OR_RETURN(Runtime * runtime, RuntimeNamed(sb->runtime_));
+  RETURN_IF_ERROR(RuntimeOpStatus(CheckDropsMemory(*runtime, tmp), sb->runtime_, "saving a disk layer"));
   auto saved = vm->SaveSnapshot(tmp, /*keep_running=*/true);
   if (!saved.ok()) return RuntimeOpStatus(saved.status(), sb->runtime_, "saving a disk layer", "layer of " + id);
-  // A new save: the store of the sandbox's runtime.
-  ASSIGN_OR_RETURN(Runtime * runtime, RuntimeNamed(sb->runtime_));
   Status st =
       RuntimeOpStatus(runtime->snapshots().DropMemory(tmp), sb->runtime_, "saving a disk layer", "layer of " + id);
   if (st.ok() && ::rename(tmp.c_str(), dir.c_str()) != 0)

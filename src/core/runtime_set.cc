@@ -55,4 +55,9 @@ Status RuntimeOpStatus(const Status& st, std::string_view runtime, std::string_v
   return context.empty() ? st : st.WithContext(context);
 }
 
+Status CheckDropsMemory(const Runtime& runtime, const std::string& absent_dir) {
+  Status st = runtime.snapshots().DropMemory(absent_dir);
+  return st.code() == StatusCode::kUnimplemented ? st : OkStatus();
+}
+
 }  // namespace airlock

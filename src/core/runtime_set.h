@@ -67,4 +67,11 @@ class RuntimeSet {
 Status RuntimeOpStatus(const Status& st, std::string_view runtime, std::string_view what,
                        std::string_view context = {});
 
+// Unimplemented (the store's own) when `runtime`'s snapshots can never drop
+// their memory (pause without memory, disk layers), else OK: asked before a
+// save that would be thrown away. `absent_dir` must hold no snapshot (the
+// save's future directory): DropMemory of it fails, touching nothing, with
+// Unimplemented exactly when the store cannot drop memory at all.
+Status CheckDropsMemory(const Runtime& runtime, const std::string& absent_dir);
+
 }  // namespace airlock

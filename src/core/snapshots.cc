@@ -76,7 +76,14 @@ StatusOr<PauseResult> Manager::Pause(const std::string& id, const PauseOptions& 
   if (ec) return back_to_running(Internal("mkdir " + paused_dir() + ": " + ec.message()));
   fs::remove_all(tmp, ec);
   fs::remove_all(dir, ec);  // a stale, never-registered pause of this sandbox
+  // What the sandbox's runtime cannot do is named in the error (HTTP 501).
+  const char* what = options.keep_memory ? "pause" : "pause without memory";
   if (!options.keep_memory) {
+    // A runtime that cannot drop a snapshot's memory says so before anything
+    // is saved (its save would stop the guest for nothing).
+    auto runtime = RuntimeNamed(sb->runtime_);
+    Status can = runtime.ok() ? CheckDropsMemory(**runtime, tmp) : runtime.status();
+    if (!can.ok()) return back_to_running(RuntimeOpStatus(can, sb->runtime_, what, "pause " + id));
     // Only the disk is kept: what the guest has in its page cache must reach
     // the virtual disk first, or the reboot would not see it.
     ExecRequest sync;
@@ -89,8 +96,6 @@ StatusOr<PauseResult> Manager::Pause(const std::string& id, const PauseOptions& 
   }
   // The save writes every file under a temporary name, the manifest last; the
   // directory is renamed into place only once it is complete.
-  // What the sandbox's runtime cannot do is named in the error (HTTP 501).
-  const char* what = options.keep_memory ? "pause" : "pause without memory";
   auto info = vm->SaveSnapshot(tmp, /*keep_running=*/false);
   if (!info.ok()) return back_to_running(RuntimeOpStatus(info.status(), sb->runtime_, what, "pause " + id));
   if (!options.keep_memory) {

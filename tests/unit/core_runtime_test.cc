@@ -173,6 +173,37 @@ TEST(RuntimeOpStatusTest, WhatARuntimeCannotDoNamesIt) {
   EXPECT_TRUE(RuntimeOpStatus(OkStatus(), "qemu", "fork").ok());
 }
 
+// A store that can drop memory: DropMemory of a directory without a snapshot
+// is Read's NotFound.
+class DroppingStore final : public SnapshotStore {
+ public:
+  StatusOr<SnapshotShape> Read(const std::string& dir) const override { return NotFound("no snapshot in " + dir); }
+  Status Delete(const std::string&) const override { return OkStatus(); }
+  Status DropMemory(const std::string& dir) const override { return Read(dir).status(); }
+  StatusOr<std::string> ImageStamp(const std::string&) const override { return std::string("stamp"); }
+};
+
+class DroppingRuntime final : public Runtime {
+ public:
+  std::string_view name() const override { return "dropping"; }
+  std::string accelerator() const override { return "none"; }
+  StatusOr<std::unique_ptr<VmInstance>> Start(const VmStartRequest&) override { return Unimplemented("fake"); }
+  const SnapshotStore& snapshots() const override { return store_; }
+
+ private:
+  DroppingStore store_;
+};
+
+TEST(RuntimeOpStatusTest, WhetherAStoreCanDropMemoryIsAskedBeforeASave) {
+  FakeRuntime none("nosnap");  // NoSnapshotStore: every operation Unimplemented
+  Status st = CheckDropsMemory(none, "/nonexistent/airlock-pause.tmp");
+  EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(RuntimeOpStatus(st, "nosnap", "pause without memory").message(),
+            "pause without memory is not supported by the nosnap runtime: this runtime has no snapshots");
+  DroppingRuntime dropping;
+  EXPECT_TRUE(CheckDropsMemory(dropping, "/nonexistent/airlock-pause.tmp").ok());
+}
+
 // A database of a daemon from before registry v2 (the first schema), with
 // one sandbox: the migrations add every later column, and the sandbox reads
 // as running on qemu.
