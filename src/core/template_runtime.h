@@ -1,4 +1,4 @@
-// Which runtime a template name asks for (docs/api.md "Runtimes"): a
+// Which runtime a template name asks for (docs/server.md "Runtimes"): a
 // built-in template with a runtime's name after a dash ("base-gvisor",
 // "code-interpreter-gvisor") is that template's image on that runtime.
 // Every runtime but kDefaultRuntime ("qemu") has such names; the image
