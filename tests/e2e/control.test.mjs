@@ -9,7 +9,7 @@ import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { readdirSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
-import { e2b, skipReason, startDaemon } from './daemon.mjs'
+import { RUNTIME, e2b, skipReason, startDaemon } from './daemon.mjs'
 
 const { Sandbox, Secret } = e2b
 
@@ -87,6 +87,22 @@ maybe('list: startedAfter (at or after), startedBefore (before), 400 naming a ba
         assert.match(body.message, new RegExp(name), p)
       }
     })
+
+    await t.test('runtime (airlock extension): in GET and both lists; an unknown one is 400 naming the choices',
+      async () => {
+        const detail = JSON.parse((await api(`/sandboxes/${sbx.sandboxId}`)).text)
+        assert.equal(detail.runtime, RUNTIME)
+        for (const path of ['/sandboxes', '/v2/sandboxes']) {
+          const mine = JSON.parse((await api(path)).text).find((s) => s.sandboxID === sbx.sandboxId)
+          assert.equal(mine.runtime, RUNTIME, path)
+        }
+        const r = await fetch(`${d.url}/sandboxes`, {
+          method: 'POST', headers: { 'X-API-Key': admin.apiKey, 'Content-Type': 'application/json' },
+          body: JSON.stringify({ templateID: 'base', runtime: 'vmware' }),
+        })
+        assert.equal(r.status, 400)
+        assert.match((await r.json()).message, /unknown runtime 'vmware' \(available: qemu/)
+      })
 
     await t.test('sudo as the default user', async () => {
       assert.equal((await sbx.commands.run('id -un')).stdout, 'user\n')
