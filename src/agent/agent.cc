@@ -28,6 +28,7 @@ http::Limits HttpLimits(const AgentOptions& o) {
   http::Limits limits;
   limits.header_timeout = o.header_timeout;
   limits.body_idle_timeout = o.body_idle_timeout;
+  limits.passive_close = o.passive_close;
   limits.log = [](http::LogLevel level, const std::string& msg) {
     if (level == http::LogLevel::kDebug)
       LogDebug("%s", msg.c_str());

@@ -39,6 +39,9 @@ struct AgentOptions {
   // response, however long it streams, is never cut.
   std::chrono::milliseconds header_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds body_idle_timeout{std::chrono::minutes(5)};
+  // http::Limits::passive_close: set under gVisor (main.cc), whose runsc
+  // cannot checkpoint a guest holding a TCP endpoint in TIME_WAIT.
+  std::chrono::milliseconds passive_close{0};
   // Where the template's service declarations are (services.h); "" = none.
   std::string services_dir = "/etc/airlock/services";
   // A custom template's defaults (src/templates, written by its build's

@@ -19,11 +19,22 @@ Status BecomeUserOnThisThread(const User& user) {
   if (syscall(SYS_setgroups, groups.size(), groups.data()) != 0) return ErrnoError("setgroups");
   setfsgid(user.gid);
   if (static_cast<gid_t>(setfsgid(static_cast<gid_t>(-1))) != user.gid) {
-    return Internal("setfsgid " + std::to_string(user.gid) + " did not take effect");
-  }
-  setfsuid(user.uid);
-  if (static_cast<uid_t>(setfsuid(static_cast<uid_t>(-1))) != user.uid) {
-    return Internal("setfsuid " + std::to_string(user.uid) + " did not take effect");
+    // A kernel without setfsuid/setfsgid (gVisor's Sentry as of runsc
+    // 20221219: ENOSYS): the thread's effective ids instead, by raw syscall
+    // (glibc's setresuid would change every thread). The fs ids follow the
+    // effective ones, and leaving euid 0 clears the effective capabilities.
+    if (syscall(SYS_setresgid, static_cast<gid_t>(-1), user.gid, static_cast<gid_t>(-1)) != 0)
+      return ErrnoError("setresgid " + std::to_string(user.gid));
+    if (syscall(SYS_setresuid, static_cast<uid_t>(-1), user.uid, static_cast<uid_t>(-1)) != 0)
+      return ErrnoError("setresuid " + std::to_string(user.uid));
+    uid_t r, e, sv;
+    if (syscall(SYS_getresuid, &r, &e, &sv) != 0 || e != user.uid)
+      return Internal("effective uid " + std::to_string(user.uid) + " did not take effect");
+  } else {
+    setfsuid(user.uid);
+    if (static_cast<uid_t>(setfsuid(static_cast<uid_t>(-1))) != user.uid) {
+      return Internal("setfsuid " + std::to_string(user.uid) + " did not take effect");
+    }
   }
   // Capabilities are per thread too: clear the effective set (permitted is
   // kept; the thread ends anyway).

@@ -5,6 +5,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -29,7 +30,13 @@ Status ReseedEntropy(std::string_view bytes, const char* device) {
   info->entropy_count = static_cast<int>(bytes.size() * 8);
   info->buf_size = static_cast<int>(bytes.size());
   std::memcpy(buf.data() + sizeof(rand_pool_info), bytes.data(), bytes.size());
-  if (::ioctl(fd.get(), RNDADDENTROPY, info) != 0) return ErrnoError("ioctl RNDADDENTROPY");
+  if (::ioctl(fd.get(), RNDADDENTROPY, info) != 0) {
+    // gVisor's Sentry has no such ioctl (ENOTTY): its /dev/urandom reads the
+    // host's getrandom on every read, so there is no guest pool to reseed and
+    // the write above is all there is to do.
+    if (errno == ENOTTY) return OkStatus();
+    return ErrnoError("ioctl RNDADDENTROPY");
+  }
 #ifdef RNDRESEEDCRNG
   if (::ioctl(fd.get(), RNDRESEEDCRNG) != 0) return ErrnoError("ioctl RNDRESEEDCRNG");
 #endif

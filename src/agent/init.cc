@@ -189,13 +189,19 @@ void ProtectLinks() {
 }
 }  // namespace
 
-void RunPid1Setup() {
+void RunPid1Setup(const std::optional<std::string>& boot_config) {
   (void)MountFilesystems();
   ProtectLinks();
-  std::ifstream f("/proc/cmdline");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  BootConfig cfg = ParseKernelCmdline(ss.str());
+  std::string cmdline;
+  if (boot_config) {
+    cmdline = *boot_config;
+  } else {
+    std::ifstream f("/proc/cmdline");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    cmdline = ss.str();
+  }
+  BootConfig cfg = ParseKernelCmdline(cmdline);
   if (Status st = SetHostname(cfg.hostname); !st.ok()) LogError("%s", st.ToString().c_str());
   if (Status st = ConfigureNetwork(cfg); !st.ok()) LogError("network: %s", st.ToString().c_str());
   if (Status st = WriteResolvConf(cfg); !st.ok()) LogError("resolv.conf: %s", st.ToString().c_str());

@@ -30,7 +30,10 @@ Status WriteResolvConf(const BootConfig& cfg, const std::string& path = "/etc/re
 // Ignores SIGTERM/SIGINT (PID 1) and SIGPIPE; makes fds 0-2 valid.
 void SetupProcessBasics(bool pid1);
 // Runs every step above; errors are logged, never fatal.
-void RunPid1Setup();
+// `boot_config`: the airlock.* keys to use instead of /proc/cmdline (a
+// runtime without a guest kernel, e.g. gVisor, passes them as
+// --boot-config; nullopt: read /proc/cmdline).
+void RunPid1Setup(const std::optional<std::string>& boot_config = std::nullopt);
 // Writes one line to /dev/console (falls back to stderr).
 void ConsoleLine(const std::string& line);
 

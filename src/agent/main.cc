@@ -1,13 +1,15 @@
 // airlock-agent: the guest's PID 1 and its envd-compatible API server.
 //
 //   airlock-agent [--listen IP:PORT] [--init] [--root-prefix DIR]
-//                 [--default-user NAME] [--services-dir DIR] [--template-defaults FILE] [--verbose]
+//                 [--default-user NAME] [--services-dir DIR] [--template-defaults FILE]
+//                 [--boot-config "airlock.k=v ..."] [--verbose]
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -30,6 +32,8 @@ void Usage() {
                "  --services-dir DIR   service declarations to start (default /etc/airlock/services; \"\" = none)\n"
                "  --template-defaults FILE  a custom template's default user and workdir (default\n"
                "                       /etc/airlock/template.json; \"\" = none)\n"
+               "  --boot-config TEXT   the airlock.* boot keys (hostname, ip, gw, route, dns) instead of\n"
+               "                       /proc/cmdline: how a runtime without a guest kernel (gVisor) passes them\n"
                "  --verbose            debug logging\n");
 }
 
@@ -40,6 +44,7 @@ int main(int argc, char** argv) {
   AgentOptions opts;
   bool init = getpid() == 1;
   bool pid1 = init;
+  std::optional<std::string> boot_config;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const char* flag) -> std::string {
@@ -56,6 +61,7 @@ int main(int argc, char** argv) {
     else if (a == "--default-user") opts.default_user = value("--default-user");
     else if (a == "--services-dir") opts.services_dir = value("--services-dir");
     else if (a == "--template-defaults") opts.template_defaults = value("--template-defaults");
+    else if (a == "--boot-config") boot_config = value("--boot-config");
     else if (a == "--verbose") opts.verbose = true;
     else if (a == "--help" || a == "-h") {
       Usage();
@@ -66,9 +72,11 @@ int main(int argc, char** argv) {
       if (!pid1) return 2;  // as PID 1 a bad flag must not kill the guest
     }
   }
+  // Boot keys as a flag: a runtime without a guest kernel (gVisor).
+  if (boot_config) opts.passive_close = std::chrono::seconds(2);
   SetLogVerbose(opts.verbose);
   SetupProcessBasics(pid1);
-  if (init) RunPid1Setup();
+  if (init) RunPid1Setup(boot_config);
   // Limits for started processes: only in a guest, where the agent owns the
   // whole cgroup tree (never a host's, even with --init).
   if (pid1) opts.cgroup_root = "/sys/fs/cgroup";
@@ -90,7 +98,9 @@ int main(int argc, char** argv) {
       // any TCP (console_seed.h). Reading before "ready" is printed, so a
       // host that waits for "ready" never writes to a console nobody reads.
       ConsoleSeedReader seeder(io, [](std::string_view b) { return ReseedEntropy(b); });
-      if (pid1) {
+      // Under gVisor (boot keys passed as a flag) the Sentry's getrandom is
+      // the host's, per read: there is no console to seed over.
+      if (pid1 && !boot_config) {
         if (airlock::Status st = seeder.Start(kSeedConsole); !st.ok()) LogError("%s", st.ToString().c_str());
       }
       if (pid1 || init) ConsoleLine("airlock-agent: ready");

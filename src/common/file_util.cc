@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "common/fd.h"
+#include "common/hex.h"
 
 namespace airlock {
 
@@ -59,6 +60,26 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mo
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   return FsyncDir(dir);
+}
+
+}  // namespace airlock
+
+namespace airlock {
+
+StatusOr<std::string> ImageFileStamp(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return ErrnoError("open " + path);
+  // ext4 superblock (kernel Documentation/filesystems/ext4/super.rst): at
+  // byte 1024; s_magic (le16 0xEF53) at +0x38, s_uuid (16 bytes) at +0x68.
+  unsigned char sb[0x78];
+  if (::pread(fd.get(), sb, sizeof sb, 1024) == static_cast<ssize_t>(sizeof sb) && sb[0x38] == 0x53 &&
+      sb[0x39] == 0xEF) {
+    return "ext4-uuid:" + HexEncode(sb + 0x68, 16);
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError("stat " + path);
+  uint64_t ns = uint64_t(st.st_mtim.tv_sec) * 1000000000ull + uint64_t(st.st_mtim.tv_nsec);
+  return std::to_string(st.st_size) + ":" + std::to_string(ns);
 }
 
 }  // namespace airlock

@@ -35,4 +35,10 @@ Status FsyncDir(const std::string& dir);
 // `path` is unchanged (unless only the final directory fsync failed).
 Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode = 0644);
 
+// Which build of a template rootfs a file is: "ext4-uuid:<32 hex>" for an
+// ext4 image (mkfs.ext4 picks a random UUID per build; it survives copies,
+// `touch`, rename), else "<size>:<mtime in ns>". Every runtime's
+// SnapshotStore::ImageStamp. ErrnoError when the file cannot be read.
+StatusOr<std::string> ImageFileStamp(const std::string& path);
+
 }  // namespace airlock

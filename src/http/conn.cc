@@ -125,7 +125,7 @@ void Conn::OnHeader(bool ok, bool timed_out, bool header_too_large, const std::s
   if (!ok) {
     keep_alive_ = false;
     // An idle keep-alive connection (nothing of a next request yet) just closes.
-    if (timed_out && parser_->buffer.size() == 0) return Close();
+    if (timed_out && parser_->buffer.size() == 0) return limits_.passive_close.count() > 0 ? ResetAndClose() : Close();
     if (timed_out) return RespondError(408, "request header not received within the time limit");
     return RespondError(header_too_large ? 431 : 400, "malformed HTTP request: " + error);
   }
@@ -375,6 +375,7 @@ void Conn::AfterResponse() {
   on_drain_ = nullptr;
   on_close_ = nullptr;
   if (!keep_alive_ || !body_done_) {
+    if (limits_.passive_close.count() > 0 && body_done_) return LingerThenClose();
     boost::system::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_send, ec);
     Close();
@@ -419,6 +420,27 @@ std::pair<tcp::socket, std::string> Conn::DetachSocket() {
   on_drain_ = nullptr;
   on_close_ = nullptr;
   return {std::move(socket_), std::move(extra)};
+}
+
+void Conn::LingerThenClose() {
+  watching_ = false;
+  ArmTimer(limits_.passive_close);
+  socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code) {
+    bool timed_out = self->timed_out_;
+    self->DisarmTimer();
+    if (self->closed_) return;
+    if (timed_out) {  // the client keeps its end open: close ours as usual
+      boost::system::error_code ec;
+      self->socket_.shutdown(tcp::socket::shutdown_send, ec);
+    }
+    self->Close();  // after the client's FIN: a passive close, no TIME_WAIT here
+  });
+}
+
+void Conn::ResetAndClose() {
+  boost::system::error_code ec;
+  socket_.set_option(asio::socket_base::linger(true, 0), ec);
+  Close();
 }
 
 void Conn::Close() {

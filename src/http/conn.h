@@ -56,6 +56,13 @@ struct Limits {
   std::chrono::milliseconds header_timeout{std::chrono::seconds(30)};
   // Longest wait for the next piece of a request body.
   std::chrono::milliseconds body_idle_timeout{std::chrono::seconds(30)};
+  // Never the first to close (0 = off): a response that ends its connection
+  // waits up to this long for the client's FIN before closing (after it:
+  // closes as usual), and an idle keep-alive connection that times out is
+  // reset rather than closed. The server's side then never sits in
+  // TIME_WAIT: for the agent under gVisor, whose checkpoint (runsc 20221219)
+  // cannot save a TCP endpoint that is not closed or listening.
+  std::chrono::milliseconds passive_close{0};
   // Applied to every body given to Respond()/RespondError() (secret
   // redaction); streamed (Write) and raw (SendRaw) bytes are not touched.
   std::function<std::string(std::string_view)> redact;
@@ -160,6 +167,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void Flush();
   void AfterResponse();
   void Close();
+  // Limits::passive_close: waits for the client's FIN, then Close().
+  void LingerThenClose();
+  // Close() with an RST (SO_LINGER 0): no TIME_WAIT; for idle connections only.
+  void ResetAndClose();
 
   boost::asio::ip::tcp::socket socket_;
   Handler handler_;

@@ -48,7 +48,22 @@ inline StatusOr<HttpReply> AgentHttp(const std::string& ip, const std::string& m
   std::string raw;
   char buf[8192];
   ssize_t n;
-  while ((n = ::read(c.get(), buf, sizeof buf)) > 0) raw.append(buf, static_cast<size_t>(n));
+  // Until the reply is complete (Content-Length, or a chunked body's last
+  // chunk), else EOF: then this side closes first, as an HTTP/1.1 client
+  // does (a server that waits for the client's FIN, the agent under gVisor,
+  // never holds TIME_WAIT).
+  auto complete = [&raw]() {
+    size_t he = raw.find("\r\n\r\n");
+    if (he == std::string::npos) return false;
+    std::string head = raw.substr(0, he);
+    for (auto& ch : head) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (size_t cl = head.find("content-length:"); cl != std::string::npos)
+      return raw.size() - (he + 4) >= std::strtoull(head.c_str() + cl + 15, nullptr, 10);
+    if (head.find("transfer-encoding: chunked") != std::string::npos)
+      return raw.size() >= 5 && raw.compare(raw.size() - 5, 5, "0\r\n\r\n") == 0;
+    return head.rfind("http/1.1 204", 0) == 0 || head.rfind("http/1.1 304", 0) == 0;
+  };
+  while (!complete() && (n = ::read(c.get(), buf, sizeof buf)) > 0) raw.append(buf, static_cast<size_t>(n));
   auto he = raw.find("\r\n\r\n");
   if (raw.rfind("HTTP/1.", 0) != 0 || he == std::string::npos) return Internal("bad reply: " + raw.substr(0, 200));
   HttpReply r;

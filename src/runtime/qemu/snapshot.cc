@@ -343,21 +343,7 @@ StatusOr<SnapshotManifest> ReadSnapshot(const std::string& dir) {
   return m;
 }
 
-StatusOr<std::string> FileStamp(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return ErrnoError("open " + path);
-  // ext4 superblock (kernel Documentation/filesystems/ext4/super.rst): at
-  // byte 1024; s_magic (le16 0xEF53) at +0x38, s_uuid (16 bytes) at +0x68.
-  unsigned char sb[0x78];
-  if (::pread(fd.get(), sb, sizeof sb, 1024) == static_cast<ssize_t>(sizeof sb) && sb[0x38] == 0x53 &&
-      sb[0x39] == 0xEF) {
-    return "ext4-uuid:" + HexEncode(sb + 0x68, 16);
-  }
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoError("stat " + path);
-  uint64_t ns = uint64_t(st.st_mtim.tv_sec) * 1000000000ull + uint64_t(st.st_mtim.tv_nsec);
-  return std::to_string(st.st_size) + ":" + std::to_string(ns);
-}
+StatusOr<std::string> FileStamp(const std::string& path) { return ImageFileStamp(path); }
 
 std::string MachineShapeHash(const VmSpec& spec, Accel accel) {
   VmSpec n;

@@ -1,0 +1,38 @@
+// The OCI runtime bundle (config.json, runtime-spec 1.0) of one gVisor
+// sandbox (docs/runtime-gvisor.md "Bundle"): the agent as the container's
+// init, as root with every capability (capabilities of the Sentry's own
+// kernel, as root in a microVM has them), the guest netns, and the cgroup
+// limits for the Sentry and gofer on the host.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+
+namespace airlock::gvisor {
+
+struct BundleSpec {
+  std::string sandbox_id;   // the guest's hostname
+  std::string rootfs;       // root.path (the read-only bind of the tree)
+  std::string guest_netns;  // linux.namespaces network path
+  std::string cgroup;       // linux.cgroupsPath, e.g. "/airlock-gvisor/<container>"
+  int vcpus = 1;
+  int memory_mib = 512;
+};
+
+// What the host's memory cgroup allows beyond the guest's memory: the
+// Sentry's and gofer's own Go heaps and stacks (measured ~60 MiB idle on
+// runsc 20221219 with ptrace; bench/runtimes.mjs prints host memory per
+// sandbox).
+inline constexpr int kSentryOverheadMib = 128;
+// Host tasks of one sandbox (with ptrace: a stub process per guest address
+// space and a thread per guest thread) before fork() fails in the guest.
+inline constexpr int kPidsLimit = 4096;
+
+// config.json's text.
+std::string BundleConfigJson(const BundleSpec& spec);
+
+// Writes <dir>/config.json (dir is created).
+Status WriteBundle(const std::string& dir, const BundleSpec& spec);
+
+}  // namespace airlock::gvisor

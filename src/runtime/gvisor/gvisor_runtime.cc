@@ -1,0 +1,405 @@
+#include "runtime/gvisor/gvisor_runtime.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "common/fd.h"
+#include "common/file_util.h"
+#include "common/hex.h"
+#include "common/log.h"
+#include "common/subprocess.h"
+#include "runtime/gvisor/bundle.h"
+#include "runtime/gvisor/platform_probe.h"
+#include "runtime/gvisor/rootfs_tree.h"
+#include "runtime/gvisor/runsc.h"
+#include "runtime/gvisor/snapshot.h"
+
+namespace airlock::gvisor {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr char kStateFile[] = "runsc.json";  // in run_dir: what Adopt needs
+constexpr char kConsoleFile[] = "console.log";
+constexpr size_t kConsoleSearched = 256 * 1024;
+
+// What one sandbox's run_dir records (kStateFile).
+struct InstanceState {
+  std::string sandbox_id, container, guest_netns, rootfs, tree;
+  int vcpus = 1, memory_mib = 512;
+  pid_t sandbox_pid = -1, gofer_pid = -1;
+  unsigned long long sandbox_ticks = 0, gofer_ticks = 0;
+
+  nlohmann::json ToJson() const {
+    return {{"sandbox_id", sandbox_id}, {"container", container},     {"guest_netns", guest_netns},
+            {"rootfs", rootfs},         {"tree", tree},               {"vcpus", vcpus},
+            {"memory_mib", memory_mib}, {"sandbox_pid", sandbox_pid}, {"gofer_pid", gofer_pid},
+            {"sandbox_ticks", sandbox_ticks}, {"gofer_ticks", gofer_ticks}};
+  }
+  static StatusOr<InstanceState> Read(const std::string& run_dir) {
+    std::ifstream f(run_dir + "/" + kStateFile);
+    if (!f) return NotFound("no gvisor sandbox in " + run_dir);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return InvalidArgument(run_dir + "/" + kStateFile + ": unreadable");
+    InstanceState s;
+    s.sandbox_id = j.value("sandbox_id", "");
+    s.container = j.value("container", "");
+    s.guest_netns = j.value("guest_netns", "");
+    s.rootfs = j.value("rootfs", "");
+    s.tree = j.value("tree", "");
+    s.vcpus = j.value("vcpus", 1);
+    s.memory_mib = j.value("memory_mib", 512);
+    s.sandbox_pid = j.value("sandbox_pid", -1);
+    s.gofer_pid = j.value("gofer_pid", -1);
+    s.sandbox_ticks = j.value("sandbox_ticks", 0ull);
+    s.gofer_ticks = j.value("gofer_ticks", 0ull);
+    if (s.container.empty() || s.sandbox_pid <= 0) return InvalidArgument(run_dir + "/" + kStateFile + ": incomplete");
+    return s;
+  }
+};
+
+// Alive, not a zombie, and still the process we recorded (not a recycled pid).
+bool ProcessAlive(pid_t pid, unsigned long long ticks) {
+  if (pid <= 0 || ::kill(pid, 0) != 0) return false;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(f, stat);
+  size_t rp = stat.rfind(')');
+  if (rp != std::string::npos && rp + 2 < stat.size() && stat[rp + 2] == 'Z') return false;
+  return ticks == 0 || ProcessStartTicks(pid) == ticks;
+}
+
+std::string ReadTail(const std::string& path, size_t max) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return "";
+  off_t size = ::lseek(fd.get(), 0, SEEK_END);
+  if (size <= 0) return "";
+  off_t from = static_cast<uint64_t>(size) > max ? size - static_cast<off_t>(max) : 0;
+  std::string out(static_cast<size_t>(size - from), '\0');
+  ssize_t n = ::pread(fd.get(), out.data(), out.size(), from);
+  out.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return out;
+}
+
+std::string NewContainerId(const std::string& sandbox_id) {
+  unsigned char b[4];
+  if (::getrandom(b, sizeof b, 0) != static_cast<ssize_t>(sizeof b)) std::fill(std::begin(b), std::end(b), 0);
+  return "al-" + sandbox_id + "-" + HexEncode(b, sizeof b);
+}
+
+uint64_t MsSince(Clock::time_point t0) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+}
+
+class GvisorRuntime;
+
+class GvisorInstance final : public VmInstance {
+ public:
+  GvisorInstance(const GvisorRuntime* rt, std::string run_dir, InstanceState state)
+      : rt_(rt), run_dir_(std::move(run_dir)), s_(std::move(state)) {}
+  ~GvisorInstance() override { (void)Destroy(); }
+
+  pid_t pid() const override { return s_.sandbox_pid; }
+  bool alive() override { return !destroyed_ && ProcessAlive(s_.sandbox_pid, s_.sandbox_ticks); }
+  std::string ConsoleTail() override { return ReadTail(console(), 4096); }
+  bool ConsoleContains(const std::string& text) override {
+    return !released_ && ReadTail(console(), kConsoleSearched).find(text) != std::string::npos;
+  }
+  Status Destroy() override;
+  pid_t Release() override {
+    released_ = true;
+    return s_.sandbox_pid;
+  }
+  StatusOr<VmSnapshotInfo> SaveSnapshot(const std::string& dir, bool keep_running, SnapshotMemory memory) override;
+  Status ContinueGuest() override;
+
+  std::string console() const { return run_dir_ + "/" + kConsoleFile; }
+  Status RecordPids();
+
+ private:
+  const GvisorRuntime* rt_;
+  std::string run_dir_;
+  InstanceState s_;
+  bool destroyed_ = false;
+  bool released_ = false;
+  std::string stopped_at_;  // the snapshot a keep_running=false save left the guest in
+};
+
+class GvisorRuntime final : public Runtime {
+ public:
+  GvisorRuntime(RuntimeOptions options, RunscConfig runsc, PlatformDecision platform)
+      : options_(std::move(options)), runsc_(std::move(runsc)), platform_(std::move(platform)) {}
+
+  std::string_view name() const override { return kRuntimeName; }
+  std::string accelerator() const override { return "runsc " + platform_.platform + " (" + platform_.reason + ")"; }
+  GuestLink guest_link() const override { return GuestLink::kVethNetns; }
+  const SnapshotStore& snapshots() const override { return store_; }
+
+  StatusOr<std::unique_ptr<VmInstance>> Start(const VmStartRequest& r) override {
+    return Launch(r, r.rootfs, "");
+  }
+
+  StatusOr<std::unique_ptr<VmInstance>> Adopt(const std::string& run_dir, pid_t pid) override {
+    ASSIGN_OR_RETURN(InstanceState s, InstanceState::Read(run_dir));
+    if (s.sandbox_pid != pid) return FailedPrecondition(run_dir + " records sandbox pid " + std::to_string(s.sandbox_pid) +
+                                                        ", not " + std::to_string(pid));
+    if (!ProcessAlive(s.sandbox_pid, s.sandbox_ticks)) return Unavailable("gvisor sandbox " + s.container + " is gone");
+    return std::unique_ptr<VmInstance>(new GvisorInstance(this, run_dir, s));
+  }
+
+  StatusOr<std::unique_ptr<VmInstance>> Restore(const VmStartRequest& r, const std::string& dir, SnapshotDisk disk,
+                                                bool memory) override {
+    (void)disk;  // the files are in the checkpoint: every restore has its own copy
+    ASSIGN_OR_RETURN(SnapshotRecord rec, ReadSnapshotRecord(dir));
+    if (!memory) {
+      return Unimplemented(
+          "the gvisor runtime cannot boot a snapshot without its memory: a sandbox's files live in it "
+          "(runsc --overlay2=root:memory)");
+    }
+    if (r.vcpus != rec.vcpus || r.memory_mib != rec.memory_mib) {
+      return FailedPrecondition("snapshot " + dir + " is of a " + std::to_string(rec.vcpus) + " vCPU, " +
+                                std::to_string(rec.memory_mib) + " MiB sandbox; asked for " + std::to_string(r.vcpus) +
+                                " vCPU, " + std::to_string(r.memory_mib) + " MiB");
+    }
+    if (!r.rootfs.empty() && r.rootfs != rec.rootfs) {
+      return FailedPrecondition("snapshot " + dir + " is of template image " + rec.rootfs + ", not " + r.rootfs);
+    }
+    return Launch(r, rec.rootfs, dir);
+  }
+
+  // Starts a container on `rootfs` (restoring `checkpoint` when not empty).
+  StatusOr<std::unique_ptr<VmInstance>> Launch(const VmStartRequest& r, const std::string& rootfs,
+                                               const std::string& checkpoint) const;
+  // runsc run/restore of an instance's container in its run_dir (bundle written).
+  Status RunContainer(const std::string& run_dir, const InstanceState& s, const std::string& checkpoint) const;
+  // Force-deletes the container and kills what is left of its processes.
+  void Teardown(const InstanceState& s) const;
+
+  const RunscConfig& runsc() const { return runsc_; }
+
+ private:
+  RuntimeOptions options_;
+  RunscConfig runsc_;
+  PlatformDecision platform_;
+  GvisorSnapshotStore store_;
+};
+
+Status GvisorRuntime::RunContainer(const std::string& run_dir, const InstanceState& s,
+                                   const std::string& checkpoint) const {
+  std::error_code ec;
+  fs::create_directories(run_dir + "/rootfs", ec);
+  fs::create_directories(run_dir + "/procsys", ec);
+  UniqueFd console(::open((run_dir + "/" + kConsoleFile).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  if (!console) return ErrnoError("open " + run_dir + "/" + kConsoleFile);
+  RunscStart call;
+  call.guest_netns = s.guest_netns;
+  call.tree = s.tree;
+  call.rootfs_mount = run_dir + "/rootfs";
+  call.scratch = run_dir + "/procsys";
+  call.output_fd = console.get();
+  const std::string bundle = run_dir + "/bundle";
+  if (checkpoint.empty())
+    call.args = {"run", "--bundle", bundle, "--detach", s.container};
+  else
+    call.args = {"restore", "--image-path", checkpoint, "--bundle", bundle, "--detach", s.container};
+  return RunscStartCall(runsc_, call);
+}
+
+void GvisorRuntime::Teardown(const InstanceState& s) const {
+  auto r = RunscCall(runsc_, {"delete", "--force", s.container}, fs::exists(s.guest_netns) ? s.guest_netns : "", 15s);
+  if (!r.ok() || !r->status.success())
+    LOG_DEBUG("runsc delete {}: {}", s.container, r.ok() ? r->err : r.status().message());
+  // Whatever runsc could not reach (its netns gone, its socket dead) by pid.
+  for (auto [pid, ticks] : {std::pair{s.sandbox_pid, s.sandbox_ticks}, std::pair{s.gofer_pid, s.gofer_ticks}}) {
+    if (ProcessAlive(pid, ticks)) ::kill(pid, SIGKILL);
+  }
+  for (auto end = Clock::now() + 5s; Clock::now() < end; std::this_thread::sleep_for(10ms)) {
+    if (!ProcessAlive(s.sandbox_pid, s.sandbox_ticks) && !ProcessAlive(s.gofer_pid, s.gofer_ticks)) break;
+  }
+  // runsc's own files for the container and its cgroups, when delete could not.
+  std::error_code ec;
+  fs::remove(runsc_.root + "/" + s.container + "_sandbox:" + s.container + ".state", ec);
+  fs::remove(runsc_.root + "/" + s.container + "_sandbox:" + s.container + ".lock", ec);
+  for (const char* ctl : {"memory", "cpu", "cpuacct", "pids", "cpuset", "blkio", "devices", "freezer", "systemd",
+                          "net_cls", "net_prio", "hugetlb", "perf_event", "rdma", "misc"}) {
+    fs::remove(std::string("/sys/fs/cgroup/") + ctl + "/airlock-gvisor/" + s.container, ec);
+  }
+}
+
+StatusOr<std::unique_ptr<VmInstance>> GvisorRuntime::Launch(const VmStartRequest& r, const std::string& rootfs,
+                                                             const std::string& checkpoint) const {
+  if (r.guest_netns.empty()) {
+    return FailedPrecondition("the gvisor runtime needs a guest netns (GuestLink::kVethNetns); the request has none");
+  }
+  if (r.run_dir.empty() || r.run_dir[0] != '/') return InvalidArgument("run_dir must be absolute: '" + r.run_dir + "'");
+  ASSIGN_OR_RETURN(std::string tree, EnsureRootTree(rootfs));
+  std::error_code ec;
+  if (fs::exists(r.run_dir, ec) && !fs::is_empty(r.run_dir, ec))
+    return FailedPrecondition("run_dir " + r.run_dir + " is not empty");
+  fs::create_directories(r.run_dir, ec);
+  if (ec) return Internal("create " + r.run_dir + ": " + ec.message());
+  InstanceState s;
+  s.sandbox_id = r.sandbox_id;
+  s.container = NewContainerId(r.sandbox_id);
+  s.guest_netns = r.guest_netns;
+  s.rootfs = rootfs;
+  s.tree = tree;
+  s.vcpus = r.vcpus;
+  s.memory_mib = r.memory_mib;
+  BundleSpec b;
+  b.sandbox_id = r.sandbox_id;
+  b.rootfs = r.run_dir + "/rootfs";
+  b.guest_netns = r.guest_netns;
+  b.cgroup = "/airlock-gvisor/" + s.container;
+  b.vcpus = r.vcpus;
+  b.memory_mib = r.memory_mib;
+  auto fail = [&](Status st) -> Status {
+    std::string tail = ReadTail(r.run_dir + "/" + kConsoleFile, 4096);
+    Teardown(s);
+    fs::remove_all(r.run_dir, ec);
+    return Status(st.code(), st.message() + (tail.empty() ? "" : "; runsc and guest said:\n" + tail));
+  };
+  if (Status st = WriteBundle(r.run_dir + "/bundle", b); !st.ok()) return fail(st);
+  if (Status st = RunContainer(r.run_dir, s, checkpoint); !st.ok()) {
+    std::string tail = ReadTail(r.run_dir + "/" + kConsoleFile, 4096);
+    if (!checkpoint.empty() && (tail.find("decod") != std::string::npos || tail.find("EOF") != std::string::npos ||
+                                tail.find("checksum") != std::string::npos || tail.find("corrupt") != std::string::npos))
+      return fail(Status(StatusCode::kDataLoss, "restore of " + checkpoint + ": " + st.message()));
+    return fail(st);
+  }
+  auto inst = std::make_unique<GvisorInstance>(this, r.run_dir, s);
+  if (Status st = inst->RecordPids(); !st.ok()) {
+    inst->Release();
+    return fail(st);
+  }
+  return std::unique_ptr<VmInstance>(std::move(inst));
+}
+
+Status GvisorInstance::RecordPids() {
+  ASSIGN_OR_RETURN(RunscPids p, ReadRunscPids(rt_->runsc(), s_.container));
+  s_.sandbox_pid = p.sandbox;
+  s_.gofer_pid = p.gofer;
+  s_.sandbox_ticks = ProcessStartTicks(p.sandbox);
+  s_.gofer_ticks = p.gofer > 0 ? ProcessStartTicks(p.gofer) : 0;
+  return WriteFileAtomic(run_dir_ + "/" + kStateFile, s_.ToJson().dump(1) + "\n", 0600);
+}
+
+Status GvisorInstance::Destroy() {
+  if (released_ || destroyed_) return OkStatus();
+  rt_->Teardown(s_);
+  std::error_code ec;
+  fs::remove_all(run_dir_, ec);
+  destroyed_ = true;
+  if (ec) return Internal("remove " + run_dir_ + ": " + ec.message());
+  return OkStatus();
+}
+
+StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bool keep_running,
+                                                      SnapshotMemory memory) {
+  (void)memory;  // every restore reads the checkpoint into memory of its own
+  if (released_ || destroyed_) return FailedPrecondition("gvisor sandbox " + s_.container + " is not held");
+  if (dir.empty() || dir[0] != '/') return InvalidArgument("snapshot dir must be absolute: '" + dir + "'");
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) return InvalidArgument("snapshot dir " + dir + " is not empty");
+  fs::create_directories(dir, ec);
+  if (ec) return ErrnoError("create " + dir);
+  auto t0 = Clock::now();
+  RunscStart call;
+  call.guest_netns = s_.guest_netns;
+  call.tree = s_.tree;
+  call.rootfs_mount = run_dir_ + "/rootfs";
+  call.scratch = run_dir_ + "/procsys";
+  struct stat cst {};
+  const off_t console_before = ::stat(console().c_str(), &cst) == 0 ? cst.st_size : 0;
+  UniqueFd out(::open(console().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  call.output_fd = out.get();
+  call.args = {"checkpoint", "--image-path", dir};
+  if (keep_running) call.args.push_back("--leave-running");
+  call.args.push_back(s_.container);
+  Status st = RunscStartCall(rt_->runsc(), call);
+  if (!st.ok()) {
+    std::string said;
+    if (::stat(console().c_str(), &cst) == 0 && cst.st_size > console_before)
+      said = ReadTail(console(), std::min<uint64_t>(static_cast<uint64_t>(cst.st_size - console_before), 65536));
+    // runsc's reason is one line buried in a Go panic: quote that line.
+    for (const char* why : {"save rejected", "checkpoint failed"}) {
+      if (size_t at = said.find(why); at != std::string::npos) {
+        said = said.substr(at, said.find('\n', at) - at);
+        break;
+      }
+    }
+    if (said.size() > 1024) said = said.substr(0, 1024) + "...";
+    fs::remove_all(dir, ec);
+    if (said.find("no space left") != std::string::npos) return ResourceExhausted("checkpoint into " + dir + ": disk full");
+    // runsc 20221219 ends a sandbox whose save fails (e.g. a TCP connection
+    // that is not closed or listening: it cannot save those).
+    std::string fate = alive() ? "" : " (runsc ended the sandbox)";
+    return FailedPrecondition("gvisor checkpoint failed" + fate + ": " + said);
+  }
+  if (keep_running) {
+    // --leave-running restores the container from the image: new pids.
+    if (Status p = RecordPids(); !p.ok()) LOG_WARN("gvisor {}: {}", s_.container, p.message());
+  } else {
+    stopped_at_ = dir;
+  }
+  SnapshotRecord rec;
+  rec.vcpus = s_.vcpus;
+  rec.memory_mib = s_.memory_mib;
+  rec.rootfs = s_.rootfs;
+  ASSIGN_OR_RETURN(rec.rootfs_stamp, ImageFileStamp(s_.rootfs));
+  rec.save_ms = MsSince(t0);
+  auto committed = CommitSnapshot(dir, rec);
+  if (!committed.ok()) {
+    fs::remove_all(dir, ec);
+    if (!keep_running) (void)ContinueGuest();
+    return committed.status();
+  }
+  VmSnapshotInfo info;
+  info.memory_bytes = committed->bytes();
+  info.save_ms = committed->save_ms;
+  return info;
+}
+
+Status GvisorInstance::ContinueGuest() {
+  if (stopped_at_.empty()) return OkStatus();  // never stopped
+  // The container ended with its checkpoint: it runs again from it.
+  (void)RunscCall(rt_->runsc(), {"delete", "--force", s_.container}, s_.guest_netns, 15s);
+  RETURN_IF_ERROR(rt_->RunContainer(run_dir_, s_, stopped_at_).WithContext("continue gvisor sandbox " + s_.container));
+  stopped_at_.clear();
+  return RecordPids();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Runtime>> NewGvisorRuntime(const RuntimeOptions& options) {
+  auto runsc = FindExecutable("runsc");
+  if (!runsc.ok()) return FailedPrecondition("runsc is not installed (fix: apt-get install runsc, or run scripts/setup)");
+  if (!FindExecutable("fuse2fs").ok())
+    return FailedPrecondition("fuse2fs is not installed (fix: apt-get install fuse2fs, or run scripts/setup)");
+  if (::geteuid() != 0) return FailedPrecondition("the gvisor runtime needs root (runsc creates namespaces and cgroups)");
+  RunscConfig c;
+  c.binary = *runsc;
+  c.root = options.state_dir + "/run/runsc";
+  std::error_code ec;
+  fs::create_directories(c.root, ec);
+  if (ec) return Internal("create " + c.root + ": " + ec.message());
+  PlatformDecision p = ProbePlatformCached(c.binary, options.state_dir);
+  c.platform = p.platform;
+  return std::unique_ptr<Runtime>(new GvisorRuntime(options, c, p));
+}
+
+}  // namespace airlock::gvisor

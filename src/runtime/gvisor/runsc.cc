@@ -1,0 +1,106 @@
+#include "runtime/gvisor/runsc.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/fd.h"
+
+namespace airlock::gvisor {
+namespace {
+
+// $1 scratch, $2 tree, $3 rootfs mount, then runsc's argv. Runs under
+// `unshare -m --propagation private`.
+constexpr char kWrapper[] = R"(set -e
+s=$1 t=$2 r=$3
+shift 3
+mount -t tmpfs -o size=64k,mode=0755 airlock-procsys "$s"
+for d in /proc/sys/*; do
+  n=${d##*/}
+  [ "$n" = net ] && continue
+  mkdir "$s/$n"
+  mount --bind "$d" "$s/$n"
+done
+mount --move "$s" /proc/sys
+mount --bind "$t" "$r"
+mount -o remount,bind,ro "$r"
+exec "$@"
+)";
+
+StatusOr<UniqueFd> OpenNetns(const std::string& path) {
+  if (path.empty()) return UniqueFd();
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return ErrnoError("open guest netns " + path);
+  return fd;
+}
+
+}  // namespace
+
+std::vector<std::string> RunscGlobalFlags(const RunscConfig& c) {
+  std::vector<std::string> f = {"--root", c.root, "--platform", c.platform, "--network", "sandbox", "--overlay2",
+                                "root:memory"};
+  // Debugging runsc itself: its per-process logs in that directory.
+  if (const char* d = std::getenv("AIRLOCK_RUNSC_DEBUG_LOG"); d && *d) {
+    f.push_back("--debug");
+    f.push_back("--debug-log=" + std::string(d) + "/");
+  }
+  return f;
+}
+
+Status RunscStartCall(const RunscConfig& config, const RunscStart& call) {
+  ASSIGN_OR_RETURN(UniqueFd ns, OpenNetns(call.guest_netns));
+  std::vector<std::string> argv = {"unshare", "-m", "--propagation", "private", "sh", "-c", kWrapper, "airlock-runsc",
+                                   call.scratch, call.tree, call.rootfs_mount, config.binary};
+  for (auto& f : RunscGlobalFlags(config)) argv.push_back(f);
+  for (auto& a : call.args) argv.push_back(a);
+  SpawnOptions o;
+  o.argv = argv;
+  o.netns_fd = ns.get();
+  o.stdout_fd = call.output_fd;
+  o.stderr_fd = call.output_fd;
+  // The sandbox outlives this call (it is its own session, reparented to
+  // init); only runsc itself is waited for.
+  o.die_with_parent = true;
+  ASSIGN_OR_RETURN(Child child, Spawn(o));
+  auto st = child.WaitFor(call.timeout);
+  if (!st.ok()) {
+    child.Kill();
+    return DeadlineExceeded("runsc " + (call.args.empty() ? "" : call.args[0]) + " did not finish in " +
+                            std::to_string(call.timeout.count()) + " ms");
+  }
+  if (!st->success()) return Internal("runsc " + call.args[0] + " failed (" + st->ToString() + ")");
+  return OkStatus();
+}
+
+StatusOr<RunResult> RunscCall(const RunscConfig& config, const std::vector<std::string>& args,
+                              const std::string& guest_netns, std::chrono::milliseconds timeout) {
+  ASSIGN_OR_RETURN(UniqueFd ns, OpenNetns(guest_netns));
+  std::vector<std::string> argv = {"timeout", "-s", "KILL", std::to_string((timeout.count() + 999) / 1000),
+                                   config.binary};
+  for (auto& f : RunscGlobalFlags(config)) argv.push_back(f);
+  for (auto& a : args) argv.push_back(a);
+  return Run(argv, ns.get(), 1 << 16);
+}
+
+StatusOr<RunscPids> ReadRunscPids(const RunscConfig& config, const std::string& id) {
+  // runsc 20221219: <root>/<id>_sandbox:<id>.state, JSON with goferPid and
+  // sandbox.pid (runsc/container/state_file.go).
+  std::string path = config.root + "/" + id + "_sandbox:" + id + ".state";
+  std::ifstream f(path);
+  if (!f) return NotFound("no runsc state for container " + id + " (" + path + ")");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument("unreadable runsc state " + path);
+  RunscPids p;
+  if (j.contains("sandbox") && j["sandbox"].is_object()) p.sandbox = j["sandbox"].value("pid", -1);
+  p.gofer = j.value("goferPid", -1);
+  if (p.sandbox <= 0) return NotFound("runsc state " + path + " names no sandbox pid");
+  return p;
+}
+
+}  // namespace airlock::gvisor

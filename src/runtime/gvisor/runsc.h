@@ -1,0 +1,65 @@
+// How airlock runs Debian's runsc (docs/runtime-gvisor.md "Running runsc").
+//
+// Every call runs in the sandbox's guest netns (GuestLink::kVethNetns): runsc
+// reaches a sandbox over an abstract unix socket, and abstract sockets belong
+// to a network namespace. Calls that start a sandbox (run, restore, and
+// checkpoint --leave-running, which restores) also go through a small
+// wrapper: a private mount namespace in which
+//   - /proc/sys holds every directory but net/: runsc 20221219 decides it is
+//     in the host's root netns when /proc/sys/net/core/rmem_default exists,
+//     which on kernels >= 5.x (that sysctl became per-netns) is every netns,
+//     and then refuses --network=sandbox;
+//   - the template's root tree is bind-mounted read-only at the bundle's
+//     rootfs: the gofer serves it, writes land in the Sentry's in-memory
+//     overlay (--overlay2=root:memory), and even a gofer told to write
+//     cannot. The mounts go away with the sandbox's last process.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/subprocess.h"
+
+namespace airlock::gvisor {
+
+struct RunscConfig {
+  std::string binary = "runsc";
+  std::string root;      // runsc --root: its container state files
+  std::string platform;  // "ptrace" | "kvm" (platform_probe.h)
+};
+
+// runsc's global flags for every call (they must agree between run,
+// checkpoint and restore).
+std::vector<std::string> RunscGlobalFlags(const RunscConfig& config);
+
+struct RunscStart {
+  std::vector<std::string> args;  // the subcommand and its flags, e.g. {"run", "--bundle", b, "--detach", id}
+  std::string guest_netns;        // "/run/netns/alg-<id>"
+  std::string tree;               // the template's root tree (read-only source)
+  std::string rootfs_mount;       // the bundle's root.path (an empty directory)
+  std::string scratch;            // an empty directory for the /proc/sys view
+  int output_fd = -1;             // runsc's and the guest's stdout/stderr (the console log)
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+};
+
+// Runs a sandbox-starting runsc call through the wrapper; OK when runsc
+// exited 0. Its errors are in output_fd (the caller quotes the console).
+Status RunscStartCall(const RunscConfig& config, const RunscStart& call);
+
+// Runs any other runsc call in `guest_netns` ("" = the caller's), capturing
+// its output; the error carries the command and stderr.
+StatusOr<RunResult> RunscCall(const RunscConfig& config, const std::vector<std::string>& args,
+                              const std::string& guest_netns,
+                              std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+// The pids runsc recorded for container `id` (its state file under
+// config.root): the sandbox (Sentry) and the gofer. NotFound when absent.
+struct RunscPids {
+  pid_t sandbox = -1;
+  pid_t gofer = -1;
+};
+StatusOr<RunscPids> ReadRunscPids(const RunscConfig& config, const std::string& id);
+
+}  // namespace airlock::gvisor
