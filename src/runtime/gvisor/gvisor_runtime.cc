@@ -334,13 +334,18 @@ StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bo
   if (!st.ok()) {
     std::string said;
     if (::stat(console().c_str(), &cst) == 0 && cst.st_size > console_before)
-      said = ReadTail(console(), std::min<uint64_t>(static_cast<uint64_t>(cst.st_size - console_before), 65536));
+      said = ReadTail(console(), std::min<uint64_t>(static_cast<uint64_t>(cst.st_size - console_before), 4 << 20));
     // runsc's reason is one line buried in a Go panic: quote that line.
     for (const char* why : {"save rejected", "checkpoint failed"}) {
       if (size_t at = said.find(why); at != std::string::npos) {
         said = said.substr(at, said.find('\n', at) - at);
         break;
       }
+    }
+    // "encoding error at object tcp.endpoint{<a struct dump>}: <reason>"
+    if (size_t dump = said.find("encoding error at object"); dump != std::string::npos) {
+      if (size_t end = said.rfind("}: "); end != std::string::npos && end > dump)
+        said = said.substr(0, said.find('{', dump)) + ": " + said.substr(end + 3);
     }
     if (said.size() > 1024) said = said.substr(0, 1024) + "...";
     fs::remove_all(dir, ec);
