@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/random.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,10 +32,11 @@ Status ReseedEntropy(std::string_view bytes, const char* device) {
   info->buf_size = static_cast<int>(bytes.size());
   std::memcpy(buf.data() + sizeof(rand_pool_info), bytes.data(), bytes.size());
   if (::ioctl(fd.get(), RNDADDENTROPY, info) != 0) {
-    // gVisor's Sentry has no such ioctl (ENOTTY): its /dev/urandom reads the
+    // gVisor's Sentry has no such ioctl on its random device (ENOTTY): its /dev/urandom reads the
     // host's getrandom on every read, so there is no guest pool to reseed and
     // the write above is all there is to do.
-    if (errno == ENOTTY) return OkStatus();
+    struct stat st {};
+    if (errno == ENOTTY && ::fstat(fd.get(), &st) == 0 && S_ISCHR(st.st_mode)) return OkStatus();
     return ErrnoError("ioctl RNDADDENTROPY");
   }
 #ifdef RNDRESEEDCRNG

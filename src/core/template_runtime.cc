@@ -17,7 +17,7 @@ bool IsBuiltIn(const std::string& name) {
 TemplateRef ParseTemplateRuntime(const std::string& name, const std::string& default_runtime,
                                  const std::vector<std::string>& runtimes) {
   for (const auto& runtime : runtimes) {
-    if (runtime == kDefaultRuntime) continue;
+    // base-qemu too: on a daemon whose default is gvisor, that is qemu's base.
     const std::string suffix = "-" + runtime;
     if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
     const std::string base = name.substr(0, name.size() - suffix.size());
@@ -26,8 +26,9 @@ TemplateRef ParseTemplateRuntime(const std::string& name, const std::string& def
   return {name, default_runtime, false};
 }
 
-std::string TemplateNameOn(const std::string& image_template, const std::string& runtime) {
-  if (runtime.empty() || runtime == kDefaultRuntime || !IsBuiltIn(image_template)) return image_template;
+std::string TemplateNameOn(const std::string& image_template, const std::string& runtime,
+                           const std::string& default_runtime) {
+  if (runtime.empty() || runtime == default_runtime || !IsBuiltIn(image_template)) return image_template;
   return image::CanonicalTemplateName(image_template) + "-" + runtime;
 }
 

@@ -30,8 +30,10 @@ TemplateRef ParseTemplateRuntime(const std::string& name, const std::string& def
                                  const std::vector<std::string>& runtimes = AvailableRuntimes());
 
 // The name a sandbox's template is shown by (GET /sandboxes): "<t>-<runtime>"
-// for a built-in image template `t` on a runtime other than kDefaultRuntime;
-// `image_template` as it is otherwise.
-std::string TemplateNameOn(const std::string& image_template, const std::string& runtime);
+// for a built-in image template `t` on a runtime other than the daemon's
+// default (`default_runtime`, serve --default-runtime: there `base` is what
+// a client asks for); `image_template` as it is otherwise.
+std::string TemplateNameOn(const std::string& image_template, const std::string& runtime,
+                           const std::string& default_runtime = kDefaultRuntime);
 
 }  // namespace airlock

@@ -136,7 +136,7 @@ std::string Server::DisplayTemplateId(const std::string& image) {
 }
 
 std::string Server::ShownTemplateId(const SandboxRecord& r) {
-  return DisplayTemplateId(TemplateNameOn(r.template_id, r.runtime));
+  return DisplayTemplateId(TemplateNameOn(r.template_id, r.runtime, std::string(manager_->runtime().name())));
 }
 
 bool Server::IsTemplateOwner(const Caller& caller, const tpl::TemplateRow& t) {

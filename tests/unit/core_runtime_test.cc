@@ -36,9 +36,16 @@ TEST(TemplateRuntimeTest, BuiltInTemplateWithARuntimeSuffix) {
   EXPECT_EQ(r.runtime, "gvisor");
 }
 
+TEST(TemplateRuntimeTest, BaseQemuIsQemusBaseOnAGvisorDefaultDaemon) {
+  TemplateRef r = ParseTemplateRuntime("base-qemu", "gvisor", kTwo);
+  EXPECT_EQ(r.image_template, "base");
+  EXPECT_EQ(r.runtime, "qemu");
+  EXPECT_TRUE(r.runtime_in_name);
+}
+
 TEST(TemplateRuntimeTest, OtherNamesRunOnTheDefault) {
   for (const std::string name : {"base", "code-interpreter", "code-interpreter-v1", "my-app", "my-app-gvisor",
-                                 "base-qemu", "gvisor", "-gvisor", "base-gvisorx", "base-firecracker"}) {
+                                 "gvisor", "-gvisor", "base-gvisorx", "base-firecracker"}) {
     for (const std::string def : {"qemu", "gvisor"}) {
       TemplateRef r = ParseTemplateRuntime(name, def, kTwo);
       EXPECT_EQ(r.image_template, name) << name;
@@ -57,6 +64,9 @@ TEST(TemplateRuntimeTest, ShownNameIsTheInverse) {
   EXPECT_EQ(TemplateNameOn("code-interpreter", "gvisor"), "code-interpreter-gvisor");
   EXPECT_EQ(TemplateNameOn("base", "qemu"), "base");
   EXPECT_EQ(TemplateNameOn("base", ""), "base");
+  // A daemon whose default is gvisor shows base as base, and base-qemu for qemu's.
+  EXPECT_EQ(TemplateNameOn("base", "gvisor", "gvisor"), "base");
+  EXPECT_EQ(TemplateNameOn("base", "qemu", "gvisor"), "base-qemu");
   EXPECT_EQ(TemplateNameOn("my-app", "gvisor"), "my-app");  // custom: never renamed
   for (const std::string name : {"base", "code-interpreter"}) {
     TemplateRef r = ParseTemplateRuntime(TemplateNameOn(name, "gvisor"), "qemu", kTwo);

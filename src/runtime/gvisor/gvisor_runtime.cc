@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "common/fd.h"
 #include "common/file_util.h"
@@ -95,6 +96,35 @@ std::string ReadTail(const std::string& path, size_t max) {
   return out;
 }
 
+off_t FileSize(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? st.st_size : 0;
+}
+
+// Waits (≤ timeout) for the console to show one of `lines` after byte `from`;
+// the index of the one seen, or -1.
+int WaitConsole(const std::string& console, off_t from, const std::vector<std::string>& lines,
+                std::chrono::milliseconds timeout, std::string* seen_line = nullptr) {
+  for (auto end = Clock::now() + timeout;; std::this_thread::sleep_for(5ms)) {
+    off_t size = FileSize(console);
+    if (size > from) {
+      std::string text = ReadTail(console, static_cast<uint64_t>(size - from));
+      for (size_t i = 0; i < lines.size(); ++i) {
+        if (size_t at = text.find(lines[i]); at != std::string::npos) {
+          if (seen_line) *seen_line = text.substr(at, text.find('\n', at) - at);
+          return static_cast<int>(i);
+        }
+      }
+    }
+    if (Clock::now() >= end) return -1;
+  }
+}
+
+// The agent's checkpoint handshake (agent/agent.h Agent::Quiesce).
+constexpr char kQuiesced[] = "airlock-agent: quiesced";
+constexpr char kQuiesceRefused[] = "airlock-agent: quiesce refused";
+constexpr char kListening[] = "airlock-agent: listening";
+
 std::string NewContainerId(const std::string& sandbox_id) {
   unsigned char b[4];
   if (::getrandom(b, sizeof b, 0) != static_cast<ssize_t>(sizeof b)) std::fill(std::begin(b), std::end(b), 0);
@@ -129,6 +159,10 @@ class GvisorInstance final : public VmInstance {
 
   std::string console() const { return run_dir_ + "/" + kConsoleFile; }
   Status RecordPids();
+  // SIGUSR1 (quiesce) / SIGUSR2 (listen again) to the agent, the container's init.
+  Status SignalAgent(const char* sig);
+  // After a restore: the agent listens again (it was quiesced when saved).
+  Status Unquiesce();
 
  private:
   const GvisorRuntime* rt_;
@@ -286,6 +320,12 @@ StatusOr<std::unique_ptr<VmInstance>> GvisorRuntime::Launch(const VmStartRequest
     inst->Release();
     return fail(st);
   }
+  if (!checkpoint.empty()) {
+    if (Status st = inst->Unquiesce(); !st.ok()) {
+      inst->Release();
+      return fail(st);
+    }
+  }
   return std::unique_ptr<VmInstance>(std::move(inst));
 }
 
@@ -296,6 +336,20 @@ Status GvisorInstance::RecordPids() {
   s_.sandbox_ticks = ProcessStartTicks(p.sandbox);
   s_.gofer_ticks = p.gofer > 0 ? ProcessStartTicks(p.gofer) : 0;
   return WriteFileAtomic(run_dir_ + "/" + kStateFile, s_.ToJson().dump(1) + "\n", 0600);
+}
+
+Status GvisorInstance::SignalAgent(const char* sig) {
+  ASSIGN_OR_RETURN(RunResult r, RunscCall(rt_->runsc(), {"kill", s_.container, sig}, s_.guest_netns, 10s));
+  if (!r.status.success()) return Internal("runsc kill " + std::string(sig) + ": " + r.err.substr(0, 300));
+  return OkStatus();
+}
+
+Status GvisorInstance::Unquiesce() {
+  off_t from = FileSize(console());
+  RETURN_IF_ERROR(SignalAgent("USR2"));
+  if (WaitConsole(console(), from, {kListening}, 10s) < 0)
+    return DeadlineExceeded("the agent of gvisor sandbox " + s_.container + " did not listen again within 10 s");
+  return OkStatus();
 }
 
 Status GvisorInstance::Destroy() {
@@ -318,6 +372,19 @@ StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bo
   fs::create_directories(dir, ec);
   if (ec) return ErrnoError("create " + dir);
   auto t0 = Clock::now();
+  {
+    off_t from = FileSize(console());
+    RETURN_IF_ERROR(SignalAgent("USR1"));
+    std::string line;
+    int seen = WaitConsole(console(), from, {kQuiesced, kQuiesceRefused}, 10s, &line);
+    if (seen != 0) {
+      fs::remove_all(dir, ec);
+      if (seen < 0) return DeadlineExceeded("the agent of gvisor sandbox " + s_.container + " did not quiesce in 10 s");
+      return FailedPrecondition(
+          "gvisor (runsc 20221219) cannot checkpoint a sandbox with open TCP sockets; close them and retry (" + line +
+          ")");
+    }
+  }
   RunscStart call;
   call.guest_netns = s_.guest_netns;
   call.tree = s_.tree;
@@ -358,6 +425,7 @@ StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bo
   if (keep_running) {
     // --leave-running restores the container from the image: new pids.
     if (Status p = RecordPids(); !p.ok()) LOG_WARN("gvisor {}: {}", s_.container, p.message());
+    if (Status u = Unquiesce(); !u.ok()) LOG_WARN("gvisor {}: {}", s_.container, u.message());
   } else {
     stopped_at_ = dir;
   }
@@ -385,7 +453,8 @@ Status GvisorInstance::ContinueGuest() {
   (void)RunscCall(rt_->runsc(), {"delete", "--force", s_.container}, s_.guest_netns, 15s);
   RETURN_IF_ERROR(rt_->RunContainer(run_dir_, s_, stopped_at_).WithContext("continue gvisor sandbox " + s_.container));
   stopped_at_.clear();
-  return RecordPids();
+  RETURN_IF_ERROR(RecordPids());
+  return Unquiesce();
 }
 
 }  // namespace
