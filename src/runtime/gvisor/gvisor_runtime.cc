@@ -39,6 +39,7 @@ constexpr size_t kConsoleSearched = 256 * 1024;
 // What one sandbox's run_dir records (kStateFile).
 struct InstanceState {
   std::string sandbox_id, container, guest_netns, rootfs, tree;
+  std::string eth0_address, eth0_gateway;  // as the guest netns had them before runsc took them
   int vcpus = 1, memory_mib = 512;
   pid_t sandbox_pid = -1, gofer_pid = -1;
   unsigned long long sandbox_ticks = 0, gofer_ticks = 0;
@@ -47,7 +48,8 @@ struct InstanceState {
     return {{"sandbox_id", sandbox_id}, {"container", container},     {"guest_netns", guest_netns},
             {"rootfs", rootfs},         {"tree", tree},               {"vcpus", vcpus},
             {"memory_mib", memory_mib}, {"sandbox_pid", sandbox_pid}, {"gofer_pid", gofer_pid},
-            {"sandbox_ticks", sandbox_ticks}, {"gofer_ticks", gofer_ticks}};
+            {"sandbox_ticks", sandbox_ticks}, {"gofer_ticks", gofer_ticks}, {"eth0_address", eth0_address},
+            {"eth0_gateway", eth0_gateway}};
   }
   static StatusOr<InstanceState> Read(const std::string& run_dir) {
     std::ifstream f(run_dir + "/" + kStateFile);
@@ -68,6 +70,8 @@ struct InstanceState {
     s.gofer_pid = j.value("gofer_pid", -1);
     s.sandbox_ticks = j.value("sandbox_ticks", 0ull);
     s.gofer_ticks = j.value("gofer_ticks", 0ull);
+    s.eth0_address = j.value("eth0_address", "");
+    s.eth0_gateway = j.value("eth0_gateway", "");
     if (s.container.empty() || s.sandbox_pid <= 0) return InvalidArgument(run_dir + "/" + kStateFile + ": incomplete");
     return s;
   }
@@ -120,6 +124,25 @@ int WaitConsole(const std::string& console, off_t from, const std::vector<std::s
   }
 }
 
+// eth0's IPv4 address (with prefix) and default gateway in `netns`, before
+// runsc copies and removes them ("" when absent).
+void ReadEth0(const std::string& netns, std::string* address, std::string* gateway) {
+  UniqueFd fd(::open(netns.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return;
+  if (auto r = Run({"ip", "-o", "-4", "addr", "show", "dev", "eth0"}, fd.get()); r.ok() && r->status.success()) {
+    std::istringstream in(r->out);  // "3: eth0    inet 169.254.0.21/30 scope global eth0 ..."
+    std::string w;
+    while (in >> w)
+      if (w == "inet" && in >> w) *address = w;
+  }
+  if (auto r = Run({"ip", "-4", "route", "show", "default"}, fd.get()); r.ok() && r->status.success()) {
+    std::istringstream in(r->out);  // "default via 169.254.0.22 dev eth0"
+    std::string w;
+    while (in >> w)
+      if (w == "via" && in >> w) *gateway = w;
+  }
+}
+
 // The agent's checkpoint handshake (agent/agent.h Agent::Quiesce).
 constexpr char kQuiesced[] = "airlock-agent: quiesced";
 constexpr char kQuiesceRefused[] = "airlock-agent: quiesce refused";
@@ -144,7 +167,11 @@ class GvisorInstance final : public VmInstance {
   ~GvisorInstance() override { (void)Destroy(); }
 
   pid_t pid() const override { return s_.sandbox_pid; }
-  bool alive() override { return !destroyed_ && ProcessAlive(s_.sandbox_pid, s_.sandbox_ticks); }
+  // A guest left stopped by SaveSnapshot(keep_running=false) counts as alive:
+  // its checkpoint is its state and ContinueGuest() runs it again.
+  bool alive() override {
+    return !destroyed_ && (!stopped_at_.empty() || ProcessAlive(s_.sandbox_pid, s_.sandbox_ticks));
+  }
   std::string ConsoleTail() override { return ReadTail(console(), 4096); }
   bool ConsoleContains(const std::string& text) override {
     return !released_ && ReadTail(console(), kConsoleSearched).find(text) != std::string::npos;
@@ -245,6 +272,8 @@ Status GvisorRuntime::RunContainer(const std::string& run_dir, const InstanceSta
   call.rootfs_mount = run_dir + "/rootfs";
   call.scratch = run_dir + "/procsys";
   call.output_fd = console.get();
+  call.eth0_address = s.eth0_address;
+  call.eth0_gateway = s.eth0_gateway;
   const std::string bundle = run_dir + "/bundle";
   if (checkpoint.empty())
     call.args = {"run", "--bundle", bundle, "--detach", s.container};
@@ -294,6 +323,7 @@ StatusOr<std::unique_ptr<VmInstance>> GvisorRuntime::Launch(const VmStartRequest
   s.tree = tree;
   s.vcpus = r.vcpus;
   s.memory_mib = r.memory_mib;
+  ReadEth0(r.guest_netns, &s.eth0_address, &s.eth0_gateway);
   BundleSpec b;
   b.sandbox_id = r.sandbox_id;
   b.rootfs = r.run_dir + "/rootfs";
@@ -385,19 +415,21 @@ StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bo
           ")");
     }
   }
-  RunscStart call;
-  call.guest_netns = s_.guest_netns;
-  call.tree = s_.tree;
-  call.rootfs_mount = run_dir_ + "/rootfs";
-  call.scratch = run_dir_ + "/procsys";
+  // Not --leave-running: runsc 20221219 then waits for the restored
+  // container to exit. A plain checkpoint ends the container; a guest that
+  // keeps running is restored from it here (ContinueGuest).
   struct stat cst {};
   const off_t console_before = ::stat(console().c_str(), &cst) == 0 ? cst.st_size : 0;
-  UniqueFd out(::open(console().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
-  call.output_fd = out.get();
-  call.args = {"checkpoint", "--image-path", dir};
-  if (keep_running) call.args.push_back("--leave-running");
-  call.args.push_back(s_.container);
-  Status st = RunscStartCall(rt_->runsc(), call);
+  Status st = OkStatus();
+  {
+    auto r = RunscCall(rt_->runsc(), {"checkpoint", "--image-path", dir, s_.container}, s_.guest_netns, 120s);
+    if (!r.ok()) st = r.status();
+    else if (!r->status.success()) {
+      st = Internal("runsc checkpoint: " + r->status.ToString());
+      UniqueFd out(::open(console().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+      if (out) (void)!::write(out.get(), r->err.data(), r->err.size());
+    }
+  }
   if (!st.ok()) {
     std::string said;
     if (::stat(console().c_str(), &cst) == 0 && cst.st_size > console_before)
@@ -422,24 +454,21 @@ StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bo
     std::string fate = alive() ? "" : " (runsc ended the sandbox)";
     return FailedPrecondition("gvisor checkpoint failed" + fate + ": " + said);
   }
-  if (keep_running) {
-    // --leave-running restores the container from the image: new pids.
-    if (Status p = RecordPids(); !p.ok()) LOG_WARN("gvisor {}: {}", s_.container, p.message());
-    if (Status u = Unquiesce(); !u.ok()) LOG_WARN("gvisor {}: {}", s_.container, u.message());
-  } else {
-    stopped_at_ = dir;
-  }
+  stopped_at_ = dir;
   SnapshotRecord rec;
   rec.vcpus = s_.vcpus;
   rec.memory_mib = s_.memory_mib;
   rec.rootfs = s_.rootfs;
-  ASSIGN_OR_RETURN(rec.rootfs_stamp, ImageFileStamp(s_.rootfs));
   rec.save_ms = MsSince(t0);
-  auto committed = CommitSnapshot(dir, rec);
+  auto stamp = ImageFileStamp(s_.rootfs);
+  auto committed = stamp.ok() ? CommitSnapshot(dir, (rec.rootfs_stamp = *stamp, rec)) : StatusOr<SnapshotRecord>(stamp.status());
   if (!committed.ok()) {
     fs::remove_all(dir, ec);
-    if (!keep_running) (void)ContinueGuest();
+    (void)ContinueGuest();  // a failed save leaves a running guest running
     return committed.status();
+  }
+  if (keep_running) {
+    if (Status c = ContinueGuest(); !c.ok()) return c.WithContext("gvisor: run the guest again after its checkpoint");
   }
   VmSnapshotInfo info;
   info.memory_bytes = committed->bytes();

@@ -41,6 +41,11 @@ struct RunscStart {
   std::string rootfs_mount;       // the bundle's root.path (an empty directory)
   std::string scratch;            // an empty directory for the /proc/sys view
   int output_fd = -1;             // runsc's and the guest's stdout/stderr (the console log)
+  // eth0's address ("169.254.0.21/30") and gateway, put back first: runsc
+  // takes the address off eth0 when it starts a sandbox, and a restore into
+  // the same netns (pause in place, ContinueGuest) finds none to copy.
+  std::string eth0_address;
+  std::string eth0_gateway;
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
 };
 
