@@ -133,54 +133,6 @@ Status Agent::Start() {
   return OkStatus();
 }
 
-namespace {
-
-// Local ports of the TCP sockets /proc/net/tcp{,6} lists (under gVisor: every
-// socket a guest process holds open, listening ones included).
-std::vector<unsigned> OpenTcpPorts() {
-  std::vector<unsigned> ports;
-  for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    std::ifstream f(path);
-    std::string line;
-    std::getline(f, line);  // header
-    while (std::getline(f, line)) {
-      // "  sl  local_address rem_address   st ...": local_address is HEX_IP:HEX_PORT.
-      std::istringstream in(line);
-      std::string sl, local;
-      if (!(in >> sl >> local)) continue;
-      size_t colon = local.rfind(':');
-      if (colon == std::string::npos) continue;
-      ports.push_back(static_cast<unsigned>(std::strtoul(local.c_str() + colon + 1, nullptr, 16)));
-    }
-  }
-  return ports;
-}
-
-}  // namespace
-
-void Agent::Quiesce() {
-  server_.Stop();
-  std::vector<unsigned> open = OpenTcpPorts();
-  if (open.empty()) {
-    ConsoleLine("airlock-agent: quiesced");
-    return;
-  }
-  std::string list;
-  for (unsigned p : open) list += (list.empty() ? "" : " ") + std::to_string(p);
-  if (Status st = server_.Listen(options_.listen, "0.0.0.0"); !st.ok()) LogError("%s", st.ToString().c_str());
-  ConsoleLine("airlock-agent: quiesce refused: " + std::to_string(open.size()) + " TCP sockets open (local ports " +
-              list + ")");
-}
-
-void Agent::Unquiesce() {
-  server_.Stop();
-  if (Status st = server_.Listen(options_.listen, "0.0.0.0"); !st.ok()) {
-    LogError("%s", st.ToString().c_str());
-    return;
-  }
-  ConsoleLine("airlock-agent: listening");
-}
-
 void Agent::ReapChildren() {
   int status;
   pid_t pid;

@@ -105,18 +105,6 @@ class Agent {
     for (const auto& [k, v] : envs) env_vars_[k] = v;
   }
   void SetDefaultUser(std::string user) { default_user_ = std::move(user); }
-  // Before a gVisor checkpoint (runsc 20221219 cannot save a TCP socket that
-  // is connected, or one an epoll set waits on, i.e. any open one): closes
-  // the listener, then looks at the guest's TCP sockets (/proc/net/tcp and
-  // tcp6). None: "airlock-agent: quiesced" on the console, and the listener
-  // stays closed until Unquiesce(). Some (a client still connected, a
-  // process's own socket): listens again and prints "airlock-agent:
-  // quiesce refused: N TCP sockets open (local ports ...)". SIGUSR1 under
-  // gVisor (main.cc); docs/runtime-gvisor.md "Snapshots".
-  void Quiesce();
-  // Listens again (after the checkpoint, or in a restored copy):
-  // "airlock-agent: listening". SIGUSR2.
-  void Unquiesce();
   // The cwd of a process started without one ("" = the user's home).
   const std::string& default_workdir() const { return default_workdir_; }
 

@@ -7,9 +7,6 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
-#include <csignal>
-#include <functional>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -105,20 +102,6 @@ int main(int argc, char** argv) {
       // the host's, per read: there is no console to seed over.
       if (pid1 && !boot_config) {
         if (airlock::Status st = seeder.Start(kSeedConsole); !st.ok()) LogError("%s", st.ToString().c_str());
-      }
-      // Under gVisor: the checkpoint handshake (Agent::Quiesce).
-      boost::asio::signal_set checkpoint_signals(io);
-      if (boot_config) {
-        checkpoint_signals.add(SIGUSR1);
-        checkpoint_signals.add(SIGUSR2);
-        std::function<void(const boost::system::error_code&, int)> on_signal;
-        on_signal = [&](const boost::system::error_code& ec, int sig) {
-          if (ec) return;
-          if (sig == SIGUSR1) agent.Quiesce();
-          else agent.Unquiesce();
-          checkpoint_signals.async_wait(on_signal);
-        };
-        checkpoint_signals.async_wait(on_signal);
       }
       if (pid1 || init) ConsoleLine("airlock-agent: ready");
       else std::fprintf(stderr, "airlock-agent: ready port=%u\n", agent.port());

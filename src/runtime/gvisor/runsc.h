@@ -3,8 +3,7 @@
 // Every call runs in the sandbox's guest netns (GuestLink::kVethNetns): runsc
 // reaches a sandbox over an abstract unix socket, and abstract sockets belong
 // to a network namespace. Calls that start a sandbox (run, restore, and
-// checkpoint --leave-running, which restores) also go through a small
-// wrapper: a private mount namespace in which
+// restore) also go through a small wrapper: a private mount namespace in which
 //   - /proc/sys holds every directory but net/: runsc 20221219 decides it is
 //     in the host's root netns when /proc/sys/net/core/rmem_default exists,
 //     which on kernels >= 5.x (that sysctl became per-netns) is every netns,
@@ -30,22 +29,16 @@ struct RunscConfig {
   std::string platform;  // "ptrace" | "kvm" (platform_probe.h)
 };
 
-// runsc's global flags for every call (they must agree between run,
-// checkpoint and restore).
+// runsc's global flags for every call (runsc keeps none of them in its state).
 std::vector<std::string> RunscGlobalFlags(const RunscConfig& config);
 
 struct RunscStart {
-  std::vector<std::string> args;  // the subcommand and its flags, e.g. {"run", "--bundle", b, "--detach", id}
+  std::vector<std::string> args;  // the subcommand and its flags: {"run", "--bundle", b, "--detach", id}
   std::string guest_netns;        // "/run/netns/alg-<id>"
   std::string tree;               // the template's root tree (read-only source)
   std::string rootfs_mount;       // the bundle's root.path (an empty directory)
   std::string scratch;            // an empty directory for the /proc/sys view
   int output_fd = -1;             // runsc's and the guest's stdout/stderr (the console log)
-  // eth0's address ("169.254.0.21/30") and gateway, put back first: runsc
-  // takes the address off eth0 when it starts a sandbox, and a restore into
-  // the same netns (pause in place, ContinueGuest) finds none to copy.
-  std::string eth0_address;
-  std::string eth0_gateway;
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
 };
 
