@@ -10,7 +10,7 @@ JOBS ?= $(shell nproc)
 # make build BUILD_TYPE=RelWithDebInfo BUILD=build-release
 BUILD_TYPE ?= Test
 
-.PHONY: all setup build image demo test unit-test bench bench-tti bench-egress bench-snapshot bench-density bench-interpreter bench-templates clean format
+.PHONY: all setup build image demo test unit-test bench bench-tti bench-egress bench-snapshot bench-density bench-interpreter bench-templates bench-runtimes clean format
 
 all: build
 
@@ -35,8 +35,8 @@ unit-test: build
 	cd $(BUILD) && ctest --output-on-failure -L unit
 
 # Benchmarks measure optimised code: their own RelWithDebInfo build.
-bench bench-tti bench-egress bench-snapshot bench-density: BUILD = build-release
-bench bench-tti bench-egress bench-snapshot bench-density: BUILD_TYPE = RelWithDebInfo
+bench bench-tti bench-egress bench-snapshot bench-density bench-runtimes: BUILD = build-release
+bench bench-tti bench-egress bench-snapshot bench-density bench-runtimes: BUILD_TYPE = RelWithDebInfo
 
 bench: image
 	$(BUILD)/bench/airlock-bench --state-dir $(STATE_DIR)
@@ -74,3 +74,8 @@ bench-interpreter: image
 bench-templates: image
 	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/templates.mjs $(or $(N),20)
 
+# The runtimes side by side (qemu under TCG here, gVisor on ptrace) through the official SDK:
+# TTI, exec, a CPU loop beside the host's, untar of 10,000 files, host PSS per idle sandbox,
+# pause/resume; N iterations each (N_SLOW, default min(N, 5), for the CPU, untar and pause rows).
+bench-runtimes: image
+	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) N_SLOW=$(N_SLOW) node bench/runtimes.mjs $(or $(N),10)
