@@ -14,6 +14,7 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -103,7 +104,11 @@ void WriteAll(int fd, const char* s) { (void)WriteAllRaw(fd, s, strlen(s)); }
   dup2(in, 0);
   dup2(out, 1);
   dup2(err, 2);
-  if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0) {
+  // gVisor's Sentry (runsc 20221219) refuses ~0U as the last fd (EINVAL)
+  // but takes INT_MAX; the loop of 65,533 close() calls is the last resort
+  // (several seconds under gVisor's ptrace platform, every call trapped).
+  if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0 &&
+      syscall(SYS_close_range, 3U, static_cast<unsigned>(INT_MAX), 0U) != 0) {
     for (int fd = 3; fd < 65536; ++fd) close(fd);
   }
   if (chdir(req.cwd.c_str()) != 0) {
