@@ -33,4 +33,11 @@ std::map<std::string, uint64_t, std::less<>> ReadSmapsRollupKib(pid_t pid) {
   return ParseProcKib(ss.str());
 }
 
+std::string KernelBootId() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(f, id);
+  return id;
+}
+
 }  // namespace airlock

@@ -20,4 +20,8 @@ std::map<std::string, uint64_t, std::less<>> ParseProcKib(std::string_view text)
 // "Pss_Shmem", "Private_Dirty", ...); empty when the process is gone.
 std::map<std::string, uint64_t, std::less<>> ReadSmapsRollupKib(pid_t pid);
 
+// This boot's id (/proc/sys/kernel/random/boot_id, without the newline): what
+// host probes cached on disk are keyed by, so a reboot probes again.
+std::string KernelBootId();
+
 }  // namespace airlock

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "common/status.h"
 
@@ -235,16 +236,18 @@ class Runtime {
   }
 };
 
-// The store of runtimes that cannot snapshot: every operation is Unimplemented.
+// The store of runtimes that cannot snapshot: every operation is Unimplemented
+// with `why` (a runtime that knows its reason says it).
 class NoSnapshotStore final : public SnapshotStore {
  public:
-  StatusOr<SnapshotShape> Read(const std::string&) const override { return Unimplemented(kWhy); }
-  Status Delete(const std::string&) const override { return Unimplemented(kWhy); }
-  Status DropMemory(const std::string&) const override { return Unimplemented(kWhy); }
-  StatusOr<std::string> ImageStamp(const std::string&) const override { return Unimplemented(kWhy); }
+  explicit NoSnapshotStore(std::string why = "this runtime has no snapshots") : why_(std::move(why)) {}
+  StatusOr<SnapshotShape> Read(const std::string&) const override { return Unimplemented(why_); }
+  Status Delete(const std::string&) const override { return Unimplemented(why_); }
+  Status DropMemory(const std::string&) const override { return Unimplemented(why_); }
+  StatusOr<std::string> ImageStamp(const std::string&) const override { return Unimplemented(why_); }
 
  private:
-  static constexpr char kWhy[] = "this runtime has no snapshots";
+  std::string why_;
 };
 
 inline const SnapshotStore& Runtime::snapshots() const {

@@ -108,15 +108,6 @@ std::string NewContainerId(const std::string& sandbox_id) {
   return "al-" + sandbox_id + "-" + HexEncode(b, sizeof b);
 }
 
-// Every operation answers why there are none.
-class GvisorSnapshotStore final : public SnapshotStore {
- public:
-  StatusOr<SnapshotShape> Read(const std::string&) const override { return Unimplemented(kNoCheckpoint); }
-  Status Delete(const std::string&) const override { return Unimplemented(kNoCheckpoint); }
-  Status DropMemory(const std::string&) const override { return Unimplemented(kNoCheckpoint); }
-  StatusOr<std::string> ImageStamp(const std::string&) const override { return Unimplemented(kNoCheckpoint); }
-};
-
 class GvisorRuntime;
 
 class GvisorInstance final : public VmInstance {
@@ -187,7 +178,7 @@ class GvisorRuntime final : public Runtime {
   RuntimeOptions options_;
   RunscConfig runsc_;
   PlatformDecision platform_;
-  GvisorSnapshotStore store_;
+  NoSnapshotStore store_{kNoCheckpoint};  // every operation answers why there are none
 };
 
 Status GvisorRuntime::RunContainer(const std::string& run_dir, const InstanceState& s) const {

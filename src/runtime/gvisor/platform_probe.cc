@@ -9,19 +9,13 @@
 
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/proc_fields.h"
 #include "common/subprocess.h"
 
 namespace airlock::gvisor {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string BootId() {
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(f, id);
-  return id;
-}
 
 // Seconds `runsc do /bin/true` took on `platform`, or -1 with `why`.
 double TimeTrue(const std::string& runsc, const std::string& platform, const std::string& scratch,
@@ -72,7 +66,7 @@ PlatformDecision ProbePlatform(const std::string& runsc, const std::string& scra
 
 PlatformDecision ProbePlatformCached(const std::string& runsc, const std::string& state_dir) {
   const std::string path = state_dir + "/gvisor-platform";
-  const std::string boot = BootId();
+  const std::string boot = KernelBootId();
   {
     std::ifstream f(path);
     std::string name, reason, cached_boot;

@@ -12,6 +12,7 @@
 #include "common/fd.h"
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/proc_fields.h"
 
 namespace airlock::qemu {
 namespace {
@@ -19,12 +20,6 @@ namespace {
 std::string ReadFile(const std::string& path) {
   std::ifstream f(path);
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
-std::string BootId() {
-  std::string s = ReadFile("/proc/sys/kernel/random/boot_id");
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
 }
 
 bool HasCpuFlag(const std::string& cpuinfo, const std::string& flag) {
@@ -89,7 +84,7 @@ AccelDecision ProbeAccel(const AccelHost& host) {
 
 AccelDecision ProbeAccelCached(const std::string& state_dir, const AccelHost& host) {
   const std::string path = state_dir + "/accel";
-  const std::string boot = BootId();
+  const std::string boot = KernelBootId();
   {
     std::ifstream f(path);
     std::string name, reason, cached_boot;
