@@ -75,14 +75,28 @@ struct TestVm {
 // the cases that keep them intact. Torn down after the suite.
 struct Shared {
   test_util::ScopedDir dir;
-  std::unique_ptr<net::AddressPool> pool;
   std::unique_ptr<Runtime> runtime;
   std::string open_error;  // non-empty: every case skips with it
   std::unique_ptr<TestVm> vm;
   std::string checkpoint;  // a keep_running snapshot of vm (file x written before it)
   VmSnapshotInfo checkpoint_info;
+};
+
+// One address pool and one id sequence for every runtime: the runtimes' VMs
+// live side by side (each keeps its shared VM up for the whole suite), so
+// their sandbox ids (netns names) and addresses must never meet.
+struct Networks {
+  test_util::ScopedDir dir{test_util::MakeTempDir("airlock-conformance-net")};
+  StatusOr<net::AddressPool> pool = net::AddressPool::Create(dir.path + "/leases", [] {
+    const char* cidr = std::getenv("AIRLOCK_CONFORMANCE_TEST_CIDR");
+    return std::string(cidr ? cidr : "198.19.233.0/24");
+  }());
   int next_id = 0;
 };
+Networks& TheNetworks() {
+  static Networks n;  // its temp dir goes at exit
+  return n;
+}
 
 std::map<std::string, std::unique_ptr<Shared>>& AllShared() {
   static auto* all = new std::map<std::string, std::unique_ptr<Shared>>();
@@ -116,9 +130,7 @@ class RuntimeConformance : public ::testing::TestWithParam<std::string> {
     if (!slot) {
       slot = std::make_unique<Shared>();
       slot->dir.path = test_util::MakeTempDir("airlock-conformance");
-      const char* cidr = std::getenv("AIRLOCK_CONFORMANCE_TEST_CIDR");
-      auto pool = net::AddressPool::Create(slot->dir.path + "/leases", cidr ? cidr : "198.19.233.0/24");
-      if (pool.ok()) slot->pool = std::make_unique<net::AddressPool>(std::move(*pool));
+      const auto& pool = TheNetworks().pool;
       RuntimeOptions o;
       o.state_dir = slot->dir.path + "/state";
       fs::create_directories(o.state_dir + "/run");
@@ -145,11 +157,11 @@ class RuntimeConformance : public ::testing::TestWithParam<std::string> {
 
   // A fresh sandbox id ("cf<n>-<pid>"), its network, and a request for it.
   StatusOr<std::unique_ptr<TestVm>> NewSlot(VmStartRequest* req) {
-    const std::string id = "cf" + std::to_string(shared_->next_id++) + "-" + std::to_string(::getpid());
+    const std::string id = "cf" + std::to_string(TheNetworks().next_id++) + "-" + std::to_string(::getpid());
     auto t = std::make_unique<TestVm>();
     net::NetworkOptions no;
     no.guest_link = runtime().guest_link();
-    ASSIGN_OR_RETURN(t->network, net::SandboxNetwork::Create(id, *shared_->pool, no));
+    ASSIGN_OR_RETURN(t->network, net::SandboxNetwork::Create(id, *TheNetworks().pool, no));
     std::error_code ec;
     fs::create_directories(shared_->dir.path + "/state/run/" + id, ec);
     t->run_dir = shared_->dir.path + "/state/run/" + id + "/vm";
