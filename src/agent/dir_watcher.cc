@@ -1,5 +1,7 @@
 #include "agent/dir_watcher.h"
 
+#include <fcntl.h>
+
 #include <dirent.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
@@ -118,7 +120,15 @@ Status DirWatcher::AddTree(const std::string& top, bool synthesize) {
     }
     std::string abs = Absolute(rel);
     uint32_t mask = kEventMask | IN_ONLYDIR | (rel == "." ? 0 : IN_DONT_FOLLOW);
-    int wd = inotify_add_watch(sd_.native_handle(), abs.c_str(), mask);
+    // inotify_add_watch needs read access to the directory (inotify(7)).
+    // Linux checks it; gVisor's Sentry does not, so the agent opens the
+    // directory first, with the requesting user's credentials as the watch.
+    int wd = -1;
+    int probe = ::open(abs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | (rel == "." ? 0 : O_NOFOLLOW));
+    if (probe >= 0) {
+      ::close(probe);
+      wd = inotify_add_watch(sd_.native_handle(), abs.c_str(), mask);
+    }
     if (wd < 0) {
       int err = errno;
       if (err == ENOSPC) {

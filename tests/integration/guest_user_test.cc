@@ -59,7 +59,11 @@ TEST(GuestUserTest, FilesApiActsAsTheRequestingUser) {
   EXPECT_EQ(ReadFileOrDie(local + "/shadow-root").rfind("root:", 0), 0u);
 
   // Writing through symlinks the user made into /etc: refused, /etc unchanged.
-  std::string etc_before = Sh(agent, "ls -la --time-style=full-iso /etc | sha256sum; sha256sum /etc/passwd");
+  // /etc's entries and its own mtime (a file made and removed there moves it);
+  // not "..", which gVisor's overlay changes when a write elsewhere copies a
+  // directory of / up.
+  const std::string kEtc = "ls -la --time-style=full-iso /etc | grep -v ' [.][.]$'; sha256sum /etc/passwd";
+  std::string etc_before = Sh(agent, kEtc);
   Sh(agent, "ln -s /etc ~/etc-link && ln -s /etc/passwd ~/pw-link", "user");
   std::ofstream(local + "/evil") << "evil:x:0:0::/root:/bin/bash\n";
   Status via_dir = agent.UploadFile(local + "/evil", "/home/user/etc-link/airlock-evil", "user");
@@ -74,7 +78,7 @@ TEST(GuestUserTest, FilesApiActsAsTheRequestingUser) {
   EXPECT_EQ(rm.status().code(), StatusCode::kPermissionDenied) << rm.status().ToString();
   auto stat_root = agent.Stat("/root/.bashrc", "user");
   EXPECT_EQ(stat_root.status().code(), StatusCode::kPermissionDenied) << stat_root.status().ToString();
-  EXPECT_EQ(Sh(agent, "ls -la --time-style=full-iso /etc | sha256sum; sha256sum /etc/passwd"), etc_before);
+  EXPECT_EQ(Sh(agent, kEtc), etc_before);
 
   // Writing into /home/user creates files (and parents) owned by uid 1000.
   std::ofstream(local + "/mine") << "mine";
@@ -91,6 +95,10 @@ TEST(GuestUserTest, FilesApiActsAsTheRequestingUser) {
 
 TEST(GuestUserTest, ForkBombStaysInItsCgroupAndIsKilled) {
   AIRLOCK_REQUIRE_VM();
+  if (RuntimeName() == "gvisor")
+    GTEST_SKIP() << "the agent's per-command cgroups need cgroup v2, which gVisor's guest has not: a fork bomb "
+                    "there fills the sandbox's host pids limit and ends the sandbox, the host untouched "
+                    "(docs/runtime-gvisor.md \"Limits\")";
   auto m = OpenManager();
   ASSERT_TRUE(m);
   auto sb = m->Create({});

@@ -103,6 +103,8 @@ TEST(LifecycleTest, SendSignalKillsTheProcessTree) {
 
 TEST(LifecycleTest, GuestThatNeverBecomesReadyIsCleanedUp) {
   AIRLOCK_REQUIRE_VM();
+  if (RuntimeName() == "gvisor")
+    GTEST_SKIP() << "a gVisor sandbox's agent is up when runsc run returns: no boot slow enough to time out";
   SandboxResources own;
   HostResources before = own.Snapshot();
   const size_t before_ids = own.ids().size();

@@ -21,12 +21,12 @@ struct BundleSpec {
 };
 
 // What the host's memory cgroup allows beyond the guest's memory: the
-// Sentry's and gofer's own Go heaps and stacks (measured ~60 MiB idle on
-// runsc 20221219 with ptrace; bench/runtimes.mjs prints host memory per
+// Sentry's and gofer's own Go heaps and stacks (measured ~60 MiB idle with
+// runsc 20221219 and ptrace; bench/runtimes.mjs prints host memory per
 // sandbox).
 inline constexpr int kSentryOverheadMib = 128;
-// Host tasks of one sandbox (with ptrace: a stub process per guest address
-// space and a thread per guest thread) before fork() fails in the guest.
+// Host tasks of one sandbox (systrap and ptrace: a stub process per guest
+// address space, threads for guest threads) before fork() fails in the guest.
 inline constexpr int kPidsLimit = 4096;
 
 // config.json's text.

@@ -41,7 +41,7 @@ std::vector<DoctorCheck> GvisorDoctorChecks(const std::string& state_dir) {
       d = ProbePlatformCached(*runsc, state_dir);
     }
     DoctorCheck c{"gvisor platform", true, d.platform + ": " + d.reason,
-                  d.platform == "ptrace" ? "for --platform=kvm: a CPU with vmx/svm and a /dev/kvm that runs guests" : ""};
+                  d.platform != "kvm" ? "for --platform=kvm: a CPU with vmx/svm and a /dev/kvm that runs guests" : ""};
     out.push_back(c);
   }
   {

@@ -291,7 +291,10 @@ StatusOr<std::unique_ptr<Runtime>> NewGvisorRuntime(const RuntimeOptions& option
   if (::geteuid() != 0) return FailedPrecondition("the gvisor runtime needs root (runsc creates namespaces and cgroups)");
   RunscConfig c;
   c.binary = *runsc;
-  c.root = options.state_dir + "/run/runsc";
+  // runsc's own state (its --root), beside run/ and not in it: every
+  // directory in run/ is a sandbox's, and a starting daemon cleans up those
+  // it does not know (manager.cc), which would take runsc's state with them.
+  c.root = options.state_dir + "/runsc";
   std::error_code ec;
   fs::create_directories(c.root, ec);
   if (ec) return Internal("create " + c.root + ": " + ec.message());
