@@ -96,6 +96,11 @@ Status MountFilesystems() {
   symlink("/proc/self/fd/2", "/dev/stderr");
   struct stat st;
   if (stat("/dev/ptmx", &st) != 0) symlink("pts/ptmx", "/dev/ptmx");
+  // No console device (gVisor: runsc gives PID 1 its stdio instead): the
+  // console is PID 1's stderr, which runsc writes to the host's console
+  // log, so a service's console line (the interpreter's "ready") reaches
+  // the host as in a microVM.
+  if (lstat("/dev/console", &st) != 0 && errno == ENOENT) symlink("/proc/1/fd/2", "/dev/console");
   return first;
 }
 
@@ -210,7 +215,9 @@ void RunPid1Setup(const std::optional<std::string>& boot_config) {
 
 void ConsoleLine(const std::string& line) {
   std::string l = line + "\n";
-  int fd = open("/dev/console", O_WRONLY | O_NOCTTY | O_CLOEXEC);
+  // O_APPEND: under gVisor /dev/console is a bind mount of the host's
+  // console log, which a write at offset 0 would overwrite.
+  int fd = open("/dev/console", O_WRONLY | O_NOCTTY | O_CLOEXEC | O_APPEND);
   if (fd >= 0) {
     (void)!write(fd, l.data(), l.size());
     close(fd);
