@@ -1,5 +1,6 @@
 // The two runtimes side by side (qemu: a microVM, TCG on a host without
-// KVM; gvisor: runsc, platform ptrace), through the official e2b SDK
+// KVM; gvisor: runsc on the platform its probe picked, read from
+// <state>/gvisor-platform), through the official e2b SDK
 // (2.51.0, unmodified), all in one run on one daemon (default runtime qemu;
 // the template name picks the runtime: 'base' runs on qemu, 'base-gvisor'
 // on gVisor). Every loop interleaves the runtimes, the first of each
@@ -9,7 +10,7 @@
 //   - host memory of that sandbox idle: after the command, 2 s idle, the PSS
 //     (/proc/PID/smaps_rollup) of its host processes: the VMM (the
 //     registry's vmm_pid) for qemu; runsc-sandbox + runsc-gofer (the run
-//     dir's runsc.json) for gvisor, and apart, the sandbox's ptrace stub
+//     dir's runsc.json) for gvisor, and apart, the sandbox's stub
 //     processes. One sandbox is alive at a time, so no other sandbox shares
 //     its pages;
 //   - in one running sandbox per runtime: the exec round trip of `true`;
@@ -68,7 +69,7 @@ const descendants = (root) => {
   return out
 }
 // { main: KiB the brief's processes hold, extra: KiB of the gVisor sandbox's
-// child (ptrace stub) processes, pids }.
+// child (systrap or ptrace stub) processes, pids }.
 function sandboxPss(runtime, id) {
   const runDir = join(STATE_DIR, 'run', id)
   if (runtime === 'gvisor') {
@@ -229,7 +230,7 @@ row(`CPU loop, wall ms incl. exec, p50 (n=${N_SLOW})`, p50(q.cpuWall), p50(g.cpu
 row(`untar ${FILES} files, in-guest ms, p50 (n=${N_SLOW})`, p50(q.tarIn), p50(g.tarIn))
 row(`untar ${FILES} files, wall ms incl. exec, p50 (n=${N_SLOW})`, p50(q.tarWall), p50(g.tarWall))
 row(`host PSS per idle sandbox, MiB, p50 (n=${N})`, p50(q.mem), p50(g.mem))
-row(`  the same, gvisor with its ${g.stubs} ptrace stub processes`, p50(q.memStubs), p50(g.memStubs))
+row(`  the same, gvisor with its ${g.stubs} stub processes`, p50(q.memStubs), p50(g.memStubs))
 // An error's first two clauses ("501: pause is not supported by ..."); the whole text under the table.
 const unsupported = (e) => `unsupported (${short(e.split(': ').slice(0, 2).join(': '), 70)})`
 row(`pause(), p50 ms (n=${q.pause.length})`, q.pauseError ? unsupported(q.pauseError) : p50(q.pause),
@@ -237,7 +238,10 @@ row(`pause(), p50 ms (n=${q.pause.length})`, q.pauseError ? unsupported(q.pauseE
 row(`resume: Sandbox.connect(), p50 ms (n=${q.resume.length})`, q.pauseError ? 'unsupported' : p50(q.resume),
   g.pauseError ? 'unsupported' : p50(g.resume))
 
-const head = ['metric', 'qemu (TCG)', 'gvisor (ptrace)', 'native', 'qemu/gvisor']
+// The platform the daemon's gVisor runtime probed and cached (first line).
+let platform = '?'
+try { platform = readFileSync(join(STATE_DIR, 'gvisor-platform'), 'utf8').split('\n')[0] } catch {}
+const head = ['metric', 'qemu (TCG)', `gvisor (${platform})`, 'native', 'qemu/gvisor']
 const w = head.map((h, c) => Math.max(h.length, ...rows.map((r) => String(r[c]).length)))
 const line = (cells) => `| ${cells.map((x, c) => (c ? String(x).padStart(w[c]) : String(x).padEnd(w[c]))).join(' | ')} |`
 console.log(`\n${line(head)}\n|${w.map((n, c) => (c ? '-'.repeat(n + 1) + ':' : '-'.repeat(n + 2))).join('|')}|`)

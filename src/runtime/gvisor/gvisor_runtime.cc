@@ -37,10 +37,9 @@ constexpr size_t kConsoleSearched = 256 * 1024;
 
 // Why there are no gVisor snapshots (docs/runtime-gvisor.md "Snapshots").
 constexpr char kNoCheckpoint[] =
-    "the gvisor runtime cannot snapshot with Debian's runsc 20221219: its checkpoint refuses every TCP socket that is "
-    "connected or that an epoll set waits on (the agent's own listener among them), a refused checkpoint ends the "
-    "sandbox, and a restored guest faulted on its first signal in our tests; pause, fork, checkpoints and template "
-    "snapshots need the microVM runtime (qemu)";
+    "the gvisor runtime has no snapshots yet: runsc 0.0~20240729 can checkpoint and restore a sandbox, but airlock's "
+    "snapshot path for it is not built (bookworm's 20221219 could not: docs/runtime-gvisor.md \"Snapshots\"); "
+    "pause, fork, checkpoints and template snapshots need the microVM runtime (qemu)";
 
 // What one sandbox's run_dir records (kStateFile).
 struct InstanceState {
