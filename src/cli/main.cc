@@ -25,7 +25,9 @@
 #include "cli/run_via_daemon.h"
 #include "cli/termination_watcher.h"
 #include "common/log.h"
+#include "common/subprocess.h"
 #include "image/image.h"
+#include "runtime/gvisor/rootfs_tree.h"
 #include "runtime/registry.h"
 #include "server/server.h"
 
@@ -148,6 +150,21 @@ int CmdImage(const std::string& state_dir, const std::vector<std::string>& args)
     std::printf("image %s (%s) ready in %.1fs\n  kernel  %s (%s)\n  initrd  %s\n  rootfs  %s\n", img->id.c_str(),
                 img->template_name.c_str(), s, img->kernel.c_str(), img->kernel_release.c_str(), img->initrd.c_str(),
                 img->rootfs.c_str());
+    // The gVisor runtime's root tree of this image, made here once rather
+    // than by the first gVisor start (40-100 s; docs/runtime-gvisor.md "Root
+    // filesystem"). Only where that runtime can run; a failure is a warning,
+    // since the microVM runtime does not need the tree and a start retries.
+    if (FindExecutable("runsc").ok() && FindExecutable("fuse2fs").ok()) {
+      auto t1 = std::chrono::steady_clock::now();
+      auto tree = gvisor::EnsureRootTree(img->rootfs);
+      if (tree.ok()) {
+        std::printf("  gvisor  %s (%.1fs)\n", tree->c_str(),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+      } else {
+        std::fprintf(stderr, "airlock image build: %s: gVisor root tree not made (a gVisor start retries): %s\n",
+                     name.c_str(), tree.status().message().c_str());
+      }
+    }
   }
   if (no_snapshot) return 0;
   return SnapshotTemplates(state_dir, templates, FindAgentBinary(agent));
