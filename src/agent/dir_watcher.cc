@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "agent/fs_util.h"
+#include "common/fd.h"
 #include "agent/log.h"
 
 namespace airlock::agent {
@@ -122,13 +123,10 @@ Status DirWatcher::AddTree(const std::string& top, bool synthesize) {
     uint32_t mask = kEventMask | IN_ONLYDIR | (rel == "." ? 0 : IN_DONT_FOLLOW);
     // inotify_add_watch needs read access to the directory (inotify(7)).
     // Linux checks it; gVisor's Sentry does not, so the agent opens the
-    // directory first, with the requesting user's credentials as the watch.
-    int wd = -1;
-    int probe = ::open(abs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | (rel == "." ? 0 : O_NOFOLLOW));
-    if (probe >= 0) {
-      ::close(probe);
-      wd = inotify_add_watch(sd_.native_handle(), abs.c_str(), mask);
-    }
+    // directory first, with the requesting user's credentials as the watch;
+    // a recursive watch then reads its entries from this same open.
+    UniqueFd dir(::open(abs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | (rel == "." ? 0 : O_NOFOLLOW)));
+    int wd = dir ? inotify_add_watch(sd_.native_handle(), abs.c_str(), mask) : -1;
     if (wd < 0) {
       int err = errno;
       if (err == ENOSPC) {
@@ -149,8 +147,9 @@ Status DirWatcher::AddTree(const std::string& top, bool synthesize) {
     ++budget_->used;
     if (synthesize) scanned_[wd];
     if (!options_.recursive) continue;  // the root alone: nothing to read
-    DIR* d = opendir(abs.c_str());
+    DIR* d = fdopendir(dir.get());
     if (!d) continue;
+    (void)dir.Release();  // closedir closes it
     std::vector<std::pair<std::string, bool>> entries;
     while (dirent* ent = readdir(d)) {
       std::string n = ent->d_name;

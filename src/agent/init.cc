@@ -215,8 +215,9 @@ void RunPid1Setup(const std::optional<std::string>& boot_config) {
 
 void ConsoleLine(const std::string& line) {
   std::string l = line + "\n";
-  // O_APPEND: under gVisor /dev/console is a bind mount of the host's
-  // console log, which a write at offset 0 would overwrite.
+  // O_APPEND: under gVisor /dev/console links to PID 1's stderr, the host's
+  // console log (MountFilesystems), and a fresh open of it without O_APPEND
+  // would write at offset 0, over what is there.
   int fd = open("/dev/console", O_WRONLY | O_NOCTTY | O_CLOEXEC | O_APPEND);
   if (fd >= 0) {
     (void)!write(fd, l.data(), l.size());

@@ -92,12 +92,12 @@ PlatformDecision ProbePlatformCached(const std::string& runsc, const std::string
   // Valid for one boot of the host and one runsc binary (its size and mtime).
   std::error_code sec;
   const auto mtime = std::filesystem::last_write_time(runsc, sec).time_since_epoch().count();
-  const std::string boot = KernelBootId() + " " + runsc + ":" + std::to_string(std::filesystem::file_size(runsc, sec)) +
-                           ":" + std::to_string(mtime);
+  const std::string key = KernelBootId() + " " + runsc + ":" + std::to_string(std::filesystem::file_size(runsc, sec)) +
+                          ":" + std::to_string(mtime);
   {
     std::ifstream f(path);
-    std::string name, reason, cached_boot;
-    if (f && std::getline(f, name) && std::getline(f, reason) && std::getline(f, cached_boot) && cached_boot == boot &&
+    std::string name, reason, cached_key;
+    if (f && std::getline(f, name) && std::getline(f, reason) && std::getline(f, cached_key) && cached_key == key &&
         (name == "kvm" || name == "ptrace" || name == "systrap")) {
       return {name, reason};
     }
@@ -106,7 +106,7 @@ PlatformDecision ProbePlatformCached(const std::string& runsc, const std::string
   // Scratch beside run/, never in it (every directory there is a sandbox's).
   std::filesystem::create_directories(state_dir + "/runsc", ec);
   PlatformDecision d = ProbePlatform(runsc, state_dir + "/runsc");
-  if (Status st = WriteFileAtomic(path, d.platform + "\n" + d.reason + "\n" + boot + "\n", 0644); !st.ok())
+  if (Status st = WriteFileAtomic(path, d.platform + "\n" + d.reason + "\n" + key + "\n", 0644); !st.ok())
     LOG_DEBUG("gvisor platform cache not written: {}", st.ToString());
   return d;
 }
