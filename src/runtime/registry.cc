@@ -1,7 +1,10 @@
 #include "runtime/registry.h"
 
+#include <sys/stat.h>
+
 #include "runtime/gvisor/doctor.h"
 #include "runtime/gvisor/gvisor_runtime.h"
+#include "runtime/gvisor/snapshot.h"
 #include "runtime/qemu/doctor.h"
 #include "runtime/qemu/qemu_runtime.h"
 
@@ -29,8 +32,10 @@ StatusOr<std::unique_ptr<Runtime>> OpenRuntime(std::string_view name, const Runt
 }
 
 std::string RuntimeOfSnapshot(const std::string& dir) {
-  // Only qemu writes snapshots today (gVisor's cannot: runtime/gvisor/).
-  (void)dir;
+  // gVisor's commit record names it (runtime/gvisor/snapshot.h); every
+  // other snapshot directory is qemu's (its format predates the others).
+  struct stat st;
+  if (::stat((dir + "/" + gvisor::kSnapshotRecord).c_str(), &st) == 0) return gvisor::kRuntimeName;
   return kDefaultRuntime;
 }
 

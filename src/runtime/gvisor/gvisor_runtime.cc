@@ -23,6 +23,7 @@
 #include "runtime/gvisor/platform_probe.h"
 #include "runtime/gvisor/rootfs_tree.h"
 #include "runtime/gvisor/runsc.h"
+#include "runtime/gvisor/snapshot.h"
 
 namespace airlock::gvisor {
 namespace {
@@ -34,12 +35,6 @@ using namespace std::chrono_literals;
 constexpr char kStateFile[] = "runsc.json";  // in run_dir: what Adopt needs
 constexpr char kConsoleFile[] = "console.log";
 constexpr size_t kConsoleSearched = 256 * 1024;
-
-// Why there are no gVisor snapshots (docs/runtime-gvisor.md "Snapshots").
-constexpr char kNoCheckpoint[] =
-    "the gvisor runtime has no snapshots yet: runsc 0.0~20240729 can checkpoint and restore a sandbox, but airlock's "
-    "snapshot path for it is not built (bookworm's 20221219 could not: docs/runtime-gvisor.md \"Snapshots\"); "
-    "pause, fork, checkpoints and template snapshots need the microVM runtime (qemu)";
 
 // What one sandbox's run_dir records (kStateFile).
 struct InstanceState {
@@ -101,6 +96,26 @@ std::string ReadTail(const std::string& path, size_t max) {
   return out;
 }
 
+uint64_t MsSince(Clock::time_point t0) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+}
+
+// The last line of runsc's stderr that says why (its errors end with the
+// cause; a Go panic's reason is the line naming it), at most 1 KiB.
+std::string RunscReason(const std::string& err) {
+  std::string said = err;
+  for (const char* why : {"save rejected", "checkpoint failed", "restore failed", "panic:"}) {
+    if (size_t at = said.find(why); at != std::string::npos) {
+      said = said.substr(at, said.find('\n', at) - at);
+      break;
+    }
+  }
+  while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+  if (size_t nl = said.rfind('\n'); nl != std::string::npos) said = said.substr(nl + 1);
+  if (said.size() > 1024) said = said.substr(0, 1024) + "...";
+  return said;
+}
+
 std::string NewContainerId(const std::string& sandbox_id) {
   unsigned char b[4];
   if (::getrandom(b, sizeof b, 0) != static_cast<ssize_t>(sizeof b)) std::fill(std::begin(b), std::end(b), 0);
@@ -126,10 +141,8 @@ class GvisorInstance final : public VmInstance {
     released_ = true;
     return s_.sandbox_pid;
   }
-  StatusOr<VmSnapshotInfo> SaveSnapshot(const std::string& dir, bool keep_running, SnapshotMemory memory) override {
-    (void)dir, (void)keep_running, (void)memory;
-    return Unimplemented(kNoCheckpoint);
-  }
+  StatusOr<VmSnapshotInfo> SaveSnapshot(const std::string& dir, bool keep_running, SnapshotMemory memory) override;
+  Status ContinueGuest() override;
 
   std::string console() const { return run_dir_ + "/" + kConsoleFile; }
   Status RecordPids();
@@ -140,6 +153,7 @@ class GvisorInstance final : public VmInstance {
   InstanceState s_;
   bool destroyed_ = false;
   bool released_ = false;
+  bool paused_ = false;  // by SaveSnapshot(keep_running=false): runsc pause, until ContinueGuest
 };
 
 class GvisorRuntime final : public Runtime {
@@ -152,9 +166,11 @@ class GvisorRuntime final : public Runtime {
   GuestLink guest_link() const override { return GuestLink::kVethNetns; }
   const SnapshotStore& snapshots() const override { return store_; }
 
-  StatusOr<std::unique_ptr<VmInstance>> Start(const VmStartRequest& r) override {
-    return Launch(r, r.rootfs);
-  }
+  StatusOr<std::unique_ptr<VmInstance>> Start(const VmStartRequest& r) override { return Launch(r, r.rootfs, ""); }
+
+  StatusOr<std::unique_ptr<VmInstance>> Restore(const VmStartRequest& r, const std::string& dir, SnapshotDisk disk,
+                                                bool memory) override;
+  Status ContinueIfStopped(const std::string& run_dir) override;
 
   StatusOr<std::unique_ptr<VmInstance>> Adopt(const std::string& run_dir, pid_t pid) override {
     ASSIGN_OR_RETURN(InstanceState s, InstanceState::Read(run_dir));
@@ -164,10 +180,17 @@ class GvisorRuntime final : public Runtime {
     return std::unique_ptr<VmInstance>(new GvisorInstance(this, run_dir, s));
   }
 
-  // Starts a container on `rootfs`.
-  StatusOr<std::unique_ptr<VmInstance>> Launch(const VmStartRequest& r, const std::string& rootfs) const;
-  // runsc run of an instance's container in its run_dir (bundle written).
-  Status RunContainer(const std::string& run_dir, const InstanceState& s) const;
+  // Starts a container on `rootfs`: a fresh one, or restored from the
+  // checkpoint in `checkpoint` when not empty.
+  StatusOr<std::unique_ptr<VmInstance>> Launch(const VmStartRequest& r, const std::string& rootfs,
+                                               const std::string& checkpoint) const;
+  // runsc run (or restore of `checkpoint`) of an instance's container in its
+  // run_dir (bundle written).
+  Status RunContainer(const std::string& run_dir, const InstanceState& s, const std::string& checkpoint) const;
+  // runsc pause/resume/state of a container.
+  Status Pause(const InstanceState& s) const;
+  Status Resume(const InstanceState& s) const;
+  StatusOr<std::string> ContainerStatus(const InstanceState& s) const;
   // Force-deletes the container and kills what is left of its processes.
   void Teardown(const InstanceState& s) const;
 
@@ -177,10 +200,11 @@ class GvisorRuntime final : public Runtime {
   RuntimeOptions options_;
   RunscConfig runsc_;
   PlatformDecision platform_;
-  NoSnapshotStore store_{kNoCheckpoint};  // every operation answers why there are none
+  GvisorSnapshotStore store_;
 };
 
-Status GvisorRuntime::RunContainer(const std::string& run_dir, const InstanceState& s) const {
+Status GvisorRuntime::RunContainer(const std::string& run_dir, const InstanceState& s,
+                                   const std::string& checkpoint) const {
   std::error_code ec;
   fs::create_directories(run_dir + "/rootfs", ec);
   fs::create_directories(run_dir + "/procsys", ec);
@@ -193,7 +217,10 @@ Status GvisorRuntime::RunContainer(const std::string& run_dir, const InstanceSta
   call.scratch = run_dir + "/procsys";
   call.output_fd = console.get();
   const std::string bundle = run_dir + "/bundle";
-  call.args = {"run", "--bundle", bundle, "--detach", s.container};
+  if (checkpoint.empty())
+    call.args = {"run", "--bundle", bundle, "--detach", s.container};
+  else
+    call.args = {"restore", "--image-path", checkpoint, "--bundle", bundle, "--detach", s.container};
   return RunscStartCall(runsc_, call);
 }
 
@@ -218,8 +245,8 @@ void GvisorRuntime::Teardown(const InstanceState& s) const {
   }
 }
 
-StatusOr<std::unique_ptr<VmInstance>> GvisorRuntime::Launch(const VmStartRequest& r,
-                                                             const std::string& rootfs) const {
+StatusOr<std::unique_ptr<VmInstance>> GvisorRuntime::Launch(const VmStartRequest& r, const std::string& rootfs,
+                                                             const std::string& checkpoint) const {
   if (r.guest_netns.empty()) {
     return FailedPrecondition("the gvisor runtime needs a guest netns (GuestLink::kVethNetns); the request has none");
   }
@@ -252,7 +279,7 @@ StatusOr<std::unique_ptr<VmInstance>> GvisorRuntime::Launch(const VmStartRequest
     return Status(st.code(), st.message() + (tail.empty() ? "" : "; runsc and guest said:\n" + tail));
   };
   if (Status st = WriteBundle(r.run_dir + "/bundle", b); !st.ok()) return fail(st);
-  if (Status st = RunContainer(r.run_dir, s); !st.ok()) return fail(st);
+  if (Status st = RunContainer(r.run_dir, s, checkpoint); !st.ok()) return fail(st);
   auto inst = std::make_unique<GvisorInstance>(this, r.run_dir, s);
   if (Status st = inst->RecordPids(); !st.ok()) {
     inst->Release();
@@ -278,6 +305,144 @@ Status GvisorInstance::Destroy() {
   destroyed_ = true;
   if (ec) return Internal("remove " + run_dir_ + ": " + ec.message());
   return OkStatus();
+}
+
+Status GvisorRuntime::Pause(const InstanceState& s) const {
+  ASSIGN_OR_RETURN(RunResult r, RunscCall(runsc_, {"pause", s.container}, s.guest_netns, 30s));
+  if (!r.status.success()) return Internal("runsc pause " + s.container + ": " + RunscReason(r.err));
+  return OkStatus();
+}
+
+Status GvisorRuntime::Resume(const InstanceState& s) const {
+  ASSIGN_OR_RETURN(RunResult r, RunscCall(runsc_, {"resume", s.container}, s.guest_netns, 30s));
+  if (!r.status.success()) return Internal("runsc resume " + s.container + ": " + RunscReason(r.err));
+  return OkStatus();
+}
+
+StatusOr<std::string> GvisorRuntime::ContainerStatus(const InstanceState& s) const {
+  ASSIGN_OR_RETURN(RunResult r, RunscCall(runsc_, {"state", s.container}, s.guest_netns, 10s));
+  if (!r.status.success()) return Unavailable("runsc state " + s.container + ": " + RunscReason(r.err));
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("status") || !j["status"].is_string())
+    return Internal("runsc state " + s.container + ": unreadable answer");
+  return j["status"].get<std::string>();
+}
+
+// A snapshot is a checkpoint of a paused sandbox: runsc pause stops every
+// guest task (the Sentry's own kernel.Pause), runsc checkpoint
+// --leave-running writes the Sentry's state and leaves it as it was, paused,
+// under the same pid; then either runsc resume (keep_running) or the guest
+// stays stopped with its Sentry alive, as a stopped QEMU does, until
+// ContinueGuest or Destroy. (Without --leave-running, runsc ends the
+// sandbox, and a daemon killed then would find no process to adopt.)
+StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bool keep_running,
+                                                      SnapshotMemory memory) {
+  (void)memory;  // every restore reads the checkpoint into memory of its own
+  if (released_ || destroyed_) return FailedPrecondition("gvisor sandbox " + s_.container + " is not held");
+  if (dir.empty() || dir[0] != '/') return InvalidArgument("snapshot dir must be absolute: '" + dir + "'");
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) return InvalidArgument("snapshot dir " + dir + " is not empty");
+  fs::create_directories(dir, ec);
+  if (ec) {
+    if (ec == std::errc::no_space_on_device) return ResourceExhausted("create " + dir + ": disk full");
+    return Internal("create " + dir + ": " + ec.message());
+  }
+  const bool was_paused = paused_;
+  auto t0 = Clock::now();
+  // On failure: nothing in `dir`, and a guest that ran runs again.
+  auto undo = [&](Status st) -> Status {
+    fs::remove_all(dir, ec);
+    if (!was_paused && paused_) {
+      if (Status r = rt_->Resume(s_); r.ok())
+        paused_ = false;
+      else
+        LOG_WARN("gvisor sandbox {}: resume after a failed save: {}", s_.container, r.message());
+    }
+    return st;
+  };
+  if (!paused_) {
+    if (Status p = rt_->Pause(s_); !p.ok()) return undo(p);
+    paused_ = true;
+  }
+  auto r = RunscCall(rt_->runsc(), {"checkpoint", "--leave-running", "--image-path", dir, s_.container},
+                     s_.guest_netns, 120s);
+  if (!r.ok()) return undo(r.status().WithContext("runsc checkpoint"));
+  if (!r->status.success()) {
+    std::string said = RunscReason(r->err);
+    UniqueFd out(::open(console().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+    if (out) (void)!::write(out.get(), r->err.data(), std::min<size_t>(r->err.size(), 64 << 10));
+    if (r->err.find("no space left") != std::string::npos)
+      return undo(ResourceExhausted("checkpoint into " + dir + ": disk full"));
+    return undo(Internal("runsc checkpoint of " + s_.container + " failed (" + r->status.ToString() + "): " + said));
+  }
+  // The guest was stopped from the pause to here.
+  const uint64_t stopped_ms = MsSince(t0);
+  if (keep_running) {
+    if (Status c = ContinueGuest(); !c.ok()) {
+      fs::remove_all(dir, ec);
+      return c.WithContext("gvisor: run the guest again after its checkpoint");
+    }
+  }
+  SnapshotRecord rec;
+  rec.vcpus = s_.vcpus;
+  rec.memory_mib = s_.memory_mib;
+  rec.rootfs = s_.rootfs;
+  rec.save_ms = stopped_ms;
+  auto stamp = ImageFileStamp(s_.rootfs);
+  if (!stamp.ok()) return undo(stamp.status().WithContext("stamp of " + s_.rootfs));
+  rec.rootfs_stamp = *stamp;
+  auto committed = CommitSnapshot(dir, rec);
+  if (!committed.ok()) return undo(committed.status());
+  VmSnapshotInfo info;
+  info.memory_bytes = committed->bytes();
+  info.disk_bytes = 0;  // the guest's files are in the memory image
+  info.save_ms = committed->save_ms;
+  return info;
+}
+
+Status GvisorInstance::ContinueGuest() {
+  if (!paused_) return OkStatus();  // never stopped
+  RETURN_IF_ERROR(rt_->Resume(s_).WithContext("continue gvisor sandbox " + s_.container));
+  paused_ = false;
+  return OkStatus();
+}
+
+StatusOr<std::unique_ptr<VmInstance>> GvisorRuntime::Restore(const VmStartRequest& r, const std::string& dir,
+                                                              SnapshotDisk disk, bool memory) {
+  // The files are in the checkpoint: every restore reads its own copy into
+  // its own memory, and the snapshot may go once runsc restore returns.
+  (void)disk;
+  if (!memory) return Unimplemented(kNoDiskOnlySnapshots);
+  ASSIGN_OR_RETURN(SnapshotRecord rec, ReadSnapshotRecord(dir));
+  if (r.vcpus != rec.vcpus || r.memory_mib != rec.memory_mib) {
+    return FailedPrecondition("snapshot " + dir + " is of a " + std::to_string(rec.vcpus) + " vCPU, " +
+                              std::to_string(rec.memory_mib) + " MiB sandbox; asked for " + std::to_string(r.vcpus) +
+                              " vCPU, " + std::to_string(r.memory_mib) + " MiB");
+  }
+  if (!r.rootfs.empty() && r.rootfs != rec.rootfs)
+    return FailedPrecondition("snapshot " + dir + " is of template image " + rec.rootfs + ", not " + r.rootfs);
+  RETURN_IF_ERROR(VerifySnapshotFiles(dir, rec));
+  auto v = Launch(r, rec.rootfs, dir);
+  if (!v.ok()) {
+    // The CRC matched, so a decode error means runsc cannot read what it
+    // wrote (another runsc build, say): the snapshot is lost to this host.
+    const std::string& m = v.status().message();
+    for (const char* sign : {"decod", "unexpected EOF", "checksum", "corrupt", "invalid header"}) {
+      if (m.find(sign) != std::string::npos) return Status(StatusCode::kDataLoss, "restore of " + dir + ": " + m);
+    }
+  }
+  return v;
+}
+
+Status GvisorRuntime::ContinueIfStopped(const std::string& run_dir) {
+  auto s = InstanceState::Read(run_dir);
+  if (!s.ok() || !ProcessAlive(s->sandbox_pid, s->sandbox_ticks)) return OkStatus();  // nothing answers there
+  std::error_code ec;
+  if (!fs::exists(s->guest_netns, ec)) return OkStatus();
+  ASSIGN_OR_RETURN(std::string status, ContainerStatus(*s));
+  if (status != "paused") return OkStatus();
+  LOG_INFO("gvisor sandbox {} was left paused by a save (its daemon died mid-pause): resuming it", s->container);
+  return Resume(*s);
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 // the template's root tree read-only under an in-memory overlay, the agent
 // as its init serving the same envd API on the same port, its netstack on
 // eth0 of the guest netns (GuestLink::kVethNetns), so the sandbox network,
-// egress and audit are a microVM's. No snapshots: SaveSnapshot is
-// Unimplemented with the reason (docs/runtime-gvisor.md "Snapshots").
+// egress and audit are a microVM's. Snapshots are runsc checkpoints of a
+// paused sandbox (snapshot.h; docs/runtime-gvisor.md "Snapshots").
 // Opened through runtime/registry.h (OpenRuntime("gvisor")).
 #pragma once
 
