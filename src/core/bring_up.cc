@@ -144,6 +144,7 @@ VmStartRequest VmStartRequestFor(const std::string& id, const std::string& run_d
   req.netns_fd = network.netns_fd();
   req.tap = network.tap_name();
   req.guest_netns = network.guest_netns_path();  // GuestLink::kVethNetns only
+  req.netns_ip = network.netns_ip();
   req.detach = detach;
   return req;
 }

@@ -45,6 +45,12 @@ struct VmStartRequest {
   // GuestLink::kVethNetns: the path of the guest's own netns
   // ("/run/netns/alg-<id>"), holding eth0 with the guest address.
   std::string guest_netns;
+  // The sandbox netns's address on the host link (net/sandbox_network.h
+  // netns_ip, "198.18.0.1"): the remote address of every host socket that
+  // talks to the guest (the daemon's connections to its agent, the egress
+  // proxy's from it). A runtime whose save cannot keep TCP connections
+  // (gVisor) resets those by it first.
+  std::string netns_ip;
   std::string kernel_cmdline_extra;
   // true: the VMM survives this process (a daemon re-adopts it after a
   // restart); false: it dies with the thread that started it.

@@ -11,7 +11,10 @@
 // checkpoint taken of it) is shared by the cases that leave it running;
 // cases that end a VM boot their own.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -182,6 +185,7 @@ class RuntimeConformance : public ::testing::TestWithParam<std::string> {
     req->netns_fd = t->network->netns_fd();
     req->tap = t->network->tap_name();
     req->guest_netns = t->network->guest_netns_path();
+    req->netns_ip = t->network->netns_ip();
     return t;
   }
 
@@ -583,6 +587,67 @@ TEST_P(RuntimeConformance, PrivateCopyRestoreOutlivesItsSnapshot) {
   EXPECT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_TRUE(store().Read(shared_->dir.path + "/private-again").ok());
   EXPECT_TRUE(store().Delete(shared_->dir.path + "/private-again").ok());
+}
+
+// Pause/resume cycles and forks of forks: a snapshot of a restored guest
+// restores too, with what each generation wrote.
+TEST_P(RuntimeConformance, RestoreOfARestoredGuestsSnapshotRuns) {
+  if (std::string why = NoSnapshotsReason(); !why.empty()) GTEST_SKIP() << why;
+  const std::string dir = Checkpoint();
+  ASSERT_FALSE(dir.empty());
+  std::string from = dir;
+  for (int gen = 1; gen <= 3; ++gen) {
+    auto r = RestoreInto(from, SnapshotDisk::kPrivateCopy);
+    ASSERT_TRUE(r.ok()) << "generation " << gen << ": " << r.status().ToString();
+    EXPECT_EQ(ReadGuestFile(**r, "/home/user/x"), "before-checkpoint") << "generation " << gen;
+    if (gen > 1) EXPECT_EQ(ReadGuestFile(**r, "/home/user/gen"), std::to_string(gen - 1)) << "generation " << gen;
+    ASSERT_TRUE(WriteGuestFile(**r, "/home/user/gen", std::to_string(gen)).ok());
+    const std::string next = shared_->dir.path + "/generation-" + std::to_string(gen);
+    auto saved = (*r)->vm->SaveSnapshot(next, /*keep_running=*/gen % 2 == 0);
+    ASSERT_TRUE(saved.ok()) << "generation " << gen << ": " << saved.status().ToString();
+    if (from != dir) EXPECT_TRUE(store().Delete(from).ok());
+    from = next;
+  }
+  EXPECT_TRUE(store().Delete(from).ok());
+}
+
+// A guest saved while a client held connections to its agent (an idle
+// keep-alive one and one mid-request) runs on, and so do its restores: the
+// connections may be cut (gVisor resets them at a save), the agent may not.
+TEST_P(RuntimeConformance, SaveWithOpenAgentConnectionsLeavesEveryCopyAnswering) {
+  if (std::string why = NoSnapshotsReason(); !why.empty()) GTEST_SKIP() << why;
+  auto t = Boot();
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto open_to_agent = [&](const std::string& send) -> int {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(49983);
+    ::inet_pton(AF_INET, (*t)->ip().c_str(), &sa.sin_addr);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    if (!send.empty()) (void)!::write(fd, send.data(), send.size());
+    return fd;
+  };
+  int idle = open_to_agent("GET /health HTTP/1.1\r\nHost: a\r\n\r\n");  // answered, then kept alive
+  int half = open_to_agent("GET /health HTTP/1.1\r\nHost: a\r\n");     // headers not finished
+  ASSERT_GE(idle, 0);
+  ASSERT_GE(half, 0);
+  std::this_thread::sleep_for(200ms);  // let the agent answer the first and read the second
+  const std::string dir = shared_->dir.path + "/with-connections";
+  auto info = (*t)->vm->SaveSnapshot(dir, /*keep_running=*/true);
+  ::close(idle);
+  ::close(half);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_TRUE(WaitHealthy(**t, 10s).ok()) << "the saved guest stopped answering";
+  auto a = RestoreInto(dir, SnapshotDisk::kShared);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto b = RestoreInto(dir, SnapshotDisk::kShared);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(ReadGuestFile(**b, "/home/user/x"), "<404>");
+  EXPECT_TRUE(store().Delete(dir).ok());
 }
 
 // ---- SnapshotStore ---------------------------------------------------------------

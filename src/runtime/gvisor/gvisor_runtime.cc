@@ -38,13 +38,13 @@ constexpr size_t kConsoleSearched = 256 * 1024;
 
 // What one sandbox's run_dir records (kStateFile).
 struct InstanceState {
-  std::string sandbox_id, container, guest_netns, rootfs, tree;
+  std::string sandbox_id, container, guest_netns, netns_ip, rootfs, tree;
   int vcpus = 1, memory_mib = 512;
   pid_t sandbox_pid = -1, gofer_pid = -1;
   unsigned long long sandbox_ticks = 0, gofer_ticks = 0;
 
   nlohmann::json ToJson() const {
-    return {{"sandbox_id", sandbox_id}, {"container", container},     {"guest_netns", guest_netns},
+    return {{"sandbox_id", sandbox_id}, {"container", container},     {"guest_netns", guest_netns}, {"netns_ip", netns_ip},
             {"rootfs", rootfs},         {"tree", tree},               {"vcpus", vcpus},
             {"memory_mib", memory_mib}, {"sandbox_pid", sandbox_pid}, {"gofer_pid", gofer_pid},
             {"sandbox_ticks", sandbox_ticks}, {"gofer_ticks", gofer_ticks}};
@@ -60,6 +60,7 @@ struct InstanceState {
     s.sandbox_id = j.value("sandbox_id", "");
     s.container = j.value("container", "");
     s.guest_netns = j.value("guest_netns", "");
+    s.netns_ip = j.value("netns_ip", "");
     s.rootfs = j.value("rootfs", "");
     s.tree = j.value("tree", "");
     s.vcpus = j.value("vcpus", 1);
@@ -114,6 +115,22 @@ std::string RunscReason(const std::string& err) {
   if (size_t nl = said.rfind('\n'); nl != std::string::npos) said = said.substr(nl + 1);
   if (said.size() > 1024) said = said.substr(0, 1024) + "...";
   return said;
+}
+
+// runsc's refusal to save a connected TCP endpoint (gVisor's
+// tcp.(*Endpoint).beforeSave): "endpoint cannot be saved in connected state".
+constexpr char kConnectedRefusal[] = "cannot be saved in connected state";
+
+// Resets every TCP connection between this host and the guest behind
+// `netns_ip`: SOCK_DESTROY (ss -K) of each host socket whose remote address
+// it is; the kernel sends the guest a RST for each, and its netstack moves
+// the endpoint to an error state it can save. The host's side sees
+// ECONNABORTED.
+Status ResetGuestConnections(const std::string& netns_ip) {
+  if (netns_ip.empty()) return OkStatus();  // a sandbox started before netns_ip was recorded
+  ASSIGN_OR_RETURN(RunResult r, Run({"ss", "-K", "-t", "-n", "dst", netns_ip}, -1, 1 << 16));
+  if (!r.status.success()) return Internal("ss -K dst " + netns_ip + ": " + r.err.substr(0, 300));
+  return OkStatus();
 }
 
 std::string NewContainerId(const std::string& sandbox_id) {
@@ -261,6 +278,7 @@ StatusOr<std::unique_ptr<VmInstance>> GvisorRuntime::Launch(const VmStartRequest
   s.sandbox_id = r.sandbox_id;
   s.container = NewContainerId(r.sandbox_id);
   s.guest_netns = r.guest_netns;
+  s.netns_ip = r.netns_ip;
   s.rootfs = rootfs;
   s.tree = tree;
   s.vcpus = r.vcpus;
@@ -364,15 +382,40 @@ StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bo
     if (Status p = rt_->Pause(s_); !p.ok()) return undo(p);
     paused_ = true;
   }
-  auto r = RunscCall(rt_->runsc(), {"checkpoint", "--leave-running", "--image-path", dir, s_.container},
-                     s_.guest_netns, 120s);
-  if (!r.ok()) return undo(r.status().WithContext("runsc checkpoint"));
-  if (!r->status.success()) {
+  // netstack saves listening and loopback TCP endpoints but refuses
+  // connected ones (and runsc --net-disconnect-ok, which cuts them inside
+  // the save, left restored copies whose epoll sets kept reporting the cut
+  // sockets after they were closed, or never woke again: tested with
+  // 0.0~20240729). So the connections are reset from the host first, while
+  // the guest is paused; one the netstack completed meanwhile (a SYN the
+  // paused sandbox still answers) is reset at the next try.
+  constexpr int kTries = 4;
+  std::string refusal;
+  for (int attempt = 1;; ++attempt) {
+    if (Status cut = ResetGuestConnections(s_.netns_ip); !cut.ok()) return undo(cut);
+    std::error_code rm;
+    for (const auto& e : fs::directory_iterator(dir, rm)) fs::remove_all(e.path(), rm);  // a refused try's leftovers
+    auto r = RunscCall(rt_->runsc(), {"checkpoint", "--leave-running", "--image-path", dir, s_.container},
+                       s_.guest_netns, 120s);
+    if (!r.ok()) return undo(r.status().WithContext("runsc checkpoint"));
+    if (r->status.success()) break;
     std::string said = RunscReason(r->err);
+    if (r->err.find(kConnectedRefusal) != std::string::npos && attempt < kTries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10 * attempt));  // the RSTs reach the netstack
+      continue;
+    }
     UniqueFd out(::open(console().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
     if (out) (void)!::write(out.get(), r->err.data(), std::min<size_t>(r->err.size(), 64 << 10));
     if (r->err.find("no space left") != std::string::npos)
       return undo(ResourceExhausted("checkpoint into " + dir + ": disk full"));
+    if (r->err.find(kConnectedRefusal) != std::string::npos) {
+      // Not through this host's sockets (a bypass-proxy destination): only
+      // the guest can close it.
+      size_t at = said.find("local ");
+      return undo(FailedPrecondition(
+          "the sandbox holds a TCP connection gVisor cannot save and airlock cannot reset (" +
+          (at == std::string::npos ? said : said.substr(at)) + "): close it and retry"));
+    }
     return undo(Internal("runsc checkpoint of " + s_.container + " failed (" + r->status.ToString() + "): " + said));
   }
   // The guest was stopped from the pause to here.
