@@ -350,4 +350,7 @@ StatusOr<std::vector<std::string>> CleanupLeftovers(const std::string& lease_roo
   return removed;
 }
 
+std::string SandboxNetwork::guest_cidr() { return std::string(kGuestIp) + "/" + std::to_string(kGuestPrefix); }
+std::string SandboxNetwork::gateway_ip() { return kGatewayIp; }
+
 }  // namespace airlock::net

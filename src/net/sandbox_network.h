@@ -73,6 +73,10 @@ class SandboxNetwork {
   const AddressLease& lease() const { return lease_; }
   std::string host_ip() const { return lease_.host_str(); }
   std::string netns_ip() const { return lease_.netns_str(); }
+  // The guest's own address with its prefix ("169.254.0.21/30") and its
+  // gateway ("169.254.0.22"): the same in every sandbox (names.h).
+  static std::string guest_cidr();
+  static std::string gateway_ip();
   // "<netns ip>:49983", reachable from the root namespace.
   std::string agent_endpoint() const;
 

@@ -51,6 +51,12 @@ struct VmStartRequest {
   // proxy's from it). A runtime whose save cannot keep TCP connections
   // (gVisor) resets those by it first.
   std::string netns_ip;
+  // GuestLink::kVethNetns: eth0's address ("169.254.0.21/30") and gateway
+  // in guest_netns. A runtime that takes them off eth0 when it starts a
+  // guest (runsc) puts them back before the next guest starts in that netns
+  // (a rollback restores into the sandbox's own network).
+  std::string guest_cidr;
+  std::string guest_gateway;
   std::string kernel_cmdline_extra;
   // true: the VMM survives this process (a daemon re-adopts it after a
   // restart); false: it dies with the thread that started it.

@@ -186,6 +186,8 @@ class RuntimeConformance : public ::testing::TestWithParam<std::string> {
     req->tap = t->network->tap_name();
     req->guest_netns = t->network->guest_netns_path();
     req->netns_ip = t->network->netns_ip();
+    req->guest_cidr = net::SandboxNetwork::guest_cidr();
+    req->guest_gateway = net::SandboxNetwork::gateway_ip();
     return t;
   }
 

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -38,13 +39,13 @@ constexpr size_t kConsoleSearched = 256 * 1024;
 
 // What one sandbox's run_dir records (kStateFile).
 struct InstanceState {
-  std::string sandbox_id, container, guest_netns, netns_ip, rootfs, tree;
+  std::string sandbox_id, container, guest_netns, netns_ip, guest_cidr, guest_gateway, rootfs, tree;
   int vcpus = 1, memory_mib = 512;
   pid_t sandbox_pid = -1, gofer_pid = -1;
   unsigned long long sandbox_ticks = 0, gofer_ticks = 0;
 
   nlohmann::json ToJson() const {
-    return {{"sandbox_id", sandbox_id}, {"container", container},     {"guest_netns", guest_netns}, {"netns_ip", netns_ip},
+    return {{"sandbox_id", sandbox_id}, {"container", container},     {"guest_netns", guest_netns}, {"netns_ip", netns_ip}, {"guest_cidr", guest_cidr}, {"guest_gateway", guest_gateway},
             {"rootfs", rootfs},         {"tree", tree},               {"vcpus", vcpus},
             {"memory_mib", memory_mib}, {"sandbox_pid", sandbox_pid}, {"gofer_pid", gofer_pid},
             {"sandbox_ticks", sandbox_ticks}, {"gofer_ticks", gofer_ticks}};
@@ -61,6 +62,8 @@ struct InstanceState {
     s.container = j.value("container", "");
     s.guest_netns = j.value("guest_netns", "");
     s.netns_ip = j.value("netns_ip", "");
+    s.guest_cidr = j.value("guest_cidr", "");
+    s.guest_gateway = j.value("guest_gateway", "");
     s.rootfs = j.value("rootfs", "");
     s.tree = j.value("tree", "");
     s.vcpus = j.value("vcpus", 1);
@@ -130,6 +133,9 @@ Status ResetGuestConnections(const std::string& netns_ip) {
   if (netns_ip.empty()) return OkStatus();  // a sandbox started before netns_ip was recorded
   ASSIGN_OR_RETURN(RunResult r, Run({"ss", "-K", "-t", "-n", "dst", netns_ip}, -1, 1 << 16));
   if (!r.status.success()) return Internal("ss -K dst " + netns_ip + ": " + r.err.substr(0, 300));
+  // ss lists what it destroyed, one socket a line after its header.
+  const size_t lines = static_cast<size_t>(std::count(r.out.begin(), r.out.end(), '\n'));
+  LOG_DEBUG("reset {} TCP connection(s) to the guest behind {}", lines > 0 ? lines - 1 : 0, netns_ip);
   return OkStatus();
 }
 
@@ -233,6 +239,8 @@ Status GvisorRuntime::RunContainer(const std::string& run_dir, const InstanceSta
   call.rootfs_mount = run_dir + "/rootfs";
   call.scratch = run_dir + "/procsys";
   call.output_fd = console.get();
+  call.eth0_address = s.guest_cidr;
+  call.eth0_gateway = s.guest_gateway;
   const std::string bundle = run_dir + "/bundle";
   if (checkpoint.empty())
     call.args = {"run", "--bundle", bundle, "--detach", s.container};
@@ -279,6 +287,8 @@ StatusOr<std::unique_ptr<VmInstance>> GvisorRuntime::Launch(const VmStartRequest
   s.container = NewContainerId(r.sandbox_id);
   s.guest_netns = r.guest_netns;
   s.netns_ip = r.netns_ip;
+  s.guest_cidr = r.guest_cidr;
+  s.guest_gateway = r.guest_gateway;
   s.rootfs = rootfs;
   s.tree = tree;
   s.vcpus = r.vcpus;
@@ -366,7 +376,6 @@ StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bo
     return Internal("create " + dir + ": " + ec.message());
   }
   const bool was_paused = paused_;
-  auto t0 = Clock::now();
   // On failure: nothing in `dir`, and a guest that ran runs again.
   auto undo = [&](Status st) -> Status {
     fs::remove_all(dir, ec);
@@ -378,21 +387,27 @@ StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bo
     }
     return st;
   };
-  if (!paused_) {
-    if (Status p = rt_->Pause(s_); !p.ok()) return undo(p);
-    paused_ = true;
-  }
   // netstack saves listening and loopback TCP endpoints but refuses
   // connected ones (and runsc --net-disconnect-ok, which cuts them inside
   // the save, left restored copies whose epoll sets kept reporting the cut
   // sockets after they were closed, or never woke again: tested with
-  // 0.0~20240729). So the connections are reset from the host first, while
-  // the guest is paused; one the netstack completed meanwhile (a SYN the
-  // paused sandbox still answers) is reset at the next try.
+  // 0.0~20240729). So the connections are reset from the host while the
+  // guest runs (a paused sandbox's netstack handles no packets, the RSTs
+  // included), then it is paused and saved; a connection made in between
+  // is refused by the save, and the guest runs again for the next try. A
+  // guest already stopped by an earlier save had its connections reset then.
   constexpr int kTries = 4;
-  std::string refusal;
+  auto t0 = Clock::now();  // when the guest stopped
   for (int attempt = 1;; ++attempt) {
-    if (Status cut = ResetGuestConnections(s_.netns_ip); !cut.ok()) return undo(cut);
+    if (!paused_) {
+      if (Status cut = ResetGuestConnections(s_.netns_ip); !cut.ok()) return undo(cut);
+      // The RSTs cross the veth to the netstack's dispatcher: a moment, more
+      // for each retry.
+      std::this_thread::sleep_for(std::chrono::milliseconds(2 * attempt * attempt));
+      t0 = Clock::now();
+      if (Status p = rt_->Pause(s_); !p.ok()) return undo(p);
+      paused_ = true;
+    }
     std::error_code rm;
     for (const auto& e : fs::directory_iterator(dir, rm)) fs::remove_all(e.path(), rm);  // a refused try's leftovers
     auto r = RunscCall(rt_->runsc(), {"checkpoint", "--leave-running", "--image-path", dir, s_.container},
@@ -400,8 +415,9 @@ StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bo
     if (!r.ok()) return undo(r.status().WithContext("runsc checkpoint"));
     if (r->status.success()) break;
     std::string said = RunscReason(r->err);
-    if (r->err.find(kConnectedRefusal) != std::string::npos && attempt < kTries) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10 * attempt));  // the RSTs reach the netstack
+    if (r->err.find(kConnectedRefusal) != std::string::npos && attempt < kTries && !was_paused) {
+      if (Status res = rt_->Resume(s_); !res.ok()) return undo(res);
+      paused_ = false;
       continue;
     }
     UniqueFd out(::open(console().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));

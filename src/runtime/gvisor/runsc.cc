@@ -13,11 +13,17 @@
 namespace airlock::gvisor {
 namespace {
 
-// $1 scratch, $2 tree, $3 rootfs mount, then runsc's argv. Runs under
-// `unshare -m --propagation private`.
+// $1 scratch, $2 tree, $3 rootfs mount, $4 eth0's address and $5 its
+// gateway ("": leave eth0 alone), then runsc's argv. Runs under
+// `unshare -m --propagation private`, in the guest netns.
 constexpr char kWrapper[] = R"(set -e
-s=$1 t=$2 r=$3
-shift 3
+s=$1 t=$2 r=$3 a=$4 g=$5
+shift 5
+if [ -n "$a" ]; then
+  ip addr replace "$a" dev eth0
+  ip link set eth0 up
+  ip route replace default via "$g" dev eth0
+fi
 mount -t tmpfs -o size=64k,mode=0755 airlock-procsys "$s"
 for d in /proc/sys/*; do
   n=${d##*/}
@@ -54,7 +60,8 @@ std::vector<std::string> RunscGlobalFlags(const RunscConfig& c) {
 Status RunscStartCall(const RunscConfig& config, const RunscStart& call) {
   ASSIGN_OR_RETURN(UniqueFd ns, OpenNetns(call.guest_netns));
   std::vector<std::string> argv = {"unshare", "-m", "--propagation", "private", "sh", "-c", kWrapper, "airlock-runsc",
-                                   call.scratch, call.tree, call.rootfs_mount, config.binary};
+                                   call.scratch, call.tree, call.rootfs_mount, call.eth0_address,
+                                   call.eth0_gateway, config.binary};
   for (auto& f : RunscGlobalFlags(config)) argv.push_back(f);
   for (auto& a : call.args) argv.push_back(a);
   SpawnOptions o;

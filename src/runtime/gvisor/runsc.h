@@ -3,7 +3,8 @@
 // Every call runs in the sandbox's guest netns (GuestLink::kVethNetns): runsc
 // reaches a sandbox over an abstract unix socket, and abstract sockets belong
 // to a network namespace. Calls that start a sandbox (run, restore, and
-// restore) also go through a small wrapper: a private mount namespace in which
+// restore) also go through a small wrapper: eth0's address and route put
+// back (see RunscStart), then a private mount namespace in which
 //   - /proc/sys holds every directory but net/: runsc 20221219 decides it is
 //     in the host's root netns when /proc/sys/net/core/rmem_default exists,
 //     which on kernels >= 5.x (that sysctl became per-netns) is every netns,
@@ -39,6 +40,11 @@ struct RunscStart {
   std::string rootfs_mount;       // the bundle's root.path (an empty directory)
   std::string scratch;            // an empty directory for the /proc/sys view
   int output_fd = -1;             // runsc's and the guest's stdout/stderr (the console log)
+  // eth0's address ("169.254.0.21/30") and gateway, put back first: runsc
+  // takes the address off eth0 when it starts a sandbox, and a restore into
+  // the same netns (a rollback) would find none to copy. "": left alone.
+  std::string eth0_address;
+  std::string eth0_gateway;
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
 };
 
