@@ -579,7 +579,8 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   plan.image = *img;
   // From the template's snapshot when there is one, else a cold boot.
   plan.source = MachineSource::kColdBoot;
-  if (config_.template_snapshots) {
+  auto rt = RuntimeNamed(runtime);
+  if (config_.template_snapshots && rt.ok() && TemplateSnapshotPays(**rt, template_name)) {
     auto tdir = TemplateSnapshotDir(*img, options.vcpus, options.memory_mib, runtime);
     if (tdir.ok() && TemplateSnapshotUsable(*tdir)) {
       plan.source = MachineSource::kTemplateSnapshot;

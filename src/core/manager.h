@@ -616,6 +616,11 @@ class Manager {
   std::shared_ptr<Sandbox> AdoptedSandbox(const AdoptRequest& r);
   StatusOr<std::shared_ptr<Sandbox>> AdoptOne(const AdoptRequest& r);
   bool TemplateSnapshotUsable(const std::string& dir) const;
+  // Whether sandboxes of `template_name` on `runtime` start from the
+  // template's snapshot: always where a restore is sooner
+  // (Runtime::plain_template_restores_sooner), else only for templates with
+  // services of their own, whose cold start waits for them.
+  bool TemplateSnapshotPays(const Runtime& runtime, const std::string& template_name) const;
   std::mutex template_mu_;                   // one template snapshot build at a time
   std::atomic<bool> template_cancel_{false};  // CancelTemplateSnapshots
   std::set<std::string> template_failed_;    // dirs whose build failed: not retried (guarded by template_mu_)

@@ -114,6 +114,11 @@ void Manager::SweepTemplateSnapshots() {
 
 bool Manager::TemplateSnapshotUsable(const std::string& dir) const { return ReadSnapshot(dir).ok(); }
 
+bool Manager::TemplateSnapshotPays(const Runtime& runtime, const std::string& template_name) const {
+  if (runtime.plain_template_restores_sooner()) return true;
+  return !image::ReadinessOf(template_name, config_.state_dir).console_marker.empty();
+}
+
 namespace {
 // The console line holding `needle` (the last one), without its newline.
 std::string ConsoleLineWith(const std::string& tail, const std::string& needle) {
@@ -129,6 +134,8 @@ std::string ConsoleLineWith(const std::string& tail, const std::string& needle) 
 Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib,
                                        const std::string& runtime_name) {
   ASSIGN_OR_RETURN(Runtime * runtime, RuntimeNamed(runtime_name));
+  // Sandboxes of this template start sooner without one here: none is made.
+  if (!TemplateSnapshotPays(*runtime, template_name)) return OkStatus();
   ASSIGN_OR_RETURN(auto img, image::FindImage(config_.state_dir, template_name));
   auto snapshot_dir = TemplateSnapshotDir(img, vcpus, memory_mib, std::string(runtime->name()));
   if (!snapshot_dir.ok()) {

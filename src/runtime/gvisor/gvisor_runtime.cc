@@ -187,6 +187,7 @@ class GvisorRuntime final : public Runtime {
   std::string_view name() const override { return kRuntimeName; }
   std::string accelerator() const override { return "runsc " + platform_.platform + " (" + platform_.reason + ")"; }
   GuestLink guest_link() const override { return GuestLink::kVethNetns; }
+  bool plain_template_restores_sooner() const override { return false; }
   const SnapshotStore& snapshots() const override { return store_; }
 
   StatusOr<std::unique_ptr<VmInstance>> Start(const VmStartRequest& r) override { return Launch(r, r.rootfs, ""); }
