@@ -18,8 +18,9 @@
 //     same loop on the host (the raw primitive, native); `tar -xf` of
 //     10,000 small files into a fresh directory (the tarball made first,
 //     outside the timing);
-//   - pause, then Sandbox.connect() to resume (qemu; gVisor's snapshot
-//     support is expected to answer an error, quoted in the table).
+//   - pause, then Sandbox.connect() to resume (qemu: a migration stream;
+//     gvisor: runsc checkpoint, then runsc restore); a runtime that
+//     answers an error is quoted in the table.
 //
 // Usage (root): node bench/runtimes.mjs [N]   (default 10; also env N;
 // N_SLOW, default min(N, 5), for the CPU loop, untar and pause/resume
