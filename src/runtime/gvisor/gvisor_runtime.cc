@@ -45,8 +45,9 @@ struct InstanceState {
   unsigned long long sandbox_ticks = 0, gofer_ticks = 0;
 
   nlohmann::json ToJson() const {
-    return {{"sandbox_id", sandbox_id}, {"container", container},     {"guest_netns", guest_netns}, {"netns_ip", netns_ip}, {"guest_cidr", guest_cidr}, {"guest_gateway", guest_gateway},
-            {"rootfs", rootfs},         {"tree", tree},               {"vcpus", vcpus},
+    return {{"sandbox_id", sandbox_id},       {"container", container},     {"guest_netns", guest_netns},
+            {"netns_ip", netns_ip},           {"guest_cidr", guest_cidr},   {"guest_gateway", guest_gateway},
+            {"rootfs", rootfs},               {"tree", tree},               {"vcpus", vcpus},
             {"memory_mib", memory_mib}, {"sandbox_pid", sandbox_pid}, {"gofer_pid", gofer_pid},
             {"sandbox_ticks", sandbox_ticks}, {"gofer_ticks", gofer_ticks}};
   }
@@ -376,6 +377,7 @@ StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bo
     if (ec == std::errc::no_space_on_device) return ResourceExhausted("create " + dir + ": disk full");
     return Internal("create " + dir + ": " + ec.message());
   }
+  if (::chmod(dir.c_str(), 0700) != 0) return ErrnoError("chmod " + dir);  // it will hold the guest's memory
   const bool was_paused = paused_;
   // On failure: nothing in `dir`, and a guest that ran runs again.
   auto undo = [&](Status st) -> Status {

@@ -1,6 +1,7 @@
 #include "runtime/gvisor/snapshot.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -58,6 +59,9 @@ StatusOr<SnapshotRecord> CommitSnapshot(const std::string& dir, SnapshotRecord r
     if (!e.is_regular_file()) continue;
     std::string name = e.path().filename().string();
     if (name == kSnapshotRecord) continue;
+    // The guest's memory (its env, its tokens): the daemon's alone, as a
+    // microVM's memory file is (runsc writes it 0644).
+    if (::chmod(e.path().c_str(), 0600) != 0) return ErrnoError("chmod " + e.path().string());
     SnapshotFile f;
     f.bytes = e.file_size();
     ASSIGN_OR_RETURN(f.crc32, FileCrc32(e.path().string(), /*sync=*/true));
