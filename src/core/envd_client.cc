@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fcntl.h>
+#include <cstdio>
 #include <cstring>
 #include <poll.h>
 #include <arpa/inet.h>
@@ -190,22 +191,56 @@ EnvdClient::EnvdClient(AgentEndpoint endpoint, std::string access_token)
 
 void EnvdClient::CancelAll() const { registry_->CancelAll(); }
 
+// The whole exchange within `timeout`, by poll: Asio's synchronous reads
+// wait without limit once recv says EAGAIN (SO_RCVTIMEO only hands control
+// back to Asio, which then polls forever), so a guest that accepts and never
+// answers, or answers a byte at a time, would hold this thread for good.
 Status EnvdClient::Health(std::chrono::milliseconds timeout) const {
-  try {
-    Connection c(registry_);
-    RETURN_IF_ERROR(c.Open(endpoint_, timeout));
-    bhttp::request<bhttp::empty_body> req{bhttp::verb::get, "/health", 11};
-    AddCommonHeaders(req, endpoint_, access_token_, route_sandbox_);
-    c.SetIoTimeout(timeout);  // a booting guest may accept and answer late
-    bhttp::write(c.stream(), req);
-    beast::flat_buffer buf;
-    bhttp::response<bhttp::string_body> res;
-    bhttp::read(c.stream(), buf, res);
-    if (res.result_int() / 100 == 2) return OkStatus();
-    return Unavailable("agent /health answered " + std::to_string(res.result_int()));
-  } catch (const std::exception& e) {
-    return Unavailable(std::string("agent /health: ") + e.what());
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto left_ms = [&]() -> int {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    return static_cast<int>(std::max<int64_t>(0, left.count()));
+  };
+  Connection c(registry_);
+  RETURN_IF_ERROR(c.Open(endpoint_, timeout));
+  const int fd = c.stream().socket().native_handle();
+  std::string req = "GET /health HTTP/1.1\r\nHost: " + endpoint_.host + ":" + std::to_string(endpoint_.port) +
+                    "\r\nUser-Agent: airlock\r\nConnection: close\r\n";
+  if (!access_token_.empty()) req += "X-Access-Token: " + access_token_ + "\r\n";
+  if (!route_sandbox_.empty())
+    req += "E2b-Sandbox-Id: " + route_sandbox_ + "\r\nE2b-Sandbox-Port: " + std::to_string(kAgentPort) + "\r\n";
+  req += "\r\n";
+  for (size_t sent = 0; sent < req.size();) {
+    pollfd p{fd, POLLOUT, 0};
+    int n = ::poll(&p, 1, left_ms());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Unavailable("agent /health: no room to send within " + std::to_string(timeout.count()) + " ms");
+    ssize_t w = ::send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (w < 0) return Unavailable(std::string("agent /health: send: ") + std::strerror(errno));
+    sent += static_cast<size_t>(w);
   }
+  // The status line is all that is needed: "HTTP/1.1 204 ...".
+  std::string got;
+  while (got.find("\r\n") == std::string::npos) {
+    if (got.size() > 4096) return Unavailable("agent /health: no status line in the first 4 KiB");
+    pollfd p{fd, POLLIN, 0};
+    int n = ::poll(&p, 1, left_ms());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Unavailable("agent /health: no answer within " + std::to_string(timeout.count()) + " ms");
+    char buf[1024];
+    ssize_t r = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (r < 0) return Unavailable(std::string("agent /health: recv: ") + std::strerror(errno));
+    if (r == 0) return Unavailable("agent /health: connection closed before an answer");
+    got.append(buf, static_cast<size_t>(r));
+  }
+  const std::string line = got.substr(0, got.find("\r\n"));
+  int code = 0;
+  if (line.rfind("HTTP/1.", 0) != 0 || line.size() < 12 || std::sscanf(line.c_str() + 9, "%3d", &code) != 1)
+    return Unavailable("agent /health: not an HTTP status line");
+  if (code / 100 == 2) return OkStatus();
+  return Unavailable("agent /health answered " + std::to_string(code));
 }
 
 Status EnvdClient::WaitReady(std::chrono::steady_clock::time_point deadline,

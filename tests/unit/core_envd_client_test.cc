@@ -177,6 +177,42 @@ TEST(EnvdClientTest, UnaryErrorsMapTheirJsonCode) {
   EXPECT_EQ(s.code(), StatusCode::kNotFound);
 }
 
+// A guest that accepts and then says nothing, or a byte now and then: the
+// probe ends at its timeout (Asio's synchronous read would wait for good).
+TEST(EnvdClientTest, HealthEndsAtItsTimeoutAgainstASilentOrTricklingListener) {
+  for (const char* mode : {"silent", "trickle", "healthy"}) {
+    asio::io_context ioc;
+    tcp::acceptor acceptor(ioc, {asio::ip::make_address("127.0.0.1"), 0});
+    const uint16_t port = acceptor.local_endpoint().port();
+    std::atomic<bool> done{false};
+    std::thread server([&] {
+      tcp::socket s(ioc);
+      boost::system::error_code ec;
+      acceptor.accept(s, ec);
+      if (ec) return;
+      const std::string answer = "HTTP/1.1 204 No Content\r\n\r\n";
+      if (std::string(mode) == "healthy") asio::write(s, asio::buffer(answer), ec);
+      for (size_t i = 0; !done && i < answer.size(); ++i) {
+        if (std::string(mode) == "trickle") asio::write(s, asio::buffer(answer.data() + i, 1), ec);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the hostile guest's pace
+      }
+      while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    });
+    EnvdClient c({"127.0.0.1", port});
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = c.Health(std::chrono::milliseconds(300));
+    const auto took = std::chrono::steady_clock::now() - t0;
+    done = true;
+    server.join();
+    if (std::string(mode) == "healthy") {
+      EXPECT_TRUE(st.ok()) << st.ToString();
+    } else {
+      EXPECT_EQ(st.code(), StatusCode::kUnavailable) << mode << ": " << st.ToString();
+    }
+    EXPECT_LT(took, std::chrono::seconds(2)) << mode;
+  }
+}
+
 TEST(EnvdClientTest, UnreachableAgentIsUnavailable) {
   EnvdClient c({"127.0.0.1", 1});
   EXPECT_EQ(c.Health(std::chrono::milliseconds(200)).code(), StatusCode::kUnavailable);
