@@ -17,6 +17,7 @@
 #include <boost/beast/http.hpp>
 #include <filesystem>
 #include <limits>
+#include <sstream>
 #include <thread>
 
 #include "core/http_client.h"
@@ -204,12 +205,14 @@ Status EnvdClient::Health(std::chrono::milliseconds timeout) const {
   Connection c(registry_);
   RETURN_IF_ERROR(c.Open(endpoint_, timeout));
   const int fd = c.stream().socket().native_handle();
-  std::string req = "GET /health HTTP/1.1\r\nHost: " + endpoint_.host + ":" + std::to_string(endpoint_.port) +
-                    "\r\nUser-Agent: airlock\r\nConnection: close\r\n";
-  if (!access_token_.empty()) req += "X-Access-Token: " + access_token_ + "\r\n";
-  if (!route_sandbox_.empty())
-    req += "E2b-Sandbox-Id: " + route_sandbox_ + "\r\nE2b-Sandbox-Port: " + std::to_string(kAgentPort) + "\r\n";
-  req += "\r\n";
+  // Beast serialises the request (its headers as every other call's); only
+  // the socket I/O is ours.
+  bhttp::request<bhttp::empty_body> probe{bhttp::verb::get, "/health", 11};
+  AddCommonHeaders(probe, endpoint_, access_token_, route_sandbox_);
+  probe.set(bhttp::field::connection, "close");
+  std::ostringstream serialised;
+  serialised << probe;
+  const std::string req = serialised.str();
   for (size_t sent = 0; sent < req.size();) {
     pollfd p{fd, POLLOUT, 0};
     int n = ::poll(&p, 1, left_ms());

@@ -548,7 +548,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   const TemplateRef ref = ParseTemplateRuntime(options.template_name, config_.runtime);
   const std::string template_name = ref.image_template;
   const std::string runtime = options.runtime.empty() ? ref.runtime : options.runtime;
-  RETURN_IF_ERROR(RuntimeNamed(runtime).status());
+  ASSIGN_OR_RETURN(Runtime * rt, RuntimeNamed(runtime));
   // The image: found, or built on first use.
   auto img = image::FindImage(config_.state_dir, template_name);
   if (!img.ok() && img.status().code() == StatusCode::kNotFound && config_.build_image_if_missing &&
@@ -579,8 +579,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   plan.image = *img;
   // From the template's snapshot when there is one, else a cold boot.
   plan.source = MachineSource::kColdBoot;
-  auto rt = RuntimeNamed(runtime);
-  if (config_.template_snapshots && rt.ok() && TemplateSnapshotPays(**rt, template_name)) {
+  if (config_.template_snapshots && TemplateSnapshotPays(*rt, template_name)) {
     auto tdir = TemplateSnapshotDir(*img, options.vcpus, options.memory_mib, runtime);
     if (tdir.ok() && TemplateSnapshotUsable(*tdir)) {
       plan.source = MachineSource::kTemplateSnapshot;

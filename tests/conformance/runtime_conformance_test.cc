@@ -27,6 +27,7 @@
 #include <string>
 #include <thread>
 
+#include "common/agent_port.h"
 #include "common/subprocess.h"
 #include "image/image.h"
 #include "net/address_pool.h"
@@ -624,7 +625,7 @@ TEST_P(RuntimeConformance, SaveWithOpenAgentConnectionsLeavesEveryCopyAnswering)
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in sa{};
     sa.sin_family = AF_INET;
-    sa.sin_port = htons(49983);
+    sa.sin_port = htons(kAgentPort);
     ::inet_pton(AF_INET, (*t)->ip().c_str(), &sa.sin_addr);
     if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
       ::close(fd);
