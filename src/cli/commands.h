@@ -21,6 +21,8 @@ int CmdAudit(const std::string& state_dir, const std::vector<std::string>& args)
 int CmdSecret(const std::string& state_dir, const std::vector<std::string>& args);
 // airlock template ls | build NAME -f Dockerfile | rm NAME | logs NAME
 // (template_command.cc; a client of a running daemon).
+// `airlock mcp`: MCP over stdio, bridged to a daemon's /mcp (mcp_command.cc).
+int CmdMcp(const std::string& state_dir, const std::vector<std::string>& args);
 int CmdTemplate(const std::string& state_dir, const std::vector<std::string>& args);
 // Takes "--db PATH" out of `args` (into *db, which holds the default) and
 // returns the rest, in order.

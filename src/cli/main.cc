@@ -7,6 +7,7 @@
 //   airlock apikey create|ls|rm              manage the daemon's API keys
 //   airlock sandbox ls|info|kill|exec|cp|timeout|checkpoint|rollback   talk to a running daemon
 //   airlock template ls|build|rm|logs         custom templates on a running daemon
+//   airlock mcp                              MCP over stdio, bridged to a running daemon's /mcp
 //
 // Global: --state-dir DIR (env AIRLOCK_STATE_DIR, default /var/lib/airlock).
 #include <unistd.h>
@@ -52,6 +53,7 @@ constexpr const char* kUsage =
     "                                  custom templates, built by a running daemon (--server, --db)\n"
     "  audit [verify] [--sandbox ID] [--since T]   print or verify the audit trail\n"
     "  secret set NAME | ls | rm NAME  manage secrets (value read from stdin, encrypted at rest)\n"
+    "  mcp [--server HOST:PORT]        MCP server over stdio (sandboxes as tools), bridged to a running daemon\n"
     "  version                         print the version\n"
     "\n"
     "Run 'airlock COMMAND --help' for a command's options.\n";
@@ -386,6 +388,7 @@ int main(int argc, char** argv) {
   if (cmd == "audit") return CmdAudit(state_dir, rest);
   if (cmd == "secret") return CmdSecret(state_dir, rest);
   if (cmd == "template") return CmdTemplate(state_dir, rest);
+  if (cmd == "mcp") return CmdMcp(state_dir, rest);
   if (cmd == "version" || cmd == "--version") {
     std::puts("airlock 0.1.0");
     return 0;

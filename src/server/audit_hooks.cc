@@ -102,6 +102,10 @@ std::string ControlActionName(const std::vector<std::string>& seg, http::Method 
            : verb == http::Method::kPost ? "secret.update"
                                          : "secret.get";
   }
+  if (seg.size() == 1 && seg[0] == "audit") return "audit.query";
+  if (seg.size() == 2 && seg[0] == "audit" && seg[1] == "verify") return "audit.verify";
+  if (seg.size() == 1 && seg[0] == "host") return "host.get";
+  if (seg.size() == 2 && seg[0] == "sandboxes" && seg[1] == "metrics") return "sandbox.metrics_batch";
   if (seg.empty() || seg[0] != "sandboxes") return "api.unknown_route";
   if (seg.size() == 1) return verb == http::Method::kPost ? "sandbox.create" : "sandbox.list";
   if (seg.size() == 2) return verb == http::Method::kDelete ? "sandbox.kill" : "sandbox.get";

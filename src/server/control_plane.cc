@@ -79,19 +79,26 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
   if (path == "/metrics" && verb == http::Method::kGet) return ServeMetrics(c);
   // COPY archives of template builds: the signed URL is the credential.
   if (path.rfind("/upload/", 0) == 0) return HandleUpload(c);
+  // The web console's files: public (the key is entered in the page).
+  if (path == "/console" || path.rfind("/console/", 0) == 0) return ServeConsole(c);
   // The key table is memory only; a key it does not hold may be one the CLI
   // made a moment ago, so the table is refreshed (SQLite, off this thread)
   // before the request is refused.
-  std::string presented = c->Header("X-API-Key");
-  if (auto key = api_keys_->Find(presented)) return RouteControl(std::move(c), Caller{key->id, key->team, key->admin});
+  const bool is_mcp = path == "/mcp";
+  std::string presented = PresentedApiKey(*c, is_mcp);
+  if (auto key = api_keys_->Find(presented)) {
+    if (is_mcp) return HandleMcp(std::move(c), Caller{key->id, key->team, key->admin}, presented);
+    return RouteControl(std::move(c), Caller{key->id, key->team, key->admin});
+  }
   if (presented.empty()) {
     AuditAuthFailure(c);
-    return c->RespondError(401, "missing X-API-Key");
+    return c->RespondError(401, is_mcp ? "missing API key (X-API-Key or Authorization: Bearer)" : "missing X-API-Key");
   }
-  asio::post(*key_refresher_, [this, c, presented = std::move(presented)] {
+  asio::post(*key_refresher_, [this, c, presented = std::move(presented), is_mcp] {
     Status st = api_keys_->RefreshIfStale();
     auto key = api_keys_->Find(presented);
-    asio::post(c->executor(), [this, c, st, key] {
+    asio::post(c->executor(), [this, c, st, key, presented, is_mcp] {
+      if (key && is_mcp) return HandleMcp(c, Caller{key->id, key->team, key->admin}, presented);
       if (key) return RouteControl(c, Caller{key->id, key->team, key->admin});
       if (!st.ok()) return c->RespondError(500, st.message());
       AuditAuthFailure(c);
@@ -110,6 +117,12 @@ void Server::RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller) {
                    seg.size() >= 2 && seg[0] == "sandboxes" ? seg[1] : "");
   if (seg.size() == 1 && seg[0] == "snapshots" && verb == http::Method::kGet && !v2) return ListSnapshots(c, caller);
   if (RouteTemplates(c, caller)) return;
+  if (verb == http::Method::kGet && !v2) {
+    if (seg.size() == 1 && seg[0] == "audit") return AuditTrail(c, caller);
+    if (seg.size() == 2 && seg[0] == "audit" && seg[1] == "verify") return AuditVerify(c, caller);
+    if (seg.size() == 1 && seg[0] == "host") return HostView(c, caller);
+    if (seg.size() == 2 && seg[0] == "sandboxes" && seg[1] == "metrics") return LatestMetrics(c, caller);
+  }
   if (!seg.empty() && seg[0] == "secrets" && !v2 && seg.size() <= 2) {
     return HandleSecrets(c, caller, seg.size() == 2 ? seg[1] : "");
   }

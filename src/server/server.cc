@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "common/log.h"
+#include "http/client.h"
 #include "image/image.h"
 #include "secrets/egress_broker.h"
 
@@ -120,6 +121,7 @@ Status Server::Init() {
   // The Manager owns sandbox state and writes the registry; the server hears
   // of ends and pauses (SandboxEvents) and runs their blocking work on its workers.
   workers_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(1, config_.workers)));
+  mcp_workers_ = std::make_unique<asio::thread_pool>(16);
   config_.manager.registry = registry_.get();
   config_.manager.reaper_interval = config_.reaper_interval;
   config_.manager.max_lifetime_s = config_.max_lifetime_s;
@@ -176,6 +178,12 @@ Status Server::Init() {
   listener_ = std::make_unique<HttpListener>(
       io_, [this](std::shared_ptr<HttpConn> c) { Handle(std::move(c)); }, std::move(limits));
   RETURN_IF_ERROR(listener_->Listen(config_.listen));
+  // MCP tools reach this daemon's API on loopback (a wildcard listen address
+  // is reached on the loopback address of its family).
+  if (auto hp = http::ParseHostPort(config_.listen); hp.ok()) {
+    self_api_.host = hp->first == "0.0.0.0" || hp->first.empty() ? "127.0.0.1" : hp->first == "::" ? "::1" : hp->first;
+  }
+  self_api_.port = port();
   signals_ = std::make_unique<asio::signal_set>(io_, SIGINT, SIGTERM);
   signals_->async_wait([this](boost::system::error_code ec, int sig) {
     if (!ec) {
@@ -223,6 +231,17 @@ Status Server::Init() {
 
 Server::~Server() {
   Stop();
+  // MCP tool calls block on this daemon's own API, which no longer answers:
+  // their threads are let go (each drops its answer, McpLife) rather than
+  // waited for.
+  if (mcp_workers_) {
+    {
+      std::lock_guard<std::mutex> l(mcp_life_->mu);
+      mcp_life_->alive = false;
+    }
+    mcp_workers_->stop();
+    (void)mcp_workers_.release();
+  }
   // A running template build ends (its build sandbox is destroyed) before
   // anything it uses goes.
   if (builder_) builder_->Stop();

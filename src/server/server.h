@@ -38,6 +38,8 @@
 #include "common/status.h"
 #include "core/manager.h"
 #include "image/image.h"
+#include "mcp/protocol.h"
+#include "mcp/tools.h"
 #include "core/registry.h"
 #include "secrets/broker.h"
 #include "secrets/redactor.h"
@@ -61,6 +63,11 @@ namespace airlock::server {
 struct TemplateAnswer;
 
 inline constexpr const char* kEnvdVersion = "0.6.13";
+inline constexpr const char* kAirlockVersion = "0.1.0";
+
+// The API key a request presents: X-API-Key, else (allow_bearer: /mcp,
+// where MCP clients send one) "Authorization: Bearer <key>"; "" for none.
+std::string PresentedApiKey(const HttpConn& c, bool allow_bearer);
 
 struct ServerConfig {
   // Host-based data-plane routing "<port>-<id>.<domain>" only for this
@@ -335,6 +342,33 @@ class Server {
   std::set<pid_t> oom_adjusted_;              // VMM pids whose oom_score_adj is set (sampler only)
   std::mutex activity_mu_;
   std::map<std::string, int64_t> last_active_ms_;  // sandbox id → last data-plane request (guarded by activity_mu_)
+
+  // The web console's files and the JSON it reads besides the E2B API
+  // (console_routes.cc, docs/console.md).
+  void ServeConsole(std::shared_ptr<HttpConn> c);
+  void LatestMetrics(std::shared_ptr<HttpConn> c, const Caller& caller);
+  void AuditTrail(std::shared_ptr<HttpConn> c, const Caller& caller);
+  void AuditVerify(std::shared_ptr<HttpConn> c, const Caller& caller);
+  void HostView(std::shared_ptr<HttpConn> c, const Caller& caller);
+
+  // MCP over streamable HTTP at /mcp (mcp_routes.cc, docs/mcp.md); `key`:
+  // the presented API key, which the tools act with.
+  void HandleMcp(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& key);
+  struct McpSession {
+    mcp::SessionState state;
+    std::string key_id;  // the key that opened it; no other key may use it
+    int64_t last_used_ms = 0;
+  };
+  static constexpr size_t kMaxMcpSessions = 1024;
+  std::mutex mcp_mu_;
+  std::map<std::string, McpSession> mcp_sessions_;  // guarded by mcp_mu_
+  std::unique_ptr<asio::thread_pool> mcp_workers_;  // tool calls (blocking, possibly long)
+  struct McpLife {
+    std::mutex mu;
+    bool alive = true;  // false once ~Server began: a late tool call drops its answer
+  };
+  std::shared_ptr<McpLife> mcp_life_ = std::make_shared<McpLife>();
+  mcp::ApiAccess self_api_;                         // this daemon's own port on loopback (Init)
 
   // E2B secrets API (secrets_api.cc): /secrets and /secrets/{selector}
   // (selector empty: the collection); the store work is SecretsService's.
