@@ -10,7 +10,7 @@ JOBS ?= $(shell nproc)
 # make build BUILD_TYPE=RelWithDebInfo BUILD=build-release
 BUILD_TYPE ?= Test
 
-.PHONY: all setup build image demo test unit-test bench bench-tti bench-egress bench-snapshot bench-density bench-interpreter bench-templates bench-runtimes clean format
+.PHONY: all setup build image demo test unit-test bench bench-tti bench-egress bench-snapshot bench-density bench-interpreter bench-templates bench-runtimes bench-console clean format
 
 all: build
 
@@ -79,3 +79,7 @@ bench-templates: image
 # pause/resume; N iterations each (N_SLOW, default min(N, 5), for the CPU, untar and pause rows).
 bench-runtimes: image
 	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) N_SLOW=$(N_SLOW) node bench/runtimes.mjs $(or $(N),10)
+
+# Issue 18: the console's sandbox list at 500 sandboxes in chromium, beside a plain DOM table (README).
+bench-console: build
+	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/console.mjs $(or $(N),20)

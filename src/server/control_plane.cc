@@ -114,7 +114,7 @@ void Server::RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller) {
   bool v2 = !seg.empty() && seg[0] == "v2";
   if (v2) seg.erase(seg.begin());
   AuditControlCall(c, caller.key_id, ControlActionName(seg, verb),
-                   seg.size() >= 2 && seg[0] == "sandboxes" ? seg[1] : "");
+                   seg.size() >= 2 && seg[0] == "sandboxes" && !(seg.size() == 2 && seg[1] == "metrics") ? seg[1] : "");
   if (seg.size() == 1 && seg[0] == "snapshots" && verb == http::Method::kGet && !v2) return ListSnapshots(c, caller);
   if (RouteTemplates(c, caller)) return;
   if (verb == http::Method::kGet && !v2) {

@@ -34,7 +34,7 @@ function h(tag, props, ...children) {
   return el
 }
 function append(el, children) {
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === undefined || c === null || c === false) continue
     el.appendChild(c instanceof Node ? c : document.createTextNode(String(c)))
   }
@@ -245,38 +245,44 @@ function metaText(meta) {
   return Object.entries(meta || {}).map(([k, v]) => `${k}=${v}`).join(' ')
 }
 
-// Builds the rows of the sandbox table (also used by bench/console.mjs with
+// Builds the rows of the sandbox list (also used by bench/console.mjs with
 // 500 sandboxes). `metrics`: {id: {cpuUsedPct, memUsed, memTotal}}.
-function renderSandboxRows(tbody, list, metrics, now) {
+// The list is an ARIA table of CSS-grid rows rather than a <table>: each row
+// lays out alone (fixed column tracks) and rows off screen skip layout and
+// paint until scrolled to (content-visibility: auto), so 500 rows cost about
+// what one screenful does; every row stays in the DOM (find, screen readers).
+const COLUMNS = ['Sandbox', 'Template', 'Runtime', 'State', 'Age', 'TTL left', 'CPU', 'Memory', 'Metadata', 'Actions']
+function renderSandboxRows(body, list, metrics, now) {
   const frag = document.createDocumentFragment()
+  let index = 1
   for (const s of list) {
     const m = metrics[s.sandboxID]
-    const started = Date.parse(s.startedAt)
-    const ends = Date.parse(s.endAt)
-    const tr = document.createElement('tr')
-    tr.dataset.id = s.sandboxID
-    const idCell = document.createElement('td')
+    const row = document.createElement('div')
+    row.className = 'grow'
+    row.setAttribute('role', 'row')
+    row.setAttribute('aria-rowindex', String(++index))
+    row.dataset.id = s.sandboxID
+    const cell = (text, cls) => {
+      const c = document.createElement('div')
+      c.setAttribute('role', 'cell')
+      if (cls) c.className = cls
+      if (text) c.textContent = text
+      row.appendChild(c)
+      return c
+    }
     const link = document.createElement('a')
     link.href = '#/sandbox/' + encodeURIComponent(s.sandboxID)
     link.className = 'mono'
     link.textContent = s.sandboxID
-    idCell.appendChild(link)
-    tr.appendChild(idCell)
-    const cell = (text, cls) => {
-      const td = document.createElement('td')
-      if (cls) td.className = cls
-      td.textContent = text
-      tr.appendChild(td)
-      return td
-    }
+    cell('').appendChild(link)
     cell(s.templateID)
     cell(s.runtime || '')
     cell(s.state, 'state-' + s.state)
-    cell(fmtDuration(now - started), 'num')
-    cell(fmtDuration(ends - now), 'num')
+    cell(fmtDuration(now - Date.parse(s.startedAt)), 'num')
+    cell(fmtDuration(Date.parse(s.endAt) - now), 'num')
     cell(m ? m.cpuUsedPct.toFixed(1) + ' %' : '', 'num')
     cell(m ? fmtBytes(m.memUsed) + ' / ' + fmtBytes(m.memTotal) : '', 'num')
-    const metaCell = cell('')
+    const metaCell = cell('', 'metas')
     for (const [k, v] of Object.entries(s.metadata || {})) {
       const span = document.createElement('span')
       span.className = 'meta'
@@ -284,8 +290,7 @@ function renderSandboxRows(tbody, list, metrics, now) {
       span.title = `${k}=${v}`
       metaCell.appendChild(span)
     }
-    const actions = document.createElement('td')
-    actions.className = 'actions'
+    const actions = cell('', 'actions')
     const btn = (label, action, extra) => {
       const b = document.createElement('button')
       b.type = 'button'
@@ -300,10 +305,11 @@ function renderSandboxRows(tbody, list, metrics, now) {
     btn('+5 min', 'extend')
     if (s.state !== 'paused') btn('Fork', 'fork')
     btn('Kill', 'kill', 'danger')
-    tr.appendChild(actions)
-    frag.appendChild(tr)
+    frag.appendChild(row)
   }
-  clear(tbody).appendChild(frag)
+  clear(body).appendChild(frag)
+  const table = body.closest('[role="table"]')
+  if (table) table.setAttribute('aria-rowcount', String(list.length + 1))
 }
 
 async function sandboxAction(id, action, endAt) {
@@ -338,12 +344,10 @@ function viewSandboxes() {
     h('option', { value: 'running' }, 'running'),
     h('option', { value: 'paused' }, 'paused'))
   const count = h('span', { class: 'note', id: 'sandbox-count', 'aria-live': 'polite' })
-  const tbody = h('tbody', { id: 'sandbox-rows' })
-  const table = h('table', { 'aria-describedby': 'sandbox-count' },
-    h('caption', { class: 'sr-only' }, 'Sandboxes'),
-    h('thead', null, h('tr', null,
-      ['Sandbox', 'Template', 'Runtime', 'State', 'Age', 'TTL left', 'CPU', 'Memory', 'Metadata', 'Actions']
-        .map((t, i) => h('th', { scope: 'col', class: i >= 4 && i <= 7 ? 'num' : null }, t)))),
+  const tbody = h('div', { role: 'rowgroup', id: 'sandbox-rows' })
+  const table = h('div', { role: 'table', class: 'gtable', 'aria-label': 'Sandboxes', 'aria-describedby': 'sandbox-count' },
+    h('div', { role: 'rowgroup' }, h('div', { role: 'row', class: 'grow ghead', 'aria-rowindex': '1' },
+      COLUMNS.map((t, i) => h('div', { role: 'columnheader', class: i >= 4 && i <= 7 ? 'num' : null }, t)))),
     tbody)
   m.append(h('h1', null, 'Sandboxes'),
     h('div', { class: 'toolbar' },
@@ -383,7 +387,7 @@ function viewSandboxes() {
   tbody.addEventListener('click', async (e) => {
     const b = e.target.closest('button[data-action]')
     if (!b) return
-    const id = b.closest('tr').dataset.id
+    const id = b.closest('[data-id]').dataset.id
     const s = list.find((x) => x.sandboxID === id)
     b.disabled = true
     try {
@@ -807,7 +811,7 @@ function viewAudit() {
         const { seq, ts, action: a, sandbox: s, api_key_id: k, prev, hash, ...rest } = r
         tbody.append(h('tr', null, h('td', { class: 'num' }, seq), h('td', null, ts), h('td', { class: 'mono' }, a),
           h('td', { class: 'mono' }, s || ''), h('td', { class: 'mono' }, k || ''),
-          h('td', { class: 'mono' }, JSON.stringify(rest).slice(0, 400))))
+          h('td', { class: 'mono details' }, JSON.stringify(rest).slice(0, 400))))
       }
       if (!recs.length) tbody.append(h('tr', null, h('td', { colspan: 6, class: 'note' }, '(no records)')))
     } catch (e) { if (e.status !== 401) say('audit: ' + e.message) }
