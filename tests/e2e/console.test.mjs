@@ -104,7 +104,24 @@ describe('web console', { skip: skipReason || false }, () => {
     await page.click('#filter', { clickCount: 3 })
     await page.type('#filter', 'console-e2e')
     await page.waitForSelector(row)
+    // Every control has a name a screen reader can say.
+    const unnamed = await page.evaluate(() => [...document.querySelectorAll('input, select, button, a')].filter((el) => {
+      const label = el.id && document.querySelector(`label[for="${el.id}"]`)
+      return !(el.getAttribute('aria-label') || label || el.textContent.trim())
+    }).map((el) => el.outerHTML))
+    assert.deepEqual(unnamed, [])
     await shot('sandboxes')
+  })
+
+  test('no other origin may call the API with the key (CSRF, CORS)', async () => {
+    // No cookie carries the key, and no CORS header lets another site's page
+    // send X-API-Key (its preflight gets no Access-Control-Allow-Origin).
+    const pre = await fetch(`${d.url}/v2/sandboxes`, { method: 'OPTIONS', headers: {
+      Origin: 'http://evil.example', 'Access-Control-Request-Method': 'DELETE', 'Access-Control-Request-Headers': 'x-api-key' } })
+    assert.equal(pre.headers.get('access-control-allow-origin'), null)
+    const get = await fetch(`${d.url}/v2/sandboxes`, { headers: { Origin: 'http://evil.example', 'X-API-Key': d.apiKey } })
+    assert.equal(get.headers.get('access-control-allow-origin'), null)
+    assert.equal(get.headers.get('set-cookie'), null)
   })
 
   test('the terminal runs echo hi, an uploaded file is found with ls, and the shell is audited', async () => {
@@ -113,6 +130,18 @@ describe('web console', { skip: skipReason || false }, () => {
     await typeInTerminal('echo hi')
     const shown = await waitFor(async () => (await termText()).split('\n').some((l) => l.trim() === 'hi'), 20000)
     assert.ok(shown, `terminal:\n${await termText()}`)
+
+    // The stream drops (a pause ends every data-plane stream of the sandbox,
+    // as a network drop would); once the sandbox answers again the console
+    // re-attaches to the same shell (process.Process/Connect).
+    const pid = await page.$eval('#terminal-status', (el) => el.textContent.match(/pid (\d+)/)[1])
+    await sbx.pause()
+    await page.waitForFunction(() => /dropped|reconnect/.test(document.querySelector('#terminal-status').textContent), { timeout: 20000 })
+    await e2b.Sandbox.connect(sbx.sandboxId, d.opts)
+    await page.waitForFunction((p) => document.querySelector('#terminal-status').textContent === `(pid ${p})`, { timeout: 30000 }, pid)
+    await typeInTerminal('echo $((40+2))')
+    assert.ok(await waitFor(async () => (await termText()).split('\n').some((l) => l.trim() === '42'), 20000),
+      `terminal after the drop:\n${await termText()}`)
 
     const dir = mkdtempSync(join(tmpdir(), 'console-upload-'))
     const file = join(dir, 'from-browser.txt')
@@ -136,14 +165,32 @@ describe('web console', { skip: skipReason || false }, () => {
     await shot('sandbox')
   })
 
-  test('the audit, templates and host pages render', async () => {
+  test('templates (a live build log, delete), audit (verify) and host pages', async () => {
+    // A one-step custom template built with the SDK while the page watches its log.
+    const { Template } = e2b
+    const building = Template.build(Template().fromBaseImage().runCmd('echo built-by-console-test'), 'console-e2e',
+      { apiKey: d.apiKey, apiUrl: d.url })
+    const tplId = await waitFor(async () => {
+      const list = await (await fetch(`${d.url}/templates`, { headers: { 'X-API-Key': d.apiKey } })).json()
+      return list.find((t) => (t.aliases || []).includes('console-e2e'))?.templateID
+    }, 30000, 200)
+    assert.ok(tplId, 'the build request made the template')
+    await page.goto(`${d.url}/console/#/templates`)
+    await page.waitForSelector(`#template-rows tr[data-id="${tplId}"] button`)
+    await page.click(`#template-rows tr[data-id="${tplId}"] button`)
+    await page.waitForFunction(() => /built-by-console-test/.test(document.querySelector('#build-log').textContent), { timeout: 120000 })
+    await page.waitForFunction(() => /\[ready\]/.test(document.querySelector('#build-log').textContent), { timeout: 120000 })
+    await building
+    await shot('templates')
+    await page.click(`#template-rows tr[data-id="${tplId}"] button.danger`)
+    await page.waitForSelector(`#template-rows tr[data-id="${tplId}"]`, { hidden: true })
+    assert.equal((await fetch(`${d.url}/templates/${tplId}`, { headers: { 'X-API-Key': d.apiKey } })).status, 404)
+
     await page.goto(`${d.url}/console/#/audit`)
     await page.waitForFunction(() => document.querySelectorAll('#audit-rows tr').length > 1)
     await page.click('#audit-verify')
     await page.waitForFunction(() => /intact: \d+ records/.test(document.querySelector('#audit-verify-result').textContent))
     await shot('audit')
-    await page.goto(`${d.url}/console/#/templates`)
-    await page.waitForSelector('#template-rows tr')
     await page.goto(`${d.url}/console/#/host`)
     await page.waitForSelector('#host-view')
     const host = await page.$eval('#host-view', (el) => el.textContent)

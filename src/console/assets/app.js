@@ -729,12 +729,14 @@ function viewTemplates() {
   const log = h('pre', { class: 'log', id: 'build-log', 'aria-live': 'polite', hidden: true })
   const logTitle = h('h2', { id: 'build-log-title', hidden: true })
   m.append(h('h1', null, 'Templates'),
-    h('p', { class: 'note' }, 'Built-in templates (base, code-interpreter) and the custom templates built with E2B\'s Template SDK or `airlock template build`.'),
+    h('p', { class: 'note' }, 'Custom templates, built with E2B\'s Template SDK or `airlock template build`. The built-in templates (base, code-interpreter, and their -gvisor forms) are always there.'),
     h('table', null, h('thead', null, h('tr', null,
-      ['Template', 'Aliases', 'Latest build', 'Status', 'Shape', 'Updated', ''].map((t) => h('th', { scope: 'col' }, t)))), tbody),
+      ['Template', 'Aliases', 'Builds', 'Status', 'Shape', 'Updated', ''].map((t) => h('th', { scope: 'col' }, t)))), tbody),
     logTitle, log)
   let stopLog = null
-  const showLog = (t, buildID) => {
+  // Polls a build's status from logsOffset on: the log grows live while it
+  // builds (GET /templates/{id}/builds/{build}/status, spec e2b-templates).
+  const showLog = (templateID, buildID) => {
     if (stopLog) stopLog()
     let offset = 0
     let stopped = false
@@ -742,22 +744,36 @@ function viewTemplates() {
     onLeave(stopLog)
     logTitle.hidden = false
     log.hidden = false
-    logTitle.textContent = `Build ${buildID} of ${t.templateID}`
+    logTitle.textContent = `Build ${buildID} of ${templateID}`
     log.textContent = ''
     const poll = async () => {
       if (stopped) return
       try {
-        const s = await api('GET', `/templates/${encodeURIComponent(t.templateID)}/builds/${encodeURIComponent(buildID)}/status?logsOffset=${offset}`)
+        const s = await api('GET', `/templates/${encodeURIComponent(templateID)}/builds/${encodeURIComponent(buildID)}/status?logsOffset=${offset}`)
         const entries = s.logEntries || []
         for (const e of entries) log.append(`${e.timestamp || ''} ${e.level || ''} ${e.message}\n`)
-        if (!entries.length && s.logs) for (const l of s.logs) log.append(l + '\n')
-        offset += entries.length || (s.logs || []).length
+        offset += entries.length
         log.scrollTop = log.scrollHeight
         if (s.status === 'building' || s.status === 'waiting') setTimeout(poll, 1000)
-        else log.append(`[${s.status}]\n`)
+        else {
+          log.append(`[${s.status}${s.reason && s.reason.message ? ': ' + s.reason.message : ''}]\n`)
+          load()  // the row's status and shape
+        }
       } catch (e) { log.append(`[${e.message}]\n`) }
     }
     poll()
+  }
+  // The template's builds, newest first, each with its log; the newest opens.
+  const showBuilds = async (t, cell) => {
+    try {
+      const full = await api('GET', '/templates/' + encodeURIComponent(t.templateID))
+      const builds = (full.builds || []).sort((a, b) => Date.parse(b.createdAt) - Date.parse(a.createdAt))
+      const list = h('ul', { class: 'builds' }, builds.map((b) => h('li', null,
+        h('button', { type: 'button', class: 'link', onclick: () => showLog(t.templateID, b.buildID) }, `${b.buildID.slice(0, 8)} ${b.status}`),
+        ` ${b.createdAt}`)))
+      cell.append(list)
+      if (builds.length) showLog(t.templateID, builds[0].buildID)
+    } catch (e) { say('builds: ' + e.message) }
   }
   const load = async () => {
     try {
@@ -768,9 +784,10 @@ function viewTemplates() {
           if (!confirm(`Delete template ${t.templateID}?`)) return
           try { await api('DELETE', '/templates/' + encodeURIComponent(t.templateID)); say('Deleted ' + t.templateID); load() } catch (e) { say('delete: ' + e.message) }
         } }, 'Delete')
-        const logs = t.buildID ? h('button', { type: 'button', onclick: () => showLog(t, t.buildID) }, 'Build log') : ''
-        tbody.append(h('tr', null, h('td', { class: 'mono' }, t.templateID), h('td', null, (t.aliases || t.names || []).join(', ')),
-          h('td', { class: 'mono' }, t.buildID || ''), h('td', null, t.buildStatus || ''),
+        const buildsCell = h('td', { class: 'mono' })
+        const logs = h('button', { type: 'button', 'aria-label': 'Builds and logs of ' + t.templateID, onclick: (e) => { e.target.disabled = true; showBuilds(t, buildsCell) } }, 'Builds & logs')
+        tbody.append(h('tr', { dataset: { id: t.templateID } }, h('td', { class: 'mono' }, t.templateID), h('td', null, (t.aliases || []).join(', ')),
+          buildsCell, h('td', null, t.buildStatus || ''),
           h('td', null, t.cpuCount ? `${t.cpuCount} vCPU, ${t.memoryMB} MiB` : ''), h('td', null, t.updatedAt || ''),
           h('td', { class: 'actions' }, logs, del)))
       }
