@@ -425,6 +425,10 @@ async function viewSandbox(id) {
     row('Ends', `${s.endAt} (in ${fmtDuration(Date.parse(s.endAt) - Date.now())})`)
     row('Shape', `${s.cpuCount} vCPU, ${s.memoryMB} MiB memory, ${s.diskSizeMB} MiB disk`)
     row('Metadata', Object.entries(s.metadata || {}).map(([k, v]) => h('span', { class: 'meta' }, `${k}=${v}`)))
+    for (const [action, shown] of [['pause', s.state === 'running'], ['resume', s.state === 'paused'], ['fork', s.state === 'running'], ['checkpoint', s.state === 'running']]) {
+      const b = document.getElementById('action-' + action)
+      if (b) b.hidden = !shown
+    }
   }
   fill(sb)
   const actions = h('div', { class: 'toolbar' })
@@ -474,6 +478,7 @@ async function viewSandbox(id) {
       termBox),
     h('div', { class: 'grid2' }, files, charts),
     h('div', { class: 'grid2' }, history, egress))
+  fill(sb)  // now that the action buttons are in the page
   if (sb.state === 'running') openTerminal(sb, termBox, termStatus)
   else termStatus.textContent = '(resume the sandbox to open a terminal)'
   fileBrowser(sb, files)
@@ -690,10 +695,13 @@ function auditPanels(id, history, egress) {
   const load = async () => {
     try {
       const recs = await api('GET', `/sandboxes/${encodeURIComponent(id)}/audit?limit=2000`)
-      const execs = recs.filter((r) => r.action === 'exec').reverse()
+      // Ended commands (exec) and those still running (an exec.start with no exec yet).
+      const ended = new Set(recs.filter((r) => r.action === 'exec').map((r) => `${r.pid}@${r.started_at_ms}`))
+      const execs = recs.filter((r) => r.action === 'exec' ||
+        (r.action === 'exec.start' && !ended.has(`${r.pid}@${r.started_at_ms}`))).reverse()
       clear(hRows)
       for (const r of execs) {
-        const exit = r.exit_code !== undefined ? String(r.exit_code) : r.signal ? 'signal ' + r.signal : (r.outcome || '')
+        const exit = r.action === 'exec.start' ? 'running' : r.exit_code !== undefined ? String(r.exit_code) : r.signal ? 'signal ' + r.signal : (r.outcome || '')
         hRows.append(h('tr', null,
           h('td', null, r.started_at_ms ? new Date(r.started_at_ms).toISOString() : r.ts),
           h('td', { class: 'mono' }, [r.cmd, ...(r.args || [])].join(' ')),
