@@ -15,8 +15,9 @@
 // Tool calls run on their own thread pool (a command may run for an hour)
 // and act through this daemon's own API with the caller's key (mcp/tools.h).
 // Each call is audited as mcp.tool_call with the client's name from
-// initialize; sessions are memory only (at most kMaxMcpSessions, the least
-// recently used dropped first).
+// initialize; sessions are memory only (at most kMaxMcpSessionsPerKey per
+// key and kMaxMcpSessions in all, the least recently used dropped first).
+// A key has at most kMaxMcpCallsPerKey requests in flight (more: 429).
 #include <openssl/rand.h>
 
 #include <boost/asio/post.hpp>
@@ -90,12 +91,20 @@ void Server::HandleMcp(std::shared_ptr<HttpConn> c, const Caller& caller, const 
       sid = NewSessionId();
       if (sid.empty()) return c->RespondError(500, "no randomness for a session id");
       std::lock_guard<std::mutex> l(mcp_mu_);
-      if (mcp_sessions_.size() >= kMaxMcpSessions) {
-        auto oldest = mcp_sessions_.begin();
-        for (auto it = mcp_sessions_.begin(); it != mcp_sessions_.end(); ++it)
-          if (it->second.last_used_ms < oldest->second.last_used_ms) oldest = it;
-        mcp_sessions_.erase(oldest);
-      }
+      // A key that opens too many sessions loses its own oldest; the global
+      // cap (least recently used of all) is only a backstop.
+      auto oldest_of = [&](bool same_key) {
+        auto oldest = mcp_sessions_.end();
+        size_t mine = 0;
+        for (auto it = mcp_sessions_.begin(); it != mcp_sessions_.end(); ++it) {
+          if (same_key && it->second.key_id != caller.key_id) continue;
+          ++mine;
+          if (oldest == mcp_sessions_.end() || it->second.last_used_ms < oldest->second.last_used_ms) oldest = it;
+        }
+        return std::make_pair(oldest, mine);
+      };
+      if (auto [oldest, mine] = oldest_of(true); mine >= kMaxMcpSessionsPerKey) mcp_sessions_.erase(oldest);
+      if (mcp_sessions_.size() >= kMaxMcpSessions) mcp_sessions_.erase(oldest_of(false).first);
       mcp_sessions_[sid] = McpSession{{}, caller.key_id, NowUnixMs()};
     } else {
       if (sid.empty())
@@ -119,6 +128,22 @@ void Server::HandleMcp(std::shared_ptr<HttpConn> c, const Caller& caller, const 
       // Notifications and responses only: nothing to answer.
       return c->Respond(202, "", "", {{"Mcp-Session-Id", sid}});
     }
+    // One key cannot hold every tool thread: past kMaxMcpCallsPerKey in
+    // flight, more are refused at once (429) instead of queued.
+    {
+      std::lock_guard<std::mutex> l(mcp_mu_);
+      int& n = mcp_in_flight_[caller.key_id];
+      if (n >= kMaxMcpCallsPerKey) {
+        json id = !batch && message.contains("id") ? message["id"] : json(nullptr);
+        return c->Respond(429, "application/json",
+                          mcp::ErrorResponse(id, -32000,
+                                             "too many MCP calls in flight for this API key (" +
+                                                 std::to_string(kMaxMcpCallsPerKey) + "); retry when one ends")
+                              .dump(),
+                          {{"Retry-After", "1"}, {"Mcp-Session-Id", sid}});
+      }
+      ++n;
+    }
     auto access = self_api_;
     access.api_key = key;
     std::string peer = c->peer();
@@ -130,6 +155,17 @@ void Server::HandleMcp(std::shared_ptr<HttpConn> c, const Caller& caller, const 
       // After ~Server the connection's io_context is gone: its socket must
       // never be destroyed, so it is let go with the thread.
       auto abandon = [&] { new std::shared_ptr<HttpConn>(std::move(c)); };
+      struct CallDone {
+        Server* server;
+        std::shared_ptr<McpLife> life;
+        std::string key_id;
+        ~CallDone() {
+          std::lock_guard<std::mutex> life_lock(life->mu);
+          if (!life->alive) return;
+          std::lock_guard<std::mutex> l(server->mcp_mu_);
+          if (--server->mcp_in_flight_[key_id] <= 0) server->mcp_in_flight_.erase(key_id);
+        }
+      } done{this, life, caller.key_id};
       auto audit = [&](json r) {
         std::lock_guard<std::mutex> l(life->mu);
         if (life->alive) Audit(std::move(r));

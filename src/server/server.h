@@ -360,6 +360,9 @@ class Server {
     int64_t last_used_ms = 0;
   };
   static constexpr size_t kMaxMcpSessions = 1024;
+  static constexpr size_t kMaxMcpSessionsPerKey = 64;
+  static constexpr int kMaxMcpCallsPerKey = 8;  // of the 16 tool threads
+  std::map<std::string, int> mcp_in_flight_;     // key id → requests being handled (guarded by mcp_mu_)
   std::mutex mcp_mu_;
   std::map<std::string, McpSession> mcp_sessions_;  // guarded by mcp_mu_
   std::unique_ptr<asio::thread_pool> mcp_workers_;  // tool calls (blocking, possibly long)

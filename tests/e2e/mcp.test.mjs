@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict'
 import { after, before, describe, test } from 'node:test'
 
-import { BIN, STATE_DIR, skipReason, startDaemon } from './daemon.mjs'
+import { BIN, STATE_DIR, skipReason, startDaemon, waitFor } from './daemon.mjs'
 
 let Client, StdioClientTransport, StreamableHTTPClientTransport
 if (!skipReason) {
@@ -171,6 +171,20 @@ describe('MCP server', { skip: skipReason || false }, () => {
     const parse = await fetch(`${d.url}/mcp`, { method: 'POST', body: '{not json', headers: { 'X-API-Key': d.apiKey, 'Mcp-Session-Id': sid } })
     assert.equal(parse.status, 400)
     assert.equal((await parse.json()).error.code, -32700)
+    // One key cannot hold every tool thread: past 8 calls in flight, the next is refused at once.
+    const sb = await (await fetch(`${d.url}/v2/sandboxes`, { method: 'POST', body: JSON.stringify({ templateID: 'base' }),
+      headers: { 'X-API-Key': d.apiKey, 'Content-Type': 'application/json' } })).json()
+    const slow = Array.from({ length: 8 }, (_, i) => post({ jsonrpc: '2.0', id: 100 + i, method: 'tools/call',
+      params: { name: 'run_command', arguments: { sandbox_id: sb.sandboxID, command: 'sleep 4' } } }, { 'Mcp-Session-Id': sid }))
+    const refused = await waitFor(async () => {
+      const r = await post({ jsonrpc: '2.0', id: 99, method: 'ping' }, { 'Mcp-Session-Id': sid })
+      return r.status === 429 ? r : null
+    }, 5000, 50)
+    assert.ok(refused, 'a ninth call in flight is refused')
+    assert.match((await refused.json()).error.message, /too many MCP calls in flight/)
+    for (const r of await Promise.all(slow)) assert.equal((await r.json()).result.structuredContent.exit_code, 0)
+    assert.equal((await post({ jsonrpc: '2.0', id: 98, method: 'ping' }, { 'Mcp-Session-Id': sid })).status, 200)
+    await fetch(`${d.url}/sandboxes/${sb.sandboxID}`, { method: 'DELETE', headers: { 'X-API-Key': d.apiKey } })
     assert.equal((await fetch(`${d.url}/mcp`, { method: 'DELETE', headers: { 'X-API-Key': d.apiKey, 'Mcp-Session-Id': sid } })).status, 204)
     assert.equal((await post({ jsonrpc: '2.0', id: 4, method: 'ping' }, { 'Mcp-Session-Id': sid })).status, 404)
   })
