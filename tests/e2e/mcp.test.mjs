@@ -148,6 +148,25 @@ describe('MCP server', { skip: skipReason || false }, () => {
     }
   })
 
+  test('airlock mcp opens a new session when the daemon forgot its own', async () => {
+    const client = new Client({ name: 'airlock-e2e-forgotten', version: '1.0.0' })
+    await client.connect(transports.stdio(d))
+    try {
+      assert.equal((await client.listTools()).tools.length, TOOLS.length)
+      // The daemon forgets the bridge's session (as after a restart): found
+      // through its mcp.initialize record, ended with DELETE.
+      const recs = await (await fetch(`${d.url}/audit?action=mcp.initialize`, { headers: { 'X-API-Key': d.apiKey } })).json()
+      const sid = recs.filter((r) => r.client === 'airlock-e2e-forgotten').pop().session
+      assert.equal((await fetch(`${d.url}/mcp`, { method: 'DELETE', headers: { 'X-API-Key': d.apiKey, 'Mcp-Session-Id': sid } })).status, 204)
+      const listed = await client.callTool({ name: 'list_sandboxes', arguments: {} })
+      assert.equal(listed.isError, false, text(listed))
+      const again = await (await fetch(`${d.url}/audit?action=mcp.initialize`, { headers: { 'X-API-Key': d.apiKey } })).json()
+      assert.equal(again.filter((r) => r.client === 'airlock-e2e-forgotten').length, 2)
+    } finally {
+      await client.close()
+    }
+  })
+
   test('/mcp refuses a wrong key, a foreign origin and a missing session', async () => {
     const bad = new Client({ name: 'intruder', version: '1' })
     await assert.rejects(bad.connect(new StreamableHTTPClientTransport(new URL(d.url + '/mcp'), {
