@@ -111,7 +111,14 @@ json BuildCatalogue() {
                     {"language",
                      {{"type", "string"},
                       {"enum", {"python", "javascript", "typescript", "r", "java", "bash"}},
-                      {"description", "The kernel's language (default python)."}}}},
+                      {"description", "The kernel's language (default python)."}}},
+                    {"timeout_seconds",
+                     {{"type", "integer"},
+                      {"minimum", 1},
+                      {"maximum", kMaxCommandTimeoutS},
+                      {"description",
+                       "Interrupt the execution after this many seconds (default 300); the kernel and its state "
+                       "stay."}}}},
                    {"sandbox_id", "code"}),
       false, false);
   add("read_file", "Read a text file",
@@ -350,8 +357,13 @@ ToolOutcome RunCode(Api& api, const json& args) {
   if (!token.ok()) return Fail("run_code: " + token.status().message(), id);
   json body = {{"code", Str(args, "code")}};
   if (args.contains("language")) body["language"] = Str(args, "language");
+  // Past the timeout the connection closes, and the interpreter interrupts
+  // the execution (docs/code-interpreter.md "timeoutMs").
+  const int timeout_s = args.contains("timeout_seconds") ? args["timeout_seconds"].get<int>() : kDefaultCodeTimeoutS;
   auto r = api.Data(id, *token, kInterpreterPort, "POST", "/execute", body.dump(), "application/json", 32u << 20,
-                    std::chrono::seconds(kMaxCommandTimeoutS));
+                    std::chrono::seconds(timeout_s));
+  if (!r.ok() && r.status().code() == StatusCode::kDeadlineExceeded)
+    return Fail("run_code: interrupted after " + std::to_string(timeout_s) + " s (timeout_seconds); the kernel keeps its state", id);
   if (!r.ok()) return Fail("run_code: " + r.status().message(), id);
   if (r->status == 502 || r->status == 503)
     return Fail("run_code: the sandbox's code interpreter did not answer (HTTP " + std::to_string(r->status) +

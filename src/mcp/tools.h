@@ -38,6 +38,7 @@ inline constexpr size_t kMaxReadFile = 1024 * 1024;       // read_file: bytes
 inline constexpr size_t kMaxDownload = 10 * 1024 * 1024;  // download_file: bytes (base64 in the result)
 inline constexpr size_t kMaxWriteFile = 10 * 1024 * 1024; // write_file: decoded bytes
 inline constexpr int kDefaultCommandTimeoutS = 60;
+inline constexpr int kDefaultCodeTimeoutS = 300;
 inline constexpr int kMaxCommandTimeoutS = 3600;
 
 const nlohmann::json& ToolCatalogue();

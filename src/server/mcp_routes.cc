@@ -212,9 +212,12 @@ void Server::HandleMcp(std::shared_ptr<HttpConn> c, const Caller& caller, const 
         }
         if (resp) responses.push_back(std::move(*resp));
       }
-      std::string out = (batch ? responses : responses.at(0)).dump(-1, ' ', false, json::error_handler_t::replace);
       std::lock_guard<std::mutex> life_lock(life->mu);
       if (!life->alive) return abandon();
+      if (responses.empty()) {
+        return asio::post(c->executor(), [c, sid] { c->Respond(202, "", "", {{"Mcp-Session-Id", sid}}); });
+      }
+      std::string out = (batch ? responses : responses[0]).dump(-1, ' ', false, json::error_handler_t::replace);
       asio::post(c->executor(), [c, out, sid] { c->Respond(200, "application/json", out, {{"Mcp-Session-Id", sid}}); });
     });
   });

@@ -142,6 +142,12 @@ describe('MCP server', { skip: skipReason || false }, () => {
       const b = await client.callTool({ name: 'run_code', arguments: { sandbox_id: id, code: '1 / (x - 6)' } })
       assert.equal(b.structuredContent.error.name, 'ZeroDivisionError')
       assert.match(text(b), /ZeroDivisionError/)
+      // A timeout interrupts the execution; the kernel and its state stay.
+      const spin = await client.callTool({ name: 'run_code', arguments: { sandbox_id: id, code: 'while True: pass', timeout_seconds: 3 } })
+      assert.equal(spin.isError, true)
+      assert.match(text(spin), /interrupted after 3 s/)
+      const kept = await client.callTool({ name: 'run_code', arguments: { sandbox_id: id, code: 'x + 1' } })
+      assert.equal(kept.structuredContent.results[0].text, '7', text(kept))
       await client.callTool({ name: 'kill_sandbox', arguments: { sandbox_id: id } })
     } finally {
       await client.close()
