@@ -196,7 +196,11 @@ function route(message) {
   const parts = location.hash.replace(/^#\/?/, '').split('/')
   if (!apiKey()) return viewSignIn(message)
   const [page, arg] = parts
-  if (page === 'sandbox' && arg) return viewSandbox(decodeURIComponent(arg))
+  if (page === 'sandbox' && arg) {
+    let id = arg
+    try { id = decodeURIComponent(arg) } catch { /* a malformed escape: looked up as typed */ }
+    return viewSandbox(id)
+  }
   if (page === 'templates') return viewTemplates()
   if (page === 'audit') return viewAudit()
   if (page === 'host') return viewHost()
