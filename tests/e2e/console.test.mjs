@@ -53,7 +53,7 @@ describe('web console', { skip: skipReason || false }, () => {
   })
 
   const shot = async (name) => {
-    if (SHOTS) await page.screenshot({ path: join(SHOTS, `${name}.png`) })
+    if (SHOTS) await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: name === 'sandbox' })
   }
   const termText = () => page.evaluate(() => {
     const t = window.airlockTerminal
@@ -156,6 +156,13 @@ describe('web console', { skip: skipReason || false }, () => {
     }, 20000)
     assert.ok(listed, `terminal:\n${await termText()}`)
     assert.equal(await sbx.files.read('/home/user/from-browser.txt'), 'uploaded through the console\n')
+
+    // A sealed sandbox: the name is refused by airlock's resolver (never
+    // asked upstream), and the decision shows in the egress panel.
+    await typeInTerminal('curl -sS -m 5 http://blocked.example/ ; echo rc=$?')
+    await page.waitForFunction(() => /blocked\.example/.test(document.querySelector('#egress-rows').textContent) &&
+      /deny/.test(document.querySelector('#egress-rows').textContent), { timeout: 30000 })
+    await page.waitForFunction(() => /\/bin\/bash -l/.test(document.querySelector('#history-rows').textContent), { timeout: 20000 })
 
     // The terminal is a data-plane session audited like a command.
     const recs = await (await fetch(`${d.url}/sandboxes/${sbx.sandboxId}/audit`, { headers: { 'X-API-Key': d.apiKey } })).json()
