@@ -68,7 +68,7 @@ class Bridge {
     for (auto& th : threads) th.join();
     // The session ends with the client (stdin closed).
     std::string sid = Session();
-    if (!sid.empty()) Post("DELETE", "", sid);
+    if (!sid.empty()) (void)Post("DELETE", "", sid);  // best effort: past its caps the daemon drops the oldest sessions
   }
 
  private:
@@ -105,7 +105,7 @@ class Bridge {
         std::lock_guard<std::mutex> l(mu_);
         session_ = again->Header("mcp-session-id");
         sid = session_;
-        Post("POST", json{{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}.dump(), sid);
+        (void)Post("POST", json{{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}.dump(), sid);
       }
       r = Post("POST", line, sid);
     }

@@ -1,8 +1,10 @@
 // The daemon's audit hooks (docs/audit.md): opening the trail, recording
-// control-plane calls when their response begins, and GET
-// /sandboxes/{id}/audit. Data-plane records come from audit::DataPlaneTap
+// control-plane calls when their response begins, and reading it: GET
+// /sandboxes/{id}/audit, GET /audit, GET /audit/verify. Data-plane records come from audit::DataPlaneTap
 // (proxy.cc).
 #include <boost/asio/post.hpp>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "audit/audit_log.h"
@@ -62,32 +64,97 @@ void Server::AuditControlCall(const std::shared_ptr<HttpConn>& c, const std::str
   });
 }
 
+namespace {
+
+// since (ParseSince) and limit (1..10000) of an audit query; InvalidArgument
+// naming the parameter.
+Status ParseAuditWindow(const HttpConn& c, audit::QueryFilter* f) {
+  if (auto s = c.Query("since"); s && !s->empty()) {
+    ASSIGN_OR_RETURN(f->since_ms, audit::ParseSince(*s, NowUnixMs()));
+  }
+  if (auto l = c.Query("limit"); l && !l->empty()) {
+    char* end = nullptr;
+    long v = std::strtol(l->c_str(), &end, 10);
+    if (*end != '\0' || v < 1 || v > 10000) return InvalidArgument("limit must be 1..10000");
+    f->limit = static_cast<size_t>(v);
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+// Runs `work` on a worker and answers its JSON (500 with the error).
+void Server::AnswerFromWorker(std::shared_ptr<HttpConn> c, std::function<StatusOr<json>()> work) {
+  asio::post(*workers_, [c, work = std::move(work)] {
+    auto r = work();
+    int status = r.ok() ? 200 : 500;
+    std::string out = r.ok() ? r->dump(-1, ' ', false, json::error_handler_t::replace)
+                             : JsonError(500, r.status().message());
+    asio::post(c->executor(), [c, status, out] { c->Respond(status, "application/json", out); });
+  });
+}
+
 void Server::SandboxAudit(std::shared_ptr<HttpConn> c, const std::string& id) {
   audit::QueryFilter f;
   f.sandbox = id;
-  if (auto s = c->Query("since"); s && !s->empty()) {
-    auto ms = audit::ParseSince(*s, NowUnixMs());
-    if (!ms.ok()) return c->RespondError(400, ms.status().message());
-    f.since_ms = *ms;
-  }
-  if (auto l = c->Query("limit"); l && !l->empty()) {
-    char* end = nullptr;
-    long v = std::strtol(l->c_str(), &end, 10);
-    if (*end != '\0' || v < 1 || v > 10000) return c->RespondError(400, "limit must be 1..10000");
-    f.limit = static_cast<size_t>(v);
-  }
-  std::string dir = audit_->dir();
-  asio::post(*workers_, [c, dir, f] {
-    auto recs = audit::Query(dir, f);
-    int status = 200;
-    std::string out;
-    if (!recs.ok()) {
-      status = 500;
-      out = JsonError(500, recs.status().message());
-    } else {
-      out = json(*recs).dump(-1, ' ', false, json::error_handler_t::replace);
+  if (Status st = ParseAuditWindow(*c, &f); !st.ok()) return c->RespondError(400, st.message());
+  AnswerFromWorker(c, [dir = audit_->dir(), f]() -> StatusOr<json> {
+    ASSIGN_OR_RETURN(auto recs, audit::Query(dir, f));
+    return json(std::move(recs));
+  });
+}
+
+// GET /audit?since=&sandbox=&action=&limit= (docs/server.md): the newest
+// `limit` (default 500) matches, oldest first; `action` is a whole action or
+// a prefix ending in "."; a non-admin key sees its team's sandboxes' records
+// and its own calls.
+void Server::AuditTrail(std::shared_ptr<HttpConn> c, const Caller& caller) {
+  audit::QueryFilter f;
+  f.limit = 500;
+  if (Status st = ParseAuditWindow(*c, &f); !st.ok()) return c->RespondError(400, st.message());
+  if (auto s = c->Query("sandbox")) f.sandbox = *s;
+  std::string action = c->Query("action").value_or("");
+  const size_t limit = f.limit;
+  // Filters after the read narrow it: read more, keep the newest `limit`.
+  if (!action.empty() || !caller.admin) f.limit = 10000;
+  AnswerFromWorker(c, [this, dir = audit_->dir(), f, limit, action, caller]() -> StatusOr<json> {
+    ASSIGN_OR_RETURN(auto recs, audit::Query(dir, f));
+    std::map<std::string, bool> owns;  // sandbox → visible to the caller
+    std::vector<json> kept;
+    for (auto& r : recs) {
+      std::string a = audit::StringField(r, "action");
+      if (!action.empty() && a != action && !(action.back() == '.' && a.rfind(action, 0) == 0)) continue;
+      if (!caller.admin) {
+        std::string sb = audit::StringField(r, "sandbox");
+        bool mine = audit::StringField(r, "api_key_id") == caller.key_id;
+        if (!mine && !sb.empty()) {
+          auto it = owns.find(sb);
+          if (it == owns.end()) it = owns.emplace(sb, CallerOwns(caller, OwnedKind::kSandbox, sb)).first;
+          mine = it->second;
+        }
+        if (!mine) continue;
+      }
+      kept.push_back(std::move(r));
     }
-    asio::post(c->executor(), [c, status, out] { c->Respond(status, "application/json", out); });
+    if (kept.size() > limit) kept.erase(kept.begin(), kept.end() - static_cast<std::ptrdiff_t>(limit));
+    return json(std::move(kept));
+  });
+}
+
+// GET /audit/verify: audit::Verify of the whole trail (admin keys only).
+void Server::AuditVerify(std::shared_ptr<HttpConn> c, const Caller& caller) {
+  if (!caller.admin) return c->RespondError(403, "verifying the whole audit trail needs an admin key");
+  AnswerFromWorker(c, [dir = audit_->dir()]() -> StatusOr<json> {
+    ASSIGN_OR_RETURN(auto report, audit::Verify(dir));
+    json problems = json::array();
+    for (const auto& p : report.problems)
+      problems.push_back({{"file", p.file}, {"line", p.line}, {"what", p.what}, {"tampering", p.tampering}});
+    return json{{"ok", report.ok()},
+                {"tampered", report.tampered()},
+                {"files", report.files},
+                {"records", report.records},
+                {"problems", problems},
+                {"notes", report.notes}};
   });
 }
 

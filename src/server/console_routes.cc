@@ -1,16 +1,12 @@
 // What the web console (docs/console.md) reads besides the E2B API: its
-// own files at /console/ (no key: they hold nothing secret), and four
-// authenticated JSON routes other clients may use too:
+// own files at /console/ (no key: they hold nothing secret), and the
+// authenticated JSON routes it reads (other clients may use them too):
 //   GET /sandboxes/metrics?sandbox_ids=a,b   E2B's batch shape: {"sandboxes": {id: metric}}, the newest sample
 //                                            of each listed sandbox the key may see (at most 1000 ids)
-//   GET /audit?since=&sandbox=&action=&limit= the trail, newest `limit` (1..10000, default 500) oldest first;
-//                                            `action` matches a whole action or a prefix ending in ".";
-//                                            a non-admin key sees its team's sandboxes' records and its own calls
-//   GET /audit/verify                        audit::Verify of the whole trail (admin keys; 403 otherwise)
+//   GET /audit, GET /audit/verify            the trail and its check (audit_hooks.cc)
 //   GET /host                                capacity in use, pool, queue, runtimes, version (admin keys)
 #include <sys/statvfs.h>
 
-#include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 
 #include "common/clock.h"
@@ -65,81 +61,6 @@ void Server::LatestMetrics(std::shared_ptr<HttpConn> c, const Caller& caller) {
       out[id] = MetricJson(it->second.back());
   }
   c->Respond(200, "application/json", json{{"sandboxes", out}}.dump());
-}
-
-void Server::AuditTrail(std::shared_ptr<HttpConn> c, const Caller& caller) {
-  audit::QueryFilter f;
-  if (auto s = c->Query("since"); s && !s->empty()) {
-    auto ms = audit::ParseSince(*s, NowUnixMs());
-    if (!ms.ok()) return c->RespondError(400, ms.status().message());
-    f.since_ms = *ms;
-  }
-  size_t limit = 500;
-  if (auto l = c->Query("limit"); l && !l->empty()) {
-    char* end = nullptr;
-    long v = std::strtol(l->c_str(), &end, 10);
-    if (*end != '\0' || v < 1 || v > 10000) return c->RespondError(400, "limit must be 1..10000");
-    limit = static_cast<size_t>(v);
-  }
-  if (auto s = c->Query("sandbox")) f.sandbox = *s;
-  std::string action = c->Query("action").value_or("");
-  // Filters after the read narrow it: read more, keep the newest `limit`.
-  const bool narrowed = !action.empty() || !caller.admin;
-  f.limit = narrowed ? 10000 : limit;
-  std::string dir = audit_->dir();
-  asio::post(*workers_, [this, c, dir, f, limit, action, caller] {
-    auto recs = audit::Query(dir, f);
-    if (!recs.ok()) {
-      std::string msg = recs.status().message();
-      return asio::post(c->executor(), [c, msg] { c->RespondError(500, msg); });
-    }
-    std::map<std::string, bool> owns;  // sandbox → visible to the caller
-    std::vector<json> kept;
-    for (auto& r : *recs) {
-      std::string a = audit::StringField(r, "action");
-      if (!action.empty() && a != action && !(action.back() == '.' && a.rfind(action, 0) == 0)) continue;
-      if (!caller.admin) {
-        std::string sb = audit::StringField(r, "sandbox");
-        bool mine = audit::StringField(r, "api_key_id") == caller.key_id;
-        if (!mine && !sb.empty()) {
-          auto it = owns.find(sb);
-          if (it == owns.end()) it = owns.emplace(sb, CallerOwns(caller, OwnedKind::kSandbox, sb)).first;
-          mine = it->second;
-        }
-        if (!mine) continue;
-      }
-      kept.push_back(std::move(r));
-    }
-    if (kept.size() > limit) kept.erase(kept.begin(), kept.end() - static_cast<std::ptrdiff_t>(limit));
-    std::string out = json(kept).dump(-1, ' ', false, json::error_handler_t::replace);
-    asio::post(c->executor(), [c, out] { c->Respond(200, "application/json", out); });
-  });
-}
-
-void Server::AuditVerify(std::shared_ptr<HttpConn> c, const Caller& caller) {
-  if (!caller.admin) return c->RespondError(403, "verifying the whole audit trail needs an admin key");
-  std::string dir = audit_->dir();
-  asio::post(*workers_, [c, dir] {
-    auto report = audit::Verify(dir);
-    int status = 200;
-    std::string out;
-    if (!report.ok()) {
-      status = 500;
-      out = JsonError(500, report.status().message());
-    } else {
-      json problems = json::array();
-      for (const auto& p : report->problems)
-        problems.push_back({{"file", p.file}, {"line", p.line}, {"what", p.what}, {"tampering", p.tampering}});
-      out = json{{"ok", report->ok()},
-                 {"tampered", report->tampered()},
-                 {"files", report->files},
-                 {"records", report->records},
-                 {"problems", problems},
-                 {"notes", report->notes}}
-                .dump(-1, ' ', false, json::error_handler_t::replace);
-    }
-    asio::post(c->executor(), [c, status, out] { c->Respond(status, "application/json", out); });
-  });
 }
 
 void Server::HostView(std::shared_ptr<HttpConn> c, const Caller& caller) {

@@ -313,6 +313,8 @@ class Server {
   void AuditControlCall(const std::shared_ptr<HttpConn>& c, const std::string& key_id, const std::string& action,
                         const std::string& sandbox);
   void SandboxAudit(std::shared_ptr<HttpConn> c, const std::string& id);
+  // Runs `work` on a worker and answers 200 with its JSON, or 500 with its error.
+  void AnswerFromWorker(std::shared_ptr<HttpConn> c, std::function<StatusOr<nlohmann::json>()> work);
   void AuditAuthFailure(const std::shared_ptr<HttpConn>& c);  // rate-limited (10/s)
 
   // limits and metrics (limits_hooks.cc)
@@ -344,7 +346,7 @@ class Server {
   std::map<std::string, int64_t> last_active_ms_;  // sandbox id → last data-plane request (guarded by activity_mu_)
 
   // The web console's files and the JSON it reads besides the E2B API
-  // (console_routes.cc, docs/console.md).
+  // (console_routes.cc, docs/console.md; the audit routes: audit_hooks.cc).
   void ServeConsole(std::shared_ptr<HttpConn> c);
   void LatestMetrics(std::shared_ptr<HttpConn> c, const Caller& caller);
   void AuditTrail(std::shared_ptr<HttpConn> c, const Caller& caller);

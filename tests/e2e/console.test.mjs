@@ -124,6 +124,24 @@ describe('web console', { skip: skipReason || false }, () => {
     assert.equal(get.headers.get('set-cookie'), null)
   })
 
+  test("a team key reads only its own part of the trail and not the host", async () => {
+    const other = d.createKey('console-other-team')
+    const h = { 'X-API-Key': other }
+    assert.equal((await fetch(`${d.url}/v2/sandboxes`, { headers: h })).status, 200)
+    const all = await (await fetch(`${d.url}/audit?limit=10000`, { headers: { 'X-API-Key': d.apiKey } })).json()
+    assert.ok(all.some((r) => r.sandbox === sbx.sandboxId), 'the admin key sees the sandbox\'s records')
+    const adminKeyId = all.find((r) => r.action === 'sandbox.create').api_key_id
+    // Its own calls only (the list above), none of the admin's or the sandbox's.
+    const mine = await (await fetch(`${d.url}/audit?limit=10000`, { headers: h })).json()
+    assert.ok(mine.some((r) => r.action === 'sandbox.list'), JSON.stringify(mine))
+    assert.equal(new Set(mine.map((r) => r.api_key_id)).size, 1)
+    assert.ok(mine.every((r) => r.api_key_id !== adminKeyId && r.sandbox !== sbx.sandboxId))
+    assert.equal((await fetch(`${d.url}/audit/verify`, { headers: h })).status, 403)
+    assert.equal((await fetch(`${d.url}/host`, { headers: h })).status, 403)
+    const m = await (await fetch(`${d.url}/sandboxes/metrics?sandbox_ids=${sbx.sandboxId}`, { headers: h })).json()
+    assert.deepEqual(m, { sandboxes: {} })
+  })
+
   test('the terminal runs echo hi, an uploaded file is found with ls, and the shell is audited', async () => {
     await page.click(`#sandbox-rows [data-id="${sbx.sandboxId}"] a`)
     await page.waitForFunction(() => /pid \d+/.test(document.querySelector('#terminal-status')?.textContent || ''), { timeout: 30000 })
@@ -188,6 +206,9 @@ describe('web console', { skip: skipReason || false }, () => {
     await page.waitForFunction(() => /built-by-console-test/.test(document.querySelector('#build-log').textContent), { timeout: 120000 })
     await page.waitForFunction(() => /\[ready\]/.test(document.querySelector('#build-log').textContent), { timeout: 120000 })
     await building
+    // The list refreshes itself when the build ends: wait for it before clicking in it.
+    await page.waitForFunction((id) => document.querySelector(`#template-rows tr[data-id="${id}"] td:nth-child(4)`)?.textContent === 'ready',
+      { timeout: 20000 }, tplId)
     await shot('templates')
     await page.click(`#template-rows tr[data-id="${tplId}"] button.danger`)
     await page.waitForSelector(`#template-rows tr[data-id="${tplId}"]`, { hidden: true })
