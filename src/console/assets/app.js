@@ -190,7 +190,12 @@ function setNav() {
 
 function main() { return clear(document.getElementById('main')) }
 
+// Bumped on every navigation: a view that awaited the API checks it before
+// it draws, so a page the user has left never draws over the next one.
+let routeGen = 0
+
 function route(message) {
+  routeGen++
   leave()
   setNav()
   const parts = location.hash.replace(/^#\/?/, '').split('/')
@@ -409,15 +414,18 @@ function viewSandboxes() {
 // ---------- one sandbox ----------
 
 async function viewSandbox(id) {
+  const gen = routeGen
   const m = main()
   m.append(h('p', null, h('a', { href: '#/sandboxes' }, '← Sandboxes')), h('h1', null, 'Sandbox ', h('span', { class: 'mono' }, id)))
   let sb
   try {
     sb = await api('GET', '/sandboxes/' + encodeURIComponent(id))
   } catch (e) {
+    if (gen !== routeGen) return
     m.append(h('p', { class: 'error', role: 'alert' }, e.status === 404 ? `Sandbox ${id} does not exist (or has ended).` : e.message))
     return
   }
+  if (gen !== routeGen) return
   const info = h('dl', { class: 'kv', id: 'sandbox-info' })
   const fill = (s) => {
     clear(info)
@@ -861,13 +869,16 @@ function viewAudit() {
 // ---------- host ----------
 
 async function viewHost() {
+  const gen = routeGen
   const m = main()
   m.append(h('h1', null, 'Host'))
   let v
   try { v = await api('GET', '/host') } catch (e) {
+    if (gen !== routeGen) return
     m.append(h('p', { class: e.status === 403 ? 'note' : 'error' }, e.status === 403 ? 'The host view needs an admin key.' : e.message))
     return
   }
+  if (gen !== routeGen) return
   const dl = (rows) => h('dl', { class: 'kv' }, rows.map(([k, val]) => [h('dt', null, k), h('dd', null, val)]))
   const mib = (n) => (n < 0 ? 'unknown' : fmtBytes(n * 1048576))
   m.append(h('div', { class: 'grid2', id: 'host-view' },
