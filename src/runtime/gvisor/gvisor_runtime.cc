@@ -124,11 +124,6 @@ std::string RunscReason(const std::string& err) {
 // runsc's refusal to save a connected TCP endpoint (gVisor's
 // tcp.(*Endpoint).beforeSave): "endpoint cannot be saved in connected state".
 constexpr char kConnectedRefusal[] = "cannot be saved in connected state";
-// A gofer dentry of a file deleted a moment ago (runsc 0.0~20240729, seen
-// after a 100,000-file flood) makes the save refuse; it is retried like a
-// connection refusal, in case the gofer has let it go by then (not shown to
-// help yet: the one failure seen was not reproduced).
-constexpr char kInvalidatedDentryRefusal[] = "deleted and invalidated dentries can't be restored";
 
 // Resets every TCP connection between this host and the guest behind
 // `netns_ip`: SOCK_DESTROY (ss -K) of each host socket whose remote address
@@ -405,10 +400,8 @@ StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bo
   // is refused by the save, and the guest runs again for the next try. A
   // guest already stopped by an earlier save had its connections reset then.
   // Under load the guest's netstack can take a while to handle the RSTs,
-  // and a gofer can hold a dentry of a file deleted a moment ago that the
-  // save refuses ("deleted and invalidated dentries"): both clear once the
-  // guest runs a little longer, so refused tries back off (2 ms, then
-  // 25·(n-1)² ms, at most 800 ms; about 3 s over all 8 tries).
+  // so refused tries back off (2 ms, then 25·(n-1)² ms, at most 800 ms;
+  // about 3 s over all 8 tries).
   constexpr int kTries = 8;
   auto t0 = Clock::now();  // when the guest stopped
   for (int attempt = 1;; ++attempt) {
@@ -428,9 +421,7 @@ StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bo
     if (!r.ok()) return undo(r.status().WithContext("runsc checkpoint"));
     if (r->status.success()) break;
     std::string said = RunscReason(r->err);
-    const bool transient = r->err.find(kConnectedRefusal) != std::string::npos ||
-                           r->err.find(kInvalidatedDentryRefusal) != std::string::npos;
-    if (transient && attempt < kTries && !was_paused) {
+    if (r->err.find(kConnectedRefusal) != std::string::npos && attempt < kTries && !was_paused) {
       if (Status res = rt_->Resume(s_); !res.ok()) return undo(res);
       paused_ = false;
       continue;
