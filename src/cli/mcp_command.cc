@@ -40,7 +40,6 @@ class Bridge {
 
   void Run() {
     std::string line;
-    std::vector<std::thread> threads;
     while (std::getline(std::cin, line)) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       json m = json::parse(line, nullptr, false);
@@ -58,14 +57,19 @@ class Bridge {
         cv_.wait(l, [&] { return in_flight_ < kMaxInFlight; });
         ++in_flight_;
       }
-      threads.emplace_back([this, line, m] {
+      // Detached: a long session would otherwise keep every finished
+      // thread until the end; the in-flight count is what is waited for.
+      std::thread([this, line, m] {
         Forward(line, m, false);
         std::lock_guard<std::mutex> l(mu_);
         --in_flight_;
         cv_.notify_all();
-      });
+      }).detach();
     }
-    for (auto& th : threads) th.join();
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return in_flight_ == 0; });
+    }
     // The session ends with the client (stdin closed).
     std::string sid = Session();
     if (!sid.empty()) (void)Post("DELETE", "", sid);  // best effort: past its caps the daemon drops the oldest sessions
@@ -102,9 +106,11 @@ class Bridge {
       // The daemon forgot the session (it restarted): open a new one and retry.
       auto again = Post("POST", init_line_, "");
       if (again.ok() && again->status == 200) {
-        std::lock_guard<std::mutex> l(mu_);
-        session_ = again->Header("mcp-session-id");
-        sid = session_;
+        sid = again->Header("mcp-session-id");
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          session_ = sid;
+        }
         (void)Post("POST", json{{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}.dump(), sid);
       }
       r = Post("POST", line, sid);

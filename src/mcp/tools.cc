@@ -4,7 +4,7 @@
 #include <functional>
 #include <map>
 
-#include "audit/audit_log.h"  // Sha256Hex
+#include "audit/audit_log.h"  // StringField (never throws on untrusted JSON), Sha256Hex
 #include "common/agent_port.h"
 #include "core/envd_client.h"
 #include "envd/proto_json.h"  // Base64Encode/Decode
@@ -229,7 +229,7 @@ class Api {
     if (r->status != 200) return ApiError(*r);
     json j = json::parse(r->body, nullptr, false);
     if (!j.is_object()) return Internal("GET /sandboxes/" + id + ": the answer is not a JSON object");
-    return StringField(j, "envdAccessToken");
+    return audit::StringField(j, "envdAccessToken");
   }
 
   // A data-plane call to `port` of sandbox `id` (the daemon routes it).
@@ -258,7 +258,7 @@ class Api {
   // The API's own message from a JSON error body, with the status.
   static Status ApiError(const http::HttpReply& r) {
     json j = json::parse(r.body, nullptr, false);
-    std::string message = j.is_object() ? StringField(j, "message") : "";
+    std::string message = j.is_object() ? audit::StringField(j, "message") : "";
     if (message.empty()) message = r.body.substr(0, 300);
     std::string text = "HTTP " + std::to_string(r.status) + ": " + message;
     if (r.status == 404) return NotFound(text);
@@ -267,19 +267,9 @@ class Api {
     return Unavailable(text);
   }
 
-  static std::string StringField(const json& j, const char* key) {
-    auto it = j.find(key);
-    return it != j.end() && it->is_string() ? it->get<std::string>() : "";
-  }
-
  private:
   ApiAccess a_;
 };
-
-std::string Str(const json& args, const char* key, const std::string& fallback = "") {
-  auto it = args.find(key);
-  return it != args.end() && it->is_string() ? it->get<std::string>() : fallback;
-}
 
 // "path" relative to the user's home, as the SDK's are (the agent resolves it).
 std::string FilesTarget(const std::string& path, const std::string& user) {
@@ -287,7 +277,7 @@ std::string FilesTarget(const std::string& path, const std::string& user) {
 }
 
 ToolOutcome CreateSandbox(Api& api, const json& args) {
-  json body = {{"templateID", Str(args, "template", "base")}};
+  json body = {{"templateID", audit::StringField(args, "template", "base")}};
   if (args.contains("timeout_seconds")) body["timeout"] = args["timeout_seconds"].get<int64_t>();
   if (args.contains("metadata")) body["metadata"] = args["metadata"];
   if (args.contains("allow_out") && !args["allow_out"].empty()) body["network"] = {{"allowOut", args["allow_out"]}};
@@ -295,23 +285,23 @@ ToolOutcome CreateSandbox(Api& api, const json& args) {
   if (!r.ok()) return Fail("create_sandbox: " + r.status().message());
   if (r->status != 201 && r->status != 200) return Fail("create_sandbox: " + Api::ApiError(*r).message());
   json j = json::parse(r->body, nullptr, false);
-  std::string id = j.is_object() ? Api::StringField(j, "sandboxID") : "";
+  std::string id = j.is_object() ? audit::StringField(j, "sandboxID") : "";
   if (id.empty()) return Fail("create_sandbox: the answer has no sandboxID");
-  json out = {{"sandbox_id", id}, {"template", Api::StringField(j, "templateID")}};
+  json out = {{"sandbox_id", id}, {"template", audit::StringField(j, "templateID")}};
   return Ok(json::array({Text("Created sandbox " + id + " (template " + out["template"].get<std::string>() +
                               "). Pass sandbox_id \"" + id + "\" to the other tools.")}),
             out, id);
 }
 
 ToolOutcome RunCommand(Api& api, const json& args) {
-  std::string id = Str(args, "sandbox_id");
+  std::string id = audit::StringField(args, "sandbox_id");
   auto token = api.Token(id);
   if (!token.ok()) return Fail("run_command: " + token.status().message(), id);
   ExecRequest req;
   req.cmd = "/bin/bash";
-  req.args = {"-l", "-c", Str(args, "command")};
-  if (args.contains("cwd")) req.cwd = Str(args, "cwd");
-  req.user = Str(args, "user", "user");
+  req.args = {"-l", "-c", audit::StringField(args, "command")};
+  if (args.contains("cwd")) req.cwd = audit::StringField(args, "cwd");
+  req.user = audit::StringField(args, "user", "user");
   if (args.contains("env")) {
     for (const auto& [k, v] : args["env"].items()) req.envs[k] = v.get<std::string>();
   }
@@ -352,11 +342,11 @@ ToolOutcome RunCommand(Api& api, const json& args) {
 }
 
 ToolOutcome RunCode(Api& api, const json& args) {
-  std::string id = Str(args, "sandbox_id");
+  std::string id = audit::StringField(args, "sandbox_id");
   auto token = api.Token(id);
   if (!token.ok()) return Fail("run_code: " + token.status().message(), id);
-  json body = {{"code", Str(args, "code")}};
-  if (args.contains("language")) body["language"] = Str(args, "language");
+  json body = {{"code", audit::StringField(args, "code")}};
+  if (args.contains("language")) body["language"] = audit::StringField(args, "language");
   // Past the timeout the connection closes, and the interpreter interrupts
   // the execution (docs/code-interpreter.md "timeoutMs").
   const int timeout_s = args.contains("timeout_seconds") ? args["timeout_seconds"].get<int>() : kDefaultCodeTimeoutS;
@@ -381,22 +371,22 @@ ToolOutcome RunCode(Api& api, const json& args) {
     pos = nl == std::string::npos ? r->body.size() : nl + 1;
     json m = json::parse(line, nullptr, false);
     if (!m.is_object()) continue;
-    std::string type = Api::StringField(m, "type");
-    if (type == "stdout") out += Api::StringField(m, "text");
-    if (type == "stderr") err += Api::StringField(m, "text");
+    std::string type = audit::StringField(m, "type");
+    if (type == "stdout") out += audit::StringField(m, "text");
+    if (type == "stderr") err += audit::StringField(m, "text");
     if (type == "error") {
-      error = {{"name", Api::StringField(m, "name")},
-               {"value", Api::StringField(m, "value")},
-               {"traceback", CutUtf8(Api::StringField(m, "traceback"), kMaxCommandOutput)}};
+      error = {{"name", audit::StringField(m, "name")},
+               {"value", audit::StringField(m, "value")},
+               {"traceback", CutUtf8(audit::StringField(m, "traceback"), kMaxCommandOutput)}};
     }
     if (type == "result") {
       json res = {{"is_main_result", m.value("is_main_result", false)}};
-      std::string t = Api::StringField(m, "text");
+      std::string t = audit::StringField(m, "text");
       if (!t.empty()) {
         res["text"] = CutUtf8(t, kMaxCommandOutput);
         text_results += (text_results.empty() ? "" : "\n") + CutUtf8(t, kMaxCommandOutput);
       }
-      std::string png = Api::StringField(m, "png");
+      std::string png = audit::StringField(m, "png");
       if (!png.empty() && png.size() <= kMaxDownload) {
         content.push_back({{"type", "image"}, {"data", png}, {"mimeType", "image/png"}});
         res["png"] = true;
@@ -434,10 +424,10 @@ StatusOr<std::string> GetFile(Api& api, const std::string& id, const std::string
 }
 
 ToolOutcome ReadFile(Api& api, const json& args) {
-  std::string id = Str(args, "sandbox_id"), path = Str(args, "path");
+  std::string id = audit::StringField(args, "sandbox_id"), path = audit::StringField(args, "path");
   auto token = api.Token(id);
   if (!token.ok()) return Fail("read_file: " + token.status().message(), id);
-  auto bytes = GetFile(api, id, *token, path, Str(args, "user", "user"), kMaxReadFile);
+  auto bytes = GetFile(api, id, *token, path, audit::StringField(args, "user", "user"), kMaxReadFile);
   if (!bytes.ok()) return Fail("read_file " + path + ": " + bytes.status().message(), id);
   if (!ValidUtf8(*bytes))
     return Fail("read_file " + path + ": not UTF-8 text (" + std::to_string(bytes->size()) +
@@ -447,9 +437,9 @@ ToolOutcome ReadFile(Api& api, const json& args) {
 }
 
 ToolOutcome WriteFile(Api& api, const json& args) {
-  std::string id = Str(args, "sandbox_id"), path = Str(args, "path");
-  std::string content = Str(args, "content");
-  if (Str(args, "encoding", "utf8") == "base64") {
+  std::string id = audit::StringField(args, "sandbox_id"), path = audit::StringField(args, "path");
+  std::string content = audit::StringField(args, "content");
+  if (audit::StringField(args, "encoding", "utf8") == "base64") {
     auto decoded = envd::Base64Decode(content);
     if (!decoded.ok()) return Fail("write_file: content is not base64: " + decoded.status().message(), id);
     content = std::move(*decoded);
@@ -458,22 +448,22 @@ ToolOutcome WriteFile(Api& api, const json& args) {
   auto token = api.Token(id);
   if (!token.ok()) return Fail("write_file: " + token.status().message(), id);
   size_t size = content.size();
-  auto r = api.Data(id, *token, kAgentPort, "POST", FilesTarget(path, Str(args, "user", "user")), std::move(content),
+  auto r = api.Data(id, *token, kAgentPort, "POST", FilesTarget(path, audit::StringField(args, "user", "user")), std::move(content),
                     "application/octet-stream", 1 << 20, std::chrono::seconds(120));
   if (!r.ok()) return Fail("write_file " + path + ": " + r.status().message(), id);
   if (r->status != 200) return Fail("write_file " + path + ": " + Api::ApiError(*r).message(), id);
   json j = json::parse(r->body, nullptr, false);
-  std::string written = j.is_array() && !j.empty() && j[0].is_object() ? Api::StringField(j[0], "path") : path;
+  std::string written = j.is_array() && !j.empty() && j[0].is_object() ? audit::StringField(j[0], "path") : path;
   return Ok(json::array({Text("Wrote " + std::to_string(size) + " bytes to " + written)}),
             json{{"path", written}, {"size", size}}, id);
 }
 
 ToolOutcome ListFiles(Api& api, const json& args) {
-  std::string id = Str(args, "sandbox_id"), path = Str(args, "path", ".");
+  std::string id = audit::StringField(args, "sandbox_id"), path = audit::StringField(args, "path", ".");
   auto token = api.Token(id);
   if (!token.ok()) return Fail("list_files: " + token.status().message(), id);
   uint32_t depth = args.contains("depth") ? args["depth"].get<uint32_t>() : 1;
-  auto entries = api.Envd(id, *token).ListDir(path, depth, Str(args, "user", "user"));
+  auto entries = api.Envd(id, *token).ListDir(path, depth, audit::StringField(args, "user", "user"));
   if (!entries.ok()) return Fail("list_files " + path + ": " + entries.status().message(), id);
   json list = json::array();
   std::string text;
@@ -487,10 +477,10 @@ ToolOutcome ListFiles(Api& api, const json& args) {
 }
 
 ToolOutcome DownloadFile(Api& api, const json& args) {
-  std::string id = Str(args, "sandbox_id"), path = Str(args, "path");
+  std::string id = audit::StringField(args, "sandbox_id"), path = audit::StringField(args, "path");
   auto token = api.Token(id);
   if (!token.ok()) return Fail("download_file: " + token.status().message(), id);
-  auto bytes = GetFile(api, id, *token, path, Str(args, "user", "user"), kMaxDownload);
+  auto bytes = GetFile(api, id, *token, path, audit::StringField(args, "user", "user"), kMaxDownload);
   if (!bytes.ok()) return Fail("download_file " + path + ": " + bytes.status().message(), id);
   std::string sha = audit::Sha256Hex(*bytes);
   std::string uri = "sandbox://" + id + (path.empty() || path[0] != '/' ? "/~/" : "") + path;
@@ -502,7 +492,7 @@ ToolOutcome DownloadFile(Api& api, const json& args) {
 }
 
 ToolOutcome KillSandbox(Api& api, const json& args) {
-  std::string id = Str(args, "sandbox_id");
+  std::string id = audit::StringField(args, "sandbox_id");
   auto r = api.Control("DELETE", "/sandboxes/" + http::UrlEncodeComponent(id));
   if (!r.ok()) return Fail("kill_sandbox: " + r.status().message(), id);
   if (r->status != 204 && r->status != 200) return Fail("kill_sandbox: " + Api::ApiError(*r).message(), id);
@@ -519,11 +509,11 @@ ToolOutcome ListSandboxes(Api& api, const json&) {
   std::string text;
   for (const auto& s : j) {
     if (!s.is_object()) continue;
-    json row = {{"sandbox_id", Api::StringField(s, "sandboxID")},
-                {"template", Api::StringField(s, "templateID")},
-                {"state", Api::StringField(s, "state")},
-                {"started_at", Api::StringField(s, "startedAt")},
-                {"end_at", Api::StringField(s, "endAt")},
+    json row = {{"sandbox_id", audit::StringField(s, "sandboxID")},
+                {"template", audit::StringField(s, "templateID")},
+                {"state", audit::StringField(s, "state")},
+                {"started_at", audit::StringField(s, "startedAt")},
+                {"end_at", audit::StringField(s, "endAt")},
                 {"metadata", s.value("metadata", json::object())}};
     text += row["sandbox_id"].get<std::string>() + "  " + row["template"].get<std::string>() + "  " +
             row["state"].get<std::string>() + "  ends " + row["end_at"].get<std::string>() + "\n";
@@ -556,7 +546,7 @@ ToolOutcome CallTool(const ApiAccess& access, const std::string& name, const jso
   try {
     return it->second(api, args);
   } catch (const std::exception& e) {  // a guest's bytes must never crash the server
-    return Fail(name + ": " + e.what(), Str(args, "sandbox_id"));
+    return Fail(name + ": " + e.what(), audit::StringField(args, "sandbox_id"));
   }
 }
 

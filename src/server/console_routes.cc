@@ -36,8 +36,7 @@ void Server::ServeConsole(std::shared_ptr<HttpConn> c) {
   // Relative asset URLs need the trailing slash.
   if (path == "/console") return c->Respond(308, "text/plain", "/console/\n", {{"Location", "/console/"}});
   const console::Asset* asset = console::FindAsset(std::string_view(path).substr(std::string_view("/console/").size()));
-  http::HeaderList headers;
-  for (const auto& h : console::SecurityHeaders()) headers.push_back(h);
+  const http::HeaderList& headers = console::SecurityHeaders();
   if (!asset) return c->Respond(404, "text/plain; charset=utf-8", "no such console file\n", headers);
   c->Respond(200, asset->content_type, std::string(asset->body), headers);
 }

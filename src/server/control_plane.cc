@@ -86,20 +86,21 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
   // before the request is refused.
   const bool is_mcp = path == "/mcp";
   std::string presented = PresentedApiKey(*c, is_mcp);
-  if (auto key = api_keys_->Find(presented)) {
-    if (is_mcp) return HandleMcp(std::move(c), Caller{key->id, key->team, key->admin}, presented);
-    return RouteControl(std::move(c), Caller{key->id, key->team, key->admin});
-  }
+  auto dispatch = [this, is_mcp, presented](std::shared_ptr<HttpConn> c, const ApiKeyRecord& key) {
+    Caller caller{key.id, key.team, key.admin};
+    if (is_mcp) return HandleMcp(std::move(c), caller, presented);
+    RouteControl(std::move(c), caller);
+  };
+  if (auto key = api_keys_->Find(presented)) return dispatch(std::move(c), *key);
   if (presented.empty()) {
     AuditAuthFailure(c);
     return c->RespondError(401, is_mcp ? "missing API key (X-API-Key or Authorization: Bearer)" : "missing X-API-Key");
   }
-  asio::post(*key_refresher_, [this, c, presented = std::move(presented), is_mcp] {
+  asio::post(*key_refresher_, [this, c, presented = std::move(presented), dispatch] {
     Status st = api_keys_->RefreshIfStale();
     auto key = api_keys_->Find(presented);
-    asio::post(c->executor(), [this, c, st, key, presented, is_mcp] {
-      if (key && is_mcp) return HandleMcp(c, Caller{key->id, key->team, key->admin}, presented);
-      if (key) return RouteControl(c, Caller{key->id, key->team, key->admin});
+    asio::post(c->executor(), [this, c, st, key, dispatch] {
+      if (key) return dispatch(c, *key);
       if (!st.ok()) return c->RespondError(500, st.message());
       AuditAuthFailure(c);
       c->RespondError(401, "invalid X-API-Key");
