@@ -25,6 +25,9 @@ if (!skipReason) {
   }
 }
 
+// The daemon's own reasons are printed by daemon.mjs; these are this suite's.
+if (skipReason && !daemonSkip) console.log(`# SKIP e2e: ${skipReason}`)
+
 const XSS = '<img src=x onerror="window.__xss=1">'
 
 describe('web console', { skip: skipReason || false }, () => {

@@ -16,6 +16,17 @@ if (!skipReason) {
 const TOOLS = ['create_sandbox', 'run_command', 'run_code', 'read_file', 'write_file', 'list_files', 'download_file',
   'kill_sandbox', 'list_sandboxes']
 
+// Connects a client named `name` over `transport`, runs `fn(client)`, closes it.
+async function withClient(name, transport, fn) {
+  const client = new Client({ name, version: '1.0.0' })
+  await client.connect(transport)
+  try {
+    return await fn(client)
+  } finally {
+    await client.close()
+  }
+}
+
 function text(result) {
   return result.content.filter((c) => c.type === 'text').map((c) => c.text).join('\n')
 }
@@ -43,9 +54,7 @@ describe('MCP server', { skip: skipReason || false }, () => {
 
   for (const [name, make] of Object.entries(transports)) {
     test(`tools over ${name}: create, run, files, errors, kill`, async () => {
-      const client = new Client({ name: `airlock-e2e-${name}`, version: '1.0.0' })
-      await client.connect(make(d))
-      try {
+      await withClient(`airlock-e2e-${name}`, make(d), async (client) => {
         const { tools } = await client.listTools()
         assert.deepEqual(tools.map((t) => t.name).sort(), [...TOOLS].sort())
         const run = tools.find((t) => t.name === 'run_command')
@@ -122,16 +131,12 @@ describe('MCP server', { skip: skipReason || false }, () => {
         assert.ok(mine.some((x) => x.tool === 'create_sandbox' && x.sandbox === id && x.is_error === false))
         assert.ok(mine.some((x) => x.tool === 'run_command' && x.is_error === true && /command: is required/.test(x.error)))
         assert.ok(mine.every((x) => !JSON.stringify(x).includes('print(6*7)')), 'arguments are not copied into the trail')
-      } finally {
-        await client.close()
-      }
+      })
     })
   }
 
   test('run_code in a code-interpreter sandbox keeps state and returns results and errors', async () => {
-    const client = new Client({ name: 'airlock-e2e-code', version: '1.0.0' })
-    await client.connect(transports.http(d))
-    try {
+    await withClient('airlock-e2e-code', transports.http(d), async (client) => {
       const created = await client.callTool({ name: 'create_sandbox', arguments: { template: 'code-interpreter' } })
       assert.equal(created.isError, false, text(created))
       const id = created.structuredContent.sandbox_id
@@ -149,15 +154,11 @@ describe('MCP server', { skip: skipReason || false }, () => {
       const kept = await client.callTool({ name: 'run_code', arguments: { sandbox_id: id, code: 'x + 1' } })
       assert.equal(kept.structuredContent.results[0].text, '7', text(kept))
       await client.callTool({ name: 'kill_sandbox', arguments: { sandbox_id: id } })
-    } finally {
-      await client.close()
-    }
+    })
   })
 
   test('airlock mcp opens a new session when the daemon forgot its own', async () => {
-    const client = new Client({ name: 'airlock-e2e-forgotten', version: '1.0.0' })
-    await client.connect(transports.stdio(d))
-    try {
+    await withClient('airlock-e2e-forgotten', transports.stdio(d), async (client) => {
       assert.equal((await client.listTools()).tools.length, TOOLS.length)
       // The daemon forgets the bridge's session (as after a restart): found
       // through its mcp.initialize record, ended with DELETE.
@@ -168,9 +169,7 @@ describe('MCP server', { skip: skipReason || false }, () => {
       assert.equal(listed.isError, false, text(listed))
       const again = await (await fetch(`${d.url}/audit?action=mcp.initialize`, { headers: { 'X-API-Key': d.apiKey } })).json()
       assert.equal(again.filter((r) => r.client === 'airlock-e2e-forgotten').length, 2)
-    } finally {
-      await client.close()
-    }
+    })
   })
 
   test('/mcp refuses a wrong key, a foreign origin and a missing session', async () => {
