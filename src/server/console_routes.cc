@@ -64,8 +64,7 @@ void Server::LatestMetrics(std::shared_ptr<HttpConn> c, const Caller& caller) {
 
 void Server::HostView(std::shared_ptr<HttpConn> c, const Caller& caller) {
   if (!caller.admin) return c->RespondError(403, "the host view needs an admin key");
-  int running = 0, paused = 0;
-  for (const auto& sb : manager_->VisibleList()) (sb->api_state() == "paused" ? paused : running)++;
+  const SandboxCounts n = CountSandboxes();
   auto st = admission_->stats();
   const auto& ac = admission_->config();
   auto ps = manager_->pool_stats();
@@ -80,7 +79,7 @@ void Server::HostView(std::shared_ptr<HttpConn> c, const Caller& caller) {
   }
   json out = {
       {"version", kAirlockVersion},
-      {"sandboxes", {{"running", running}, {"paused", paused}, {"creating", st.in_flight}, {"max", ac.max_sandboxes}}},
+      {"sandboxes", {{"running", n.running}, {"paused", n.paused}, {"creating", st.in_flight}, {"max", ac.max_sandboxes}}},
       {"queue", {{"length", st.queued}, {"maxPerKey", ac.max_queue_per_key}}},
       {"memory",
        {{"budgetMiB", st.budget_mib},

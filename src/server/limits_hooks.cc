@@ -74,11 +74,19 @@ void Server::ScheduleAdmissionTick() {
   });
 }
 
+Server::SandboxCounts Server::CountSandboxes() {
+  SandboxCounts n;
+  // As GET /v2/sandboxes reports them: a paused one holds no VMM.
+  for (const auto& sb : manager_->VisibleList()) (sb->api_state() == "paused" ? n.paused : n.running)++;
+  return n;
+}
+
 void Server::ServeMetrics(std::shared_ptr<HttpConn> c) {
   DaemonMetrics::Gauges g;
   auto st = admission_->stats();
-  // As GET /v2/sandboxes reports them: a paused one holds no VMM.
-  for (const auto& sb : manager_->VisibleList()) (sb->api_state() == "paused" ? g.paused : g.running)++;
+  const SandboxCounts n = CountSandboxes();
+  g.running = n.running;
+  g.paused = n.paused;
   g.creating = st.in_flight;
   g.queued = static_cast<int>(st.queued);
   g.committed_memory_mib = st.committed_memory_mib;

@@ -328,6 +328,11 @@ class Server {
   void SandboxReleased(const std::string& sandbox_id);
   void ScheduleAdmissionTick();
   void ServeMetrics(std::shared_ptr<HttpConn> c);
+  // Visible sandboxes by API state (GET /metrics, GET /host).
+  struct SandboxCounts {
+    int running = 0, paused = 0;
+  };
+  SandboxCounts CountSandboxes();
   // memory admission and pressure (memory_hooks.cc): the sampler's timer,
   // one reading (worker thread), the pause it may start, data-plane use.
   void ScheduleMemorySampler();
