@@ -12,10 +12,160 @@
 #include "image/oci_base.h"
 #include "runtime/registry.h"
 #include "server/server.h"
+#include "cluster/cluster_registry.h"
+#include "cluster/front.h"
+#include "cluster/membership.h"
+#include "http/client.h"
+#include "image/image.h"
+#include <unistd.h>
+#include <thread>
 
 namespace po = boost::program_options;
 
 namespace airlock::cli {
+
+namespace {
+
+struct ClusterFlags {
+  std::string role, database, node_name, advertise, node_listen;
+  int capacity = 0, best_of_k = 3, lapse_ms = 5000;
+};
+
+bool WildcardOrLoopback(const std::string& address) {
+  auto hp = http::ParseHostPort(address);
+  if (!hp.ok()) return true;
+  const std::string& h = hp->first;
+  return h.empty() || h == "0.0.0.0" || h == "::" || h.rfind("127.", 0) == 0 || h == "::1" || h == "localhost";
+}
+
+// serve --role node|front|both (docs/multinode.md).
+int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
+  auto fail = [](const std::string& m) {
+    std::fprintf(stderr, "airlock serve: %s\n", m.c_str());
+    return 2;
+  };
+  if (cl.role != "node" && cl.role != "front" && cl.role != "both")
+    return fail("--role must be single, node, front or both");
+  if (cl.database.empty()) return fail("--role " + cl.role + " needs --database postgres://...");
+  if (cl.best_of_k < 1 || cl.lapse_ms < 1000) return fail("--best-of >= 1, --heartbeat-lapse >= 1000");
+  const bool node_role = cl.role != "front", front_role = cl.role != "node";
+  server::ServerConfig ncfg = cfg;
+  if (cl.role == "both") {
+    if (cl.node_listen.empty()) return fail("--role both needs --node-listen ip:port for the node's own API");
+    ncfg.listen = cl.node_listen;
+  }
+  std::string advertise = cl.advertise;
+  if (node_role && advertise.empty()) {
+    if (WildcardOrLoopback(ncfg.listen)) return fail("--advertise ip:port is needed when the node listens on " + ncfg.listen);
+    advertise = ncfg.listen;
+  }
+  if (node_role) {
+    auto hp = http::ParseHostPort(advertise);
+    boost::system::error_code ec;
+    if (!hp.ok() || hp->second == 0 || (boost::asio::ip::make_address(hp->first, ec), ec))
+      return fail("--advertise must be an ip:port (fronts connect to it without DNS): " + advertise);
+  }
+  auto opened = cluster::ClusterRegistry::Open(cl.database, 8);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "airlock serve: cluster registry: %s\n", opened.status().message().c_str());
+    return 1;
+  }
+  std::shared_ptr<cluster::ClusterRegistry> registry = std::move(*opened);
+  std::unique_ptr<server::Server> node;
+  std::unique_ptr<cluster::NodeMembership> member;
+  auto member_ptr = std::make_shared<std::atomic<cluster::NodeMembership*>>(nullptr);
+  if (node_role) {
+    auto secret = registry->ReservationSecret();
+    if (!secret.ok()) return fail("cluster registry: " + secret.status().message());
+    cluster::ClusterRegistry* reg = registry.get();
+    ncfg.write_cli_key = false;  // keys live in the cluster registry (airlock apikey --db postgres://...)
+    ncfg.cluster.keys = server::ApiKeySource{[reg] { return reg->KeyVersion(); }, [reg] { return reg->ApiKeysByHash(); }};
+    ncfg.cluster.reservation_secret = *secret;
+    ncfg.cluster.sandbox_added = [member_ptr](const std::string& id, bool front_reserved) -> Status {
+      auto* m = member_ptr->load();
+      return m ? m->SandboxAdded(id, front_reserved) : OkStatus();  // before registration: the sync records it
+    };
+    ncfg.cluster.sandbox_removed = [member_ptr](const std::string& id) {
+      if (auto* m = member_ptr->load()) m->SandboxRemoved(id);
+    };
+    auto srv = server::Server::Open(ncfg);
+    if (!srv.ok()) {
+      std::fprintf(stderr, "airlock serve: %s\n", srv.status().message().c_str());
+      return 1;
+    }
+    node = std::move(*srv);
+    cluster::MembershipConfig mc;
+    char host[256] = {0};
+    ::gethostname(host, sizeof host - 1);
+    mc.node.name = cl.node_name.empty() ? host : cl.node_name;
+    mc.node.address = advertise;
+    int capacity = cl.capacity;
+    if (capacity <= 0) {
+      long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+      int64_t mib = pages > 0 && page > 0 ? (int64_t{pages} * page) >> 20 : 0;
+      capacity = static_cast<int>(std::max<int64_t>(1, mib / std::max(1, ncfg.default_memory_mib)));
+    }
+    mc.node.capacity = capacity;
+    mc.node.version = server::kAirlockVersion;
+    server::Server* s = node.get();
+    mc.sandboxes = [s] {
+      std::vector<std::string> ids;
+      for (const auto& sb : s->manager().VisibleList()) ids.push_back(sb->id());
+      return ids;
+    };
+    const std::string state_dir = ncfg.manager.state_dir;
+    mc.templates = [state_dir] {
+      std::vector<std::string> names;
+      for (const auto& t : image::KnownTemplates()) {
+        if (image::FindImage(state_dir, t).ok()) names.push_back(t);
+      }
+      return names;
+    };
+    auto m = cluster::NodeMembership::Start(registry.get(), std::move(mc));
+    if (!m.ok()) {
+      std::fprintf(stderr, "airlock serve: cluster registration: %s\n", m.status().message().c_str());
+      return 1;
+    }
+    member = std::move(*m);
+    member_ptr->store(member.get());
+    std::fprintf(stderr, "airlock serve: node %s on port %u, advertised as %s (capacity %d)\n", member->name().c_str(),
+                 node->port(), advertise.c_str(), capacity);
+  }
+  std::unique_ptr<cluster::Front> front;
+  if (front_role) {
+    cluster::FrontConfig fc;
+    fc.listen = cfg.listen;
+    fc.domain = cfg.domain;
+    fc.workers = cfg.workers;
+    fc.limits = cfg.limits;
+    fc.best_of_k = cl.best_of_k;
+    fc.lapse = std::chrono::milliseconds(cl.lapse_ms);
+    auto f = cluster::Front::Open(fc, registry);
+    if (!f.ok()) {
+      std::fprintf(stderr, "airlock serve: front: %s\n", f.status().message().c_str());
+      return 1;
+    }
+    front = std::move(*f);
+    std::fprintf(stderr, "airlock serve: front listening on port %u\n", front->port());
+  }
+  if (node && front) {
+    std::thread node_thread([&] { node->Run(); });
+    front->Run();
+    node->Stop();
+    node_thread.join();
+  } else if (node) {
+    node->Run();
+  } else {
+    front->Run();
+  }
+  member_ptr->store(nullptr);
+  member.reset();
+  front.reset();
+  node.reset();
+  return 0;
+}
+
+}  // namespace
 
 int CmdServe(const std::string& state_dir, const std::string& agent_binary, const std::vector<std::string>& args) {
   server::ServerConfig cfg;
@@ -156,6 +306,22 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "insecure-registry", po::value(&cfg.insecure_registries)->multitoken(),
       "HOST[:PORT] of a registry fromImage may pull from over plain HTTP or without TLS verification "
       "(repeatable)");
+  // Many nodes (docs/multinode.md).
+  ClusterFlags cl;
+  desc.add_options()("role", po::value(&cl.role)->default_value("single"),
+                     "single (one machine, SQLite only), node (runs sandboxes for a cluster), front (the cluster's "
+                     "stateless API: placement and routing), or both (a front on --listen, a node on --node-listen)")(
+      "database", po::value(&cl.database), "the cluster registry: a PostgreSQL URL (postgres://...); roles node, front, both")(
+      "node-name", po::value(&cl.node_name), "this node's name in the cluster (default: the host name)")(
+      "advertise", po::value(&cl.advertise),
+      "ip:port fronts reach this node's API at (default: --listen, unless that is a wildcard or loopback address)")(
+      "node-listen", po::value(&cl.node_listen), "role both: ip:port of the node's own API")(
+      "capacity", po::value(&cl.capacity)->default_value(0),
+      "sandboxes (running or paused) this node takes at most (0: host memory / --memory)")(
+      "mcp-api", po::value(&cfg.mcp_api), "host:port of the API the MCP tools call (a cluster node: a front)")(
+      "best-of", po::value(&cl.best_of_k)->default_value(3), "front: candidates sampled per placement (best-of-K)")(
+      "heartbeat-lapse", po::value(&cl.lapse_ms)->default_value(5000),
+      "front: ms without a node heartbeat before it gets no new sandbox and is marked lost");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
@@ -224,6 +390,7 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
   cfg.default_memory_mib = std::min(cfg.default_memory_mib, cfg.max_memory_mib);
   cfg.limits.header_timeout = std::chrono::seconds(header_timeout_s);
   cfg.limits.body_idle_timeout = std::chrono::seconds(body_timeout_s);
+  if (cl.role != "single") return ServeCluster(cfg, cl);
   auto srv = server::Server::Open(cfg);
   if (!srv.ok()) {
     std::fprintf(stderr, "airlock serve: %s\n", srv.status().message().c_str());
@@ -233,6 +400,67 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
   (*srv)->Run();
   return 0;
 }
+
+namespace {
+
+// airlock apikey --db postgres://...: a cluster's keys (docs/multinode.md).
+int ClusterApiKey(const std::string& url, const std::vector<std::string>& args, const char* usage) {
+  auto reg = cluster::ClusterRegistry::Open(url, 1);
+  if (!reg.ok()) {
+    std::fprintf(stderr, "airlock apikey: cluster registry: %s\n", reg.status().message().c_str());
+    return 1;
+  }
+  if (args[0] == "create") {
+    std::string name, team;
+    bool admin = false;
+    for (size_t i = 1; i < args.size(); ++i) {
+      if (args[i] == "--name" && i + 1 < args.size()) name = args[++i];
+      else if (args[i] == "--team" && i + 1 < args.size()) team = args[++i];
+      else if (args[i] == "--admin") admin = true;
+      else {
+        std::fprintf(stderr, "airlock apikey create: unknown argument '%s'\n%s", args[i].c_str(), usage);
+        return 2;
+      }
+    }
+    if (name.empty()) {
+      std::fputs(usage, stderr);
+      return 2;
+    }
+    auto k = (*reg)->CreateApiKey(name, team, admin);
+    if (!k.ok()) {
+      std::fprintf(stderr, "airlock apikey create: %s\n", k.status().message().c_str());
+      return k.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    std::printf("%s\n", k->second.c_str());
+    std::fprintf(stderr, "key %s (%s, team %s%s) created in the cluster registry; it is shown only once\n",
+                 k->first.id.c_str(), name.c_str(), k->first.team.c_str(), admin ? ", admin" : "");
+    return 0;
+  }
+  if (args[0] == "ls") {
+    auto keys = (*reg)->ListApiKeys();
+    if (!keys.ok()) {
+      std::fprintf(stderr, "airlock apikey ls: %s\n", keys.status().message().c_str());
+      return 1;
+    }
+    std::printf("%-10s %-20s %-20s %-6s %-12s %s\n", "ID", "NAME", "TEAM", "ADMIN", "PREFIX", "CREATED");
+    for (const auto& k : *keys) {
+      std::printf("%-10s %-20s %-20s %-6s %-12s %s\n", k.id.c_str(), k.name.c_str(), k.team.c_str(),
+                  k.admin ? "yes" : "no", (k.prefix + "...").c_str(), FormatRfc3339Ms(k.created_at_ms).c_str());
+    }
+    return 0;
+  }
+  if (args[0] == "rm" && args.size() == 2) {
+    if (Status st = (*reg)->RemoveApiKey(args[1]); !st.ok()) {
+      std::fprintf(stderr, "airlock apikey rm: %s\n", st.message().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  std::fputs(usage, stderr);
+  return 2;
+}
+
+}  // namespace
 
 int CmdApiKey(const std::string& state_dir, const std::vector<std::string>& args_in) {
   const char* usage =
@@ -246,6 +474,7 @@ int CmdApiKey(const std::string& state_dir, const std::vector<std::string>& args
     std::fputs(usage, stderr);
     return 2;
   }
+  if (db.rfind("postgres://", 0) == 0 || db.rfind("postgresql://", 0) == 0) return ClusterApiKey(db, args, usage);
   auto reg = Registry::Open(db);
   if (!reg.ok()) {
     std::fprintf(stderr, "airlock apikey: %s\n", reg.status().message().c_str());

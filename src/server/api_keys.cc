@@ -4,12 +4,16 @@
 
 namespace airlock::server {
 
+ApiKeySource RegistryKeySource(Registry* registry) {
+  return {[registry] { return registry->DataVersion(); }, [registry] { return registry->ApiKeysByHash(); }};
+}
+
 Status ApiKeyTable::Reload() {
   std::lock_guard<std::mutex> r(reload_mu_);
   // The version first: a commit between the two reads makes the next
   // RefreshIfStale load again instead of missing it.
-  ASSIGN_OR_RETURN(int64_t version, registry_->DataVersion());
-  ASSIGN_OR_RETURN(auto rows, registry_->ApiKeysByHash());
+  ASSIGN_OR_RETURN(int64_t version, source_.version());
+  ASSIGN_OR_RETURN(auto rows, source_.rows());
   auto table = std::make_shared<Table>();
   for (auto& [hash, rec] : rows) table->emplace(std::move(hash), std::move(rec));
   {
@@ -23,7 +27,7 @@ Status ApiKeyTable::Reload() {
 Status ApiKeyTable::RefreshIfStale() {
   {
     std::lock_guard<std::mutex> r(reload_mu_);
-    ASSIGN_OR_RETURN(int64_t version, registry_->DataVersion());
+    ASSIGN_OR_RETURN(int64_t version, source_.version());
     if (version == version_) return OkStatus();
   }
   return Reload();

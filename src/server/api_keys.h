@@ -15,21 +15,34 @@
 // Find is memory only and thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "core/registry.h"
 
 namespace airlock::server {
 
+// Where the keys are read from: the daemon's registry (SQLite), or the
+// cluster registry (PostgreSQL, cluster/cluster_registry.h) on a cluster's
+// nodes and fronts. `version` changes whenever a key is added or removed.
+struct ApiKeySource {
+  std::function<StatusOr<int64_t>()> version;
+  std::function<StatusOr<std::vector<std::pair<std::string, ApiKeyRecord>>>()> rows;  // (hash, record)
+};
+ApiKeySource RegistryKeySource(Registry* registry);
+
 class ApiKeyTable {
  public:
-  explicit ApiKeyTable(Registry* registry) : registry_(registry) {}
+  explicit ApiKeyTable(Registry* registry) : source_(RegistryKeySource(registry)) {}
+  explicit ApiKeyTable(ApiKeySource source) : source_(std::move(source)) {}
   // Reads every key from the registry.
   Status Reload();
   // Reload() when the database changed since the last load (a cheap
@@ -41,7 +54,7 @@ class ApiKeyTable {
 
  private:
   using Table = std::unordered_map<std::string, ApiKeyRecord>;  // by hash
-  Registry* registry_;
+  ApiKeySource source_;
   std::mutex reload_mu_;  // one reload at a time
   mutable std::mutex mu_;
   std::shared_ptr<const Table> keys_ = std::make_shared<Table>();  // guarded by mu_

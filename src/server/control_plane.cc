@@ -18,6 +18,8 @@
 #include "server/requests/timeout.h"
 #include "server/server.h"
 
+#include <openssl/crypto.h>
+
 namespace airlock::server {
 
 using nlohmann::json;
@@ -254,7 +256,13 @@ void Server::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller
     opts.attributes.recorded_env_vars = req.env_vars;  // brokered secrets' values are never persisted
     auto bindings = req.secrets;
     std::string key_id = caller.key_id;
-    Admit(c, key_id, opts.memory_mib, [this, c, opts, ttl, bindings, key_id, caller, display_id, alias](uint64_t ticket) {
+    // A front that placed this create holds its slot in the cluster registry.
+    const std::string& secret = config_.cluster.reservation_secret;
+    const std::string presented = c->Header("X-Airlock-Reservation");
+    const bool front_reserved = !secret.empty() && presented.size() == secret.size() &&
+                                CRYPTO_memcmp(presented.data(), secret.data(), secret.size()) == 0;
+    Admit(c, key_id, opts.memory_mib, [this, c, opts, ttl, bindings, key_id, caller, display_id, alias,
+                                       front_reserved](uint64_t ticket) {
       auto t0 = std::chrono::steady_clock::now();
       CreateOptions run_opts = opts;  // + secret env vars, never persisted
       auto attached = secrets_->Attach(bindings, caller, &run_opts);
@@ -265,9 +273,14 @@ void Server::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller
       }
       // The bring-up's last step: the sandbox's CA (when it has secrets to
       // broker) and its owners row; without them it is not handed out.
-      run_opts.handover = [this, &attached, egress = run_opts.egress_policy](Sandbox& sb) -> Status {
+      run_opts.handover = [this, &attached, egress = run_opts.egress_policy, front_reserved](Sandbox& sb) -> Status {
         RETURN_IF_ERROR(secrets_->InstallSandboxCa(sb, egress, &attached.value()));
-        return registry_->SetOwner(OwnedKind::kSandbox, sb.id(), sb.attributes().owner_team);
+        RETURN_IF_ERROR(registry_->SetOwner(OwnedKind::kSandbox, sb.id(), sb.attributes().owner_team));
+        // A cluster node: every front routes it before the create answers.
+        if (config_.cluster.sandbox_added) {
+          RETURN_IF_ERROR(config_.cluster.sandbox_added(sb.id(), front_reserved).WithContext("cluster registry"));
+        }
+        return OkStatus();
       };
       auto sb = manager_->Create(run_opts);
       if (!sb.ok()) {

@@ -135,8 +135,10 @@ struct Tunnel : DataPlaneStream, std::enable_shared_from_this<Tunnel> {
 class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<ProxyCall> {
  public:
   ProxyCall(std::shared_ptr<HttpConn> c, std::string host, uint16_t port, std::string sandbox_id,
-            std::function<void(std::weak_ptr<DataPlaneStream>)> track, std::string host_header)
-      : c_(std::move(c)),
+            std::function<void(std::weak_ptr<DataPlaneStream>)> track, std::string host_header,
+            ForwardExtras extras = {})
+      : extras_(std::move(extras)),
+        c_(std::move(c)),
         up_(c_->executor()),
         timer_(c_->executor()),
         host_(std::move(host)),
@@ -150,6 +152,7 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
   // complete), else the client gets E2B's 502 "sandbox was not found".
   void Drop() override {
     if (ended_) return;
+    NoteStatus(0);
     if (tap_) tap_->Finish("sandbox " + sandbox_id_ + " went away");
     tap_.reset();
     ended_ = true;
@@ -182,7 +185,11 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
     SetCloexec(up_.native_handle());
     up_.async_connect(tcp::endpoint(addr, port_), [self = shared_from_this()](boost::system::error_code ec) {
       self->timer_.cancel();
-      if (ec) return self->Fail(502, "sandbox port " + std::to_string(self->port_) + " unreachable: " + ec.message());
+      if (ec) {
+        return self->Fail(502, (self->extras_.upstream_name.empty() ? "sandbox port " + std::to_string(self->port_)
+                                                                     : self->extras_.upstream_name) +
+                                   " unreachable: " + ec.message());
+      }
       self->connected_ = true;
       self->up_.set_option(tcp::no_delay(true), ec);
       self->SendHead();
@@ -190,8 +197,17 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
   }
 
  private:
+  // The upstream's status once known, 0 when it gave none (ForwardExtras::on_status).
+  void NoteStatus(int status) {
+    if (!extras_.on_status) return;
+    auto fn = std::move(extras_.on_status);
+    extras_.on_status = nullptr;
+    fn(status);
+  }
+
   void Fail(int status, const std::string& msg) {
     if (ended_) return;
+    NoteStatus(0);
     ended_ = true;
     if (tap_) tap_->Finish(msg);
     CloseUpstream();
@@ -222,21 +238,24 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
       head += value;
       head += "\r\n";
     }
-    chunked_ = c_->chunked_request();
-    if (chunked_) head += "Transfer-Encoding: chunked\r\n";
+    for (const auto& [name, value] : extras_.headers) head += name + ": " + value + "\r\n";
+    chunked_ = c_->chunked_request() && !extras_.body;
+    if (extras_.body) head += "Content-Length: " + std::to_string(extras_.body->size()) + "\r\n";
+    else if (chunked_) head += "Transfer-Encoding: chunked\r\n";
     else if (auto len = c_->content_length()) head += "Content-Length: " + std::to_string(*len) + "\r\n";
     std::string conn = c_->Header("Connection"), upgrade = c_->Header("Upgrade");
     for (auto& ch : conn) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     upgrade_ = !upgrade.empty() && conn.find("upgrade") != std::string::npos && c_->body_done();
     if (upgrade_) head += "Connection: Upgrade\r\nUpgrade: " + upgrade + "\r\n\r\n";
     else head += "Connection: close\r\n\r\n";
+    if (extras_.body) head += *extras_.body;  // read already by the caller
     auto buf = std::make_shared<std::string>(std::move(head));
     asio::async_write(up_, asio::buffer(*buf), [self = shared_from_this(), buf](boost::system::error_code ec, size_t) {
       if (self->ended_) return;
       if (ec) return self->Fail(502, "write to sandbox: " + ec.message());
       self->ReadResponseHead();
       if (self->upgrade_) return;  // no body; the socket may be detached on 101
-      if (self->c_->body_done()) {
+      if (self->c_->body_done() || self->extras_.body) {
         self->c_->WatchForDisconnect();
       } else {
         self->PumpBody();
@@ -314,6 +333,7 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
   void ForwardHead() {
     const auto& res = parser_->get();
     int status = static_cast<int>(res.result_int());
+    NoteStatus(status);
     if (upgrade_ && status == 101) return StartTunnel();
     chunked_response_ = parser_->chunked();
     bool framed = chunked_response_ || parser_->content_length().has_value() || parser_->is_done();
@@ -434,6 +454,7 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
     });
   }
 
+  ForwardExtras extras_;
   std::shared_ptr<HttpConn> c_;
   bool upgrade_ = false;
   tcp::socket up_;
@@ -456,6 +477,13 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
 };
 
 }  // namespace
+
+void ForwardRequest(std::shared_ptr<HttpConn> c, const std::string& host, uint16_t port, std::string host_header,
+                    ForwardExtras extras, std::function<void(std::weak_ptr<DataPlaneStream>)> track) {
+  auto call = std::make_shared<ProxyCall>(std::move(c), host, port, "", std::move(track), std::move(host_header),
+                                          std::move(extras));
+  call->Start();
+}
 
 void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint16_t port) {
   const std::string& path = c->path();

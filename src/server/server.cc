@@ -161,7 +161,8 @@ Status Server::Init() {
       if (!ok) return ErrnoError("write " + path);
     }
   }
-  api_keys_ = std::make_unique<ApiKeyTable>(registry_.get());
+  api_keys_ = config_.cluster.keys ? std::make_unique<ApiKeyTable>(*config_.cluster.keys)
+                                   : std::make_unique<ApiKeyTable>(registry_.get());
   RETURN_IF_ERROR(api_keys_->Reload());
   key_refresher_ = std::make_unique<asio::thread_pool>(1);
   HttpLimits limits = config_.limits;
@@ -184,6 +185,11 @@ Status Server::Init() {
     self_api_.host = hp->first == "0.0.0.0" || hp->first.empty() ? "127.0.0.1" : hp->first == "::" ? "::1" : hp->first;
   }
   self_api_.port = port();
+  if (!config_.mcp_api.empty()) {
+    ASSIGN_OR_RETURN(auto api, http::ParseHostPort(config_.mcp_api));
+    self_api_.host = api.first;
+    self_api_.port = api.second;
+  }
   signals_ = std::make_unique<asio::signal_set>(io_, SIGINT, SIGTERM);
   signals_->async_wait([this](boost::system::error_code ec, int sig) {
     if (!ec) {
@@ -334,6 +340,9 @@ void Server::OnSandboxEnded(const std::string& id, const SandboxEnd& end) {
     metric_history_.erase(id);
   }
   if (end.outcome != SandboxOutcome::kCreateFailed) SandboxReleased(id);
+  if (config_.cluster.sandbox_removed) {
+    asio::post(*workers_, [this, id] { config_.cluster.sandbox_removed(id); });
+  }
 }
 
 void Server::ScheduleKeyRefresh() {
@@ -373,6 +382,10 @@ bool HostIsDirect(std::string host) {
 // Which sandbox a request is for (data plane), if any: E2b-Sandbox-Id when the
 // Host is localhost / an IP / sandbox.<domain>, else "<port>-<id>.<domain>".
 std::optional<std::string> Server::DataPlaneTarget(const HttpConn& c, uint16_t* port) const {
+  return DataPlaneSandbox(c, config_.domain, port);
+}
+
+std::optional<std::string> DataPlaneSandbox(const HttpConn& c, const std::string& domain, uint16_t* port) {
   std::string host = c.Header("Host");
   std::string id = c.Header("E2b-Sandbox-Id");
   *port = kAgentPort;
@@ -388,10 +401,10 @@ std::optional<std::string> Server::DataPlaneTarget(const HttpConn& c, uint16_t* 
   }
   // "<port>-<id>.<domain>"
   size_t dash = host.find('-'), dot = host.find('.');
-  if (!config_.domain.empty() && dot != std::string::npos) {
+  if (!domain.empty() && dot != std::string::npos) {
     std::string rest = host.substr(dot + 1);
     if (size_t colon = rest.rfind(':'); colon != std::string::npos) rest.resize(colon);
-    if (strcasecmp(rest.c_str(), config_.domain.c_str()) != 0) return std::nullopt;
+    if (strcasecmp(rest.c_str(), domain.c_str()) != 0) return std::nullopt;
   }
   if (dash != std::string::npos && dot != std::string::npos && dash < dot && dash > 0) {
     std::string p = host.substr(0, dash);

@@ -139,6 +139,23 @@ struct ServerConfig {
   std::vector<std::string> insecure_registries;
   int64_t max_upload_mib = 2048;
   std::string public_url;
+  // The API the MCP tools call with the caller's key ("host:port"); empty:
+  // this daemon's own port on loopback. A cluster's nodes name a front here
+  // (serve --mcp-api), so the tools see every node's sandboxes.
+  std::string mcp_api;
+  // A node of a cluster (serve --role node, docs/multinode.md); all unset
+  // on a single-node daemon.
+  struct ClusterHooks {
+    // API keys from the cluster registry instead of this daemon's registry.
+    std::optional<ApiKeySource> keys;
+    // A sandbox is about to be handed out (a create or a fork child), on a
+    // worker: an error fails its bring-up. front_reserved: the create carried
+    // X-Airlock-Reservation equal to reservation_secret (a front holds its slot).
+    std::function<Status(const std::string& id, bool front_reserved)> sandbox_added;
+    // A sandbox ended (on a worker).
+    std::function<void(const std::string& id)> sandbox_removed;
+    std::string reservation_secret;
+  } cluster;
 };
 
 // The host names of the package mirrors this host's apt sources
@@ -186,6 +203,28 @@ class DataPlaneStream {
   virtual ~DataPlaneStream() = default;
   virtual void Drop() = 0;
 };
+
+// Which sandbox a data-plane request is for, and its guest port (*port,
+// default the agent's): E2b-Sandbox-Id (+ E2b-Sandbox-Port) when the Host is
+// localhost, an IP or sandbox.<domain>, else a Host "<port>-<id>.<domain>"
+// (`domain` empty: any). nullopt: a control-plane request.
+std::optional<std::string> DataPlaneSandbox(const HttpConn& c, const std::string& domain, uint16_t* port);
+
+// What a caller of ForwardRequest adds to a plain relay (a cluster's front,
+// cluster/front.h).
+struct ForwardExtras {
+  HeaderList headers;               // added to the request head
+  std::optional<std::string> body;  // sent instead of the client's body (already read by the caller)
+  // The upstream's status as soon as its head arrives; 0 when none came
+  // (unreachable, dropped, cut). Called once, on the io thread.
+  std::function<void(int)> on_status;
+  std::string upstream_name;  // for "<name> unreachable" (default: "sandbox port N")
+};
+// Relays the request on `c` to host:port (an IP literal; the Host header
+// sent is `host_header`, "" for host:port) and its answer back, streamed
+// both ways (the data plane's proxy: chunked and WebSocket included).
+void ForwardRequest(std::shared_ptr<HttpConn> c, const std::string& host, uint16_t port, std::string host_header,
+                    ForwardExtras extras = {}, std::function<void(std::weak_ptr<DataPlaneStream>)> track = nullptr);
 
 class Server {
  public:

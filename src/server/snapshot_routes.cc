@@ -59,8 +59,12 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
       // child's own, and its owners row (its parent's team).
       fo.handover = [this, id, key_id](Sandbox& child) -> Status {
         RETURN_IF_ERROR(secrets_->Inherit(id, child, key_id).WithContext("fork child secrets"));
-        return registry_->SetOwner(OwnedKind::kSandbox, child.id(), child.attributes().owner_team)
-            .WithContext("fork child owner");
+        RETURN_IF_ERROR(registry_->SetOwner(OwnedKind::kSandbox, child.id(), child.attributes().owner_team)
+            .WithContext("fork child owner"));
+        if (config_.cluster.sandbox_added) {
+          RETURN_IF_ERROR(config_.cluster.sandbox_added(child.id(), false).WithContext("cluster registry"));
+        }
+        return OkStatus();
       };
       auto children = manager_->Fork(id, count, fo);
       if (!children.ok()) {

@@ -1,0 +1,364 @@
+#include "cluster/cluster_registry.h"
+
+#include <algorithm>
+
+#include "common/clock.h"
+#include "image/hash.h"
+
+namespace airlock::cluster {
+namespace {
+
+// pg_advisory_xact_lock key of migrations ("airl" in ASCII, big-endian).
+constexpr const char* kMigrationLock = "1634300524";
+
+// Migration N is kMigrations[N-1]; never edit one that has shipped, add the next.
+const char* const kMigrations[] = {
+    R"sql(
+CREATE TABLE nodes (
+  name          text PRIMARY KEY,
+  address       text NOT NULL,
+  capacity      integer NOT NULL CHECK (capacity >= 0),
+  reserved      integer NOT NULL DEFAULT 0 CHECK (reserved >= 0),
+  draining      boolean NOT NULL DEFAULT false,
+  live          boolean NOT NULL DEFAULT true,
+  boot_id       text NOT NULL,
+  heartbeat     timestamptz NOT NULL DEFAULT now(),
+  registered_at timestamptz NOT NULL DEFAULT now(),
+  version       text NOT NULL DEFAULT ''
+);
+CREATE TABLE node_templates (
+  node     text NOT NULL REFERENCES nodes(name) ON DELETE CASCADE,
+  template text NOT NULL,
+  PRIMARY KEY (node, template)
+);
+CREATE INDEX node_templates_template ON node_templates (template);
+CREATE TABLE sandboxes (
+  id         text PRIMARY KEY,
+  node       text NOT NULL REFERENCES nodes(name) ON DELETE CASCADE,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  lost_at    timestamptz
+);
+CREATE INDEX sandboxes_node ON sandboxes (node);
+CREATE TABLE api_keys (
+  id            text PRIMARY KEY,
+  name          text NOT NULL,
+  prefix        text NOT NULL,
+  hash          text NOT NULL UNIQUE,
+  created_at_ms bigint NOT NULL,
+  team          text NOT NULL,
+  admin         boolean NOT NULL DEFAULT false
+);
+CREATE TABLE cluster_meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE SEQUENCE api_keys_version;
+CREATE FUNCTION airlock_api_keys_bump() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM nextval('api_keys_version'); RETURN NULL; END $$;
+CREATE TRIGGER api_keys_changed AFTER INSERT OR UPDATE OR DELETE ON api_keys
+  FOR EACH STATEMENT EXECUTE FUNCTION airlock_api_keys_bump();
+-- Fronts cache sandbox -> node; a moved, lost or removed sandbox is announced.
+CREATE FUNCTION airlock_sandbox_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_notify('airlock_sandbox', OLD.id); RETURN NULL; END $$;
+CREATE TRIGGER sandboxes_changed AFTER UPDATE OR DELETE ON sandboxes
+  FOR EACH ROW EXECUTE FUNCTION airlock_sandbox_changed();
+)sql",
+};
+static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion);
+
+// A PostgreSQL text[] literal of `items`, each quoted.
+std::string ArrayLiteral(const std::vector<std::string>& items) {
+  std::string out = "{";
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i) out += ',';
+    out += '"';
+    for (char ch : items[i]) {
+      if (ch == '"' || ch == '\\') out += '\\';
+      out += ch;
+    }
+    out += '"';
+  }
+  return out + "}";
+}
+
+std::string Ms(std::chrono::milliseconds d) { return std::to_string(d.count()); }
+
+// Runs `body` in one transaction on one connection; rolls back on error.
+template <typename F>
+Status InTx(PgPool& pool, F body) {
+  ASSIGN_OR_RETURN(auto c, pool.Acquire());
+  RETURN_IF_ERROR(c->Exec("BEGIN").status());
+  Status st = body(c);
+  if (!st.ok()) {
+    (void)c->Exec("ROLLBACK");
+    return st;
+  }
+  return c->Exec("COMMIT").status();
+}
+
+constexpr const char* kFresh = "heartbeat > now() - make_interval(secs => $LAPSE::float8 / 1000)";
+
+std::string WithLapse(std::string sql, const std::string& param) {
+  for (size_t p; (p = sql.find("$LAPSE")) != std::string::npos;) sql.replace(p, 6, param);
+  return sql;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ClusterRegistry>> ClusterRegistry::Open(const std::string& url, size_t pool) {
+  std::unique_ptr<ClusterRegistry> r(new ClusterRegistry(url, std::max<size_t>(pool, 1)));
+  RETURN_IF_ERROR(r->Migrate());
+  return r;
+}
+
+Status ClusterRegistry::Migrate() {
+  return InTx(pool_, [](PgPool::Lease& c) -> Status {
+    RETURN_IF_ERROR(c->Exec(std::string("SELECT pg_advisory_xact_lock(") + kMigrationLock + ")").status());
+    RETURN_IF_ERROR(c->ExecScript(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, "
+        "applied_at timestamptz NOT NULL DEFAULT now())"));
+    ASSIGN_OR_RETURN(auto v, c->Exec("SELECT coalesce(max(version), 0) FROM schema_migrations"));
+    int have = std::stoi(v.Text(0, 0));
+    if (have > kSchemaVersion) {
+      return FailedPrecondition("the cluster registry has schema version " + std::to_string(have) +
+                                ", newer than this airlock's " + std::to_string(kSchemaVersion) +
+                                ": upgrade this binary");
+    }
+    for (int n = have + 1; n <= kSchemaVersion; ++n) {
+      if (Status st = c->ExecScript(kMigrations[n - 1]); !st.ok()) {
+        return Status(st.code(), "migration " + std::to_string(n) + ": " + st.message());
+      }
+      RETURN_IF_ERROR(c->Exec("INSERT INTO schema_migrations (version) VALUES ($1)", {std::to_string(n)}).status());
+    }
+    return OkStatus();
+  });
+}
+
+Status ClusterRegistry::RegisterNode(const NodeInfo& node, const std::vector<std::string>& sandbox_ids) {
+  const std::string ids = ArrayLiteral(sandbox_ids);
+  return InTx(pool_, [&](PgPool::Lease& c) -> Status {
+    RETURN_IF_ERROR(c->Exec("INSERT INTO nodes (name, address, capacity, reserved, live, boot_id, heartbeat, version) "
+                            "VALUES ($1, $2, $3, 0, true, $4, now(), $5) ON CONFLICT (name) DO UPDATE SET "
+                            "address = EXCLUDED.address, capacity = EXCLUDED.capacity, live = true, "
+                            "boot_id = EXCLUDED.boot_id, heartbeat = now(), version = EXCLUDED.version",
+                            {node.name, node.address, std::to_string(node.capacity), node.boot_id, node.version})
+                        .status());
+    RETURN_IF_ERROR(
+        c->Exec("DELETE FROM sandboxes WHERE node = $1 AND NOT (id = ANY($2::text[]))", {node.name, ids}).status());
+    RETURN_IF_ERROR(c->Exec("INSERT INTO sandboxes (id, node) SELECT unnest($2::text[]), $1 ON CONFLICT (id) "
+                            "DO UPDATE SET node = EXCLUDED.node, lost_at = NULL",
+                            {node.name, ids})
+                        .status());
+    RETURN_IF_ERROR(c->Exec("UPDATE nodes SET reserved = (SELECT count(*) FROM sandboxes WHERE node = $1) "
+                            "WHERE name = $1",
+                            {node.name})
+                        .status());
+    RETURN_IF_ERROR(c->Exec("DELETE FROM node_templates WHERE node = $1", {node.name}).status());
+    return c
+        ->Exec("INSERT INTO node_templates (node, template) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING",
+               {node.name, ArrayLiteral(node.templates)})
+        .status();
+  });
+}
+
+StatusOr<bool> ClusterRegistry::Heartbeat(const std::string& name, const std::string& boot_id) {
+  ASSIGN_OR_RETURN(auto r, pool_.Exec("UPDATE nodes SET heartbeat = now() WHERE name = $1 AND boot_id = $2 AND live",
+                                      {name, boot_id}));
+  return r.affected == 1;
+}
+
+Status ClusterRegistry::SetTemplates(const std::string& name, const std::vector<std::string>& templates) {
+  return InTx(pool_, [&](PgPool::Lease& c) -> Status {
+    RETURN_IF_ERROR(c->Exec("DELETE FROM node_templates WHERE node = $1", {name}).status());
+    return c
+        ->Exec("INSERT INTO node_templates (node, template) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING",
+               {name, ArrayLiteral(templates)})
+        .status();
+  });
+}
+
+Status ClusterRegistry::SetDraining(const std::string& name, bool draining) {
+  ASSIGN_OR_RETURN(auto r, pool_.Exec("UPDATE nodes SET draining = $2 WHERE name = $1",
+                                      {name, std::string(draining ? "true" : "false")}));
+  if (r.affected == 0) return NotFound("node " + name + " is not registered");
+  return OkStatus();
+}
+
+StatusOr<std::vector<NodeInfo>> ClusterRegistry::Nodes() {
+  ASSIGN_OR_RETURN(auto r, pool_.Exec(
+                               "SELECT name, address, boot_id, capacity, reserved, draining, live, "
+                               "(extract(epoch FROM now() - heartbeat) * 1000)::bigint, version, "
+                               "array_to_string(array(SELECT template FROM node_templates t WHERE t.node = n.name "
+                               "ORDER BY 1), ',') FROM nodes n ORDER BY name"));
+  std::vector<NodeInfo> out;
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    NodeInfo n;
+    n.name = r.Text(i, 0);
+    n.address = r.Text(i, 1);
+    n.boot_id = r.Text(i, 2);
+    n.capacity = std::stoi(r.Text(i, 3));
+    n.reserved = std::stoi(r.Text(i, 4));
+    n.draining = r.Text(i, 5) == "t";
+    n.live = r.Text(i, 6) == "t";
+    n.heartbeat_age_ms = std::stoll(r.Text(i, 7));
+    n.version = r.Text(i, 8);
+    std::string t = r.Text(i, 9);
+    for (size_t p = 0; !t.empty() && p <= t.size();) {
+      size_t q = t.find(',', p);
+      if (q == std::string::npos) q = t.size();
+      n.templates.push_back(t.substr(p, q - p));
+      p = q + 1;
+    }
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+StatusOr<std::vector<std::string>> ClusterRegistry::MarkLapsed(std::chrono::milliseconds lapse) {
+  ASSIGN_OR_RETURN(auto r,
+                   pool_.Exec("WITH lapsed AS (UPDATE nodes SET live = false, reserved = 0 WHERE live AND "
+                              "heartbeat < now() - make_interval(secs => $1::float8 / 1000) RETURNING name), "
+                              "lost AS (UPDATE sandboxes SET lost_at = now() WHERE lost_at IS NULL AND "
+                              "node IN (SELECT name FROM lapsed) RETURNING 1) "
+                              "SELECT name, (SELECT count(*) FROM lost) FROM lapsed",
+                              {Ms(lapse)}));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < r.rows.size(); ++i) out.push_back(r.Text(i, 0));
+  return out;
+}
+
+StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int k, std::chrono::milliseconds lapse) {
+  ASSIGN_OR_RETURN(
+      auto r, pool_.Exec(WithLapse(std::string("SELECT name, capacity - reserved FROM nodes n WHERE live AND NOT "
+                                               "draining AND ") +
+                                       kFresh +
+                                       " AND reserved < capacity AND (NOT EXISTS (SELECT 1 FROM node_templates "
+                                       "WHERE template = $1) OR EXISTS (SELECT 1 FROM node_templates t WHERE "
+                                       "t.node = n.name AND t.template = $1))",
+                                   "$2"),
+                         {template_name, Ms(lapse)}));
+  struct Candidate {
+    std::string name;
+    int free;
+  };
+  std::vector<Candidate> all;
+  for (size_t i = 0; i < r.rows.size(); ++i) all.push_back({r.Text(i, 0), std::stoi(r.Text(i, 1))});
+  {
+    std::lock_guard<std::mutex> l(rng_mu_);
+    std::shuffle(all.begin(), all.end(), rng_);
+  }
+  const std::string reserve = WithLapse(std::string("UPDATE nodes SET reserved = reserved + 1 WHERE name = $1 AND "
+                                                    "live AND NOT draining AND ") +
+                                            kFresh + " AND reserved + 1 <= capacity RETURNING address",
+                                        "$2");
+  int tried = 0;
+  for (size_t start = 0; start < all.size(); start += static_cast<size_t>(std::max(k, 1))) {
+    size_t end = std::min(all.size(), start + static_cast<size_t>(std::max(k, 1)));
+    // Of the K sampled, the one with the most free slots first.
+    std::stable_sort(all.begin() + static_cast<long>(start), all.begin() + static_cast<long>(end),
+                     [](const Candidate& a, const Candidate& b) { return a.free > b.free; });
+    for (size_t i = start; i < end; ++i) {
+      ASSIGN_OR_RETURN(auto u, pool_.Exec(reserve, {all[i].name, Ms(lapse)}));
+      if (!u.empty()) return Placement{all[i].name, u.Text(0, 0), tried};
+      ++tried;
+    }
+  }
+  return ResourceExhausted(all.empty() ? "no live node has free capacity" + std::string(template_name.empty() ? "" : " for template " + template_name)
+                                       : "no capacity: " + std::to_string(tried) +
+                                             " candidate node(s) filled up while placing");
+}
+
+Status ClusterRegistry::Release(const std::string& node, int n) {
+  return pool_
+      .Exec("UPDATE nodes SET reserved = greatest(0, reserved - $2) WHERE name = $1", {node, std::to_string(n)})
+      .status();
+}
+
+Status ClusterRegistry::AddSandbox(const std::string& id, const std::string& node, bool front_reserved) {
+  // Inserted: counted unless a front already holds the slot. Already there
+  // (the node's sync recorded and counted it first): a front's slot is freed.
+  return pool_
+      .Exec("WITH ins AS (INSERT INTO sandboxes (id, node) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING RETURNING 1) "
+            "UPDATE nodes SET reserved = greatest(0, reserved + CASE WHEN EXISTS (SELECT 1 FROM ins) THEN $3::int "
+            "ELSE $4::int END) WHERE name = $2",
+            {id, node, std::string(front_reserved ? "0" : "1"), std::string(front_reserved ? "-1" : "0")})
+      .status();
+}
+
+Status ClusterRegistry::RemoveSandbox(const std::string& id, const std::string& node) {
+  return pool_
+      .Exec("WITH d AS (DELETE FROM sandboxes WHERE id = $1 AND node = $2 RETURNING lost_at) "
+            "UPDATE nodes SET reserved = greatest(0, reserved - (SELECT count(*) FROM d WHERE lost_at IS NULL)) "
+            "WHERE name = $2",
+            {id, node})
+      .status();
+}
+
+StatusOr<std::optional<SandboxLocation>> ClusterRegistry::Locate(const std::string& id) {
+  ASSIGN_OR_RETURN(auto r, pool_.Exec("SELECT s.node, n.address, s.lost_at IS NOT NULL, "
+                                      "coalesce((extract(epoch FROM s.lost_at) * 1000)::bigint, 0) "
+                                      "FROM sandboxes s JOIN nodes n ON n.name = s.node WHERE s.id = $1",
+                                      {id}));
+  if (r.empty()) return std::optional<SandboxLocation>();
+  SandboxLocation l{r.Text(0, 0), r.Text(0, 1), r.Text(0, 2) == "t", std::stoll(r.Text(0, 3))};
+  return std::optional<SandboxLocation>(std::move(l));
+}
+
+StatusOr<std::pair<ApiKeyRecord, std::string>> ClusterRegistry::CreateApiKey(const std::string& name,
+                                                                             const std::string& team, bool admin) {
+  if (name.empty() || name.size() > 128) return InvalidArgument("API key name must be 1..128 characters");
+  if (team.size() > 64 || team.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
+                              std::string::npos) {
+    return InvalidArgument("team must be 1..64 characters of [A-Za-z0-9_.-]");
+  }
+  std::string key = kApiKeyPrefix + RandomHex(kApiKeyRandomBytes);
+  ApiKeyRecord rec{RandomHex(4), name, key.substr(0, 9), NowUnixMs(), team, admin};
+  if (rec.team.empty()) rec.team = rec.id;
+  RETURN_IF_ERROR(pool_
+                      .Exec("INSERT INTO api_keys (id, name, prefix, hash, created_at_ms, team, admin) "
+                            "VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                            {rec.id, rec.name, rec.prefix, image::Sha256Hex(key), std::to_string(rec.created_at_ms),
+                             rec.team, std::string(admin ? "true" : "false")})
+                      .status());
+  return std::make_pair(rec, key);
+}
+
+StatusOr<std::vector<ApiKeyRecord>> ClusterRegistry::ListApiKeys() {
+  ASSIGN_OR_RETURN(auto rows, ApiKeysByHash());
+  std::vector<ApiKeyRecord> out;
+  for (auto& [hash, rec] : rows) out.push_back(std::move(rec));
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.created_at_ms < b.created_at_ms; });
+  return out;
+}
+
+Status ClusterRegistry::RemoveApiKey(const std::string& id_or_name) {
+  ASSIGN_OR_RETURN(auto r, pool_.Exec("DELETE FROM api_keys WHERE id = $1 OR name = $1", {id_or_name}));
+  if (r.affected == 0) return NotFound("no API key with id or name " + id_or_name);
+  return OkStatus();
+}
+
+StatusOr<std::vector<std::pair<std::string, ApiKeyRecord>>> ClusterRegistry::ApiKeysByHash() {
+  ASSIGN_OR_RETURN(auto r, pool_.Exec("SELECT hash, id, name, prefix, created_at_ms, team, admin FROM api_keys"));
+  std::vector<std::pair<std::string, ApiKeyRecord>> out;
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    ApiKeyRecord k{r.Text(i, 1), r.Text(i, 2), r.Text(i, 3), std::stoll(r.Text(i, 4)), r.Text(i, 5),
+                   r.Text(i, 6) == "t"};
+    out.emplace_back(r.Text(i, 0), std::move(k));
+  }
+  return out;
+}
+
+StatusOr<int64_t> ClusterRegistry::KeyVersion() {
+  ASSIGN_OR_RETURN(auto r, pool_.Exec("SELECT last_value * 2 + is_called::int FROM api_keys_version"));
+  return std::stoll(r.Text(0, 0));
+}
+
+StatusOr<std::string> ClusterRegistry::ReservationSecret() {
+  RETURN_IF_ERROR(pool_
+                      .Exec("INSERT INTO cluster_meta (key, value) VALUES ('reservation_secret', $1) "
+                            "ON CONFLICT (key) DO NOTHING",
+                            {RandomHex(32)})
+                      .status());
+  ASSIGN_OR_RETURN(auto r, pool_.Exec("SELECT value FROM cluster_meta WHERE key = 'reservation_secret'"));
+  if (r.empty()) return Internal("cluster_meta has no reservation_secret");
+  return r.Text(0, 0);
+}
+
+}  // namespace airlock::cluster

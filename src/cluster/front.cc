@@ -1,0 +1,463 @@
+#include "cluster/front.h"
+
+#include <poll.h>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "console/console_assets.h"
+#include "http/client.h"
+#include "image/hash.h"
+
+namespace airlock::cluster {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+namespace {
+
+std::vector<std::string> Segments(const std::string& path) {
+  std::vector<std::string> seg;
+  for (size_t pos = 1; pos <= path.size();) {
+    size_t slash = path.find('/', pos);
+    if (slash == std::string::npos) slash = path.size();
+    if (slash > pos) seg.push_back(path.substr(pos, slash - pos));
+    pos = slash + 1;
+  }
+  return seg;
+}
+
+// The headers a fanned-out GET carries on: the caller's credentials.
+std::vector<std::pair<std::string, std::string>> CredentialHeaders(const server::HttpConn& c) {
+  std::vector<std::pair<std::string, std::string>> h;
+  for (const char* name : {"X-API-Key", "Authorization"}) {
+    if (std::string v = c.Header(name); !v.empty()) h.emplace_back(name, v);
+  }
+  return h;
+}
+
+// Merges node answers of one list route: arrays are concatenated, objects
+// merged key by key (their arrays and objects merged the same way).
+void Merge(json& into, const json& from) {
+  if (into.is_array() && from.is_array()) {
+    for (const auto& v : from) into.push_back(v);
+  } else if (into.is_object() && from.is_object()) {
+    for (const auto& [k, v] : from.items()) {
+      if (into.contains(k)) Merge(into[k], v);
+      else into[k] = v;
+    }
+  }
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Front>> Front::Open(FrontConfig config, std::shared_ptr<ClusterRegistry> registry) {
+  std::unique_ptr<Front> f(new Front(std::move(config), std::move(registry)));
+  RETURN_IF_ERROR(f->Init());
+  return f;
+}
+
+Status Front::Init() {
+  ASSIGN_OR_RETURN(reservation_secret_, registry_->ReservationSecret());
+  ClusterRegistry* reg = registry_.get();
+  keys_ = std::make_unique<server::ApiKeyTable>(
+      server::ApiKeySource{[reg] { return reg->KeyVersion(); }, [reg] { return reg->ApiKeysByHash(); }});
+  RETURN_IF_ERROR(keys_->Reload());
+  workers_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(1, config_.workers)));
+  server::HttpLimits limits = config_.limits;
+  if (!limits.log) {
+    limits.log = [](http::LogLevel level, const std::string& msg) {
+      if (level == http::LogLevel::kError) LOG_ERROR("{}", msg);
+      else LOG_DEBUG("{}", msg);
+    };
+  }
+  listener_ = std::make_unique<server::HttpListener>(io_, [this](Conn c) { Handle(std::move(c)); }, limits);
+  RETURN_IF_ERROR(listener_->Listen(config_.listen));
+  key_timer_ = std::make_unique<asio::steady_timer>(io_);
+  ScheduleKeyRefresh();
+  watcher_ = std::thread([this] { WatchRegistry(); });
+  LOG_WARN("airlock front listening on {} (port {})", config_.listen, port());
+  return OkStatus();
+}
+
+Front::~Front() {
+  Stop();
+  stopping_ = true;
+  if (watcher_.joinable()) watcher_.join();
+  if (workers_) workers_->join();
+}
+
+uint16_t Front::port() const { return listener_->port(); }
+
+void Front::Run() {
+  asio::signal_set signals(io_, SIGINT, SIGTERM);
+  signals.async_wait([this](boost::system::error_code ec, int sig) {
+    if (!ec) {
+      LOG_WARN("signal {} received, stopping", sig);
+      Stop();
+    }
+  });
+  io_.run();
+}
+
+void Front::Stop() {
+  asio::post(io_, [this] {
+    if (listener_) listener_->Stop();
+    if (key_timer_) key_timer_->cancel();
+    io_.stop();
+  });
+}
+
+void Front::ScheduleKeyRefresh() {
+  key_timer_->expires_after(std::chrono::seconds(1));
+  key_timer_->async_wait([this](boost::system::error_code ec) {
+    if (ec) return;
+    asio::post(*workers_, [this] {
+      if (Status st = keys_->RefreshIfStale(); !st.ok()) LOG_WARN("front: api keys: {}", st.message());
+    });
+    ScheduleKeyRefresh();
+  });
+}
+
+// LISTEN airlock_sandbox (a moved, lost or removed sandbox drops out of the
+// cache) and, every sweep_interval, mark the nodes whose heartbeat lapsed.
+// Without the LISTEN connection the cache is not used at all.
+void Front::WatchRegistry() {
+  std::unique_ptr<PgConn> listen;
+  auto last_sweep = std::chrono::steady_clock::now() - config_.sweep_interval;
+  while (!stopping_) {
+    if (!listen) {
+      auto c = PgConn::Connect(registry_->url());
+      if (c.ok() && (*c)->Exec("LISTEN airlock_sandbox").ok()) {
+        listen = std::move(*c);
+        std::lock_guard<std::mutex> l(cache_mu_);
+        cache_.clear();
+        cache_valid_ = true;
+      }
+    }
+    if (listen) {
+      pollfd p{listen->socket(), POLLIN, 0};
+      ::poll(&p, 1, 200);
+      auto notes = listen->TakeNotifications();
+      std::lock_guard<std::mutex> l(cache_mu_);
+      if (!notes.ok()) {
+        LOG_WARN("front: registry notifications: {}; routing without the cache until reconnected",
+                 notes.status().message());
+        cache_.clear();
+        cache_valid_ = false;
+        listen.reset();
+      } else {
+        for (const auto& n : *notes) cache_.erase(n.payload);
+      }
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    if (std::chrono::steady_clock::now() - last_sweep >= config_.sweep_interval) {
+      last_sweep = std::chrono::steady_clock::now();
+      auto lapsed = registry_->MarkLapsed(config_.lapse);
+      if (lapsed.ok()) {
+        for (const auto& name : *lapsed)
+          LOG_WARN("front: node {} missed its heartbeat for {} ms: marked lost, with its sandboxes", name,
+                   config_.lapse.count());
+      }
+    }
+  }
+}
+
+StatusOr<std::optional<SandboxLocation>> Front::Locate(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> l(cache_mu_);
+    if (cache_valid_) {
+      if (auto it = cache_.find(id); it != cache_.end()) return std::optional<SandboxLocation>(it->second);
+    }
+  }
+  ASSIGN_OR_RETURN(auto loc, registry_->Locate(id));
+  if (loc) {
+    std::lock_guard<std::mutex> l(cache_mu_);
+    if (cache_valid_ && cache_.size() < 100000) cache_[id] = *loc;
+  }
+  return loc;
+}
+
+void Front::Handle(Conn c) {
+  uint16_t port = 0;
+  if (auto id = server::DataPlaneSandbox(*c, config_.domain, &port)) return ToSandboxNode(std::move(c), *id, true);
+  const std::string& path = c->path();
+  if (path == "/health") return c->Respond(200, "application/json", "{\"status\":\"ok\"}");
+  if (path == "/console" || path.rfind("/console/", 0) == 0) return ServeConsole(std::move(c));
+  if (path == "/files" && c->Query("signature")) {
+    return c->RespondError(400, "a signed file URL reaches its sandbox through a front only in the "
+                                "<port>-<id>.<domain> host form (serve --domain)");
+  }
+  const bool mcp = path == "/mcp";
+  std::string presented = server::PresentedApiKey(*c, mcp);
+  if (auto key = keys_->Find(presented)) return Authenticated(std::move(c), *key, presented);
+  if (presented.empty()) return c->RespondError(401, mcp ? "missing API key (X-API-Key or Authorization: Bearer)"
+                                                         : "missing X-API-Key");
+  // A key made a moment ago: read the registry's keys again first.
+  asio::post(*workers_, [this, c, presented] {
+    Status st = keys_->RefreshIfStale();
+    asio::post(c->executor(), [this, c, presented, st] {
+      if (auto key = keys_->Find(presented)) return Authenticated(c, *key, presented);
+      if (!st.ok()) return c->RespondError(503, "the cluster registry is unreachable: " + st.message());
+      c->RespondError(401, "invalid API key");
+    });
+  });
+}
+
+void Front::Authenticated(Conn c, const ApiKeyRecord& key, const std::string& presented) {
+  Route(std::move(c), key, presented);
+}
+
+void Front::Route(Conn c, const ApiKeyRecord& key, const std::string& presented) {
+  std::vector<std::string> seg = Segments(c->path());
+  const http::Method verb = c->method();
+  if (seg.empty()) return c->RespondError(404, "no such route");
+  if (seg[0] == "mcp") return ToMcpNode(std::move(c), presented);
+  if (seg[0] == "nodes") return NodesRoute(std::move(c), key, seg);
+  std::vector<std::string> rest = seg;
+  if (rest[0] == "v1" || rest[0] == "v2" || rest[0] == "v3") rest.erase(rest.begin());
+  if (rest.empty()) return c->RespondError(404, "no such route");
+  if (rest[0] == "templates" || rest[0] == "builds") return ToTemplateNode(std::move(c));
+  if (rest[0] == "snapshots" && verb == http::Method::kGet) return FanOut(std::move(c));
+  if (rest[0] == "sandboxes") {
+    if (rest.size() == 1 && verb == http::Method::kPost) return Create(std::move(c));
+    if (rest.size() == 1 && verb == http::Method::kGet) return FanOut(std::move(c));
+    if (rest.size() == 2 && rest[1] == "metrics" && verb == http::Method::kGet) return FanOut(std::move(c));
+    if (rest.size() >= 2) return ToSandboxNode(std::move(c), rest[1], false);
+  }
+  if (rest[0] == "secrets" || rest[0] == "audit" || rest[0] == "host" || rest[0] == "metrics") {
+    return c->RespondError(501, "/" + rest[0] + " is served by each node, not through a front yet "
+                                "(docs/multinode.md \"What a front does not do yet\")");
+  }
+  c->RespondError(404, "no such route");
+}
+
+void Front::Forward(Conn c, const std::string& address, const std::string& node, server::ForwardExtras extras) {
+  auto hp = http::ParseHostPort(address);
+  if (!hp.ok()) return c->RespondError(502, "node " + node + " has an invalid address " + address);
+  extras.upstream_name = "node " + node + " (" + address + ")";
+  extras.headers.emplace_back("X-Forwarded-For", c->peer().substr(0, c->peer().rfind(':')));
+  server::ForwardRequest(c, hp->first, hp->second, c->Header("Host"), std::move(extras));
+}
+
+void Front::ToSandboxNode(Conn c, const std::string& id, bool data_plane) {
+  asio::post(*workers_, [this, c, id, data_plane] {
+    auto loc = Locate(id);
+    asio::post(c->executor(), [this, c, id, data_plane, loc] {
+      if (!loc.ok()) return c->RespondError(503, "the cluster registry is unreachable: " + loc.status().message());
+      if (!*loc) {
+        if (data_plane) {
+          return c->Respond(502, "application/json",
+                            json{{"code", 502}, {"message", "The sandbox was not found"}, {"sandboxId", id}}.dump());
+        }
+        return c->RespondError(404, "sandbox " + id + " not found");
+      }
+      const SandboxLocation& l = **loc;
+      if (l.lost) {
+        const std::string msg = "sandbox " + id + " was lost with node " + l.node + " (no heartbeat; at " +
+                                FormatRfc3339Ms(l.lost_at_ms) + ")";
+        if (data_plane) {
+          return c->Respond(502, "application/json",
+                            json{{"code", 502}, {"message", "The sandbox was not found"}, {"sandboxId", id},
+                                 {"detail", msg}}
+                                .dump());
+        }
+        return c->Respond(404, "application/json",
+                          json{{"code", 404}, {"message", msg}, {"outcome", "lost"}, {"node", l.node},
+                               {"endedAt", FormatRfc3339Ms(l.lost_at_ms)}}
+                              .dump());
+      }
+      Forward(c, l.address, l.node);
+    });
+  });
+}
+
+void Front::Create(Conn c) {
+  c->ReadBodyToString(config_.max_json_body, [this, c](StatusOr<std::string> body) {
+    if (!body.ok()) return c->RespondError(body.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
+                                           body.status().message());
+    std::string template_name = "base";
+    if (!body->empty()) {
+      json j = json::parse(*body, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) return c->RespondError(400, "the request body is not a JSON object");
+      if (auto t = j.find("templateID"); t != j.end() && t->is_string()) template_name = t->get<std::string>();
+    }
+    std::string text = std::move(*body);
+    asio::post(*workers_, [this, c, template_name, text] {
+      auto placed = registry_->Place(template_name, config_.best_of_k, config_.lapse);
+      asio::post(c->executor(), [this, c, placed, text] {
+        if (!placed.ok()) {
+          if (placed.status().code() == StatusCode::kResourceExhausted) {
+            return c->RespondError(503, placed.status().message(), {{"Retry-After", "1"}});
+          }
+          return c->RespondError(503, "the cluster registry is unreachable: " + placed.status().message());
+        }
+        const Placement p = *placed;
+        server::ForwardExtras extras;
+        extras.body = text;
+        extras.headers.emplace_back("X-Airlock-Reservation", reservation_secret_);
+        // A create that did not succeed gives its slot back.
+        extras.on_status = [this, node = p.node](int status) {
+          if (status == 200 || status == 201) return;
+          asio::post(*workers_, [this, node] {
+            if (Status st = registry_->Release(node); !st.ok())
+              LOG_WARN("front: releasing a slot of node {}: {}", node, st.message());
+          });
+        };
+        LOG_INFO("front: create placed on node {} ({} refused first)", p.node, p.tried);
+        Forward(c, p.address, p.node, std::move(extras));
+      });
+    });
+  });
+}
+
+void Front::FanOut(Conn c) {
+  std::string target = c->target();
+  auto headers = CredentialHeaders(*c);
+  asio::post(*workers_, [this, c, target, headers] {
+    auto nodes = registry_->Nodes();
+    int status = 200;
+    std::string out, error;
+    if (!nodes.ok()) {
+      status = 503;
+      error = "the cluster registry is unreachable: " + nodes.status().message();
+    } else {
+      std::optional<json> merged;
+      std::vector<std::string> missing;
+      std::optional<http::HttpReply> refusal;
+      for (const auto& n : *nodes) {
+        if (!n.live) continue;
+        auto hp = http::ParseHostPort(n.address);
+        if (!hp.ok()) continue;
+        http::HttpCall call{hp->first, hp->second, "GET", target, headers};
+        call.timeout = std::chrono::seconds(10);
+        auto r = http::HttpDo(call);
+        if (!r.ok()) {
+          missing.push_back(n.name);
+          continue;
+        }
+        if (r->status != 200) {
+          refusal = *r;  // the same key and query everywhere: one node's refusal is everyone's
+          break;
+        }
+        json j = json::parse(r->body, nullptr, false);
+        if (j.is_discarded()) {
+          missing.push_back(n.name);
+          continue;
+        }
+        if (!merged) merged = std::move(j);
+        else Merge(*merged, j);
+      }
+      if (refusal) {
+        asio::post(c->executor(), [c, refusal] {
+          c->Respond(refusal->status, "application/json", refusal->body);
+        });
+        return;
+      }
+      if (!merged) merged = c->path().find("metrics") != std::string::npos ? json::object() : json::array();
+      out = merged->dump();
+      if (!missing.empty()) {
+        std::string names;
+        for (const auto& m : missing) names += (names.empty() ? "" : ",") + m;
+        error = names;
+      }
+    }
+    asio::post(c->executor(), [c, status, out, error] {
+      if (status != 200) return c->RespondError(status, error);
+      server::HeaderList extra;
+      // Nodes that did not answer: the list lacks their sandboxes.
+      if (!error.empty()) extra.emplace_back("X-Airlock-Unreachable-Nodes", error);
+      c->Respond(200, "application/json", out, extra);
+    });
+  });
+}
+
+void Front::ToTemplateNode(Conn c) {
+  asio::post(*workers_, [this, c] {
+    auto nodes = registry_->Nodes();
+    asio::post(c->executor(), [this, c, nodes] {
+      if (!nodes.ok()) return c->RespondError(503, "the cluster registry is unreachable: " + nodes.status().message());
+      for (const auto& n : *nodes) {
+        if (n.live && n.heartbeat_age_ms < config_.lapse.count()) return Forward(c, n.address, n.name);
+      }
+      c->RespondError(503, "no live node to build or serve templates");
+    });
+  });
+}
+
+void Front::ToMcpNode(Conn c, const std::string& presented) {
+  asio::post(*workers_, [this, c, presented] {
+    auto nodes = registry_->Nodes();
+    asio::post(c->executor(), [this, c, nodes, presented] {
+      if (!nodes.ok()) return c->RespondError(503, "the cluster registry is unreachable: " + nodes.status().message());
+      // Rendezvous hashing: a key's MCP sessions stay on one node while it lives.
+      const NodeInfo* best = nullptr;
+      std::string best_score;
+      for (const auto& n : *nodes) {
+        if (!n.live || n.heartbeat_age_ms >= config_.lapse.count()) continue;
+        std::string score = image::Sha256Hex(presented + "\n" + n.name);
+        if (!best || score > best_score) best = &n, best_score = score;
+      }
+      if (!best) return c->RespondError(503, "no live node to serve MCP");
+      Forward(c, best->address, best->name);
+    });
+  });
+}
+
+void Front::NodesRoute(Conn c, const ApiKeyRecord& key, const std::vector<std::string>& seg) {
+  if (!key.admin) return c->RespondError(403, "the cluster's nodes are shown to admin keys only");
+  const http::Method verb = c->method();
+  if (seg.size() == 1 && verb == http::Method::kGet) {
+    return asio::post(*workers_, [this, c] {
+      auto nodes = registry_->Nodes();
+      json arr = json::array();
+      if (nodes.ok()) {
+        for (const auto& n : *nodes) {
+          arr.push_back({{"name", n.name},
+                         {"address", n.address},
+                         {"capacity", n.capacity},
+                         {"reserved", n.reserved},
+                         {"draining", n.draining},
+                         {"live", n.live && n.heartbeat_age_ms < config_.lapse.count()},
+                         {"heartbeatAgeMs", n.heartbeat_age_ms},
+                         {"bootID", n.boot_id},
+                         {"version", n.version},
+                         {"templates", n.templates}});
+        }
+      }
+      asio::post(c->executor(), [c, nodes, out = arr.dump()] {
+        if (!nodes.ok()) return c->RespondError(503, "the cluster registry is unreachable: " + nodes.status().message());
+        c->Respond(200, "application/json", out);
+      });
+    });
+  }
+  if (seg.size() == 3 && seg[2] == "drain" && (verb == http::Method::kPost || verb == http::Method::kDelete)) {
+    const bool drain = verb == http::Method::kPost;
+    return asio::post(*workers_, [this, c, name = seg[1], drain] {
+      Status st = registry_->SetDraining(name, drain);
+      asio::post(c->executor(), [c, st, name, drain] {
+        if (st.code() == StatusCode::kNotFound) return c->RespondError(404, st.message());
+        if (!st.ok()) return c->RespondError(503, st.message());
+        c->Respond(200, "application/json", json{{"name", name}, {"draining", drain}}.dump());
+      });
+    });
+  }
+  c->RespondError(404, "no such route");
+}
+
+void Front::ServeConsole(Conn c) {
+  if (c->method() != http::Method::kGet && c->method() != http::Method::kHead)
+    return c->RespondError(405, "the console is read with GET", {{"Allow", "GET, HEAD"}});
+  const std::string& path = c->path();
+  if (path == "/console") return c->Respond(308, "text/plain", "/console/\n", {{"Location", "/console/"}});
+  const console::Asset* asset = console::FindAsset(std::string_view(path).substr(std::string_view("/console/").size()));
+  const http::HeaderList& headers = console::SecurityHeaders();
+  if (!asset) return c->Respond(404, "text/plain; charset=utf-8", "no such console file\n", headers);
+  c->Respond(200, asset->content_type, std::string(asset->body), headers);
+}
+
+}  // namespace airlock::cluster

@@ -1,0 +1,103 @@
+// A cluster's front (serve --role front, docs/multinode.md): the one address
+// agents use. It keeps no state of its own: everything it knows is in the
+// cluster registry (PostgreSQL) or in a cache the registry invalidates.
+//
+//   POST /sandboxes            placement (best-of-K, ClusterRegistry::Place),
+//                              then the create goes to that node with
+//                              X-Airlock-Reservation; a failed create frees the slot
+//   /sandboxes/{id}/...        routed to the sandbox's node (a lost one: 404
+//                              with outcome "lost")
+//   data plane                 E2b-Sandbox-Id or "<port>-<id>.<domain>": relayed
+//                              to the node, which relays to the guest (streams,
+//                              WebSocket and chunked bodies pass through both hops)
+//   GET /sandboxes, /v2/sandboxes, /sandboxes/metrics, /snapshots
+//                              asked of every live node, merged
+//   /templates..., /v2|v3/templates..., /builds...
+//                              the template node: the live node first by name
+//   /mcp                       one node per API key (rendezvous hash), whose MCP
+//                              tools call a front (serve --mcp-api)
+//   GET /nodes, POST|DELETE /nodes/{name}/drain   (admin keys) the registry's nodes; drain
+//   /console/                  the web console's files
+// Keys are checked here and again by the node (both read the registry's keys).
+//
+// Threads: one io thread for every connection and relay; registry calls
+// on a worker pool; one thread LISTENs for sandbox changes (cache
+// invalidation) and marks nodes whose heartbeat lapsed.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "cluster/cluster_registry.h"
+#include "server/api_keys.h"
+#include "server/http_conn.h"
+#include "server/server.h"  // ForwardRequest, DataPlaneSandbox, PresentedApiKey
+
+namespace airlock::cluster {
+
+struct FrontConfig {
+  std::string listen = "127.0.0.1:3000";
+  std::string domain;  // "<port>-<id>.<domain>" hosts (serve --domain); empty: any
+  int workers = 4;
+  server::HttpLimits limits;
+  int best_of_k = 3;
+  // A node whose heartbeat is older than this gets no new sandbox, and is
+  // marked lost (its sandboxes too) at the next sweep.
+  std::chrono::milliseconds lapse{5000};
+  std::chrono::milliseconds sweep_interval{1000};
+  size_t max_json_body = 1 << 20;
+};
+
+class Front {
+ public:
+  static StatusOr<std::unique_ptr<Front>> Open(FrontConfig config, std::shared_ptr<ClusterRegistry> registry);
+  ~Front();
+  uint16_t port() const;
+  void Run();   // until Stop() or SIGINT/SIGTERM
+  void Stop();  // thread-safe
+
+ private:
+  using Conn = std::shared_ptr<server::HttpConn>;
+  Front(FrontConfig config, std::shared_ptr<ClusterRegistry> registry)
+      : config_(std::move(config)), registry_(std::move(registry)) {}
+  Status Init();
+  void Handle(Conn c);
+  void Authenticated(Conn c, const ApiKeyRecord& key, const std::string& presented);
+  void Route(Conn c, const ApiKeyRecord& key, const std::string& presented);
+  void ToSandboxNode(Conn c, const std::string& id, bool data_plane);
+  void Create(Conn c);
+  void FanOut(Conn c);
+  void ToTemplateNode(Conn c);
+  void ToMcpNode(Conn c, const std::string& presented);
+  void NodesRoute(Conn c, const ApiKeyRecord& key, const std::vector<std::string>& seg);
+  void ServeConsole(Conn c);
+  void Forward(Conn c, const std::string& address, const std::string& node, server::ForwardExtras extras = {});
+  // Sandbox -> location, cached until the registry announces a change.
+  StatusOr<std::optional<SandboxLocation>> Locate(const std::string& id);
+  void WatchRegistry();  // its own thread
+
+  FrontConfig config_;
+  std::shared_ptr<ClusterRegistry> registry_;
+  std::string reservation_secret_;
+  boost::asio::io_context io_;
+  std::unique_ptr<boost::asio::thread_pool> workers_;
+  std::unique_ptr<server::HttpListener> listener_;
+  std::unique_ptr<server::ApiKeyTable> keys_;
+  std::unique_ptr<boost::asio::steady_timer> key_timer_;
+  void ScheduleKeyRefresh();
+  std::mutex cache_mu_;
+  std::map<std::string, SandboxLocation> cache_;  // guarded by cache_mu_
+  bool cache_valid_ = false;                      // guarded by cache_mu_: the LISTEN connection is up
+  std::atomic<bool> stopping_{false};
+  std::thread watcher_;
+};
+
+}  // namespace airlock::cluster

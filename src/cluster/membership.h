@@ -1,0 +1,68 @@
+// A node's membership of the cluster (serve --role node, docs/multinode.md):
+// registers the node in the cluster registry, beats its heartbeat, and keeps
+// the registry's view of its sandboxes and templates equal to its own.
+//
+// The node's SQLite journal is the truth for its sandboxes: at start (and
+// whenever the registry dropped it: a lapsed heartbeat, a changed boot)
+// the node registers again with the list it has, which replaces its rows.
+// Between those, the server reports each sandbox it hands out
+// (SandboxAdded, before the create answers, so any front routes it at once)
+// and each that ends (SandboxRemoved); a sync every `sync_every` beats adds
+// or removes what those missed.
+//
+// Threads: one of its own for the beat; SandboxAdded/Removed block on the
+// database (call them on a worker).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/cluster_registry.h"
+
+namespace airlock::cluster {
+
+struct MembershipConfig {
+  NodeInfo node;  // name, address, capacity, version
+  std::chrono::milliseconds heartbeat{1000};
+  int sync_every = 5;
+  // The node's live sandboxes and the templates it can start, read each sync.
+  std::function<std::vector<std::string>()> sandboxes;
+  std::function<std::vector<std::string>()> templates;
+};
+
+class NodeMembership {
+ public:
+  // Registers once (an error here fails the daemon's start) and starts the beat.
+  static StatusOr<std::unique_ptr<NodeMembership>> Start(ClusterRegistry* registry, MembershipConfig config);
+  ~NodeMembership();
+
+  Status SandboxAdded(const std::string& id, bool front_reserved);
+  void SandboxRemoved(const std::string& id);
+  const std::string& name() const { return config_.node.name; }
+  const std::string& boot_id() const { return config_.node.boot_id; }
+
+ private:
+  NodeMembership(ClusterRegistry* registry, MembershipConfig config)
+      : registry_(registry), config_(std::move(config)) {}
+  Status Register();
+  void Loop();
+  void Sync();
+  ClusterRegistry* registry_;
+  MembershipConfig config_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::set<std::string> known_;  // guarded by mu_
+  std::vector<std::string> templates_;
+  std::thread thread_;
+};
+
+}  // namespace airlock::cluster

@@ -1,0 +1,180 @@
+// Many nodes on one machine (issue 19, docs/multinode.md "Tests"): a real
+// PostgreSQL, three node daemons (capacities 1, 2, 3) and two fronts, each in
+// its own network namespace (cluster.mjs), driven through the fronts with the
+// official e2b SDK and plain HTTP. Run by in_netns.sh (CTest does).
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { e2b, waitFor } from './daemon.mjs'
+import { Cluster, skipReason } from './cluster.mjs'
+
+const { Sandbox } = e2b
+const maybe = skipReason ? test.skip : test
+let cl
+
+before(async () => {
+  if (skipReason) return
+  cl = new Cluster()
+  try {
+    await cl.start({ nodes: [['n1', 1], ['n2', 2], ['n3', 3]], fronts: ['f1', 'f2'] })
+  } catch (e) {
+    console.log(`# cluster logs in ${cl.logs()}`)
+    throw e
+  }
+})
+
+after(async () => {
+  if (!cl) return
+  await cl.stop()
+  if (process.exitCode) console.log(`# cluster logs kept in ${cl.logs()}`)
+  else cl.cleanup()
+})
+
+// The node whose own API lists `id` (a node that does not answer: skipped).
+async function nodeOf(id) {
+  for (const name of cl.nodes.keys()) {
+    let ids = []
+    try { ids = await cl.nodeSandboxes(name) } catch { continue }
+    if (ids.includes(id)) return name
+  }
+  return null
+}
+
+async function killAll() {
+  const r = await cl.api('f1', 'GET', '/v2/sandboxes')
+  assert.equal(r.status, 200, r.text)
+  await Promise.all(r.json.map((s) => cl.api('f1', 'DELETE', `/sandboxes/${s.sandboxID}`)))
+  assert.ok(await waitFor(async () => (await cl.api('f2', 'GET', '/nodes')).json.every((n) => n.reserved === 0), 20000),
+    'every slot is free again')
+}
+
+maybe('a sandbox made through front 1 is reachable through front 2: commands, files, a port; unknown ids are 404', { timeout: 300000 }, async () => {
+  const sbx = await Sandbox.create('base', { ...cl.opts('f1'), timeoutMs: 300000 })
+  try {
+    const other = await Sandbox.connect(sbx.sandboxId, cl.opts('f2'))
+    assert.equal((await other.commands.run('echo $((6*7))')).stdout, '42\n')
+    await other.files.write('/home/user/hello.txt', 'through two hops')
+    assert.equal(await sbx.files.read('/home/user/hello.txt'), 'through two hops')
+    // A streamed command (a Connect stream through front and node).
+    const seen = []
+    const r = await other.commands.run('for i in 1 2 3; do echo $i; sleep 0.2; done', { onStdout: (d) => seen.push(d) })
+    assert.equal(r.stdout, '1\n2\n3\n')
+    assert.ok(seen.length >= 2, `streamed in pieces (${seen.length})`)
+    // A guest port, through front 2.
+    await other.commands.run('cd /home/user && python3 -m http.server 8000 >/dev/null 2>&1', { background: true })
+    const page = await waitFor(async () => {
+      try {
+        const res = await fetch(`${cl.fronts.get('f2').url}/hello.txt`, {
+          headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8000' } })
+        return res.status === 200 ? await res.text() : null
+      } catch { return null }
+    }, 30000, 250)
+    assert.equal(page, 'through two hops')
+    const info = await cl.api('f2', 'GET', `/sandboxes/${sbx.sandboxId}`)
+    assert.equal(info.status, 200, info.text)
+    assert.equal(info.json.sandboxID, sbx.sandboxId)
+    const list = await cl.api('f2', 'GET', '/v2/sandboxes')
+    assert.ok(list.json.some((s) => s.sandboxID === sbx.sandboxId), 'the merged list has it')
+  } finally {
+    await sbx.kill()
+  }
+  const unknown = await cl.api('f2', 'GET', '/sandboxes/doesnotexist0000')
+  assert.equal(unknown.status, 404)
+  const data = await fetch(`${cl.fronts.get('f1').url}/health`, { headers: { 'E2b-Sandbox-Id': 'doesnotexist0000' } })
+  assert.equal(data.status, 502)
+  assert.equal((await data.json()).message, 'The sandbox was not found')
+  const noKey = await fetch(`${cl.fronts.get('f1').url}/v2/sandboxes`)
+  assert.equal(noKey.status, 401)
+  await killAll()
+})
+
+maybe('capacities 1, 2, 3: six concurrent creates through both fronts fill them exactly; the 7th is refused; a draining node gets none', { timeout: 300000 }, async () => {
+  const creates = Array.from({ length: 6 }, (_, i) =>
+    cl.api(i % 2 ? 'f2' : 'f1', 'POST', '/sandboxes', { templateID: 'base', timeout: 600 }))
+  const made = await Promise.all(creates)
+  for (const m of made) assert.equal(m.status, 201, m.text)
+  const counts = {}
+  for (const name of cl.nodes.keys()) counts[name] = (await cl.nodeSandboxes(name)).length
+  assert.deepEqual(counts, { n1: 1, n2: 2, n3: 3 })
+  const seventh = await cl.api('f2', 'POST', '/sandboxes', { templateID: 'base' })
+  assert.equal(seventh.status, 503, seventh.text)
+  assert.match(seventh.json.message, /capacity/)
+  const nodes = (await cl.api('f1', 'GET', '/nodes')).json
+  assert.deepEqual(nodes.map((n) => [n.name, n.reserved, n.capacity]), [['n1', 1, 1], ['n2', 2, 2], ['n3', 3, 3]])
+  // Free n3, drain it: nothing lands there.
+  const onN3 = await cl.nodeSandboxes('n3')
+  for (const id of onN3) assert.equal((await cl.api('f1', 'DELETE', `/sandboxes/${id}`)).status, 204)
+  assert.ok(await waitFor(async () => (await cl.api('f1', 'GET', '/nodes')).json.find((n) => n.name === 'n3').reserved === 0, 10000))
+  assert.equal((await cl.api('f1', 'POST', '/nodes/n3/drain')).status, 200)
+  const refused = await cl.api('f1', 'POST', '/sandboxes', { templateID: 'base' })
+  assert.equal(refused.status, 503, refused.text)
+  assert.equal((await cl.api('f2', 'DELETE', '/nodes/n3/drain')).status, 200)
+  const back = await cl.api('f2', 'POST', '/sandboxes', { templateID: 'base' })
+  assert.equal(back.status, 201, back.text)
+  assert.equal(await nodeOf(back.json.sandboxID), 'n3')
+  await killAll()
+})
+
+maybe('kill -9 of a node: new creates avoid it within 15 s, its sandboxes are lost through both fronts, its slots freed; restarted, it takes work again', { timeout: 300000 }, async () => {
+  // Two sandboxes on n2 (the others drained while they are made).
+  await cl.api('f1', 'POST', '/nodes/n1/drain')
+  await cl.api('f1', 'POST', '/nodes/n3/drain')
+  const a = await cl.api('f1', 'POST', '/sandboxes', { templateID: 'base', timeout: 600 })
+  const b = await cl.api('f2', 'POST', '/sandboxes', { templateID: 'base', timeout: 600 })
+  assert.equal(a.status, 201, a.text)
+  assert.equal(b.status, 201, b.text)
+  await cl.api('f1', 'DELETE', '/nodes/n1/drain')
+  await cl.api('f1', 'DELETE', '/nodes/n3/drain')
+  const n2 = cl.nodes.get('n2')
+  const t0 = Date.now()
+  await cl.kill9(n2.child)
+  const lapsed = await waitFor(async () => {
+    const n = (await cl.api('f1', 'GET', '/nodes')).json.find((x) => x.name === 'n2')
+    return !n.live && n.reserved === 0
+  }, 15000, 250)
+  assert.ok(lapsed, 'n2 is not live and holds no reservation within 15 s')
+  console.log(`# node lapse noticed after ${Date.now() - t0} ms`)
+  for (const front of ['f1', 'f2']) {
+    for (const id of [a.json.sandboxID, b.json.sandboxID]) {
+      const r = await cl.api(front, 'GET', `/sandboxes/${id}`)
+      assert.equal(r.status, 404, r.text)
+      assert.equal(r.json.outcome, 'lost')
+    }
+  }
+  for (let i = 0; i < 3; i++) {
+    const c = await cl.api(i % 2 ? 'f2' : 'f1', 'POST', '/sandboxes', { templateID: 'base', timeout: 600 })
+    assert.equal(c.status, 201, c.text)
+    assert.notEqual(await nodeOf(c.json.sandboxID), 'n2')
+  }
+  // Restarted: it registers again with what its journal still holds (its
+  // VMMs outlived the daemon and are adopted), and takes new work.
+  await cl.startNode('n2')
+  const back = await waitFor(async () => (await cl.api('f2', 'GET', '/nodes')).json.find((x) => x.name === 'n2' && x.live), 15000)
+  assert.ok(back, 'n2 is live again')
+  for (const id of [a.json.sandboxID, b.json.sandboxID]) {
+    const r = await cl.api('f1', 'GET', `/sandboxes/${id}`)
+    assert.equal(r.status, 200, `adopted ${id} is routed again: ${r.text}`)
+  }
+  await killAll()
+  await cl.api('f1', 'POST', '/nodes/n1/drain')
+  await cl.api('f1', 'POST', '/nodes/n3/drain')
+  const c = await cl.api('f2', 'POST', '/sandboxes', { templateID: 'base' })
+  assert.equal(c.status, 201, c.text)
+  assert.equal(await nodeOf(c.json.sandboxID), 'n2')
+  await cl.api('f1', 'DELETE', '/nodes/n1/drain')
+  await cl.api('f1', 'DELETE', '/nodes/n3/drain')
+  await killAll()
+})
+
+maybe('kill a front: the other routes every live sandbox; a restarted front routes on its first request', { timeout: 300000 }, async () => {
+  const made = []
+  for (let i = 0; i < 3; i++) made.push(await Sandbox.create('base', { ...cl.opts('f1'), timeoutMs: 300000 }))
+  await cl.kill9(cl.fronts.get('f1').child)
+  for (const s of made) {
+    const via2 = await Sandbox.connect(s.sandboxId, cl.opts('f2'))
+    assert.equal((await via2.commands.run('echo alive')).stdout, 'alive\n')
+  }
+  await cl.startFront('f1')
+  const first = await Sandbox.connect(made[0].sandboxId, cl.opts('f1'))
+  assert.equal((await first.commands.run('echo back')).stdout, 'back\n')
+  await killAll()
+})
