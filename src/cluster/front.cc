@@ -15,6 +15,7 @@
 namespace airlock::cluster {
 
 namespace asio = boost::asio;
+namespace requests = server::requests;
 using nlohmann::json;
 
 namespace {
@@ -318,10 +319,25 @@ void Front::Create(Conn c) {
 void Front::FanOut(Conn c) {
   std::string target = c->target();
   auto headers = CredentialHeaders(*c);
-  asio::post(*workers_, [this, c, target, headers] {
+  // A sandbox list pages by E2B's keyset token (<created_ms>_<id>, the same
+  // on every node): each node gets the caller's limit and token, and the
+  // merge keeps the first `limit` in the nodes' order, with the token of
+  // the last one kept when anything is left.
+  std::optional<requests::ListSandboxesRequest> paging;
+  {
+    std::vector<std::string> seg = Segments(c->path());
+    if (!seg.empty() && (seg[0] == "v1" || seg[0] == "v2")) seg.erase(seg.begin());
+    if (seg.size() == 1 && seg[0] == "sandboxes") {
+      auto q = requests::ParseListSandboxes([&c](const std::string& name) { return c->Query(name); });
+      if (!q.ok()) return c->RespondError(400, q.status().message());
+      paging = *q;
+    }
+  }
+  asio::post(*workers_, [this, c, target, headers, paging] {
     auto nodes = registry_->Nodes();
     int status = 200;
     std::string out, error;
+    server::HeaderList out_headers;
     if (!nodes.ok()) {
       status = 503;
       error = "the cluster registry is unreachable: " + nodes.status().message();
@@ -329,6 +345,8 @@ void Front::FanOut(Conn c) {
       std::optional<json> merged;
       std::vector<std::string> missing;
       std::optional<http::HttpReply> refusal;
+      bool more = false;
+      int64_t total_running = 0;
       for (const auto& n : *nodes) {
         if (!n.live) continue;
         auto hp = http::ParseHostPort(n.address);
@@ -344,6 +362,8 @@ void Front::FanOut(Conn c) {
           refusal = *r;  // the same key and query everywhere: one node's refusal is everyone's
           break;
         }
+        if (!r->Header("x-next-token").empty()) more = true;
+        if (std::string t = r->Header("x-total-running"); !t.empty()) total_running += std::atoll(t.c_str());
         json j = json::parse(r->body, nullptr, false);
         if (j.is_discarded()) {
           missing.push_back(n.name);
@@ -359,16 +379,39 @@ void Front::FanOut(Conn c) {
         return;
       }
       if (!merged) merged = c->path().find("metrics") != std::string::npos ? json::object() : json::array();
+      std::string next_token;
+      if (paging && merged->is_array()) {
+        auto key = [](const json& s) {
+          auto us = ParseRfc3339Us(s.value("startedAt", ""));
+          return std::make_pair(us.ok() ? *us / 1000 : int64_t{0}, s.value("sandboxID", ""));
+        };
+        std::vector<json> rows(merged->begin(), merged->end());
+        std::stable_sort(rows.begin(), rows.end(), [&](const json& a, const json& b) {
+          return paging->ascending ? key(a) < key(b) : key(b) < key(a);
+        });
+        const size_t limit = static_cast<size_t>(paging->limit);
+        if (rows.size() > limit) {
+          rows.resize(limit);
+          more = true;
+        }
+        if (more && !rows.empty()) {
+          auto k = key(rows.back());
+          next_token = std::to_string(k.first) + "_" + k.second;
+        }
+        merged = json(rows);
+      }
       out = merged->dump();
+      if (!next_token.empty()) out_headers.emplace_back("X-Next-Token", next_token);
+      if (paging) out_headers.emplace_back("X-Total-Running", std::to_string(total_running));
       if (!missing.empty()) {
         std::string names;
         for (const auto& m : missing) names += (names.empty() ? "" : ",") + m;
         error = names;
       }
     }
-    asio::post(c->executor(), [c, status, out, error] {
+    asio::post(c->executor(), [c, status, out, error, out_headers] {
       if (status != 200) return c->RespondError(status, error);
-      server::HeaderList extra;
+      server::HeaderList extra = out_headers;
       // Nodes that did not answer: the list lacks their sandboxes.
       if (!error.empty()) extra.emplace_back("X-Airlock-Unreachable-Nodes", error);
       c->Respond(200, "application/json", out, extra);

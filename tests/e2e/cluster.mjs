@@ -134,6 +134,7 @@ export class Cluster {
   }
 
   async startNode(name, extra = []) {
+    this.killed?.delete(name)
     const n = this.nodes.get(name)
     n.child = spawnIn(n.ns, [BIN, '--state-dir', STATE_DIR, 'serve', '--role', 'node', '--database', this.db,
       '--listen', `${n.addr}:3000`, '--node-name', name, '--capacity', String(n.capacity), '--db', n.db,
@@ -184,10 +185,20 @@ export class Cluster {
     await child.exited
   }
 
+  async kill9Node(name) {
+    (this.killed ??= new Set()).add(name)
+    await this.kill9(this.nodes.get(name).child)
+  }
+
   async stop() {
+    // A node killed and not restarted left its VMMs running: started again,
+    // it adopts them, and its SIGTERM (--kill-on-exit) ends them.
+    for (const name of this.killed ?? []) {
+      try { await this.startNode(name) } catch (e) { console.log(`# restarting ${name} to clean up: ${e.message}`) }
+    }
     const all = [...this.fronts.values(), ...this.nodes.values()].map((x) => x.child).filter(Boolean)
     for (const c of all) if (c.exitCode === null) c.kill('SIGTERM')
-    await Promise.all(all.map((c) => Promise.race([c.exited, new Promise((r) => setTimeout(r, 60000))])))
+    await Promise.all(all.map((c) => Promise.race([c.exited, new Promise((r) => setTimeout(r, 60000).unref())])))
     for (const c of [...children]) if (c !== this.pg) c.kill('SIGKILL')
     if (this.pg) {
       this.pg.kill('SIGINT')

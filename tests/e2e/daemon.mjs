@@ -71,7 +71,31 @@ export async function waitFor(cond, ms, pollMs = 100) {
 // stop(), kill9() }. createKey makes a non-admin key of `team` with
 // `airlock apikey`. `reuse`: a previous daemon's { tmp } (its registry), for
 // a restart after kill9() (which keeps the directory).
+//
+// AIRLOCK_E2E_TARGET_URL (+ _KEY, an admin key, and _DB, the registry
+// `airlock apikey --db` writes to) points a suite at a running server
+// instead, such as a cluster's front (multinode.test.mjs runs sdk.test.mjs
+// so); extraArgs must then be empty and stop() leaves the server running.
 export async function startDaemon(extraArgs = [], reuse = null) {
+  const target = process.env.AIRLOCK_E2E_TARGET_URL
+  if (target) {
+    if (extraArgs.length) throw new Error(`a suite that starts its daemon with ${extraArgs.join(' ')} cannot run against ${target}`)
+    const apiKey = process.env.AIRLOCK_E2E_TARGET_KEY
+    const db = process.env.AIRLOCK_E2E_TARGET_DB
+    return {
+      url: target,
+      apiKey,
+      db,
+      createKey(team) {
+        const out = execFileSync(BIN, ['--state-dir', STATE_DIR, 'apikey', '--db', db, 'create', '--name', `e2e-${team}`,
+          '--team', team], { encoding: 'utf8' })
+        return out.split('\n')[0].trim()
+      },
+      opts: { apiKey, apiUrl: target, sandboxUrl: target, requestTimeoutMs: 120000 },
+      async stop() {},
+      async kill9() { throw new Error('kill9 of a server this suite did not start') },
+    }
+  }
   const tmp = reuse ? reuse.tmp : mkdtempSync(join(tmpdir(), 'airlock-e2e-'))
   const port = await freePort()
   const url = `http://127.0.0.1:${port}`

@@ -4,6 +4,7 @@
 // official e2b SDK and plain HTTP. Run by in_netns.sh (CTest does).
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
 import { e2b, waitFor } from './daemon.mjs'
 import { Cluster, skipReason } from './cluster.mjs'
 
@@ -126,7 +127,7 @@ maybe('kill -9 of a node: new creates avoid it within 15 s, its sandboxes are lo
   await cl.api('f1', 'DELETE', '/nodes/n3/drain')
   const n2 = cl.nodes.get('n2')
   const t0 = Date.now()
-  await cl.kill9(n2.child)
+  await cl.kill9Node('n2')
   const lapsed = await waitFor(async () => {
     const n = (await cl.api('f1', 'GET', '/nodes')).json.find((x) => x.name === 'n2')
     return !n.live && n.reserved === 0
@@ -176,5 +177,26 @@ maybe('kill a front: the other routes every live sandbox; a restarted front rout
   await cl.startFront('f1')
   const first = await Sandbox.connect(made[0].sandboxId, cl.opts('f1'))
   assert.equal((await first.commands.run('echo back')).stdout, 'back\n')
+  await killAll()
+})
+
+maybe('the official SDK suite (sdk.test.mjs) passes against a front', { timeout: 600000 }, async () => {
+  // A runner of its own (not a subtest of this one: NODE_TEST_CONTEXT would make it one).
+  const env = { ...process.env }
+  delete env.NODE_TEST_CONTEXT
+  const child = spawn(process.execPath, ['--test', '--test-reporter=tap', '--test-concurrency=1', 'sdk.test.mjs'], {
+    cwd: new URL('.', import.meta.url).pathname,
+    env: { ...env, AIRLOCK_E2E_TARGET_URL: cl.fronts.get('f2').url, AIRLOCK_E2E_TARGET_KEY: cl.apiKey,
+      AIRLOCK_E2E_TARGET_DB: cl.db },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
+  let out = ''
+  child.stdout.on('data', (d) => { out += d })
+  const code = await new Promise((r) => child.once('exit', r))
+  const failed = out.split('\n').filter((l) => /^\s*not ok|^# (pass|fail|skipped)/.test(l))
+  console.log(failed.map((l) => `# sdk.test.mjs: ${l.trim()}`).join('\n'))
+  assert.equal(code, 0, out.slice(-4000))
+  assert.match(out, /^# pass [1-9]/m)
+  assert.match(out, /^# skipped 0/m)
   await killAll()
 })
