@@ -10,7 +10,7 @@ JOBS ?= $(shell nproc)
 # make build BUILD_TYPE=RelWithDebInfo BUILD=build-release
 BUILD_TYPE ?= Test
 
-.PHONY: all setup build image demo test unit-test bench bench-tti bench-egress bench-snapshot bench-density bench-interpreter bench-templates bench-runtimes bench-console clean format
+.PHONY: all setup build image demo test unit-test bench bench-multinode bench-tti bench-egress bench-snapshot bench-density bench-interpreter bench-templates bench-runtimes bench-console clean format
 
 all: build
 
@@ -39,8 +39,8 @@ unit-test: build
 	cd $(BUILD) && ctest --output-on-failure -L unit
 
 # Benchmarks measure optimised code: their own RelWithDebInfo build.
-bench bench-tti bench-egress bench-snapshot bench-density bench-runtimes: BUILD = build-release
-bench bench-tti bench-egress bench-snapshot bench-density bench-runtimes: BUILD_TYPE = RelWithDebInfo
+bench bench-tti bench-egress bench-snapshot bench-density bench-runtimes bench-multinode: BUILD = build-release
+bench bench-tti bench-egress bench-snapshot bench-density bench-runtimes bench-multinode: BUILD_TYPE = RelWithDebInfo
 
 bench: image
 	$(BUILD)/bench/airlock-bench --state-dir $(STATE_DIR)
@@ -87,3 +87,8 @@ bench-runtimes: image
 # Issue 18: the console's sandbox list at 500 sandboxes in chromium, beside a plain DOM table (README).
 bench-console: build
 	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/console.mjs $(or $(N),20)
+
+# Issue 19 (README, docs/multinode.md): create TTI through a front vs a single-node daemon,
+# and placements per second of two fronts against one PostgreSQL (creates stubbed out).
+bench-multinode: image
+	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/multinode.mjs $(or $(N),20)

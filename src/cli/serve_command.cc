@@ -114,11 +114,14 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
       return ids;
     };
     const std::string state_dir = ncfg.manager.state_dir;
-    mc.templates = [state_dir] {
+    mc.templates = [state_dir, s] {
       std::vector<std::string> names;
       for (const auto& t : image::KnownTemplates()) {
         if (image::FindImage(state_dir, t).ok()) names.push_back(t);
       }
+      for (auto& t : s->CustomTemplateNames()) names.push_back(std::move(t));
+      std::sort(names.begin(), names.end());
+      names.erase(std::unique(names.begin(), names.end()), names.end());
       return names;
     };
     auto m = cluster::NodeMembership::Start(registry.get(), std::move(mc));

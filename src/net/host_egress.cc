@@ -35,7 +35,9 @@ std::string NftHostRuleset(const std::string& pool_cidr, const NftEgress& p) {
 
 Status InstallHostEgress(const std::string& pool_cidr, const NftEgress& ports, bool forwarding,
                          const std::string& scratch_dir) {
-  const std::string file = scratch_dir + "/airlock_host.nft";
+  // Per process: daemons sharing a state dir (a cluster's nodes on one
+  // host, each in its own network namespace) must not load each other's file.
+  const std::string file = scratch_dir + "/airlock_host." + std::to_string(::getpid()) + ".nft";
   {
     std::ofstream f(file, std::ios::trunc);
     if (!f) return ErrnoError("open " + file);

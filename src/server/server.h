@@ -246,6 +246,10 @@ class Server {
   // The brokered-secret table the egress proxy queries (docs/secrets.md).
   std::shared_ptr<secrets::Broker> broker() { return secrets_->broker(); }
   Manager& manager() { return *manager_; }
+  // The ids and aliases of every custom template this daemon holds (a
+  // cluster node lists them in the registry, so placement sends their
+  // creates here). Blocks on the template store.
+  std::vector<std::string> CustomTemplateNames();
 
  private:
   // One hour at the default 5 s sampling interval.

@@ -613,4 +613,16 @@ void Server::PublishTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, 
   });
 }
 
+std::vector<std::string> Server::CustomTemplateNames() {
+  std::vector<std::string> out;
+  if (!template_store_) return out;
+  auto rows = template_store_->ListTemplates("", /*all_teams=*/true);
+  if (!rows.ok()) return out;
+  for (const auto& t : *rows) {
+    out.push_back(t.id);
+    out.insert(out.end(), t.aliases.begin(), t.aliases.end());
+  }
+  return out;
+}
+
 }  // namespace airlock::server

@@ -1,0 +1,126 @@
+// Issue 19's numbers (docs/multinode.md "Measured"), in one run on this machine:
+//   1. create TTI (Sandbox.create + the first command) through a front to a
+//      node, against a single-node daemon, interleaved create by create;
+//   2. placements per second of two fronts against one PostgreSQL, creates
+//      stubbed out (bench/placement_bench.cc), beside a SELECT 1 round trip.
+// PostgreSQL (Debian's) runs in a temp directory on a Unix socket only; the
+// daemons listen on loopback. Needs root and the guest image.
+//
+// usage: node bench/multinode.mjs [N]   (N creates each way, default 20)
+import { execFileSync, spawn } from 'node:child_process'
+import { chownSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { freePort, pct, startDaemon } from './util.mjs'
+
+const here = dirname(fileURLToPath(import.meta.url))
+const BIN = process.env.AIRLOCK_BIN || join(here, '../build/airlock')
+const PLACEMENT_BENCH = process.env.AIRLOCK_PLACEMENT_BENCH || join(dirname(BIN), 'bench/airlock-placement-bench')
+const STATE_DIR = process.env.AIRLOCK_STATE_DIR || '/var/lib/airlock'
+const N = Number(process.argv[2] || 20)
+const { Sandbox } = await import(join(here, '../tests/e2e/node_modules/e2b/dist/index.mjs'))
+
+const tmp = mkdtempSync(join(tmpdir(), 'airlock-mn-bench-'))
+const pgBin = `/usr/lib/postgresql/${readdirSync('/usr/lib/postgresql').sort().pop()}/bin`
+const procs = []
+
+function run(argv, name) {
+  const p = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'] })
+  let err = ''
+  p.stderr.on('data', (d) => { err = (err + d).slice(-4000) })
+  p.exited = new Promise((r) => p.once('exit', r))
+  p.tail = () => `${name}: ${err}`
+  procs.push(p)
+  return p
+}
+
+async function healthy(url, p) {
+  for (let i = 0; i < 300; i++) {
+    try { if ((await fetch(`${url}/health`)).ok) return } catch {}
+    if (p.exitCode !== null) throw new Error(p.tail())
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  throw new Error(`no answer from ${url}`)
+}
+
+try {
+  // PostgreSQL on a Unix socket in tmp.
+  const data = join(tmp, 'pg'), sock = join(tmp, 'sock')
+  mkdirSync(data)
+  mkdirSync(sock)
+  const pgUid = Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' }))
+  const pgGid = Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' }))
+  for (const d of [tmp, data, sock]) chownSync(d, pgUid, pgGid)
+  const asPg = ['setpriv', '--reuid=postgres', '--regid=postgres', '--init-groups']
+  execFileSync(asPg[0], [...asPg.slice(1), join(pgBin, 'initdb'), '-D', data, '--auth=trust', '-U', 'postgres', '--no-sync'], { stdio: 'ignore' })
+  const pg = run([...asPg, join(pgBin, 'postgres'), '-D', data, '-k', sock, '-c', 'listen_addresses=', '-c', 'max_connections=100'], 'postgres')
+  const db = `postgresql:///postgres?host=${sock}&user=postgres`
+  for (let i = 0; ; i++) {
+    try { execFileSync(join(pgBin, 'pg_isready'), ['-h', sock, '-t', '1'], { stdio: 'ignore' }); break } catch {}
+    if (i > 100 || pg.exitCode !== null) throw new Error(pg.tail())
+    await new Promise((r) => setTimeout(r, 100))
+  }
+
+  // 1. TTI through a front vs a single-node daemon.
+  const single = await startDaemon(['--pool', '0'])
+  const nodePort = await freePort(), frontPort = await freePort()
+  mkdirSync(join(tmp, 'node'))
+  const node = run([BIN, '--state-dir', STATE_DIR, 'serve', '--role', 'node', '--database', db,
+    '--listen', `127.0.0.1:${nodePort}`, '--advertise', `127.0.0.1:${nodePort}`, '--node-name', 'bench-node',
+    '--capacity', '100', '--db', join(tmp, 'node', 'airlock.db'), '--kill-on-exit', '--pool', '0'], 'node')
+  const front = run([BIN, 'serve', '--role', 'front', '--database', db, '--listen', `127.0.0.1:${frontPort}`], 'front')
+  const frontUrl = `http://127.0.0.1:${frontPort}`
+  await healthy(`http://127.0.0.1:${nodePort}`, node)
+  await healthy(frontUrl, front)
+  const key = execFileSync(BIN, ['apikey', '--db', db, 'create', '--name', 'bench', '--admin'], { encoding: 'utf8' }).split('\n')[0].trim()
+  const viaFront = { apiKey: key, apiUrl: frontUrl, sandboxUrl: frontUrl, requestTimeoutMs: 300000 }
+  const tti = async (opts) => {
+    const t0 = performance.now()
+    const s = await Sandbox.create('base', opts)
+    const create = performance.now() - t0
+    await s.commands.run('true')
+    const total = performance.now() - t0
+    await s.kill()
+    return { create, total }
+  }
+  await tti(single.opts)  // first creates warm both paths (template snapshot, page cache)
+  await tti(viaFront)
+  const direct = [], fronted = []
+  for (let i = 0; i < N; i++) {
+    direct.push(await tti(single.opts))
+    fronted.push(await tti(viaFront))
+  }
+  await single.stop()
+
+  // The front's own hop, without a VM: GET /sandboxes/{unknown} through the
+  // front (a registry lookup, a 404) and a node's /health through the front's relay.
+  const hop = []
+  for (let i = 0; i < 200; i++) {
+    const t0 = performance.now()
+    await (await fetch(`${frontUrl}/sandboxes/nosuchsandbox`, { headers: { 'X-API-Key': key } })).text()
+    hop.push(performance.now() - t0)
+  }
+
+  const row = (what, v) => `| ${what} | ${pct(v, 50).toFixed(0)} | ${pct(v, 99).toFixed(0)} |`
+  console.log(`\n## Create TTI through a front (N=${N} each, interleaved; qemu, TCG)\n`)
+  console.log('| what | p50 ms | p99 ms |\n|---|---|---|')
+  console.log(row('create + first command, single-node daemon (raw primitive)', direct.map((x) => x.total)))
+  console.log(row('create + first command, through a front to a node', fronted.map((x) => x.total)))
+  console.log(row('create alone, single-node daemon', direct.map((x) => x.create)))
+  console.log(row('create alone, through a front', fronted.map((x) => x.create)))
+  console.log(`| front lookup of an unknown id (registry query + 404), no VM | ${pct(hop, 50).toFixed(2)} | ${pct(hop, 99).toFixed(2)} |`)
+  const ratio = pct(fronted.map((x) => x.total), 50) / pct(direct.map((x) => x.total), 50)
+  const added = pct(fronted.map((x) => x.total), 50) - pct(direct.map((x) => x.total), 50)
+  console.log(`\nfront / single p50 TTI: ${ratio.toFixed(3)} x (${added.toFixed(1)} ms added; goal <= 1.1 x or <= 5 ms)`)
+  for (const p of [front, node]) p.kill('SIGTERM')
+  await Promise.all([front.exited, node.exited])
+
+  // 2. Placements per second.
+  console.log('\n## Placements per second, two fronts, one PostgreSQL (creates stubbed out)')
+  console.log(execFileSync(PLACEMENT_BENCH, ['--database', db, '--seconds', '10', '--fronts', '2', '--nodes', '10'], { encoding: 'utf8' }))
+} finally {
+  for (const p of procs) if (p.exitCode === null) p.kill('SIGTERM')
+  await Promise.all(procs.map((p) => p.exited))
+  rmSync(tmp, { recursive: true, force: true })
+}
