@@ -5,6 +5,7 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
+import { connect } from 'node:net'
 import { e2b, waitFor } from './daemon.mjs'
 import { Cluster, skipReason } from './cluster.mjs'
 
@@ -29,6 +30,49 @@ after(async () => {
   if (process.exitCode) console.log(`# cluster logs kept in ${cl.logs()}`)
   else cl.cleanup()
 })
+
+// A WebSocket echo server (the handshake by hand, then raw echo), for the guest.
+const WS_ECHO = `import socket,hashlib,base64
+s=socket.socket(); s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1); s.bind(('0.0.0.0',8765)); s.listen(8)
+while True:
+  c,_=s.accept(); d=b''
+  while b'\\r\\n\\r\\n' not in d:
+    x=c.recv(4096)
+    if not x: break
+    d+=x
+  k=[l.split(b':',1)[1].strip() for l in d.split(b'\\r\\n') if l.lower().startswith(b'sec-websocket-key')]
+  if k:
+    a=base64.b64encode(hashlib.sha1(k[0]+b'258EAFA5-E914-47DA-95CA-C5AB0DC85B11').digest())
+    c.sendall(b'HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\nSec-WebSocket-Accept: '+a+b'\\r\\n\\r\\n')
+    while True:
+      x=c.recv(4096)
+      if not x: break
+      c.sendall(b'echo:'+x)
+  c.close()
+`
+
+// A WebSocket upgrade through the front at `addr` to `port` of sandbox `id`,
+// then `payload` sent raw; resolves to everything read (null on no answer).
+function wsEcho(addr, id, port, payload) {
+  return new Promise((resolve) => {
+    const sock = connect(3000, addr)
+    let got = ''
+    let sent = false
+    const done = (v) => { sock.destroy(); clearTimeout(timer); resolve(v) }
+    const timer = setTimeout(() => done(got.includes('101') ? got : null), 5000)
+    sock.on('error', () => done(null))
+    sock.on('connect', () => sock.write(`GET /chat HTTP/1.1\r\nHost: ${addr}:3000\r\nE2b-Sandbox-Id: ${id}\r\n` +
+      `E2b-Sandbox-Port: ${port}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n` +
+      'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n'))
+    sock.on('data', (d) => {
+      got += d
+      if (!got.includes('\r\n\r\n')) return
+      if (!got.startsWith('HTTP/1.1 101')) return done(null)  // not listening yet: 502
+      if (!sent) { sent = true; sock.write(payload) }
+      if (got.includes(`echo:${payload}`)) done(got)
+    })
+  })
+}
 
 // The node whose own API lists `id` (a node that does not answer: skipped).
 async function nodeOf(id) {
@@ -70,6 +114,14 @@ maybe('a sandbox made through front 1 is reachable through front 2: commands, fi
       } catch { return null }
     }, 30000, 250)
     assert.equal(page, 'through two hops')
+    // A WebSocket upgrade to a guest port, through front 1 and the node (a
+    // raw echo after the 101: bytes relayed both ways over two hops).
+    await other.files.write('/home/user/ws.py', WS_ECHO)
+    await other.commands.run('python3 /home/user/ws.py >/dev/null 2>&1', { background: true })
+    const ws = await waitFor(() => wsEcho(cl.fronts.get('f1').addr, sbx.sandboxId, 8765, 'frame-1'), 30000, 250)
+    assert.match(ws ?? '', /^HTTP\/1\.1 101/)
+    assert.match(ws, /s3pPLMBiTxaQ9kYGzzhZRbK\+xOo=/)
+    assert.match(ws, /echo:frame-1/)
     const info = await cl.api('f2', 'GET', `/sandboxes/${sbx.sandboxId}`)
     assert.equal(info.status, 200, info.text)
     assert.equal(info.json.sandboxID, sbx.sandboxId)
