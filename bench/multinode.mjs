@@ -101,6 +101,22 @@ try {
     await (await fetch(`${frontUrl}/sandboxes/nosuchsandbox`, { headers: { 'X-API-Key': key } })).text()
     hop.push(performance.now() - t0)
   }
+  // The relay itself: GET /sandboxes/{id} of a live sandbox through the
+  // front, against the same call made to its node directly, interleaved.
+  const live = await Sandbox.create('base', viaFront)
+  const getVia = async (base) => {
+    const t0 = performance.now()
+    const r = await fetch(`${base}/sandboxes/${live.sandboxId}`, { headers: { 'X-API-Key': key } })
+    await r.text()
+    if (r.status !== 200) throw new Error(`GET through ${base}: ${r.status}`)
+    return performance.now() - t0
+  }
+  const relayed = [], atNode = []
+  for (let i = 0; i < 200; i++) {
+    relayed.push(await getVia(frontUrl))
+    atNode.push(await getVia(`http://127.0.0.1:${nodePort}`))
+  }
+  await live.kill()
 
   const row = (what, v) => `| ${what} | ${pct(v, 50).toFixed(0)} | ${pct(v, 99).toFixed(0)} |`
   console.log(`\n## Create TTI through a front (N=${N} each, interleaved; qemu, TCG)\n`)
@@ -110,6 +126,8 @@ try {
   console.log(row('create alone, single-node daemon', direct.map((x) => x.create)))
   console.log(row('create alone, through a front', fronted.map((x) => x.create)))
   console.log(`| front lookup of an unknown id (registry query + 404), no VM | ${pct(hop, 50).toFixed(2)} | ${pct(hop, 99).toFixed(2)} |`)
+  console.log(`| GET /sandboxes/{id} at the node (raw primitive of the hop) | ${pct(atNode, 50).toFixed(2)} | ${pct(atNode, 99).toFixed(2)} |`)
+  console.log(`| GET /sandboxes/{id} through the front (cached route + relay) | ${pct(relayed, 50).toFixed(2)} | ${pct(relayed, 99).toFixed(2)} |`)
   const ratio = pct(fronted.map((x) => x.total), 50) / pct(direct.map((x) => x.total), 50)
   const added = pct(fronted.map((x) => x.total), 50) - pct(direct.map((x) => x.total), 50)
   console.log(`\nfront / single p50 TTI: ${ratio.toFixed(3)} x (${added.toFixed(1)} ms added; goal <= 1.1 x or <= 5 ms)`)
