@@ -1,0 +1,274 @@
+// The cluster registry (src/cluster/cluster_registry.h) against a real
+// PostgreSQL: Debian's server, started here in a temp directory on a Unix
+// socket only (no network). Skips without root (the server runs as user
+// postgres) or without the server package.
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "cluster/cluster_registry.h"
+#include "common/subprocess.h"
+#include "tests/wait_for.h"
+
+namespace airlock::cluster {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string PgBin() {
+  std::error_code ec;
+  std::string best;
+  for (const auto& e : fs::directory_iterator("/usr/lib/postgresql", ec)) {
+    if (fs::exists(e.path() / "bin/postgres") && e.path().string() > best) best = e.path().string();
+  }
+  return best.empty() ? "" : best + "/bin";
+}
+
+class ClusterRegistryTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    bin_ = PgBin();
+    passwd* pw = ::getpwnam("postgres");
+    if (::geteuid() != 0 || bin_.empty() || !pw) return;
+    char tmpl[] = "/tmp/airlock-pg-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    ASSERT_EQ(::chown(dir_.c_str(), pw->pw_uid, pw->pw_gid), 0);
+    const std::vector<std::string> as_pg = {"setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups"};
+    auto argv = as_pg;
+    for (std::string a : {bin_ + "/initdb", std::string("-D"), dir_ + "/data", std::string("--auth=trust"),
+                          std::string("-U"), std::string("postgres"), std::string("--no-sync")})
+      argv.push_back(a);
+    auto init = airlock::Run(argv);
+    ASSERT_TRUE(init.ok() && init->status.success()) << (init.ok() ? init->err : init.status().message());
+    argv = as_pg;
+    for (std::string a : {bin_ + "/postgres", std::string("-D"), dir_ + "/data", std::string("-k"), dir_,
+                          std::string("-c"), std::string("listen_addresses="), std::string("-c"), std::string("fsync=off")})
+      argv.push_back(a);
+    SpawnOptions so;
+    so.argv = argv;
+    so.stdout_to_devnull = so.stderr_to_devnull = true;
+    auto child = Spawn(so);
+    ASSERT_TRUE(child.ok()) << child.status().message();
+    server_ = new Child(std::move(*child));
+    url_ = "postgresql:///postgres?host=" + dir_ + "&user=postgres";
+    ASSERT_TRUE(WaitFor([] { return PgConn::Connect(url_).ok(); },
+                        std::chrono::steady_clock::now() + std::chrono::seconds(30)))
+        << "postgres did not start";
+  }
+  static void TearDownTestSuite() {
+    if (server_) {
+      (void)server_->Signal(SIGINT);
+      (void)server_->WaitFor(std::chrono::seconds(30));
+      delete server_;
+      server_ = nullptr;
+    }
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+  void SetUp() override {
+    if (url_.empty()) GTEST_SKIP() << "needs root and Debian's postgresql (scripts/setup installs it)";
+    auto r = ClusterRegistry::Open(url_, 4);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    reg_ = std::move(*r);
+    // Each test starts from an empty registry (the schema stays).
+    ASSERT_TRUE(reg_->pool().Exec("TRUNCATE nodes, node_templates, sandboxes, api_keys CASCADE").ok());
+  }
+  NodeInfo Node(const std::string& name, int capacity) {
+    NodeInfo n;
+    n.name = name;
+    n.address = "192.0.2.1:" + std::to_string(3000 + capacity);
+    n.boot_id = RandomHex(8);
+    n.capacity = capacity;
+    return n;
+  }
+  int Reserved(const std::string& name) {
+    auto r = reg_->pool().Exec("SELECT reserved FROM nodes WHERE name = $1", {name});
+    return r.ok() && !r->empty() ? std::stoi(r->Text(0, 0)) : -1;
+  }
+
+  static inline std::string bin_, dir_, url_;
+  static inline Child* server_ = nullptr;
+  std::unique_ptr<ClusterRegistry> reg_;
+};
+
+TEST_F(ClusterRegistryTest, MigrationsRunOnceAndAreRecorded) {
+  auto again = ClusterRegistry::Open(url_, 1);  // a second daemon starting
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  auto v = reg_->pool().Exec("SELECT count(*), max(version) FROM schema_migrations");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->Text(0, 0), std::to_string(kSchemaVersion));
+  EXPECT_EQ(v->Text(0, 1), std::to_string(kSchemaVersion));
+  // A registry newer than this binary is refused, not used.
+  ASSERT_TRUE(reg_->pool().Exec("INSERT INTO schema_migrations (version) VALUES (999)").ok());
+  auto newer = ClusterRegistry::Open(url_, 1);
+  EXPECT_EQ(newer.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(newer.status().message().find("upgrade this binary"), std::string::npos) << newer.status().message();
+  ASSERT_TRUE(reg_->pool().Exec("DELETE FROM schema_migrations WHERE version = 999").ok());
+}
+
+TEST_F(ClusterRegistryTest, TwoFrontsRacingNeverOverCommitANode) {
+  ASSERT_TRUE(reg_->RegisterNode(Node("a", 7), {}).ok());
+  ASSERT_TRUE(reg_->RegisterNode(Node("b", 5), {}).ok());
+  std::atomic<int> placed{0}, refused{0};
+  std::vector<std::thread> fronts;
+  for (int f = 0; f < 4; ++f) {
+    fronts.emplace_back([&] {
+      auto mine = ClusterRegistry::Open(url_, 1);  // a front's own connection
+      ASSERT_TRUE(mine.ok());
+      for (int i = 0; i < 10; ++i) {
+        auto p = (*mine)->Place("base", 2, std::chrono::seconds(60));
+        if (p.ok()) ++placed;
+        else if (p.status().code() == StatusCode::kResourceExhausted) ++refused;
+      }
+    });
+  }
+  for (auto& t : fronts) t.join();
+  EXPECT_EQ(placed.load(), 12);
+  EXPECT_EQ(refused.load(), 28);
+  EXPECT_EQ(Reserved("a"), 7);
+  EXPECT_EQ(Reserved("b"), 5);
+}
+
+TEST_F(ClusterRegistryTest, PlacementSkipsDrainingStaleAndTemplateLessNodes) {
+  NodeInfo a = Node("a", 3), b = Node("b", 3), c = Node("c", 3);
+  a.templates = {"base"};
+  b.templates = {"base", "custom-1"};
+  c.templates = {"base"};
+  for (auto* n : {&a, &b, &c}) ASSERT_TRUE(reg_->RegisterNode(*n, {}).ok());
+  // Only b has custom-1.
+  for (int i = 0; i < 3; ++i) {
+    auto p = reg_->Place("custom-1", 3, std::chrono::seconds(60));
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    EXPECT_EQ(p->node, "b");
+  }
+  EXPECT_EQ(reg_->Place("custom-1", 3, std::chrono::seconds(60)).status().code(), StatusCode::kResourceExhausted);
+  // A template no node lists may go anywhere; a draining node and one whose heartbeat is stale get nothing.
+  ASSERT_TRUE(reg_->SetDraining("a", true).ok());
+  ASSERT_TRUE(reg_->pool().Exec("UPDATE nodes SET heartbeat = now() - interval '1 minute' WHERE name = 'c'").ok());
+  EXPECT_EQ(reg_->Place("unlisted", 3, std::chrono::seconds(5)).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(reg_->SetDraining("nosuchnode", true).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(reg_->SetDraining("a", false).ok());
+  auto p = reg_->Place("unlisted", 3, std::chrono::seconds(5));
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->node, "a");
+}
+
+TEST_F(ClusterRegistryTest, SlotsAreCountedOnceWhateverTheOrderOfFrontAndNode) {
+  ASSERT_TRUE(reg_->RegisterNode(Node("a", 10), {}).ok());
+  // A front's create: reserve, then the node records it without counting again.
+  ASSERT_TRUE(reg_->Place("base", 1, std::chrono::seconds(60)).ok());
+  ASSERT_TRUE(reg_->AddSandbox("s1", "a", /*front_reserved=*/true).ok());
+  EXPECT_EQ(Reserved("a"), 1);
+  // The node's sync got there first (and counted it): the front's slot is freed.
+  ASSERT_TRUE(reg_->Place("base", 1, std::chrono::seconds(60)).ok());
+  ASSERT_TRUE(reg_->AddSandbox("s2", "a", false).ok());
+  ASSERT_TRUE(reg_->AddSandbox("s2", "a", true).ok());
+  EXPECT_EQ(Reserved("a"), 2);
+  // A fork child: counted when recorded; recorded twice, counted once.
+  ASSERT_TRUE(reg_->AddSandbox("s3", "a", false).ok());
+  ASSERT_TRUE(reg_->AddSandbox("s3", "a", false).ok());
+  EXPECT_EQ(Reserved("a"), 3);
+  // A failed create's slot goes back.
+  ASSERT_TRUE(reg_->Place("base", 1, std::chrono::seconds(60)).ok());
+  ASSERT_TRUE(reg_->Release("a").ok());
+  EXPECT_EQ(Reserved("a"), 3);
+  for (const char* id : {"s1", "s2", "s3", "s3"}) ASSERT_TRUE(reg_->RemoveSandbox(id, "a").ok());
+  EXPECT_EQ(Reserved("a"), 0);
+  auto gone = reg_->Locate("s1");
+  ASSERT_TRUE(gone.ok());
+  EXPECT_FALSE(gone->has_value());
+}
+
+TEST_F(ClusterRegistryTest, ALapsedNodeLosesItsSandboxesAndGetsThemBackOnRegistering) {
+  NodeInfo a = Node("a", 5);
+  ASSERT_TRUE(reg_->RegisterNode(a, {"x", "y"}).ok());
+  EXPECT_EQ(Reserved("a"), 2);
+  auto hb = reg_->Heartbeat("a", a.boot_id);
+  ASSERT_TRUE(hb.ok());
+  EXPECT_TRUE(*hb);
+  // Not lapsed yet.
+  auto none = reg_->MarkLapsed(std::chrono::seconds(60));
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  ASSERT_TRUE(reg_->pool().Exec("UPDATE nodes SET heartbeat = now() - interval '10 seconds' WHERE name = 'a'").ok());
+  auto lapsed = reg_->MarkLapsed(std::chrono::seconds(5));
+  ASSERT_TRUE(lapsed.ok());
+  EXPECT_EQ(*lapsed, std::vector<std::string>{"a"});
+  EXPECT_EQ(Reserved("a"), 0);
+  auto x = reg_->Locate("x");
+  ASSERT_TRUE(x.ok() && x->has_value());
+  EXPECT_TRUE((*x)->lost);
+  EXPECT_GT((*x)->lost_at_ms, 0);
+  // Its heartbeat now says: register again.
+  hb = reg_->Heartbeat("a", a.boot_id);
+  ASSERT_TRUE(hb.ok());
+  EXPECT_FALSE(*hb);
+  // A lost sandbox's end frees nothing (its slot was freed with the node).
+  ASSERT_TRUE(reg_->RemoveSandbox("y", "a").ok());
+  EXPECT_EQ(Reserved("a"), 0);
+  // Registered again (a new boot) with what its journal holds: x survived, z is new.
+  a.boot_id = RandomHex(8);
+  ASSERT_TRUE(reg_->RegisterNode(a, {"x", "z"}).ok());
+  EXPECT_EQ(Reserved("a"), 2);
+  x = reg_->Locate("x");
+  ASSERT_TRUE(x.ok() && x->has_value());
+  EXPECT_FALSE((*x)->lost);
+  EXPECT_EQ((*x)->address, a.address);
+  auto nodes = reg_->Nodes();
+  ASSERT_TRUE(nodes.ok());
+  ASSERT_EQ(nodes->size(), 1u);
+  EXPECT_TRUE((*nodes)[0].live);
+}
+
+TEST_F(ClusterRegistryTest, NotificationsAnnounceMovedAndRemovedSandboxes) {
+  ASSERT_TRUE(reg_->RegisterNode(Node("a", 5), {"q1", "q\"2"}).ok());  // an id a text[] literal must quote
+  auto listen = PgConn::Connect(url_);
+  ASSERT_TRUE(listen.ok());
+  ASSERT_TRUE((*listen)->Exec("LISTEN airlock_sandbox").ok());
+  ASSERT_TRUE(reg_->RemoveSandbox("q\"2", "a").ok());
+  std::vector<std::string> got;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto n = (*listen)->TakeNotifications();
+        if (n.ok())
+          for (auto& x : *n) got.push_back(x.payload);
+        return !got.empty();
+      },
+      std::chrono::steady_clock::now() + std::chrono::seconds(10)));
+  EXPECT_EQ(got, std::vector<std::string>{"q\"2"});
+}
+
+TEST_F(ClusterRegistryTest, ApiKeysAndTheirVersion) {
+  auto v0 = reg_->KeyVersion();
+  ASSERT_TRUE(v0.ok());
+  auto k = reg_->CreateApiKey("agents", "team-a", false);
+  ASSERT_TRUE(k.ok()) << k.status().message();
+  EXPECT_EQ(k->second.rfind(kApiKeyPrefix, 0), 0u);
+  auto v1 = reg_->KeyVersion();
+  ASSERT_TRUE(v1.ok());
+  EXPECT_NE(*v0, *v1);
+  auto rows = reg_->ApiKeysByHash();
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].second.team, "team-a");
+  EXPECT_EQ((*rows)[0].first.size(), 64u);  // SHA-256 hex, never the key
+  EXPECT_EQ(reg_->CreateApiKey("x", "bad team!", false).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(reg_->RemoveApiKey("agents").ok());
+  EXPECT_EQ(reg_->RemoveApiKey("agents").code(), StatusCode::kNotFound);
+  auto secret1 = reg_->ReservationSecret(), secret2 = reg_->ReservationSecret();
+  ASSERT_TRUE(secret1.ok() && secret2.ok());
+  EXPECT_EQ(*secret1, *secret2);
+  EXPECT_EQ(secret1->size(), 64u);
+}
+
+TEST_F(ClusterRegistryTest, AnUnreachableDatabaseIsAClearError) {
+  auto r = ClusterRegistry::Open("postgresql:///postgres?host=/nonexistent-dir&user=postgres", 1);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("cannot connect"), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace airlock::cluster
