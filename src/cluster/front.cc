@@ -184,6 +184,11 @@ StatusOr<std::optional<SandboxLocation>> Front::Locate(const std::string& id) {
 }
 
 void Front::Handle(Conn c) {
+  // Only a front may say it holds a slot: a client's own copy of the header
+  // would shadow the front's (the node reads the first).
+  if (!c->Header("X-Airlock-Reservation").empty()) {
+    return c->RespondError(400, "X-Airlock-Reservation is set by fronts only");
+  }
   uint16_t port = 0;
   if (auto id = server::DataPlaneSandbox(*c, config_.domain, &port)) return ToSandboxNode(std::move(c), *id, true);
   const std::string& path = c->path();

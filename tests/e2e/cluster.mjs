@@ -149,6 +149,24 @@ export class Cluster {
     if (!(await healthy(f.url, 30000, f.child))) throw new Error(`front ${name} did not start (log ${f.child.log})`)
   }
 
+  // `serve --role both`: a front on :3000 and a node on :3001, one process,
+  // in a namespace of its own.
+  async startBoth(name, capacity) {
+    const ns = `${PREFIX}-${name}`
+    const addr = '10.99.0.31'
+    makeNs(ns)
+    attach(ns, name, addr)
+    execFileSync('mkdir', ['-p', join(tmp, name)])
+    const child = spawnIn(ns, [BIN, '--state-dir', STATE_DIR, 'serve', '--role', 'both', '--database', this.db,
+      '--listen', `${addr}:3000`, '--node-listen', `${addr}:3001`, '--node-name', name, '--capacity', String(capacity),
+      '--db', join(tmp, name, 'airlock.db'), '--runtime', RUNTIME, '--pool', '0', '--kill-on-exit'], name)
+    this.nodes.set(name, { ns, addr, url: `http://${addr}:3001`, capacity, child })
+    this.fronts.set(name, { ns, addr, url: `http://${addr}:3000`, child })
+    if (!(await healthy(`http://${addr}:3000`, 30000, child)) || !(await healthy(`http://${addr}:3001`, 30000, child)))
+      throw new Error(`${name} did not start (log ${child.log})`)
+    return child
+  }
+
   createKey(name, admin = false, team = '') {
     const args = ['--state-dir', STATE_DIR, 'apikey', '--db', this.db, 'create', '--name', name]
     if (admin) args.push('--admin')
@@ -196,7 +214,7 @@ export class Cluster {
     for (const name of this.killed ?? []) {
       try { await this.startNode(name) } catch (e) { console.log(`# restarting ${name} to clean up: ${e.message}`) }
     }
-    const all = [...this.fronts.values(), ...this.nodes.values()].map((x) => x.child).filter(Boolean)
+    const all = [...new Set([...this.fronts.values(), ...this.nodes.values()].map((x) => x.child).filter(Boolean))]
     for (const c of all) if (c.exitCode === null) c.kill('SIGTERM')
     await Promise.all(all.map((c) => Promise.race([c.exited, new Promise((r) => setTimeout(r, 60000).unref())])))
     for (const c of [...children]) if (c !== this.pg) c.kill('SIGKILL')

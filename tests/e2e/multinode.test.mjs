@@ -252,3 +252,23 @@ maybe('the official SDK suite (sdk.test.mjs) passes against a front', { timeout:
   assert.match(out, /^# skipped 0/m)
   await killAll()
 })
+
+maybe('serve --role both: a front and a node in one process, routed like the others; a clean stop', { timeout: 300000 }, async () => {
+  const both = await cl.startBoth('b1', 1)
+  for (const n of ['n1', 'n2', 'n3']) assert.equal((await cl.api('f1', 'POST', `/nodes/${n}/drain`)).status, 200)
+  try {
+    const sbx = await Sandbox.create('base', { ...cl.opts('b1'), timeoutMs: 300000 })
+    assert.equal(await nodeOf(sbx.sandboxId), 'b1')
+    const via = await Sandbox.connect(sbx.sandboxId, cl.opts('f2'))
+    assert.equal((await via.commands.run('echo both')).stdout, 'both\n')
+    await sbx.kill()
+  } finally {
+    for (const n of ['n1', 'n2', 'n3']) await cl.api('f1', 'DELETE', `/nodes/${n}/drain`)
+  }
+  await killAll()
+  both.kill('SIGTERM')
+  const { code, sig } = await both.exited
+  assert.equal(code, 0, `exit ${code} ${sig}`)
+  cl.nodes.delete('b1')
+  cl.fronts.delete('b1')
+})
