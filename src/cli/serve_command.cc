@@ -162,6 +162,7 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
     front->Run();
   }
   member_ptr->store(nullptr);
+  if (member) member->Leave();
   member.reset();
   front.reset();
   node.reset();

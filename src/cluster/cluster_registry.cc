@@ -211,6 +211,15 @@ StatusOr<std::vector<NodeInfo>> ClusterRegistry::Nodes() {
   return out;
 }
 
+Status ClusterRegistry::Leave(const std::string& name, const std::string& boot_id) {
+  return pool_
+      .Exec("WITH gone AS (UPDATE nodes SET live = false, reserved = 0 WHERE name = $1 AND boot_id = $2 AND live "
+            "RETURNING name) UPDATE sandboxes SET lost_at = now() WHERE lost_at IS NULL AND "
+            "node IN (SELECT name FROM gone)",
+            {name, boot_id})
+      .status();
+}
+
 StatusOr<std::vector<std::string>> ClusterRegistry::MarkLapsed(std::chrono::milliseconds lapse) {
   ASSIGN_OR_RETURN(auto r,
                    pool_.Exec("WITH lapsed AS (UPDATE nodes SET live = false, reserved = 0 WHERE live AND "

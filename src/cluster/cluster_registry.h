@@ -87,6 +87,10 @@ class ClusterRegistry {
   // NotFound for an unknown node.
   Status SetDraining(const std::string& name, bool draining);
   StatusOr<std::vector<NodeInfo>> Nodes();
+  // A node stopping cleanly: at once what a lapse does later (not live, its
+  // slots freed, its sandboxes lost until it registers again). Only its
+  // own boot: a newer daemon of the same name is left alone.
+  Status Leave(const std::string& name, const std::string& boot_id);
   // Marks every live node whose heartbeat is older than `lapse` not live,
   // frees its reservations and marks its sandboxes lost; returns their names.
   StatusOr<std::vector<std::string>> MarkLapsed(std::chrono::milliseconds lapse);

@@ -24,6 +24,17 @@ NodeMembership::~NodeMembership() {
   if (thread_.joinable()) thread_.join();
 }
 
+void NodeMembership::Leave() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (Status st = registry_->Leave(config_.node.name, config_.node.boot_id); !st.ok())
+    LOG_WARN("cluster: node {} leaving: {} (it lapses instead)", config_.node.name, st.message());
+}
+
 Status NodeMembership::Register() {
   std::vector<std::string> ids = config_.sandboxes ? config_.sandboxes() : std::vector<std::string>{};
   NodeInfo n = config_.node;

@@ -44,6 +44,9 @@ class NodeMembership {
   static StatusOr<std::unique_ptr<NodeMembership>> Start(ClusterRegistry* registry, MembershipConfig config);
   ~NodeMembership();
 
+  // The daemon is stopping: the beat ends and the registry stops placing
+  // here at once (ClusterRegistry::Leave) instead of after the lapse.
+  void Leave();
   Status SandboxAdded(const std::string& id, bool front_reserved);
   void SandboxRemoved(const std::string& id);
   const std::string& name() const { return config_.node.name; }

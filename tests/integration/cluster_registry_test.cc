@@ -221,6 +221,14 @@ TEST_F(ClusterRegistryTest, ALapsedNodeLosesItsSandboxesAndGetsThemBackOnRegiste
   ASSERT_TRUE(nodes.ok());
   ASSERT_EQ(nodes->size(), 1u);
   EXPECT_TRUE((*nodes)[0].live);
+  // A clean stop is a lapse at once; an older boot's leave changes nothing.
+  ASSERT_TRUE(reg_->Leave("a", "an-older-boot").ok());
+  EXPECT_EQ(Reserved("a"), 2);
+  ASSERT_TRUE(reg_->Leave("a", a.boot_id).ok());
+  EXPECT_EQ(Reserved("a"), 0);
+  x = reg_->Locate("x");
+  ASSERT_TRUE(x.ok() && x->has_value());
+  EXPECT_TRUE((*x)->lost);
 }
 
 TEST_F(ClusterRegistryTest, NotificationsAnnounceMovedAndRemovedSandboxes) {
