@@ -1,5 +1,6 @@
 // `airlock serve` and `airlock apikey`.
 #include <algorithm>
+#include <functional>
 #include <boost/program_options.hpp>
 #include <cctype>
 #include <cstdio>
@@ -407,82 +408,53 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
 
 namespace {
 
-// airlock apikey --db postgres://...: a cluster's keys (docs/multinode.md).
-int ClusterApiKey(const std::string& url, const std::vector<std::string>& args, const char* usage) {
-  auto reg = cluster::ClusterRegistry::Open(url, 1);
-  if (!reg.ok()) {
-    std::fprintf(stderr, "airlock apikey: cluster registry: %s\n", reg.status().message().c_str());
-    return 1;
-  }
-  if (args[0] == "create") {
-    std::string name, team;
-    bool admin = false;
-    for (size_t i = 1; i < args.size(); ++i) {
-      if (args[i] == "--name" && i + 1 < args.size()) name = args[++i];
-      else if (args[i] == "--team" && i + 1 < args.size()) team = args[++i];
-      else if (args[i] == "--admin") admin = true;
-      else {
-        std::fprintf(stderr, "airlock apikey create: unknown argument '%s'\n%s", args[i].c_str(), usage);
-        return 2;
-      }
-    }
-    if (name.empty()) {
-      std::fputs(usage, stderr);
-      return 2;
-    }
-    auto k = (*reg)->CreateApiKey(name, team, admin);
-    if (!k.ok()) {
-      std::fprintf(stderr, "airlock apikey create: %s\n", k.status().message().c_str());
-      return k.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
-    }
-    std::printf("%s\n", k->second.c_str());
-    std::fprintf(stderr, "key %s (%s, team %s%s) created in the cluster registry; it is shown only once\n",
-                 k->first.id.c_str(), name.c_str(), k->first.team.c_str(), admin ? ", admin" : "");
-    return 0;
-  }
-  if (args[0] == "ls") {
-    auto keys = (*reg)->ListApiKeys();
-    if (!keys.ok()) {
-      std::fprintf(stderr, "airlock apikey ls: %s\n", keys.status().message().c_str());
-      return 1;
-    }
-    std::printf("%-10s %-20s %-20s %-6s %-12s %s\n", "ID", "NAME", "TEAM", "ADMIN", "PREFIX", "CREATED");
-    for (const auto& k : *keys) {
-      std::printf("%-10s %-20s %-20s %-6s %-12s %s\n", k.id.c_str(), k.name.c_str(), k.team.c_str(),
-                  k.admin ? "yes" : "no", (k.prefix + "...").c_str(), FormatRfc3339Ms(k.created_at_ms).c_str());
-    }
-    return 0;
-  }
-  if (args[0] == "rm" && args.size() == 2) {
-    if (Status st = (*reg)->RemoveApiKey(args[1]); !st.ok()) {
-      std::fprintf(stderr, "airlock apikey rm: %s\n", st.message().c_str());
-      return 1;
-    }
-    return 0;
-  }
-  std::fputs(usage, stderr);
-  return 2;
-}
+// Where `airlock apikey` keeps keys: the daemon's registry (SQLite), or a
+// cluster's (--db postgres://..., docs/multinode.md). The same records.
+struct KeyBackend {
+  std::function<StatusOr<std::pair<ApiKeyRecord, std::string>>(const std::string&, const std::string&, bool)> create;
+  std::function<StatusOr<std::vector<ApiKeyRecord>>()> list;
+  std::function<Status(const std::string&)> remove;
+  std::string where;  // for the create message
+};
 
 }  // namespace
 
 int CmdApiKey(const std::string& state_dir, const std::vector<std::string>& args_in) {
   const char* usage =
-      "usage: airlock apikey [--db PATH] create --name NAME [--team TEAM] [--admin]\n"
-      "       airlock apikey [--db PATH] ls | rm ID|NAME\n"
+      "usage: airlock apikey [--db PATH|postgres://...] create --name NAME [--team TEAM] [--admin]\n"
+      "       airlock apikey [--db PATH|postgres://...] ls | rm ID|NAME\n"
       "A key acts only on its team's sandboxes, snapshots and granted secrets; the team\n"
-      "defaults to one of its own (the key's id). --admin: sees and acts on every team's.\n";
+      "defaults to one of its own (the key's id). --admin: sees and acts on every team's.\n"
+      "A postgres:// --db is a cluster's registry (serve --role node|front, docs/multinode.md).\n";
   std::string db = state_dir + "/airlock.db";
   std::vector<std::string> args = TakeDbFlag(args_in, &db);
   if (args.empty()) {
     std::fputs(usage, stderr);
     return 2;
   }
-  if (db.rfind("postgres://", 0) == 0 || db.rfind("postgresql://", 0) == 0) return ClusterApiKey(db, args, usage);
-  auto reg = Registry::Open(db);
-  if (!reg.ok()) {
-    std::fprintf(stderr, "airlock apikey: %s\n", reg.status().message().c_str());
-    return 1;
+  KeyBackend keys;
+  std::shared_ptr<Registry> local;
+  std::shared_ptr<cluster::ClusterRegistry> shared;
+  if (db.rfind("postgres://", 0) == 0 || db.rfind("postgresql://", 0) == 0) {
+    auto reg = cluster::ClusterRegistry::Open(db, 1);
+    if (!reg.ok()) {
+      std::fprintf(stderr, "airlock apikey: cluster registry: %s\n", reg.status().message().c_str());
+      return 1;
+    }
+    shared = std::move(*reg);
+    keys = {[shared](const std::string& n, const std::string& t, bool a) { return shared->CreateApiKey(n, t, a); },
+            [shared] { return shared->ListApiKeys(); },
+            [shared](const std::string& id) { return shared->RemoveApiKey(id); }, " in the cluster registry"};
+  } else {
+    auto reg = Registry::Open(db);
+    if (!reg.ok()) {
+      std::fprintf(stderr, "airlock apikey: %s\n", reg.status().message().c_str());
+      return 1;
+    }
+    local = std::move(*reg);
+    keys = {[local](const std::string& n, const std::string& t, bool a) { return local->CreateApiKey(n, t, a); },
+            [local] { return local->ListApiKeys(); },
+            [local](const std::string& id) { return local->RemoveApiKey(id); }, ""};
   }
   if (args[0] == "create") {
     std::string name, team;
@@ -507,32 +479,31 @@ int CmdApiKey(const std::string& state_dir, const std::vector<std::string>& args
       std::fputs(usage, stderr);
       return 2;
     }
-    auto k = (*reg)->CreateApiKey(name, team, admin);
+    auto k = keys.create(name, team, admin);
     if (!k.ok()) {
       std::fprintf(stderr, "airlock apikey create: %s\n", k.status().message().c_str());
       return k.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
     }
     std::printf("%s\n", k->second.c_str());
-    std::fprintf(stderr, "key %s (%s, team %s%s) created; it is shown only once\n", k->first.id.c_str(), name.c_str(),
-                 k->first.team.c_str(), admin ? ", admin" : "");
+    std::fprintf(stderr, "key %s (%s, team %s%s) created%s; it is shown only once\n", k->first.id.c_str(),
+                 name.c_str(), k->first.team.c_str(), admin ? ", admin" : "", keys.where.c_str());
     return 0;
   }
   if (args[0] == "ls") {
-    auto keys = (*reg)->ListApiKeys();
-    if (!keys.ok()) {
-      std::fprintf(stderr, "airlock apikey ls: %s\n", keys.status().message().c_str());
+    auto list = keys.list();
+    if (!list.ok()) {
+      std::fprintf(stderr, "airlock apikey ls: %s\n", list.status().message().c_str());
       return 1;
     }
     std::printf("%-10s %-20s %-20s %-6s %-12s %s\n", "ID", "NAME", "TEAM", "ADMIN", "PREFIX", "CREATED");
-    for (const auto& k : *keys) {
+    for (const auto& k : *list) {
       std::printf("%-10s %-20s %-20s %-6s %-12s %s\n", k.id.c_str(), k.name.c_str(), k.team.c_str(),
                   k.admin ? "yes" : "no", (k.prefix + "...").c_str(), FormatRfc3339Ms(k.created_at_ms).c_str());
     }
     return 0;
   }
   if (args[0] == "rm" && args.size() == 2) {
-    Status st = (*reg)->RemoveApiKey(args[1]);
-    if (!st.ok()) {
+    if (Status st = keys.remove(args[1]); !st.ok()) {
       std::fprintf(stderr, "airlock apikey rm: %s\n", st.message().c_str());
       return 1;
     }

@@ -312,21 +312,16 @@ StatusOr<std::optional<SandboxLocation>> ClusterRegistry::Locate(const std::stri
 
 StatusOr<std::pair<ApiKeyRecord, std::string>> ClusterRegistry::CreateApiKey(const std::string& name,
                                                                              const std::string& team, bool admin) {
-  if (name.empty() || name.size() > 128) return InvalidArgument("API key name must be 1..128 characters");
-  if (team.size() > 64 || team.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
-                              std::string::npos) {
-    return InvalidArgument("team must be 1..64 characters of [A-Za-z0-9_.-]");
-  }
-  std::string key = kApiKeyPrefix + RandomHex(kApiKeyRandomBytes);
-  ApiKeyRecord rec{RandomHex(4), name, key.substr(0, 9), NowUnixMs(), team, admin};
-  if (rec.team.empty()) rec.team = rec.id;
+  ASSIGN_OR_RETURN(auto made, NewApiKey(name, team, admin));
+  const ApiKeyRecord& rec = made.first;
+  const std::string& key = made.second;
   RETURN_IF_ERROR(pool_
                       .Exec("INSERT INTO api_keys (id, name, prefix, hash, created_at_ms, team, admin) "
                             "VALUES ($1, $2, $3, $4, $5, $6, $7)",
                             {rec.id, rec.name, rec.prefix, image::Sha256Hex(key), std::to_string(rec.created_at_ms),
                              rec.team, std::string(admin ? "true" : "false")})
                       .status());
-  return std::make_pair(rec, key);
+  return made;
 }
 
 StatusOr<std::vector<ApiKeyRecord>> ClusterRegistry::ListApiKeys() {

@@ -8,7 +8,6 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "console/console_assets.h"
 #include "http/client.h"
 #include "image/hash.h"
 
@@ -497,15 +496,6 @@ void Front::NodesRoute(Conn c, const ApiKeyRecord& key, const std::vector<std::s
   c->RespondError(404, "no such route");
 }
 
-void Front::ServeConsole(Conn c) {
-  if (c->method() != http::Method::kGet && c->method() != http::Method::kHead)
-    return c->RespondError(405, "the console is read with GET", {{"Allow", "GET, HEAD"}});
-  const std::string& path = c->path();
-  if (path == "/console") return c->Respond(308, "text/plain", "/console/\n", {{"Location", "/console/"}});
-  const console::Asset* asset = console::FindAsset(std::string_view(path).substr(std::string_view("/console/").size()));
-  const http::HeaderList& headers = console::SecurityHeaders();
-  if (!asset) return c->Respond(404, "text/plain; charset=utf-8", "no such console file\n", headers);
-  c->Respond(200, asset->content_type, std::string(asset->body), headers);
-}
+void Front::ServeConsole(Conn c) { server::ServeConsoleAsset(*c); }
 
 }  // namespace airlock::cluster

@@ -180,8 +180,8 @@ StatusOr<std::vector<SandboxRecord>> Registry::ListSandboxes() {
   return out;
 }
 
-StatusOr<std::pair<ApiKeyRecord, std::string>> Registry::CreateApiKey(const std::string& name, const std::string& team,
-                                                                      bool admin) {
+StatusOr<std::pair<ApiKeyRecord, std::string>> NewApiKey(const std::string& name, const std::string& team,
+                                                         bool admin) {
   if (name.empty() || name.size() > 128) return InvalidArgument("API key name must be 1..128 characters");
   if (team.size() > 64 || team.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
                               std::string::npos) {
@@ -190,13 +190,21 @@ StatusOr<std::pair<ApiKeyRecord, std::string>> Registry::CreateApiKey(const std:
   std::string key = kApiKeyPrefix + RandomHex(kApiKeyRandomBytes);
   ApiKeyRecord rec{RandomHex(4), name, key.substr(0, 9), NowUnixMs(), team, admin};
   if (rec.team.empty()) rec.team = rec.id;
+  return std::make_pair(std::move(rec), std::move(key));
+}
+
+StatusOr<std::pair<ApiKeyRecord, std::string>> Registry::CreateApiKey(const std::string& name, const std::string& team,
+                                                                      bool admin) {
+  ASSIGN_OR_RETURN(auto made, NewApiKey(name, team, admin));
+  const ApiKeyRecord& rec = made.first;
+  const std::string& key = made.second;
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_, "INSERT INTO api_keys (id, name, prefix, hash, created_at, team, admin) VALUES (?,?,?,?,?,?,?)");
   AIRLOCK_SQL_CHECK(s.ok(), "prepare create api key");
   s.Bind(1, rec.id).Bind(2, rec.name).Bind(3, rec.prefix).Bind(4, image::Sha256Hex(key)).Bind(5, rec.created_at_ms);
   s.Bind(6, rec.team).Bind(7, int64_t{admin ? 1 : 0});
   AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "create api key");
-  return std::make_pair(rec, key);
+  return made;
 }
 
 StatusOr<std::vector<ApiKeyRecord>> Registry::ListApiKeys() {

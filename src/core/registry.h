@@ -131,6 +131,11 @@ class Registry {
 // API keys as E2B issues them ("e2b_" + 40 lower-case hex digits), which the
 // E2B SDKs' newest sources check before sending (`^e2b_[0-9a-f]+$`).
 inline constexpr char kApiKeyPrefix[] = "e2b_";
+// A new key and its record, not yet stored (Registry::CreateApiKey's format
+// and checks; the cluster registry stores the same). InvalidArgument for a
+// name that is not 1..128 characters or a team not [A-Za-z0-9_.-]{0,64}.
+StatusOr<std::pair<ApiKeyRecord, std::string>> NewApiKey(const std::string& name, const std::string& team,
+                                                         bool admin);
 inline constexpr size_t kApiKeyRandomBytes = 20;
 // Does `key` pass the SDKs' client-side check (`^e2b_[0-9a-f]+$`)?
 bool HasE2bKeyFormat(std::string_view key);

@@ -29,7 +29,10 @@ int64_t FreeMib(const std::string& dir, int64_t* total_mib) {
 
 }  // namespace
 
-void Server::ServeConsole(std::shared_ptr<HttpConn> c) {
+void Server::ServeConsole(std::shared_ptr<HttpConn> c) { ServeConsoleAsset(*c); }
+
+void ServeConsoleAsset(HttpConn& conn) {
+  HttpConn* c = &conn;
   if (c->method() != http::Method::kGet && c->method() != http::Method::kHead)
     return c->RespondError(405, "the console is read with GET", {{"Allow", "GET, HEAD"}});
   const std::string& path = c->path();

@@ -210,6 +210,9 @@ class DataPlaneStream {
 // (`domain` empty: any). nullopt: a control-plane request.
 std::optional<std::string> DataPlaneSandbox(const HttpConn& c, const std::string& domain, uint16_t* port);
 
+// GET /console/<file>: the web console's built-in files (console_routes.cc).
+void ServeConsoleAsset(HttpConn& c);
+
 // What a caller of ForwardRequest adds to a plain relay (a cluster's front,
 // cluster/front.h).
 struct ForwardExtras {

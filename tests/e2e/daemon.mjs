@@ -66,6 +66,13 @@ export async function waitFor(cond, ms, pollMs = 100) {
   return cond()
 }
 
+// A non-admin key of `team` made with `airlock apikey` in registry `db`.
+function createKeyIn(db, team) {
+  const out = execFileSync(BIN, ['--state-dir', STATE_DIR, 'apikey', '--db', db, 'create', '--name', `e2e-${team}`,
+    '--team', team], { encoding: 'utf8' })
+  return out.split('\n')[0].trim()
+}
+
 // Starts `airlock serve --kill-on-exit` plus `extraArgs`; returns
 // { url, apiKey (the admin cli.key), db, opts (for the SDK), createKey(team),
 // stop(), kill9() }. createKey makes a non-admin key of `team` with
@@ -86,11 +93,7 @@ export async function startDaemon(extraArgs = [], reuse = null) {
       url: target,
       apiKey,
       db,
-      createKey(team) {
-        const out = execFileSync(BIN, ['--state-dir', STATE_DIR, 'apikey', '--db', db, 'create', '--name', `e2e-${team}`,
-          '--team', team], { encoding: 'utf8' })
-        return out.split('\n')[0].trim()
-      },
+      createKey: (team) => createKeyIn(db, team),
       opts: { apiKey, apiUrl: target, sandboxUrl: target, requestTimeoutMs: 120000 },
       async stop() {},
       async kill9() { throw new Error('kill9 of a server this suite did not start') },
@@ -119,11 +122,7 @@ export async function startDaemon(extraArgs = [], reuse = null) {
     url,
     apiKey,
     db,
-    createKey(team) {
-      const out = execFileSync(BIN, ['--state-dir', STATE_DIR, 'apikey', '--db', db, 'create', '--name', `e2e-${team}`,
-        '--team', team], { encoding: 'utf8' })
-      return out.split('\n')[0].trim()
-    },
+    createKey: (team) => createKeyIn(db, team),
     opts: { apiKey, apiUrl: url, sandboxUrl: url, requestTimeoutMs: 120000 },
     tmp,
     async stop() {
