@@ -2,6 +2,8 @@
 
 #include <poll.h>
 
+#include <future>
+
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <nlohmann/json.hpp>
@@ -351,15 +353,20 @@ void Front::FanOut(Conn c) {
       std::optional<http::HttpReply> refusal;
       bool more = false;
       int64_t total_running = 0;
+      // Every live node at once: the answer waits for the slowest, not the sum.
+      std::vector<std::pair<std::string, std::future<StatusOr<http::HttpReply>>>> asked;
       for (const auto& n : *nodes) {
         if (!n.live) continue;
         auto hp = http::ParseHostPort(n.address);
         if (!hp.ok()) continue;
         http::HttpCall call{hp->first, hp->second, "GET", target, headers};
         call.timeout = std::chrono::seconds(10);
-        auto r = http::HttpDo(call);
+        asked.emplace_back(n.name, std::async(std::launch::async, [call] { return http::HttpDo(call); }));
+      }
+      for (auto& [name, answer] : asked) {
+        auto r = answer.get();
         if (!r.ok()) {
-          missing.push_back(n.name);
+          missing.push_back(name);
           continue;
         }
         if (r->status != 200) {
@@ -370,7 +377,7 @@ void Front::FanOut(Conn c) {
         if (std::string t = r->Header("x-total-running"); !t.empty()) total_running += std::atoll(t.c_str());
         json j = json::parse(r->body, nullptr, false);
         if (j.is_discarded()) {
-          missing.push_back(n.name);
+          missing.push_back(name);
           continue;
         }
         if (!merged) merged = std::move(j);
