@@ -417,6 +417,13 @@ struct KeyBackend {
   std::string where;  // for the create message
 };
 
+template <typename Store>
+KeyBackend KeysIn(std::shared_ptr<Store> store, std::string where) {
+  return {[store](const std::string& n, const std::string& t, bool a) { return store->CreateApiKey(n, t, a); },
+          [store] { return store->ListApiKeys(); },
+          [store](const std::string& id) { return store->RemoveApiKey(id); }, std::move(where)};
+}
+
 }  // namespace
 
 int CmdApiKey(const std::string& state_dir, const std::vector<std::string>& args_in) {
@@ -433,28 +440,20 @@ int CmdApiKey(const std::string& state_dir, const std::vector<std::string>& args
     return 2;
   }
   KeyBackend keys;
-  std::shared_ptr<Registry> local;
-  std::shared_ptr<cluster::ClusterRegistry> shared;
   if (db.rfind("postgres://", 0) == 0 || db.rfind("postgresql://", 0) == 0) {
     auto reg = cluster::ClusterRegistry::Open(db, 1);
     if (!reg.ok()) {
       std::fprintf(stderr, "airlock apikey: cluster registry: %s\n", reg.status().message().c_str());
       return 1;
     }
-    shared = std::move(*reg);
-    keys = {[shared](const std::string& n, const std::string& t, bool a) { return shared->CreateApiKey(n, t, a); },
-            [shared] { return shared->ListApiKeys(); },
-            [shared](const std::string& id) { return shared->RemoveApiKey(id); }, " in the cluster registry"};
+    keys = KeysIn(std::shared_ptr<cluster::ClusterRegistry>(std::move(*reg)), " in the cluster registry");
   } else {
     auto reg = Registry::Open(db);
     if (!reg.ok()) {
       std::fprintf(stderr, "airlock apikey: %s\n", reg.status().message().c_str());
       return 1;
     }
-    local = std::move(*reg);
-    keys = {[local](const std::string& n, const std::string& t, bool a) { return local->CreateApiKey(n, t, a); },
-            [local] { return local->ListApiKeys(); },
-            [local](const std::string& id) { return local->RemoveApiKey(id); }, ""};
+    keys = KeysIn(std::shared_ptr<Registry>(std::move(*reg)), "");
   }
   if (args[0] == "create") {
     std::string name, team;

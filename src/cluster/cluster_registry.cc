@@ -80,6 +80,15 @@ std::string ArrayLiteral(const std::vector<std::string>& items) {
 
 std::string Ms(std::chrono::milliseconds d) { return std::to_string(d.count()); }
 
+// The node's node_templates rows become `templates` (inside a transaction).
+Status ReplaceTemplates(PgPool::Lease& c, const std::string& node, const std::vector<std::string>& templates) {
+  RETURN_IF_ERROR(c->Exec("DELETE FROM node_templates WHERE node = $1", {node}).status());
+  return c
+      ->Exec("INSERT INTO node_templates (node, template) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING",
+             {node, ArrayLiteral(templates)})
+      .status();
+}
+
 // Runs `body` in one transaction on one connection; rolls back on error.
 template <typename F>
 Status InTx(PgPool& pool, F body) {
@@ -150,11 +159,7 @@ Status ClusterRegistry::RegisterNode(const NodeInfo& node, const std::vector<std
                             "WHERE name = $1",
                             {node.name})
                         .status());
-    RETURN_IF_ERROR(c->Exec("DELETE FROM node_templates WHERE node = $1", {node.name}).status());
-    return c
-        ->Exec("INSERT INTO node_templates (node, template) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING",
-               {node.name, ArrayLiteral(node.templates)})
-        .status();
+    return ReplaceTemplates(c, node.name, node.templates);
   });
 }
 
@@ -165,13 +170,7 @@ StatusOr<bool> ClusterRegistry::Heartbeat(const std::string& name, const std::st
 }
 
 Status ClusterRegistry::SetTemplates(const std::string& name, const std::vector<std::string>& templates) {
-  return InTx(pool_, [&](PgPool::Lease& c) -> Status {
-    RETURN_IF_ERROR(c->Exec("DELETE FROM node_templates WHERE node = $1", {name}).status());
-    return c
-        ->Exec("INSERT INTO node_templates (node, template) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING",
-               {name, ArrayLiteral(templates)})
-        .status();
-  });
+  return InTx(pool_, [&](PgPool::Lease& c) { return ReplaceTemplates(c, name, templates); });
 }
 
 Status ClusterRegistry::SetDraining(const std::string& name, bool draining) {

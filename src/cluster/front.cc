@@ -21,17 +21,6 @@ using nlohmann::json;
 
 namespace {
 
-std::vector<std::string> Segments(const std::string& path) {
-  std::vector<std::string> seg;
-  for (size_t pos = 1; pos <= path.size();) {
-    size_t slash = path.find('/', pos);
-    if (slash == std::string::npos) slash = path.size();
-    if (slash > pos) seg.push_back(path.substr(pos, slash - pos));
-    pos = slash + 1;
-  }
-  return seg;
-}
-
 // The headers a fanned-out GET carries on: the caller's credentials.
 std::vector<std::pair<std::string, std::string>> CredentialHeaders(const server::HttpConn& c) {
   std::vector<std::pair<std::string, std::string>> h;
@@ -220,7 +209,7 @@ void Front::Authenticated(Conn c, const ApiKeyRecord& key, const std::string& pr
 }
 
 void Front::Route(Conn c, const ApiKeyRecord& key, const std::string& presented) {
-  std::vector<std::string> seg = Segments(c->path());
+  std::vector<std::string> seg = http::PathSegments(c->path());
   const http::Method verb = c->method();
   if (seg.empty()) return c->RespondError(404, "no such route");
   if (seg[0] == "mcp") return ToMcpNode(std::move(c), presented);
@@ -331,7 +320,7 @@ void Front::FanOut(Conn c) {
   // the last one kept when anything is left.
   std::optional<requests::ListSandboxesRequest> paging;
   {
-    std::vector<std::string> seg = Segments(c->path());
+    std::vector<std::string> seg = http::PathSegments(c->path());
     if (!seg.empty() && (seg[0] == "v1" || seg[0] == "v2")) seg.erase(seg.begin());
     if (seg.size() == 1 && seg[0] == "sandboxes") {
       auto q = requests::ParseListSandboxes([&c](const std::string& name) { return c->Query(name); });
@@ -430,13 +419,15 @@ void Front::FanOut(Conn c) {
   });
 }
 
+bool Front::Fresh(const NodeInfo& n) const { return n.live && n.heartbeat_age_ms < config_.lapse.count(); }
+
 void Front::ToTemplateNode(Conn c) {
   asio::post(*workers_, [this, c] {
     auto nodes = registry_->Nodes();
     asio::post(c->executor(), [this, c, nodes] {
       if (!nodes.ok()) return c->RespondError(503, "the cluster registry is unreachable: " + nodes.status().message());
       for (const auto& n : *nodes) {
-        if (n.live && n.heartbeat_age_ms < config_.lapse.count()) return Forward(c, n.address, n.name);
+        if (Fresh(n)) return Forward(c, n.address, n.name);
       }
       c->RespondError(503, "no live node to build or serve templates");
     });
@@ -452,7 +443,7 @@ void Front::ToMcpNode(Conn c, const std::string& presented) {
       const NodeInfo* best = nullptr;
       std::string best_score;
       for (const auto& n : *nodes) {
-        if (!n.live || n.heartbeat_age_ms >= config_.lapse.count()) continue;
+        if (!Fresh(n)) continue;
         std::string score = image::Sha256Hex(presented + "\n" + n.name);
         if (!best || score > best_score) best = &n, best_score = score;
       }
@@ -476,7 +467,7 @@ void Front::NodesRoute(Conn c, const ApiKeyRecord& key, const std::vector<std::s
                          {"capacity", n.capacity},
                          {"reserved", n.reserved},
                          {"draining", n.draining},
-                         {"live", n.live && n.heartbeat_age_ms < config_.lapse.count()},
+                         {"live", Fresh(n)},
                          {"heartbeatAgeMs", n.heartbeat_age_ms},
                          {"bootID", n.boot_id},
                          {"version", n.version},

@@ -79,6 +79,9 @@ class Front {
   void ToMcpNode(Conn c, const std::string& presented);
   void NodesRoute(Conn c, const ApiKeyRecord& key, const std::vector<std::string>& seg);
   void ServeConsole(Conn c);
+  // Live and its heartbeat within the lapse: what placement, the template
+  // node and MCP may use.
+  bool Fresh(const NodeInfo& n) const;
   void Forward(Conn c, const std::string& address, const std::string& node, server::ForwardExtras extras = {});
   // Sandbox -> location, cached until the registry announces a change.
   StatusOr<std::optional<SandboxLocation>> Locate(const std::string& id);

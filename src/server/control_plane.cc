@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "common/secure_equal.h"
 #include "core/http_client.h"
 #include "core/template_runtime.h"
 #include "image/image.h"
@@ -17,8 +18,6 @@
 #include "server/requests/list.h"
 #include "server/requests/timeout.h"
 #include "server/server.h"
-
-#include <openssl/crypto.h>
 
 namespace airlock::server {
 
@@ -258,9 +257,7 @@ void Server::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller
     std::string key_id = caller.key_id;
     // A front that placed this create holds its slot in the cluster registry.
     const std::string& secret = config_.cluster.reservation_secret;
-    const std::string presented = c->Header("X-Airlock-Reservation");
-    const bool front_reserved = !secret.empty() && presented.size() == secret.size() &&
-                                CRYPTO_memcmp(presented.data(), secret.data(), secret.size()) == 0;
+    const bool front_reserved = !secret.empty() && SecureEqual(c->Header("X-Airlock-Reservation"), secret);
     Admit(c, key_id, opts.memory_mib, [this, c, opts, ttl, bindings, key_id, caller, display_id, alias,
                                        front_reserved](uint64_t ticket) {
       auto t0 = std::chrono::steady_clock::now();
@@ -276,11 +273,7 @@ void Server::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller
       run_opts.handover = [this, &attached, egress = run_opts.egress_policy, front_reserved](Sandbox& sb) -> Status {
         RETURN_IF_ERROR(secrets_->InstallSandboxCa(sb, egress, &attached.value()));
         RETURN_IF_ERROR(registry_->SetOwner(OwnedKind::kSandbox, sb.id(), sb.attributes().owner_team));
-        // A cluster node: every front routes it before the create answers.
-        if (config_.cluster.sandbox_added) {
-          RETURN_IF_ERROR(config_.cluster.sandbox_added(sb.id(), front_reserved).WithContext("cluster registry"));
-        }
-        return OkStatus();
+        return RecordInCluster(sb.id(), front_reserved);
       };
       auto sb = manager_->Create(run_opts);
       if (!sb.ok()) {

@@ -41,6 +41,7 @@
 
 #include "audit/data_plane_tap.h"
 #include "common/log.h"
+#include "common/secure_equal.h"
 #include "envd/proto_json.h"
 #include "server/server.h"
 
@@ -50,13 +51,6 @@ namespace {
 namespace bhttp = boost::beast::http;  // the upstream side; the client side is airlock::http
 
 constexpr size_t kUpstreamChunk = 64 * 1024;
-
-bool SecureEqual(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return d == 0;
-}
 
 std::string Signature(const std::string& s) {
   unsigned char md[EVP_MAX_MD_SIZE];

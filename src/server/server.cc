@@ -345,6 +345,11 @@ void Server::OnSandboxEnded(const std::string& id, const SandboxEnd& end) {
   }
 }
 
+Status Server::RecordInCluster(const std::string& id, bool front_reserved) {
+  if (!config_.cluster.sandbox_added) return OkStatus();
+  return config_.cluster.sandbox_added(id, front_reserved).WithContext("cluster registry");
+}
+
 void Server::ScheduleKeyRefresh() {
   key_timer_->expires_after(config_.reaper_interval);
   key_timer_->async_wait([this](boost::system::error_code ec) {

@@ -266,6 +266,10 @@ class Server {
   // control plane (control_plane.cc): HandleControl authenticates (the
   // key table, api_keys.h), RouteControl dispatches.
   void HandleControl(std::shared_ptr<HttpConn> c);
+  // A sandbox's last bring-up step on a cluster node (ServerConfig::cluster):
+  // the registry learns it, so every front routes it before its create or
+  // fork answers. OK at once on a single-node daemon.
+  Status RecordInCluster(const std::string& id, bool front_reserved);
   void RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller);
   void CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller);
   // `image` non-empty: a custom template's build, shown as `display_id`

@@ -61,10 +61,7 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
         RETURN_IF_ERROR(secrets_->Inherit(id, child, key_id).WithContext("fork child secrets"));
         RETURN_IF_ERROR(registry_->SetOwner(OwnedKind::kSandbox, child.id(), child.attributes().owner_team)
             .WithContext("fork child owner"));
-        if (config_.cluster.sandbox_added) {
-          RETURN_IF_ERROR(config_.cluster.sandbox_added(child.id(), false).WithContext("cluster registry"));
-        }
-        return OkStatus();
+        return RecordInCluster(child.id(), /*front_reserved=*/false);
       };
       auto children = manager_->Fork(id, count, fo);
       if (!children.ok()) {

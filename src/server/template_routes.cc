@@ -14,7 +14,6 @@
 //   PATCH  /v2/templates/{ref} (publish), PATCH /templates/{ref}
 //
 // Every SQLite call runs on the worker pool; the answer is posted back.
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <sys/stat.h>
@@ -28,6 +27,7 @@
 #include "common/clock.h"
 #include "common/hex.h"
 #include "common/log.h"
+#include "common/secure_equal.h"
 #include "core/registry.h"
 #include "core/template_runtime.h"
 #include "http/url.h"
@@ -352,7 +352,7 @@ void Server::HandleUpload(std::shared_ptr<HttpConn> c) {
     return c->RespondError(400, "malformed upload URL");
   }
   const std::string want = UploadToken(team, hash, expires);
-  if (token->size() != want.size() || CRYPTO_memcmp(token->data(), want.data(), want.size()) != 0)
+  if (!SecureEqual(*token, want))
     return c->RespondError(403, "invalid upload token");
   if (expires < NowUnixMs() / 1000) return c->RespondError(403, "the upload link expired");
   const uint64_t max = static_cast<uint64_t>(config_.max_upload_mib) << 20;
