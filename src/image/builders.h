@@ -121,10 +121,22 @@ Status BuildTemplateRootfs(const TemplateInputs& in, const std::string& work_dir
 // `rootfs_id` + "\n" as a new /etc/airlock/rootfs-id. Files of the base tree
 // are never written: every file this step adds replaces the link (unlink +
 // create), and /sbin must be a directory or a relative symlink inside the tree.
-// `extras` are installed the same way (parent directories created; a
-// dest whose parent resolves outside the tree is refused).
+// `extras` are installed the same way (parent directories created).
+// The base tree may be a tenant's (an OCI image): every step works beneath
+// the staged tree's fd (tree_beneath.h); a symlink at a directory staging
+// enters or makes (/etc, /etc/airlock, an extra's parent, /usr of a
+// merged-/usr /sbin) is refused (FailedPrecondition naming the image's
+// path), one at a file staging writes is removed, never followed.
 Status StageTemplateTree(const std::string& base_root, const std::string& stage,
                          const std::string& agent, const std::string& rootfs_id,
                          const std::string& log, const std::vector<StagedFile>& extras = {});
+
+// What the initramfs and the agent need in a tree an OCI image brought
+// (oci_base.cc): the mount points (initramfs_init.sh moves /proc /sys /dev;
+// the agent mounts /tmp /run) and /sbin, made when missing; an existing
+// entry, a symlink included, is left as it is (never followed). /etc must
+// be a real directory (StageTemplateTree installs there). Beneath the
+// tree's fd (tree_beneath.h).
+Status PrepareOciTree(const std::string& root);
 
 }  // namespace airlock::image

@@ -22,6 +22,7 @@
 #include "image/fs_util.h"
 #include "image/hash.h"
 #include "image/image.h"
+#include "image/tree_beneath.h"
 
 namespace airlock::image {
 namespace {
@@ -196,30 +197,6 @@ void ConfigInto(const json& image_config, OciBase& out) {
   out.workdir = c.contains("WorkingDir") && c["WorkingDir"].is_string() ? c["WorkingDir"].get<std::string>() : "";
 }
 
-// What the initramfs and the agent need in a tree an image brought: the
-// mount points (initramfs_init.sh moves /proc /sys /dev; the agent mounts
-// /tmp /run), /sbin and /etc as directories (StageTemplateTree installs
-// there). Existing entries are left as they are.
-Status PrepareTree(const std::string& root) {
-  struct Dir {
-    const char* name;
-    mode_t mode;
-  };
-  for (const Dir d : {Dir{"proc", 0555}, Dir{"sys", 0555}, Dir{"dev", 0755}, Dir{"tmp", 01777}, Dir{"run", 0755},
-                      Dir{"sbin", 0755}, Dir{"etc", 0755}}) {
-    const std::string p = root + "/" + d.name;
-    struct stat st;
-    if (::lstat(p.c_str(), &st) == 0) continue;
-    if (errno != ENOENT) return ErrnoError("lstat " + p);
-    if (::mkdir(p.c_str(), d.mode) != 0) return ErrnoError("mkdir " + p);
-    if (::chmod(p.c_str(), d.mode) != 0) return ErrnoError("chmod " + p);
-  }
-  struct stat st;
-  if (::lstat((root + "/etc").c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    return FailedPrecondition("the image's /etc is not a directory");
-  return OkStatus();
-}
-
 StatusOr<StagedFile> Staged(const std::string& dir, const std::string& name, std::string_view text,
                             const std::string& dest) {
   const std::string path = dir + "/" + name;
@@ -243,6 +220,25 @@ std::string JsonUnescape(std::string_view s) {
 
 }  // namespace oci
 }  // namespace
+
+Status PrepareOciTree(const std::string& root) {
+  struct Dir {
+    const char* name;
+    mode_t mode;
+  };
+  // Beneath the tree's fd, no symlink of the image followed (tree_beneath.h):
+  // an entry that exists, whatever it is (a link to anywhere), is left as
+  // it is; /etc must be a real directory.
+  ASSIGN_OR_RETURN(UniqueFd root_fd, OpenTreeRoot(root));
+  for (const Dir d : {Dir{"proc", 0555}, Dir{"sys", 0555}, Dir{"dev", 0755}, Dir{"tmp", 01777}, Dir{"run", 0755},
+                      Dir{"sbin", 0755}, Dir{"etc", 0755}}) {
+    struct stat st;
+    if (::fstatat(root_fd.get(), d.name, &st, AT_SYMLINK_NOFOLLOW) == 0) continue;
+    if (errno != ENOENT) return ErrnoError(std::string("lstat the image's '/") + d.name + "'");
+    RETURN_IF_ERROR(OpenDirInTree(root_fd.get(), d.name, /*create=*/true, d.mode).status());
+  }
+  return OpenDirInTree(root_fd.get(), "etc", /*create=*/false).status();
+}
 
 Status ValidateImageRef(std::string_view ref) {
   if (ref.empty() || ref.size() > 512) return InvalidArgument("image reference must be 1-512 characters");
@@ -420,7 +416,7 @@ StatusOr<OciBase> EnsureOciBase(const OciPullOptions& o) {
   unpack.insert(unpack.end(), {"--image", layout + ":" + oci::kTag, root});
   say("unpacking the image (umoci)");
   RETURN_IF_ERROR(RunCommand(unpack, LogTo(work.path() + "/umoci.log")));
-  RETURN_IF_ERROR(oci::PrepareTree(root));
+  RETURN_IF_ERROR(PrepareOciTree(root));
   RETURN_IF_ERROR(WriteFile(base_dir + "/packages.txt", "oci-image " + o.ref + " " + out.digest + "\n"));
   const std::string files = work.path() + "/files";
   RETURN_IF_ERROR(MakeDirs(files));

@@ -5,6 +5,7 @@
 //   BuildTemplateRootfs - hard-link copy of the base layer + the stripped
 //                         agent, exported as a sparse ext4 image with
 //                         mkfs.ext4 -d.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "image/command.h"
 #include "image/fs_util.h"
 #include "image/hash.h"
+#include "image/tree_beneath.h"
 
 namespace airlock::image {
 namespace {
@@ -89,14 +91,6 @@ Status Chroot(const std::string& root, std::vector<std::string> argv, const std:
   return RunCommand(argv, LogTo(log));
 }
 
-// Writes a new file at `path`: whatever was there (a hard link into another
-// tree, a symlink pointing out of the chroot) is unlinked first, never
-// written through.
-Status ReplaceFile(const std::string& path, std::string_view data, mode_t mode = 0644) {
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoError("unlink " + path);
-  return WriteFile(path, data, mode);
-}
-
 bool IsElf(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   char magic[4] = {};
@@ -104,27 +98,23 @@ bool IsElf(const std::string& path) {
   return f.gcount() == 4 && std::string_view(magic, 4) == std::string_view("\x7f" "ELF", 4);
 }
 
-// `dir` inside `root` (e.g. "sbin"), resolved without leaving the tree: a
-// real directory, or a relative symlink without ".." (merged /usr: sbin ->
-// usr/sbin) to one.
-StatusOr<std::string> DirInTree(const std::string& root, const std::string& dir) {
-  std::string path = root + "/" + dir;
+// The tree's /sbin, where the agent goes: a real directory, or a relative
+// symlink without ".." (merged /usr: sbin -> usr/sbin) to one, every
+// component of the target itself a real directory (tree_beneath.h). The one
+// link staging follows, read by hand and never past the tree.
+StatusOr<UniqueFd> SbinDir(int root_fd) {
   struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return ErrnoError("lstat " + path);
-  if (S_ISDIR(st.st_mode)) return path;
-  if (!S_ISLNK(st.st_mode)) return FailedPrecondition(path + " is neither a directory nor a symlink");
+  if (::fstatat(root_fd, "sbin", &st, AT_SYMLINK_NOFOLLOW) != 0) return ErrnoError("the image's '/sbin'");
+  if (!S_ISLNK(st.st_mode)) return OpenDirInTree(root_fd, "sbin", /*create=*/false);
   char buf[4096];
-  ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
-  if (n < 0) return ErrnoError("readlink " + path);
+  ssize_t n = ::readlinkat(root_fd, "sbin", buf, sizeof buf - 1);
+  if (n < 0) return ErrnoError("readlink the image's '/sbin'");
   std::string target(buf, static_cast<size_t>(n));
   if (target.empty() || target[0] == '/' || target.find("..") != std::string::npos) {
-    return FailedPrecondition(path + " -> " + target + " leaves the tree");
+    return FailedPrecondition("the image's '/sbin' is a symlink (-> " + target +
+                              ") that is not a relative path inside the tree: refused");
   }
-  std::string resolved = root + "/" + target;
-  if (::lstat(resolved.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return FailedPrecondition(path + " -> " + target + " is not a directory in the tree");
-  }
-  return resolved;
+  return OpenDirInTree(root_fd, target, /*create=*/false);
 }
 
 }  // namespace
@@ -206,13 +196,17 @@ Status BuildBaseLayer(const BaseLayerInputs& in, const std::string& work_dir,
   if (std::find(in.packages.begin(), in.packages.end(), "sudo") != in.packages.end()) {
     ReportProgress(progress, "configuring passwordless sudo for user");
     RETURN_IF_ERROR(Chroot(root, SudoGroup(), log));
-    RETURN_IF_ERROR(MakeDirs(root + "/etc/sudoers.d"));
-    RETURN_IF_ERROR(ReplaceFile(root + kSudoersPath, kSudoers, 0440));
+  }
+  // Through the same helper as a tenant's tree (tree_beneath.h): whatever
+  // the packages left at these names is replaced, never written through.
+  ASSIGN_OR_RETURN(UniqueFd root_fd, OpenTreeRoot(root));
+  if (std::find(in.packages.begin(), in.packages.end(), "sudo") != in.packages.end()) {
+    RETURN_IF_ERROR(WriteFileInTree(root_fd.get(), kSudoersPath, kSudoers, 0440));
     RETURN_IF_ERROR(Chroot(root, {"visudo", "--check", "--strict", "--file", kSudoersPath}, log));
   }
-  RETURN_IF_ERROR(ReplaceFile(root + "/etc/hostname", kHostname));
-  RETURN_IF_ERROR(ReplaceFile(root + "/etc/hosts", kHosts));
-  RETURN_IF_ERROR(ReplaceFile(root + "/etc/resolv.conf", kResolvConf));
+  RETURN_IF_ERROR(WriteFileInTree(root_fd.get(), "/etc/hostname", kHostname, 0644));
+  RETURN_IF_ERROR(WriteFileInTree(root_fd.get(), "/etc/hosts", kHosts, 0644));
+  RETURN_IF_ERROR(WriteFileInTree(root_fd.get(), "/etc/resolv.conf", kResolvConf, 0644));
   return RunCommand({"chroot", root, "dpkg-query", "-W", "-f", "${Package} ${Version}\\n"},
                     LogTo(out_dir + "/packages.txt"));
 }
@@ -233,45 +227,23 @@ Status StageTemplateTree(const std::string& base_root, const std::string& stage,
   // -a keeps ownership, modes, times and xattrs of the directories and
   // symlinks it creates; regular files and device nodes become hard links.
   RETURN_IF_ERROR(RunCommand({"cp", "-al", "--", base_root, stage}, LogTo(log)));
-  ASSIGN_OR_RETURN(std::string sbin, DirInTree(stage, "sbin"));
-  std::string dest = sbin + "/airlock-agent";
-  if (::unlink(dest.c_str()) != 0 && errno != ENOENT) return ErrnoError("unlink " + dest);
-  RETURN_IF_ERROR(CopyFile(agent, dest, 0755));
-  if (::geteuid() == 0 && ::chown(dest.c_str(), 0, 0) != 0) return ErrnoError("chown " + dest);
-  if (::chmod(dest.c_str(), 0755) != 0) return ErrnoError("chmod " + dest);
-  RETURN_IF_ERROR(MakeDirs(stage + "/etc/airlock"));
-  RETURN_IF_ERROR(ReplaceFile(stage + "/etc/airlock/rootfs-id", rootfs_id + "\n"));
+  // The staged tree may be a tenant's (an OCI image): everything below is
+  // done beneath its root fd, no symlink of the tree followed, and a file
+  // installed by unlinking what had its name (tree_beneath.h).
   for (const auto& f : extras) {
     if (f.dest.empty() || f.dest[0] != '/' || f.dest.find("/../") != std::string::npos ||
-        f.dest.find("/./") != std::string::npos || f.dest.back() == '/') {
+        f.dest.find("/./") != std::string::npos || f.dest.back() == '/' ||
+        f.dest.compare(f.dest.size() - std::min<size_t>(f.dest.size(), 3), 3, "/..") == 0) {
       return InvalidArgument("extra file destination \"" + f.dest + "\" is not a clean absolute path");
     }
-    // Parent directories: each existing component must be a real directory
-    // (never a symlink, which could lead outside the tree); missing ones
-    // are made (0755, root's).
-    std::string parent = stage;
-    std::string rest = f.dest.substr(1, f.dest.rfind('/') - 1);
-    while (!rest.empty()) {
-      size_t slash = rest.find('/');
-      std::string part = rest.substr(0, slash);
-      rest = slash == std::string::npos ? "" : rest.substr(slash + 1);
-      if (part.empty()) continue;
-      parent += "/" + part;
-      struct stat st;
-      if (::lstat(parent.c_str(), &st) == 0) {
-        if (!S_ISDIR(st.st_mode)) return FailedPrecondition(parent + " is not a directory (extra file " + f.dest + ")");
-      } else if (errno == ENOENT) {
-        if (::mkdir(parent.c_str(), 0755) != 0) return ErrnoError("mkdir " + parent);
-      } else {
-        return ErrnoError("lstat " + parent);
-      }
-    }
-    std::string dest = parent + f.dest.substr(f.dest.rfind('/'));
-    if (::unlink(dest.c_str()) != 0 && errno != ENOENT) return ErrnoError("unlink " + dest);
-    RETURN_IF_ERROR(CopyFile(f.source, dest, f.mode));
-    if (::geteuid() == 0 && ::chown(dest.c_str(), 0, 0) != 0) return ErrnoError("chown " + dest);
-    if (::chmod(dest.c_str(), f.mode) != 0) return ErrnoError("chmod " + dest);
   }
+  ASSIGN_OR_RETURN(UniqueFd root, OpenTreeRoot(stage));
+  {
+    ASSIGN_OR_RETURN(UniqueFd sbin, SbinDir(root.get()));
+    RETURN_IF_ERROR(CopyFileInTree(sbin.get(), "airlock-agent", agent, 0755).WithContext("installing the agent"));
+  }
+  RETURN_IF_ERROR(WriteFileInTree(root.get(), "/etc/airlock/rootfs-id", rootfs_id + "\n", 0644));
+  for (const auto& f : extras) RETURN_IF_ERROR(CopyFileInTree(root.get(), f.dest, f.source, f.mode));
   return OkStatus();
 }
 
