@@ -60,6 +60,19 @@ BEGIN PERFORM pg_notify('airlock_sandbox', OLD.id); RETURN NULL; END $$;
 CREATE TRIGGER sandboxes_changed AFTER UPDATE OR DELETE ON sandboxes
   FOR EACH ROW EXECUTE FUNCTION airlock_sandbox_changed();
 )sql",
+    // 2: reservations with their time (issue 32): a front's slot is freed only
+    // by the node's refusal, used by the node's record, or dropped after the
+    // TTL; each heartbeat recounts `reserved` from them and the sandboxes.
+    R"sql(
+CREATE TABLE reservations (
+  id      bigserial PRIMARY KEY,
+  node    text NOT NULL REFERENCES nodes(name) ON DELETE CASCADE,
+  made_at timestamptz NOT NULL DEFAULT now(),
+  used_at timestamptz
+);
+CREATE INDEX reservations_node ON reservations (node, id);
+-- Slots reserved by fronts of schema 1 have no row: recounted at the next heartbeat.
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion);
 
@@ -103,6 +116,14 @@ Status InTx(PgPool& pool, F body) {
 }
 
 constexpr const char* kFresh = "heartbeat > now() - make_interval(secs => $LAPSE::float8 / 1000)";
+
+// Takes the node row's lock for the rest of the transaction: every change
+// of a node's count (reservations, records, the heartbeat's recount) goes
+// one at a time, so two records never take the same reservation and a
+// recount sees every change committed before it.
+Status LockNode(PgPool::Lease& c, const std::string& node) {
+  return c->Exec("SELECT 1 FROM nodes WHERE name = $1 FOR UPDATE", {node}).status();
+}
 
 std::string WithLapse(std::string sql, const std::string& param) {
   for (size_t p; (p = sql.find("$LAPSE")) != std::string::npos;) sql.replace(p, 6, param);
@@ -151,6 +172,9 @@ Status ClusterRegistry::RegisterNode(const NodeInfo& node, const std::vector<std
                         .status());
     RETURN_IF_ERROR(
         c->Exec("DELETE FROM sandboxes WHERE node = $1 AND NOT (id = ANY($2::text[]))", {node.name, ids}).status());
+    // Creates in flight to an earlier boot are gone with it; one still
+    // recorded later is counted then (no reservation left to use).
+    RETURN_IF_ERROR(c->Exec("DELETE FROM reservations WHERE node = $1", {node.name}).status());
     RETURN_IF_ERROR(c->Exec("INSERT INTO sandboxes (id, node) SELECT unnest($2::text[]), $1 ON CONFLICT (id) "
                             "DO UPDATE SET node = EXCLUDED.node, lost_at = NULL",
                             {node.name, ids})
@@ -163,10 +187,30 @@ Status ClusterRegistry::RegisterNode(const NodeInfo& node, const std::vector<std
   });
 }
 
-StatusOr<bool> ClusterRegistry::Heartbeat(const std::string& name, const std::string& boot_id) {
-  ASSIGN_OR_RETURN(auto r, pool_.Exec("UPDATE nodes SET heartbeat = now() WHERE name = $1 AND boot_id = $2 AND live",
-                                      {name, boot_id}));
-  return r.affected == 1;
+StatusOr<Beat> ClusterRegistry::Heartbeat(const std::string& name, const std::string& boot_id,
+                                          std::chrono::milliseconds reservation_ttl) {
+  Beat beat;
+  RETURN_IF_ERROR(InTx(pool_, [&](PgPool::Lease& c) -> Status {
+    // The beat takes the row's lock, so the recount below (a statement of
+    // its own, with a snapshot taken after the lock) sees every change.
+    ASSIGN_OR_RETURN(auto b, c->Exec("UPDATE nodes SET heartbeat = now() WHERE name = $1 AND boot_id = $2 AND live "
+                                     "RETURNING reserved",
+                                     {name, boot_id}));
+    if (b.empty()) return OkStatus();
+    beat.registered = true;
+    beat.reserved_was = std::stoi(b.Text(0, 0));
+    ASSIGN_OR_RETURN(
+        auto r,
+        c->Exec("WITH old AS (DELETE FROM reservations WHERE node = $1 AND "
+                "made_at < now() - make_interval(secs => $2::float8 / 1000)) "
+                "UPDATE nodes SET reserved = (SELECT count(*) FROM sandboxes WHERE node = $1 AND lost_at IS NULL) + "
+                "(SELECT count(*) FROM reservations WHERE node = $1 AND used_at IS NULL AND "
+                "made_at >= now() - make_interval(secs => $2::float8 / 1000)) WHERE name = $1 RETURNING reserved",
+                {name, Ms(reservation_ttl)}));
+    beat.reserved = r.empty() ? 0 : std::stoi(r.Text(0, 0));
+    return OkStatus();
+  }));
+  return beat;
 }
 
 Status ClusterRegistry::SetTemplates(const std::string& name, const std::vector<std::string>& templates) {
@@ -213,8 +257,8 @@ StatusOr<std::vector<NodeInfo>> ClusterRegistry::Nodes() {
 Status ClusterRegistry::Leave(const std::string& name, const std::string& boot_id) {
   return pool_
       .Exec("WITH gone AS (UPDATE nodes SET live = false, reserved = 0 WHERE name = $1 AND boot_id = $2 AND live "
-            "RETURNING name) UPDATE sandboxes SET lost_at = now() WHERE lost_at IS NULL AND "
-            "node IN (SELECT name FROM gone)",
+            "RETURNING name), dropped AS (DELETE FROM reservations WHERE node IN (SELECT name FROM gone)) "
+            "UPDATE sandboxes SET lost_at = now() WHERE lost_at IS NULL AND node IN (SELECT name FROM gone)",
             {name, boot_id})
       .status();
 }
@@ -224,7 +268,8 @@ StatusOr<std::vector<std::string>> ClusterRegistry::MarkLapsed(std::chrono::mill
                    pool_.Exec("WITH lapsed AS (UPDATE nodes SET live = false, reserved = 0 WHERE live AND "
                               "heartbeat < now() - make_interval(secs => $1::float8 / 1000) RETURNING name), "
                               "lost AS (UPDATE sandboxes SET lost_at = now() WHERE lost_at IS NULL AND "
-                              "node IN (SELECT name FROM lapsed) RETURNING 1) "
+                              "node IN (SELECT name FROM lapsed) RETURNING 1), "
+                              "dropped AS (DELETE FROM reservations WHERE node IN (SELECT name FROM lapsed)) "
                               "SELECT name, (SELECT count(*) FROM lost) FROM lapsed",
                               {Ms(lapse)}));
   std::vector<std::string> out;
@@ -252,10 +297,15 @@ StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int
     std::lock_guard<std::mutex> l(rng_mu_);
     std::shuffle(all.begin(), all.end(), rng_);
   }
-  const std::string reserve = WithLapse(std::string("UPDATE nodes SET reserved = reserved + 1 WHERE name = $1 AND "
-                                                    "live AND NOT draining AND ") +
-                                            kFresh + " AND reserved + 1 <= capacity RETURNING address",
-                                        "$2");
+  // The slot and its reservation row (with its time) in one statement.
+  const std::string reserve =
+      WithLapse(std::string("WITH n AS (UPDATE nodes SET reserved = reserved + 1 WHERE name = $1 AND "
+                            "live AND NOT draining AND ") +
+                    kFresh +
+                    " AND reserved + 1 <= capacity RETURNING name, address), "
+                    "r AS (INSERT INTO reservations (node) SELECT name FROM n RETURNING id) "
+                    "SELECT n.address, r.id FROM n, r",
+                "$2");
   int tried = 0;
   for (size_t start = 0; start < all.size(); start += static_cast<size_t>(std::max(k, 1))) {
     size_t end = std::min(all.size(), start + static_cast<size_t>(std::max(k, 1)));
@@ -264,7 +314,7 @@ StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int
                      [](const Candidate& a, const Candidate& b) { return a.free > b.free; });
     for (size_t i = start; i < end; ++i) {
       ASSIGN_OR_RETURN(auto u, pool_.Exec(reserve, {all[i].name, Ms(lapse)}));
-      if (!u.empty()) return Placement{all[i].name, u.Text(0, 0), tried};
+      if (!u.empty()) return Placement{all[i].name, u.Text(0, 0), tried, std::stoll(u.Text(0, 1))};
       ++tried;
     }
   }
@@ -273,21 +323,47 @@ StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int
                                              " candidate node(s) filled up while placing");
 }
 
-Status ClusterRegistry::Release(const std::string& node, int n) {
-  return pool_
-      .Exec("UPDATE nodes SET reserved = greatest(0, reserved - $2) WHERE name = $1", {node, std::to_string(n)})
-      .status();
+Status ClusterRegistry::Release(const std::string& node, int64_t reservation) {
+  // Its own row when unused; when the node used it for another create
+  // (reservations of a node are interchangeable), the oldest unused one
+  // stands for this create instead. Gone: nothing (never freed twice).
+  return InTx(pool_, [&](PgPool::Lease& c) -> Status {
+    RETURN_IF_ERROR(LockNode(c, node));
+    return c
+        ->Exec("WITH own AS (DELETE FROM reservations WHERE id = $2 AND node = $1 RETURNING used_at IS NOT NULL AS used), "
+               "other AS (DELETE FROM reservations WHERE id = (SELECT id FROM reservations WHERE node = $1 AND "
+               "used_at IS NULL AND id <> $2 ORDER BY id LIMIT 1) AND EXISTS (SELECT 1 FROM own WHERE used) "
+               "RETURNING 1) "
+               "UPDATE nodes SET reserved = greatest(0, reserved - (SELECT count(*) FROM own WHERE NOT used) - "
+               "(SELECT count(*) FROM other)) WHERE name = $1",
+               {node, std::to_string(reservation)})
+        .status();
+  });
 }
 
 Status ClusterRegistry::AddSandbox(const std::string& id, const std::string& node, bool front_reserved) {
-  // Inserted: counted unless a front already holds the slot. Already there
-  // (the node's sync recorded and counted it first): a front's slot is freed.
-  return pool_
-      .Exec("WITH ins AS (INSERT INTO sandboxes (id, node) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING RETURNING 1) "
-            "UPDATE nodes SET reserved = greatest(0, reserved + CASE WHEN EXISTS (SELECT 1 FROM ins) THEN $3::int "
-            "ELSE $4::int END) WHERE name = $2",
-            {id, node, std::string(front_reserved ? "0" : "1"), std::string(front_reserved ? "-1" : "0")})
-      .status();
+  if (!front_reserved) {
+    // A fork child or the sync's: counted when inserted, once.
+    return pool_
+        .Exec("WITH ins AS (INSERT INTO sandboxes (id, node) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING RETURNING 1) "
+              "UPDATE nodes SET reserved = reserved + (SELECT count(*) FROM ins) WHERE name = $2",
+              {id, node})
+        .status();
+  }
+  // A front holds its slot: the row replaces the oldest unused reservation
+  // in the count (+1 inserted, -1 used). Already there (the sync counted it
+  // first): the reservation's slot is freed. No reservation left: counted.
+  return InTx(pool_, [&](PgPool::Lease& c) -> Status {
+    RETURN_IF_ERROR(LockNode(c, node));
+    return c
+        ->Exec("WITH ins AS (INSERT INTO sandboxes (id, node) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING RETURNING 1), "
+               "used AS (UPDATE reservations SET used_at = now() WHERE id = (SELECT id FROM reservations WHERE "
+               "node = $2 AND used_at IS NULL ORDER BY id LIMIT 1) RETURNING 1) "
+               "UPDATE nodes SET reserved = greatest(0, reserved + (SELECT count(*) FROM ins) - "
+               "(SELECT count(*) FROM used)) WHERE name = $2",
+               {id, node})
+        .status();
+  });
 }
 
 Status ClusterRegistry::RemoveSandbox(const std::string& id, const std::string& node) {

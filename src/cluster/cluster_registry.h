@@ -10,20 +10,34 @@
 //                                           sandboxes (running or paused)
 //   node_templates(node, template)         what a node can start
 //   sandboxes(id, node, created_at, lost_at)  which node owns a sandbox
+//   reservations(id, node, made_at, used_at)  a front's slot for a create
+//                                           in flight (schema 2)
 //   api_keys(id, name, prefix, hash, created_at_ms, team, admin)  as the
 //         single-node registry: SHA-256 hex of the key, never the key
 //   cluster_meta(key, value)               the fronts' reservation secret
 //
-// Capacity accounting: a front reserves one slot with one conditional
-// UPDATE (reserved + 1 <= capacity, live, not draining, heartbeat fresh), so
-// two fronts can never over-commit a node; the node then records the
-// sandbox without counting it again (front_reserved), or the front releases
-// the slot when the create fails. Sandboxes a node makes by itself (forks)
-// are counted when recorded. A node's end of a sandbox removes its row and
-// frees its slot in one statement. A node whose heartbeat lapses is marked
-// not live, its reservations are freed and its sandboxes marked lost; when
-// it registers again its own journal (SQLite) is the truth: its rows are
-// replaced by the sandboxes it still has and `reserved` by their count.
+// Capacity accounting. The rule: a node's `reserved` is its sandboxes not
+// lost plus its reservations not used yet (and younger than the TTL).
+// Every statement below keeps that true, under the node row's lock, and
+// every heartbeat recounts it (so drift of any cause lasts one beat):
+// - a front reserves one slot with one conditional UPDATE (reserved + 1 <=
+//   capacity, live, not draining, heartbeat fresh) that also inserts a
+//   reservation row with its time, so two fronts never over-commit a node;
+// - the node records the sandbox (front_reserved): the oldest unused
+//   reservation of that node is marked used, and the slot is not counted
+//   twice; reservations of one node are interchangeable, since the node
+//   cannot tell which front's create it serves;
+// - the front releases its reservation only when the node refused the
+//   create (its 4xx/5xx) or never got it (connect failure); a client that
+//   hangs up frees nothing (the node may still be making the sandbox);
+// - a reservation older than the TTL with no record from the node is
+//   dropped at the next heartbeat (a front that died mid-create);
+// - sandboxes a node makes by itself (forks) are counted when recorded; an
+//   end removes its row and frees its slot in one statement;
+// - a node whose heartbeat lapses is marked not live, its reservations are
+//   dropped and its sandboxes marked lost; when it registers again its own
+//   journal (SQLite) is the truth: its rows are replaced by the sandboxes it
+//   still has and `reserved` by their count.
 //
 // Every call blocks on the database: never on an event loop thread.
 #pragma once
@@ -42,7 +56,12 @@
 
 namespace airlock::cluster {
 
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
+
+// A reservation with no record from its node after this long is dropped
+// (the heartbeat's reconciliation). Longer than a front waits for a node's
+// answer to a create (FrontConfig::create_timeout).
+inline constexpr std::chrono::milliseconds kReservationTtl{std::chrono::minutes(3)};
 
 struct NodeInfo {
   std::string name;
@@ -68,7 +87,15 @@ struct SandboxLocation {
 struct Placement {
   std::string node;
   std::string address;
-  int tried = 0;  // candidates that refused before it
+  int tried = 0;            // candidates that refused before it
+  int64_t reservation = 0;  // its reservation row (Release)
+};
+
+// What a heartbeat found (and corrected).
+struct Beat {
+  bool registered = false;  // false: the row is gone, another boot's, or lapsed: register again
+  int reserved_was = 0;     // `reserved` before the reconciliation
+  int reserved = 0;         // after: sandboxes not lost + reservations in flight
 };
 
 class ClusterRegistry {
@@ -80,9 +107,13 @@ class ClusterRegistry {
   // Registers (or re-registers) `node` and reconciles its sandboxes: its rows
   // become exactly `sandbox_ids` (live, not lost) and reserved their count.
   Status RegisterNode(const NodeInfo& node, const std::vector<std::string>& sandbox_ids);
-  // false: the row is gone, taken by another boot of the same name, or was
-  // marked not live (lapsed): the node must register again.
-  StatusOr<bool> Heartbeat(const std::string& name, const std::string& boot_id);
+  // Beats, then reconciles under the node row's lock: reservations older
+  // than `reservation_ttl` are dropped and `reserved` becomes the node's
+  // sandboxes not lost plus its unused reservations. registered == false:
+  // the row is gone, taken by another boot of the same name, or was marked
+  // not live (lapsed): the node must register again (nothing reconciled).
+  StatusOr<Beat> Heartbeat(const std::string& name, const std::string& boot_id,
+                           std::chrono::milliseconds reservation_ttl = kReservationTtl);
   Status SetTemplates(const std::string& name, const std::vector<std::string>& templates);
   // NotFound for an unknown node.
   Status SetDraining(const std::string& name, bool draining);
@@ -101,12 +132,18 @@ class ClusterRegistry {
   // tried in order of most free slots; each try is one conditional UPDATE.
   // ResourceExhausted ("no capacity") when every candidate refused.
   StatusOr<Placement> Place(const std::string& template_name, int k, std::chrono::milliseconds lapse);
-  // Gives a reserved slot back (a create that failed).
-  Status Release(const std::string& node, int n = 1);
+  // Gives a placement's slot back: only for a create the node refused or
+  // never got. Its reservation goes; when the node already marked it used
+  // (for another create of the same node, recorded first), an unused one of
+  // that node goes instead. Nothing when it is gone (dropped by the TTL or a
+  // lapse), so a slot is never freed twice.
+  Status Release(const std::string& node, int64_t reservation);
 
   // ---- sandboxes ----
-  // Records `id` on `node`. front_reserved: a front already holds its slot
-  // (then it is not counted again; a row already there frees that slot).
+  // Records `id` on `node`. front_reserved: a front already holds its slot:
+  // the node's oldest unused reservation is marked used instead of counting
+  // the sandbox again (with none left, e.g. dropped by the TTL, it is
+  // counted); a row already there (the sync's) frees that reservation's slot.
   Status AddSandbox(const std::string& id, const std::string& node, bool front_reserved);
   // Removes `id` from `node` and frees its slot (nothing when not there).
   Status RemoveSandbox(const std::string& id, const std::string& node);

@@ -1,6 +1,7 @@
 #include "cluster/front.h"
 
 #include <poll.h>
+#include <strings.h>
 
 #include <future>
 
@@ -28,6 +29,27 @@ std::vector<std::pair<std::string, std::string>> CredentialHeaders(const server:
     if (std::string v = c.Header(name); !v.empty()) h.emplace_back(name, v);
   }
   return h;
+}
+
+// The create as its node gets it: the client's end-to-end headers, then
+// the front's own (its reservation, X-Forwarded-For), and the body the
+// front already read.
+std::string CreateRequest(const server::HttpConn& c, const std::string& body, const std::string& reservation_secret) {
+  static const char* kDropped[] = {"connection", "keep-alive",          "transfer-encoding", "content-length",
+                                   "te",         "trailer",             "upgrade",           "proxy-connection",
+                                   "host",       "proxy-authorization", "expect",            "x-forwarded-for",
+                                   "x-airlock-reservation"};
+  std::string host = c.Header("Host");
+  std::string head = "POST " + c.target() + " HTTP/1.1\r\nHost: " + (host.empty() ? "airlock" : host) + "\r\n";
+  for (const auto& [name, value] : c.Headers()) {
+    bool dropped = false;
+    for (const char* d : kDropped) dropped = dropped || strcasecmp(name.c_str(), d) == 0;
+    if (!dropped) head += name + ": " + value + "\r\n";
+  }
+  head += "X-Airlock-Reservation: " + reservation_secret + "\r\n";
+  head += "X-Forwarded-For: " + c.peer().substr(0, c.peer().rfind(':')) + "\r\n";
+  head += "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
+  return head + body;
 }
 
 // Merges node answers of one list route: arrays are concatenated, objects
@@ -293,21 +315,65 @@ void Front::Create(Conn c) {
           return c->RespondError(503, "the cluster registry is unreachable: " + placed.status().message());
         }
         const Placement p = *placed;
-        server::ForwardExtras extras;
-        extras.body = text;
-        extras.headers.emplace_back("X-Airlock-Reservation", reservation_secret_);
-        // A create that did not succeed gives its slot back.
-        extras.on_status = [this, node = p.node](int status) {
-          if (status == 200 || status == 201) return;
-          asio::post(*workers_, [this, node] {
-            if (Status st = registry_->Release(node); !st.ok())
-              LOG_WARN("front: releasing a slot of node {}: {}", node, st.message());
-          });
-        };
-        LOG_INFO("front: create placed on node {} ({} refused first)", p.node, p.tried);
-        Forward(c, p.address, p.node, std::move(extras));
+        auto hp = http::ParseHostPort(p.address);
+        if (!hp.ok()) {
+          ReleaseSlot(p, "its address is invalid");
+          return c->RespondError(502, "node " + p.node + " has an invalid address " + p.address);
+        }
+        LOG_INFO("front: create placed on node {} ({} refused first, reservation {})", p.node, p.tried,
+                 p.reservation);
+        // Not tied to the client's connection: the node's answer decides
+        // what becomes of the slot, even when the client has gone.
+        CallNode(c->executor(), hp->first, hp->second, CreateRequest(*c, text, reservation_secret_),
+                 config_.create_timeout, config_.max_json_body,
+                 [this, c, p](NodeReply reply) { CreateAnswered(c, p, std::move(reply)); });
+        c->WatchForDisconnect();
       });
     });
+  });
+}
+
+void Front::CreateAnswered(Conn c, const Placement& p, NodeReply reply) {
+  using Outcome = NodeReply::Outcome;
+  const std::string node = "node " + p.node + " (" + p.address + ")";
+  switch (reply.outcome) {
+    case Outcome::kAnswered:
+      // A refusal frees the slot; a sandbox made keeps it (the node's record
+      // used the reservation).
+      if (reply.status >= 400) ReleaseSlot(p, "the node answered " + std::to_string(reply.status));
+      break;
+    case Outcome::kNotDelivered:
+      ReleaseSlot(p, "the node never got the create: " + reply.error);
+      break;
+    case Outcome::kNoAnswer:
+      // The node may be making the sandbox: its record uses the slot, or
+      // the reservation is dropped after kReservationTtl.
+      LOG_WARN("front: a create on {} got no answer ({}): its slot stays reserved until the node records the "
+               "sandbox or {} s pass",
+               node, reply.error, std::chrono::duration_cast<std::chrono::seconds>(kReservationTtl).count());
+      break;
+  }
+  if (c->closed()) {
+    LOG_INFO("front: the client of a create on {} left before the answer ({}{})", node, reply.status,
+             reply.outcome == Outcome::kAnswered ? "" : ", " + reply.error);
+    return;
+  }
+  switch (reply.outcome) {
+    case Outcome::kAnswered:
+      return c->Respond(reply.status, reply.content_type, std::move(reply.body), reply.headers);
+    case Outcome::kNotDelivered:
+      return c->RespondError(502, node + " unreachable: " + reply.error);
+    case Outcome::kNoAnswer:
+      return c->RespondError(502, node + " gave no answer to the create: " + reply.error);
+  }
+}
+
+void Front::ReleaseSlot(const Placement& p, const std::string& why) {
+  asio::post(*workers_, [this, p, why] {
+    if (Status st = registry_->Release(p.node, p.reservation); !st.ok()) {
+      LOG_WARN("front: releasing reservation {} of node {} ({}): {}; it is dropped after the reservation TTL",
+               p.reservation, p.node, why, st.message());
+    }
   });
 }
 

@@ -4,7 +4,9 @@
 //
 //   POST /sandboxes            placement (best-of-K, ClusterRegistry::Place),
 //                              then the create goes to that node with
-//                              X-Airlock-Reservation; a failed create frees the slot
+//                              X-Airlock-Reservation (node_call.h); the slot is
+//                              freed only when the node refused the create or
+//                              never got it, never because the client hung up
 //   /sandboxes/{id}/...        routed to the sandbox's node (a lost one: 404
 //                              with outcome "lost")
 //   data plane                 E2b-Sandbox-Id or "<port>-<id>.<domain>": relayed
@@ -37,6 +39,7 @@
 #include <thread>
 
 #include "cluster/cluster_registry.h"
+#include "cluster/node_call.h"
 #include "server/api_keys.h"
 #include "server/http_conn.h"
 #include "server/server.h"  // ForwardRequest, DataPlaneSandbox, PresentedApiKey
@@ -54,6 +57,10 @@ struct FrontConfig {
   std::chrono::milliseconds lapse{5000};
   std::chrono::milliseconds sweep_interval{1000};
   size_t max_json_body = 1 << 20;
+  // How long a create waits for its node's answer (the node's admission
+  // queue and bring-up), whether or not its client is still there. Shorter
+  // than kReservationTtl: a reservation outlives the front's wait.
+  std::chrono::milliseconds create_timeout{std::chrono::minutes(2)};
 };
 
 class Front {
@@ -74,6 +81,8 @@ class Front {
   void Route(Conn c, const ApiKeyRecord& key, const std::string& presented);
   void ToSandboxNode(Conn c, const std::string& id, bool data_plane);
   void Create(Conn c);
+  void CreateAnswered(Conn c, const Placement& p, NodeReply reply);
+  void ReleaseSlot(const Placement& p, const std::string& why);
   void FanOut(Conn c);
   void ToTemplateNode(Conn c);
   void ToMcpNode(Conn c, const std::string& presented);

@@ -64,7 +64,7 @@ void NodeMembership::SandboxRemoved(const std::string& id) {
   known_.erase(id);
 }
 
-void NodeMembership::Sync() {
+void NodeMembership::Sync(bool templates) {
   std::vector<std::string> have = config_.sandboxes ? config_.sandboxes() : std::vector<std::string>{};
   std::set<std::string> now(have.begin(), have.end()), known;
   {
@@ -77,7 +77,7 @@ void NodeMembership::Sync() {
   for (const auto& id : known) {
     if (!now.count(id)) SandboxRemoved(id);
   }
-  if (config_.templates) {
+  if (templates && config_.templates) {
     auto t = config_.templates();
     if (t != templates_) {
       if (registry_->SetTemplates(config_.node.name, t).ok()) templates_ = std::move(t);
@@ -96,16 +96,20 @@ void NodeMembership::Loop() {
       registered = st.ok();
       if (!st.ok()) LOG_WARN("cluster: registering node {}: {}", config_.node.name, st.message());
     } else {
-      auto hb = registry_->Heartbeat(config_.node.name, config_.node.boot_id);
+      // The rows first (what this node runs), then the beat, whose
+      // reconciliation counts them.
+      Sync(++beat % std::max(1, config_.sync_every) == 0);
+      auto hb = registry_->Heartbeat(config_.node.name, config_.node.boot_id, config_.reservation_ttl);
       if (!hb.ok()) {
         LOG_WARN("cluster: heartbeat of node {}: {}", config_.node.name, hb.status().message());
-      } else if (!*hb) {
+      } else if (!hb->registered) {
         // Marked lapsed (or taken over): the registry forgot this node's
         // sandboxes; register again with what it really has.
         LOG_WARN("cluster: node {} was dropped by the registry; registering again", config_.node.name);
         registered = Register().ok();
-      } else if (++beat % std::max(1, config_.sync_every) == 0) {
-        Sync();
+      } else if (hb->reserved != hb->reserved_was) {
+        LOG_WARN("cluster: node {}: reserved was {}, corrected to {} (its sandboxes plus the creates in flight)",
+                 config_.node.name, hb->reserved_was, hb->reserved);
       }
     }
     l.lock();

@@ -7,8 +7,10 @@
 // the node registers again with the list it has, which replaces its rows.
 // Between those, the server reports each sandbox it hands out
 // (SandboxAdded, before the create answers, so any front routes it at once)
-// and each that ends (SandboxRemoved); a sync every `sync_every` beats adds
-// or removes what those missed.
+// and each that ends (SandboxRemoved); before every beat a sync adds or
+// removes what those missed (the templates every `sync_every` beats), and
+// the beat itself recounts the node's `reserved` from those rows and the
+// fronts' reservations in flight (ClusterRegistry::Heartbeat).
 //
 // Threads: one of its own for the beat; SandboxAdded/Removed block on the
 // database (call them on a worker).
@@ -32,7 +34,9 @@ namespace airlock::cluster {
 struct MembershipConfig {
   NodeInfo node;  // name, address, capacity, version
   std::chrono::milliseconds heartbeat{1000};
-  int sync_every = 5;
+  int sync_every = 5;  // beats between two reads of the templates
+  // A front's reservation that this node has not recorded after this long is dropped.
+  std::chrono::milliseconds reservation_ttl = kReservationTtl;
   // The node's live sandboxes and the templates it can start, read each sync.
   std::function<std::vector<std::string>()> sandboxes;
   std::function<std::vector<std::string>()> templates;
@@ -57,7 +61,7 @@ class NodeMembership {
       : registry_(registry), config_(std::move(config)) {}
   Status Register();
   void Loop();
-  void Sync();
+  void Sync(bool templates);
   ClusterRegistry* registry_;
   MembershipConfig config_;
   std::mutex mu_;

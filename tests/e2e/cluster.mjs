@@ -191,6 +191,12 @@ export class Cluster {
     return { status: r.status, json, text, headers: r.headers }
   }
 
+  // One SQL statement on the cluster registry (psql); its rows as text.
+  sql(statement) {
+    return execFileSync(join(PG_BIN, 'psql'), ['-h', PG_ADDR, '-p', '5432', '-U', 'postgres', '-d', 'postgres',
+      '-v', 'ON_ERROR_STOP=1', '-At', '-c', statement], { encoding: 'utf8' }).trim()
+  }
+
   // The sandboxes a node's own API lists (asked of the node, not a front).
   async nodeSandboxes(name) {
     const r = await fetch(`${this.nodes.get(name).url}/v2/sandboxes?state=running,paused`, { headers: { 'X-API-Key': this.apiKey } })

@@ -167,6 +167,53 @@ maybe('capacities 1, 2, 3: six concurrent creates through both fronts fill them 
   await killAll()
 })
 
+// Issue 32, item 9: a create's slot is freed only by the node's refusal. A
+// client that hangs up does not free it (the front still waits for the
+// node's answer), and each heartbeat makes `reserved` what the node runs
+// plus the reservations in flight.
+maybe('clients that hang up mid-create keep their slots: a capacity-2 node never runs 3; a refused create frees its slot; drift in reserved is corrected within seconds', { timeout: 300000 }, async () => {
+  const reservedOf = async (name) => (await cl.api('f2', 'GET', '/nodes')).json.find((n) => n.name === name).reserved
+  for (const n of ['n1', 'n3']) assert.equal((await cl.api('f1', 'POST', `/nodes/${n}/drain`)).status, 200)
+  try {
+    const bad = await cl.api('f1', 'POST', '/sandboxes', { templateID: 'no-such-template-32' })
+    assert.ok(bad.status >= 400 && bad.status < 500, `the node refuses: ${bad.status} ${bad.text}`)
+    assert.ok(await waitFor(async () => (await reservedOf('n2')) === 0, 5000, 100), 'a refused create frees its slot')
+    // Two creates on n2 (capacity 2) whose clients give up after 0.4 s,
+    // while the node is still making them.
+    const hangUp = (f) => fetch(`${cl.fronts.get(f).url}/sandboxes`, {
+      method: 'POST',
+      headers: { 'X-API-Key': cl.apiKey, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ templateID: 'base', timeout: 600 }),
+      signal: AbortSignal.timeout(400),
+    }).then((r) => r.status, (e) => e.name)
+    const hungUp = await Promise.all([hangUp('f1'), hangUp('f2')])
+    console.log(`# the hung-up creates: ${hungUp.join(', ')}`)
+    // Until both exist, every other create is refused: their slots are held.
+    const later = []
+    const settled = await waitFor(async () => {
+      const r = await cl.api(later.length % 2 ? 'f2' : 'f1', 'POST', '/sandboxes', { templateID: 'base', timeout: 600 })
+      later.push(r.status)
+      return (await cl.nodeSandboxes('n2')).length >= 2
+    }, 60000, 100)
+    assert.ok(settled, 'the node made the two hung-up creates')
+    assert.ok(later.every((s) => s === 503), `creates placed while the hung-up ones were in flight: ${later.join(', ')}`)
+    assert.equal((await cl.nodeSandboxes('n2')).length, 2, 'n2 runs its capacity, no more')
+    assert.ok(await waitFor(async () => (await reservedOf('n2')) === 2, 5000, 100), 'reserved is what n2 runs')
+    // Drift (here written by hand) is corrected by the node's next heartbeats.
+    for (const drift of [0, 1]) {
+      cl.sql(`UPDATE nodes SET reserved = ${drift} WHERE name = 'n2'`)
+      const t0 = Date.now()
+      assert.ok(await waitFor(async () => (await reservedOf('n2')) === 2, 5000, 100), `reserved ${drift} corrected to 2`)
+      console.log(`# reserved ${drift} corrected after ${Date.now() - t0} ms`)
+    }
+    const full = await cl.api('f1', 'POST', '/sandboxes', { templateID: 'base' })
+    assert.equal(full.status, 503, full.text)
+  } finally {
+    for (const n of ['n1', 'n3']) await cl.api('f1', 'DELETE', `/nodes/${n}/drain`)
+  }
+  await killAll()
+})
+
 maybe('kill -9 of a node: new creates avoid it within 15 s, its sandboxes are lost through both fronts, its slots freed; restarted, it takes work again', { timeout: 300000 }, async () => {
   // Two sandboxes on n2 (the others drained while they are made).
   await cl.api('f1', 'POST', '/nodes/n1/drain')

@@ -171,9 +171,10 @@ TEST_F(ClusterRegistryTest, SlotsAreCountedOnceWhateverTheOrderOfFrontAndNode) {
   ASSERT_TRUE(reg_->AddSandbox("s3", "a", false).ok());
   ASSERT_TRUE(reg_->AddSandbox("s3", "a", false).ok());
   EXPECT_EQ(Reserved("a"), 3);
-  // A failed create's slot goes back.
-  ASSERT_TRUE(reg_->Place("base", 1, std::chrono::seconds(60)).ok());
-  ASSERT_TRUE(reg_->Release("a").ok());
+  // A refused create's slot goes back.
+  auto refused = reg_->Place("base", 1, std::chrono::seconds(60));
+  ASSERT_TRUE(refused.ok());
+  ASSERT_TRUE(reg_->Release("a", refused->reservation).ok());
   EXPECT_EQ(Reserved("a"), 3);
   for (const char* id : {"s1", "s2", "s3", "s3"}) ASSERT_TRUE(reg_->RemoveSandbox(id, "a").ok());
   EXPECT_EQ(Reserved("a"), 0);
@@ -182,13 +183,100 @@ TEST_F(ClusterRegistryTest, SlotsAreCountedOnceWhateverTheOrderOfFrontAndNode) {
   EXPECT_FALSE(gone->has_value());
 }
 
+// Issue 32, item 9: drift in `reserved` (a slot freed twice, an edit by
+// hand) is corrected by the node's next heartbeat: it becomes the node's
+// live sandboxes plus the reservations still in flight; a reservation
+// older than the TTL with no record from the node is dropped.
+TEST_F(ClusterRegistryTest, EveryHeartbeatReconcilesReservedWithWhatTheNodeRuns) {
+  NodeInfo a = Node("a", 5);
+  ASSERT_TRUE(reg_->RegisterNode(a, {"x", "y"}).ok());
+  ASSERT_TRUE(reg_->Place("base", 1, std::chrono::seconds(60)).ok());  // a create in flight
+  EXPECT_EQ(Reserved("a"), 3);
+  for (int drift : {0, 5}) {
+    ASSERT_TRUE(reg_->pool().Exec("UPDATE nodes SET reserved = $1 WHERE name = 'a'", {std::to_string(drift)}).ok());
+    ASSERT_TRUE(reg_->Heartbeat("a", a.boot_id).ok());
+    EXPECT_EQ(Reserved("a"), 3) << "after a drift to " << drift;
+  }
+  // A lost sandbox is not counted.
+  ASSERT_TRUE(reg_->pool().Exec("UPDATE sandboxes SET lost_at = now() WHERE id = 'y'").ok());
+  ASSERT_TRUE(reg_->Heartbeat("a", a.boot_id).ok());
+  EXPECT_EQ(Reserved("a"), 2);
+  ASSERT_TRUE(reg_->pool().Exec("UPDATE sandboxes SET lost_at = NULL WHERE id = 'y'").ok());
+  // The create's reservation ages past the TTL with no record: dropped.
+  ASSERT_TRUE(reg_->pool().Exec("UPDATE reservations SET made_at = now() - interval '1 hour'").ok());
+  ASSERT_TRUE(reg_->Heartbeat("a", a.boot_id).ok());
+  EXPECT_EQ(Reserved("a"), 2);
+  // Its node records the sandbox after all: counted, as no reservation holds its slot.
+  ASSERT_TRUE(reg_->AddSandbox("z", "a", /*front_reserved=*/true).ok());
+  EXPECT_EQ(Reserved("a"), 3);
+  ASSERT_TRUE(reg_->Heartbeat("a", a.boot_id).ok());
+  EXPECT_EQ(Reserved("a"), 3);
+}
+
+// Issue 32, item 9: a create's slot is freed only once, and only for a
+// create its node refused, whatever order the node records the others in.
+// A node cannot tell which front's reservation a create carries, so its
+// record uses the oldest; a refusal then frees the slot that still stands
+// for a create in flight.
+TEST_F(ClusterRegistryTest, AReservationIsFreedOnceByItsRefusalAndNeverTwice) {
+  NodeInfo a = Node("a", 2);
+  ASSERT_TRUE(reg_->RegisterNode(a, {}).ok());
+  auto first = reg_->Place("base", 1, std::chrono::seconds(60));
+  auto second = reg_->Place("base", 1, std::chrono::seconds(60));
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_NE(first->reservation, second->reservation);
+  EXPECT_EQ(Reserved("a"), 2);
+  // Both in flight (their clients may have hung up): no third create fits.
+  EXPECT_EQ(reg_->Place("base", 1, std::chrono::seconds(60)).status().code(), StatusCode::kResourceExhausted);
+  // The second is made and recorded first (it uses the first's reservation), then the first is refused.
+  ASSERT_TRUE(reg_->AddSandbox("s2", "a", /*front_reserved=*/true).ok());
+  EXPECT_EQ(Reserved("a"), 2);
+  ASSERT_TRUE(reg_->Release("a", first->reservation).ok());
+  EXPECT_EQ(Reserved("a"), 1);
+  ASSERT_TRUE(reg_->Release("a", first->reservation).ok());  // twice: nothing more
+  EXPECT_EQ(Reserved("a"), 1);
+  auto hb = reg_->Heartbeat("a", a.boot_id);
+  ASSERT_TRUE(hb.ok());
+  EXPECT_EQ(hb->reserved_was, 1);
+  EXPECT_EQ(hb->reserved, 1);  // nothing of the two creates is left counted but s2
+  // A create recorded while the node's sync had already counted it: its slot is freed once.
+  auto third = reg_->Place("base", 1, std::chrono::seconds(60));
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(Reserved("a"), 2);
+  ASSERT_TRUE(reg_->AddSandbox("s3", "a", /*front_reserved=*/false).ok());  // the sync
+  EXPECT_EQ(Reserved("a"), 3);
+  ASSERT_TRUE(reg_->AddSandbox("s3", "a", /*front_reserved=*/true).ok());  // the create's record
+  EXPECT_EQ(Reserved("a"), 2);
+  hb = reg_->Heartbeat("a", a.boot_id);
+  ASSERT_TRUE(hb.ok());
+  EXPECT_EQ(hb->reserved, 2);
+  // Two nodes' reservations never mix: a record on b uses none of a's.
+  NodeInfo b = Node("b", 2);
+  ASSERT_TRUE(reg_->RegisterNode(b, {}).ok());
+  ASSERT_TRUE(reg_->SetDraining("b", true).ok());  // the next placement goes to a
+  ASSERT_TRUE(reg_->RemoveSandbox("s3", "a").ok());
+  auto on_a = reg_->Place("base", 1, std::chrono::seconds(60));
+  ASSERT_TRUE(on_a.ok());
+  ASSERT_EQ(on_a->node, "a");
+  ASSERT_TRUE(reg_->AddSandbox("t1", "b", /*front_reserved=*/true).ok());  // no reservation on b: counted
+  EXPECT_EQ(Reserved("b"), 1);
+  EXPECT_EQ(Reserved("a"), 2);
+  ASSERT_TRUE(reg_->Release("a", on_a->reservation).ok());
+  EXPECT_EQ(Reserved("a"), 1);
+}
+
 TEST_F(ClusterRegistryTest, ALapsedNodeLosesItsSandboxesAndGetsThemBackOnRegistering) {
   NodeInfo a = Node("a", 5);
   ASSERT_TRUE(reg_->RegisterNode(a, {"x", "y"}).ok());
   EXPECT_EQ(Reserved("a"), 2);
+  auto in_flight = reg_->Place("base", 1, std::chrono::seconds(60));  // a create in flight when it lapses
+  ASSERT_TRUE(in_flight.ok());
+  ASSERT_TRUE(reg_->AddSandbox("x", "a", /*front_reserved=*/false).ok());
+  EXPECT_EQ(Reserved("a"), 3);
   auto hb = reg_->Heartbeat("a", a.boot_id);
   ASSERT_TRUE(hb.ok());
-  EXPECT_TRUE(*hb);
+  EXPECT_TRUE(hb->registered);
+  EXPECT_EQ(hb->reserved, 3);
   // Not lapsed yet.
   auto none = reg_->MarkLapsed(std::chrono::seconds(60));
   ASSERT_TRUE(none.ok());
@@ -205,13 +293,18 @@ TEST_F(ClusterRegistryTest, ALapsedNodeLosesItsSandboxesAndGetsThemBackOnRegiste
   // Its heartbeat now says: register again.
   hb = reg_->Heartbeat("a", a.boot_id);
   ASSERT_TRUE(hb.ok());
-  EXPECT_FALSE(*hb);
+  EXPECT_FALSE(hb->registered);
+  // The lapse dropped the reservation: a late refusal frees nothing.
+  ASSERT_TRUE(reg_->Release("a", in_flight->reservation).ok());
+  EXPECT_EQ(Reserved("a"), 0);
   // A lost sandbox's end frees nothing (its slot was freed with the node).
   ASSERT_TRUE(reg_->RemoveSandbox("y", "a").ok());
   EXPECT_EQ(Reserved("a"), 0);
   // Registered again (a new boot) with what its journal holds: x survived, z is new.
   a.boot_id = RandomHex(8);
   ASSERT_TRUE(reg_->RegisterNode(a, {"x", "z"}).ok());
+  EXPECT_EQ(Reserved("a"), 2);
+  ASSERT_TRUE(reg_->Heartbeat("a", a.boot_id).ok());
   EXPECT_EQ(Reserved("a"), 2);
   x = reg_->Locate("x");
   ASSERT_TRUE(x.ok() && x->has_value());
