@@ -6,8 +6,8 @@
 #
 # Each host needs: the airlock binary at /usr/local/bin/airlock, the guest
 # image in /var/lib/airlock (`airlock image build`, or `make image`), and the
-# raw_exec driver enabled. The registry's URL is the Nomad variable
-# nomad/jobs/airlock-node (key database_url).
+# raw_exec driver enabled. The registry's URL and the fronts' domain are the
+# Nomad variable nomad/jobs/airlock-node (keys database_url, domain).
 job "airlock-node" {
   type      = "system"
   datacenters = ["*"]
@@ -39,6 +39,9 @@ job "airlock-node" {
           "--advertise", "${attr.unique.network.ip-address}:3000",
           "--node-name", "${node.unique.name}",
           "--mcp-api", "${FRONT_ADDRESS}",
+          # The fronts relay "<port>-<id>.<domain>" hosts as they came: the
+          # node routes them only for its own --domain (docs/server.md).
+          "--domain", "${AIRLOCK_DOMAIN}",
         ]
       }
 
@@ -46,7 +49,8 @@ job "airlock-node" {
         destination = "secrets/airlock.env"
         env         = true
         data        = <<-EOT
-          {{ with nomadVar "nomad/jobs/airlock-node" }}DATABASE_URL={{ .database_url }}{{ end }}
+          {{ with nomadVar "nomad/jobs/airlock-node" }}DATABASE_URL={{ .database_url }}
+          AIRLOCK_DOMAIN={{ .domain }}{{ end }}
           {{ range $i, $s := nomadService "airlock-front" }}{{ if eq $i 0 }}FRONT_ADDRESS={{ $s.Address }}:{{ $s.Port }}{{ end }}{{ end }}
         EOT
       }

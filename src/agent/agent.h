@@ -50,6 +50,11 @@ struct AgentOptions {
   // process started without one (else the user's home). "" or a missing
   // file: none. An unreadable file is logged and ignored.
   std::string template_defaults = "/etc/airlock/template.json";
+  // Where the access token set at POST /init is written for the code
+  // interpreter (common/interpreter_access.h): root, 0600, replaced
+  // atomically at each change, removed when cleared; "" = nowhere. main()
+  // sets kGuestAccessTokenFile as PID 1 (never on a host).
+  std::string access_token_file;
 };
 
 // Reads AgentOptions::template_defaults into `options` (default_user,
@@ -98,7 +103,10 @@ class Agent {
 
   // Set by POST /init (agent/auth.h).
   const std::string& access_token() const { return access_token_; }
-  void SetAccessToken(std::string token) { access_token_ = std::move(token); }
+  // Writes access_token_file first (auth.cc): on failure the token is not
+  // changed, and /init fails, so the interpreter never runs with an old or
+  // no token while the agent holds a new one.
+  Status SetAccessToken(std::string token);
   // Sandbox-wide env of every process (below each request's own envs).
   const std::map<std::string, std::string>& env_vars() const { return env_vars_; }
   void MergeEnvVars(const std::map<std::string, std::string>& envs) {

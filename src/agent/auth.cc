@@ -2,15 +2,18 @@
 
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "agent/agent.h"
 #include "agent/entropy.h"
 #include "agent/init.h"
 #include "agent/log.h"
+#include "common/file_util.h"
 #include "envd/proto_json.h"
 #include "http/conn.h"
 
@@ -55,6 +58,25 @@ Status CheckFileSignature(const Agent& agent, const http::Conn& s) {
 }
 
 }  // namespace
+
+Status Agent::SetAccessToken(std::string token) {
+  const std::string& path = options_.access_token_file;
+  if (!path.empty()) {
+    if (token.empty()) {
+      if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoError("unlink " + path);
+    } else {
+      // Its own directory, root's alone: nobody else can plant a file or a
+      // link where the token is written.
+      if (size_t slash = path.find_last_of('/'); slash != std::string::npos && slash > 0) {
+        std::string dir = path.substr(0, slash);
+        if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoError("mkdir " + dir);
+      }
+      RETURN_IF_ERROR(WriteFileAtomic(path, token, 0600));
+    }
+  }
+  access_token_ = std::move(token);
+  return OkStatus();
+}
 
 Status CheckAccess(const Agent& agent, const http::Conn& s) {
   const std::string& token = agent.access_token();
@@ -135,7 +157,12 @@ void HandleInit(Agent& agent, std::shared_ptr<http::Conn> s) {
         if (Status st = SetHostname(h); !st.ok()) return RespondHttpError(*s, 500, st.message());
       }
     }
-    if (auto it = j.find("accessToken"); it != j.end() && it->is_string()) agent.SetAccessToken(it->get<std::string>());
+    if (auto it = j.find("accessToken"); it != j.end() && it->is_string()) {
+      if (Status st = agent.SetAccessToken(it->get<std::string>()); !st.ok()) {
+        LogError("access token: %s", st.ToString().c_str());
+        return RespondHttpError(*s, 500, "could not hand the access token to the code interpreter: " + st.message());
+      }
+    }
     agent.MergeEnvVars(envs);
     if (user) agent.SetDefaultUser(*user);
     s->Respond(204, "", "", {{"X-Envd-Version", "0.6.13"}});

@@ -2,7 +2,7 @@
 //
 //   airlock-agent [--listen IP:PORT] [--init] [--root-prefix DIR]
 //                 [--default-user NAME] [--services-dir DIR] [--template-defaults FILE]
-//                 [--boot-config "airlock.k=v ..."] [--verbose]
+//                 [--access-token-file FILE] [--boot-config "airlock.k=v ..."] [--verbose]
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -18,6 +18,7 @@
 #include "agent/entropy.h"
 #include "agent/init.h"
 #include "agent/log.h"
+#include "common/interpreter_access.h"
 
 namespace {
 
@@ -32,6 +33,8 @@ void Usage() {
                "  --services-dir DIR   service declarations to start (default /etc/airlock/services; \"\" = none)\n"
                "  --template-defaults FILE  a custom template's default user and workdir (default\n"
                "                       /etc/airlock/template.json; \"\" = none)\n"
+               "  --access-token-file FILE  where the /init access token is written for the code interpreter\n"
+               "                       (default as PID 1: /run/airlock/access-token; else none)\n"
                "  --boot-config TEXT   the airlock.* boot keys (hostname, ip, gw, route, dns) instead of\n"
                "                       /proc/cmdline: how a runtime without a guest kernel (gVisor) passes them\n"
                "  --verbose            debug logging\n");
@@ -45,6 +48,7 @@ int main(int argc, char** argv) {
   bool init = getpid() == 1;
   bool pid1 = init;
   std::optional<std::string> boot_config;
+  std::optional<std::string> token_file;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const char* flag) -> std::string {
@@ -62,6 +66,7 @@ int main(int argc, char** argv) {
     else if (a == "--services-dir") opts.services_dir = value("--services-dir");
     else if (a == "--template-defaults") opts.template_defaults = value("--template-defaults");
     else if (a == "--boot-config") boot_config = value("--boot-config");
+    else if (a == "--access-token-file") token_file = value("--access-token-file");
     else if (a == "--verbose") opts.verbose = true;
     else if (a == "--help" || a == "-h") {
       Usage();
@@ -80,6 +85,8 @@ int main(int argc, char** argv) {
   // Limits for started processes: only in a guest, where the agent owns the
   // whole cgroup tree (never a host's, even with --init).
   if (pid1) opts.cgroup_root = "/sys/fs/cgroup";
+  // The token for the code interpreter: in a guest only, never a host's /run.
+  opts.access_token_file = token_file ? *token_file : pid1 ? airlock::kGuestAccessTokenFile : "";
   if (!pid1) prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphans of our children come back to us
 
   while (true) {

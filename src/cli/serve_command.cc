@@ -194,7 +194,8 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "header-timeout", po::value(&header_timeout_s)->default_value(30), "seconds to receive a request header")(
       "body-timeout", po::value(&body_timeout_s)->default_value(30), "seconds a request body may stall")(
       "domain", po::value(&cfg.domain),
-      "route Host \"<port>-<sandbox id>.<domain>\" to that guest port (default: any domain)")(
+      "route Host \"<port>-<sandbox id>.<domain>\" to that guest port (default: no Host routing, "
+      "E2b-Sandbox-Id only)")(
       "dns-upstream", po::value(&cfg.manager.upstream_dns),
       "resolver airlock asks for allowed names, ip[:port] (default: the host's /etc/resolv.conf)")(
       "egress-bandwidth", po::value(&cfg.manager.egress_limits.bytes_per_second)->default_value(0),

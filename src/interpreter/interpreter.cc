@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/fd.h"
+#include "common/interpreter_access.h"
 #include "http/client.h"
 #include "interpreter/log.h"
 #include "interpreter/request.h"
@@ -30,6 +31,27 @@ http::Limits ServerLimits() {
     else LogDebug("http: %s", m.c_str());
   };
   return l;
+}
+
+// The token the agent wrote (common/interpreter_access.h); "" while it has
+// none (no file). Read on every request, so a rotation at /init applies at
+// once. Any other failure is an error: the caller refuses the request.
+StatusOr<std::string> ReadAccessToken(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) {
+    if (errno == ENOENT) return std::string();
+    return ErrnoError("open " + path);
+  }
+  std::string token;
+  char buf[512];
+  while (token.size() <= 4096) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("read " + path);
+    if (n == 0) return token;
+    token.append(buf, static_cast<size_t>(n));
+  }
+  return InvalidArgument(path + " is larger than 4 KiB");
 }
 
 }  // namespace
@@ -196,6 +218,17 @@ void Interpreter::FetchEnvs(const std::string& token, std::function<void(EnvVars
 void Interpreter::Handle(std::shared_ptr<http::Conn> c) {
   const std::string& path = c->path();
   http::Method m = c->method();
+  if (!options_.access_token_file.empty()) {
+    auto token = ReadAccessToken(options_.access_token_file);
+    if (!token.ok()) {
+      LogError("access token: %s", token.status().ToString().c_str());
+      return c->RespondError(503, "the sandbox's access token cannot be read: " + token.status().message());
+    }
+    if (!token->empty()) {
+      std::string denied = InterpreterAccessError(c->method_string(), path, c->Header("X-Access-Token"), *token);
+      if (!denied.empty()) return c->RespondError(401, denied);
+    }
+  }
   auto with_body = [this, c](std::function<void(std::string)> fn) {
     c->ReadBodyToString(options_.max_request_body, [c, fn = std::move(fn)](StatusOr<std::string> body) {
       if (!body.ok()) {

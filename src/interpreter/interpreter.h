@@ -12,6 +12,11 @@
 //                                 answered kernel_info, then 200 "OK"
 // The python default context is created at Start(); other languages' on
 // first use. Unknown languages → 500 naming the supported ones.
+// Access (common/interpreter_access.h): once the agent has written the
+// sandbox's token to Options::access_token_file, /execute (and any other
+// route but /health and the /contexts routes) needs it in X-Access-Token:
+// 401 {"code":401,"message":"missing|invalid X-Access-Token"}; a token file
+// that cannot be read → 503.
 #pragma once
 
 #include <boost/asio/io_context.hpp>

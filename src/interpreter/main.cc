@@ -3,7 +3,7 @@
 //
 //   airlock-interpreter [--listen IP:PORT] [--kernels PATH] [--user NAME]
 //                       [--cwd DIR] [--envd URL] [--runtime-dir DIR]
-//                       [--max-output-bytes N] [--verbose]
+//                       [--max-output-bytes N] [--access-token-file PATH] [--verbose]
 #include <signal.h>
 
 #include <boost/asio/io_context.hpp>
@@ -21,7 +21,7 @@ void Usage() {
   std::fprintf(stderr,
                "usage: airlock-interpreter [--listen IP:PORT] [--kernels PATH] [--user NAME] [--cwd DIR]\n"
                "                           [--envd URL] [--runtime-dir DIR] [--max-output-bytes N] [--console PATH]\n"
-               "                           [--verbose]\n"
+               "                           [--access-token-file PATH] [--verbose]\n"
                "  --listen IP:PORT        address to serve on (default 0.0.0.0:49999; port 0 = any)\n"
                "  --kernels PATH          kernel table (default /usr/local/lib/airlock/interpreter/kernels.json)\n"
                "  --user NAME             kernels run as this user when the server is root (default user)\n"
@@ -31,6 +31,10 @@ void Usage() {
                "  --max-output-bytes N    output cap per execution (default 67108864)\n"
                "  --console PATH          write \"airlock-interpreter: ready\" there once the default python\n"
                "                          kernel is ready (the guest's /dev/console)\n"
+               "  --access-token-file PATH  the sandbox's access token, as the agent writes it at /init: every\n"
+               "                          request but /health and the /contexts routes needs it in\n"
+               "                          X-Access-Token (default /run/airlock/access-token; a missing file:\n"
+               "                          no token yet; \"\" = no check)\n"
                "  --verbose               debug logging\n");
 }
 
@@ -56,6 +60,7 @@ int main(int argc, char** argv) {
     else if (a == "--envd") o.envd = value();
     else if (a == "--runtime-dir") o.runtime_dir = value();
     else if (a == "--console") o.console = value();
+    else if (a == "--access-token-file") o.access_token_file = value();
     else if (a == "--max-output-bytes") {
       std::string v = value();
       char* end = nullptr;

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <string>
 
+#include "common/interpreter_access.h"
+
 namespace airlock::interpreter {
 
 struct Options {
@@ -15,6 +17,10 @@ struct Options {
   std::string cwd = "/home/user";
   std::string envd = "http://127.0.0.1:49983";
   std::string runtime_dir = "/run/airlock-interpreter";
+  // The sandbox's access token, as the agent writes it at each /init
+  // (common/interpreter_access.h), read on every request. A missing file: no
+  // token yet (open, as the agent before /init). "" = never checked.
+  std::string access_token_file = kGuestAccessTokenFile;
   size_t max_output_bytes = 64u << 20;
   // Where "airlock-interpreter: ready" is written once the default python
   // kernel is ready (the guest's /dev/console: the host takes the template

@@ -15,7 +15,9 @@
 // bytes are relayed both ways until either side closes; any other answer is
 // forwarded as a normal response.
 // Access: port 49983 needs the sandbox's X-Access-Token, except GET /health
-// and /files with a valid URL signature (spec §2.3, §4.2). Other ports need
+// and /files with a valid URL signature (spec §2.3, §4.2); port 49999 (the
+// code interpreter) needs it on /execute and every route but /health and
+// the contexts routes (common/interpreter_access.h). Other ports need
 // E2B-Traffic-Access-Token when the sandbox has a traffic token (403 JSON
 // otherwise) and are exposed within Sandbox::ExposePort's bounds (429 +
 // Retry-After over the rate, 502 JSON over the cap; docs/server.md). Bodies
@@ -41,6 +43,7 @@
 
 #include "audit/data_plane_tap.h"
 #include "common/log.h"
+#include "common/interpreter_access.h"
 #include "common/secure_equal.h"
 #include "envd/proto_json.h"
 #include "server/server.h"
@@ -502,6 +505,14 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
       return c->RespondError(403, "Sandbox is secured with traffic access token. Provided token in header "
                                   "'e2b-traffic-access-token' is invalid");
     }
+  }
+  // The code interpreter runs code as the sandbox's user: /execute needs the
+  // sandbox's X-Access-Token as the agent's port does (the contexts routes,
+  // where the official SDK sends none, take it when sent;
+  // common/interpreter_access.h), before an autoResume starts.
+  if (port == kInterpreterPort) {
+    std::string denied = InterpreterAccessError(c->method_string(), path, c->Header("X-Access-Token"), token);
+    if (!denied.empty()) return c->RespondError(401, denied);
   }
   // Pausing too: the registry says "paused" from the commit on, while the VMM
   // is still being stopped; Resume waits for the pause to finish.

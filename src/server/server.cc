@@ -385,33 +385,40 @@ bool HostIsDirect(std::string host) {
 }  // namespace
 
 // Which sandbox a request is for (data plane), if any: E2b-Sandbox-Id when the
-// Host is localhost / an IP / sandbox.<domain>, else "<port>-<id>.<domain>".
+// Host is localhost / an IP / sandbox.<domain>, else "<port>-<id>.<domain>"
+// (only with serve --domain).
 std::optional<std::string> Server::DataPlaneTarget(const HttpConn& c, uint16_t* port) const {
   return DataPlaneSandbox(c, config_.domain, port);
 }
 
 std::optional<std::string> DataPlaneSandbox(const HttpConn& c, const std::string& domain, uint16_t* port) {
-  std::string host = c.Header("Host");
-  std::string id = c.Header("E2b-Sandbox-Id");
+  return DataPlaneSandbox(c.Header("Host"), c.Header("E2b-Sandbox-Id"), c.Header("E2b-Sandbox-Port"), domain, port);
+}
+
+std::optional<std::string> DataPlaneSandbox(const std::string& host, const std::string& id,
+                                             const std::string& port_header, const std::string& domain,
+                                             uint16_t* port) {
   *port = kAgentPort;
   if (!id.empty() && HostIsDirect(host)) {
-    std::string p = c.Header("E2b-Sandbox-Port");
-    if (!p.empty()) {
+    if (!port_header.empty()) {
       char* end = nullptr;
-      unsigned long v = std::strtoul(p.c_str(), &end, 10);
+      unsigned long v = std::strtoul(port_header.c_str(), &end, 10);
       if (*end != '\0' || v == 0 || v > 65535) return std::nullopt;
       *port = static_cast<uint16_t>(v);
     }
     return id;
   }
-  // "<port>-<id>.<domain>"
+  // "<port>-<id>.<domain>", only for the domain serve --domain names:
+  // without one no Host names a sandbox (a Host is the client's to choose,
+  // and "49999-<id>.anything" must not reach a guest; issue 32).
   size_t dash = host.find('-'), dot = host.find('.');
-  if (!domain.empty() && dot != std::string::npos) {
+  if (domain.empty() || dot == std::string::npos) return std::nullopt;
+  {
     std::string rest = host.substr(dot + 1);
     if (size_t colon = rest.rfind(':'); colon != std::string::npos) rest.resize(colon);
     if (strcasecmp(rest.c_str(), domain.c_str()) != 0) return std::nullopt;
   }
-  if (dash != std::string::npos && dot != std::string::npos && dash < dot && dash > 0) {
+  if (dash != std::string::npos && dash < dot && dash > 0) {
     std::string p = host.substr(0, dash);
     char* end = nullptr;
     unsigned long v = std::strtoul(p.c_str(), &end, 10);

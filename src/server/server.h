@@ -71,7 +71,7 @@ std::string PresentedApiKey(const HttpConn& c, bool allow_bearer);
 
 struct ServerConfig {
   // Host-based data-plane routing "<port>-<id>.<domain>" only for this
-  // domain (serve --domain); empty: any domain (the E2B SDK's default shape).
+  // domain (serve --domain); empty: none (E2b-Sandbox-Id routing only).
   std::string domain;
   std::string listen = "127.0.0.1:3000";
   ManagerConfig manager;
@@ -207,8 +207,12 @@ class DataPlaneStream {
 // Which sandbox a data-plane request is for, and its guest port (*port,
 // default the agent's): E2b-Sandbox-Id (+ E2b-Sandbox-Port) when the Host is
 // localhost, an IP or sandbox.<domain>, else a Host "<port>-<id>.<domain>"
-// (`domain` empty: any). nullopt: a control-plane request.
+// (`domain` empty: no Host form at all). nullopt: a control-plane request.
 std::optional<std::string> DataPlaneSandbox(const HttpConn& c, const std::string& domain, uint16_t* port);
+// The same from the Host, E2b-Sandbox-Id and E2b-Sandbox-Port values.
+std::optional<std::string> DataPlaneSandbox(const std::string& host, const std::string& id,
+                                            const std::string& port_header, const std::string& domain,
+                                            uint16_t* port);
 
 // GET /console/<file>: the web console's built-in files (console_routes.cc).
 void ServeConsoleAsset(HttpConn& c);

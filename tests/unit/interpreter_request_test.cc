@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/interpreter_access.h"
 #include "interpreter/kernel_spec.h"
 
 namespace airlock::interpreter {
@@ -97,6 +98,37 @@ TEST(InterpreterKernelTable, ParsesAndSubstitutes) {
                           R"({"p":{"argv":["x"],"env":{"a":1}}})", "nope"}) {
     EXPECT_FALSE(ParseKernelTable(bad, "/k", "test").ok()) << bad;
   }
+}
+
+// Port 49999's rule, shared by the daemon and the interpreter (issue 32):
+// /execute needs the token; the routes the official SDK calls without one
+// take none, or the right one.
+TEST(InterpreterAccess, ExecuteNeedsTheTokenContextsTakeNoneOrTheRightOne) {
+  const std::string tok = "0123456789abcdef";
+  EXPECT_EQ(InterpreterAccessError("POST", "/execute", "", tok), "missing X-Access-Token");
+  EXPECT_EQ(InterpreterAccessError("POST", "/execute", "wrong", tok), "invalid X-Access-Token");
+  EXPECT_EQ(InterpreterAccessError("POST", "/execute", "0123456789abcdeF", tok), "invalid X-Access-Token");
+  EXPECT_EQ(InterpreterAccessError("POST", "/execute", tok, tok), "");
+  // An empty token (the daemon's side) matches nothing.
+  EXPECT_EQ(InterpreterAccessError("POST", "/execute", "", ""), "missing X-Access-Token");
+  EXPECT_EQ(InterpreterAccessError("POST", "/execute", "x", ""), "invalid X-Access-Token");
+  // What the SDK sends without a token.
+  for (auto [m, p] : {std::pair{"GET", "/contexts"}, {"POST", "/contexts"}, {"DELETE", "/contexts/abc"},
+                      {"POST", "/contexts/abc/restart"}, {"GET", "/health"}, {"HEAD", "/health"}}) {
+    EXPECT_EQ(InterpreterAccessError(m, p, "", tok), "") << m << " " << p;
+    EXPECT_EQ(InterpreterAccessError(m, p, tok, tok), "") << m << " " << p;
+    if (std::string_view(p) != "/health") {
+      EXPECT_EQ(InterpreterAccessError(m, p, "wrong", tok), "invalid X-Access-Token") << m << " " << p;
+    }
+  }
+  // Anything else, other methods, and look-alike paths need it.
+  for (auto [m, p] : {std::pair{"GET", "/execute"}, {"PUT", "/contexts"}, {"GET", "/contexts/abc"},
+                      {"DELETE", "/contexts/a/b"}, {"POST", "/contexts/a/b/restart"}, {"POST", "/contexts//restart"},
+                      {"DELETE", "/contexts/"}, {"POST", "/health"}, {"GET", "/"}, {"GET", "/contexts/../execute"},
+                      {"POST", "/execute/"}, {"POST", "/Execute"}}) {
+    EXPECT_EQ(InterpreterAccessError(m, p, "", tok), "missing X-Access-Token") << m << " " << p;
+  }
+  EXPECT_EQ(kInterpreterPort, 49999);
 }
 
 }  // namespace

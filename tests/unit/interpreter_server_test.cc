@@ -722,5 +722,62 @@ TEST_F(InterpreterServer, OutputLimitCutsAndNextCallWorks) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+// The token check at the interpreter itself (issue 32), so a request that
+// reaches port 49999 without the daemon (a relay in the guest) cannot run
+// code: the token is the one the agent wrote at /init, read on every
+// request. Needs no kernel (the check comes first; a language it does not
+// have answers 500 past it), so it runs without ipykernel too.
+TEST(InterpreterAccess, TokenFileGuardsExecuteAndFollowsRotation) {
+  std::string dir = MakeTempDir();
+  std::string file = dir + "/access-token";
+  auto write_token = [&](const std::string& t) {  // as the agent: a new file renamed over the old
+    std::ofstream(file + ".tmp") << t;
+    ASSERT_EQ(rename((file + ".tmp").c_str(), file.c_str()), 0);
+  };
+  FakeEnvd envd;
+  Server server(dir, "--access-token-file " + file, envd.port());
+  ASSERT_GT(server.port(), 0) << server.Log();
+  const int port = server.port();
+  const json nope = {{"code", "1"}, {"language", "nope"}};
+  auto tok = [](const std::string& t) { return "X-Access-Token: " + t + "\r\n"; };
+  // No token yet (before /init): open, as the agent.
+  EXPECT_EQ(Execute(port, nope).status, 500);
+
+  write_token("secret");
+  Reply missing = Execute(port, nope);
+  EXPECT_EQ(missing.status, 401) << missing.body;
+  EXPECT_NE(missing.body.find("missing X-Access-Token"), std::string::npos) << missing.body;
+  Reply wrong = Execute(port, nope, tok("wrong"));
+  EXPECT_EQ(wrong.status, 401);
+  EXPECT_NE(wrong.body.find("invalid X-Access-Token"), std::string::npos) << wrong.body;
+  EXPECT_EQ(Execute(port, {{"code", "1"}}).status, 401);  // the default context: not run either
+  Reply ok = Execute(port, nope, tok("secret"));
+  EXPECT_EQ(ok.status, 500) << ok.body;  // past the check
+  EXPECT_NE(ok.body.find("not supported"), std::string::npos) << ok.body;
+  // The routes the official SDK calls without a token: open, or the right token.
+  EXPECT_EQ(Call(port, "GET", "/contexts").status, 200);
+  EXPECT_EQ(Call(port, "GET", "/contexts", "", tok("secret")).status, 200);
+  EXPECT_EQ(Call(port, "GET", "/contexts", "", tok("wrong")).status, 401);
+  EXPECT_EQ(Call(port, "DELETE", "/contexts/none").status, 404);
+  EXPECT_EQ(Call(port, "POST", "/contexts/none/restart").status, 404);
+  EXPECT_NE(Call(port, "GET", "/health").status, 401);
+  EXPECT_EQ(Call(port, "GET", "/other").status, 401);
+  EXPECT_EQ(Call(port, "GET", "/other", "", tok("secret")).status, 404);
+
+  // Rotated at /init: the old token stops at once, the new one works.
+  write_token("next");
+  EXPECT_EQ(Execute(port, nope, tok("secret")).status, 401);
+  EXPECT_EQ(Execute(port, nope, tok("next")).status, 500);
+  // A token file that cannot be read refuses everything (503), never opens.
+  ASSERT_EQ(unlink(file.c_str()), 0);
+  ASSERT_EQ(mkdir(file.c_str(), 0700), 0);
+  EXPECT_EQ(Execute(port, nope, tok("next")).status, 503);
+  EXPECT_EQ(Call(port, "GET", "/contexts").status, 503);
+  // Cleared (the agent removes the file): open again, as the agent.
+  ASSERT_EQ(rmdir(file.c_str()), 0);
+  EXPECT_EQ(Execute(port, nope).status, 500);
+  std::system(("rm -rf " + dir).c_str());
+}
+
 }  // namespace
 }  // namespace airlock::interpreter

@@ -7,6 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "agent/agent.h"
@@ -37,8 +42,12 @@ TEST(AgentAuthTest, HelpersParseAndCompare) {
 class AgentServer : public ::testing::Test {
  protected:
   void SetUp() override {
+    char tmpl[] = "/tmp/agent-auth-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
     AgentOptions o;
     o.listen = "127.0.0.1:0";
+    o.access_token_file = TokenFile();
     agent_ = std::make_unique<Agent>(io_, o);
     ASSERT_TRUE(agent_->Start().ok());
     port_ = agent_->port();
@@ -47,6 +56,16 @@ class AgentServer : public ::testing::Test {
   void TearDown() override {
     io_.stop();
     thread_.join();
+    std::filesystem::remove_all(dir_);
+  }
+  // Where the agent writes the token for the code interpreter.
+  std::string TokenFile() const { return dir_ + "/airlock/access-token"; }
+  std::string ReadTokenFile() const {
+    std::ifstream f(TokenFile());
+    if (!f) return "<none>";
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
   }
   // One request on its own connection; returns "status\nbody".
   std::pair<int, std::string> Req(const std::string& method, const std::string& target, const std::string& headers,
@@ -69,6 +88,7 @@ class AgentServer : public ::testing::Test {
     size_t p = out.find("\r\n\r\n");
     return {status, p == std::string::npos ? "" : out.substr(p + 4)};
   }
+  std::string dir_;
   asio::io_context io_;
   std::unique_ptr<Agent> agent_;
   uint16_t port_ = 0;
@@ -108,6 +128,32 @@ TEST_F(AgentServer, InitSetsTokenOnceAndEveryPathChecksIt) {
   EXPECT_EQ(signed_req.second.find("X-Access-Token"), std::string::npos) << signed_req.second;
   std::string expired = FileSignature(path, "read", "", "next", 1000);
   EXPECT_EQ(Req("GET", "/files?path=" + path + "&signature=" + expired + "&signature_expiration=1000", "").first, 401);
+}
+
+// The code interpreter learns the token from a file the agent writes at
+// each /init (issue 32): root's alone, replaced at each rotation, removed
+// when cleared; a token that cannot be written fails /init and is not set.
+TEST_F(AgentServer, InitWritesTheTokenForTheInterpreterAndFollowsRotation) {
+  EXPECT_EQ(ReadTokenFile(), "<none>");
+  ASSERT_EQ(Req("POST", "/init", "", R"({"accessToken":"secret"})").first, 204);
+  EXPECT_EQ(ReadTokenFile(), "secret");
+  struct stat st {};
+  ASSERT_EQ(::stat(TokenFile().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(::stat((dir_ + "/airlock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(Req("POST", "/init", "X-Access-Token: secret\r\n", R"({"accessToken":"next"})").first, 204);
+  EXPECT_EQ(ReadTokenFile(), "next");
+  ASSERT_EQ(Req("POST", "/init", "X-Access-Token: next\r\n", R"({"accessToken":""})").first, 204);
+  EXPECT_EQ(ReadTokenFile(), "<none>");
+  EXPECT_EQ(Req("GET", "/envs", "").first, 200);  // cleared: open, as before /init
+  // The file's directory cannot be made: /init fails, and the token is not set.
+  std::filesystem::remove_all(dir_ + "/airlock");
+  std::ofstream(dir_ + "/airlock") << "a file where the directory goes";
+  auto failed = Req("POST", "/init", "", R"({"accessToken":"unwritten"})");
+  EXPECT_EQ(failed.first, 500) << failed.second;
+  EXPECT_NE(failed.second.find("interpreter"), std::string::npos) << failed.second;
+  EXPECT_EQ(Req("GET", "/envs", "").first, 200);
 }
 
 }  // namespace

@@ -45,6 +45,42 @@ TEST(ServerUnitTest, PageTokensAndTimes) {
   EXPECT_EQ(FormatRfc3339Ms(1767323045123), "2026-01-02T03:04:05.123Z");
 }
 
+// Which sandbox a data-plane request names (issue 32): the Host form
+// "<port>-<id>.<domain>" only under serve --domain, and only that domain;
+// E2b-Sandbox-Id with a direct Host always.
+TEST(ServerUnitTest, HostFormRoutesOnlyTheConfiguredDomain) {
+  uint16_t port = 0;
+  // No --domain: no Host names a sandbox.
+  for (const char* host : {"49999-sbx1.airlock.test", "49999-sbx1.anything", "49983-sbx1.e2b.app:443", "1-a.b"}) {
+    EXPECT_FALSE(server::DataPlaneSandbox(host, "", "", "", &port)) << host;
+  }
+  // --domain airlock.test: that domain only (any case, any port).
+  auto id = server::DataPlaneSandbox("49999-sbx1.airlock.test", "", "", "airlock.test", &port);
+  ASSERT_TRUE(id);
+  EXPECT_EQ(*id, "sbx1");
+  EXPECT_EQ(port, 49999);
+  id = server::DataPlaneSandbox("8080-sbx2.AIRLOCK.test:3000", "", "", "airlock.test", &port);
+  ASSERT_TRUE(id);
+  EXPECT_EQ(*id, "sbx2");
+  EXPECT_EQ(port, 8080);
+  for (const char* host : {"49999-sbx1.elsewhere.test", "49999-sbx1.airlock.test.evil", "49999-sbx1.x.airlock.test",
+                           "49999-sbx1", "sbx1.airlock.test", "0-sbx1.airlock.test", "70000-sbx1.airlock.test",
+                           "x-sbx1.airlock.test", "airlock.test"}) {
+    EXPECT_FALSE(server::DataPlaneSandbox(host, "", "", "airlock.test", &port)) << host;
+  }
+  // Header routing, with or without a domain.
+  for (const char* domain : {"", "airlock.test"}) {
+    id = server::DataPlaneSandbox("127.0.0.1:3000", "sbx3", "49999", domain, &port);
+    ASSERT_TRUE(id);
+    EXPECT_EQ(*id, "sbx3");
+    EXPECT_EQ(port, 49999);
+    id = server::DataPlaneSandbox("localhost", "sbx3", "", domain, &port);
+    ASSERT_TRUE(id);
+    EXPECT_EQ(port, 49983);
+    EXPECT_FALSE(server::DataPlaneSandbox("127.0.0.1", "sbx3", "99999", domain, &port));
+  }
+}
+
 TEST(ServerUnitTest, HostPortAndEncoding) {
   auto a = ParseHostPort("http://127.0.0.1:3000/");
   ASSERT_TRUE(a.ok());
