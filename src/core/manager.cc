@@ -538,10 +538,9 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   if (options.vcpus < 1 || options.vcpus > 64) return InvalidArgument("vcpus must be 1..64");
   if (options.memory_mib < 128 || options.memory_mib > 65536) return InvalidArgument("memory must be 128..65536 MiB");
 
-  // A named snapshot as the template (named_snapshots.cc): its runtime.
-  if (auto snap = FindNamedSnapshot(options.template_name); !snap.empty()) {
-    return CreateFromNamedSnapshot(snap, options);
-  }
+  // A named snapshot the caller found for its team (named_snapshots.cc):
+  // its runtime. A template name is never looked up as a snapshot here.
+  if (!options.named_snapshot_dir.empty()) return CreateFromNamedSnapshot(options.named_snapshot_dir, options);
   // The runtime: asked for, else the template name's ("base-gvisor"), else
   // the default; one that cannot run here fails the create before anything
   // is made.

@@ -187,6 +187,11 @@ struct CreateOptions {
   // installs the sandbox's CA and records its owner here. An error fails
   // the create and undoes everything.
   std::function<Status(Sandbox&)> handover;
+  // Start from this named snapshot (its directory, as FindNamedSnapshot
+  // found it for the caller's team) instead of `template_name`. Create never
+  // looks a snapshot up by itself: a name is a template unless the caller
+  // resolved it, for its own team, to one of that team's snapshots.
+  std::string named_snapshot_dir;
 };
 
 // A sandbox left running by a previous daemon, to be taken over by Open().
@@ -237,7 +242,8 @@ struct CreateTimings {
 // A named snapshot (named_snapshots.cc).
 struct NamedSnapshotInfo {
   std::string snapshot_id;  // "snap-<16 hex>"
-  std::vector<std::string> names;
+  std::vector<std::string> names;  // unique within `team`
+  std::string team;                // the owner: its names live in this team's namespace
   std::string sandbox_id;  // the source
   int64_t created_at_ms = 0;
   std::string dir;
@@ -502,14 +508,24 @@ class Manager {
   Status ExportDiskLayer(const std::string& dir, const std::string& out) const;
   std::string layers_dir() const { return config_.state_dir + "/snapshots/layers"; }
   // Named snapshots (named_snapshots.cc): a checkpoint of running sandbox
-  // `id` (it keeps running) kept until deleted; `name` optional, unique.
-  // Create(template_name = its id or name) starts a sandbox from it.
-  StatusOr<NamedSnapshotInfo> CreateNamedSnapshot(const std::string& id, const std::string& name);
+  // `id` (it keeps running) kept until deleted, owned by `team`. `name` is
+  // optional and lives in the team's namespace: unique among the team's
+  // snapshots (AlreadyExists), never a built-in template's name, runtime
+  // form or alias (IsBuiltInTemplateName), nor "snap-..." (InvalidArgument).
+  // Create(named_snapshot_dir = FindNamedSnapshot(...)) starts a sandbox
+  // from it.
+  StatusOr<NamedSnapshotInfo> CreateNamedSnapshot(const std::string& id, const std::string& name,
+                                                  const std::string& team = "");
   StatusOr<std::vector<NamedSnapshotInfo>> ListNamedSnapshots();
-  // NotFound; FailedPrecondition while sandboxes are layered on it.
-  Status DeleteNamedSnapshot(const std::string& id_or_name);
-  // The directory of the named snapshot with this id or name, or "".
-  std::string FindNamedSnapshot(const std::string& id_or_name);
+  // The snapshot FindNamedSnapshot(ref, team, any_team) finds: NotFound;
+  // FailedPrecondition while sandboxes are layered on it.
+  Status DeleteNamedSnapshot(const std::string& ref, const std::string& team = "", bool any_team = false);
+  // The directory of the named snapshot that `ref` names for `team`, or "":
+  // a snapshot id of the team's (of any team's when `any_team`, for admin
+  // keys), or a name of the team's own snapshots. Another team's name never
+  // matches, whoever asks. A snapshot written before teams were recorded
+  // belongs to the registry's owner of its id.
+  std::string FindNamedSnapshot(const std::string& ref, const std::string& team, bool any_team = false);
   std::string named_dir() const { return config_.state_dir + "/snapshots/named"; }
   // <state_dir>/snapshots/forks
   std::string forks_dir() const { return config_.state_dir + "/snapshots/forks"; }

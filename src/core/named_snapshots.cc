@@ -3,15 +3,22 @@
 // sandboxes (Sandbox.create(snapshotID or name)).
 //
 //   snapshots/named/<snapshotID>/  memory, disk.qcow2, manifest.json,
-//                                  info.json (0600: id, names, source sandbox,
-//                                  template, env vars, the source's token, which
-//                                  the copied agent holds until /init rotates it)
+//                                  info.json (0600: id, names, team, source
+//                                  sandbox, template, env vars, the source's
+//                                  token, which the copied agent holds until
+//                                  /init rotates it)
+// Names live in their team's namespace (docs/security.md): unique within the
+// team, never a built-in template's (IsBuiltInTemplateName), and found only
+// for that team. Nothing resolves a snapshot implicitly: a create starts
+// from one only when its caller found it (FindNamedSnapshot, for its team)
+// and said so (CreateOptions::named_snapshot_dir).
 // Written as <snapshotID>.tmp and renamed: a crash leaves no half snapshot.
 // A snapshot that sandboxes or other snapshots are layered on cannot be
 // deleted (FailedPrecondition; Manager::SnapshotDirsLayeredOn).
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -21,6 +28,7 @@
 #include "core/manager.h"
 #include "core/registry.h"
 #include "core/sandbox_egress.h"
+#include "core/template_runtime.h"
 #include "runtime/registry.h"
 
 namespace airlock {
@@ -64,6 +72,12 @@ StatusOr<std::vector<NamedSnapshotInfo>> Manager::ListNamedSnapshots() {
         if (n.is_string()) i.names.push_back(n.get<std::string>());
       }
     }
+    i.team = j->value("team", "");
+    if (!j->contains("team") && config_.registry) {
+      // Written before snapshots recorded their team: the owners row's.
+      if (auto owner = config_.registry->OwnerOf(OwnedKind::kSnapshot, i.snapshot_id); owner.ok() && *owner)
+        i.team = **owner;
+    }
     i.sandbox_id = j->value("sandboxID", "");
     i.created_at_ms = j->value("createdAtMs", int64_t{0});
     i.dir = e.path().string();
@@ -75,27 +89,42 @@ StatusOr<std::vector<NamedSnapshotInfo>> Manager::ListNamedSnapshots() {
   return out;
 }
 
-std::string Manager::FindNamedSnapshot(const std::string& id_or_name) {
-  if (!ValidName(id_or_name)) return "";
+std::string Manager::FindNamedSnapshot(const std::string& ref, const std::string& team, bool any_team) {
+  if (!ValidName(ref)) return "";
   auto all = ListNamedSnapshots();
   if (!all.ok()) return "";
   for (auto& s : *all) {
-    if (s.snapshot_id == id_or_name) return s.dir;
+    if (s.snapshot_id == ref && (any_team || s.team == team)) return s.dir;
+  }
+  if (IsBuiltInTemplateName(ref)) return "";  // a name squatted before names were checked
+  for (auto& s : *all) {
+    if (s.team != team) continue;  // another team's names are not in this namespace
     for (auto& n : s.names) {
-      if (n == id_or_name) return s.dir;
+      if (n == ref) return s.dir;
     }
   }
   return "";
 }
 
-StatusOr<NamedSnapshotInfo> Manager::CreateNamedSnapshot(const std::string& id, const std::string& name) {
+StatusOr<NamedSnapshotInfo> Manager::CreateNamedSnapshot(const std::string& id, const std::string& name,
+                                                         const std::string& team) {
   if (!name.empty() && !ValidName(name)) return InvalidArgument("snapshot name must be 1..128 of [A-Za-z0-9._:-]");
-  if (!name.empty() && !FindNamedSnapshot(name).empty()) return AlreadyExists("a snapshot named '" + name + "' exists");
+  if (!name.empty() && IsBuiltInTemplateName(name))
+    return InvalidArgument("snapshot name '" + name + "' is a built-in template's name");
+  if (name.rfind("snap-", 0) == 0) return InvalidArgument("snapshot name '" + name + "' looks like a snapshot id");
+  if (!name.empty()) {
+    ASSIGN_OR_RETURN(auto all, ListNamedSnapshots());
+    for (const auto& s : all) {
+      if (s.team == team && std::find(s.names.begin(), s.names.end(), name) != s.names.end())
+        return AlreadyExists("a snapshot named '" + name + "' exists");
+    }
+  }
   std::shared_ptr<Sandbox> sb = Get(id);
   if (!sb) return NotFound("sandbox " + id + " not found");
   NamedSnapshotInfo info;
   info.snapshot_id = "snap-" + RandomHex(8);
   if (!name.empty()) info.names.push_back(name);
+  info.team = team;
   info.sandbox_id = id;
   info.created_at_ms = NowUnixMs();
   info.dir = named_dir() + "/" + info.snapshot_id;
@@ -116,7 +145,7 @@ StatusOr<NamedSnapshotInfo> Manager::CreateNamedSnapshot(const std::string& id, 
   if (ec) return Internal("mkdir " + named_dir() + ": " + ec.message());
   auto saved = vm->SaveSnapshot(tmp, /*keep_running=*/true);  // the sandbox keeps running
   if (!saved.ok()) return RuntimeOpStatus(saved.status(), sb->runtime_, "snapshot", "snapshot " + id);
-  nlohmann::json j = {{"snapshotID", info.snapshot_id},    {"names", info.names},       {"sandboxID", id},
+  nlohmann::json j = {{"snapshotID", info.snapshot_id},    {"names", info.names}, {"team", team}, {"sandboxID", id},
                       {"createdAtMs", info.created_at_ms}, {"template", sb->template_}, {"envVars", sb->env_vars_},
                       {"sourceToken", sb->access_token_}};
   std::string text = j.dump(2);
@@ -131,7 +160,21 @@ StatusOr<NamedSnapshotInfo> Manager::CreateNamedSnapshot(const std::string& id, 
       ::close(fd);
     }
   }
-  if (st.ok() && ::rename(tmp.c_str(), info.dir.c_str()) != 0) st = ErrnoError("rename " + tmp);
+  if (st.ok()) {
+    // The name is taken at the rename: checked again under one lock, so two
+    // snapshots racing for one name of a team cannot both have it.
+    static std::mutex names_mu;
+    std::lock_guard<std::mutex> names(names_mu);
+    if (!name.empty()) {
+      auto all = ListNamedSnapshots();
+      if (!all.ok()) st = all.status();
+      for (const auto& s : all.ok() ? *all : std::vector<NamedSnapshotInfo>{}) {
+        if (s.team == team && std::find(s.names.begin(), s.names.end(), name) != s.names.end())
+          st = AlreadyExists("a snapshot named '" + name + "' exists");
+      }
+    }
+    if (st.ok() && ::rename(tmp.c_str(), info.dir.c_str()) != 0) st = ErrnoError("rename " + tmp);
+  }
   if (!st.ok()) {
     fs::remove_all(tmp, ec);
     return st;
@@ -141,8 +184,8 @@ StatusOr<NamedSnapshotInfo> Manager::CreateNamedSnapshot(const std::string& id, 
   return info;
 }
 
-Status Manager::DeleteNamedSnapshot(const std::string& id_or_name) {
-  std::string dir = FindNamedSnapshot(id_or_name);
+Status Manager::DeleteNamedSnapshot(const std::string& id_or_name, const std::string& team, bool any_team) {
+  std::string dir = FindNamedSnapshot(id_or_name, team, any_team);
   if (dir.empty()) return NotFound("snapshot " + id_or_name + " not found");
   int users = 0;
   {

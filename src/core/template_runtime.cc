@@ -1,6 +1,7 @@
 #include "core/template_runtime.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "image/image.h"
 
@@ -24,6 +25,12 @@ TemplateRef ParseTemplateRuntime(const std::string& name, const std::string& def
     if (IsBuiltIn(base)) return {image::CanonicalTemplateName(base), runtime, true};
   }
   return {name, default_runtime, false};
+}
+
+bool IsBuiltInTemplateName(const std::string& name) {
+  std::string n = name.substr(0, name.find(':'));
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return IsBuiltIn(n) || ParseTemplateRuntime(n, kDefaultRuntime).runtime_in_name;
 }
 
 std::string TemplateNameOn(const std::string& image_template, const std::string& runtime,

@@ -29,6 +29,13 @@ struct TemplateRef {
 TemplateRef ParseTemplateRuntime(const std::string& name, const std::string& default_runtime,
                                  const std::vector<std::string>& runtimes = AvailableRuntimes());
 
+// Whether `name` names a built-in template in any form a create accepts:
+// the template, an alias ("code-interpreter-v1"), either on a runtime
+// ("base-gvisor", "base-qemu"), in any letter case, with or without a
+// ":tag". Such names are reserved: no snapshot or custom template of a
+// team may take one (a team's "base" would otherwise shadow everyone's).
+bool IsBuiltInTemplateName(const std::string& name);
+
 // The name a sandbox's template is shown by (GET /sandboxes): "<t>-<runtime>"
 // for a built-in image template `t` on a runtime other than the daemon's
 // default (`default_runtime`, serve --default-runtime: there `base` is what

@@ -196,11 +196,16 @@ void Server::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller
       opts.template_name = image;  // a custom template's build (resolved below, on a worker)
     } else if (req.template_id) {
       opts.template_name = *req.template_id;
-      // A named snapshot is a template of its team only.
-      std::string snap = manager_->FindNamedSnapshot(opts.template_name);
+      // A named snapshot is a template of its team only: a name in the
+      // caller's team's namespace (an id of any team's for admin keys). A
+      // built-in template's name is never a snapshot.
+      std::string snap = IsBuiltInTemplateName(opts.template_name)
+                             ? ""
+                             : manager_->FindNamedSnapshot(opts.template_name, caller.team, caller.admin);
       if (!snap.empty() && !CallerOwns(caller, OwnedKind::kSnapshot, snap.substr(snap.rfind('/') + 1))) {
         return c->RespondError(404, "template " + opts.template_name + " not found");
       }
+      opts.named_snapshot_dir = snap;
       if (snap.empty()) {
         // A built-in template on a runtime ("base-gvisor") is that template,
         // on that runtime unless the body names one.

@@ -6,6 +6,7 @@
 // The work runs on the worker pool; Manager::Pause/Resume (core/snapshots.cc)
 // serialise per sandbox.
 #include <algorithm>
+#include <cctype>
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 
@@ -16,6 +17,7 @@
 #include "server/requests/pause.h"
 #include "server/requests/snapshot.h"
 #include "server/server.h"
+#include "templates/template_store.h"
 
 namespace airlock::server {
 
@@ -105,7 +107,18 @@ void Server::CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id) 
     if (!sb) return RespondNoSandbox(c, id);
     std::string owner = sb->attributes().owner_team;
     asio::post(*workers_, [this, c, id, name, owner] {
-      auto snap = manager_->CreateNamedSnapshot(id, name);
+      // The team's namespace is shared by its snapshots and its templates:
+      // a name of one of the team's templates (or any template's id) is taken.
+      if (!name.empty()) {
+        std::string lower = name;
+        for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        if (template_store_->FindAlias(owner, lower).ok() || template_store_->GetTemplate(name).ok()) {
+          return asio::post(c->executor(), [c, name] {
+            c->RespondError(409, "snapshot name '" + name + "' is a template of your team");
+          });
+        }
+      }
+      auto snap = manager_->CreateNamedSnapshot(id, name, owner);
       if (!snap.ok()) {
         Status st = snap.status();
         int code = HttpStatusFor(st, HttpStatusContext::kDisk);
@@ -157,10 +170,10 @@ void Server::ListSnapshots(std::shared_ptr<HttpConn> c, const Caller& caller) {
 
 void Server::DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller) {
   asio::post(*workers_, [this, c, id, caller] {
-    std::string dir = manager_->FindNamedSnapshot(id);
+    std::string dir = manager_->FindNamedSnapshot(id, caller.team, caller.admin);
     Status st = !dir.empty() && !CallerOwns(caller, OwnedKind::kSnapshot, dir.substr(dir.rfind('/') + 1))
                     ? NotFound("snapshot " + id + " not found")
-                    : manager_->DeleteNamedSnapshot(id);
+                    : manager_->DeleteNamedSnapshot(id, caller.team, caller.admin);
     asio::post(c->executor(), [c, st] {
       if (st.ok()) return c->Respond(204, "", "");
       c->RespondError(HttpStatusFor(st), st.message());

@@ -8,7 +8,7 @@
 //   PUT    /upload/{hash}?team=&expires=&token=          the archive (200)
 //   POST   /v2/templates/{id}/builds/{bid}               start it (202, empty)
 //   GET    /templates/{id}/builds/{bid}/status           status + logs by offset
-//   GET    /templates/aliases/{alias[:tag]}              exists (200/403/404)
+//   GET    /templates/aliases/{alias[:tag]}              exists in the caller's team (200/404)
 //   POST   /templates/tags, DELETE /templates/tags, GET /templates/{ref}/tags
 //   GET    /templates, GET /templates/{ref}, DELETE /templates/{ref},
 //   PATCH  /v2/templates/{ref} (publish), PATCH /templates/{ref}
@@ -212,7 +212,7 @@ bool Server::RouteTemplates(std::shared_ptr<HttpConn> c, const Caller& caller) {
     asio::post(*workers_, [self, c, caller, ref] {
       auto t = tpl::ResolveTemplate(*self->template_store_, ref, caller.team, caller.admin);
       if (!t.ok()) {
-        if (self->manager_->FindNamedSnapshot(ref).empty()) {
+        if (self->manager_->FindNamedSnapshot(ref, caller.team, caller.admin).empty()) {
           return asio::post(c->executor(), [c, ref] { c->RespondError(404, "template '" + ref + "' not found"); });
         }
         return asio::post(c->executor(), [self, c, caller, ref] { self->DeleteSnapshot(c, ref, caller); });
@@ -295,6 +295,10 @@ void Server::RequestTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& cal
     if (*disk < 0 || *disk > config_.max_disk_mib) return c->RespondError(400, "minFreeDiskMb is out of range");
     const std::string alias = parsed->alias;
     InTemplateWorker(c, [this, caller, alias, tags, cpu = *cpu, mem = *mem, disk = *disk]() -> TemplateAnswer {
+      // One namespace per team for its templates and its snapshots: a create
+      // by this name must not mean two things.
+      if (!manager_->FindNamedSnapshot(alias, caller.team).empty())
+        return {409, nullptr, "Alias '" + alias + "' is already used by a snapshot of your team"};
       auto r = template_store_->RequestBuild(caller.team, alias, tags, cpu, mem, disk, NewTemplateId());
       if (!r.ok()) return TemplateAnswer::Error(r.status());
       Audit({{"action", "template.build_requested"},
@@ -468,11 +472,13 @@ void Server::AliasExists(std::shared_ptr<HttpConn> c, const Caller& caller, cons
   InTemplateWorker(c, [this, caller, ref]() -> TemplateAnswer {
     auto name = tpl::ParseName(ref);
     if (!name.ok()) return {400, nullptr, name.status().message()};
-    auto id = template_store_->FindAlias(name->alias);
+    // The caller's team's namespace ("team/alias": that team's); another
+    // team's private alias is not there (404, its existence not revealed).
+    auto id = template_store_->FindAlias(name->ns.empty() ? caller.team : name->ns, name->alias);
     if (!id.ok()) return {404, nullptr, "template '" + ref + "' not found"};
     auto t = template_store_->GetTemplate(*id);
     if (!t.ok()) return {404, nullptr, "template '" + ref + "' not found"};
-    if (!IsTemplateOwner(caller, *t) && !t->is_public) return {403, nullptr, "template '" + ref + "' is not yours"};
+    if (!IsTemplateOwner(caller, *t) && !t->is_public) return {404, nullptr, "template '" + ref + "' not found"};
     if (!name->tag.empty() && !template_store_->ResolveTag(t->id, name->tag).ok())
       return {404, nullptr, "tag '" + name->tag + "' does not exist for template '" + name->alias + "'"};
     return {200, json{{"templateID", t->id}, {"public", t->is_public}}, ""};

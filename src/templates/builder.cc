@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 
@@ -302,9 +303,30 @@ void Builder::Worker() {
   }
 }
 
+std::string HideHostPaths(std::string message, const std::string& state_dir) {
+  if (state_dir.empty() || state_dir == "/") return message;
+  const std::string root = state_dir.back() == '/' ? state_dir.substr(0, state_dir.size() - 1) : state_dir;
+  for (size_t at = message.find(root); at != std::string::npos; at = message.find(root, at)) {
+    size_t end = at + root.size();
+    if (end < message.size() && message[end] != '/' && message[end] != ' ' && message[end] != ':' &&
+        message[end] != '\'' && message[end] != '"' && message[end] != ')' && message[end] != ',') {
+      at = end;  // a longer name that starts the same (/var/lib/airlock2)
+      continue;
+    }
+    while (end < message.size() && !std::isspace(static_cast<unsigned char>(message[end])) && message[end] != ':' &&
+           message[end] != '\'' && message[end] != '"' && message[end] != ')' && message[end] != ',')
+      ++end;
+    static constexpr char kHidden[] = "<host path>";
+    message.replace(at, end - at, kHidden);
+    at += sizeof(kHidden) - 1;
+  }
+  return message;
+}
+
 void Builder::Log(Job& job, const std::string& level, const std::string& message, const std::string& step) {
   if (job.log_lines > kMaxLogLines) return;
-  std::string m = message.size() > kMaxLogLineBytes ? message.substr(0, kMaxLogLineBytes) + "..." : message;
+  const std::string shown = HideHostPaths(message, config_.state_dir);
+  std::string m = shown.size() > kMaxLogLineBytes ? shown.substr(0, kMaxLogLineBytes) + "..." : shown;
   if (++job.log_lines > kMaxLogLines) m = "(build log truncated: more than " + std::to_string(kMaxLogLines) + " lines)";
   Status st = store_.AppendLog(job.row.id, LogEntry{NowUnixMs(), level, m, step});
   if (!st.ok()) LOG_WARN("template build {}: log: {}", job.row.id, st.message());
@@ -348,7 +370,8 @@ void Builder::RunBuild(const std::string& build_id) {
     done.reason = nullptr;
     Log(*job, "info", "Build finished, took " + std::to_string(static_cast<int>(secs + 0.5)) + "s", "");
   } else {
-    std::string message = st.message();
+    // The team sees the cause, never the host's paths (the daemon's log has them).
+    std::string message = HideHostPaths(st.message(), config_.state_dir);
     if (job->canceled) message = "the build was canceled (its template was deleted or the daemon stopped)";
     for (const auto& layer : job->new_layers) (void)manager_.DeleteDiskLayer(layer.dir);
     if (!job->image.empty()) (void)image::RemoveTemplateImage(config_.state_dir, job->image);
@@ -357,7 +380,7 @@ void Builder::RunBuild(const std::string& build_id) {
     done.final_layer.clear();
     done.reason = {{"message", message}, {"step", job->step}};
     Log(*job, "error", "Build failed: " + message, job->step);
-    LOG_WARN("template build {} failed at step {}: {}", build_id, job->step, message);
+    LOG_WARN("template build {} failed at step {}: {}", build_id, job->step, st.message());
   }
   if (Status f = store_.FinishBuild(done); !f.ok()) LOG_WARN("template build {}: {}", build_id, f.message());
   if (config_.audit) {

@@ -55,6 +55,11 @@ class Manager;
 
 namespace airlock::templates {
 
+// `message` with every path under `state_dir` replaced by "<host path>":
+// what a team sees of a failed build (its log, its reason) names causes,
+// never the host's layout. The daemon's own log keeps the paths.
+std::string HideHostPaths(std::string message, const std::string& state_dir);
+
 struct BuilderConfig {
   std::string state_dir;
   // The daemon's registry (canonical path): its layers live in a directory

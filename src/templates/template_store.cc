@@ -72,7 +72,12 @@ StatusOr<std::unique_ptr<TemplateStore>> TemplateStore::Open(const std::string& 
       "CREATE TABLE IF NOT EXISTS templates (id TEXT PRIMARY KEY, team TEXT NOT NULL, public INTEGER NOT NULL,"
       " created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, spawn_count INTEGER NOT NULL DEFAULT 0,"
       " last_spawned_at INTEGER NOT NULL DEFAULT 0);"
+      // Aliases live in their team's namespace (docs/security.md): two teams
+      // may both have "app". template_aliases is the old, global table:
+      // its rows move to team_template_aliases below.
       "CREATE TABLE IF NOT EXISTS template_aliases (alias TEXT PRIMARY KEY, template_id TEXT NOT NULL);"
+      "CREATE TABLE IF NOT EXISTS team_template_aliases (team TEXT NOT NULL, alias TEXT NOT NULL,"
+      " template_id TEXT NOT NULL, PRIMARY KEY (team, alias));"
       "CREATE TABLE IF NOT EXISTS template_builds (id TEXT PRIMARY KEY, template_id TEXT NOT NULL,"
       " status TEXT NOT NULL, cpu INTEGER NOT NULL, memory_mb INTEGER NOT NULL, disk_mb INTEGER NOT NULL,"
       " created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, finished_at INTEGER NOT NULL DEFAULT 0,"
@@ -90,6 +95,13 @@ StatusOr<std::unique_ptr<TemplateStore>> TemplateStore::Open(const std::string& 
       "CREATE TABLE IF NOT EXISTS template_layers (team TEXT NOT NULL, hash TEXT NOT NULL, dir TEXT NOT NULL,"
       " parent TEXT NOT NULL, context TEXT NOT NULL, created_at INTEGER NOT NULL, PRIMARY KEY (team, hash));",
       "create template tables"));
+  RETURN_IF_ERROR(t->Exec("BEGIN IMMEDIATE;"
+                          "INSERT OR IGNORE INTO team_template_aliases (team, alias, template_id)"
+                          " SELECT t.team, a.alias, a.template_id FROM template_aliases a"
+                          " JOIN templates t ON t.id = a.template_id;"
+                          "DELETE FROM template_aliases;"
+                          "COMMIT;",
+                          "move aliases into their teams' namespaces"));
   return t;
 }
 
@@ -110,13 +122,12 @@ StatusOr<RequestedBuild> TemplateStore::RequestBuild(const std::string& team, co
     out.alias = alias;
     const int64_t now = NowUnixMs();
     {
-      Stmt s(db_, "SELECT t.id, t.team, t.public FROM template_aliases a JOIN templates t ON t.id = a.template_id"
-                  " WHERE a.alias = ?");
-      s.Bind(1, alias);
+      Stmt s(db_, "SELECT t.id, t.public FROM team_template_aliases a JOIN templates t ON t.id = a.template_id"
+                  " WHERE a.team = ? AND a.alias = ?");
+      s.Bind(1, team).Bind(2, alias);
       if (s.Step() == SQLITE_ROW) {
-        if (s.Text(1) != team) return PermissionDenied("Alias '" + alias + "' is used by another team");
         out.template_id = s.Text(0);
-        out.is_public = s.Int(2) != 0;
+        out.is_public = s.Int(1) != 0;
       }
     }
     if (out.template_id.empty()) {
@@ -127,8 +138,8 @@ StatusOr<RequestedBuild> TemplateStore::RequestBuild(const std::string& team, co
       Stmt t(db_, "INSERT INTO templates (id, team, public, created_at, updated_at) VALUES (?, ?, 0, ?, ?)");
       t.Bind(1, out.template_id).Bind(2, team).Bind(3, now).Bind(4, now);
       if (t.Step() != SQLITE_DONE) return Err("insert template");
-      Stmt a(db_, "INSERT INTO template_aliases (alias, template_id) VALUES (?, ?)");
-      a.Bind(1, alias).Bind(2, out.template_id);
+      Stmt a(db_, "INSERT INTO team_template_aliases (team, alias, template_id) VALUES (?, ?, ?)");
+      a.Bind(1, team).Bind(2, alias).Bind(3, out.template_id);
       if (a.Step() != SQLITE_DONE) return Err("insert alias");
     }
     std::vector<std::string> set;
@@ -183,16 +194,16 @@ StatusOr<TemplateRow> TemplateStore::GetTemplate(const std::string& id) {
   t.updated_at_ms = s.Int(4);
   t.spawn_count = s.Int(5);
   t.last_spawned_at_ms = s.Int(6);
-  Stmt a(db_, "SELECT alias FROM template_aliases WHERE template_id = ? ORDER BY alias");
+  Stmt a(db_, "SELECT alias FROM team_template_aliases WHERE template_id = ? ORDER BY alias");
   a.Bind(1, id);
   while (a.Step() == SQLITE_ROW) t.aliases.push_back(a.Text(0));
   return t;
 }
 
-StatusOr<std::string> TemplateStore::FindAlias(const std::string& alias) {
+StatusOr<std::string> TemplateStore::FindAlias(const std::string& team, const std::string& alias) {
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_, "SELECT template_id FROM template_aliases WHERE alias = ?");
-  s.Bind(1, alias);
+  Stmt s(db_, "SELECT template_id FROM team_template_aliases WHERE team = ? AND alias = ?");
+  s.Bind(1, team).Bind(2, alias);
   if (s.Step() != SQLITE_ROW) return NotFound("template '" + alias + "' not found");
   return s.Text(0);
 }
@@ -239,7 +250,7 @@ StatusOr<std::vector<BuildRow>> TemplateStore::DeleteTemplate(const std::string&
   for (const char* sql :
        {"DELETE FROM template_build_logs WHERE build_id IN (SELECT id FROM template_builds WHERE template_id = ?)",
         "DELETE FROM template_builds WHERE template_id = ?", "DELETE FROM template_tags WHERE template_id = ?",
-        "DELETE FROM template_aliases WHERE template_id = ?", "DELETE FROM templates WHERE id = ?"}) {
+        "DELETE FROM team_template_aliases WHERE template_id = ?", "DELETE FROM templates WHERE id = ?"}) {
     Stmt s(db_, sql);
     s.Bind(1, id);
     if (s.Step() != SQLITE_DONE) {
@@ -453,8 +464,10 @@ namespace airlock::templates {
 
 StatusOr<Resolved> ResolveTemplate(TemplateStore& store, const std::string& ref, const std::string& team, bool admin) {
   ASSIGN_OR_RETURN(TemplateName name, ParseName(ref));
+  // A bare alias is the caller's team's; "team/alias" another team's (seen
+  // when public); an id is global.
   std::string id;
-  if (auto a = store.FindAlias(name.alias); a.ok()) {
+  if (auto a = store.FindAlias(name.ns.empty() ? team : name.ns, name.alias); a.ok()) {
     id = *a;
   } else if (auto t = store.GetTemplate(name.alias); t.ok()) {
     id = t->id;

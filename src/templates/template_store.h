@@ -85,16 +85,17 @@ class TemplateStore {
   static StatusOr<std::unique_ptr<TemplateStore>> Open(const std::string& path);
   ~TemplateStore();
 
-  // POST /v3/templates: the template of `alias` (reused when `team` owns it;
-  // PermissionDenied when another team does; AlreadyExists when the alias is
-  // another template's id), a new waiting build, and its tag assignments.
+  // POST /v3/templates: the template of `alias` in `team`'s namespace
+  // (reused when the team has it; another team's "app" is another
+  // template and is never revealed; AlreadyExists when the alias is a
+  // template's id), a new waiting build, and its tag assignments.
   // Older never-started builds of the template are failed as superseded.
   StatusOr<RequestedBuild> RequestBuild(const std::string& team, const std::string& alias,
                                         const std::vector<std::string>& tags, int cpu_count, int memory_mb,
                                         int disk_mb, const std::string& new_template_id);
   StatusOr<TemplateRow> GetTemplate(const std::string& id);
-  // The template an alias names; NotFound when none.
-  StatusOr<std::string> FindAlias(const std::string& alias);
+  // The template `alias` names in `team`'s namespace; NotFound when none.
+  StatusOr<std::string> FindAlias(const std::string& team, const std::string& alias);
   StatusOr<std::vector<TemplateRow>> ListTemplates(const std::string& team, bool all_teams);
   Status SetPublic(const std::string& id, bool is_public);
   Status CountSpawn(const std::string& id);
@@ -149,7 +150,9 @@ namespace airlock::templates {
 
 // A reference as Sandbox.create, fromTemplate and the template routes take
 // it (§A.8): "alias", "alias:tag", "ns/alias[:tag]", or a template id, with
-// an optional ":tag" (a UUID tag pins that build).
+// an optional ":tag" (a UUID tag pins that build). A bare alias is looked up
+// in `team`'s namespace only; "ns/alias" in team ns's (another team's
+// template is seen only when public, or by admin).
 struct Resolved {
   TemplateRow tmpl;
   BuildRow build;     // the ready build the tag points at (empty for ResolveTemplate)

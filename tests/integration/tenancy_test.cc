@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "core/manager.h"  // ReadRunDirOwner
 #include "tests/integration/daemon.h"
@@ -128,6 +129,105 @@ TEST(TenancyTest, KeysOfAnotherTeamReachNothing) {
   EXPECT_EQ(d.Do("DELETE", "/templates/" + snap_id, "", true, {}, a)->status, 204);
   EXPECT_EQ(d.Do("DELETE", "/sandboxes/" + child, "", true, {}, a)->status, 204);
   EXPECT_EQ(d.Do("DELETE", "/sandboxes/" + id, "", true, {}, a)->status, 204);
+}
+
+// Issue 32 item 1: a team that named a snapshot "base" (or another team's
+// alias) took over every other team's creates, builds and the admin's. Names
+// now live in their team's namespace; built-in names are nobody's.
+TEST(TenancyTest, SnapshotNamesAndTemplateAliasesLiveInTheirTeamsNamespace) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  TestDaemon d(dir);
+  ASSERT_FALSE(d.key().empty());
+  std::string a = NewKey(dir, "alice", "team-a"), b = NewKey(dir, "bob", "team-b");
+  auto create = [&](const json& body, const std::string& key) -> json {
+    auto r = d.Do("POST", "/v2/sandboxes", body.dump(), true, {}, key);
+    EXPECT_TRUE(r.ok());
+    if (!r.ok() || r->status != 201) {
+      ADD_FAILURE() << "create " << body.dump() << ": " << (r.ok() ? r->body : r.status().message());
+      return json::object();
+    }
+    return json::parse(r->body);
+  };
+  auto has_file = [&](const json& sb, const std::string& path) {
+    auto e = d.Run(sb["sandboxID"], sb["envdAccessToken"], "test -e " + path + " && echo yes || echo no");
+    EXPECT_TRUE(e.ok()) << e.status().message();
+    return e.ok() && e->out == "yes\n";
+  };
+  // B's sandbox carries a planted file; its snapshots may not take a
+  // built-in template's name in any form.
+  json bs = create({{"templateID", "base"}}, b);
+  ASSERT_TRUE(bs.contains("sandboxID"));
+  auto planted = d.Run(bs["sandboxID"], bs["envdAccessToken"], "echo b > /tmp/planted-by-b");
+  ASSERT_TRUE(planted.ok() && planted->exit_code == 0);
+  const std::string bsnap = "/sandboxes/" + bs["sandboxID"].get<std::string>() + "/snapshots";
+  for (const char* name : {"base", "BASE", "base-gvisor", "base-qemu", "code-interpreter", "code-interpreter-v1",
+                           "base:latest", "snap-0123456789abcdef"}) {
+    auto r = d.Do("POST", bsnap, json{{"name", name}}.dump(), true, {}, b);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->status, 400) << name << ": " << r->body;
+  }
+  auto named = d.Do("POST", bsnap, R"({"name":"app"})", true, {}, b);
+  ASSERT_TRUE(named.ok());
+  ASSERT_EQ(named->status, 201) << named->body;
+  // A's creates by "base", by no template, and the admin's, are never B's VM.
+  for (const json& body : {json{{"templateID", "base"}}, json::object()}) {
+    json sb = create(body, a);
+    ASSERT_TRUE(sb.contains("sandboxID"));
+    EXPECT_FALSE(has_file(sb, "/tmp/planted-by-b")) << body.dump();
+    EXPECT_EQ(d.Do("DELETE", "/sandboxes/" + sb["sandboxID"].get<std::string>(), "", true, {}, a)->status, 204);
+  }
+  json admin_sb = create({{"templateID", "base"}}, d.key());
+  ASSERT_TRUE(admin_sb.contains("sandboxID"));
+  EXPECT_FALSE(has_file(admin_sb, "/tmp/planted-by-b"));
+  EXPECT_EQ(d.Do("DELETE", "/sandboxes/" + admin_sb["sandboxID"].get<std::string>())->status, 204);
+  // "app" is B's name: A's "app" is not B's snapshot (404), and A may have
+  // its own "app", which is A's alone.
+  auto a_app = d.Do("POST", "/v2/sandboxes", R"({"templateID":"app"})", true, {}, a);
+  ASSERT_TRUE(a_app.ok());
+  EXPECT_EQ(a_app->status, 404) << a_app->body;
+  json as = create({{"templateID", "base"}}, a);
+  ASSERT_TRUE(as.contains("sandboxID"));
+  ASSERT_EQ(d.Run(as["sandboxID"], as["envdAccessToken"], "echo a > /tmp/planted-by-a")->exit_code, 0);
+  auto a_named = d.Do("POST", "/sandboxes/" + as["sandboxID"].get<std::string>() + "/snapshots", R"({"name":"app"})",
+                      true, {}, a);
+  ASSERT_TRUE(a_named.ok());
+  ASSERT_EQ(a_named->status, 201) << a_named->body;
+  for (const auto& [key, mine, theirs] : {std::tuple{a, "/tmp/planted-by-a", "/tmp/planted-by-b"},
+                                         std::tuple{b, "/tmp/planted-by-b", "/tmp/planted-by-a"}}) {
+    json sb = create({{"templateID", "app"}}, key);
+    ASSERT_TRUE(sb.contains("sandboxID"));
+    EXPECT_TRUE(has_file(sb, mine));
+    EXPECT_FALSE(has_file(sb, theirs));
+    EXPECT_EQ(d.Do("DELETE", "/sandboxes/" + sb["sandboxID"].get<std::string>(), "", true, {}, key)->status, 204);
+  }
+  // Template aliases: both teams may have "shared-name"; neither learns of
+  // the other's (no 403 "used by another team").
+  auto ta = d.Do("POST", "/v3/templates", R"({"name":"shared-name","cpuCount":1,"memoryMB":512})", true, {}, a);
+  auto tb = d.Do("POST", "/v3/templates", R"({"name":"shared-name","cpuCount":1,"memoryMB":512})", true, {}, b);
+  ASSERT_TRUE(ta.ok() && tb.ok());
+  ASSERT_EQ(ta->status, 202) << ta->body;
+  ASSERT_EQ(tb->status, 202) << tb->body;
+  EXPECT_NE(json::parse(ta->body)["templateID"], json::parse(tb->body)["templateID"]);
+  auto exists = d.Do("GET", "/templates/aliases/shared-name", "", true, {}, a);
+  ASSERT_TRUE(exists.ok());
+  EXPECT_EQ(exists->status, 200) << exists->body;
+  EXPECT_EQ(json::parse(exists->body)["templateID"], json::parse(ta->body)["templateID"]);
+  auto exists_b = d.Do("GET", "/templates/aliases/shared-name", "", true, {}, b);
+  ASSERT_TRUE(exists_b.ok());
+  EXPECT_EQ(exists_b->status, 200) << exists_b->body;
+  EXPECT_EQ(json::parse(exists_b->body)["templateID"], json::parse(tb->body)["templateID"]);
+  // One namespace per team for snapshots and templates.
+  auto clash = d.Do("POST", bsnap, R"({"name":"shared-name"})", true, {}, b);
+  ASSERT_TRUE(clash.ok());
+  EXPECT_EQ(clash->status, 409) << clash->body;
+  auto clash2 = d.Do("POST", "/v3/templates", R"({"name":"app","cpuCount":1,"memoryMB":512})", true, {}, b);
+  ASSERT_TRUE(clash2.ok());
+  EXPECT_EQ(clash2->status, 409) << clash2->body;
+  EXPECT_EQ(d.Do("DELETE", "/templates/app", "", true, {}, a)->status, 204);
+  EXPECT_EQ(d.Do("DELETE", "/templates/app", "", true, {}, b)->status, 204);
+  EXPECT_EQ(d.Do("DELETE", "/sandboxes/" + as["sandboxID"].get<std::string>(), "", true, {}, a)->status, 204);
+  EXPECT_EQ(d.Do("DELETE", "/sandboxes/" + bs["sandboxID"].get<std::string>(), "", true, {}, b)->status, 204);
 }
 
 TEST(TenancyTest, SecretsAreUsedOnlyAsStoredAndByTheirTeams) {

@@ -36,6 +36,18 @@ TEST(TemplateRuntimeTest, BuiltInTemplateWithARuntimeSuffix) {
   EXPECT_EQ(r.runtime, "gvisor");
 }
 
+// Names no snapshot or custom template of a team may take (issue 32: a
+// team's snapshot named "base" took over every other team's creates).
+TEST(TemplateRuntimeTest, BuiltInNamesInEveryFormAreReserved) {
+  for (const std::string name : {"base", "BASE", "Base", "base-gvisor", "base-qemu", "code-interpreter",
+                                 "code-interpreter-v1", "code-interpreter-v1-gvisor", "base:latest", "base:v1"}) {
+    EXPECT_TRUE(IsBuiltInTemplateName(name)) << name;
+  }
+  for (const std::string name : {"app", "my-base", "base2", "base-firecracker", "snap-0123", "based"}) {
+    EXPECT_FALSE(IsBuiltInTemplateName(name)) << name;
+  }
+}
+
 TEST(TemplateRuntimeTest, BaseQemuIsQemusBaseOnAGvisorDefaultDaemon) {
   TemplateRef r = ParseTemplateRuntime("base-qemu", "gvisor", kTwo);
   EXPECT_EQ(r.image_template, "base");

@@ -1,6 +1,7 @@
 // Custom templates: the request model (names, the build body, the hash
 // chain, the pure step helpers) and the store (aliases, tags, logs, layers).
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -119,6 +120,16 @@ TEST(BuildSpec, ReadyLinesAgreeWithTheAgent) {
   EXPECT_EQ(agent::ServiceFailedLine("start"), "airlock-agent: service start ended before ready:");
 }
 
+TEST(BuilderMessages, HideHostPathsUnderTheStateDir) {
+  EXPECT_EQ(HideHostPaths("open /var/lib/airlock/layers/ab12/disk.qcow2: No such file", "/var/lib/airlock"),
+            "open <host path>: No such file");
+  EXPECT_EQ(HideHostPaths("'/var/lib/airlock/x' and \"/var/lib/airlock\" (/var/lib/airlock/y)", "/var/lib/airlock/"),
+            "'<host path>' and \"<host path>\" (<host path>)");
+  EXPECT_EQ(HideHostPaths("/var/lib/airlock2/z stays; /usr/bin/tar stays", "/var/lib/airlock"),
+            "/var/lib/airlock2/z stays; /usr/bin/tar stays");
+  EXPECT_EQ(HideHostPaths("no paths", "/var/lib/airlock"), "no paths");
+}
+
 class StoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -142,12 +153,19 @@ TEST_F(StoreTest, AliasesTagsAndResolution) {
   EXPECT_EQ(b1->tags, std::vector<std::string>{"v1"});
   ASSERT_TRUE(store_->StartBuild(b1->build_id, json::object()).ok());
   EXPECT_FALSE(store_->StartBuild(b1->build_id, json::object()).ok());  // not twice
-  // Same alias, same team: the same template; another team: 403; an id: 409.
+  // Same alias, same team: the same template; another team's "app" is
+  // another template in its own namespace (never a 403 that reveals it); an
+  // id: 409.
   auto b2 = store_->RequestBuild("team-a", "app", {}, 2, 1024, 0, "tpl00000000000000002");
   ASSERT_TRUE(b2.ok());
   EXPECT_EQ(b2->template_id, b1->template_id);
   EXPECT_EQ(b2->tags, std::vector<std::string>{"default"});
-  EXPECT_EQ(store_->RequestBuild("team-b", "app", {}, 2, 1024, 0, "x").status().code(), StatusCode::kPermissionDenied);
+  auto other = store_->RequestBuild("team-b", "app", {}, 2, 1024, 0, "tplbbbbbbbbbbbbbbbb1");
+  ASSERT_TRUE(other.ok()) << other.status().message();
+  EXPECT_EQ(other->template_id, "tplbbbbbbbbbbbbbbbb1");
+  EXPECT_EQ(*store_->FindAlias("team-a", "app"), b1->template_id);
+  EXPECT_EQ(*store_->FindAlias("team-b", "app"), "tplbbbbbbbbbbbbbbbb1");
+  EXPECT_FALSE(store_->FindAlias("team-c", "app").ok());
   EXPECT_EQ(store_->RequestBuild("team-b", b1->template_id, {}, 2, 1024, 0, "x").status().code(),
             StatusCode::kAlreadyExists);
   // Nothing ready: no tag resolves.
@@ -163,10 +181,15 @@ TEST_F(StoreTest, AliasesTagsAndResolution) {
   // By id, and by build UUID as the tag.
   EXPECT_TRUE(ResolveBuild(*store_, b1->template_id + ":v1", "team-a", false).ok());
   EXPECT_TRUE(ResolveBuild(*store_, "app:" + b1->build_id, "team-a", false).ok());
-  // Another team sees nothing until it is public.
-  EXPECT_EQ(ResolveBuild(*store_, "app:v1", "team-b", false).status().code(), StatusCode::kNotFound);
+  // Another team sees nothing until it is public, and then only by the
+  // owner's namespace or the id: its bare "app" is its own.
+  EXPECT_EQ(ResolveBuild(*store_, "team-a/app:v1", "team-b", false).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ResolveBuild(*store_, "app:v1", "team-c", false).status().code(), StatusCode::kNotFound);
   ASSERT_TRUE(store_->SetPublic(b1->template_id, true).ok());
-  EXPECT_TRUE(ResolveBuild(*store_, "app:v1", "team-b", false).ok());
+  EXPECT_TRUE(ResolveBuild(*store_, "team-a/app:v1", "team-b", false).ok());
+  EXPECT_TRUE(ResolveBuild(*store_, b1->template_id + ":v1", "team-b", false).ok());
+  EXPECT_EQ(ResolveTemplate(*store_, "app", "team-b", false)->tmpl.id, "tplbbbbbbbbbbbbbbbb1");
+  EXPECT_EQ(ResolveBuild(*store_, "app:v1", "team-c", false).status().code(), StatusCode::kNotFound);
   // The default tag's build (b2) is not ready: no default.
   EXPECT_FALSE(ResolveBuild(*store_, "app", "team-a", false).ok());
   // Move a tag, remove it.
@@ -179,6 +202,28 @@ TEST_F(StoreTest, AliasesTagsAndResolution) {
   ASSERT_EQ(tags->size(), 2u);  // default (b2), v1 (b1)
   EXPECT_EQ((*tags)[0].tag, "default");
   EXPECT_EQ((*tags)[1].tag, "v1");
+}
+
+// A registry from before per-team aliases: its global aliases move into
+// their templates' teams' namespaces when the store opens.
+TEST_F(StoreTest, GlobalAliasesOfAnOlderRegistryMoveToTheirTeams) {
+  store_.reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "t.db").string().c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "INSERT INTO templates (id, team, public, created_at, updated_at)"
+                         " VALUES ('tplold0000000000001', 'team-a', 0, 1, 1);"
+                         "INSERT INTO template_aliases (alias, template_id) VALUES ('old-app', 'tplold0000000000001');",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  auto s = TemplateStore::Open((dir_ / "t.db").string());
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  store_ = std::move(*s);
+  EXPECT_EQ(*store_->FindAlias("team-a", "old-app"), "tplold0000000000001");
+  EXPECT_FALSE(store_->FindAlias("team-b", "old-app").ok());
+  EXPECT_EQ(store_->GetTemplate("tplold0000000000001")->aliases, std::vector<std::string>{"old-app"});
 }
 
 TEST_F(StoreTest, LogsPageByOffsetAndUnstartedBuildsAreSuperseded) {
@@ -197,7 +242,7 @@ TEST_F(StoreTest, LogsPageByOffsetAndUnstartedBuildsAreSuperseded) {
   auto deleted = store_->DeleteTemplate(b1->template_id);
   ASSERT_TRUE(deleted.ok());
   EXPECT_EQ(deleted->size(), 2u);
-  EXPECT_FALSE(store_->FindAlias("app").ok());
+  EXPECT_FALSE(store_->FindAlias("t", "app").ok());
   EXPECT_TRUE(store_->Logs(b1->build_id, 0, 100)->empty());
 }
 
