@@ -307,6 +307,8 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "seconds one template build may run")(
       "max-upload", po::value(&cfg.max_upload_mib)->default_value(cfg.max_upload_mib),
       "largest COPY archive a template build may upload (MiB)")(
+      "max-image-unpack", po::value(&cfg.max_image_unpack_mib)->default_value(cfg.max_image_unpack_mib),
+      "the most a fromImage base's layers may expand to on this host (MiB), checked before unpacking")(
       "public-url", po::value(&cfg.public_url),
       "base URL clients reach this server at, for upload links (default: the Host they used)")(
       "insecure-registry", po::value(&cfg.insecure_registries)->multitoken(),

@@ -22,6 +22,7 @@
 #include "image/fs_util.h"
 #include "image/hash.h"
 #include "image/image.h"
+#include "image/layer_size.h"
 #include "image/tree_beneath.h"
 
 namespace airlock::image {
@@ -159,12 +160,20 @@ class WorkDir {
   UniqueFd lock_;
 };
 
-// The image config of the one image in an OCI layout (index.json ->
-// manifest -> config), as skopeo wrote it.
-StatusOr<json> LayoutConfig(const std::string& layout) {
-  auto blob = [&](const std::string& digest) -> StatusOr<json> {
-    if (!IsSha256Digest(digest)) return FailedPrecondition("OCI layout " + layout + ": bad digest '" + digest + "'");
-    const std::string path = layout + "/blobs/sha256/" + digest.substr(7);
+// The manifest of the one image in an OCI layout (index.json -> manifest),
+// its config and the paths of its layer blobs, as skopeo wrote them.
+struct Layout {
+  json config;
+  std::vector<std::string> layers;
+};
+StatusOr<Layout> ReadLayout(const std::string& layout) {
+  auto blob_path = [&](const json& digest) -> StatusOr<std::string> {
+    if (!digest.is_string() || !IsSha256Digest(digest.get<std::string>()))
+      return FailedPrecondition("OCI layout " + layout + ": bad digest '" + digest.dump() + "'");
+    return layout + "/blobs/sha256/" + digest.get<std::string>().substr(7);
+  };
+  auto blob = [&](const json& digest) -> StatusOr<json> {
+    ASSIGN_OR_RETURN(std::string path, blob_path(digest));
     ASSIGN_OR_RETURN(std::string text, ReadFile(path));
     json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object()) return FailedPrecondition(path + " is not a JSON object");
@@ -176,10 +185,19 @@ StatusOr<json> LayoutConfig(const std::string& layout) {
       !index["manifests"][0].is_object() || !index["manifests"][0]["digest"].is_string()) {
     return FailedPrecondition(layout + "/index.json names no manifest");
   }
-  ASSIGN_OR_RETURN(json manifest, blob(index["manifests"][0]["digest"].get<std::string>()));
+  ASSIGN_OR_RETURN(json manifest, blob(index["manifests"][0]["digest"]));
   if (!manifest["config"].is_object() || !manifest["config"]["digest"].is_string())
     return FailedPrecondition(layout + ": the manifest names no config");
-  return blob(manifest["config"]["digest"].get<std::string>());
+  Layout out;
+  ASSIGN_OR_RETURN(out.config, blob(manifest["config"]["digest"]));
+  if (manifest.contains("layers") && !manifest["layers"].is_array())
+    return FailedPrecondition(layout + ": the manifest's layers are not a list");
+  for (const auto& l : manifest.value("layers", json::array())) {
+    if (!l.is_object()) return FailedPrecondition(layout + ": a layer of the manifest is not an object");
+    ASSIGN_OR_RETURN(std::string path, blob_path(l.value("digest", json())));
+    out.layers.push_back(std::move(path));
+  }
+  return out;
 }
 
 void ConfigInto(const json& image_config, OciBase& out) {
@@ -404,8 +422,16 @@ StatusOr<OciBase> EnsureOciBase(const OciPullOptions& o) {
   say("pulling " + o.ref + " (" + out.digest + ")");
   ASSIGN_OR_RETURN(RunResult copied, oci::RunSkopeo(o, argv, work.path(), "copy"));
   if (!copied.status.success()) return oci::PullError(o.ref, copied);
-  ASSIGN_OR_RETURN(json config, oci::LayoutConfig(layout));
+  ASSIGN_OR_RETURN(oci::Layout pulled, oci::ReadLayout(layout));
+  const json& config = pulled.config;
   oci::ConfigInto(config, out);
+  // What the layers expand to, counted from their tar headers before
+  // anything is written (layer_size.h): a small layer of zeros is refused
+  // here instead of filling the host's disk.
+  say("checking the image's unpacked size (cap " + std::to_string(o.max_unpacked_bytes >> 20) + " MiB)");
+  ASSIGN_OR_RETURN(TarTally tally, CheckUnpackedSize(pulled.layers, o.max_unpacked_bytes));
+  LOG_INFO("oci {}: {} layers, {} entries, {} MiB unpacked at most", o.ref, pulled.layers.size(), tally.entries,
+           tally.bytes >> 20);
 
   // Unpack, then what the agent needs, then the ext4 image.
   const std::string base_dir = work.path() + "/base";

@@ -12,6 +12,8 @@
 //        beside it (images/oci/<key>.json): nothing more is done
 //     ─▶ skopeo copy docker://NAME@DIGEST oci:<work>/layout:img
 //        (pinned to the digest inspected: a tag moved in between is not mixed in)
+//     ─▶ the layers' unpacked size, from their tar headers, against
+//        max_unpacked_bytes (layer_size.h)
 //     ─▶ umoci raw unpack (--rootless when not root) ─▶ <work>/base/root
 //     ─▶ the agent's files: /sbin/airlock-agent (the stripped copy the `base`
 //        image gets, GuestAgentCopy), /etc/airlock/rootfs-id, /etc/hostname,
@@ -39,11 +41,14 @@
 //   FailedPrecondition  skopeo/umoci missing; the image cannot be pulled
 //                       ("cannot pull image 'REF': <skopeo's error, trimmed>");
 //                       an image whose tree has no usable /sbin or /etc
+//   ResourceExhausted   the layers expand to more than max_unpacked_bytes
+//   DataLoss            a layer that is not a tar (or corrupt gzip/zstd)
 //   other codes         failed tools (umoci, mkfs.ext4), with the command and
 //                       the tail of its log; errno statuses with the path.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -70,6 +75,10 @@ struct OciPullOptions {
   std::string agent_binary;                      // the static airlock-agent
   // Bound on each skopeo command (inspect, copy).
   std::chrono::seconds timeout{std::chrono::minutes(30)};
+  // Bound on what the image's layers expand to on the host, counted from
+  // their tar headers before umoci unpacks them (layer_size.h):
+  // ResourceExhausted beyond it. serve --max-image-unpack.
+  uint64_t max_unpacked_bytes = 16ull << 30;
   // One line per phase ("pulling ...", "writing ext4 image ..."). May be empty.
   std::function<void(std::string_view)> progress;
   // Asked while skopeo runs: true kills it (Unavailable). May be empty.

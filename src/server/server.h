@@ -138,6 +138,9 @@ struct ServerConfig {
   // --insecure-registry HOST[:PORT]).
   std::vector<std::string> insecure_registries;
   int64_t max_upload_mib = 2048;
+  // The most an OCI base's layers may expand to on the host (serve
+  // --max-image-unpack; image/layer_size.h).
+  int64_t max_image_unpack_mib = 16384;
   std::string public_url;
   // The API the MCP tools call with the caller's key ("host:port"); empty:
   // this daemon's own port on loopback. A cluster's nodes name a front here

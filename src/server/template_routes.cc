@@ -114,6 +114,7 @@ Status Server::InitTemplates() {
   bc.timeout = std::chrono::seconds(config_.build_timeout_s);
   bc.allow = config_.build_allow;
   bc.insecure_registries = config_.insecure_registries;
+  bc.max_image_unpack_bytes = config_.max_image_unpack_mib > 0 ? static_cast<uint64_t>(config_.max_image_unpack_mib) << 20 : 0;
   bc.audit = [this](const json& r) { Audit(r); };
   builder_ = std::make_unique<tpl::Builder>(*manager_, *template_store_, std::move(bc));
   builder_->Start();

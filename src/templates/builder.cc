@@ -487,6 +487,7 @@ Status Builder::Build(Job& job) {
       po.ref = ref;
       if (spec.registry) po.credentials = image::OciCredentials{spec.registry->username, spec.registry->password};
       po.insecure_registries = config_.insecure_registries;
+      po.max_unpacked_bytes = config_.max_image_unpack_bytes;
       po.agent_binary = manager_.config().agent_binary;
       po.timeout = std::chrono::duration_cast<std::chrono::seconds>(job.deadline - Clock::now());
       if (po.timeout.count() < 1) return DeadlineExceeded("the build timed out");

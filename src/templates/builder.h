@@ -73,6 +73,9 @@ struct BuilderConfig {
   // Registries (HOST[:PORT]) fromImage may pull from over plain HTTP or
   // without TLS verification (serve --insecure-registry; image/oci_base.h).
   std::vector<std::string> insecure_registries;
+  // The most an OCI base's layers may expand to (serve --max-image-unpack;
+  // image::OciPullOptions::max_unpacked_bytes).
+  uint64_t max_image_unpack_bytes = 16ull << 30;
   // Every build's decision and outcome (audit). May be empty.
   std::function<void(const nlohmann::json&)> audit;
 };
