@@ -176,7 +176,7 @@ struct Builder::Job {
 };
 
 Builder::Builder(Manager& manager, TemplateStore& store, BuilderConfig config)
-    : manager_(manager), store_(store), config_(std::move(config)) {
+    : manager_(manager), store_(store), config_(std::move(config)), queue_(config_.max_concurrent) {
   if (config_.max_concurrent < 1) config_.max_concurrent = 1;
 }
 
@@ -251,10 +251,15 @@ void Builder::Stop() {
 }
 
 Status Builder::Enqueue(const std::string& build_id) {
+  // The team whose turn it is decides (build_queue.h): read it first.
+  std::string team;
+  if (auto b = store_.GetBuild(build_id); b.ok()) {
+    if (auto t = store_.GetTemplate(b->template_id); t.ok()) team = t->team;
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     if (stopping_) return FailedPrecondition("the daemon is stopping");
-    queue_.push_back(build_id);
+    queue_.Push(build_id, team);
   }
   cv_.notify_one();
   return OkStatus();
@@ -264,7 +269,7 @@ void Builder::CancelTemplate(const std::string& template_id) {
   std::vector<std::shared_ptr<Job>> jobs;
   {
     std::lock_guard<std::mutex> l(mu_);
-    for (const auto& id : queue_) {
+    for (const auto& id : queue_.Waiting()) {
       auto b = store_.GetBuild(id);
       if (b.ok() && b->template_id == template_id) canceled_.insert(id);
     }
@@ -293,13 +298,22 @@ void Builder::Worker() {
     std::string id;
     {
       std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [&] { return stopping_ || !queue_.empty(); });
+      std::optional<std::string> next;
+      // Woken by a build queued or ended: whose turn it is (build_queue.h).
+      cv_.wait(l, [&] { return stopping_ || (next = queue_.Next()).has_value(); });
       if (stopping_) return;
-      id = queue_.front();
-      queue_.pop_front();
-      if (canceled_.erase(id)) continue;
+      id = *next;
+      if (canceled_.erase(id)) {
+        queue_.Done(id);
+        continue;
+      }
     }
     RunBuild(id);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      queue_.Done(id);
+    }
+    cv_.notify_all();  // a slot, and maybe a team's turn, is free
   }
 }
 

@@ -3,7 +3,8 @@
 // layer per step, cached by the hash chain of shared/spec/e2b-templates.md
 // §A.7, and finalized into a guest image with its template snapshot:
 //
-//   queue (status "waiting", at most max_concurrent building)
+//   queue (status "waiting", at most max_concurrent building; fair per
+//   team, build_queue.h: no team holds every slot or jumps other teams)
 //     ─▶ base: `base` (fromBaseImage, fromImage e2bdev/base), a built
 //        template's last layer (fromTemplate), with its context, or an OCI
 //        image (any other fromImage: pulled, the agent added, installed as
@@ -46,6 +47,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "templates/build_queue.h"
 #include "templates/build_spec.h"
 #include "templates/template_store.h"
 
@@ -119,7 +121,7 @@ class Builder {
   BuilderConfig config_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> queue_;
+  BuildQueue queue_;  // guarded by mu_
   std::map<std::string, std::shared_ptr<Job>> running_;  // build id -> job
   std::set<std::string> canceled_;                        // build ids
   bool stopping_ = false;
