@@ -27,7 +27,6 @@
 
 namespace airlock::image {
 
-
 struct TarTally {
   uint64_t bytes = 0;    // sum of (512 + logical size) over entries
   uint64_t entries = 0;  // every member, PAX/GNU extension headers excepted
