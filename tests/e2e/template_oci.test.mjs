@@ -13,14 +13,18 @@
 //   (c) fromImage of a reference the registry does not have: BuildError
 //       saying why (skopeo's error), at step base;
 //   (d) the same image behind htpasswd auth: wrong credentials fail at base,
-//       right ones build.
+//       right ones build;
+//   (e) hostile images (issue 32): one whose layer plants
+//       `etc/airlock -> <a host directory>` fails at base naming the image's
+//       path, the host directory untouched; one whose layer declares more
+//       than the daemon's --max-image-unpack fails at base before unpacking.
 //
 // Env: AIRLOCK_BIN (required), AIRLOCK_STATE_DIR (default /var/lib/airlock).
 // Needs skopeo, umoci and docker-registry (scripts/setup installs them).
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
-import { existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs'
+import { existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, mkdirSync, readdirSync, statSync, symlinkSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { e2b, freePort, skipReason as fixtureSkip, startDaemon, STATE_DIR } from './daemon.mjs'
@@ -118,6 +122,41 @@ function makeImage(port) {
   rmSync(layout, { recursive: true, force: true })
 }
 
+// An image of one layer, pushed as 127.0.0.1:port/test/<name>:1: `tree` (a
+// directory, umoci insert) or `tar` (a tar file taken as it is, umoci raw
+// add-layer, which does not read it as a tar).
+function pushImage(port, name, { tree, tar }) {
+  const layout = join(work, `layout-${name}`)
+  run('umoci', ['init', '--layout', layout])
+  run('umoci', ['new', '--image', `${layout}:1`])
+  if (tree) run('umoci', ['insert', '--image', `${layout}:1`, tree, '/'])
+  if (tar) run('umoci', ['raw', 'add-layer', '--image', `${layout}:1`, tar])
+  run('skopeo', ['copy', '--quiet', '--dest-tls-verify=false', `oci:${layout}:1`, `docker://127.0.0.1:${port}/test/${name}:1`])
+  rmSync(layout, { recursive: true, force: true })
+  return `127.0.0.1:${port}/test/${name}:1`
+}
+
+// A ustar header of a regular file `name` of `size` bytes.
+function tarHeader(name, size) {
+  const h = Buffer.alloc(512)
+  h.write(name, 0)
+  h.write('0000644\0', 100)
+  h.write('0000000\0', 108)
+  h.write('0000000\0', 116)
+  h.write(size.toString(8).padStart(11, '0') + '\0', 124)
+  h.write('00000000000\0', 136)
+  h.write('0', 156)
+  h.write('ustar\x0000', 257)
+  h.fill(' ', 148, 156)
+  let sum = 0
+  for (const b of h) sum += b
+  h.write(sum.toString(8).padStart(6, '0') + '\0 ', 148)
+  return h
+}
+
+const MAX_UNPACK_MIB = 4096 // the daemon's --max-image-unpack here (the pyslim image is ~0.5 GiB)
+let linkRef, bombRef, hostDir
+
 before(async () => {
   if (skipReason) return
   work = mkdtempSync(join(tmpdir(), 'airlock-oci-'))
@@ -127,9 +166,23 @@ before(async () => {
   makeImage(port)
   console.log(`# test image made and pushed in ${Date.now() - t0} ms`)
   ref = `127.0.0.1:${port}/test/pyslim:1`
+  // (e) A host directory an image's link aims at, with a file of the name
+  // staging writes; and a layer that declares 5 GiB (its data left out:
+  // the size check reads headers only, and refuses it before umoci would).
+  hostDir = join(work, 'host')
+  mkdirSync(hostDir)
+  writeFileSync(join(hostDir, 'rootfs-id'), 'host\n')
+  const linkTree = join(work, 'link-tree')
+  mkdirSync(join(linkTree, 'etc'), { recursive: true })
+  mkdirSync(join(linkTree, 'usr/sbin'), { recursive: true })
+  symlinkSync('usr/sbin', join(linkTree, 'sbin'))
+  symlinkSync(hostDir, join(linkTree, 'etc/airlock'))
+  linkRef = pushImage(port, 'link', { tree: linkTree })
+  writeFileSync(join(work, 'bomb.tar'), Buffer.concat([tarHeader('zeros', (MAX_UNPACK_MIB + 1024) * 1024 * 1024), Buffer.alloc(4096)]))
+  bombRef = pushImage(port, 'bomb', { tar: join(work, 'bomb.tar') })
   // The same storage behind htpasswd auth (alice / the password below).
   const line = htpasswdLine('alice', 's3cret-pw')
-  const insecure = ['--insecure-registry', `127.0.0.1:${port}`]
+  const insecure = ['--insecure-registry', `127.0.0.1:${port}`, '--max-image-unpack', String(MAX_UNPACK_MIB)]
   if (line) {
     const authPort = await freePort()
     writeFileSync(join(work, 'htpasswd'), line)
@@ -282,4 +335,25 @@ maybe('fromImage with registry credentials: wrong ones fail at base, right ones 
   } finally {
     await sb.kill()
   }
+})
+
+maybe('hostile images fail at base, before a VM: a planted etc/airlock link, a layer past --max-image-unpack', { timeout: 300000 }, async () => {
+  const before = statSync(join(hostDir, 'rootfs-id'))
+  await assert.rejects(build(Template().fromImage(linkRef).runCmd('true'), 'link-e2e'), (e) => {
+    assert.ok(e instanceof BuildError, String(e))
+    assert.match(e.message, /the image's '\/etc\/airlock' is a symlink/)
+    return true
+  })
+  // The host directory is as it was: the same file, nothing added.
+  const after = statSync(join(hostDir, 'rootfs-id'))
+  assert.equal(after.ino, before.ino)
+  assert.equal(readFileSync(join(hostDir, 'rootfs-id'), 'utf8'), 'host\n')
+  assert.deepEqual(readdirSync(hostDir), ['rootfs-id'])
+  const t0 = Date.now()
+  await assert.rejects(build(Template().fromImage(bombRef).runCmd('true'), 'bomb-e2e'), (e) => {
+    assert.ok(e instanceof BuildError, String(e))
+    assert.match(e.message, new RegExp(`expand to more than ${MAX_UNPACK_MIB} MiB when unpacked`))
+    return true
+  })
+  console.log(`# expanding layer refused in ${Date.now() - t0} ms`)
 })
