@@ -10,7 +10,9 @@
 //       intercept: TLS to a host with rules or brokered secrets: the guest's
 //                  TLS ends here (a leaf of its sandbox CA), a verified TLS
 //                  connection goes upstream, then as http plus placeholder
-//                  substitution (request_broker.h);
+//                  substitution (request_broker.h); when the sandbox has
+//                  brokered values, responses are parsed too and every
+//                  form of a value is masked (stream_scrubber.h);
 //   → connect to a pinned address → relay (bandwidth shared per sandbox)
 //   → one audit record when it ends.
 // A request head naming another host, or one that does not parse, closes
@@ -18,6 +20,7 @@
 #pragma once
 
 #include <array>
+#include <deque>
 #include <memory>
 #include <string>
 
@@ -25,6 +28,7 @@
 #include <set>
 
 #include "egress/egress_internal.h"
+#include "egress/stream_scrubber.h"
 
 namespace airlock::egress {
 
@@ -63,6 +67,12 @@ class ProxyConn : public std::enable_shared_from_this<ProxyConn> {
   template <class From, class To>
   asio::awaitable<void> PumpBytes(From& from, To& to, Direction& d, bool to_guest);
   asio::awaitable<void> Throttle(size_t n, asio::steady_timer& timer);
+  // Responses of an intercepted connection with brokered values, masked
+  // (proxy_http.cc); PumpMasked: the bytes after a 101, masked.
+  template <class Upstream, class Guest>
+  asio::awaitable<void> RelayResponses(Upstream& up, Guest& guest);
+  template <class Upstream, class Guest>
+  asio::awaitable<void> PumpMasked(Upstream& up, Guest& guest);
   // Sets rules headers and swaps placeholders; false (with *why) if a
   // resulting value is not a valid header value.
   bool TransformHeaders(HeaderList* headers, std::string* why);
@@ -90,6 +100,13 @@ class ProxyConn : public std::enable_shared_from_this<ProxyConn> {
   std::array<char, 16384> body_buf_;
   uint64_t requests_ = 0;
   std::set<std::string> secrets_used_;
+  // Responses: the brokered values' forms to mask (empty: responses are
+  // relayed as bytes), and per request sent upstream and not yet answered,
+  // whether it was a HEAD (its response has no body, whatever it says).
+  StreamScrubber scrub_;
+  std::deque<bool> head_requests_;
+  boost::beast::flat_buffer resp_buf_;
+  std::array<char, 16384> resp_body_buf_;
   std::string rules_applied_;  // the network.rules pattern used, if any
 };
 

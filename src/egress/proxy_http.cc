@@ -94,6 +94,9 @@ void ProxyConn::ChooseMode() {
   }
   guest_ctx_ = std::move(ctx).value();
   mode_ = Mode::kIntercept;
+  // An upstream that echoes a request (headers, body, a reflected error)
+  // must not hand the guest a value it was never given.
+  scrub_ = StreamScrubber(broker->ResponseForms(sb_->id));
 }
 
 asio::awaitable<void> ProxyConn::Throttle(size_t n, asio::steady_timer& timer) {
@@ -112,6 +115,16 @@ bool ProxyConn::TransformHeaders(HeaderList* headers, std::string* why) {
       }
     }
     rules_applied_ = rules->pattern;
+  }
+  if (!scrub_.empty()) {
+    // Responses must be searchable for brokered values: no content coding
+    // (gzip hides a value from the mask), no transfer coding but chunked,
+    // no compressed WebSocket frames.
+    std::erase_if(*headers, [](const auto& h) {
+      return boost::beast::iequals(h.first, "Accept-Encoding") || boost::beast::iequals(h.first, "TE") ||
+             boost::beast::iequals(h.first, "Sec-WebSocket-Extensions");
+    });
+    headers->emplace_back("Accept-Encoding", "identity");
   }
   // Brokered values only go out inside TLS that the proxy itself verified.
   if (mode_ == Mode::kIntercept && svc_.config.request_broker) {
@@ -144,6 +157,137 @@ asio::awaitable<void> ProxyConn::PumpBytes(From& from, To& to, Direction& d, boo
     *d.counter += n;
     co_await Throttle(n, to_guest ? down_timer_ : up_timer_);
     co_await asio::async_write(to, asio::buffer(d.buf.data(), n), use_awaitable);
+  }
+}
+
+// Responses on an intercepted connection of a sandbox with brokered values.
+// Each response head is parsed (Beast) and its values masked; its body is
+// read as it comes (chunked framing undone, so a value split across chunks
+// or reads is still found), masked, and written to the guest framed as
+// upstream framed it. Masks keep the length (stream_scrubber.h), so
+// Content-Length and the chunk sizes the guest sees stay true with no
+// buffering of the body. A HEAD's response has no body; 1xx responses come
+// before their final one; after a 101 the bytes are masked as a stream.
+// A response whose body has a content coding (gzip, ...) or a transfer
+// coding other than chunked cannot be searched: the connection is closed
+// before its head reaches the guest (requests ask for identity).
+template <class Upstream, class Guest>
+asio::awaitable<void> ProxyConn::RelayResponses(Upstream& up, Guest& guest) {
+  auto clean_end = [](const boost::system::error_code& ec) {
+    return ec == asio::error::eof || ec == ssl::error::stream_truncated || ec == http::error::end_of_stream;
+  };
+  for (;;) {
+    // Wait for the response's first bytes: its request is queued by then
+    // (it was sent upstream after head_requests_ took it).
+    if (resp_buf_.size() == 0) {
+      boost::system::error_code ec;
+      size_t n = co_await up.async_read_some(resp_buf_.prepare(4096), asio::redirect_error(use_awaitable, ec));
+      if (finished_) co_return;
+      if (ec) {
+        Finish(clean_end(ec) ? "" : "connection error: " + ec.message());
+        co_return;
+      }
+      resp_buf_.commit(n);
+    }
+    http::response_parser<http::buffer_body> p;
+    p.header_limit(64 * 1024);
+    p.body_limit(std::numeric_limits<std::uint64_t>::max());
+    p.skip(!head_requests_.empty() && head_requests_.front());
+    boost::system::error_code ec;
+    size_t n = co_await http::async_read_header(up, resp_buf_, p, asio::redirect_error(use_awaitable, ec));
+    if (finished_) co_return;
+    if (ec) {
+      Finish("response head: " + ec.message());
+      co_return;
+    }
+    bytes_in_ += n;
+    co_await Throttle(n, down_timer_);
+    auto& res = p.get();
+    const unsigned status = res.result_int();
+    const bool interim = status >= 100 && status < 200 && status != 101;
+    if (!interim && !head_requests_.empty()) head_requests_.pop_front();
+    if (!p.is_done()) {
+      auto ce = res[http::field::content_encoding];
+      auto te = res[http::field::transfer_encoding];
+      if ((!ce.empty() && !boost::beast::iequals(ce, "identity")) ||
+          (!te.empty() && !boost::beast::iequals(te, "chunked"))) {
+        Finish("response " + std::to_string(status) + " in a coding (" + std::string(ce.empty() ? te : ce) +
+               ") that cannot be searched for brokered values; not relayed");
+        co_return;
+      }
+    }
+    HeaderList fields;
+    for (const auto& f : res)
+      fields.emplace_back(std::string(f.name_string()), scrub_.ScrubAll(std::string(f.value())));
+    for (auto it = res.begin(); it != res.end();) it = res.erase(it);
+    for (const auto& [name, value] : fields) res.insert(name, value);
+    res.reason(scrub_.ScrubAll(std::string(res.reason())));
+    res.body().data = nullptr;
+    res.body().size = 0;
+    res.body().more = !p.is_done();
+    http::serializer<false, http::buffer_body> sr{res};
+    co_await http::async_write_header(guest, sr, use_awaitable);
+    while (!p.is_done()) {
+      res.body().data = resp_body_buf_.data();
+      res.body().size = resp_body_buf_.size();
+      n = co_await http::async_read_some(up, resp_buf_, p, asio::redirect_error(use_awaitable, ec));
+      if (finished_) co_return;
+      if (ec == http::error::need_buffer) ec = {};
+      // A body that runs to the end of the connection ends at a TLS close
+      // without close_notify too.
+      if (ec == ssl::error::stream_truncated && p.need_eof()) p.put_eof(ec);
+      if (ec) {
+        Finish("response body: " + ec.message());
+        co_return;
+      }
+      const size_t got = resp_body_buf_.size() - res.body().size;
+      bytes_in_ += n;
+      co_await Throttle(n, down_timer_);
+      std::string out = scrub_.Feed(std::string_view(resp_body_buf_.data(), got));
+      if (p.is_done()) out += scrub_.Flush();
+      res.body().data = out.empty() ? nullptr : out.data();  // nothing yet: no empty chunk, which would end the body
+      res.body().size = out.size();
+      res.body().more = !p.is_done();
+      boost::beast::error_code wec;
+      co_await http::async_write(guest, sr, asio::redirect_error(use_awaitable, wec));
+      if (finished_) co_return;
+      if (wec == http::error::need_buffer) wec = {};
+      if (wec) {
+        Finish("guest write failed: " + wec.message());
+        co_return;
+      }
+    }
+    if (status == 101) {
+      co_await PumpMasked(up, guest);
+      co_return;
+    }
+  }
+}
+
+template <class Upstream, class Guest>
+asio::awaitable<void> ProxyConn::PumpMasked(Upstream& up, Guest& guest) {
+  for (;;) {
+    std::string out;
+    if (resp_buf_.size() > 0) {
+      out = scrub_.Feed(std::string_view(static_cast<const char*>(resp_buf_.cdata().data()), resp_buf_.size()));
+      resp_buf_.consume(resp_buf_.size());
+    } else {
+      boost::system::error_code ec;
+      size_t n = co_await up.async_read_some(asio::buffer(resp_body_buf_), asio::redirect_error(use_awaitable, ec));
+      if (finished_) co_return;
+      if (ec) {
+        out = scrub_.Flush();
+        if (!out.empty()) co_await asio::async_write(guest, asio::buffer(out), use_awaitable);
+        bool clean = ec == asio::error::eof || ec == ssl::error::stream_truncated;
+        Finish(clean ? "" : "connection error: " + ec.message());
+        co_return;
+      }
+      bytes_in_ += n;
+      co_await Throttle(n, down_timer_);
+      out = scrub_.Feed(std::string_view(resp_body_buf_.data(), n));
+    }
+    if (!out.empty()) co_await asio::async_write(guest, asio::buffer(out), use_awaitable);
+    if (finished_) co_return;
   }
 }
 
@@ -201,6 +345,7 @@ asio::awaitable<void> ProxyConn::RelayRequests(Guest& guest, Upstream& up) {
     for (const auto& f : req) headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
     std::string why;
     if (!TransformHeaders(&headers, &why)) co_return refuse(why);
+    if (!scrub_.empty()) head_requests_.push_back(req.method() == http::verb::head);
     for (auto it = req.begin(); it != req.end();) it = req.erase(it);
     for (const auto& [name, value] : headers) req.insert(name, value);
     const bool upgrade = req.find(http::field::upgrade) != req.end();
@@ -310,7 +455,10 @@ asio::awaitable<void> ProxyConn::RunHttp() {
         svc_.io,
         [self]() -> asio::awaitable<void> {
           try {
-            co_await self->PumpBytes(*self->up_tls_, *self->guest_tls_, self->down_, true);
+            if (self->scrub_.empty())
+              co_await self->PumpBytes(*self->up_tls_, *self->guest_tls_, self->down_, true);
+            else
+              co_await self->RelayResponses(*self->up_tls_, *self->guest_tls_);
           } catch (const std::exception& e) {
             self->Finish(std::string("connection error: ") + e.what());
           }

@@ -9,7 +9,10 @@
 //     the sandbox's CA, which the guest trusts; the CA key never leaves the
 //     daemon);
 //   - on every intercepted HTTPS request, calls Substitute() on the header
-//     list (the placeholder → value swap happens only here, in the daemon).
+//     list (the placeholder → value swap happens only here, in the daemon);
+//   - masks every form of ResponseForms() in the responses relayed back to
+//     the guest on an intercepted connection (an upstream that echoes the
+//     request would otherwise hand the guest the value).
 // Brokered values are substituted over HTTPS only, never into plain HTTP:
 // a credential never crosses a network in clear text.
 // Called on the egress loop thread; implementations must not block on I/O.
@@ -42,6 +45,10 @@ class RequestBroker {
   // returns the names of the secrets used (never values).
   virtual std::vector<std::string> Substitute(const std::string& sandbox, const std::string& host,
                                               HeaderList* headers) = 0;
+  // Every byte string a response to `sandbox` must not carry to the guest:
+  // each brokered value of the sandbox in its plain, URL-encoded, base64
+  // and JSON-escaped forms. Empty: nothing to mask.
+  virtual std::vector<std::string> ResponseForms(const std::string& sandbox) = 0;
 };
 
 }  // namespace airlock::egress

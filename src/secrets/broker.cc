@@ -6,7 +6,10 @@
 #include <cctype>
 #include <mutex>
 
+#include <nlohmann/json.hpp>
+
 #include "common/hex.h"
+#include "secrets/redactor.h"
 
 namespace airlock::secrets {
 namespace {
@@ -77,6 +80,32 @@ size_t Broker::size(const std::string& sandbox) const {
   std::shared_lock<std::shared_mutex> l(mu_);
   auto it = by_sandbox_.find(sandbox);
   return it == by_sandbox_.end() ? 0 : it->second.size();
+}
+
+std::vector<std::string> Broker::ValueForms(const std::string& sandbox) const {
+  std::vector<std::string> values;
+  {
+    std::shared_lock<std::shared_mutex> l(mu_);
+    auto it = by_sandbox_.find(sandbox);
+    if (it == by_sandbox_.end()) return {};
+    for (const auto& s : it->second) values.push_back(s.value);
+  }
+  std::vector<std::string> forms;
+  for (const auto& v : values) {
+    for (auto& f : Redactor::Forms(v)) forms.push_back(std::move(f));
+    // Inside a JSON string (an echo service's answer): quotes, backslashes
+    // and control bytes escaped, and '/' as "\/" as some encoders write it.
+    std::string quoted = nlohmann::json(v).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::string escaped = quoted.substr(1, quoted.size() - 2);
+    if (escaped != v) forms.push_back(escaped);
+    std::string slashed;
+    for (char c : escaped) {
+      if (c == '/') slashed += '\\';
+      slashed += c;
+    }
+    if (slashed != escaped) forms.push_back(slashed);
+  }
+  return forms;
 }
 
 bool Broker::Intercepts(const std::string& sandbox, const std::string& host) const {

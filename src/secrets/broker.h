@@ -45,6 +45,10 @@ class Broker {
   std::vector<std::string> SubstituteHeaders(const std::string& sandbox, const std::string& host,
                                              std::vector<std::pair<std::string, std::string>>* headers) const;
   size_t size(const std::string& sandbox) const;
+  // Every form of every brokered value of `sandbox` that a response relayed
+  // to its guest must not carry (Redactor::Forms, plus the value as escaped
+  // inside a JSON string): the egress proxy masks them (docs/secrets.md).
+  std::vector<std::string> ValueForms(const std::string& sandbox) const;
 
   static bool HostMatches(const std::string& pattern, const std::string& host);
   // "AIRLOCK_BROKERED_<32 hex>": random, never derived from the value.

@@ -21,6 +21,7 @@ class EgressBroker : public egress::RequestBroker {
                                       egress::HeaderList* headers) override {
     return b_->SubstituteHeaders(sandbox, host, headers);
   }
+  std::vector<std::string> ResponseForms(const std::string& sandbox) override { return b_->ValueForms(sandbox); }
 
  private:
   std::shared_ptr<Broker> b_;

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <poll.h>
 #include <sched.h>
@@ -365,6 +366,42 @@ void FakeInternet::HandleConn(int fd, std::string ip_port, bool tls) {
                 std::to_string(data.size()) + (keep_alive ? "\r\nConnection: keep-alive" : "\r\nConnection: close") +
                 "\r\n\r\n" + (head.rfind("HEAD ", 0) == 0 ? std::string() : data)))
           break;
+        continue;
+      } else if (path.rfind("/echo", 0) == 0) {
+        // The request echoed back (an upstream that reflects what it got):
+        // head and body as text, then the same in base64; its Authorization
+        // also as response header X-Echo-Authorization. ?chunk=N: chunked,
+        // N bytes a chunk, one write each. A HEAD gets the head only.
+        std::string echoed = head + "\r\n" + req_body;
+        std::string b64(4 * ((echoed.size() + 2) / 3) + 1, '\0');
+        b64.resize(EVP_EncodeBlock(reinterpret_cast<unsigned char*>(b64.data()),
+                                   reinterpret_cast<const unsigned char*>(echoed.data()),
+                                   static_cast<int>(echoed.size())));
+        std::string out = echoed + "b64=" + b64 + "\n";
+        size_t chunk = 0;
+        if (auto q = path.find("?chunk="); q != std::string::npos)
+          chunk = std::strtoull(path.c_str() + q + 7, nullptr, 10);
+        std::string rhead = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Echo-Authorization: " +
+                            header("Authorization").value_or("-") +
+                            (keep_alive ? "\r\nConnection: keep-alive" : "\r\nConnection: close") +
+                            (chunk ? std::string("\r\nTransfer-Encoding: chunked")
+                                   : "\r\nContent-Length: " + std::to_string(out.size())) +
+                            "\r\n\r\n";
+        bool ok = wr(rhead);
+        if (head.rfind("HEAD ", 0) != 0) {
+          if (!chunk) {
+            ok = ok && wr(out);
+          } else {
+            for (size_t i = 0; ok && i < out.size(); i += chunk) {
+              std::string piece = out.substr(i, chunk);
+              char size[32];
+              std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
+              ok = wr(size + piece + "\r\n");
+            }
+            ok = ok && wr("0\r\n\r\n");
+          }
+        }
+        if (!ok) break;
         continue;
       } else if (path.rfind("/bytes?n=", 0) == 0) {
         size_t n = std::stoull(path.substr(9));

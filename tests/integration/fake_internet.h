@@ -16,7 +16,9 @@
 //   echo-ish on .30:8080; each counts accepted connections per ip:port.
 //   Responses: "server=<ip> host=<Host> sni=<sni> path=<path>\n";
 //   /hold waits up to 10 s; /doh?name=N answers N's address (DNS over HTTPS
-//   in spirit); /bytes?n=N sends N bytes; /pkg/<path> serves the file
+//   in spirit); /bytes?n=N sends N bytes; /echo[?chunk=N] reflects the
+//   request (head, body, base64 of both; Authorization also as response
+//   header X-Echo-Authorization; chunked in N-byte chunks); /pkg/<path> serves the file
 //   <ServeFiles dir>/<path> (a package mirror; 404 when absent).
 #pragma once
 

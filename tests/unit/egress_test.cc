@@ -1,5 +1,6 @@
 // Unit tests of src/egress: policy parsing and decisions, DNS messages, the
-// TLS ClientHello SNI and HTTP Host parsers (no root, no network).
+// TLS ClientHello SNI and HTTP Host parsers, the response scrubber (no root,
+// no network).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "egress/l7_parse.h"
 #include "egress/policy.h"
 #include "egress/policy_json.h"
+#include "egress/stream_scrubber.h"
 #include "tests/unit/egress_test_util.h"
 
 using namespace airlock::egress;
@@ -289,4 +291,57 @@ TEST(EgressHostAddresses, InterfacesExtraAndLocalRoutes) {
   EXPECT_FALSE((*h)->IsHostAddress(*ParseIpv4("203.0.113.201")));  // TEST-NET-3: no interface has it here
   for (uint32_t ip : list) EXPECT_TRUE((*h)->IsHostAddress(ip)) << Ipv4ToString(ip);
   EXPECT_GE((*h)->fd(), 0);
+}
+
+// Issue 32 item 11: brokered values are masked in what is relayed to the
+// guest, at any split of the stream into reads, keeping the length.
+TEST(EgressStreamScrubber, MasksAtEverySplitAndKeepsTheLength) {
+  const std::string secret = "sk-live-0123456789abcdef";
+  const std::string text =
+      "{\"Authorization\": \"Bearer " + secret + "\", \"again\": \"" + secret + secret + "\", \"short\": \"sk-\"}\n";
+  std::string expected = text;
+  for (size_t at = 0; (at = expected.find(secret, at)) != std::string::npos;) {
+    // Two values back to back are one run: one marker, then '*'.
+    size_t end = at;
+    while (expected.compare(end, secret.size(), secret) == 0) end += secret.size();
+    std::string run = "[REDACTED]" + std::string(end - at - 10, '*');
+    expected.replace(at, end - at, run);
+    at = end;
+  }
+  ASSERT_EQ(expected.size(), text.size());
+  EXPECT_EQ(expected.find(secret), std::string::npos);
+  for (size_t a = 0; a <= text.size(); ++a) {
+    for (size_t b = a; b <= text.size(); b += 3) {
+      StreamScrubber s({secret});
+      std::string out = s.Feed(text.substr(0, a));
+      out += s.Feed(text.substr(a, b - a));
+      out += s.Feed(text.substr(b));
+      out += s.Flush();
+      ASSERT_EQ(out, expected) << a << " " << b;
+    }
+  }
+  // Byte by byte, too.
+  StreamScrubber s({secret});
+  std::string out;
+  for (char c : text) out += s.Feed(std::string_view(&c, 1));
+  EXPECT_EQ(out + s.Flush(), expected);
+  // A value shorter than the marker is all '*'; a pattern under 4 bytes is ignored.
+  StreamScrubber small({"abcdefgh", "xy"});
+  EXPECT_EQ(small.ScrubAll("1abcdefgh2xy"), "1********2xy");
+  EXPECT_TRUE(StreamScrubber({"abc"}).empty());
+}
+
+TEST(EgressStreamScrubber, HoldsBackOnlyWhatCouldStartAValue) {
+  StreamScrubber s({"SECRETVALUE1"});
+  // Nothing here can begin the value: released at once (a streamed answer
+  // such as server-sent events is not delayed).
+  EXPECT_EQ(s.Feed("data: hello\n\n"), "data: hello\n\n");
+  // "SECR" may be the value's start: held until the next bytes decide.
+  EXPECT_EQ(s.Feed("x SECR"), "x ");
+  EXPECT_EQ(s.Feed("ET"), "");
+  EXPECT_EQ(s.Feed("!"), "SECRET!");
+  EXPECT_EQ(s.Feed("SECRETVAL"), "");
+  EXPECT_EQ(s.Feed("UE1 tail"), "[REDACTED]** tail");
+  EXPECT_EQ(s.Feed("SEC"), "");
+  EXPECT_EQ(s.Flush(), "SEC");  // the end of the body releases the rest
 }
