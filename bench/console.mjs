@@ -17,7 +17,7 @@
 import { createRequire } from 'node:module'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { pct, startDaemon } from './util.mjs'
+import { freePort, pct, startDaemon } from './util.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const require = createRequire(join(here, '../tests/e2e/package.json'))
@@ -25,7 +25,9 @@ const puppeteer = require('puppeteer-core')
 const N = Number(process.argv[2] || process.env.N || 20)
 const ROWS = 500
 
-const d = await startDaemon(['--pool', '0'])
+// The console has its own origin (serve --console-listen, docs/console.md).
+const consolePort = await freePort()
+const d = await startDaemon(['--pool', '0', '--console-listen', `127.0.0.1:${consolePort}`])
 const browser = await puppeteer.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
   headless: true,
@@ -34,7 +36,7 @@ const browser = await puppeteer.launch({
 })
 try {
   const page = await browser.newPage()
-  await page.goto(`${d.url}/console/`)
+  await page.goto(`http://127.0.0.1:${consolePort}/console/`)
   await page.waitForFunction(() => window.airlockConsole)
   const times = await page.evaluate((rows, n) => {
     const now = Date.now()

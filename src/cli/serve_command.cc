@@ -184,6 +184,8 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
   po::options_description desc("airlock serve [options]");
   desc.add_options()("help,h", "show this help")("listen", po::value(&cfg.listen)->default_value(cfg.listen),
                                                  "ip:port to serve on (env AIRLOCK_LISTEN)")(
+      "console-listen", po::value(&cfg.console_listen),
+      "ip:port of the web console, its own origin apart from --listen's (default: no console; docs/console.md)")(
       "db", po::value(&cfg.db_path), "registry database (default STATE_DIR/airlock.db; cli.key is written beside it)")(
       "default-timeout", po::value(&cfg.default_timeout_s)->default_value(300),
       "sandbox TTL when create gives none (s)")("max-timeout", po::value(&cfg.max_timeout_s)->default_value(86400),

@@ -1,6 +1,17 @@
-// What the web console (docs/console.md) reads besides the E2B API: its
-// own files at /console/ (no key: they hold nothing secret), and the
-// authenticated JSON routes it reads (other clients may use them too):
+// The web console (docs/console.md) on its own origin (serve
+// --console-listen), never the API's: the API's origin relays guest bytes
+// (signed /files URLs), and a guest that got a page or a service worker onto
+// the console's origin would read the key an operator signs in with. The
+// console's listener serves (HandleConsoleOrigin):
+//   /console/…                               its files, no key (they hold nothing secret)
+//   E2b-Sandbox-Id (+ E2b-Sandbox-Port 49983) the agent's port, as the terminal and the file browser
+//                                            call it: a fetch() with headers, which no navigation,
+//                                            <script> or service-worker registration can send
+//   everything else                          the control API (X-API-Key)
+// and refuses signed URLs, other guest ports and service-worker fetches.
+// The API's listener answers /console/ with a redirect to the console's
+// origin (ConsoleElsewhere). Besides the E2B API the console reads these
+// authenticated JSON routes (other clients may use them too):
 //   GET /sandboxes/metrics?sandbox_ids=a,b   E2B's batch shape: {"sandboxes": {id: metric}}, the newest sample
 //                                            of each listed sandbox the key may see (at most 1000 ids)
 //   GET /audit, GET /audit/verify            the trail and its check (audit_hooks.cc)
@@ -10,8 +21,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/clock.h"
+#include "common/agent_port.h"
 #include "console/console_assets.h"
+#include "http/client.h"
 #include "runtime/registry.h"
+#include "server/relay_guard.h"
 #include "server/server.h"
 
 namespace airlock::server {
@@ -30,6 +44,49 @@ int64_t FreeMib(const std::string& dir, int64_t* total_mib) {
 }  // namespace
 
 void Server::ServeConsole(std::shared_ptr<HttpConn> c) { ServeConsoleAsset(*c); }
+
+void Server::HandleConsoleOrigin(std::shared_ptr<HttpConn> c) {
+  const std::string& path = c->path();
+  if (IsServiceWorkerScript(*c)) return c->RespondError(403, "no service worker is served on the console's origin");
+  if (path == "/") return c->Respond(308, "text/plain", "/console/\n", {{"Location", "/console/"}});
+  if (path == "/console" || path.rfind("/console/", 0) == 0) return ServeConsole(c);
+  if (c->Query("signature")) {
+    return c->RespondError(403, "signed URLs are served on the API's listener, never on the console's origin");
+  }
+  if (std::string id = c->Header("E2b-Sandbox-Id"); !id.empty()) {
+    std::string port = c->Header("E2b-Sandbox-Port");
+    if (!port.empty() && port != std::to_string(kAgentPort)) {
+      return c->RespondError(403, "the console's origin reaches a sandbox's agent (port " + std::to_string(kAgentPort) +
+                                      ") only; other guest ports are served on the API's listener");
+    }
+    return HandleData(std::move(c), id, kAgentPort);
+  }
+  HandleControl(std::move(c));
+}
+
+void Server::ConsoleElsewhere(std::shared_ptr<HttpConn> c) {
+  if (!console_listener_) {
+    return c->RespondError(404, "the web console has its own origin: start airlock serve with --console-listen "
+                                "ip:port (docs/console.md)");
+  }
+  // The console's host: its listen address, or for a wildcard one the name
+  // this client used for the daemon.
+  std::string host;
+  if (auto hp = http::ParseHostPort(config_.console_listen); hp.ok()) host = hp->first;
+  if (host.empty() || host == "0.0.0.0" || host == "::") {
+    host = c->Header("Host");
+    if (!host.empty() && host.front() == '[') {
+      host = host.substr(0, host.find(']') + 1);
+    } else if (size_t colon = host.rfind(':'); colon != std::string::npos && host.find(':') == colon) {
+      host.resize(colon);
+    }
+    if (host.empty()) host = "127.0.0.1";
+  } else if (host.find(':') != std::string::npos) {
+    host = "[" + host + "]";
+  }
+  std::string location = "http://" + host + ":" + std::to_string(console_port()) + c->target();
+  c->Respond(308, "text/plain; charset=utf-8", location + "\n", {{"Location", location}});
+}
 
 void ServeConsoleAsset(HttpConn& conn) {
   HttpConn* c = &conn;

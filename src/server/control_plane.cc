@@ -80,8 +80,9 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
   if (path == "/metrics" && verb == http::Method::kGet) return ServeMetrics(c);
   // COPY archives of template builds: the signed URL is the credential.
   if (path.rfind("/upload/", 0) == 0) return HandleUpload(c);
-  // The web console's files: public (the key is entered in the page).
-  if (path == "/console" || path.rfind("/console/", 0) == 0) return ServeConsole(c);
+  // The web console lives on its own origin (serve --console-listen,
+  // HandleConsoleOrigin), never beside the data plane's signed URLs.
+  if (path == "/console" || path.rfind("/console/", 0) == 0) return ConsoleElsewhere(c);
   // The key table is memory only; a key it does not hold may be one the CLI
   // made a moment ago, so the table is refreshed (SQLite, off this thread)
   // before the request is refused.

@@ -26,7 +26,6 @@
 // E2B's proxy (the SDK reads it on /health as "not running"). Every relayed
 // exchange is tracked per sandbox and dropped when it is killed, dies or
 // pauses (Server::DropStreams), so no stream outlives its sandbox.
-#include <openssl/evp.h>
 #include <strings.h>
 
 #include <array>
@@ -45,7 +44,7 @@
 #include "common/log.h"
 #include "common/interpreter_access.h"
 #include "common/secure_equal.h"
-#include "envd/proto_json.h"
+#include "server/relay_guard.h"
 #include "server/server.h"
 
 namespace airlock::server {
@@ -55,33 +54,17 @@ namespace bhttp = boost::beast::http;  // the upstream side; the client side is 
 
 constexpr size_t kUpstreamChunk = 64 * 1024;
 
-std::string Signature(const std::string& s) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_Digest(s.data(), s.size(), md, &n, EVP_sha256(), nullptr);
-  std::string b64 = envd::Base64Encode(std::string_view(reinterpret_cast<const char*>(md), n));
-  while (!b64.empty() && b64.back() == '=') b64.pop_back();
-  return "v1_" + b64;
-}
-
-// Spec §4.2: "<path>:<read|write>:<user>:<token>[:<expiration>]".
+// Spec §4.2: "<path>:<read|write>:<user>:<token>[:<expiration>]", on a URL
+// that carries nothing its signature does not cover and expires within
+// kMaxSignedUrlLifetime, if at all (relay_guard.h).
 bool ValidFileSignature(const HttpConn& c, const std::string& token) {
-  auto sig = c.Query("signature");
-  if (!sig) return false;
-  std::string s = c.Query("path").value_or("") + ":" + (c.method() == http::Method::kGet ? "read" : "write") + ":" +
-                  c.Query("username").value_or("") + ":" + token;
-  if (auto e = c.Query("signature_expiration"); e && !e->empty()) {
-    char* end = nullptr;
-    long long v = std::strtoll(e->c_str(), &end, 10);
-    // The precise clock: time(2) is the vDSO's last tick, which lags the
-    // client's clock by a tick or more on a loaded host and let a URL be
-    // used in the second after it expired.
-    const long long now_s =
-        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-    if (*end != '\0' || v < now_s) return false;
-    s += ":" + *e;
-  }
-  return SecureEqual(*sig, Signature(s));
+  if (!c.Query("signature")) return false;
+  // The precise clock: time(2) is the vDSO's last tick, which lags the
+  // client's clock by a tick or more on a loaded host and let a URL be
+  // used in the second after it expired.
+  const int64_t now_s =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return CheckFileSignature(c, token, now_s).ok();
 }
 
 bool HopByHop(std::string_view name) {
@@ -336,16 +319,25 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
     bool framed = chunked_response_ || parser_->content_length().has_value() || parser_->is_done();
     keep_alive_ = c_->keep_alive() && framed;
     std::string head = "HTTP/1.1 " + std::to_string(status) + " " + std::string(res.reason()) + "\r\n";
+    // A guest's answer is never a page of the daemon's origin (relay_guard.h).
+    const RelayGuard guard = sandbox_id_.empty() ? extras_.guard : GuardForGuest(port_, c_->path());
+    std::string guest_type;
     for (const auto& f : res) {
       std::string_view name(f.name_string().data(), f.name_string().size());
       if (name.size() == 10 && strncasecmp(name.data(), "connection", 10) == 0) continue;
       if (name.size() == 10 && strncasecmp(name.data(), "keep-alive", 10) == 0) continue;
       if (name.size() == 7 && strncasecmp(name.data(), "trailer", 7) == 0) continue;
+      if (DropsRelayedHeader(guard, name)) {
+        if (name.size() == 12 && strncasecmp(name.data(), "content-type", 12) == 0)
+          guest_type.assign(f.value().data(), f.value().size());
+        continue;
+      }
       head.append(name.data(), name.size());
       head += ": ";
       head.append(f.value().data(), f.value().size());
       head += "\r\n";
     }
+    for (const auto& [name, value] : GuardHeaders(guard, c_->method(), guest_type)) head += name + ": " + value + "\r\n";
     if (!keep_alive_ || !c_->body_done()) head += "Connection: close\r\n";
     head += "\r\n";
     c_->SendRaw(std::move(head));

@@ -16,6 +16,7 @@
 #include "http/client.h"
 #include "image/image.h"
 #include "secrets/egress_broker.h"
+#include "server/relay_guard.h"
 
 namespace airlock::server {
 
@@ -177,8 +178,15 @@ Status Server::Init() {
     };
   }
   listener_ = std::make_unique<HttpListener>(
-      io_, [this](std::shared_ptr<HttpConn> c) { Handle(std::move(c)); }, std::move(limits));
+      io_, [this](std::shared_ptr<HttpConn> c) { Handle(std::move(c)); }, limits);
   RETURN_IF_ERROR(listener_->Listen(config_.listen));
+  // The web console's own origin (docs/console.md): never the API's, where
+  // signed URLs relay guest bytes.
+  if (!config_.console_listen.empty()) {
+    console_listener_ = std::make_unique<HttpListener>(
+        io_, [this](std::shared_ptr<HttpConn> c) { HandleConsoleOrigin(std::move(c)); }, std::move(limits));
+    RETURN_IF_ERROR(console_listener_->Listen(config_.console_listen).WithContext("--console-listen"));
+  }
   // MCP tools reach this daemon's API on loopback (a wildcard listen address
   // is reached on the loopback address of its family).
   if (auto hp = http::ParseHostPort(config_.listen); hp.ok()) {
@@ -232,6 +240,7 @@ Status Server::Init() {
   admission_timer_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleAdmissionTick();
   LOG_WARN("airlock serve listening on {} (port {}), {} sandbox(es) adopted", config_.listen, port(), adopted.size());
+  if (console_listener_) LOG_WARN("airlock serve: web console on {} (port {})", config_.console_listen, console_port());
   return OkStatus();
 }
 
@@ -271,6 +280,7 @@ void Server::Run() { io_.run(); }
 void Server::Stop() {
   asio::post(io_, [this] {
     if (listener_) listener_->Stop();
+    if (console_listener_) console_listener_->Stop();
     if (key_timer_) key_timer_->cancel();
     if (metrics_timer_) metrics_timer_->cancel();
     if (admission_timer_) admission_timer_->cancel();
@@ -430,13 +440,26 @@ std::optional<std::string> DataPlaneSandbox(const std::string& host, const std::
   return std::nullopt;
 }
 
+// The API's listener. What a guest answers never becomes a page of its
+// origin (relay_guard.h): no service worker's script is fetched from it,
+// except on a sandbox's own host ("<port>-<id>.<domain>": the guest's
+// origin, never the daemon's).
 void Server::Handle(std::shared_ptr<HttpConn> c) {
   uint16_t port = kAgentPort;
-  if (auto id = DataPlaneTarget(*c, &port)) return HandleData(std::move(c), *id, port);
+  auto id = DataPlaneTarget(*c, &port);
+  const bool guest_origin = id && !(!c->Header("E2b-Sandbox-Id").empty() && HostIsDirect(c->Header("Host")));
+  if (!guest_origin && IsServiceWorkerScript(*c)) {
+    return c->RespondError(403, "no service worker is served on the daemon's origin");
+  }
+  if (id) return HandleData(std::move(c), *id, port);
   // A signed URL names its sandbox through the signature alone.
-  if (auto id = SandboxBySignature(*c)) return HandleData(std::move(c), *id, kAgentPort);
+  if (auto signed_id = SandboxBySignature(*c)) return HandleData(std::move(c), *signed_id, kAgentPort);
   if (c->path() == "/files" && c->Query("signature")) {
-    return c->RespondError(401, "the URL's signature matches no sandbox (tampered, expired, or its sandbox is gone)");
+    const int64_t now_s = NowUnixMs() / 1000;
+    auto shape = CheckSignedFileQuery(http::SplitTarget(c->target()).second, now_s);
+    return c->RespondError(401, shape.ok() ? "the URL's signature matches no sandbox (tampered, expired, or its "
+                                             "sandbox is gone)"
+                                           : shape.status().message());
   }
   HandleControl(std::move(c));
 }

@@ -40,6 +40,7 @@
 #include "image/image.h"
 #include "mcp/protocol.h"
 #include "mcp/tools.h"
+#include "server/relay_guard.h"
 #include "core/registry.h"
 #include "secrets/broker.h"
 #include "secrets/redactor.h"
@@ -74,6 +75,11 @@ struct ServerConfig {
   // domain (serve --domain); empty: none (E2b-Sandbox-Id routing only).
   std::string domain;
   std::string listen = "127.0.0.1:3000";
+  // The web console's own listener, "ip:port" (serve --console-listen); empty:
+  // no console. Its origin serves the console's files, the control API and
+  // the agent's port by E2b-Sandbox-Id only, never a signed URL or a
+  // host-routed guest port; `listen` serves no console (docs/console.md).
+  std::string console_listen;
   ManagerConfig manager;
   // The registry; empty: <state_dir>/airlock.db. The CLI key file is
   // written beside it (cli.key, 0600). Tests point this at a temp dir so a
@@ -229,6 +235,9 @@ struct ForwardExtras {
   // (unreachable, dropped, cut). Called once, on the io thread.
   std::function<void(int)> on_status;
   std::string upstream_name;  // for "<name> unreachable" (default: "sandbox port N")
+  // How the upstream's answer head is guarded (relay_guard.h); a sandbox's
+  // relay in the data plane is always GuardForGuest's.
+  RelayGuard guard = RelayGuard::kNone;
 };
 // Relays the request on `c` to host:port (an IP literal; the Host header
 // sent is `host_header`, "" for host:port) and its answer back, streamed
@@ -243,6 +252,8 @@ class Server {
   static StatusOr<std::unique_ptr<Server>> Open(ServerConfig config);
   ~Server();
   uint16_t port() const { return listener_->port(); }
+  // The console's port (ServerConfig::console_listen), 0 when there is none.
+  uint16_t console_port() const { return console_listener_ ? console_listener_->port() : 0; }
   // Serves until Stop() or SIGINT/SIGTERM.
   void Run();
   void Stop();  // thread-safe
@@ -269,6 +280,11 @@ class Server {
   Status Init();
   void Handle(std::shared_ptr<HttpConn> c);
   std::optional<std::string> DataPlaneTarget(const HttpConn& c, uint16_t* port) const;
+  // The console's listener (console_routes.cc): its files, the control API,
+  // the agent's port by header; nothing else of the data plane.
+  void HandleConsoleOrigin(std::shared_ptr<HttpConn> c);
+  // /console/ asked of the API's listener: a redirect to the console's origin, or 404 without one.
+  void ConsoleElsewhere(std::shared_ptr<HttpConn> c);
 
   // control plane (control_plane.cc): HandleControl authenticates (the
   // key table, api_keys.h), RouteControl dispatches.
@@ -487,6 +503,7 @@ class Server {
   asio::io_context io_;
   std::unique_ptr<asio::thread_pool> workers_;
   std::unique_ptr<HttpListener> listener_;
+  std::unique_ptr<HttpListener> console_listener_;  // ServerConfig::console_listen; null without
   std::unique_ptr<asio::signal_set> signals_;
   std::unique_ptr<asio::steady_timer> key_timer_;
   std::unique_ptr<Registry> registry_;

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
 
-import { e2b, skipReason as daemonSkip, startDaemon, waitFor } from './daemon.mjs'
+import { e2b, freePort, skipReason as daemonSkip, startDaemon, waitFor } from './daemon.mjs'
 
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium'
 const SHOTS = process.env.AIRLOCK_CONSOLE_SCREENSHOTS || ''
@@ -31,10 +31,13 @@ if (skipReason && !daemonSkip) console.log(`# SKIP e2e: ${skipReason}`)
 const XSS = '<img src=x onerror="window.__xss=1">'
 
 describe('web console', { skip: skipReason || false }, () => {
-  let d, browser, page, sbx
+  // C: the console's own origin (serve --console-listen); d.url: the API's.
+  let d, browser, page, sbx, C
   const problems = []
   before(async () => {
-    d = await startDaemon()
+    const consolePort = await freePort()
+    C = `http://127.0.0.1:${consolePort}`
+    d = await startDaemon(['--console-listen', `127.0.0.1:${consolePort}`])
     browser = await puppeteer.launch({
       executablePath: CHROMIUM,
       headless: true,
@@ -74,7 +77,7 @@ describe('web console', { skip: skipReason || false }, () => {
 
   test('sign-in refuses a wrong key, then the list shows an SDK sandbox with its metadata as text', async () => {
     sbx = await e2b.Sandbox.create('base', { ...d.opts, timeoutMs: 300_000, metadata: { owner: 'console-e2e', note: XSS } })
-    const resp = await page.goto(`${d.url}/console/`)
+    const resp = await page.goto(`${C}/console/`)
     const csp = resp.headers()['content-security-policy']
     assert.match(csp, /script-src 'self'(;|$)/)
     assert.match(csp, /frame-ancestors 'none'/)
@@ -118,13 +121,48 @@ describe('web console', { skip: skipReason || false }, () => {
 
   test('no other origin may call the API with the key (CSRF, CORS)', async () => {
     // No cookie carries the key, and no CORS header lets another site's page
-    // send X-API-Key (its preflight gets no Access-Control-Allow-Origin).
-    const pre = await fetch(`${d.url}/v2/sandboxes`, { method: 'OPTIONS', headers: {
-      Origin: 'http://evil.example', 'Access-Control-Request-Method': 'DELETE', 'Access-Control-Request-Headers': 'x-api-key' } })
-    assert.equal(pre.headers.get('access-control-allow-origin'), null)
-    const get = await fetch(`${d.url}/v2/sandboxes`, { headers: { Origin: 'http://evil.example', 'X-API-Key': d.apiKey } })
-    assert.equal(get.headers.get('access-control-allow-origin'), null)
-    assert.equal(get.headers.get('set-cookie'), null)
+    // send X-API-Key (its preflight gets no Access-Control-Allow-Origin):
+    // neither on the console's origin nor on the API's.
+    for (const base of [C, d.url]) {
+      const pre = await fetch(`${base}/v2/sandboxes`, { method: 'OPTIONS', headers: {
+        Origin: 'http://evil.example', 'Access-Control-Request-Method': 'DELETE', 'Access-Control-Request-Headers': 'x-api-key' } })
+      assert.equal(pre.headers.get('access-control-allow-origin'), null)
+      const get = await fetch(`${base}/v2/sandboxes`, { headers: { Origin: 'http://evil.example', 'X-API-Key': d.apiKey } })
+      assert.equal(get.status, 200)
+      assert.equal(get.headers.get('access-control-allow-origin'), null)
+      assert.equal(get.headers.get('set-cookie'), null)
+    }
+  })
+
+  test("the console has its own origin, and no guest's file is a page of the API's", async () => {
+    // Issue 32: root in a guest answers /files with a page and a service
+    // worker; an operator who opens the signed link must get a download.
+    const redirect = await fetch(`${d.url}/console/#/audit`, { redirect: 'manual' })
+    assert.equal(redirect.status, 308)
+    assert.equal(redirect.headers.get('location'), `${C}/console/`)
+    await sbx.files.write('/home/user/page.html', '<script>navigator.serviceWorker.register("/files")</script>')
+    const url = await sbx.downloadUrl('/home/user/page.html')  // the SDK's default: no expiration
+    const g = await fetch(url)
+    assert.equal(g.status, 200)
+    assert.equal(g.headers.get('content-type'), 'application/octet-stream')
+    assert.equal(g.headers.get('content-disposition'), 'attachment')
+    assert.equal(g.headers.get('x-content-type-options'), 'nosniff')
+    assert.equal(g.headers.get('content-security-policy'), "sandbox; default-src 'none'")
+    assert.match(await g.text(), /serviceWorker/)
+    // A parameter the signature does not cover, a signature for two days, a
+    // service worker's fetch: refused. A day is fine.
+    assert.equal((await fetch(url + '&next=%2Fconsole%2F')).status, 401)
+    assert.equal((await fetch(await sbx.downloadUrl('/home/user/page.html', { useSignatureExpiration: 2 * 86400 }))).status, 401)
+    assert.equal((await fetch(await sbx.downloadUrl('/home/user/page.html', { useSignatureExpiration: 86400 }))).status, 200)
+    assert.equal((await fetch(url, { headers: { 'Service-Worker': 'script' } })).status, 403)
+    // The console's origin relays no signed URL, no other guest port and no
+    // service worker's script; the agent by header only (as the page calls it).
+    assert.equal((await fetch(C + new URL(url).pathname + new URL(url).search)).status, 403)
+    assert.equal((await fetch(`${C}/console/app.js`, { headers: { 'Service-Worker': 'script' } })).status, 403)
+    const other = await fetch(`${C}/health`, { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8080' } })
+    assert.equal(other.status, 403)
+    const agent = await fetch(`${C}/health`, { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' } })
+    assert.equal(agent.status, 204)
   })
 
   test("a team key reads only its own part of the trail and not the host", async () => {
@@ -203,7 +241,7 @@ describe('web console', { skip: skipReason || false }, () => {
       return list.find((t) => (t.aliases || []).includes('console-e2e'))?.templateID
     }, 30000, 200)
     assert.ok(tplId, 'the build request made the template')
-    await page.goto(`${d.url}/console/#/templates`)
+    await page.goto(`${C}/console/#/templates`)
     await page.waitForSelector(`#template-rows tr[data-id="${tplId}"] button`)
     await page.click(`#template-rows tr[data-id="${tplId}"] button`)
     await page.waitForFunction(() => /built-by-console-test/.test(document.querySelector('#build-log').textContent), { timeout: 120000 })
@@ -217,12 +255,12 @@ describe('web console', { skip: skipReason || false }, () => {
     await page.waitForSelector(`#template-rows tr[data-id="${tplId}"]`, { hidden: true })
     assert.equal((await fetch(`${d.url}/templates/${tplId}`, { headers: { 'X-API-Key': d.apiKey } })).status, 404)
 
-    await page.goto(`${d.url}/console/#/audit`)
+    await page.goto(`${C}/console/#/audit`)
     await page.waitForFunction(() => document.querySelectorAll('#audit-rows tr').length > 1)
     await page.click('#audit-verify')
     await page.waitForFunction(() => /intact: \d+ records/.test(document.querySelector('#audit-verify-result').textContent))
     await shot('audit')
-    await page.goto(`${d.url}/console/#/host`)
+    await page.goto(`${C}/console/#/host`)
     await page.waitForSelector('#host-view')
     const host = await page.$eval('#host-view', (el) => el.textContent)
     assert.match(host, /qemu \(default\)/)
@@ -231,7 +269,7 @@ describe('web console', { skip: skipReason || false }, () => {
   })
 
   test('kill from the console ends the sandbox for the SDK too', async () => {
-    await page.goto(`${d.url}/console/#/sandbox/${sbx.sandboxId}`)
+    await page.goto(`${C}/console/#/sandbox/${sbx.sandboxId}`)
     await page.waitForSelector('#action-kill')
     await page.click('#action-kill')
     await page.waitForFunction(() => location.hash === '#/sandboxes')

@@ -1,5 +1,8 @@
 // airlock web console (docs/console.md). Plain JavaScript, no build step:
-// served by `airlock serve` at /console/ with xterm.js from npm.
+// served by `airlock serve --console-listen` at /console/ on its own origin
+// (never the API's, which relays guest bytes on signed URLs), with xterm.js
+// from npm. Every call is relative: the console's listener serves the
+// control API and the agent's port (by header) too.
 //
 // Security rules this file keeps:
 // - the API key lives in sessionStorage only (gone when the tab closes),
@@ -9,7 +12,9 @@
 //   (textContent / createTextNode / setAttribute of plain attributes), never
 //   as HTML; no innerHTML, no inline script (the CSP forbids both);
 // - the terminal is process.Process/Start with a PTY through the data plane,
-//   so it is audited like any command (exec.start / exec records).
+//   so it is audited like any command (exec.start / exec records);
+// - a guest's bytes are data: a downloaded file becomes an octet-stream
+//   blob, whatever type the guest gave it.
 'use strict'
 
 const KEY_STORE = 'airlock.apiKey'
@@ -627,7 +632,9 @@ function fileBrowser(sb, panel) {
       const r = await fetch('/files?path=' + encodeURIComponent(e.path) + '&username=user',
         { headers: dataHeaders(sb), cache: 'no-store', credentials: 'omit' })
       if (!r.ok) throw new Error(`HTTP ${r.status}`)
-      const url = URL.createObjectURL(await r.blob())
+      // Always a download: a blob: URL is of this origin, so the guest's own
+      // Content-Type (an HTML page, say) must never come with it.
+      const url = URL.createObjectURL(new Blob([await r.arrayBuffer()], { type: 'application/octet-stream' }))
       const a = h('a', { href: url, download: e.name })
       document.body.appendChild(a)
       a.click()
