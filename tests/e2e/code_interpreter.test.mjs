@@ -3,7 +3,8 @@
 // state per context, streaming callbacks, rich results (DataFrame, PNG,
 // charts), errors, timeouts that interrupt the execution and not the kernel,
 // parallel contexts, restart/delete, JavaScript/TypeScript/bash, non-ASCII
-// output, create-time and per-call env vars, bounded output, the audit record.
+// output, create-time and per-call env vars, bounded output, the audit record,
+// and port 49999's access token (issue 32).
 //
 // Env: AIRLOCK_BIN (required), AIRLOCK_STATE_DIR (default /var/lib/airlock).
 // Skips (with the reason) when not root or when the code-interpreter image
@@ -11,6 +12,7 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
+import { request } from 'node:http'
 import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { skipReason as baseSkip, startDaemon, waitFor, STATE_DIR } from './daemon.mjs'
@@ -31,10 +33,12 @@ if (skipReason) console.log(`# SKIP code interpreter e2e: ${skipReason}`)
 const maybe = skipReason ? test.skip : test
 
 let d, opts, sbx
+const DOMAIN = 'airlock.test'
 
 before(async () => {
   if (skipReason) return
-  d = await startDaemon([])
+  // --domain: the host form "<port>-<id>.airlock.test" is tried below.
+  d = await startDaemon(['--domain', DOMAIN])
   opts = d.opts
   // The template's alias, as the package asks for it by default.
   sbx = await ci.Sandbox.create({ ...opts, timeoutMs: 1200000, envs: { CREATE_VAR: 'from-create' } })
@@ -65,6 +69,54 @@ maybe('the default template is code-interpreter-v1 and state persists within a c
   const other = await sbx.createCodeContext()
   r = await sbx.runCode('x', { context: other })
   assert.equal(r.error?.name, 'NameError')
+})
+
+// A raw HTTP request with the Host the caller picks (fetch cannot set Host).
+function rawPost(url, path, headers, body) {
+  const u = new URL(url)
+  return new Promise((resolve, reject) => {
+    const req = request({ host: u.hostname, port: u.port, path, method: 'POST', headers: { 'Content-Type': 'application/json', ...headers } }, (res) => {
+      let text = ''
+      res.setEncoding('utf8')
+      res.on('data', (c) => { text += c })
+      res.on('end', () => resolve({ status: res.statusCode, text }))
+    })
+    req.on('error', reject)
+    req.end(body)
+  })
+}
+
+maybe('port 49999 needs the access token on /execute, by header and by host; the official SDK still works', { timeout: 300000 }, async () => {
+  const id = sbx.sandboxId
+  const body = JSON.stringify({ code: "open('/tmp/ran-by-a-raw-call', 'w').write('x')" })
+  const viaHeader = (h) => rawPost(d.url, '/execute', { 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': '49999', ...h }, body)
+  const viaHost = (host, h = {}) => rawPost(d.url, '/execute', { Host: host, ...h }, body)
+  let r = await viaHeader({})
+  assert.equal(r.status, 401, r.text)
+  assert.match(r.text, /missing X-Access-Token/)
+  r = await viaHeader({ 'X-Access-Token': 'wrong' })
+  assert.equal(r.status, 401, r.text)
+  assert.match(r.text, /invalid X-Access-Token/)
+  r = await viaHost(`49999-${id}.${DOMAIN}`)
+  assert.equal(r.status, 401, r.text)
+  assert.match(r.text, /missing X-Access-Token/)
+  r = await viaHost(`49999-${id}.${DOMAIN}`, { 'X-Access-Token': 'wrong' })
+  assert.equal(r.status, 401, r.text)
+  // Another domain names no sandbox: the control plane, which wants an API key.
+  r = await viaHost(`49999-${id}.elsewhere.test`)
+  assert.equal(r.status, 401, r.text)
+  assert.match(r.text, /X-API-Key/)
+  // The interpreter checks too: from inside the guest, past the daemon.
+  const inside = await sbx.commands.run(
+    `curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' -d '{"code":"1"}' http://127.0.0.1:49999/execute`)
+  assert.equal(inside.stdout, '401')
+  assert.equal((await sbx.commands.run('test -e /tmp/ran-by-a-raw-call && echo ran || echo no')).stdout, 'no\n')
+  // The SDK: /execute with the token, the contexts routes (no token sent).
+  assert.equal((await sbx.runCode('6 * 7')).text, '42')
+  assert.ok((await sbx.listCodeContexts()).length >= 1)
+  r = await viaHost(`49999-${id}.${DOMAIN}`, { 'X-Access-Token': sbx.envdAccessToken })
+  assert.equal(r.status, 200, r.text)
+  assert.equal((await sbx.commands.run('cat /tmp/ran-by-a-raw-call')).stdout, 'x')
 })
 
 maybe('stdout and stderr stream while the code runs, in order, before the result', { timeout: 300000 }, async () => {

@@ -329,7 +329,7 @@ TEST(DataPlaneTest, PortFloodIsCappedRateLimitedAndLeavesCreatesAlone) {
 
 TEST(DataPlaneTest, TrafficTokenGuardsGuestPortsWhenPublicTrafficIsOff) {
   AIRLOCK_REQUIRE_VM();
-  TestDaemon d(MakeTempDir());
+  TestDaemon d(MakeTempDir(), {"--domain", "airlock.test"});  // the host form, for port 49999 below
   auto bad = d.Do("POST", "/v2/sandboxes", json{{"templateID", "base"}, {"network", {{"allowPublicTraffic", 1}}}}.dump());
   ASSERT_TRUE(bad.ok());
   EXPECT_EQ(bad->status, 400) << bad->body;
@@ -358,6 +358,58 @@ TEST(DataPlaneTest, TrafficTokenGuardsGuestPortsWhenPublicTrafficIsOff) {
   auto c = d.Do("POST", "/v2/sandboxes/" + id + "/connect", "{}");
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(json::parse(c->body, nullptr, false).value("trafficAccessToken", ""), traffic) << c->body;
+
+  // Port 49999 (the code interpreter) needs the sandbox's X-Access-Token on
+  // /execute too, checked by the daemon itself (issue 32): a server there
+  // that checks nothing (python's http.server) is not reached without it,
+  // by the headers or by the host form under --domain; the traffic token
+  // is still asked first.
+  StartGuestServer(d, id, token, 49999);
+  const std::string code = R"({"code":"1"})";
+  auto by_header = [&](Headers h) {
+    h.push_back({"E2b-Sandbox-Id", id});
+    h.push_back({"E2b-Sandbox-Port", "49999"});
+    return d.Do("POST", "/execute", code, false, h);
+  };
+  auto by_host = [&](const std::string& host, Headers h) {
+    h.push_back({"Host", host});
+    return d.Do("POST", "/execute", code, false, h);
+  };
+  const Headers tr = {{"E2B-Traffic-Access-Token", traffic}};
+  auto with = [&](Headers h, const std::string& access) {
+    h.push_back({"X-Access-Token", access});
+    return h;
+  };
+  auto r = by_header({});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 403) << r->body;
+  r = by_header(tr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 401) << r->body;
+  EXPECT_NE(r->body.find("missing X-Access-Token"), std::string::npos) << r->body;
+  r = by_header(with(tr, std::string(64, 'a')));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 401) << r->body;
+  EXPECT_NE(r->body.find("invalid X-Access-Token"), std::string::npos) << r->body;
+  r = by_header(with(tr, token));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 501) << r->body;  // http.server's answer to a POST: reached
+  r = by_host("49999-" + id + ".airlock.test", tr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 401) << r->body;
+  EXPECT_NE(r->body.find("missing X-Access-Token"), std::string::npos) << r->body;
+  r = by_host("49999-" + id + ".airlock.test:3000", with(tr, token));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 501) << r->body;
+  // Another domain names no sandbox: the control plane, which wants a key.
+  r = by_host("49999-" + id + ".elsewhere.test", with(tr, token));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 401) << r->body;
+  EXPECT_NE(r->body.find("X-API-Key"), std::string::npos) << r->body;
+  // The contexts routes, where the official SDK sends no token, pass.
+  auto ctx = d.Do("GET", "/contexts", "", false, {{"E2b-Sandbox-Id", id}, {"E2b-Sandbox-Port", "49999"}, tr[0]});
+  ASSERT_TRUE(ctx.ok());
+  EXPECT_EQ(ctx->status, 404) << ctx->body;  // http.server: no such file
 }
 
 // ---- item 14 ----
