@@ -189,6 +189,25 @@ TEST_F(StagingTest, FileLinksAreReplacedNotFollowed) {
   EXPECT_EQ(fs::read_symlink(base_ + "/etc/airlock/rootfs-id").string(), host_ + "/rootfs-id");
 }
 
+TEST_F(StagingTest, LinksInARealSbinAndLinksToDirectoriesAreReplaced) {
+  // /sbin a real directory (no merged /usr); a file link to a host file, a
+  // file link to a host directory, a dangling link.
+  Link(host_ + "/sbin", "sbin");
+  ASSERT_EQ(::unlink((base_ + "/sbin").c_str()), 0);
+  ASSERT_TRUE(MakeDirs(base_ + "/sbin").ok());
+  ASSERT_TRUE(MakeDirs(base_ + "/etc/airlock").ok());
+  Link(host_ + "/sbin/airlock-agent", "sbin/airlock-agent");
+  Link(host_, "etc/airlock/rootfs-id");
+  Link(host_ + "/missing", "etc/hosts");
+  Status st = Stage();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectHostUntouched();
+  EXPECT_EQ(Staged("sbin/airlock-agent"), "#!/bin/sh\necho agent\n");
+  EXPECT_EQ(Staged("etc/airlock/rootfs-id"), "key123\n");
+  EXPECT_EQ(Staged("etc/hosts"), "extra\n");
+  EXPECT_FALSE(Exists(host_ + "/missing"));
+}
+
 TEST_F(StagingTest, ExtraFileParentLinkIsRefused) {
   Link(host_, "usr/local/bin");
   ExpectRefused(Stage({StagedFile{extra_, "/usr/local/bin/tool", 0755, *Sha256File(extra_)}}), "/usr/local/bin");
