@@ -329,6 +329,11 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "capacity", po::value(&cl.capacity)->default_value(0),
       "sandboxes (running or paused) this node takes at most (0: host memory / --memory)")(
       "mcp-api", po::value(&cfg.mcp_api), "host:port of the API the MCP tools call (a cluster node: a front)")(
+      "mcp-threads", po::value(&cfg.mcp_threads)->default_value(cfg.mcp_threads),
+      "threads that run MCP tool calls (at least 3)")(
+      "mcp-calls-per-team", po::value(&cfg.mcp_calls_per_team)->default_value(cfg.mcp_calls_per_team),
+      "MCP calls one team may hold at once, running or waiting; more get 429 (0: the most below half of "
+      "--mcp-threads; never half or more)")(
       "best-of", po::value(&cl.best_of_k)->default_value(3), "front: candidates sampled per placement (best-of-K)")(
       "heartbeat-lapse", po::value(&cl.lapse_ms)->default_value(5000),
       "front: ms without a node heartbeat before it gets no new sandbox and is marked lost");

@@ -9,15 +9,19 @@
 //                it (400 without, 404 for one unknown or of another key).
 //   GET /mcp     405: the server starts no streams of its own.
 //   DELETE /mcp  ends the session (204).
-// A request with an Origin header from another origin is refused (403), as
-// the spec asks of servers (DNS rebinding).
+// A request with an Origin header is refused (403) unless that origin is
+// one the daemon was configured as (--listen, --public-url: mcp/origin.h),
+// as the spec asks of servers (DNS rebinding). It is never compared with
+// the request's Host, which a rebinding page sets too.
 //
 // Tool calls run on their own thread pool (a command may run for an hour)
 // and act through this daemon's own API with the caller's key (mcp/tools.h).
 // Each call is audited as mcp.tool_call with the client's name from
 // initialize; sessions are memory only (at most kMaxMcpSessionsPerKey per
 // key and kMaxMcpSessions in all, the least recently used dropped first).
-// A key has at most kMaxMcpCallsPerKey requests in flight (more: 429).
+// A team (all its keys together) holds at most mcp_calls_->per_team()
+// requests, running or waiting (more: 429 at once); when every thread is
+// busy, waiting teams take turns (mcp/call_queue.h).
 #include <openssl/rand.h>
 
 #include <boost/asio/post.hpp>
@@ -48,10 +52,6 @@ std::string NewSessionId() {
   return s;
 }
 
-bool SameOrigin(const std::string& origin, const std::string& host) {
-  return origin == "http://" + host || origin == "https://" + host;
-}
-
 }  // namespace
 
 std::string PresentedApiKey(const HttpConn& c, bool allow_bearer) {
@@ -64,8 +64,9 @@ std::string PresentedApiKey(const HttpConn& c, bool allow_bearer) {
 }
 
 void Server::HandleMcp(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& key) {
-  if (std::string origin = c->Header("Origin"); !origin.empty() && !SameOrigin(origin, c->Header("Host")))
-    return c->RespondError(403, "MCP requests from origin " + origin + " are refused");
+  if (std::string origin = c->Header("Origin"); !origin.empty() && !mcp_origins_.Allows(origin))
+    return c->RespondError(403, "MCP requests from origin " + origin.substr(0, 256) +
+                                    " are refused (allowed: this server's --listen address and --public-url)");
   const std::string session_id = c->Header("Mcp-Session-Id");
   if (c->method() == http::Method::kGet)
     return c->RespondError(405, "this server sends no stream of its own; POST JSON-RPC messages",
@@ -128,44 +129,20 @@ void Server::HandleMcp(std::shared_ptr<HttpConn> c, const Caller& caller, const 
       // Notifications and responses only: nothing to answer.
       return c->Respond(202, "", "", {{"Mcp-Session-Id", sid}});
     }
-    // One key cannot hold every tool thread: past kMaxMcpCallsPerKey in
-    // flight, more are refused at once (429) instead of queued.
-    {
-      std::lock_guard<std::mutex> l(mcp_mu_);
-      int& n = mcp_in_flight_[caller.key_id];
-      if (n >= kMaxMcpCallsPerKey) {
-        json id = !batch && message.contains("id") ? message["id"] : json(nullptr);
-        return c->Respond(429, "application/json",
-                          mcp::ErrorResponse(id, -32000,
-                                             "too many MCP calls in flight for this API key (" +
-                                                 std::to_string(kMaxMcpCallsPerKey) + "); retry when one ends")
-                              .dump(),
-                          {{"Retry-After", "1"}, {"Mcp-Session-Id", sid}});
-      }
-      ++n;
-    }
     auto access = self_api_;
     access.api_key = key;
     std::string peer = c->peer();
     // The pool outlives the Server when a call is still running at shutdown
     // (~Server): every touch of the Server happens under life->mu, once
     // life->alive says it is still there.
-    asio::post(*mcp_workers_, [this, life = mcp_life_, c, caller, access, sid, message = std::move(message), batch,
-                               peer]() mutable {
+    json first_id = !batch && message.contains("id") ? message["id"] : json(nullptr);
+    // One team cannot hold every tool thread: past per_team() calls running
+    // or waiting, more are refused at once (429) instead of queued.
+    Status admitted = mcp_calls_->Submit(caller.team, [this, life = mcp_life_, c, caller, access, sid,
+                                                       message = std::move(message), batch, peer]() mutable {
       // After ~Server the connection's io_context is gone: its socket must
       // never be destroyed, so it is let go with the thread.
       auto abandon = [&] { new std::shared_ptr<HttpConn>(std::move(c)); };
-      struct CallDone {
-        Server* server;
-        std::shared_ptr<McpLife> life;
-        std::string key_id;
-        ~CallDone() {
-          std::lock_guard<std::mutex> life_lock(life->mu);
-          if (!life->alive) return;
-          std::lock_guard<std::mutex> l(server->mcp_mu_);
-          if (--server->mcp_in_flight_[key_id] <= 0) server->mcp_in_flight_.erase(key_id);
-        }
-      } done{this, life, caller.key_id};
       auto audit = [&](json r) {
         std::lock_guard<std::mutex> l(life->mu);
         if (life->alive) Audit(std::move(r));
@@ -220,6 +197,9 @@ void Server::HandleMcp(std::shared_ptr<HttpConn> c, const Caller& caller, const 
       std::string out = (batch ? responses : responses[0]).dump(-1, ' ', false, json::error_handler_t::replace);
       asio::post(c->executor(), [c, out, sid] { c->Respond(200, "application/json", out, {{"Mcp-Session-Id", sid}}); });
     });
+    if (!admitted.ok())
+      return c->Respond(429, "application/json", mcp::ErrorResponse(first_id, -32000, admitted.message()).dump(),
+                        {{"Retry-After", "1"}, {"Mcp-Session-Id", sid}});
   });
 }
 

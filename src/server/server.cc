@@ -122,7 +122,15 @@ Status Server::Init() {
   // The Manager owns sandbox state and writes the registry; the server hears
   // of ends and pauses (SandboxEvents) and runs their blocking work on its workers.
   workers_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(1, config_.workers)));
-  mcp_workers_ = std::make_unique<asio::thread_pool>(16);
+  // Tool calls: their own pool, admitted per team (FairCallQueue checks the numbers).
+  mcp_workers_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(3, config_.mcp_threads)));
+  {
+    auto* pool = mcp_workers_.get();  // let go, never destroyed, by ~Server
+    ASSIGN_OR_RETURN(mcp_calls_, mcp::FairCallQueue::Create(
+                                     static_cast<size_t>(std::max(0, config_.mcp_threads)),
+                                     static_cast<size_t>(std::max(0, config_.mcp_calls_per_team)),
+                                     [pool](mcp::FairCallQueue::Task t) { asio::post(*pool, std::move(t)); }));
+  }
   config_.manager.registry = registry_.get();
   config_.manager.reaper_interval = config_.reaper_interval;
   config_.manager.max_lifetime_s = config_.max_lifetime_s;
@@ -193,6 +201,8 @@ Status Server::Init() {
     self_api_.host = hp->first == "0.0.0.0" || hp->first.empty() ? "127.0.0.1" : hp->first == "::" ? "::1" : hp->first;
   }
   self_api_.port = port();
+  if (auto hp = http::ParseHostPort(config_.listen); hp.ok())
+    mcp_origins_ = mcp::AllowedOrigins::For(hp->first, port(), config_.public_url);
   if (!config_.mcp_api.empty()) {
     ASSIGN_OR_RETURN(auto api, http::ParseHostPort(config_.mcp_api));
     self_api_.host = api.first;

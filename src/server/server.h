@@ -38,6 +38,8 @@
 #include "common/status.h"
 #include "core/manager.h"
 #include "image/image.h"
+#include "mcp/call_queue.h"
+#include "mcp/origin.h"
 #include "mcp/protocol.h"
 #include "mcp/tools.h"
 #include "server/relay_guard.h"
@@ -152,6 +154,11 @@ struct ServerConfig {
   // this daemon's own port on loopback. A cluster's nodes name a front here
   // (serve --mcp-api), so the tools see every node's sandboxes.
   std::string mcp_api;
+  // MCP tool calls (docs/mcp.md): threads of their pool, and calls a team
+  // may hold at once, running or waiting (0: below half the threads,
+  // FairCallQueue::DefaultPerTeam; must stay below half).
+  int mcp_threads = 16;
+  int mcp_calls_per_team = 0;
   // A node of a cluster (serve --role node, docs/multinode.md); all unset
   // on a single-node daemon.
   struct ClusterHooks {
@@ -441,8 +448,8 @@ class Server {
   };
   static constexpr size_t kMaxMcpSessions = 1024;
   static constexpr size_t kMaxMcpSessionsPerKey = 64;
-  static constexpr int kMaxMcpCallsPerKey = 8;  // of the 16 tool threads
-  std::map<std::string, int> mcp_in_flight_;     // key id → requests being handled (guarded by mcp_mu_)
+  std::shared_ptr<mcp::FairCallQueue> mcp_calls_;  // admission per team onto mcp_workers_ (Init)
+  mcp::AllowedOrigins mcp_origins_;                // browser origins /mcp accepts (Init)
   std::mutex mcp_mu_;
   std::map<std::string, McpSession> mcp_sessions_;  // guarded by mcp_mu_
   std::unique_ptr<asio::thread_pool> mcp_workers_;  // tool calls (blocking, possibly long)

@@ -2,6 +2,7 @@
 // client, over both transports airlock offers: stdio (`airlock mcp`, bridged
 // to the daemon) and streamable HTTP at /mcp. Real daemon, real microVMs.
 import assert from 'node:assert/strict'
+import { request } from 'node:http'
 import { after, before, describe, test } from 'node:test'
 
 import { BIN, STATE_DIR, skipReason, startDaemon, waitFor } from './daemon.mjs'
@@ -183,6 +184,20 @@ describe('MCP server', { skip: skipReason || false }, () => {
       headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: `Bearer ${d.apiKey}`, ...headers },
     })
     assert.equal((await post(init, { Origin: 'http://evil.example' })).status, 403)
+    // DNS rebinding: evil.example now resolves to this daemon, so the browser
+    // sends Origin and Host both naming it. The daemon's own origin is allowed.
+    const port = new URL(d.url).port
+    const raw = (headers) => new Promise((resolve, reject) => {
+      const r = request({ host: '127.0.0.1', port, path: '/mcp', method: 'POST', headers: { 'Content-Type': 'application/json',
+        Accept: 'application/json, text/event-stream', Authorization: `Bearer ${d.apiKey}`, ...headers } }, (res) => {
+        res.resume()
+        res.on('end', () => resolve(res.statusCode))
+      })
+      r.on('error', reject)
+      r.end(JSON.stringify(init))
+    })
+    assert.equal(await raw({ Host: `evil.example:${port}`, Origin: `http://evil.example:${port}` }), 403)
+    assert.equal(await raw({ Origin: `http://localhost:${port}` }), 200)
     assert.equal((await post({ jsonrpc: '2.0', id: 2, method: 'tools/list' })).status, 400)
     assert.equal((await post({ jsonrpc: '2.0', id: 2, method: 'tools/list' }, { 'Mcp-Session-Id': 'nope' })).status, 404)
     const ok = await post(init)
@@ -195,17 +210,23 @@ describe('MCP server', { skip: skipReason || false }, () => {
     const parse = await fetch(`${d.url}/mcp`, { method: 'POST', body: '{not json', headers: { 'X-API-Key': d.apiKey, 'Mcp-Session-Id': sid } })
     assert.equal(parse.status, 400)
     assert.equal((await parse.json()).error.code, -32700)
-    // One key cannot hold every tool thread: past 8 calls in flight, the next is refused at once.
+    // One team cannot hold every tool thread: past 7 calls in flight (below
+    // half of the 16 threads), the next is refused at once.
     const sb = await (await fetch(`${d.url}/v2/sandboxes`, { method: 'POST', body: JSON.stringify({ templateID: 'base' }),
       headers: { 'X-API-Key': d.apiKey, 'Content-Type': 'application/json' } })).json()
-    const slow = Array.from({ length: 8 }, (_, i) => post({ jsonrpc: '2.0', id: 100 + i, method: 'tools/call',
+    const slow = Array.from({ length: 7 }, (_, i) => post({ jsonrpc: '2.0', id: 100 + i, method: 'tools/call',
       params: { name: 'run_command', arguments: { sandbox_id: sb.sandboxID, command: 'sleep 4' } } }, { 'Mcp-Session-Id': sid }))
     const refused = await waitFor(async () => {
       const r = await post({ jsonrpc: '2.0', id: 99, method: 'ping' }, { 'Mcp-Session-Id': sid })
       return r.status === 429 ? r : null
     }, 5000, 50)
-    assert.ok(refused, 'a ninth call in flight is refused')
+    assert.ok(refused, 'an eighth call in flight is refused')
     assert.match((await refused.json()).error.message, /too many MCP calls in flight/)
+    // Meanwhile another team is served at once.
+    const theirs = await post(init, { Authorization: `Bearer ${other}` })
+    assert.equal(theirs.status, 200)
+    assert.equal((await post({ jsonrpc: '2.0', id: 5, method: 'ping' },
+      { Authorization: `Bearer ${other}`, 'Mcp-Session-Id': theirs.headers.get('mcp-session-id') })).status, 200)
     for (const r of await Promise.all(slow)) assert.equal((await r.json()).result.structuredContent.exit_code, 0)
     assert.equal((await post({ jsonrpc: '2.0', id: 98, method: 'ping' }, { 'Mcp-Session-Id': sid })).status, 200)
     await fetch(`${d.url}/sandboxes/${sb.sandboxID}`, { method: 'DELETE', headers: { 'X-API-Key': d.apiKey } })
