@@ -70,7 +70,9 @@ CREATE TABLE reservations (
   made_at timestamptz NOT NULL DEFAULT now(),
   used_at timestamptz
 );
-CREATE INDEX reservations_node ON reservations (node, id);
+CREATE INDEX reservations_node ON reservations (node, made_at);
+-- The oldest unused one of a node (a record, a release) and their count.
+CREATE INDEX reservations_unused ON reservations (node, id) WHERE used_at IS NULL;
 -- Slots reserved by fronts of schema 1 have no row: recounted at the next heartbeat.
 )sql",
 };
