@@ -19,20 +19,35 @@
 // layered on, so it can be deleted at any time and rollbacks never lengthen
 // the backing chain. Every checkpoint of a sandbox goes when it is killed;
 // a daemon start removes uncommitted ones and those of sandboxes that are gone.
+//
+// A rollback is journaled (Registry::RollbackIntent): "stopping" (checkpoint,
+// old VMM pid) before the old VMM is stopped, "restored" (new VMM pid) once
+// the new one runs, cleared once the sandbox's row names the new VMM. A
+// daemon killed in between is followed by one that completes the rollback
+// (RecoverRollback, RedoRollback): it adopts the new VMM when the intent
+// says "restored" and it answers; otherwise every VMM of the run dir and
+// the network go and the sandbox comes up from the checkpoint again. Where
+// that restore fails the sandbox is kept paused on the checkpoint (a resume
+// retries it); its checkpoints are never deleted by this recovery.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "common/file_util.h"
 #include "common/log.h"
+#include "core/adopted_vm.h"
 #include "core/manager.h"
 #include "core/registry.h"
 #include "core/sandbox_egress.h"
+#include "net/sandbox_network.h"
 
 namespace airlock {
 namespace fs = std::filesystem;
@@ -92,6 +107,28 @@ int64_t ReadCheckpointCreatedAt(const std::string& dir) {
 
 Status CheckpointNotFound(const std::string& id, const std::string& checkpoint_id) {
   return NotFound("checkpoint " + checkpoint_id + " of sandbox " + id + " not found");
+}
+
+// Test hook (tests/integration/checkpoint_test.cc): with
+// AIRLOCK_TEST_HOLD_ROLLBACK=<point> in its environment, a rollback that
+// reaches <point> logs "test hook: rollback held at <point>" and waits there
+// for good, so that a test kills the daemon with SIGKILL at that exact
+// moment. Points: "stopping" (intent recorded, old VMM still up),
+// "stopped" (old VMM gone, nothing new yet), "restoring" (new VMM up and
+// /init done, not recorded anywhere), "restored" (new VMM recorded in the
+// intent, the sandbox's row not yet). Never set outside tests.
+constexpr char kHoldRollbackEnv[] = "AIRLOCK_TEST_HOLD_ROLLBACK";
+
+bool HoldsAt(std::string_view point) {
+  const char* v = std::getenv(kHoldRollbackEnv);
+  return v != nullptr && point == v;
+}
+
+void HoldForTest(std::string_view point) {
+  if (!HoldsAt(point)) return;
+  LOG_WARN("test hook: rollback held at {}", point);
+  spdlog::default_logger()->flush();
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 }  // namespace
@@ -208,11 +245,29 @@ StatusOr<RollbackResult> Manager::Rollback(const std::string& id, const std::str
                               std::to_string(shape->vcpus) + " vCPUs, " + std::to_string(shape->memory_mib) +
                               " MiB, memory " + std::to_string(shape->memory_bytes) + " B)");
   }
-  RETURN_IF_ERROR(sb->Transition(SandboxState::kRollingBack));
+  // The intent, durably, before anything is stopped: a daemon killed from
+  // here on is followed by one that completes the rollback (RecoverRollback)
+  // instead of taking the sandbox for dead.
+  pid_t old_pid = -1;
+  {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    if (sb->vm_) old_pid = sb->vm_->pid();
+  }
+  if (config_.registry) {
+    Status journaled =
+        config_.registry->PutRollbackIntent({id, checkpoint_id, kRollbackStopping, old_pid, NowUnixMs()});
+    if (!journaled.ok()) return journaled.WithContext("rollback " + id + " to " + checkpoint_id + " (nothing stopped)");
+  }
+  if (Status s = sb->Transition(SandboxState::kRollingBack); !s.ok()) {
+    if (config_.registry) (void)config_.registry->ClearRollbackIntent(id);
+    return s;
+  }
+  HoldForTest("stopping");
   // The old machine goes; its network (netns, IP, tap, egress policy and
   // exposed ports), run dir and identity stay.
   if (sb->agent_) sb->agent_->CancelAll();
   if (Status s = sb->DestroyVm(); !s.ok()) LOG_WARN("sandbox={} rollback: {}", id, s.message());
+  HoldForTest("stopped");
   RollbackResult result;
   result.stop_ms = CkptMsSince(t0);
   BringUpPlan plan = PlanOf(*sb);
@@ -221,6 +276,12 @@ StatusOr<RollbackResult> Manager::Rollback(const std::string& id, const std::str
   plan.shared_snapshot = sb->shared_snapshot_;
   plan.ready_timeout = ready_timeout;
   plan.what = "rollback " + id + " to " + checkpoint_id;
+  if (HoldsAt("restoring")) {
+    plan.handover = [](Sandbox&) {
+      HoldForTest("restoring");
+      return OkStatus();
+    };
+  }
   CreateTimings timings;
   Status st = BringUp(*sb, plan, &timings);
   if (!st.ok()) {
@@ -232,11 +293,129 @@ StatusOr<RollbackResult> Manager::Rollback(const std::string& id, const std::str
   }
   result.steps = timings.steps;
   result.total_ms = CkptMsSince(t0);
+  if (config_.registry) {
+    pid_t new_pid = -1;
+    {
+      std::lock_guard<std::mutex> l(sb->mu_);
+      if (sb->vm_) new_pid = sb->vm_->pid();
+    }
+    if (Status s = config_.registry->PutRollbackIntent({id, checkpoint_id, kRollbackRestored, new_pid, NowUnixMs()});
+        !s.ok()) {
+      LOG_WARN("sandbox={} rollback: {}", id, s.message());
+    }
+  }
+  HoldForTest("restored");
   Persist(*sb, "running");  // its new VMM's pid
+  if (config_.registry) {
+    if (Status s = config_.registry->ClearRollbackIntent(id); !s.ok()) LOG_WARN("sandbox={} rollback: {}", id, s.message());
+  }
   if (on_running) on_running();
   LOG_INFO("sandbox={} rolled back to {} stop_ms={:.0f} total_ms={:.0f}", id, checkpoint_id, result.stop_ms,
            result.total_ms);
   return result;
+}
+
+bool Manager::IsCheckpointDir(const std::string& dir) const {
+  return !dir.empty() && dir.rfind(checkpoints_dir() + "/", 0) == 0;
+}
+
+StatusOr<std::shared_ptr<Sandbox>> Manager::RecoverRollback(const AdoptRequest& r, const RollbackIntent& intent,
+                                                            bool* redo) {
+  *redo = false;
+  const std::string& id = r.record.id;
+  RETURN_IF_ERROR(net::ValidateSandboxId(id));
+  if (!ValidCheckpointId(intent.checkpoint_id)) {
+    return InvalidArgument("rollback intent of sandbox " + id + " names no checkpoint: '" + intent.checkpoint_id + "'");
+  }
+  const std::string run_dir = config_.state_dir + "/run/" + id;
+  const std::string dir = checkpoints_dir() + "/" + id + "-" + intent.checkpoint_id;
+  LOG_WARN("sandbox={} a rollback to {} was in flight when the last daemon stopped (phase {}, vmm_pid {}): completing it",
+           id, intent.checkpoint_id, intent.phase, intent.vmm_pid);
+  // 1. The new VMM came up from the checkpoint and was recorded: adopt it
+  // when it still runs and its agent answers.
+  if (intent.phase == kRollbackRestored && r.record.state != "paused" && ProcessMatches(intent.vmm_pid, run_dir)) {
+    AdoptRequest a = r;
+    a.record.vmm_pid = intent.vmm_pid;
+    // AdoptOne's failure tears down what it took over, run dir included:
+    // the egress policy kept there is put back for the restore below.
+    std::string egress_json;
+    {
+      std::ifstream f(run_dir + "/egress.json");
+      std::stringstream ss;
+      ss << f.rdbuf();
+      egress_json = ss.str();
+    }
+    auto sb = AdoptOne(a);
+    if (sb.ok()) {
+      if (config_.registry) {
+        if (Status s = config_.registry->ClearRollbackIntent(id); !s.ok()) LOG_WARN("sandbox={} {}", id, s.message());
+      }
+      (*sb)->AddLog("info", "rollback to " + intent.checkpoint_id + " completed: its new VMM was adopted after a restart");
+      LOG_INFO("sandbox={} rollback to {} completed: new VMM pid {} adopted", id, intent.checkpoint_id,
+               intent.vmm_pid);
+      return sb;
+    }
+    LOG_WARN("sandbox={} the rollback's new VMM (pid {}) cannot be adopted ({}): restoring {} again", id,
+             intent.vmm_pid, sb.status().message(), intent.checkpoint_id);
+    std::error_code ec;
+    if (!fs::exists(run_dir, ec)) {
+      fs::create_directories(run_dir, ec);
+      ::chmod(run_dir.c_str(), 0700);
+      if (!egress_json.empty()) std::ofstream(run_dir + "/egress.json") << egress_json;
+    }
+  }
+  // 2. Anything else: whatever VMM names the run dir (the old one, when the
+  // daemon died before stopping it; a new one never recorded, perhaps half
+  // restored) goes with the network, and the sandbox is taken over paused
+  // on the checkpoint; RedoRollback then brings it up from there.
+  ReapStaleGuest(id, run_dir, r.record.vmm_pid);
+  if (Status st = net::TeardownByName(id); !st.ok()) LOG_WARN("sandbox={} network teardown: {}", id, st.message());
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  std::shared_ptr<Sandbox> sb = AdoptedSandbox(r);
+  sb->snapshot_dir_ = dir;
+  sb->memory_snapshot_ = true;
+  sb->state_ = SandboxState::kPaused;
+  *redo = true;
+  return sb;
+}
+
+Status Manager::RedoRollback(const std::shared_ptr<Sandbox>& sb, const std::string& checkpoint_id) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> op(sb->op_mu_);
+  const std::string& id = sb->id_;
+  if (sb->state() != SandboxState::kPaused) return OkStatus();
+  RETURN_IF_ERROR(sb->Transition(SandboxState::kResuming));
+  // As a resume does (the network is new: the old one went with its VMM;
+  // the egress policy is the run dir's), from the checkpoint, which stays.
+  BringUpPlan plan = PlanOf(*sb);
+  plan.source = MachineSource::kPausedSandbox;
+  {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    plan.snapshot_dir = sb->snapshot_dir_;
+  }
+  plan.snapshot_memory = true;
+  plan.ready_timeout = std::chrono::seconds(60);
+  plan.what = "rollback " + id + " to " + checkpoint_id + " (completed after a restart)";
+  CreateTimings timings;
+  Status st = BringUp(*sb, plan, &timings);
+  if (!st.ok()) {
+    (void)sb->Transition(SandboxState::kPaused);
+    LOG_ERROR("sandbox={} the rollback to {} could not be completed; the sandbox stays paused on that checkpoint "
+              "(a resume tries again; its checkpoints are kept): {}",
+              id, checkpoint_id, st.message());
+    sb->AddLog("error", "rollback to " + checkpoint_id + " interrupted by a daemon restart could not be completed; " +
+                            "paused on that checkpoint: " + st.message());
+    Persist(*sb, "paused");
+    return st;
+  }
+  Persist(*sb, "running");
+  if (config_.registry) {
+    if (Status s = config_.registry->ClearRollbackIntent(id); !s.ok()) LOG_WARN("sandbox={} {}", id, s.message());
+  }
+  sb->AddLog("info", "rollback to " + checkpoint_id + " completed after a daemon restart");
+  LOG_INFO("sandbox={} rollback to {} completed after a restart total_ms={:.0f}", id, checkpoint_id, CkptMsSince(t0));
+  return OkStatus();
 }
 
 Status Manager::DeleteCheckpointsOf(const std::string& id) {

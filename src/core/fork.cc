@@ -191,38 +191,49 @@ std::set<std::string> Manager::SnapshotDirsLayeredOn() const {
 }
 
 void Manager::SweepForkSnapshots() {
-  std::error_code ec;
-  // Every disk and RAM file on this state dir (any daemon's): running,
-  // paused, snapshots. Run after the orphan clean-up, so that children a
-  // dead daemon was still bringing up no longer count.
-  const std::set<std::string> used = SnapshotDirsLayeredOn();
-  std::vector<fs::path> entries;
-  for (auto& e : fs::directory_iterator(forks_dir(), ec)) entries.push_back(e.path());
-  for (const auto& path : entries) {
-    std::string p = path.string();
-    if (p.size() > std::strlen(kForkOwnerSuffix) &&
-        p.compare(p.size() - std::strlen(kForkOwnerSuffix), std::string::npos, kForkOwnerSuffix) == 0) {
-      // An owner file whose fork (committed or not) is gone.
-      std::string base = p.substr(0, p.size() - std::strlen(kForkOwnerSuffix));
-      if (!fs::exists(base, ec) && !fs::exists(base + ".tmp", ec)) fs::remove(path, ec);
-      continue;
+  // One pass; true when it removed a fork snapshot.
+  auto sweep_once = [this]() -> bool {
+    std::error_code ec;
+    bool removed = false;
+    // Every disk and RAM file on this state dir (any daemon's): running,
+    // paused, snapshots. Run after the orphan clean-up, so that children a
+    // dead daemon was still bringing up no longer count.
+    const std::set<std::string> used = SnapshotDirsLayeredOn();
+    std::vector<fs::path> entries;
+    for (auto& e : fs::directory_iterator(forks_dir(), ec)) entries.push_back(e.path());
+    for (const auto& path : entries) {
+      std::string p = path.string();
+      if (p.size() > std::strlen(kForkOwnerSuffix) &&
+          p.compare(p.size() - std::strlen(kForkOwnerSuffix), std::string::npos, kForkOwnerSuffix) == 0) {
+        // An owner file whose fork (committed or not) is gone.
+        std::string base = p.substr(0, p.size() - std::strlen(kForkOwnerSuffix));
+        if (!fs::exists(base, ec) && !fs::exists(base + ".tmp", ec)) fs::remove(path, ec);
+        continue;
+      }
+      if (used.count(p)) continue;
+      std::string base = p.size() > 4 && p.compare(p.size() - 4, 4, ".tmp") == 0 ? p.substr(0, p.size() - 4) : p;
+      // A fork of this daemon's registry whose process is gone (this start's
+      // predecessor, killed mid-fork): nobody will finish it. Anything else
+      // may be a live daemon's fork between its checkpoint and its children.
+      RunDirOwner o = ReadOwnerFile(base + kForkOwnerSuffix);
+      const bool ours_and_dead = !config_.owner.empty() && o.registry == config_.owner && o.pid > 0 &&
+                                 o.pid != ::getpid() && ::kill(o.pid, 0) != 0;
+      if (!ours_and_dead) {
+        auto age = fs::file_time_type::clock::now() - fs::last_write_time(path, ec);
+        if (ec || age < std::chrono::minutes(10)) continue;
+      }
+      LOG_INFO("removing unused fork snapshot {}", p);
+      if (Status st = DeleteSnapshot(p); !st.ok()) LOG_WARN("{}", st.message());
+      fs::remove_all(path, ec);
+      if (!fs::exists(base, ec) && !fs::exists(base + ".tmp", ec)) fs::remove(base + kForkOwnerSuffix, ec);
+      removed = removed || !fs::exists(path, ec);
     }
-    if (used.count(p)) continue;
-    std::string base = p.size() > 4 && p.compare(p.size() - 4, 4, ".tmp") == 0 ? p.substr(0, p.size() - 4) : p;
-    // A fork of this daemon's registry whose process is gone (this start's
-    // predecessor, killed mid-fork): nobody will finish it. Anything else
-    // may be a live daemon's fork between its checkpoint and its children.
-    RunDirOwner o = ReadOwnerFile(base + kForkOwnerSuffix);
-    const bool ours_and_dead = !config_.owner.empty() && o.registry == config_.owner && o.pid > 0 &&
-                               o.pid != ::getpid() && ::kill(o.pid, 0) != 0;
-    if (!ours_and_dead) {
-      auto age = fs::file_time_type::clock::now() - fs::last_write_time(path, ec);
-      if (ec || age < std::chrono::minutes(10)) continue;
-    }
-    LOG_INFO("removing unused fork snapshot {}", p);
-    if (Status st = DeleteSnapshot(p); !st.ok()) LOG_WARN("{}", st.message());
-    fs::remove_all(path, ec);
-    if (!fs::exists(base, ec) && !fs::exists(base + ".tmp", ec)) fs::remove(base + kForkOwnerSuffix, ec);
+    return removed;
+  };
+  // Until a pass removes nothing: a leftover fork whose only user was
+  // another leftover (a fork of a fork child, both left by a daemon killed
+  // -9) goes at this start, not the next one (issue 32 item 12).
+  while (sweep_once()) {
   }
 }
 

@@ -320,14 +320,31 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
       LOG_WARN("egress disabled (guests reach nothing): {}", eg.status().message());
     }
   }
+  // Rollbacks a killed daemon left in flight (checkpoints.cc): completed
+  // below, never taken for dead sandboxes.
+  std::map<std::string, RollbackIntent> intents;
+  std::vector<std::pair<std::string, std::string>> redo;  // (sandbox, checkpoint)
+  if (m->config_.registry) {
+    auto listed = m->config_.registry->ListRollbackIntents();
+    if (!listed.ok()) LOG_WARN("registry: {}", listed.status().message());
+    for (auto& i : listed.ok() ? *listed : std::vector<RollbackIntent>{}) intents[i.sandbox_id] = i;
+  }
   // A previous daemon's sandboxes: take over the live ones first, so the
   // cleanup below sees us as the owner of their leases and run dirs.
   for (const auto& r : adopt) {
     const bool paused = r.record.state == "paused";
-    auto sb = paused ? m->AdoptPausedOne(r) : m->AdoptOne(r);
-    if (!sb.ok() && !paused && m->RecoverPaused(r)) {
-      // Killed after a pause committed but before the registry said so.
-      sb = m->AdoptPausedOne(r);
+    StatusOr<std::shared_ptr<Sandbox>> sb = Unavailable("not adopted");
+    if (auto it = intents.find(r.record.id); it != intents.end()) {
+      bool needs_redo = false;
+      sb = m->RecoverRollback(r, it->second, &needs_redo);
+      if (sb.ok() && needs_redo) redo.emplace_back(r.record.id, it->second.checkpoint_id);
+      intents.erase(it);
+    } else {
+      sb = paused ? m->AdoptPausedOne(r) : m->AdoptOne(r);
+      if (!sb.ok() && !paused && m->RecoverPaused(r)) {
+        // Killed after a pause committed but before the registry said so.
+        sb = m->AdoptPausedOne(r);
+      }
     }
     if (sb.ok()) {
       {
@@ -362,6 +379,11 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   m->CleanupOrphans(adopted);
   m->SweepForkSnapshots();  // after CleanupOrphans: fork children a dead daemon never registered are gone
   m->SweepCheckpoints();    // after CleanupOrphans: a checkpoint whose sandbox's run dir is gone goes
+  // Intents of sandboxes the registry no longer has: nothing to complete.
+  for (const auto& [id, _] : intents) (void)m->config_.registry->ClearRollbackIntent(id);
+  for (const auto& [id, checkpoint] : redo) {
+    if (auto sb = m->Get(id)) (void)m->RedoRollback(sb, checkpoint);
+  }
   return m;
 }
 

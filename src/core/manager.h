@@ -574,6 +574,18 @@ class Manager {
   // (kill); at start, those of sandboxes with no run dir, and every .tmp.
   Status DeleteCheckpointsOf(const std::string& id);
   void SweepCheckpoints();
+  // checkpoints.cc: a sandbox whose rollback a killed daemon left in flight
+  // (Registry::RollbackIntent). Its new VMM is adopted when the intent says
+  // it came up and it answers (*redo false); otherwise every VMM of its run
+  // dir and its network go and it is returned paused on the checkpoint
+  // (*redo true) for RedoRollback. Never deletes a checkpoint.
+  StatusOr<std::shared_ptr<Sandbox>> RecoverRollback(const AdoptRequest& r, const RollbackIntent& intent, bool* redo);
+  // Brings a sandbox RecoverRollback left paused on its checkpoint up from
+  // it (as a resume, on a new network) and clears the intent; on failure it
+  // stays paused on the checkpoint (a resume retries; nothing is deleted).
+  Status RedoRollback(const std::shared_ptr<Sandbox>& sb, const std::string& checkpoint_id);
+  // Is `dir` one of the checkpoints under checkpoints_dir()?
+  bool IsCheckpointDir(const std::string& dir) const;
   Manager() = default;
   // A Sandbox object with `plan`'s identity and shape (nothing brought up yet).
   std::shared_ptr<Sandbox> SandboxFor(const BringUpPlan& plan) const;

@@ -88,6 +88,12 @@ StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& path) {
   if (!r->Exec("SELECT runtime FROM sandboxes LIMIT 0", "probe runtime").ok()) {
     RETURN_IF_ERROR(r->Exec("ALTER TABLE sandboxes ADD COLUMN runtime TEXT NOT NULL DEFAULT 'qemu'", "add runtime"));
   }
+  // v7: rollbacks in flight (a daemon killed mid-rollback completes it at start).
+  RETURN_IF_ERROR(
+      r->Exec("CREATE TABLE IF NOT EXISTS rollback_intents (sandbox_id TEXT PRIMARY KEY,"
+              " checkpoint_id TEXT NOT NULL, phase TEXT NOT NULL, vmm_pid INTEGER NOT NULL,"
+              " started_at INTEGER NOT NULL)",
+              "create rollback_intents"));
   return r;
 }
 
@@ -127,7 +133,46 @@ Status Registry::DeleteSandbox(const std::string& id) {
   AIRLOCK_SQL_CHECK(s.ok(), "prepare delete sandbox");
   s.Bind(1, id);
   AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "delete sandbox " + id);
+  Stmt i(db_, "DELETE FROM rollback_intents WHERE sandbox_id = ?");
+  AIRLOCK_SQL_CHECK(i.ok(), "prepare delete rollback intent");
+  i.Bind(1, id);
+  AIRLOCK_SQL_CHECK(i.Step() == SQLITE_DONE, "delete rollback intent of " + id);
   return OkStatus();
+}
+
+Status Registry::PutRollbackIntent(const RollbackIntent& intent) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_,
+         "INSERT OR REPLACE INTO rollback_intents (sandbox_id, checkpoint_id, phase, vmm_pid, started_at)"
+         " VALUES (?,?,?,?,?)");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare put rollback intent");
+  s.Bind(1, intent.sandbox_id).Bind(2, intent.checkpoint_id).Bind(3, intent.phase);
+  s.Bind(4, int64_t{intent.vmm_pid}).Bind(5, intent.started_at_ms);
+  AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "put rollback intent of " + intent.sandbox_id);
+  return OkStatus();
+}
+
+Status Registry::ClearRollbackIntent(const std::string& sandbox_id) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "DELETE FROM rollback_intents WHERE sandbox_id = ?");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare clear rollback intent");
+  s.Bind(1, sandbox_id);
+  AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "clear rollback intent of " + sandbox_id);
+  return OkStatus();
+}
+
+StatusOr<std::vector<RollbackIntent>> Registry::ListRollbackIntents() {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_,
+         "SELECT sandbox_id, checkpoint_id, phase, vmm_pid, started_at FROM rollback_intents ORDER BY started_at");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare list rollback intents");
+  std::vector<RollbackIntent> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    out.push_back({s.Text(0), s.Text(1), s.Text(2), static_cast<int>(s.Int(3)), s.Int(4)});
+  }
+  AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "list rollback intents");
+  return out;
 }
 
 Status Registry::SetEndsAt(const std::string& id, int64_t ends_at_ms) {

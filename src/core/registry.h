@@ -67,6 +67,24 @@ struct SandboxRecord {
   std::string owner;
 };
 
+// A rollback in flight (core/checkpoints.cc, docs/snapshots.md "A daemon
+// killed with SIGKILL"): written before the sandbox's old VMM is stopped,
+// rewritten once the new VMM is up, removed once the sandbox's row names the
+// new VMM. A daemon start that finds one completes the rollback instead of
+// taking the sandbox for dead (Manager::Open).
+struct RollbackIntent {
+  std::string sandbox_id;
+  std::string checkpoint_id;
+  // kRollbackStopping: the old VMM (vmm_pid) may or may not be stopped yet,
+  // no new VMM is known; kRollbackRestored: the new VMM (vmm_pid) came up
+  // from the checkpoint and its agent had /init.
+  std::string phase;
+  int vmm_pid = -1;
+  int64_t started_at_ms = 0;
+};
+inline constexpr char kRollbackStopping[] = "stopping";
+inline constexpr char kRollbackRestored[] = "restored";
+
 struct ApiKeyRecord {
   std::string id;  // short random id, shown by `apikey ls`
   std::string name;
@@ -88,9 +106,16 @@ class Registry {
   Registry& operator=(const Registry&) = delete;
 
   Status PutSandbox(const SandboxRecord& r);  // insert or replace
+  // Removes the sandbox's row and its rollback intent, if any.
   Status DeleteSandbox(const std::string& id);
   Status SetEndsAt(const std::string& id, int64_t ends_at_ms);
   StatusOr<std::vector<SandboxRecord>> ListSandboxes();
+
+  // Rollback intents (one per sandbox at most): insert or replace, remove
+  // (OK when there is none), list.
+  Status PutRollbackIntent(const RollbackIntent& intent);
+  Status ClearRollbackIntent(const std::string& sandbox_id);
+  StatusOr<std::vector<RollbackIntent>> ListRollbackIntents();
 
   // Creates a key: returns (record, the clear key "e2b_<40 hex>", E2B's own
   // format: 20 random bytes, 160 bits); only the hash (SHA-256 hex of the

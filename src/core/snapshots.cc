@@ -168,8 +168,12 @@ StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milli
     return st;
   }
   // The VM runs on a private copy of the snapshot's disk: the snapshot is no
-  // longer needed.
-  if (Status s = DeleteSnapshot(plan.snapshot_dir, sb->runtime_); !s.ok()) {
+  // longer needed. Unless it is a checkpoint (a sandbox kept paused on one
+  // when a rollback could not be completed after a restart, checkpoints.cc):
+  // that stays, and the rollback is now done.
+  if (IsCheckpointDir(plan.snapshot_dir)) {
+    if (config_.registry) (void)config_.registry->ClearRollbackIntent(id);
+  } else if (Status s = DeleteSnapshot(plan.snapshot_dir, sb->runtime_); !s.ok()) {
     LOG_WARN("sandbox={} delete pause snapshot: {}", id, s.message());
   }
   if (ends_at_ms > 0) {

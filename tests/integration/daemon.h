@@ -38,7 +38,9 @@ class TestDaemon {
  public:
   // stderr goes to <dir>/daemon.log. kill_on_exit false: its sandboxes
   // outlive it, for the next daemon on `dir` to adopt. port 0: a free one.
-  TestDaemon(std::string dir, std::vector<std::string> extra = {}, bool kill_on_exit = true, uint16_t port = 0)
+  // env: added to its environment (test hooks such as AIRLOCK_TEST_HOLD_ROLLBACK).
+  TestDaemon(std::string dir, std::vector<std::string> extra = {}, bool kill_on_exit = true, uint16_t port = 0,
+             const std::map<std::string, std::string>& env = {})
       : dir_(std::move(dir)), port_(port ? port : FreeTcpPort()) {
     SpawnOptions so;
     so.argv = {AirlockBin(), "--state-dir",        StateDir(),
@@ -52,6 +54,7 @@ class TestDaemon {
     log_fd_ = ::open((dir_ + "/daemon.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     so.stderr_fd = log_fd_;
     so.env = std::map<std::string, std::string>{{"AIRLOCK_LOG", "debug"}, {"PATH", "/usr/sbin:/usr/bin:/sbin:/bin"}};
+    for (const auto& [k, v] : env) (*so.env)[k] = v;
     auto c = Spawn(so);
     if (c.ok()) child_ = std::move(c).value();
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);

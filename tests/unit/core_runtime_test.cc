@@ -276,5 +276,43 @@ TEST(RegistryMigrationTest, AnOldDatabaseSandboxRunsOnQemu) {
   for (const auto& r : *list) EXPECT_EQ(r.runtime, r.id == "new1" ? "gvisor" : "qemu") << r.id;
 }
 
+// The rollback journal (registry v7, core/checkpoints.cc): an intent outlives
+// the connection that wrote it (a daemon killed mid-rollback), is replaced
+// phase by phase, cleared, and goes with its sandbox's row.
+TEST(RegistryRollbackIntentTest, KeptAcrossReopenReplacedClearedAndDeletedWithItsSandbox) {
+  test_util::ScopedDir dir{test_util::MakeTempDir("airlock-reg-rollback")};
+  ASSERT_FALSE(dir.path.empty());
+  const std::string path = dir.path + "/airlock.db";
+  {
+    auto reg = Registry::Open(path);
+    ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+    SandboxRecord r;
+    r.id = "sb1";
+    ASSERT_TRUE((*reg)->PutSandbox(r).ok());
+    ASSERT_TRUE((*reg)->PutRollbackIntent({"sb1", "ckpt-00000000000000aa", kRollbackStopping, 41, 5}).ok());
+  }
+  auto reg = Registry::Open(path);
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  auto list = (*reg)->ListRollbackIntents();
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].sandbox_id, "sb1");
+  EXPECT_EQ((*list)[0].checkpoint_id, "ckpt-00000000000000aa");
+  EXPECT_EQ((*list)[0].phase, kRollbackStopping);
+  EXPECT_EQ((*list)[0].vmm_pid, 41);
+  ASSERT_TRUE((*reg)->PutRollbackIntent({"sb1", "ckpt-00000000000000aa", kRollbackRestored, 42, 6}).ok());
+  list = (*reg)->ListRollbackIntents();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u) << "one intent per sandbox";
+  EXPECT_EQ((*list)[0].phase, kRollbackRestored);
+  EXPECT_EQ((*list)[0].vmm_pid, 42);
+  ASSERT_TRUE((*reg)->ClearRollbackIntent("sb1").ok());
+  ASSERT_TRUE((*reg)->ClearRollbackIntent("sb1").ok()) << "clearing none is fine";
+  EXPECT_TRUE((*reg)->ListRollbackIntents()->empty());
+  ASSERT_TRUE((*reg)->PutRollbackIntent({"sb1", "ckpt-00000000000000bb", kRollbackStopping, 43, 7}).ok());
+  ASSERT_TRUE((*reg)->DeleteSandbox("sb1").ok());
+  EXPECT_TRUE((*reg)->ListRollbackIntents()->empty()) << "a killed sandbox has no rollback to complete";
+}
+
 }  // namespace
 }  // namespace airlock
