@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <openssl/evp.h>
+#include <map>
 #include <tuple>
 #include <utility>
 
@@ -23,6 +25,7 @@
 #include "image/hash.h"
 #include "image/image.h"
 #include "image/layer_size.h"
+#include "image/pull_proxy.h"
 #include "image/tree_beneath.h"
 
 namespace airlock::image {
@@ -74,10 +77,11 @@ bool Insecure(const OciPullOptions& o) {
 }
 
 // Runs a skopeo command with its stdout and stderr in <dir>/<name>.{out,err}
-// (read back, at most kMaxInspectBytes each); kills it when `canceled` says
-// so (asked every 200 ms): Unavailable then.
-StatusOr<RunResult> RunSkopeo(const OciPullOptions& o, const std::vector<std::string>& argv, const std::string& dir,
-                              const std::string& name) {
+// (read back, at most kMaxInspectBytes each), in the proxy's network
+// namespace with only the proxy in its environment (pull_proxy.h); kills it
+// when `canceled` says so (asked every 200 ms): Unavailable then.
+StatusOr<RunResult> RunSkopeo(const OciPullOptions& o, const PullProxy& proxy, const std::vector<std::string>& argv,
+                              const std::string& dir, const std::string& name) {
   const std::string out_path = dir + "/" + name + ".out", err_path = dir + "/" + name + ".err";
   UniqueFd out(::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!out) return ErrnoError("open " + out_path);
@@ -85,6 +89,15 @@ StatusOr<RunResult> RunSkopeo(const OciPullOptions& o, const std::vector<std::st
   if (!err) return ErrnoError("open " + err_path);
   SpawnOptions so;
   so.argv = argv;
+  // A clean environment: no proxy or NO_PROXY of the daemon's, HOME in the
+  // work dir (no login or registries.d of root's home).
+  std::map<std::string, std::string> env = {{"HOME", dir}, {"LANG", "C.UTF-8"}};
+  const char* path = ::getenv("PATH");
+  env["PATH"] = path ? path : "/usr/sbin:/usr/bin:/sbin:/bin";
+  for (const char* k : {"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"}) env[k] = proxy.url();
+  env["NO_PROXY"] = env["no_proxy"] = "";
+  so.env = std::move(env);
+  so.netns_fd = proxy.netns_fd();
   so.stdout_fd = out.get();
   so.stderr_fd = err.get();
   ASSIGN_OR_RETURN(Child child, Spawn(so));
@@ -109,11 +122,16 @@ StatusOr<RunResult> RunSkopeo(const OciPullOptions& o, const std::vector<std::st
   return r;
 }
 
-Status PullError(const std::string& ref, const RunResult& r) {
+// The tenant gets a fixed reason (PullFailureText); the daemon's log gets
+// skopeo's own text and what the proxy refused.
+Status PullError(const std::string& ref, const RunResult& r, const PullProxy& proxy) {
   std::string why = SkopeoError(r.err);
   if (why.empty()) why = SkopeoError(r.out);
   if (why.empty()) why = "skopeo " + r.status.ToString();
-  return FailedPrecondition("cannot pull image '" + ref + "': " + why);
+  std::string events;
+  for (const auto& e : proxy.Events()) events += "; proxy: " + e;
+  LOG_WARN("oci {}: pull failed: {}{}", ref, why, events);
+  return FailedPrecondition(PullFailureText(ref, why));
 }
 
 // A work directory under images/oci, locked while it is used: a pull that
@@ -341,6 +359,86 @@ std::string SkopeoError(std::string_view text) {
   return line;
 }
 
+std::string PullFailureText(std::string_view ref, std::string_view skopeo_error) {
+  auto lower = [](std::string_view v) {
+    std::string out(v);
+    for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  // The reference's own words are taken out first: a tenant cannot name an
+  // image "x/unauthorized" to steer the mapping.
+  std::string l = lower(skopeo_error);
+  const std::string r = lower(ref);
+  for (size_t start = 0; start <= r.size();) {
+    size_t end = r.find_first_of("/:@", start);
+    if (end == std::string::npos) end = r.size();
+    const std::string word = r.substr(start, end - start);
+    for (size_t at; word.size() >= 2 && (at = l.find(word)) != std::string::npos;) l.replace(at, word.size(), "_");
+    start = end + 1;
+  }
+  auto has = [&](std::initializer_list<std::string_view> phrases) {
+    for (auto p : phrases)
+      if (l.find(p) != std::string::npos) return true;
+    return false;
+  };
+  std::string why = "the registry refused or could not be reached";
+  if (has({"manifest unknown", "name unknown", "not found", "no such image"})) {
+    why = "not found (the registry has no such image)";
+  } else if (has({"authentication required", "unauthorized: ", "access to the resource is denied",
+                  "invalid username/password"})) {
+    why = "unauthorized (the registry refused the credentials or the access)";
+  }
+  return "cannot pull image '" + std::string(ref) + "': " + why;
+}
+
+std::string AuthRegistryOf(std::string_view ref) {
+  std::string reg = RegistryOf(ref);
+  for (auto& c : reg) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return reg.empty() ? "docker.io" : reg;
+}
+
+StatusOr<std::string> WriteAuthFile(const std::string& dir, const OciPullOptions& o) {
+  oci::json auths = oci::json::object();
+  if (o.credentials) {
+    const std::string plain = o.credentials->username + ":" + o.credentials->password;
+    std::string b64(4 * ((plain.size() + 2) / 3) + 1, '\0');
+    const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(b64.data()),
+                                  reinterpret_cast<const unsigned char*>(plain.data()), static_cast<int>(plain.size()));
+    b64.resize(n < 0 ? 0 : static_cast<size_t>(n));
+    auths[AuthRegistryOf(o.ref)] = {{"auth", b64}};
+  }
+  const std::string text = oci::json{{"auths", auths}}.dump() + "\n";
+  const std::string path = dir + "/auth.json";
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd) return ErrnoError("open " + path);
+  if (::fchmod(fd.get(), 0600) != 0) return ErrnoError("fchmod " + path);
+  for (size_t off = 0; off < text.size();) {
+    ssize_t w = ::write(fd.get(), text.data() + off, text.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return ErrnoError("write " + path);
+    off += static_cast<size_t>(w);
+  }
+  return path;
+}
+
+std::vector<std::string> SkopeoInspectArgv(const OciPullOptions& o, const std::string& authfile) {
+  std::vector<std::string> argv = oci::Skopeo(o);
+  argv.insert(argv.end(), {"inspect", "--authfile", authfile});
+  if (oci::Insecure(o)) argv.push_back("--tls-verify=false");
+  argv.push_back("docker://" + o.ref);
+  return argv;
+}
+
+std::vector<std::string> SkopeoCopyArgv(const OciPullOptions& o, const std::string& authfile,
+                                        const std::string& digest, const std::string& layout) {
+  std::vector<std::string> argv = oci::Skopeo(o);
+  argv.insert(argv.end(), {"copy", "--quiet", "--src-authfile", authfile});
+  if (oci::Insecure(o)) argv.push_back("--src-tls-verify=false");
+  argv.push_back("docker://" + PinnedRef(o.ref, digest));
+  argv.push_back(std::string("oci:") + layout + ":" + oci::kTag);
+  return argv;
+}
+
 StatusOr<std::string> OciBaseVersion(const std::string& state_dir, const std::string& agent_binary) {
   RETURN_IF_ERROR(MakeDirs(oci::OciDir(state_dir)));
   ASSIGN_OR_RETURN(oci::WorkDir work, oci::WorkDir::Make(oci::OciDir(state_dir)));
@@ -371,17 +469,23 @@ StatusOr<OciBase> EnsureOciBase(const OciPullOptions& o) {
   // Unpacked images hold device nodes, setuid files and other users' files.
   if (::chmod(oci_dir.c_str(), 0700) != 0) return ErrnoError("chmod " + oci_dir);
   const bool insecure = oci::Insecure(o);
+  // Where skopeo may connect (pull_proxy.h). A literal address or localhost
+  // the rule refuses fails here, with the reason every unreachable registry
+  // gets.
+  PullRule rule = PullRule::ForThisHost(o.registry_allow);
+  if (!rule.StaticallyAllowed(RegistryOf(o.ref))) {
+    LOG_WARN("oci {}: refused: the registry '{}' is not public and not in --registry-allow", o.ref, RegistryOf(o.ref));
+    return FailedPrecondition(PullFailureText(o.ref, ""));
+  }
 
   ASSIGN_OR_RETURN(oci::WorkDir work, oci::WorkDir::Make(oci_dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<PullProxy> proxy, PullProxy::Start(std::move(rule)));
+  ASSIGN_OR_RETURN(std::string authfile, WriteAuthFile(work.path(), o));
   // The digest (and whether the reference can be pulled at all).
-  std::vector<std::string> argv = oci::Skopeo(o);
-  argv.push_back("inspect");
-  if (insecure) argv.push_back("--tls-verify=false");
-  if (o.credentials) argv.push_back("--creds=" + o.credentials->username + ":" + o.credentials->password);
-  argv.push_back("docker://" + o.ref);
   say("inspecting " + o.ref + (insecure ? " (insecure registry: no TLS verification)" : ""));
-  ASSIGN_OR_RETURN(RunResult inspected, oci::RunSkopeo(o, argv, work.path(), "inspect"));
-  if (!inspected.status.success()) return oci::PullError(o.ref, inspected);
+  ASSIGN_OR_RETURN(RunResult inspected,
+                   oci::RunSkopeo(o, *proxy, SkopeoInspectArgv(o, authfile), work.path(), "inspect"));
+  if (!inspected.status.success()) return oci::PullError(o.ref, inspected, *proxy);
   json info = json::parse(inspected.out, nullptr, /*allow_exceptions=*/false);
   if (!info.is_object() || !info["Digest"].is_string() || !oci::IsSha256Digest(info["Digest"].get<std::string>()))
     return FailedPrecondition("cannot pull image '" + o.ref + "': skopeo inspect gave no sha256 digest");
@@ -413,15 +517,11 @@ StatusOr<OciBase> EnsureOciBase(const OciPullOptions& o) {
 
   // Pull, pinned to the digest inspected.
   const std::string layout = work.path() + "/layout";
-  argv = oci::Skopeo(o);
-  argv.insert(argv.end(), {"copy", "--quiet"});
-  if (insecure) argv.push_back("--src-tls-verify=false");
-  if (o.credentials) argv.push_back("--src-creds=" + o.credentials->username + ":" + o.credentials->password);
-  argv.push_back("docker://" + PinnedRef(o.ref, out.digest));
-  argv.push_back(std::string("oci:") + layout + ":" + oci::kTag);
   say("pulling " + o.ref + " (" + out.digest + ")");
-  ASSIGN_OR_RETURN(RunResult copied, oci::RunSkopeo(o, argv, work.path(), "copy"));
-  if (!copied.status.success()) return oci::PullError(o.ref, copied);
+  ASSIGN_OR_RETURN(RunResult copied, oci::RunSkopeo(o, *proxy, SkopeoCopyArgv(o, authfile, out.digest, layout),
+                                                    work.path(), "copy"));
+  if (!copied.status.success()) return oci::PullError(o.ref, copied, *proxy);
+  proxy.reset();  // nothing more is fetched
   ASSIGN_OR_RETURN(oci::Layout pulled, oci::ReadLayout(layout));
   const json& config = pulled.config;
   oci::ConfigInto(config, out);

@@ -29,17 +29,31 @@
 // dir. Images are never removed by this module (template layers are backed
 // by their rootfs).
 //
-// Network: skopeo runs on the host (like apt for `base`), with TLS verified
-// except for the registries named in `insecure_registries` (HOST[:PORT], as
-// the reference writes them: serve --insecure-registry), for which plain
-// HTTP or an unverified certificate is accepted. Credentials are skopeo's
-// --src-creds (they are on skopeo's command line for the pull).
+// Network (issue 32 item 6; pull_proxy.h): skopeo runs on the host in a
+// network namespace of its own that holds only a proxy of ours, which
+// connects to a registry named in `registry_allow` (serve --registry-allow
+// HOST[:PORT]) wherever it resolves, and to any other host only when every
+// address it resolves to is public and not the host's. A reference naming
+// `localhost` or a literal address that the rule refuses fails before skopeo
+// runs. TLS is verified except for the registries named in
+// `insecure_registries` (HOST[:PORT], as the reference writes them: serve
+// --insecure-registry), for which plain HTTP or an unverified certificate is
+// accepted. Credentials go to skopeo in an auth file of the pull's work dir
+// (mode 0600, containers-auth.json: WriteAuthFile), never on its command
+// line; without credentials the auth file is empty, so the host's own
+// logins (~/.docker/config.json, $XDG_RUNTIME_DIR/containers/auth.json) are
+// never used for a tenant's pull.
 //
 // Errors (the message is meant for the build's reason):
 //   InvalidArgument     a malformed reference; registry type other than
 //                       "registry" is refused by the caller (builder)
-//   FailedPrecondition  skopeo/umoci missing; the image cannot be pulled
-//                       ("cannot pull image 'REF': <skopeo's error, trimmed>");
+//   FailedPrecondition  skopeo/umoci missing; the image cannot be pulled:
+//                       "cannot pull image 'REF': " and one of three fixed
+//                       reasons (PullFailureText): not found, unauthorized,
+//                       or "the registry refused or could not be reached"
+//                       (a refused registry, a closed port, a timeout, TLS,
+//                       HTTP vs HTTPS: all the same). skopeo's own text and
+//                       what the proxy refused go to the daemon's log only;
 //                       an image whose tree has no usable /sbin or /etc
 //   ResourceExhausted   the layers expand to more than max_unpacked_bytes
 //   DataLoss            a layer that is not a tar (or corrupt gzip/zstd)
@@ -72,6 +86,9 @@ struct OciPullOptions {
   std::string ref;        // as written: [HOST[:PORT]/]NAME[:TAG][@sha256:HEX]
   std::optional<OciCredentials> credentials;
   std::vector<std::string> insecure_registries;  // HOST[:PORT]
+  // Registries (HOST[:PORT]; without a port: every port) that may be pulled
+  // from whatever they resolve to (serve --registry-allow; pull_proxy.h).
+  std::vector<std::string> registry_allow;
   std::string agent_binary;                      // the static airlock-agent
   // Bound on each skopeo command (inspect, copy).
   std::chrono::seconds timeout{std::chrono::minutes(30)};
@@ -119,5 +136,23 @@ Status ValidateRegistryHost(std::string_view host);
 // without skopeo's `Error parsing image name "docker://...": ` prefix,
 // at most 600 bytes.
 std::string SkopeoError(std::string_view stderr_text);
+// What a tenant is told of a failed pull, from skopeo's error (SkopeoError):
+// "cannot pull image 'REF': " + "not found (...)" when the registry said so
+// (manifest/name unknown, not found), "unauthorized (...)" when it refused
+// the credentials or the access, else "the registry refused or could not be
+// reached". The reference's words are taken out of the text first.
+std::string PullFailureText(std::string_view ref, std::string_view skopeo_error);
+// The registry key of a reference in an auth file: RegistryOf, or
+// "docker.io" for a Docker Hub name.
+std::string AuthRegistryOf(std::string_view ref);
+// Writes <dir>/auth.json, mode 0600 (O_EXCL): {"auths":{KEY:{"auth":
+// base64(username:password)}}} with the credentials, {"auths":{}} without.
+// Returns its path.
+StatusOr<std::string> WriteAuthFile(const std::string& dir, const OciPullOptions& o);
+// skopeo's argv: `inspect` of o.ref, and `copy` of the reference pinned to
+// `digest` into the OCI layout `layout`, with the auth file `authfile`.
+std::vector<std::string> SkopeoInspectArgv(const OciPullOptions& o, const std::string& authfile);
+std::vector<std::string> SkopeoCopyArgv(const OciPullOptions& o, const std::string& authfile,
+                                        const std::string& digest, const std::string& layout);
 
 }  // namespace airlock::image

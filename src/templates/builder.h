@@ -75,6 +75,10 @@ struct BuilderConfig {
   // Registries (HOST[:PORT]) fromImage may pull from over plain HTTP or
   // without TLS verification (serve --insecure-registry; image/oci_base.h).
   std::vector<std::string> insecure_registries;
+  // Registries (HOST[:PORT]) fromImage may pull from wherever they resolve
+  // (serve --registry-allow); any other only from public addresses
+  // (image/pull_proxy.h).
+  std::vector<std::string> registry_allow;
   // The most an OCI base's layers may expand to (serve --max-image-unpack;
   // image::OciPullOptions::max_unpacked_bytes).
   uint64_t max_image_unpack_bytes = 16ull << 30;
