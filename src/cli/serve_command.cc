@@ -315,7 +315,10 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "base URL clients reach this server at, for upload links (default: the Host they used)")(
       "insecure-registry", po::value(&cfg.insecure_registries)->multitoken(),
       "HOST[:PORT] of a registry fromImage may pull from over plain HTTP or without TLS verification "
-      "(repeatable)");
+      "(repeatable)")(
+      "registry-allow", po::value(&cfg.registry_allow)->multitoken(),
+      "HOST[:PORT] (no port: any) of a registry fromImage may pull from whatever it resolves to, loopback and "
+      "private addresses included (repeatable; any other registry only from public addresses)");
   // Many nodes (docs/multinode.md).
   ClusterFlags cl;
   desc.add_options()("role", po::value(&cl.role)->default_value("single"),
@@ -350,11 +353,14 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
     std::cout << desc;
     return 0;
   }
-  for (auto& r : cfg.insecure_registries) {
-    std::transform(r.begin(), r.end(), r.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (Status st = image::ValidateRegistryHost(r); !st.ok()) {
-      std::fprintf(stderr, "airlock serve: --insecure-registry: %s\n", st.message().c_str());
-      return 2;
+  for (auto* list : {&cfg.insecure_registries, &cfg.registry_allow}) {
+    for (auto& r : *list) {
+      std::transform(r.begin(), r.end(), r.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (Status st = image::ValidateRegistryHost(r); !st.ok()) {
+        std::fprintf(stderr, "airlock serve: --%s: %s\n",
+                     list == &cfg.registry_allow ? "registry-allow" : "insecure-registry", st.message().c_str());
+        return 2;
+      }
     }
   }
   cfg.manager.vmm_jail.enabled = !no_vmm_jail;

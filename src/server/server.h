@@ -145,6 +145,9 @@ struct ServerConfig {
   // Registries fromImage may reach without TLS verification (serve
   // --insecure-registry HOST[:PORT]).
   std::vector<std::string> insecure_registries;
+  // Registries fromImage may pull from whatever they resolve to (serve
+  // --registry-allow HOST[:PORT]); others only from public addresses.
+  std::vector<std::string> registry_allow;
   int64_t max_upload_mib = 2048;
   // The most an OCI base's layers may expand to on the host (serve
   // --max-image-unpack; image/layer_size.h).
