@@ -3,7 +3,8 @@
 // docker-registry on 127.0.0.1, its own child process) serves a small image
 // made here with umoci from airlock's own unpacked base tree (the agent
 // left out, the user `user` removed, Env PYTHON_VERSION and PATH) and pushed
-// with skopeo; the daemon pulls it over plain HTTP (serve --insecure-registry).
+// with skopeo; the daemon pulls it over plain HTTP (serve --insecure-registry)
+// and may reach it on loopback because serve --registry-allow names it.
 //   (a) fromImage(ref).runCmd(...): the build pulls, adds the agent, creates
 //       `user` (with sudo) in its own layer; a sandbox of it has the file the
 //       step wrote and saw the image's Env at build time;
@@ -17,7 +18,12 @@
 //   (e) hostile images (issue 32): one whose layer plants
 //       `etc/airlock -> <a host directory>` fails at base naming the image's
 //       path, the host directory untouched; one whose layer declares more
-//       than the daemon's --max-image-unpack fails at base before unpacking.
+//       than the daemon's --max-image-unpack fails at base before unpacking;
+//   (f) skopeo is no port scanner (issue 32 item 6): fromImage of a closed
+//       port on 127.0.0.1, of the daemon's own HTTP port, of `localhost`, and
+//       of `127.1` (a name that resolves to loopback, through the pull
+//       proxy: the allowed registry's port, under another name) all fail at
+//       base with the same message, nothing of the transport in it.
 //
 // Env: AIRLOCK_BIN (required), AIRLOCK_STATE_DIR (default /var/lib/airlock).
 // Needs skopeo, umoci and docker-registry (scripts/setup installs them).
@@ -155,7 +161,7 @@ function tarHeader(name, size) {
 }
 
 const MAX_UNPACK_MIB = 4096 // the daemon's --max-image-unpack here (the pyslim image is ~0.5 GiB)
-let linkRef, bombRef, hostDir
+let linkRef, bombRef, hostDir, registryPort
 
 before(async () => {
   if (skipReason) return
@@ -182,13 +188,15 @@ before(async () => {
   bombRef = pushImage(port, 'bomb', { tar: join(work, 'bomb.tar') })
   // The same storage behind htpasswd auth (alice / the password below).
   const line = htpasswdLine('alice', 's3cret-pw')
-  const insecure = ['--insecure-registry', `127.0.0.1:${port}`, '--max-image-unpack', String(MAX_UNPACK_MIB)]
+  registryPort = port
+  const insecure = ['--insecure-registry', `127.0.0.1:${port}`, '--registry-allow', `127.0.0.1:${port}`,
+    '--max-image-unpack', String(MAX_UNPACK_MIB)]
   if (line) {
     const authPort = await freePort()
     writeFileSync(join(work, 'htpasswd'), line)
     await startRegistry('auth', authPort, join(work, 'htpasswd'))
     authRef = `127.0.0.1:${authPort}/test/pyslim:1`
-    insecure.push('--insecure-registry', `127.0.0.1:${authPort}`)
+    insecure.push('--insecure-registry', `127.0.0.1:${authPort}`, '--registry-allow', `127.0.0.1:${authPort}`)
   }
   d = await startDaemon(insecure)
   opts = d.opts
@@ -356,4 +364,28 @@ maybe('hostile images fail at base, before a VM: a planted etc/airlock link, a l
     return true
   })
   console.log(`# expanding layer refused in ${Date.now() - t0} ms`)
+})
+
+maybe('fromImage cannot probe the host: a closed port, an HTTP service, localhost and a loopback alias read the same', { timeout: 300000 }, async () => {
+  const closed = await freePort()
+  const daemonPort = new URL(d.url).port
+  const refs = [
+    `127.0.0.1:${closed}/x:1`, // nothing listens
+    `127.0.0.1:${daemonPort}/x:1`, // the daemon's own HTTP API
+    `localhost:${daemonPort}/x:1`, // Go never proxies localhost: refused before skopeo
+    `127.1:${registryPort}/test/pyslim:1`, // the allowed registry under another name: resolved by the proxy, refused
+  ]
+  const t0 = Date.now()
+  const seen = []
+  for (const r of refs) {
+    await assert.rejects(build(Template().fromImage(r).runCmd('true'), 'probe-e2e'), (e) => {
+      assert.ok(e instanceof BuildError, String(e))
+      assert.ok(e.message.includes(`cannot pull image '${r}': the registry refused or could not be reached`), e.message)
+      assert.doesNotMatch(e.message, /connect|dial|HTTP|tls|timeout|gateway|EOF|no such host|127\.0\.0\.1:[0-9]+\/v2/i)
+      seen.push(e.message.replace(r, 'REF'))
+      return true
+    })
+  }
+  assert.equal(new Set(seen).size, 1, seen.join('\n'))
+  console.log(`# ${refs.length} refused pulls answered in ${Date.now() - t0} ms`)
 })
