@@ -520,6 +520,10 @@ TEST(CheckpointTest, Kill9AtEachMomentOfARollbackLosesNothing) {
     TestDaemon d(dir, {}, false, port);
     ASSERT_EQ(CkptState(d, sb.id), "running") << LogFrom(dir, restart);
     EXPECT_EQ(mark(d), want) << "the rollback to " << target << " was completed";
+    // Recorded as up: its new VMM is adopted; otherwise restored again.
+    const std::string how = std::string(point) == "restored" ? "completed: new VMM pid" : "completed after a restart";
+    EXPECT_NE(LogFrom(dir, restart).find("rollback to " + target + " " + how), std::string::npos)
+        << LogFrom(dir, restart);
     auto list = d.Do("GET", "/sandboxes/" + sb.id + "/checkpoints");
     ASSERT_TRUE(list.ok());
     std::set<std::string> listed;
