@@ -4,6 +4,7 @@
 #include "image/oci_base.h"
 
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,9 +12,8 @@
 #include <cctype>
 #include <cerrno>
 #include <ctime>
-#include <nlohmann/json.hpp>
-#include <openssl/evp.h>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <tuple>
 #include <utility>
 
@@ -429,8 +429,8 @@ std::vector<std::string> SkopeoInspectArgv(const OciPullOptions& o, const std::s
   return argv;
 }
 
-std::vector<std::string> SkopeoCopyArgv(const OciPullOptions& o, const std::string& authfile,
-                                        const std::string& digest, const std::string& layout) {
+std::vector<std::string> SkopeoCopyArgv(const OciPullOptions& o, const std::string& authfile, const std::string& digest,
+                                        const std::string& layout) {
   std::vector<std::string> argv = oci::Skopeo(o);
   argv.insert(argv.end(), {"copy", "--quiet", "--src-authfile", authfile});
   if (oci::Insecure(o)) argv.push_back("--src-tls-verify=false");
@@ -518,8 +518,8 @@ StatusOr<OciBase> EnsureOciBase(const OciPullOptions& o) {
   // Pull, pinned to the digest inspected.
   const std::string layout = work.path() + "/layout";
   say("pulling " + o.ref + " (" + out.digest + ")");
-  ASSIGN_OR_RETURN(RunResult copied, oci::RunSkopeo(o, *proxy, SkopeoCopyArgv(o, authfile, out.digest, layout),
-                                                    work.path(), "copy"));
+  ASSIGN_OR_RETURN(RunResult copied,
+                   oci::RunSkopeo(o, *proxy, SkopeoCopyArgv(o, authfile, out.digest, layout), work.path(), "copy"));
   if (!copied.status.success()) return oci::PullError(o.ref, copied, *proxy);
   proxy.reset();  // nothing more is fetched
   ASSIGN_OR_RETURN(oci::Layout pulled, oci::ReadLayout(layout));

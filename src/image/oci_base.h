@@ -89,7 +89,7 @@ struct OciPullOptions {
   // Registries (HOST[:PORT]; without a port: every port) that may be pulled
   // from whatever they resolve to (serve --registry-allow; pull_proxy.h).
   std::vector<std::string> registry_allow;
-  std::string agent_binary;                      // the static airlock-agent
+  std::string agent_binary;  // the static airlock-agent
   // Bound on each skopeo command (inspect, copy).
   std::chrono::seconds timeout{std::chrono::minutes(30)};
   // Bound on what the image's layers expand to on the host, counted from
@@ -152,7 +152,7 @@ StatusOr<std::string> WriteAuthFile(const std::string& dir, const OciPullOptions
 // skopeo's argv: `inspect` of o.ref, and `copy` of the reference pinned to
 // `digest` into the OCI layout `layout`, with the auth file `authfile`.
 std::vector<std::string> SkopeoInspectArgv(const OciPullOptions& o, const std::string& authfile);
-std::vector<std::string> SkopeoCopyArgv(const OciPullOptions& o, const std::string& authfile,
-                                        const std::string& digest, const std::string& layout);
+std::vector<std::string> SkopeoCopyArgv(const OciPullOptions& o, const std::string& authfile, const std::string& digest,
+                                        const std::string& layout);
 
 }  // namespace airlock::image

@@ -29,9 +29,9 @@ namespace {
 // Named: the image library may be built as one unity file.
 namespace pull {
 
-constexpr size_t kMaxHead = 16 << 10;      // a request head (line + headers)
-constexpr int kHeadTimeoutMs = 30000;      // to send it
-constexpr int kConnectTimeoutMs = 30000;   // to each address of a target
+constexpr size_t kMaxHead = 16 << 10;     // a request head (line + headers)
+constexpr int kHeadTimeoutMs = 30000;     // to send it
+constexpr int kConnectTimeoutMs = 30000;  // to each address of a target
 constexpr char kProxyUser[] = "airlock";
 
 std::string Lower(std::string_view s) {
@@ -176,7 +176,7 @@ bool PullRule::PublicAddress(const sockaddr_storage& addr) const {
     if (egress::IsForbiddenAddress(ip)) return false;
   } else if (addr.ss_family == AF_INET6) {
     const uint8_t* b = reinterpret_cast<const sockaddr_in6&>(addr).sin6_addr.s6_addr;
-    if ((b[0] & 0xE0) != 0x20) return false;                                          // not 2000::/3
+    if ((b[0] & 0xE0) != 0x20) return false;                                         // not 2000::/3
     if (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x00 && b[3] == 0x00) return false;  // Teredo 2001::/32
     if (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x0d && b[3] == 0xb8) return false;  // documentation
     if (b[0] == 0x20 && b[1] == 0x02) return false;                                  // 6to4
@@ -471,7 +471,7 @@ void PullProxy::Serve(UniqueFd client) {
   head.resize(end + 2);
   auto reply = [&](std::string_view status) {
     pull::SendAll(client.get(), std::string("HTTP/1.1 ") + std::string(status) +
-                              "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                                    "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
   };
   const size_t line_end = head.find("\r\n");
   const std::string line = head.substr(0, line_end);

@@ -118,7 +118,7 @@ class PullProxy {
   std::string password_;
   std::thread acceptor_;
   mutable std::mutex mu_;
-  std::vector<std::thread> conns_;  // guarded by mu_
+  std::vector<std::thread> conns_;   // guarded by mu_
   std::vector<std::string> events_;  // guarded by mu_
 };
 

@@ -38,10 +38,29 @@ sockaddr_storage Addr(const char* text) {
 
 TEST(PullRuleTest, OnlyPublicAddressesThatAreNotTheHosts) {
   PullRule rule({}, {Addr("198.51.100.7"), Addr("2a01:4f8::7")});
-  for (const char* no : {"127.0.0.1", "127.5.6.7", "10.1.2.3", "172.16.0.1", "192.168.1.1", "100.64.0.1",
-                         "169.254.169.254", "224.0.0.1", "0.0.0.0", "255.255.255.255", "198.51.100.7", "::1", "::",
-                         "fe80::1", "fc00::1", "fd12::1", "ff02::1", "::ffff:127.0.0.1", "::ffff:8.8.8.8",
-                         "2001:db8::1", "2002:7f00:1::1", "2001:0:4136::1", "2a01:4f8::7"})
+  for (const char* no : {"127.0.0.1",
+                         "127.5.6.7",
+                         "10.1.2.3",
+                         "172.16.0.1",
+                         "192.168.1.1",
+                         "100.64.0.1",
+                         "169.254.169.254",
+                         "224.0.0.1",
+                         "0.0.0.0",
+                         "255.255.255.255",
+                         "198.51.100.7",
+                         "::1",
+                         "::",
+                         "fe80::1",
+                         "fc00::1",
+                         "fd12::1",
+                         "ff02::1",
+                         "::ffff:127.0.0.1",
+                         "::ffff:8.8.8.8",
+                         "2001:db8::1",
+                         "2002:7f00:1::1",
+                         "2001:0:4136::1",
+                         "2a01:4f8::7"})
     EXPECT_FALSE(rule.PublicAddress(Addr(no))) << no;
   for (const char* yes : {"8.8.8.8", "1.1.1.1", "198.51.100.8", "2606:4700::1111", "2a01:4f8::8"})
     EXPECT_TRUE(rule.PublicAddress(Addr(yes))) << yes;
@@ -71,18 +90,18 @@ TEST(PullFailureTest, TransportErrorsAllReadTheSame) {
   const std::string ref = "127.0.0.1:9/x:1";
   const std::string same = PullFailureText(ref, "");
   EXPECT_EQ(same, "cannot pull image '127.0.0.1:9/x:1': the registry refused or could not be reached");
-  for (const char* raw : {
-           "pinging container registry 127.0.0.1:9: Get \"https://127.0.0.1:9/v2/\": dial tcp 127.0.0.1:9: "
-           "connect: connection refused",
-           "pinging container registry 127.0.0.1:8080: Get \"https://127.0.0.1:8080/v2/\": http: server gave HTTP "
-           "response to HTTPS client",
-           "pinging container registry 10.0.0.1: Get \"https://10.0.0.1/v2/\": dial tcp 10.0.0.1:443: i/o timeout",
-           "pinging container registry 127.0.0.1:22: Get \"https://127.0.0.1:22/v2/\": tls: first record does not "
-           "look like a TLS handshake",
-           "pinging container registry x: Get \"https://x/v2/\": x509: certificate signed by unknown authority",
-           "pinging container registry 127.0.0.1:9: Get \"https://127.0.0.1:9/v2/\": Bad Gateway",
-           "pinging container registry 127.0.0.1:9: invalid status code from registry 502 (Bad Gateway)",
-           "lookup nope.invalid: no such host", "EOF", ""}) {
+  for (const char* raw :
+       {"pinging container registry 127.0.0.1:9: Get \"https://127.0.0.1:9/v2/\": dial tcp 127.0.0.1:9: "
+        "connect: connection refused",
+        "pinging container registry 127.0.0.1:8080: Get \"https://127.0.0.1:8080/v2/\": http: server gave HTTP "
+        "response to HTTPS client",
+        "pinging container registry 10.0.0.1: Get \"https://10.0.0.1/v2/\": dial tcp 10.0.0.1:443: i/o timeout",
+        "pinging container registry 127.0.0.1:22: Get \"https://127.0.0.1:22/v2/\": tls: first record does not "
+        "look like a TLS handshake",
+        "pinging container registry x: Get \"https://x/v2/\": x509: certificate signed by unknown authority",
+        "pinging container registry 127.0.0.1:9: Get \"https://127.0.0.1:9/v2/\": Bad Gateway",
+        "pinging container registry 127.0.0.1:9: invalid status code from registry 502 (Bad Gateway)",
+        "lookup nope.invalid: no such host", "EOF", ""}) {
     EXPECT_EQ(PullFailureText(ref, raw), same) << raw;
   }
   // A reference cannot steer the mapping: it has no spaces.
@@ -95,7 +114,8 @@ TEST(PullFailureTest, TheRegistrysAnswerIsKeptCoarse) {
   for (const char* raw : {"reading manifest 1 in r.example/a: manifest unknown: manifest unknown",
                           "reading manifest 1 in r.example/a: name unknown: repository name not known to registry",
                           "invalid status code from registry 404 (Not Found)"})
-    EXPECT_EQ(PullFailureText(ref, raw), "cannot pull image 'r.example/a:1': not found (the registry has no such image)")
+    EXPECT_EQ(PullFailureText(ref, raw),
+              "cannot pull image 'r.example/a:1': not found (the registry has no such image)")
         << raw;
   for (const char* raw : {"unable to retrieve auth token: invalid username/password: unauthorized: authentication "
                           "required",
@@ -274,8 +294,8 @@ TEST(PullProxyTest, RefusesLoopbackLikeAClosedPortAndTheNetnsReachesNothing) {
   // No password: 407.
   int c = ConnectIn(p->netns_fd(), p->port());
   ASSERT_GE(c, 0);
-  EXPECT_TRUE(Exchange(c, "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n\r\n")
-                  .starts_with("HTTP/1.1 407"));
+  EXPECT_TRUE(
+      Exchange(c, "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n\r\n").starts_with("HTTP/1.1 407"));
   ::close(c);
   // The open port and a closed one get the same answer.
   std::string answers[2];
@@ -288,9 +308,9 @@ TEST(PullProxyTest, RefusesLoopbackLikeAClosedPortAndTheNetnsReachesNothing) {
   EXPECT_TRUE(answers[0].starts_with("HTTP/1.1 502 Bad Gateway")) << answers[0];
   EXPECT_EQ(answers[0], answers[1]);
   c = ConnectIn(p->netns_fd(), p->port());
-  EXPECT_TRUE(Exchange(c, "GET http://" + target + "/v2/ HTTP/1.1\r\nHost: " + target + "\r\n" + AuthHeader(*p) +
-                              "\r\n")
-                  .starts_with("HTTP/1.1 502"));
+  EXPECT_TRUE(
+      Exchange(c, "GET http://" + target + "/v2/ HTTP/1.1\r\nHost: " + target + "\r\n" + AuthHeader(*p) + "\r\n")
+          .starts_with("HTTP/1.1 502"));
   ::close(c);
   EXPECT_TRUE(up.last_request_.empty());
   // What skopeo would do without the proxy (a loopback literal, a redirect
