@@ -309,6 +309,12 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "seconds one template build may run")(
       "max-upload", po::value(&cfg.max_upload_mib)->default_value(cfg.max_upload_mib),
       "largest COPY archive a template build may upload (MiB)")(
+      "upload-ttl", po::value(&cfg.upload_ttl_s)->default_value(cfg.upload_ttl_s),
+      "seconds an uploaded COPY archive is kept after its last upload or files link, unless a build in flight "
+      "uses it (0: forever)")(
+      "team-disk-budget", po::value(&cfg.team_disk_budget_mib)->default_value(cfg.team_disk_budget_mib),
+      "MiB of disk one team may hold: uploads, template layers and images, checkpoints, paused and named "
+      "snapshots; writing more is 507 (-1: a quarter of the state dir's filesystem; 0: off)")(
       "max-image-unpack", po::value(&cfg.max_image_unpack_mib)->default_value(cfg.max_image_unpack_mib),
       "the most a fromImage base's layers may expand to on this host (MiB), checked before unpacking")(
       "public-url", po::value(&cfg.public_url),
@@ -382,6 +388,10 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
     return 2;
   }
   cfg.default_timeout_s = std::min(cfg.default_timeout_s, cfg.max_timeout_s);
+  if (cfg.upload_ttl_s < 0 || cfg.team_disk_budget_mib < -1) {
+    std::fprintf(stderr, "airlock serve: --upload-ttl must be >= 0 and --team-disk-budget >= -1\n");
+    return 2;
+  }
   if (cfg.disk_reserve_mib < 0 || cfg.disk_per_create_mib < 0) {
     std::fprintf(stderr, "airlock serve: --disk-reserve and --disk-per-create must be >= 0\n");
     return 2;

@@ -88,7 +88,12 @@ void Server::CreateCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id
   ReadJson(c, [this, c, id](json) {
     asio::post(*workers_, [this, c, id] {
       int memory_mib = 0;
-      if (auto sb = Visible(id)) memory_mib = sb->memory_mib();
+      std::string team;
+      if (auto sb = Visible(id)) {
+        memory_mib = sb->memory_mib();
+        team = sb->attributes().owner_team;
+      }
+      if (Status budget = CheckTeamDisk(team); !budget.ok()) return RespondStatus(c, budget, HttpStatusContext::kDisk);
       if (Status disk = CheckpointDiskCheck(config_.manager.state_dir, config_.disk_reserve_mib, memory_mib);
           !disk.ok()) {
         LOG_WARN("sandbox={} checkpoint refused: {}", id, disk.message());
@@ -100,6 +105,7 @@ void Server::CreateCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id
         return RespondStatus(c, info.status(), HttpStatusContext::kDisk);
       }
       metrics_.Checkpointed();
+      if (team_disk_) team_disk_->Invalidate();
       AddLog(id, "info",
              "checkpoint " + info->checkpoint_id + " created in " + std::to_string(static_cast<int>(info->save_ms)) +
                  " ms (memory " + std::to_string(info->memory_bytes) + " B, disk " + std::to_string(info->disk_bytes) +

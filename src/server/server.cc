@@ -382,6 +382,7 @@ void Server::ScheduleKeyRefresh() {
         key_refresh_in_flight_ = false;
       });
     }
+    MaybeSweepUploads();  // the upload TTL (disk_hooks.cc)
     ScheduleKeyRefresh();
   });
 }

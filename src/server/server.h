@@ -60,6 +60,7 @@
 #include "server/requests/secret.h"
 #include "server/requests/secrets_spec.h"
 #include "server/secrets_service.h"
+#include "server/team_disk.h"
 
 namespace airlock::server {
 
@@ -149,6 +150,13 @@ struct ServerConfig {
   // --registry-allow HOST[:PORT]); others only from public addresses.
   std::vector<std::string> registry_allow;
   int64_t max_upload_mib = 2048;
+  // An upload no build in flight uses is removed this long after its last
+  // upload or files link (serve --upload-ttl; templates/upload_ttl.h); 0: never.
+  int64_t upload_ttl_s = 86400;
+  // What one team may hold on disk: uploads, layers, images, checkpoints,
+  // paused and named snapshots (serve --team-disk-budget; team_disk.h).
+  // Writing more is 507. -1: a quarter of the state dir's filesystem; 0: off.
+  int64_t team_disk_budget_mib = -1;
   // The most an OCI base's layers may expand to on the host (serve
   // --max-image-unpack; image/layer_size.h).
   int64_t max_image_unpack_mib = 16384;
@@ -348,6 +356,10 @@ class Server {
   void FilesLink(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
                  const std::string& hash);
   void HandleUpload(std::shared_ptr<HttpConn> c);
+  // The body of an upload whose link and budget were checked; `budget_left`:
+  // bytes the team may still write (TeamDisk::RemainingBytes).
+  void ReceiveUpload(std::shared_ptr<HttpConn> c, const std::string& team, const std::string& hash,
+                     int64_t budget_left);
   void StartTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
                           const std::string& build_id);
   void TemplateBuildStatus(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
@@ -520,6 +532,17 @@ class Server {
   std::unique_ptr<templates::TemplateStore> template_store_;
   std::unique_ptr<templates::Builder> builder_;  // after manager_ in ~Server: stopped first
   std::string upload_key_;                       // HMAC key of upload URLs (per daemon start)
+  // Disk per team and the upload TTL (disk_hooks.cc, docs/limits.md).
+  void InitTeamDisk();
+  std::vector<TeamDisk::Holding> DiskHoldings();  // worker thread
+  // OK, or ResourceExhausted naming the budget (answered 507); worker thread.
+  Status CheckTeamDisk(const std::string& team);
+  void MaybeSweepUploads();  // on the key timer: posts a sweep when one is due
+  void SweepUploads();       // worker thread
+  std::unique_ptr<TeamDisk> team_disk_;
+  std::mutex upload_mu_;  // an upload's commit (rename + row) vs the sweep
+  int64_t next_upload_sweep_ms_ = 0;  // key timer only
+  std::atomic<bool> upload_sweep_in_flight_{false};
   std::mutex template_images_mu_;
   std::map<std::string, std::string> template_images_;
   // X-API-Key checks in memory; reloads run on key_refresher_ (one thread,

@@ -107,6 +107,9 @@ void Server::CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id) 
     if (!sb) return RespondNoSandbox(c, id);
     std::string owner = sb->attributes().owner_team;
     asio::post(*workers_, [this, c, id, name, owner] {
+      if (Status budget = CheckTeamDisk(owner); !budget.ok()) {
+        return asio::post(c->executor(), [c, budget] { c->RespondError(507, budget.message()); });
+      }
       // The team's namespace is shared by its snapshots and its templates:
       // a name of one of the team's templates (or any template's id) is taken.
       if (!name.empty()) {
@@ -129,6 +132,7 @@ void Server::CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id) 
         (void)manager_->DeleteNamedSnapshot(snap->snapshot_id);
         return asio::post(c->executor(), [c, st] { c->RespondError(500, st.message()); });
       }
+      if (team_disk_) team_disk_->Invalidate();
       AddLog(id, "info", "snapshot " + snap->snapshot_id + " created");
       std::string out = json{{"snapshotID", snap->snapshot_id}, {"names", snap->names}}.dump();
       asio::post(c->executor(), [c, out] { c->Respond(201, "application/json", out); });
@@ -190,8 +194,12 @@ void Server::PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
     auto sb = Visible(id);
     if (!sb) return RespondNoSandbox(c, id);
     if (sb->api_state() == "paused") return c->RespondError(409, "sandbox " + id + " is already paused");
-    asio::post(*workers_, [this, c, id, opts] {
+    asio::post(*workers_, [this, c, id, opts, team = sb->attributes().owner_team] {
+      if (Status budget = CheckTeamDisk(team); !budget.ok()) {
+        return asio::post(c->executor(), [c, budget] { c->RespondError(507, budget.message()); });
+      }
       auto r = manager_->Pause(id, opts);
+      if (team_disk_) team_disk_->Invalidate();
       if (!r.ok()) {
         Status st = r.status();
         LOG_WARN("sandbox={} pause: {}", id, st.message());

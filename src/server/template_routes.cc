@@ -122,6 +122,7 @@ Status Server::InitTemplates() {
   if (auto ready = template_store_->BuildsWithStatus(tpl::kReady); ready.ok()) {
     for (const auto& b : *ready) NoteTemplateImage(b.image, b.template_id);
   }
+  InitTeamDisk();  // disk_hooks.cc: the budget per team, and the first sweep of expired uploads
   return OkStatus();
 }
 
@@ -333,7 +334,9 @@ void Server::FilesLink(std::shared_ptr<HttpConn> c, const Caller& caller, const 
   InTemplateWorker(c, [this, caller, template_id, hash, base]() -> TemplateAnswer {
     auto t = template_store_->GetTemplate(template_id);
     if (!t.ok() || !IsTemplateOwner(caller, *t)) return {404, nullptr, "template '" + template_id + "' not found"};
+    // Present: its row and its file (gone after the upload TTL); the TTL starts again.
     bool present = template_store_->FindFile(t->team, hash).ok();
+    if (present) (void)template_store_->TouchFile(t->team, hash, NowUnixMs());
     const int64_t expires = NowUnixMs() / 1000 + kUploadLinkSeconds;
     std::string url = base + "/upload/" + hash + "?team=" + http::UrlEncodeComponent(t->team) +
                       "&expires=" + std::to_string(expires) +
@@ -361,9 +364,29 @@ void Server::HandleUpload(std::shared_ptr<HttpConn> c) {
   if (!SecureEqual(*token, want))
     return c->RespondError(403, "invalid upload token");
   if (expires < NowUnixMs() / 1000) return c->RespondError(403, "the upload link expired");
+  // The team's disk budget first (on a worker: it may measure), then the body.
+  asio::post(*workers_, [this, c, team, hash] {
+    Status budget = CheckTeamDisk(team);
+    const int64_t left = team_disk_ ? team_disk_->RemainingBytes(team) : INT64_MAX;
+    asio::post(c->executor(), [this, c, team, hash, budget, left] {
+      if (!budget.ok()) return c->RespondError(507, budget.message());
+      ReceiveUpload(c, team, hash, left);
+    });
+  });
+}
+
+void Server::ReceiveUpload(std::shared_ptr<HttpConn> c, const std::string& team, const std::string& hash,
+                           int64_t budget_left) {
   const uint64_t max = static_cast<uint64_t>(config_.max_upload_mib) << 20;
   if (c->content_length() && *c->content_length() > max)
     return c->RespondError(413, "upload larger than " + std::to_string(config_.max_upload_mib) + " MiB");
+  // What the team may still write: more than that is 507, as soon as it shows.
+  const uint64_t left = static_cast<uint64_t>(std::max<int64_t>(budget_left, 0));
+  const std::string over_budget = "team " + team + " would exceed its " +
+                                  std::to_string(team_disk_ ? team_disk_->budget_mib() : 0) +
+                                  " MiB disk budget (uploads, layers, images, checkpoints, paused and named "
+                                  "snapshots; serve --team-disk-budget) with this upload";
+  if (c->content_length() && *c->content_length() > left) return c->RespondError(507, over_budget);
   const std::string dest = tpl::FilesPathOf(config_.manager.state_dir, team, hash);
   std::error_code ec;
   fs::create_directories(fs::path(dest).parent_path(), ec);
@@ -373,9 +396,10 @@ void Server::HandleUpload(std::shared_ptr<HttpConn> c) {
   if (!*out) return c->RespondError(500, "cannot write " + tmp);
   auto size = std::make_shared<uint64_t>(0);
   c->ReadBody(
-      [out, size, max](std::string_view chunk) -> Status {
+      [out, size, max, left, over_budget](std::string_view chunk) -> Status {
         *size += chunk.size();
         if (*size > max) return ResourceExhausted("upload too large");
+        if (*size > left) return ResourceExhausted(over_budget);
         out->write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
         if (!*out) return ResourceExhausted("write failed (disk full?)");
         return OkStatus();
@@ -386,16 +410,18 @@ void Server::HandleUpload(std::shared_ptr<HttpConn> c) {
         if (!st.ok()) {
           ::unlink(tmp.c_str());
           if (st.code() == StatusCode::kUnavailable) return;  // the client went away
-          int code = st.code() == StatusCode::kResourceExhausted && *size > max ? 413 : HttpStatusFor(st);
+          int code = st.code() != StatusCode::kResourceExhausted ? HttpStatusFor(st) : *size > max ? 413 : 507;
           return c->RespondError(code, st.message());
         }
         InTemplateWorker(c, [this, tmp, dest, team, hash, size]() -> TemplateAnswer {
+          std::lock_guard<std::mutex> l(upload_mu_);  // not while the TTL's sweep runs
           if (::rename(tmp.c_str(), dest.c_str()) != 0) {
             ::unlink(tmp.c_str());
             return TemplateAnswer::Error(ErrnoError("rename " + tmp));
           }
           if (Status p = template_store_->PutFile(team, hash, dest, static_cast<int64_t>(*size)); !p.ok())
             return TemplateAnswer::Error(p);
+          if (team_disk_) team_disk_->Invalidate();
           Audit({{"action", "template.files_uploaded"}, {"team", team}, {"hash", hash}, {"bytes", *size}});
           return {200, nullptr, ""};
         });
@@ -414,6 +440,7 @@ void Server::StartTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& calle
       if (!IsTemplateOwner(caller, *t)) return {403, nullptr, "template '" + template_id + "' is not yours"};
       auto b = template_store_->GetBuild(build_id);
       if (!b.ok() || b->template_id != template_id) return {404, nullptr, "build '" + build_id + "' not found"};
+      if (Status st = CheckTeamDisk(t->team); !st.ok()) return {507, nullptr, st.message()};
       if (Status st = template_store_->StartBuild(build_id, body); !st.ok()) return {400, nullptr, st.message()};
       if (Status st = builder_->Enqueue(build_id); !st.ok()) return TemplateAnswer::Error(st);
       Audit({{"action", "template.build_started"}, {"template", template_id}, {"build", build_id}, {"key", caller.key_id}});

@@ -691,7 +691,10 @@ Status Builder::Build(Job& job) {
       }
       case StepType::kCopy: {
         auto blob = store_.FindFile(team, step.files_hash);
-        if (!blob.ok()) return FailedPrecondition("COPY " + step.args[0] + ": its files were never uploaded");
+        if (!blob.ok())
+          return FailedPrecondition("COPY " + step.args[0] + ": its files (hash " + step.files_hash.substr(0, 12) +
+                                    ") are not uploaded: never uploaded, or removed after the upload TTL; "
+                                    "build again to upload them");
         const std::string guest_archive = "/tmp/airlock-copy-" + step.files_hash.substr(0, 16) + ".tar";
         RETURN_IF_ERROR(sb->agent().UploadFile(*blob, guest_archive, "root").WithContext("COPY upload"));
         RETURN_IF_ERROR(run(*sb,

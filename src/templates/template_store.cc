@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -412,7 +413,43 @@ StatusOr<std::string> TemplateStore::FindFile(const std::string& team, const std
   Stmt s(db_, "SELECT path FROM template_files WHERE team = ? AND hash = ?");
   s.Bind(1, team).Bind(2, hash);
   if (s.Step() != SQLITE_ROW) return NotFound("no files for hash " + hash);
-  return s.Text(0);
+  std::string path = s.Text(0);
+  if (::access(path.c_str(), F_OK) != 0) return NotFound("the files of hash " + hash + " are gone");
+  return path;
+}
+
+StatusOr<std::vector<FileRow>> TemplateStore::AllFileRows() {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "SELECT team, hash, path, size, created_at FROM template_files");
+  std::vector<FileRow> out;
+  while (s.Step() == SQLITE_ROW) out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Int(3), s.Int(4)});
+  return out;
+}
+
+Status TemplateStore::TouchFile(const std::string& team, const std::string& hash, int64_t now_ms) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "UPDATE template_files SET created_at = ? WHERE team = ? AND hash = ?");
+  s.Bind(1, now_ms).Bind(2, team).Bind(3, hash);
+  if (s.Step() != SQLITE_DONE) return Err("touch file");
+  return OkStatus();
+}
+
+Status TemplateStore::DeleteFile(const std::string& team, const std::string& hash, int64_t created_at_ms) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "DELETE FROM template_files WHERE team = ? AND hash = ? AND created_at = ?");
+  s.Bind(1, team).Bind(2, hash).Bind(3, created_at_ms);
+  if (s.Step() != SQLITE_DONE) return Err("delete file");
+  return OkStatus();
+}
+
+StatusOr<std::vector<std::pair<std::string, std::string>>> TemplateStore::TeamImages() {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_,
+         "SELECT t.team, b.image FROM template_builds b JOIN templates t ON t.id = b.template_id"
+         " WHERE b.image != ''");
+  std::vector<std::pair<std::string, std::string>> out;
+  while (s.Step() == SQLITE_ROW) out.emplace_back(s.Text(0), s.Text(1));
+  return out;
 }
 
 StatusOr<std::vector<std::string>> TemplateStore::AllFiles() {

@@ -68,6 +68,14 @@ struct LayerRow {
   int64_t created_at_ms = 0;
 };
 
+// An uploaded COPY archive (template_files). created_at: its last upload,
+// or the last files link that found it present (the upload TTL counts from
+// there, upload_ttl.h).
+struct FileRow {
+  std::string team, hash, path;
+  int64_t size = 0, created_at_ms = 0;
+};
+
 struct TagRow {
   std::string tag, build_id;
   int64_t created_at_ms = 0;
@@ -126,8 +134,19 @@ class TemplateStore {
 
   // COPY archives, per team and files hash.
   Status PutFile(const std::string& team, const std::string& hash, const std::string& path, int64_t size);
+  // The archive's path; NotFound when no row names it or its file is gone
+  // (collected after the upload TTL, removed by hand).
   StatusOr<std::string> FindFile(const std::string& team, const std::string& hash);
   StatusOr<std::vector<std::string>> AllFiles();
+  StatusOr<std::vector<FileRow>> AllFileRows();
+  // The upload TTL starts again (a files link found it present).
+  Status TouchFile(const std::string& team, const std::string& hash, int64_t now_ms);
+  // Removes the row only when its created_at is still `created_at_ms` (an
+  // upload of the same hash since then keeps it). OK when absent.
+  Status DeleteFile(const std::string& team, const std::string& hash, int64_t created_at_ms);
+  // (team, image) of every build with an image: what the team's templates
+  // hold on disk besides their layers (team_disk.h).
+  StatusOr<std::vector<std::pair<std::string, std::string>>> TeamImages();
 
   // The layer index (per team).
   StatusOr<LayerRow> FindLayer(const std::string& team, const std::string& hash);

@@ -5,11 +5,16 @@
 // the daemon's sampler fills from /proc); /proc parsers; the Prometheus
 // exposition.
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "server/admission.h"
 #include "server/host_memory.h"
 #include "server/memory_pressure.h"
 #include "server/metrics.h"
+#include "server/team_disk.h"
 
 namespace airlock::server {
 namespace {
@@ -398,6 +403,78 @@ TEST(DaemonMetrics, RendersWhatMemoryAdmissionSees) {
   EXPECT_NE(t.find("airlock_memory_available_mib 20000\n"), std::string::npos);
   EXPECT_NE(t.find("airlock_memory_pressure 1\n"), std::string::npos);
   EXPECT_NE(t.find("airlock_memory_pressure_pauses_total 1\n"), std::string::npos);
+}
+
+// Disk per team (team_disk.h) over real files with a fake clock: allocated
+// blocks (a sparse file counts what it holds), a path listed twice counts
+// once, a team at its budget gets ResourceExhausted naming it while another
+// team is unaffected, and the sum is cached until the clock moves or a
+// write invalidates it.
+TEST(TeamDisk, CountsAllocatedBlocksPerTeamAndRefusesATeamAtItsBudget) {
+  char tmpl[] = "/tmp/airlock-teamdisk-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  auto write = [](const std::string& path, size_t bytes) {
+    std::string data(bytes, '\0');
+    for (size_t i = 0; i < bytes; ++i) data[i] = static_cast<char>(i * 131 + 7);
+    std::ofstream(path, std::ios::binary) << data;
+  };
+  std::filesystem::create_directories(dir + "/ckpt/sub");
+  write(dir + "/upload-a", 1 << 20);
+  write(dir + "/ckpt/sub/mem", 512 << 10);
+  {  // a sparse file of 100 MiB holding nothing
+    std::ofstream f(dir + "/sparse", std::ios::binary);
+    f.seekp((100 << 20) - 1);
+    f.put('\0');
+  }
+  write(dir + "/upload-b", 4096);
+  std::vector<TeamDisk::Holding> holdings = {{"a", dir + "/upload-a"}, {"a", dir + "/ckpt"},   {"a", dir + "/upload-a"},
+                                             {"b", dir + "/upload-b"}, {"b", dir + "/sparse"}, {"b", dir + "/gone"}};
+  int walks = 0;
+  Clock::time_point now{};
+  TeamDisk::Options o;
+  o.budget_mib = 1;
+  o.cache_for = std::chrono::seconds(2);
+  o.list = [&] {
+    ++walks;
+    return holdings;
+  };
+  o.now = [&] { return now; };
+  TeamDisk disk(o);
+
+  EXPECT_EQ(disk.UsageBytes("a"), (1 << 20) + (512 << 10));
+  EXPECT_LT(disk.UsageBytes("b"), 64 << 10);  // the sparse file holds a block or so
+  EXPECT_EQ(disk.UsageBytes("c"), 0);
+  EXPECT_EQ(walks, 1);
+  Status a = disk.Check("a");
+  EXPECT_EQ(a.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(a.message().find("team a uses 1 MiB of its 1 MiB disk budget (uploads, layers, images, checkpoints, "
+                             "paused and named snapshots"),
+            std::string::npos)
+      << a.message();
+  EXPECT_TRUE(disk.Check("b").ok());
+  EXPECT_EQ(disk.RemainingBytes("a"), 0);
+  EXPECT_GT(disk.RemainingBytes("b"), (1 << 20) - (64 << 10));
+
+  // b writes 1 MiB: seen once the cache expires, or at once after Invalidate.
+  write(dir + "/upload-b2", 1 << 20);
+  holdings.push_back({"b", dir + "/upload-b2"});
+  EXPECT_TRUE(disk.Check("b").ok());
+  EXPECT_EQ(walks, 1);
+  now += std::chrono::seconds(3);
+  EXPECT_FALSE(disk.Check("b").ok());
+  EXPECT_EQ(walks, 2);
+  std::filesystem::remove(dir + "/upload-b2");
+  disk.Invalidate();
+  EXPECT_TRUE(disk.Check("b").ok());
+  EXPECT_EQ(walks, 3);
+
+  // 0: no budget.
+  TeamDisk::Options off = o;
+  off.budget_mib = 0;
+  TeamDisk none(off);
+  EXPECT_TRUE(none.Check("a").ok());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

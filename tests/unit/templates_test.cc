@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "agent/services.h"
 #include "templates/build_spec.h"
 #include "templates/builder.h"
 #include "templates/template_store.h"
+#include "templates/upload_ttl.h"
 
 namespace airlock::templates {
 namespace {
@@ -244,6 +246,60 @@ TEST_F(StoreTest, LogsPageByOffsetAndUnstartedBuildsAreSuperseded) {
   EXPECT_EQ(deleted->size(), 2u);
   EXPECT_FALSE(store_->FindAlias("t", "app").ok());
   EXPECT_TRUE(store_->Logs(b1->build_id, 0, 100)->empty());
+}
+
+// The upload TTL (upload_ttl.h) with times passed in: an upload past the TTL
+// goes (row and file) unless a build in flight names its hash; a files link
+// that finds it starts the TTL again; a file gone from disk is not present.
+TEST_F(StoreTest, UploadsExpireAfterTheTtlUnlessABuildInFlightUsesThem) {
+  const std::string h1(64, '1'), h2(64, '2'), h3(64, '3');
+  auto put = [&](const std::string& team, const std::string& hash) {
+    std::string path = (dir_ / (team + "-" + hash.substr(0, 4) + ".tar")).string();
+    std::ofstream(path) << "archive";
+    EXPECT_TRUE(store_->PutFile(team, hash, path, 7).ok());
+    return path;
+  };
+  const std::string p1 = put("t", h1), p2 = put("t", h2), p3 = put("u", h3);
+  auto rows = store_->AllFileRows();
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 3u);
+  const int64_t created = 1'000'000;  // the TTL counts from here for all three
+  for (const auto& r : *rows) ASSERT_TRUE(store_->TouchFile(r.team, r.hash, created).ok());
+  const int64_t ttl = 24 * 3600 * 1000;
+
+  // A started build of team t copies h2: h2 stays while it is in flight.
+  auto b = store_->RequestBuild("t", "app", {}, 2, 1024, 0, "tpl00000000000000001");
+  ASSERT_TRUE(b.ok());
+  json spec = {{"fromImage", "e2bdev/base"},
+               {"steps", {{{"type", "COPY"}, {"args", {"app", "/app/"}}, {"filesHash", h2}}}}};
+  ASSERT_TRUE(store_->StartBuild(b->build_id, spec).ok());
+  EXPECT_EQ(UploadsInUse(*store_), (std::set<std::pair<std::string, std::string>>{{"t", h2}}));
+
+  EXPECT_EQ(CollectExpiredUploads(*store_, created + ttl - 1, ttl).removed, 0);
+  EXPECT_TRUE(store_->FindFile("t", h1).ok());
+  UploadSweep sweep = CollectExpiredUploads(*store_, created + ttl + 1, ttl);
+  EXPECT_EQ(sweep.removed, 2);
+  EXPECT_EQ(sweep.bytes, 14);
+  EXPECT_FALSE(std::filesystem::exists(p1));
+  EXPECT_FALSE(std::filesystem::exists(p3));
+  EXPECT_EQ(store_->FindFile("t", h1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->FindFile("u", h3).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(store_->FindFile("t", h2).ok());
+  EXPECT_TRUE(std::filesystem::exists(p2));
+
+  // The build ends; a files link found h2 later: its TTL counts from there.
+  ASSERT_TRUE(store_->SetStatus(b->build_id, kError).ok());
+  ASSERT_TRUE(store_->TouchFile("t", h2, created + ttl).ok());
+  EXPECT_EQ(CollectExpiredUploads(*store_, created + ttl + 1, ttl).removed, 0);
+  EXPECT_EQ(CollectExpiredUploads(*store_, created + 2 * ttl + 1, ttl).removed, 1);
+  EXPECT_FALSE(std::filesystem::exists(p2));
+  EXPECT_TRUE(store_->AllFileRows()->empty());
+
+  // A row whose file was removed by hand is not present; 0: no TTL.
+  const std::string p4 = put("t", h1);
+  std::filesystem::remove(p4);
+  EXPECT_EQ(store_->FindFile("t", h1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(CollectExpiredUploads(*store_, created + 100 * ttl, 0).removed, 0);
 }
 
 }  // namespace
