@@ -657,5 +657,107 @@ TEST(TenancyTest, GuestPanicIsReportedDeadWithinSeconds) {
   EXPECT_NE(metrics->body.find("airlock_sandbox_deaths_total 1"), std::string::npos);
 }
 
+// Issue 32 item 5: one key filled the host's disk with uploads. A team's
+// uploads, layers, images, checkpoints, paused and named snapshots count
+// against serve --team-disk-budget: team A at its budget gets 507 naming
+// it for its next upload and checkpoint; team B's still work. Uploads go
+// after serve --upload-ttl, and a files link then says present: false.
+namespace {
+// GET /templates/{id}/files/{hash} of a new template of the key's team: the upload link's JSON.
+json FilesLink(const TestDaemon& d, const std::string& key, const std::string& alias, const std::string& hash) {
+  auto t = d.Do("POST", "/v3/templates", json{{"name", alias}}.dump(), true, {}, key);
+  if (!t.ok() || t->status != 202) return json{{"error", t.ok() ? t->body : t.status().message()}};
+  std::string id = json::parse(t->body)["templateID"];
+  auto link = d.Do("GET", "/templates/" + id + "/files/" + hash, "", true, {}, key);
+  if (!link.ok() || link->status != 201) return json{{"error", link.ok() ? link->body : link.status().message()}};
+  json j = json::parse(link->body);
+  j["templateID"] = id;
+  return j;
+}
+// PUT the link's URL (the SDK's way), `bytes` of incompressible data.
+StatusOr<HttpReply> Upload(const TestDaemon& d, const json& link, size_t bytes) {
+  std::string url = link.value("url", "");
+  std::string target = url.substr(url.find("/upload/"));
+  std::string data(bytes, '\0');
+  uint32_t x = 2463534242u ^ static_cast<uint32_t>(bytes);
+  for (auto& ch : data) {
+    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+    ch = static_cast<char>(x);
+  }
+  return d.Do("PUT", target, data, false, {{"Content-Type", "application/octet-stream"}});
+}
+std::string Hash(char c) { return std::string(64, c); }
+}  // namespace
+
+TEST(TenancyTest, TeamDiskBudgetRefusesOnlyTheTeamOverItAndUploadsExpire) {
+  AIRLOCK_REQUIRE_VM();
+  std::string dir = MakeTempDir();
+  TestDaemon d(dir, {"--team-disk-budget", "2"});
+  std::string a = NewKey(dir, "alice", "team-a"), b = NewKey(dir, "bob", "team-b");
+  auto sa = d.Do("POST", "/v2/sandboxes", json{{"templateID", "base"}}.dump(), true, {}, a);
+  auto sb = d.Do("POST", "/v2/sandboxes", json{{"templateID", "base"}}.dump(), true, {}, b);
+  ASSERT_TRUE(sa.ok() && sb.ok());
+  ASSERT_EQ(sa->status, 201) << sa->body;
+  ASSERT_EQ(sb->status, 201) << sb->body;
+  std::string ida = json::parse(sa->body)["sandboxID"], idb = json::parse(sb->body)["sandboxID"];
+
+  // A fills its 2 MiB with two uploads of 1 MiB.
+  for (char c : {'a', 'b'}) {
+    json link = FilesLink(d, a, std::string("fill-") + c, Hash(c));
+    ASSERT_EQ(link.value("present", true), false) << link.dump();
+    auto up = Upload(d, link, 1 << 20);
+    ASSERT_TRUE(up.ok());
+    ASSERT_EQ(up->status, 200) << up->body;
+    EXPECT_EQ(FilesLink(d, a, std::string("fill-") + c, Hash(c)).value("present", false), true);
+  }
+  const std::string named = "team team-a uses 2 MiB of its 2 MiB disk budget (uploads, layers, images, checkpoints, "
+                            "paused and named snapshots";
+  auto more = Upload(d, FilesLink(d, a, "fill-c", Hash('c')), 4096);
+  ASSERT_TRUE(more.ok());
+  EXPECT_EQ(more->status, 507) << more->body;
+  EXPECT_NE(more->body.find(named), std::string::npos) << more->body;
+  auto ckpt = d.Do("POST", "/sandboxes/" + ida + "/checkpoints", "{}", true, {}, a);
+  ASSERT_TRUE(ckpt.ok());
+  EXPECT_EQ(ckpt->status, 507) << ckpt->body;
+  EXPECT_NE(ckpt->body.find(named), std::string::npos) << ckpt->body;
+
+  // B is unaffected: its upload and its checkpoint are written.
+  auto theirs = Upload(d, FilesLink(d, b, "other", Hash('a')), 1 << 20);
+  ASSERT_TRUE(theirs.ok());
+  EXPECT_EQ(theirs->status, 200) << theirs->body;
+  auto ckpt_b = d.Do("POST", "/sandboxes/" + idb + "/checkpoints", "{}", true, {}, b);
+  ASSERT_TRUE(ckpt_b.ok());
+  EXPECT_EQ(ckpt_b->status, 201) << ckpt_b->body;
+  for (const auto& [id, key] : {std::pair{ida, a}, std::pair{idb, b}}) (void)d.Do("DELETE", "/sandboxes/" + id, "", true, {}, key);
+
+  // Another daemon, no VM: an upload is gone 1 s after its last use, file and row.
+  std::string dir2 = MakeTempDir();
+  {
+    TestDaemon e(dir2, {"--upload-ttl", "1"});
+    std::string c = NewKey(dir2, "carol", "team-c");
+    json link = FilesLink(e, c, "ttl", Hash('d'));
+    auto up = Upload(e, link, 4096);
+    ASSERT_TRUE(up.ok());
+    ASSERT_EQ(up->status, 200) << up->body;
+    // Its file goes (watched on disk: a files link would start the TTL again)...
+    auto tars = [] {
+      std::error_code ec;
+      int n = 0;
+      for (auto& f : fs::recursive_directory_iterator(StateDir() + "/templates/files", ec))
+        if (f.path().filename().string().rfind(Hash('d'), 0) == 0) ++n;
+      return n;
+    };
+    EXPECT_EQ(tars(), 1);
+    EXPECT_TRUE(WaitFor([&] { return tars() == 0; }, std::chrono::seconds(30))) << "the upload was never collected";
+    // ...and so does its row: not present, so the SDK uploads it again.
+    std::string id = link["templateID"];
+    auto again = e.Do("GET", "/templates/" + id + "/files/" + Hash('d'), "", true, {}, c);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(json::parse(again->body).value("present", true), false) << again->body;
+  }
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(dir2);
+}
+
 }  // namespace
 }  // namespace airlock::testing
