@@ -470,8 +470,10 @@ std::streamoff LogSize(const std::string& dir) {
 // nowhere; with it recorded in the rollback intent but not in the
 // sandbox's row. Each time the next daemon completes the rollback: the
 // sandbox runs the checkpoint's state, with one VMM and one network (no
-// orphan), and both checkpoints are still listed; at the end a further
-// rollback to each works, and a kill removes everything.
+// orphan), and both checkpoints are still listed. A rollback that cannot
+// be completed leaves the sandbox paused on its checkpoint, every
+// checkpoint kept. At the end a further rollback to each works, and a
+// kill removes everything.
 TEST(CheckpointTest, Kill9AtEachMomentOfARollbackLosesNothing) {
   AIRLOCK_REQUIRE_VM();
   std::string dir = MakeTempDir();
@@ -535,8 +537,60 @@ TEST(CheckpointTest, Kill9AtEachMomentOfARollbackLosesNothing) {
     EXPECT_EQ(h.leases.size(), 1u) << h.ToString();
     std::printf("# held at %s: sandbox %s, mark %s", point, CkptState(d, sb.id).c_str(), mark(d).c_str());
   }
+  // A rollback that cannot be completed after the restart (bytes of the
+  // checkpoint's memory changed in place: only the restore's CRC finds it):
+  // the sandbox is kept paused on that checkpoint, nothing of it running,
+  // every checkpoint listed; once the file is right again a resume
+  // completes the rollback and the checkpoint stays.
+  {
+    const auto from = LogSize(dir);
+    TestDaemon d(dir, {}, false, port, {{"AIRLOCK_TEST_HOLD_ROLLBACK", "stopped"}});
+    write_mark(d, "moved");
+    std::thread op([&] { (void)Rollback(d, sb.id, first); });
+    const bool reached = WaitFor(
+        [&] { return LogFrom(dir, from).find("test hook: rollback held at stopped") != std::string::npos; },
+        std::chrono::seconds(90));
+    d.Kill9();
+    op.join();
+    ASSERT_TRUE(reached) << LogFrom(dir, from);
+  }
+  const std::string memory = StateDir() + "/snapshots/checkpoints/" + sb.id + "-" + first + "/memory";
+  const auto middle = static_cast<std::streamoff>(fs::file_size(memory) / 2);
+  char original[8];
+  {
+    std::fstream f(memory, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(middle);
+    f.read(original, sizeof original);
+    f.seekp(middle);
+    f.write("\x55\xaa\x55\xaa\x55\xaa\x55\xaa", 8);
+  }
+  {
+    const auto restart = LogSize(dir);
+    TestDaemon d(dir, {}, false, port);
+    EXPECT_EQ(CkptState(d, sb.id), "paused") << LogFrom(dir, restart);
+    auto list = d.Do("GET", "/sandboxes/" + sb.id + "/checkpoints");
+    ASSERT_TRUE(list.ok());
+    EXPECT_EQ(json::parse(list->body).size(), 2u) << list->body;
+    HostResources h = resources.Snapshot();
+    EXPECT_TRUE(h.vmm_pids.empty() && h.netns.empty() && h.leases.empty()) << h.ToString();
+    auto again = d.Do("POST", "/sandboxes/" + sb.id + "/resume", R"({"timeout":900})");
+    ASSERT_TRUE(again.ok());
+    EXPECT_GE(again->status, 400) << again->body;
+    EXPECT_EQ(CkptState(d, sb.id), "paused");
+  }
+  {
+    std::fstream f(memory, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(middle);
+    f.write(original, sizeof original);
+  }
   // Every checkpoint is still usable, and a kill removes it all.
   TestDaemon d(dir, {}, /*kill_on_exit=*/true, port);
+  auto resumed = d.Do("POST", "/sandboxes/" + sb.id + "/resume", R"({"timeout":900})");
+  ASSERT_TRUE(resumed.ok());
+  EXPECT_LT(resumed->status, 300) << resumed->body;
+  ASSERT_EQ(CkptState(d, sb.id), "running");
+  EXPECT_EQ(mark(d), "one\n") << "the resume completed the rollback";
+  EXPECT_EQ(CheckpointDirsOf(sb.id).size(), 2u) << "the resume kept the checkpoint";
   for (const auto& [ckpt, want] : {std::pair{first, "one\n"}, std::pair{second, "two\n"}}) {
     auto rb = Rollback(d, sb.id, ckpt);
     ASSERT_TRUE(rb.ok());
