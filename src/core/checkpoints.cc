@@ -307,7 +307,8 @@ StatusOr<RollbackResult> Manager::Rollback(const std::string& id, const std::str
   HoldForTest("restored");
   Persist(*sb, "running");  // its new VMM's pid
   if (config_.registry) {
-    if (Status s = config_.registry->ClearRollbackIntent(id); !s.ok()) LOG_WARN("sandbox={} rollback: {}", id, s.message());
+    if (Status s = config_.registry->ClearRollbackIntent(id); !s.ok())
+      LOG_WARN("sandbox={} rollback: {}", id, s.message());
   }
   if (on_running) on_running();
   LOG_INFO("sandbox={} rolled back to {} stop_ms={:.0f} total_ms={:.0f}", id, checkpoint_id, result.stop_ms,
@@ -329,8 +330,9 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::RecoverRollback(const AdoptRequest& 
   }
   const std::string run_dir = config_.state_dir + "/run/" + id;
   const std::string dir = checkpoints_dir() + "/" + id + "-" + intent.checkpoint_id;
-  LOG_WARN("sandbox={} a rollback to {} was in flight when the last daemon stopped (phase {}, vmm_pid {}): completing it",
-           id, intent.checkpoint_id, intent.phase, intent.vmm_pid);
+  LOG_WARN(
+      "sandbox={} a rollback to {} was in flight when the last daemon stopped (phase {}, vmm_pid {}): completing it",
+      id, intent.checkpoint_id, intent.phase, intent.vmm_pid);
   // 1. The new VMM came up from the checkpoint and was recorded: adopt it
   // when it still runs and its agent answers.
   if (intent.phase == kRollbackRestored && r.record.state != "paused" && ProcessMatches(intent.vmm_pid, run_dir)) {
@@ -350,9 +352,9 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::RecoverRollback(const AdoptRequest& 
       if (config_.registry) {
         if (Status s = config_.registry->ClearRollbackIntent(id); !s.ok()) LOG_WARN("sandbox={} {}", id, s.message());
       }
-      (*sb)->AddLog("info", "rollback to " + intent.checkpoint_id + " completed: its new VMM was adopted after a restart");
-      LOG_INFO("sandbox={} rollback to {} completed: new VMM pid {} adopted", id, intent.checkpoint_id,
-               intent.vmm_pid);
+      (*sb)->AddLog("info",
+                    "rollback to " + intent.checkpoint_id + " completed: its new VMM was adopted after a restart");
+      LOG_INFO("sandbox={} rollback to {} completed: new VMM pid {} adopted", id, intent.checkpoint_id, intent.vmm_pid);
       return sb;
     }
     LOG_WARN("sandbox={} the rollback's new VMM (pid {}) cannot be adopted ({}): restoring {} again", id,
@@ -401,9 +403,10 @@ Status Manager::RedoRollback(const std::shared_ptr<Sandbox>& sb, const std::stri
   Status st = BringUp(*sb, plan, &timings);
   if (!st.ok()) {
     (void)sb->Transition(SandboxState::kPaused);
-    LOG_ERROR("sandbox={} the rollback to {} could not be completed; the sandbox stays paused on that checkpoint "
-              "(a resume tries again; its checkpoints are kept): {}",
-              id, checkpoint_id, st.message());
+    LOG_ERROR(
+        "sandbox={} the rollback to {} could not be completed; the sandbox stays paused on that checkpoint "
+        "(a resume tries again; its checkpoints are kept): {}",
+        id, checkpoint_id, st.message());
     sb->AddLog("error", "rollback to " + checkpoint_id + " interrupted by a daemon restart could not be completed; " +
                             "paused on that checkpoint: " + st.message());
     Persist(*sb, "paused");

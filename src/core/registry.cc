@@ -163,8 +163,7 @@ Status Registry::ClearRollbackIntent(const std::string& sandbox_id) {
 
 StatusOr<std::vector<RollbackIntent>> Registry::ListRollbackIntents() {
   std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_,
-         "SELECT sandbox_id, checkpoint_id, phase, vmm_pid, started_at FROM rollback_intents ORDER BY started_at");
+  Stmt s(db_, "SELECT sandbox_id, checkpoint_id, phase, vmm_pid, started_at FROM rollback_intents ORDER BY started_at");
   AIRLOCK_SQL_CHECK(s.ok(), "prepare list rollback intents");
   std::vector<RollbackIntent> out;
   int rc;

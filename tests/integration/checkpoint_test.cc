@@ -344,7 +344,8 @@ TEST(CheckpointTest, LimitRestartAndStartSweep) {
   // A save a dead daemon never committed, and a checkpoint of a sandbox that is gone.
   const std::string orphan = root + "zzzzzzzzzzzzzzzzzzzz-ckpt-00000000000000aa";
   const std::string forks = StateDir() + "/snapshots/forks/";
-  const std::string leftover_forks[2] = {forks + "zzzzzzzzzzzzzzzzzzzz-0000aaaa", forks + "zzzzzzzzzzzzzzzzzzzz-0000bbbb"};
+  const std::string leftover_forks[2] = {forks + "zzzzzzzzzzzzzzzzzzzz-0000aaaa",
+                                         forks + "zzzzzzzzzzzzzzzzzzzz-0000bbbb"};
   {
     TestDaemon d(dir, {}, /*kill_on_exit=*/false, port);
     sb = CkptCreate(d);
@@ -512,8 +513,8 @@ TEST(CheckpointTest, Kill9AtEachMomentOfARollbackLosesNothing) {
       write_mark(d, "moved");
       std::thread op([&] { (void)Rollback(d, sb.id, target); });
       const std::string held = std::string("test hook: rollback held at ") + point;
-      const bool reached = WaitFor([&] { return LogFrom(dir, from).find(held) != std::string::npos; },
-                                   std::chrono::seconds(90));
+      const bool reached =
+          WaitFor([&] { return LogFrom(dir, from).find(held) != std::string::npos; }, std::chrono::seconds(90));
       d.Kill9();
       op.join();
       ASSERT_TRUE(reached) << LogFrom(dir, from);
@@ -547,9 +548,9 @@ TEST(CheckpointTest, Kill9AtEachMomentOfARollbackLosesNothing) {
     TestDaemon d(dir, {}, false, port, {{"AIRLOCK_TEST_HOLD_ROLLBACK", "stopped"}});
     write_mark(d, "moved");
     std::thread op([&] { (void)Rollback(d, sb.id, first); });
-    const bool reached = WaitFor(
-        [&] { return LogFrom(dir, from).find("test hook: rollback held at stopped") != std::string::npos; },
-        std::chrono::seconds(90));
+    const bool reached =
+        WaitFor([&] { return LogFrom(dir, from).find("test hook: rollback held at stopped") != std::string::npos; },
+                std::chrono::seconds(90));
     d.Kill9();
     op.join();
     ASSERT_TRUE(reached) << LogFrom(dir, from);
