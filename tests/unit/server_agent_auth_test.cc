@@ -16,6 +16,7 @@
 
 #include "agent/agent.h"
 #include "agent/auth.h"
+#include "tests/unit/loopback_http.h"
 
 namespace airlock::agent {
 namespace {
@@ -70,20 +71,7 @@ class AgentServer : public ::testing::Test {
   // One request on its own connection; returns "status\nbody".
   std::pair<int, std::string> Req(const std::string& method, const std::string& target, const std::string& headers,
                                   const std::string& body = "") {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port_);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    std::string req = method + " " + target + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + headers +
-                      "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-    EXPECT_EQ(::write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
-    std::string out;
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-    ::close(fd);
+    const std::string out = test_util::LoopbackHttp(port_, method, target, headers, body, "x");
     int status = out.size() > 12 ? std::atoi(out.c_str() + 9) : 0;
     size_t p = out.find("\r\n\r\n");
     return {status, p == std::string::npos ? "" : out.substr(p + 4)};

@@ -27,6 +27,7 @@
 #include "http/url.h"
 #include "server/relay_guard.h"
 #include "server/server.h"
+#include "tests/unit/loopback_http.h"
 
 namespace airlock::server {
 namespace {
@@ -188,20 +189,7 @@ struct Answer {
 
 Answer Request(uint16_t port, const std::string& method, const std::string& target, const std::string& extra = "",
                const std::string& body = "") {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra +
-                    "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  EXPECT_EQ(::write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
+  const std::string out = test_util::LoopbackHttp(port, method, target, extra, body);
   Answer r;
   size_t end = out.find("\r\n\r\n");
   if (out.size() < 12 || end == std::string::npos) return r;
