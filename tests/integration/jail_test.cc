@@ -287,7 +287,7 @@ TEST(JailTest, BackingFileNamedInAVmmWrittenHeaderIsNotOpened) {
   ASSERT_TRUE(qemu::ReadSnapshot(snap->dir).ok()) << qemu::ReadSnapshot(snap->dir).status().ToString();
 
   CreateOptions from;
-  from.template_name = name;
+  from.named_snapshot_dir = snap->dir;
   auto e = (*m)->Create(from);
   if (e.ok()) {
     ADD_FAILURE() << "a sandbox started on a disk whose header names " << secret << " as its backing file";

@@ -347,7 +347,8 @@ TEST(SnapshotTest, SnapshotsLayeredOnForksAndNamedSnapshotsKeepTheirBase) {
   ASSERT_TRUE(qemu::ReadSnapshot(first->dir).ok()) << qemu::ReadSnapshot(first->dir).status().ToString();
 
   CreateOptions from_first;
-  from_first.template_name = "chain-a-" + tag;
+  from_first.named_snapshot_dir = mgr.FindNamedSnapshot("chain-a-" + tag, "");
+  ASSERT_EQ(from_first.named_snapshot_dir, first->dir);
   auto d = mgr.Create(from_first);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(run(**d, "cat /home/user/p.txt /home/user/c.txt"), "parent\nchild\n");
@@ -359,7 +360,8 @@ TEST(SnapshotTest, SnapshotsLayeredOnForksAndNamedSnapshotsKeepTheirBase) {
   Status refused = mgr.DeleteNamedSnapshot("chain-a-" + tag);
   EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.ToString();
   CreateOptions from_second;
-  from_second.template_name = "chain-b-" + tag;
+  from_second.named_snapshot_dir = mgr.FindNamedSnapshot("chain-b-" + tag, "");
+  ASSERT_EQ(from_second.named_snapshot_dir, second->dir);
   auto e = mgr.Create(from_second);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   EXPECT_EQ(run(**e, "cat /home/user/p.txt /home/user/c.txt /home/user/d.txt"), "parent\nchild\nd\n");
