@@ -112,13 +112,17 @@ StatusOr<NamedSnapshotInfo> Manager::CreateNamedSnapshot(const std::string& id, 
   if (!name.empty() && IsBuiltInTemplateName(name))
     return InvalidArgument("snapshot name '" + name + "' is a built-in template's name");
   if (name.rfind("snap-", 0) == 0) return InvalidArgument("snapshot name '" + name + "' looks like a snapshot id");
-  if (!name.empty()) {
+  // AlreadyExists when one of the team's snapshots has the name.
+  auto name_free = [&]() -> Status {
+    if (name.empty()) return OkStatus();
     ASSIGN_OR_RETURN(auto all, ListNamedSnapshots());
     for (const auto& s : all) {
       if (s.team == team && std::find(s.names.begin(), s.names.end(), name) != s.names.end())
         return AlreadyExists("a snapshot named '" + name + "' exists");
     }
-  }
+    return OkStatus();
+  };
+  RETURN_IF_ERROR(name_free());
   std::shared_ptr<Sandbox> sb = Get(id);
   if (!sb) return NotFound("sandbox " + id + " not found");
   NamedSnapshotInfo info;
@@ -165,14 +169,7 @@ StatusOr<NamedSnapshotInfo> Manager::CreateNamedSnapshot(const std::string& id, 
     // snapshots racing for one name of a team cannot both have it.
     static std::mutex names_mu;
     std::lock_guard<std::mutex> names(names_mu);
-    if (!name.empty()) {
-      auto all = ListNamedSnapshots();
-      if (!all.ok()) st = all.status();
-      for (const auto& s : all.ok() ? *all : std::vector<NamedSnapshotInfo>{}) {
-        if (s.team == team && std::find(s.names.begin(), s.names.end(), name) != s.names.end())
-          st = AlreadyExists("a snapshot named '" + name + "' exists");
-      }
-    }
+    st = name_free();
     if (st.ok() && ::rename(tmp.c_str(), info.dir.c_str()) != 0) st = ErrnoError("rename " + tmp);
   }
   if (!st.ok()) {

@@ -320,16 +320,17 @@ void Builder::Worker() {
 std::string HideHostPaths(std::string message, const std::string& state_dir) {
   if (state_dir.empty() || state_dir == "/") return message;
   const std::string root = state_dir.back() == '/' ? state_dir.substr(0, state_dir.size() - 1) : state_dir;
+  // What ends a path in a message: space, ':', a quote, ')' or ','.
+  auto ends_path = [](char c) {
+    return std::isspace(static_cast<unsigned char>(c)) || c == ':' || c == '\'' || c == '"' || c == ')' || c == ',';
+  };
   for (size_t at = message.find(root); at != std::string::npos; at = message.find(root, at)) {
     size_t end = at + root.size();
-    if (end < message.size() && message[end] != '/' && message[end] != ' ' && message[end] != ':' &&
-        message[end] != '\'' && message[end] != '"' && message[end] != ')' && message[end] != ',') {
+    if (end < message.size() && message[end] != '/' && !ends_path(message[end])) {
       at = end;  // a longer name that starts the same (/var/lib/airlock2)
       continue;
     }
-    while (end < message.size() && !std::isspace(static_cast<unsigned char>(message[end])) && message[end] != ':' &&
-           message[end] != '\'' && message[end] != '"' && message[end] != ')' && message[end] != ',')
-      ++end;
+    while (end < message.size() && !ends_path(message[end])) ++end;
     static constexpr char kHidden[] = "<host path>";
     message.replace(at, end - at, kHidden);
     at += sizeof(kHidden) - 1;

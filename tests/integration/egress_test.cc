@@ -231,6 +231,29 @@ class EgressTest : public ::testing::Test {
       if (svc && !id.empty()) svc->RemoveSandbox(id);
     }
   };
+  // `secret` brokered into sandbox `id` for `secret_hosts`, behind a sandbox
+  // CA for `ca_hosts` whose PEM is written to <dir>/<id>-ca.pem (ca_pem; ""
+  // when the CA could not be made: the test fails). Forgotten by the broker
+  // when it goes.
+  struct Brokered {
+    std::string id, placeholder, ca_pem;
+    ~Brokered() { (*broker_)->Forget(id); }
+  };
+  static std::unique_ptr<Brokered> Broker(const std::string& id, const std::string& secret,
+                                          const std::vector<std::string>& secret_hosts,
+                                          const std::vector<std::string>& ca_hosts) {
+    auto out = std::make_unique<Brokered>();
+    out->id = id;
+    out->placeholder = secrets::Broker::NewPlaceholder();
+    (*broker_)->Register(id, {{"API_TOKEN", out->placeholder, secret, secret_hosts}});
+    auto ca = secrets::SandboxCa::Generate(id, ca_hosts, std::chrono::hours(1));
+    EXPECT_TRUE(ca.ok()) << ca.status().ToString();
+    if (!ca.ok()) return out;
+    (*broker_)->SetCa(id, *ca);
+    out->ca_pem = dir_->path + "/" + id + "-ca.pem";
+    std::ofstream(out->ca_pem) << (*ca)->cert_pem();
+    return out;
+  }
   // A sandbox network with egress, its guest and its policy (in `svc`, default the suite's).
   std::unique_ptr<Box> NewBox(const std::string& tag, bool internet, std::vector<std::string> allow,
                               std::vector<std::string> deny = {}, std::vector<HostHeaderRules> rules = {},
@@ -527,17 +550,10 @@ TEST_F(EgressTest, BrokeredSecretsAndHeaderRulesThroughInterception) {
   auto b = NewBox("br", false, {"allowed.test", "other.test"}, {}, {rule});
   ASSERT_TRUE(b);
   Guest& g = *b->guest;
-  const std::string ph = secrets::Broker::NewPlaceholder();
-  (*broker_)->Register(b->id, {{"API_TOKEN", ph, secret, {"allowed.test"}}});
-  auto ca = secrets::SandboxCa::Generate(b->id, {"allowed.test", "other.test"}, std::chrono::hours(1));
-  ASSERT_TRUE(ca.ok()) << ca.status().ToString();
-  (*broker_)->SetCa(b->id, *ca);
-  struct Forget {
-    std::string id;
-    ~Forget() { (*broker_)->Forget(id); }
-  } forget{b->id};
-  const std::string sbca = dir_->path + "/" + b->id + "-ca.pem";
-  std::ofstream(sbca) << (*ca)->cert_pem();
+  auto brokered = Broker(b->id, secret, {"allowed.test"}, {"allowed.test", "other.test"});
+  ASSERT_FALSE(brokered->ca_pem.empty());
+  const std::string& ph = brokered->placeholder;
+  const std::string& sbca = brokered->ca_pem;
   auto sha = [](const std::string& v) { return "sha256=" + image::Sha256Hex(v) + "\n"; };
 
   // HTTPS to the secret's host, the guest trusting its sandbox CA: upstream
@@ -632,17 +648,10 @@ TEST_F(EgressTest, BrokeredValuesAreMaskedInResponsesToTheGuest) {
   auto b = NewBox("bm", false, {"allowed.test"});
   ASSERT_TRUE(b);
   Guest& g = *b->guest;
-  const std::string ph = secrets::Broker::NewPlaceholder();
-  (*broker_)->Register(b->id, {{"API_TOKEN", ph, secret, {"allowed.test"}}});
-  auto ca = secrets::SandboxCa::Generate(b->id, {"allowed.test"}, std::chrono::hours(1));
-  ASSERT_TRUE(ca.ok()) << ca.status().ToString();
-  (*broker_)->SetCa(b->id, *ca);
-  struct Forget {
-    std::string id;
-    ~Forget() { (*broker_)->Forget(id); }
-  } forget{b->id};
-  const std::string sbca = dir_->path + "/" + b->id + "-ca.pem";
-  std::ofstream(sbca) << (*ca)->cert_pem();
+  auto brokered = Broker(b->id, secret, {"allowed.test"}, {"allowed.test"});
+  ASSERT_FALSE(brokered->ca_pem.empty());
+  const std::string& ph = brokered->placeholder;
+  const std::string& sbca = brokered->ca_pem;
   auto leaks = [&](const std::string& out) {
     for (const auto& form : secrets::Redactor::Forms(secret))
       if (out.find(form) != std::string::npos) return form;
