@@ -44,23 +44,15 @@ void RespondStatus(const std::shared_ptr<HttpConn>& c, const Status& st, HttpSta
 
 }  // namespace
 
-void Server::RouteCheckpoints(std::shared_ptr<HttpConn> c, const std::string& id, const std::vector<std::string>& seg) {
-  const auto verb = c->method();
-  if (!Visible(id)) return RespondNoSandbox(c, id);
-  if (seg[2] == "checkpoints" && seg.size() == 3) {
-    if (verb == http::Method::kPost) return CreateCheckpoint(c, id);
-    if (verb == http::Method::kGet) return ListCheckpoints(c, id);
-    return c->RespondError(405, "method not allowed");
+void Server::RouteCheckpoints(std::shared_ptr<HttpConn> c, RouteId route, const std::vector<std::string>& p) {
+  if (!Visible(p[0])) return RespondNoSandbox(c, p[0]);
+  switch (route) {
+    case RouteId::kCreateCheckpoint: return CreateCheckpoint(c, p[0]);
+    case RouteId::kListCheckpoints: return ListCheckpoints(c, p[0]);
+    case RouteId::kDeleteCheckpoint: return DeleteCheckpoint(c, p[0], p[1]);
+    case RouteId::kRollback: return RollbackSandbox(c, p[0]);
+    default: return c->RespondError(404, "no route for " + c->method_string() + " " + c->path());
   }
-  if (seg[2] == "checkpoints" && seg.size() == 4) {
-    if (verb == http::Method::kDelete) return DeleteCheckpoint(c, id, seg[3]);
-    return c->RespondError(405, "method not allowed");
-  }
-  if (seg[2] == "rollback" && seg.size() == 3) {
-    if (verb == http::Method::kPost) return RollbackSandbox(c, id);
-    return c->RespondError(405, "method not allowed");
-  }
-  c->RespondError(404, "no route for " + c->method_string() + " " + c->path());
 }
 
 namespace {

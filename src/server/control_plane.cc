@@ -17,6 +17,7 @@
 #include "server/requests/create.h"
 #include "server/requests/list.h"
 #include "server/requests/timeout.h"
+#include "server/routes.h"
 #include "server/server.h"
 
 namespace airlock::server {
@@ -111,53 +112,59 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
 }
 
 void Server::RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller) {
-  const std::string& path = c->path();
-  auto verb = c->method();
-  auto seg = http::PathSegments(path);
-  bool v2 = !seg.empty() && seg[0] == "v2";
-  if (v2) seg.erase(seg.begin());
-  AuditControlCall(c, caller.key_id, ControlActionName(seg, verb),
-                   seg.size() >= 2 && seg[0] == "sandboxes" && !(seg.size() == 2 && seg[1] == "metrics") ? seg[1] : "");
-  if (seg.size() == 1 && seg[0] == "snapshots" && verb == http::Method::kGet && !v2) return ListSnapshots(c, caller);
-  if (RouteTemplates(c, caller)) return;
-  if (verb == http::Method::kGet && !v2) {
-    if (seg.size() == 1 && seg[0] == "audit") return AuditTrail(c, caller);
-    if (seg.size() == 2 && seg[0] == "audit" && seg[1] == "verify") return AuditVerify(c, caller);
-    if (seg.size() == 1 && seg[0] == "host") return HostView(c, caller);
-    if (seg.size() == 2 && seg[0] == "sandboxes" && seg[1] == "metrics") return LatestMetrics(c, caller);
+  RouteMatch m = MatchControlRoute(c->method(), c->path(), c->target());
+  const bool on_sandbox = m.route && m.route->sandbox;
+  AuditControlCall(c, caller.key_id, std::string(m.action()), on_sandbox ? m.params[0] : "");
+  if (!m.route) {
+    if (m.other_method) return c->RespondError(405, "method not allowed");
+    return c->RespondError(404, "no route for " + c->method_string() + " " + c->path());
   }
-  if (!seg.empty() && seg[0] == "secrets" && !v2 && seg.size() <= 2) {
-    return HandleSecrets(c, caller, seg.size() == 2 ? seg[1] : "");
-  }
-  if (seg.empty() || seg[0] != "sandboxes") return c->RespondError(404, "no route for " + c->method_string() + " " + path);
-  if (seg.size() == 1) {
-    if (verb == http::Method::kPost) return CreateSandbox(c, caller);
-    if (verb == http::Method::kGet) return ListSandboxes(c, caller, v2);
-    return c->RespondError(405, "method not allowed");
-  }
-  const std::string& id = seg[1];
+  const std::vector<std::string>& p = m.params;
   // Every route under /sandboxes/{id} acts on one sandbox: another team's is
   // answered exactly as one that does not exist.
-  if (!CallerOwns(caller, OwnedKind::kSandbox, id)) return c->RespondError(404, "sandbox " + id + " not found");
-  if (seg.size() >= 3 && (seg[2] == "checkpoints" || seg[2] == "rollback") && !v2) return RouteCheckpoints(c, id, seg);
-  if (seg.size() == 2) {
-    if (verb == http::Method::kGet && !v2) return GetSandbox(c, id);
-    if (verb == http::Method::kDelete && !v2) return KillSandbox(c, id);
-    return c->RespondError(405, "method not allowed");
+  if (on_sandbox && !CallerOwns(caller, OwnedKind::kSandbox, p[0]))
+    return c->RespondError(404, "sandbox " + p[0] + " not found");
+  using R = RouteId;
+  switch (m.route->id) {
+    case R::kListSnapshots: return ListSnapshots(c, caller);
+    case R::kRequestTemplateBuild: return RequestTemplateBuild(c, caller);
+    case R::kListTemplates: return ListTemplates(c, caller);
+    case R::kAssignTemplateTags: return TemplateTags(c, caller, true);
+    case R::kDeleteTemplateTags: return TemplateTags(c, caller, false);
+    case R::kAliasExists: return AliasExists(c, caller, p[0]);
+    case R::kFilesLink: return FilesLink(c, caller, p[0], p[1]);
+    case R::kStartTemplateBuild: return StartTemplateBuild(c, caller, p[0], p[1]);
+    case R::kTemplateBuildStatus: return TemplateBuildStatus(c, caller, p[0], p[1]);
+    case R::kListTemplateTags: return ListTemplateTags(c, caller, p[0]);
+    case R::kPublishTemplate: return PublishTemplate(c, caller, p[0], false);
+    case R::kPublishTemplateV2: return PublishTemplate(c, caller, p[0], true);
+    case R::kGetTemplate: return GetTemplate(c, caller, p[0]);
+    case R::kDeleteTemplate: return DeleteTemplate(c, caller, p[0]);
+    case R::kAuditTrail: return AuditTrail(c, caller);
+    case R::kAuditVerify: return AuditVerify(c, caller);
+    case R::kHostView: return HostView(c, caller);
+    case R::kLatestMetrics: return LatestMetrics(c, caller);
+    case R::kSecrets: return HandleSecrets(c, caller, p.empty() ? "" : p[0]);
+    case R::kCreateSandbox: return CreateSandbox(c, caller);
+    case R::kListSandboxes: return ListSandboxes(c, caller, false);
+    case R::kListSandboxesV2: return ListSandboxes(c, caller, true);
+    case R::kGetSandbox: return GetSandbox(c, p[0]);
+    case R::kKillSandbox: return KillSandbox(c, p[0]);
+    case R::kCreateCheckpoint:
+    case R::kListCheckpoints:
+    case R::kDeleteCheckpoint:
+    case R::kRollback: return RouteCheckpoints(c, m.route->id, p);
+    case R::kSetTimeout: return SetTimeout(c, p[0]);
+    case R::kConnect: return ConnectSandbox(c, p[0]);
+    case R::kMetrics: return Metrics(c, p[0]);
+    case R::kLogs: return Logs(c, p[0], false);
+    case R::kLogsV2: return Logs(c, p[0], true);
+    case R::kUpdateNetwork: return UpdateNetwork(c, p[0]);
+    case R::kPause: return PauseSandbox(c, p[0]);
+    case R::kFork: return ForkSandbox(c, p[0], caller);
+    case R::kSandboxAudit: return SandboxAudit(c, p[0]);
+    case R::kCreateSnapshot: return CreateSnapshot(c, p[0]);
   }
-  if (seg.size() == 3) {
-    const std::string& action = seg[2];
-    if (action == "timeout" && verb == http::Method::kPost) return SetTimeout(c, id);
-    if ((action == "connect" || action == "resume") && verb == http::Method::kPost) return ConnectSandbox(c, id);
-    if (action == "metrics" && verb == http::Method::kGet) return Metrics(c, id);
-    if (action == "logs" && verb == http::Method::kGet) return Logs(c, id, v2);
-    if (action == "network" && verb == http::Method::kPut && !v2) return UpdateNetwork(c, id);
-    if (action == "pause" && verb == http::Method::kPost) return PauseSandbox(c, id);
-    if (action == "fork" && verb == http::Method::kPost) return ForkSandbox(c, id, caller);
-    if (action == "audit" && verb == http::Method::kGet) return SandboxAudit(c, id);
-    if (action == "snapshots" && verb == http::Method::kPost) return CreateSnapshot(c, id);
-  }
-  c->RespondError(404, "no route for " + c->method_string() + " " + path);
 }
 
 bool Server::CallerOwns(const Caller& caller, OwnedKind kind, const std::string& id) {

@@ -55,6 +55,7 @@
 #include "server/http_conn.h"
 #include "server/memory_pressure.h"
 #include "server/metrics.h"
+#include "server/routes.h"
 #include "server/requests/create.h"  // Lifecycle, ParseLifecycle, ... (tests)
 #include "server/requests/list.h"
 #include "server/requests/secret.h"
@@ -348,9 +349,9 @@ class Server {
   void DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller);
   // Custom templates (template_routes.cc, docs/templates.md).
   Status InitTemplates();
-  // The template routes, on the raw request path split into segments and
-  // each percent-decoded (a name may carry "%2F" and "%3A", spec §A.2).
-  bool RouteTemplates(std::shared_ptr<HttpConn> c, const Caller& caller);
+  // DELETE /templates/{ref}: a custom template by id or alias; else a named
+  // snapshot (E2B deletes snapshots through this route too).
+  void DeleteTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref);
   void InTemplateWorker(std::shared_ptr<HttpConn> c, std::function<TemplateAnswer()> work);
   void RequestTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& caller);
   void FilesLink(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
@@ -382,9 +383,9 @@ class Server {
   std::string ShownTemplateId(const SandboxRecord& r);
   // Checkpoints and rollback (checkpoint_routes.cc, docs/snapshots.md):
   // POST|GET /sandboxes/{id}/checkpoints, DELETE .../checkpoints/{cid},
-  // POST /sandboxes/{id}/rollback {"checkpointID"}. `seg`: the path after
-  // "v2", seg[2] is "checkpoints" or "rollback"; the caller owns `id`.
-  void RouteCheckpoints(std::shared_ptr<HttpConn> c, const std::string& id, const std::vector<std::string>& seg);
+  // POST /sandboxes/{id}/rollback {"checkpointID"}; `p`: the route's
+  // parameters (routes.h), p[0] a sandbox the caller owns, live or 404.
+  void RouteCheckpoints(std::shared_ptr<HttpConn> c, RouteId route, const std::vector<std::string>& p);
   void CreateCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id);
   void ListCheckpoints(std::shared_ptr<HttpConn> c, const std::string& id);
   void DeleteCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id, const std::string& checkpoint_id);
@@ -564,7 +565,6 @@ int PoolSizeForHost();
 
 // "sandbox.create", "sandbox.kill", ... for a control-plane route (path
 // segments after the optional "v2").
-std::string ControlActionName(const std::vector<std::string>& seg, http::Method verb);
 // The record's trafficAccessToken for a response: the token, or null.
 nlohmann::json TrafficTokenJson(const SandboxRecord& r);
 }  // namespace airlock::server

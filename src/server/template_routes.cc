@@ -13,6 +13,7 @@
 //   GET    /templates, GET /templates/{ref}, DELETE /templates/{ref},
 //   PATCH  /v2/templates/{ref} (publish), PATCH /templates/{ref}
 //
+// The route table, with each route's audit action, is routes.h.
 // Every SQLite call runs on the worker pool; the answer is posted back.
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -155,97 +156,39 @@ std::string Server::UploadToken(const std::string& team, const std::string& hash
   return HexEncode(std::string(reinterpret_cast<char*>(mac), len));
 }
 
-bool Server::RouteTemplates(std::shared_ptr<HttpConn> c, const Caller& caller) {
-  const std::string& target = c->target();
-  std::vector<std::string> seg = http::PathSegments(std::string_view(target).substr(0, target.find('?')));
-  if (seg.empty()) return false;
-  auto verb = c->method();
-  const bool v2 = seg[0] == "v2", v3 = seg[0] == "v3";
-  if (v2 || v3) seg.erase(seg.begin());
-  if (seg.empty() || seg[0] != "templates") return false;
-  for (auto& s : seg) s = http::UrlDecode(s, /*plus_is_space=*/false);
-  const size_t n = seg.size();
-  using M = http::Method;
-  if (n == 1 && verb == M::kPost && (v3 || v2)) {
-    RequestTemplateBuild(c, caller);
-    return true;
-  }
-  if (n == 1 && verb == M::kGet && !v3) {
-    ListTemplates(c, caller);
-    return true;
-  }
-  if (v3) return false;
-  if (n == 2 && seg[1] == "tags" && !v2 && (verb == M::kPost || verb == M::kDelete)) {
-    TemplateTags(c, caller, verb == M::kPost);
-    return true;
-  }
-  if (n == 3 && seg[1] == "aliases" && verb == M::kGet && !v2) {
-    AliasExists(c, caller, seg[2]);
-    return true;
-  }
-  if (n == 4 && seg[2] == "files" && verb == M::kGet && !v2) {
-    FilesLink(c, caller, seg[1], seg[3]);
-    return true;
-  }
-  if (n == 4 && seg[2] == "builds" && verb == M::kPost && v2) {
-    StartTemplateBuild(c, caller, seg[1], seg[3]);
-    return true;
-  }
-  if (n == 5 && seg[2] == "builds" && seg[4] == "status" && verb == M::kGet && !v2) {
-    TemplateBuildStatus(c, caller, seg[1], seg[3]);
-    return true;
-  }
-  if (n == 3 && seg[2] == "tags" && verb == M::kGet && !v2) {
-    ListTemplateTags(c, caller, seg[1]);
-    return true;
-  }
-  if (n == 2 && verb == M::kPatch) {
-    PublishTemplate(c, caller, seg[1], v2);
-    return true;
-  }
-  if (n == 2 && verb == M::kGet && !v2) {
-    GetTemplate(c, caller, seg[1]);
-    return true;
-  }
-  if (n == 2 && verb == M::kDelete && !v2) {
-    // A custom template by id or alias; else a named snapshot (E2B deletes
-    // snapshots through this route too).
-    const std::string ref = seg[1];
-    auto self = this;
-    asio::post(*workers_, [self, c, caller, ref] {
-      auto t = tpl::ResolveTemplate(*self->template_store_, ref, caller.team, caller.admin);
-      if (!t.ok()) {
-        if (self->manager_->FindNamedSnapshot(ref, caller.team, caller.admin).empty()) {
-          return asio::post(c->executor(), [c, ref] { c->RespondError(404, "template '" + ref + "' not found"); });
-        }
-        return asio::post(c->executor(), [self, c, caller, ref] { self->DeleteSnapshot(c, ref, caller); });
+void Server::DeleteTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref) {
+  auto self = this;
+  asio::post(*workers_, [self, c, caller, ref] {
+    auto t = tpl::ResolveTemplate(*self->template_store_, ref, caller.team, caller.admin);
+    if (!t.ok()) {
+      if (self->manager_->FindNamedSnapshot(ref, caller.team, caller.admin).empty()) {
+        return asio::post(c->executor(), [c, ref] { c->RespondError(404, "template '" + ref + "' not found"); });
       }
-      TemplateAnswer a;
-      if (!self->IsTemplateOwner(caller, t->tmpl)) {
-        a = TemplateAnswer{403, nullptr, "template '" + ref + "' is not yours"};
+      return asio::post(c->executor(), [self, c, caller, ref] { self->DeleteSnapshot(c, ref, caller); });
+    }
+    TemplateAnswer a;
+    if (!self->IsTemplateOwner(caller, t->tmpl)) {
+      a = TemplateAnswer{403, nullptr, "template '" + ref + "' is not yours"};
+    } else {
+      self->builder_->CancelTemplate(t->tmpl.id);
+      auto builds = self->template_store_->DeleteTemplate(t->tmpl.id);
+      if (!builds.ok()) {
+        a = TemplateAnswer::Error(builds.status());
       } else {
-        self->builder_->CancelTemplate(t->tmpl.id);
-        auto builds = self->template_store_->DeleteTemplate(t->tmpl.id);
-        if (!builds.ok()) {
-          a = TemplateAnswer::Error(builds.status());
-        } else {
-          for (const auto& b : *builds) {
-            if (!b.image.empty()) (void)image::RemoveTemplateImage(self->config_.manager.state_dir, b.image);
-          }
-          self->builder_->CollectGarbage();
-          image::CollectGarbage(self->config_.manager.state_dir);
-          self->Audit({{"action", "template.deleted"}, {"template", t->tmpl.id}, {"team", t->tmpl.team}});
-          a = TemplateAnswer{204, nullptr, ""};
+        for (const auto& b : *builds) {
+          if (!b.image.empty()) (void)image::RemoveTemplateImage(self->config_.manager.state_dir, b.image);
         }
+        self->builder_->CollectGarbage();
+        image::CollectGarbage(self->config_.manager.state_dir);
+        self->Audit({{"action", "template.deleted"}, {"template", t->tmpl.id}, {"team", t->tmpl.team}});
+        a = TemplateAnswer{204, nullptr, ""};
       }
-      asio::post(c->executor(), [c, a] {
-        if (!a.error.empty()) return c->RespondError(a.status, a.error);
-        c->Respond(a.status, "", "");
-      });
+    }
+    asio::post(c->executor(), [c, a] {
+      if (!a.error.empty()) return c->RespondError(a.status, a.error);
+      c->Respond(a.status, "", "");
     });
-    return true;
-  }
-  return false;
+  });
 }
 
 void Server::RequestTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& caller) {

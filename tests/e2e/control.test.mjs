@@ -53,6 +53,21 @@ maybe('API keys have E2B\'s format (e2b_ + 40 hex, what newer SDKs check)', asyn
   assert.equal(bad.status, 401)
 })
 
+maybe('the templates API and GET /snapshots are audited under their own actions, never api.unknown_route', async () => {
+  const h = { 'X-API-Key': acme.apiKey }
+  const calls = [['GET', '/templates', 'template.list'], ['GET', '/v2/templates', 'template.list'],
+    ['GET', '/templates/aliases/no-such-alias', 'template.alias.get'], ['GET', '/snapshots', 'snapshot.list']]
+  for (const [method, path] of calls) await (await fetch(`${d.url}${path}`, { method, headers: h })).arrayBuffer()
+  const q = await fetch(`${d.url}/audit?limit=200`, { headers: { 'X-API-Key': d.apiKey } })
+  assert.equal(q.status, 200)
+  const recs = await q.json()
+  for (const [method, path, action] of calls) {
+    const r = recs.filter((x) => x.method === method && x.path === path)
+    assert.ok(r.length > 0, `${method} ${path} was not audited`)
+    assert.ok(r.every((x) => x.action === action), `${method} ${path}: ${r.map((x) => x.action)}`)
+  }
+})
+
 maybe('list: startedAfter (at or after), startedBefore (before), 400 naming a bad one; sudo; metrics range',
   { timeout: 400000 }, async (t) => {
     sbx = await Sandbox.create('base', { ...admin, metadata: { suite: 'control' } })
