@@ -31,9 +31,12 @@ demo: image
 # Unit tests (no microVM, no shared state) run $(JOBS) at a time; the rest
 # one at a time (they share the state dir, the address pool and the CPU the
 # guests' timings need). Both sets always run; either failing fails the target.
+# Each run's log (ctest -O) is kept in $(BUILD); scripts/test-costs prints
+# the 20 costliest tests of both at the end.
 test: image
-	cd $(BUILD) && { ctest --output-on-failure -L unit -j $(JOBS) --timeout 1200; u=$$?; \
-	  ctest --output-on-failure -LE unit -j 1 --timeout 1200; r=$$?; [ $$u -eq 0 ] && [ $$r -eq 0 ]; }
+	cd $(BUILD) && { ctest --output-on-failure -L unit -j $(JOBS) --timeout 1200 -O ctest-unit.log; u=$$?; \
+	  ctest --output-on-failure -LE unit -j 1 --timeout 1200 -O ctest-vm.log; r=$$?; \
+	  $(CURDIR)/scripts/test-costs ctest-unit.log ctest-vm.log; [ $$u -eq 0 ] && [ $$r -eq 0 ]; }
 
 unit-test: build
 	cd $(BUILD) && ctest --output-on-failure -L unit
@@ -45,7 +48,7 @@ bench bench-tti bench-egress bench-snapshot bench-density bench-runtimes bench-m
 bench: image
 	$(BUILD)/bench/airlock-bench --state-dir $(STATE_DIR)
 
-# Time to interactive through the official SDK (issue 3's table); N=100 takes a while under TCG.
+# Time to interactive through the official SDK; N=100 takes a while under TCG.
 bench-tti: image
 	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/tti.mjs $(or $(N),100)
 
@@ -53,7 +56,7 @@ bench-tti: image
 bench-egress: build
 	$(BUILD)/bench/egress-bench --mb 100 --n 20
 
-# Snapshot table (docs/snapshots.md, README): cold vs snapshot TTI, pause, resume, fork, disk.
+# Snapshot table (docs/snapshots.md, docs/performance.md): cold vs snapshot TTI, pause, resume, fork, disk.
 bench-snapshot: image
 	$(BUILD)/bench/airlock-snapshot-bench --state-dir $(STATE_DIR) --n $(or $(N),10)
 
@@ -63,12 +66,12 @@ format:
 clean:
 	rm -rf $(BUILD)
 
-# Issue 14's table (README): pool hit, fork, checkpoint/rollback, pause/resume of 10 MiB dirtied,
+# Pool hit, fork, checkpoint/rollback, pause/resume of 10 MiB dirtied,
 # memory per idle sandbox with IDLE (default 100) side by side.
 bench-density: image
 	$(BUILD)/bench/airlock-density-bench --state-dir $(STATE_DIR) --n $(or $(N),10) --idle $(or $(IDLE),100)
 
-# Issue 15's table (README, docs/code-interpreter.md): runCode vs commands.run through the
+# runCode vs commands.run through the
 # official packages, the first runCode after create, a 1 MB PNG result. Its numbers are the
 # guest's (TCG here): it runs on the build `make image` made the template from, so no second
 # code-interpreter image and snapshot are made for it.
@@ -84,11 +87,11 @@ bench-templates: image
 bench-runtimes: image
 	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) N_SLOW=$(N_SLOW) node bench/runtimes.mjs $(or $(N),10)
 
-# Issue 18: the console's sandbox list at 500 sandboxes in chromium, beside a plain DOM table (README).
+# The console's sandbox list at 500 sandboxes in chromium, beside a plain DOM table (docs/performance.md).
 bench-console: build
 	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/console.mjs $(or $(N),20)
 
-# Issue 19 (README, docs/multinode.md): create TTI through a front vs a single-node daemon,
+# docs/multinode.md, docs/performance.md: create TTI through a front vs a single-node daemon,
 # and placements per second of two fronts against one PostgreSQL (creates stubbed out).
 bench-multinode: image
 	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/multinode.mjs $(or $(N),20)
