@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 #include "core/manager.h"
@@ -108,7 +109,7 @@ TEST(LifecycleTest, GuestThatNeverBecomesReadyIsCleanedUp) {
   SandboxResources own;
   HostResources before = own.Snapshot();
   const size_t before_ids = own.ids().size();
-  auto m = OpenManager();
+  auto m = OpenManager(/*cold_boot=*/true);
   ASSERT_TRUE(m);
   CreateOptions o;
   o.ready_timeout = std::chrono::milliseconds(50);  // far shorter than any boot
@@ -158,6 +159,63 @@ TEST(LifecycleTest, HostileProgramsDoNotHurtTheHost) {
   m.reset();
   HostResources after = own.Snapshot();
   EXPECT_EQ(before, after) << "before: " << before.ToString() << "\nafter: " << after.ToString();
+}
+
+// Fields of the "<name>:" line of /proc/<pid>/status ("Uid:\t0\t0\t0\t0").
+std::vector<long> StatusFields(const std::string& status, const std::string& name) {
+  std::vector<long> out;
+  size_t at = status.find("\n" + name + ":");
+  if (at == std::string::npos) return out;
+  std::istringstream line(status.substr(at + name.size() + 2, status.find('\n', at + 1) - at - name.size() - 2));
+  for (long v; line >> v;) out.push_back(v);
+  return out;
+}
+
+std::string NsOf(const std::string& proc, const char* ns) {
+  std::error_code ec;
+  return fs::read_symlink(proc + "/ns/" + ns, ec).string();
+}
+
+// The gVisor Sentry seen from the host: not uid 0 or gid 0, in a user
+// namespace of its own that maps no host uid 0, chrooted away from the
+// host's files, in a pid namespace of its own where the platform allows (docs/runtime-gvisor.md
+// "Security posture"). The microVM's VMM has JailTest.
+TEST(LifecycleTest, GvisorSentryIsUnprivilegedOnTheHost) {
+  AIRLOCK_REQUIRE_VM();
+  if (RuntimeName() != "gvisor") GTEST_SKIP() << "gVisor only: the microVM's VMM jail is JailTest's";
+  auto m = OpenManager();
+  ASSERT_TRUE(m);
+  auto sb = m->Create({});
+  ASSERT_TRUE(sb.ok()) << sb.status().ToString();
+  const std::string proc = "/proc/" + std::to_string((*sb)->vmm_pid());
+  const std::string status = ReadFileOrDie(proc + "/status");
+  for (const char* ids : {"Uid", "Gid"}) {
+    auto v = StatusFields(status, ids);
+    ASSERT_EQ(v.size(), 4u) << ids << " in " << status;
+    for (long id : v) EXPECT_NE(id, 0) << "the Sentry has host " << ids << " 0:\n" << status;
+  }
+  EXPECT_NE(NsOf(proc, "user"), NsOf("/proc/self", "user")) << "the Sentry is in the host's user namespace";
+  // systrap and ptrace keep the Sentry in the caller's pid namespace (their
+  // stubs are its children: runsc's RequiresCurrentPIDNS); kvm does not.
+  const std::string platform = ReadFileOrDie(StateDir() + "/gvisor-platform");
+  if (platform.rfind("kvm\n", 0) == 0)
+    EXPECT_NE(NsOf(proc, "pid"), NsOf("/proc/self", "pid")) << "the Sentry is in the host's pid namespace";
+  std::istringstream map(ReadFileOrDie(proc + "/uid_map"));
+  for (long inside, outside, count; map >> inside >> outside >> count;)
+    EXPECT_FALSE(outside <= 0 && 0 < outside + count)
+        << "host uid 0 is mapped into the Sentry's user namespace (as " << inside << ")";
+  std::error_code ec;
+  EXPECT_FALSE(fs::exists(proc + "/root/etc/passwd", ec)) << "the Sentry's root holds the host's /etc";
+  // And the guest is still root in its own world.
+  std::string out;
+  ExecCallbacks cb;
+  cb.on_stdout = [&](std::string_view b) { out.append(b); };
+  ExecRequest as_root = Bash("id -u; echo hi > /root/f && cat /root/f");
+  as_root.user = "root";
+  auto r = (*sb)->agent().Exec(as_root, cb);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(out, "0\nhi\n");
+  ASSERT_TRUE(m->Destroy((*sb)->id()).ok());
 }
 
 TEST(LifecycleTest, CtrlCOfAirlockRunDestroysTheSandbox) {

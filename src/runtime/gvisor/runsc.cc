@@ -47,8 +47,15 @@ StatusOr<UniqueFd> OpenNetns(const std::string& path) {
 }  // namespace
 
 std::vector<std::string> RunscGlobalFlags(const RunscConfig& c) {
-  std::vector<std::string> f = {"--root", c.root, "--platform", c.platform, "--network", "sandbox", "--overlay2",
-                                "root:memory"};
+  // --directfs=false: with directfs (runsc's default since 2023) the Sentry
+  // opens the container's files itself, so runsc starts it in the caller's
+  // user namespace, as host uid 0 with every capability. Without it, files
+  // come through the gofer, and the Sentry starts in a new user namespace
+  // that maps only nobody (65534) to host nobody, chrooted into an empty
+  // root (runsc/sandbox/sandbox.go, createSandboxProcess). Checked by
+  // LifecycleTest.GvisorSentryIsUnprivilegedOnTheHost.
+  std::vector<std::string> f = {"--root",       c.root,       "--platform", c.platform,     "--network",
+                                "sandbox",      "--overlay2", "root:memory", "--directfs=false"};
   // Debugging runsc itself: its per-process logs in that directory.
   if (const char* d = std::getenv("AIRLOCK_RUNSC_DEBUG_LOG"); d && *d) {
     f.push_back("--debug");
