@@ -178,16 +178,10 @@ void Server::RollbackSandbox(std::shared_ptr<HttpConn> c, const std::string& id)
              {"rollback_ms", r->total_ms}});
       SandboxRecord rec;
       if (auto sb = Visible(id)) rec = sb->Record();
-      json out{{"sandboxID", id},
-               {"templateID", ShownTemplateId(rec)},
-               {"runtime", rec.runtime},
-               {"clientID", "airlock"},
-               {"envdVersion", kEnvdVersion},
-               {"envdAccessToken", rec.access_token},
-               {"trafficAccessToken", TrafficTokenJson(rec)},
-               {"domain", nullptr},
-               {"checkpointID", checkpoint_id},
-               {"rollbackMs", r->total_ms}};
+      json out = SandboxJson(rec, ShownTemplateId(rec));
+      out["sandboxID"] = id;  // even when the sandbox ended since
+      out["checkpointID"] = checkpoint_id;
+      out["rollbackMs"] = r->total_ms;
       std::string text = out.dump();
       asio::post(c->executor(), [c, text] { c->Respond(200, "application/json", text); });
     });

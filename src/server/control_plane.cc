@@ -34,46 +34,6 @@ void Server::ReadJson(std::shared_ptr<HttpConn> c, std::function<void(json)> the
   });
 }
 
-json TrafficTokenJson(const SandboxRecord& r) {
-  return r.traffic_token.empty() ? json(nullptr) : json(r.traffic_token);
-}
-
-// `template_id`: as the API shows it (Server::ShownTemplateId). "runtime" is
-// airlock's extension (docs/server.md "Runtimes").
-static json SandboxJson(const SandboxRecord& r, const std::string& template_id) {
-  return json{{"sandboxID", r.id},
-              {"templateID", template_id},
-              {"runtime", r.runtime},
-              {"clientID", "airlock"},
-              {"envdVersion", kEnvdVersion},
-              {"envdAccessToken", r.access_token},
-              {"trafficAccessToken", TrafficTokenJson(r)},
-              {"domain", nullptr}};
-}
-
-static json ListedJson(const SandboxRecord& r, int disk_mib, bool detail) {
-  json j{{"sandboxID", r.id},
-         {"templateID", r.template_id},
-         {"runtime", r.runtime},
-         {"clientID", "airlock"},
-         {"startedAt", FormatRfc3339Ms(r.created_at_ms)},
-         {"endAt", FormatRfc3339Ms(r.ends_at_ms)},
-         {"state", r.state == "paused" ? "paused" : "running"},
-         {"cpuCount", r.vcpus},
-         {"memoryMB", r.memory_mib},
-         {"diskSizeMB", disk_mib},
-         {"envdVersion", kEnvdVersion},
-         {"metadata", r.metadata},
-         {"volumeMounts", json::array()}};
-  if (detail) {
-    j["envdAccessToken"] = r.access_token;
-    j["domain"] = nullptr;
-    j["allowInternetAccess"] = false;
-    j["lifecycle"] = {{"onTimeout", r.auto_pause ? "pause" : "kill"}, {"autoResume", r.auto_resume}};
-  }
-  return j;
-}
-
 void Server::HandleControl(std::shared_ptr<HttpConn> c) {
   const std::string& path = c->path();
   auto verb = c->method();
@@ -358,7 +318,7 @@ void Server::ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bo
     }
     SandboxRecord shown = r;
     shown.template_id = ShownTemplateId(r);
-    arr.push_back(ListedJson(shown, rows[i].second, false));
+    arr.push_back(ListedSandboxJson(shown, rows[i].second, false));
     ++taken;
   }
   (void)v2;
@@ -370,7 +330,7 @@ void Server::GetSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   if (!sb) return RespondNoSandbox(c, id);
   SandboxRecord shown = sb->Record();
   shown.template_id = ShownTemplateId(shown);
-  json detail = ListedJson(shown, sb->disk_mib(), true);
+  json detail = ListedSandboxJson(shown, sb->disk_mib(), true);
   AddEgressFields(manager_->egress(), id, detail);
   secrets_->AddSecretFields(id, detail);
   c->Respond(200, "application/json", detail.dump());

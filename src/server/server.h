@@ -56,6 +56,7 @@
 #include "server/memory_pressure.h"
 #include "server/metrics.h"
 #include "server/routes.h"
+#include "server/views.h"
 #include "server/requests/create.h"  // Lifecycle, ParseLifecycle, ... (tests)
 #include "server/requests/list.h"
 #include "server/requests/secret.h"
@@ -67,7 +68,6 @@ namespace airlock::server {
 
 struct TemplateAnswer;
 
-inline constexpr const char* kEnvdVersion = "0.6.13";
 inline constexpr const char* kAirlockVersion = "0.1.0";
 
 // The API key a request presents: X-API-Key, else (allow_bearer: /mcp,
@@ -566,5 +566,4 @@ int PoolSizeForHost();
 // "sandbox.create", "sandbox.kill", ... for a control-plane route (path
 // segments after the optional "v2").
 // The record's trafficAccessToken for a response: the token, or null.
-nlohmann::json TrafficTokenJson(const SandboxRecord& r);
 }  // namespace airlock::server

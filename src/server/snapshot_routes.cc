@@ -81,15 +81,7 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
         // Counted by admission from now on; one that already ended is released again.
         admission_->Adopt(r.id, key_id, (*child)->memory_mib());
         if (!Visible(r.id)) SandboxReleased(r.id);
-        out.push_back({{"sandbox",
-                        {{"sandboxID", r.id},
-                         {"templateID", ShownTemplateId(r)},
-                         {"runtime", r.runtime},
-                         {"clientID", "airlock"},
-                         {"envdVersion", kEnvdVersion},
-                         {"envdAccessToken", r.access_token},
-                         {"trafficAccessToken", TrafficTokenJson(r)},
-                         {"domain", nullptr}}}});
+        out.push_back({{"sandbox", SandboxJson(r, ShownTemplateId(r))}});
       }
       AddLog(id, "info", "forked " + std::to_string(count) + " time(s)");
       std::string text = out.dump();
@@ -231,14 +223,7 @@ void Server::ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, i
     AddLog(id, "info",
            r->resumed ? "resumed in " + std::to_string(static_cast<int>(r->total_ms)) + " ms" : "connected");
     SandboxRecord rec = sb->Record();
-    json out{{"sandboxID", rec.id},
-             {"templateID", ShownTemplateId(rec)},
-             {"runtime", rec.runtime},
-             {"clientID", "airlock"},
-             {"envdVersion", kEnvdVersion},
-             {"envdAccessToken", rec.access_token},
-             {"domain", nullptr},
-             {"trafficAccessToken", TrafficTokenJson(rec)}};
+    json out = SandboxJson(rec, ShownTemplateId(rec));
     int status = r->resumed ? 201 : 200;
     std::string body = out.dump();
     asio::post(c->executor(), [c, status, body] { c->Respond(status, "application/json", body); });

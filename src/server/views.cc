@@ -1,0 +1,47 @@
+#include "server/views.h"
+
+#include "common/clock.h"
+
+namespace airlock::server {
+
+using nlohmann::json;
+
+json TrafficTokenJson(const SandboxRecord& r) {
+  return r.traffic_token.empty() ? json(nullptr) : json(r.traffic_token);
+}
+
+json SandboxJson(const SandboxRecord& r, const std::string& template_id) {
+  return json{{"sandboxID", r.id},
+              {"templateID", template_id},
+              {"runtime", r.runtime},
+              {"clientID", "airlock"},
+              {"envdVersion", kEnvdVersion},
+              {"envdAccessToken", r.access_token},
+              {"trafficAccessToken", TrafficTokenJson(r)},
+              {"domain", nullptr}};
+}
+
+json ListedSandboxJson(const SandboxRecord& r, int disk_mib, bool detail) {
+  json j{{"sandboxID", r.id},
+         {"templateID", r.template_id},
+         {"runtime", r.runtime},
+         {"clientID", "airlock"},
+         {"startedAt", FormatRfc3339Ms(r.created_at_ms)},
+         {"endAt", FormatRfc3339Ms(r.ends_at_ms)},
+         {"state", r.state == "paused" ? "paused" : "running"},
+         {"cpuCount", r.vcpus},
+         {"memoryMB", r.memory_mib},
+         {"diskSizeMB", disk_mib},
+         {"envdVersion", kEnvdVersion},
+         {"metadata", r.metadata},
+         {"volumeMounts", json::array()}};
+  if (detail) {
+    j["envdAccessToken"] = r.access_token;
+    j["domain"] = nullptr;
+    j["allowInternetAccess"] = false;
+    j["lifecycle"] = {{"onTimeout", r.auto_pause ? "pause" : "kill"}, {"autoResume", r.auto_resume}};
+  }
+  return j;
+}
+
+}  // namespace airlock::server
