@@ -47,6 +47,7 @@
 #include "core/manager.h"
 #include "core/registry.h"
 #include "core/sandbox_egress.h"
+#include "net/names.h"
 #include "net/sandbox_network.h"
 
 namespace airlock {

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "core/http_client.h"
+#include "core/socket_watchdog.h"
 #include "envd/connect_error.h"
 #include "envd/envelope.h"
 #include "envd/proto_json.h"
@@ -41,7 +42,6 @@ std::string BasicAuth(const std::string& user) {
   return "Basic " + envd::Base64Encode(user + ":");
 }
 
-// One TCP connection to the agent with socket-level timeouts.
 // One TCP connection to the agent, registered with the client's cancel
 // registry while open so CancelAll() can wake a blocked read.
 class Connection {
@@ -85,15 +85,32 @@ class Connection {
     ::fcntl(fd_, F_SETFL, flags);
     return OkStatus();
   }
-  beast::tcp_stream& stream() { return stream_; }
-  void SetIoTimeout(std::chrono::milliseconds timeout) { SetSocketIoTimeout(fd_, timeout); }
+  // Bounds what follows (socket_watchdog.h): the socket is shut down once no
+  // byte moved for `idle`, or `total` after this call; TimedOut() then says so.
+  void Watch(std::chrono::milliseconds idle, std::optional<std::chrono::milliseconds> total = std::nullopt) {
+    watch_ = SocketWatchdog::Start(fd_, idle, total);
+  }
+  bool TimedOut() const { return watch_.fired(); }
+  // The stream every read and write goes through (progress for the watchdog).
+  WatchedStream& io() { return io_; }
 
  private:
   asio::io_context ioc_;
   beast::tcp_stream stream_;
+  SocketWatchdog::Watch watch_;  // destroyed before stream_ closes the socket
+  WatchedStream io_{stream_, watch_};
   std::shared_ptr<ConnectionRegistry> registry_;
   int fd_ = -1;
 };
+
+// The error of an exchange that failed: DeadlineExceeded when the watchdog
+// cut it (the guest moved no byte for `idle`), else Unavailable.
+Status ExchangeError(const Connection& c, const std::string& what, const std::string& error,
+                     std::chrono::milliseconds idle) {
+  if (c.TimedOut())
+    return DeadlineExceeded(what + ": the agent moved no byte for " + std::to_string(idle.count()) + " ms");
+  return Unavailable(what + ": " + error);
+}
 
 template <class Req>
 void AddCommonHeaders(Req& req, const AgentEndpoint& ep, const std::string& token, const std::string& route) {
@@ -192,58 +209,30 @@ EnvdClient::EnvdClient(AgentEndpoint endpoint, std::string access_token)
 
 void EnvdClient::CancelAll() const { registry_->CancelAll(); }
 
-// The whole exchange within `timeout`, by poll: Asio's synchronous reads
-// wait without limit once recv says EAGAIN (SO_RCVTIMEO only hands control
-// back to Asio, which then polls forever), so a guest that accepts and never
-// answers, or answers a byte at a time, would hold this thread for good.
+// The whole exchange within `timeout` (the watchdog's total limit): a guest
+// that accepts and never answers, or answers a byte at a time, is cut then.
 Status EnvdClient::Health(std::chrono::milliseconds timeout) const {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto left_ms = [&]() -> int {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    return static_cast<int>(std::max<int64_t>(0, left.count()));
-  };
   Connection c(registry_);
   RETURN_IF_ERROR(c.Open(endpoint_, timeout));
-  const int fd = c.stream().socket().native_handle();
-  // Beast serialises the request (its headers as every other call's); only
-  // the socket I/O is ours.
-  bhttp::request<bhttp::empty_body> probe{bhttp::verb::get, "/health", 11};
-  AddCommonHeaders(probe, endpoint_, access_token_, route_sandbox_);
-  probe.set(bhttp::field::connection, "close");
-  std::ostringstream serialised;
-  serialised << probe;
-  const std::string req = serialised.str();
-  for (size_t sent = 0; sent < req.size();) {
-    pollfd p{fd, POLLOUT, 0};
-    int n = ::poll(&p, 1, left_ms());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Unavailable("agent /health: no room to send within " + std::to_string(timeout.count()) + " ms");
-    ssize_t w = ::send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (w < 0) return Unavailable(std::string("agent /health: send: ") + std::strerror(errno));
-    sent += static_cast<size_t>(w);
+  c.Watch(timeout, timeout);
+  const std::string what = "agent /health";
+  try {
+    bhttp::request<bhttp::empty_body> probe{bhttp::verb::get, "/health", 11};
+    AddCommonHeaders(probe, endpoint_, access_token_, route_sandbox_);
+    probe.set(bhttp::field::connection, "close");
+    bhttp::write(c.io(), probe);
+    beast::flat_buffer buf;
+    bhttp::response_parser<bhttp::string_body> parser;
+    parser.header_limit(4096);
+    parser.body_limit(4096);
+    bhttp::read(c.io(), buf, parser);
+    const unsigned code = parser.get().result_int();
+    if (code / 100 == 2) return OkStatus();
+    return Unavailable(what + " answered " + std::to_string(code));
+  } catch (const std::exception& e) {
+    if (c.TimedOut()) return Unavailable(what + ": no answer within " + std::to_string(timeout.count()) + " ms");
+    return Unavailable(what + ": " + e.what());
   }
-  // The status line is all that is needed: "HTTP/1.1 204 ...".
-  std::string got;
-  while (got.find("\r\n") == std::string::npos) {
-    if (got.size() > 4096) return Unavailable("agent /health: no status line in the first 4 KiB");
-    pollfd p{fd, POLLIN, 0};
-    int n = ::poll(&p, 1, left_ms());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Unavailable("agent /health: no answer within " + std::to_string(timeout.count()) + " ms");
-    char buf[1024];
-    ssize_t r = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (r < 0) return Unavailable(std::string("agent /health: recv: ") + std::strerror(errno));
-    if (r == 0) return Unavailable("agent /health: connection closed before an answer");
-    got.append(buf, static_cast<size_t>(r));
-  }
-  const std::string line = got.substr(0, got.find("\r\n"));
-  int code = 0;
-  if (line.rfind("HTTP/1.", 0) != 0 || line.size() < 12 || std::sscanf(line.c_str() + 9, "%3d", &code) != 1)
-    return Unavailable("agent /health: not an HTTP status line");
-  if (code / 100 == 2) return OkStatus();
-  return Unavailable("agent /health answered " + std::to_string(code));
 }
 
 Status EnvdClient::WaitReady(std::chrono::steady_clock::time_point deadline,
@@ -281,25 +270,25 @@ bhttp::request<bhttp::string_body> RpcRequest(const AgentEndpoint& endpoint, con
 StatusOr<nlohmann::json> EnvdClient::Call(std::string_view method_path, const nlohmann::json& request,
                                           const std::string& user) const {
   std::string what(method_path);
+  Connection c(registry_);
   try {
-    Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
+    c.Watch(idle_timeout_);
     auto req = RpcRequest(endpoint_, access_token_, route_sandbox_, what, "application/json", user);
     req.body() = request.dump();
     req.prepare_payload();
-    c.stream().expires_after(std::chrono::seconds(60));
-    bhttp::write(c.stream(), req);
+    bhttp::write(c.io(), req);
     beast::flat_buffer buf;
     bhttp::response_parser<bhttp::string_body> parser;
     parser.body_limit(kMaxUnaryResponse);
-    bhttp::read(c.stream(), buf, parser);
+    bhttp::read(c.io(), buf, parser);
     auto& res = parser.get();
     if (res.result_int() != 200) return ErrorFromBody(res.result_int(), res.body(), what);
     auto j = nlohmann::json::parse(res.body(), nullptr, false);
     if (j.is_discarded() || !j.is_object()) return Internal(what + ": agent sent invalid JSON");
     return j;
   } catch (const std::exception& e) {
-    return Unavailable(what + ": " + e.what());
+    return ExchangeError(c, what, e.what(), idle_timeout_);
   }
 }
 
@@ -334,22 +323,27 @@ StatusOr<ExecResult> EnvdClient::StreamProcess(std::string_view method_path, con
                                                std::optional<std::chrono::milliseconds> timeout,
                                                const ExecCallbacks& cb, bool stop_after_start) const {
   std::string what(method_path);
+  // The agent sends a keepalive event every kPing while the process runs, so a
+  // stream that moves no byte for three of them has a stalled guest behind it.
+  constexpr std::chrono::seconds kPing(30);
+  const auto idle = std::max<std::chrono::milliseconds>(idle_timeout_, 3 * kPing);
+  Connection c(registry_);
   try {
-    Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
+    c.Watch(idle);
     auto req = RpcRequest(endpoint_, access_token_, route_sandbox_, what, "application/connect+json", user);
-    req.set("Keepalive-Ping-Interval", "30");
+    req.set("Keepalive-Ping-Interval", std::to_string(kPing.count()));
     if (timeout) req.set("Connect-Timeout-Ms", std::to_string(timeout->count()));
     req.body() = envd::EncodeEnvelope(body);
     req.prepare_payload();
-    bhttp::write(c.stream(), req);
+    bhttp::write(c.io(), req);
 
     beast::flat_buffer buf;
     bhttp::response_parser<bhttp::buffer_body> parser;
     // A stream: each message is bounded by the decoder. (boost::none would
     // mean "no limit" but Beast 1.74 compares it wrongly against Content-Length.)
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-    bhttp::read_header(c.stream(), buf, parser);
+    bhttp::read_header(c.io(), buf, parser);
     if (parser.get().result_int() != 200) {
       return Unavailable(what + ": HTTP " + std::to_string(parser.get().result_int()));
     }
@@ -361,9 +355,9 @@ StatusOr<ExecResult> EnvdClient::StreamProcess(std::string_view method_path, con
       parser.get().body().data = chunk;
       parser.get().body().size = sizeof(chunk);
       boost::system::error_code ec;
-      bhttp::read_some(c.stream(), buf, parser, ec);
+      bhttp::read_some(c.io(), buf, parser, ec);
       if (ec == bhttp::error::need_buffer) ec = {};
-      if (ec) return Unavailable(what + ": stream broke: " + ec.message());
+      if (ec) return ExchangeError(c, what, "stream broke: " + ec.message(), idle);
       size_t n = sizeof(chunk) - parser.get().body().size;
       RETURN_IF_ERROR(decoder.Feed(std::string_view(chunk, n)));
       while (auto msg = decoder.Next()) {
@@ -398,7 +392,7 @@ StatusOr<ExecResult> EnvdClient::StreamProcess(std::string_view method_path, con
   } catch (const nlohmann::json::exception& e) {
     return Internal(what + ": agent sent a malformed process event: " + e.what());
   } catch (const std::exception& e) {
-    return Unavailable(what + ": " + e.what());
+    return ExchangeError(c, what, e.what(), idle);
   }
 }
 
@@ -418,6 +412,7 @@ Status EnvdClient::SendSignal(uint32_t pid, std::string_view signal_name) const 
 Status EnvdClient::UploadFile(const std::string& local_path, const std::string& guest_path,
                               const std::string& user) const {
   std::string what = "upload " + local_path + " to " + guest_path;
+  Connection c(registry_);
   try {
     bhttp::request<bhttp::file_body> req{
         bhttp::verb::post,
@@ -429,17 +424,17 @@ Status EnvdClient::UploadFile(const std::string& local_path, const std::string& 
     AddCommonHeaders(req, endpoint_, access_token_, route_sandbox_);
     req.set(bhttp::field::content_type, "application/octet-stream");
     req.prepare_payload();
-    Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
-    bhttp::write(c.stream(), req);
+    c.Watch(idle_timeout_);
+    bhttp::write(c.io(), req);
     beast::flat_buffer buf;
     bhttp::response_parser<bhttp::string_body> parser;
     parser.body_limit(kMaxUnaryResponse);
-    bhttp::read(c.stream(), buf, parser);
+    bhttp::read(c.io(), buf, parser);
     if (parser.get().result_int() != 200) return ErrorFromBody(parser.get().result_int(), parser.get().body(), what);
     return OkStatus();
   } catch (const std::exception& e) {
-    return Unavailable(what + ": " + e.what());
+    return ExchangeError(c, what, e.what(), idle_timeout_);
   }
 }
 
@@ -447,29 +442,30 @@ Status EnvdClient::DownloadFile(const std::string& guest_path, const std::string
                                 uint64_t max_bytes, const std::string& user) const {
   std::string what = "download " + guest_path;
   std::string tmp = local_path + ".airlock-part";
+  Connection c(registry_);
   try {
-    Connection c(registry_);
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
+    c.Watch(idle_timeout_);
     bhttp::request<bhttp::empty_body> req{
         bhttp::verb::get,
         "/files?path=" + UrlEncodeComponent(guest_path) + (user.empty() ? "" : "&username=" + UrlEncodeComponent(user)),
         11};
     AddCommonHeaders(req, endpoint_, access_token_, route_sandbox_);
     req.set(bhttp::field::accept_encoding, "identity");
-    bhttp::write(c.stream(), req);
+    bhttp::write(c.io(), req);
     beast::flat_buffer buf;
     bhttp::response_parser<bhttp::file_body> parser;
     parser.body_limit(max_bytes);
     beast::error_code hec;
-    bhttp::read_header(c.stream(), buf, parser, hec);
+    bhttp::read_header(c.io(), buf, parser, hec);
     if (hec == bhttp::error::body_limit) {
       return ResourceExhausted(what + ": larger than " + std::to_string(max_bytes) + " bytes");
     }
-    if (hec) return Unavailable(what + ": " + hec.message());
+    if (hec) return ExchangeError(c, what, hec.message(), idle_timeout_);
     if (parser.get().result_int() != 200) {
       bhttp::response_parser<bhttp::string_body> err{std::move(parser)};
       err.body_limit(kMaxUnaryResponse);
-      bhttp::read(c.stream(), buf, err);
+      bhttp::read(c.io(), buf, err);
       return ErrorFromBody(err.get().result_int(), err.get().body(), what);
     }
     // O_NOFOLLOW: never write through a symlink someone planted at the target.
@@ -479,13 +475,13 @@ Status EnvdClient::DownloadFile(const std::string& guest_path, const std::string
     beast::error_code ec;
     parser.get().body().open(tmp.c_str(), beast::file_mode::write, ec);
     if (ec) return Internal("open " + tmp + ": " + ec.message());
-    bhttp::read(c.stream(), buf, parser, ec);
+    bhttp::read(c.io(), buf, parser, ec);
     parser.get().body().close();
     if (ec) {
       ::unlink(tmp.c_str());
       if (ec == bhttp::error::body_limit)
         return ResourceExhausted(what + ": larger than " + std::to_string(max_bytes) + " bytes");
-      return Unavailable(what + ": " + ec.message());
+      return ExchangeError(c, what, ec.message(), idle_timeout_);
     }
     if (::rename(tmp.c_str(), local_path.c_str()) != 0) {
       Status s = ErrnoError("rename " + tmp + " to " + local_path);
@@ -495,7 +491,7 @@ Status EnvdClient::DownloadFile(const std::string& guest_path, const std::string
     return OkStatus();
   } catch (const std::exception& e) {
     ::unlink(tmp.c_str());
-    return Unavailable(what + ": " + e.what());
+    return ExchangeError(c, what, e.what(), idle_timeout_);
   }
 }
 

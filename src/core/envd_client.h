@@ -125,6 +125,13 @@ class EnvdClient {
 
   static constexpr uint64_t kDefaultMaxDownload = 8ull << 30;  // 8 GiB in total
 
+  // Every call fails with DeadlineExceeded once the agent has moved no byte
+  // of its exchange for this long (a process stream: at least three of the
+  // agent's 30 s keepalives); the socket is shut down then, so no daemon
+  // thread waits on a stalled guest (core/socket_watchdog.h).
+  static constexpr std::chrono::milliseconds kDefaultIdleTimeout{std::chrono::seconds(60)};
+  void set_idle_timeout(std::chrono::milliseconds idle) { idle_timeout_ = idle; }
+
  private:
   StatusOr<ExecResult> StreamProcess(std::string_view method_path, const std::string& body,
                                      const std::string& user, std::optional<std::chrono::milliseconds> timeout,
@@ -133,6 +140,7 @@ class EnvdClient {
   std::string access_token_;
   std::string route_sandbox_;  // ViaDaemon: the sandbox's id; else empty
   std::shared_ptr<ConnectionRegistry> registry_;
+  std::chrono::milliseconds idle_timeout_ = kDefaultIdleTimeout;
 };
 
 }  // namespace airlock

@@ -1,10 +1,16 @@
 // EnvdClient against a hostile fake agent: everything a guest sends is
 // untrusted. The fake serves canned answers over real HTTP on loopback.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <thread>
@@ -216,6 +222,106 @@ TEST(EnvdClientTest, HealthEndsAtItsTimeoutAgainstASilentOrTricklingListener) {
 TEST(EnvdClientTest, UnreachableAgentIsUnavailable) {
   EnvdClient c({"127.0.0.1", 1});
   EXPECT_EQ(c.Health(std::chrono::milliseconds(200)).code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace airlock
+
+namespace airlock {
+namespace {
+
+// An agent that accepts one connection, reads what it is sent, and then
+// answers nothing, or `trickle` one byte at a time every 100 ms, until the
+// client goes away: a guest that stalls mid-exchange.
+class StalledAgent {
+ public:
+  explicit StalledAgent(std::string trickle = "") : trickle_(std::move(trickle)) {
+    listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(listen_, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+    EXPECT_EQ(::listen(listen_, 4), 0);
+    socklen_t len = sizeof sa;
+    ::getsockname(listen_, reinterpret_cast<sockaddr*>(&sa), &len);
+    port_ = ntohs(sa.sin_port);
+    thread_ = std::thread([this] {
+      int s = ::accept(listen_, nullptr, nullptr);
+      if (s < 0) return;
+      size_t next = 0;
+      char buf[4096];
+      while (!stop_) {
+        pollfd p{s, POLLIN, 0};
+        if (::poll(&p, 1, 100) > 0) {
+          if (::recv(s, buf, sizeof buf, 0) <= 0) break;  // the client shut it down
+        } else if (next < trickle_.size()) {
+          ::send(s, trickle_.data() + next++, 1, MSG_NOSIGNAL);
+        }
+      }
+      ::close(s);
+    });
+  }
+  ~StalledAgent() {
+    stop_ = true;
+    ::shutdown(listen_, SHUT_RDWR);
+    thread_.join();
+    ::close(listen_);
+  }
+  AgentEndpoint endpoint() const { return {"127.0.0.1", port_}; }
+
+ private:
+  std::string trickle_;
+  int listen_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Asio's synchronous reads ignore SO_RCVTIMEO and Beast's expiry; the
+// watchdog's shutdown ends the wait (core/socket_watchdog.h).
+TEST(EnvdClientDeadline, AStalledAgentFailsTheCallAfterTheIdleTimeNotNever) {
+  StalledAgent agent;
+  EnvdClient client(agent.endpoint());
+  client.set_idle_timeout(std::chrono::milliseconds(400));
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = client.Stat("/etc/hostname");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("moved no byte for 400 ms"), std::string::npos) << r.status().ToString();
+  EXPECT_GE(SecondsSince(t0), 0.35);
+  EXPECT_LT(SecondsSince(t0), 5.0);
+}
+
+TEST(EnvdClientDeadline, ADownloadFromAStalledAgentEndsAndLeavesNoPartFile) {
+  StalledAgent agent;
+  EnvdClient client(agent.endpoint());
+  client.set_idle_timeout(std::chrono::milliseconds(300));
+  const std::string dir = ::testing::TempDir() + "/envd-deadline";
+  std::filesystem::create_directories(dir);
+  auto st = client.DownloadFile("/big", dir + "/out");
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/out.airlock-part"));
+}
+
+// Health has a total limit: an answer a byte at a time does not stretch it.
+TEST(EnvdClientDeadline, HealthAnsweredAByteAtATimeStillEndsAtItsTimeout) {
+  StalledAgent agent("HTTP/1.1 204 No Content\r\nX-Padding: " + std::string(200, 'a') + "\r\n\r\n");
+  EnvdClient client(agent.endpoint());
+  auto t0 = std::chrono::steady_clock::now();
+  Status st = client.Health(std::chrono::milliseconds(600));
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("no answer within 600 ms"), std::string::npos) << st.ToString();
+  EXPECT_LT(SecondsSince(t0), 5.0);
+}
+
+TEST(EnvdClientDeadline, HealthAnsweredSlowlyWithinItsTimeoutSucceeds) {
+  StalledAgent agent("HTTP/1.1 204 No Content\r\n\r\n");  // 27 bytes, one per 100 ms: 2.7 s
+  EnvdClient client(agent.endpoint());
+  EXPECT_TRUE(client.Health(std::chrono::seconds(20)).ok());
 }
 
 }  // namespace
