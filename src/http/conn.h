@@ -167,7 +167,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void Flush();
   void AfterResponse();
   void Close();
-  // Limits::passive_close: waits for the client's FIN, then Close().
+  // The peer closed its side: Close(), or with passive_close an RST once all
+  // it was sent is acknowledged (no LAST_ACK left behind; conn.cc says why).
+  void CloseAfterPeer();
+  // Limits::passive_close: waits for the client's FIN, then CloseAfterPeer().
   void LingerThenClose();
   // Close() with an RST (SO_LINGER 0): no TIME_WAIT; for idle connections only.
   void ResetAndClose();
