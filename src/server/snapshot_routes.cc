@@ -195,6 +195,8 @@ void Server::PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
       if (!r.ok()) {
         Status st = r.status();
         LOG_WARN("sandbox={} pause: {}", id, st.message());
+        // The SDK reads a 409 as "already paused" (false): the sandbox's log says why.
+        AddLog(id, "warn", "pause failed, still running: " + st.message());
         return asio::post(c->executor(),
                           [c, st] { c->RespondError(HttpStatusFor(st, HttpStatusContext::kDisk), st.message()); });
       }
