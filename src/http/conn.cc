@@ -188,8 +188,14 @@ void Conn::ReadBodyChunk(ChunkFn fn) {
   body.data = parser_->body_buf.data();
   body.size = parser_->body_buf.size();
   ArmTimer(limits_.body_idle_timeout);
+  body_read_in_flight_ = true;
   bhttp::async_read(socket_, parser_->buffer, *parser_->p,
                     [self = shared_from_this(), fn = std::move(fn)](beast::error_code ec, size_t) {
+                      self->body_read_in_flight_ = false;
+                      if (self->draining_) {
+                        // The response ended first; DrainThenClose took the socket.
+                        return fn(Unavailable("request body: the response ended first"), {}, true);
+                      }
                       self->DisarmTimer();
                       if (ec == bhttp::error::need_buffer) ec = {};
                       if (ec || self->closed_) {
@@ -220,7 +226,7 @@ void Conn::PushStep(std::shared_ptr<PushFn> on_chunk, std::shared_ptr<std::funct
         if (!st.ok()) {
           self->Log(LogLevel::kDebug, "body read failed: " + st.ToString());
           // Broken: nothing can be answered. Stalled: the handler may answer.
-          if (st.code() != StatusCode::kDeadlineExceeded) self->Close();
+          if (st.code() != StatusCode::kDeadlineExceeded && !self->draining_) self->Close();
           return (*on_done)(st);
         }
         if (!chunk.empty() && first_error->ok()) {
@@ -378,6 +384,7 @@ void Conn::AfterResponse() {
   on_close_ = nullptr;
   if (!keep_alive_ || !body_done_) {
     if (limits_.passive_close.count() > 0 && body_done_) return LingerThenClose();
+    if (!body_done_) return DrainThenClose();
     boost::system::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_send, ec);
     Close();
@@ -457,6 +464,39 @@ void Conn::CloseAfterPeer() {
       ::ioctl(socket_.native_handle(), SIOCOUTQ, &unacked) == 0 && unacked == 0)
     return ResetAndClose();
   Close();
+}
+
+// The response ended before the request body did (an early 4xx, a relayed
+// answer): the client may still be sending. Closing with its bytes unread
+// would send an RST, which can destroy the response before the client reads
+// it, or fail the client's write of the rest ("fetch failed"). So, the
+// lingering close of RFC 9112 §9.6: FIN after the response, then read and
+// drop what still comes until the client closes, kDrainBytes are dropped or
+// kDrainTime passes; then close.
+void Conn::DrainThenClose() {
+  draining_ = true;
+  watching_ = false;
+  boost::system::error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) return Close();
+  // A body read still pending ends first (its handler hears of the end);
+  // the drain reads after it.
+  if (body_read_in_flight_) socket_.cancel(ec);
+  auto buf = std::make_shared<std::vector<char>>(16384);
+  asio::post(socket_.get_executor(), [self = shared_from_this(), buf] {
+    if (self->closed_) return;
+    self->ArmTimer(kDrainTime);
+    self->DrainStep(buf, 0);
+  });
+}
+
+void Conn::DrainStep(std::shared_ptr<std::vector<char>> buf, size_t dropped) {
+  socket_.async_read_some(asio::buffer(*buf), [self = shared_from_this(), buf, dropped](
+                                                  boost::system::error_code ec, size_t n) {
+    if (self->closed_) return;
+    if (ec || self->timed_out_ || dropped + n >= kDrainBytes) return self->Close();
+    self->DrainStep(buf, dropped + n);
+  });
 }
 
 void Conn::ResetAndClose() {

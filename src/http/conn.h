@@ -172,6 +172,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void CloseAfterPeer();
   // Limits::passive_close: waits for the client's FIN, then CloseAfterPeer().
   void LingerThenClose();
+  // The request body was not all read when the response ended: FIN, then
+  // drop what the client still sends (bounded), then close (no RST).
+  void DrainThenClose();
+  void DrainStep(std::shared_ptr<std::vector<char>> buf, size_t dropped);
+  static constexpr std::chrono::milliseconds kDrainTime{2000};
+  static constexpr size_t kDrainBytes = 4 << 20;
   // Close() with an RST (SO_LINGER 0): no TIME_WAIT; for idle connections only.
   void ResetAndClose();
 
@@ -189,6 +195,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   HeaderList headers_;
   bool body_done_ = false;
   bool body_reading_ = false;
+  bool body_read_in_flight_ = false;  // a ReadBodyChunk's read is pending
+  bool draining_ = false;             // DrainThenClose owns the socket's reads
   bool chunked_request_ = false;
   std::optional<uint64_t> content_length_;
 

@@ -292,6 +292,57 @@ TEST(HttpConnTest, BodyOverLimitIsResourceExhausted) {
   EXPECT_EQ(got.rfind("HTTP/1.1 413 Payload Too Large\r\n", 0), 0u) << got;
 }
 
+// An early answer (before the request body is read) must reach the client
+// whole, and the client must be able to finish sending: the server drops the
+// rest of the body and closes after the client (FIN), never with an RST
+// that would lose the answer (a "fetch failed" in the SDK).
+void ExpectEarlyAnswerSurvivesTheBody(uint16_t port, const std::string& want) {
+  Client client(port);
+  const size_t body = 2 << 20;
+  client.Send("POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: " + std::to_string(body) + "\r\n\r\n");
+  std::string got = client.ReadUntil(want);
+  ASSERT_NE(got.find(want), std::string::npos) << got;
+  std::string chunk(64 * 1024, 'x');
+  size_t sent = 0;
+  int send_errno = 0;
+  // A slow uploader: a pause between pieces, so a server that closed at
+  // once has reset the connection before the body is through.
+  while (sent < body) {
+    if (sent) std::this_thread::sleep_for(2ms);
+    ssize_t n = ::send(client.fd(), chunk.data(), std::min(chunk.size(), body - sent), MSG_NOSIGNAL);
+    if (n <= 0) {
+      send_errno = errno;
+      break;
+    }
+    sent += static_cast<size_t>(n);
+  }
+  EXPECT_EQ(send_errno, 0) << "the client's body was cut: " << strerror(send_errno);
+  EXPECT_EQ(sent, body);
+  ::shutdown(client.fd(), SHUT_WR);
+  char buf[4096];
+  ssize_t n = 0;
+  pollfd p{client.fd(), POLLIN, 0};
+  if (::poll(&p, 1, 10000) == 1) n = ::recv(client.fd(), buf, sizeof buf, 0);
+  EXPECT_EQ(n, 0) << "a clean close (FIN), not " << (n < 0 ? strerror(errno) : "more bytes");
+}
+
+TEST(HttpConnTest, EarlyAnswerDropsTheRestOfTheBodyAndClosesWithoutReset) {
+  TestServer server(Fast(), [](std::shared_ptr<Conn> c) { c->RespondError(400, "refused before the body"); });
+  ExpectEarlyAnswerSurvivesTheBody(server.port(), "refused before the body");
+}
+
+TEST(HttpConnTest, EarlyAnswerWhileABodyReadIsPendingEndsThatRead) {
+  std::promise<Status> read_end;
+  TestServer server(Fast(), [&](std::shared_ptr<Conn> c) {
+    c->ReadBodyChunk([&read_end](Status st, std::string_view, bool) { read_end.set_value(st); });
+    c->RespondError(403, "refused mid-body");
+  });
+  ExpectEarlyAnswerSurvivesTheBody(server.port(), "refused mid-body");
+  auto f = read_end.get_future();
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(f.get().code(), StatusCode::kUnavailable);
+}
+
 TEST(HttpConnTest, PushStyleReadBodyKeepsFirstError) {
   std::promise<std::pair<Status, int>> result;
   TestServer server(Fast(), [&](std::shared_ptr<Conn> c) {
