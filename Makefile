@@ -32,10 +32,17 @@ demo: image
 # one at a time (they share the state dir, the address pool and the CPU the
 # guests' timings need). Both sets always run; either failing fails the target.
 # Each run's log (ctest -O) is kept in $(BUILD); scripts/test-costs prints
-# the 20 costliest tests of both at the end.
+# the 20 costliest tests at the end. A test of the second set that fails is
+# run once more, by name in the log ("==> flaky"), and fails the target only
+# if it fails again: some guest timings under TCG on 2 cores still race
+# (docs/build.md "Flaky tests"). Unit tests are never retried.
 test: image
 	cd $(BUILD) && { ctest --output-on-failure -L unit -j $(JOBS) --timeout 1200 -O ctest-unit.log; u=$$?; \
 	  ctest --output-on-failure -LE unit -j 1 --timeout 1200 -O ctest-vm.log; r=$$?; \
+	  if [ $$r -ne 0 ]; then \
+	    echo "==> flaky? running the failed tests once more:"; sed -n '/(Skipped)$$/d; /(Disabled)$$/d; s/^[[:space:]]*[0-9]* - \(.*\) (.*)$$/  \1/p' ctest-vm.log; \
+	    ctest --output-on-failure --rerun-failed -j 1 --timeout 1200 -O ctest-vm-retry.log; r=$$?; \
+	    [ $$r -eq 0 ] && echo "==> flaky: each failed test passed when run again (named above)"; fi; \
 	  $(CURDIR)/scripts/test-costs ctest-unit.log ctest-vm.log; [ $$u -eq 0 ] && [ $$r -eq 0 ]; }
 
 unit-test: build
