@@ -94,7 +94,10 @@ void Manager::ReapOnce() {
       auto_pause = sb->attrs_.auto_pause;
       keep_memory = sb->attrs_.auto_pause_memory;
     }
-    if (state == SandboxState::kPaused) continue;  // a paused sandbox has no TTL until resumed
+    // Only a running sandbox's clock runs: a paused one has no TTL until
+    // resumed, and one pausing, resuming or rolling back is decided on the
+    // next tick, after its operation (a resume sets the new TTL first).
+    if (state != SandboxState::kRunning) continue;
     if (ends > 0 && ends <= now) {
       due.push_back({sb->id(), SandboxOutcome::kTtlExpired, auto_pause, keep_memory});
     } else if (config_.max_lifetime_s > 0 && created > 0 && now >= created + int64_t{config_.max_lifetime_s} * 1000) {

@@ -148,6 +148,12 @@ StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milli
   SandboxState state = sb->state();
   if (state == SandboxState::kRunning) return result;
   RETURN_IF_ERROR(sb->Transition(SandboxState::kResuming));
+  // The new TTL before the guest runs: with the old, expired one the reaper
+  // would pause an autoPause sandbox again the moment it resumed.
+  if (ends_at_ms > 0) {
+    std::lock_guard<std::mutex> l(sb->mu_);
+    sb->ends_at_ms_ = ends_at_ms;
+  }
   // The same identity, shape and network policy (kept in the run dir) as
   // before the pause; the machine from its pause snapshot.
   BringUpPlan plan = PlanOf(*sb);
@@ -175,10 +181,6 @@ StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milli
     if (config_.registry) (void)config_.registry->ClearRollbackIntent(id);
   } else if (Status s = DeleteSnapshot(plan.snapshot_dir, sb->runtime_); !s.ok()) {
     LOG_WARN("sandbox={} delete pause snapshot: {}", id, s.message());
-  }
-  if (ends_at_ms > 0) {
-    std::lock_guard<std::mutex> l(sb->mu_);
-    sb->ends_at_ms_ = ends_at_ms;
   }
   Persist(*sb, "running");
   sb->AddLog("info", "sandbox running");
