@@ -477,14 +477,8 @@ void Conn::DrainThenClose() {
   draining_ = true;
   watching_ = false;
   boost::system::error_code ec;
-  // With passive_close, no FIN of ours before the client's (a guest whose
-  // endpoint would sit in TIME_WAIT cannot be checkpointed for a minute):
-  // the answer says Connection: close, the client closes once it has read
-  // it, and the drain ends there; at the limits, an RST.
-  if (limits_.passive_close.count() == 0) {
-    socket_.shutdown(tcp::socket::shutdown_send, ec);
-    if (ec) return Close();
-  }
+  socket_.shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) return Close();
   // A body read still pending ends first (its handler hears of the end);
   // the drain reads after it.
   if (body_read_in_flight_) socket_.cancel(ec);
@@ -500,9 +494,7 @@ void Conn::DrainStep(std::shared_ptr<std::vector<char>> buf, size_t dropped) {
   socket_.async_read_some(asio::buffer(*buf), [self = shared_from_this(), buf, dropped](
                                                   boost::system::error_code ec, size_t n) {
     if (self->closed_) return;
-    const bool passive = self->limits_.passive_close.count() > 0;
-    if (self->timed_out_ || dropped + n >= kDrainBytes) return passive ? self->ResetAndClose() : self->Close();
-    if (ec) return passive ? self->CloseAfterPeer() : self->Close();  // the client closed
+    if (ec || self->timed_out_ || dropped + n >= kDrainBytes) return self->Close();
     self->DrainStep(buf, dropped + n);
   });
 }

@@ -183,27 +183,6 @@ TEST(HttpConnTest, PassiveCloseResetsAfterTheClientsFinAndLosesNoAnswer) {
   }
 }
 
-// An early answer (the body unread) with passive_close: the client reads
-// it, and the server sends no FIN before the client's (no TIME_WAIT in a
-// guest gVisor must checkpoint); the rest of the body is drained.
-TEST(HttpConnTest, PassiveCloseNeverSendsTheFirstFinOfAnEarlyAnswer) {
-  Limits l = Fast();
-  l.passive_close = 2s;
-  TestServer server(l, [](std::shared_ptr<Conn> c) { c->RespondError(400, "no"); });
-  Client client(server.port());
-  client.Send("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n" + std::string(1000, 'b'));
-  std::string got = client.ReadUntil("}");
-  EXPECT_EQ(got.rfind("HTTP/1.1 400 ", 0), 0u) << got;
-  EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
-  pollfd p{client.fd(), POLLIN, 0};
-  EXPECT_EQ(::poll(&p, 1, 300), 0) << "the server closed first";
-  client.Send(std::string(1000, 'b'));  // still read and dropped
-  ASSERT_EQ(::shutdown(client.fd(), SHUT_WR), 0);
-  ASSERT_EQ(::poll(&p, 1, 5000), 1);
-  char b;
-  EXPECT_LE(::recv(client.fd(), &b, 1, 0), 0) << "the server did not end the connection after the client's FIN";
-}
-
 TEST(HttpConnTest, OversizeHeaderGets431) {
   Limits l = Fast();
   l.header_limit = 1024;
