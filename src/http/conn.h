@@ -167,10 +167,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void Flush();
   void AfterResponse();
   void Close();
-  // The peer closed its side: Close(), or with passive_close an RST once all
-  // it was sent is acknowledged (no LAST_ACK left behind; conn.cc says why).
-  void CloseAfterPeer();
-  // Limits::passive_close: waits for the client's FIN, then CloseAfterPeer().
+  // Limits::passive_close: waits for the client's FIN, then Close().
   void LingerThenClose();
   // The request body was not all read when the response ended: FIN, then
   // drop what the client still sends (bounded), then close (no RST).

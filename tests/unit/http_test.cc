@@ -160,29 +160,6 @@ TEST(HttpConnTest, IdleKeepAliveConnectionClosesSilently) {
   EXPECT_EQ(Count(got, "HTTP/1.1"), 1u) << got;  // nothing after the idle deadline
 }
 
-// With passive_close (the agent under gVisor) the server never sends a FIN
-// after the client's: it resets, so it is never left in LAST_ACK, a state
-// gVisor's checkpoint refuses (conn.cc CloseAfterPeer).
-TEST(HttpConnTest, PassiveCloseResetsAfterTheClientsFinAndLosesNoAnswer) {
-  Limits l = Fast();
-  l.passive_close = 2s;
-  TestServer server(l, [](std::shared_ptr<Conn> c) { c->Respond(200, "text/plain", std::string(100000, 'x')); });
-  for (const char* connection : {"keep-alive", "close"}) {
-    SCOPED_TRACE(connection);
-    Client client(server.port());
-    client.Send(std::string("GET / HTTP/1.1\r\nHost: a\r\nConnection: ") + connection + "\r\n\r\n");
-    std::string got = client.ReadUntil(std::string(100000, 'x'));
-    ASSERT_NE(got.find(std::string(100000, 'x')), std::string::npos) << "the answer was cut";
-    ASSERT_EQ(::shutdown(client.fd(), SHUT_WR), 0);
-    pollfd p{client.fd(), POLLIN, 0};
-    ASSERT_EQ(::poll(&p, 1, 5000), 1);
-    char b;
-    ssize_t n = ::recv(client.fd(), &b, 1, 0);
-    EXPECT_EQ(n, -1) << "the server answered the client's FIN with a FIN";
-    EXPECT_EQ(errno, ECONNRESET);
-  }
-}
-
 TEST(HttpConnTest, OversizeHeaderGets431) {
   Limits l = Fast();
   l.header_limit = 1024;
