@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <fcntl.h>
-#include <cstdio>
 #include <cstring>
 #include <poll.h>
 #include <arpa/inet.h>
@@ -17,7 +16,6 @@
 #include <boost/beast/http.hpp>
 #include <filesystem>
 #include <limits>
-#include <sstream>
 #include <thread>
 
 #include "core/http_client.h"

@@ -11,7 +11,6 @@ using http::HttpCall;
 using http::HttpDo;
 using http::HttpReply;
 using http::ParseHostPort;
-using http::SetSocketIoTimeout;
 using http::UrlEncodeComponent;
 
 }  // namespace airlock

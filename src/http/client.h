@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "http/socket_options.h"  // SetSocketIoTimeout, for the callers that hold their own sockets
+#include "http/socket_options.h"  // SetCloexec, for the callers that hold their own sockets
 #include "http/url.h"             // UrlEncodeComponent
 
 namespace airlock::http {
