@@ -76,9 +76,19 @@ constexpr std::array kRoutes = {
     Route{M::kPost, "/v2/sandboxes/{id}/snapshots", "sandbox.snapshots", R::kCreateSnapshot, true},
 };
 
-// Matches `segments` against `pattern`; the parameters into `params`.
-bool Matches(std::string_view pattern, const std::vector<std::string>& segments, std::vector<std::string>* params) {
-  std::vector<std::string> want = http::PathSegments(pattern);
+// Each row's pattern split into segments, once, in kRoutes' order.
+const std::vector<std::vector<std::string>>& PatternSegments() {
+  static const auto* all = [] {
+    auto* v = new std::vector<std::vector<std::string>>();
+    for (const Route& r : kRoutes) v->push_back(http::PathSegments(r.pattern));
+    return v;
+  }();
+  return *all;
+}
+
+// Matches `segments` against a pattern's segments; the parameters into `params`.
+bool Matches(const std::vector<std::string>& want, const std::vector<std::string>& segments,
+             std::vector<std::string>* params) {
   if (want.size() != segments.size()) return false;
   std::vector<std::string> got;
   for (size_t i = 0; i < want.size(); ++i) {
@@ -102,8 +112,9 @@ RouteMatch MatchControlRoute(http::Method method, std::string_view path, std::st
   for (auto& s : raw) s = http::UrlDecode(s, /*plus_is_space=*/false);
   RouteMatch m;
   std::vector<std::string> params;
-  for (const Route& r : kRoutes) {
-    if (!Matches(r.pattern, r.raw_segments ? raw : decoded, &params)) continue;
+  for (size_t i = 0; i < kRoutes.size(); ++i) {
+    const Route& r = kRoutes[i];
+    if (!Matches(PatternSegments()[i], r.raw_segments ? raw : decoded, &params)) continue;
     if (r.method != method) {
       m.other_method = true;
       continue;
