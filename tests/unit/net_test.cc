@@ -35,8 +35,12 @@ namespace {
 
 // Tests lease from their own corner of the benchmark range, away from where a
 // real state dir's pool (default 198.18.0.0/15, lowest pairs first) allocates,
-// so a test netns never shadows a live sandbox's address.
-constexpr char kTestPoolCidr[] = "198.19.240.0/22";
+// so a test netns never shadows a live sandbox's address. ctest runs these
+// cases in parallel, each in its own process with its own pool directory, so
+// each case gets its own /27 (16 pairs): two cases leasing the same pair would
+// put the same address on two host veths, and the host's route would reach
+// only one of them (a failure seen in CI).
+std::string TestPoolCidr(int slot) { return "198.19.240." + std::to_string(slot * 32) + "/27"; }
 
 namespace fs = std::filesystem;
 
@@ -317,7 +321,7 @@ TEST(NetRoot, CreateDestroyLeavesNothing) {
   REQUIRE_NETNS();
   ScopedDir scoped_dir{TempDir()};
   const std::string& dir = scoped_dir.path;
-  auto pool = AddressPool::Create(dir, kTestPoolCidr);
+  auto pool = AddressPool::Create(dir, TestPoolCidr(1));
   ASSERT_TRUE(pool.ok());
   std::string id = TestId("a");
   auto t0 = std::chrono::steady_clock::now();
@@ -359,7 +363,7 @@ TEST(NetRoot, TwoNetworksDifferentAddresses) {
   REQUIRE_NETNS();
   ScopedDir scoped_dir{TempDir()};
   const std::string& dir = scoped_dir.path;
-  auto pool = AddressPool::Create(dir, kTestPoolCidr);
+  auto pool = AddressPool::Create(dir, TestPoolCidr(2));
   auto a = SandboxNetwork::Create(TestId("x"), *pool);
   auto b = SandboxNetwork::Create(TestId("y"), *pool);
   ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << b.status().ToString();
@@ -377,7 +381,7 @@ TEST(NetRoot, FailedStepRollsBack) {
   REQUIRE_NETNS();
   ScopedDir scoped_dir{TempDir()};
   const std::string& dir = scoped_dir.path;
-  auto pool = AddressPool::Create(dir, kTestPoolCidr);
+  auto pool = AddressPool::Create(dir, TestPoolCidr(3));
   std::string id = TestId("f");
   // A netns of that name already exists: step "netns" fails, the lease is undone.
   ASSERT_TRUE(RunChecked({"ip", "netns", "add", "al-" + id}).ok());
@@ -456,7 +460,7 @@ TEST(NetRoot, HostReachesGuestAgentGuestReachesNothing) {
   REQUIRE_NETNS();
   ScopedDir scoped_dir{TempDir()};
   const std::string& dir = scoped_dir.path;
-  auto pool = AddressPool::Create(dir, kTestPoolCidr);
+  auto pool = AddressPool::Create(dir, TestPoolCidr(4));
   auto n = SandboxNetwork::Create(TestId("d"), *pool);
   ASSERT_TRUE(n.ok()) << n.status().ToString();
   FakeGuest guest;
@@ -526,7 +530,7 @@ TEST(NetRoot, HostReachesGuestAgentGuestReachesNothing) {
 void LeaveOrphanNetwork(const std::string& root, const std::string& id, const std::string& owner) {
   pid_t p = ::fork();
   if (p == 0) {
-    auto pool = AddressPool::Create(root, kTestPoolCidr, owner);
+    auto pool = AddressPool::Create(root, TestPoolCidr(5), owner);
     if (!pool.ok()) ::_exit(1);
     auto n = SandboxNetwork::Create(id, *pool);
     if (!n.ok()) ::_exit(1);
@@ -551,7 +555,7 @@ TEST(NetRoot, CleanupLeftoversTouchesOnlyItsOwnLeases) {
   LeaveOrphanNetwork(other_root.path, bystander, "");
   LeaveOrphanNetwork(dir, tagged, "/var/lib/other/airlock.db");
   // A live network of ours must survive the cleanup.
-  auto pool = AddressPool::Create(dir, kTestPoolCidr);
+  auto pool = AddressPool::Create(dir, TestPoolCidr(6));
   auto live = SandboxNetwork::Create(TestId("l"), *pool);
   ASSERT_TRUE(live.ok());
   auto removed = CleanupLeftovers(dir, "/var/lib/mine/airlock.db");
@@ -579,7 +583,7 @@ TEST(NetRoot, AdoptThenDestroy) {
   REQUIRE_NETNS();
   ScopedDir scoped_dir{TempDir()};
   const std::string& dir = scoped_dir.path;
-  auto pool = AddressPool::Create(dir, kTestPoolCidr);
+  auto pool = AddressPool::Create(dir, TestPoolCidr(7));
   std::string id = TestId("r");
   auto n = SandboxNetwork::Create(id, *pool);
   ASSERT_TRUE(n.ok());
