@@ -66,7 +66,7 @@ uint64_t MemInfoKib(const std::string& field) {
 }
 
 void WaitForParked(Manager& m, int want) {
-  for (auto t0 = std::chrono::steady_clock::now(); m.pool_stats().parked < want;) {
+  for (auto t0 = std::chrono::steady_clock::now(); m.warm_pool().stats().parked < want;) {
     if (Ms(t0) > 120000) Die("warm pool", DeadlineExceeded("never refilled"));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -88,28 +88,28 @@ int main(int argc, char** argv) {
   c.build_image_if_missing = false;
   c.template_snapshots = true;
   c.template_shared_memory = true;
-  c.pool_size = 2;
+  c.pool.size = 2;
   auto mm = Manager::Open(c);
   if (!mm.ok()) Die("open", mm.status());
   Manager& m = **mm;
   CreateOptions opts;  // base, 1 vCPU, 512 MiB
   opts.detach = true;  // as the daemon runs them (fork children start in parallel)
   if (Status st = m.EnsureTemplateSnapshot("base", opts.vcpus, opts.memory_mib); !st.ok()) Die("template", st);
-  m.WarmPool("base", opts.vcpus, opts.memory_mib);
-  m.StartPool();
+  m.warm_pool().Warm("base", opts.vcpus, opts.memory_mib);
+  m.warm_pool().Start();
 
   // Pool hit: create, and create → first command (the yardstick).
   std::vector<double> hit, hit_tti;
   for (int i = 0; i < n; ++i) {
     WaitForParked(m, 1);
-    const auto hits = m.pool_stats().hits;
+    const auto hits = m.warm_pool().stats().hits;
     auto t0 = std::chrono::steady_clock::now();
     auto sb = m.Create(opts);
     if (!sb.ok()) Die("create", sb.status());
     hit.push_back(Ms(t0));
     RunIn(**sb, "echo hi");
     hit_tti.push_back(Ms(t0));
-    if (m.pool_stats().hits == hits) Die("create", Internal("missed the pool"));
+    if (m.warm_pool().stats().hits == hits) Die("create", Internal("missed the pool"));
     (void)m.Destroy((*sb)->id());
   }
   const double create = Pct(hit, .5), tti = Pct(hit_tti, .5);
@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
   }
 
   // Idle sandboxes side by side (the pool stops refilling: only these count).
-  m.StopPool();
+  m.warm_pool().Stop();
   std::vector<std::shared_ptr<Sandbox>> idles;
   auto t_idle = std::chrono::steady_clock::now();
   for (int i = 0; i < idle; ++i) {

@@ -465,7 +465,7 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
       return OkStatus();
     }));
     if (plan.park) {
-      return OkStatus();  // parked: what is up is the Sandbox's to tear down (warm_pool.cc)
+      return OkStatus();  // parked: what is up is the Sandbox's to tear down (warm_pool.h)
     }
     RETURN_IF_ERROR(step(kStepAgentInit, agent_init, nullptr));
     if (plan.handover)
@@ -492,6 +492,62 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
   LOG_INFO("sandbox={} running from=\"{}\" steps_ms=\"{}\" total_ms={:.1f} ({})", plan.id,
            MachineSourceName(plan.source), summary, timings->total_ms, plan.what);
   return OkStatus();
+}
+
+// ---- The warm pool's host (core/warm_pool.h): a parked sandbox is this bring-up ----
+
+StatusOr<PoolSource> Manager::PoolSourceFor(const PoolShape& shape) const {
+  PoolSource source;
+  ASSIGN_OR_RETURN(source.image, image::FindImage(config_.state_dir, shape.template_name));
+  ASSIGN_OR_RETURN(source.snapshot_dir, TemplateSnapshotDir(source.image, shape.vcpus, shape.memory_mib, shape.runtime));
+  if (!TemplateSnapshotUsable(source.snapshot_dir))
+    return FailedPrecondition("no usable template snapshot " + source.snapshot_dir);
+  return source;
+}
+
+StatusOr<std::shared_ptr<Sandbox>> Manager::Park(const PoolShape& shape, const PoolSource& source) {
+  const std::string& snapshot_dir = source.snapshot_dir;
+  BringUpPlan plan;
+  plan.id = NewSandboxId();
+  plan.template_name = shape.template_name;
+  plan.runtime = shape.runtime;
+  plan.vcpus = shape.vcpus;
+  plan.memory_mib = shape.memory_mib;
+  plan.detach = true;
+  plan.owner = config_.owner;
+  plan.source = MachineSource::kTemplateSnapshot;
+  plan.image = source.image;
+  plan.snapshot_dir = snapshot_dir;
+  plan.park = true;
+  plan.ready_timeout = std::chrono::seconds(60);
+  plan.what = "warm pool " + shape.template_name + " (" + shape.runtime + ")";
+  std::shared_ptr<Sandbox> sb = SandboxFor(plan);
+  CreateTimings timings;
+  RETURN_IF_ERROR(BringUp(*sb, plan, &timings));  // a failed step undid the ones before it
+  if (!timings.from_snapshot) {
+    // The restore failed and it booted instead: not what a pool is for.
+    (void)sb->TearDown();
+    sb->released_ = true;
+    return FailedPrecondition("warm pool: the template snapshot " + snapshot_dir + " did not restore");
+  }
+  // Past its first steps: the guest runs what a create's first command runs
+  // (a login shell as the default user, as the SDK's commands.run does), so
+  // its kernel, the agent's exec path and, under TCG, QEMU's translation of
+  // that code are warm when the user's first command arrives. It leaves no
+  // file or process (the e2e pool test looks for both).
+  ExecRequest warm;
+  warm.cmd = "/bin/bash";
+  warm.args = {"-l", "-c", "true"};
+  warm.timeout = std::chrono::seconds(30);
+  if (auto r = sb->agent_->Exec(warm, {}); !r.ok() || r->exit_code != 0)
+    LOG_WARN("warm pool: sandbox={} warm-up command: {}", sb->id(), r.ok() ? r->status : r.status().message());
+  sb->timings_ = timings;
+  return sb;
+}
+
+void Manager::Discard(Sandbox& sb) {
+  if (Status st = sb.TearDown(); !st.ok()) LOG_WARN("warm pool: sandbox={} teardown: {}", sb.id(), st.message());
+  sb.released_ = true;  // torn down already
 }
 
 }  // namespace airlock

@@ -61,7 +61,7 @@ enum class MachineSource {
   kNamedSnapshot,     // a named snapshot (its agent holds the source's token)
   kForkSnapshot,      // a fork checkpoint (its agent holds the parent's token)
   kPausedSandbox,     // the sandbox's own pause snapshot (same id, token, run dir)
-  kParked,            // a sandbox of the warm pool (warm_pool.cc): run dir, network, VMM and
+  kParked,            // a sandbox of the warm pool (warm_pool.h): run dir, network, VMM and
                       // agent are up already; egress gets the create's policy, then agent init
   // One of the sandbox's own checkpoints (rollback, core/checkpoints.cc):
   // same id, token, run dir, and its network kept (the steps "network" and

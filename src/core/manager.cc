@@ -220,6 +220,16 @@ pid_t Sandbox::vmm_pid() const {
   return vm_ ? vm_->pid() : -1;
 }
 
+Sandbox::Clock Sandbox::clock() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return {state_, created_at_ms_, ends_at_ms_, attrs_.auto_pause, attrs_.auto_pause_memory};
+}
+
+bool Sandbox::vmm_alive() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return vm_ && vm_->alive();
+}
+
 Status Sandbox::Transition(SandboxState to) {
   std::lock_guard<std::mutex> l(mu_);
   RETURN_IF_ERROR(CheckTransition(state_, to));
@@ -279,6 +289,8 @@ Status Sandbox::TearDown() {
 StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std::vector<AdoptRequest>& adopt) {
   std::unique_ptr<Manager> m(new Manager());
   m->config_ = std::move(config);
+  m->config_.pool.default_runtime = m->config_.runtime;
+  m->warm_pool_ = std::make_unique<WarmPool>(m->config_.pool, static_cast<WarmPoolHost&>(*m));
   std::error_code ec;
   // Canonical (absolute, no symlinks; the image code resolves it the same
   // way): VMM records and manifests name files by path, and
@@ -516,7 +528,6 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
 }
 
 Manager::~Manager() {
-  StopReaper();
   // No host-address callback once members start going away.
   if (egress_) egress_->StopHostAddressNotifications();
   DestroyAll();
@@ -607,20 +618,20 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
       plan.snapshot_dir = *tdir;
     }
   }
-  // A parked sandbox of the warm pool when there is one (warm_pool.cc).
-  if (plan.source == MachineSource::kTemplateSnapshot && options.detach && config_.pool_size > 0) {
-    WarmPool(template_name, options.vcpus, options.memory_mib, runtime);
-    if (auto parked = TakeParked(plan.snapshot_dir)) {
+  // A parked sandbox of the warm pool when there is one (core/warm_pool.h).
+  if (plan.source == MachineSource::kTemplateSnapshot && options.detach && warm_pool_->enabled()) {
+    warm_pool_->Warm(template_name, options.vcpus, options.memory_mib, runtime);
+    if (auto parked = warm_pool_->Take(plan.snapshot_dir)) {
       BringUpPlan handout = plan;
       handout.source = MachineSource::kParked;
       auto sb = StartSandbox(std::move(handout), t0, parked);
       if (sb.ok()) {
-        pool_hits_.fetch_add(1);
+        warm_pool_->Count(/*hit=*/true);
         return sb;
       }
       LOG_WARN("warm pool: hand-out failed, restoring afresh: {}", sb.status().message());
     }
-    pool_misses_.fetch_add(1);
+    warm_pool_->Count(/*hit=*/false);
   }
   return StartSandbox(std::move(plan), t0);
 }
@@ -738,8 +749,7 @@ std::vector<std::shared_ptr<Sandbox>> Manager::List() {
 }
 
 void Manager::ReleaseAll() {
-  StopReaper();
-  StopPool();  // parked sandboxes are no one's to adopt
+  warm_pool_->Stop();  // parked sandboxes are no one's to adopt
   std::map<std::string, std::shared_ptr<Sandbox>> all;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -755,8 +765,7 @@ void Manager::ReleaseAll() {
 }
 
 void Manager::DestroyAll() {
-  StopReaper();
-  StopPool();
+  warm_pool_->Stop();
   std::vector<std::string> ids;
   {
     std::lock_guard<std::mutex> l(mu_);

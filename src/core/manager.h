@@ -36,6 +36,7 @@
 #include "core/runtime_set.h"
 #include "core/sandbox_attributes.h"
 #include "core/sandbox_state.h"
+#include "core/warm_pool.h"
 #include "egress/egress_service.h"
 #include "egress/policy.h"
 #include "image/image.h"
@@ -122,24 +123,11 @@ struct ManagerConfig {
   // Must outlive the manager.
   Registry* registry = nullptr;
   SandboxEvents events;
-  // The reaper (StartReaper): how often it looks, and serve --max-lifetime
-  // (seconds after create a sandbox ends whatever its TTL; 0: no cap).
-  std::chrono::milliseconds reaper_interval{1000};
-  int max_lifetime_s = 0;
-  // Where the blocking work the reaper starts runs (a destroy, an
-  // autoPause, the dead-VMM scan); empty: a detached thread each.
-  std::function<void(std::function<void()>)> run_blocking;
-  // The warm pool (warm_pool.cc): sandboxes restored from a template's
+  // The warm pool (core/warm_pool.h): sandboxes restored from a template's
   // snapshot ahead of demand, per machine shape a create asked for (and
-  // WarmPool's). 0: none. Only detached creates (the daemon) take from it.
-  int pool_size = 0;
-  // The pool refills only while the host has this much MemAvailable, and
-  // gives back one parked sandbox a round below it.
-  int64_t pool_min_available_mib = 2048;
-  // When set, the pool asks this instead of reading MemAvailable itself
-  // (the daemon's memory-pressure policy, server/memory_pressure.h: one
-  // policy for refusing creates, shrinking the pool and pausing).
-  std::function<bool()> memory_short;
+  // WarmPool::Warm's). size 0: none. Only detached creates (the daemon)
+  // take from it. Its default_runtime is `runtime` above.
+  WarmPoolConfig pool;
 };
 
 // The "owner" file of a run dir: the pid of the process that runs the
@@ -276,6 +264,8 @@ class Sandbox {
   const EnvdClient& agent() const { return *agent_; }
   const CreateTimings& timings() const { return timings_; }
   pid_t vmm_pid() const;
+  // Its VMM runs (a parked sandbox of the warm pool is handed out only then).
+  bool vmm_alive() const;
   const std::string& template_name() const { return template_; }
   // The runtime it runs on (AvailableRuntimes()); fixed for its life, kept
   // by its pauses, forks and resumes.
@@ -300,6 +290,15 @@ class Sandbox {
 
   // ---- what the API shows (one owner of sandbox state) ----
   SandboxAttributes attributes() const;
+  // What the reaper (core/reaper.h) decides on, read at one moment.
+  struct Clock {
+    SandboxState state = SandboxState::kCreating;
+    int64_t created_at_ms = 0;  // 0 while creating
+    int64_t ends_at_ms = 0;     // 0: no TTL
+    bool auto_pause = false;    // pause at TTL instead of ending
+    bool auto_pause_memory = true;
+  };
+  Clock clock() const;
   int64_t created_at_ms() const;  // Unix ms it first ran (0 while creating)
   int64_t ends_at_ms() const;     // Unix ms its TTL ends (0: none)
   int disk_mib() const;           // its template's disk size (GET /sandboxes/{id} diskSizeMB)
@@ -371,7 +370,7 @@ class Sandbox {
   CreateTimings timings_;
 };
 
-class Manager {
+class Manager : private WarmPoolHost {
  public:
   // Prepares the state dir, opens the default runtime (QEMU: KVM if it
   // really works, else TCG; others on first use) and removes leftovers of
@@ -404,39 +403,13 @@ class Manager {
   // later (connect). Writes the registry. Returns the end now in force.
   // NotFound unless visible.
   StatusOr<int64_t> SetEndsAt(const std::string& id, int64_t ends_at_ms, bool extend_only = false);
-  // The reaper (a thread of the manager): every reaper_interval it ends
-  // sandboxes whose TTL passed (kTtlExpired; pauses them instead with
-  // autoPause on, kAutoPauseFailed when that fails), that reached
-  // max_lifetime_s (kLifetimeCap), or whose VMM died (kVmmExited, with the
-  // console's last line). Paused sandboxes have no TTL until resumed.
-  // Stopped by StopReaper, ReleaseAll and the destructor.
-  void StartReaper();
-  void StopReaper();
-  // One pass of the reaper, on the calling thread (the blocking work it
-  // starts goes to run_blocking).
-  void ReapOnce();
 
-  // The warm pool (warm_pool.cc). A parked sandbox is brought up to "agent
-  // ready" from the template's snapshot (run dir, network with egress denied,
-  // VMM, lease) and is in no list, registry or API; a create of its shape
-  // takes it and runs only egress (its policy), agent init (id, token,
-  // hostname, clock, entropy, env) and handover. Parked sandboxes are this
-  // daemon's run dirs: a restarted daemon finds them unregistered and
-  // removes them (CleanupOrphans), so none is leaked or handed out twice.
-  // Keeps pool_size parked sandboxes of (template, shape, runtime; "" = the
-  // default) from now on.
-  void WarmPool(const std::string& template_name, int vcpus, int memory_mib, const std::string& runtime = "");
-  // The filler thread; StopPool (also ReleaseAll, DestroyAll, the
-  // destructor) joins it and destroys every parked sandbox.
-  void StartPool();
-  void StopPool();
-  struct PoolStats {
-    int parked = 0;
-    uint64_t hits = 0, misses = 0;  // creates that took a parked sandbox / found none
-  };
-  PoolStats pool_stats() const;
-  // The VMM pids of the parked sandboxes (the daemon's memory sampler).
-  std::vector<pid_t> ParkedVmmPids() const;
+  // The warm pool (core/warm_pool.h). A parked sandbox is brought up to
+  // "agent ready" from the template's snapshot (run dir, network with
+  // egress denied, VMM, lease); a create of its shape takes it and runs only
+  // egress (its policy), agent init (id, token, hostname, clock, entropy,
+  // env) and handover. ReleaseAll, DestroyAll and the destructor stop it.
+  WarmPool& warm_pool() { return *warm_pool_; }
   // The host's interface addresses changed (egress on_host_addresses_changed):
   // rewrites each sandbox netns's set of them (SandboxNetwork::SetEgressHostAddresses).
   void RefreshEgressHostAddresses(const std::vector<uint32_t>& host);
@@ -596,30 +569,12 @@ class Manager {
   // (from its run dir) and detach; the source and `what` are the caller's
   // (resume, rollback; a fork child takes all but the identity).
   BringUpPlan PlanOf(const Sandbox& sb) const;
-  // The warm pool's pieces (warm_pool.cc).
-  struct PoolShape {
-    std::string template_name;
-    int vcpus = 1;
-    int memory_mib = 512;
-    std::string runtime;  // never empty (WarmPool fills in the default)
-    bool operator<(const PoolShape& o) const {
-      return std::tie(template_name, vcpus, memory_mib, runtime) <
-             std::tie(o.template_name, o.vcpus, o.memory_mib, o.runtime);
-    }
-  };
-  void PoolLoop();
-  void PoolRound();
-  StatusOr<std::shared_ptr<Sandbox>> Park(const PoolShape& shape, const image::GuestImage& img,
-                                          const std::string& snapshot_dir);
-  // A live parked sandbox restored from `snapshot_dir`, or nullptr.
-  std::shared_ptr<Sandbox> TakeParked(const std::string& snapshot_dir);
-  mutable std::mutex pool_mu_;
-  std::condition_variable pool_cv_;
-  bool pool_stop_ = false;                                              // guarded by pool_mu_
-  std::set<PoolShape> pool_shapes_;                                     // guarded by pool_mu_
-  std::map<std::string, std::deque<std::shared_ptr<Sandbox>>> parked_;  // by snapshot dir; guarded by pool_mu_
-  std::thread pool_thread_;
-  std::atomic<uint64_t> pool_hits_{0}, pool_misses_{0};
+  // The warm pool's host (bring_up.cc): a parked sandbox is a bring-up
+  // from the template's snapshot (BringUpPlan::park), warmed by one
+  // login-shell command.
+  StatusOr<PoolSource> PoolSourceFor(const PoolShape& shape) const override;
+  StatusOr<std::shared_ptr<Sandbox>> Park(const PoolShape& shape, const PoolSource& source) override;
+  void Discard(Sandbox& sb) override;
   // One bring-up (bring_up.cc): runs `plan`'s steps on `sb`. On failure
   // every step done is undone, newest first, and the error reads
   // "<plan.what>: <step>: <cause>"; sb's state is left to the caller.
@@ -698,17 +653,6 @@ class Manager {
   Status DeletePrivateSnapshots(Sandbox& sb);
   // The registry row of `sb` (state "running" or "paused"); errors are logged.
   void Persist(const Sandbox& sb, std::string_view state);
-  // The reaper's pieces (reaper.cc).
-  void RunBlocking(std::function<void()> work);
-  void EndAndDestroy(const std::string& id, SandboxOutcome outcome, std::string detail);
-  void AutoPause(const std::string& id, bool keep_memory);
-  void ReaperLoop();
-  std::mutex reaper_mu_;
-  std::condition_variable reaper_cv_;
-  bool reaper_stop_ = false;  // guarded by reaper_mu_
-  std::thread reaper_;
-  std::atomic<bool> death_check_in_flight_{false};
-  std::set<std::string> auto_pausing_;                    // guarded by mu_
   std::deque<std::pair<std::string, SandboxEnd>> ended_;  // newest last, bounded kMaxEnded (guarded by mu_)
 
   ManagerConfig config_;
@@ -719,6 +663,8 @@ class Manager {
   std::vector<std::string> host_elements_;  // the netns host_addrs set last written (RefreshEgressHostAddresses)
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
+  // Last: stopped (its parked sandboxes discarded) before anything above goes.
+  std::unique_ptr<WarmPool> warm_pool_;
 };
 
 // A new random sandbox id: 20 lowercase alphanumerics (E2B's shape).

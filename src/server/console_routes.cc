@@ -127,7 +127,7 @@ void Server::HostView(std::shared_ptr<HttpConn> c, const Caller& caller) {
   const SandboxCounts n = CountSandboxes();
   auto st = admission_->stats();
   const auto& ac = admission_->config();
-  auto ps = manager_->pool_stats();
+  auto ps = manager_->warm_pool().stats();
   int64_t state_total = 0, db_total = 0;
   int64_t state_free = FreeMib(config_.manager.state_dir, &state_total);
   int64_t db_free = FreeMib(db_dir_, &db_total);

@@ -99,7 +99,7 @@ void Server::ServeMetrics(std::shared_ptr<HttpConn> c) {
   g.memory_pool_held_mib = pool_held_mib_.load();
   g.memory_pressure = st.pressure ? 1 : 0;
   g.memory_sample_seconds = static_cast<double>(memory_sample_us_.load()) / 1e6;
-  auto ps = manager_->pool_stats();
+  auto ps = manager_->warm_pool().stats();
   g.pool_parked = ps.parked;
   g.pool_hits = ps.hits;
   g.pool_misses = ps.misses;

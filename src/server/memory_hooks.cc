@@ -78,7 +78,7 @@ void Server::SampleMemory() {
     in.running.push_back({sb->id(), last, v->held_mib()});
   }
   int64_t pool_held = 0;
-  const auto parked = manager_->ParkedVmmPids();
+  const auto parked = manager_->warm_pool().VmmPids();
   for (pid_t pid : parked) {
     auto v = memory_probe_->ReadVmm(pid);
     if (!v.ok()) continue;

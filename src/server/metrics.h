@@ -56,7 +56,7 @@ class DaemonMetrics {
     uint64_t otlp_exported = 0, otlp_dropped = 0, otlp_failed_batches = 0;
     // egress::EgressCounters (counted by the egress service itself).
     uint64_t egress_dns_tcp_refused = 0, egress_host_address_refused = 0;
-    // The warm pool (Manager::pool_stats).
+    // The warm pool (WarmPool::stats).
     int pool_parked = 0;
     uint64_t pool_hits = 0, pool_misses = 0;
     // What memory admission sees (AdmissionStats, MiB).

@@ -116,7 +116,7 @@ Status Server::Init() {
     };
   }
   config_.manager.template_snapshots = !config_.no_template_snapshot;
-  config_.manager.pool_size = config_.no_template_snapshot ? 0
+  config_.manager.pool.size = config_.no_template_snapshot ? 0
                               : config_.pool_size < 0    ? PoolSizeForHost()
                                                          : config_.pool_size;
   // The Manager owns sandbox state and writes the registry; the server hears
@@ -132,12 +132,9 @@ Status Server::Init() {
                                      [pool](mcp::FairCallQueue::Task t) { asio::post(*pool, std::move(t)); }));
   }
   config_.manager.registry = registry_.get();
-  config_.manager.reaper_interval = config_.reaper_interval;
-  config_.manager.max_lifetime_s = config_.max_lifetime_s;
-  config_.manager.run_blocking = [this](std::function<void()> work) { asio::post(*workers_, std::move(work)); };
-  config_.manager.pool_min_available_mib = config_.pressure.refuse_below_mib;
+  config_.manager.pool.min_available_mib = config_.pressure.refuse_below_mib;
   if (config_.memory_sample_interval.count() > 0)
-    config_.manager.memory_short = [this] { return memory_under_.load(); };
+    config_.manager.pool.memory_short = [this] { return memory_under_.load(); };
   config_.manager.events.ending = [this](Sandbox& sb, const SandboxEnd& end) { OnSandboxEnding(sb, end); };
   config_.manager.events.ended = [this](const std::string& id, const SandboxEnd& end) { OnSandboxEnded(id, end); };
   // Its guest is stopping: no stream may wait on it.
@@ -146,6 +143,9 @@ Status Server::Init() {
   config_.manager.events.resumed = [this](Sandbox& sb) { secrets_->EnsureSandboxCa(sb.id()); };
   secrets_->AddSecretEnvToAdopt(&adopt);
   ASSIGN_OR_RETURN(manager_, Manager::Open(config_.manager, adopt));
+  reaper_ = std::make_unique<Reaper>(
+      *manager_, ReaperConfig{config_.reaper_interval, config_.max_lifetime_s,
+                              [this](std::function<void()> work) { asio::post(*workers_, std::move(work)); }});
   std::vector<std::string> adopted;
   for (const auto& sb : manager_->List()) {
     admission_->Adopt(sb->id(), "", sb->memory_mib());
@@ -226,10 +226,10 @@ Status Server::Init() {
     }
     secrets_->ReinstallCas(running);
   }
-  manager_->StartReaper();
+  reaper_->Start();
   if (image::FindImage(dir, "base").ok()) {
     EnsureTemplateSnapshotAsync("base", config_.default_vcpus, config_.default_memory_mib);
-    manager_->WarmPool("base", config_.default_vcpus, config_.default_memory_mib);
+    manager_->warm_pool().Warm("base", config_.default_vcpus, config_.default_memory_mib);
   }
   // The code interpreter's snapshot (its kernel warm in it) is made at start
   // too, so the first Sandbox.create() of @e2b/code-interpreter restores it.
@@ -246,7 +246,7 @@ Status Server::Init() {
     SampleMemory();
   }
   ScheduleMemorySampler();
-  manager_->StartPool();
+  manager_->warm_pool().Start();
   admission_timer_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleAdmissionTick();
   LOG_WARN("airlock serve listening on {} (port {}), {} sandbox(es) adopted", config_.listen, port(), adopted.size());
@@ -271,7 +271,7 @@ Server::~Server() {
   // anything it uses goes.
   if (builder_) builder_->Stop();
   // No reaper decision once the workers stop taking work.
-  if (manager_) manager_->StopReaper();
+  if (reaper_) reaper_->Stop();
   // A template snapshot waiting on its guest (minutes, under TCG) gives up.
   if (manager_) manager_->CancelTemplateSnapshots();
   if (workers_) workers_->join();

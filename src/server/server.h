@@ -37,6 +37,7 @@
 #include "common/state_lock.h"
 #include "common/status.h"
 #include "core/manager.h"
+#include "core/reaper.h"
 #include "image/image.h"
 #include "mcp/call_queue.h"
 #include "mcp/origin.h"
@@ -131,7 +132,7 @@ struct ServerConfig {
   bool kill_on_exit = false;
   // true: every create cold boots (no template snapshots are made or used).
   bool no_template_snapshot = false;
-  // The warm pool per template shape (serve --pool; Manager::WarmPool):
+  // The warm pool per template shape (serve --pool; core/warm_pool.h):
   // -1 sized to the host (PoolSizeForHost), 0 off.
   int pool_size = -1;
   // Custom template builds (docs/templates.md): at most max_builds at once
@@ -552,6 +553,7 @@ class Server {
   std::unique_ptr<asio::thread_pool> key_refresher_;
   std::atomic<bool> key_refresh_in_flight_{false};
   std::unique_ptr<Manager> manager_;
+  std::unique_ptr<Reaper> reaper_;  // after manager_: destroyed before it
   std::mutex mu_;
   // Resource samples per sandbox (GET /sandboxes/{id}/metrics), oldest
   // first, bounded (kMaxMetricSamples); dropped when the sandbox ends.

@@ -142,8 +142,8 @@ StatusOr<std::unique_ptr<Manager>> OpenTemplateManager(int pool_size = 0) {
   c.build_image_if_missing = false;
   c.template_snapshots = true;
   c.runtime = RuntimeName();
-  c.pool_size = pool_size;
-  c.pool_min_available_mib = 0;
+  c.pool.size = pool_size;
+  c.pool.min_available_mib = 0;
   return Manager::Open(c);
 }
 
@@ -172,14 +172,14 @@ TEST(GuestFreshnessTest, WarmPoolSandboxesShareNoTcpSecretsNorUrandom) {
   auto m = OpenTemplateManager(/*pool_size=*/2);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   ASSERT_TRUE((*m)->EnsureTemplateSnapshot("base", 1, 512).ok());
-  (*m)->WarmPool("base", 1, 512);
-  (*m)->StartPool();
+  (*m)->warm_pool().Warm("base", 1, 512);
+  (*m)->warm_pool().Start();
   // The filler parks one at a time (a restore plus a login shell each).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while ((*m)->pool_stats().parked < 2 && std::chrono::steady_clock::now() < deadline) {
+  while ((*m)->warm_pool().stats().parked < 2 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling a condition, bounded by the deadline
   }
-  ASSERT_EQ((*m)->pool_stats().parked, 2);
+  ASSERT_EQ((*m)->warm_pool().stats().parked, 2);
   std::vector<std::shared_ptr<Sandbox>> pooled;
   CreateOptions o;
   o.detach = true;  // only detached creates take from the pool
@@ -188,9 +188,9 @@ TEST(GuestFreshnessTest, WarmPoolSandboxesShareNoTcpSecretsNorUrandom) {
     ASSERT_TRUE(sb.ok()) << sb.status().ToString();
     pooled.push_back(*sb);
   }
-  EXPECT_GE((*m)->pool_stats().hits, 2u);
+  EXPECT_GE((*m)->warm_pool().stats().hits, 2u);
   ExpectAllFresh(pooled, "pooled sandbox");
-  (*m)->StopPool();
+  (*m)->warm_pool().Stop();
   for (auto& sb : pooled) EXPECT_TRUE((*m)->Destroy(sb->id()).ok());
 }
 
