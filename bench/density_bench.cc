@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   Manager& m = **mm;
   CreateOptions opts;  // base, 1 vCPU, 512 MiB
   opts.detach = true;  // as the daemon runs them (fork children start in parallel)
-  if (Status st = m.EnsureTemplateSnapshot("base", opts.vcpus, opts.memory_mib); !st.ok()) Die("template", st);
+  if (Status st = m.template_snapshots().Ensure("base", opts.vcpus, opts.memory_mib); !st.ok()) Die("template", st);
   m.warm_pool().Warm("base", opts.vcpus, opts.memory_mib);
   m.warm_pool().Start();
 

@@ -91,12 +91,12 @@ void CompareRamLayouts(const ManagerConfig& base, const CreateOptions& opts, int
   if (!img.ok()) Die("image", img.status());
   for (auto& md : modes) {
     // Made in this run, so "snapshot written" is measured beside the rest.
-    if (auto d = md.mgr->TemplateSnapshotDir(*img, opts.vcpus, opts.memory_mib);
+    if (auto d = md.mgr->template_snapshots().DirFor(*img, opts.vcpus, opts.memory_mib);
         d.ok() && !md.mgr->SnapshotDirInUse(*d))
       (void)md.mgr->runtime().snapshots().Delete(*d);
-    if (Status st = md.mgr->EnsureTemplateSnapshot("base", opts.vcpus, opts.memory_mib); !st.ok())
+    if (Status st = md.mgr->template_snapshots().Ensure("base", opts.vcpus, opts.memory_mib); !st.ok())
       Die(std::string("template snapshot, ") + md.name, st);
-    auto d = md.mgr->TemplateSnapshotDir(*img, opts.vcpus, opts.memory_mib);
+    auto d = md.mgr->template_snapshots().DirFor(*img, opts.vcpus, opts.memory_mib);
     if (!d.ok()) Die("template dir", d.status());
     md.dir = *d;
     auto m = qemu::ReadSnapshot(md.dir);
@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
   CreateOptions opts;  // 1 vCPU, 512 MiB
   opts.detach = true;  // as the daemon runs them (fork children start in parallel)
   auto t = std::chrono::steady_clock::now();
-  if (Status st = mgr.EnsureTemplateSnapshot("base", opts.vcpus, opts.memory_mib); !st.ok())
+  if (Status st = mgr.template_snapshots().Ensure("base", opts.vcpus, opts.memory_mib); !st.ok())
     Die("template snapshot", st);
   double template_ms = Ms(t);
 

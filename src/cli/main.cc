@@ -206,7 +206,7 @@ int SnapshotTemplates(const std::string& state_dir, const std::vector<std::strin
     std::printf("==> template snapshot %s (%d vCPU, %d MiB)\n", name.c_str(), shape.vcpus, shape.memory_mib);
     std::fflush(stdout);
     auto t0 = std::chrono::steady_clock::now();
-    Status st = (*manager)->EnsureTemplateSnapshot(name, shape.vcpus, shape.memory_mib);
+    Status st = (*manager)->template_snapshots().Ensure(name, shape.vcpus, shape.memory_mib);
     if (!st.ok()) {
       std::fprintf(stderr, "airlock image build: %s\n", st.message().c_str());
       return 1;

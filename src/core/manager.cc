@@ -289,8 +289,6 @@ Status Sandbox::TearDown() {
 StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std::vector<AdoptRequest>& adopt) {
   std::unique_ptr<Manager> m(new Manager());
   m->config_ = std::move(config);
-  m->config_.pool.default_runtime = m->config_.runtime;
-  m->warm_pool_ = std::make_unique<WarmPool>(m->config_.pool, static_cast<WarmPoolHost&>(*m));
   std::error_code ec;
   // Canonical (absolute, no symlinks; the image code resolves it the same
   // way): VMM records and manifests name files by path, and
@@ -315,6 +313,11 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   ro.jail.lease_root = m->config_.lease_root;
   ASSIGN_OR_RETURN(m->runtimes_, RuntimeSet::Open(m->config_.runtime, ro));
   m->config_.runtime = m->runtimes_->default_name();
+  m->template_snapshots_ = std::make_unique<TemplateSnapshots>(
+      TemplateSnapshotsConfig{m->config_.state_dir, m->config_.owner, m->config_.template_shared_memory},
+      *m->runtimes_, *m->pool_);
+  m->config_.pool.default_runtime = m->config_.runtime;
+  m->warm_pool_ = std::make_unique<WarmPool>(m->config_.pool, static_cast<WarmPoolHost&>(*m));
   if (m->config_.egress) {
     EgressSetup setup{m->config_.address_pool,           m->config_.upstream_dns,  m->config_.state_dir,
                       m->config_.egress_audit_sink,      m->config_.egress_limits, m->config_.egress_request_broker,
@@ -382,7 +385,11 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
     fs::remove_all(run_dir, ec);
     fs::remove_all(m->paused_dir() + "/" + r.record.id, ec);
   }
-  m->SweepSnapshots();
+  {
+    std::set<std::string> own_ids;
+    for (const auto& r : adopt) own_ids.insert(r.record.id);
+    m->SweepSnapshots(own_ids);
+  }
   std::set<std::string> adopted;
   {
     std::lock_guard<std::mutex> l(m->mu_);
@@ -438,6 +445,14 @@ void Manager::CleanupOrphans(const std::set<std::string>& adopted) {
     if (adopted.count(id)) continue;
     RunDirOwner o = ReadRunDirOwner(run_dir);
     if (o.pid > 0 && ::kill(o.pid, 0) == 0) continue;  // its owner still runs
+    // No owner yet: a run dir another process made a moment ago (its owner
+    // file is written right after the mkdir). One that stays without an
+    // owner is a crash's: swept once it is a minute old.
+    if (o.pid <= 0 && o.registry.empty()) {
+      std::error_code age_ec;
+      const auto age = fs::file_time_type::clock::now() - fs::last_write_time(run_dir, age_ec);
+      if (age_ec || age < std::chrono::seconds(60)) continue;
+    }
     // Another daemon's, unless its registry is gone: then no daemon can ever
     // adopt or sweep it (a test daemon's temporary registry, a deleted one).
     if (!o.registry.empty() && o.registry != config_.owner && fs::exists(o.registry, ec)) continue;
@@ -611,9 +626,9 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   plan.image = *img;
   // From the template's snapshot when there is one, else a cold boot.
   plan.source = MachineSource::kColdBoot;
-  if (config_.template_snapshots && TemplateSnapshotPays(*rt, template_name)) {
-    auto tdir = TemplateSnapshotDir(*img, options.vcpus, options.memory_mib, runtime);
-    if (tdir.ok() && TemplateSnapshotUsable(*tdir)) {
+  if (config_.template_snapshots && template_snapshots_->Pays(*rt, template_name)) {
+    auto tdir = template_snapshots_->DirFor(*img, options.vcpus, options.memory_mib, runtime);
+    if (tdir.ok() && template_snapshots_->Usable(*tdir)) {
       plan.source = MachineSource::kTemplateSnapshot;
       plan.snapshot_dir = *tdir;
     }
@@ -749,7 +764,7 @@ std::vector<std::shared_ptr<Sandbox>> Manager::List() {
 }
 
 void Manager::ReleaseAll() {
-  warm_pool_->Stop();  // parked sandboxes are no one's to adopt
+  if (warm_pool_) warm_pool_->Stop();  // parked sandboxes are no one's to adopt
   std::map<std::string, std::shared_ptr<Sandbox>> all;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -765,7 +780,7 @@ void Manager::ReleaseAll() {
 }
 
 void Manager::DestroyAll() {
-  warm_pool_->Stop();
+  if (warm_pool_) warm_pool_->Stop();
   std::vector<std::string> ids;
   {
     std::lock_guard<std::mutex> l(mu_);

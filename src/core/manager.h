@@ -36,6 +36,7 @@
 #include "core/runtime_set.h"
 #include "core/sandbox_attributes.h"
 #include "core/sandbox_state.h"
+#include "core/template_snapshots.h"
 #include "core/warm_pool.h"
 #include "egress/egress_service.h"
 #include "egress/policy.h"
@@ -96,7 +97,7 @@ struct ManagerConfig {
   std::shared_ptr<egress::RequestBroker> egress_request_broker;  // brokered secrets; null: none
   std::string egress_upstream_ca_file;                           // extra trust for intercepted HTTPS upstreams
   // Create restores the template's snapshot when one exists for the image and
-  // machine shape (EnsureTemplateSnapshot makes it); else it cold boots.
+  // machine shape (TemplateSnapshots::Ensure makes it); else it cold boots.
   bool template_snapshots = false;
   // true: template snapshots keep their RAM in a file every sandbox created
   // from them maps copy-on-write (docs/snapshots.md "Shared-RAM templates",
@@ -443,17 +444,10 @@ class Manager : private WarmPoolHost {
                                 int64_t ends_at_ms = 0);
   // <state_dir>/snapshots/paused
   std::string paused_dir() const { return config_.state_dir + "/snapshots/paused"; }
-  // Template snapshots (template_snapshots.cc): boots the template once in a
-  // throw-away network, waits for the agent (no /init: no token, no env),
-  // saves memory + device state + disk under TemplateSnapshotDir, committed
-  // by rename. OK at once when it exists. Keyed by image id and rootfs
-  // stamp, so a rebuilt template never uses an old snapshot.
-  // `runtime`: whose snapshot ("" = the default); each runtime has its own.
-  Status EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib,
-                                const std::string& runtime = "");
-  // Makes a template snapshot in progress give up (Cancelled) at its next
-  // wait instead of running to its deadline: a daemon shutting down.
-  void CancelTemplateSnapshots() { template_cancel_.store(true); }
+  // Template snapshots (core/template_snapshots.h): where each lives, making
+  // one, sweeping old ones.
+  TemplateSnapshots& template_snapshots() { return *template_snapshots_; }
+  const TemplateSnapshots& template_snapshots() const { return *template_snapshots_; }
   // Fork (fork.cc): checkpoints the running sandbox `id` once (it keeps
   // running) under snapshots/forks/<id>-<n>, then starts `count` (1..16)
   // sandboxes from it in parallel, each in its own network namespace with
@@ -502,12 +496,6 @@ class Manager : private WarmPoolHost {
   std::string named_dir() const { return config_.state_dir + "/snapshots/named"; }
   // <state_dir>/snapshots/forks
   std::string forks_dir() const { return config_.state_dir + "/snapshots/forks"; }
-  // <state_dir>/snapshots/templates/<image id>-[<runtime>-]<rootfs stamp>-<vcpus>c-<memory>m
-  // (template_snapshots.cc; the runtime's name unless it is kDefaultRuntime,
-  // "" = ManagerConfig::runtime); an error when the image's rootfs cannot be
-  // stat'ed, Unimplemented when the runtime has no snapshots.
-  StatusOr<std::string> TemplateSnapshotDir(const image::GuestImage& img, int vcpus, int memory_mib,
-                                            const std::string& runtime = "") const;
   // The default runtime (ManagerConfig::runtime).
   Runtime& runtime() { return runtimes_->default_runtime(); }
   // Runtime `name` ("" = the default), opened on first use
@@ -598,15 +586,6 @@ class Manager : private WarmPoolHost {
   // only; the caller attaches the VMM or the snapshot).
   std::shared_ptr<Sandbox> AdoptedSandbox(const AdoptRequest& r);
   StatusOr<std::shared_ptr<Sandbox>> AdoptOne(const AdoptRequest& r);
-  bool TemplateSnapshotUsable(const std::string& dir) const;
-  // Whether sandboxes of `template_name` on `runtime` start from the
-  // template's snapshot: always where a restore is sooner
-  // (Runtime::plain_template_restores_sooner), else only for templates with
-  // services of their own, whose cold start waits for them.
-  bool TemplateSnapshotPays(const Runtime& runtime, const std::string& template_name) const;
-  std::mutex template_mu_;                   // one template snapshot build at a time
-  std::atomic<bool> template_cancel_{false};  // CancelTemplateSnapshots
-  std::set<std::string> template_failed_;    // dirs whose build failed: not retried (guarded by template_mu_)
   std::set<std::string> forks_in_progress_;  // fork snapshot dirs (guarded by mu_)
   // A paused sandbox of a previous daemon (snapshots.cc).
   StatusOr<std::shared_ptr<Sandbox>> AdoptPausedOne(const AdoptRequest& r);
@@ -620,13 +599,10 @@ class Manager : private WarmPoolHost {
   // Is there a committed pause snapshot for r.id? (snapshots.cc)
   bool RecoverPaused(const AdoptRequest& r);
   // Removes uncommitted (.tmp) snapshot dirs left by a crash (snapshots.cc),
-  // and template snapshots of no current image (SweepTemplateSnapshots).
-  void SweepSnapshots();
-  // Removes template snapshots that are not for a current image (an older
-  // image, or an older build of the current one) unless a VMM record or a
-  // snapshot manifest names a file inside them (an overlay layered on its
-  // disk) (template_snapshots.cc).
-  void SweepTemplateSnapshots();
+  // and template snapshots of no current image (TemplateSnapshots::Sweep).
+  // A pause's .tmp goes at once only when it is of `own_ids` (this daemon's
+  // registry's sandboxes); any other after 10 minutes.
+  void SweepSnapshots(const std::set<std::string>& own_ids);
   StatusOr<std::shared_ptr<Sandbox>> CreateFromNamedSnapshot(const std::string& dir, const CreateOptions& options);
   // Deletes a fork snapshot once no sandbox other than `except` uses it (fork.cc).
   void ReleaseSharedSnapshot(const std::string& dir, const Sandbox* except);
@@ -663,6 +639,7 @@ class Manager : private WarmPoolHost {
   std::vector<std::string> host_elements_;  // the netns host_addrs set last written (RefreshEgressHostAddresses)
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
+  std::unique_ptr<TemplateSnapshots> template_snapshots_;  // uses runtimes_ and pool_
   // Last: stopped (its parked sandboxes discarded) before anything above goes.
   std::unique_ptr<WarmPool> warm_pool_;
 };

@@ -231,15 +231,18 @@ Status Manager::DeleteSnapshot(const std::string& dir, std::string_view runtime)
   return rt->snapshots().Delete(dir);
 }
 
-void Manager::SweepSnapshots() {
+void Manager::SweepSnapshots(const std::set<std::string>& own_ids) {
   // Removes the entries of `dir` whose name contains `marker` (a save that
   // never committed) and, when `min_age` is non-zero, that are older than it
-  // (another daemon may be writing a younger one now).
-  auto remove_uncommitted = [](const std::string& dir, const char* marker, std::chrono::minutes min_age) {
+  // (another daemon may be writing a younger one now) unless `mine` says
+  // the entry is this daemon's own (then it is dead: this daemon is starting).
+  auto remove_uncommitted = [](const std::string& dir, const char* marker, std::chrono::minutes min_age,
+                               const std::function<bool(const std::string&)>& mine = {}) {
     std::error_code ec;
     for (auto& e : fs::directory_iterator(dir, ec)) {
-      if (e.path().filename().string().find(marker) == std::string::npos) continue;
-      if (min_age.count() > 0) {
+      const std::string name = e.path().filename().string();
+      if (name.find(marker) == std::string::npos) continue;
+      if (min_age.count() > 0 && !(mine && mine(name))) {
         std::error_code age_ec;
         auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), age_ec);
         if (age_ec || age < min_age) continue;
@@ -251,9 +254,13 @@ void Manager::SweepSnapshots() {
   // Template snapshot builds (a build takes seconds; one older than 10
   // minutes is dead, whichever daemon started it).
   remove_uncommitted(config_.state_dir + "/snapshots/templates", ".tmp-", std::chrono::minutes(10));
-  SweepTemplateSnapshots();
-  // Pauses: a sandbox is paused by one daemon only, and this one is starting.
-  remove_uncommitted(paused_dir(), ".tmp", std::chrono::minutes(0));
+  template_snapshots_->Sweep(SnapshotDirsLayeredOn());
+  // Pauses (<id>.tmp): a sandbox is paused by one daemon only. One of this
+  // daemon's sandboxes (its registry's) is dead: it is starting. Another's
+  // may be saving now (daemons, and in-process managers, share a state dir).
+  remove_uncommitted(paused_dir(), ".tmp", std::chrono::minutes(10), [&own_ids](const std::string& name) {
+    return own_ids.count(name.substr(0, name.find(".tmp"))) > 0;
+  });
   // Named snapshots a daemon died writing (saved, never renamed into place).
   remove_uncommitted(named_dir(), ".tmp", std::chrono::minutes(10));
 }

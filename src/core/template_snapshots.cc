@@ -6,7 +6,7 @@
 // Each runtime has its own (its name in the directory unless it is the
 // default, qemu, whose directories kept their names), written, read and
 // deleted through that runtime's store: "base" and "base-gvisor" never share one.
-// With "-shm" (ManagerConfig::template_shared_memory, the default) the RAM is
+// With "-shm" (TemplateSnapshotsConfig::shared_memory, the default) the RAM is
 // a read-only file every sandbox created from it maps copy-on-write and the
 // memory stream holds device state only; without, the RAM is in the stream.
 //
@@ -29,10 +29,14 @@
 #include <map>
 #include <thread>
 
+#include "core/template_snapshots.h"
+
 #include "common/agent_port.h"
 #include "common/log.h"
+#include "core/envd_client.h"
 #include "core/guest_seed.h"
 #include "core/manager.h"
+#include "core/runtime_set.h"
 #include "image/hash.h"
 #include "image/image.h"
 #include "net/address_pool.h"
@@ -63,15 +67,19 @@ StatusOr<std::string> TemplateSnapshotPrefix(const Runtime& runtime, const image
 
 }  // namespace
 
-StatusOr<std::string> Manager::TemplateSnapshotDir(const image::GuestImage& img, int vcpus, int memory_mib,
-                                                   const std::string& runtime) const {
-  ASSIGN_OR_RETURN(Runtime * rt, RuntimeNamed(runtime));
+TemplateSnapshots::TemplateSnapshots(TemplateSnapshotsConfig config, const RuntimeSet& runtimes,
+                                     net::AddressPool& pool)
+    : config_(std::move(config)), runtimes_(runtimes), pool_(pool) {}
+
+StatusOr<std::string> TemplateSnapshots::DirFor(const image::GuestImage& img, int vcpus, int memory_mib,
+                                                const std::string& runtime) const {
+  ASSIGN_OR_RETURN(Runtime * rt, runtimes_.Named(runtime));
   ASSIGN_OR_RETURN(std::string prefix, TemplateSnapshotPrefix(*rt, img));
   return config_.state_dir + "/snapshots/templates/" + prefix + std::to_string(vcpus) + "c-" +
-         std::to_string(memory_mib) + "m" + (config_.template_shared_memory ? kSharedMemorySuffix : "");
+         std::to_string(memory_mib) + "m" + (config_.shared_memory ? kSharedMemorySuffix : "");
 }
 
-void Manager::SweepTemplateSnapshots() {
+void TemplateSnapshots::Sweep(const std::set<std::string>& in_use) const {
   std::error_code ec;
   const std::string root = config_.state_dir + "/snapshots/templates";
   const std::vector<image::GuestImage> images = image::CurrentImages(config_.state_dir);
@@ -87,13 +95,12 @@ void Manager::SweepTemplateSnapshots() {
     }
     return it->second;
   };
-  const std::set<std::string> in_use = SnapshotDirsLayeredOn();
   for (auto& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
     if (name.find(".tmp-") != std::string::npos || in_use.count(e.path().string())) continue;
     // Judged, and deleted, by the runtime that wrote it; kept when that
     // runtime cannot be opened here.
-    auto runtime = runtimes_->ForSnapshot(e.path().string());
+    auto runtime = runtimes_.ForSnapshot(e.path().string());
     if (!runtime.ok()) {
       LOG_WARN("template snapshot {} kept: {}", e.path().string(), runtime.status().message());
       continue;
@@ -112,9 +119,12 @@ void Manager::SweepTemplateSnapshots() {
   }
 }
 
-bool Manager::TemplateSnapshotUsable(const std::string& dir) const { return ReadSnapshot(dir).ok(); }
+bool TemplateSnapshots::Usable(const std::string& dir) const {
+  auto rt = runtimes_.ForSnapshot(dir);
+  return rt.ok() && (*rt)->snapshots().Read(dir).ok();
+}
 
-bool Manager::TemplateSnapshotPays(const Runtime& runtime, const std::string& template_name) const {
+bool TemplateSnapshots::Pays(const Runtime& runtime, const std::string& template_name) const {
   if (runtime.plain_template_restores_sooner()) return true;
   return !image::ReadinessOf(template_name, config_.state_dir).console_marker.empty();
 }
@@ -131,21 +141,21 @@ std::string ConsoleLineWith(const std::string& tail, const std::string& needle) 
 }
 }  // namespace
 
-Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib,
-                                       const std::string& runtime_name) {
-  ASSIGN_OR_RETURN(Runtime * runtime, RuntimeNamed(runtime_name));
+Status TemplateSnapshots::Ensure(const std::string& template_name, int vcpus, int memory_mib,
+                                 const std::string& runtime_name) {
+  ASSIGN_OR_RETURN(Runtime * runtime, runtimes_.Named(runtime_name));
   // Sandboxes of this template start sooner without one here: none is made.
-  if (!TemplateSnapshotPays(*runtime, template_name)) return OkStatus();
+  if (!Pays(*runtime, template_name)) return OkStatus();
   ASSIGN_OR_RETURN(auto img, image::FindImage(config_.state_dir, template_name));
-  auto snapshot_dir = TemplateSnapshotDir(img, vcpus, memory_mib, std::string(runtime->name()));
+  auto snapshot_dir = DirFor(img, vcpus, memory_mib, std::string(runtime->name()));
   if (!snapshot_dir.ok()) {
     return RuntimeOpStatus(snapshot_dir.status(), runtime->name(), "taking a template snapshot",
                            "template snapshot of " + template_name);
   }
   const std::string dir = *snapshot_dir;
-  std::lock_guard<std::mutex> once(template_mu_);
-  if (TemplateSnapshotUsable(dir)) return OkStatus();
-  if (template_failed_.count(dir))
+  std::lock_guard<std::mutex> once(mu_);
+  if (Usable(dir)) return OkStatus();
+  if (failed_.count(dir))
     return FailedPrecondition("template snapshot " + dir + " failed before; not retried");
   auto t0 = std::chrono::steady_clock::now();
   // A throw-away sandbox id for the builder VM (its netns, run dir, cgroup).
@@ -168,14 +178,14 @@ Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcp
   auto build = [&]() -> Status {
     net::NetworkOptions options;
     options.guest_link = runtime->guest_link();
-    ASSIGN_OR_RETURN(network, net::SandboxNetwork::Create(id, *pool_, options));
+    ASSIGN_OR_RETURN(network, net::SandboxNetwork::Create(id, pool_, options));
     VmStartRequest req = VmStartRequestFor(id, run_dir, vcpus, memory_mib, *network, /*detach=*/false);
     req.kernel = img.kernel;
     req.initrd = img.initrd;
     req.rootfs = img.rootfs;
-    req.shared_memory_template = config_.template_shared_memory;
+    req.shared_memory_template = config_.shared_memory;
     ASSIGN_OR_RETURN(vm, runtime->Start(req));
-    RETURN_IF_ERROR(pool_->Adopt(network->lease(), vm->pid()));
+    RETURN_IF_ERROR(pool_.Adopt(network->lease(), vm->pid()));
     // Ready through the console, never TCP: the guest's first TCP handshake
     // draws its TCP secrets (net_secret, ts_secret) for the rest of its boot,
     // and every clone must draw its own after its own reseed (guest_seed.h).
@@ -204,7 +214,7 @@ Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcp
           return FailedPrecondition("start command failed before it was ready: " +
                                     ConsoleLineWith(vm->ConsoleTail(), readiness.console_failure));
         }
-        if (template_cancel_.load()) return Unavailable("the daemon is stopping");
+        if (cancel_.load()) return Unavailable("the daemon is stopping");
         if (std::chrono::steady_clock::now() > deadline) {
           return DeadlineExceeded("no \"" + marker + "\" on the console within " +
                                   std::to_string(kTemplateServiceReadyTimeout.count()) + " s: " + vm->ConsoleTail());
@@ -223,7 +233,7 @@ Status Manager::EnsureTemplateSnapshot(const std::string& template_name, int vcp
   Status st = build();
   cleanup(vm, network);
   if (!st.ok()) {
-    template_failed_.insert(dir);
+    failed_.insert(dir);
     LOG_WARN("template snapshot {} failed: {}", dir, st.message());
     return st.WithContext("template snapshot of " + template_name);
   }

@@ -273,7 +273,7 @@ Server::~Server() {
   // No reaper decision once the workers stop taking work.
   if (reaper_) reaper_->Stop();
   // A template snapshot waiting on its guest (minutes, under TCG) gives up.
-  if (manager_) manager_->CancelTemplateSnapshots();
+  if (manager_) manager_->template_snapshots().Cancel();
   if (workers_) workers_->join();
   if (key_refresher_) key_refresher_->join();
   if (manager_) {

@@ -27,7 +27,7 @@ void Server::EnsureTemplateSnapshotAsync(const std::string& template_name, int v
                                          const std::string& runtime) {
   if (config_.no_template_snapshot) return;
   asio::post(*workers_, [this, template_name, vcpus, memory_mib, runtime] {
-    Status st = manager_->EnsureTemplateSnapshot(template_name, vcpus, memory_mib, runtime);
+    Status st = manager_->template_snapshots().Ensure(template_name, vcpus, memory_mib, runtime);
     if (st.code() == StatusCode::kUnimplemented) {
       // A runtime without snapshots: its sandboxes boot every time.
       LOG_DEBUG("template={} snapshot: {}", template_name, st.message());

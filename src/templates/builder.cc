@@ -817,7 +817,7 @@ Status Builder::Build(Job& job) {
   // On the build runtime too: this boot is the build's check of the start
   // and ready commands, and a runtime without snapshots could not make it.
   // Sandboxes of the template on another runtime cold boot.
-  Status snap = manager_.EnsureTemplateSnapshot(bi.name, job.row.cpu_count, job.row.memory_mb, kBuildRuntime);
+  Status snap = manager_.template_snapshots().Ensure(bi.name, job.row.cpu_count, job.row.memory_mb, kBuildRuntime);
   if (!snap.ok()) {
     if (job.canceled) return Unavailable("the build was canceled");
     return snap;

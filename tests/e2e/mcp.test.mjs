@@ -211,15 +211,17 @@ describe('MCP server', { skip: skipReason || false }, () => {
     assert.equal(parse.status, 400)
     assert.equal((await parse.json()).error.code, -32700)
     // One team cannot hold every tool thread: past 7 calls in flight (below
-    // half of the 16 threads), the next is refused at once.
+    // half of the 16 threads), the next is refused at once. Each call sleeps
+    // long enough (8 s) that all 7 are still in flight while the eighth is
+    // tried, even when the guest is slow to start them (TCG, a busy host).
     const sb = await (await fetch(`${d.url}/v2/sandboxes`, { method: 'POST', body: JSON.stringify({ templateID: 'base' }),
       headers: { 'X-API-Key': d.apiKey, 'Content-Type': 'application/json' } })).json()
     const slow = Array.from({ length: 7 }, (_, i) => post({ jsonrpc: '2.0', id: 100 + i, method: 'tools/call',
-      params: { name: 'run_command', arguments: { sandbox_id: sb.sandboxID, command: 'sleep 4' } } }, { 'Mcp-Session-Id': sid }))
+      params: { name: 'run_command', arguments: { sandbox_id: sb.sandboxID, command: 'sleep 8' } } }, { 'Mcp-Session-Id': sid }))
     const refused = await waitFor(async () => {
       const r = await post({ jsonrpc: '2.0', id: 99, method: 'ping' }, { 'Mcp-Session-Id': sid })
       return r.status === 429 ? r : null
-    }, 5000, 50)
+    }, 8000, 50)
     assert.ok(refused, 'an eighth call in flight is refused')
     assert.match((await refused.json()).error.message, /too many MCP calls in flight/)
     // Meanwhile another team is served at once.

@@ -154,7 +154,7 @@ TEST(GuestFreshnessTest, TemplateClonesShareNoTcpSecretsNorUrandom) {
   AIRLOCK_REQUIRE_VM();
   auto m = OpenTemplateManager();
   ASSERT_TRUE(m.ok()) << m.status().ToString();
-  ASSERT_TRUE((*m)->EnsureTemplateSnapshot("base", 1, 512).ok());
+  ASSERT_TRUE((*m)->template_snapshots().Ensure("base", 1, 512).ok());
   std::vector<std::shared_ptr<Sandbox>> clones;
   for (int i = 0; i < 3; ++i) {
     auto sb = (*m)->Create(CreateOptions{});
@@ -171,7 +171,7 @@ TEST(GuestFreshnessTest, WarmPoolSandboxesShareNoTcpSecretsNorUrandom) {
   AIRLOCK_REQUIRE_VM();
   auto m = OpenTemplateManager(/*pool_size=*/2);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
-  ASSERT_TRUE((*m)->EnsureTemplateSnapshot("base", 1, 512).ok());
+  ASSERT_TRUE((*m)->template_snapshots().Ensure("base", 1, 512).ok());
   (*m)->warm_pool().Warm("base", 1, 512);
   (*m)->warm_pool().Start();
   // The filler parks one at a time (a restore plus a login shell each).

@@ -41,12 +41,12 @@ StatusOr<std::unique_ptr<Manager>> OpenShmManager(bool shared_memory = true) {
 
 // The shared-RAM template of "base", 1 vCPU, 512 MiB (made if missing).
 std::string EnsureSharedTemplate(Manager& m) {
-  Status st = m.EnsureTemplateSnapshot("base", 1, 512);
+  Status st = m.template_snapshots().Ensure("base", 1, 512);
   EXPECT_TRUE(st.ok()) << st.ToString();
   auto img = image::FindImage(StateDir(), "base");
   EXPECT_TRUE(img.ok()) << img.status().ToString();
   if (!img.ok()) return "";
-  auto dir = m.TemplateSnapshotDir(*img, 1, 512);
+  auto dir = m.template_snapshots().DirFor(*img, 1, 512);
   EXPECT_TRUE(dir.ok());
   return dir.ok() ? *dir : "";
 }
@@ -163,7 +163,7 @@ TEST(SharedRamTest, ClonesShareTheTemplateRamAndNeverChangeIt) {
   {
     auto sm = OpenShmManager(/*shared_memory=*/false);
     ASSERT_TRUE(sm.ok()) << sm.status().ToString();
-    ASSERT_TRUE((*sm)->EnsureTemplateSnapshot("base", 1, 512).ok());
+    ASSERT_TRUE((*sm)->template_snapshots().Ensure("base", 1, 512).ok());
     auto sb = (*sm)->Create(CreateOptions{});
     ASSERT_TRUE(sb.ok()) << sb.status().ToString();
     EXPECT_TRUE((*sb)->timings().from_snapshot);

@@ -268,7 +268,7 @@ TEST(SnapshotTest, CreateFromTemplateSnapshotIsFreshAndPrivate) {
   AIRLOCK_REQUIRE_VM();
   auto m = OpenManager(/*template_snapshots=*/true);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
-  ASSERT_TRUE((*m)->EnsureTemplateSnapshot("base", 1, 512).ok());
+  ASSERT_TRUE((*m)->template_snapshots().Ensure("base", 1, 512).ok());
   CreateOptions o;
   o.env_vars = {{"WHO", "me"}};
   auto a = (*m)->Create(o);

@@ -1,0 +1,111 @@
+# The schedule of the tests that boot guests (labels integration, e2e,
+# conformance), which `make test` runs two at a time (ctest -LE unit -j 2):
+# which must run alone, which must not run beside each other, and what each
+# costs, so the costliest start first. Read by CTest after every test is
+# defined (tests/schedule/CMakeLists.txt); a name that no longer exists is
+# ignored, so check names here when renaming a test.
+#
+# Why two at a time pays: measured on a 2-core machine under TCG (one run at
+# -j 1, CPU sampled each second), a test uses 0.8 of the 2 cores on average;
+# e2e_dataplane waits out a 150 s idle at 0.2 cores, integration_gvisor runs
+# at 0.5. The numbers in COST and the CPU list come from that run.
+#
+# Sharing is safe by construction for the rest: every daemon has its own
+# registry and port, address leases and VMM uids are host-wide and locked,
+# start-up sweeps leave what another live process is writing (core/manager.h
+# SweepSnapshots, CleanupOrphans), and names of sandboxes, snapshots and
+# networks are random.
+
+# Alone (RUN_SERIAL): they assert something host-wide, change something
+# every test shares, or hold a deadline that assumes an idle machine.
+set(airlock_run_alone
+  # Leak checks that count every run dir, VMM, netns and lease on the host
+  # (tests/integration/harness.h SandboxResources, checkpoint_test.cc HostResources).
+  LifecycleTest.TwentyCreateDestroyCyclesLeaveNothingBehind
+  LifecycleTest.GuestThatNeverBecomesReadyIsCleanedUp
+  LifecycleTest.HostileProgramsDoNotHurtTheHost
+  LifecycleTest.CtrlCOfAirlockRunDestroysTheSandbox
+  integration_gvisor  # the same binary, all its cases
+  CheckpointTest.Kill9DuringCheckpointOrRollbackLeavesNothingBehind
+  CheckpointTest.Kill9AtEachMomentOfARollbackLosesNothing
+  CheckpointTest.FailedRollbackLeavesTheSandboxOrSaysItIsLost
+  CheckpointTest.ConcurrentPauseRollbackAndKillAreSerialised
+  # Shared state changed or measured: a tmpfs over snapshots/paused, the
+  # lowest free VMM uid, the host's free disk, the host's free memory.
+  SnapshotTest.DiskFullDuringPauseKeepsTheSandboxRunning
+  JailTest.AdoptedJailedVmmPausesResumesAndFreesItsUid
+  CheckpointTest.CheckpointOnALowDiskIs507AndTheSandboxRunsOn
+  LimitsTest.DiskBelowTheReserveIsRefusedWith507
+  LimitsTest.BurstOf30CreatesCompletesWithZeroFailures
+  e2e_pool
+  TenancyTest.Kill9WithAFullWarmPoolLeavesNothingAfterRestart
+  GuestFreshnessTest.WarmPoolSandboxesShareNoTcpSecretsNorUrandom
+  # Deadlines of a few seconds on guest or daemon timing.
+  ServerTest.TokensTtlExpiryAndCleanup
+  ServerTest.RoutingAuthAndErrorsWithoutSandboxes
+  GuestUserTest.ForkBombStaysInItsCgroupAndIsKilled
+  SnapshotTest.CreateFromTemplateSnapshotIsFreshAndPrivate
+  EgressTest.LivePolicyUpdateClosesAndBlocks
+  EgressTest.ResolverTcpFloodIsCappedPerSandbox
+  TenancyTest.GuestPanicIsReportedDeadWithinSeconds
+)
+
+# One at a time among themselves (RESOURCE_LOCK), beside anything else.
+# cpu: more than one core each on average (guest plus host work in
+# parallel: 1.1 to 1.5 measured); two of them would starve each other's guests.
+set(airlock_lock_cpu
+  e2e_code_interpreter e2e_files e2e_files_gvisor e2e_console
+  e2e_templates  # 0.7 core, but its builds hold 60 s deadlines
+  DataPlaneTest.GigabyteDownloadAndLargeUploadStreamWithBoundedMemory
+  TemplatePackages.AptPipAndNpmThroughTheBuildAllowlistAndNothingElse
+  RunTest.LargeOutputStreamsWithBoundedMemory
+  LimitsTest.MaximaPerKeyCapTimeoutTreeMetricsAndOtlp
+)
+# host-memory: their outcome depends on the host's MemAvailable (admission,
+# the pressure policy, several daemons' pools).
+set(airlock_lock_memory
+  LimitsTest.MemoryOvercommitIsRefusedAndSaysSo
+  LimitsTest.MemoryPressureRefusesCreatesAndPausesTheIdleSandbox
+  e2e_multinode e2e_code_interpreter e2e_code_interpreter_gvisor
+)
+# team-names: named snapshots and the team disk budget are per team name
+# across every daemon on the state dir, and these use the same team names.
+set(airlock_lock_team_names
+  TenancyTest.TeamDiskBudgetRefusesOnlyTheTeamOverItAndUploadsExpire
+  TenancyTest.KeysOfAnotherTeamReachNothing
+  TenancyTest.SnapshotNamesAndTemplateAliasesLiveInTheirTeamsNamespace
+)
+
+# Seconds at -j 1 (2 cores, TCG, Test build): CTest starts the costliest
+# first. Its own measurements (Testing/Temporary/CTestCostData.txt) replace
+# these after a run in the same build directory.
+set(airlock_costs
+  e2e_code_interpreter 234  e2e_templates 174  e2e_dataplane 170  e2e_files 164
+  e2e_code_interpreter_gvisor 161  integration_gvisor 121  runtime_conformance 88
+  e2e_template_oci 72  DataPlaneTest.GigabyteDownloadAndLargeUploadStreamWithBoundedMemory 72
+  e2e_sdk_snapshots_gvisor 47  e2e_pool 44  SnapshotTest.FiftyPauseResumeCyclesKeepEveryByte 42
+  e2e_sdk_snapshots 38  e2e_files_gvisor 35  TemplatePackages.AptPipAndNpmThroughTheBuildAllowlistAndNothingElse 34
+  EgressTest.RealSandboxesOnGvisor 29  e2e_multinode 27  RunTest.LargeOutputStreamsWithBoundedMemory 26
+  EgressTest.GatewayHostAndOtherSandboxesClosedOnEveryPort 24 CheckpointTest.TwentyCheckpointRollbackCyclesLoseNothing 22
+)
+
+foreach(t IN LISTS airlock_run_alone)
+  set_tests_properties(${t} PROPERTIES RUN_SERIAL TRUE)
+endforeach()
+set(airlock_locks "")
+foreach(lock cpu memory team_names)
+  foreach(t IN LISTS airlock_lock_${lock})
+    list(APPEND airlock_locks_of_${t} ${lock})
+    list(APPEND airlock_locked ${t})
+  endforeach()
+endforeach()
+list(REMOVE_DUPLICATES airlock_locked)
+foreach(t IN LISTS airlock_locked)
+  set_tests_properties(${t} PROPERTIES RESOURCE_LOCK "${airlock_locks_of_${t}}")
+endforeach()
+list(LENGTH airlock_costs n)
+while(n GREATER 1)
+  list(POP_FRONT airlock_costs t cost)
+  set_tests_properties(${t} PROPERTIES COST ${cost})
+  list(LENGTH airlock_costs n)
+endwhile()
