@@ -59,7 +59,7 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
     AuditAuthFailure(c);
     return c->RespondError(401, is_mcp ? "missing API key (X-API-Key or Authorization: Bearer)" : "missing X-API-Key");
   }
-  asio::post(*key_refresher_, [this, c, presented = std::move(presented), dispatch] {
+  asio::post(*lookups_, [this, c, presented = std::move(presented), dispatch] {
     Status st = api_keys_->RefreshIfStale();
     auto key = api_keys_->Find(presented);
     asio::post(c->executor(), [this, c, st, key, dispatch] {
@@ -146,75 +146,40 @@ bool Server::CallerOwns(const Caller& caller, OwnedKind kind, const std::string&
 }
 
 void Server::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller) {
-  ReadJson(c, [this, c, caller](json body) { CreateSandboxFrom(c, caller, std::move(body), "", "", ""); });
-}
-
-void Server::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller, json body, std::string image,
-                               std::string display_id, std::string alias) {
-  {
+  ReadJson(c, [this, c, caller](json body) {
     auto parsed = requests::ParseCreateRequest(body, {config_.max_vcpus, config_.max_memory_mib, config_.max_disk_mib});
     if (!parsed.ok()) return c->RespondError(400, parsed.status().message());
-    const requests::CreateRequest& req = *parsed;
+    // The template, resolved once for the caller's team (control/template_catalog.h),
+    // off the event loop (it reads the template store, named snapshots and
+    // image files) and never behind a bring-up (lookups_).
+    asio::post(*lookups_, [this, c, caller, req = *std::move(parsed)] {
+      auto resolved = catalog_->Resolve(req.template_id.value_or("base"), caller.team, caller.admin);
+      asio::post(c->executor(), [this, c, caller, req, resolved = std::move(resolved)] {
+        if (!resolved.ok()) return c->RespondError(HttpStatusFor(resolved.status()), resolved.status().message());
+        CreateSandboxFrom(c, caller, req, *resolved);
+      });
+    });
+  });
+}
+
+void Server::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller, const requests::CreateRequest& req,
+                               const control::ResolvedTemplate& tmpl) {
+  {
     CreateOptions opts;
     opts.detach = true;
-    // The runtime: the body's, else the template name's (below), else the
-    // default (the manager's).
-    if (req.runtime) opts.runtime = *req.runtime;
-    if (!image.empty()) {
-      opts.template_name = image;  // a custom template's build (resolved below, on a worker)
-    } else if (req.template_id) {
-      opts.template_name = *req.template_id;
-      // A named snapshot is a template of its team only: a name in the
-      // caller's team's namespace (an id of any team's for admin keys). A
-      // built-in template's name is never a snapshot.
-      std::string snap = IsBuiltInTemplateName(opts.template_name)
-                             ? ""
-                             : manager_->FindNamedSnapshot(opts.template_name, caller.team, caller.admin);
-      if (!snap.empty() && !CallerOwns(caller, OwnedKind::kSnapshot, snap.substr(snap.rfind('/') + 1))) {
-        return c->RespondError(404, "template " + opts.template_name + " not found");
-      }
-      opts.named_snapshot_dir = snap;
-      if (snap.empty()) {
-        // A built-in template on a runtime ("base-gvisor") is that template,
-        // on that runtime unless the body names one.
-        const TemplateRef ref = ParseTemplateRuntime(opts.template_name, manager_->config().runtime);
-        if (ref.runtime_in_name) {
-          opts.template_name = ref.image_template;
-          if (!req.runtime) opts.runtime = ref.runtime;
-        }
-        // An alias of a built-in template ("code-interpreter-v1") is that template.
-        opts.template_name = image::CanonicalTemplateName(opts.template_name);
-      }
-      // A custom template ("name", "name:tag", its id): its ready build's image
-      // (the store is read on a worker; the create continues there).
-      const auto& known = image::KnownTemplates();
-      if (snap.empty() && std::find(known.begin(), known.end(), opts.template_name) == known.end()) {
-        const std::string ref = *req.template_id;
-        return asio::post(*workers_, [this, c, caller, body, ref] {
-          auto r = templates::ResolveBuild(*template_store_, ref, caller.team, caller.admin);
-          if (r.ok()) (void)template_store_->CountSpawn(r->tmpl.id);
-          asio::post(c->executor(), [this, c, caller, body, ref, r] {
-            if (!r.ok()) {
-              int code = r.status().code() == StatusCode::kInvalidArgument ? 400 : 404;
-              return c->RespondError(code, r.status().message());
-            }
-            NoteTemplateImage(r->build.image, r->tmpl.id);
-            CreateSandboxFrom(c, caller, body, r->build.image, r->tmpl.id, r->alias);
-          });
-        });
-      }
-    }
-    const image::MachineShape shape = DefaultShapeFor(opts.template_name);
+    opts.template_name = tmpl.image_template;
+    opts.named_snapshot_dir = tmpl.named_snapshot_dir;
+    // The runtime: the body's, else the template name's ("base-gvisor"),
+    // else the default (the manager's).
+    opts.runtime = req.runtime ? *req.runtime : tmpl.runtime_in_name;
+    const std::string display_id = tmpl.template_id, alias = tmpl.alias;
+    if (!display_id.empty()) NoteTemplateImage(tmpl.image_template, display_id);
+    const image::MachineShape shape = ClampedShape(tmpl.shape);
     opts.vcpus = req.vcpus.value_or(shape.vcpus);
     opts.memory_mib = req.memory_mib.value_or(shape.memory_mib);
     opts.env_vars = req.env_vars;
     opts.egress_policy = req.egress_policy;
-    int template_disk_mib = 0;
-    if (auto img = image::FindImage(config_.manager.state_dir, opts.template_name); img.ok()) {
-      struct stat st;
-      if (::stat(img->rootfs.c_str(), &st) == 0) template_disk_mib = static_cast<int>(st.st_size >> 20);
-    }
-    if (Status st = requests::CheckTemplateDisk(req, template_disk_mib); !st.ok())
+    if (Status st = requests::CheckTemplateDisk(req, tmpl.disk_mib); !st.ok())
       return c->RespondError(400, st.message());
     int ttl = ClampTimeout(req.timeout_s.value_or(config_.default_timeout_s));
     opts.timeout = std::chrono::seconds(ttl);
@@ -257,6 +222,7 @@ void Server::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller
         return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
       }
       const std::string id = (*sb)->id();
+      if (!display_id.empty()) (void)template_store_->CountSpawn(display_id);  // E2B's spawnCount
       secrets_->Commit(id, std::move(attached).value(), key_id);
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       AdmissionDone(ticket, id, ms / 1000.0);

@@ -173,7 +173,7 @@ Status Server::Init() {
   api_keys_ = config_.cluster.keys ? std::make_unique<ApiKeyTable>(*config_.cluster.keys)
                                    : std::make_unique<ApiKeyTable>(registry_.get());
   RETURN_IF_ERROR(api_keys_->Reload());
-  key_refresher_ = std::make_unique<asio::thread_pool>(1);
+  lookups_ = std::make_unique<asio::thread_pool>(2);
   HttpLimits limits = config_.limits;
   if (!limits.log) {
     limits.log = [](http::LogLevel level, const std::string& msg) {
@@ -275,7 +275,7 @@ Server::~Server() {
   // A template snapshot waiting on its guest (minutes, under TCG) gives up.
   if (manager_) manager_->template_snapshots().Cancel();
   if (workers_) workers_->join();
-  if (key_refresher_) key_refresher_->join();
+  if (lookups_) lookups_->join();
   if (manager_) {
     if (config_.kill_on_exit) {
       manager_->DestroyAll();  // each end forgets the sandbox's secrets (OnSandboxEnding)
@@ -301,12 +301,12 @@ void Server::Stop() {
 }
 
 image::MachineShape Server::DefaultShapeFor(const std::string& template_name) const {
-  image::MachineShape shape{config_.default_vcpus, config_.default_memory_mib};
-  if (auto own = image::DefaultShapeOf(template_name, config_.manager.state_dir)) {
-    shape.vcpus = std::min(own->vcpus, config_.max_vcpus);
-    shape.memory_mib = std::min(own->memory_mib, config_.max_memory_mib);
-  }
-  return shape;
+  return ClampedShape(image::DefaultShapeOf(template_name, config_.manager.state_dir).value_or(image::MachineShape{}));
+}
+
+image::MachineShape Server::ClampedShape(const image::MachineShape& own) const {
+  if (own.vcpus <= 0 || own.memory_mib <= 0) return {config_.default_vcpus, config_.default_memory_mib};
+  return {std::min(own.vcpus, config_.max_vcpus), std::min(own.memory_mib, config_.max_memory_mib)};
 }
 
 int Server::ClampTimeout(int64_t seconds) const {
@@ -377,7 +377,7 @@ void Server::ScheduleKeyRefresh() {
     // Keys removed (or added) by `airlock apikey` reach the in-memory table
     // within a tick; a cheap data_version check when nothing changed.
     if (api_keys_ && !key_refresh_in_flight_.exchange(true)) {
-      asio::post(*key_refresher_, [this] {
+      asio::post(*lookups_, [this] {
         if (Status st = api_keys_->RefreshIfStale(); !st.ok()) LOG_WARN("api keys: {}", st.message());
         key_refresh_in_flight_ = false;
       });

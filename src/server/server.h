@@ -36,6 +36,7 @@
 #include "common/clock.h"
 #include "common/state_lock.h"
 #include "common/status.h"
+#include "control/template_catalog.h"
 #include "core/manager.h"
 #include "core/reaper.h"
 #include "image/image.h"
@@ -315,10 +316,10 @@ class Server {
   Status RecordInCluster(const std::string& id, bool front_reserved);
   void RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller);
   void CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller);
-  // `image` non-empty: a custom template's build, shown as `display_id`
-  // (its template id) with `alias`.
-  void CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller, nlohmann::json body, std::string image,
-                         std::string display_id, std::string alias);
+  // The create once its template is resolved (a custom template's is shown
+  // by its template id and alias).
+  void CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller, const requests::CreateRequest& req,
+                         const control::ResolvedTemplate& tmpl);
   void ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bool v2);
   void GetSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
   void KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
@@ -510,6 +511,8 @@ class Server {
   // template's own (image::DefaultShapeOf) within serve's maxima, else
   // serve's defaults.
   image::MachineShape DefaultShapeFor(const std::string& template_name) const;
+  // `own` (0s: none) within serve's maxima, else serve's defaults.
+  image::MachineShape ClampedShape(const image::MachineShape& own) const;
 
   ServerConfig config_;
   StateLock registry_lock_;  // held for the daemon's life (released last)
@@ -532,6 +535,7 @@ class Server {
   std::unique_ptr<asio::steady_timer> key_timer_;
   std::unique_ptr<Registry> registry_;
   std::unique_ptr<templates::TemplateStore> template_store_;
+  std::unique_ptr<control::TemplateCatalog> catalog_;  // what a create's templateID names
   std::unique_ptr<templates::Builder> builder_;  // after manager_ in ~Server: stopped first
   std::string upload_key_;                       // HMAC key of upload URLs (per daemon start)
   // Disk per team and the upload TTL (disk_hooks.cc, docs/limits.md).
@@ -547,10 +551,12 @@ class Server {
   std::atomic<bool> upload_sweep_in_flight_{false};
   std::mutex template_images_mu_;
   std::map<std::string, std::string> template_images_;
-  // X-API-Key checks in memory; reloads run on key_refresher_ (one thread,
-  // so a create that holds every worker never delays a new key's first call).
+  // X-API-Key checks in memory; reloads run on lookups_.
   std::unique_ptr<ApiKeyTable> api_keys_;
-  std::unique_ptr<asio::thread_pool> key_refresher_;
+  // Short blocking reads that must never queue behind a bring-up holding
+  // every worker: API-key reloads (a new key's first call) and template
+  // resolution (TemplateCatalog, so admission answers a create at once).
+  std::unique_ptr<asio::thread_pool> lookups_;
   std::atomic<bool> key_refresh_in_flight_{false};
   std::unique_ptr<Manager> manager_;
   std::unique_ptr<Reaper> reaper_;  // after manager_: destroyed before it

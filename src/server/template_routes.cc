@@ -107,6 +107,8 @@ void Server::InTemplateWorker(std::shared_ptr<HttpConn> c, std::function<Templat
 
 Status Server::InitTemplates() {
   ASSIGN_OR_RETURN(template_store_, tpl::TemplateStore::Open(db_path_));
+  catalog_ = std::make_unique<control::TemplateCatalog>(*manager_, *registry_, *template_store_,
+                                                        config_.manager.state_dir, manager_->config().runtime);
   upload_key_ = RandomBytes(32);
   tpl::BuilderConfig bc;
   bc.state_dir = config_.manager.state_dir;
