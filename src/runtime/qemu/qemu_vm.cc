@@ -395,7 +395,11 @@ StatusOr<std::unique_ptr<QemuVm>> QemuVm::Launch(const VmSpec& spec, const Launc
       std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the stderr drain catch up
       return FailedPrecondition("qemu exited during start: " + vm->DeathReport(*es));
     }
-    auto q = QmpClient::Connect(p.qmp_socket, std::chrono::seconds(2));
+    // Once it listens, its greeting and capabilities answer may take the
+    // rest of the start's time: a QEMU starting on a busy host (two test
+    // suites on 2 cores under TCG) was seen to take more than 2 s.
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto q = QmpClient::Connect(p.qmp_socket, std::max<std::chrono::milliseconds>(std::chrono::seconds(2), left));
     if (q.ok()) {
       vm->qmp_ = std::move(*q);
       break;
