@@ -243,6 +243,12 @@ Status Sandbox::DestroyVm() {
   {
     std::lock_guard<std::mutex> l(mu_);
     vm = std::move(vm_);
+    // The lease named the VMM as its owner: once it is gone, another
+    // process's start-up clean-up would take the network for a dead
+    // owner's while it is still ours (torn down next, or a rollback's).
+    if (vm && network_) {
+      if (Status st = network_->HoldLease(); !st.ok()) LOG_WARN("sandbox={} lease: {}", id_, st.message());
+    }
   }
   return vm ? vm->Destroy().WithContext("destroy VMM") : OkStatus();
 }

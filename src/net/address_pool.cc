@@ -209,6 +209,13 @@ StatusOr<std::optional<AddressLease>> AddressPool::Find(const std::string& sandb
 
 Status AddressPool::Adopt(const AddressLease& lease, pid_t owner) {
   ASSIGN_OR_RETURN(DirLock lock, DirLock::Take(dir_));
+  // Only a lease that is still this sandbox's: one another process reclaimed
+  // (its address may be another sandbox's by now) is never written back.
+  std::ifstream f(lease.path);
+  if (!f) return NotFound("lease " + lease.path + " of sandbox " + lease.sandbox_id + " is gone");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (ParseOwner(text).sandbox_id != lease.sandbox_id)
+    return NotFound("lease " + lease.path + " is no longer sandbox " + lease.sandbox_id + "'s");
   return WriteFileAtomic(lease.path, OwnerText(lease.sandbox_id, owner_, owner > 0 ? owner : ::getpid()), 0600);
 }
 

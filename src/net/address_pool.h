@@ -76,6 +76,8 @@ class AddressPool {
   StatusOr<std::optional<AddressLease>> Find(const std::string& sandbox_id);
   // Rewrites the owner of an existing lease: to `owner` (the sandbox's VMM,
   // so the lease stays live while no daemon runs), or to the calling process.
+  // NotFound when the lease file is gone or names another sandbox (it was
+  // reclaimed): nothing is written then.
   Status Adopt(const AddressLease& lease, pid_t owner = 0);
   // Removes stale leases; returns the sandbox ids whose lease was removed.
   StatusOr<std::vector<std::string>> Reclaim();

@@ -91,6 +91,11 @@ class SandboxNetwork {
   // Replaces only the host's addresses (the CIDRs last set stay).
   Status SetEgressHostAddresses(const std::vector<std::string>& host_addresses);
 
+  // Makes the calling process the lease's owner again (it was the VMM's):
+  // called before the VMM is stopped, so that no other process's clean-up
+  // (CleanupLeftovers) takes the network for a dead owner's while this one
+  // still tears it down or starts a new VMM in it (a rollback).
+  Status HoldLease() { return pool_ ? pool_->Adopt(lease_) : OkStatus(); }
   // Removes everything; idempotent.
   Status Destroy();
   // Forget the network without tearing it down (the daemon keeps it).
