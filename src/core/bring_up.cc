@@ -500,9 +500,7 @@ StatusOr<PoolSource> Manager::PoolSourceFor(const PoolShape& shape) const {
   PoolSource source;
   ASSIGN_OR_RETURN(source.image, image::FindImage(config_.state_dir, shape.template_name));
   ASSIGN_OR_RETURN(source.snapshot_dir,
-                   template_snapshots_->DirFor(source.image, shape.vcpus, shape.memory_mib, shape.runtime));
-  if (!template_snapshots_->Usable(source.snapshot_dir))
-    return FailedPrecondition("no usable template snapshot " + source.snapshot_dir);
+                   template_snapshots_->Find(source.image, shape.vcpus, shape.memory_mib, shape.runtime));
   return source;
 }
 

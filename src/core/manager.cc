@@ -633,8 +633,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   // From the template's snapshot when there is one, else a cold boot.
   plan.source = MachineSource::kColdBoot;
   if (config_.template_snapshots && template_snapshots_->Pays(*rt, template_name)) {
-    auto tdir = template_snapshots_->DirFor(*img, options.vcpus, options.memory_mib, runtime);
-    if (tdir.ok() && template_snapshots_->Usable(*tdir)) {
+    if (auto tdir = template_snapshots_->Find(*img, options.vcpus, options.memory_mib, runtime); tdir.ok()) {
       plan.source = MachineSource::kTemplateSnapshot;
       plan.snapshot_dir = *tdir;
     }

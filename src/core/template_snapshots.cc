@@ -124,6 +124,13 @@ bool TemplateSnapshots::Usable(const std::string& dir) const {
   return rt.ok() && (*rt)->snapshots().Read(dir).ok();
 }
 
+StatusOr<std::string> TemplateSnapshots::Find(const image::GuestImage& img, int vcpus, int memory_mib,
+                                              const std::string& runtime) const {
+  ASSIGN_OR_RETURN(std::string dir, DirFor(img, vcpus, memory_mib, runtime));
+  if (!Usable(dir)) return NotFound("no usable template snapshot " + dir);
+  return dir;
+}
+
 bool TemplateSnapshots::Pays(const Runtime& runtime, const std::string& template_name) const {
   if (runtime.plain_template_restores_sooner()) return true;
   return !image::ReadinessOf(template_name, config_.state_dir).console_marker.empty();

@@ -46,6 +46,10 @@ class TemplateSnapshots {
                                const std::string& runtime = "") const;
   // A complete snapshot is at `dir` (read through the runtime that wrote it).
   bool Usable(const std::string& dir) const;
+  // DirFor's directory when a usable snapshot is there (what a create or
+  // the warm pool restores from); NotFound when none is, else DirFor's error.
+  StatusOr<std::string> Find(const image::GuestImage& img, int vcpus, int memory_mib,
+                             const std::string& runtime = "") const;
   // Whether sandboxes of `template_name` on `runtime` start from the
   // template's snapshot: always where a restore is sooner
   // (Runtime::plain_template_restores_sooner), else only for templates with

@@ -76,6 +76,13 @@ LeaseOwner ParseOwner(const std::string& text) {
   return o;
 }
 
+// The owner a lease file names; nullopt when the file cannot be opened.
+std::optional<LeaseOwner> ReadOwner(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return std::nullopt;
+  return ParseOwner(std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()));
+}
+
 }  // namespace
 
 std::string Ipv4ToString(uint32_t addr) {
@@ -132,9 +139,7 @@ StatusOr<std::vector<std::pair<AddressLease, LeaseOwner>>> AddressPool::ListLock
     if (name.empty() || name[0] == '.') continue;
     auto ip = ParseIpv4(name);
     if (!ip.ok()) continue;
-    std::ifstream f(dir_ + "/" + name);
-    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    LeaseOwner o = ParseOwner(text);
+    LeaseOwner o = ReadOwner(dir_ + "/" + name).value_or(LeaseOwner{});
     AddressLease l{o.sandbox_id, *ip, *ip + 1, dir_ + "/" + name};
     out.emplace_back(std::move(l), o);
   }
@@ -211,10 +216,9 @@ Status AddressPool::Adopt(const AddressLease& lease, pid_t owner) {
   ASSIGN_OR_RETURN(DirLock lock, DirLock::Take(dir_));
   // Only a lease that is still this sandbox's: one another process reclaimed
   // (its address may be another sandbox's by now) is never written back.
-  std::ifstream f(lease.path);
-  if (!f) return NotFound("lease " + lease.path + " of sandbox " + lease.sandbox_id + " is gone");
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (ParseOwner(text).sandbox_id != lease.sandbox_id)
+  const std::optional<LeaseOwner> now = ReadOwner(lease.path);
+  if (!now) return NotFound("lease " + lease.path + " of sandbox " + lease.sandbox_id + " is gone");
+  if (now->sandbox_id != lease.sandbox_id)
     return NotFound("lease " + lease.path + " is no longer sandbox " + lease.sandbox_id + "'s");
   return WriteFileAtomic(lease.path, OwnerText(lease.sandbox_id, owner_, owner > 0 ? owner : ::getpid()), 0600);
 }

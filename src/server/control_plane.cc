@@ -1,7 +1,6 @@
 // Control plane: the E2B REST API of spec §1 (schemas §1.5), plus path
 // aliases for older SDKs (§1.7). Every route but GET /health needs a valid
 // X-API-Key (401 JSON otherwise). Blocking work runs on the worker pool.
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
@@ -10,7 +9,6 @@
 #include "common/log.h"
 #include "common/secure_equal.h"
 #include "core/http_client.h"
-#include "core/template_runtime.h"
 #include "image/image.h"
 #include "server/egress_routes.h"
 #include "server/http_status.h"
