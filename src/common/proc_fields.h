@@ -1,6 +1,6 @@
 // The "Key:   1234 kB" lines of /proc files (meminfo, PID/smaps_rollup,
 // PID/status; proc(5)): one parser for the daemon's admission
-// (server/host_memory.h), the benchmarks and the tests.
+// (control/host_memory.h), the benchmarks and the tests.
 #pragma once
 
 #include <sys/types.h>

@@ -79,7 +79,7 @@ struct WarmPoolConfig {
   // gives back one parked sandbox a round below it.
   int64_t min_available_mib = 2048;
   // When set, the pool asks this instead of reading MemAvailable itself
-  // (the daemon's memory-pressure policy, server/memory_pressure.h: one
+  // (the daemon's memory-pressure policy, control/memory_pressure.h: one
   // policy for refusing creates, shrinking the pool and pausing).
   std::function<bool()> memory_short;
 };

@@ -147,7 +147,7 @@ void Server::RollbackSandbox(std::shared_ptr<HttpConn> c, const std::string& id)
       auto on_running = [this, id] {
         // The guest's TCP state is the checkpoint's: exchanges with the old
         // VMM can never finish (as on pause).
-        DropStreams(id);  // the registry has the new VMM's pid already (the Manager's)
+        streams_.Drop(id);  // the registry has the new VMM's pid already (the Manager's)
       };
       auto r = manager_->Rollback(id, checkpoint_id, std::chrono::seconds(60), on_running);
       if (!r.ok()) {

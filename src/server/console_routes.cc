@@ -115,9 +115,7 @@ void Server::LatestMetrics(std::shared_ptr<HttpConn> c, const Caller& caller) {
   json out = json::object();
   for (const auto& id : ids) {
     if (!Visible(id) || !CallerOwns(caller, OwnedKind::kSandbox, id)) continue;
-    std::lock_guard<std::mutex> l(mu_);
-    if (auto it = metric_history_.find(id); it != metric_history_.end() && !it->second.empty())
-      out[id] = MetricJson(it->second.back());
+    if (auto m = metrics_sampler_->Latest(id)) out[id] = control::MetricJson(*m);
   }
   c->Respond(200, "application/json", json{{"sandboxes", out}}.dump());
 }
@@ -147,7 +145,7 @@ void Server::HostView(std::shared_ptr<HttpConn> c, const Caller& caller) {
         {"committedMiB", st.committed_memory_mib},
         {"availableMiB", st.available_mib},
         {"hostReserveMiB", ac.memory_host_reserve_mib},
-        {"poolHeldMiB", pool_held_mib_.load()},
+        {"poolHeldMiB", memory_->pool_held_mib()},
         {"pressure", st.pressure}}},
       {"disk",
        {{"stateDir", config_.manager.state_dir},

@@ -303,7 +303,7 @@ void Server::GetSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
 void Server::KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   // Decided here, on the event loop: from now on nothing shows or reaches it.
   if (!Visible(id) || !manager_->End(id, SandboxOutcome::kKilled).ok()) return RespondNoSandbox(c, id);
-  DropStreams(id);
+  streams_.Drop(id);
   LOG_INFO("sandbox={} kill requested", id);
   asio::post(*workers_, [this, c, id] {
     Status st = manager_->Destroy(id);  // OnSandboxEnding / OnSandboxEnded: secrets, audit, admission
@@ -339,7 +339,7 @@ void Server::ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id) 
     int64_t ends = NowUnixMs() + int64_t{ClampTimeout(req->timeout_s.value_or(config_.default_timeout_s))} * 1000;
     auto sb = Visible(id);
     if (!sb) return RespondNoSandbox(c, id);
-    NoteActivity(id);  // a connected sandbox is in use: not the memory-pressure policy's first pause
+    memory_->NoteActivity(id);  // a connected sandbox is in use: not the memory-pressure policy's first pause
     if (sb->api_state() == "paused") return ResumeSandbox(c, id, ends);
     asio::post(*workers_, [this, c, id, ends] {
       // A running sandbox's TTL is only ever extended (spec §1.5.6).

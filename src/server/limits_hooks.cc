@@ -1,5 +1,5 @@
 // Limits in the daemon (docs/limits.md): admission (429 + Retry-After / bounded fair queue / 503 memory), the
-// admission tick, and GET /metrics. The memory readings admission uses: memory_hooks.cc.
+// admission tick, and GET /metrics. The memory readings admission uses: control/memory_governor.h.
 #include <sys/statvfs.h>
 
 #include <boost/asio/post.hpp>
@@ -37,7 +37,7 @@ void Server::Admit(std::shared_ptr<HttpConn> c, const std::string& key_id, int m
     return c->RespondError(HttpStatusFor(disk, HttpStatusContext::kDisk), disk.message());
   }
   admission_->Request(
-      key_id, memory_mib, Admission::Clock::now(), [this, c, work = std::move(work)](AdmissionDecision d) {
+      key_id, memory_mib, control::Admission::Clock::now(), [this, c, work = std::move(work)](control::AdmissionDecision d) {
         if (!d.granted) {
           if (d.reason.empty())
             metrics_.AdmissionRejected(d.http_status);
@@ -58,18 +58,18 @@ void Server::AdmissionDone(uint64_t ticket, const std::string& sandbox_id, doubl
     metrics_.CreateFailed();
   else
     metrics_.CreateSucceeded(seconds);
-  admission_->CreateDone(ticket, sandbox_id, Admission::Clock::now());
+  admission_->CreateDone(ticket, sandbox_id, control::Admission::Clock::now());
 }
 
 void Server::SandboxReleased(const std::string& sandbox_id) {
-  admission_->SandboxGone(sandbox_id, Admission::Clock::now());
+  admission_->SandboxGone(sandbox_id, control::Admission::Clock::now());
 }
 
 void Server::ScheduleAdmissionTick() {
   admission_timer_->expires_after(std::chrono::milliseconds(100));
   admission_timer_->async_wait([this](boost::system::error_code ec) {
     if (ec) return;
-    (void)admission_->Pump(Admission::Clock::now());
+    (void)admission_->Pump(control::Admission::Clock::now());
     ScheduleAdmissionTick();
   });
 }
@@ -96,9 +96,9 @@ void Server::ServeMetrics(std::shared_ptr<HttpConn> c) {
   g.memory_budget_mib = st.budget_mib;
   g.memory_host_reserve_mib = admission_->config().memory_host_reserve_mib;
   g.memory_available_mib = st.available_mib;
-  g.memory_pool_held_mib = pool_held_mib_.load();
+  g.memory_pool_held_mib = memory_->pool_held_mib();
   g.memory_pressure = st.pressure ? 1 : 0;
-  g.memory_sample_seconds = static_cast<double>(memory_sample_us_.load()) / 1e6;
+  g.memory_sample_seconds = memory_->last_reading_seconds();
   auto ps = manager_->warm_pool().stats();
   g.pool_parked = ps.parked;
   g.pool_hits = ps.hits;

@@ -1,192 +1,29 @@
 // GET /sandboxes/{id}/metrics?start=&end= (spec §1.4 #8, §1.5.4): the
-// sandbox's resource use over an interval, as E2B serves it from its metrics
-// store. airlock keeps the history itself: every metrics_interval (5 s, E2B's
-// export period) a worker asks each running sandbox's agent for /metrics and
-// appends one sample to the sandbox's table entry (bounded: the newest
-// kMaxMetricSamples, an hour at 5 s; gone with the sandbox). A request whose
-// interval reaches the present also takes a fresh sample first, so a
-// sandbox created a moment ago already has a point.
+// sandbox's resource use over an interval, from the history the metrics
+// sampler keeps (control/metrics_sampler.h).
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 
-#include "common/log.h"
-#include "core/http_client.h"
 #include "server/server.h"
 
 namespace airlock::server {
 
 using nlohmann::json;
 
-namespace {
-
-// Unix seconds up to 9999-12-31T23:59:59Z; InvalidArgument naming `name`.
-StatusOr<int64_t> UnixSeconds(const std::string& name, const std::string& v) {
-  constexpr int64_t kMax = 253402300799;
-  if (v.empty() || v.size() > 12 || v.find_first_not_of("0123456789") != std::string::npos) {
-    return InvalidArgument("invalid " + name + ": must be a non-negative integer (Unix seconds)");
-  }
-  int64_t n = std::stoll(v);
-  if (n > kMax) return InvalidArgument("invalid " + name + ": after the year 9999");
-  return n;
-}
-
-// One sample from the agent at rec's address; the agent's numbers, the
-// daemon's time. Errors: the agent's status or transport error.
-StatusOr<MetricSample> SampleAgent(const SandboxRecord& rec, std::chrono::seconds timeout) {
-  HttpCall call;
-  call.host = rec.netns_ip;
-  call.port = kAgentPort;
-  call.target = "/metrics";
-  call.headers = {{"X-Access-Token", rec.access_token}};
-  call.timeout = timeout;
-  call.max_body = 64 * 1024;
-  auto reply = HttpDo(call);
-  if (!reply.ok()) return Status(StatusCode::kUnavailable, "agent /metrics: " + reply.status().message());
-  if (reply->status != 200) {
-    return Status(StatusCode::kUnavailable, "agent /metrics answered " + std::to_string(reply->status));
-  }
-  json m = json::parse(reply->body, nullptr, false);
-  if (!m.is_object()) return Status(StatusCode::kUnavailable, "agent /metrics: not a JSON object");
-  auto i64 = [&](const char* k) -> int64_t {
-    auto it = m.find(k);
-    return it != m.end() && it->is_number() ? std::max<int64_t>(0, it->get<int64_t>()) : 0;
-  };
-  MetricSample s;
-  s.ts_s = NowUnixMs() / 1000;
-  s.cpu_count = static_cast<int>(std::min<int64_t>(i64("cpu_count"), 1024));
-  auto pct = m.find("cpu_used_pct");
-  s.cpu_used_pct = pct != m.end() && pct->is_number() ? std::clamp(pct->get<double>(), 0.0, 100.0) : 0.0;
-  s.mem_used = i64("mem_used");
-  s.mem_total = i64("mem_total");
-  s.mem_cache = i64("mem_cache");
-  s.disk_used = i64("disk_used");
-  s.disk_total = i64("disk_total");
-  return s;
-}
-
-}  // namespace
-
-StatusOr<MetricsRange> ParseMetricsRange(const std::optional<std::string>& start, const std::optional<std::string>& end,
-                                         int64_t sandbox_start_s, int64_t now_s) {
-  MetricsRange r{sandbox_start_s, now_s};
-  if (start) {
-    ASSIGN_OR_RETURN(r.start_s, UnixSeconds("start", *start));
-  }
-  if (end) {
-    ASSIGN_OR_RETURN(r.end_s, UnixSeconds("end", *end));
-  }
-  if (r.start_s > r.end_s) {
-    return InvalidArgument("invalid time range for metrics: start (" + std::to_string(r.start_s) + ") is after end (" +
-                           std::to_string(r.end_s) + ")");
-  }
-  return r;
-}
-
-int64_t MetricsStep(int64_t range_s) {
-  constexpr int64_t kHour = 3600;
-  if (range_s < kHour) return 5;
-  if (range_s < 6 * kHour) return 30;
-  if (range_s < 12 * kHour) return 60;
-  if (range_s < 24 * kHour) return 120;
-  if (range_s < 7 * 24 * kHour) return 300;
-  return 900;
-}
-
-std::vector<MetricSample> SelectMetrics(const std::deque<MetricSample>& history, const MetricsRange& range) {
-  std::vector<MetricSample> out;
-  const int64_t step = MetricsStep(range.end_s - range.start_s);
-  int64_t bucket = -1;
-  for (const auto& m : history) {
-    if (m.ts_s < range.start_s || m.ts_s > range.end_s) continue;
-    int64_t b = (m.ts_s - range.start_s) / step;
-    if (b == bucket && !out.empty()) {
-      out.back() = m;  // the newest of its bucket
-    } else {
-      out.push_back(m);
-      bucket = b;
-    }
-  }
-  return out;
-}
-
-json MetricJson(const MetricSample& m) {
-  return json{{"timestamp", FormatRfc3339Ms(m.ts_s * 1000)},
-              {"timestampUnix", m.ts_s},
-              {"cpuCount", m.cpu_count},
-              {"cpuUsedPct", m.cpu_used_pct},
-              {"memUsed", m.mem_used},
-              {"memTotal", m.mem_total},
-              {"memCache", m.mem_cache},
-              {"diskUsed", m.disk_used},
-              {"diskTotal", m.disk_total}};
-}
-
-void Server::RecordMetricSample(const std::string& id, const MetricSample& m) {
-  if (!Visible(id)) return;  // ended meanwhile
-  std::lock_guard<std::mutex> l(mu_);
-  auto& h = metric_history_[id];
-  if (!h.empty() && h.back().ts_s >= m.ts_s) {
-    h.back() = m;  // one sample per second at most
-    return;
-  }
-  if (h.size() >= kMaxMetricSamples) h.pop_front();
-  h.push_back(m);
-}
-
-void Server::ScheduleMetricsSampler() {
-  if (config_.metrics_interval.count() <= 0) return;
-  metrics_timer_->expires_after(config_.metrics_interval);
-  metrics_timer_->async_wait([this](boost::system::error_code ec) {
-    if (ec) return;
-    // One sweep at a time: a slow agent delays the next sweep, never stacks them.
-    if (!metrics_sampling_.exchange(true)) asio::post(*workers_, [this] { SampleAllMetrics(); });
-    ScheduleMetricsSampler();
-  });
-}
-
-void Server::SampleAllMetrics() {
-  std::vector<SandboxRecord> running;
-  for (const auto& sb : manager_->VisibleList()) {
-    if (sb->state() == SandboxState::kRunning) running.push_back(sb->Record());
-  }
-  for (const auto& rec : running) {
-    auto s = SampleAgent(rec, std::chrono::seconds(3));
-    if (s.ok()) {
-      RecordMetricSample(rec.id, *s);
-    } else {
-      LOG_DEBUG("sandbox={} metrics sample: {}", rec.id, s.status().message());
-    }
-  }
-  metrics_sampling_ = false;
-}
-
 void Server::Metrics(std::shared_ptr<HttpConn> c, const std::string& id) {
   auto sb = Visible(id);
   if (!sb) return RespondNoSandbox(c, id);
   SandboxRecord rec = sb->Record();
   const int64_t now_s = NowUnixMs() / 1000;
-  auto range = ParseMetricsRange(c->Query("start"), c->Query("end"), rec.created_at_ms / 1000, now_s);
+  auto range = control::ParseMetricsRange(c->Query("start"), c->Query("end"), rec.created_at_ms / 1000, now_s);
   if (!range.ok()) return c->RespondError(400, range.status().message());
   // A range that reaches the present gets a fresh sample of a running sandbox.
   const bool live = rec.state == "running" && range->end_s >= now_s;
   asio::post(*workers_, [this, c, rec, range = *range, live] {
     Status live_error;
-    if (live) {
-      auto s = SampleAgent(rec, std::chrono::seconds(10));
-      if (s.ok()) {
-        RecordMetricSample(rec.id, *s);
-      } else {
-        live_error = s.status();
-      }
-    }
-    std::vector<MetricSample> points;
-    bool found = false;
-    if (Visible(rec.id)) {
-      found = true;
-      std::lock_guard<std::mutex> l(mu_);
-      if (auto it = metric_history_.find(rec.id); it != metric_history_.end())
-        points = SelectMetrics(it->second, range);
-    }
+    if (live) live_error = metrics_sampler_->SampleNow(rec, std::chrono::seconds(10)).status();
+    auto found = metrics_sampler_->Points(rec.id, range);
+    const std::vector<control::MetricSample> points = found.value_or(std::vector<control::MetricSample>{});
     int status = 200;
     std::string out;
     if (!found) {
@@ -197,7 +34,7 @@ void Server::Metrics(std::shared_ptr<HttpConn> c, const std::string& id) {
       out = JsonError(502, live_error.message());
     } else {
       json arr = json::array();
-      for (const auto& p : points) arr.push_back(MetricJson(p));
+      for (const auto& p : points) arr.push_back(control::MetricJson(p));
       out = arr.dump();
     }
     asio::post(c->executor(), [c, status, out] { c->Respond(status, "application/json", out); });

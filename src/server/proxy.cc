@@ -25,7 +25,7 @@
 // 502 {"code":502,"message":"The sandbox was not found","sandboxId":…} as
 // E2B's proxy (the SDK reads it on /health as "not running"). Every relayed
 // exchange is tracked per sandbox and dropped when it is killed, dies or
-// pauses (Server::DropStreams), so no stream outlives its sandbox.
+// pauses (StreamTable::Drop), so no stream outlives its sandbox.
 #include <strings.h>
 
 #include <array>
@@ -478,7 +478,7 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
   const std::string& path = c->path();
   std::shared_ptr<Sandbox> sb = Visible(id);
   if (!sb) return RespondSandboxNotFound(*c, id);  // as E2B's proxy, on every port and path
-  NoteActivity(id);                                // the memory-pressure policy pauses the longest idle first
+  memory_->NoteActivity(id);                       // the memory-pressure policy pauses the longest idle first
   const SandboxAttributes attrs = sb->attributes();
   const std::string token = sb->access_token();
   const std::string& traffic_token = attrs.traffic_token;
@@ -536,7 +536,7 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
       AddLog(id, "info", "exec: " + path.substr(1));
       if (path == "/process.Process/Start") metrics_.Exec();
     }
-    auto call = std::make_shared<ProxyCall>(c, ip, port, id, [this, id](auto w) { TrackStream(id, std::move(w)); },
+    auto call = std::make_shared<ProxyCall>(c, ip, port, id, [this, id](auto w) { streams_.Track(id, std::move(w)); },
                                             c->Header("Host"));
     audit::TapRequest tr{id, "", c->method_string(), path, {}, c->Header("Authorization"), c->Header("Content-Type")};
     for (const char* q : {"path", "username"}) {
@@ -571,7 +571,7 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
                               .dump());
       }
       if (!st.ok()) return c->RespondError(502, "expose port " + std::to_string(port) + ": " + st.message());
-      auto call = std::make_shared<ProxyCall>(c, ip, port, id, [this, id](auto w) { TrackStream(id, std::move(w)); },
+      auto call = std::make_shared<ProxyCall>(c, ip, port, id, [this, id](auto w) { streams_.Track(id, std::move(w)); },
                                               host_header);
       call->SetTap(audit::DataPlaneTap::Create(tap, AuditSinkFn()));
       call->Start();
@@ -589,29 +589,6 @@ std::optional<std::string> Server::SandboxBySignature(const HttpConn& c) {
     if (ValidFileSignature(c, token)) return id;
   }
   return std::nullopt;
-}
-
-void Server::TrackStream(const std::string& id, std::weak_ptr<DataPlaneStream> s) {
-  std::lock_guard<std::mutex> l(streams_mu_);
-  auto& v = streams_[id];
-  std::erase_if(v, [](const auto& w) { return w.expired(); });
-  v.push_back(std::move(s));
-}
-
-void Server::DropStreams(const std::string& id) {
-  std::vector<std::weak_ptr<DataPlaneStream>> v;
-  {
-    std::lock_guard<std::mutex> l(streams_mu_);
-    auto it = streams_.find(id);
-    if (it == streams_.end()) return;
-    v = std::move(it->second);
-    streams_.erase(it);
-  }
-  asio::post(io_, [v = std::move(v)] {
-    for (const auto& w : v) {
-      if (auto s = w.lock()) s->Drop();
-    }
-  });
 }
 
 }  // namespace airlock::server

@@ -52,8 +52,7 @@ Status Server::Init() {
   // One level for "short of memory": admission's, the pressure policy's and the warm pool's.
   config_.admission.memory_pressure_mib = config_.pressure.refuse_below_mib;
   if (config_.memory_sample_interval.count() <= 0) config_.admission.memory_pressure_mib = 0;
-  admission_ = std::make_unique<Admission>(config_.admission);
-  memory_probe_ = ProcMemoryProbe();
+  admission_ = std::make_unique<control::Admission>(config_.admission);
   if (!config_.otlp.endpoint.empty()) {
     ASSIGN_OR_RETURN(otlp_, audit::OtlpExporter::Start(config_.otlp));
   }
@@ -134,11 +133,11 @@ Status Server::Init() {
   config_.manager.registry = registry_.get();
   config_.manager.pool.min_available_mib = config_.pressure.refuse_below_mib;
   if (config_.memory_sample_interval.count() > 0)
-    config_.manager.pool.memory_short = [this] { return memory_under_.load(); };
+    config_.manager.pool.memory_short = [this] { return memory_ && memory_->under(); };
   config_.manager.events.ending = [this](Sandbox& sb, const SandboxEnd& end) { OnSandboxEnding(sb, end); };
   config_.manager.events.ended = [this](const std::string& id, const SandboxEnd& end) { OnSandboxEnded(id, end); };
   // Its guest is stopping: no stream may wait on it.
-  config_.manager.events.paused = [this](Sandbox& sb) { DropStreams(sb.id()); };
+  config_.manager.events.paused = [this](Sandbox& sb) { streams_.Drop(sb.id()); };
   // Adopted while paused: its CA is minted now.
   config_.manager.events.resumed = [this](Sandbox& sb) { secrets_->EnsureSandboxCa(sb.id()); };
   secrets_->AddSecretEnvToAdopt(&adopt);
@@ -217,8 +216,9 @@ Status Server::Init() {
   });
   key_timer_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleKeyRefresh();
-  metrics_timer_ = std::make_unique<asio::steady_timer>(io_);
-  ScheduleMetricsSampler();
+  metrics_sampler_ = std::make_unique<control::MetricsSampler>(
+      *manager_, io_, config_.metrics_interval, [this](std::function<void()> work) { asio::post(*workers_, std::move(work)); });
+  metrics_sampler_->Start();
   {
     std::vector<std::string> running;
     for (const auto& sb : manager_->VisibleList()) {
@@ -240,12 +240,20 @@ Status Server::Init() {
   // A first memory reading before the warm pool starts (it follows the
   // pressure verdict from its first round) and before any create: here, at
   // start, on this thread (adopted VMMs are measured too; milliseconds).
-  memory_timer_ = std::make_unique<asio::steady_timer>(io_);
-  if (config_.memory_sample_interval.count() > 0) {
-    memory_sampling_ = true;
-    SampleMemory();
+  {
+    control::MemoryGovernor::Hooks hooks;
+    hooks.run_blocking = [this](std::function<void()> work) { asio::post(*workers_, std::move(work)); };
+    hooks.streaming = [this] { return streams_.Live(); };
+    hooks.paused = [this](const std::string& id, const std::string& why) {
+      metrics_.PressurePause();
+      AddLog(id, "warn", "paused by the host's memory-pressure policy (" + why + "); it resumes on connect");
+      Audit({{"action", "sandbox.pressure_pause"}, {"sandbox", id}, {"reason", why}});
+    };
+    memory_ = std::make_unique<control::MemoryGovernor>(
+        *manager_, *admission_, io_, control::MemoryGovernorConfig{config_.memory_sample_interval, config_.pressure},
+        control::ProcMemoryProbe(), std::move(hooks));
   }
-  ScheduleMemorySampler();
+  memory_->Start();
   manager_->warm_pool().Start();
   admission_timer_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleAdmissionTick();
@@ -292,9 +300,9 @@ void Server::Stop() {
     if (listener_) listener_->Stop();
     if (console_listener_) console_listener_->Stop();
     if (key_timer_) key_timer_->cancel();
-    if (metrics_timer_) metrics_timer_->cancel();
+    if (metrics_sampler_) metrics_sampler_->Stop();
     if (admission_timer_) admission_timer_->cancel();
-    if (memory_timer_) memory_timer_->cancel();
+    if (memory_) memory_->Stop();
     if (signals_) signals_->cancel();
     io_.stop();
   });
@@ -339,7 +347,7 @@ void Server::RespondNoSandbox(const std::shared_ptr<HttpConn>& c, const std::str
 
 void Server::OnSandboxEnding(Sandbox& sb, const SandboxEnd& end) {
   const std::string& id = sb.id();
-  DropStreams(id);
+  streams_.Drop(id);
   secrets_->Forget(id);
   if (end.outcome == SandboxOutcome::kCreateFailed) return;  // audited as sandbox.create_failed
   if (end.outcome == SandboxOutcome::kVmmExited) {
@@ -355,10 +363,7 @@ void Server::OnSandboxEnding(Sandbox& sb, const SandboxEnd& end) {
 }
 
 void Server::OnSandboxEnded(const std::string& id, const SandboxEnd& end) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    metric_history_.erase(id);
-  }
+  if (metrics_sampler_) metrics_sampler_->Forget(id);
   if (end.outcome != SandboxOutcome::kCreateFailed) SandboxReleased(id);
   if (config_.cluster.sandbox_removed) {
     asio::post(*workers_, [this, id] { config_.cluster.sandbox_removed(id); });

@@ -11,8 +11,9 @@
 // State: the Manager owns every sandbox's state (core/manager.h Sandbox:
 // machine, metadata, times, lifecycle, log, outcome), writes the Registry
 // (SQLite) on each transition so a restarted daemon re-adopts detached
-// VMMs, and runs the TTL / autoPause / dead-VMM reaper. The server keeps
-// only what is its own: metrics history, live data-plane streams.
+// VMMs. What owns a lock, a timer or a thread is a class of its own that
+// the server holds: the reaper (core/reaper.h), the memory governor and the
+// metrics sampler (control/), the live data-plane streams (stream_table.h).
 // Errors are Status values; HTTP errors are JSON {"code","message"}.
 #pragma once
 
@@ -36,6 +37,8 @@
 #include "common/clock.h"
 #include "common/state_lock.h"
 #include "common/status.h"
+#include "control/memory_governor.h"
+#include "control/metrics_sampler.h"
 #include "control/template_catalog.h"
 #include "core/manager.h"
 #include "core/reaper.h"
@@ -48,14 +51,12 @@
 #include "core/registry.h"
 #include "secrets/broker.h"
 #include "secrets/redactor.h"
-#include "server/admission.h"
+#include "control/admission.h"
 #include "server/api_keys.h"
 #include "server/caller.h"
 #include "templates/builder.h"
 #include "templates/template_store.h"
-#include "server/host_memory.h"
 #include "server/http_conn.h"
-#include "server/memory_pressure.h"
 #include "server/metrics.h"
 #include "server/routes.h"
 #include "server/views.h"
@@ -64,6 +65,7 @@
 #include "server/requests/secret.h"
 #include "server/requests/secrets_spec.h"
 #include "server/secrets_service.h"
+#include "server/stream_table.h"
 #include "server/team_disk.h"
 
 namespace airlock::server {
@@ -114,7 +116,7 @@ struct ServerConfig {
   int max_memory_mib = 4096;
   int max_disk_mib = 16384;
   int max_lifetime_s = 0;  // 0: none; else sandboxes die this long after create, whatever their TTL
-  AdmissionConfig admission;
+  control::AdmissionConfig admission;
   // Disk admission (docs/limits.md): a create is refused (507) unless the
   // filesystems of the state dir and of the registry each keep
   // disk_reserve_mib free for the registry and audit trail plus
@@ -127,7 +129,7 @@ struct ServerConfig {
   // (memory_pressure.h). 0: never (admission then counts every sandbox at
   // its memoryMB and sees no pressure).
   std::chrono::milliseconds memory_sample_interval{2000};
-  PressureConfig pressure;
+  control::PressureConfig pressure;
   // On a clean stop: true destroys every sandbox; false leaves the detached
   // VMMs running for the next daemon to adopt.
   bool kill_on_exit = false;
@@ -195,45 +197,6 @@ struct ServerConfig {
 // paths (tests).
 std::vector<std::string> DefaultBuildAllow(const std::string& root = "");
 
-// One sample of a sandbox's resource use (GET /sandboxes/{id}/metrics),
-// taken by the daemon from the agent's /metrics; ts_s is the daemon's clock
-// (Unix seconds), never the guest's.
-struct MetricSample {
-  int64_t ts_s = 0;
-  int cpu_count = 0;
-  double cpu_used_pct = 0;
-  int64_t mem_used = 0, mem_total = 0, mem_cache = 0, disk_used = 0, disk_total = 0;
-};
-// The interval of GET /sandboxes/{id}/metrics?start=&end= (Unix seconds,
-// both inclusive). Omitted start: the sandbox's start; omitted end: now
-// (E2B's defaults). InvalidArgument naming the parameter when one is not a
-// non-negative integer, or when start is after end (E2B answers 400 too).
-struct MetricsRange {
-  int64_t start_s = 0;
-  int64_t end_s = 0;
-};
-StatusOr<MetricsRange> ParseMetricsRange(const std::optional<std::string>& start, const std::optional<std::string>& end,
-                                         int64_t sandbox_start_s, int64_t now_s);
-// E2B's step for a range (clickhouse utils CalculateStep: < 1 h: 5 s, < 6 h:
-// 30 s, < 12 h: 1 min, < 24 h: 2 min, < 7 d: 5 min, else 15 min), which
-// keeps an answer under 1000 points.
-int64_t MetricsStep(int64_t range_s);
-// The samples of `history` (oldest first) inside `range`, at most one per
-// step (the newest sample of each step-wide bucket counted from start).
-std::vector<MetricSample> SelectMetrics(const std::deque<MetricSample>& history, const MetricsRange& range);
-nlohmann::json MetricJson(const MetricSample& m);
-
-// A relayed data-plane exchange (a proxied request, a WebSocket tunnel) of
-// one sandbox. Drop() ends it at once (the client's connection is closed, or
-// answered 502 when nothing was sent yet): E2B drops the connections of a
-// sandbox that is killed, dies or pauses, and the SDK then probes /health.
-// Drop() is called on the daemon's io thread.
-class DataPlaneStream {
- public:
-  virtual ~DataPlaneStream() = default;
-  virtual void Drop() = 0;
-};
-
 // Which sandbox a data-plane request is for, and its guest port (*port,
 // default the agent's): E2b-Sandbox-Id (+ E2b-Sandbox-Port) when the Host is
 // localhost, an IP or sandbox.<domain>, else a Host "<port>-<id>.<domain>"
@@ -294,9 +257,6 @@ class Server {
   std::vector<std::string> CustomTemplateNames();
 
  private:
-  // One hour at the default 5 s sampling interval.
-  static constexpr size_t kMaxMetricSamples = 720;
-
   explicit Server(ServerConfig config);
   Status Init();
   void Handle(std::shared_ptr<HttpConn> c);
@@ -325,14 +285,8 @@ class Server {
   void KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
   void SetTimeout(std::shared_ptr<HttpConn> c, const std::string& id);
   void ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
-  // metrics history (metrics_history.cc): GET /sandboxes/{id}/metrics; the
-  // sampler takes one sample of every running sandbox per metrics_interval.
+  // GET /sandboxes/{id}/metrics (metrics_history.cc; the history: control/metrics_sampler.h).
   void Metrics(std::shared_ptr<HttpConn> c, const std::string& id);
-  void ScheduleMetricsSampler();
-  void SampleAllMetrics();  // worker thread
-  void RecordMetricSample(const std::string& id, const MetricSample& m);
-  std::unique_ptr<asio::steady_timer> metrics_timer_;
-  std::atomic<bool> metrics_sampling_{false};
   void Logs(std::shared_ptr<HttpConn> c, const std::string& id, bool v2);
   // egress_routes.cc: PUT /sandboxes/{id}/network; the egress records of a
   // sandbox as log entries (v2 shape) from `from_ms`.
@@ -431,22 +385,6 @@ class Server {
     int running = 0, paused = 0;
   };
   SandboxCounts CountSandboxes();
-  // memory admission and pressure (memory_hooks.cc): the sampler's timer,
-  // one reading (worker thread), the pause it may start, data-plane use.
-  void ScheduleMemorySampler();
-  void SampleMemory();
-  void PauseForPressure(const std::string& id, const std::string& why);
-  void NoteActivity(const std::string& id);
-  std::unique_ptr<MemoryProbe> memory_probe_;
-  std::unique_ptr<asio::steady_timer> memory_timer_;
-  std::atomic<bool> memory_sampling_{false};
-  std::atomic<bool> memory_under_{false};
-  std::atomic<bool> pressure_pause_in_flight_{false};
-  std::atomic<int64_t> pool_held_mib_{0};
-  std::atomic<int64_t> memory_sample_us_{0};  // the last reading took this long
-  std::set<pid_t> oom_adjusted_;              // VMM pids whose oom_score_adj is set (sampler only)
-  std::mutex activity_mu_;
-  std::map<std::string, int64_t> last_active_ms_;  // sandbox id → last data-plane request (guarded by activity_mu_)
 
   // The web console's files and the JSON it reads besides the E2B API
   // (console_routes.cc, docs/console.md; the audit routes: audit_hooks.cc).
@@ -488,10 +426,6 @@ class Server {
   // uploadUrl()/downloadUrl() carry no routing header (spec §4.2, §8): the
   // sandbox whose access token signs this GET/POST /files, if any.
   std::optional<std::string> SandboxBySignature(const HttpConn& c);
-  // Remembers a live exchange of sandbox `id` (pruned as they end).
-  void TrackStream(const std::string& id, std::weak_ptr<DataPlaneStream> s);
-  // Ends every live exchange of `id` (kill, death, pause); thread-safe.
-  void DropStreams(const std::string& id);
 
   // state (the Manager's; these are the server's views and hooks)
   // The sandbox the API shows, or nullptr.
@@ -521,7 +455,7 @@ class Server {
   std::shared_ptr<audit::AuditLog> audit_;
   std::unique_ptr<audit::OtlpExporter> otlp_;
   DaemonMetrics metrics_;
-  std::unique_ptr<Admission> admission_;
+  std::unique_ptr<control::Admission> admission_;
   std::unique_ptr<asio::steady_timer> admission_timer_;
   // Secrets and sandbox CAs (docs/secrets.md); made before the Manager,
   // whose egress proxy asks its broker.
@@ -560,12 +494,11 @@ class Server {
   std::atomic<bool> key_refresh_in_flight_{false};
   std::unique_ptr<Manager> manager_;
   std::unique_ptr<Reaper> reaper_;  // after manager_: destroyed before it
-  std::mutex mu_;
-  // Resource samples per sandbox (GET /sandboxes/{id}/metrics), oldest
-  // first, bounded (kMaxMetricSamples); dropped when the sandbox ends.
-  std::map<std::string, std::deque<MetricSample>> metric_history_;  // guarded by mu_
-  std::mutex streams_mu_;
-  std::map<std::string, std::vector<std::weak_ptr<DataPlaneStream>>> streams_;  // guarded by streams_mu_
+  // After manager_, io_ and workers_ (destroyed before them; ~Server joins
+  // the workers first): they read the Manager and post to the workers.
+  std::unique_ptr<control::MemoryGovernor> memory_;  // host memory readings, pressure pauses
+  std::unique_ptr<control::MetricsSampler> metrics_sampler_;  // GET /sandboxes/{id}/metrics history
+  StreamTable streams_{io_};  // live data-plane exchanges per sandbox
 };
 
 // serve --pool -1: one parked sandbox per 8 GiB of host memory, 1..4.

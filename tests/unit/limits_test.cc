@@ -10,14 +10,17 @@
 #include <filesystem>
 #include <fstream>
 
-#include "server/admission.h"
-#include "server/host_memory.h"
-#include "server/memory_pressure.h"
+#include "control/admission.h"
+#include "control/host_memory.h"
+#include "control/memory_pressure.h"
 #include "server/metrics.h"
 #include "server/team_disk.h"
 
 namespace airlock::server {
 namespace {
+
+// Admission, the memory probe and the pressure policy are control/'s.
+using namespace airlock::control;
 
 using Clock = Admission::Clock;
 using std::chrono::milliseconds;

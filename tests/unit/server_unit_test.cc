@@ -315,62 +315,62 @@ TEST(ServerUnitTest, Rfc3339TimestampsAsE2bAcceptsThem) {
 }
 
 TEST(ServerUnitTest, MetricsRangeDefaultsAndErrors) {
-  auto d = server::ParseMetricsRange(std::nullopt, std::nullopt, 100, 500);
+  auto d = control::ParseMetricsRange(std::nullopt, std::nullopt, 100, 500);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->start_s, 100);
   EXPECT_EQ(d->end_s, 500);
-  auto r = server::ParseMetricsRange(std::string("200"), std::string("300"), 100, 500);
+  auto r = control::ParseMetricsRange(std::string("200"), std::string("300"), 100, 500);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->start_s, 200);
   EXPECT_EQ(r->end_s, 300);
-  auto only_end = server::ParseMetricsRange(std::nullopt, std::string("150"), 100, 500);
+  auto only_end = control::ParseMetricsRange(std::nullopt, std::string("150"), 100, 500);
   EXPECT_EQ(only_end->start_s, 100);
   EXPECT_EQ(only_end->end_s, 150);
-  auto backwards = server::ParseMetricsRange(std::string("300"), std::string("200"), 100, 500);
+  auto backwards = control::ParseMetricsRange(std::string("300"), std::string("200"), 100, 500);
   EXPECT_EQ(backwards.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(backwards.status().message().find("start"), std::string::npos);
   for (const char* bad : {"", "-1", "1.5", "12a", "99999999999999"}) {
-    auto s = server::ParseMetricsRange(std::string(bad), std::nullopt, 0, 10);
+    auto s = control::ParseMetricsRange(std::string(bad), std::nullopt, 0, 10);
     EXPECT_FALSE(s.ok()) << bad;
     EXPECT_NE(s.status().message().find("start"), std::string::npos) << bad;
-    auto e = server::ParseMetricsRange(std::nullopt, std::string(bad), 0, 10);
+    auto e = control::ParseMetricsRange(std::nullopt, std::string(bad), 0, 10);
     EXPECT_NE(e.status().message().find("end"), std::string::npos) << bad;
   }
   // Start after "now" but before end is fine (an empty answer).
-  EXPECT_TRUE(server::ParseMetricsRange(std::string("600"), std::string("700"), 100, 500).ok());
+  EXPECT_TRUE(control::ParseMetricsRange(std::string("600"), std::string("700"), 100, 500).ok());
 }
 
 TEST(ServerUnitTest, MetricsSelectionHonoursTheRangeAndE2bSteps) {
-  EXPECT_EQ(server::MetricsStep(0), 5);
-  EXPECT_EQ(server::MetricsStep(3599), 5);
-  EXPECT_EQ(server::MetricsStep(3600), 30);
-  EXPECT_EQ(server::MetricsStep(6 * 3600), 60);
-  EXPECT_EQ(server::MetricsStep(12 * 3600), 120);
-  EXPECT_EQ(server::MetricsStep(24 * 3600), 300);
-  EXPECT_EQ(server::MetricsStep(7 * 24 * 3600), 900);
-  std::deque<server::MetricSample> h;
+  EXPECT_EQ(control::MetricsStep(0), 5);
+  EXPECT_EQ(control::MetricsStep(3599), 5);
+  EXPECT_EQ(control::MetricsStep(3600), 30);
+  EXPECT_EQ(control::MetricsStep(6 * 3600), 60);
+  EXPECT_EQ(control::MetricsStep(12 * 3600), 120);
+  EXPECT_EQ(control::MetricsStep(24 * 3600), 300);
+  EXPECT_EQ(control::MetricsStep(7 * 24 * 3600), 900);
+  std::deque<control::MetricSample> h;
   for (int64_t t = 1000; t <= 1100; t += 5) {
-    server::MetricSample m;
+    control::MetricSample m;
     m.ts_s = t;
     m.mem_used = t;
     h.push_back(m);
   }
-  auto all = server::SelectMetrics(h, {1000, 1100});
+  auto all = control::SelectMetrics(h, {1000, 1100});
   EXPECT_EQ(all.size(), 21u);
-  auto mid = server::SelectMetrics(h, {1010, 1020});  // both ends inclusive
+  auto mid = control::SelectMetrics(h, {1010, 1020});  // both ends inclusive
   ASSERT_EQ(mid.size(), 3u);
   EXPECT_EQ(mid.front().ts_s, 1010);
   EXPECT_EQ(mid.back().ts_s, 1020);
-  EXPECT_TRUE(server::SelectMetrics(h, {1101, 2000}).empty());
-  EXPECT_TRUE(server::SelectMetrics(h, {0, 999}).empty());
+  EXPECT_TRUE(control::SelectMetrics(h, {1101, 2000}).empty());
+  EXPECT_TRUE(control::SelectMetrics(h, {0, 999}).empty());
   // Samples a second apart inside one 5 s step: the newest of the bucket.
-  std::deque<server::MetricSample> dense;
+  std::deque<control::MetricSample> dense;
   for (int64_t t = 0; t < 10; ++t) dense.push_back({t, 1, 0, t, 0, 0, 0, 0});
-  auto b = server::SelectMetrics(dense, {0, 9});
+  auto b = control::SelectMetrics(dense, {0, 9});
   ASSERT_EQ(b.size(), 2u);
   EXPECT_EQ(b[0].ts_s, 4);
   EXPECT_EQ(b[1].ts_s, 9);
-  auto j = server::MetricJson(h.front());
+  auto j = control::MetricJson(h.front());
   EXPECT_EQ(j["timestamp"], "1970-01-01T00:16:40.000Z");
   EXPECT_EQ(j["timestampUnix"], 1000);
   for (const char* k : {"cpuCount", "cpuUsedPct", "memUsed", "memTotal", "memCache", "diskUsed", "diskTotal"})

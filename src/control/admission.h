@@ -37,7 +37,7 @@
 #include <optional>
 #include <string>
 
-namespace airlock::server {
+namespace airlock::control {
 
 struct AdmissionConfig {
   int max_sandboxes = 100;         // live + being created, all keys; 0: no cap
@@ -59,7 +59,7 @@ struct AdmissionConfig {
   int64_t memory_pressure_mib = 2048;      // MemAvailable kept free (with what unmeasured creates may take)
 };
 
-// One reading of the sampler (server/memory_hooks.cc).
+// One reading of the sampler (control/memory_governor.h).
 struct MemoryReading {
   // What the VMM of each measured live sandbox holds (host_memory.h), MiB.
   // A live sandbox missing here keeps its previous figure (or none).
@@ -171,4 +171,4 @@ class Admission {
 // MemTotal from /proc/meminfo in MiB (0 if unreadable).
 int64_t HostMemoryMib();
 
-}  // namespace airlock::server
+}  // namespace airlock::control

@@ -25,7 +25,7 @@
 
 #include "common/status.h"
 
-namespace airlock::server {
+namespace airlock::control {
 
 struct HostMemInfo {
   int64_t total_mib = 0;       // MemTotal; 0 when unknown
@@ -58,4 +58,4 @@ class MemoryProbe {
 // The real one (/proc).
 std::unique_ptr<MemoryProbe> ProcMemoryProbe();
 
-}  // namespace airlock::server
+}  // namespace airlock::control

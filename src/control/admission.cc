@@ -1,11 +1,11 @@
-#include "server/admission.h"
+#include "control/admission.h"
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
 
-namespace airlock::server {
+namespace airlock::control {
 
 int64_t HostMemoryMib() {
   std::ifstream f("/proc/meminfo");
@@ -320,4 +320,4 @@ AdmissionStats Admission::stats() const {
   return s;
 }
 
-}  // namespace airlock::server
+}  // namespace airlock::control

@@ -1,7 +1,7 @@
 // The memory-pressure policy of the daemon (docs/limits.md "Memory
 // pressure"): one decision per sampler reading, from MemAvailable, what
 // the running sandboxes hold and when each was last used. A pure function;
-// server/memory_hooks.cc carries it out.
+// control/memory_governor.h carries it out.
 //
 // The order, mildest first:
 //  1. under pressure (MemAvailable < refuse_below_mib; it ends only above
@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-namespace airlock::server {
+namespace airlock::control {
 
 inline constexpr int kVmmOomScoreAdj = 500;
 inline constexpr int kPooledVmmOomScoreAdj = 800;
@@ -61,4 +61,4 @@ struct PressurePlan {
 
 PressurePlan PlanPressure(const PressureConfig& config, const PressureInput& in);
 
-}  // namespace airlock::server
+}  // namespace airlock::control

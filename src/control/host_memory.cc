@@ -1,4 +1,4 @@
-#include "server/host_memory.h"
+#include "control/host_memory.h"
 
 #include <cerrno>
 #include <fstream>
@@ -7,7 +7,7 @@
 
 #include "common/proc_fields.h"
 
-namespace airlock::server {
+namespace airlock::control {
 
 namespace {
 
@@ -74,4 +74,4 @@ StatusOr<VmmMemory> ParseSmapsRollup(std::string_view text) {
 
 std::unique_ptr<MemoryProbe> ProcMemoryProbe() { return std::make_unique<ProcProbe>(); }
 
-}  // namespace airlock::server
+}  // namespace airlock::control

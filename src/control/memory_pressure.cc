@@ -1,8 +1,8 @@
-#include "server/memory_pressure.h"
+#include "control/memory_pressure.h"
 
 #include <tuple>
 
-namespace airlock::server {
+namespace airlock::control {
 
 PressurePlan PlanPressure(const PressureConfig& config, const PressureInput& in) {
   PressurePlan p;
@@ -26,4 +26,4 @@ PressurePlan PlanPressure(const PressureConfig& config, const PressureInput& in)
   return p;
 }
 
-}  // namespace airlock::server
+}  // namespace airlock::control
