@@ -86,7 +86,7 @@ int CmdSecret(const std::string& state_dir, const std::vector<std::string>& args
     // The same host syntax a create request is held to.
     nlohmann::json probe = {{args[1], {{"scope", "brokered"}, {"hosts", policy.hosts}}}};
     if (!policy.hosts.empty()) {
-      if (auto parsed = server::ParseSecretsSpec(probe); !parsed.ok()) {
+      if (auto parsed = secrets::ParseSecretsSpec(probe); !parsed.ok()) {
         std::fprintf(stderr, "airlock secret set: %s\n", parsed.status().message().c_str());
         return 2;
       }

@@ -53,7 +53,7 @@
 #include "secrets/redactor.h"
 #include "control/admission.h"
 #include "server/api_keys.h"
-#include "server/caller.h"
+#include "control/caller.h"
 #include "templates/builder.h"
 #include "templates/template_store.h"
 #include "server/http_conn.h"
@@ -63,12 +63,16 @@
 #include "server/requests/create.h"  // Lifecycle, ParseLifecycle, ... (tests)
 #include "server/requests/list.h"
 #include "server/requests/secret.h"
-#include "server/requests/secrets_spec.h"
-#include "server/secrets_service.h"
+#include "secrets/spec.h"
+#include "control/secrets_service.h"
 #include "server/stream_table.h"
 #include "server/team_disk.h"
 
 namespace airlock::server {
+
+// Who a request is from, and the secrets service, are control/'s.
+using control::Caller;
+using control::SecretsService;
 
 struct TemplateAnswer;
 

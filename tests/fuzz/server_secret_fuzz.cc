@@ -1,7 +1,7 @@
 // libFuzzer target for the E2B secrets API bodies (server/requests/secret.h)
-// and the create request's "secrets" object (server/requests/secrets_spec.h).
+// and the create request's "secrets" object (secrets/spec.h).
 #include "server/requests/secret.h"
-#include "server/requests/secrets_spec.h"
+#include "secrets/spec.h"
 #include "server_request_fuzz.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -13,12 +13,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::Check(r->policy.scope.has_value());
   }
   (void)server::requests::ParseUpdateSecret(*body);
-  if (auto s = body->find("secrets"); s != body->end()) (void)server::ParseSecretsSpec(*s);
+  if (auto s = body->find("secrets"); s != body->end()) (void)secrets::ParseSecretsSpec(*s);
   std::map<std::string, std::string> env;
   if (auto e = body->find("envVars"); e != body->end() && e->is_object()) {
     for (auto& [k, v] : e->items())
       if (v.is_string()) env[k] = v.get<std::string>();
   }
-  (void)server::LiftSecretPlaceholders(&env, body->value("secrets", nlohmann::json()));
+  (void)secrets::LiftSecretPlaceholders(&env, body->value("secrets", nlohmann::json()));
   return 0;
 }

@@ -196,7 +196,7 @@ TEST(ServerUnitTest, SandboxCaInstallIsBoundedAgainstAnAgentThatNeverAnswers) {
     }
   });
   auto t0 = std::chrono::steady_clock::now();
-  Status st = server::InstallCaCertAt(AgentEndpoint{"127.0.0.1", ntohs(a.sin_port)}, "token",
+  Status st = control::InstallCaCertAt(AgentEndpoint{"127.0.0.1", ntohs(a.sin_port)}, "token",
                                       "-----BEGIN CERTIFICATE-----\n", std::chrono::seconds(1));
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_FALSE(st.ok());

@@ -5,7 +5,7 @@
 #include "runtime/registry.h"
 #include "server/requests/fields.h"
 #include "server/requests/network.h"
-#include "server/requests/secrets_spec.h"
+#include "secrets/spec.h"
 
 namespace airlock::server {
 

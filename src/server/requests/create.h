@@ -19,7 +19,7 @@
 //   cpuCount 1..max_vcpus, memoryMB 128..max_memory_mib,
 //   diskSizeMB <= max_disk_mib   (CreateLimits: the serve flags the
 //                                 message names)
-//   secrets      {NAME: {scope, hosts, env}}   (secrets_spec.h)
+//   secrets      {NAME: {scope, hosts, env}}   (secrets/spec.h)
 //
 // The request is immutable once parsed. What needs the host (the template's
 // disk size, who owns a named-snapshot template) is checked by the handler.
@@ -34,8 +34,13 @@
 #include "common/status.h"
 #include "egress/policy.h"
 #include "secrets/secret_store.h"
+#include "secrets/spec.h"
 
 namespace airlock::server {
+
+// The "secrets" field's parser is the secrets module's (secrets/spec.h).
+using secrets::LiftSecretPlaceholders;
+using secrets::ParseSecretsSpec;
 
 // Spec §1.5.1 lifecycle fields of a create body: autoPause (bool),
 // autoPauseMemory (bool), autoResume ({"enabled": bool}); InvalidArgument

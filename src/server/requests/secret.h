@@ -16,19 +16,16 @@
 #include <string>
 
 #include "common/status.h"
+#include "secrets/secret_rules.h"
 #include "secrets/secret_store.h"
 
 namespace airlock::server {
 
-// E2B's rule for a secret's name: trimmed, 1..128 of [A-Za-z0-9_-],
-// lower-cased, no "sec_" prefix (reserved for ids).
-StatusOr<std::string> NormalizeSecretName(const std::string& input);
-// A Secret's "metadata"; InvalidArgument naming the entry.
-StatusOr<std::map<std::string, std::string>> ParseSecretMetadata(const nlohmann::json& body);
-// The use policy the reserved metadata keys describe (default scope env, or
-// brokered when hosts are given); `owner_team` is always one of its teams.
-StatusOr<secrets::SecretPolicy> PolicyFromSecretMetadata(const std::map<std::string, std::string>& metadata,
-                                                         const std::string& owner_team);
+// The name rules and the metadata policy are the secrets module's
+// (secrets/secret_rules.h); the E2B API's parsers below use them.
+using secrets::NormalizeSecretName;
+using secrets::ParseSecretMetadata;
+using secrets::PolicyFromSecretMetadata;
 
 namespace requests {
 

@@ -12,14 +12,14 @@
 #include "common/status.h"
 #include "secrets/secret_store.h"
 
-namespace airlock::server {
+namespace airlock::secrets {
 
 // Parses the create request's "secrets" object (null: none).
-StatusOr<std::vector<secrets::Binding>> ParseSecretsSpec(const nlohmann::json& spec);
+StatusOr<std::vector<Binding>> ParseSecretsSpec(const nlohmann::json& spec);
 // E2B's placeholder in a create's envVars: a value that is exactly
 // "${e2b.secrets.NAME}" (Secret.fill(NAME)) becomes {"NAME": {"env": VAR}}
 // in the returned secrets spec (scope and hosts from the stored policy) and
 // leaves env_vars. InvalidArgument when NAME is malformed or named twice.
 StatusOr<nlohmann::json> LiftSecretPlaceholders(std::map<std::string, std::string>* env_vars, nlohmann::json spec);
 
-}  // namespace airlock::server
+}  // namespace airlock::secrets

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-namespace airlock::server {
+namespace airlock::control {
 
 struct Caller {
   std::string key_id;
@@ -18,4 +18,4 @@ struct Caller {
   bool Owns(const std::optional<std::string>& owner) const { return admin || (owner && *owner == team); }
 };
 
-}  // namespace airlock::server
+}  // namespace airlock::control

@@ -2,8 +2,9 @@
 // encrypted store (opened on first use), the broker table the egress proxy
 // asks about brokered secrets, the redactor fed with every stored value, the
 // sandbox CA minted and installed in each guest that needs interception, and
-// the secret.* audit records. Server owns one and delegates to it; the HTTP
-// side of the E2B secrets API stays in Server (secrets_api.cc).
+// the secret.* audit records. The daemon owns one; the HTTP side of the E2B
+// secrets API is server/secrets_api.cc. Attach, InstallSandboxCa, Commit:
+// secrets_attach.cc.
 //
 // Over a sandbox's life (secrets_lifecycle.cc):
 //   create (cold or from a named snapshot)  Attach → InstallSandboxCa → Commit
@@ -41,10 +42,10 @@
 #include "secrets/redactor.h"
 #include "secrets/sandbox_ca.h"
 #include "secrets/secret_store.h"
-#include "server/caller.h"
-#include "server/requests/secrets_spec.h"
+#include "control/caller.h"
+#include "secrets/spec.h"
 
-namespace airlock::server {
+namespace airlock::control {
 
 // Secrets resolved for one create.
 struct SecretAttachment {
@@ -161,4 +162,4 @@ class SecretsService {
   std::mutex api_mu_;                            // read-modify-write of a secret's version
 };
 
-}  // namespace airlock::server
+}  // namespace airlock::control

@@ -1,6 +1,6 @@
 // SecretsService: the E2B secrets API's store operations (docs/secrets.md
 // "The E2B secrets API"; the routes are in secrets_api.cc).
-#include "server/secrets_service.h"
+#include "control/secrets_service.h"
 
 #include <algorithm>
 #include <cctype>
@@ -9,9 +9,9 @@
 #include "common/log.h"
 #include "core/registry.h"  // RandomHex
 #include "secrets/secret_store.h"
-#include "server/requests/secret.h"
+#include "secrets/secret_rules.h"
 
-namespace airlock::server {
+namespace airlock::control {
 
 namespace {
 
@@ -81,7 +81,7 @@ StatusOr<secrets::SecretInfo> SecretsService::UpdateSecret(
       Status st;
       if (metadata) {
         // A present metadata object replaces the stored one (and the policy it carries).
-        auto p = PolicyFromSecretMetadata(*metadata, api.owner);
+        auto p = secrets::PolicyFromSecretMetadata(*metadata, api.owner);
         if (p.ok()) {
           policy = *p;
           api.metadata = *metadata;
@@ -162,7 +162,7 @@ StatusOr<secrets::SecretInfo> SecretsService::FindVisible(const Caller& caller, 
     }
     return not_found;
   }
-  auto name = NormalizeSecretName(sel);
+  auto name = secrets::NormalizeSecretName(sel);
   if (!name.ok()) return name.status();
   auto info = store->Info(*name);
   if (!info.ok()) return info.status().code() == StatusCode::kNotFound ? not_found : info.status();
@@ -170,4 +170,4 @@ StatusOr<secrets::SecretInfo> SecretsService::FindVisible(const Caller& caller, 
   return info;
 }
 
-}  // namespace airlock::server
+}  // namespace airlock::control

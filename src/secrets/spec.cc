@@ -1,8 +1,8 @@
-#include "server/requests/secrets_spec.h"
+#include "secrets/spec.h"
 
 #include <string_view>
 
-namespace airlock::server {
+namespace airlock::secrets {
 
 using nlohmann::json;
 
@@ -88,4 +88,4 @@ StatusOr<nlohmann::json> LiftSecretPlaceholders(std::map<std::string, std::strin
   return spec;
 }
 
-}  // namespace airlock::server
+}  // namespace airlock::secrets

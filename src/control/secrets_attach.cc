@@ -1,5 +1,5 @@
 // SecretsService at create (docs/secrets.md): the create request's secrets
-// (server/requests/secrets_spec.h) resolved against the encrypted store, the
+// (secrets/spec.h) resolved against the encrypted store, the
 // broker table for the egress proxy, the redactor fed with every stored
 // value, the sandbox CA, and the audit records.
 #include <sys/stat.h>
@@ -14,9 +14,9 @@
 #include "secrets/log_sink.h"
 #include "secrets/redactor.h"
 #include "secrets/secret_store.h"
-#include "server/secrets_service.h"
+#include "control/secrets_service.h"
 
-namespace airlock::server {
+namespace airlock::control {
 
 using nlohmann::json;
 
@@ -175,4 +175,4 @@ void SecretsService::Forget(const std::string& id) {
   if (store_) (void)store_->DeleteBindings(id);
 }
 
-}  // namespace airlock::server
+}  // namespace airlock::control

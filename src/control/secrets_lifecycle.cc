@@ -10,10 +10,11 @@
 #include <thread>
 
 #include "common/log.h"
-#include "server/secrets_service.h"
-#include "server/server.h"  // kEnvdPort
+#include "control/secrets_service.h"
+#include "common/agent_port.h"
+#include "core/agent_init.h"
 
-namespace airlock::server {
+namespace airlock::control {
 
 using nlohmann::json;
 
@@ -285,4 +286,4 @@ void SecretsService::AddSecretFields(const std::string& id, json& detail) {
   detail["caCertificate"] = ca ? json(ca->cert_pem()) : json(nullptr);
 }
 
-}  // namespace airlock::server
+}  // namespace airlock::control
