@@ -189,58 +189,22 @@ void Server::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller
     opts.attributes.auto_pause_memory = req.lifecycle.auto_pause_memory;
     opts.attributes.auto_resume = req.lifecycle.auto_resume;
     opts.attributes.recorded_env_vars = req.env_vars;  // brokered secrets' values are never persisted
-    auto bindings = req.secrets;
-    std::string key_id = caller.key_id;
     // A front that placed this create holds its slot in the cluster registry.
     const std::string& secret = config_.cluster.reservation_secret;
-    const bool front_reserved = !secret.empty() && SecureEqual(c->Header("X-Airlock-Reservation"), secret);
-    Admit(c, key_id, opts.memory_mib, [this, c, opts, ttl, bindings, key_id, caller, display_id, alias,
-                                       front_reserved](uint64_t ticket) {
-      auto t0 = std::chrono::steady_clock::now();
-      CreateOptions run_opts = opts;  // + secret env vars, never persisted
-      auto attached = secrets_->Attach(bindings, caller, &run_opts);
-      if (!attached.ok()) {
-        AdmissionDone(ticket, "", 0);
-        Status st = attached.status();
-        return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
+    control::CreateAction action{caller, std::move(opts), req.secrets, display_id,
+                                 !secret.empty() && SecureEqual(c->Header("X-Airlock-Reservation"), secret)};
+    sandboxes_->Create(std::move(action), [this, c, display_id, alias](control::CreateOutcome out) {
+      if (!out.sandbox) {
+        HeaderList extra;
+        if (out.retry_after_s > 0) extra.push_back({"Retry-After", std::to_string(out.retry_after_s)});
+        const int code = out.http_status ? out.http_status : HttpStatusFor(out.status);
+        return asio::post(c->executor(), [c, code, st = out.status, extra] { c->RespondError(code, st.message(), extra); });
       }
-      // The bring-up's last step: the sandbox's CA (when it has secrets to
-      // broker) and its owners row; without them it is not handed out.
-      run_opts.handover = [this, &attached, egress = run_opts.egress_policy, front_reserved](Sandbox& sb) -> Status {
-        RETURN_IF_ERROR(secrets_->InstallSandboxCa(sb, egress, &attached.value()));
-        RETURN_IF_ERROR(registry_->SetOwner(OwnedKind::kSandbox, sb.id(), sb.attributes().owner_team));
-        return RecordInCluster(sb.id(), front_reserved);
-      };
-      auto sb = manager_->Create(run_opts);
-      if (!sb.ok()) {
-        LOG_WARN("create failed: {}", sb.status().message());
-        Status st = sb.status();
-        Audit({{"action", "sandbox.create_failed"}, {"error", st.message()}});
-        AdmissionDone(ticket, "", 0);
-        return asio::post(c->executor(), [c, st] { c->RespondError(HttpStatusFor(st), st.message()); });
-      }
-      const std::string id = (*sb)->id();
-      if (!display_id.empty()) (void)template_store_->CountSpawn(display_id);  // E2B's spawnCount
-      secrets_->Commit(id, std::move(attached).value(), key_id);
-      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      AdmissionDone(ticket, id, ms / 1000.0);
-      LOG_INFO("sandbox={} created total_ms={:.0f} ttl_s={}", id, ms, ttl);
-      if (!(*sb)->timings().from_snapshot)
-        EnsureTemplateSnapshotAsync(opts.template_name, opts.vcpus, opts.memory_mib, (*sb)->runtime());
-      Audit({{"action", "sandbox.created"},
-             {"sandbox", id},
-             {"template", opts.template_name},
-             {"runtime", (*sb)->runtime()},
-             {"vcpus", opts.vcpus},
-             {"memory_mib", opts.memory_mib},
-             {"ttl_s", ttl},
-             {"create_ms", static_cast<int64_t>(ms)}});
-      const SandboxRecord rec = (*sb)->Record();
+      const SandboxRecord rec = out.sandbox->Record();
       json created = SandboxJson(rec, ShownTemplateId(rec));
       if (!display_id.empty()) created["templateID"] = display_id;
       if (!alias.empty()) created["alias"] = alias;
-      std::string out = created.dump();
-      asio::post(c->executor(), [c, out] { c->Respond(201, "application/json", out); });
+      asio::post(c->executor(), [c, text = created.dump()] { c->Respond(201, "application/json", text); });
     });
   }
 }
@@ -302,15 +266,11 @@ void Server::GetSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
 
 void Server::KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   // Decided here, on the event loop: from now on nothing shows or reaches it.
-  if (!Visible(id) || !manager_->End(id, SandboxOutcome::kKilled).ok()) return RespondNoSandbox(c, id);
+  if (!sandboxes_->Kill(id).ok()) return RespondNoSandbox(c, id);
   streams_.Drop(id);
-  LOG_INFO("sandbox={} kill requested", id);
   asio::post(*workers_, [this, c, id] {
-    Status st = manager_->Destroy(id);  // OnSandboxEnding / OnSandboxEnded: secrets, audit, admission
-    asio::post(c->executor(), [c, st, id] {
-      if (!st.ok() && st.code() != StatusCode::kNotFound) LOG_WARN("sandbox={} destroy: {}", id, st.message());
-      c->Respond(204, "", "");
-    });
+    sandboxes_->DestroyKilled(id);
+    asio::post(c->executor(), [c] { c->Respond(204, "", ""); });
   });
 }
 
@@ -322,10 +282,9 @@ void Server::SetTimeout(std::shared_ptr<HttpConn> c, const std::string& id) {
     int64_t ends = NowUnixMs() + int64_t{ClampTimeout(timeout_s)} * 1000;
     if (!Visible(id)) return RespondNoSandbox(c, id);
     asio::post(*workers_, [this, c, id, ends, timeout_s] {
-      auto set = manager_->SetEndsAt(id, ends);  // and the registry
-      if (set.ok()) AddLog(id, "info", "timeout set to " + std::to_string(timeout_s) + " s");
-      asio::post(c->executor(), [this, c, id, ok = set.ok()] {
-        if (!ok) return RespondNoSandbox(c, id);
+      Status st = sandboxes_->SetTimeout(id, ends, timeout_s);
+      asio::post(c->executor(), [this, c, id, st] {
+        if (!st.ok()) return RespondNoSandbox(c, id);
         c->Respond(204, "", "");
       });
     });
@@ -340,15 +299,17 @@ void Server::ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id) 
     auto sb = Visible(id);
     if (!sb) return RespondNoSandbox(c, id);
     memory_->NoteActivity(id);  // a connected sandbox is in use: not the memory-pressure policy's first pause
-    if (sb->api_state() == "paused") return ResumeSandbox(c, id, ends);
     asio::post(*workers_, [this, c, id, ends] {
-      // A running sandbox's TTL is only ever extended (spec §1.5.6).
-      auto set = manager_->SetEndsAt(id, ends, /*extend_only=*/true);
-      auto sb = Visible(id);
-      if (!set.ok() || !sb) return asio::post(c->executor(), [this, c, id] { RespondNoSandbox(c, id); });
-      const SandboxRecord rec = sb->Record();
-      std::string out = SandboxJson(rec, ShownTemplateId(rec)).dump();
-      asio::post(c->executor(), [c, out] { c->Respond(200, "application/json", out); });
+      control::ConnectOutcome out = sandboxes_->Connect(id, ends);
+      if (!out.status.ok()) {
+        return asio::post(c->executor(),
+                          [c, st = out.status] { c->RespondError(HttpStatusFor(st), st.message()); });
+      }
+      if (!out.sandbox) return asio::post(c->executor(), [this, c, id] { RespondNoSandbox(c, id); });
+      const SandboxRecord rec = out.sandbox->Record();
+      std::string text = SandboxJson(rec, ShownTemplateId(rec)).dump();
+      asio::post(c->executor(),
+                 [c, text, code = out.resumed ? 201 : 200] { c->Respond(code, "application/json", text); });
     });
   });
 }

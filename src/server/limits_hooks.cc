@@ -29,38 +29,6 @@ Status Server::CheckDiskForCreate() const {
   return OkStatus();
 }
 
-void Server::Admit(std::shared_ptr<HttpConn> c, const std::string& key_id, int memory_mib,
-                   std::function<void(uint64_t)> work) {
-  if (Status disk = CheckDiskForCreate(); !disk.ok()) {
-    metrics_.AdmissionRejected(507);
-    LOG_WARN("create refused (507): {}", disk.message());
-    return c->RespondError(HttpStatusFor(disk, HttpStatusContext::kDisk), disk.message());
-  }
-  admission_->Request(
-      key_id, memory_mib, control::Admission::Clock::now(), [this, c, work = std::move(work)](control::AdmissionDecision d) {
-        if (!d.granted) {
-          if (d.reason.empty())
-            metrics_.AdmissionRejected(d.http_status);
-          else
-            metrics_.AdmissionRejected(d.reason);
-          LOG_INFO("create refused ({}): {}", d.http_status, d.message);
-          HeaderList extra;
-          if (d.retry_after_s > 0) extra.push_back({"Retry-After", std::to_string(d.retry_after_s)});
-          return asio::post(c->executor(), [c, d, extra] { c->RespondError(d.http_status, d.message, extra); });
-        }
-        metrics_.CreateStarted();
-        asio::post(*workers_, [work, t = d.ticket] { work(t); });
-      });
-}
-
-void Server::AdmissionDone(uint64_t ticket, const std::string& sandbox_id, double seconds) {
-  if (sandbox_id.empty())
-    metrics_.CreateFailed();
-  else
-    metrics_.CreateSucceeded(seconds);
-  admission_->CreateDone(ticket, sandbox_id, control::Admission::Clock::now());
-}
-
 void Server::SandboxReleased(const std::string& sandbox_id) {
   admission_->SandboxGone(sandbox_id, control::Admission::Clock::now());
 }

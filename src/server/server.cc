@@ -153,6 +153,20 @@ Status Server::Init() {
   RETURN_IF_ERROR(secrets_->Init(manager_.get(), adopted));
   if (!config_.build_allow_set) config_.build_allow = DefaultBuildAllow();
   RETURN_IF_ERROR(InitTemplates());
+  {
+    control::SandboxController::Hooks hooks;
+    hooks.run_blocking = [this](std::function<void()> work) { asio::post(*workers_, std::move(work)); };
+    hooks.audit = [this](json r) { Audit(std::move(r)); };
+    hooks.check_disk = [this] { return CheckDiskForCreate(); };
+    if (config_.cluster.sandbox_added) hooks.record_in_cluster = config_.cluster.sandbox_added;
+    hooks.ensure_template_snapshot = [this](const std::string& name, int vcpus, int memory_mib,
+                                            const std::string& runtime) {
+      EnsureTemplateSnapshotAsync(name, vcpus, memory_mib, runtime);
+    };
+    sandboxes_ = std::make_unique<control::SandboxController>(
+        control::SandboxController::Deps{*manager_, *admission_, *secrets_, *registry_, metrics_, template_store_.get()},
+        std::move(hooks));
+  }
   if (config_.write_cli_key) {
     std::string path = db_dir + "/cli.key";
     std::string existing;

@@ -39,6 +39,7 @@
 #include "common/status.h"
 #include "control/memory_governor.h"
 #include "control/metrics_sampler.h"
+#include "control/sandbox_controller.h"
 #include "control/template_catalog.h"
 #include "core/manager.h"
 #include "core/reaper.h"
@@ -57,7 +58,7 @@
 #include "templates/builder.h"
 #include "templates/template_store.h"
 #include "server/http_conn.h"
-#include "server/metrics.h"
+#include "control/metrics.h"
 #include "server/routes.h"
 #include "server/views.h"
 #include "server/requests/create.h"  // Lifecycle, ParseLifecycle, ... (tests)
@@ -72,6 +73,7 @@ namespace airlock::server {
 
 // Who a request is from, and the secrets service, are control/'s.
 using control::Caller;
+using control::DaemonMetrics;
 using control::SecretsService;
 
 struct TemplateAnswer;
@@ -352,9 +354,6 @@ class Server {
   void RollbackSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
   // May `caller` see sandbox / named snapshot `id` (its owners row)?
   bool CallerOwns(const Caller& caller, OwnedKind kind, const std::string& id);
-  // Resumes a paused sandbox for connect (201 + Sandbox JSON; 200 if it was
-  // already running again by the time the worker got to it).
-  void ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, int64_t ends_at_ms);
   // Makes the template snapshot for (template, shape, runtime; "" = the
   // default) on a worker, once; nothing for a runtime without snapshots.
   void EnsureTemplateSnapshotAsync(const std::string& template_name, int vcpus, int memory_mib,
@@ -377,10 +376,6 @@ class Server {
   // OK when the disk can take another sandbox; else ResourceExhausted with
   // the numbers (answered 507).
   Status CheckDiskForCreate() const;
-  // Runs `work(ticket)` on a worker once admitted; else answers 429/503/507 itself.
-  void Admit(std::shared_ptr<HttpConn> c, const std::string& key_id, int memory_mib,
-             std::function<void(uint64_t)> work);
-  void AdmissionDone(uint64_t ticket, const std::string& sandbox_id, double seconds);
   void SandboxReleased(const std::string& sandbox_id);
   void ScheduleAdmissionTick();
   void ServeMetrics(std::shared_ptr<HttpConn> c);
@@ -498,6 +493,8 @@ class Server {
   std::atomic<bool> key_refresh_in_flight_{false};
   std::unique_ptr<Manager> manager_;
   std::unique_ptr<Reaper> reaper_;  // after manager_: destroyed before it
+  // The sandbox actions (create, kill, timeout, connect); after manager_.
+  std::unique_ptr<control::SandboxController> sandboxes_;
   // After manager_, io_ and workers_ (destroyed before them; ~Server joins
   // the workers first): they read the Manager and post to the workers.
   std::unique_ptr<control::MemoryGovernor> memory_;  // host memory readings, pressure pauses

@@ -209,27 +209,4 @@ void Server::PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   });
 }
 
-void Server::ResumeSandbox(std::shared_ptr<HttpConn> c, const std::string& id, int64_t ends_at_ms) {
-  asio::post(*workers_, [this, c, id, ends_at_ms] {
-    // The registry and the TTL (a resumed sandbox's starts anew) are the Manager's.
-    auto r = manager_->Resume(id, std::chrono::seconds(60), ends_at_ms);
-    if (!r.ok()) {
-      Status st = r.status();
-      LOG_WARN("sandbox={} resume: {}", id, st.message());
-      int code = HttpStatusFor(st);
-      return asio::post(c->executor(), [c, code, st] { c->RespondError(code, st.message()); });
-    }
-    if (!r->resumed) (void)manager_->SetEndsAt(id, ends_at_ms);
-    auto sb = Visible(id);
-    if (!sb) return asio::post(c->executor(), [this, c, id] { RespondNoSandbox(c, id); });
-    AddLog(id, "info",
-           r->resumed ? "resumed in " + std::to_string(static_cast<int>(r->total_ms)) + " ms" : "connected");
-    SandboxRecord rec = sb->Record();
-    json out = SandboxJson(rec, ShownTemplateId(rec));
-    int status = r->resumed ? 201 : 200;
-    std::string body = out.dump();
-    asio::post(c->executor(), [c, status, body] { c->Respond(status, "application/json", body); });
-  });
-}
-
 }  // namespace airlock::server

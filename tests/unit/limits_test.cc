@@ -13,7 +13,7 @@
 #include "control/admission.h"
 #include "control/host_memory.h"
 #include "control/memory_pressure.h"
-#include "server/metrics.h"
+#include "control/metrics.h"
 #include "server/team_disk.h"
 
 namespace airlock::server {

@@ -11,7 +11,7 @@
 #include <functional>
 #include <string>
 
-namespace airlock::server {
+namespace airlock::control {
 
 class DaemonMetrics {
  public:
@@ -81,4 +81,4 @@ class DaemonMetrics {
   std::atomic<uint64_t> create_sum_us_{0};
 };
 
-}  // namespace airlock::server
+}  // namespace airlock::control

@@ -1,8 +1,8 @@
-#include "server/metrics.h"
+#include "control/metrics.h"
 
 #include <cstdio>
 
-namespace airlock::server {
+namespace airlock::control {
 
 void DaemonMetrics::CreateSucceeded(double seconds) {
   for (size_t i = 0; i < kCreateBuckets.size(); ++i) {
@@ -131,4 +131,4 @@ std::string DaemonMetrics::Render(const Gauges& g) const {
   return o;
 }
 
-}  // namespace airlock::server
+}  // namespace airlock::control

@@ -1,0 +1,128 @@
+// The sandbox actions of the control plane, without HTTP (docs/architecture.md
+// "Control plane"): one method per action, each holding the whole sequence
+// of its action, so that a create, say, reads top to bottom in one place:
+//
+//   Create   disk check → admission (queued, fair per key) → secrets attach →
+//            Manager::Create with the handover (sandbox CA, owners row, the
+//            cluster's record) → spawn count → secrets commit → Record
+//   Kill     End (from now nothing shows or reaches it) → Destroy
+//   SetTimeout, Connect (a paused sandbox resumes; a running one's TTL is
+//            only ever extended, spec §1.5.6)
+//
+// The HTTP side (server/) parses the request, calls the action on a worker
+// and writes the answer from what the action returns (views for the JSON).
+// Record writes the one record of an outcome: the audit trail, the daemon's
+// counters and the sandbox's log.
+//
+// Threads: Create may be called on any thread and calls `done` once, on a
+// worker (or on the calling thread, or the admission timer's, for a
+// refusal). Kill is non-blocking. DestroyKilled, SetTimeout and Connect
+// block (the VMM, the registry, the guest): call them on a worker.
+// Errors: Status values (NotFound for a sandbox the API does not show; the
+// Manager's codes otherwise), and for a create the refusal's HTTP status and
+// Retry-After that admission chose.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "control/admission.h"
+#include "control/caller.h"
+#include "control/metrics.h"
+#include "control/secrets_service.h"
+#include "core/manager.h"
+#include "secrets/secret_store.h"
+
+namespace airlock {
+class Registry;
+namespace templates {
+class TemplateStore;
+}  // namespace templates
+}  // namespace airlock
+
+namespace airlock::control {
+
+// A create, parsed and its template resolved: what Manager::Create gets
+// (detached, with the caller's team as owner), the secrets to bind, and the
+// custom template shown for it ("" for a built-in one).
+struct CreateAction {
+  Caller caller;
+  CreateOptions options;
+  std::vector<secrets::Binding> secrets;
+  std::string template_id;
+  bool front_reserved = false;  // a cluster front holds this create's slot
+};
+
+// What a create ended with: the sandbox, or why not. A refusal by
+// admission or the disk check carries the HTTP status it chose (429, 503,
+// 507) and, for 429, when to retry; 0: from `status`.
+struct CreateOutcome {
+  std::shared_ptr<Sandbox> sandbox;
+  Status status;
+  int http_status = 0;
+  int retry_after_s = 0;
+};
+
+// What a connect ended with. sandbox null and status OK: the sandbox is not
+// (or no longer) shown (answered like any unknown sandbox).
+struct ConnectOutcome {
+  std::shared_ptr<Sandbox> sandbox;
+  bool resumed = false;  // it was paused and runs again
+  Status status;
+};
+
+class SandboxController {
+ public:
+  struct Deps {
+    Manager& manager;
+    Admission& admission;
+    SecretsService& secrets;
+    Registry& registry;
+    DaemonMetrics& metrics;
+    templates::TemplateStore* template_store = nullptr;  // spawn counts of custom templates
+  };
+  struct Hooks {
+    // Runs blocking work on a worker thread.
+    std::function<void(std::function<void()>)> run_blocking;
+    // Appends one record to the audit trail.
+    std::function<void(nlohmann::json)> audit;
+    // OK when the disk can take another sandbox; else ResourceExhausted (507).
+    std::function<Status()> check_disk;
+    // The handover's last step on a cluster node (the registry learns the
+    // sandbox); null on a single node.
+    std::function<Status(const std::string& id, bool front_reserved)> record_in_cluster;
+    // A cold-booted create: make its template's snapshot for next time.
+    std::function<void(const std::string& template_name, int vcpus, int memory_mib, const std::string& runtime)>
+        ensure_template_snapshot;
+  };
+
+  SandboxController(Deps deps, Hooks hooks) : d_(deps), hooks_(std::move(hooks)) {}
+
+  void Create(CreateAction action, std::function<void(CreateOutcome)> done);
+  // Ends sandbox `id` now (it is no longer shown nor reached); NotFound when
+  // it was not shown. DestroyKilled then tears it down (blocking).
+  Status Kill(const std::string& id);
+  void DestroyKilled(const std::string& id);
+  // The sandbox's TTL now ends at `ends_at_ms`; NotFound when not shown.
+  Status SetTimeout(const std::string& id, int64_t ends_at_ms, int64_t timeout_s);
+  ConnectOutcome Connect(const std::string& id, int64_t ends_at_ms);
+
+  // The one record of an action's outcome: `record` to the audit trail
+  // (with "action"), and `log` (when not empty) to sandbox `id`'s log.
+  void Record(const std::string& action, const std::string& id, nlohmann::json record, const std::string& log = "");
+
+ private:
+  // The create once admitted (worker thread): `ticket` is admission's.
+  CreateOutcome CreateAdmitted(const CreateAction& action, uint64_t ticket);
+  void AdmissionDone(uint64_t ticket, const std::string& sandbox_id, double seconds);
+
+  Deps d_;
+  Hooks hooks_;
+};
+
+}  // namespace airlock::control
