@@ -1,5 +1,7 @@
 #include "control/sandbox_controller.h"
 
+#include <sys/statvfs.h>
+
 #include <chrono>
 
 #include "common/clock.h"
@@ -139,5 +141,147 @@ ConnectOutcome SandboxController::Connect(const std::string& id, int64_t ends_at
   now->AddLog("info", r->resumed ? "resumed in " + std::to_string(static_cast<int>(r->total_ms)) + " ms" : "connected");
   return {now, r->resumed, OkStatus()};
 }
+
+StatusOr<PauseResult> SandboxController::Pause(const std::string& id, const std::string& team,
+                                               const PauseOptions& options) {
+  if (hooks_.check_team_disk) {
+    if (Status budget = hooks_.check_team_disk(team); !budget.ok())
+      return Status(StatusCode::kResourceExhausted, budget.message());
+  }
+  auto r = d_.manager.Pause(id, options);
+  if (hooks_.disk_changed) hooks_.disk_changed();
+  auto sb = d_.manager.Get(id);
+  if (!r.ok()) {
+    LOG_WARN("sandbox={} pause: {}", id, r.status().message());
+    // The SDK reads a 409 as "already paused" (false): the sandbox's log says why.
+    if (sb) sb->AddLog("warn", "pause failed, still running: " + r.status().message());
+    return r.status();
+  }
+  if (sb) {
+    sb->AddLog("info", "paused in " + std::to_string(static_cast<int>(r->total_ms)) + " ms (memory " +
+                           std::to_string(r->snapshot.memory_bytes) + " B, disk " +
+                           std::to_string(r->snapshot.disk_bytes) + " B)");
+  }
+  return r;
+}
+
+Status SandboxController::AdmitFork(const Sandbox& parent, int count) {
+  // The children are admitted by memory like creates (docs/limits.md), all at once.
+  std::string reason;
+  if (std::string m = d_.admission.CheckMemory(count * parent.memory_mib(), &reason); !m.empty()) {
+    d_.metrics.AdmissionRejected(reason);
+    LOG_INFO("fork of sandbox={} refused (503): {}", parent.id(), m);
+    return Status(StatusCode::kUnavailable, m);
+  }
+  return OkStatus();
+}
+
+StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> SandboxController::Fork(const std::string& id, int count,
+                                                                                     int ttl_s,
+                                                                                     const std::string& key_id) {
+  ForkOptions fo;
+  fo.timeout = std::chrono::seconds(ttl_s);
+  // Each child's last bring-up step: the parent's secrets (same
+  // placeholders, already in the child's memory) with a CA of the
+  // child's own, and its owners row (its parent's team).
+  fo.handover = [this, id, key_id](Sandbox& child) -> Status {
+    RETURN_IF_ERROR(d_.secrets.Inherit(id, child, key_id).WithContext("fork child secrets"));
+    RETURN_IF_ERROR(d_.registry.SetOwner(OwnedKind::kSandbox, child.id(), child.attributes().owner_team)
+                        .WithContext("fork child owner"));
+    if (!hooks_.record_in_cluster) return OkStatus();
+    return hooks_.record_in_cluster(child.id(), /*front_reserved=*/false).WithContext("cluster registry");
+  };
+  ASSIGN_OR_RETURN(auto children, d_.manager.Fork(id, count, fo));
+  for (auto& child : children) {
+    if (!child.ok()) continue;
+    // Counted by admission from now on; one that already ended is released again.
+    d_.admission.Adopt((*child)->id(), key_id, (*child)->memory_mib());
+    if (!d_.manager.Visible((*child)->id())) Released((*child)->id());
+  }
+  if (auto sb = d_.manager.Get(id)) sb->AddLog("info", "forked " + std::to_string(count) + " time(s)");
+  return children;
+}
+
+namespace {
+
+// A checkpoint writes up to the guest's RAM (the memory stream, zero pages
+// excepted) plus its disk layer: refused (507) unless that much is free
+// beyond the reserve kept for the registry and audit trail.
+Status CheckpointDiskCheck(const std::string& state_dir, int64_t reserve_mib, int64_t memory_mib) {
+  struct statvfs vfs;
+  if (::statvfs(state_dir.c_str(), &vfs) != 0) return ErrnoError("statvfs " + state_dir);
+  const int64_t free_mib = static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize) >> 20;
+  if (free_mib >= reserve_mib + memory_mib) return OkStatus();
+  return ResourceExhausted("not enough free disk for a checkpoint: " + std::to_string(free_mib) +
+                           " MiB free on the "
+                           "filesystem of " +
+                           state_dir + ", " + std::to_string(reserve_mib) +
+                           " MiB kept for the registry and audit trail (serve --disk-reserve) plus up to " +
+                           std::to_string(memory_mib) + " MiB for the checkpoint (the guest's memory)");
+}
+
+}  // namespace
+
+StatusOr<CheckpointInfo> SandboxController::Checkpoint(const std::string& id) {
+  int memory_mib = 0;
+  std::string team;
+  if (auto sb = d_.manager.Visible(id)) {
+    memory_mib = sb->memory_mib();
+    team = sb->attributes().owner_team;
+  }
+  if (hooks_.check_team_disk) RETURN_IF_ERROR(hooks_.check_team_disk(team));
+  if (Status disk = CheckpointDiskCheck(d_.state_dir, d_.disk_reserve_mib, memory_mib); !disk.ok()) {
+    LOG_WARN("sandbox={} checkpoint refused: {}", id, disk.message());
+    return disk;
+  }
+  auto info = d_.manager.CreateCheckpoint(id);
+  if (!info.ok()) {
+    LOG_WARN("sandbox={} checkpoint: {}", id, info.status().message());
+    return info.status();
+  }
+  d_.metrics.Checkpointed();
+  if (hooks_.disk_changed) hooks_.disk_changed();
+  Record("sandbox.checkpointed", id,
+         {{"checkpoint", info->checkpoint_id},
+          {"memory_bytes", info->memory_bytes},
+          {"disk_bytes", info->disk_bytes},
+          {"save_ms", info->save_ms}},
+         "checkpoint " + info->checkpoint_id + " created in " + std::to_string(static_cast<int>(info->save_ms)) +
+             " ms (memory " + std::to_string(info->memory_bytes) + " B, disk " + std::to_string(info->disk_bytes) +
+             " B)");
+  return info;
+}
+
+Status SandboxController::DeleteCheckpoint(const std::string& id, const std::string& checkpoint_id) {
+  RETURN_IF_ERROR(d_.manager.DeleteCheckpoint(id, checkpoint_id));
+  if (auto sb = d_.manager.Get(id)) sb->AddLog("info", "checkpoint " + checkpoint_id + " deleted");
+  return OkStatus();
+}
+
+StatusOr<RollbackResult> SandboxController::Rollback(const std::string& id, const std::string& checkpoint_id,
+                                                     std::function<void()> on_running) {
+  auto r = d_.manager.Rollback(id, checkpoint_id, std::chrono::seconds(60), std::move(on_running));
+  if (!r.ok()) {
+    Status st = r.status();
+    LOG_WARN("sandbox={} rollback to {}: {}", id, checkpoint_id, st.message());
+    auto sb = d_.manager.Get(id);
+    if (sb && sb->state() == SandboxState::kFailed) {
+      // Its old VMM is gone and the checkpoint did not come up: the
+      // sandbox is lost, and killed like one whose VMM died.
+      d_.metrics.RollbackLost();
+      Record("sandbox.rollback_failed", id, {{"checkpoint", checkpoint_id}, {"lost", true}, {"error", st.message()}});
+      // Its end (rollback_failed) is decided by the Manager.
+      hooks_.run_blocking([this, id] { (void)d_.manager.Destroy(id); });
+    }
+    return st;
+  }
+  d_.metrics.RolledBack();
+  Record("sandbox.rolled_back", id, {{"checkpoint", checkpoint_id}, {"rollback_ms", r->total_ms}},
+         "rolled back to checkpoint " + checkpoint_id + " in " + std::to_string(static_cast<int>(r->total_ms)) +
+             " ms");
+  return r;
+}
+
+void SandboxController::Released(const std::string& id) { d_.admission.SandboxGone(id, Admission::Clock::now()); }
 
 }  // namespace airlock::control

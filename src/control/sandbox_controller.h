@@ -8,6 +8,14 @@
 //   Kill     End (from now nothing shows or reaches it) → Destroy
 //   SetTimeout, Connect (a paused sandbox resumes; a running one's TTL is
 //            only ever extended, spec §1.5.6)
+//   Pause    the team's disk budget → Manager::Pause → log
+//   Fork     memory admission of all children at once → Manager::Fork with
+//            each child's handover (the parent's secrets with a CA of its
+//            own, its owners row, the cluster's record) → admission counts it
+//   Checkpoint  the team's disk budget → free disk for the guest's memory →
+//            Manager::CreateCheckpoint → Record
+//   Rollback Manager::Rollback → Record; a sandbox lost by a failed restore
+//            is recorded and destroyed
 //
 // The HTTP side (server/) parses the request, calls the action on a worker
 // and writes the answer from what the action returns (views for the JSON).
@@ -16,8 +24,8 @@
 //
 // Threads: Create may be called on any thread and calls `done` once, on a
 // worker (or on the calling thread, or the admission timer's, for a
-// refusal). Kill is non-blocking. DestroyKilled, SetTimeout and Connect
-// block (the VMM, the registry, the guest): call them on a worker.
+// refusal). Kill and AdmitFork are non-blocking; every other action
+// blocks (the VMM, the registry, the guest): call it on a worker.
 // Errors: Status values (NotFound for a sandbox the API does not show; the
 // Manager's codes otherwise), and for a create the refusal's HTTP status and
 // Retry-After that admission chose.
@@ -85,6 +93,8 @@ class SandboxController {
     Registry& registry;
     DaemonMetrics& metrics;
     templates::TemplateStore* template_store = nullptr;  // spawn counts of custom templates
+    std::string state_dir;  // where checkpoints are written (their free-disk check)
+    int64_t disk_reserve_mib = 0;  // kept free for the registry and audit trail (serve --disk-reserve)
   };
   struct Hooks {
     // Runs blocking work on a worker thread.
@@ -99,6 +109,10 @@ class SandboxController {
     // A cold-booted create: make its template's snapshot for next time.
     std::function<void(const std::string& template_name, int vcpus, int memory_mib, const std::string& runtime)>
         ensure_template_snapshot;
+    // OK when `team` may write more to disk; else ResourceExhausted (507).
+    std::function<Status(const std::string& team)> check_team_disk;
+    // Something a team holds on disk was written or removed.
+    std::function<void()> disk_changed;
   };
 
   SandboxController(Deps deps, Hooks hooks) : d_(deps), hooks_(std::move(hooks)) {}
@@ -111,6 +125,22 @@ class SandboxController {
   // The sandbox's TTL now ends at `ends_at_ms`; NotFound when not shown.
   Status SetTimeout(const std::string& id, int64_t ends_at_ms, int64_t timeout_s);
   ConnectOutcome Connect(const std::string& id, int64_t ends_at_ms);
+  // Pauses `id` (of `team`); ResourceExhausted when the team's disk budget
+  // is spent, else the Manager's error (the sandbox keeps running).
+  StatusOr<PauseResult> Pause(const std::string& id, const std::string& team, const PauseOptions& options);
+  // Admission of `count` children of `parent` (memory, all at once):
+  // Unavailable with the numbers when refused (503).
+  Status AdmitFork(const Sandbox& parent, int count);
+  // `count` children of `id`, each living `ttl_s`, counted against `key_id`.
+  StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Fork(const std::string& id, int count, int ttl_s,
+                                                                   const std::string& key_id);
+  StatusOr<CheckpointInfo> Checkpoint(const std::string& id);
+  Status DeleteCheckpoint(const std::string& id, const std::string& checkpoint_id);
+  // `on_running`: under the sandbox's lock once the checkpoint's VMM runs.
+  StatusOr<RollbackResult> Rollback(const std::string& id, const std::string& checkpoint_id,
+                                    std::function<void()> on_running);
+  // A sandbox that ended: admission counts it no more.
+  void Released(const std::string& id);
 
   // The one record of an action's outcome: `record` to the audit trail
   // (with "action"), and `log` (when not empty) to sandbox `id`'s log.

@@ -29,10 +29,6 @@ Status Server::CheckDiskForCreate() const {
   return OkStatus();
 }
 
-void Server::SandboxReleased(const std::string& sandbox_id) {
-  admission_->SandboxGone(sandbox_id, control::Admission::Clock::now());
-}
-
 void Server::ScheduleAdmissionTick() {
   admission_timer_->expires_after(std::chrono::milliseconds(100));
   admission_timer_->async_wait([this](boost::system::error_code ec) {

@@ -163,8 +163,13 @@ Status Server::Init() {
                                             const std::string& runtime) {
       EnsureTemplateSnapshotAsync(name, vcpus, memory_mib, runtime);
     };
+    hooks.check_team_disk = [this](const std::string& team) { return CheckTeamDisk(team); };
+    hooks.disk_changed = [this] {
+      if (team_disk_) team_disk_->Invalidate();
+    };
     sandboxes_ = std::make_unique<control::SandboxController>(
-        control::SandboxController::Deps{*manager_, *admission_, *secrets_, *registry_, metrics_, template_store_.get()},
+        control::SandboxController::Deps{*manager_, *admission_, *secrets_, *registry_, metrics_,
+                                         template_store_.get(), config_.manager.state_dir, config_.disk_reserve_mib},
         std::move(hooks));
   }
   if (config_.write_cli_key) {
@@ -378,7 +383,7 @@ void Server::OnSandboxEnding(Sandbox& sb, const SandboxEnd& end) {
 
 void Server::OnSandboxEnded(const std::string& id, const SandboxEnd& end) {
   if (metrics_sampler_) metrics_sampler_->Forget(id);
-  if (end.outcome != SandboxOutcome::kCreateFailed) SandboxReleased(id);
+  if (end.outcome != SandboxOutcome::kCreateFailed) admission_->SandboxGone(id, control::Admission::Clock::now());
   if (config_.cluster.sandbox_removed) {
     asio::post(*workers_, [this, id] { config_.cluster.sandbox_removed(id); });
   }

@@ -376,7 +376,6 @@ class Server {
   // OK when the disk can take another sandbox; else ResourceExhausted with
   // the numbers (answered 507).
   Status CheckDiskForCreate() const;
-  void SandboxReleased(const std::string& sandbox_id);
   void ScheduleAdmissionTick();
   void ServeMetrics(std::shared_ptr<HttpConn> c);
   // Visible sandboxes by API state (GET /metrics, GET /host).

@@ -44,28 +44,10 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
     const int count = req->count;
     auto parent = Visible(id);
     if (!parent) return RespondNoSandbox(c, id);
-    // The children are admitted by memory like creates (docs/limits.md), all at once.
-    std::string reason;
-    if (std::string m = admission_->CheckMemory(count * parent->memory_mib(), &reason); !m.empty()) {
-      metrics_.AdmissionRejected(reason);
-      LOG_INFO("fork of sandbox={} refused (503): {}", id, m);
-      return c->RespondError(503, m);
-    }
+    if (Status st = sandboxes_->AdmitFork(*parent, count); !st.ok()) return c->RespondError(503, st.message());
     int ttl = ClampTimeout(req->timeout_s.value_or(config_.default_timeout_s));
-    std::string key_id = caller.key_id;
-    asio::post(*workers_, [this, c, id, count, ttl, key_id] {
-      ForkOptions fo;
-      fo.timeout = std::chrono::seconds(ttl);
-      // Each child's last bring-up step: the parent's secrets (same
-      // placeholders, already in the child's memory) with a CA of the
-      // child's own, and its owners row (its parent's team).
-      fo.handover = [this, id, key_id](Sandbox& child) -> Status {
-        RETURN_IF_ERROR(secrets_->Inherit(id, child, key_id).WithContext("fork child secrets"));
-        RETURN_IF_ERROR(registry_->SetOwner(OwnedKind::kSandbox, child.id(), child.attributes().owner_team)
-            .WithContext("fork child owner"));
-        return RecordInCluster(child.id(), /*front_reserved=*/false);
-      };
-      auto children = manager_->Fork(id, count, fo);
+    asio::post(*workers_, [this, c, id, count, ttl, key_id = caller.key_id] {
+      auto children = sandboxes_->Fork(id, count, ttl, key_id);
       if (!children.ok()) {
         Status st = children.status();
         int code = HttpStatusFor(st, HttpStatusContext::kDisk);
@@ -78,12 +60,8 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
           continue;
         }
         SandboxRecord r = (*child)->Record();
-        // Counted by admission from now on; one that already ended is released again.
-        admission_->Adopt(r.id, key_id, (*child)->memory_mib());
-        if (!Visible(r.id)) SandboxReleased(r.id);
         out.push_back({{"sandbox", SandboxJson(r, ShownTemplateId(r))}});
       }
-      AddLog(id, "info", "forked " + std::to_string(count) + " time(s)");
       std::string text = out.dump();
       asio::post(c->executor(), [c, text] { c->Respond(201, "application/json", text); });
     });
@@ -187,23 +165,12 @@ void Server::PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
     if (!sb) return RespondNoSandbox(c, id);
     if (sb->api_state() == "paused") return c->RespondError(409, "sandbox " + id + " is already paused");
     asio::post(*workers_, [this, c, id, opts, team = sb->attributes().owner_team] {
-      if (Status budget = CheckTeamDisk(team); !budget.ok()) {
-        return asio::post(c->executor(), [c, budget] { c->RespondError(507, budget.message()); });
-      }
-      auto r = manager_->Pause(id, opts);
-      if (team_disk_) team_disk_->Invalidate();
+      auto r = sandboxes_->Pause(id, team, opts);
       if (!r.ok()) {
-        Status st = r.status();
-        LOG_WARN("sandbox={} pause: {}", id, st.message());
-        // The SDK reads a 409 as "already paused" (false): the sandbox's log says why.
-        AddLog(id, "warn", "pause failed, still running: " + st.message());
-        return asio::post(c->executor(),
-                          [c, st] { c->RespondError(HttpStatusFor(st, HttpStatusContext::kDisk), st.message()); });
+        return asio::post(c->executor(), [c, st = r.status()] {
+          c->RespondError(HttpStatusFor(st, HttpStatusContext::kDisk), st.message());
+        });
       }
-      AddLog(id, "info",
-             "paused in " + std::to_string(static_cast<int>(r->total_ms)) + " ms (memory " +
-                 std::to_string(r->snapshot.memory_bytes) + " B, disk " + std::to_string(r->snapshot.disk_bytes) +
-                 " B)");
       asio::post(c->executor(), [c] { c->Respond(204, "", ""); });
     });
   });
