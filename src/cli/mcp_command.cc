@@ -1,6 +1,6 @@
 // `airlock mcp`: MCP over stdio for MCP clients that start a command (desktop
 // assistants, IDE agents). A bridge to a running daemon's /mcp (streamable
-// HTTP, src/server/mcp_routes.cc), so the tools, their audit records and the
+// HTTP, src/server/mcp_service.cc), so the tools, their audit records and the
 // key checks live in one place: each newline-delimited JSON-RPC message from
 // stdin is POSTed to /mcp with the key (AIRLOCK_API_KEY, else
 // <state dir>/cli.key) and the session from initialize; each answer is one

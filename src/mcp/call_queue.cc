@@ -2,12 +2,18 @@
 
 namespace airlock::mcp {
 
-StatusOr<std::shared_ptr<FairCallQueue>> FairCallQueue::Create(size_t threads, size_t per_team, Launch launch) {
+Status FairCallQueue::Check(size_t threads, size_t per_team) {
   if (threads < 3) return InvalidArgument("MCP tool threads: " + std::to_string(threads) + " (at least 3)");
   if (per_team == 0) per_team = DefaultPerTeam(threads);
   if (2 * per_team >= threads)
     return InvalidArgument("MCP calls per team: " + std::to_string(per_team) + " is not below half of the " +
                            std::to_string(threads) + " tool threads");
+  return OkStatus();
+}
+
+StatusOr<std::shared_ptr<FairCallQueue>> FairCallQueue::Create(size_t threads, size_t per_team, Launch launch) {
+  RETURN_IF_ERROR(Check(threads, per_team));
+  if (per_team == 0) per_team = DefaultPerTeam(threads);
   return std::shared_ptr<FairCallQueue>(new FairCallQueue(threads, per_team, std::move(launch)));
 }
 

@@ -38,6 +38,8 @@ class FairCallQueue : public std::enable_shared_from_this<FairCallQueue> {
   // InvalidArgument unless threads >= 3 and 1 <= per_team < threads / 2
   // (per_team 0: DefaultPerTeam(threads)).
   static StatusOr<std::shared_ptr<FairCallQueue>> Create(size_t threads, size_t per_team, Launch launch);
+  // OK, or the InvalidArgument Create returns for these numbers.
+  static Status Check(size_t threads, size_t per_team);
 
   // Runs `task` now (a thread is free) or when its team's turn comes;
   // ResourceExhausted when `team` already holds per_team() calls.

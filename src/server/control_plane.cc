@@ -12,6 +12,7 @@
 #include "image/image.h"
 #include "server/egress_routes.h"
 #include "server/http_status.h"
+#include "server/mcp_service.h"
 #include "server/requests/create.h"
 #include "server/requests/list.h"
 #include "server/requests/timeout.h"
@@ -21,6 +22,15 @@
 namespace airlock::server {
 
 using nlohmann::json;
+
+std::string PresentedApiKey(const HttpConn& c, bool allow_bearer) {
+  std::string key = c.Header("X-API-Key");
+  if (key.empty() && allow_bearer) {
+    std::string auth = c.Header("Authorization");
+    if (auth.size() > 7 && (auth.rfind("Bearer ", 0) == 0 || auth.rfind("bearer ", 0) == 0)) key = auth.substr(7);
+  }
+  return key;
+}
 
 void Server::ReadJson(std::shared_ptr<HttpConn> c, std::function<void(json)> then) {
   c->ReadBodyToString(config_.max_json_body, [c, then = std::move(then)](StatusOr<std::string> body) {
@@ -49,7 +59,7 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
   std::string presented = PresentedApiKey(*c, is_mcp);
   auto dispatch = [this, is_mcp, presented](std::shared_ptr<HttpConn> c, const ApiKeyRecord& key) {
     Caller caller{key.id, key.team, key.admin};
-    if (is_mcp) return HandleMcp(std::move(c), caller, presented);
+    if (is_mcp) return mcp_->Handle(std::move(c), caller, presented);
     RouteControl(std::move(c), caller);
   };
   if (auto key = api_keys_->Find(presented)) return dispatch(std::move(c), *key);

@@ -16,6 +16,7 @@
 #include "http/client.h"
 #include "image/image.h"
 #include "secrets/egress_broker.h"
+#include "server/mcp_service.h"
 #include "server/relay_guard.h"
 
 namespace airlock::server {
@@ -121,15 +122,9 @@ Status Server::Init() {
   // The Manager owns sandbox state and writes the registry; the server hears
   // of ends and pauses (SandboxEvents) and runs their blocking work on its workers.
   workers_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(1, config_.workers)));
-  // Tool calls: their own pool, admitted per team (FairCallQueue checks the numbers).
-  mcp_workers_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(3, config_.mcp_threads)));
-  {
-    auto* pool = mcp_workers_.get();  // let go, never destroyed, by ~Server
-    ASSIGN_OR_RETURN(mcp_calls_, mcp::FairCallQueue::Create(
-                                     static_cast<size_t>(std::max(0, config_.mcp_threads)),
-                                     static_cast<size_t>(std::max(0, config_.mcp_calls_per_team)),
-                                     [pool](mcp::FairCallQueue::Task t) { asio::post(*pool, std::move(t)); }));
-  }
+  // MCP tool calls get their own pool once the listener is bound; their
+  // numbers are refused now, before anything is adopted.
+  RETURN_IF_ERROR(McpService::Check(config_.mcp_threads, config_.mcp_calls_per_team));
   config_.manager.registry = registry_.get();
   config_.manager.pool.min_available_mib = config_.pressure.refuse_below_mib;
   if (config_.memory_sample_interval.count() > 0)
@@ -213,19 +208,15 @@ Status Server::Init() {
         io_, [this](std::shared_ptr<HttpConn> c) { HandleConsoleOrigin(std::move(c)); }, std::move(limits));
     RETURN_IF_ERROR(console_listener_->Listen(config_.console_listen).WithContext("--console-listen"));
   }
-  // MCP tools reach this daemon's API on loopback (a wildcard listen address
-  // is reached on the loopback address of its family).
-  if (auto hp = http::ParseHostPort(config_.listen); hp.ok()) {
-    self_api_.host = hp->first == "0.0.0.0" || hp->first.empty() ? "127.0.0.1" : hp->first == "::" ? "::1" : hp->first;
-  }
-  self_api_.port = port();
-  if (auto hp = http::ParseHostPort(config_.listen); hp.ok())
-    mcp_origins_ = mcp::AllowedOrigins::For(hp->first, port(), config_.public_url);
-  if (!config_.mcp_api.empty()) {
-    ASSIGN_OR_RETURN(auto api, http::ParseHostPort(config_.mcp_api));
-    self_api_.host = api.first;
-    self_api_.port = api.second;
-  }
+  // MCP tools reach this daemon's API (or --mcp-api's) with the caller's key.
+  ASSIGN_OR_RETURN(mcp_, McpService::Create({.listen = config_.listen,
+                                             .port = port(),
+                                             .public_url = config_.public_url,
+                                             .api = config_.mcp_api,
+                                             .threads = config_.mcp_threads,
+                                             .calls_per_team = config_.mcp_calls_per_team,
+                                             .server_version = kAirlockVersion},
+                                            [this](json r) { Audit(std::move(r)); }));
   signals_ = std::make_unique<asio::signal_set>(io_, SIGINT, SIGTERM);
   signals_->async_wait([this](boost::system::error_code ec, int sig) {
     if (!ec) {
@@ -284,16 +275,8 @@ Status Server::Init() {
 Server::~Server() {
   Stop();
   // MCP tool calls block on this daemon's own API, which no longer answers:
-  // their threads are let go (each drops its answer, McpLife) rather than
-  // waited for.
-  if (mcp_workers_) {
-    {
-      std::lock_guard<std::mutex> l(mcp_life_->mu);
-      mcp_life_->alive = false;
-    }
-    mcp_workers_->stop();
-    (void)mcp_workers_.release();
-  }
+  // their threads are let go (each drops its answer) rather than waited for.
+  if (mcp_) mcp_->Shutdown();
   // A running template build ends (its build sandbox is destroyed) before
   // anything it uses goes.
   if (builder_) builder_->Stop();

@@ -44,10 +44,6 @@
 #include "core/manager.h"
 #include "core/reaper.h"
 #include "image/image.h"
-#include "mcp/call_queue.h"
-#include "mcp/origin.h"
-#include "mcp/protocol.h"
-#include "mcp/tools.h"
 #include "server/relay_guard.h"
 #include "core/registry.h"
 #include "secrets/broker.h"
@@ -77,6 +73,7 @@ using control::DaemonMetrics;
 using control::SecretsService;
 
 struct TemplateAnswer;
+class McpService;
 
 inline constexpr const char* kAirlockVersion = "0.1.0";
 
@@ -392,27 +389,10 @@ class Server {
   void AuditVerify(std::shared_ptr<HttpConn> c, const Caller& caller);
   void HostView(std::shared_ptr<HttpConn> c, const Caller& caller);
 
-  // MCP over streamable HTTP at /mcp (mcp_routes.cc, docs/mcp.md); `key`:
-  // the presented API key, which the tools act with.
-  void HandleMcp(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& key);
-  struct McpSession {
-    mcp::SessionState state;
-    std::string key_id;  // the key that opened it; no other key may use it
-    int64_t last_used_ms = 0;
-  };
-  static constexpr size_t kMaxMcpSessions = 1024;
-  static constexpr size_t kMaxMcpSessionsPerKey = 64;
-  std::shared_ptr<mcp::FairCallQueue> mcp_calls_;  // admission per team onto mcp_workers_ (Init)
-  mcp::AllowedOrigins mcp_origins_;                // browser origins /mcp accepts (Init)
-  std::mutex mcp_mu_;
-  std::map<std::string, McpSession> mcp_sessions_;  // guarded by mcp_mu_
-  std::unique_ptr<asio::thread_pool> mcp_workers_;  // tool calls (blocking, possibly long)
-  struct McpLife {
-    std::mutex mu;
-    bool alive = true;  // false once ~Server began: a late tool call drops its answer
-  };
-  std::shared_ptr<McpLife> mcp_life_ = std::make_shared<McpLife>();
-  mcp::ApiAccess self_api_;                         // this daemon's own port on loopback (Init)
+  // MCP over streamable HTTP at /mcp (mcp_service.h, docs/mcp.md): made
+  // once the listener is bound (Init), shut down first in ~Server, destroyed
+  // with the members declared after it.
+  std::unique_ptr<McpService> mcp_;
 
   // E2B secrets API (secrets_api.cc): /secrets and /secrets/{selector}
   // (selector empty: the collection); the store work is SecretsService's.

@@ -140,6 +140,11 @@ TEST(McpCallQueueTest, OneTeamHoldsLessThanHalfThePoolAndIsRefusedAtOnce) {
   EXPECT_EQ(FairCallQueue::DefaultPerTeam(16), 7u);
   EXPECT_FALSE(FairCallQueue::Create(16, 8, [](FairCallQueue::Task) {}).ok());  // half: refused
   EXPECT_FALSE(FairCallQueue::Create(2, 0, [](FairCallQueue::Task) {}).ok());
+  // Check (what the daemon runs before it opens anything) says the same.
+  EXPECT_EQ(FairCallQueue::Check(16, 8).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(FairCallQueue::Check(2, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(FairCallQueue::Check(16, 0).ok());
+  EXPECT_TRUE(FairCallQueue::Check(16, 7).ok());
   ManualPool p(16, 0);
   ASSERT_TRUE(p.q);
   // The case: two keys of team A (the key plays no part) fill their

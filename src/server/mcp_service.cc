@@ -1,36 +1,17 @@
-// MCP's streamable HTTP transport at /mcp (docs/mcp.md; spec revision
-// 2025-06-18 "Transports"). The key is X-API-Key or "Authorization: Bearer
-// <key>", checked like any control-plane call (HandleControl).
-//
-//   POST /mcp    one JSON-RPC message (or a batch, 2025-03-26): 200
-//                application/json with the response(s); 202 when it held
-//                only notifications or responses. initialize opens a session
-//                (Mcp-Session-Id in the answer); every later POST must carry
-//                it (400 without, 404 for one unknown or of another key).
-//   GET /mcp     405: the server starts no streams of its own.
-//   DELETE /mcp  ends the session (204).
-// A request with an Origin header is refused (403) unless that origin is
-// one the daemon was configured as (--listen, --public-url: mcp/origin.h),
-// as the spec asks of servers (DNS rebinding). It is never compared with
-// the request's Host, which a rebinding page sets too.
-//
-// Tool calls run on their own thread pool (a command may run for an hour)
-// and act through this daemon's own API with the caller's key (mcp/tools.h).
-// Each call is audited as mcp.tool_call with the client's name from
-// initialize; sessions are memory only (at most kMaxMcpSessionsPerKey per
-// key and kMaxMcpSessions in all, the least recently used dropped first).
-// A team (all its keys together) holds at most mcp_calls_->per_team()
-// requests, running or waiting (more: 429 at once); when every thread is
-// busy, waiting teams take turns (mcp/call_queue.h).
+// McpService (mcp_service.h): /mcp's sessions and tool calls.
+#include "server/mcp_service.h"
+
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "http/client.h"
 #include "mcp/protocol.h"
-#include "server/server.h"
 
 namespace airlock::server {
 
@@ -54,17 +35,62 @@ std::string NewSessionId() {
 
 }  // namespace
 
-std::string PresentedApiKey(const HttpConn& c, bool allow_bearer) {
-  std::string key = c.Header("X-API-Key");
-  if (key.empty() && allow_bearer) {
-    std::string auth = c.Header("Authorization");
-    if (auth.size() > 7 && (auth.rfind("Bearer ", 0) == 0 || auth.rfind("bearer ", 0) == 0)) key = auth.substr(7);
-  }
-  return key;
+Status McpService::Check(int threads, int calls_per_team) {
+  return mcp::FairCallQueue::Check(static_cast<size_t>(std::max(0, threads)),
+                                   static_cast<size_t>(std::max(0, calls_per_team)));
 }
 
-void Server::HandleMcp(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& key) {
-  if (std::string origin = c->Header("Origin"); !origin.empty() && !mcp_origins_.Allows(origin))
+StatusOr<std::unique_ptr<McpService>> McpService::Create(Config config, AuditFn audit) {
+  RETURN_IF_ERROR(Check(config.threads, config.calls_per_team));
+  // The tools reach the API on loopback (a wildcard listen address is
+  // reached on the loopback address of its family), or --mcp-api's.
+  mcp::ApiAccess api;
+  mcp::AllowedOrigins origins;
+  if (auto hp = http::ParseHostPort(config.listen); hp.ok()) {
+    api.host = hp->first == "0.0.0.0" || hp->first.empty() ? "127.0.0.1" : hp->first == "::" ? "::1" : hp->first;
+    origins = mcp::AllowedOrigins::For(hp->first, config.port, config.public_url);
+  }
+  api.port = config.port;
+  if (!config.api.empty()) {
+    ASSIGN_OR_RETURN(auto hp, http::ParseHostPort(config.api));
+    api.host = hp.first;
+    api.port = hp.second;
+  }
+  std::unique_ptr<McpService> s(
+      new McpService(std::move(api), std::move(origins), std::move(config.server_version), std::move(audit)));
+  // Tool calls: their own pool, admitted per team (FairCallQueue checks the numbers).
+  s->workers_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(3, config.threads)));
+  auto* pool = s->workers_.get();  // let go, never destroyed, by Shutdown
+  ASSIGN_OR_RETURN(s->calls_,
+                   mcp::FairCallQueue::Create(static_cast<size_t>(std::max(0, config.threads)),
+                                              static_cast<size_t>(std::max(0, config.calls_per_team)),
+                                              [pool](mcp::FairCallQueue::Task t) { asio::post(*pool, std::move(t)); }));
+  return s;
+}
+
+McpService::McpService(mcp::ApiAccess api, mcp::AllowedOrigins origins, std::string server_version, AuditFn audit)
+    : api_(std::move(api)),
+      origins_(std::move(origins)),
+      server_version_(std::move(server_version)),
+      audit_(std::move(audit)) {}
+
+McpService::~McpService() { Shutdown(); }
+
+void McpService::Shutdown() {
+  // Tool calls block on the daemon's API, which no longer answers: their
+  // threads are let go (each drops its answer, Life) rather than waited for.
+  {
+    std::lock_guard<std::mutex> l(life_->mu);
+    life_->alive = false;
+  }
+  if (workers_) {
+    workers_->stop();
+    (void)workers_.release();
+  }
+}
+
+void McpService::Handle(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& key) {
+  if (std::string origin = c->Header("Origin"); !origin.empty() && !origins_.Allows(origin))
     return c->RespondError(403, "MCP requests from origin " + origin.substr(0, 256) +
                                     " are refused (allowed: this server's --listen address and --public-url)");
   const std::string session_id = c->Header("Mcp-Session-Id");
@@ -72,11 +98,11 @@ void Server::HandleMcp(std::shared_ptr<HttpConn> c, const Caller& caller, const 
     return c->RespondError(405, "this server sends no stream of its own; POST JSON-RPC messages",
                            {{"Allow", "POST, DELETE"}});
   if (c->method() == http::Method::kDelete) {
-    std::lock_guard<std::mutex> l(mcp_mu_);
-    auto it = mcp_sessions_.find(session_id);
-    if (it == mcp_sessions_.end() || it->second.key_id != caller.key_id)
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end() || it->second.key_id != caller.key_id)
       return c->RespondError(404, "no such MCP session");
-    mcp_sessions_.erase(it);
+    sessions_.erase(it);
     return c->Respond(204, "", "");
   }
   if (c->method() != http::Method::kPost) return c->RespondError(405, "method not allowed", {{"Allow", "POST, DELETE"}});
@@ -91,31 +117,31 @@ void Server::HandleMcp(std::shared_ptr<HttpConn> c, const Caller& caller, const 
     if (is_initialize) {
       sid = NewSessionId();
       if (sid.empty()) return c->RespondError(500, "no randomness for a session id");
-      std::lock_guard<std::mutex> l(mcp_mu_);
+      std::lock_guard<std::mutex> l(mu_);
       // A key that opens too many sessions loses its own oldest; the global
       // cap (least recently used of all) is only a backstop.
       auto oldest_of = [&](bool same_key) {
-        auto oldest = mcp_sessions_.end();
+        auto oldest = sessions_.end();
         size_t mine = 0;
-        for (auto it = mcp_sessions_.begin(); it != mcp_sessions_.end(); ++it) {
+        for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
           if (same_key && it->second.key_id != caller.key_id) continue;
           ++mine;
-          if (oldest == mcp_sessions_.end() || it->second.last_used_ms < oldest->second.last_used_ms) oldest = it;
+          if (oldest == sessions_.end() || it->second.last_used_ms < oldest->second.last_used_ms) oldest = it;
         }
         return std::make_pair(oldest, mine);
       };
-      if (auto [oldest, mine] = oldest_of(true); mine >= kMaxMcpSessionsPerKey) mcp_sessions_.erase(oldest);
-      if (mcp_sessions_.size() >= kMaxMcpSessions) mcp_sessions_.erase(oldest_of(false).first);
-      mcp_sessions_[sid] = McpSession{{}, caller.key_id, NowUnixMs()};
+      if (auto [oldest, mine] = oldest_of(true); mine >= kMaxSessionsPerKey) sessions_.erase(oldest);
+      if (sessions_.size() >= kMaxSessions) sessions_.erase(oldest_of(false).first);
+      sessions_[sid] = Session{{}, caller.key_id, NowUnixMs()};
     } else {
       if (sid.empty())
         return c->Respond(400, "application/json",
                           mcp::ErrorResponse(nullptr, mcp::kInvalidRequest,
                                              "Mcp-Session-Id header required (send initialize first)")
                               .dump());
-      std::lock_guard<std::mutex> l(mcp_mu_);
-      auto it = mcp_sessions_.find(sid);
-      if (it == mcp_sessions_.end() || it->second.key_id != caller.key_id)
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = sessions_.find(sid);
+      if (it == sessions_.end() || it->second.key_id != caller.key_id)
         return c->RespondError(404, "no such MCP session (it ended, or the server restarted): initialize again");
       it->second.last_used_ms = NowUnixMs();
     }
@@ -129,30 +155,31 @@ void Server::HandleMcp(std::shared_ptr<HttpConn> c, const Caller& caller, const 
       // Notifications and responses only: nothing to answer.
       return c->Respond(202, "", "", {{"Mcp-Session-Id", sid}});
     }
-    auto access = self_api_;
+    auto access = api_;
     access.api_key = key;
     std::string peer = c->peer();
-    // The pool outlives the Server when a call is still running at shutdown
-    // (~Server): every touch of the Server happens under life->mu, once
+    // The pool outlives the service when a call is still running at shutdown
+    // (Shutdown): every touch of the service happens under life->mu, once
     // life->alive says it is still there.
     json first_id = !batch && message.contains("id") ? message["id"] : json(nullptr);
     // One team cannot hold every tool thread: past per_team() calls running
     // or waiting, more are refused at once (429) instead of queued.
-    Status admitted = mcp_calls_->Submit(caller.team, [this, life = mcp_life_, c, caller, access, sid,
-                                                       message = std::move(message), batch, peer]() mutable {
-      // After ~Server the connection's io_context is gone: its socket must
-      // never be destroyed, so it is let go with the thread.
+    Status admitted = calls_->Submit(caller.team, [this, life = life_, c, caller, access, sid,
+                                                   version = server_version_, message = std::move(message), batch,
+                                                   peer]() mutable {
+      // After Shutdown (the daemon is going) the connection's io_context may be
+      // gone: its socket must never be destroyed, so it is let go with the thread.
       auto abandon = [&] { new std::shared_ptr<HttpConn>(std::move(c)); };
       auto audit = [&](json r) {
         std::lock_guard<std::mutex> l(life->mu);
-        if (life->alive) Audit(std::move(r));
+        if (life->alive) audit_(std::move(r));
       };
       mcp::SessionState state;
       {
         std::lock_guard<std::mutex> life_lock(life->mu);
         if (!life->alive) return abandon();
-        std::lock_guard<std::mutex> l(mcp_mu_);
-        if (auto it = mcp_sessions_.find(sid); it != mcp_sessions_.end()) state = it->second.state;
+        std::lock_guard<std::mutex> l(mu_);
+        if (auto it = sessions_.find(sid); it != sessions_.end()) state = it->second.state;
       }
       auto invoke = [&](const std::string& tool, const json& args) {
         const int64_t t0 = NowUnixMs();
@@ -173,7 +200,7 @@ void Server::HandleMcp(std::shared_ptr<HttpConn> c, const Caller& caller, const 
       };
       json responses = json::array();
       for (const auto& m : batch ? message : json::array({message})) {
-        auto resp = mcp::HandleMessage(state, m, invoke, kAirlockVersion);
+        auto resp = mcp::HandleMessage(state, m, invoke, version);
         if (m.is_object() && m.value("method", "") == "initialize") {
           audit({{"action", "mcp.initialize"},
                  {"api_key_id", caller.key_id},
@@ -184,8 +211,8 @@ void Server::HandleMcp(std::shared_ptr<HttpConn> c, const Caller& caller, const 
                  {"peer", peer}});
           std::lock_guard<std::mutex> life_lock(life->mu);
           if (!life->alive) return abandon();
-          std::lock_guard<std::mutex> l(mcp_mu_);
-          if (auto it = mcp_sessions_.find(sid); it != mcp_sessions_.end()) it->second.state = state;
+          std::lock_guard<std::mutex> l(mu_);
+          if (auto it = sessions_.find(sid); it != sessions_.end()) it->second.state = state;
         }
         if (resp) responses.push_back(std::move(*resp));
       }
