@@ -48,7 +48,7 @@ void Server::HandleControl(std::shared_ptr<HttpConn> c) {
   if (path == "/health" && verb == http::Method::kGet) return c->Respond(200, "application/json", "{\"status\":\"ok\"}");
   if (path == "/metrics" && verb == http::Method::kGet) return ServeMetrics(c);
   // COPY archives of template builds: the signed URL is the credential.
-  if (path.rfind("/upload/", 0) == 0) return HandleUpload(c);
+  if (path.rfind("/upload/", 0) == 0) return templates_->HandleUpload(c);
   // The web console lives on its own origin (serve --console-listen,
   // HandleConsoleOrigin), never beside the data plane's signed URLs.
   if (path == "/console" || path.rfind("/console/", 0) == 0) return ConsoleElsewhere(c);
@@ -95,19 +95,19 @@ void Server::RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller) {
   using R = RouteId;
   switch (m.route->id) {
     case R::kListSnapshots: return ListSnapshots(c, caller);
-    case R::kRequestTemplateBuild: return RequestTemplateBuild(c, caller);
-    case R::kListTemplates: return ListTemplates(c, caller);
-    case R::kAssignTemplateTags: return TemplateTags(c, caller, true);
-    case R::kDeleteTemplateTags: return TemplateTags(c, caller, false);
-    case R::kAliasExists: return AliasExists(c, caller, p[0]);
-    case R::kFilesLink: return FilesLink(c, caller, p[0], p[1]);
-    case R::kStartTemplateBuild: return StartTemplateBuild(c, caller, p[0], p[1]);
-    case R::kTemplateBuildStatus: return TemplateBuildStatus(c, caller, p[0], p[1]);
-    case R::kListTemplateTags: return ListTemplateTags(c, caller, p[0]);
-    case R::kPublishTemplate: return PublishTemplate(c, caller, p[0], false);
-    case R::kPublishTemplateV2: return PublishTemplate(c, caller, p[0], true);
-    case R::kGetTemplate: return GetTemplate(c, caller, p[0]);
-    case R::kDeleteTemplate: return DeleteTemplate(c, caller, p[0]);
+    case R::kRequestTemplateBuild:
+    case R::kListTemplates:
+    case R::kAssignTemplateTags:
+    case R::kDeleteTemplateTags:
+    case R::kAliasExists:
+    case R::kFilesLink:
+    case R::kStartTemplateBuild:
+    case R::kTemplateBuildStatus:
+    case R::kListTemplateTags:
+    case R::kPublishTemplate:
+    case R::kPublishTemplateV2:
+    case R::kGetTemplate:
+    case R::kDeleteTemplate: return templates_->Route(c, caller, m.route->id, p);
     case R::kAuditTrail: return AuditTrail(c, caller);
     case R::kAuditVerify: return AuditVerify(c, caller);
     case R::kHostView: return HostView(c, caller);
@@ -181,7 +181,7 @@ void Server::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller
     // else the default (the manager's).
     opts.runtime = req.runtime ? *req.runtime : tmpl.runtime_in_name;
     const std::string display_id = tmpl.template_id, alias = tmpl.alias;
-    if (!display_id.empty()) NoteTemplateImage(tmpl.image_template, display_id);
+    if (!display_id.empty()) templates_->NoteTemplateImage(tmpl.image_template, display_id);
     const image::MachineShape shape = ClampedShape(tmpl.shape);
     opts.vcpus = req.vcpus.value_or(shape.vcpus);
     opts.memory_mib = req.memory_mib.value_or(shape.memory_mib);

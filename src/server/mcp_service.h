@@ -53,10 +53,12 @@
 #include "mcp/origin.h"
 #include "mcp/protocol.h"
 #include "mcp/tools.h"
-#include "server/caller.h"
+#include "control/caller.h"
 #include "server/http_conn.h"
 
 namespace airlock::server {
+
+using control::Caller;
 
 class McpService {
  public:

@@ -15,7 +15,7 @@ using R = RouteId;
 constexpr std::array kRoutes = {
     // Named snapshots (snapshot_routes.cc).
     Route{M::kGet, "/snapshots", "snapshot.list", R::kListSnapshots},
-    // Templates API (template_routes.cc; e2b-templates.md §A.3).
+    // Templates API (template_api.cc, TemplateApi::Route; e2b-templates.md §A.3).
     Route{M::kPost, "/v3/templates", "template.build.request", R::kRequestTemplateBuild, false, true},
     Route{M::kPost, "/v2/templates", "template.build.request", R::kRequestTemplateBuild, false, true},
     Route{M::kGet, "/templates", "template.list", R::kListTemplates, false, true},

@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "common/log.h"
+#include "core/template_runtime.h"
 #include "http/client.h"
 #include "image/image.h"
 #include "secrets/egress_broker.h"
@@ -147,7 +148,42 @@ Status Server::Init() {
   }
   RETURN_IF_ERROR(secrets_->Init(manager_.get(), adopted));
   if (!config_.build_allow_set) config_.build_allow = DefaultBuildAllow();
-  RETURN_IF_ERROR(InitTemplates());
+  // Custom templates (template_api.h): they write within the team disk budget,
+  // which counts their uploads, layers and images (DiskHoldings).
+  InitTeamDisk();
+  {
+    TemplateApi::Config tc;
+    tc.state_dir = config_.manager.state_dir;
+    tc.owner = config_.manager.owner;
+    tc.db_path = db_path_;
+    tc.max_builds = config_.max_builds;
+    tc.build_timeout_s = config_.build_timeout_s;
+    tc.build_allow = config_.build_allow;
+    tc.insecure_registries = config_.insecure_registries;
+    tc.registry_allow = config_.registry_allow;
+    tc.max_image_unpack_mib = config_.max_image_unpack_mib;
+    tc.max_vcpus = config_.max_vcpus;
+    tc.max_memory_mib = config_.max_memory_mib;
+    tc.max_disk_mib = config_.max_disk_mib;
+    tc.max_upload_mib = config_.max_upload_mib;
+    tc.upload_ttl_s = config_.upload_ttl_s;
+    tc.public_url = config_.public_url;
+    tc.listen = config_.listen;
+    TemplateApi::Deps deps{
+        .manager = *manager_,
+        .workers = *workers_,
+        .team_disk = team_disk_.get(),
+        .check_team_disk = [this](const std::string& team) { return CheckTeamDisk(team); },
+        .audit = [this](json r) { Audit(std::move(r)); },
+        .read_json = [this](std::shared_ptr<HttpConn> c,
+                            std::function<void(json)> then) { ReadJson(std::move(c), std::move(then)); },
+        .delete_snapshot = [this](std::shared_ptr<HttpConn> c, const std::string& ref,
+                                  const Caller& caller) { DeleteSnapshot(std::move(c), ref, caller); },
+    };
+    ASSIGN_OR_RETURN(templates_, TemplateApi::Open(std::move(tc), std::move(deps)));
+  }
+  catalog_ = std::make_unique<control::TemplateCatalog>(*manager_, *registry_, templates_->store(),
+                                                        config_.manager.state_dir, manager_->config().runtime);
   {
     control::SandboxController::Hooks hooks;
     hooks.run_blocking = [this](std::function<void()> work) { asio::post(*workers_, std::move(work)); };
@@ -164,7 +200,7 @@ Status Server::Init() {
     };
     sandboxes_ = std::make_unique<control::SandboxController>(
         control::SandboxController::Deps{*manager_, *admission_, *secrets_, *registry_, metrics_,
-                                         template_store_.get(), config_.manager.state_dir, config_.disk_reserve_mib},
+                                         &templates_->store(), config_.manager.state_dir, config_.disk_reserve_mib},
         std::move(hooks));
   }
   if (config_.write_cli_key) {
@@ -279,7 +315,7 @@ Server::~Server() {
   if (mcp_) mcp_->Shutdown();
   // A running template build ends (its build sandbox is destroyed) before
   // anything it uses goes.
-  if (builder_) builder_->Stop();
+  if (templates_) templates_->Stop();
   // No reaper decision once the workers stop taking work.
   if (reaper_) reaper_->Stop();
   // A template snapshot waiting on its guest (minutes, under TCG) gives up.
@@ -329,6 +365,16 @@ int PoolSizeForHost() {
   long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   int64_t gib = pages > 0 && page > 0 ? (int64_t{pages} * page) >> 30 : 0;
   return static_cast<int>(std::clamp<int64_t>(gib / 8, 1, 4));
+}
+
+std::vector<std::string> Server::CustomTemplateNames() {
+  if (!templates_) return {};
+  return templates_->CustomTemplateNames();
+}
+
+std::string Server::ShownTemplateId(const SandboxRecord& r) {
+  const std::string runtime(manager_->runtime().name());
+  return templates_->DisplayTemplateId(TemplateNameOn(r.template_id, r.runtime, runtime));
 }
 
 void Server::AddLog(const std::string& id, std::string level, std::string message) {
@@ -389,7 +435,7 @@ void Server::ScheduleKeyRefresh() {
         key_refresh_in_flight_ = false;
       });
     }
-    MaybeSweepUploads();  // the upload TTL (disk_hooks.cc)
+    if (templates_) templates_->MaybeSweepUploads();  // the upload TTL (template_api.h)
     ScheduleKeyRefresh();
   });
 }

@@ -51,8 +51,6 @@
 #include "control/admission.h"
 #include "server/api_keys.h"
 #include "control/caller.h"
-#include "templates/builder.h"
-#include "templates/template_store.h"
 #include "server/http_conn.h"
 #include "control/metrics.h"
 #include "server/routes.h"
@@ -64,6 +62,7 @@
 #include "control/secrets_service.h"
 #include "server/stream_table.h"
 #include "server/team_disk.h"
+#include "server/template_api.h"
 
 namespace airlock::server {
 
@@ -306,39 +305,11 @@ class Server {
   void CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id);
   void ListSnapshots(std::shared_ptr<HttpConn> c, const Caller& caller);
   void DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller);
-  // Custom templates (template_routes.cc, docs/templates.md).
-  Status InitTemplates();
-  // DELETE /templates/{ref}: a custom template by id or alias; else a named
-  // snapshot (E2B deletes snapshots through this route too).
-  void DeleteTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref);
-  void InTemplateWorker(std::shared_ptr<HttpConn> c, std::function<TemplateAnswer()> work);
-  void RequestTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& caller);
-  void FilesLink(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
-                 const std::string& hash);
-  void HandleUpload(std::shared_ptr<HttpConn> c);
-  // The body of an upload whose link and budget were checked; `budget_left`:
-  // bytes the team may still write (TeamDisk::RemainingBytes).
-  void ReceiveUpload(std::shared_ptr<HttpConn> c, const std::string& team, const std::string& hash,
-                     int64_t budget_left);
-  void StartTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
-                          const std::string& build_id);
-  void TemplateBuildStatus(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
-                           const std::string& build_id);
-  void AliasExists(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref);
-  void TemplateTags(std::shared_ptr<HttpConn> c, const Caller& caller, bool assign);
-  void ListTemplateTags(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref);
-  void ListTemplates(std::shared_ptr<HttpConn> c, const Caller& caller);
-  void GetTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref);
-  void PublishTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref, bool v2);
-  nlohmann::json TemplateJson(const templates::TemplateRow& t, bool with_builds);
-  bool IsTemplateOwner(const Caller& caller, const templates::TemplateRow& t);
-  std::string UploadToken(const std::string& team, const std::string& hash, int64_t expires) const;
-  // The API's templateID of a sandbox's image ("b<build>" -> its template id).
-  void NoteTemplateImage(const std::string& image, const std::string& template_id);
-  std::string DisplayTemplateId(const std::string& image);
+  // Custom templates (template_api.h, docs/templates.md) are TemplateApi's:
+  // templates_, whose Route() RouteControl calls.
   // The API's templateID of a sandbox: a built-in template with its runtime
   // when that is not qemu ("base-gvisor", core/template_runtime.h), a custom
-  // template's id (DisplayTemplateId), else its template as recorded.
+  // template's id (TemplateApi::DisplayTemplateId), else its template as recorded.
   std::string ShownTemplateId(const SandboxRecord& r);
   // Checkpoints and rollback (checkpoint_routes.cc, docs/snapshots.md):
   // POST|GET /sandboxes/{id}/checkpoints, DELETE .../checkpoints/{cid},
@@ -446,23 +417,13 @@ class Server {
   std::unique_ptr<asio::signal_set> signals_;
   std::unique_ptr<asio::steady_timer> key_timer_;
   std::unique_ptr<Registry> registry_;
-  std::unique_ptr<templates::TemplateStore> template_store_;
-  std::unique_ptr<control::TemplateCatalog> catalog_;  // what a create's templateID names
-  std::unique_ptr<templates::Builder> builder_;  // after manager_ in ~Server: stopped first
-  std::string upload_key_;                       // HMAC key of upload URLs (per daemon start)
-  // Disk per team and the upload TTL (disk_hooks.cc, docs/limits.md).
+  // Disk per team (disk_hooks.cc, docs/limits.md); the upload TTL is
+  // TemplateApi's (MaybeSweepUploads, on the key timer).
   void InitTeamDisk();
   std::vector<TeamDisk::Holding> DiskHoldings();  // worker thread
   // OK, or ResourceExhausted naming the budget (answered 507); worker thread.
   Status CheckTeamDisk(const std::string& team);
-  void MaybeSweepUploads();  // on the key timer: posts a sweep when one is due
-  void SweepUploads();       // worker thread
   std::unique_ptr<TeamDisk> team_disk_;
-  std::mutex upload_mu_;  // an upload's commit (rename + row) vs the sweep
-  int64_t next_upload_sweep_ms_ = 0;  // key timer only
-  std::atomic<bool> upload_sweep_in_flight_{false};
-  std::mutex template_images_mu_;
-  std::map<std::string, std::string> template_images_;
   // X-API-Key checks in memory; reloads run on lookups_.
   std::unique_ptr<ApiKeyTable> api_keys_;
   // Short blocking reads that must never queue behind a bring-up holding
@@ -479,6 +440,13 @@ class Server {
   std::unique_ptr<control::MemoryGovernor> memory_;  // host memory readings, pressure pauses
   std::unique_ptr<control::MetricsSampler> metrics_sampler_;  // GET /sandboxes/{id}/metrics history
   StreamTable streams_{io_};  // live data-plane exchanges per sandbox
+  // Custom templates: the store, the Builder, uploads (template_api.h). Its
+  // builds are stopped first thing in ~Server (TemplateApi::Stop, before the
+  // reaper, the workers and the Manager's release); declared after manager_
+  // so that it is also destroyed before the Manager its Builder drives.
+  std::unique_ptr<TemplateApi> templates_;
+  // What a create's templateID names; after templates_: it reads its store.
+  std::unique_ptr<control::TemplateCatalog> catalog_;
 };
 
 // serve --pool -1: one parked sandbox per 8 GiB of host memory, 1..4.

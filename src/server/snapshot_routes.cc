@@ -85,7 +85,7 @@ void Server::CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id) 
       if (!name.empty()) {
         std::string lower = name;
         for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-        if (template_store_->FindAlias(owner, lower).ok() || template_store_->GetTemplate(name).ok()) {
+        if (templates_->store().FindAlias(owner, lower).ok() || templates_->store().GetTemplate(name).ok()) {
           return asio::post(c->executor(), [c, name] {
             c->RespondError(409, "snapshot name '" + name + "' is a template of your team");
           });

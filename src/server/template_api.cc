@@ -1,25 +1,13 @@
-// Custom templates on the control plane (shared/spec/e2b-templates.md §A.3;
-// docs/templates.md): what the official SDK's Template builder and the
-// `e2b template` CLI call, plus the signed upload URL of COPY archives on
-// the same listener (no API key: the URL carries an HMAC).
-//
-//   POST   /v3/templates, /v2/templates (older SDKs)     request a build (202)
-//   GET    /templates/{id}/files/{hash}                  upload link (201)
-//   PUT    /upload/{hash}?team=&expires=&token=          the archive (200)
-//   POST   /v2/templates/{id}/builds/{bid}               start it (202, empty)
-//   GET    /templates/{id}/builds/{bid}/status           status + logs by offset
-//   GET    /templates/aliases/{alias[:tag]}              exists in the caller's team (200/404)
-//   POST   /templates/tags, DELETE /templates/tags, GET /templates/{ref}/tags
-//   GET    /templates, GET /templates/{ref}, DELETE /templates/{ref},
-//   PATCH  /v2/templates/{ref} (publish), PATCH /templates/{ref}
-//
-// The route table, with each route's audit action, is routes.h.
-// Every SQLite call runs on the worker pool; the answer is posted back.
+// TemplateApi (template_api.h): the custom-templates routes, the signed
+// upload URL of COPY archives (no API key: the URL carries an HMAC), the
+// upload TTL's sweep. The route table, with each route's audit action, is
+// routes.h. Every SQLite call runs on the worker pool; the answer is posted back.
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <filesystem>
 #include <fstream>
@@ -35,10 +23,12 @@
 #include "image/hash.h"
 #include "image/image.h"
 #include "server/http_status.h"
-#include "server/server.h"
+#include "server/template_api.h"
+#include "server/views.h"  // kEnvdVersion
 #include "templates/build_spec.h"
 #include "templates/builder.h"
 #include "templates/template_store.h"
+#include "templates/upload_ttl.h"
 
 namespace airlock::server {
 
@@ -94,8 +84,8 @@ struct TemplateAnswer {
   static TemplateAnswer Error(const Status& st) { return {StatusOf(st), nullptr, st.message()}; }
 };
 
-void Server::InTemplateWorker(std::shared_ptr<HttpConn> c, std::function<TemplateAnswer()> work) {
-  asio::post(*workers_, [c, work = std::move(work)] {
+void TemplateApi::InTemplateWorker(std::shared_ptr<HttpConn> c, std::function<TemplateAnswer()> work) {
+  asio::post(deps_.workers, [c, work = std::move(work)] {
     TemplateAnswer a = work();
     asio::post(c->executor(), [c, a = std::move(a)] {
       if (!a.error.empty() || a.status >= 400) return c->RespondError(a.status, a.error);
@@ -105,51 +95,80 @@ void Server::InTemplateWorker(std::shared_ptr<HttpConn> c, std::function<Templat
   });
 }
 
-Status Server::InitTemplates() {
-  ASSIGN_OR_RETURN(template_store_, tpl::TemplateStore::Open(db_path_));
-  catalog_ = std::make_unique<control::TemplateCatalog>(*manager_, *registry_, *template_store_,
-                                                        config_.manager.state_dir, manager_->config().runtime);
+TemplateApi::TemplateApi(Config config, Deps deps) : config_(std::move(config)), deps_(std::move(deps)) {}
+
+TemplateApi::~TemplateApi() = default;  // builder_ (its ~Builder stops it) goes before store_
+
+StatusOr<std::unique_ptr<TemplateApi>> TemplateApi::Open(Config config, Deps deps) {
+  std::unique_ptr<TemplateApi> api(new TemplateApi(std::move(config), std::move(deps)));
+  RETURN_IF_ERROR(api->Init());
+  return api;
+}
+
+Status TemplateApi::Init() {
+  ASSIGN_OR_RETURN(store_, tpl::TemplateStore::Open(config_.db_path));
   upload_key_ = RandomBytes(32);
   tpl::BuilderConfig bc;
-  bc.state_dir = config_.manager.state_dir;
-  bc.owner = config_.manager.owner;
+  bc.state_dir = config_.state_dir;
+  bc.owner = config_.owner;
   bc.max_concurrent = config_.max_builds;
   bc.timeout = std::chrono::seconds(config_.build_timeout_s);
   bc.allow = config_.build_allow;
   bc.insecure_registries = config_.insecure_registries;
   bc.registry_allow = config_.registry_allow;
   bc.max_image_unpack_bytes = config_.max_image_unpack_mib > 0 ? static_cast<uint64_t>(config_.max_image_unpack_mib) << 20 : 0;
-  bc.audit = [this](const json& r) { Audit(r); };
-  builder_ = std::make_unique<tpl::Builder>(*manager_, *template_store_, std::move(bc));
+  bc.audit = [this](const json& r) { deps_.audit(r); };
+  builder_ = std::make_unique<tpl::Builder>(deps_.manager, *store_, std::move(bc));
   builder_->Start();
-  if (auto ready = template_store_->BuildsWithStatus(tpl::kReady); ready.ok()) {
+  if (auto ready = store_->BuildsWithStatus(tpl::kReady); ready.ok()) {
     for (const auto& b : *ready) NoteTemplateImage(b.image, b.template_id);
   }
-  InitTeamDisk();  // disk_hooks.cc: the budget per team, and the first sweep of expired uploads
+  SweepUploads();  // the first sweep of expired uploads
   return OkStatus();
 }
 
-void Server::NoteTemplateImage(const std::string& image, const std::string& template_id) {
+void TemplateApi::Stop() {
+  if (builder_) builder_->Stop();
+}
+
+void TemplateApi::Route(std::shared_ptr<HttpConn> c, const Caller& caller, RouteId route,
+                        const std::vector<std::string>& p) {
+  using R = RouteId;
+  switch (route) {
+    case R::kRequestTemplateBuild: return RequestTemplateBuild(c, caller);
+    case R::kListTemplates: return ListTemplates(c, caller);
+    case R::kAssignTemplateTags: return TemplateTags(c, caller, true);
+    case R::kDeleteTemplateTags: return TemplateTags(c, caller, false);
+    case R::kAliasExists: return AliasExists(c, caller, p[0]);
+    case R::kFilesLink: return FilesLink(c, caller, p[0], p[1]);
+    case R::kStartTemplateBuild: return StartTemplateBuild(c, caller, p[0], p[1]);
+    case R::kTemplateBuildStatus: return TemplateBuildStatus(c, caller, p[0], p[1]);
+    case R::kListTemplateTags: return ListTemplateTags(c, caller, p[0]);
+    case R::kPublishTemplate: return PublishTemplate(c, caller, p[0], false);
+    case R::kPublishTemplateV2: return PublishTemplate(c, caller, p[0], true);
+    case R::kGetTemplate: return GetTemplate(c, caller, p[0]);
+    case R::kDeleteTemplate: return DeleteTemplate(c, caller, p[0]);
+    default: return c->RespondError(404, "no route for " + c->method_string() + " " + c->path());
+  }
+}
+
+void TemplateApi::NoteTemplateImage(const std::string& image, const std::string& template_id) {
   if (image.empty()) return;
   std::lock_guard<std::mutex> l(template_images_mu_);
   template_images_[image] = template_id;
 }
 
-std::string Server::DisplayTemplateId(const std::string& image) {
+std::string TemplateApi::DisplayTemplateId(const std::string& image) {
   std::lock_guard<std::mutex> l(template_images_mu_);
   auto it = template_images_.find(image);
   return it == template_images_.end() ? image : it->second;
 }
 
-std::string Server::ShownTemplateId(const SandboxRecord& r) {
-  return DisplayTemplateId(TemplateNameOn(r.template_id, r.runtime, std::string(manager_->runtime().name())));
-}
-
-bool Server::IsTemplateOwner(const Caller& caller, const tpl::TemplateRow& t) {
+bool TemplateApi::IsTemplateOwner(const Caller& caller, const tpl::TemplateRow& t) {
   return caller.admin || t.team == caller.team;
 }
 
-std::string Server::UploadToken(const std::string& team, const std::string& hash, int64_t expires) const {
+std::string TemplateApi::UploadToken(const std::string& team, const std::string& hash, int64_t expires) const {
   const std::string msg = team + std::string(1, '\0') + hash + std::string(1, '\0') + std::to_string(expires);
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
@@ -158,31 +177,31 @@ std::string Server::UploadToken(const std::string& team, const std::string& hash
   return HexEncode(std::string(reinterpret_cast<char*>(mac), len));
 }
 
-void Server::DeleteTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref) {
+void TemplateApi::DeleteTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref) {
   auto self = this;
-  asio::post(*workers_, [self, c, caller, ref] {
-    auto t = tpl::ResolveTemplate(*self->template_store_, ref, caller.team, caller.admin);
+  asio::post(deps_.workers, [self, c, caller, ref] {
+    auto t = tpl::ResolveTemplate(*self->store_, ref, caller.team, caller.admin);
     if (!t.ok()) {
-      if (self->manager_->FindNamedSnapshot(ref, caller.team, caller.admin).empty()) {
+      if (self->deps_.manager.FindNamedSnapshot(ref, caller.team, caller.admin).empty()) {
         return asio::post(c->executor(), [c, ref] { c->RespondError(404, "template '" + ref + "' not found"); });
       }
-      return asio::post(c->executor(), [self, c, caller, ref] { self->DeleteSnapshot(c, ref, caller); });
+      return asio::post(c->executor(), [self, c, caller, ref] { self->deps_.delete_snapshot(c, ref, caller); });
     }
     TemplateAnswer a;
     if (!self->IsTemplateOwner(caller, t->tmpl)) {
       a = TemplateAnswer{403, nullptr, "template '" + ref + "' is not yours"};
     } else {
       self->builder_->CancelTemplate(t->tmpl.id);
-      auto builds = self->template_store_->DeleteTemplate(t->tmpl.id);
+      auto builds = self->store_->DeleteTemplate(t->tmpl.id);
       if (!builds.ok()) {
         a = TemplateAnswer::Error(builds.status());
       } else {
         for (const auto& b : *builds) {
-          if (!b.image.empty()) (void)image::RemoveTemplateImage(self->config_.manager.state_dir, b.image);
+          if (!b.image.empty()) (void)image::RemoveTemplateImage(self->config_.state_dir, b.image);
         }
         self->builder_->CollectGarbage();
-        image::CollectGarbage(self->config_.manager.state_dir);
-        self->Audit({{"action", "template.deleted"}, {"template", t->tmpl.id}, {"team", t->tmpl.team}});
+        image::CollectGarbage(self->config_.state_dir);
+        self->deps_.audit({{"action", "template.deleted"}, {"template", t->tmpl.id}, {"team", t->tmpl.team}});
         a = TemplateAnswer{204, nullptr, ""};
       }
     }
@@ -193,8 +212,8 @@ void Server::DeleteTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, c
   });
 }
 
-void Server::RequestTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& caller) {
-  ReadJson(c, [this, c, caller](json body) {
+void TemplateApi::RequestTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& caller) {
+  deps_.read_json(c, [this, c, caller](json body) {
     std::string name;
     if (body.contains("name") && body["name"].is_string()) name = body["name"].get<std::string>();
     else if (body.contains("alias") && body["alias"].is_string()) name = body["alias"].get<std::string>();
@@ -245,11 +264,11 @@ void Server::RequestTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& cal
     InTemplateWorker(c, [this, caller, alias, tags, cpu = *cpu, mem = *mem, disk = *disk]() -> TemplateAnswer {
       // One namespace per team for its templates and its snapshots: a create
       // by this name must not mean two things.
-      if (!manager_->FindNamedSnapshot(alias, caller.team).empty())
+      if (!deps_.manager.FindNamedSnapshot(alias, caller.team).empty())
         return {409, nullptr, "Alias '" + alias + "' is already used by a snapshot of your team"};
-      auto r = template_store_->RequestBuild(caller.team, alias, tags, cpu, mem, disk, NewTemplateId());
+      auto r = store_->RequestBuild(caller.team, alias, tags, cpu, mem, disk, NewTemplateId());
       if (!r.ok()) return TemplateAnswer::Error(r.status());
-      Audit({{"action", "template.build_requested"},
+      deps_.audit({{"action", "template.build_requested"},
              {"template", r->template_id},
              {"build", r->build_id},
              {"alias", alias},
@@ -267,7 +286,7 @@ void Server::RequestTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& cal
   });
 }
 
-void Server::FilesLink(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
+void TemplateApi::FilesLink(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
                        const std::string& hash) {
   if (!Hex64(hash)) return c->RespondError(400, "Invalid files hash");
   std::string base = config_.public_url;
@@ -277,11 +296,11 @@ void Server::FilesLink(std::shared_ptr<HttpConn> c, const Caller& caller, const 
     base = "http://" + host;
   }
   InTemplateWorker(c, [this, caller, template_id, hash, base]() -> TemplateAnswer {
-    auto t = template_store_->GetTemplate(template_id);
+    auto t = store_->GetTemplate(template_id);
     if (!t.ok() || !IsTemplateOwner(caller, *t)) return {404, nullptr, "template '" + template_id + "' not found"};
     // Present: its row and its file (gone after the upload TTL); the TTL starts again.
-    bool present = template_store_->FindFile(t->team, hash).ok();
-    if (present) (void)template_store_->TouchFile(t->team, hash, NowUnixMs());
+    bool present = store_->FindFile(t->team, hash).ok();
+    if (present) (void)store_->TouchFile(t->team, hash, NowUnixMs());
     const int64_t expires = NowUnixMs() / 1000 + kUploadLinkSeconds;
     std::string url = base + "/upload/" + hash + "?team=" + http::UrlEncodeComponent(t->team) +
                       "&expires=" + std::to_string(expires) +
@@ -290,7 +309,7 @@ void Server::FilesLink(std::shared_ptr<HttpConn> c, const Caller& caller, const 
   });
 }
 
-void Server::HandleUpload(std::shared_ptr<HttpConn> c) {
+void TemplateApi::HandleUpload(std::shared_ptr<HttpConn> c) {
   if (c->method() != http::Method::kPut) return c->RespondError(405, "method not allowed");
   const std::string path = c->path();
   const std::string hash = path.substr(std::string("/upload/").size());
@@ -310,9 +329,9 @@ void Server::HandleUpload(std::shared_ptr<HttpConn> c) {
     return c->RespondError(403, "invalid upload token");
   if (expires < NowUnixMs() / 1000) return c->RespondError(403, "the upload link expired");
   // The team's disk budget first (on a worker: it may measure), then the body.
-  asio::post(*workers_, [this, c, team, hash] {
-    Status budget = CheckTeamDisk(team);
-    const int64_t left = team_disk_ ? team_disk_->RemainingBytes(team) : INT64_MAX;
+  asio::post(deps_.workers, [this, c, team, hash] {
+    Status budget = deps_.check_team_disk(team);
+    const int64_t left = deps_.team_disk ? deps_.team_disk->RemainingBytes(team) : INT64_MAX;
     asio::post(c->executor(), [this, c, team, hash, budget, left] {
       if (!budget.ok()) return c->RespondError(507, budget.message());
       ReceiveUpload(c, team, hash, left);
@@ -320,7 +339,7 @@ void Server::HandleUpload(std::shared_ptr<HttpConn> c) {
   });
 }
 
-void Server::ReceiveUpload(std::shared_ptr<HttpConn> c, const std::string& team, const std::string& hash,
+void TemplateApi::ReceiveUpload(std::shared_ptr<HttpConn> c, const std::string& team, const std::string& hash,
                            int64_t budget_left) {
   const uint64_t max = static_cast<uint64_t>(config_.max_upload_mib) << 20;
   if (c->content_length() && *c->content_length() > max)
@@ -328,11 +347,11 @@ void Server::ReceiveUpload(std::shared_ptr<HttpConn> c, const std::string& team,
   // What the team may still write: more than that is 507, as soon as it shows.
   const uint64_t left = static_cast<uint64_t>(std::max<int64_t>(budget_left, 0));
   const std::string over_budget = "team " + team + " would exceed its " +
-                                  std::to_string(team_disk_ ? team_disk_->budget_mib() : 0) +
+                                  std::to_string(deps_.team_disk ? deps_.team_disk->budget_mib() : 0) +
                                   " MiB disk budget (uploads, layers, images, checkpoints, paused and named "
                                   "snapshots; serve --team-disk-budget) with this upload";
   if (c->content_length() && *c->content_length() > left) return c->RespondError(507, over_budget);
-  const std::string dest = tpl::FilesPathOf(config_.manager.state_dir, team, hash);
+  const std::string dest = tpl::FilesPathOf(config_.state_dir, team, hash);
   std::error_code ec;
   fs::create_directories(fs::path(dest).parent_path(), ec);
   if (ec) return c->RespondError(500, "mkdir: " + ec.message());
@@ -364,37 +383,37 @@ void Server::ReceiveUpload(std::shared_ptr<HttpConn> c, const std::string& team,
             ::unlink(tmp.c_str());
             return TemplateAnswer::Error(ErrnoError("rename " + tmp));
           }
-          if (Status p = template_store_->PutFile(team, hash, dest, static_cast<int64_t>(*size)); !p.ok())
+          if (Status p = store_->PutFile(team, hash, dest, static_cast<int64_t>(*size)); !p.ok())
             return TemplateAnswer::Error(p);
-          if (team_disk_) team_disk_->Invalidate();
-          Audit({{"action", "template.files_uploaded"}, {"team", team}, {"hash", hash}, {"bytes", *size}});
+          if (deps_.team_disk) deps_.team_disk->Invalidate();
+          deps_.audit({{"action", "template.files_uploaded"}, {"team", team}, {"hash", hash}, {"bytes", *size}});
           return {200, nullptr, ""};
         });
       });
 }
 
-void Server::StartTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
+void TemplateApi::StartTemplateBuild(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
                                 const std::string& build_id) {
-  ReadJson(c, [this, c, caller, template_id, build_id](json body) {
+  deps_.read_json(c, [this, c, caller, template_id, build_id](json body) {
     if (!tpl::IsUuid(build_id)) return c->RespondError(400, "build id must be a UUID");
     auto spec = tpl::ParseBuildStart(body);
     if (!spec.ok()) return c->RespondError(400, spec.status().message());
     InTemplateWorker(c, [this, caller, template_id, build_id, body]() -> TemplateAnswer {
-      auto t = template_store_->GetTemplate(template_id);
+      auto t = store_->GetTemplate(template_id);
       if (!t.ok()) return {404, nullptr, "template '" + template_id + "' not found"};
       if (!IsTemplateOwner(caller, *t)) return {403, nullptr, "template '" + template_id + "' is not yours"};
-      auto b = template_store_->GetBuild(build_id);
+      auto b = store_->GetBuild(build_id);
       if (!b.ok() || b->template_id != template_id) return {404, nullptr, "build '" + build_id + "' not found"};
-      if (Status st = CheckTeamDisk(t->team); !st.ok()) return {507, nullptr, st.message()};
-      if (Status st = template_store_->StartBuild(build_id, body); !st.ok()) return {400, nullptr, st.message()};
+      if (Status st = deps_.check_team_disk(t->team); !st.ok()) return {507, nullptr, st.message()};
+      if (Status st = store_->StartBuild(build_id, body); !st.ok()) return {400, nullptr, st.message()};
       if (Status st = builder_->Enqueue(build_id); !st.ok()) return TemplateAnswer::Error(st);
-      Audit({{"action", "template.build_started"}, {"template", template_id}, {"build", build_id}, {"key", caller.key_id}});
+      deps_.audit({{"action", "template.build_started"}, {"template", template_id}, {"build", build_id}, {"key", caller.key_id}});
       return {202, nullptr, ""};
     });
   });
 }
 
-void Server::TemplateBuildStatus(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
+void TemplateApi::TemplateBuildStatus(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& template_id,
                                  const std::string& build_id) {
   int64_t offset = 0, limit = 100;
   if (auto o = c->Query("logsOffset")) {
@@ -413,11 +432,11 @@ void Server::TemplateBuildStatus(std::shared_ptr<HttpConn> c, const Caller& call
     }
   }
   InTemplateWorker(c, [this, caller, template_id, build_id, offset, limit]() -> TemplateAnswer {
-    auto t = template_store_->GetTemplate(template_id);
+    auto t = store_->GetTemplate(template_id);
     if (!t.ok() || !IsTemplateOwner(caller, *t)) return {404, nullptr, "template '" + template_id + "' not found"};
-    auto b = template_store_->GetBuild(build_id);
+    auto b = store_->GetBuild(build_id);
     if (!b.ok() || b->template_id != template_id) return {400, nullptr, "Build '" + build_id + "' not found"};
-    auto logs = template_store_->Logs(build_id, offset, limit);
+    auto logs = store_->Logs(build_id, offset, limit);
     if (!logs.ok()) return TemplateAnswer::Error(logs.status());
     json entries = json::array();
     for (const auto& e : *logs) entries.push_back(LogJson(e));
@@ -442,25 +461,25 @@ void Server::TemplateBuildStatus(std::shared_ptr<HttpConn> c, const Caller& call
   });
 }
 
-void Server::AliasExists(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref) {
+void TemplateApi::AliasExists(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref) {
   InTemplateWorker(c, [this, caller, ref]() -> TemplateAnswer {
     auto name = tpl::ParseName(ref);
     if (!name.ok()) return {400, nullptr, name.status().message()};
     // The caller's team's namespace ("team/alias": that team's); another
     // team's private alias is not there (404, its existence not revealed).
-    auto id = template_store_->FindAlias(name->ns.empty() ? caller.team : name->ns, name->alias);
+    auto id = store_->FindAlias(name->ns.empty() ? caller.team : name->ns, name->alias);
     if (!id.ok()) return {404, nullptr, "template '" + ref + "' not found"};
-    auto t = template_store_->GetTemplate(*id);
+    auto t = store_->GetTemplate(*id);
     if (!t.ok()) return {404, nullptr, "template '" + ref + "' not found"};
     if (!IsTemplateOwner(caller, *t) && !t->is_public) return {404, nullptr, "template '" + ref + "' not found"};
-    if (!name->tag.empty() && !template_store_->ResolveTag(t->id, name->tag).ok())
+    if (!name->tag.empty() && !store_->ResolveTag(t->id, name->tag).ok())
       return {404, nullptr, "tag '" + name->tag + "' does not exist for template '" + name->alias + "'"};
     return {200, json{{"templateID", t->id}, {"public", t->is_public}}, ""};
   });
 }
 
-void Server::TemplateTags(std::shared_ptr<HttpConn> c, const Caller& caller, bool assign) {
-  ReadJson(c, [this, c, caller, assign](json body) {
+void TemplateApi::TemplateTags(std::shared_ptr<HttpConn> c, const Caller& caller, bool assign) {
+  deps_.read_json(c, [this, c, caller, assign](json body) {
     std::vector<std::string> tags;
     if (auto t = body.find("tags"); t != body.end() && t->is_array()) {
       for (const auto& x : *t) {
@@ -479,28 +498,28 @@ void Server::TemplateTags(std::shared_ptr<HttpConn> c, const Caller& caller, boo
       auto name = tpl::ParseName(ref);
       if (!name.ok()) return {400, nullptr, name.status().message()};
       if (!assign && !name->tag.empty()) return {400, nullptr, "\"name\" must not carry a tag"};
-      auto r = assign ? tpl::ResolveBuild(*template_store_, ref, caller.team, caller.admin)
-                      : tpl::ResolveTemplate(*template_store_, ref, caller.team, caller.admin);
+      auto r = assign ? tpl::ResolveBuild(*store_, ref, caller.team, caller.admin)
+                      : tpl::ResolveTemplate(*store_, ref, caller.team, caller.admin);
       if (!r.ok()) return TemplateAnswer::Error(r.status());
       if (!IsTemplateOwner(caller, r->tmpl)) return {403, nullptr, "template '" + ref + "' is not yours"};
       if (assign) {
-        if (Status st = template_store_->AssignTags(r->tmpl.id, r->build.id, tags); !st.ok())
+        if (Status st = store_->AssignTags(r->tmpl.id, r->build.id, tags); !st.ok())
           return TemplateAnswer::Error(st);
-        Audit({{"action", "template.tags_assigned"}, {"template", r->tmpl.id}, {"build", r->build.id}, {"tags", tags}});
+        deps_.audit({{"action", "template.tags_assigned"}, {"template", r->tmpl.id}, {"build", r->build.id}, {"tags", tags}});
         return {201, json{{"buildID", r->build.id}, {"tags", tags}}, ""};
       }
-      if (Status st = template_store_->RemoveTags(r->tmpl.id, tags); !st.ok()) return TemplateAnswer::Error(st);
-      Audit({{"action", "template.tags_removed"}, {"template", r->tmpl.id}, {"tags", tags}});
+      if (Status st = store_->RemoveTags(r->tmpl.id, tags); !st.ok()) return TemplateAnswer::Error(st);
+      deps_.audit({{"action", "template.tags_removed"}, {"template", r->tmpl.id}, {"tags", tags}});
       return {204, nullptr, ""};
     });
   });
 }
 
-void Server::ListTemplateTags(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref) {
+void TemplateApi::ListTemplateTags(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref) {
   InTemplateWorker(c, [this, caller, ref]() -> TemplateAnswer {
-    auto r = tpl::ResolveTemplate(*template_store_, ref, caller.team, caller.admin);
+    auto r = tpl::ResolveTemplate(*store_, ref, caller.team, caller.admin);
     if (!r.ok()) return TemplateAnswer::Error(r.status());
-    auto tags = template_store_->TagsOf(r->tmpl.id);
+    auto tags = store_->TagsOf(r->tmpl.id);
     if (!tags.ok()) return TemplateAnswer::Error(tags.status());
     json out = json::array();
     for (const auto& t : *tags)
@@ -509,10 +528,10 @@ void Server::ListTemplateTags(std::shared_ptr<HttpConn> c, const Caller& caller,
   });
 }
 
-json Server::TemplateJson(const tpl::TemplateRow& t, bool with_builds) {
-  auto builds = template_store_->BuildsOf(t.id);
+json TemplateApi::TemplateJson(const tpl::TemplateRow& t, bool with_builds) {
+  auto builds = store_->BuildsOf(t.id);
   std::vector<tpl::BuildRow> all = builds.ok() ? *builds : std::vector<tpl::BuildRow>{};
-  auto ready = template_store_->ResolveTag(t.id, "");
+  auto ready = store_->ResolveTag(t.id, "");
   std::string latest_status = tpl::kWaiting;
   for (const auto& b : all) {
     if (std::find(b.requested_tags.begin(), b.requested_tags.end(), "default") != b.requested_tags.end())
@@ -525,7 +544,7 @@ json Server::TemplateJson(const tpl::TemplateRow& t, bool with_builds) {
             {"buildStatus", latest_status},
             {"cpuCount", ready.ok() ? ready->cpu_count : 0},
             {"memoryMB", ready.ok() ? ready->memory_mb : 0},
-            {"diskSizeMB", ready.ok() ? ImageDiskMib(config_.manager.state_dir, ready->image) : 0},
+            {"diskSizeMB", ready.ok() ? ImageDiskMib(config_.state_dir, ready->image) : 0},
             {"envdVersion", ready.ok() ? kEnvdVersion : ""},
             {"aliases", t.aliases},
             {"names", names},
@@ -543,7 +562,7 @@ json Server::TemplateJson(const tpl::TemplateRow& t, bool with_builds) {
                 {"status", b.status},
                 {"cpuCount", b.cpu_count},
                 {"memoryMB", b.memory_mb},
-                {"diskSizeMB", b.status == tpl::kReady ? ImageDiskMib(config_.manager.state_dir, b.image) : 0},
+                {"diskSizeMB", b.status == tpl::kReady ? ImageDiskMib(config_.state_dir, b.image) : 0},
                 {"envdVersion", kEnvdVersion},
                 {"createdAt", FormatRfc3339Ms(b.created_at_ms)},
                 {"updatedAt", FormatRfc3339Ms(b.updated_at_ms)}};
@@ -555,11 +574,11 @@ json Server::TemplateJson(const tpl::TemplateRow& t, bool with_builds) {
   return j;
 }
 
-void Server::ListTemplates(std::shared_ptr<HttpConn> c, const Caller& caller) {
+void TemplateApi::ListTemplates(std::shared_ptr<HttpConn> c, const Caller& caller) {
   if (auto team = c->Query("teamID"); team && !team->empty() && *team != caller.team && !caller.admin)
     return c->RespondError(400, "teamID does not match the API key's team");
   InTemplateWorker(c, [this, caller]() -> TemplateAnswer {
-    auto list = template_store_->ListTemplates(caller.team, caller.admin);
+    auto list = store_->ListTemplates(caller.team, caller.admin);
     if (!list.ok()) return TemplateAnswer::Error(list.status());
     json out = json::array();
     for (const auto& t : *list) out.push_back(TemplateJson(t, false));
@@ -567,24 +586,24 @@ void Server::ListTemplates(std::shared_ptr<HttpConn> c, const Caller& caller) {
   });
 }
 
-void Server::GetTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref) {
+void TemplateApi::GetTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref) {
   InTemplateWorker(c, [this, caller, ref]() -> TemplateAnswer {
-    auto r = tpl::ResolveTemplate(*template_store_, ref, caller.team, caller.admin);
+    auto r = tpl::ResolveTemplate(*store_, ref, caller.team, caller.admin);
     if (!r.ok()) return TemplateAnswer::Error(r.status());
     return {200, TemplateJson(r->tmpl, true), ""};
   });
 }
 
-void Server::PublishTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref, bool v2) {
-  ReadJson(c, [this, c, caller, ref, v2](json body) {
+void TemplateApi::PublishTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& ref, bool v2) {
+  deps_.read_json(c, [this, c, caller, ref, v2](json body) {
     if (!body.contains("public") || !body["public"].is_boolean()) return c->RespondError(400, "\"public\" must be a boolean");
     bool pub = body["public"].get<bool>();
     InTemplateWorker(c, [this, caller, ref, pub, v2]() -> TemplateAnswer {
-      auto r = tpl::ResolveTemplate(*template_store_, ref, caller.team, caller.admin);
+      auto r = tpl::ResolveTemplate(*store_, ref, caller.team, caller.admin);
       if (!r.ok()) return TemplateAnswer::Error(r.status());
       if (!IsTemplateOwner(caller, r->tmpl)) return {403, nullptr, "template '" + ref + "' is not yours"};
-      if (Status st = template_store_->SetPublic(r->tmpl.id, pub); !st.ok()) return TemplateAnswer::Error(st);
-      Audit({{"action", "template.published"}, {"template", r->tmpl.id}, {"public", pub}});
+      if (Status st = store_->SetPublic(r->tmpl.id, pub); !st.ok()) return TemplateAnswer::Error(st);
+      deps_.audit({{"action", "template.published"}, {"template", r->tmpl.id}, {"public", pub}});
       json names = json::array();
       for (const auto& a : r->tmpl.aliases) names.push_back(r->tmpl.team + "/" + a);
       if (!v2) return {200, nullptr, ""};
@@ -593,16 +612,51 @@ void Server::PublishTemplate(std::shared_ptr<HttpConn> c, const Caller& caller, 
   });
 }
 
-std::vector<std::string> Server::CustomTemplateNames() {
+std::vector<std::string> TemplateApi::CustomTemplateNames() {
   std::vector<std::string> out;
-  if (!template_store_) return out;
-  auto rows = template_store_->ListTemplates("", /*all_teams=*/true);
+  auto rows = store_->ListTemplates("", /*all_teams=*/true);
   if (!rows.ok()) return out;
   for (const auto& t : *rows) {
     out.push_back(t.id);
     out.insert(out.end(), t.aliases.begin(), t.aliases.end());
   }
   return out;
+}
+
+std::vector<TeamDisk::Holding> TemplateApi::DiskHoldings() {
+  std::vector<TeamDisk::Holding> out;
+  if (auto files = store_->AllFileRows(); files.ok())
+    for (const auto& f : *files) out.push_back({f.team, f.path});
+  if (auto layers = store_->AllLayers(); layers.ok())
+    for (const auto& l : *layers) out.push_back({l.team, l.dir});
+  if (auto images = store_->TeamImages(); images.ok()) {
+    for (const auto& [team, name] : *images) {
+      if (auto img = image::FindImage(config_.state_dir, name); img.ok()) out.push_back({team, img->rootfs});
+    }
+  }
+  return out;
+}
+
+void TemplateApi::MaybeSweepUploads() {
+  if (config_.upload_ttl_s <= 0) return;
+  const int64_t now = NowUnixMs();
+  if (now < next_upload_sweep_ms_) return;
+  // A quarter of the TTL, between 1 s and 10 min: an upload goes at most that late.
+  next_upload_sweep_ms_ = now + std::clamp<int64_t>(config_.upload_ttl_s * 250, 1000, 600000);
+  if (upload_sweep_in_flight_.exchange(true)) return;
+  asio::post(deps_.workers, [this] {
+    SweepUploads();
+    upload_sweep_in_flight_ = false;
+  });
+}
+
+void TemplateApi::SweepUploads() {
+  if (config_.upload_ttl_s <= 0) return;
+  std::lock_guard<std::mutex> l(upload_mu_);
+  auto sweep = tpl::CollectExpiredUploads(*store_, NowUnixMs(), config_.upload_ttl_s * 1000);
+  if (sweep.removed == 0) return;
+  if (deps_.team_disk) deps_.team_disk->Invalidate();
+  deps_.audit({{"action", "template.uploads_expired"}, {"count", sweep.removed}, {"bytes", sweep.bytes}});
 }
 
 }  // namespace airlock::server
