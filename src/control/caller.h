@@ -7,6 +7,12 @@
 #include <optional>
 #include <string>
 
+#include "core/registry.h"
+
+namespace airlock {
+class Manager;
+}
+
 namespace airlock::control {
 
 struct Caller {
@@ -17,5 +23,10 @@ struct Caller {
   // owner recorded, which only admin may reach)?
   bool Owns(const std::optional<std::string>& owner) const { return admin || (owner && *owner == team); }
 };
+
+// May `caller` see and act on sandbox / named snapshot `id` (its owners
+// row; a live sandbox carries its team, so no SQLite for it)? A lookup
+// error is logged and answers no.
+bool CallerOwns(const Caller& caller, OwnedKind kind, const std::string& id, Manager& manager, Registry& registry);
 
 }  // namespace airlock::control

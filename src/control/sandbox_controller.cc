@@ -81,8 +81,8 @@ CreateOutcome SandboxController::CreateAdmitted(const CreateAction& action, uint
   AdmissionDone(ticket, id, ms / 1000.0);
   const int ttl = static_cast<int>(opts.timeout.count());
   LOG_INFO("sandbox={} created total_ms={:.0f} ttl_s={}", id, ms, ttl);
-  if (!(*sb)->timings().from_snapshot && hooks_.ensure_template_snapshot)
-    hooks_.ensure_template_snapshot(opts.template_name, opts.vcpus, opts.memory_mib, (*sb)->runtime());
+  if (!(*sb)->timings().from_snapshot)
+    EnsureTemplateSnapshot(opts.template_name, opts.vcpus, opts.memory_mib, (*sb)->runtime());
   Record("sandbox.created", id,
          {{"template", opts.template_name},
           {"runtime", (*sb)->runtime()},
@@ -280,6 +280,20 @@ StatusOr<RollbackResult> SandboxController::Rollback(const std::string& id, cons
          "rolled back to checkpoint " + checkpoint_id + " in " + std::to_string(static_cast<int>(r->total_ms)) +
              " ms");
   return r;
+}
+
+void SandboxController::EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib,
+                                               const std::string& runtime) {
+  if (!d_.template_snapshots) return;
+  hooks_.run_blocking([this, template_name, vcpus, memory_mib, runtime] {
+    Status st = d_.manager.template_snapshots().Ensure(template_name, vcpus, memory_mib, runtime);
+    if (st.code() == StatusCode::kUnimplemented) {
+      // A runtime without snapshots: its sandboxes boot every time.
+      LOG_DEBUG("template={} snapshot: {}", template_name, st.message());
+    } else if (!st.ok()) {
+      LOG_WARN("template={} snapshot: {}", template_name, st.message());
+    }
+  });
 }
 
 void SandboxController::Released(const std::string& id) { d_.admission.SandboxGone(id, Admission::Clock::now()); }

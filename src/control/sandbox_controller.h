@@ -95,6 +95,7 @@ class SandboxController {
     templates::TemplateStore* template_store = nullptr;  // spawn counts of custom templates
     std::string state_dir;  // where checkpoints are written (their free-disk check)
     int64_t disk_reserve_mib = 0;  // kept free for the registry and audit trail (serve --disk-reserve)
+    bool template_snapshots = true;  // false: every create cold boots (serve --no-template-snapshot)
   };
   struct Hooks {
     // Runs blocking work on a worker thread.
@@ -106,9 +107,6 @@ class SandboxController {
     // The handover's last step on a cluster node (the registry learns the
     // sandbox); null on a single node.
     std::function<Status(const std::string& id, bool front_reserved)> record_in_cluster;
-    // A cold-booted create: make its template's snapshot for next time.
-    std::function<void(const std::string& template_name, int vcpus, int memory_mib, const std::string& runtime)>
-        ensure_template_snapshot;
     // OK when `team` may write more to disk; else ResourceExhausted (507).
     std::function<Status(const std::string& team)> check_team_disk;
     // Something a team holds on disk was written or removed.
@@ -139,6 +137,11 @@ class SandboxController {
   // `on_running`: under the sandbox's lock once the checkpoint's VMM runs.
   StatusOr<RollbackResult> Rollback(const std::string& id, const std::string& checkpoint_id,
                                     std::function<void()> on_running);
+  // Makes the template snapshot for (template, shape, runtime; "" = the
+  // default) on a worker, once; nothing for a runtime without snapshots
+  // (a cold-booted create asks, so the next one restores it).
+  void EnsureTemplateSnapshot(const std::string& template_name, int vcpus, int memory_mib,
+                              const std::string& runtime = "");
   // A sandbox that ended: admission counts it no more.
   void Released(const std::string& id);
 

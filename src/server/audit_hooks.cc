@@ -29,29 +29,11 @@ Status Server::InitAudit(const std::string& db_dir) {
   return OkStatus();
 }
 
-void Server::Audit(json record) {
-  if (!audit_) return;
-  Status st = audit_->Append(std::move(record));
-  if (!st.ok()) {
-    static std::atomic<int64_t> last{0};
-    int64_t now = NowUnixMs();
-    if (now - last.load() > 10000) {
-      last = now;
-      LOG_ERROR("audit: append failed: {}", st.message());
-    }
-  }
-}
+void Server::Audit(json record) { AppendAudit(audit_.get(), std::move(record)); }
 
-audit::AuditSink Server::AuditSinkFn() {
-  std::shared_ptr<audit::AuditLog> log = audit_;
-  return [log](const json& r) {
-    if (!log) return;
-    Status st = log->Append(r);
-    if (!st.ok()) LOG_ERROR("audit: append failed: {}", st.message());
-  };
-}
+audit::AuditSink Server::AuditSinkFn() { return AuditSinkOf(audit_); }
 
-void Server::AuditControlCall(const std::shared_ptr<HttpConn>& c, const std::string& key_id, const std::string& action,
+void AuditApi::AuditControlCall(const std::shared_ptr<HttpConn>& c, const std::string& key_id, const std::string& action,
                               const std::string& sandbox) {
   std::string method = c->method_string();
   std::string path = c->path();
@@ -83,18 +65,7 @@ Status ParseAuditWindow(const HttpConn& c, audit::QueryFilter* f) {
 
 }  // namespace
 
-// Runs `work` on a worker and answers its JSON (500 with the error).
-void Server::AnswerFromWorker(std::shared_ptr<HttpConn> c, std::function<StatusOr<json>()> work) {
-  asio::post(*workers_, [c, work = std::move(work)] {
-    auto r = work();
-    int status = r.ok() ? 200 : 500;
-    std::string out = r.ok() ? r->dump(-1, ' ', false, json::error_handler_t::replace)
-                             : JsonError(500, r.status().message());
-    asio::post(c->executor(), [c, status, out] { c->Respond(status, "application/json", out); });
-  });
-}
-
-void Server::SandboxAudit(std::shared_ptr<HttpConn> c, const std::string& id) {
+void AuditApi::SandboxAudit(std::shared_ptr<HttpConn> c, const std::string& id) {
   audit::QueryFilter f;
   f.sandbox = id;
   if (Status st = ParseAuditWindow(*c, &f); !st.ok()) return c->RespondError(400, st.message());
@@ -108,7 +79,7 @@ void Server::SandboxAudit(std::shared_ptr<HttpConn> c, const std::string& id) {
 // `limit` (default 500) matches, oldest first; `action` is a whole action or
 // a prefix ending in "."; a non-admin key sees its team's sandboxes' records
 // and its own calls.
-void Server::AuditTrail(std::shared_ptr<HttpConn> c, const Caller& caller) {
+void AuditApi::AuditTrail(std::shared_ptr<HttpConn> c, const Caller& caller) {
   audit::QueryFilter f;
   f.limit = 500;
   if (Status st = ParseAuditWindow(*c, &f); !st.ok()) return c->RespondError(400, st.message());
@@ -142,7 +113,7 @@ void Server::AuditTrail(std::shared_ptr<HttpConn> c, const Caller& caller) {
 }
 
 // GET /audit/verify: audit::Verify of the whole trail (admin keys only).
-void Server::AuditVerify(std::shared_ptr<HttpConn> c, const Caller& caller) {
+void AuditApi::AuditVerify(std::shared_ptr<HttpConn> c, const Caller& caller) {
   if (!caller.admin) return c->RespondError(403, "verifying the whole audit trail needs an admin key");
   AnswerFromWorker(c, [dir = audit_->dir()]() -> StatusOr<json> {
     ASSIGN_OR_RETURN(auto report, audit::Verify(dir));
@@ -184,7 +155,7 @@ std::string ControlActionName(const std::vector<std::string>& seg, http::Method 
   return "api.unknown_route";
 }
 
-void Server::AuditAuthFailure(const std::shared_ptr<HttpConn>& c) {
+void AuditApi::AuditAuthFailure(const std::shared_ptr<HttpConn>& c) {
   // An unauthenticated client must not be able to fill the disk: at most 10
   // records a second, the rest counted in the next record.
   static std::mutex mu;

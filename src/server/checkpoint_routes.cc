@@ -42,7 +42,7 @@ void RespondStatus(const std::shared_ptr<HttpConn>& c, const Status& st, HttpSta
 
 }  // namespace
 
-void Server::RouteCheckpoints(std::shared_ptr<HttpConn> c, RouteId route, const std::vector<std::string>& p) {
+void SnapshotApi::RouteCheckpoints(std::shared_ptr<HttpConn> c, RouteId route, const std::vector<std::string>& p) {
   if (!Visible(p[0])) return RespondNoSandbox(c, p[0]);
   switch (route) {
     case RouteId::kCreateCheckpoint: return CreateCheckpoint(c, p[0]);
@@ -53,7 +53,7 @@ void Server::RouteCheckpoints(std::shared_ptr<HttpConn> c, RouteId route, const 
   }
 }
 
-void Server::CreateCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id) {
+void SnapshotApi::CreateCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id) {
   // No fields; a body, if sent, must still be a JSON object.
   ReadJson(c, [this, c, id](json) {
     asio::post(*workers_, [this, c, id] {
@@ -67,7 +67,7 @@ void Server::CreateCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id
   });
 }
 
-void Server::ListCheckpoints(std::shared_ptr<HttpConn> c, const std::string& id) {
+void SnapshotApi::ListCheckpoints(std::shared_ptr<HttpConn> c, const std::string& id) {
   asio::post(*workers_, [this, c, id] {
     auto all = manager_->ListCheckpoints(id);
     if (!all.ok()) return RespondStatus(c, all.status(), HttpStatusContext::kDefault);
@@ -78,7 +78,7 @@ void Server::ListCheckpoints(std::shared_ptr<HttpConn> c, const std::string& id)
   });
 }
 
-void Server::DeleteCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id, const std::string& checkpoint_id) {
+void SnapshotApi::DeleteCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id, const std::string& checkpoint_id) {
   asio::post(*workers_, [this, c, id, checkpoint_id] {
     Status st = sandboxes_->DeleteCheckpoint(id, checkpoint_id);
     if (!st.ok()) return RespondStatus(c, st, HttpStatusContext::kDefault);
@@ -86,7 +86,7 @@ void Server::DeleteCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id
   });
 }
 
-void Server::RollbackSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
+void SnapshotApi::RollbackSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   ReadJson(c, [this, c, id](json body) {
     auto req = requests::ParseRollback(body);
     if (!req.ok()) return c->RespondError(400, req.status().message());

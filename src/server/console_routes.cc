@@ -43,13 +43,11 @@ int64_t FreeMib(const std::string& dir, int64_t* total_mib) {
 
 }  // namespace
 
-void Server::ServeConsole(std::shared_ptr<HttpConn> c) { ServeConsoleAsset(*c); }
-
 void Server::HandleConsoleOrigin(std::shared_ptr<HttpConn> c) {
   const std::string& path = c->path();
   if (IsServiceWorkerScript(*c)) return c->RespondError(403, "no service worker is served on the console's origin");
   if (path == "/") return c->Respond(308, "text/plain", "/console/\n", {{"Location", "/console/"}});
-  if (path == "/console" || path.rfind("/console/", 0) == 0) return ServeConsole(c);
+  if (path == "/console" || path.rfind("/console/", 0) == 0) return ServeConsoleAsset(*c);
   if (c->Query("signature")) {
     return c->RespondError(403, "signed URLs are served on the API's listener, never on the console's origin");
   }
@@ -59,7 +57,7 @@ void Server::HandleConsoleOrigin(std::shared_ptr<HttpConn> c) {
       return c->RespondError(403, "the console's origin reaches a sandbox's agent (port " + std::to_string(kAgentPort) +
                                       ") only; other guest ports are served on the API's listener");
     }
-    return HandleData(std::move(c), id, kAgentPort);
+    return data_plane_->HandleData(std::move(c), id, kAgentPort);
   }
   HandleControl(std::move(c));
 }
@@ -101,7 +99,7 @@ void ServeConsoleAsset(HttpConn& conn) {
   c->Respond(200, asset->content_type, std::string(asset->body), headers);
 }
 
-void Server::LatestMetrics(std::shared_ptr<HttpConn> c, const Caller& caller) {
+void HostApi::LatestMetrics(std::shared_ptr<HttpConn> c, const Caller& caller) {
   auto ids_text = c->Query("sandbox_ids");
   if (!ids_text || ids_text->empty()) return c->RespondError(400, "sandbox_ids is required (comma-separated ids)");
   std::vector<std::string> ids;
@@ -120,7 +118,7 @@ void Server::LatestMetrics(std::shared_ptr<HttpConn> c, const Caller& caller) {
   c->Respond(200, "application/json", json{{"sandboxes", out}}.dump());
 }
 
-void Server::HostView(std::shared_ptr<HttpConn> c, const Caller& caller) {
+void HostApi::HostView(std::shared_ptr<HttpConn> c, const Caller& caller) {
   if (!caller.admin) return c->RespondError(403, "the host view needs an admin key");
   const SandboxCounts n = CountSandboxes();
   auto st = admission_->stats();

@@ -62,11 +62,4 @@ std::vector<TeamDisk::Holding> Server::DiskHoldings() {
   return out;
 }
 
-Status Server::CheckTeamDisk(const std::string& team) {
-  if (!team_disk_) return OkStatus();
-  Status st = team_disk_->Check(team);
-  if (!st.ok()) LOG_WARN("team {}: write refused (507): {}", team, st.message());
-  return st;
-}
-
 }  // namespace airlock::server

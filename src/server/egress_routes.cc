@@ -48,7 +48,7 @@ json EgressLogEntry(const json& r) {
           {"fields", fields}};
 }
 
-std::vector<json> Server::EgressLogEntries(const std::string& id, int64_t from_ms) {
+std::vector<json> SandboxApi::EgressLogEntries(const std::string& id, int64_t from_ms) {
   std::vector<json> out;
   auto* eg = manager_->egress();
   if (!eg) return out;
@@ -61,7 +61,7 @@ std::vector<json> Server::EgressLogEntries(const std::string& id, int64_t from_m
   return out;
 }
 
-void Server::UpdateNetwork(std::shared_ptr<HttpConn> c, const std::string& id) {
+void SandboxApi::UpdateNetwork(std::shared_ptr<HttpConn> c, const std::string& id) {
   if (!Visible(id)) return RespondNoSandbox(c, id);
   ReadJson(c, [this, c, id](json body) {
     auto* eg = manager_->egress();

@@ -38,14 +38,14 @@ void Server::ScheduleAdmissionTick() {
   });
 }
 
-Server::SandboxCounts Server::CountSandboxes() {
+HostApi::SandboxCounts HostApi::CountSandboxes() {
   SandboxCounts n;
   // As GET /v2/sandboxes reports them: a paused one holds no VMM.
   for (const auto& sb : manager_->VisibleList()) (sb->api_state() == "paused" ? n.paused : n.running)++;
   return n;
 }
 
-void Server::ServeMetrics(std::shared_ptr<HttpConn> c) {
+void HostApi::ServeMetrics(std::shared_ptr<HttpConn> c) {
   DaemonMetrics::Gauges g;
   auto st = admission_->stats();
   const SandboxCounts n = CountSandboxes();

@@ -10,7 +10,7 @@ namespace airlock::server {
 
 using nlohmann::json;
 
-void Server::Metrics(std::shared_ptr<HttpConn> c, const std::string& id) {
+void SandboxApi::Metrics(std::shared_ptr<HttpConn> c, const std::string& id) {
   auto sb = Visible(id);
   if (!sb) return RespondNoSandbox(c, id);
   SandboxRecord rec = sb->Record();

@@ -474,7 +474,7 @@ void ForwardRequest(std::shared_ptr<HttpConn> c, const std::string& host, uint16
   call->Start();
 }
 
-void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint16_t port) {
+void DataPlane::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint16_t port) {
   const std::string& path = c->path();
   std::shared_ptr<Sandbox> sb = Visible(id);
   if (!sb) return RespondSandboxNotFound(*c, id);  // as E2B's proxy, on every port and path
@@ -579,7 +579,7 @@ void Server::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint
   });
 }
 
-std::optional<std::string> Server::SandboxBySignature(const HttpConn& c) {
+std::optional<std::string> DataPlane::SandboxBySignature(const HttpConn& c) {
   if (c.path() != "/files" || !c.Query("signature")) return std::nullopt;
   std::vector<std::pair<std::string, std::string>> tokens;
   for (const auto& sb : manager_->VisibleList()) {

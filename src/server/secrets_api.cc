@@ -51,7 +51,7 @@ std::pair<int, std::string> SecretAnswer(const StatusOr<secrets::SecretInfo>& in
 
 }  // namespace
 
-void Server::HandleSecrets(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& selector) {
+void SecretsApi::HandleSecrets(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& selector) {
   auto verb = c->method();
   auto respond = [c](std::pair<int, std::string> answer) {
     asio::post(c->executor(),
@@ -94,7 +94,7 @@ void Server::HandleSecrets(std::shared_ptr<HttpConn> c, const Caller& caller, co
   });
 }
 
-void Server::ListSecrets(std::shared_ptr<HttpConn> c, const Caller& caller) {
+void SecretsApi::ListSecrets(std::shared_ptr<HttpConn> c, const Caller& caller) {
   auto req = requests::ParseListSecrets([&c](const std::string& name) { return c->Query(name); });
   if (!req.ok()) return c->RespondError(400, req.status().message());
   asio::post(*workers_, [this, c, caller, limit = req->limit, after = req->after] {

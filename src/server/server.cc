@@ -76,7 +76,7 @@ Status Server::Init() {
     SecretsService::Hooks hooks;
     hooks.audit = [this](json r) { Audit(std::move(r)); };
     hooks.sandbox_log = [this](const std::string& id, std::string level, std::string message) {
-      AddLog(id, std::move(level), std::move(message));
+      if (auto sb = manager_->Get(id)) sb->AddLog(std::move(level), std::move(message));
     };
     hooks.run_later = [this](std::chrono::milliseconds delay, std::function<void()> fn) {
       if (delay.count() <= 0) return asio::post(*workers_, std::move(fn));
@@ -173,12 +173,14 @@ Status Server::Init() {
         .manager = *manager_,
         .workers = *workers_,
         .team_disk = team_disk_.get(),
-        .check_team_disk = [this](const std::string& team) { return CheckTeamDisk(team); },
+        .check_team_disk = [this](const std::string& team) { return CheckTeamDisk(team_disk_.get(), team); },
         .audit = [this](json r) { Audit(std::move(r)); },
         .read_json = [this](std::shared_ptr<HttpConn> c,
-                            std::function<void(json)> then) { ReadJson(std::move(c), std::move(then)); },
+                            std::function<void(json)> then) {
+          ReadJsonBody(c, config_.max_json_body, std::move(then));
+        },
         .delete_snapshot = [this](std::shared_ptr<HttpConn> c, const std::string& ref,
-                                  const Caller& caller) { DeleteSnapshot(std::move(c), ref, caller); },
+                                  const Caller& caller) { snapshot_api_->DeleteSnapshot(std::move(c), ref, caller); },
     };
     ASSIGN_OR_RETURN(templates_, TemplateApi::Open(std::move(tc), std::move(deps)));
   }
@@ -190,17 +192,14 @@ Status Server::Init() {
     hooks.audit = [this](json r) { Audit(std::move(r)); };
     hooks.check_disk = [this] { return CheckDiskForCreate(); };
     if (config_.cluster.sandbox_added) hooks.record_in_cluster = config_.cluster.sandbox_added;
-    hooks.ensure_template_snapshot = [this](const std::string& name, int vcpus, int memory_mib,
-                                            const std::string& runtime) {
-      EnsureTemplateSnapshotAsync(name, vcpus, memory_mib, runtime);
-    };
-    hooks.check_team_disk = [this](const std::string& team) { return CheckTeamDisk(team); };
+    hooks.check_team_disk = [this](const std::string& team) { return CheckTeamDisk(team_disk_.get(), team); };
     hooks.disk_changed = [this] {
       if (team_disk_) team_disk_->Invalidate();
     };
     sandboxes_ = std::make_unique<control::SandboxController>(
         control::SandboxController::Deps{*manager_, *admission_, *secrets_, *registry_, metrics_,
-                                         &templates_->store(), config_.manager.state_dir, config_.disk_reserve_mib},
+                                         &templates_->store(), config_.manager.state_dir, config_.disk_reserve_mib,
+                                         !config_.no_template_snapshot},
         std::move(hooks));
   }
   if (config_.write_cli_key) {
@@ -274,14 +273,14 @@ Status Server::Init() {
   }
   reaper_->Start();
   if (image::FindImage(dir, "base").ok()) {
-    EnsureTemplateSnapshotAsync("base", config_.default_vcpus, config_.default_memory_mib);
+    sandboxes_->EnsureTemplateSnapshot("base", config_.default_vcpus, config_.default_memory_mib);
     manager_->warm_pool().Warm("base", config_.default_vcpus, config_.default_memory_mib);
   }
   // The code interpreter's snapshot (its kernel warm in it) is made at start
   // too, so the first Sandbox.create() of @e2b/code-interpreter restores it.
   if (image::FindImage(dir, "code-interpreter").ok()) {
-    const image::MachineShape shape = DefaultShapeFor("code-interpreter");
-    EnsureTemplateSnapshotAsync("code-interpreter", shape.vcpus, shape.memory_mib);
+    const image::MachineShape shape = DefaultShapeFor(config_, "code-interpreter");
+    sandboxes_->EnsureTemplateSnapshot("code-interpreter", shape.vcpus, shape.memory_mib);
   }
   // A first memory reading before the warm pool starts (it follows the
   // pressure verdict from its first round) and before any create: here, at
@@ -292,7 +291,8 @@ Status Server::Init() {
     hooks.streaming = [this] { return streams_.Live(); };
     hooks.paused = [this](const std::string& id, const std::string& why) {
       metrics_.PressurePause();
-      AddLog(id, "warn", "paused by the host's memory-pressure policy (" + why + "); it resumes on connect");
+      if (auto sb = manager_->Get(id))
+        sb->AddLog("warn", "paused by the host's memory-pressure policy (" + why + "); it resumes on connect");
       Audit({{"action", "sandbox.pressure_pause"}, {"sandbox", id}, {"reason", why}});
     };
     memory_ = std::make_unique<control::MemoryGovernor>(
@@ -303,6 +303,37 @@ Status Server::Init() {
   manager_->warm_pool().Start();
   admission_timer_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleAdmissionTick();
+  {
+    // The HTTP handlers, over every owner made above (no request is served
+    // before Run()).
+    Services sv;
+    sv.config = &config_;
+    sv.io = &io_;
+    sv.workers = workers_.get();
+    sv.lookups = lookups_.get();
+    sv.manager = manager_.get();
+    sv.registry = registry_.get();
+    sv.sandboxes = sandboxes_.get();
+    sv.secrets = secrets_.get();
+    sv.admission = admission_.get();
+    sv.memory = memory_.get();
+    sv.metrics_sampler = metrics_sampler_.get();
+    sv.catalog = catalog_.get();
+    sv.metrics = &metrics_;
+    sv.templates = templates_.get();
+    sv.team_disk = team_disk_.get();
+    sv.streams = &streams_;
+    sv.api_keys = api_keys_.get();
+    sv.audit = audit_;
+    sv.otlp = otlp_.get();
+    sv.db_dir = db_dir_;
+    sandbox_api_ = std::make_unique<SandboxApi>(sv);
+    snapshot_api_ = std::make_unique<SnapshotApi>(sv);
+    secrets_api_ = std::make_unique<SecretsApi>(sv);
+    audit_api_ = std::make_unique<AuditApi>(sv);
+    host_api_ = std::make_unique<HostApi>(sv);
+    data_plane_ = std::make_unique<DataPlane>(sv);
+  }
   LOG_WARN("airlock serve listening on {} (port {}), {} sandbox(es) adopted", config_.listen, port(), adopted.size());
   if (console_listener_) LOG_WARN("airlock serve: web console on {} (port {})", config_.console_listen, console_port());
   return OkStatus();
@@ -346,21 +377,6 @@ void Server::Stop() {
   });
 }
 
-image::MachineShape Server::DefaultShapeFor(const std::string& template_name) const {
-  return ClampedShape(image::DefaultShapeOf(template_name, config_.manager.state_dir).value_or(image::MachineShape{}));
-}
-
-image::MachineShape Server::ClampedShape(const image::MachineShape& own) const {
-  if (own.vcpus <= 0 || own.memory_mib <= 0) return {config_.default_vcpus, config_.default_memory_mib};
-  return {std::min(own.vcpus, config_.max_vcpus), std::min(own.memory_mib, config_.max_memory_mib)};
-}
-
-int Server::ClampTimeout(int64_t seconds) const {
-  if (seconds < 0) seconds = 0;
-  if (seconds > config_.max_timeout_s) seconds = config_.max_timeout_s;
-  return static_cast<int>(seconds);
-}
-
 int PoolSizeForHost() {
   long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   int64_t gib = pages > 0 && page > 0 ? (int64_t{pages} * page) >> 30 : 0;
@@ -370,27 +386,6 @@ int PoolSizeForHost() {
 std::vector<std::string> Server::CustomTemplateNames() {
   if (!templates_) return {};
   return templates_->CustomTemplateNames();
-}
-
-std::string Server::ShownTemplateId(const SandboxRecord& r) {
-  const std::string runtime(manager_->runtime().name());
-  return templates_->DisplayTemplateId(TemplateNameOn(r.template_id, r.runtime, runtime));
-}
-
-void Server::AddLog(const std::string& id, std::string level, std::string message) {
-  if (auto sb = manager_->Get(id)) sb->AddLog(std::move(level), std::move(message));
-}
-
-void Server::RespondNoSandbox(const std::shared_ptr<HttpConn>& c, const std::string& id) {
-  auto end = manager_->EndOf(id);
-  if (!end) return c->RespondError(404, "sandbox " + id + " not found");
-  json j{{"code", 404},
-         {"message", "sandbox " + id + " not found: it ended (" + end->Describe() + ")"},
-         {"outcome", SandboxOutcomeName(end->outcome)},
-         {"outcomeDetail", end->detail},
-         {"endedAt", FormatRfc3339Ms(end->at_ms)}};
-  // The detail may quote a VMM's or guest's bytes: never an exception (500) for them.
-  c->Respond(404, "application/json", j.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 void Server::OnSandboxEnding(Sandbox& sb, const SandboxEnd& end) {
@@ -515,9 +510,10 @@ void Server::Handle(std::shared_ptr<HttpConn> c) {
   if (!guest_origin && IsServiceWorkerScript(*c)) {
     return c->RespondError(403, "no service worker is served on the daemon's origin");
   }
-  if (id) return HandleData(std::move(c), *id, port);
+  if (id) return data_plane_->HandleData(std::move(c), *id, port);
   // A signed URL names its sandbox through the signature alone.
-  if (auto signed_id = SandboxBySignature(*c)) return HandleData(std::move(c), *signed_id, kAgentPort);
+  if (auto signed_id = data_plane_->SandboxBySignature(*c))
+    return data_plane_->HandleData(std::move(c), *signed_id, kAgentPort);
   if (c->path() == "/files" && c->Query("signature")) {
     const int64_t now_s = NowUnixMs() / 1000;
     auto shape = CheckSignedFileQuery(http::SplitTarget(c->target()).second, now_s);

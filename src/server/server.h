@@ -60,9 +60,17 @@
 #include "server/requests/secret.h"
 #include "secrets/spec.h"
 #include "control/secrets_service.h"
+#include "server/server_config.h"
 #include "server/stream_table.h"
 #include "server/team_disk.h"
 #include "server/template_api.h"
+#include "server/api_base.h"
+#include "server/audit_api.h"
+#include "server/data_plane.h"
+#include "server/host_api.h"
+#include "server/sandbox_api.h"
+#include "server/secrets_api.h"
+#include "server/snapshot_api.h"
 
 namespace airlock::server {
 
@@ -79,118 +87,6 @@ inline constexpr const char* kAirlockVersion = "0.1.0";
 // The API key a request presents: X-API-Key, else (allow_bearer: /mcp,
 // where MCP clients send one) "Authorization: Bearer <key>"; "" for none.
 std::string PresentedApiKey(const HttpConn& c, bool allow_bearer);
-
-struct ServerConfig {
-  // Host-based data-plane routing "<port>-<id>.<domain>" only for this
-  // domain (serve --domain); empty: none (E2b-Sandbox-Id routing only).
-  std::string domain;
-  std::string listen = "127.0.0.1:3000";
-  // The web console's own listener, "ip:port" (serve --console-listen); empty:
-  // no console. Its origin serves the console's files, the control API and
-  // the agent's port by E2b-Sandbox-Id only, never a signed URL or a
-  // host-routed guest port; `listen` serves no console (docs/console.md).
-  std::string console_listen;
-  ManagerConfig manager;
-  // The registry; empty: <state_dir>/airlock.db. The CLI key file is
-  // written beside it (cli.key, 0600). Tests point this at a temp dir so a
-  // test daemon never adopts the sandboxes of the real one.
-  std::string db_path;
-  int default_timeout_s = 300;  // TTL when create gives none
-  int max_timeout_s = 86400;    // upper bound of every TTL
-  int workers = 4;
-  int default_vcpus = 1;
-  int default_memory_mib = 512;
-  HttpLimits limits;
-  size_t max_json_body = 1 << 20;  // control-plane request bodies
-  // Write <state_dir>/cli.key (0600) holding a key for the local CLI.
-  bool write_cli_key = true;
-  std::chrono::milliseconds reaper_interval{1000};
-  // How often the daemon samples each running sandbox's resource use for
-  // GET /sandboxes/{id}/metrics (E2B: 5 s); 0: no history, live samples only.
-  std::chrono::milliseconds metrics_interval{5000};
-  // The audit trail (docs/audit.md); empty: <db dir>/audit.
-  std::string audit_dir;
-  // OTLP/HTTP JSON log export of audit records; endpoint empty: off.
-  audit::OtlpConfig otlp;
-  // Limits (docs/limits.md): maxima a create request may ask for
-  // (cpuCount, memoryMB, diskSizeMB; 400 above), admission, lifetime.
-  int max_vcpus = 4;
-  int max_memory_mib = 4096;
-  int max_disk_mib = 16384;
-  int max_lifetime_s = 0;  // 0: none; else sandboxes die this long after create, whatever their TTL
-  control::AdmissionConfig admission;
-  // Disk admission (docs/limits.md): a create is refused (507) unless the
-  // filesystems of the state dir and of the registry each keep
-  // disk_reserve_mib free for the registry and audit trail plus
-  // disk_per_create_mib for the new sandbox's overlay and snapshots.
-  int64_t disk_reserve_mib = 1024;
-  int64_t disk_per_create_mib = 256;
-  // Memory admission and pressure (docs/limits.md "Host memory"): every
-  // memory_sample_interval a worker reads MemAvailable and each VMM's
-  // smaps_rollup for admission (AdmissionConfig) and the pressure policy
-  // (memory_pressure.h). 0: never (admission then counts every sandbox at
-  // its memoryMB and sees no pressure).
-  std::chrono::milliseconds memory_sample_interval{2000};
-  control::PressureConfig pressure;
-  // On a clean stop: true destroys every sandbox; false leaves the detached
-  // VMMs running for the next daemon to adopt.
-  bool kill_on_exit = false;
-  // true: every create cold boots (no template snapshots are made or used).
-  bool no_template_snapshot = false;
-  // The warm pool per template shape (serve --pool; core/warm_pool.h):
-  // -1 sized to the host (PoolSizeForHost), 0 off.
-  int pool_size = -1;
-  // Custom template builds (docs/templates.md): at most max_builds at once
-  // (more wait), each at most build_timeout_s; build sandboxes may reach
-  // only build_allow (serve --build-allow; empty: the package mirrors of the
-  // host's apt and npm configuration, DefaultBuildAllow); an upload is at
-  // most max_upload_mib. public_url: the base of upload URLs ("" = the
-  // Host the client used).
-  int max_builds = 1;
-  int build_timeout_s = 3600;
-  std::vector<std::string> build_allow;
-  bool build_allow_set = false;
-  // Registries fromImage may reach without TLS verification (serve
-  // --insecure-registry HOST[:PORT]).
-  std::vector<std::string> insecure_registries;
-  // Registries fromImage may pull from whatever they resolve to (serve
-  // --registry-allow HOST[:PORT]); others only from public addresses.
-  std::vector<std::string> registry_allow;
-  int64_t max_upload_mib = 2048;
-  // An upload no build in flight uses is removed this long after its last
-  // upload or files link (serve --upload-ttl; templates/upload_ttl.h); 0: never.
-  int64_t upload_ttl_s = 86400;
-  // What one team may hold on disk: uploads, layers, images, checkpoints,
-  // paused and named snapshots (serve --team-disk-budget; team_disk.h).
-  // Writing more is 507. -1: a quarter of the state dir's filesystem; 0: off.
-  int64_t team_disk_budget_mib = -1;
-  // The most an OCI base's layers may expand to on the host (serve
-  // --max-image-unpack; image/layer_size.h).
-  int64_t max_image_unpack_mib = 16384;
-  std::string public_url;
-  // The API the MCP tools call with the caller's key ("host:port"); empty:
-  // this daemon's own port on loopback. A cluster's nodes name a front here
-  // (serve --mcp-api), so the tools see every node's sandboxes.
-  std::string mcp_api;
-  // MCP tool calls (docs/mcp.md): threads of their pool, and calls a team
-  // may hold at once, running or waiting (0: below half the threads,
-  // FairCallQueue::DefaultPerTeam; must stay below half).
-  int mcp_threads = 16;
-  int mcp_calls_per_team = 0;
-  // A node of a cluster (serve --role node, docs/multinode.md); all unset
-  // on a single-node daemon.
-  struct ClusterHooks {
-    // API keys from the cluster registry instead of this daemon's registry.
-    std::optional<ApiKeySource> keys;
-    // A sandbox is about to be handed out (a create or a fork child), on a
-    // worker: an error fails its bring-up. front_reserved: the create carried
-    // X-Airlock-Reservation equal to reservation_secret (a front holds its slot).
-    std::function<Status(const std::string& id, bool front_reserved)> sandbox_added;
-    // A sandbox ended (on a worker).
-    std::function<void(const std::string& id)> sandbox_removed;
-    std::string reservation_secret;
-  } cluster;
-};
 
 // The host names of the package mirrors this host's apt sources
 // (/etc/apt/sources.list, sources.list.d/*.list and *.sources) and npm
@@ -277,125 +173,29 @@ class Server {
   // fork answers. OK at once on a single-node daemon.
   Status RecordInCluster(const std::string& id, bool front_reserved);
   void RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller);
-  void CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller);
-  // The create once its template is resolved (a custom template's is shown
-  // by its template id and alias).
-  void CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller, const requests::CreateRequest& req,
-                         const control::ResolvedTemplate& tmpl);
-  void ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bool v2);
-  void GetSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
-  void KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
-  void SetTimeout(std::shared_ptr<HttpConn> c, const std::string& id);
-  void ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
-  // GET /sandboxes/{id}/metrics (metrics_history.cc; the history: control/metrics_sampler.h).
-  void Metrics(std::shared_ptr<HttpConn> c, const std::string& id);
-  void Logs(std::shared_ptr<HttpConn> c, const std::string& id, bool v2);
-  // egress_routes.cc: PUT /sandboxes/{id}/network; the egress records of a
-  // sandbox as log entries (v2 shape) from `from_ms`.
-  void UpdateNetwork(std::shared_ptr<HttpConn> c, const std::string& id);
-  std::vector<nlohmann::json> EgressLogEntries(const std::string& id, int64_t from_ms);
-  // snapshots (snapshot_routes.cc)
-  void PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
-  // POST /sandboxes/{id}/fork {"timeout"?, "count"?}: 201 [{sandbox}|{error}].
-  void ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller);
-  // Named snapshots: POST /sandboxes/{id}/snapshots {"name"?} 201
-  // {"snapshotID","names"}; GET /snapshots?sandboxID=&name=&limit=&nextToken=;
-  // DELETE /templates/{snapshotID or name} 204 / 404 / 409 (in use).
-  // Snapshots belong to the team that owns the sandbox they were taken of.
-  void CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id);
-  void ListSnapshots(std::shared_ptr<HttpConn> c, const Caller& caller);
-  void DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller);
-  // Custom templates (template_api.h, docs/templates.md) are TemplateApi's:
-  // templates_, whose Route() RouteControl calls.
-  // The API's templateID of a sandbox: a built-in template with its runtime
-  // when that is not qemu ("base-gvisor", core/template_runtime.h), a custom
-  // template's id (TemplateApi::DisplayTemplateId), else its template as recorded.
-  std::string ShownTemplateId(const SandboxRecord& r);
-  // Checkpoints and rollback (checkpoint_routes.cc, docs/snapshots.md):
-  // POST|GET /sandboxes/{id}/checkpoints, DELETE .../checkpoints/{cid},
-  // POST /sandboxes/{id}/rollback {"checkpointID"}; `p`: the route's
-  // parameters (routes.h), p[0] a sandbox the caller owns, live or 404.
-  void RouteCheckpoints(std::shared_ptr<HttpConn> c, RouteId route, const std::vector<std::string>& p);
-  void CreateCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id);
-  void ListCheckpoints(std::shared_ptr<HttpConn> c, const std::string& id);
-  void DeleteCheckpoint(std::shared_ptr<HttpConn> c, const std::string& id, const std::string& checkpoint_id);
-  void RollbackSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
-  // May `caller` see sandbox / named snapshot `id` (its owners row)?
-  bool CallerOwns(const Caller& caller, OwnedKind kind, const std::string& id);
-  // Makes the template snapshot for (template, shape, runtime; "" = the
-  // default) on a worker, once; nothing for a runtime without snapshots.
-  void EnsureTemplateSnapshotAsync(const std::string& template_name, int vcpus, int memory_mib,
-                                   const std::string& runtime = "");
-  // Reads a bounded JSON object body; answers 400/413 itself and returns
-  // nothing on failure.
-  void ReadJson(std::shared_ptr<HttpConn> c, std::function<void(nlohmann::json)> then);
 
   // audit (audit_hooks.cc)
   Status InitAudit(const std::string& db_dir);
-  // Records the call when its response begins: key id, action, sandbox, status.
-  void AuditControlCall(const std::shared_ptr<HttpConn>& c, const std::string& key_id, const std::string& action,
-                        const std::string& sandbox);
-  void SandboxAudit(std::shared_ptr<HttpConn> c, const std::string& id);
-  // Runs `work` on a worker and answers 200 with its JSON, or 500 with its error.
-  void AnswerFromWorker(std::shared_ptr<HttpConn> c, std::function<StatusOr<nlohmann::json>()> work);
-  void AuditAuthFailure(const std::shared_ptr<HttpConn>& c);  // rate-limited (10/s)
 
   // limits and metrics (limits_hooks.cc)
   // OK when the disk can take another sandbox; else ResourceExhausted with
   // the numbers (answered 507).
   Status CheckDiskForCreate() const;
   void ScheduleAdmissionTick();
-  void ServeMetrics(std::shared_ptr<HttpConn> c);
-  // Visible sandboxes by API state (GET /metrics, GET /host).
-  struct SandboxCounts {
-    int running = 0, paused = 0;
-  };
-  SandboxCounts CountSandboxes();
 
-  // The web console's files and the JSON it reads besides the E2B API
-  // (console_routes.cc, docs/console.md; the audit routes: audit_hooks.cc).
-  void ServeConsole(std::shared_ptr<HttpConn> c);
-  void LatestMetrics(std::shared_ptr<HttpConn> c, const Caller& caller);
-  void AuditTrail(std::shared_ptr<HttpConn> c, const Caller& caller);
-  void AuditVerify(std::shared_ptr<HttpConn> c, const Caller& caller);
-  void HostView(std::shared_ptr<HttpConn> c, const Caller& caller);
 
   // MCP over streamable HTTP at /mcp (mcp_service.h, docs/mcp.md): made
   // once the listener is bound (Init), shut down first in ~Server, destroyed
   // with the members declared after it.
   std::unique_ptr<McpService> mcp_;
 
-  // E2B secrets API (secrets_api.cc): /secrets and /secrets/{selector}
-  // (selector empty: the collection); the store work is SecretsService's.
-  void HandleSecrets(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& selector);
-  void ListSecrets(std::shared_ptr<HttpConn> c, const Caller& caller);
-
-  // data plane (proxy.cc)
-  void HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint16_t port);
-  // uploadUrl()/downloadUrl() carry no routing header (spec §4.2, §8): the
-  // sandbox whose access token signs this GET/POST /files, if any.
-  std::optional<std::string> SandboxBySignature(const HttpConn& c);
 
   // state (the Manager's; these are the server's views and hooks)
-  // The sandbox the API shows, or nullptr.
-  std::shared_ptr<Sandbox> Visible(const std::string& id) { return manager_->Visible(id); }
-  // 404 for a sandbox the API does not show; one that ended lately says how
-  // ("outcome", "outcomeDetail", "endedAt" beside code and message).
-  void RespondNoSandbox(const std::shared_ptr<HttpConn>& c, const std::string& id);
-  // Appends to a sandbox's log (nothing when it is gone).
-  void AddLog(const std::string& id, std::string level, std::string message);
   // SandboxEvents (server.cc): streams, secrets, audit, admission, metrics.
   void OnSandboxEnding(Sandbox& sb, const SandboxEnd& end);
   void OnSandboxEnded(const std::string& id, const SandboxEnd& end);
   // API keys changed by `airlock apikey` reach the table within a reaper_interval.
   void ScheduleKeyRefresh();
-  int ClampTimeout(int64_t seconds) const;
-  // The shape a create of the template gets when it names none: the
-  // template's own (image::DefaultShapeOf) within serve's maxima, else
-  // serve's defaults.
-  image::MachineShape DefaultShapeFor(const std::string& template_name) const;
-  // `own` (0s: none) within serve's maxima, else serve's defaults.
-  image::MachineShape ClampedShape(const image::MachineShape& own) const;
 
   ServerConfig config_;
   StateLock registry_lock_;  // held for the daemon's life (released last)
@@ -421,8 +221,6 @@ class Server {
   // TemplateApi's (MaybeSweepUploads, on the key timer).
   void InitTeamDisk();
   std::vector<TeamDisk::Holding> DiskHoldings();  // worker thread
-  // OK, or ResourceExhausted naming the budget (answered 507); worker thread.
-  Status CheckTeamDisk(const std::string& team);
   std::unique_ptr<TeamDisk> team_disk_;
   // X-API-Key checks in memory; reloads run on lookups_.
   std::unique_ptr<ApiKeyTable> api_keys_;
@@ -447,6 +245,14 @@ class Server {
   std::unique_ptr<TemplateApi> templates_;
   // What a create's templateID names; after templates_: it reads its store.
   std::unique_ptr<control::TemplateCatalog> catalog_;
+  // The HTTP handlers by resource (api_base.h), made last in Init over the
+  // owners above (destroyed first).
+  std::unique_ptr<SandboxApi> sandbox_api_;
+  std::unique_ptr<SnapshotApi> snapshot_api_;
+  std::unique_ptr<SecretsApi> secrets_api_;
+  std::unique_ptr<AuditApi> audit_api_;
+  std::unique_ptr<HostApi> host_api_;
+  std::unique_ptr<DataPlane> data_plane_;
 };
 
 // serve --pool -1: one parked sandbox per 8 GiB of host memory, 1..4.

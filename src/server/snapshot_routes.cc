@@ -23,21 +23,7 @@ namespace airlock::server {
 
 using nlohmann::json;
 
-void Server::EnsureTemplateSnapshotAsync(const std::string& template_name, int vcpus, int memory_mib,
-                                         const std::string& runtime) {
-  if (config_.no_template_snapshot) return;
-  asio::post(*workers_, [this, template_name, vcpus, memory_mib, runtime] {
-    Status st = manager_->template_snapshots().Ensure(template_name, vcpus, memory_mib, runtime);
-    if (st.code() == StatusCode::kUnimplemented) {
-      // A runtime without snapshots: its sandboxes boot every time.
-      LOG_DEBUG("template={} snapshot: {}", template_name, st.message());
-    } else if (!st.ok()) {
-      LOG_WARN("template={} snapshot: {}", template_name, st.message());
-    }
-  });
-}
-
-void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller) {
+void SnapshotApi::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller) {
   ReadJson(c, [this, c, id, caller](json body) {
     auto req = requests::ParseFork(body);
     if (!req.ok()) return c->RespondError(400, req.status().message());
@@ -68,7 +54,7 @@ void Server::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id, con
   });
 }
 
-void Server::CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id) {
+void SnapshotApi::CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id) {
   ReadJson(c, [this, c, id](json body) {
     auto req = requests::ParseSnapshot(body);
     if (!req.ok()) return c->RespondError(400, req.status().message());
@@ -110,7 +96,7 @@ void Server::CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string& id) 
   });
 }
 
-void Server::ListSnapshots(std::shared_ptr<HttpConn> c, const Caller& caller) {
+void SnapshotApi::ListSnapshots(std::shared_ptr<HttpConn> c, const Caller& caller) {
   auto req = requests::ParseListSnapshots([&c](const std::string& name) { return c->Query(name); });
   if (!req.ok()) return c->RespondError(400, req.status().message());
   asio::post(*workers_,
@@ -142,7 +128,7 @@ void Server::ListSnapshots(std::shared_ptr<HttpConn> c, const Caller& caller) {
              });
 }
 
-void Server::DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller) {
+void SnapshotApi::DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller) {
   asio::post(*workers_, [this, c, id, caller] {
     std::string dir = manager_->FindNamedSnapshot(id, caller.team, caller.admin);
     Status st = !dir.empty() && !CallerOwns(caller, OwnedKind::kSnapshot, dir.substr(dir.rfind('/') + 1))
@@ -155,7 +141,7 @@ void Server::DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id, 
   });
 }
 
-void Server::PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
+void SnapshotApi::PauseSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   ReadJson(c, [this, c, id](json body) {
     auto req = requests::ParsePause(body);
     if (!req.ok()) return c->RespondError(400, req.status().message());

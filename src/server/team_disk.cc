@@ -7,6 +7,8 @@
 #include <limits>
 #include <set>
 
+#include "common/log.h"
+
 namespace airlock::server {
 
 namespace fs = std::filesystem;
@@ -66,6 +68,13 @@ int64_t TeamDisk::RemainingBytes(const std::string& team) {
 void TeamDisk::Invalidate() {
   std::lock_guard<std::mutex> l(mu_);
   valid_ = false;
+}
+
+Status CheckTeamDisk(TeamDisk* disk, const std::string& team) {
+  if (!disk) return OkStatus();
+  Status st = disk->Check(team);
+  if (!st.ok()) LOG_WARN("team {}: write refused (507): {}", team, st.message());
+  return st;
 }
 
 }  // namespace airlock::server

@@ -35,6 +35,11 @@ namespace airlock::server {
 // when it does not exist.
 int64_t AllocatedBytes(const std::string& path);
 
+class TeamDisk;
+// OK while `team` may write more (`disk` null: no budget); else
+// ResourceExhausted naming the budget (answered 507), logged.
+Status CheckTeamDisk(TeamDisk* disk, const std::string& team);
+
 class TeamDisk {
  public:
   using Clock = std::chrono::steady_clock;

@@ -659,4 +659,9 @@ void TemplateApi::SweepUploads() {
   deps_.audit({{"action", "template.uploads_expired"}, {"count", sweep.removed}, {"bytes", sweep.bytes}});
 }
 
+std::string TemplateApi::ShownTemplateId(const SandboxRecord& r) {
+  const std::string runtime(deps_.manager.runtime().name());
+  return DisplayTemplateId(TemplateNameOn(r.template_id, r.runtime, runtime));
+}
+
 }  // namespace airlock::server

@@ -121,6 +121,11 @@ class TemplateApi {
   // The API's templateID of a sandbox's image ("b<build>" -> its template
   // id); an image no custom template built is shown as it is.
   void NoteTemplateImage(const std::string& image, const std::string& template_id);
+  // The API's templateID of a sandbox: a built-in template with its runtime
+  // when that is not the daemon's default ("base-gvisor",
+  // core/template_runtime.h), a custom template's id, else its template as
+  // recorded.
+  std::string ShownTemplateId(const SandboxRecord& r);
   std::string DisplayTemplateId(const std::string& image);
   // The ids and aliases of every custom template (a cluster node lists them
   // in the registry). Blocks on the store.

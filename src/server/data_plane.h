@@ -1,0 +1,25 @@
+// The data plane (proxy.cc, docs/server.md): a request for a sandbox's port
+// is relayed to its guest, streamed both ways, behind the sandbox's access
+// token (or traffic token), its answer guarded (relay_guard.h), each live
+// exchange tracked so a kill, death or pause drops it (stream_table.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "server/api_base.h"
+
+namespace airlock::server {
+
+class DataPlane : public ApiHandlers {
+ public:
+  explicit DataPlane(const Services& s) : ApiHandlers(s) {}
+  void HandleData(std::shared_ptr<HttpConn> c, const std::string& id, uint16_t port);
+  // uploadUrl()/downloadUrl() carry no routing header (spec §4.2, §8): the
+  // sandbox whose access token signs this GET/POST /files, if any.
+  std::optional<std::string> SandboxBySignature(const HttpConn& c);
+};
+
+}  // namespace airlock::server
