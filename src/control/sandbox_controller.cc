@@ -13,6 +13,28 @@ namespace airlock::control {
 
 using nlohmann::json;
 
+SandboxController::SandboxController(Deps deps, Hooks hooks, boost::asio::io_context& io)
+    : d_(std::move(deps)),
+      hooks_(std::move(hooks)),
+      admission_tick_(io, std::chrono::milliseconds(100),
+                      [this] { (void)d_.admission.Pump(Admission::Clock::now()); }) {}
+
+Status SandboxController::CheckDisk() const {
+  const int64_t need = d_.disk_reserve_mib + d_.disk_per_create_mib;
+  for (const std::string& dir : {d_.state_dir, d_.db_dir}) {
+    struct statvfs vfs;
+    if (::statvfs(dir.c_str(), &vfs) != 0) return ErrnoError("statvfs " + dir);
+    int64_t free_mib = static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize) >> 20;
+    if (free_mib < need) {
+      return ResourceExhausted(
+          "not enough free disk for another sandbox: " + std::to_string(free_mib) + " MiB free on the filesystem of " +
+          dir + ", " + std::to_string(d_.disk_reserve_mib) + " MiB kept for the registry and audit trail plus " +
+          std::to_string(d_.disk_per_create_mib) + " MiB per create (serve --disk-reserve, --disk-per-create)");
+    }
+  }
+  return OkStatus();
+}
+
 void SandboxController::Record(const std::string& action, const std::string& id, json record,
                                const std::string& log) {
   record["action"] = action;
@@ -24,7 +46,7 @@ void SandboxController::Record(const std::string& action, const std::string& id,
 }
 
 void SandboxController::Create(CreateAction action, std::function<void(CreateOutcome)> done) {
-  if (Status disk = hooks_.check_disk ? hooks_.check_disk() : OkStatus(); !disk.ok()) {
+  if (Status disk = CheckDisk(); !disk.ok()) {
     d_.metrics.AdmissionRejected(507);
     LOG_WARN("create refused (507): {}", disk.message());
     return done({nullptr, disk, disk.code() == StatusCode::kResourceExhausted ? 507 : 0, 0});

@@ -43,6 +43,7 @@
 #include "control/caller.h"
 #include "control/metrics.h"
 #include "control/secrets_service.h"
+#include "control/ticker.h"
 #include "core/manager.h"
 #include "secrets/secret_store.h"
 
@@ -95,6 +96,8 @@ class SandboxController {
     templates::TemplateStore* template_store = nullptr;  // spawn counts of custom templates
     std::string state_dir;  // where checkpoints are written (their free-disk check)
     int64_t disk_reserve_mib = 0;  // kept free for the registry and audit trail (serve --disk-reserve)
+    std::string db_dir;            // the registry's directory (its filesystem is checked too)
+    int64_t disk_per_create_mib = 256;  // a create's overlay and snapshots (serve --disk-per-create)
     bool template_snapshots = true;  // false: every create cold boots (serve --no-template-snapshot)
   };
   struct Hooks {
@@ -102,8 +105,6 @@ class SandboxController {
     std::function<void(std::function<void()>)> run_blocking;
     // Appends one record to the audit trail.
     std::function<void(nlohmann::json)> audit;
-    // OK when the disk can take another sandbox; else ResourceExhausted (507).
-    std::function<Status()> check_disk;
     // The handover's last step on a cluster node (the registry learns the
     // sandbox); null on a single node.
     std::function<Status(const std::string& id, bool front_reserved)> record_in_cluster;
@@ -113,7 +114,11 @@ class SandboxController {
     std::function<void()> disk_changed;
   };
 
-  SandboxController(Deps deps, Hooks hooks) : d_(deps), hooks_(std::move(hooks)) {}
+  // `io`: the thread of admission's tick (its queue's timeouts and rate
+  // limits are served every 100 ms between Start and Stop).
+  SandboxController(Deps deps, Hooks hooks, boost::asio::io_context& io);
+  void Start() { admission_tick_.Start(); }
+  void Stop() { admission_tick_.Stop(); }  // io thread
 
   void Create(CreateAction action, std::function<void(CreateOutcome)> done);
   // Ends sandbox `id` now (it is no longer shown nor reached); NotFound when
@@ -153,9 +158,13 @@ class SandboxController {
   // The create once admitted (worker thread): `ticket` is admission's.
   CreateOutcome CreateAdmitted(const CreateAction& action, uint64_t ticket);
   void AdmissionDone(uint64_t ticket, const std::string& sandbox_id, double seconds);
+  // OK when the disks of the state dir and of the registry can take another
+  // sandbox; else ResourceExhausted with the numbers (answered 507).
+  Status CheckDisk() const;
 
   Deps d_;
   Hooks hooks_;
+  Ticker admission_tick_;
 };
 
 }  // namespace airlock::control

@@ -20,6 +20,10 @@ TemplateCatalog::TemplateCatalog(Manager& manager, Registry& registry, templates
       state_dir_(std::move(state_dir)),
       default_runtime_(std::move(default_runtime)) {}
 
+std::string TemplateCatalog::NamedSnapshotDir(const std::string& ref, const std::string& team, bool admin) const {
+  return manager_.FindNamedSnapshot(ref, team, admin);
+}
+
 StatusOr<ResolvedTemplate> TemplateCatalog::Resolve(const std::string& ref, const std::string& team,
                                                     bool admin) const {
   ResolvedTemplate out;

@@ -54,6 +54,11 @@ class TemplateCatalog {
   // template or snapshot for this team, or no ready build for the tag).
   // Blocks on file and SQLite reads: call it on a worker.
   StatusOr<ResolvedTemplate> Resolve(const std::string& ref, const std::string& team, bool admin) const;
+  // The directory of the named snapshot `ref` (its id, or a name in
+  // `team`'s namespace; any team's for admin), "" for none. The one door to
+  // named-snapshot lookup for the HTTP side (a delete, an alias check).
+  // Blocks on file reads.
+  std::string NamedSnapshotDir(const std::string& ref, const std::string& team, bool admin = false) const;
 
  private:
   Manager& manager_;

@@ -38,6 +38,7 @@
 
 namespace airlock::server {
 
+using control::Caller;
 class TemplateApi;
 
 struct Services {

@@ -1,5 +1,9 @@
 #include "server/api_keys.h"
 
+#include <boost/asio/post.hpp>
+
+#include "common/log.h"
+
 #include "image/hash.h"
 
 namespace airlock::server {
@@ -49,6 +53,22 @@ std::optional<ApiKeyRecord> ApiKeyTable::Find(std::string_view key) const {
 size_t ApiKeyTable::size() const {
   std::lock_guard<std::mutex> l(mu_);
   return keys_->size();
+}
+
+void ApiKeyTable::RefreshEvery(boost::asio::io_context& io, boost::asio::thread_pool& lookups,
+                               std::chrono::milliseconds period) {
+  refresh_ = std::make_unique<control::Ticker>(io, period, [this, &lookups] {
+    if (refresh_in_flight_.exchange(true)) return;
+    boost::asio::post(lookups, [this] {
+      if (Status st = RefreshIfStale(); !st.ok()) LOG_WARN("api keys: {}", st.message());
+      refresh_in_flight_ = false;
+    });
+  });
+  refresh_->Start();
+}
+
+void ApiKeyTable::StopRefresh() {
+  if (refresh_) refresh_->Stop();
 }
 
 }  // namespace airlock::server

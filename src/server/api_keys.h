@@ -25,7 +25,13 @@
 #include <utility>
 #include <vector>
 
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <chrono>
+
 #include "common/status.h"
+#include "control/ticker.h"
 #include "core/registry.h"
 
 namespace airlock::server {
@@ -51,11 +57,19 @@ class ApiKeyTable {
   // The record of `key`, nullopt when it is no stored key (or empty).
   std::optional<ApiKeyRecord> Find(std::string_view key) const;
   size_t size() const;
+  // Keys removed (or added) by `airlock apikey` reach the table within
+  // `period`: a RefreshIfStale on `lookups` per tick (never two at once; a
+  // cheap data_version check when nothing changed). StopRefresh on the io
+  // thread; the table outlives both.
+  void RefreshEvery(boost::asio::io_context& io, boost::asio::thread_pool& lookups, std::chrono::milliseconds period);
+  void StopRefresh();
 
  private:
   using Table = std::unordered_map<std::string, ApiKeyRecord>;  // by hash
   ApiKeySource source_;
   std::mutex reload_mu_;  // one reload at a time
+  std::unique_ptr<control::Ticker> refresh_;
+  std::atomic<bool> refresh_in_flight_{false};
   mutable std::mutex mu_;
   std::shared_ptr<const Table> keys_ = std::make_shared<Table>();  // guarded by mu_
   int64_t version_ = -1;                                           // guarded by reload_mu_

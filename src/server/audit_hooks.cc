@@ -29,9 +29,6 @@ Status Server::InitAudit(const std::string& db_dir) {
   return OkStatus();
 }
 
-void Server::Audit(json record) { AppendAudit(audit_.get(), std::move(record)); }
-
-audit::AuditSink Server::AuditSinkFn() { return AuditSinkOf(audit_); }
 
 void AuditApi::AuditControlCall(const std::shared_ptr<HttpConn>& c, const std::string& key_id, const std::string& action,
                               const std::string& sandbox) {

@@ -43,49 +43,6 @@ int64_t FreeMib(const std::string& dir, int64_t* total_mib) {
 
 }  // namespace
 
-void Server::HandleConsoleOrigin(std::shared_ptr<HttpConn> c) {
-  const std::string& path = c->path();
-  if (IsServiceWorkerScript(*c)) return c->RespondError(403, "no service worker is served on the console's origin");
-  if (path == "/") return c->Respond(308, "text/plain", "/console/\n", {{"Location", "/console/"}});
-  if (path == "/console" || path.rfind("/console/", 0) == 0) return ServeConsoleAsset(*c);
-  if (c->Query("signature")) {
-    return c->RespondError(403, "signed URLs are served on the API's listener, never on the console's origin");
-  }
-  if (std::string id = c->Header("E2b-Sandbox-Id"); !id.empty()) {
-    std::string port = c->Header("E2b-Sandbox-Port");
-    if (!port.empty() && port != std::to_string(kAgentPort)) {
-      return c->RespondError(403, "the console's origin reaches a sandbox's agent (port " + std::to_string(kAgentPort) +
-                                      ") only; other guest ports are served on the API's listener");
-    }
-    return data_plane_->HandleData(std::move(c), id, kAgentPort);
-  }
-  HandleControl(std::move(c));
-}
-
-void Server::ConsoleElsewhere(std::shared_ptr<HttpConn> c) {
-  if (!console_listener_) {
-    return c->RespondError(404, "the web console has its own origin: start airlock serve with --console-listen "
-                                "ip:port (docs/console.md)");
-  }
-  // The console's host: its listen address, or for a wildcard one the name
-  // this client used for the daemon.
-  std::string host;
-  if (auto hp = http::ParseHostPort(config_.console_listen); hp.ok()) host = hp->first;
-  if (host.empty() || host == "0.0.0.0" || host == "::") {
-    host = c->Header("Host");
-    if (!host.empty() && host.front() == '[') {
-      host = host.substr(0, host.find(']') + 1);
-    } else if (size_t colon = host.rfind(':'); colon != std::string::npos && host.find(':') == colon) {
-      host.resize(colon);
-    }
-    if (host.empty()) host = "127.0.0.1";
-  } else if (host.find(':') != std::string::npos) {
-    host = "[" + host + "]";
-  }
-  std::string location = "http://" + host + ":" + std::to_string(console_port()) + c->target();
-  c->Respond(308, "text/plain; charset=utf-8", location + "\n", {{"Location", location}});
-}
-
 void ServeConsoleAsset(HttpConn& conn) {
   HttpConn* c = &conn;
   if (c->method() != http::Method::kGet && c->method() != http::Method::kHead)

@@ -1,5 +1,5 @@
-// Limits in the daemon (docs/limits.md): admission (429 + Retry-After / bounded fair queue / 503 memory), the
-// admission tick, and GET /metrics. The memory readings admission uses: control/memory_governor.h.
+// GET /metrics (docs/limits.md#metrics): the daemon's counters and gauges in
+// the Prometheus text format (HostApi, host_api.h).
 #include <sys/statvfs.h>
 
 #include <boost/asio/post.hpp>
@@ -12,31 +12,6 @@
 namespace airlock::server {
 
 using nlohmann::json;
-
-Status Server::CheckDiskForCreate() const {
-  const int64_t need = config_.disk_reserve_mib + config_.disk_per_create_mib;
-  for (const std::string& dir : {config_.manager.state_dir, db_dir_}) {
-    struct statvfs vfs;
-    if (::statvfs(dir.c_str(), &vfs) != 0) return ErrnoError("statvfs " + dir);
-    int64_t free_mib = static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize) >> 20;
-    if (free_mib < need) {
-      return ResourceExhausted(
-          "not enough free disk for another sandbox: " + std::to_string(free_mib) + " MiB free on the filesystem of " +
-          dir + ", " + std::to_string(config_.disk_reserve_mib) + " MiB kept for the registry and audit trail plus " +
-          std::to_string(config_.disk_per_create_mib) + " MiB per create (serve --disk-reserve, --disk-per-create)");
-    }
-  }
-  return OkStatus();
-}
-
-void Server::ScheduleAdmissionTick() {
-  admission_timer_->expires_after(std::chrono::milliseconds(100));
-  admission_timer_->async_wait([this](boost::system::error_code ec) {
-    if (ec) return;
-    (void)admission_->Pump(control::Admission::Clock::now());
-    ScheduleAdmissionTick();
-  });
-}
 
 HostApi::SandboxCounts HostApi::CountSandboxes() {
   SandboxCounts n;

@@ -1,7 +1,7 @@
 // McpService: MCP's streamable HTTP transport at /mcp (docs/mcp.md; spec
 // revision 2025-06-18 "Transports"): the sessions, the tool-call pool and its
 // per-team admission. Server owns one and hands it every /mcp request once
-// the key is checked, like any control-plane call (Server::HandleControl;
+// the key is checked, like any control-plane call (Router::HandleControl;
 // the key is X-API-Key or "Authorization: Bearer <key>", PresentedApiKey).
 //
 //   POST /mcp    one JSON-RPC message (or a batch, 2025-03-26): 200

@@ -43,7 +43,7 @@ constexpr std::array kRoutes = {
     Route{M::kGet, "/secrets/{name}", "secret.get", R::kSecrets},
     Route{M::kPost, "/secrets/{name}", "secret.update", R::kSecrets},
     Route{M::kDelete, "/secrets/{name}", "secret.delete", R::kSecrets},
-    // Sandboxes (control_plane.cc, snapshot_routes.cc, checkpoint_routes.cc).
+    // Sandboxes (sandbox_api.cc, snapshot_routes.cc, checkpoint_routes.cc).
     Route{M::kPost, "/sandboxes", "sandbox.create", R::kCreateSandbox},
     Route{M::kPost, "/v2/sandboxes", "sandbox.create", R::kCreateSandbox},
     Route{M::kGet, "/sandboxes", "sandbox.list", R::kListSandboxes},

@@ -74,7 +74,7 @@ Status Server::Init() {
     int64_t life_s = config_.max_lifetime_s > 0 ? config_.max_lifetime_s : config_.max_timeout_s;
     so.ca_lifetime = std::chrono::seconds(life_s + 86400);
     SecretsService::Hooks hooks;
-    hooks.audit = [this](json r) { Audit(std::move(r)); };
+    hooks.audit = [this](json r) { AppendAudit(audit_.get(), std::move(r)); };
     hooks.sandbox_log = [this](const std::string& id, std::string level, std::string message) {
       if (auto sb = manager_->Get(id)) sb->AddLog(std::move(level), std::move(message));
     };
@@ -92,7 +92,7 @@ Status Server::Init() {
   if (!config_.manager.egress_audit_sink) {
     // Every egress decision (rate-limited per sandbox by the egress service)
     // goes to the audit trail and the egress counters of /metrics.
-    config_.manager.egress_audit_sink = [this, log = AuditSinkFn()](const nlohmann::json& j) {
+    config_.manager.egress_audit_sink = [this, log = AuditSinkOf(audit_)](const nlohmann::json& j) {
       const std::string decision = j.value("decision", "");
       if (decision == "allow" || decision == "deny") metrics_.EgressDecision(decision == "allow");
       if (j.contains("bytesOut") && j["bytesOut"].is_number_unsigned() && j.contains("bytesIn") &&
@@ -174,13 +174,15 @@ Status Server::Init() {
         .workers = *workers_,
         .team_disk = team_disk_.get(),
         .check_team_disk = [this](const std::string& team) { return CheckTeamDisk(team_disk_.get(), team); },
-        .audit = [this](json r) { Audit(std::move(r)); },
+        .audit = [this](json r) { AppendAudit(audit_.get(), std::move(r)); },
         .read_json = [this](std::shared_ptr<HttpConn> c,
                             std::function<void(json)> then) {
           ReadJsonBody(c, config_.max_json_body, std::move(then));
         },
         .delete_snapshot = [this](std::shared_ptr<HttpConn> c, const std::string& ref,
-                                  const Caller& caller) { snapshot_api_->DeleteSnapshot(std::move(c), ref, caller); },
+                                  const Caller& caller) { router_->snapshots().DeleteSnapshot(std::move(c), ref, caller); },
+        .named_snapshot = [this](const std::string& ref, const std::string& team,
+                                 bool admin) { return catalog_->NamedSnapshotDir(ref, team, admin); },
     };
     ASSIGN_OR_RETURN(templates_, TemplateApi::Open(std::move(tc), std::move(deps)));
   }
@@ -189,8 +191,7 @@ Status Server::Init() {
   {
     control::SandboxController::Hooks hooks;
     hooks.run_blocking = [this](std::function<void()> work) { asio::post(*workers_, std::move(work)); };
-    hooks.audit = [this](json r) { Audit(std::move(r)); };
-    hooks.check_disk = [this] { return CheckDiskForCreate(); };
+    hooks.audit = [this](json r) { AppendAudit(audit_.get(), std::move(r)); };
     if (config_.cluster.sandbox_added) hooks.record_in_cluster = config_.cluster.sandbox_added;
     hooks.check_team_disk = [this](const std::string& team) { return CheckTeamDisk(team_disk_.get(), team); };
     hooks.disk_changed = [this] {
@@ -199,8 +200,8 @@ Status Server::Init() {
     sandboxes_ = std::make_unique<control::SandboxController>(
         control::SandboxController::Deps{*manager_, *admission_, *secrets_, *registry_, metrics_,
                                          &templates_->store(), config_.manager.state_dir, config_.disk_reserve_mib,
-                                         !config_.no_template_snapshot},
-        std::move(hooks));
+                                         db_dir_, config_.disk_per_create_mib, !config_.no_template_snapshot},
+        std::move(hooks), io_);
   }
   if (config_.write_cli_key) {
     std::string path = db_dir + "/cli.key";
@@ -234,13 +235,13 @@ Status Server::Init() {
     };
   }
   listener_ = std::make_unique<HttpListener>(
-      io_, [this](std::shared_ptr<HttpConn> c) { Handle(std::move(c)); }, limits);
+      io_, [this](std::shared_ptr<HttpConn> c) { router_->Handle(std::move(c)); }, limits);
   RETURN_IF_ERROR(listener_->Listen(config_.listen));
   // The web console's own origin (docs/console.md): never the API's, where
   // signed URLs relay guest bytes.
   if (!config_.console_listen.empty()) {
     console_listener_ = std::make_unique<HttpListener>(
-        io_, [this](std::shared_ptr<HttpConn> c) { HandleConsoleOrigin(std::move(c)); }, std::move(limits));
+        io_, [this](std::shared_ptr<HttpConn> c) { router_->HandleConsoleOrigin(std::move(c)); }, std::move(limits));
     RETURN_IF_ERROR(console_listener_->Listen(config_.console_listen).WithContext("--console-listen"));
   }
   // MCP tools reach this daemon's API (or --mcp-api's) with the caller's key.
@@ -251,7 +252,7 @@ Status Server::Init() {
                                              .threads = config_.mcp_threads,
                                              .calls_per_team = config_.mcp_calls_per_team,
                                              .server_version = kAirlockVersion},
-                                            [this](json r) { Audit(std::move(r)); }));
+                                            [this](json r) { AppendAudit(audit_.get(), std::move(r)); }));
   signals_ = std::make_unique<asio::signal_set>(io_, SIGINT, SIGTERM);
   signals_->async_wait([this](boost::system::error_code ec, int sig) {
     if (!ec) {
@@ -259,8 +260,10 @@ Status Server::Init() {
       Stop();
     }
   });
-  key_timer_ = std::make_unique<asio::steady_timer>(io_);
-  ScheduleKeyRefresh();
+  // API keys changed by `airlock apikey` reach the table within a
+  // reaper_interval; uploads no build uses expire (the upload TTL).
+  api_keys_->RefreshEvery(io_, *lookups_, config_.reaper_interval);
+  templates_->SweepEvery(io_, config_.reaper_interval);
   metrics_sampler_ = std::make_unique<control::MetricsSampler>(
       *manager_, io_, config_.metrics_interval, [this](std::function<void()> work) { asio::post(*workers_, std::move(work)); });
   metrics_sampler_->Start();
@@ -293,7 +296,7 @@ Status Server::Init() {
       metrics_.PressurePause();
       if (auto sb = manager_->Get(id))
         sb->AddLog("warn", "paused by the host's memory-pressure policy (" + why + "); it resumes on connect");
-      Audit({{"action", "sandbox.pressure_pause"}, {"sandbox", id}, {"reason", why}});
+      AppendAudit(audit_.get(), {{"action", "sandbox.pressure_pause"}, {"sandbox", id}, {"reason", why}});
     };
     memory_ = std::make_unique<control::MemoryGovernor>(
         *manager_, *admission_, io_, control::MemoryGovernorConfig{config_.memory_sample_interval, config_.pressure},
@@ -301,8 +304,7 @@ Status Server::Init() {
   }
   memory_->Start();
   manager_->warm_pool().Start();
-  admission_timer_ = std::make_unique<asio::steady_timer>(io_);
-  ScheduleAdmissionTick();
+  sandboxes_->Start();  // admission's tick
   {
     // The HTTP handlers, over every owner made above (no request is served
     // before Run()).
@@ -327,12 +329,7 @@ Status Server::Init() {
     sv.audit = audit_;
     sv.otlp = otlp_.get();
     sv.db_dir = db_dir_;
-    sandbox_api_ = std::make_unique<SandboxApi>(sv);
-    snapshot_api_ = std::make_unique<SnapshotApi>(sv);
-    secrets_api_ = std::make_unique<SecretsApi>(sv);
-    audit_api_ = std::make_unique<AuditApi>(sv);
-    host_api_ = std::make_unique<HostApi>(sv);
-    data_plane_ = std::make_unique<DataPlane>(sv);
+    router_ = std::make_unique<Router>(sv, mcp_.get(), [this] { return console_port(); });
   }
   LOG_WARN("airlock serve listening on {} (port {}), {} sandbox(es) adopted", config_.listen, port(), adopted.size());
   if (console_listener_) LOG_WARN("airlock serve: web console on {} (port {})", config_.console_listen, console_port());
@@ -368,9 +365,10 @@ void Server::Stop() {
   asio::post(io_, [this] {
     if (listener_) listener_->Stop();
     if (console_listener_) console_listener_->Stop();
-    if (key_timer_) key_timer_->cancel();
+    if (api_keys_) api_keys_->StopRefresh();
+    if (templates_) templates_->StopSweeps();
     if (metrics_sampler_) metrics_sampler_->Stop();
-    if (admission_timer_) admission_timer_->cancel();
+    if (sandboxes_) sandboxes_->Stop();
     if (memory_) memory_->Stop();
     if (signals_) signals_->cancel();
     io_.stop();
@@ -395,10 +393,10 @@ void Server::OnSandboxEnding(Sandbox& sb, const SandboxEnd& end) {
   if (end.outcome == SandboxOutcome::kCreateFailed) return;  // audited as sandbox.create_failed
   if (end.outcome == SandboxOutcome::kVmmExited) {
     sb.AddLog("warn", "sandbox died: " + end.Describe());
-    Audit({{"action", "sandbox.died"}, {"sandbox", id}, {"outcome", end.Describe()}});
+    AppendAudit(audit_.get(), {{"action", "sandbox.died"}, {"sandbox", id}, {"outcome", end.Describe()}});
     metrics_.SandboxDied();
   }
-  Audit({{"action", "sandbox.ended"},
+  AppendAudit(audit_.get(), {{"action", "sandbox.ended"},
          {"sandbox", id},
          {"outcome", SandboxOutcomeName(end.outcome)},
          {"detail", end.detail},
@@ -411,117 +409,6 @@ void Server::OnSandboxEnded(const std::string& id, const SandboxEnd& end) {
   if (config_.cluster.sandbox_removed) {
     asio::post(*workers_, [this, id] { config_.cluster.sandbox_removed(id); });
   }
-}
-
-Status Server::RecordInCluster(const std::string& id, bool front_reserved) {
-  if (!config_.cluster.sandbox_added) return OkStatus();
-  return config_.cluster.sandbox_added(id, front_reserved).WithContext("cluster registry");
-}
-
-void Server::ScheduleKeyRefresh() {
-  key_timer_->expires_after(config_.reaper_interval);
-  key_timer_->async_wait([this](boost::system::error_code ec) {
-    if (ec) return;
-    // Keys removed (or added) by `airlock apikey` reach the in-memory table
-    // within a tick; a cheap data_version check when nothing changed.
-    if (api_keys_ && !key_refresh_in_flight_.exchange(true)) {
-      asio::post(*lookups_, [this] {
-        if (Status st = api_keys_->RefreshIfStale(); !st.ok()) LOG_WARN("api keys: {}", st.message());
-        key_refresh_in_flight_ = false;
-      });
-    }
-    if (templates_) templates_->MaybeSweepUploads();  // the upload TTL (template_api.h)
-    ScheduleKeyRefresh();
-  });
-}
-
-namespace {
-
-bool HostIsDirect(std::string host) {
-  if (host.empty()) return true;
-  if (host.front() == '[') {
-    size_t close = host.find(']');
-    host = host.substr(1, close == std::string::npos ? std::string::npos : close - 1);
-  } else if (size_t colon = host.rfind(':'); colon != std::string::npos && host.find(':') == colon) {
-    host = host.substr(0, colon);
-  }
-  if (host == "localhost" || host.rfind("sandbox.", 0) == 0) return true;
-  boost::system::error_code ec;
-  asio::ip::make_address(host, ec);
-  return !ec;
-}
-
-}  // namespace
-
-// Which sandbox a request is for (data plane), if any: E2b-Sandbox-Id when the
-// Host is localhost / an IP / sandbox.<domain>, else "<port>-<id>.<domain>"
-// (only with serve --domain).
-std::optional<std::string> Server::DataPlaneTarget(const HttpConn& c, uint16_t* port) const {
-  return DataPlaneSandbox(c, config_.domain, port);
-}
-
-std::optional<std::string> DataPlaneSandbox(const HttpConn& c, const std::string& domain, uint16_t* port) {
-  return DataPlaneSandbox(c.Header("Host"), c.Header("E2b-Sandbox-Id"), c.Header("E2b-Sandbox-Port"), domain, port);
-}
-
-std::optional<std::string> DataPlaneSandbox(const std::string& host, const std::string& id,
-                                             const std::string& port_header, const std::string& domain,
-                                             uint16_t* port) {
-  *port = kAgentPort;
-  if (!id.empty() && HostIsDirect(host)) {
-    if (!port_header.empty()) {
-      char* end = nullptr;
-      unsigned long v = std::strtoul(port_header.c_str(), &end, 10);
-      if (*end != '\0' || v == 0 || v > 65535) return std::nullopt;
-      *port = static_cast<uint16_t>(v);
-    }
-    return id;
-  }
-  // "<port>-<id>.<domain>", only for the domain serve --domain names:
-  // without one no Host names a sandbox (a Host is the client's to choose,
-  // and "49999-<id>.anything" must not reach a guest; issue 32).
-  size_t dash = host.find('-'), dot = host.find('.');
-  if (domain.empty() || dot == std::string::npos) return std::nullopt;
-  {
-    std::string rest = host.substr(dot + 1);
-    if (size_t colon = rest.rfind(':'); colon != std::string::npos) rest.resize(colon);
-    if (strcasecmp(rest.c_str(), domain.c_str()) != 0) return std::nullopt;
-  }
-  if (dash != std::string::npos && dash < dot && dash > 0) {
-    std::string p = host.substr(0, dash);
-    char* end = nullptr;
-    unsigned long v = std::strtoul(p.c_str(), &end, 10);
-    if (*end == '\0' && v > 0 && v <= 65535) {
-      *port = static_cast<uint16_t>(v);
-      return host.substr(dash + 1, dot - dash - 1);
-    }
-  }
-  return std::nullopt;
-}
-
-// The API's listener. What a guest answers never becomes a page of its
-// origin (relay_guard.h): no service worker's script is fetched from it,
-// except on a sandbox's own host ("<port>-<id>.<domain>": the guest's
-// origin, never the daemon's).
-void Server::Handle(std::shared_ptr<HttpConn> c) {
-  uint16_t port = kAgentPort;
-  auto id = DataPlaneTarget(*c, &port);
-  const bool guest_origin = id && !(!c->Header("E2b-Sandbox-Id").empty() && HostIsDirect(c->Header("Host")));
-  if (!guest_origin && IsServiceWorkerScript(*c)) {
-    return c->RespondError(403, "no service worker is served on the daemon's origin");
-  }
-  if (id) return data_plane_->HandleData(std::move(c), *id, port);
-  // A signed URL names its sandbox through the signature alone.
-  if (auto signed_id = data_plane_->SandboxBySignature(*c))
-    return data_plane_->HandleData(std::move(c), *signed_id, kAgentPort);
-  if (c->path() == "/files" && c->Query("signature")) {
-    const int64_t now_s = NowUnixMs() / 1000;
-    auto shape = CheckSignedFileQuery(http::SplitTarget(c->target()).second, now_s);
-    return c->RespondError(401, shape.ok() ? "the URL's signature matches no sandbox (tampered, expired, or its "
-                                             "sandbox is gone)"
-                                           : shape.status().message());
-  }
-  HandleControl(std::move(c));
 }
 
 }  // namespace airlock::server

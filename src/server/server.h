@@ -63,14 +63,8 @@
 #include "server/server_config.h"
 #include "server/stream_table.h"
 #include "server/team_disk.h"
+#include "server/router.h"
 #include "server/template_api.h"
-#include "server/api_base.h"
-#include "server/audit_api.h"
-#include "server/data_plane.h"
-#include "server/host_api.h"
-#include "server/sandbox_api.h"
-#include "server/secrets_api.h"
-#include "server/snapshot_api.h"
 
 namespace airlock::server {
 
@@ -139,15 +133,6 @@ class Server {
   // Serves until Stop() or SIGINT/SIGTERM.
   void Run();
   void Stop();  // thread-safe
-  Registry& registry() { return *registry_; }
-  audit::AuditLog& audit() { return *audit_; }
-  // Appends to the audit trail (thread-safe; failures are logged).
-  void Audit(nlohmann::json record);
-  audit::AuditSink AuditSinkFn();
-  // Counters the network code bumps (egress decisions and bytes).
-  DaemonMetrics& daemon_metrics() { return metrics_; }
-  // The brokered-secret table the egress proxy queries (docs/secrets.md).
-  std::shared_ptr<secrets::Broker> broker() { return secrets_->broker(); }
   Manager& manager() { return *manager_; }
   // The ids and aliases of every custom template this daemon holds (a
   // cluster node lists them in the registry, so placement sends their
@@ -157,31 +142,10 @@ class Server {
  private:
   explicit Server(ServerConfig config);
   Status Init();
-  void Handle(std::shared_ptr<HttpConn> c);
-  std::optional<std::string> DataPlaneTarget(const HttpConn& c, uint16_t* port) const;
-  // The console's listener (console_routes.cc): its files, the control API,
-  // the agent's port by header; nothing else of the data plane.
-  void HandleConsoleOrigin(std::shared_ptr<HttpConn> c);
-  // /console/ asked of the API's listener: a redirect to the console's origin, or 404 without one.
-  void ConsoleElsewhere(std::shared_ptr<HttpConn> c);
-
-  // control plane (control_plane.cc): HandleControl authenticates (the
-  // key table, api_keys.h), RouteControl dispatches.
-  void HandleControl(std::shared_ptr<HttpConn> c);
-  // A sandbox's last bring-up step on a cluster node (ServerConfig::cluster):
-  // the registry learns it, so every front routes it before its create or
-  // fork answers. OK at once on a single-node daemon.
-  Status RecordInCluster(const std::string& id, bool front_reserved);
-  void RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller);
 
   // audit (audit_hooks.cc)
   Status InitAudit(const std::string& db_dir);
 
-  // limits and metrics (limits_hooks.cc)
-  // OK when the disk can take another sandbox; else ResourceExhausted with
-  // the numbers (answered 507).
-  Status CheckDiskForCreate() const;
-  void ScheduleAdmissionTick();
 
 
   // MCP over streamable HTTP at /mcp (mcp_service.h, docs/mcp.md): made
@@ -194,8 +158,6 @@ class Server {
   // SandboxEvents (server.cc): streams, secrets, audit, admission, metrics.
   void OnSandboxEnding(Sandbox& sb, const SandboxEnd& end);
   void OnSandboxEnded(const std::string& id, const SandboxEnd& end);
-  // API keys changed by `airlock apikey` reach the table within a reaper_interval.
-  void ScheduleKeyRefresh();
 
   ServerConfig config_;
   StateLock registry_lock_;  // held for the daemon's life (released last)
@@ -205,7 +167,6 @@ class Server {
   std::unique_ptr<audit::OtlpExporter> otlp_;
   DaemonMetrics metrics_;
   std::unique_ptr<control::Admission> admission_;
-  std::unique_ptr<asio::steady_timer> admission_timer_;
   // Secrets and sandbox CAs (docs/secrets.md); made before the Manager,
   // whose egress proxy asks its broker.
   std::unique_ptr<SecretsService> secrets_;
@@ -215,7 +176,6 @@ class Server {
   std::unique_ptr<HttpListener> listener_;
   std::unique_ptr<HttpListener> console_listener_;  // ServerConfig::console_listen; null without
   std::unique_ptr<asio::signal_set> signals_;
-  std::unique_ptr<asio::steady_timer> key_timer_;
   std::unique_ptr<Registry> registry_;
   // Disk per team (disk_hooks.cc, docs/limits.md); the upload TTL is
   // TemplateApi's (MaybeSweepUploads, on the key timer).
@@ -228,7 +188,6 @@ class Server {
   // every worker: API-key reloads (a new key's first call) and template
   // resolution (TemplateCatalog, so admission answers a create at once).
   std::unique_ptr<asio::thread_pool> lookups_;
-  std::atomic<bool> key_refresh_in_flight_{false};
   std::unique_ptr<Manager> manager_;
   std::unique_ptr<Reaper> reaper_;  // after manager_: destroyed before it
   // The sandbox actions (create, kill, timeout, connect); after manager_.
@@ -245,14 +204,9 @@ class Server {
   std::unique_ptr<TemplateApi> templates_;
   // What a create's templateID names; after templates_: it reads its store.
   std::unique_ptr<control::TemplateCatalog> catalog_;
-  // The HTTP handlers by resource (api_base.h), made last in Init over the
-  // owners above (destroyed first).
-  std::unique_ptr<SandboxApi> sandbox_api_;
-  std::unique_ptr<SnapshotApi> snapshot_api_;
-  std::unique_ptr<SecretsApi> secrets_api_;
-  std::unique_ptr<AuditApi> audit_api_;
-  std::unique_ptr<HostApi> host_api_;
-  std::unique_ptr<DataPlane> data_plane_;
+  // The front door and the handlers by resource (router.h), made last in
+  // Init over the owners above (destroyed first).
+  std::unique_ptr<Router> router_;
 };
 
 // serve --pool -1: one parked sandbox per 8 GiB of host memory, 1..4.

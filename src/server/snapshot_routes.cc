@@ -130,7 +130,7 @@ void SnapshotApi::ListSnapshots(std::shared_ptr<HttpConn> c, const Caller& calle
 
 void SnapshotApi::DeleteSnapshot(std::shared_ptr<HttpConn> c, const std::string& id, const Caller& caller) {
   asio::post(*workers_, [this, c, id, caller] {
-    std::string dir = manager_->FindNamedSnapshot(id, caller.team, caller.admin);
+    std::string dir = catalog_->NamedSnapshotDir(id, caller.team, caller.admin);
     Status st = !dir.empty() && !CallerOwns(caller, OwnedKind::kSnapshot, dir.substr(dir.rfind('/') + 1))
                     ? NotFound("snapshot " + id + " not found")
                     : manager_->DeleteNamedSnapshot(id, caller.team, caller.admin);

@@ -182,7 +182,7 @@ void TemplateApi::DeleteTemplate(std::shared_ptr<HttpConn> c, const Caller& call
   asio::post(deps_.workers, [self, c, caller, ref] {
     auto t = tpl::ResolveTemplate(*self->store_, ref, caller.team, caller.admin);
     if (!t.ok()) {
-      if (self->deps_.manager.FindNamedSnapshot(ref, caller.team, caller.admin).empty()) {
+      if (self->deps_.named_snapshot(ref, caller.team, caller.admin).empty()) {
         return asio::post(c->executor(), [c, ref] { c->RespondError(404, "template '" + ref + "' not found"); });
       }
       return asio::post(c->executor(), [self, c, caller, ref] { self->deps_.delete_snapshot(c, ref, caller); });
@@ -264,7 +264,7 @@ void TemplateApi::RequestTemplateBuild(std::shared_ptr<HttpConn> c, const Caller
     InTemplateWorker(c, [this, caller, alias, tags, cpu = *cpu, mem = *mem, disk = *disk]() -> TemplateAnswer {
       // One namespace per team for its templates and its snapshots: a create
       // by this name must not mean two things.
-      if (!deps_.manager.FindNamedSnapshot(alias, caller.team).empty())
+      if (!deps_.named_snapshot(alias, caller.team, false).empty())
         return {409, nullptr, "Alias '" + alias + "' is already used by a snapshot of your team"};
       auto r = store_->RequestBuild(caller.team, alias, tags, cpu, mem, disk, NewTemplateId());
       if (!r.ok()) return TemplateAnswer::Error(r.status());
@@ -648,6 +648,15 @@ void TemplateApi::MaybeSweepUploads() {
     SweepUploads();
     upload_sweep_in_flight_ = false;
   });
+}
+
+void TemplateApi::SweepEvery(boost::asio::io_context& io, std::chrono::milliseconds period) {
+  sweeps_ = std::make_unique<control::Ticker>(io, period, [this] { MaybeSweepUploads(); });
+  sweeps_->Start();
+}
+
+void TemplateApi::StopSweeps() {
+  if (sweeps_) sweeps_->Stop();
 }
 
 void TemplateApi::SweepUploads() {

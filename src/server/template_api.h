@@ -21,7 +21,7 @@
 // Threads: Route() and HandleUpload() run on the io thread and never block;
 // every SQLite call runs on the workers the daemon lends (Deps::workers) and
 // its answer is posted back to the connection's executor. Builds run on the
-// Builder's own threads. MaybeSweepUploads() is the key timer's (io thread);
+// Builder's own threads. MaybeSweepUploads() runs on SweepEvery's tick (io thread);
 // NoteTemplateImage/DisplayTemplateId are thread-safe; CustomTemplateNames,
 // DiskHoldings and SweepUploads block (call them off the io thread, or at
 // start).
@@ -33,6 +33,8 @@
 #pragma once
 
 #include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <boost/asio/thread_pool.hpp>
 #include <cstdint>
 #include <functional>
@@ -49,6 +51,7 @@
 #include "server/http_conn.h"
 #include "server/routes.h"
 #include "server/team_disk.h"
+#include "control/ticker.h"
 #include "templates/builder.h"
 #include "templates/template_store.h"
 
@@ -95,6 +98,9 @@ class TemplateApi {
     // DELETE /templates/{ref} of a named snapshot (E2B deletes snapshots
     // through this route too); called on the io thread.
     std::function<void(std::shared_ptr<HttpConn>, const std::string& ref, const Caller&)> delete_snapshot;
+    // The named snapshot `ref` of `team` (any team's for admin), "" for
+    // none (control::TemplateCatalog::NamedSnapshotDir); blocks.
+    std::function<std::string(const std::string& ref, const std::string& team, bool admin)> named_snapshot;
   };
 
   // Opens the template store, starts the Builder (a previous daemon's
@@ -135,6 +141,9 @@ class TemplateApi {
   // The upload TTL: on the key timer, posts a sweep to the workers when one
   // is due; SweepUploads removes the expired ones now (blocks).
   void MaybeSweepUploads();
+  // MaybeSweepUploads every `period` on `io`'s thread until StopSweeps (io thread).
+  void SweepEvery(boost::asio::io_context& io, std::chrono::milliseconds period);
+  void StopSweeps();
   void SweepUploads();
 
  private:
@@ -168,6 +177,7 @@ class TemplateApi {
   const Config config_;
   Deps deps_;
   std::unique_ptr<templates::TemplateStore> store_;
+  std::unique_ptr<control::Ticker> sweeps_;
   std::unique_ptr<templates::Builder> builder_;  // after store_: destroyed before it
   std::string upload_key_;                       // HMAC key of upload URLs (per daemon start)
   std::mutex upload_mu_;                         // an upload's commit (rename + row) vs the sweep

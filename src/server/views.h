@@ -14,7 +14,7 @@ namespace airlock::server {
 inline constexpr const char* kEnvdVersion = "0.6.13";
 
 // `Sandbox` (§1.5.2): the answer of create, connect/resume, each fork and a
-// rollback. `template_id` as the API shows it (Server::ShownTemplateId);
+// rollback. `template_id` as the API shows it (TemplateApi::ShownTemplateId);
 // "runtime" is airlock's extension (docs/server.md "Runtimes").
 nlohmann::json SandboxJson(const SandboxRecord& r, const std::string& template_id);
 
