@@ -16,20 +16,6 @@ namespace airlock::server {
 
 using nlohmann::json;
 
-Status Server::InitAudit(const std::string& db_dir) {
-  if (!redactor_) redactor_ = std::make_shared<secrets::Redactor>();
-  std::string dir = config_.audit_dir.empty() ? db_dir + "/audit" : config_.audit_dir;
-  ASSIGN_OR_RETURN(auto log, audit::AuditLog::Open(dir, redactor_));
-  audit_ = std::move(log);
-  std::weak_ptr<secrets::Redactor> weak = redactor_;
-  config_.limits.redact = [weak](std::string_view s) {
-    auto r = weak.lock();
-    return r ? r->Redact(s) : std::string(s);
-  };
-  return OkStatus();
-}
-
-
 void AuditApi::AuditControlCall(const std::shared_ptr<HttpConn>& c, const std::string& key_id, const std::string& action,
                               const std::string& sandbox) {
   std::string method = c->method_string();

@@ -140,11 +140,11 @@ class Server {
   std::vector<std::string> CustomTemplateNames();
 
  private:
+  friend class DaemonStart;  // Init's steps (daemon_start.cc)
   explicit Server(ServerConfig config);
   Status Init();
 
   // audit (audit_hooks.cc)
-  Status InitAudit(const std::string& db_dir);
 
 
 
@@ -179,8 +179,6 @@ class Server {
   std::unique_ptr<Registry> registry_;
   // Disk per team (disk_hooks.cc, docs/limits.md); the upload TTL is
   // TemplateApi's (MaybeSweepUploads, on the key timer).
-  void InitTeamDisk();
-  std::vector<TeamDisk::Holding> DiskHoldings();  // worker thread
   std::unique_ptr<TeamDisk> team_disk_;
   // X-API-Key checks in memory; reloads run on lookups_.
   std::unique_ptr<ApiKeyTable> api_keys_;
@@ -208,6 +206,11 @@ class Server {
   // Init over the owners above (destroyed first).
   std::unique_ptr<Router> router_;
 };
+
+// What each team holds on disk (uploads, layers, images: TemplateApi's,
+// none while it is null; pause snapshots, checkpoints, named snapshots: the
+// Manager's), for TeamDisk; blocks (disk_hooks.cc).
+std::vector<TeamDisk::Holding> DiskHoldingsOf(Manager& manager, TemplateApi* templates);
 
 // serve --pool -1: one parked sandbox per 8 GiB of host memory, 1..4.
 int PoolSizeForHost();
