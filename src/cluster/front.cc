@@ -12,7 +12,10 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "http/client.h"
+#include "gateway/console_files.h"
+#include "gateway/e2b_routing.h"
 #include "image/hash.h"
+#include "server/requests/list.h"
 
 namespace airlock::cluster {
 
@@ -23,7 +26,7 @@ using nlohmann::json;
 namespace {
 
 // The headers a fanned-out GET carries on: the caller's credentials.
-std::vector<std::pair<std::string, std::string>> CredentialHeaders(const server::HttpConn& c) {
+std::vector<std::pair<std::string, std::string>> CredentialHeaders(const gateway::HttpConn& c) {
   std::vector<std::pair<std::string, std::string>> h;
   for (const char* name : {"X-API-Key", "Authorization"}) {
     if (std::string v = c.Header(name); !v.empty()) h.emplace_back(name, v);
@@ -34,7 +37,7 @@ std::vector<std::pair<std::string, std::string>> CredentialHeaders(const server:
 // The create as its node gets it: the client's end-to-end headers, then
 // the front's own (its reservation, X-Forwarded-For), and the body the
 // front already read.
-std::string CreateRequest(const server::HttpConn& c, const std::string& body, const std::string& reservation_secret) {
+std::string CreateRequest(const gateway::HttpConn& c, const std::string& body, const std::string& reservation_secret) {
   static const char* kDropped[] = {"connection", "keep-alive",          "transfer-encoding", "content-length",
                                    "te",         "trailer",             "upgrade",           "proxy-connection",
                                    "host",       "proxy-authorization", "expect",            "x-forwarded-for",
@@ -76,18 +79,18 @@ StatusOr<std::unique_ptr<Front>> Front::Open(FrontConfig config, std::shared_ptr
 Status Front::Init() {
   ASSIGN_OR_RETURN(reservation_secret_, registry_->ReservationSecret());
   ClusterRegistry* reg = registry_.get();
-  keys_ = std::make_unique<server::ApiKeyTable>(
-      server::ApiKeySource{[reg] { return reg->KeyVersion(); }, [reg] { return reg->ApiKeysByHash(); }});
+  keys_ = std::make_unique<gateway::ApiKeyTable>(
+      gateway::ApiKeySource{[reg] { return reg->KeyVersion(); }, [reg] { return reg->ApiKeysByHash(); }});
   RETURN_IF_ERROR(keys_->Reload());
   workers_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(1, config_.workers)));
-  server::HttpLimits limits = config_.limits;
+  gateway::HttpLimits limits = config_.limits;
   if (!limits.log) {
     limits.log = [](http::LogLevel level, const std::string& msg) {
       if (level == http::LogLevel::kError) LOG_ERROR("{}", msg);
       else LOG_DEBUG("{}", msg);
     };
   }
-  listener_ = std::make_unique<server::HttpListener>(io_, [this](Conn c) { Handle(std::move(c)); }, limits);
+  listener_ = std::make_unique<gateway::HttpListener>(io_, [this](Conn c) { Handle(std::move(c)); }, limits);
   RETURN_IF_ERROR(listener_->Listen(config_.listen));
   key_timer_ = std::make_unique<asio::steady_timer>(io_);
   ScheduleKeyRefresh();
@@ -202,7 +205,7 @@ void Front::Handle(Conn c) {
     return c->RespondError(400, "X-Airlock-Reservation is set by fronts only");
   }
   uint16_t port = 0;
-  if (auto id = server::DataPlaneSandbox(*c, config_.domain, &port)) return ToSandboxNode(std::move(c), *id, true);
+  if (auto id = gateway::DataPlaneSandbox(*c, config_.domain, &port)) return ToSandboxNode(std::move(c), *id, true);
   const std::string& path = c->path();
   if (path == "/health") return c->Respond(200, "application/json", "{\"status\":\"ok\"}");
   if (path == "/console" || path.rfind("/console/", 0) == 0) return ServeConsole(std::move(c));
@@ -211,7 +214,7 @@ void Front::Handle(Conn c) {
                                 "<port>-<id>.<domain> host form (serve --domain)");
   }
   const bool mcp = path == "/mcp";
-  std::string presented = server::PresentedApiKey(*c, mcp);
+  std::string presented = gateway::PresentedApiKey(*c, mcp);
   if (auto key = keys_->Find(presented)) return Authenticated(std::move(c), *key, presented);
   if (presented.empty()) return c->RespondError(401, mcp ? "missing API key (X-API-Key or Authorization: Bearer)"
                                                          : "missing X-API-Key");
@@ -254,12 +257,12 @@ void Front::Route(Conn c, const ApiKeyRecord& key, const std::string& presented)
   c->RespondError(404, "no such route");
 }
 
-void Front::Forward(Conn c, const std::string& address, const std::string& node, server::ForwardExtras extras) {
+void Front::Forward(Conn c, const std::string& address, const std::string& node, gateway::ForwardExtras extras) {
   auto hp = http::ParseHostPort(address);
   if (!hp.ok()) return c->RespondError(502, "node " + node + " has an invalid address " + address);
   extras.upstream_name = "node " + node + " (" + address + ")";
   extras.headers.emplace_back("X-Forwarded-For", c->peer().substr(0, c->peer().rfind(':')));
-  server::ForwardRequest(c, hp->first, hp->second, c->Header("Host"), std::move(extras));
+  gateway::ForwardRequest(c, hp->first, hp->second, c->Header("Host"), std::move(extras));
 }
 
 void Front::ToSandboxNode(Conn c, const std::string& id, bool data_plane) {
@@ -398,7 +401,7 @@ void Front::FanOut(Conn c) {
     auto nodes = registry_->Nodes();
     int status = 200;
     std::string out, error;
-    server::HeaderList out_headers;
+    gateway::HeaderList out_headers;
     if (!nodes.ok()) {
       status = 503;
       error = "the cluster registry is unreachable: " + nodes.status().message();
@@ -477,7 +480,7 @@ void Front::FanOut(Conn c) {
     }
     asio::post(c->executor(), [c, status, out, error, out_headers] {
       if (status != 200) return c->RespondError(status, error);
-      server::HeaderList extra = out_headers;
+      gateway::HeaderList extra = out_headers;
       // Nodes that did not answer: the list lacks their sandboxes.
       if (!error.empty()) extra.emplace_back("X-Airlock-Unreachable-Nodes", error);
       c->Respond(200, "application/json", out, extra);
@@ -560,6 +563,6 @@ void Front::NodesRoute(Conn c, const ApiKeyRecord& key, const std::vector<std::s
   c->RespondError(404, "no such route");
 }
 
-void Front::ServeConsole(Conn c) { server::ServeConsoleAsset(*c); }
+void Front::ServeConsole(Conn c) { gateway::ServeConsoleAsset(*c); }
 
 }  // namespace airlock::cluster

@@ -40,9 +40,9 @@
 
 #include "cluster/cluster_registry.h"
 #include "cluster/node_call.h"
-#include "server/api_keys.h"
-#include "server/http_conn.h"
-#include "server/server.h"  // ForwardRequest, DataPlaneSandbox, PresentedApiKey
+#include "gateway/api_keys.h"
+#include "gateway/http_conn.h"
+#include "gateway/relay.h"
 
 namespace airlock::cluster {
 
@@ -50,7 +50,7 @@ struct FrontConfig {
   std::string listen = "127.0.0.1:3000";
   std::string domain;  // "<port>-<id>.<domain>" hosts (serve --domain); empty: any
   int workers = 4;
-  server::HttpLimits limits;
+  gateway::HttpLimits limits;
   int best_of_k = 3;
   // A node whose heartbeat is older than this gets no new sandbox, and is
   // marked lost (its sandboxes too) at the next sweep.
@@ -72,7 +72,7 @@ class Front {
   void Stop();  // thread-safe
 
  private:
-  using Conn = std::shared_ptr<server::HttpConn>;
+  using Conn = std::shared_ptr<gateway::HttpConn>;
   Front(FrontConfig config, std::shared_ptr<ClusterRegistry> registry)
       : config_(std::move(config)), registry_(std::move(registry)) {}
   Status Init();
@@ -91,7 +91,7 @@ class Front {
   // Live and its heartbeat within the lapse: what placement, the template
   // node and MCP may use.
   bool Fresh(const NodeInfo& n) const;
-  void Forward(Conn c, const std::string& address, const std::string& node, server::ForwardExtras extras = {});
+  void Forward(Conn c, const std::string& address, const std::string& node, gateway::ForwardExtras extras = {});
   // Sandbox -> location, cached until the registry announces a change.
   StatusOr<std::optional<SandboxLocation>> Locate(const std::string& id);
   void WatchRegistry();  // its own thread
@@ -101,8 +101,8 @@ class Front {
   std::string reservation_secret_;
   boost::asio::io_context io_;
   std::unique_ptr<boost::asio::thread_pool> workers_;
-  std::unique_ptr<server::HttpListener> listener_;
-  std::unique_ptr<server::ApiKeyTable> keys_;
+  std::unique_ptr<gateway::HttpListener> listener_;
+  std::unique_ptr<gateway::ApiKeyTable> keys_;
   std::unique_ptr<boost::asio::steady_timer> key_timer_;
   void ScheduleKeyRefresh();
   std::mutex cache_mu_;

@@ -1,7 +1,7 @@
 // One request from a front to a node whose answer the front must learn
 // whatever its client does: a create, whose slot is given back only when the
 // node refused it (docs/multinode.md "Placement"). Unlike the relay of
-// server::ForwardRequest, the exchange is not tied to the client's
+// gateway::ForwardRequest, the exchange is not tied to the client's
 // connection: a client that hangs up does not cut it.
 //
 // Shapes: `request` is the whole HTTP/1.1 request (head and body, with

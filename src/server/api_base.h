@@ -30,10 +30,10 @@
 #include "control/template_catalog.h"
 #include "core/manager.h"
 #include "core/registry.h"
-#include "server/api_keys.h"
+#include "gateway/api_keys.h"
 #include "server/http_conn.h"
 #include "server/server_config.h"
-#include "server/stream_table.h"
+#include "gateway/stream_table.h"
 #include "server/team_disk.h"
 
 namespace airlock::server {

@@ -25,7 +25,7 @@
 #include "console/console_assets.h"
 #include "http/client.h"
 #include "runtime/registry.h"
-#include "server/relay_guard.h"
+#include "gateway/relay_guard.h"
 #include "server/server.h"
 
 namespace airlock::server {
@@ -43,18 +43,6 @@ int64_t FreeMib(const std::string& dir, int64_t* total_mib) {
 
 }  // namespace
 
-void ServeConsoleAsset(HttpConn& conn) {
-  HttpConn* c = &conn;
-  if (c->method() != http::Method::kGet && c->method() != http::Method::kHead)
-    return c->RespondError(405, "the console is read with GET", {{"Allow", "GET, HEAD"}});
-  const std::string& path = c->path();
-  // Relative asset URLs need the trailing slash.
-  if (path == "/console") return c->Respond(308, "text/plain", "/console/\n", {{"Location", "/console/"}});
-  const console::Asset* asset = console::FindAsset(std::string_view(path).substr(std::string_view("/console/").size()));
-  const http::HeaderList& headers = console::SecurityHeaders();
-  if (!asset) return c->Respond(404, "text/plain; charset=utf-8", "no such console file\n", headers);
-  c->Respond(200, asset->content_type, std::string(asset->body), headers);
-}
 
 void HostApi::LatestMetrics(std::shared_ptr<HttpConn> c, const Caller& caller) {
   auto ids_text = c->Query("sandbox_ids");

@@ -17,78 +17,15 @@
 #include "server/requests/timeout.h"
 #include "server/routes.h"
 #include "server/router.h"
-#include "server/relay_guard.h"
+#include "gateway/relay_guard.h"
 #include "server/template_api.h"
 
 namespace airlock::server {
 
 using nlohmann::json;
 
-namespace {
 
-bool HostIsDirect(std::string host) {
-  if (host.empty()) return true;
-  if (host.front() == '[') {
-    size_t close = host.find(']');
-    host = host.substr(1, close == std::string::npos ? std::string::npos : close - 1);
-  } else if (size_t colon = host.rfind(':'); colon != std::string::npos && host.find(':') == colon) {
-    host = host.substr(0, colon);
-  }
-  if (host == "localhost" || host.rfind("sandbox.", 0) == 0) return true;
-  boost::system::error_code ec;
-  asio::ip::make_address(host, ec);
-  return !ec;
-}
 
-}  // namespace
-
-std::optional<std::string> DataPlaneSandbox(const HttpConn& c, const std::string& domain, uint16_t* port) {
-  return DataPlaneSandbox(c.Header("Host"), c.Header("E2b-Sandbox-Id"), c.Header("E2b-Sandbox-Port"), domain, port);
-}
-
-std::optional<std::string> DataPlaneSandbox(const std::string& host, const std::string& id,
-                                             const std::string& port_header, const std::string& domain,
-                                             uint16_t* port) {
-  *port = kAgentPort;
-  if (!id.empty() && HostIsDirect(host)) {
-    if (!port_header.empty()) {
-      char* end = nullptr;
-      unsigned long v = std::strtoul(port_header.c_str(), &end, 10);
-      if (*end != '\0' || v == 0 || v > 65535) return std::nullopt;
-      *port = static_cast<uint16_t>(v);
-    }
-    return id;
-  }
-  // "<port>-<id>.<domain>", only for the domain serve --domain names:
-  // without one no Host names a sandbox (a Host is the client's to choose,
-  // and "49999-<id>.anything" must not reach a guest; issue 32).
-  size_t dash = host.find('-'), dot = host.find('.');
-  if (domain.empty() || dot == std::string::npos) return std::nullopt;
-  {
-    std::string rest = host.substr(dot + 1);
-    if (size_t colon = rest.rfind(':'); colon != std::string::npos) rest.resize(colon);
-    if (strcasecmp(rest.c_str(), domain.c_str()) != 0) return std::nullopt;
-  }
-  if (dash != std::string::npos && dash < dot && dash > 0) {
-    std::string p = host.substr(0, dash);
-    char* end = nullptr;
-    unsigned long v = std::strtoul(p.c_str(), &end, 10);
-    if (*end == '\0' && v > 0 && v <= 65535) {
-      *port = static_cast<uint16_t>(v);
-      return host.substr(dash + 1, dot - dash - 1);
-    }
-  }
-  return std::nullopt;
-}
-
-std::string PresentedApiKey(const HttpConn& c, bool allow_bearer) {
-  std::string key = c.Header("X-API-Key");
-  if (key.empty() && allow_bearer) {
-    std::string auth = c.Header("Authorization");
-    if (auth.size() > 7 && (auth.rfind("Bearer ", 0) == 0 || auth.rfind("bearer ", 0) == 0)) key = auth.substr(7);
-  }
-  return key;
-}
 
 void Router::HandleControl(std::shared_ptr<HttpConn> c) {
   const std::string& path = c->path();

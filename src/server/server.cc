@@ -18,7 +18,7 @@
 #include "image/image.h"
 #include "secrets/egress_broker.h"
 #include "server/mcp_service.h"
-#include "server/relay_guard.h"
+#include "gateway/relay_guard.h"
 
 namespace airlock::server {
 

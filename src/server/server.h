@@ -44,12 +44,12 @@
 #include "core/manager.h"
 #include "core/reaper.h"
 #include "image/image.h"
-#include "server/relay_guard.h"
+#include "gateway/relay_guard.h"
 #include "core/registry.h"
 #include "secrets/broker.h"
 #include "secrets/redactor.h"
 #include "control/admission.h"
-#include "server/api_keys.h"
+#include "gateway/api_keys.h"
 #include "control/caller.h"
 #include "server/http_conn.h"
 #include "control/metrics.h"
@@ -61,7 +61,7 @@
 #include "secrets/spec.h"
 #include "control/secrets_service.h"
 #include "server/server_config.h"
-#include "server/stream_table.h"
+#include "gateway/stream_table.h"
 #include "server/team_disk.h"
 #include "server/router.h"
 #include "server/template_api.h"
@@ -78,48 +78,12 @@ class McpService;
 
 inline constexpr const char* kAirlockVersion = "0.1.0";
 
-// The API key a request presents: X-API-Key, else (allow_bearer: /mcp,
-// where MCP clients send one) "Authorization: Bearer <key>"; "" for none.
-std::string PresentedApiKey(const HttpConn& c, bool allow_bearer);
-
 // The host names of the package mirrors this host's apt sources
 // (/etc/apt/sources.list, sources.list.d/*.list and *.sources) and npm
 // configuration (`npm config get registry`) use: what build sandboxes may
 // reach unless serve --build-allow says otherwise. `root` prefixes the
 // paths (tests).
 std::vector<std::string> DefaultBuildAllow(const std::string& root = "");
-
-// Which sandbox a data-plane request is for, and its guest port (*port,
-// default the agent's): E2b-Sandbox-Id (+ E2b-Sandbox-Port) when the Host is
-// localhost, an IP or sandbox.<domain>, else a Host "<port>-<id>.<domain>"
-// (`domain` empty: no Host form at all). nullopt: a control-plane request.
-std::optional<std::string> DataPlaneSandbox(const HttpConn& c, const std::string& domain, uint16_t* port);
-// The same from the Host, E2b-Sandbox-Id and E2b-Sandbox-Port values.
-std::optional<std::string> DataPlaneSandbox(const std::string& host, const std::string& id,
-                                            const std::string& port_header, const std::string& domain,
-                                            uint16_t* port);
-
-// GET /console/<file>: the web console's built-in files (console_routes.cc).
-void ServeConsoleAsset(HttpConn& c);
-
-// What a caller of ForwardRequest adds to a plain relay (a cluster's front,
-// cluster/front.h).
-struct ForwardExtras {
-  HeaderList headers;               // added to the request head
-  std::optional<std::string> body;  // sent instead of the client's body (already read by the caller)
-  // The upstream's status as soon as its head arrives; 0 when none came
-  // (unreachable, dropped, cut). Called once, on the io thread.
-  std::function<void(int)> on_status;
-  std::string upstream_name;  // for "<name> unreachable" (default: "sandbox port N")
-  // How the upstream's answer head is guarded (relay_guard.h); a sandbox's
-  // relay in the data plane is always GuardForGuest's.
-  RelayGuard guard = RelayGuard::kNone;
-};
-// Relays the request on `c` to host:port (an IP literal; the Host header
-// sent is `host_header`, "" for host:port) and its answer back, streamed
-// both ways (the data plane's proxy: chunked and WebSocket included).
-void ForwardRequest(std::shared_ptr<HttpConn> c, const std::string& host, uint16_t port, std::string host_header,
-                    ForwardExtras extras = {}, std::function<void(std::weak_ptr<DataPlaneStream>)> track = nullptr);
 
 class Server {
  public:

@@ -17,7 +17,7 @@
 #include "control/memory_pressure.h"
 #include "core/manager.h"
 #include "image/image.h"
-#include "server/api_keys.h"
+#include "gateway/api_keys.h"
 #include "server/http_conn.h"
 
 namespace airlock::server {

@@ -25,7 +25,7 @@
 #include <thread>
 
 #include "http/url.h"
-#include "server/relay_guard.h"
+#include "gateway/relay_guard.h"
 #include "server/server.h"
 #include "tests/unit/loopback_http.h"
 

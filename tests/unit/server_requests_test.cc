@@ -10,7 +10,7 @@
 
 #include "core/registry.h"
 #include "runtime/registry.h"
-#include "server/api_keys.h"
+#include "gateway/api_keys.h"
 #include "server/http_status.h"
 #include "server/requests/checkpoint.h"
 #include "server/requests/create.h"
@@ -248,7 +248,7 @@ TEST(ApiKeyTableTest, FollowsTheRegistryAndOtherConnections) {
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
   auto first = (*daemon)->CreateApiKey("first", "acme");
   ASSERT_TRUE(first.ok());
-  ApiKeyTable table(daemon->get());
+  gateway::ApiKeyTable table(daemon->get());
   ASSERT_TRUE(table.Reload().ok());
   auto found = table.Find(first->second);
   ASSERT_TRUE(found);

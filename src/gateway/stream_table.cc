@@ -1,8 +1,8 @@
-#include "server/stream_table.h"
+#include "gateway/stream_table.h"
 
 #include <boost/asio/post.hpp>
 
-namespace airlock::server {
+namespace airlock::gateway {
 
 void StreamTable::Track(const std::string& id, std::weak_ptr<DataPlaneStream> s) {
   std::lock_guard<std::mutex> l(mu_);
@@ -41,4 +41,4 @@ std::set<std::string> StreamTable::Live() {
   return out;
 }
 
-}  // namespace airlock::server
+}  // namespace airlock::gateway

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace airlock::server {
+namespace airlock::gateway {
 
 // A relayed data-plane exchange of one sandbox. Drop() ends it at once (the
 // client's connection is closed, or answered 502 when nothing was sent
@@ -43,4 +43,4 @@ class StreamTable {
   std::map<std::string, std::vector<std::weak_ptr<DataPlaneStream>>> streams_;  // guarded by mu_
 };
 
-}  // namespace airlock::server
+}  // namespace airlock::gateway

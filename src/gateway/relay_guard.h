@@ -32,7 +32,7 @@
 #include "common/status.h"
 #include "http/conn.h"
 
-namespace airlock::server {
+namespace airlock::gateway {
 
 // The longest a signed URL's explicit expiration may lie ahead: one day, the
 // longest TTL `serve` gives by default (--max-timeout 86400) and E2B's
@@ -73,4 +73,4 @@ bool DropsRelayedHeader(RelayGuard guard, std::string_view name);
 // The headers added to the relayed head under `guard`.
 http::HeaderList GuardHeaders(RelayGuard guard, http::Method method, std::string_view guest_content_type);
 
-}  // namespace airlock::server
+}  // namespace airlock::gateway

@@ -31,10 +31,11 @@
 #include <chrono>
 
 #include "common/status.h"
+#include "gateway/http_conn.h"
 #include "control/ticker.h"
 #include "core/registry.h"
 
-namespace airlock::server {
+namespace airlock::gateway {
 
 // Where the keys are read from: the daemon's registry (SQLite), or the
 // cluster registry (PostgreSQL, cluster/cluster_registry.h) on a cluster's
@@ -44,6 +45,10 @@ struct ApiKeySource {
   std::function<StatusOr<std::vector<std::pair<std::string, ApiKeyRecord>>>()> rows;  // (hash, record)
 };
 ApiKeySource RegistryKeySource(Registry* registry);
+
+// The API key a request presents: X-API-Key, else (allow_bearer: /mcp,
+// where MCP clients send one) "Authorization: Bearer <key>"; "" for none.
+std::string PresentedApiKey(const HttpConn& c, bool allow_bearer);
 
 class ApiKeyTable {
  public:
@@ -75,4 +80,4 @@ class ApiKeyTable {
   int64_t version_ = -1;                                           // guarded by reload_mu_
 };
 
-}  // namespace airlock::server
+}  // namespace airlock::gateway

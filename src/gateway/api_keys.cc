@@ -1,4 +1,4 @@
-#include "server/api_keys.h"
+#include "gateway/api_keys.h"
 
 #include <boost/asio/post.hpp>
 
@@ -6,7 +6,7 @@
 
 #include "image/hash.h"
 
-namespace airlock::server {
+namespace airlock::gateway {
 
 ApiKeySource RegistryKeySource(Registry* registry) {
   return {[registry] { return registry->DataVersion(); }, [registry] { return registry->ApiKeysByHash(); }};
@@ -71,4 +71,13 @@ void ApiKeyTable::StopRefresh() {
   if (refresh_) refresh_->Stop();
 }
 
-}  // namespace airlock::server
+std::string PresentedApiKey(const HttpConn& c, bool allow_bearer) {
+  std::string key = c.Header("X-API-Key");
+  if (key.empty() && allow_bearer) {
+    std::string auth = c.Header("Authorization");
+    if (auth.size() > 7 && (auth.rfind("Bearer ", 0) == 0 || auth.rfind("bearer ", 0) == 0)) key = auth.substr(7);
+  }
+  return key;
+}
+
+}  // namespace airlock::gateway

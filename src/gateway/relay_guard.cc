@@ -1,4 +1,4 @@
-#include "server/relay_guard.h"
+#include "gateway/relay_guard.h"
 
 #include <openssl/evp.h>
 #include <strings.h>
@@ -11,7 +11,7 @@
 #include "envd/proto_json.h"
 #include "http/url.h"
 
-namespace airlock::server {
+namespace airlock::gateway {
 namespace {
 
 bool NameIs(std::string_view name, std::string_view want) {
@@ -116,4 +116,4 @@ http::HeaderList GuardHeaders(RelayGuard guard, http::Method method, std::string
   return out;
 }
 
-}  // namespace airlock::server
+}  // namespace airlock::gateway

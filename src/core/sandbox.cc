@@ -1,0 +1,237 @@
+#include "core/sandbox.h"
+
+#include <filesystem>
+
+#include "common/agent_port.h"
+#include "common/log.h"
+#include "core/sandbox_egress.h"
+#include "net/sandbox_network.h"
+
+namespace airlock {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The errors of several undos as one (the first one's code; every message).
+Status JoinTearDownErrors(const std::vector<Status>& errors) {
+  std::string msg;
+  StatusCode code = StatusCode::kOk;
+  for (const auto& e : errors) {
+    if (e.ok()) continue;
+    if (code == StatusCode::kOk) code = e.code();
+    msg += (msg.empty() ? "" : "; ") + e.message();
+  }
+  return code == StatusCode::kOk ? OkStatus() : Status(code, msg);
+}
+
+}  // namespace
+
+
+Sandbox::~Sandbox() {
+  if (!released_) (void)TearDown();
+}
+
+std::string Sandbox::netns_ip() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return network_ ? network_->netns_ip() : "";
+}
+
+Status Sandbox::ExposePort(uint16_t port, double* retry_after_s) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (port == kAgentPort || exposed_ports_.count(port)) return OkStatus();
+  if (!network_) return FailedPrecondition("sandbox " + id_ + " has no network");
+  const PortExposureLimits& lim = port_limits_;
+  if (static_cast<int>(exposed_ports_.size()) >= lim.max_ports) {
+    return FailedPrecondition("sandbox " + id_ + " already has " + std::to_string(exposed_ports_.size()) +
+                              " exposed ports, the most allowed (serve --max-exposed-ports)");
+  }
+  // Token bucket of new ports.
+  auto now = std::chrono::steady_clock::now();
+  if (port_tokens_ < 0) {
+    port_tokens_ = lim.burst;
+  } else {
+    double dt = std::chrono::duration<double>(now - port_tokens_at_).count();
+    port_tokens_ = std::min<double>(lim.burst, port_tokens_ + dt * lim.new_per_second);
+  }
+  port_tokens_at_ = now;
+  if (port_tokens_ < 1) {
+    double wait = lim.new_per_second > 0 ? (1 - port_tokens_) / lim.new_per_second : 1;
+    if (retry_after_s) *retry_after_s = wait;
+    return ResourceExhausted("sandbox " + id_ + ": new guest ports are exposed at most " +
+                             std::to_string(lim.new_per_second) + " a second");
+  }
+  port_tokens_ -= 1;
+  RETURN_IF_ERROR(network_->ExposeTcpPorts({port}));
+  exposed_ports_.insert(port);
+  return OkStatus();
+}
+
+size_t Sandbox::exposed_port_count() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return exposed_ports_.size();
+}
+
+SandboxAttributes Sandbox::attributes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return attrs_;
+}
+
+int64_t Sandbox::created_at_ms() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return created_at_ms_;
+}
+
+int64_t Sandbox::ends_at_ms() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return ends_at_ms_;
+}
+
+int Sandbox::disk_mib() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return disk_mib_;
+}
+
+namespace {
+// Sandbox::api_state with mu_ held.
+std::string_view ApiStateOf(SandboxState state, bool snapshot_committed) {
+  if (state == SandboxState::kPaused || state == SandboxState::kResuming) return "paused";
+  if (state == SandboxState::kPausing && snapshot_committed) return "paused";
+  return "running";
+}
+}  // namespace
+
+std::string_view Sandbox::api_state() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return ApiStateOf(state_, !snapshot_dir_.empty());
+}
+
+bool Sandbox::visible() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return !end_ && state_ != SandboxState::kCreating && state_ != SandboxState::kFailed &&
+         state_ != SandboxState::kKilling && state_ != SandboxState::kKilled;
+}
+
+SandboxRecord Sandbox::Record() const {
+  std::lock_guard<std::mutex> l(mu_);
+  SandboxRecord r;
+  r.id = id_;
+  r.template_id = template_;
+  r.runtime = runtime_;
+  r.state = std::string(ApiStateOf(state_, !snapshot_dir_.empty()));
+  r.created_at_ms = created_at_ms_;
+  r.ends_at_ms = ends_at_ms_;
+  r.metadata = attrs_.metadata;
+  r.env_vars = recorded_env_;
+  r.access_token = access_token_;
+  r.traffic_token = attrs_.traffic_token;
+  r.mask_request_host = attrs_.mask_request_host;
+  r.vcpus = vcpus_;
+  r.memory_mib = memory_mib_;
+  r.netns_ip = network_ ? network_->netns_ip() : "";
+  r.vmm_pid = vm_ ? vm_->pid() : -1;
+  r.run_dir = run_dir_;
+  r.auto_pause = attrs_.auto_pause;
+  r.auto_pause_memory = attrs_.auto_pause_memory;
+  r.auto_resume = attrs_.auto_resume;
+  r.owner = attrs_.owner_team;
+  return r;
+}
+
+std::optional<SandboxEnd> Sandbox::end() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return end_;
+}
+
+void Sandbox::AddLog(std::string level, std::string message) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (logs_.size() >= kMaxLogEvents) logs_.pop_front();
+  logs_.push_back({NowUnixMs(), std::move(level), std::move(message)});
+}
+
+std::vector<SandboxLogEvent> Sandbox::Logs() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return {logs_.begin(), logs_.end()};
+}
+
+SandboxState Sandbox::state() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return state_;
+}
+
+pid_t Sandbox::vmm_pid() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return vm_ ? vm_->pid() : -1;
+}
+
+Sandbox::Clock Sandbox::clock() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return {state_, created_at_ms_, ends_at_ms_, attrs_.auto_pause, attrs_.auto_pause_memory};
+}
+
+bool Sandbox::vmm_alive() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return vm_ && vm_->alive();
+}
+
+Status Sandbox::Transition(SandboxState to) {
+  std::lock_guard<std::mutex> l(mu_);
+  RETURN_IF_ERROR(CheckTransition(state_, to));
+  LOG_DEBUG("sandbox={} state {} -> {}", id_, SandboxStateName(state_), SandboxStateName(to));
+  state_ = to;
+  return OkStatus();
+}
+
+Status Sandbox::DestroyVm() {
+  std::unique_ptr<VmInstance> vm;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    vm = std::move(vm_);
+    // The lease named the VMM as its owner: once it is gone, another
+    // process's start-up clean-up would take the network for a dead
+    // owner's while it is still ours (torn down next, or a rollback's).
+    if (vm && network_) {
+      if (Status st = network_->HoldLease(); !st.ok()) LOG_WARN("sandbox={} lease: {}", id_, st.message());
+    }
+  }
+  return vm ? vm->Destroy().WithContext("destroy VMM") : OkStatus();
+}
+
+Status Sandbox::DestroyNetwork() {
+  std::unique_ptr<net::SandboxNetwork> network;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    network = std::move(network_);
+    exposed_ports_.clear();
+  }
+  return network ? network->Destroy().WithContext("destroy network") : OkStatus();
+}
+
+void Sandbox::DetachEgress() {
+  // Once: a second TearDown (the destructor after Destroy) may outlive the
+  // Manager and its egress service.
+  egress::EgressService* egress = nullptr;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    egress = std::exchange(egress_, nullptr);
+  }
+  if (egress) egress->RemoveSandbox(id_);
+}
+
+Status Sandbox::RemoveRunDir() {
+  if (run_dir_.empty()) return OkStatus();
+  std::error_code ec;
+  fs::remove_all(run_dir_, ec);
+  return ec ? Internal("remove " + run_dir_ + ": " + ec.message()) : OkStatus();
+}
+
+Status Sandbox::TearDown() {
+  // Wake whoever is blocked on the agent: once the netns is gone its TCP
+  // connections would never see a reset.
+  if (agent_) agent_->CancelAll();
+  DetachEgress();
+  // Order matters: the VMM holds the tap inside the netns.
+  return JoinTearDownErrors({DestroyVm(), DestroyNetwork(), RemoveRunDir()});
+}
+
+}  // namespace airlock
