@@ -31,21 +31,6 @@ namespace airlock {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-Status JoinErrors(const std::vector<Status>& errors) {
-  std::string msg;
-  StatusCode code = StatusCode::kOk;
-  for (const auto& e : errors) {
-    if (e.ok()) continue;
-    if (code == StatusCode::kOk) code = e.code();
-    msg += (msg.empty() ? "" : "; ") + e.message();
-  }
-  return code == StatusCode::kOk ? OkStatus() : Status(code, msg);
-}
-
-}  // namespace
-
 void WriteOwnerFile(const std::string& path, const std::string& registry) {
   if (FILE* f = std::fopen(path.c_str(), "w")) {
     std::fprintf(f, "%d\n", ::getpid());

@@ -11,10 +11,7 @@ namespace airlock {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// The errors of several undos as one (the first one's code; every message).
-Status JoinTearDownErrors(const std::vector<Status>& errors) {
+Status JoinErrors(const std::vector<Status>& errors) {
   std::string msg;
   StatusCode code = StatusCode::kOk;
   for (const auto& e : errors) {
@@ -24,8 +21,6 @@ Status JoinTearDownErrors(const std::vector<Status>& errors) {
   }
   return code == StatusCode::kOk ? OkStatus() : Status(code, msg);
 }
-
-}  // namespace
 
 
 Sandbox::~Sandbox() {
@@ -231,7 +226,7 @@ Status Sandbox::TearDown() {
   if (agent_) agent_->CancelAll();
   DetachEgress();
   // Order matters: the VMM holds the tap inside the netns.
-  return JoinTearDownErrors({DestroyVm(), DestroyNetwork(), RemoveRunDir()});
+  return JoinErrors({DestroyVm(), DestroyNetwork(), RemoveRunDir()});
 }
 
 }  // namespace airlock

@@ -35,6 +35,10 @@ namespace net {
 class SandboxNetwork;
 }  // namespace net
 
+// The errors of several steps as one: the first error's code, every
+// message joined by "; "; OK when all are.
+Status JoinErrors(const std::vector<Status>& errors);
+
 // Bounds on exposing guest ports (other than the agent's) to the data plane,
 // per sandbox (docs/server.md "Other guest ports"): at most `max_ports`
 // distinct ports for the life of its network, and new ones at most

@@ -6,16 +6,10 @@
 // handlers keep their spelling; there is one implementation.
 #pragma once
 
-#include <boost/asio/ip/tcp.hpp>
-
-#include "http/conn.h"
-#include "http/json_error.h"
-#include "http/listener.h"
-#include "http/socket_options.h"
-#include "http/url.h"
 #include "gateway/api_keys.h"
 #include "gateway/console_files.h"
 #include "gateway/e2b_routing.h"
+#include "gateway/http_conn.h"
 #include "gateway/relay.h"
 #include "gateway/relay_guard.h"
 #include "gateway/stream_table.h"
@@ -23,14 +17,14 @@
 namespace airlock::server {
 
 namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
-using HeaderList = http::HeaderList;
-using HttpConn = http::Conn;
-using HttpLimits = http::Limits;
-using HttpListener = http::Listener;
-using http::JsonError;
-using http::SetCloexec;
-using http::UrlDecode;
+using gateway::HeaderList;
+using gateway::HttpConn;
+using gateway::HttpLimits;
+using gateway::HttpListener;
+using gateway::JsonError;
+using gateway::SetCloexec;
+using gateway::tcp;
+using gateway::UrlDecode;
 
 using gateway::ApiKeySource;
 using gateway::ApiKeyTable;
