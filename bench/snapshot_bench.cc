@@ -92,7 +92,7 @@ void CompareRamLayouts(const ManagerConfig& base, const CreateOptions& opts, int
   for (auto& md : modes) {
     // Made in this run, so "snapshot written" is measured beside the rest.
     if (auto d = md.mgr->template_snapshots().DirFor(*img, opts.vcpus, opts.memory_mib);
-        d.ok() && !md.mgr->SnapshotDirInUse(*d))
+        d.ok() && !md.mgr->snapshot_dirs().InUse(*d))
       (void)md.mgr->runtime().snapshots().Delete(*d);
     if (Status st = md.mgr->template_snapshots().Ensure("base", opts.vcpus, opts.memory_mib); !st.ok())
       Die(std::string("template snapshot, ") + md.name, st);
@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
     if (!p.ok()) Die("pause", p.status());
     pause.push_back(p->total_ms);
     memory_bytes = p->snapshot.memory_bytes;
-    paused_disk = DiskUsed(mgr.paused_dir() + "/" + (*sb)->id());
+    paused_disk = DiskUsed(mgr.snapshot_dirs().paused() + "/" + (*sb)->id());
     auto r = mgr.Resume((*sb)->id());
     if (!r.ok()) Die("resume", r.status());
     if (!Run(**sb)) Die("command after resume", Internal("failed"));

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cli/termination_watcher.h"
+#include "common/clock.h"
 #include "common/file_util.h"
 #include "common/log.h"
 
@@ -18,10 +19,6 @@ namespace {
 
 // A failed write (our stdout went away, e.g. a closed pipe) drops the output; we keep running.
 void WriteAll(int fd, std::string_view bytes) { (void)WriteAllRaw(fd, bytes.data(), bytes.size()); }
-
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 }  // namespace
 

@@ -104,4 +104,8 @@ StatusOr<int64_t> ParseRfc3339Us(std::string_view s) {
   return secs * 1000000 + micros;
 }
 
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 }  // namespace airlock

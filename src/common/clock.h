@@ -4,6 +4,7 @@
 // records; spec: "date-time" parsed by JS `new Date()`).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -15,6 +16,8 @@ namespace airlock {
 int64_t NowUnixMs();
 std::string FormatRfc3339Ms(int64_t unix_ms);
 std::string NowRfc3339Ms();
+// Milliseconds of the steady clock since `t0` (fractional).
+double MsSince(std::chrono::steady_clock::time_point t0);
 
 // Parses an RFC 3339 date-time into Unix microseconds (E2B's server compares
 // timestamps on a microsecond grid): "YYYY-MM-DDTHH:MM:SS[.frac](Z|+HH:MM|-HH:MM)",

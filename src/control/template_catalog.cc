@@ -21,7 +21,7 @@ TemplateCatalog::TemplateCatalog(Manager& manager, Registry& registry, templates
       default_runtime_(std::move(default_runtime)) {}
 
 std::string TemplateCatalog::NamedSnapshotDir(const std::string& ref, const std::string& team, bool admin) const {
-  return manager_.FindNamedSnapshot(ref, team, admin);
+  return manager_.snapshot_dirs().FindNamed(ref, team, admin);
 }
 
 StatusOr<ResolvedTemplate> TemplateCatalog::Resolve(const std::string& ref, const std::string& team,
@@ -30,7 +30,7 @@ StatusOr<ResolvedTemplate> TemplateCatalog::Resolve(const std::string& ref, cons
   const std::string not_found = "template " + ref + " not found";
   // 1. A named snapshot of the team's (never a built-in template's name).
   if (!IsBuiltInTemplateName(ref)) {
-    std::string snap = manager_.FindNamedSnapshot(ref, team, admin);
+    std::string snap = manager_.snapshot_dirs().FindNamed(ref, team, admin);
     if (!snap.empty()) {
       if (!admin) {
         // An owner that cannot be read is no owner: not found, as for another team's.

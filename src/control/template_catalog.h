@@ -4,7 +4,7 @@
 //
 // A reference is, in this order:
 //   1. a named snapshot of the caller's team (a snapshot id of any team's for
-//      admin keys; core/manager.h FindNamedSnapshot), never for a built-in
+//      admin keys; core/snapshot_dirs.h SnapshotDirs::FindNamed), never for a built-in
 //      template's name;
 //   2. a built-in template in any accepted form: an alias
 //      ("code-interpreter-v1"), on a runtime ("base-gvisor");

@@ -10,9 +10,11 @@
 
 #include "common/agent_port.h"
 #include "common/checklist.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "core/agent_init.h"
 #include "core/guest_seed.h"
+#include "core/recovery.h"
 #include "core/http_client.h"
 #include "core/manager.h"
 #include "core/registry.h"
@@ -24,10 +26,6 @@
 namespace airlock {
 namespace fs = std::filesystem;
 namespace {
-
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // The token the agent of the machine holds before /init: a snapshot's agent
 // holds the one of the sandbox it was taken of; a booted agent none.
@@ -152,17 +150,8 @@ VmStartRequest VmStartRequestFor(const std::string& id, const std::string& run_d
 }
 
 std::shared_ptr<Sandbox> Manager::SandboxFor(const BringUpPlan& plan) const {
-  std::shared_ptr<Sandbox> sb(new Sandbox());
-  sb->id_ = plan.id;
-  sb->run_dir_ = config_.state_dir + "/run/" + plan.id;
-  sb->template_ = plan.template_name;
-  sb->runtime_ = plan.runtime.empty() ? config_.runtime : plan.runtime;
-  sb->port_limits_ = config_.port_exposure;
-  sb->vcpus_ = plan.vcpus;
-  sb->memory_mib_ = plan.memory_mib;
-  sb->shared_snapshot_ = plan.shared_snapshot;
-  GiveIdentity(*sb, plan);
   // The template's disk size; the plan's image when it has one (no second look-up).
+  int disk_mib = 0;
   std::string rootfs = plan.image.rootfs;
   if (rootfs.empty()) {
     if (auto img = image::FindImage(config_.state_dir, plan.template_name); img.ok()) rootfs = img->rootfs;
@@ -170,19 +159,9 @@ std::shared_ptr<Sandbox> Manager::SandboxFor(const BringUpPlan& plan) const {
   if (!rootfs.empty()) {
     std::error_code ec;
     auto size = fs::file_size(rootfs, ec);
-    if (!ec) sb->disk_mib_ = static_cast<int>(size >> 20);
+    if (!ec) disk_mib = static_cast<int>(size >> 20);
   }
-  return sb;
-}
-
-void Manager::GiveIdentity(Sandbox& sb, const BringUpPlan& plan) {
-  sb.access_token_ = plan.access_token;
-  sb.detach_ = plan.detach;
-  sb.env_vars_ = plan.env_vars;
-  sb.attrs_ = plan.attributes;
-  sb.recorded_env_ = plan.attributes.recorded_env_vars.value_or(plan.env_vars);
-  sb.attrs_.recorded_env_vars.reset();
-  sb.timeout_ms_ = plan.timeout.count();
+  return Sandbox::Make(plan, config_.state_dir + "/run/" + plan.id, config_.runtime, config_.port_exposure, disk_mib);
 }
 
 BringUpPlan Manager::PlanOf(const Sandbox& sb) const {
@@ -212,8 +191,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::StartSandbox(BringUpPlan plan,
   std::shared_ptr<Sandbox> sb = parked;
   if (sb) {
     // The parked machine takes the create's identity (its own id stays).
-    std::lock_guard<std::mutex> l(sb->mu_);
-    GiveIdentity(*sb, plan);
+    sb->TakeIdentity(plan);
   } else {
     sb = SandboxFor(plan);
   }
@@ -226,7 +204,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::StartSandbox(BringUpPlan plan,
   CreateTimings timings;
   Status st = BringUp(*sb, plan, &timings);
   timings.total_ms = MsSince(requested_at);
-  sb->timings_ = timings;
+  sb->SetTimings(timings);
   if (!st.ok()) {
     // Everything the steps made is undone; Destroy forgets the sandbox
     // (failed → killing → killed) and releases its shared snapshot.
@@ -290,19 +268,17 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
       // they go, and the resume starts afresh.
       LOG_WARN("sandbox={} resume: a stale guest of the paused sandbox is still up ({}): reaping it", plan.id,
                n.status().message());
-      ReapStaleGuest(plan.id, sb.run_dir_, -1);
+      ReapStaleGuest(plan.id, sb.run_dir_, -1, *pool_);
       n = net::SandboxNetwork::Create(plan.id, *pool_, options);
     }
     if (!n.ok()) return n.status();
-    std::lock_guard<std::mutex> l(sb.mu_);
-    sb.network_ = std::move(n).value();
+    sb.AttachNetwork(std::move(n).value());
     return OkStatus();
   };
   auto egress = [&]() -> Status {
     RETURN_IF_ERROR(
         ApplyEgressPolicy(*sb.network_, *egress_, plan.id, plan.egress_policy, sb.run_dir_, true, plan.egress_limits));
-    std::lock_guard<std::mutex> l(sb.mu_);
-    sb.egress_ = egress_.get();
+    sb.AttachEgress(egress_.get());
     return OkStatus();
   };
   auto vmm = [&]() -> Status {
@@ -354,8 +330,7 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
     }
     if (!v.ok()) return v.status();
     vm = v->get();
-    std::lock_guard<std::mutex> l(sb.mu_);
-    sb.vm_ = std::move(v).value();
+    sb.AttachVm(std::move(v).value());
     return OkStatus();
   };
   // The VMM owns the lease from now on: it outlives a daemon killed with -9,
@@ -366,7 +341,7 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
     // (guest_seed.h): the guest's TCP secrets are drawn after this reseed.
     const auto deadline = std::chrono::steady_clock::now() + plan.ready_timeout;
     RETURN_IF_ERROR(SeedBeforeNetwork(*vm, plan, booted, deadline));
-    sb.agent_ = std::make_unique<EnvdClient>(AgentEndpoint{sb.network_->netns_ip(), kAgentPort}, TokenHeld(plan));
+    sb.AttachAgent(std::make_unique<EnvdClient>(AgentEndpoint{sb.network_->netns_ip(), kAgentPort}, TokenHeld(plan)));
     Status ready = sb.agent_->WaitReady(deadline, [vm]() -> Status {
       if (!vm->alive()) return Unavailable("the VMM exited before its agent was ready; console:\n" + vm->ConsoleTail());
       return OkStatus();
@@ -397,20 +372,17 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
   auto agent_init = [&]() -> Status {
     const std::string ip = sb.network_->netns_ip();
     RETURN_IF_ERROR(PostAgentInit(InitRequest(plan, ip)));
-    sb.agent_ = std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, plan.access_token);
+    sb.AttachAgent(std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, plan.access_token));
     return OkStatus();
   };
   auto running = [&]() -> Status {
     RETURN_IF_ERROR(sb.Transition(SandboxState::kRunning));
-    std::lock_guard<std::mutex> l(sb.mu_);
     if (rollback) {
       // Same sandbox, same TTL.
     } else if (paused) {
-      sb.snapshot_dir_.clear();
+      sb.ForgetPauseSnapshot();
     } else {
-      // Its TTL counts from here.
-      sb.created_at_ms_ = NowUnixMs();
-      sb.ends_at_ms_ = sb.timeout_ms_ > 0 ? sb.created_at_ms_ + sb.timeout_ms_ : 0;
+      sb.StartClock();  // its TTL counts from here
     }
     return OkStatus();
   };
@@ -526,7 +498,7 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Park(const PoolShape& shape, const P
   if (!timings.from_snapshot) {
     // The restore failed and it booted instead: not what a pool is for.
     (void)sb->TearDown();
-    sb->released_ = true;
+    sb->SetReleased(true);
     return FailedPrecondition("warm pool: the template snapshot " + snapshot_dir + " did not restore");
   }
   // Past its first steps: the guest runs what a create's first command runs
@@ -540,13 +512,13 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Park(const PoolShape& shape, const P
   warm.timeout = std::chrono::seconds(30);
   if (auto r = sb->agent_->Exec(warm, {}); !r.ok() || r->exit_code != 0)
     LOG_WARN("warm pool: sandbox={} warm-up command: {}", sb->id(), r.ok() ? r->status : r.status().message());
-  sb->timings_ = timings;
+  sb->SetTimings(timings);
   return sb;
 }
 
 void Manager::Discard(Sandbox& sb) {
   if (Status st = sb.TearDown(); !st.ok()) LOG_WARN("warm pool: sandbox={} teardown: {}", sb.id(), st.message());
-  sb.released_ = true;  // torn down already
+  sb.SetReleased(true);  // torn down already
 }
 
 }  // namespace airlock

@@ -42,6 +42,7 @@
 #include <thread>
 
 #include "common/file_util.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "core/adopted_vm.h"
 #include "core/manager.h"
@@ -55,30 +56,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kCheckpointInfoFile[] = "checkpoint.json";
-constexpr char kCheckpointPrefix[] = "ckpt-";
-constexpr char kCheckpointTmp[] = ".tmp";
-
-double CkptMsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// "ckpt-" and 16 lowercase hex digits.
-bool ValidCheckpointId(const std::string& s) {
-  if (s.size() != 5 + 16 || s.rfind(kCheckpointPrefix, 0) != 0) return false;
-  return std::all_of(s.begin() + 5, s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
-
-// The sandbox and checkpoint ids of a checkpoints/ entry name
-// ("<sandbox id>-ckpt-<hex>", perhaps + ".tmp"); false for anything else.
-bool ParseCheckpointEntry(std::string name, std::string* sandbox_id, std::string* checkpoint_id, bool* tmp) {
-  *tmp = name.size() > 4 && name.compare(name.size() - 4, 4, kCheckpointTmp) == 0;
-  if (*tmp) name.resize(name.size() - 4);
-  size_t at = name.rfind(std::string("-") + kCheckpointPrefix);
-  if (at == std::string::npos || at == 0) return false;
-  *sandbox_id = name.substr(0, at);
-  *checkpoint_id = name.substr(at + 1);
-  return ValidCheckpointId(*checkpoint_id);
-}
 
 Status WriteCheckpointInfo(const std::string& dir, const CheckpointInfo& info) {
   const std::string path = dir + "/" + kCheckpointInfoFile;
@@ -139,12 +116,12 @@ StatusOr<std::vector<CheckpointInfo>> Manager::ListCheckpoints(const std::string
   if (!sb) return NotFound("sandbox " + id + " not found");
   std::vector<CheckpointInfo> out;
   std::error_code ec;
-  for (auto& e : fs::directory_iterator(checkpoints_dir(), ec)) {
+  for (auto& e : fs::directory_iterator(snapshot_dirs_->checkpoints(), ec)) {
     std::string sandbox_id, checkpoint_id;
     bool tmp = false;
     if (!ParseCheckpointEntry(e.path().filename().string(), &sandbox_id, &checkpoint_id, &tmp)) continue;
     if (tmp || sandbox_id != id) continue;
-    auto shape = ReadSnapshot(e.path().string(), sb->runtime_);
+    auto shape = snapshot_dirs_->Read(e.path().string(), sb->runtime_);
     if (!shape.ok()) continue;  // being deleted, or unusable: not offered
     CheckpointInfo i;
     i.checkpoint_id = checkpoint_id;
@@ -184,11 +161,11 @@ StatusOr<CheckpointInfo> Manager::CreateCheckpoint(const std::string& id) {
   info.checkpoint_id = kCheckpointPrefix + RandomHex(8);
   info.sandbox_id = id;
   info.created_at_ms = NowUnixMs();
-  info.dir = checkpoints_dir() + "/" + id + "-" + info.checkpoint_id;
+  info.dir = snapshot_dirs_->checkpoints() + "/" + id + "-" + info.checkpoint_id;
   const std::string tmp = info.dir + kCheckpointTmp;
   std::error_code ec;
-  fs::create_directories(checkpoints_dir(), ec);
-  if (ec) return Internal("mkdir " + checkpoints_dir() + ": " + ec.message());
+  fs::create_directories(snapshot_dirs_->checkpoints(), ec);
+  if (ec) return Internal("mkdir " + snapshot_dirs_->checkpoints() + ": " + ec.message());
   // The guest is stopped for the save only and continues (a failed save
   // leaves nothing behind and the guest running).
   auto saved = vm->SaveSnapshot(tmp, /*keep_running=*/true);
@@ -199,7 +176,7 @@ StatusOr<CheckpointInfo> Manager::CreateCheckpoint(const std::string& id) {
     fs::remove_all(tmp, ec);
     return st.WithContext("checkpoint " + id);
   }
-  if (Status s = FsyncDir(checkpoints_dir()); !s.ok()) LOG_WARN("sandbox={} {}", id, s.message());
+  if (Status s = FsyncDir(snapshot_dirs_->checkpoints()); !s.ok()) LOG_WARN("sandbox={} {}", id, s.message());
   info.memory_bytes = saved->memory_bytes;
   info.disk_bytes = saved->disk_bytes;
   info.save_ms = static_cast<double>(saved->save_ms);
@@ -213,10 +190,10 @@ Status Manager::DeleteCheckpoint(const std::string& id, const std::string& check
   if (!sb) return NotFound("sandbox " + id + " not found");
   if (!ValidCheckpointId(checkpoint_id)) return CheckpointNotFound(id, checkpoint_id);
   std::lock_guard<std::mutex> op(sb->op_mu_);  // not while a rollback reads it
-  const std::string dir = checkpoints_dir() + "/" + id + "-" + checkpoint_id;
+  const std::string dir = snapshot_dirs_->checkpoints() + "/" + id + "-" + checkpoint_id;
   std::error_code ec;
   if (!fs::exists(dir, ec)) return CheckpointNotFound(id, checkpoint_id);
-  RETURN_IF_ERROR(DeleteSnapshot(dir, sb->runtime_));
+  RETURN_IF_ERROR(snapshot_dirs_->Delete(dir, sb->runtime_));
   LOG_INFO("sandbox={} checkpoint {} deleted", id, checkpoint_id);
   return OkStatus();
 }
@@ -235,8 +212,8 @@ StatusOr<RollbackResult> Manager::Rollback(const std::string& id, const std::str
   }
   // Everything that can be checked without stopping the sandbox is checked
   // first: a failure here leaves it running as it was.
-  const std::string dir = checkpoints_dir() + "/" + id + "-" + checkpoint_id;
-  auto shape = ReadSnapshot(dir, sb->runtime_);
+  const std::string dir = snapshot_dirs_->checkpoints() + "/" + id + "-" + checkpoint_id;
+  auto shape = snapshot_dirs_->Read(dir, sb->runtime_);
   if (!shape.ok()) {
     if (shape.status().code() == StatusCode::kNotFound) return CheckpointNotFound(id, checkpoint_id);
     return shape.status().WithContext("rollback " + id + " to " + checkpoint_id);
@@ -270,7 +247,7 @@ StatusOr<RollbackResult> Manager::Rollback(const std::string& id, const std::str
   if (Status s = sb->DestroyVm(); !s.ok()) LOG_WARN("sandbox={} rollback: {}", id, s.message());
   HoldForTest("stopped");
   RollbackResult result;
-  result.stop_ms = CkptMsSince(t0);
+  result.stop_ms = MsSince(t0);
   BringUpPlan plan = PlanOf(*sb);
   plan.source = MachineSource::kCheckpoint;
   plan.snapshot_dir = dir;
@@ -293,7 +270,7 @@ StatusOr<RollbackResult> Manager::Rollback(const std::string& id, const std::str
                     " is failed and must be killed: " + st.message());
   }
   result.steps = timings.steps;
-  result.total_ms = CkptMsSince(t0);
+  result.total_ms = MsSince(t0);
   if (config_.registry) {
     pid_t new_pid = -1;
     {
@@ -315,153 +292,6 @@ StatusOr<RollbackResult> Manager::Rollback(const std::string& id, const std::str
   LOG_INFO("sandbox={} rolled back to {} stop_ms={:.0f} total_ms={:.0f}", id, checkpoint_id, result.stop_ms,
            result.total_ms);
   return result;
-}
-
-bool Manager::IsCheckpointDir(const std::string& dir) const {
-  return !dir.empty() && dir.rfind(checkpoints_dir() + "/", 0) == 0;
-}
-
-StatusOr<std::shared_ptr<Sandbox>> Manager::RecoverRollback(const AdoptRequest& r, const RollbackIntent& intent,
-                                                            bool* redo) {
-  *redo = false;
-  const std::string& id = r.record.id;
-  RETURN_IF_ERROR(net::ValidateSandboxId(id));
-  if (!ValidCheckpointId(intent.checkpoint_id)) {
-    return InvalidArgument("rollback intent of sandbox " + id + " names no checkpoint: '" + intent.checkpoint_id + "'");
-  }
-  const std::string run_dir = config_.state_dir + "/run/" + id;
-  const std::string dir = checkpoints_dir() + "/" + id + "-" + intent.checkpoint_id;
-  LOG_WARN(
-      "sandbox={} a rollback to {} was in flight when the last daemon stopped (phase {}, vmm_pid {}): completing it",
-      id, intent.checkpoint_id, intent.phase, intent.vmm_pid);
-  // 1. The new VMM came up from the checkpoint and was recorded: adopt it
-  // when it still runs and its agent answers.
-  if (intent.phase == kRollbackRestored && r.record.state != "paused" && ProcessMatches(intent.vmm_pid, run_dir)) {
-    AdoptRequest a = r;
-    a.record.vmm_pid = intent.vmm_pid;
-    // AdoptOne's failure tears down what it took over, run dir included:
-    // the egress policy kept there is put back for the restore below.
-    std::string egress_json;
-    {
-      std::ifstream f(run_dir + "/egress.json");
-      std::stringstream ss;
-      ss << f.rdbuf();
-      egress_json = ss.str();
-    }
-    auto sb = AdoptOne(a);
-    if (sb.ok()) {
-      if (config_.registry) {
-        if (Status s = config_.registry->ClearRollbackIntent(id); !s.ok()) LOG_WARN("sandbox={} {}", id, s.message());
-      }
-      (*sb)->AddLog("info",
-                    "rollback to " + intent.checkpoint_id + " completed: its new VMM was adopted after a restart");
-      LOG_INFO("sandbox={} rollback to {} completed: new VMM pid {} adopted", id, intent.checkpoint_id, intent.vmm_pid);
-      return sb;
-    }
-    LOG_WARN("sandbox={} the rollback's new VMM (pid {}) cannot be adopted ({}): restoring {} again", id,
-             intent.vmm_pid, sb.status().message(), intent.checkpoint_id);
-    std::error_code ec;
-    if (!fs::exists(run_dir, ec)) {
-      fs::create_directories(run_dir, ec);
-      ::chmod(run_dir.c_str(), 0700);
-      if (!egress_json.empty()) std::ofstream(run_dir + "/egress.json") << egress_json;
-    }
-  }
-  // 2. Anything else: whatever VMM names the run dir (the old one, when the
-  // daemon died before stopping it; a new one never recorded, perhaps half
-  // restored) goes with the network, and the sandbox is taken over paused
-  // on the checkpoint; RedoRollback then brings it up from there.
-  ReapStaleGuest(id, run_dir, r.record.vmm_pid);
-  if (Status st = net::TeardownByName(id); !st.ok()) LOG_WARN("sandbox={} network teardown: {}", id, st.message());
-  std::error_code ec;
-  fs::create_directories(run_dir, ec);
-  std::shared_ptr<Sandbox> sb = AdoptedSandbox(r);
-  sb->snapshot_dir_ = dir;
-  sb->memory_snapshot_ = true;
-  sb->state_ = SandboxState::kPaused;
-  *redo = true;
-  return sb;
-}
-
-Status Manager::RedoRollback(const std::shared_ptr<Sandbox>& sb, const std::string& checkpoint_id) {
-  const auto t0 = std::chrono::steady_clock::now();
-  std::lock_guard<std::mutex> op(sb->op_mu_);
-  const std::string& id = sb->id_;
-  if (sb->state() != SandboxState::kPaused) return OkStatus();
-  RETURN_IF_ERROR(sb->Transition(SandboxState::kResuming));
-  // As a resume does (the network is new: the old one went with its VMM;
-  // the egress policy is the run dir's), from the checkpoint, which stays.
-  BringUpPlan plan = PlanOf(*sb);
-  plan.source = MachineSource::kPausedSandbox;
-  {
-    std::lock_guard<std::mutex> l(sb->mu_);
-    plan.snapshot_dir = sb->snapshot_dir_;
-  }
-  plan.snapshot_memory = true;
-  plan.ready_timeout = std::chrono::seconds(60);
-  plan.what = "rollback " + id + " to " + checkpoint_id + " (completed after a restart)";
-  CreateTimings timings;
-  Status st = BringUp(*sb, plan, &timings);
-  if (!st.ok()) {
-    (void)sb->Transition(SandboxState::kPaused);
-    LOG_ERROR(
-        "sandbox={} the rollback to {} could not be completed; the sandbox stays paused on that checkpoint "
-        "(a resume tries again; its checkpoints are kept): {}",
-        id, checkpoint_id, st.message());
-    sb->AddLog("error", "rollback to " + checkpoint_id + " interrupted by a daemon restart could not be completed; " +
-                            "paused on that checkpoint: " + st.message());
-    Persist(*sb, "paused");
-    return st;
-  }
-  Persist(*sb, "running");
-  if (config_.registry) {
-    if (Status s = config_.registry->ClearRollbackIntent(id); !s.ok()) LOG_WARN("sandbox={} {}", id, s.message());
-  }
-  sb->AddLog("info", "rollback to " + checkpoint_id + " completed after a daemon restart");
-  LOG_INFO("sandbox={} rollback to {} completed after a restart total_ms={:.0f}", id, checkpoint_id, CkptMsSince(t0));
-  return OkStatus();
-}
-
-Status Manager::DeleteCheckpointsOf(const std::string& id) {
-  Status first;
-  std::error_code ec;
-  for (auto& e : fs::directory_iterator(checkpoints_dir(), ec)) {
-    std::string sandbox_id, checkpoint_id;
-    bool tmp = false;
-    if (!ParseCheckpointEntry(e.path().filename().string(), &sandbox_id, &checkpoint_id, &tmp)) continue;
-    if (sandbox_id != id) continue;
-    Status st = DeleteSnapshot(e.path().string());
-    if (!st.ok() && first.ok()) first = st;
-  }
-  return first;
-}
-
-void Manager::SweepCheckpoints() {
-  std::error_code ec;
-  for (auto& e : fs::directory_iterator(checkpoints_dir(), ec)) {
-    std::string sandbox_id, checkpoint_id;
-    bool tmp = false;
-    if (!ParseCheckpointEntry(e.path().filename().string(), &sandbox_id, &checkpoint_id, &tmp)) continue;
-    std::error_code run_ec;
-    const bool gone = !fs::exists(config_.state_dir + "/run/" + sandbox_id, run_ec);
-    bool ours = false;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      ours = sandboxes_.count(sandbox_id) > 0;
-    }
-    if (tmp) {
-      // A save a daemon died in: ours (nothing of ours is saving while we
-      // start), of a sandbox that is gone, or older than any save.
-      std::error_code age_ec;
-      auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), age_ec);
-      if (!(ours || gone || (!age_ec && age > std::chrono::minutes(10)))) continue;
-      LOG_WARN("removing uncommitted checkpoint {}", e.path().string());
-      fs::remove_all(e.path(), ec);
-    } else if (gone) {
-      LOG_INFO("removing checkpoint {} of sandbox {}, which is gone", checkpoint_id, sandbox_id);
-      if (Status st = DeleteSnapshot(e.path().string()); !st.ok()) LOG_WARN("{}", st.message());
-    }
-  }
 }
 
 }  // namespace airlock

@@ -53,22 +53,8 @@ StatusOr<VmSnapshotInfo> Manager::SaveDiskLayer(const std::string& id, const std
   return info;
 }
 
-StatusOr<SnapshotShape> Manager::ReadDiskLayer(const std::string& dir) const {
-  ASSIGN_OR_RETURN(SnapshotShape shape, ReadSnapshot(dir));
-  if (shape.memory_bytes != 0) return FailedPrecondition(dir + " is not a disk-only snapshot");
-  return shape;
-}
-
-Status Manager::DeleteDiskLayer(const std::string& dir) const { return DeleteSnapshot(dir); }
-
-Status Manager::ExportDiskLayer(const std::string& dir, const std::string& out) const {
-  RETURN_IF_ERROR(ReadDiskLayer(dir).status());
-  ASSIGN_OR_RETURN(Runtime * runtime, runtimes_->ForSnapshot(dir));
-  return RuntimeOpStatus(runtime->snapshots().ExportDisk(dir, out), runtime->name(), "exporting a disk layer");
-}
-
 StatusOr<std::shared_ptr<Sandbox>> Manager::CreateOnDiskLayer(const std::string& dir, const CreateOptions& options) {
-  ASSIGN_OR_RETURN(SnapshotShape shape, ReadDiskLayer(dir));
+  ASSIGN_OR_RETURN(SnapshotShape shape, snapshot_dirs_->ReadDiskLayer(dir));
   // It boots on the runtime that wrote the layer, and no other.
   const std::string runtime = RuntimeOfSnapshot(dir);
   if (!options.runtime.empty() && options.runtime != runtime) {

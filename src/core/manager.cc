@@ -18,6 +18,7 @@
 #include "core/adopted_vm.h"
 #include "core/agent_init.h"
 #include "core/http_client.h"
+#include "core/recovery.h"
 #include "core/registry.h"
 #include "core/sandbox_egress.h"
 #include "core/template_runtime.h"
@@ -75,7 +76,7 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   std::error_code ec;
   // Canonical (absolute, no symlinks; the image code resolves it the same
   // way): VMM records and manifests name files by path, and
-  // SnapshotDirsLayeredOn compares those with paths under the state dir.
+  // SnapshotDirs::LayeredOn compares those with paths under the state dir.
   if (!m->config_.state_dir.empty()) m->config_.state_dir = fs::weakly_canonical(m->config_.state_dir, ec).string();
   if (ec) return Internal("state directory " + m->config_.state_dir + ": " + ec.message());
   while (m->config_.state_dir.size() > 1 && m->config_.state_dir.back() == '/') m->config_.state_dir.pop_back();
@@ -99,6 +100,8 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
   m->template_snapshots_ = std::make_unique<TemplateSnapshots>(
       TemplateSnapshotsConfig{m->config_.state_dir, m->config_.owner, m->config_.template_shared_memory},
       *m->runtimes_, *m->pool_);
+  m->snapshot_dirs_ =
+      std::make_unique<SnapshotDirs>(m->config_.state_dir, m->config_.owner, *m->runtimes_, m->config_.registry);
   m->config_.pool.default_runtime = m->config_.runtime;
   m->warm_pool_ = std::make_unique<WarmPool>(m->config_.pool, static_cast<WarmPoolHost&>(*m));
   if (m->config_.egress) {
@@ -112,217 +115,13 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
     auto eg = StartEgress(setup);
     if (eg.ok()) {
       m->egress_ = std::move(eg).value();
-      std::lock_guard<std::mutex> l(m->host_elements_mu_);
-      m->host_elements_ = NftHostAddresses(m->egress_->HostAddressList(), m->config_.address_pool);
+      m->host_addresses_.Replace(NftHostAddresses(m->egress_->HostAddressList(), m->config_.address_pool));
     } else {
       LOG_WARN("egress disabled (guests reach nothing): {}", eg.status().message());
     }
   }
-  // Rollbacks a killed daemon left in flight (checkpoints.cc): completed
-  // below, never taken for dead sandboxes.
-  std::map<std::string, RollbackIntent> intents;
-  std::vector<std::pair<std::string, std::string>> redo;  // (sandbox, checkpoint)
-  if (m->config_.registry) {
-    auto listed = m->config_.registry->ListRollbackIntents();
-    if (!listed.ok()) LOG_WARN("registry: {}", listed.status().message());
-    for (auto& i : listed.ok() ? *listed : std::vector<RollbackIntent>{}) intents[i.sandbox_id] = i;
-  }
-  // A previous daemon's sandboxes: take over the live ones first, so the
-  // cleanup below sees us as the owner of their leases and run dirs.
-  for (const auto& r : adopt) {
-    const bool paused = r.record.state == "paused";
-    StatusOr<std::shared_ptr<Sandbox>> sb = Unavailable("not adopted");
-    if (auto it = intents.find(r.record.id); it != intents.end()) {
-      bool needs_redo = false;
-      sb = m->RecoverRollback(r, it->second, &needs_redo);
-      if (sb.ok() && needs_redo) redo.emplace_back(r.record.id, it->second.checkpoint_id);
-      intents.erase(it);
-    } else {
-      sb = paused ? m->AdoptPausedOne(r) : m->AdoptOne(r);
-      if (!sb.ok() && !paused && m->RecoverPaused(r)) {
-        // Killed after a pause committed but before the registry said so.
-        sb = m->AdoptPausedOne(r);
-      }
-    }
-    if (sb.ok()) {
-      {
-        std::lock_guard<std::mutex> l(m->mu_);
-        (*sb)->shared_snapshot_ = m->ForkSnapshotOf(r.record.id);
-        m->sandboxes_[r.record.id] = *sb;
-      }
-      (*sb)->AddLog("info", "sandbox adopted by a restarted daemon");
-      // Its row as it is now (a pause that committed as the daemon died; a new netns address).
-      m->Persist(**sb, (*sb)->api_state());
-      LOG_INFO("sandbox={} adopted vmm_pid={}", r.record.id, r.record.vmm_pid);
-      continue;
-    }
-    if (m->config_.registry) (void)m->config_.registry->DeleteSandbox(r.record.id);
-    LOG_WARN("sandbox={} not adopted, cleaning up: {}", r.record.id, sb.status().message());
-    std::string run_dir = m->config_.state_dir + "/run/" + r.record.id;
-    AdoptedVm(r.record.id, r.record.vmm_pid, run_dir).Destroy().ok();  // kills it only if the pid is still that VMM
-    // A VMM the registry does not know (a daemon killed mid-rollback started
-    // it) names the run dir too: it goes before the run dir does.
-    m->ReapStaleGuest(r.record.id, run_dir, r.record.vmm_pid);
-    if (auto st = net::TeardownByName(r.record.id); !st.ok())
-      LOG_WARN("sandbox={} network teardown: {}", r.record.id, st.message());
-    fs::remove_all(run_dir, ec);
-    fs::remove_all(m->paused_dir() + "/" + r.record.id, ec);
-  }
-  {
-    std::set<std::string> own_ids;
-    for (const auto& r : adopt) own_ids.insert(r.record.id);
-    m->SweepSnapshots(own_ids);
-  }
-  std::set<std::string> adopted;
-  {
-    std::lock_guard<std::mutex> l(m->mu_);
-    for (const auto& [id, sb] : m->sandboxes_) adopted.insert(id);
-  }
-  m->CleanupOrphans(adopted);
-  m->SweepForkSnapshots();  // after CleanupOrphans: fork children a dead daemon never registered are gone
-  m->SweepCheckpoints();    // after CleanupOrphans: a checkpoint whose sandbox's run dir is gone goes
-  // Intents of sandboxes the registry no longer has: nothing to complete.
-  for (const auto& [id, _] : intents) (void)m->config_.registry->ClearRollbackIntent(id);
-  for (const auto& [id, checkpoint] : redo) {
-    if (auto sb = m->Get(id)) (void)m->RedoRollback(sb, checkpoint);
-  }
+  Recovery(*m).Run(adopt);
   return m;
-}
-
-// Kills every process whose command line names `run_dir` (a VMM left by a
-// daemon killed -9), then tears down the sandbox's network and its lease.
-void Manager::ReapStaleGuest(const std::string& id, const std::string& run_dir, pid_t owner_pid) {
-  std::vector<pid_t> vmms;
-  if (DIR* d = ::opendir("/proc")) {
-    while (dirent* p = ::readdir(d)) {
-      pid_t pid = static_cast<pid_t>(std::atoi(p->d_name));
-      if (pid > 0 && pid != ::getpid() && ProcessMatches(pid, run_dir + "/")) vmms.push_back(pid);
-    }
-    ::closedir(d);
-  }
-  for (pid_t pid : vmms) {
-    LOG_WARN("sandbox={} orphaned VMM pid={} (owner {} gone, not in the registry): killing it", id, pid, owner_pid);
-    if (Status st = AdoptedVm(id, pid, run_dir).Destroy(); !st.ok()) {
-      LOG_WARN("sandbox={} orphan VMM: {}", id, st.message());
-    }
-  }
-  if (net::ValidateSandboxId(id).ok()) {
-    if (auto lease = pool_->Find(id); lease.ok() && *lease) {
-      if (Status st = net::TeardownByName(id); !st.ok()) {
-        LOG_WARN("sandbox={} orphan network: {}", id, st.message());
-      } else {
-        (void)pool_->Release(**lease);
-      }
-    }
-  }
-}
-
-void Manager::CleanupOrphans(const std::set<std::string>& adopted) {
-  // 1. Run dirs: a sandbox of a dead owner that is ours (or a dead in-process
-  // run's) and was not adopted, e.g. a daemon killed mid-create. Its VMM may
-  // still run: every process whose command line names the run dir is killed.
-  std::error_code ec;
-  for (auto& e : fs::directory_iterator(config_.state_dir + "/run", ec)) {
-    const std::string id = e.path().filename().string();
-    const std::string run_dir = e.path().string();
-    if (adopted.count(id)) continue;
-    RunDirOwner o = ReadRunDirOwner(run_dir);
-    if (o.pid > 0 && ::kill(o.pid, 0) == 0) continue;  // its owner still runs
-    // No owner yet: a run dir another process made a moment ago (its owner
-    // file is written right after the mkdir). One that stays without an
-    // owner is a crash's: swept once it is a minute old.
-    if (o.pid <= 0 && o.registry.empty()) {
-      std::error_code age_ec;
-      const auto age = fs::file_time_type::clock::now() - fs::last_write_time(run_dir, age_ec);
-      if (age_ec || age < std::chrono::seconds(60)) continue;
-    }
-    // Another daemon's, unless its registry is gone: then no daemon can ever
-    // adopt or sweep it (a test daemon's temporary registry, a deleted one).
-    if (!o.registry.empty() && o.registry != config_.owner && fs::exists(o.registry, ec)) continue;
-    ReapStaleGuest(id, run_dir, o.pid);
-    std::error_code rm;
-    fs::remove_all(run_dir, rm);
-    LOG_INFO("sandbox={} orphan cleaned up (run dir, VMM, network)", id);
-  }
-  // 2. Leases of dead owners that are ours or no daemon's, and their netns.
-  if (auto cleaned = net::CleanupLeftovers(config_.lease_root, config_.owner); !cleaned.ok()) {
-    LOG_WARN("cleanup of leftover networks: {}", cleaned.status().message());
-  } else {
-    for (const auto& what : *cleaned) LOG_INFO("cleanup: removed {}", what);
-  }
-}
-
-std::shared_ptr<Sandbox> Manager::AdoptedSandbox(const AdoptRequest& r) {
-  // The identity and shape of a plan, without its bring-up (the caller
-  // attaches what is still running).
-  BringUpPlan plan;
-  plan.id = r.record.id;
-  plan.template_name = r.record.template_id;
-  // Rows written before runtimes were recorded are qemu's (registry v6).
-  plan.runtime = r.record.runtime.empty() ? std::string(kDefaultRuntime) : r.record.runtime;
-  plan.access_token = r.record.access_token;
-  plan.vcpus = r.record.vcpus;
-  plan.memory_mib = r.record.memory_mib;
-  plan.detach = true;
-  plan.env_vars = r.env_vars;
-  const SandboxRecord& rec = r.record;
-  plan.attributes.metadata = rec.metadata;
-  plan.attributes.traffic_token = rec.traffic_token;
-  plan.attributes.mask_request_host = rec.mask_request_host;
-  plan.attributes.owner_team = rec.owner;
-  plan.attributes.auto_pause = rec.auto_pause;
-  plan.attributes.auto_pause_memory = rec.auto_pause_memory;
-  plan.attributes.auto_resume = rec.auto_resume;
-  plan.attributes.recorded_env_vars = rec.env_vars;
-  std::shared_ptr<Sandbox> sb = SandboxFor(plan);
-  sb->created_at_ms_ = rec.created_at_ms;
-  sb->ends_at_ms_ = rec.ends_at_ms;
-  return sb;
-}
-
-StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptOne(const AdoptRequest& r) {
-  RETURN_IF_ERROR(net::ValidateSandboxId(r.record.id));
-  std::shared_ptr<Sandbox> sb = AdoptedSandbox(r);
-  // Until every check passes, the Sandbox must not tear anything down.
-  sb->released_ = true;
-  if (!ProcessMatches(r.record.vmm_pid, sb->run_dir_)) {
-    return Unavailable("VMM pid " + std::to_string(r.record.vmm_pid) + " is gone");
-  }
-  ASSIGN_OR_RETURN(auto network, net::SandboxNetwork::Adopt(r.record.id, *pool_));
-  sb->network_ = std::move(network);
-  // The VMM owns the lease, so it stays live while no daemon runs.
-  RETURN_IF_ERROR(pool_->Adopt(sb->network_->lease(), r.record.vmm_pid));
-  // Full control (pause, fork) when its runtime opens here and can
-  // reattach; else pid only.
-  StatusOr<std::unique_ptr<VmInstance>> vm = Unavailable("no VMM");
-  if (auto runtime = RuntimeNamed(sb->runtime_); runtime.ok()) {
-    ContinueIfStopped(**runtime, sb->run_dir_ + "/vm");  // a daemon killed mid-pause leaves it stopped
-    vm = (*runtime)->Adopt(sb->run_dir_ + "/vm", r.record.vmm_pid);
-  } else {
-    vm = runtime.status();
-  }
-  if (vm.ok()) {
-    sb->vm_ = std::move(vm).value();
-  } else {
-    LOG_WARN("sandbox={} VMM adopted by pid only (no pause/fork): {}", r.record.id, vm.status().message());
-    sb->vm_ = std::make_unique<AdoptedVm>(r.record.id, r.record.vmm_pid, sb->run_dir_);
-  }
-  sb->agent_ = std::make_unique<EnvdClient>(AgentEndpoint{sb->network_->netns_ip(), kAgentPort}, r.record.access_token);
-  sb->released_ = false;  // from here on, a failure tears it all down
-  Status health =
-      sb->agent_->WaitReady(std::chrono::steady_clock::now() + std::chrono::seconds(5), [] { return OkStatus(); });
-  if (!health.ok()) return health.WithContext("agent");
-  WriteRunDirOwner(sb->run_dir_, config_.owner);
-  if (egress_) {
-    // The policy kept in the run dir (deny-all without it).
-    Status st = ApplyEgressPolicy(*sb->network_, *egress_, r.record.id, LoadEgressPolicy(sb->run_dir_), "", true);
-    if (st.ok())
-      sb->egress_ = egress_.get();
-    else
-      LOG_WARN("sandbox={} egress not restored (guest reaches nothing): {}", r.record.id, st.message());
-  }
-  sb->state_ = SandboxState::kRunning;
-  return sb;
 }
 
 Manager::~Manager() {
@@ -333,13 +132,9 @@ Manager::~Manager() {
 
 void Manager::RefreshEgressHostAddresses(const std::vector<uint32_t>& host) {
   const auto elements = NftHostAddresses(host, config_.address_pool);
-  {
-    // A sandbox's veth (in the pool) changes the host's addresses but not
-    // the set: no nft run per sandbox for every sandbox created.
-    std::lock_guard<std::mutex> l(host_elements_mu_);
-    if (elements == host_elements_) return;
-    host_elements_ = elements;
-  }
+  // A sandbox's veth (in the pool) changes the host's addresses but not
+  // the set: no nft run per sandbox for every sandbox created.
+  if (!host_addresses_.Replace(elements)) return;
   std::vector<std::shared_ptr<Sandbox>> all;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -436,10 +231,8 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
 Status Manager::End(const std::string& id, SandboxOutcome outcome, std::string detail) {
   std::shared_ptr<Sandbox> sb = Get(id);
   if (!sb) return NotFound("sandbox " + id + " not found");
-  std::lock_guard<std::mutex> l(sb->mu_);
-  if (sb->end_) return NotFound("sandbox " + id + " not found (it is ending: " + sb->end_->Describe() + ")");
-  sb->end_ = SandboxEnd{outcome, std::move(detail), NowUnixMs()};
-  LOG_INFO("sandbox={} ending: {}", id, sb->end_->Describe());
+  RETURN_IF_ERROR(sb->DecideEnd(outcome, std::move(detail)));
+  LOG_INFO("sandbox={} ending: {}", id, sb->end()->Describe());
   return OkStatus();
 }
 
@@ -504,12 +297,7 @@ std::vector<std::shared_ptr<Sandbox>> Manager::VisibleList() {
 StatusOr<int64_t> Manager::SetEndsAt(const std::string& id, int64_t ends_at_ms, bool extend_only) {
   auto sb = Visible(id);
   if (!sb) return NotFound("sandbox " + id + " not found");
-  int64_t now_ends = 0;
-  {
-    std::lock_guard<std::mutex> l(sb->mu_);
-    if (!extend_only || ends_at_ms > sb->ends_at_ms_) sb->ends_at_ms_ = ends_at_ms;
-    now_ends = sb->ends_at_ms_;
-  }
+  const int64_t now_ends = sb->SetEndsAt(ends_at_ms, extend_only);
   if (config_.registry) {
     if (Status st = config_.registry->SetEndsAt(id, now_ends); !st.ok())
       LOG_WARN("sandbox={} registry: {}", id, st.message());
@@ -524,7 +312,7 @@ void Manager::Persist(const Sandbox& sb, std::string_view state) {
   if (Status st = config_.registry->PutSandbox(r); !st.ok()) LOG_WARN("sandbox={} registry: {}", r.id, st.message());
 }
 
-std::vector<Manager::DeadVm> Manager::DeadSandboxes() {
+std::vector<DeadVm> Manager::DeadSandboxes() {
   std::vector<DeadVm> out;
   for (auto& sb : List()) {
     std::unique_lock<std::mutex> op(sb->op_mu_, std::try_to_lock);
@@ -553,10 +341,7 @@ void Manager::ReleaseAll() {
     all.swap(sandboxes_);
   }
   for (auto& [id, sb] : all) {
-    std::lock_guard<std::mutex> l(sb->mu_);
-    if (sb->vm_) sb->vm_->Release();
-    if (sb->network_) sb->network_->Release();
-    sb->released_ = true;
+    sb->ReleaseForRestart();
     LOG_INFO("sandbox={} released (VMM keeps running)", id);
   }
 }

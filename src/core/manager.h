@@ -36,7 +36,9 @@
 #include "core/runtime_set.h"
 #include "core/sandbox.h"
 #include "core/sandbox_attributes.h"
+#include "core/sandbox_egress.h"
 #include "core/sandbox_state.h"
+#include "core/snapshot_dirs.h"
 #include "core/template_snapshots.h"
 #include "core/warm_pool.h"
 #include "egress/egress_service.h"
@@ -166,7 +168,7 @@ struct CreateOptions {
   // installs the sandbox's CA and records its owner here. An error fails
   // the create and undoes everything.
   std::function<Status(Sandbox&)> handover;
-  // Start from this named snapshot (its directory, as FindNamedSnapshot
+  // Start from this named snapshot (its directory, as SnapshotDirs::FindNamed
   // found it for the caller's team) instead of `template_name`. Create never
   // looks a snapshot up by itself: a name is a template unless the caller
   // resolved it, for its own team, to one of that team's snapshots.
@@ -208,15 +210,6 @@ struct ResumeResult {
 };
 
 
-// A named snapshot (named_snapshots.cc).
-struct NamedSnapshotInfo {
-  std::string snapshot_id;  // "snap-<16 hex>"
-  std::vector<std::string> names;  // unique within `team`
-  std::string team;                // the owner: its names live in this team's namespace
-  std::string sandbox_id;  // the source
-  int64_t created_at_ms = 0;
-  std::string dir;
-};
 
 // A checkpoint of a running sandbox (checkpoints.cc, docs/snapshots.md
 // "Checkpoints and rollback"): memory, devices and disk, kept until deleted
@@ -237,6 +230,12 @@ struct RollbackResult {
   std::vector<StepTiming> steps;
 };
 
+
+// A running sandbox whose VMM has exited (Manager::DeadSandboxes).
+struct DeadVm {
+  std::string id;
+  std::string detail;  // "console: <its last line>", or "" when it printed nothing
+};
 
 class Manager : private WarmPoolHost {
  public:
@@ -289,10 +288,6 @@ class Manager : private WarmPoolHost {
   // Running sandboxes whose VMM has exited (a guest panic, a crashed or killed
   // QEMU), with what is known of the death; a child VMM is reaped on the way.
   // Sandboxes in a pause, resume or destroy are skipped (their VMM changes).
-  struct DeadVm {
-    std::string id;
-    std::string detail;  // "console: <its last line>", or "" when it printed nothing
-  };
   std::vector<DeadVm> DeadSandboxes();
   // Saves the sandbox (memory + device state + disk, or the disk only) under
   // <state_dir>/snapshots/paused/<id> (written as <id>.tmp, renamed when
@@ -309,8 +304,10 @@ class Manager : private WarmPoolHost {
   StatusOr<ResumeResult> Resume(const std::string& id,
                                 std::chrono::milliseconds ready_timeout = std::chrono::seconds(60),
                                 int64_t ends_at_ms = 0);
-  // <state_dir>/snapshots/paused
-  std::string paused_dir() const { return config_.state_dir + "/snapshots/paused"; }
+  // The snapshot directories of its state dir (core/snapshot_dirs.h): where
+  // each kind lives, reading and deleting them, what is layered on what,
+  // disk layers and named snapshots as stored.
+  const SnapshotDirs& snapshot_dirs() const { return *snapshot_dirs_; }
   // Template snapshots (core/template_snapshots.h): where each lives, making
   // one, sweeping old ones.
   TemplateSnapshots& template_snapshots() { return *template_snapshots_; }
@@ -326,43 +323,26 @@ class Manager : private WarmPoolHost {
   StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Fork(const std::string& id, int count,
                                                                  const ForkOptions& options = {});
   // Custom template builds (disk_layers.cc; src/templates, docs/templates.md):
-  // layers are disk-only snapshots under layers_dir(). SaveDiskLayer writes
+  // layers are disk-only snapshots under snapshot_dirs().layers(), read,
+  // exported and deleted through SnapshotDirs. SaveDiskLayer writes
   // running sandbox `id`'s disk (everything it wrote since it started, over
   // its backing) into `dir` (new; committed by rename, nothing left on
   // failure) and the sandbox runs on. CreateOnDiskLayer boots the image's
   // kernel on a private copy of a layer's disk (the layer's machine shape).
   StatusOr<VmSnapshotInfo> SaveDiskLayer(const std::string& id, const std::string& dir);
   StatusOr<std::shared_ptr<Sandbox>> CreateOnDiskLayer(const std::string& dir, const CreateOptions& options);
-  // The layer's disk-backing chain (its disk's backing file, and theirs, for
-  // a garbage collector to know what it needs); FailedPrecondition when it
-  // is not a complete disk-only snapshot.
-  StatusOr<SnapshotShape> ReadDiskLayer(const std::string& dir) const;
-  Status DeleteDiskLayer(const std::string& dir) const;
-  // The layer's whole disk as one raw image at `out` (SnapshotStore::ExportDisk).
-  Status ExportDiskLayer(const std::string& dir, const std::string& out) const;
-  std::string layers_dir() const { return config_.state_dir + "/snapshots/layers"; }
   // Named snapshots (named_snapshots.cc): a checkpoint of running sandbox
   // `id` (it keeps running) kept until deleted, owned by `team`. `name` is
   // optional and lives in the team's namespace: unique among the team's
   // snapshots (AlreadyExists), never a built-in template's name, runtime
   // form or alias (IsBuiltInTemplateName), nor "snap-..." (InvalidArgument).
-  // Create(named_snapshot_dir = FindNamedSnapshot(...)) starts a sandbox
-  // from it.
+  // Create(named_snapshot_dir = snapshot_dirs().FindNamed(...)) starts a
+  // sandbox from it; snapshot_dirs().ListNamed() lists them.
   StatusOr<NamedSnapshotInfo> CreateNamedSnapshot(const std::string& id, const std::string& name,
                                                   const std::string& team = "");
-  StatusOr<std::vector<NamedSnapshotInfo>> ListNamedSnapshots();
-  // The snapshot FindNamedSnapshot(ref, team, any_team) finds: NotFound;
+  // The snapshot SnapshotDirs::FindNamed(ref, team, any_team) finds: NotFound;
   // FailedPrecondition while sandboxes are layered on it.
   Status DeleteNamedSnapshot(const std::string& ref, const std::string& team = "", bool any_team = false);
-  // The directory of the named snapshot that `ref` names for `team`, or "":
-  // a snapshot id of the team's (of any team's when `any_team`, for admin
-  // keys), or a name of the team's own snapshots. Another team's name never
-  // matches, whoever asks. A snapshot written before teams were recorded
-  // belongs to the registry's owner of its id.
-  std::string FindNamedSnapshot(const std::string& ref, const std::string& team, bool any_team = false);
-  std::string named_dir() const { return config_.state_dir + "/snapshots/named"; }
-  // <state_dir>/snapshots/forks
-  std::string forks_dir() const { return config_.state_dir + "/snapshots/forks"; }
   // The default runtime (ManagerConfig::runtime).
   Runtime& runtime() { return runtimes_->default_runtime(); }
   // Runtime `name` ("" = the default), opened on first use
@@ -395,31 +375,14 @@ class Manager : private WarmPoolHost {
   StatusOr<RollbackResult> Rollback(const std::string& id, const std::string& checkpoint_id,
                                     std::chrono::milliseconds ready_timeout = std::chrono::seconds(60),
                                     const std::function<void()>& on_running = {});
-  std::string checkpoints_dir() const { return config_.state_dir + "/snapshots/checkpoints"; }
 
  private:
-  // checkpoints.cc: every checkpoint of `id` (and its uncommitted .tmp) goes
-  // (kill); at start, those of sandboxes with no run dir, and every .tmp.
-  Status DeleteCheckpointsOf(const std::string& id);
-  void SweepCheckpoints();
-  // checkpoints.cc: a sandbox whose rollback a killed daemon left in flight
-  // (Registry::RollbackIntent). Its new VMM is adopted when the intent says
-  // it came up and it answers (*redo false); otherwise every VMM of its run
-  // dir and its network go and it is returned paused on the checkpoint
-  // (*redo true) for RedoRollback. Never deletes a checkpoint.
-  StatusOr<std::shared_ptr<Sandbox>> RecoverRollback(const AdoptRequest& r, const RollbackIntent& intent, bool* redo);
-  // Brings a sandbox RecoverRollback left paused on its checkpoint up from
-  // it (as a resume, on a new network) and clears the intent; on failure it
-  // stays paused on the checkpoint (a resume retries; nothing is deleted).
-  Status RedoRollback(const std::shared_ptr<Sandbox>& sb, const std::string& checkpoint_id);
-  // Is `dir` one of the checkpoints under checkpoints_dir()?
-  bool IsCheckpointDir(const std::string& dir) const;
+  // A starting daemon's take-over and clean-up (core/recovery.h): Open runs
+  // it once, before the Manager is shared.
+  friend class Recovery;
   Manager() = default;
   // A Sandbox object with `plan`'s identity and shape (nothing brought up yet).
   std::shared_ptr<Sandbox> SandboxFor(const BringUpPlan& plan) const;
-  // The identity a plan gives a sandbox: token, env, attributes, TTL, detach
-  // (SandboxFor; a parked sandbox of the warm pool at hand-out).
-  static void GiveIdentity(Sandbox& sb, const BringUpPlan& plan);
   // The plan of an existing sandbox: its identity, shape, env, egress policy
   // (from its run dir) and detach; the source and `what` are the caller's
   // (resume, rollback; a fork child takes all but the identity).
@@ -443,55 +406,11 @@ class Manager : private WarmPoolHost {
   StatusOr<std::shared_ptr<Sandbox>> StartSandbox(
       BringUpPlan plan, std::chrono::steady_clock::time_point requested_at = std::chrono::steady_clock::now(),
       std::shared_ptr<Sandbox> parked = nullptr);
-  // Start-up: destroys what this owner (or a dead in-process run) left on the
-  // host that no adopted sandbox accounts for: VMMs, run dirs, address
-  // leases, netns and links, cgroups (manager.cc).
-  void CleanupOrphans(const std::set<std::string>& adopted);
-  void ReapStaleGuest(const std::string& id, const std::string& run_dir, pid_t owner_pid);
-  // Takes over one sandbox of a previous daemon; errors mean "clean it up".
-  // A Sandbox object for a registry record of a previous daemon (fields
-  // only; the caller attaches the VMM or the snapshot).
-  std::shared_ptr<Sandbox> AdoptedSandbox(const AdoptRequest& r);
-  StatusOr<std::shared_ptr<Sandbox>> AdoptOne(const AdoptRequest& r);
   std::set<std::string> forks_in_progress_;  // fork snapshot dirs (guarded by mu_)
-  // A paused sandbox of a previous daemon (snapshots.cc).
-  StatusOr<std::shared_ptr<Sandbox>> AdoptPausedOne(const AdoptRequest& r);
-  // A VMM left stopped by a daemon killed mid-pause is continued (snapshots.cc).
-  void ContinueIfStopped(Runtime& runtime, const std::string& run_dir);
-  // The snapshot in `dir` read or deleted through the store of the runtime
-  // that wrote it (RuntimeSet::ForSnapshot; `runtime` for a dir not yet
-  // there); the runtime's open error when it cannot be opened here.
-  StatusOr<SnapshotShape> ReadSnapshot(const std::string& dir, std::string_view runtime = {}) const;
-  Status DeleteSnapshot(const std::string& dir, std::string_view runtime = {}) const;
-  // Is there a committed pause snapshot for r.id? (snapshots.cc)
-  bool RecoverPaused(const AdoptRequest& r);
-  // Removes uncommitted (.tmp) snapshot dirs left by a crash (snapshots.cc),
-  // and template snapshots of no current image (TemplateSnapshots::Sweep).
-  // A pause's .tmp goes at once only when it is of `own_ids` (this daemon's
-  // registry's sandboxes); any other after 10 minutes.
-  void SweepSnapshots(const std::set<std::string>& own_ids);
   StatusOr<std::shared_ptr<Sandbox>> CreateFromNamedSnapshot(const std::string& dir, const CreateOptions& options);
-  // Deletes a fork snapshot once no sandbox other than `except` uses it (fork.cc).
+  // Deletes a fork snapshot once no sandbox other than `except` uses it,
+  // nor any disk or VMM (SnapshotDirs::DeleteForkIfUnused; fork.cc).
   void ReleaseSharedSnapshot(const std::string& dir, const Sandbox* except);
-  // At start: removes fork snapshots nothing is layered on (fork.cc).
-  void SweepForkSnapshots();
-  // Snapshot directories (<state_dir>/snapshots/<kind>/<name>) that a disk
-  // is layered on: the parent directory of the `disk_backing` of every VMM
-  // record (run/*/vm/vm.json: running, re-adoptable) and of every snapshot
-  // manifest (templates, paused, forks, named), whichever daemon wrote it.
-  // Such a directory must not be deleted: the overlay or the snapshot disk
-  // on top of it would lose its backing file (fork.cc).
-  std::set<std::string> SnapshotDirsLayeredOn() const;
-
- public:
-  // Whether a running VMM, or a snapshot, uses the snapshot directory `dir`
-  // (its disk as a backing file, or its RAM file mapped): such a directory
-  // is never deleted by a sweep.
-  bool SnapshotDirInUse(const std::string& dir) const { return SnapshotDirsLayeredOn().count(dir) > 0; }
-
- private:
-  // A fork snapshot the disk in run_dir/vm (or a paused manifest) is layered on, if any.
-  std::string ForkSnapshotOf(const std::string& id) const;
   // Deletes a sandbox's own snapshot data, never anything shared (snapshots.cc).
   Status DeletePrivateSnapshots(Sandbox& sb);
   // The registry row of `sb` (state "running" or "paused"); errors are logged.
@@ -502,10 +421,10 @@ class Manager : private WarmPoolHost {
   std::unique_ptr<RuntimeSet> runtimes_;
   std::unique_ptr<net::AddressPool> pool_;
   std::unique_ptr<egress::EgressService> egress_;  // before sandboxes_: outlives them
-  std::mutex host_elements_mu_;
-  std::vector<std::string> host_elements_;  // the netns host_addrs set last written (RefreshEgressHostAddresses)
+  HostAddressSet host_addresses_;  // the netns host_addrs set last written (RefreshEgressHostAddresses)
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
+  std::unique_ptr<SnapshotDirs> snapshot_dirs_;            // uses runtimes_
   std::unique_ptr<TemplateSnapshots> template_snapshots_;  // uses runtimes_ and pool_
   // Last: stopped (its parked sandboxes discarded) before anything above goes.
   std::unique_ptr<WarmPool> warm_pool_;

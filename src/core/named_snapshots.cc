@@ -10,11 +10,11 @@
 // Names live in their team's namespace (docs/security.md): unique within the
 // team, never a built-in template's (IsBuiltInTemplateName), and found only
 // for that team. Nothing resolves a snapshot implicitly: a create starts
-// from one only when its caller found it (FindNamedSnapshot, for its team)
+// from one only when its caller found it (SnapshotDirs::FindNamed, for its team)
 // and said so (CreateOptions::named_snapshot_dir).
 // Written as <snapshotID>.tmp and renamed: a crash leaves no half snapshot.
 // A snapshot that sandboxes or other snapshots are layered on cannot be
-// deleted (FailedPrecondition; Manager::SnapshotDirsLayeredOn).
+// deleted (FailedPrecondition; SnapshotDirs::LayeredOn).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -33,89 +33,16 @@
 
 namespace airlock {
 namespace fs = std::filesystem;
-namespace {
-
-constexpr char kInfo[] = "info.json";
-
-bool ValidName(const std::string& n) {
-  if (n.empty() || n.size() > 128) return false;
-  for (char c : n) {
-    if (!(isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == ':')) return false;
-  }
-  return n != "." && n != "..";
-}
-
-StatusOr<nlohmann::json> ReadInfo(const std::string& dir) {
-  std::ifstream f(dir + "/" + kInfo);
-  if (!f) return NotFound("no " + std::string(kInfo) + " in " + dir);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (!j.is_object()) return InvalidArgument(dir + "/" + kInfo + ": not a JSON object");
-  return j;
-}
-
-}  // namespace
-
-StatusOr<std::vector<NamedSnapshotInfo>> Manager::ListNamedSnapshots() {
-  std::vector<NamedSnapshotInfo> out;
-  std::error_code ec;
-  for (auto& e : fs::directory_iterator(named_dir(), ec)) {
-    std::string name = e.path().filename().string();
-    if (name.find(".tmp") != std::string::npos) continue;
-    auto j = ReadInfo(e.path().string());
-    if (!j.ok() || !ReadSnapshot(e.path().string()).ok()) continue;
-    NamedSnapshotInfo i;
-    i.snapshot_id = j->value("snapshotID", "");
-    if (j->contains("names") && (*j)["names"].is_array()) {
-      for (auto& n : (*j)["names"]) {
-        if (n.is_string()) i.names.push_back(n.get<std::string>());
-      }
-    }
-    i.team = j->value("team", "");
-    if (!j->contains("team") && config_.registry) {
-      // Written before snapshots recorded their team: the owners row's.
-      if (auto owner = config_.registry->OwnerOf(OwnedKind::kSnapshot, i.snapshot_id); owner.ok() && *owner)
-        i.team = **owner;
-    }
-    i.sandbox_id = j->value("sandboxID", "");
-    i.created_at_ms = j->value("createdAtMs", int64_t{0});
-    i.dir = e.path().string();
-    out.push_back(std::move(i));
-  }
-  std::sort(out.begin(), out.end(), [](auto& a, auto& b) {
-    return std::tie(a.created_at_ms, a.snapshot_id) < std::tie(b.created_at_ms, b.snapshot_id);
-  });
-  return out;
-}
-
-std::string Manager::FindNamedSnapshot(const std::string& ref, const std::string& team, bool any_team) {
-  if (!ValidName(ref)) return "";
-  auto all = ListNamedSnapshots();
-  if (!all.ok()) return "";
-  for (auto& s : *all) {
-    if (s.snapshot_id == ref && (any_team || s.team == team)) return s.dir;
-  }
-  if (IsBuiltInTemplateName(ref)) return "";  // a name squatted before names were checked
-  for (auto& s : *all) {
-    if (s.team != team) continue;  // another team's names are not in this namespace
-    for (auto& n : s.names) {
-      if (n == ref) return s.dir;
-    }
-  }
-  return "";
-}
-
 StatusOr<NamedSnapshotInfo> Manager::CreateNamedSnapshot(const std::string& id, const std::string& name,
                                                          const std::string& team) {
-  if (!name.empty() && !ValidName(name)) return InvalidArgument("snapshot name must be 1..128 of [A-Za-z0-9._:-]");
+  if (!name.empty() && !ValidSnapshotName(name)) return InvalidArgument("snapshot name must be 1..128 of [A-Za-z0-9._:-]");
   if (!name.empty() && IsBuiltInTemplateName(name))
     return InvalidArgument("snapshot name '" + name + "' is a built-in template's name");
   if (name.rfind("snap-", 0) == 0) return InvalidArgument("snapshot name '" + name + "' looks like a snapshot id");
   // AlreadyExists when one of the team's snapshots has the name.
   auto name_free = [&]() -> Status {
     if (name.empty()) return OkStatus();
-    ASSIGN_OR_RETURN(auto all, ListNamedSnapshots());
+    ASSIGN_OR_RETURN(auto all, snapshot_dirs_->ListNamed());
     for (const auto& s : all) {
       if (s.team == team && std::find(s.names.begin(), s.names.end(), name) != s.names.end())
         return AlreadyExists("a snapshot named '" + name + "' exists");
@@ -131,7 +58,7 @@ StatusOr<NamedSnapshotInfo> Manager::CreateNamedSnapshot(const std::string& id, 
   info.team = team;
   info.sandbox_id = id;
   info.created_at_ms = NowUnixMs();
-  info.dir = named_dir() + "/" + info.snapshot_id;
+  info.dir = snapshot_dirs_->named() + "/" + info.snapshot_id;
   const std::string tmp = info.dir + ".tmp";
   std::lock_guard<std::mutex> op(sb->op_mu_);
   if (sb->state() != SandboxState::kRunning) {
@@ -145,8 +72,8 @@ StatusOr<NamedSnapshotInfo> Manager::CreateNamedSnapshot(const std::string& id, 
   }
   if (!vm) return FailedPrecondition("sandbox " + id + " has no VMM");
   std::error_code ec;
-  fs::create_directories(named_dir(), ec);
-  if (ec) return Internal("mkdir " + named_dir() + ": " + ec.message());
+  fs::create_directories(snapshot_dirs_->named(), ec);
+  if (ec) return Internal("mkdir " + snapshot_dirs_->named() + ": " + ec.message());
   auto saved = vm->SaveSnapshot(tmp, /*keep_running=*/true);  // the sandbox keeps running
   if (!saved.ok()) return RuntimeOpStatus(saved.status(), sb->runtime_, "snapshot", "snapshot " + id);
   nlohmann::json j = {{"snapshotID", info.snapshot_id},    {"names", info.names}, {"team", team}, {"sandboxID", id},
@@ -155,12 +82,12 @@ StatusOr<NamedSnapshotInfo> Manager::CreateNamedSnapshot(const std::string& id, 
   std::string text = j.dump(2);
   Status st;
   {
-    int fd = ::open((tmp + "/" + kInfo).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int fd = ::open((tmp + "/" + kNamedSnapshotInfoFile).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
-      st = ErrnoError("create " + tmp + "/" + kInfo);
+      st = ErrnoError("create " + tmp + "/" + kNamedSnapshotInfoFile);
     else {
       if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()) || ::fsync(fd) != 0)
-        st = ErrnoError("write " + tmp + "/" + kInfo);
+        st = ErrnoError("write " + tmp + "/" + kNamedSnapshotInfoFile);
       ::close(fd);
     }
   }
@@ -182,7 +109,7 @@ StatusOr<NamedSnapshotInfo> Manager::CreateNamedSnapshot(const std::string& id, 
 }
 
 Status Manager::DeleteNamedSnapshot(const std::string& id_or_name, const std::string& team, bool any_team) {
-  std::string dir = FindNamedSnapshot(id_or_name, team, any_team);
+  std::string dir = snapshot_dirs_->FindNamed(id_or_name, team, any_team);
   if (dir.empty()) return NotFound("snapshot " + id_or_name + " not found");
   int users = 0;
   {
@@ -196,13 +123,13 @@ Status Manager::DeleteNamedSnapshot(const std::string& id_or_name, const std::st
   // Disks layered on it that are not (or no longer) this daemon's sandboxes:
   // a snapshot taken of a sandbox started from it, a fork checkpoint of
   // one, a paused one, another daemon's sandbox.
-  if (SnapshotDirsLayeredOn().count(dir)) {
+  if (snapshot_dirs_->InUse(dir)) {
     return FailedPrecondition("snapshot " + id_or_name +
                               " is the base of another snapshot or sandbox (its disk is layered on this one's); "
                               "delete or kill that first");
   }
-  auto m = ReadSnapshot(dir);
-  RETURN_IF_ERROR(DeleteSnapshot(dir));
+  auto m = snapshot_dirs_->Read(dir);
+  RETURN_IF_ERROR(snapshot_dirs_->Delete(dir));
   // A named snapshot of a fork child was the last thing on its fork
   // checkpoint, perhaps: released (deleted when nothing else is on it).
   if (m.ok()) ReleaseSharedSnapshot(fs::path(m->disk_backing).parent_path().string(), nullptr);
@@ -211,14 +138,14 @@ Status Manager::DeleteNamedSnapshot(const std::string& id_or_name, const std::st
 
 StatusOr<std::shared_ptr<Sandbox>> Manager::CreateFromNamedSnapshot(const std::string& dir,
                                                                     const CreateOptions& options) {
-  ASSIGN_OR_RETURN(auto j, ReadInfo(dir));
+  ASSIGN_OR_RETURN(auto j, ReadNamedSnapshotInfo(dir));
   // A snapshot restores on the runtime that wrote it, and no other.
   const std::string runtime = RuntimeOfSnapshot(dir);
   if (!options.runtime.empty() && options.runtime != runtime) {
     return InvalidArgument("snapshot " + options.template_name + " was taken on the " + runtime +
                            " runtime; it cannot start on " + options.runtime);
   }
-  ASSIGN_OR_RETURN(auto m, ReadSnapshot(dir, runtime));
+  ASSIGN_OR_RETURN(auto m, snapshot_dirs_->Read(dir, runtime));
   BringUpPlan plan;
   plan.runtime = runtime;
   plan.source = MachineSource::kNamedSnapshot;

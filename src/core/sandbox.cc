@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "common/agent_port.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "core/sandbox_egress.h"
 #include "net/sandbox_network.h"
@@ -227,6 +228,121 @@ Status Sandbox::TearDown() {
   DetachEgress();
   // Order matters: the VMM holds the tap inside the netns.
   return JoinErrors({DestroyVm(), DestroyNetwork(), RemoveRunDir()});
+}
+
+std::string Sandbox::snapshot_dir() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return snapshot_dir_;
+}
+
+Status Sandbox::StopRuntime() {
+  if (agent_) agent_->CancelAll();
+  // The policy stays in <run_dir>/egress.json; Resume registers it again.
+  DetachEgress();
+  Status st = DestroyVm();
+  Status n = DestroyNetwork();
+  return st.ok() ? n : st;
+}
+
+// ---- the changes its owners make (sandbox.h: the one file writing these fields) ----
+
+std::shared_ptr<Sandbox> Sandbox::Make(const BringUpPlan& plan, const std::string& run_dir,
+                                       const std::string& runtime, const PortExposureLimits& port_limits,
+                                       int disk_mib) {
+  std::shared_ptr<Sandbox> sb(new Sandbox());
+  sb->id_ = plan.id;
+  sb->run_dir_ = run_dir;
+  sb->template_ = plan.template_name;
+  sb->runtime_ = plan.runtime.empty() ? runtime : plan.runtime;
+  sb->port_limits_ = port_limits;
+  sb->vcpus_ = plan.vcpus;
+  sb->memory_mib_ = plan.memory_mib;
+  sb->shared_snapshot_ = plan.shared_snapshot;
+  sb->disk_mib_ = disk_mib;
+  sb->TakeIdentity(plan);
+  return sb;
+}
+
+void Sandbox::TakeIdentity(const BringUpPlan& plan) {
+  std::lock_guard<std::mutex> l(mu_);
+  access_token_ = plan.access_token;
+  detach_ = plan.detach;
+  env_vars_ = plan.env_vars;
+  attrs_ = plan.attributes;
+  recorded_env_ = plan.attributes.recorded_env_vars.value_or(plan.env_vars);
+  attrs_.recorded_env_vars.reset();
+  timeout_ms_ = plan.timeout.count();
+}
+
+void Sandbox::AttachNetwork(std::unique_ptr<net::SandboxNetwork> network) {
+  std::lock_guard<std::mutex> l(mu_);
+  network_ = std::move(network);
+}
+
+void Sandbox::AttachEgress(egress::EgressService* egress) {
+  std::lock_guard<std::mutex> l(mu_);
+  egress_ = egress;
+}
+
+void Sandbox::AttachVm(std::unique_ptr<VmInstance> vm) {
+  std::lock_guard<std::mutex> l(mu_);
+  vm_ = std::move(vm);
+}
+
+void Sandbox::AttachAgent(std::unique_ptr<EnvdClient> agent) { agent_ = std::move(agent); }
+
+void Sandbox::SetTimings(const CreateTimings& timings) { timings_ = timings; }
+
+void Sandbox::StartClock() {
+  std::lock_guard<std::mutex> l(mu_);
+  created_at_ms_ = NowUnixMs();
+  ends_at_ms_ = timeout_ms_ > 0 ? created_at_ms_ + timeout_ms_ : 0;
+}
+
+void Sandbox::ForgetPauseSnapshot() {
+  std::lock_guard<std::mutex> l(mu_);
+  snapshot_dir_.clear();
+}
+
+void Sandbox::SetPauseSnapshot(const std::string& dir, bool memory) {
+  std::lock_guard<std::mutex> l(mu_);
+  snapshot_dir_ = dir;
+  memory_snapshot_ = memory;
+}
+
+void Sandbox::SetAdopted(int64_t created_at_ms, int64_t ends_at_ms) {
+  std::lock_guard<std::mutex> l(mu_);
+  created_at_ms_ = created_at_ms;
+  ends_at_ms_ = ends_at_ms;
+}
+
+void Sandbox::SetStateForAdoption(SandboxState state) {
+  std::lock_guard<std::mutex> l(mu_);
+  state_ = state;
+}
+
+void Sandbox::SetSharedSnapshot(const std::string& dir) { shared_snapshot_ = dir; }
+
+Status Sandbox::DecideEnd(SandboxOutcome outcome, std::string detail) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (end_) return NotFound("sandbox " + id_ + " not found (it is ending: " + end_->Describe() + ")");
+  end_ = SandboxEnd{outcome, std::move(detail), NowUnixMs()};
+  return OkStatus();
+}
+
+int64_t Sandbox::SetEndsAt(int64_t ends_at_ms, bool extend_only) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!extend_only || ends_at_ms > ends_at_ms_) ends_at_ms_ = ends_at_ms;
+  return ends_at_ms_;
+}
+
+void Sandbox::SetReleased(bool released) { released_ = released; }
+
+void Sandbox::ReleaseForRestart() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (vm_) vm_->Release();
+  if (network_) network_->Release();
+  released_ = true;
 }
 
 }  // namespace airlock

@@ -123,7 +123,48 @@ class Sandbox {
 
  private:
   friend class Manager;
+  friend class Recovery;
   Sandbox() = default;
+
+  // ---- the changes its owners make (Manager, Recovery) ----
+  // sandbox.cc is the one file that writes the fields below; each of these
+  // takes `mu_` itself where the field is guarded by it (never call one with
+  // `mu_` held).
+  //
+  // A new Sandbox with `plan`'s identity and shape (nothing brought up):
+  // `runtime` when the plan names none; `disk_mib`: its template's disk.
+  static std::shared_ptr<Sandbox> Make(const BringUpPlan& plan, const std::string& run_dir,
+                                       const std::string& runtime, const PortExposureLimits& port_limits,
+                                       int disk_mib);
+  // The identity a plan gives it (Make; a parked sandbox at hand-out):
+  // token, env, attributes (recorded env apart), TTL, detach.
+  void TakeIdentity(const BringUpPlan& plan);
+  void AttachNetwork(std::unique_ptr<net::SandboxNetwork> network);
+  void AttachEgress(egress::EgressService* egress);
+  void AttachVm(std::unique_ptr<VmInstance> vm);
+  void AttachAgent(std::unique_ptr<EnvdClient> agent);  // before it is shared, or under op_mu_
+  void SetTimings(const CreateTimings& timings);
+  // It runs for the first time: created now, its TTL counted from now.
+  void StartClock();
+  // It runs again after a resume: no pause snapshot any more.
+  void ForgetPauseSnapshot();
+  // Its committed pause snapshot (or the checkpoint it is paused on), and
+  // whether it holds memory.
+  void SetPauseSnapshot(const std::string& dir, bool memory);
+  // A previous daemon's sandbox: its times, and the state it is taken over
+  // in (running, paused), set without a transition.
+  void SetAdopted(int64_t created_at_ms, int64_t ends_at_ms);
+  void SetStateForAdoption(SandboxState state);
+  void SetSharedSnapshot(const std::string& dir);
+  // Decides its end (once): NotFound naming the end already decided.
+  Status DecideEnd(SandboxOutcome outcome, std::string detail);
+  // Its TTL's end (Unix ms); extend_only: only ever later. Returns the end in force.
+  int64_t SetEndsAt(int64_t ends_at_ms, bool extend_only);
+  // true: its destructor tears nothing down (not yet its own, or torn down).
+  void SetReleased(bool released);
+  // The daemon stops for a restart: its VMM and network are left running
+  // for the next daemon, and nothing is torn down.
+  void ReleaseForRestart();
   Status Transition(SandboxState to);
   Status TearDown();  // VMM, then network, then run dir; collects every error
   // Pause/resume (snapshots.cc): stops the VMM and removes the network, keeping

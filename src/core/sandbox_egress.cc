@@ -126,4 +126,11 @@ egress::EgressPolicy LoadEgressPolicy(const std::string& run_dir) {
   return *p;
 }
 
+bool HostAddressSet::Replace(std::vector<std::string> elements) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (elements == elements_) return false;
+  elements_ = std::move(elements);
+  return true;
+}
+
 }  // namespace airlock

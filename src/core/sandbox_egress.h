@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,19 @@ std::vector<net::NftCidr> NftCidrsFor(const egress::EgressPolicy& policy);
 // host's interface addresses outside the forbidden ranges (those are dropped
 // before) and outside the pool, plus the pool when it is not forbidden.
 std::vector<std::string> NftHostAddresses(const std::vector<uint32_t>& host, const std::string& pool_cidr);
+
+// The NftHostAddresses set last written into every sandbox netns, so that a
+// change of the host's interfaces that leaves the set as it was (a new
+// sandbox's veth, in the pool) costs no nft run per sandbox. Thread-safe.
+class HostAddressSet {
+ public:
+  // true when `elements` differ from the set last replaced (now remembered).
+  bool Replace(std::vector<std::string> elements);
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> elements_;
+};
 
 // First time (`add`): registers the sandbox with the service; else replaces
 // its policy (closing connections no longer allowed).

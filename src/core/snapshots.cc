@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/file_util.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "core/adopted_vm.h"
 #include "core/http_client.h"
@@ -26,28 +27,6 @@
 
 namespace airlock {
 namespace fs = std::filesystem;
-namespace {
-
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
-
-std::string Sandbox::snapshot_dir() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return snapshot_dir_;
-}
-
-Status Sandbox::StopRuntime() {
-  if (agent_) agent_->CancelAll();
-  // The policy stays in <run_dir>/egress.json; Resume registers it again.
-  DetachEgress();
-  Status st = DestroyVm();
-  Status n = DestroyNetwork();
-  return st.ok() ? n : st;
-}
-
 StatusOr<PauseResult> Manager::Pause(const std::string& id, const PauseOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<Sandbox> sb = Get(id);
@@ -61,7 +40,7 @@ StatusOr<PauseResult> Manager::Pause(const std::string& id, const PauseOptions& 
     std::lock_guard<std::mutex> l(sb->mu_);
     vm = sb->vm_.get();
   }
-  const std::string dir = paused_dir() + "/" + id;
+  const std::string dir = snapshot_dirs_->paused() + "/" + id;
   const std::string tmp = dir + ".tmp";
   auto back_to_running = [&](Status s) -> Status {
     std::error_code ec;
@@ -72,8 +51,8 @@ StatusOr<PauseResult> Manager::Pause(const std::string& id, const PauseOptions& 
   };
   if (!vm) return back_to_running(FailedPrecondition("sandbox " + id + " has no VMM"));
   std::error_code ec;
-  fs::create_directories(paused_dir(), ec);
-  if (ec) return back_to_running(Internal("mkdir " + paused_dir() + ": " + ec.message()));
+  fs::create_directories(snapshot_dirs_->paused(), ec);
+  if (ec) return back_to_running(Internal("mkdir " + snapshot_dirs_->paused() + ": " + ec.message()));
   fs::remove_all(tmp, ec);
   fs::remove_all(dir, ec);  // a stale, never-registered pause of this sandbox
   // What the sandbox's runtime cannot do is named in the error (HTTP 501).
@@ -114,12 +93,8 @@ StatusOr<PauseResult> Manager::Pause(const std::string& id, const PauseOptions& 
     (void)vm->ContinueGuest();
     return back_to_running(s);
   }
-  if (Status s = FsyncDir(paused_dir()); !s.ok()) LOG_WARN("sandbox={} {}", id, s.message());
-  {
-    std::lock_guard<std::mutex> l(sb->mu_);
-    sb->snapshot_dir_ = dir;
-    sb->memory_snapshot_ = options.keep_memory;
-  }
+  if (Status s = FsyncDir(snapshot_dirs_->paused()); !s.ok()) LOG_WARN("sandbox={} {}", id, s.message());
+  sb->SetPauseSnapshot(dir, options.keep_memory);
   // Paused from here on, for the registry and the API: a daemon killed now
   // finds a complete snapshot.
   Persist(*sb, "paused");
@@ -150,10 +125,7 @@ StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milli
   RETURN_IF_ERROR(sb->Transition(SandboxState::kResuming));
   // The new TTL before the guest runs: with the old, expired one the reaper
   // would pause an autoPause sandbox again the moment it resumed.
-  if (ends_at_ms > 0) {
-    std::lock_guard<std::mutex> l(sb->mu_);
-    sb->ends_at_ms_ = ends_at_ms;
-  }
+  if (ends_at_ms > 0) (void)sb->SetEndsAt(ends_at_ms, /*extend_only=*/false);
   // The same identity, shape and network policy (kept in the run dir) as
   // before the pause; the machine from its pause snapshot.
   BringUpPlan plan = PlanOf(*sb);
@@ -177,9 +149,9 @@ StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milli
   // longer needed. Unless it is a checkpoint (a sandbox kept paused on one
   // when a rollback could not be completed after a restart, checkpoints.cc):
   // that stays, and the rollback is now done.
-  if (IsCheckpointDir(plan.snapshot_dir)) {
+  if (snapshot_dirs_->IsCheckpoint(plan.snapshot_dir)) {
     if (config_.registry) (void)config_.registry->ClearRollbackIntent(id);
-  } else if (Status s = DeleteSnapshot(plan.snapshot_dir, sb->runtime_); !s.ok()) {
+  } else if (Status s = snapshot_dirs_->Delete(plan.snapshot_dir, sb->runtime_); !s.ok()) {
     LOG_WARN("sandbox={} delete pause snapshot: {}", id, s.message());
   }
   Persist(*sb, "running");
@@ -191,87 +163,13 @@ StatusOr<ResumeResult> Manager::Resume(const std::string& id, std::chrono::milli
   return result;
 }
 
-StatusOr<std::shared_ptr<Sandbox>> Manager::AdoptPausedOne(const AdoptRequest& r) {
-  RETURN_IF_ERROR(net::ValidateSandboxId(r.record.id));
-  const std::string dir = paused_dir() + "/" + r.record.id;
-  const std::string run_dir = config_.state_dir + "/run/" + r.record.id;
-  // A daemon killed between "registry: paused" and stopping the VMM left it
-  // running (stopped): stop it for good; the snapshot is the sandbox now.
-  if (r.record.vmm_pid > 0 && ProcessMatches(r.record.vmm_pid, run_dir)) {
-    (void)AdoptedVm(r.record.id, r.record.vmm_pid, run_dir).Destroy();
-    if (Status st = net::TeardownByName(r.record.id); !st.ok())
-      LOG_WARN("sandbox={} network teardown: {}", r.record.id, st.message());
-  }
-  ASSIGN_OR_RETURN(auto m, ReadSnapshot(dir, r.record.runtime));
-  std::shared_ptr<Sandbox> sb = AdoptedSandbox(r);
-  sb->snapshot_dir_ = dir;
-  sb->memory_snapshot_ = m.memory_bytes > 0;  // 0: a keepMemory=false pause
-  sb->state_ = SandboxState::kPaused;
-  return sb;
-}
-
-bool Manager::RecoverPaused(const AdoptRequest& r) {
-  if (net::ValidateSandboxId(r.record.id).ok() == false) return false;
-  const std::string run_dir = config_.state_dir + "/run/" + r.record.id;
-  if (r.record.vmm_pid > 0 && ProcessMatches(r.record.vmm_pid, run_dir)) return false;
-  return ReadSnapshot(paused_dir() + "/" + r.record.id, r.record.runtime).ok();
-}
-
-void Manager::ContinueIfStopped(Runtime& runtime, const std::string& vm_run_dir) {
-  if (Status s = runtime.ContinueIfStopped(vm_run_dir); !s.ok()) LOG_WARN("{}", s.message());
-}
-
-StatusOr<SnapshotShape> Manager::ReadSnapshot(const std::string& dir, std::string_view runtime) const {
-  ASSIGN_OR_RETURN(Runtime * rt, runtimes_->ForSnapshot(dir, runtime));
-  return rt->snapshots().Read(dir);
-}
-
-Status Manager::DeleteSnapshot(const std::string& dir, std::string_view runtime) const {
-  ASSIGN_OR_RETURN(Runtime * rt, runtimes_->ForSnapshot(dir, runtime));
-  return rt->snapshots().Delete(dir);
-}
-
-void Manager::SweepSnapshots(const std::set<std::string>& own_ids) {
-  // Removes the entries of `dir` whose name contains `marker` (a save that
-  // never committed) and, when `min_age` is non-zero, that are older than it
-  // (another daemon may be writing a younger one now) unless `mine` says
-  // the entry is this daemon's own (then it is dead: this daemon is starting).
-  auto remove_uncommitted = [](const std::string& dir, const char* marker, std::chrono::minutes min_age,
-                               const std::function<bool(const std::string&)>& mine = {}) {
-    std::error_code ec;
-    for (auto& e : fs::directory_iterator(dir, ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.find(marker) == std::string::npos) continue;
-      if (min_age.count() > 0 && !(mine && mine(name))) {
-        std::error_code age_ec;
-        auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), age_ec);
-        if (age_ec || age < min_age) continue;
-      }
-      LOG_WARN("removing uncommitted snapshot {}", e.path().string());
-      fs::remove_all(e.path(), ec);
-    }
-  };
-  // Template snapshot builds (a build takes seconds; one older than 10
-  // minutes is dead, whichever daemon started it).
-  remove_uncommitted(config_.state_dir + "/snapshots/templates", ".tmp-", std::chrono::minutes(10));
-  template_snapshots_->Sweep(SnapshotDirsLayeredOn());
-  // Pauses (<id>.tmp): a sandbox is paused by one daemon only. One of this
-  // daemon's sandboxes (its registry's) is dead: it is starting. Another's
-  // may be saving now (daemons, and in-process managers, share a state dir).
-  remove_uncommitted(paused_dir(), ".tmp", std::chrono::minutes(10), [&own_ids](const std::string& name) {
-    return own_ids.count(name.substr(0, name.find(".tmp"))) > 0;
-  });
-  // Named snapshots a daemon died writing (saved, never renamed into place).
-  remove_uncommitted(named_dir(), ".tmp", std::chrono::minutes(10));
-}
-
 Status Manager::DeletePrivateSnapshots(Sandbox& sb) {
   std::error_code ec;
-  fs::remove_all(paused_dir() + "/" + sb.id_ + ".tmp", ec);
-  Status checkpoints = DeleteCheckpointsOf(sb.id_);  // checkpoints.cc
-  const std::string dir = paused_dir() + "/" + sb.id_;
+  fs::remove_all(snapshot_dirs_->paused() + "/" + sb.id_ + ".tmp", ec);
+  Status checkpoints = snapshot_dirs_->DeleteCheckpointsOf(sb.id_);
+  const std::string dir = snapshot_dirs_->paused() + "/" + sb.id_;
   if (!fs::exists(dir, ec)) return checkpoints;
-  Status st = DeleteSnapshot(dir, sb.runtime_);
+  Status st = snapshot_dirs_->Delete(dir, sb.runtime_);
   return st.ok() ? checkpoints : st;
 }
 

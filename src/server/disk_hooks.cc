@@ -23,17 +23,17 @@ std::vector<TeamDisk::Holding> DiskHoldingsOf(Manager& manager, TemplateApi* tem
     const std::string& team = sb->attributes().owner_team;
     if (team.empty()) continue;
     team_of[sb->id()] = team;
-    out.push_back({team, manager.paused_dir() + "/" + sb->id()});
+    out.push_back({team, manager.snapshot_dirs().paused() + "/" + sb->id()});
   }
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(manager.checkpoints_dir(), ec)) {
+  for (const auto& e : fs::directory_iterator(manager.snapshot_dirs().checkpoints(), ec)) {
     const std::string name = e.path().filename().string();
     const size_t dash = name.find("-ckpt-");
     if (dash == std::string::npos) continue;
     if (auto it = team_of.find(name.substr(0, dash)); it != team_of.end())
       out.push_back({it->second, e.path().string()});
   }
-  if (auto named = manager.ListNamedSnapshots(); named.ok()) {
+  if (auto named = manager.snapshot_dirs().ListNamed(); named.ok()) {
     for (const auto& s : *named)
       if (!s.team.empty()) out.push_back({s.team, s.dir});
   }

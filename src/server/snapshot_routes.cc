@@ -101,7 +101,7 @@ void SnapshotApi::ListSnapshots(std::shared_ptr<HttpConn> c, const Caller& calle
   if (!req.ok()) return c->RespondError(400, req.status().message());
   asio::post(*workers_,
              [this, c, sandbox = req->sandbox_id, name = req->name, after = req->after, limit = req->limit, caller] {
-               auto all = manager_->ListNamedSnapshots();
+               auto all = manager_->snapshot_dirs().ListNamed();
                if (!all.ok()) {
                  Status st = all.status();
                  return asio::post(c->executor(), [c, st] { c->RespondError(500, st.message()); });

@@ -214,14 +214,14 @@ void Builder::Start() {
     }
     // Layer directories of registries that are gone (their "owner" file).
     std::error_code ec;
-    for (auto& e : fs::directory_iterator(manager_.layers_dir(), ec)) {
+    for (auto& e : fs::directory_iterator(manager_.snapshot_dirs().layers(), ec)) {
       std::ifstream f(e.path() / "owner");
       std::string owner;
       if (!f || !std::getline(f, owner) || owner.empty() || fs::exists(owner, ec)) continue;
       LOG_INFO("template layers of {} (gone): removed", owner);
       std::error_code ec2;
       for (auto& l : fs::directory_iterator(e.path(), ec2)) {
-        if (l.is_directory()) (void)manager_.DeleteDiskLayer(l.path().string());
+        if (l.is_directory()) (void)manager_.snapshot_dirs().DeleteDiskLayer(l.path().string());
       }
       fs::remove_all(e.path(), ec2);
       removed = true;
@@ -388,7 +388,7 @@ void Builder::RunBuild(const std::string& build_id) {
     // The team sees the cause, never the host's paths (the daemon's log has them).
     std::string message = HideHostPaths(st.message(), config_.state_dir);
     if (job->canceled) message = "the build was canceled (its template was deleted or the daemon stopped)";
-    for (const auto& layer : job->new_layers) (void)manager_.DeleteDiskLayer(layer.dir);
+    for (const auto& layer : job->new_layers) (void)manager_.snapshot_dirs().DeleteDiskLayer(layer.dir);
     if (!job->image.empty()) (void)image::RemoveTemplateImage(config_.state_dir, job->image);
     done.status = kError;
     done.image.clear();
@@ -465,7 +465,7 @@ Status Builder::Build(Job& job) {
   } else if (!spec.from_template.empty()) {
     auto parent = ResolveBuild(store_, spec.from_template, team, /*admin=*/false);
     if (!parent.ok()) return InvalidArgument("fromTemplate '" + spec.from_template + "': " + parent.status().message());
-    if (parent->build.final_layer.empty() || !manager_.ReadDiskLayer(parent->build.final_layer).ok())
+    if (parent->build.final_layer.empty() || !manager_.snapshot_dirs().ReadDiskLayer(parent->build.final_layer).ok())
       return FailedPrecondition("fromTemplate '" + spec.from_template + "': its layers are gone; rebuild it");
     layer = parent->build.final_layer;
     const json& fc = parent->build.final_context;
@@ -492,7 +492,7 @@ Status Builder::Build(Job& job) {
     oci_user_hash = HashKeys({prev, "DEFAULT USER", "user"});
     base_desc = "FROM " + ref;
     auto row = store_.FindLayer(team, oci_user_hash);
-    if (!spec.force && row.ok() && manager_.ReadDiskLayer(row->dir).ok()) {
+    if (!spec.force && row.ok() && manager_.snapshot_dirs().ReadDiskLayer(row->dir).ok()) {
       oci_cached = true;
       layer = row->dir;
       ctx = BuildContext::FromJson(row->context);
@@ -635,7 +635,7 @@ Status Builder::Build(Job& job) {
   auto cached = [&](const std::string& hash, bool forced) -> bool {
     if (forced) return false;
     auto row = store_.FindLayer(team, hash);
-    if (!row.ok() || !manager_.ReadDiskLayer(row->dir).ok()) return false;
+    if (!row.ok() || !manager_.snapshot_dirs().ReadDiskLayer(row->dir).ok()) return false;
     layer = row->dir;
     ctx = BuildContext::FromJson(row->context);
     return true;
@@ -781,7 +781,7 @@ Status Builder::Build(Job& job) {
     fs::create_directories(tmpdir, ec);
     rootfs = tmpdir + "/template-" + RandomHex(6) + ".ext4";
     Log(job, "info", "Exporting the template's disk", "finalize");
-    RETURN_IF_ERROR(manager_.ExportDiskLayer(layer, rootfs));
+    RETURN_IF_ERROR(manager_.snapshot_dirs().ExportDiskLayer(layer, rootfs));
     if (job.row.disk_mb > 0) {
       // minFreeDiskMb: the filesystem grows by that much (never shrinks).
       // The export is a disk that was in use: its journal is replayed first.
@@ -830,7 +830,7 @@ Status Builder::Build(Job& job) {
 }
 
 std::string Builder::LayersRoot() const {
-  return manager_.layers_dir() + "/" + image::Sha256Hex(config_.owner).substr(0, 16);
+  return manager_.snapshot_dirs().layers() + "/" + image::Sha256Hex(config_.owner).substr(0, 16);
 }
 
 void Builder::CollectGarbage() {
@@ -861,7 +861,7 @@ void Builder::CollectGarbage() {
   for (const auto& d : live) {
     std::string cur = d;
     for (int depth = 0; depth < 64 && !cur.empty(); ++depth) {
-      auto shape = manager_.ReadDiskLayer(cur);
+      auto shape = manager_.snapshot_dirs().ReadDiskLayer(cur);
       if (!shape.ok()) break;
       std::string parent = fs::path(shape->disk_backing).parent_path().string();
       if (fs::path(parent).parent_path().string() != LayersRoot()) break;
@@ -874,16 +874,16 @@ void Builder::CollectGarbage() {
     const std::string d = e.path().string();
     if (keep.count(d) || !e.is_directory()) continue;
     LOG_INFO("template layers: removing {} (no template uses it)", d);
-    (void)manager_.DeleteDiskLayer(d);
+    (void)manager_.snapshot_dirs().DeleteDiskLayer(d);
     fs::remove_all(d, ec);
   }
   // Pulled OCI bases ("oci-*" images) that no layer of any registry on this
   // state dir is layered on any more (their layers are what keeps them).
   std::set<std::string> backings;
-  for (auto& owner : fs::directory_iterator(manager_.layers_dir(), ec)) {
+  for (auto& owner : fs::directory_iterator(manager_.snapshot_dirs().layers(), ec)) {
     std::error_code ec2;
     for (auto& l : fs::directory_iterator(owner.path(), ec2)) {
-      if (auto shape = manager_.ReadDiskLayer(l.path().string()); shape.ok()) backings.insert(shape->disk_backing);
+      if (auto shape = manager_.snapshot_dirs().ReadDiskLayer(l.path().string()); shape.ok()) backings.insert(shape->disk_backing);
     }
   }
   bool removed = false;

@@ -65,7 +65,7 @@ std::string HideHostPaths(std::string message, const std::string& state_dir);
 struct BuilderConfig {
   std::string state_dir;
   // The daemon's registry (canonical path): its layers live in a directory
-  // of their own (layers_dir()/<hash of owner>), and the images of its
+  // of their own (SnapshotDirs::layers()/<hash of owner>), and the images of its
   // builds carry it, so that another daemon on the same state dir never
   // collects them, and a registry that is gone leaves nothing for long.
   std::string owner;

@@ -264,7 +264,7 @@ TEST(SharedRamTest, PauseResumeAndForkOfACloneKeepItsState) {
   for (int i = 0; i < 2; ++i) {
     auto p = (*m)->Pause(id);
     ASSERT_TRUE(p.ok()) << p.status().ToString();
-    auto pm = qemu::ReadSnapshot((*m)->paused_dir() + "/" + id);
+    auto pm = qemu::ReadSnapshot((*m)->snapshot_dirs().paused() + "/" + id);
     ASSERT_TRUE(pm.ok()) << pm.status().ToString();
     EXPECT_EQ(pm->ram_backend, "mem0");
     EXPECT_FALSE(pm->shared_ram());
@@ -273,7 +273,7 @@ TEST(SharedRamTest, PauseResumeAndForkOfACloneKeepItsState) {
     EXPECT_TRUE(pm->x_ignore_shared);
     EXPECT_GT(pm->ram_pages_in_stream, 0u);
     EXPECT_LT(pm->memory_bytes, 48ull << 20) << "a clone's pause writes what it changed, not its RAM";
-    EXPECT_TRUE((*m)->SnapshotDirInUse(fs::path(pm->ram_source).parent_path().string()))
+    EXPECT_TRUE((*m)->snapshot_dirs().InUse(fs::path(pm->ram_source).parent_path().string()))
         << "a paused delta keeps its template";
     auto r = (*m)->Resume(id);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -358,7 +358,7 @@ TEST(SharedRamTest, PauseOfACloneWritesWhatItDirtied) {
   for (int round = 0; round < 2; ++round) {
     auto p = (*m)->Pause(id);
     ASSERT_TRUE(p.ok()) << p.status().ToString();
-    auto pm = qemu::ReadSnapshot((*m)->paused_dir() + "/" + id);
+    auto pm = qemu::ReadSnapshot((*m)->snapshot_dirs().paused() + "/" + id);
     ASSERT_TRUE(pm.ok()) << pm.status().ToString();
     EXPECT_EQ(pm->format_version, qemu::kSnapshotFormatRamDelta);
     EXPECT_EQ(pm->ram_source, tmpl + "/ram");
@@ -395,16 +395,16 @@ TEST(SharedRamTest, TemplateMappedByASandboxIsNotSwept) {
     std::ofstream f(fake_run + "/vm/vm.json");
     f << nlohmann::json{{"ram_source", fake_tmpl + "/ram"}}.dump();
   }
-  EXPECT_TRUE((*m)->SnapshotDirInUse(fake_tmpl));
+  EXPECT_TRUE((*m)->snapshot_dirs().InUse(fake_tmpl));
   fs::remove_all(fake_run);
-  EXPECT_FALSE((*m)->SnapshotDirInUse(fake_tmpl));
+  EXPECT_FALSE((*m)->snapshot_dirs().InUse(fake_tmpl));
 
   CreateOptions o;
   o.detach = true;
   auto sb = (*m)->Create(o);
   ASSERT_TRUE(sb.ok()) << sb.status().ToString();
   ASSERT_TRUE((*sb)->timings().from_snapshot);
-  EXPECT_TRUE((*m)->SnapshotDirInUse(dir));
+  EXPECT_TRUE((*m)->snapshot_dirs().InUse(dir));
   // A manager of the stream layout sweeps what is of no current image and
   // unused, and keeps the current image's "-shm" template (a daemon of the
   // other layout restores from it), let alone one a sandbox maps.

@@ -347,7 +347,7 @@ TEST(SnapshotTest, SnapshotsLayeredOnForksAndNamedSnapshotsKeepTheirBase) {
   ASSERT_TRUE(qemu::ReadSnapshot(first->dir).ok()) << qemu::ReadSnapshot(first->dir).status().ToString();
 
   CreateOptions from_first;
-  from_first.named_snapshot_dir = mgr.FindNamedSnapshot("chain-a-" + tag, "");
+  from_first.named_snapshot_dir = mgr.snapshot_dirs().FindNamed("chain-a-" + tag, "");
   ASSERT_EQ(from_first.named_snapshot_dir, first->dir);
   auto d = mgr.Create(from_first);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
@@ -360,7 +360,7 @@ TEST(SnapshotTest, SnapshotsLayeredOnForksAndNamedSnapshotsKeepTheirBase) {
   Status refused = mgr.DeleteNamedSnapshot("chain-a-" + tag);
   EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.ToString();
   CreateOptions from_second;
-  from_second.named_snapshot_dir = mgr.FindNamedSnapshot("chain-b-" + tag, "");
+  from_second.named_snapshot_dir = mgr.snapshot_dirs().FindNamed("chain-b-" + tag, "");
   ASSERT_EQ(from_second.named_snapshot_dir, second->dir);
   auto e = mgr.Create(from_second);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
@@ -390,7 +390,7 @@ TEST(SnapshotTest, DiskFullDuringPauseKeepsTheSandboxRunning) {
   auto sb = (*m)->Create({});
   ASSERT_TRUE(sb.ok()) << sb.status().ToString();
   // The paused-snapshot directory on an 8 MiB tmpfs: the ~70 MB memory stream cannot fit.
-  std::string paused = (*m)->paused_dir();
+  std::string paused = (*m)->snapshot_dirs().paused();
   fs::create_directories(paused);
   auto mount = RunChecked({"mount", "-t", "tmpfs", "-o", "size=8m,mode=0755", "tmpfs", paused});
   ASSERT_TRUE(mount.ok()) << mount.status().ToString();
