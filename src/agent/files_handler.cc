@@ -18,7 +18,7 @@
 #include "agent/file_metadata.h"
 #include "agent/fs_util.h"
 #include "agent/log.h"
-#include "agent/multipart.h"
+#include "envd/multipart.h"
 #include "agent/paths.h"
 #include "common/fd.h"
 #include "common/hex.h"
@@ -280,10 +280,10 @@ void HandleFilesPost(Agent& agent, std::shared_ptr<http::Conn> s) {
   std::string encoding = s->Header("Content-Encoding");
 
   if (strncasecmp(ct.c_str(), "multipart/form-data", 19) == 0) {
-    auto boundary = MultipartBoundary(ct);
+    auto boundary = envd::MultipartBoundary(ct);
     if (!boundary.ok()) return RespondHttpError(*s, 400, boundary.status().message());
-    MultipartParser::Callbacks cb;
-    cb.on_part_begin = [up, query_path](const PartHeaders& h) -> Status {
+    envd::MultipartParser::Callbacks cb;
+    cb.on_part_begin = [up, query_path](const envd::PartHeaders& h) -> Status {
       if (h.name != "file") return OkStatus();  // other fields are ignored
       if (query_path) return up->Open(*query_path);
       if (!h.filename || h.filename->empty()) return InvalidArgument("file part without a filename");
@@ -291,7 +291,7 @@ void HandleFilesPost(Agent& agent, std::shared_ptr<http::Conn> s) {
     };
     cb.on_part_data = [up](std::string_view d) { return up->Write(d); };
     cb.on_part_end = [up] { return up->Close(); };
-    auto parser = std::make_shared<MultipartParser>(*boundary, std::move(cb));
+    auto parser = std::make_shared<envd::MultipartParser>(*boundary, std::move(cb));
     return s->ReadBody([parser](std::string_view chunk) { return parser->Feed(chunk); },
                        [s, up, parser](Status st) {
                          if (st.ok()) st = parser->Finish();

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "agent/multipart.h"
+#include "envd/multipart.h"
 #include "common/clock.h"
 #include "common/hex.h"
 #include "envd/proto_json.h"
@@ -122,13 +122,13 @@ std::unique_ptr<DataPlaneTap> DataPlaneTap::Create(const TapRequest& req, AuditS
 DataPlaneTap::DataPlaneTap(Kind kind, TapRequest req, AuditSink sink)
     : kind_(kind), req_(std::move(req)), sink_(std::move(sink)), started_ms_(NowUnixMs()) {
   if (kind_ == Kind::kFileWrite && req_.content_type.rfind("multipart/", 0) == 0) {
-    auto boundary = agent::MultipartBoundary(req_.content_type);
+    auto boundary = envd::MultipartBoundary(req_.content_type);
     if (!boundary.ok()) {
       errors_ = boundary.status().message();
       return;
     }
-    agent::MultipartParser::Callbacks cb;
-    cb.on_part_begin = [this](const agent::PartHeaders& h) {
+    envd::MultipartParser::Callbacks cb;
+    cb.on_part_begin = [this](const envd::PartHeaders& h) {
       part_hash_ = std::make_unique<Sha256Stream>();
       auto q = req_.query.find("path");
       part_path_ = q != req_.query.end() && !q->second.empty() ? q->second : h.filename.value_or(h.name);
@@ -146,7 +146,7 @@ DataPlaneTap::DataPlaneTap(Kind kind, TapRequest req, AuditSink sink)
       }
       return OkStatus();
     };
-    multipart_ = std::make_unique<agent::MultipartParser>(*boundary, std::move(cb));
+    multipart_ = std::make_unique<envd::MultipartParser>(*boundary, std::move(cb));
   }
 }
 

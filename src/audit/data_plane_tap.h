@@ -37,7 +37,7 @@
 #include "audit/audit_log.h"
 #include "envd/envelope.h"
 
-namespace airlock::agent {
+namespace airlock::envd {
 class MultipartParser;
 }
 
@@ -138,7 +138,7 @@ class DataPlaneTap {
   std::optional<nlohmann::json> end_;
   // files
   Sha256Stream body_hash_;
-  std::unique_ptr<agent::MultipartParser> multipart_;
+  std::unique_ptr<envd::MultipartParser> multipart_;
   nlohmann::json parts_ = nlohmann::json::array();
   std::unique_ptr<Sha256Stream> part_hash_;
   std::string part_path_;

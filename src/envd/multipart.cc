@@ -1,9 +1,9 @@
-#include "agent/multipart.h"
+#include "envd/multipart.h"
 
 #include <algorithm>
 #include <cctype>
 
-namespace airlock::agent {
+namespace airlock::envd {
 namespace {
 
 constexpr size_t kMaxHeaderBytes = 16 * 1024;
@@ -228,4 +228,4 @@ Status MultipartParser::ParseHeaders(std::string_view block) {
   return OkStatus();
 }
 
-}  // namespace airlock::agent
+}  // namespace airlock::envd

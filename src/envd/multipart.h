@@ -12,7 +12,7 @@
 
 #include "common/status.h"
 
-namespace airlock::agent {
+namespace airlock::envd {
 
 struct PartHeaders {
   std::string name;                 // Content-Disposition name
@@ -52,4 +52,4 @@ class MultipartParser {
   Status error_;
 };
 
-}  // namespace airlock::agent
+}  // namespace airlock::envd

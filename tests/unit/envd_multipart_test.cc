@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "agent/multipart.h"
+#include "envd/multipart.h"
 
-namespace airlock::agent {
+namespace airlock::envd {
 namespace {
 
 struct Part {
@@ -166,4 +166,4 @@ TEST(Multipart, Boundary) {
 }
 
 }  // namespace
-}  // namespace airlock::agent
+}  // namespace airlock::envd
