@@ -15,7 +15,9 @@
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <future>
 #include <iostream>
+#include <map>
 
 #include <sys/stat.h>
 
@@ -96,6 +98,33 @@ void PrintProgress(std::string_view step) {
 int SnapshotTemplates(const std::string& state_dir, const std::vector<std::string>& templates,
                       const std::string& agent_binary);
 
+// The gVisor runtime's root tree of each image (template -> rootfs.ext4),
+// made here once rather than by the first gVisor start (40-100 s each;
+// docs/runtime-gvisor.md "Root filesystem"), all at once (each is fuse2fs
+// and cp, about one core). Only where that runtime can run; a failure is a
+// warning, since the microVM runtime does not need the tree and a start
+// retries.
+void MakeGvisorTrees(const std::map<std::string, std::string>& rootfs_of) {
+  if (!FindExecutable("runsc").ok() || !FindExecutable("fuse2fs").ok()) return;
+  std::map<std::string, std::future<std::pair<StatusOr<std::string>, double>>> trees;
+  for (const auto& [name, rootfs] : rootfs_of) {
+    trees[name] = std::async(std::launch::async, [rootfs = rootfs] {
+      auto t1 = std::chrono::steady_clock::now();
+      auto tree = gvisor::EnsureRootTree(rootfs);
+      return std::make_pair(tree, std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+    });
+  }
+  for (auto& [name, pending] : trees) {
+    auto [tree, secs] = pending.get();
+    if (tree.ok()) {
+      std::printf("  gvisor  %s (%s, %.1fs)\n", tree->c_str(), name.c_str(), secs);
+    } else {
+      std::fprintf(stderr, "airlock image build: %s: gVisor root tree not made (a gVisor start retries): %s\n",
+                   name.c_str(), tree.status().message().c_str());
+    }
+  }
+}
+
 int CmdImage(const std::string& state_dir, const std::vector<std::string>& args) {
   po::options_description desc("airlock image build [options]");
   bool force = false, refresh = false, no_snapshot = false;
@@ -130,6 +159,7 @@ int CmdImage(const std::string& state_dir, const std::vector<std::string>& args)
     return 0;
   }
   std::vector<std::string> templates = tmpl == "all" ? image::KnownTemplates() : std::vector<std::string>{tmpl};
+  std::map<std::string, std::string> rootfs_of;  // template -> its rootfs.ext4
   for (const auto& name : templates) {
     image::ImageOptions opts;
     opts.state_dir = state_dir;
@@ -152,22 +182,9 @@ int CmdImage(const std::string& state_dir, const std::vector<std::string>& args)
     std::printf("image %s (%s) ready in %.1fs\n  kernel  %s (%s)\n  initrd  %s\n  rootfs  %s\n", img->id.c_str(),
                 img->template_name.c_str(), s, img->kernel.c_str(), img->kernel_release.c_str(), img->initrd.c_str(),
                 img->rootfs.c_str());
-    // The gVisor runtime's root tree of this image, made here once rather
-    // than by the first gVisor start (40-100 s; docs/runtime-gvisor.md "Root
-    // filesystem"). Only where that runtime can run; a failure is a warning,
-    // since the microVM runtime does not need the tree and a start retries.
-    if (FindExecutable("runsc").ok() && FindExecutable("fuse2fs").ok()) {
-      auto t1 = std::chrono::steady_clock::now();
-      auto tree = gvisor::EnsureRootTree(img->rootfs);
-      if (tree.ok()) {
-        std::printf("  gvisor  %s (%.1fs)\n", tree->c_str(),
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
-      } else {
-        std::fprintf(stderr, "airlock image build: %s: gVisor root tree not made (a gVisor start retries): %s\n",
-                     name.c_str(), tree.status().message().c_str());
-      }
-    }
+    rootfs_of[name] = img->rootfs;
   }
+  MakeGvisorTrees(rootfs_of);
   if (no_snapshot) return 0;
   return SnapshotTemplates(state_dir, templates, FindAgentBinary(agent));
 }

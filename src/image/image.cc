@@ -230,6 +230,11 @@ void CollectGarbageIn(const Layout& l) {
     for (char c : p->kernel_version) v += c == ':' ? std::string("%3a") : std::string(1, c);
     debs.insert(p->kernel_name + "_" + v + "_");
   }
+  // The current base layer of every built-in template, built or not yet
+  // pointed at (EnsureBaseLayers makes them before any image of theirs).
+  for (const auto& name : KnownTemplates()) {
+    if (auto packages = TemplatePackages(name); packages.ok()) base.insert(BaseLayerKey(name, kSuite, *packages));
+  }
   PinnedByVmsAndSnapshots(l, boot, rootfs);
   auto sweep = [](const std::string& dir, const std::function<bool(const std::string&)>& keep) {
     auto entries = ListDir(dir);
@@ -484,6 +489,119 @@ StatusOr<std::vector<StagedFile>> InterpreterFiles(const ImageOptions& o, const 
 
 }  // namespace
 
+namespace {
+
+// The image directory of a build: made, locked against other builds (held
+// while `lock` lives), and cleared of what a killed build left in tmp/.
+struct OpenImages {
+  Layout layout;
+  UniqueFd lock;
+};
+StatusOr<OpenImages> OpenForBuild(const std::string& requested_state_dir, const Progress& progress) {
+  if (requested_state_dir.empty()) return InvalidArgument("state_dir is empty");
+  RETURN_IF_ERROR(MakeDirs(requested_state_dir + "/images"));
+  ASSIGN_OR_RETURN(std::string state_dir, AbsolutePath(requested_state_dir));
+  Layout l = LayoutFor(state_dir);
+  for (const auto& d : {l.tmp(), l.debs(), l.boot(), l.rootfs(), l.base(), l.templates()}) {
+    RETURN_IF_ERROR(MakeDirs(d));
+  }
+  ASSIGN_OR_RETURN(UniqueFd lock, LockFile(l.lock(), [&] {
+                     Say(progress, "waiting for another image build to finish");
+                   }));
+  // Stale build directories from a killed build (we hold the lock).
+  if (auto stale = ListDir(l.tmp()); stale.ok()) {
+    for (const auto& s : *stale) {
+      if (Status st = RemoveTree(l.tmp() + "/" + s); !st.ok()) return st;
+    }
+  }
+  return OpenImages{std::move(l), std::move(lock)};
+}
+
+// What the boot files depend on besides the kernel package: the builder,
+// the initramfs's init script and modules, busybox.
+StatusOr<std::string> BootLocalKey(const std::string& busybox) {
+  ASSIGN_OR_RETURN(std::string busybox_sha, Sha256File(busybox));
+  return KeyBuilder()
+      .Add("builder", kBuilderVersion)
+      .Add("init", InitramfsInitScript())
+      .Add("modules", InitramfsModules())
+      .Add("busybox", busybox_sha)
+      .Digest();
+}
+
+// The kernel package of the last build of the template (no apt), else the
+// one apt resolves now (`refresh`: after apt-get update).
+StatusOr<KernelPackage> KernelFor(const Layout& l, const StatusOr<Pointer>& prev, bool refresh,
+                                  const Progress& progress) {
+  if (prev.ok() && !refresh && !prev->kernel_name.empty() && !prev->kernel_version.empty()) {
+    return KernelPackage{prev->kernel_name, prev->kernel_version, prev->kernel_release};
+  }
+  ASSIGN_OR_RETURN(std::string work, MakeTempDir(l.tmp(), "apt-"));
+  auto k = ResolveKernelPackage(refresh, work, progress);
+  (void)RemoveTree(work);
+  return k;
+}
+
+// The boot files (vmlinux, initramfs) of `kernel`, built unless present;
+// returns their key.
+StatusOr<std::string> EnsureBoot(const Layout& l, const KernelPackage& kernel, const std::string& busybox,
+                                 const std::string& boot_local, bool force, const Progress& progress) {
+  std::string boot_key = KeyBuilder()
+                             .Add("builder", kBuilderVersion)
+                             .Add("kernel_package", kernel.name)
+                             .Add("kernel_version", kernel.version)
+                             .Add("local", boot_local)
+                             .ShortDigest();
+  if (force || !Exists(l.boot(boot_key) + "/initrd.cpio.gz")) {
+    BootInputs in{kernel, busybox, l.debs()};
+    RETURN_IF_ERROR(BuildInto(l, l.boot(boot_key), [&](const std::string& w, const std::string& out) {
+      return BuildBoot(in, w, out, progress);
+    }));
+  } else {
+    Say(progress, "kernel and initramfs up to date (" + kernel.name + " " + kernel.version + ")");
+  }
+  return boot_key;
+}
+
+// The template's base layer (mmdebstrap; does not depend on the agent),
+// built unless present; returns its directory.
+StatusOr<std::string> EnsureBaseLayer(const Layout& l, const std::string& base_key,
+                                      const std::vector<std::string>& packages, bool force,
+                                      const Progress& progress) {
+  // A base layer directory is complete once it exists (renamed into place).
+  std::string base_dir = l.base(base_key);
+  if (force || !Exists(base_dir + "/packages.txt")) {
+    // Base layers are unpacked root filesystems (device nodes, setuid
+    // files, other users' files): root only.
+    if (::chmod(l.base().c_str(), 0700) != 0) return ErrnoError("chmod " + l.base());
+    BaseLayerInputs in{kSuite, packages};
+    RETURN_IF_ERROR(BuildInto(l, base_dir, [&](const std::string& w, const std::string& out) {
+      return BuildBaseLayer(in, w, out, progress);
+    }));
+  } else {
+    Say(progress, "base layer up to date (" + base_key + ")");
+  }
+  return base_dir;
+}
+
+}  // namespace
+
+Status EnsureBaseLayers(const ImageOptions& options) {
+  const std::string name = CanonicalTemplateName(options.template_name);
+  RETURN_IF_ERROR(ValidTemplateName(name));
+  ASSIGN_OR_RETURN(std::vector<std::string> packages, TemplatePackages(name));
+  std::string busybox = FindBusybox();
+  if (busybox.empty()) return FailedPrecondition("no static busybox found (apt-get install busybox-static)");
+  if (::geteuid() != 0) return PermissionDenied("building the guest image needs root (mmdebstrap, chroot)");
+  ASSIGN_OR_RETURN(OpenImages open, OpenForBuild(options.state_dir, options.progress));
+  const Layout& l = open.layout;
+  ASSIGN_OR_RETURN(std::string boot_local, BootLocalKey(busybox));
+  ASSIGN_OR_RETURN(KernelPackage kernel, KernelFor(l, ReadPointer(l, name), options.refresh, options.progress));
+  RETURN_IF_ERROR(EnsureBoot(l, kernel, busybox, boot_local, options.force, options.progress).status());
+  return EnsureBaseLayer(l, BaseLayerKey(name, kSuite, packages), packages, options.force, options.progress)
+      .status();
+}
+
 StatusOr<GuestImage> EnsureImage(const ImageOptions& options) {
   ImageOptions o = options;
   o.template_name = CanonicalTemplateName(o.template_name);
@@ -514,22 +632,8 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& options) {
     return FailedPrecondition("no static busybox found (apt-get install busybox-static)");
   }
 
-  RETURN_IF_ERROR(MakeDirs(o.state_dir + "/images"));
-  ASSIGN_OR_RETURN(std::string state_dir, AbsolutePath(o.state_dir));
-  Layout l = LayoutFor(state_dir);
-  for (const auto& d : {l.tmp(), l.debs(), l.boot(), l.rootfs(), l.base(), l.templates()}) {
-    RETURN_IF_ERROR(MakeDirs(d));
-  }
-  ASSIGN_OR_RETURN(UniqueFd lock, LockFile(l.lock(), [&] {
-                     Say(progress, "waiting for another image build to finish");
-                   }));
-
-  // Stale build directories from a killed build (we hold the lock).
-  if (auto stale = ListDir(l.tmp()); stale.ok()) {
-    for (const auto& s : *stale) {
-      if (Status st = RemoveTree(l.tmp() + "/" + s); !st.ok()) return st;
-    }
-  }
+  ASSIGN_OR_RETURN(OpenImages open, OpenForBuild(o.state_dir, progress));
+  const Layout& l = open.layout;
   // Inputs known without asking apt. The agent's key is the hash of what
   // the guest gets (GuestAgentCopy), not of the build's binary, whose debug
   // info names the build directory.
@@ -541,13 +645,7 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& options) {
   const std::string guest_agent = agent_dir + "/airlock-agent";
   RETURN_IF_ERROR(GuestAgentCopy(o.agent_binary, guest_agent, agent_dir + "/objcopy.log").WithContext("agent"));
   ASSIGN_OR_RETURN(std::string agent_sha, Sha256File(guest_agent));
-  ASSIGN_OR_RETURN(std::string busybox_sha, Sha256File(busybox));
-  std::string boot_local = KeyBuilder()
-                               .Add("builder", kBuilderVersion)
-                               .Add("init", InitramfsInitScript())
-                               .Add("modules", InitramfsModules())
-                               .Add("busybox", busybox_sha)
-                               .Digest();
+  ASSIGN_OR_RETURN(std::string boot_local, BootLocalKey(busybox));
   std::vector<StagedFile> extras;
   if (TemplateHasInterpreter(o.template_name)) {
     ASSIGN_OR_RETURN(extras, InterpreterFiles(o, agent_dir));
@@ -574,47 +672,11 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& options) {
     return PermissionDenied("building the guest image needs root (mmdebstrap, chroot)");
   }
 
-  KernelPackage kernel;
-  if (prev.ok() && !o.refresh && !prev->kernel_name.empty() && !prev->kernel_version.empty()) {
-    kernel = {prev->kernel_name, prev->kernel_version, prev->kernel_release};
-  } else {
-    ASSIGN_OR_RETURN(std::string work, MakeTempDir(l.tmp(), "apt-"));
-    auto k = ResolveKernelPackage(o.refresh, work, progress);
-    (void)RemoveTree(work);
-    if (!k.ok()) return k.status();
-    kernel = *k;
-  }
-  std::string boot_key = KeyBuilder()
-                             .Add("builder", kBuilderVersion)
-                             .Add("kernel_package", kernel.name)
-                             .Add("kernel_version", kernel.version)
-                             .Add("local", boot_local)
-                             .ShortDigest();
-
+  ASSIGN_OR_RETURN(KernelPackage kernel, KernelFor(l, prev, o.refresh, progress));
   auto t0 = std::chrono::steady_clock::now();
-  if (o.force || !Exists(l.boot(boot_key) + "/initrd.cpio.gz")) {
-    BootInputs in{kernel, busybox, l.debs()};
-    RETURN_IF_ERROR(
-        BuildInto(l, l.boot(boot_key), [&](const std::string& w, const std::string& out) {
-          return BuildBoot(in, w, out, progress);
-        }));
-  } else {
-    Say(progress, "kernel and initramfs up to date (" + kernel.name + " " + kernel.version + ")");
-  }
+  ASSIGN_OR_RETURN(std::string boot_key, EnsureBoot(l, kernel, busybox, boot_local, o.force, progress));
   if (o.force || !Exists(l.rootfs(rootfs_key) + "/rootfs.ext4")) {
-    // A base layer directory is complete once it exists (renamed into place).
-    std::string base_dir = l.base(base_key);
-    if (o.force || !Exists(base_dir + "/packages.txt")) {
-      // Base layers are unpacked root filesystems (device nodes, setuid
-      // files, other users' files): root only.
-      if (::chmod(l.base().c_str(), 0700) != 0) return ErrnoError("chmod " + l.base());
-      BaseLayerInputs in{kSuite, packages};
-      RETURN_IF_ERROR(BuildInto(l, base_dir, [&](const std::string& w, const std::string& out) {
-        return BuildBaseLayer(in, w, out, progress);
-      }));
-    } else {
-      Say(progress, "base layer up to date (" + base_key + ")");
-    }
+    ASSIGN_OR_RETURN(std::string base_dir, EnsureBaseLayer(l, base_key, packages, o.force, progress));
     TemplateInputs in{base_dir, guest_agent, agent_sha, rootfs_key, extras};
     RETURN_IF_ERROR(
         BuildInto(l, l.rootfs(rootfs_key), [&](const std::string& w, const std::string& out) {

@@ -73,6 +73,14 @@ struct GuestImage {
 
 StatusOr<GuestImage> EnsureImage(const ImageOptions& options);
 
+// What of options.template_name's image needs neither the agent nor the
+// airlock binary: the boot files (kernel, initramfs) and the template's
+// base layer (mmdebstrap, minutes). Built unless present, under the same
+// lock as EnsureImage, which then finds them up to date; `agent_binary` is
+// ignored. `make build` runs it (airlock-image-tool base) while the C++
+// compiles. Errors: PermissionDenied unless root; the build step's.
+Status EnsureBaseLayers(const ImageOptions& options);
+
 // The current image of a template, without building. NotFound when absent or
 // incomplete.
 StatusOr<GuestImage> FindImage(const std::string& state_dir, const std::string& template_name);

@@ -1,12 +1,17 @@
 // airlock-image-tool: a development driver for the image module.
 //   airlock-image-tool build [--state-dir D] [--template base] --agent PATH
 //                            [--force] [--refresh]
+//   airlock-image-tool base  [--state-dir D] [--template base|all]
+//                            [--force] [--refresh]
+//     (boot files and base layers only: EnsureBaseLayers; `make build`
+//     runs it while the rest of airlock compiles)
 //   airlock-image-tool show  [--state-dir D] [--template base]
 // The real user interface is `airlock image build` (src/cli).
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/log.h"
 #include "image/image.h"
@@ -17,6 +22,7 @@ int Usage() {
   std::fprintf(stderr,
                "usage: airlock-image-tool build [--state-dir D] [--template T] --agent PATH "
                "[--force] [--refresh]\n"
+               "       airlock-image-tool base [--state-dir D] [--template T|all] [--force] [--refresh]\n"
                "       airlock-image-tool show [--state-dir D] [--template T]\n");
   return 2;
 }
@@ -62,12 +68,25 @@ int main(int argc, char** argv) {
     Print(*g);
     return 0;
   }
-  if (cmd != "build") return Usage();
+  if (cmd != "build" && cmd != "base") return Usage();
   auto start = std::chrono::steady_clock::now();
   o.progress = [start](std::string_view step) {
     double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stderr, "[%6.1fs] %.*s\n", t, static_cast<int>(step.size()), step.data());
   };
+  if (cmd == "base") {
+    const std::vector<std::string> names =
+        o.template_name == "all" ? airlock::image::KnownTemplates() : std::vector<std::string>{o.template_name};
+    for (const auto& name : names) {
+      o.template_name = name;
+      if (airlock::Status st = airlock::image::EnsureBaseLayers(o); !st.ok()) {
+        std::fprintf(stderr, "error: %s: %s\n", name.c_str(), st.ToString().c_str());
+        return 1;
+      }
+      o.progress("base layer of " + name + " ready");
+    }
+    return 0;
+  }
   auto g = airlock::image::EnsureImage(o);
   double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!g.ok()) {
