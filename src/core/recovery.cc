@@ -165,10 +165,10 @@ StatusOr<std::shared_ptr<Sandbox>> Recovery::AdoptOne(const AdoptRequest& r) {
     return Unavailable("VMM pid " + std::to_string(r.record.vmm_pid) + " is gone");
   }
   ASSIGN_OR_RETURN(auto network, net::SandboxNetwork::Adopt(r.record.id, *m_.pool_));
-  net::SandboxNetwork& net = *network;
+  net::SandboxNetwork& adopted_net = *network;
   sb->AttachNetwork(std::move(network));
   // The VMM owns the lease, so it stays live while no daemon runs.
-  RETURN_IF_ERROR(m_.pool_->Adopt(net.lease(), r.record.vmm_pid));
+  RETURN_IF_ERROR(m_.pool_->Adopt(adopted_net.lease(), r.record.vmm_pid));
   // Full control (pause, fork) when its runtime opens here and can
   // reattach; else pid only.
   StatusOr<std::unique_ptr<VmInstance>> vm = Unavailable("no VMM");
@@ -185,7 +185,7 @@ StatusOr<std::shared_ptr<Sandbox>> Recovery::AdoptOne(const AdoptRequest& r) {
     LOG_WARN("sandbox={} VMM adopted by pid only (no pause/fork): {}", r.record.id, vm.status().message());
     sb->AttachVm(std::make_unique<AdoptedVm>(r.record.id, r.record.vmm_pid, sb->run_dir_));
   }
-  sb->AttachAgent(std::make_unique<EnvdClient>(AgentEndpoint{net.netns_ip(), kAgentPort}, r.record.access_token));
+  sb->AttachAgent(std::make_unique<EnvdClient>(AgentEndpoint{adopted_net.netns_ip(), kAgentPort}, r.record.access_token));
   sb->SetReleased(false);  // from here on, a failure tears it all down
   Status health =
       sb->agent_->WaitReady(std::chrono::steady_clock::now() + std::chrono::seconds(5), [] { return OkStatus(); });
@@ -193,7 +193,7 @@ StatusOr<std::shared_ptr<Sandbox>> Recovery::AdoptOne(const AdoptRequest& r) {
   WriteRunDirOwner(sb->run_dir_, m_.config_.owner);
   if (egress::EgressService* egress = m_.egress()) {
     // The policy kept in the run dir (deny-all without it).
-    Status st = ApplyEgressPolicy(net, *egress, r.record.id, LoadEgressPolicy(sb->run_dir_), "", true);
+    Status st = ApplyEgressPolicy(adopted_net, *egress, r.record.id, LoadEgressPolicy(sb->run_dir_), "", true);
     if (st.ok())
       sb->AttachEgress(egress);
     else
