@@ -64,7 +64,7 @@ class DaemonStart {
     Checklist start;
     for (const auto& [name, step] : steps) RETURN_IF_ERROR(start.Do(name, [&] { return (this->*step)(); }, nullptr));
     LOG_WARN("airlock serve listening on {} (port {}), {} sandbox(es) adopted", s->config_.listen, s->port(), adopted.size());
-    if (s->console_listener_) LOG_WARN("airlock serve: web console on {} (port {})", s->config_.console_listen, s->console_port());
+    if (s->front_.console_listener) LOG_WARN("airlock serve: web console on {} (port {})", s->config_.console_listen, s->console_port());
     return OkStatus();
   }
 
@@ -72,12 +72,10 @@ class DaemonStart {
   Status OpenRegistry() {
     Server* const s = server_;
     ::mkdir(state_dir.c_str(), 0700);
-    db = s->config_.db_path.empty() ? state_dir + "/airlock.db" : s->config_.db_path;
-    db_dir = db.find('/') == std::string::npos ? "." : db.substr(0, db.rfind('/'));
+    const std::string db = s->config_.db_path.empty() ? state_dir + "/airlock.db" : s->config_.db_path;
     // One daemon per registry, for its whole life: a second one would adopt the
     // same sandboxes and interleave the same audit trail (docs/security.md).
-    ASSIGN_OR_RETURN(s->registry_lock_, StateLock::Acquire(db + ".lock", StateLock::Mode::kExclusive, "registry"));
-    ASSIGN_OR_RETURN(s->registry_, Registry::Open(db));
+    RETURN_IF_ERROR(s->registry_.Open(db));
     {
       // What this daemon owns on the host (run dirs, address leases) is tagged
       // with its registry, so its clean-up never touches another daemon's.
@@ -85,17 +83,15 @@ class DaemonStart {
       auto canon = std::filesystem::weakly_canonical(db, ec);
       s->config_.manager.owner = ec ? db : canon.string();
     }
-    s->db_path_ = db;
-    s->db_dir_ = db_dir;
     return OkStatus();
   }
 
   Status OpenAudit() {
     Server* const s = server_;
-    if (!s->redactor_) s->redactor_ = std::make_shared<secrets::Redactor>();
-    std::string audit_dir = s->config_.audit_dir.empty() ? db_dir + "/audit" : s->config_.audit_dir;
-    ASSIGN_OR_RETURN(s->audit_, audit::AuditLog::Open(audit_dir, s->redactor_));
-    std::weak_ptr<secrets::Redactor> weak = s->redactor_;
+    if (!s->audit_.redactor) s->audit_.redactor = std::make_shared<secrets::Redactor>();
+    std::string audit_dir = s->config_.audit_dir.empty() ? s->registry_.db_dir() + "/audit" : s->config_.audit_dir;
+    ASSIGN_OR_RETURN(s->audit_.log, audit::AuditLog::Open(audit_dir, s->audit_.redactor));
+    std::weak_ptr<secrets::Redactor> weak = s->audit_.redactor;
     s->config_.limits.redact = [weak](std::string_view text) {
       auto r = weak.lock();
       return r ? r->Redact(text) : std::string(text);
@@ -105,11 +101,11 @@ class DaemonStart {
     if (s->config_.memory_sample_interval.count() <= 0) s->config_.admission.memory_pressure_mib = 0;
     s->admission_ = std::make_unique<control::Admission>(s->config_.admission);
     if (!s->config_.otlp.endpoint.empty()) {
-      ASSIGN_OR_RETURN(s->otlp_, audit::OtlpExporter::Start(s->config_.otlp));
+      ASSIGN_OR_RETURN(s->audit_.otlp, audit::OtlpExporter::Start(s->config_.otlp));
     }
-    s->audit_->SetObserver([s](const nlohmann::json& r) {
+    s->audit_.log->SetObserver([s](const nlohmann::json& r) {
       s->metrics_.AuditRecord();
-      if (s->otlp_) s->otlp_->Enqueue(r);
+      if (s->audit_.otlp) s->audit_.otlp->Enqueue(r);
     });
     return OkStatus();
   }
@@ -119,23 +115,23 @@ class DaemonStart {
     // Secrets: the egress proxy asks the broker about brokered secrets and the sandbox CA.
     {
       SecretsService::Options so;
-      so.db_path = db;
-      so.db_dir = db_dir;
+      so.db_path = s->registry_.db_path();
+      so.db_dir = s->registry_.db_dir();
       int64_t life_s = s->config_.max_lifetime_s > 0 ? s->config_.max_lifetime_s : s->config_.max_timeout_s;
       so.ca_lifetime = std::chrono::seconds(life_s + 86400);
       SecretsService::Hooks hooks;
-      hooks.audit = [s](json r) { AppendAudit(s->audit_.get(), std::move(r)); };
+      hooks.audit = [s](json r) { s->audit_.Append(std::move(r)); };
       hooks.sandbox_log = [s](const std::string& id, std::string level, std::string message) {
-        if (auto sb = s->manager_->Get(id)) sb->AddLog(std::move(level), std::move(message));
+        if (auto sb = s->fleet_.manager->Get(id)) sb->AddLog(std::move(level), std::move(message));
       };
       hooks.run_later = [s](std::chrono::milliseconds delay, std::function<void()> fn) {
-        if (delay.count() <= 0) return asio::post(*s->workers_, std::move(fn));
-        auto timer = std::make_shared<asio::steady_timer>(s->io_, delay);
+        if (delay.count() <= 0) return asio::post(*s->loop_.workers, std::move(fn));
+        auto timer = std::make_shared<asio::steady_timer>(s->loop_.io, delay);
         timer->async_wait([s, timer, fn = std::move(fn)](boost::system::error_code ec) {
-          if (!ec) asio::post(*s->workers_, fn);
+          if (!ec) asio::post(*s->loop_.workers, fn);
         });
       };
-      s->secrets_ = std::make_unique<SecretsService>(std::move(so), s->redactor_, std::move(hooks));
+      s->secrets_ = std::make_unique<SecretsService>(std::move(so), s->audit_.redactor, std::move(hooks));
     }
     return OkStatus();
   }
@@ -147,7 +143,7 @@ class DaemonStart {
     if (!s->config_.manager.egress_audit_sink) {
       // Every egress decision (rate-limited per sandbox by the egress service)
       // goes to the audit trail and the egress counters of /metrics.
-      s->config_.manager.egress_audit_sink = [s, log = AuditSinkOf(s->audit_)](const nlohmann::json& j) {
+      s->config_.manager.egress_audit_sink = [s, log = AuditSinkOf(s->audit_.log)](const nlohmann::json& j) {
         const std::string decision = j.value("decision", "");
         if (decision == "allow" || decision == "deny") s->metrics_.EgressDecision(decision == "allow");
         if (j.contains("bytesOut") && j["bytesOut"].is_number_unsigned() && j.contains("bytesIn") &&
@@ -182,18 +178,18 @@ class DaemonStart {
                                                            : s->config_.pool_size;
     // The Manager owns sandbox state and writes the registry; the server hears
     // of ends and pauses (SandboxEvents) and runs their blocking work on its workers.
-    s->workers_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(1, s->config_.workers)));
+    s->loop_.workers = std::make_unique<asio::thread_pool>(static_cast<size_t>(std::max(1, s->config_.workers)));
     // MCP tool calls get their own pool once the listener is bound; their
     // numbers are refused now, before anything is adopted.
     RETURN_IF_ERROR(McpService::Check(s->config_.mcp_threads, s->config_.mcp_calls_per_team));
-    s->config_.manager.registry = s->registry_.get();
+    s->config_.manager.registry = &s->registry_.db();
     s->config_.manager.pool.min_available_mib = s->config_.pressure.refuse_below_mib;
     if (s->config_.memory_sample_interval.count() > 0)
-      s->config_.manager.pool.memory_short = [s] { return s->memory_ && s->memory_->under(); };
+      s->config_.manager.pool.memory_short = [s] { return s->fleet_.memory && s->fleet_.memory->under(); };
     s->config_.manager.events.ending = [s](Sandbox& sb, const SandboxEnd& end) { s->OnSandboxEnding(sb, end); };
     s->config_.manager.events.ended = [s](const std::string& id, const SandboxEnd& end) { s->OnSandboxEnded(id, end); };
     // Its guest is stopping: no stream may wait on it.
-    s->config_.manager.events.paused = [s](Sandbox& sb) { s->streams_.Drop(sb.id()); };
+    s->config_.manager.events.paused = [s](Sandbox& sb) { s->fleet_.streams.Drop(sb.id()); };
     // Adopted while paused: its CA is minted now.
     s->config_.manager.events.resumed = [s](Sandbox& sb) { s->secrets_->EnsureSandboxCa(sb.id()); };
     return OkStatus();
@@ -202,18 +198,18 @@ class DaemonStart {
   Status OpenManager() {
     Server* const s = server_;
     // Sandboxes of a previous daemon: adopt the live ones, forget the rest.
-    ASSIGN_OR_RETURN(auto records, s->registry_->ListSandboxes());
+    ASSIGN_OR_RETURN(auto records, s->registry_.db().ListSandboxes());
     for (const auto& r : records) adopt.push_back({r, r.env_vars});
     s->secrets_->AddSecretEnvToAdopt(&adopt);
-    ASSIGN_OR_RETURN(s->manager_, Manager::Open(s->config_.manager, adopt));
-    s->reaper_ = std::make_unique<Reaper>(
-        *s->manager_, ReaperConfig{s->config_.reaper_interval, s->config_.max_lifetime_s,
-                                [s](std::function<void()> work) { asio::post(*s->workers_, std::move(work)); }});
-    for (const auto& sb : s->manager_->List()) {
+    ASSIGN_OR_RETURN(s->fleet_.manager, Manager::Open(s->config_.manager, adopt));
+    s->fleet_.reaper = std::make_unique<Reaper>(
+        *s->fleet_.manager, ReaperConfig{s->config_.reaper_interval, s->config_.max_lifetime_s,
+                                [s](std::function<void()> work) { asio::post(*s->loop_.workers, std::move(work)); }});
+    for (const auto& sb : s->fleet_.manager->List()) {
       s->admission_->Adopt(sb->id(), "", sb->memory_mib());
       adopted.push_back(sb->id());
     }
-    RETURN_IF_ERROR(s->secrets_->Init(s->manager_.get(), adopted));
+    RETURN_IF_ERROR(s->secrets_->Init(s->fleet_.manager.get(), adopted));
     return OkStatus();
   }
 
@@ -225,7 +221,7 @@ class DaemonStart {
     TeamDisk::Options o;
     o.budget_mib = s->config_.team_disk_budget_mib < 0 ? DefaultTeamDiskBudgetMib(state_dir)
                                                        : s->config_.team_disk_budget_mib;
-    o.list = [s] { return DiskHoldingsOf(*s->manager_, s->templates_.get()); };
+    o.list = [s] { return DiskHoldingsOf(*s->fleet_.manager, s->templates_.api.get()); };
     s->team_disk_ = std::make_unique<TeamDisk>(std::move(o));
     if (s->team_disk_->enabled()) LOG_INFO("disk budget per team: {} MiB", s->team_disk_->budget_mib());
     return OkStatus();
@@ -237,7 +233,7 @@ class DaemonStart {
       TemplateApi::Config tc;
       tc.state_dir = s->config_.manager.state_dir;
       tc.owner = s->config_.manager.owner;
-      tc.db_path = s->db_path_;
+      tc.db_path = s->registry_.db_path();
       tc.max_builds = s->config_.max_builds;
       tc.build_timeout_s = s->config_.build_timeout_s;
       tc.build_allow = s->config_.build_allow;
@@ -252,43 +248,43 @@ class DaemonStart {
       tc.public_url = s->config_.public_url;
       tc.listen = s->config_.listen;
       TemplateApi::Deps deps{
-          .manager = *s->manager_,
-          .workers = *s->workers_,
+          .manager = *s->fleet_.manager,
+          .workers = *s->loop_.workers,
           .team_disk = s->team_disk_.get(),
           .check_team_disk = [s](const std::string& team) { return CheckTeamDisk(s->team_disk_.get(), team); },
-          .audit = [s](json r) { AppendAudit(s->audit_.get(), std::move(r)); },
+          .audit = [s](json r) { s->audit_.Append(std::move(r)); },
           .read_json = [s](std::shared_ptr<HttpConn> c,
                               std::function<void(json)> then) {
             ReadJsonBody(c, s->config_.max_json_body, std::move(then));
           },
           .delete_snapshot = [s](std::shared_ptr<HttpConn> c, const std::string& ref,
-                                    const Caller& caller) { s->router_->snapshots().DeleteSnapshot(std::move(c), ref, caller); },
+                                    const Caller& caller) { s->front_.router->snapshots().DeleteSnapshot(std::move(c), ref, caller); },
           .named_snapshot = [s](const std::string& ref, const std::string& team,
-                                   bool admin) { return s->catalog_->NamedSnapshotDir(ref, team, admin); },
+                                   bool admin) { return s->templates_.catalog->NamedSnapshotDir(ref, team, admin); },
       };
-      ASSIGN_OR_RETURN(s->templates_, TemplateApi::Open(std::move(tc), std::move(deps)));
+      ASSIGN_OR_RETURN(s->templates_.api, TemplateApi::Open(std::move(tc), std::move(deps)));
     }
     return OkStatus();
   }
 
   Status OpenController() {
     Server* const s = server_;
-    s->catalog_ = std::make_unique<control::TemplateCatalog>(*s->manager_, *s->registry_, s->templates_->store(),
-                                                          s->config_.manager.state_dir, s->manager_->config().runtime);
+    s->templates_.catalog = std::make_unique<control::TemplateCatalog>(*s->fleet_.manager, s->registry_.db(), s->templates_.api->store(),
+                                                          s->config_.manager.state_dir, s->fleet_.manager->config().runtime);
     {
       control::SandboxController::Hooks hooks;
-      hooks.run_blocking = [s](std::function<void()> work) { asio::post(*s->workers_, std::move(work)); };
-      hooks.audit = [s](json r) { AppendAudit(s->audit_.get(), std::move(r)); };
+      hooks.run_blocking = [s](std::function<void()> work) { asio::post(*s->loop_.workers, std::move(work)); };
+      hooks.audit = [s](json r) { s->audit_.Append(std::move(r)); };
       if (s->config_.cluster.sandbox_added) hooks.record_in_cluster = s->config_.cluster.sandbox_added;
       hooks.check_team_disk = [s](const std::string& team) { return CheckTeamDisk(s->team_disk_.get(), team); };
       hooks.disk_changed = [s] {
         if (s->team_disk_) s->team_disk_->Invalidate();
       };
-      s->sandboxes_ = std::make_unique<control::SandboxController>(
-          control::SandboxController::Deps{*s->manager_, *s->admission_, *s->secrets_, *s->registry_, s->metrics_,
-                                           &s->templates_->store(), s->config_.manager.state_dir, s->config_.disk_reserve_mib,
-                                           s->db_dir_, s->config_.disk_per_create_mib, !s->config_.no_template_snapshot},
-          std::move(hooks), s->io_);
+      s->fleet_.controller = std::make_unique<control::SandboxController>(
+          control::SandboxController::Deps{*s->fleet_.manager, *s->admission_, *s->secrets_, s->registry_.db(), s->metrics_,
+                                           &s->templates_.api->store(), s->config_.manager.state_dir, s->config_.disk_reserve_mib,
+                                           s->registry_.db_dir(), s->config_.disk_per_create_mib, !s->config_.no_template_snapshot},
+          std::move(hooks), s->loop_.io);
     }
     return OkStatus();
   }
@@ -296,13 +292,13 @@ class DaemonStart {
   Status OpenApiKeys() {
     Server* const s = server_;
     if (s->config_.write_cli_key) {
-      std::string path = db_dir + "/cli.key";
+      std::string path = s->registry_.db_dir() + "/cli.key";
       std::string existing;
       if (std::ifstream f(path); f) std::getline(f, existing);
-      auto valid = s->registry_->CheckApiKey(existing);
+      auto valid = s->registry_.db().CheckApiKey(existing);
       if (!valid.ok() || !*valid) {
-        (void)s->registry_->RemoveApiKey("cli");
-        ASSIGN_OR_RETURN(auto created, s->registry_->CreateApiKey("cli", "", /*admin=*/true));
+        (void)s->registry_.db().RemoveApiKey("cli");
+        ASSIGN_OR_RETURN(auto created, s->registry_.db().CreateApiKey("cli", "", /*admin=*/true));
         int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (fd < 0) return ErrnoError("open " + path);
         std::string line = created.second + "\n";
@@ -311,10 +307,10 @@ class DaemonStart {
         if (!ok) return ErrnoError("write " + path);
       }
     }
-    s->api_keys_ = s->config_.cluster.keys ? std::make_unique<ApiKeyTable>(*s->config_.cluster.keys)
-                                     : std::make_unique<ApiKeyTable>(s->registry_.get());
-    RETURN_IF_ERROR(s->api_keys_->Reload());
-    s->lookups_ = std::make_unique<asio::thread_pool>(2);
+    s->front_.api_keys = s->config_.cluster.keys ? std::make_unique<ApiKeyTable>(*s->config_.cluster.keys)
+                                     : std::make_unique<ApiKeyTable>(&s->registry_.db());
+    RETURN_IF_ERROR(s->front_.api_keys->Reload());
+    s->loop_.lookups = std::make_unique<asio::thread_pool>(2);
     return OkStatus();
   }
 
@@ -331,15 +327,15 @@ class DaemonStart {
           LOG_DEBUG("{}", msg);
       };
     }
-    s->listener_ = std::make_unique<HttpListener>(
-        s->io_, [s](std::shared_ptr<HttpConn> c) { s->router_->Handle(std::move(c)); }, limits);
-    RETURN_IF_ERROR(s->listener_->Listen(s->config_.listen));
+    s->front_.listener = std::make_unique<HttpListener>(
+        s->loop_.io, [s](std::shared_ptr<HttpConn> c) { s->front_.router->Handle(std::move(c)); }, limits);
+    RETURN_IF_ERROR(s->front_.listener->Listen(s->config_.listen));
     // The web console's own origin (docs/console.md): never the API's, where
     // signed URLs relay guest bytes.
     if (!s->config_.console_listen.empty()) {
-      s->console_listener_ = std::make_unique<HttpListener>(
-          s->io_, [s](std::shared_ptr<HttpConn> c) { s->router_->HandleConsoleOrigin(std::move(c)); }, std::move(limits));
-      RETURN_IF_ERROR(s->console_listener_->Listen(s->config_.console_listen).WithContext("--console-listen"));
+      s->front_.console_listener = std::make_unique<HttpListener>(
+          s->loop_.io, [s](std::shared_ptr<HttpConn> c) { s->front_.router->HandleConsoleOrigin(std::move(c)); }, std::move(limits));
+      RETURN_IF_ERROR(s->front_.console_listener->Listen(s->config_.console_listen).WithContext("--console-listen"));
     }
     // MCP tools reach this daemon's API (or --mcp-api's) with the caller's key.
     ASSIGN_OR_RETURN(s->mcp_, McpService::Create({.listen = s->config_.listen,
@@ -349,14 +345,14 @@ class DaemonStart {
                                                .threads = s->config_.mcp_threads,
                                                .calls_per_team = s->config_.mcp_calls_per_team,
                                                .server_version = kAirlockVersion},
-                                              [s](json r) { AppendAudit(s->audit_.get(), std::move(r)); }));
+                                              [s](json r) { s->audit_.Append(std::move(r)); }));
     return OkStatus();
   }
 
   Status StartTimers() {
     Server* const s = server_;
-    s->signals_ = std::make_unique<asio::signal_set>(s->io_, SIGINT, SIGTERM);
-    s->signals_->async_wait([s](boost::system::error_code ec, int sig) {
+    s->loop_.signals = std::make_unique<asio::signal_set>(s->loop_.io, SIGINT, SIGTERM);
+    s->loop_.signals->async_wait([s](boost::system::error_code ec, int sig) {
       if (!ec) {
         LOG_WARN("signal {} received, stopping", sig);
         s->Stop();
@@ -364,54 +360,54 @@ class DaemonStart {
     });
     // API keys changed by `airlock apikey` reach the table within a
     // reaper_interval; uploads no build uses expire (the upload TTL).
-    s->api_keys_->RefreshEvery(s->io_, *s->lookups_, s->config_.reaper_interval);
-    s->templates_->SweepEvery(s->io_, s->config_.reaper_interval);
-    s->metrics_sampler_ = std::make_unique<control::MetricsSampler>(
-        *s->manager_, s->io_, s->config_.metrics_interval, [s](std::function<void()> work) { asio::post(*s->workers_, std::move(work)); });
-    s->metrics_sampler_->Start();
+    s->front_.api_keys->RefreshEvery(s->loop_.io, *s->loop_.lookups, s->config_.reaper_interval);
+    s->templates_.api->SweepEvery(s->loop_.io, s->config_.reaper_interval);
+    s->fleet_.sampler = std::make_unique<control::MetricsSampler>(
+        *s->fleet_.manager, s->loop_.io, s->config_.metrics_interval, [s](std::function<void()> work) { asio::post(*s->loop_.workers, std::move(work)); });
+    s->fleet_.sampler->Start();
     {
       std::vector<std::string> running;
-      for (const auto& sb : s->manager_->VisibleList()) {
+      for (const auto& sb : s->fleet_.manager->VisibleList()) {
         if (sb->api_state() == "running") running.push_back(sb->id());
       }
       s->secrets_->ReinstallCas(running);
     }
-    s->reaper_->Start();
+    s->fleet_.reaper->Start();
     return OkStatus();
   }
 
   Status WarmUp() {
     Server* const s = server_;
     if (image::FindImage(state_dir, "base").ok()) {
-      s->sandboxes_->EnsureTemplateSnapshot("base", s->config_.default_vcpus, s->config_.default_memory_mib);
-      s->manager_->warm_pool().Warm("base", s->config_.default_vcpus, s->config_.default_memory_mib);
+      s->fleet_.controller->EnsureTemplateSnapshot("base", s->config_.default_vcpus, s->config_.default_memory_mib);
+      s->fleet_.manager->warm_pool().Warm("base", s->config_.default_vcpus, s->config_.default_memory_mib);
     }
     // The code interpreter's snapshot (its kernel warm in it) is made at start
     // too, so the first Sandbox.create() of @e2b/code-interpreter restores it.
     if (image::FindImage(state_dir, "code-interpreter").ok()) {
       const image::MachineShape shape = DefaultShapeFor(s->config_, "code-interpreter");
-      s->sandboxes_->EnsureTemplateSnapshot("code-interpreter", shape.vcpus, shape.memory_mib);
+      s->fleet_.controller->EnsureTemplateSnapshot("code-interpreter", shape.vcpus, shape.memory_mib);
     }
     // A first memory reading before the warm pool starts (it follows the
     // pressure verdict from its first round) and before any create: here, at
     // start, on this thread (adopted VMMs are measured too; milliseconds).
     {
       control::MemoryGovernor::Hooks hooks;
-      hooks.run_blocking = [s](std::function<void()> work) { asio::post(*s->workers_, std::move(work)); };
-      hooks.streaming = [s] { return s->streams_.Live(); };
+      hooks.run_blocking = [s](std::function<void()> work) { asio::post(*s->loop_.workers, std::move(work)); };
+      hooks.streaming = [s] { return s->fleet_.streams.Live(); };
       hooks.paused = [s](const std::string& id, const std::string& why) {
         s->metrics_.PressurePause();
-        if (auto sb = s->manager_->Get(id))
+        if (auto sb = s->fleet_.manager->Get(id))
           sb->AddLog("warn", "paused by the host's memory-pressure policy (" + why + "); it resumes on connect");
-        AppendAudit(s->audit_.get(), {{"action", "sandbox.pressure_pause"}, {"sandbox", id}, {"reason", why}});
+        s->audit_.Append({{"action", "sandbox.pressure_pause"}, {"sandbox", id}, {"reason", why}});
       };
-      s->memory_ = std::make_unique<control::MemoryGovernor>(
-          *s->manager_, *s->admission_, s->io_, control::MemoryGovernorConfig{s->config_.memory_sample_interval, s->config_.pressure},
+      s->fleet_.memory = std::make_unique<control::MemoryGovernor>(
+          *s->fleet_.manager, *s->admission_, s->loop_.io, control::MemoryGovernorConfig{s->config_.memory_sample_interval, s->config_.pressure},
           control::ProcMemoryProbe(), std::move(hooks));
     }
-    s->memory_->Start();
-    s->manager_->warm_pool().Start();
-    s->sandboxes_->Start();  // admission's tick
+    s->fleet_.memory->Start();
+    s->fleet_.manager->warm_pool().Start();
+    s->fleet_.controller->Start();  // admission's tick
     return OkStatus();
   }
 
@@ -422,33 +418,32 @@ class DaemonStart {
       // before Run()).
       Services sv;
       sv.config = &s->config_;
-      sv.io = &s->io_;
-      sv.workers = s->workers_.get();
-      sv.lookups = s->lookups_.get();
-      sv.manager = s->manager_.get();
-      sv.registry = s->registry_.get();
-      sv.sandboxes = s->sandboxes_.get();
+      sv.io = &s->loop_.io;
+      sv.workers = s->loop_.workers.get();
+      sv.lookups = s->loop_.lookups.get();
+      sv.manager = s->fleet_.manager.get();
+      sv.registry = &s->registry_.db();
+      sv.sandboxes = s->fleet_.controller.get();
       sv.secrets = s->secrets_.get();
       sv.admission = s->admission_.get();
-      sv.memory = s->memory_.get();
-      sv.metrics_sampler = s->metrics_sampler_.get();
-      sv.catalog = s->catalog_.get();
+      sv.memory = s->fleet_.memory.get();
+      sv.metrics_sampler = s->fleet_.sampler.get();
+      sv.catalog = s->templates_.catalog.get();
       sv.metrics = &s->metrics_;
-      sv.templates = s->templates_.get();
+      sv.templates = s->templates_.api.get();
       sv.team_disk = s->team_disk_.get();
-      sv.streams = &s->streams_;
-      sv.api_keys = s->api_keys_.get();
-      sv.audit = s->audit_;
-      sv.otlp = s->otlp_.get();
-      sv.db_dir = s->db_dir_;
-      s->router_ = std::make_unique<Router>(sv, s->mcp_.get(), [s] { return s->console_port(); });
+      sv.streams = &s->fleet_.streams;
+      sv.api_keys = s->front_.api_keys.get();
+      sv.audit = s->audit_.log;
+      sv.otlp = s->audit_.otlp.get();
+      sv.db_dir = s->registry_.db_dir();
+      s->front_.router = std::make_unique<Router>(sv, s->mcp_.get(), [s] { return s->console_port(); });
     }
     return OkStatus();
   }
 
   Server* const server_;  // what each step opens is its; lambdas capture it, never this
   const std::string state_dir;
-  std::string db, db_dir;                 // the registry and its directory
   std::vector<AdoptRequest> adopt;        // the registry's sandboxes, for the Manager
   std::vector<std::string> adopted;       // what the Manager took over
 };

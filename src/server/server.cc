@@ -39,35 +39,31 @@ Server::~Server() {
   if (mcp_) mcp_->Shutdown();
   // A running template build ends (its build sandbox is destroyed) before
   // anything it uses goes.
-  if (templates_) templates_->Stop();
+  if (templates_.api) templates_.api->Stop();
   // No reaper decision once the workers stop taking work.
-  if (reaper_) reaper_->Stop();
+  if (fleet_.reaper) fleet_.reaper->Stop();
   // A template snapshot waiting on its guest (minutes, under TCG) gives up.
-  if (manager_) manager_->template_snapshots().Cancel();
-  if (workers_) workers_->join();
-  if (lookups_) lookups_->join();
-  if (manager_) {
+  if (fleet_.manager) fleet_.manager->template_snapshots().Cancel();
+  loop_.Join();
+  if (fleet_.manager) {
     if (config_.kill_on_exit) {
-      manager_->DestroyAll();  // each end forgets the sandbox's secrets (OnSandboxEnding)
+      fleet_.manager->DestroyAll();  // each end forgets the sandbox's secrets (OnSandboxEnding)
     } else {
-      manager_->ReleaseAll();
+      fleet_.manager->ReleaseAll();
     }
   }
+  // Then the members, in reverse declaration order (server.h, daemon_owners.h).
 }
 
-void Server::Run() { io_.run(); }
+void Server::Run() { loop_.io.run(); }
 
 void Server::Stop() {
-  asio::post(io_, [this] {
-    if (listener_) listener_->Stop();
-    if (console_listener_) console_listener_->Stop();
-    if (api_keys_) api_keys_->StopRefresh();
-    if (templates_) templates_->StopSweeps();
-    if (metrics_sampler_) metrics_sampler_->Stop();
-    if (sandboxes_) sandboxes_->Stop();
-    if (memory_) memory_->Stop();
-    if (signals_) signals_->cancel();
-    io_.stop();
+  asio::post(loop_.io, [this] {
+    front_.Stop();  // the listeners, the key table's refresh
+    if (templates_.api) templates_.api->StopSweeps();
+    fleet_.StopTimers();  // the metrics sampler, the controller, the memory governor
+    if (loop_.signals) loop_.signals->cancel();
+    loop_.io.stop();
   });
 }
 
@@ -78,32 +74,32 @@ int PoolSizeForHost() {
 }
 
 std::vector<std::string> Server::CustomTemplateNames() {
-  if (!templates_) return {};
-  return templates_->CustomTemplateNames();
+  if (!templates_.api) return {};
+  return templates_.api->CustomTemplateNames();
 }
 
 void Server::OnSandboxEnding(Sandbox& sb, const SandboxEnd& end) {
   const std::string& id = sb.id();
-  streams_.Drop(id);
+  fleet_.streams.Drop(id);
   secrets_->Forget(id);
   if (end.outcome == SandboxOutcome::kCreateFailed) return;  // audited as sandbox.create_failed
   if (end.outcome == SandboxOutcome::kVmmExited) {
     sb.AddLog("warn", "sandbox died: " + end.Describe());
-    AppendAudit(audit_.get(), {{"action", "sandbox.died"}, {"sandbox", id}, {"outcome", end.Describe()}});
+    audit_.Append({{"action", "sandbox.died"}, {"sandbox", id}, {"outcome", end.Describe()}});
     metrics_.SandboxDied();
   }
-  AppendAudit(audit_.get(), {{"action", "sandbox.ended"},
-         {"sandbox", id},
-         {"outcome", SandboxOutcomeName(end.outcome)},
-         {"detail", end.detail},
-         {"reason", end.Describe()}});
+  audit_.Append({{"action", "sandbox.ended"},
+                 {"sandbox", id},
+                 {"outcome", SandboxOutcomeName(end.outcome)},
+                 {"detail", end.detail},
+                 {"reason", end.Describe()}});
 }
 
 void Server::OnSandboxEnded(const std::string& id, const SandboxEnd& end) {
-  if (metrics_sampler_) metrics_sampler_->Forget(id);
+  if (fleet_.sampler) fleet_.sampler->Forget(id);
   if (end.outcome != SandboxOutcome::kCreateFailed) admission_->SandboxGone(id, control::Admission::Clock::now());
   if (config_.cluster.sandbox_removed) {
-    asio::post(*workers_, [this, id] { config_.cluster.sandbox_removed(id); });
+    asio::post(*loop_.workers, [this, id] { config_.cluster.sandbox_removed(id); });
   }
 }
 

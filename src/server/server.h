@@ -14,6 +14,9 @@
 // VMMs. What owns a lock, a timer or a thread is a class of its own that
 // the server holds: the reaper (core/reaper.h), the memory governor and the
 // metrics sampler (control/), the live data-plane streams (stream_table.h).
+// The server holds its owners in a few groups (daemon_owners.h: the
+// registry, the audit trail, the event loop, the fleet, the templates, the
+// front door) declared in the order they must be destroyed in reverse of.
 // Errors are Status values; HTTP errors are JSON {"code","message"}.
 #pragma once
 
@@ -65,6 +68,7 @@
 #include "server/team_disk.h"
 #include "server/router.h"
 #include "server/template_api.h"
+#include "server/daemon_owners.h"
 
 namespace airlock::server {
 
@@ -91,13 +95,13 @@ class Server {
   // previous daemon), then listens. Errors: the failing step.
   static StatusOr<std::unique_ptr<Server>> Open(ServerConfig config);
   ~Server();
-  uint16_t port() const { return listener_->port(); }
+  uint16_t port() const { return front_.port(); }
   // The console's port (ServerConfig::console_listen), 0 when there is none.
-  uint16_t console_port() const { return console_listener_ ? console_listener_->port() : 0; }
+  uint16_t console_port() const { return front_.console_port(); }
   // Serves until Stop() or SIGINT/SIGTERM.
   void Run();
   void Stop();  // thread-safe
-  Manager& manager() { return *manager_; }
+  Manager& manager() { return *fleet_.manager; }
   // The ids and aliases of every custom template this daemon holds (a
   // cluster node lists them in the registry, so placement sends their
   // creates here). Blocks on the template store.
@@ -108,67 +112,56 @@ class Server {
   explicit Server(ServerConfig config);
   Status Init();
 
-  // audit (audit_hooks.cc)
-
-
-
-  // MCP over streamable HTTP at /mcp (mcp_service.h, docs/mcp.md): made
-  // once the listener is bound (Init), shut down first in ~Server, destroyed
-  // with the members declared after it.
-  std::unique_ptr<McpService> mcp_;
-
-
-  // state (the Manager's; these are the server's views and hooks)
-  // SandboxEvents (server.cc): streams, secrets, audit, admission, metrics.
+  // SandboxEvents (server.cc), the Manager's hooks: streams, secrets,
+  // audit, admission, metrics.
   void OnSandboxEnding(Sandbox& sb, const SandboxEnd& end);
   void OnSandboxEnded(const std::string& id, const SandboxEnd& end);
 
+  // What the daemon holds: twelve owners, most of them groups of
+  // daemon_owners.h, which says what each group holds and what its inner
+  // order rests on. DaemonStart fills them step by step (its order is the
+  // construction order); ~Server stops what runs (server.cc), then they are
+  // destroyed in reverse of the order below, front_ first and mcp_ last.
+
+  // MCP over streamable HTTP at /mcp (mcp_service.h, docs/mcp.md): made
+  // once the listener is bound (Init), shut down first in ~Server (its tool
+  // calls' threads are let go), destroyed last of all.
+  std::unique_ptr<McpService> mcp_;
   ServerConfig config_;
-  StateLock registry_lock_;  // held for the daemon's life (released last)
-  // Declared before io_: pending handlers destroyed with io_ still audit.
-  std::shared_ptr<secrets::Redactor> redactor_;
-  std::shared_ptr<audit::AuditLog> audit_;
-  std::unique_ptr<audit::OtlpExporter> otlp_;
+  // The registry and its lock, held for the daemon's life: the registry
+  // outlives every owner below that reads or writes it; the lock goes after it.
+  RegistryHold registry_;
+  // Declared before loop_: pending handlers destroyed with its io_context
+  // still audit, and the log's observer counts each record into metrics_
+  // and hands it to the OTLP exporter.
+  AuditTrail audit_;
   DaemonMetrics metrics_;
+  // Made before the Manager (the adopted sandboxes are entered in it) and
+  // destroyed after it (each end is taken out of it, OnSandboxEnded).
   std::unique_ptr<control::Admission> admission_;
   // Secrets and sandbox CAs (docs/secrets.md); made before the Manager,
-  // whose egress proxy asks its broker.
+  // whose egress proxy asks its broker, and destroyed after it (an end
+  // forgets the sandbox's secrets).
   std::unique_ptr<SecretsService> secrets_;
-  std::string db_path_, db_dir_;
-  asio::io_context io_;
-  std::unique_ptr<asio::thread_pool> workers_;
-  std::unique_ptr<HttpListener> listener_;
-  std::unique_ptr<HttpListener> console_listener_;  // ServerConfig::console_listen; null without
-  std::unique_ptr<asio::signal_set> signals_;
-  std::unique_ptr<Registry> registry_;
+  // The io_context, the workers, the signal set, the lookups: after the
+  // owners above (which its pending handlers may still touch when it goes)
+  // and before every owner below, which posts to it or keeps io objects on
+  // it and so is destroyed first.
+  Loop loop_;
   // Disk per team (disk_hooks.cc, docs/limits.md); the upload TTL is
-  // TemplateApi's (MaybeSweepUploads, on the key timer).
+  // TemplateApi's (SweepEvery). The controller's and the templates' disk
+  // checks read it: both declared after it, gone first.
   std::unique_ptr<TeamDisk> team_disk_;
-  // X-API-Key checks in memory; reloads run on lookups_.
-  std::unique_ptr<ApiKeyTable> api_keys_;
-  // Short blocking reads that must never queue behind a bring-up holding
-  // every worker: API-key reloads (a new key's first call) and template
-  // resolution (TemplateCatalog, so admission answers a create at once).
-  std::unique_ptr<asio::thread_pool> lookups_;
-  std::unique_ptr<Manager> manager_;
-  std::unique_ptr<Reaper> reaper_;  // after manager_: destroyed before it
-  // The sandbox actions (create, kill, timeout, connect); after manager_.
-  std::unique_ptr<control::SandboxController> sandboxes_;
-  // After manager_, io_ and workers_ (destroyed before them; ~Server joins
-  // the workers first): they read the Manager and post to the workers.
-  std::unique_ptr<control::MemoryGovernor> memory_;  // host memory readings, pressure pauses
-  std::unique_ptr<control::MetricsSampler> metrics_sampler_;  // GET /sandboxes/{id}/metrics history
-  StreamTable streams_{io_};  // live data-plane exchanges per sandbox
-  // Custom templates: the store, the Builder, uploads (template_api.h). Its
-  // builds are stopped first thing in ~Server (TemplateApi::Stop, before the
-  // reaper, the workers and the Manager's release); declared after manager_
-  // so that it is also destroyed before the Manager its Builder drives.
-  std::unique_ptr<TemplateApi> templates_;
-  // What a create's templateID names; after templates_: it reads its store.
-  std::unique_ptr<control::TemplateCatalog> catalog_;
-  // The front door and the handlers by resource (router.h), made last in
-  // Init over the owners above (destroyed first).
-  std::unique_ptr<Router> router_;
+  // The Manager and what acts on its sandboxes (reaper, controller, memory
+  // governor, metrics sampler, live streams).
+  Fleet fleet_{loop_.io};
+  // Custom templates and the catalog; after fleet_: the Builder drives the
+  // Manager, so it goes first.
+  Templates templates_;
+  // The listeners, the key table and the router: the router is made last
+  // (no request is served before Run) over every owner above and is
+  // destroyed first.
+  Front front_;
 };
 
 // What each team holds on disk (uploads, layers, images: TemplateApi's,
