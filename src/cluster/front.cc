@@ -15,12 +15,11 @@
 #include "gateway/console_files.h"
 #include "gateway/e2b_routing.h"
 #include "image/hash.h"
-#include "server/requests/list.h"
+#include "gateway/list_query.h"
 
 namespace airlock::cluster {
 
 namespace asio = boost::asio;
-namespace requests = server::requests;
 using nlohmann::json;
 
 namespace {
@@ -387,12 +386,12 @@ void Front::FanOut(Conn c) {
   // on every node): each node gets the caller's limit and token, and the
   // merge keeps the first `limit` in the nodes' order, with the token of
   // the last one kept when anything is left.
-  std::optional<requests::ListSandboxesRequest> paging;
+  std::optional<gateway::ListSandboxesRequest> paging;
   {
     std::vector<std::string> seg = http::PathSegments(c->path());
     if (!seg.empty() && (seg[0] == "v1" || seg[0] == "v2")) seg.erase(seg.begin());
     if (seg.size() == 1 && seg[0] == "sandboxes") {
-      auto q = requests::ParseListSandboxes([&c](const std::string& name) { return c->Query(name); });
+      auto q = gateway::ParseListSandboxes([&c](const std::string& name) { return c->Query(name); });
       if (!q.ok()) return c->RespondError(400, q.status().message());
       paging = *q;
     }

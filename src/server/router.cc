@@ -13,7 +13,7 @@
 #include "server/http_status.h"
 #include "server/mcp_service.h"
 #include "server/requests/create.h"
-#include "server/requests/list.h"
+#include "gateway/list_query.h"
 #include "server/requests/timeout.h"
 #include "server/routes.h"
 #include "server/router.h"

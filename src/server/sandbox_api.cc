@@ -13,7 +13,7 @@
 #include "server/http_status.h"
 #include "server/mcp_service.h"
 #include "server/requests/create.h"
-#include "server/requests/list.h"
+#include "gateway/list_query.h"
 #include "server/requests/timeout.h"
 #include "server/routes.h"
 #include "server/sandbox_api.h"
@@ -90,9 +90,9 @@ void SandboxApi::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& ca
 }
 
 void SandboxApi::ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller, bool v2) {
-  auto parsed = requests::ParseListSandboxes([&c](const std::string& name) { return c->Query(name); });
+  auto parsed = gateway::ParseListSandboxes([&c](const std::string& name) { return c->Query(name); });
   if (!parsed.ok()) return c->RespondError(400, parsed.status().message());
-  const requests::ListSandboxesRequest& q = *parsed;
+  const gateway::ListSandboxesRequest& q = *parsed;
   std::vector<std::pair<SandboxRecord, int>> rows;
   size_t total_running = 0;
   for (const auto& sb : manager_->VisibleList()) {

@@ -23,7 +23,7 @@
 #include "common/log.h"
 #include "secrets/secret_store.h"
 #include "server/http_status.h"
-#include "server/requests/list.h"
+#include "gateway/list_query.h"
 #include "server/requests/secret.h"
 #include "server/server.h"
 
@@ -95,7 +95,7 @@ void SecretsApi::HandleSecrets(std::shared_ptr<HttpConn> c, const Caller& caller
 }
 
 void SecretsApi::ListSecrets(std::shared_ptr<HttpConn> c, const Caller& caller) {
-  auto req = requests::ParseListSecrets([&c](const std::string& name) { return c->Query(name); });
+  auto req = gateway::ParseListSecrets([&c](const std::string& name) { return c->Query(name); });
   if (!req.ok()) return c->RespondError(400, req.status().message());
   asio::post(*workers_, [this, c, caller, limit = req->limit, after = req->after] {
     auto all = secrets_->VisibleSecrets(caller);

@@ -59,7 +59,7 @@
 #include "server/routes.h"
 #include "server/views.h"
 #include "server/requests/create.h"  // Lifecycle, ParseLifecycle, ... (tests)
-#include "server/requests/list.h"
+#include "gateway/list_query.h"
 #include "server/requests/secret.h"
 #include "secrets/spec.h"
 #include "control/secrets_service.h"

@@ -13,7 +13,7 @@
 #include "common/log.h"
 #include "server/http_status.h"
 #include "server/requests/fork.h"
-#include "server/requests/list.h"
+#include "gateway/list_query.h"
 #include "server/requests/pause.h"
 #include "server/requests/snapshot.h"
 #include "server/server.h"
@@ -97,7 +97,7 @@ void SnapshotApi::CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string&
 }
 
 void SnapshotApi::ListSnapshots(std::shared_ptr<HttpConn> c, const Caller& caller) {
-  auto req = requests::ParseListSnapshots([&c](const std::string& name) { return c->Query(name); });
+  auto req = gateway::ParseListSnapshots([&c](const std::string& name) { return c->Query(name); });
   if (!req.ok()) return c->RespondError(400, req.status().message());
   asio::post(*workers_,
              [this, c, sandbox = req->sandbox_id, name = req->name, after = req->after, limit = req->limit, caller] {

@@ -15,7 +15,7 @@
 #include "server/requests/checkpoint.h"
 #include "server/requests/create.h"
 #include "server/requests/fork.h"
-#include "server/requests/list.h"
+#include "gateway/list_query.h"
 #include "server/requests/network.h"
 #include "server/requests/pause.h"
 #include "server/requests/secret.h"
@@ -148,18 +148,18 @@ TEST(ServerRequestsTest, Rollback) {
 
 TEST(ServerRequestsTest, ListQueries) {
   std::map<std::string, std::string> q;
-  rq::QueryFn query = [&q](const std::string& n) -> std::optional<std::string> {
+  gateway::QueryFn query = [&q](const std::string& n) -> std::optional<std::string> {
     auto it = q.find(n);
     return it == q.end() ? std::nullopt : std::optional<std::string>(it->second);
   };
-  auto d = rq::ParseListSandboxes(query);
+  auto d = gateway::ParseListSandboxes(query);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->limit, 100);
   EXPECT_TRUE(d->want_running && d->want_paused);
   EXPECT_FALSE(d->ascending);
 
   q = {{"state", "paused"}, {"limit", "500"}, {"order", "asc"}, {"nextToken", "17_abc"}, {"template", "t"}};
-  auto r = rq::ParseListSandboxes(query);
+  auto r = gateway::ParseListSandboxes(query);
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->want_running);
   EXPECT_TRUE(r->want_paused);
@@ -169,26 +169,26 @@ TEST(ServerRequestsTest, ListQueries) {
   EXPECT_EQ(r->template_id, "t");
 
   q = {{"limit", "0"}};
-  EXPECT_EQ(rq::ParseListSandboxes(query).status().message(), "limit must be a positive integer");
+  EXPECT_EQ(gateway::ParseListSandboxes(query).status().message(), "limit must be a positive integer");
   q = {{"nextToken", "x"}};
-  EXPECT_EQ(rq::ParseListSandboxes(query).status().message(), "invalid nextToken");
+  EXPECT_EQ(gateway::ParseListSandboxes(query).status().message(), "invalid nextToken");
   // The e2e suite asserts the parameter's name is in the message.
   for (const char* name : {"startedAfter", "startedBefore"}) {
     q = {{name, "yesterday"}};
-    auto bad = rq::ParseListSandboxes(query);
+    auto bad = gateway::ParseListSandboxes(query);
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.status().message().find(name), std::string::npos);
   }
 
   // An empty limit: the default for sandboxes and snapshots, refused for secrets.
   q = {{"limit", ""}};
-  EXPECT_EQ(rq::ParseListSandboxes(query)->limit, 100);
-  EXPECT_EQ(rq::ParseListSnapshots(query)->limit, 100);
-  EXPECT_FALSE(rq::ParseListSecrets(query).ok());
+  EXPECT_EQ(gateway::ParseListSandboxes(query)->limit, 100);
+  EXPECT_EQ(gateway::ParseListSnapshots(query)->limit, 100);
+  EXPECT_FALSE(gateway::ParseListSecrets(query).ok());
   q = {{"limit", "7"}, {"nextToken", "b"}, {"sandboxID", "s"}, {"name", "n"}};
-  EXPECT_EQ(rq::ParseListSecrets(query)->limit, 7);
-  EXPECT_EQ(rq::ParseListSecrets(query)->after, "b");
-  auto snaps = rq::ParseListSnapshots(query);
+  EXPECT_EQ(gateway::ParseListSecrets(query)->limit, 7);
+  EXPECT_EQ(gateway::ParseListSecrets(query)->after, "b");
+  auto snaps = gateway::ParseListSnapshots(query);
   EXPECT_EQ(snaps->sandbox_id, "s");
   EXPECT_EQ(snaps->name, "n");
   EXPECT_EQ(snaps->after, "b");

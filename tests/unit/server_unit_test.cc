@@ -25,22 +25,22 @@ namespace {
 TEST(ServerUnitTest, MetadataFilterAsTheSdkEncodesIt) {
   // Spec §1.5.5 capture: metadata=k%252520y%3Dv%2525261, once decoded by the
   // HTTP layer → "k%2520y=v%25261".
-  auto m = server::ParseMetadataFilter("k%2520y=v%25261");
+  auto m = gateway::ParseMetadataFilter("k%2520y=v%25261");
   ASSERT_EQ(m.size(), 1u);
   EXPECT_EQ(m["k y"], "v&1");
-  auto two = server::ParseMetadataFilter("a%3Db%26c%3Dd");  // "a=b&c=d" escaped once more
+  auto two = gateway::ParseMetadataFilter("a%3Db%26c%3Dd");  // "a=b&c=d" escaped once more
   EXPECT_EQ(two, (std::map<std::string, std::string>{{"a", "b"}, {"c", "d"}}));
-  EXPECT_TRUE(server::ParseMetadataFilter("").empty());
+  EXPECT_TRUE(gateway::ParseMetadataFilter("").empty());
 }
 
 TEST(ServerUnitTest, PageTokensAndTimes) {
-  auto t = server::ParsePageToken("1700000000123_abc");
+  auto t = gateway::ParsePageToken("1700000000123_abc");
   ASSERT_TRUE(t);
   EXPECT_EQ(t->first, 1700000000123);
   EXPECT_EQ(t->second, "abc");
-  EXPECT_FALSE(server::ParsePageToken("garbage"));
-  EXPECT_FALSE(server::ParsePageToken("_abc"));
-  EXPECT_FALSE(server::ParsePageToken("12x_abc"));
+  EXPECT_FALSE(gateway::ParsePageToken("garbage"));
+  EXPECT_FALSE(gateway::ParsePageToken("_abc"));
+  EXPECT_FALSE(gateway::ParsePageToken("12x_abc"));
   EXPECT_EQ(FormatRfc3339Ms(0), "1970-01-01T00:00:00.000Z");
   EXPECT_EQ(FormatRfc3339Ms(1767323045123), "2026-01-02T03:04:05.123Z");
 }

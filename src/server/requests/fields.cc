@@ -54,12 +54,4 @@ StatusOr<std::optional<int>> IntField(const json& body, const char* field) {
   return std::optional<int>(static_cast<int>(v));
 }
 
-StatusOr<int> PageLimit(const std::optional<std::string>& value, int max, EmptyLimit empty) {
-  if (!value || (value->empty() && empty == EmptyLimit::kDefault)) return max;
-  char* end = nullptr;
-  long v = std::strtol(value->c_str(), &end, 10);
-  if (value->empty() || *end != '\0' || v < 1) return InvalidArgument("limit must be a positive integer");
-  return static_cast<int>(std::min<long>(v, max));
-}
-
 }  // namespace airlock::server::requests

@@ -1,5 +1,6 @@
 // The query strings of the list routes → immutable requests, or
-// InvalidArgument naming the parameter (answered 400):
+// InvalidArgument naming the parameter (answered 400). Shared by a node's
+// API (server/) and a cluster's front (cluster/front.cc), hence here:
 //
 //   GET /sandboxes, /v2/sandboxes (spec §1.5.5)
 //     state=running,paused   metadata=<k=v&...> (escaped once more)
@@ -12,23 +13,26 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "common/status.h"
-#include "server/requests/fields.h"
 
-namespace airlock::server {
+namespace airlock::gateway {
+
+// A query parameter's decoded value (nullopt: not in the query), as
+// HttpConn::Query answers it. The parsers take one so that they run without
+// a connection (unit tests, fuzzers).
+using QueryFn = std::function<std::optional<std::string>(const std::string& name)>;
 
 // Spec §1.5.5 metadata filter: the decoded query value is unescaped once
 // more, split on '&' and '=', and each key and value unescaped again.
 std::map<std::string, std::string> ParseMetadataFilter(const std::string& value);
 // Parses "<created_ms>_<id>" page tokens; nullopt when malformed.
 std::optional<std::pair<int64_t, std::string>> ParsePageToken(const std::string& token);
-
-namespace requests {
 
 inline constexpr int kMaxPage = 100;
 
@@ -56,5 +60,4 @@ struct ListSecretsRequest {
 };
 StatusOr<ListSecretsRequest> ParseListSecrets(const QueryFn& query);
 
-}  // namespace requests
-}  // namespace airlock::server
+}  // namespace airlock::gateway

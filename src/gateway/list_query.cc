@@ -1,11 +1,30 @@
-#include "server/requests/list.h"
+#include "gateway/list_query.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "common/clock.h"
-#include "server/http_conn.h"  // UrlDecode
+#include "http/url.h"
 
-namespace airlock::server {
+namespace airlock::gateway {
+namespace {
+
+using http::UrlDecode;
+
+// How an empty ?limit= is read: as absent (sandboxes, snapshots) or as a
+// bad value (secrets).
+enum class EmptyLimit { kDefault, kInvalid };
+
+// ?limit=: a positive integer, capped at `max`; `max` when absent.
+StatusOr<int> PageLimit(const std::optional<std::string>& value, int max, EmptyLimit empty = EmptyLimit::kDefault) {
+  if (!value || (value->empty() && empty == EmptyLimit::kDefault)) return max;
+  char* end = nullptr;
+  long v = std::strtol(value->c_str(), &end, 10);
+  if (value->empty() || *end != '\0' || v < 1) return InvalidArgument("limit must be a positive integer");
+  return static_cast<int>(std::min<long>(v, max));
+}
+
+}  // namespace
 
 std::map<std::string, std::string> ParseMetadataFilter(const std::string& value) {
   std::map<std::string, std::string> out;
@@ -34,8 +53,6 @@ std::optional<std::pair<int64_t, std::string>> ParsePageToken(const std::string&
   if (end != token.c_str() + u) return std::nullopt;
   return std::make_pair(static_cast<int64_t>(ms), token.substr(u + 1));
 }
-
-namespace requests {
 
 StatusOr<ListSandboxesRequest> ParseListSandboxes(const QueryFn& query) {
   ListSandboxesRequest r;
@@ -78,5 +95,4 @@ StatusOr<ListSecretsRequest> ParseListSecrets(const QueryFn& query) {
   return r;
 }
 
-}  // namespace requests
-}  // namespace airlock::server
+}  // namespace airlock::gateway
