@@ -160,5 +160,25 @@ TEST_F(StageTest, CollectGarbageKeepsWhatVmsAndSnapshotsUse) {
   EXPECT_FALSE(IsDirectory(img + "/boot/bootold"));
 }
 
+// A built-in template's current base layer stays though no template points
+// at it yet (make build makes them before any image: EnsureBaseLayers); a
+// base layer of other inputs goes.
+TEST_F(StageTest, CollectGarbageKeepsTheCurrentBaseLayers) {
+  const std::string state = dir_ + "/state", img = state + "/images";
+  std::vector<std::string> current;
+  for (const auto& name : KnownTemplates()) {
+    auto packages = TemplatePackages(name);
+    ASSERT_TRUE(packages.ok()) << name;
+    current.push_back(BaseLayerKey(name, kSuite, *packages));
+  }
+  for (const auto& k : current) ASSERT_TRUE(MakeDirs(img + "/base/" + k + "/root").ok());
+  ASSERT_TRUE(MakeDirs(img + "/base/stale/root").ok());
+  ASSERT_TRUE(MakeDirs(img + "/templates").ok());
+
+  CollectGarbage(state);
+  for (const auto& k : current) EXPECT_TRUE(IsDirectory(img + "/base/" + k)) << k;
+  EXPECT_FALSE(IsDirectory(img + "/base/stale"));
+}
+
 }  // namespace
 }  // namespace airlock::image
