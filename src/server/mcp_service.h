@@ -45,6 +45,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -106,7 +107,37 @@ class McpService {
     bool alive = true;
   };
 
+  // One POST's tool-call job, run on a worker.
+  struct CallJob {
+    std::shared_ptr<HttpConn> c;
+    Caller caller;
+    mcp::ApiAccess access;  // api_ with the caller's key
+    std::string sid;
+    std::string server_version;
+    nlohmann::json message;  // an object, or a batch (array)
+    std::string peer;
+  };
+
   McpService(mcp::ApiAccess api, mcp::AllowedOrigins origins, std::string server_version, AuditFn audit);
+
+  // DELETE /mcp: ends the caller's key's session `session_id` (404 when it
+  // is none of that key's).
+  void EndSession(const std::shared_ptr<HttpConn>& c, const Caller& caller, const std::string& session_id);
+  // The session a POST runs in: a new one for initialize (the key's oldest
+  // session, then the oldest of all, make room past the caps), else
+  // `session_id` of the caller's key, touched. nullopt: answered here (400,
+  // 404, 500).
+  std::optional<std::string> SessionFor(const std::shared_ptr<HttpConn>& c, const Caller& caller,
+                                        const std::string& session_id, bool is_initialize);
+  // A POST's message in session `sid`: 202 when it holds no request, else
+  // one job on the caller's team's share of the pool (429 when it is full).
+  void Dispatch(std::shared_ptr<HttpConn> c, const Caller& caller, const std::string& key, const std::string& sid,
+                nlohmann::json message);
+  // The job, on a worker: every message through mcp::HandleMessage, each
+  // tool call and initialize audited, the answers posted to the connection.
+  // Static: `self` is touched only under life->mu while life->alive (the
+  // pool may outlive the service, Shutdown).
+  static void RunCalls(McpService* self, const std::shared_ptr<Life>& life, CallJob job);
 
   const mcp::ApiAccess api_;           // where the tools call (its api_key set per call)
   const mcp::AllowedOrigins origins_;  // browser origins /mcp accepts
