@@ -27,6 +27,7 @@
 
 namespace airlock {
 namespace fs = std::filesystem;
+
 // Kills every process whose command line names `run_dir` (a VMM left by a
 // daemon killed -9), then tears down the sandbox's network and its lease.
 void ReapStaleGuest(const std::string& id, const std::string& run_dir, pid_t owner_pid, net::AddressPool& pool) {

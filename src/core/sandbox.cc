@@ -23,7 +23,6 @@ Status JoinErrors(const std::vector<Status>& errors) {
   return code == StatusCode::kOk ? OkStatus() : Status(code, msg);
 }
 
-
 Sandbox::~Sandbox() {
   if (!released_) (void)TearDown();
 }
@@ -221,14 +220,7 @@ Status Sandbox::RemoveRunDir() {
   return ec ? Internal("remove " + run_dir_ + ": " + ec.message()) : OkStatus();
 }
 
-Status Sandbox::TearDown() {
-  // Wake whoever is blocked on the agent: once the netns is gone its TCP
-  // connections would never see a reset.
-  if (agent_) agent_->CancelAll();
-  DetachEgress();
-  // Order matters: the VMM holds the tap inside the netns.
-  return JoinErrors({DestroyVm(), DestroyNetwork(), RemoveRunDir()});
-}
+Status Sandbox::TearDown() { return JoinErrors({StopRuntime(), RemoveRunDir()}); }
 
 std::string Sandbox::snapshot_dir() const {
   std::lock_guard<std::mutex> l(mu_);
@@ -236,12 +228,13 @@ std::string Sandbox::snapshot_dir() const {
 }
 
 Status Sandbox::StopRuntime() {
+  // Wake whoever is blocked on the agent: once the netns is gone its TCP
+  // connections would never see a reset.
   if (agent_) agent_->CancelAll();
   // The policy stays in <run_dir>/egress.json; Resume registers it again.
   DetachEgress();
-  Status st = DestroyVm();
-  Status n = DestroyNetwork();
-  return st.ok() ? n : st;
+  // Order matters: the VMM holds the tap inside the netns.
+  return JoinErrors({DestroyVm(), DestroyNetwork()});
 }
 
 // ---- the changes its owners make (sandbox.h: the one file writing these fields) ----

@@ -1,9 +1,10 @@
 // One sandbox as the Manager (manager.h) owns it: its identity, machine
 // (VMM, network, agent), what the API shows of it (attributes, times,
 // state, log, end) and its data-plane ports. Its public surface reads; every
-// change of state is the Manager's (the one friend), under the sandbox's
-// own locks: `mu_` for what the API reads, `op_mu_` serialising pause,
-// resume, rollback and destroy.
+// change of state is its owners' (the Manager, and Recovery at a daemon's
+// start: the two friends), through the named private methods below, which
+// sandbox.cc alone defines, under the sandbox's own locks: `mu_` for what
+// the API reads, `op_mu_` serialising pause, resume, rollback and destroy.
 //
 // Threads: every public method is thread-safe. Errors are Status values.
 #pragma once
@@ -166,9 +167,10 @@ class Sandbox {
   // for the next daemon, and nothing is torn down.
   void ReleaseForRestart();
   Status Transition(SandboxState to);
-  Status TearDown();  // VMM, then network, then run dir; collects every error
-  // Pause/resume (snapshots.cc): stops the VMM and removes the network, keeping
-  // identity, token, run dir and snapshot.
+  Status TearDown();  // StopRuntime, then the run dir; collects every error
+  // Pause/resume (snapshots.cc), and TearDown's first half: stops the VMM and
+  // removes the network, keeping identity, token, run dir and snapshot;
+  // collects every error.
   Status StopRuntime();
   // The pieces of TearDown and StopRuntime, also the bring-up's undos; each
   // is idempotent (nothing to do: OK).
