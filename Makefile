@@ -32,7 +32,7 @@ build: setup
 	fi; \
 	cmake --build $(BUILD) -j $(JOBS); b=$$?; \
 	if [ -n "$$base" ]; then \
-	  if wait $$base; then echo "==> base layers ready ($$(( $$(date +%s) - t0 )) s)"; \
+	  if wait $$base; then echo "==> base layers ready (at $$(( $$(date +%s) - t0 )) s)"; \
 	  else echo "==> base layers failed (make image retries); $(BUILD)/base-layers.log ends:"; tail -n 20 $(BUILD)/base-layers.log; fi; \
 	fi; \
 	[ $$b -eq 0 ] && echo "==> build ($(BUILD_TYPE)) wall time: $$(( $$(date +%s) - t0 )) s"
