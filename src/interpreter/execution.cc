@@ -6,6 +6,12 @@ namespace airlock::interpreter {
 
 using json = nlohmann::json;
 
+namespace {
+// The largest stream text one /execute line carries (StreamPieces): 64 KiB
+// kept the JS SDK's line reader linear in a measured 10 MiB stream.
+constexpr size_t kStreamPieceBytes = 64 << 10;
+}  // namespace
+
 std::string UnexpectedEndLine() {
   return ErrorLine("UnexpectedEndOfExecution", "Connection to the execution was closed before the execution was finished",
                    "");
@@ -115,9 +121,16 @@ void Execution::OnIopub(const KernelMessage& m) {
     error_sent_ = true;
   }
   if (type == "stream") {
-    auto it = m.content.find("text");
+    // LineForIopub answered, so "text" is a string; long text goes out as
+    // several lines (StreamPieces says why).
+    const std::string& text = m.content.find("text")->get_ref<const std::string&>();
     std::string name = m.content.value("name", "stdout") == "stderr" ? "stderr" : "stdout";
-    WriteOutput(std::move(*line), name.c_str(), it->get_ref<const std::string&>());
+    if (text.size() <= kStreamPieceBytes) return WriteOutput(std::move(*line), name.c_str(), text);
+    std::string ts = TimestampNow();
+    for (std::string_view piece : StreamPieces(text, kStreamPieceBytes)) {
+      if (limit_hit_ || finished_) return;
+      WriteOutput(StreamLine(name, piece, ts), name.c_str(), piece);
+    }
   } else {
     WriteOutput(std::move(*line), nullptr, {});
   }

@@ -1,5 +1,6 @@
 #include "interpreter/output.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -114,6 +115,28 @@ std::optional<std::string> LineForIopub(std::string_view msg_type, const json& c
     return NumberOfExecutionsLine(it->get<long long>());
   }
   return std::nullopt;
+}
+
+std::vector<std::string_view> StreamPieces(std::string_view text, size_t max_bytes) {
+  std::vector<std::string_view> pieces;
+  do {
+    size_t n = std::min(text.size(), max_bytes);
+    if (n < text.size()) {
+      size_t nl = text.rfind('\n', n - 1);
+      if (nl != std::string_view::npos && nl > 0) {
+        n = nl + 1;
+      } else {
+        // Back to the start of the character at `n`; a piece holds at least
+        // one (a UTF-8 character is at most 4 bytes, max_bytes > 4).
+        size_t cut = n;
+        while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+        if (cut > 0) n = cut;
+      }
+    }
+    pieces.push_back(text.substr(0, n));
+    text.remove_prefix(n);
+  } while (!text.empty());
+  return pieces;
 }
 
 std::optional<std::string> TruncatedStreamLine(std::string_view name, std::string_view text, size_t max_bytes) {

@@ -161,6 +161,43 @@ TEST(InterpreterExecution, OutputCapCutsInterruptsAndEnds) {
   EXPECT_EQ(out.find("after"), std::string::npos);
 }
 
+TEST(InterpreterExecution, LongStreamTextGoesOutAsBoundedLinesThatJoinToIt) {
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text += std::string(99, 'a' + i % 26) + "\n";  // 300,000 bytes
+  auto lines = RunExecution(1 << 20, std::chrono::seconds(5), [&](std::shared_ptr<Execution> e, auto&) {
+    e->OnIopub(Msg("stream", {{"name", "stderr"}, {"text", text}}));
+    e->OnReply({{"status", "ok"}});
+    e->Complete();
+  });
+  std::string joined;
+  size_t pieces = 0;
+  for (const auto& l : lines) {
+    if (l.value("type", "") != "stderr") continue;
+    ++pieces;
+    std::string t = l["text"];
+    EXPECT_LE(t.size(), 64u << 10);
+    EXPECT_EQ(t.back(), '\n');  // cut after a line, not inside one
+    joined += t;
+  }
+  EXPECT_EQ(pieces, 5u);
+  EXPECT_EQ(joined, text);
+  EXPECT_EQ(lines.back(), (json{{"type", "end_of_execution"}}));
+}
+
+TEST(InterpreterExecution, OutputCapCutsALongStreamMessageMidway) {
+  auto lines = RunExecution(100000, std::chrono::seconds(5), [](std::shared_ptr<Execution> e, auto&) {
+    e->OnIopub(Msg("stream", {{"name", "stdout"}, {"text", std::string(1 << 20, 'z')}}));
+  });
+  ASSERT_GE(lines.size(), 3u);
+  EXPECT_EQ(lines[lines.size() - 2]["name"], "OutputLimitExceeded");
+  size_t out = 0;
+  for (const auto& l : lines) {
+    if (l.value("type", "") == "stdout") out += l["text"].get<std::string>().size();
+  }
+  EXPECT_GT(out, 90000u);
+  EXPECT_LT(out, 100000u);
+}
+
 TEST(InterpreterExecution, OversizedKernelMessageHitsTheCap) {
   auto lines = RunExecution(1 << 20, std::chrono::seconds(5), [](std::shared_ptr<Execution> e, auto&) {
     KernelMessage m = Msg("stream", json::object());

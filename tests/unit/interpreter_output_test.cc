@@ -130,5 +130,33 @@ TEST(InterpreterOutput, TruncatedStreamLineFits) {
   }
 }
 
+TEST(InterpreterOutput, StreamPiecesAreBoundedWholeCharactersAndJoinToTheText) {
+  EXPECT_EQ(StreamPieces("", 64), std::vector<std::string_view>{""});
+  EXPECT_EQ(StreamPieces("short", 64), std::vector<std::string_view>{"short"});
+  // Lines: a piece ends after its last newline.
+  std::string lines;
+  for (int i = 0; i < 10; ++i) lines += std::string(9, 'a' + i) + "\n";
+  auto p = StreamPieces(lines, 25);
+  ASSERT_EQ(p.size(), 5u);
+  for (auto piece : p) EXPECT_EQ(piece.size(), 20u);
+  // No newline: cut at a character boundary, never inside a 4-byte emoji.
+  std::string emoji;
+  for (int i = 0; i < 100; ++i) emoji += "\xf0\x9f\x98\x80";
+  for (size_t max = 5; max < 40; ++max) {
+    std::string joined;
+    for (auto piece : StreamPieces(emoji, max)) {
+      EXPECT_LE(piece.size(), max);
+      EXPECT_EQ(piece.size() % 4, 0u) << max;
+      joined += piece;
+    }
+    EXPECT_EQ(joined, emoji);
+  }
+  // Invalid UTF-8 (continuation bytes only) is still cut, never looped on.
+  std::string bad(1000, '\x80');
+  size_t total = 0;
+  for (auto piece : StreamPieces(bad, 64)) total += piece.size();
+  EXPECT_EQ(total, bad.size());
+}
+
 }  // namespace
 }  // namespace airlock::interpreter
