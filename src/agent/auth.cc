@@ -47,7 +47,9 @@ Status CheckFileSignature(const Agent& agent, const http::Conn& s) {
     // CLOCK_REALTIME itself, not time(2) (the vDSO's last tick, which lags).
     struct timespec now {};
     ::clock_gettime(CLOCK_REALTIME, &now);
-    if (v < static_cast<long long>(now.tv_sec)) return Status(StatusCode::kUnauthenticated, "signature expired");
+    if (v < static_cast<long long>(now.tv_sec)) {
+      return Status(StatusCode::kUnauthenticated, "signature is already expired");  // envd's words
+    }
     exp = v;
   }
   std::string op = s.method() == http::Method::kGet ? "read" : "write";

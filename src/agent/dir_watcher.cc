@@ -280,8 +280,13 @@ void DirWatcher::ProcessOne(int wd, uint32_t mask, uint32_t cookie, std::string 
     if (paired && is_dir && options_.recursive) RenameWatches(pending_move_->rel, rel);
     if (paired) pending_move_.reset();
     if (from_upload) {
+      // What envd's upload shows (open O_CREAT, chown, write): CREATE,
+      // CHMOD, then WRITE when there were bytes to write. The file is new
+      // (renamed into place), so an overwrite also starts with CREATE.
       Emit(rel, envd::EventType::kCreate);
-      Emit(rel, envd::EventType::kWrite);
+      Emit(rel, envd::EventType::kChmod);
+      struct stat st;
+      if (lstat(Absolute(rel).c_str(), &st) != 0 || st.st_size > 0) Emit(rel, envd::EventType::kWrite);
       return;
     }
     if (!paired && is_dir && options_.recursive) (void)AddTree(rel, false);

@@ -28,6 +28,8 @@ namespace airlock::agent {
 namespace {
 
 constexpr size_t kDownloadChunk = 256 * 1024;
+// The most of a file stat calls empty that one download reads (Download).
+constexpr uint64_t kMaxUnsizedDownload = 64ull << 20;
 
 int HttpStatusFor(const Status& st) {
   switch (st.code()) {
@@ -205,11 +207,16 @@ void Finish(std::shared_ptr<http::Conn> s, std::shared_ptr<Upload> up, Status st
   s->Respond(200, "application/json", envd::Dump(up->result()));
 }
 
-// Streams an open file into a fixed-length response, pausing on backpressure.
+// Streams an open file into the response, pausing on backpressure: a
+// fixed-length body of `size` bytes, or (to_eof) a chunked body read until
+// EOF, for the files whose size stat cannot tell (procfs, sysfs: 0), as envd
+// does. Such a file is read non-blocking, so one that has nothing to give
+// yet (/proc/kmsg) ends its body instead of holding the agent, and at most
+// kMaxUnsizedDownload bytes of it are sent.
 class Download : public std::enable_shared_from_this<Download> {
  public:
-  Download(std::shared_ptr<http::Conn> s, UniqueFd fd, uint64_t size)
-      : s_(std::move(s)), fd_(std::move(fd)), remaining_(size), buf_(kDownloadChunk) {}
+  Download(std::shared_ptr<http::Conn> s, UniqueFd fd, uint64_t size, bool to_eof)
+      : s_(std::move(s)), fd_(std::move(fd)), remaining_(size), to_eof_(to_eof), buf_(kDownloadChunk) {}
   void Start() {
     std::weak_ptr<Download> weak = shared_from_this();
     s_->SetOnDrain([weak] {
@@ -224,7 +231,13 @@ class Download : public std::enable_shared_from_this<Download> {
     while (remaining_ > 0 && !s_->closed() && s_->pending_bytes() < (1u << 20)) {
       ssize_t n = read(fd_.get(), buf_.data(), std::min<uint64_t>(buf_.size(), remaining_));
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {  // the file shrank: the promised length cannot be met
+      if (to_eof_ && (n == 0 || (n < 0 && errno == EAGAIN))) {  // its end, or nothing more yet
+        remaining_ = 0;
+        break;
+      }
+      // A read error, or a sized file that shrank (the promised length
+      // cannot be met): the body is cut off, which the client sees.
+      if (n <= 0) {
         s_->Abort();
         keep_.reset();
         return;
@@ -240,6 +253,7 @@ class Download : public std::enable_shared_from_this<Download> {
   std::shared_ptr<http::Conn> s_;
   UniqueFd fd_;
   uint64_t remaining_;
+  bool to_eof_;
   std::vector<char> buf_;
   std::shared_ptr<Download> keep_;
 };
@@ -264,8 +278,17 @@ void HandleFilesGet(Agent& agent, std::shared_ptr<http::Conn> s) {
   if (fstat(fd.get(), &st) != 0) return RespondHttpError(*s, 500, "fstat " + *path);
   if (S_ISDIR(st.st_mode)) return RespondHttpError(*s, 400, "path '" + *path + "' is a directory");
   if (!S_ISREG(st.st_mode)) return RespondHttpError(*s, 400, "path '" + *path + "' is not a regular file");
+  if (st.st_size == 0) {
+    // Empty, or a procfs/sysfs file whose size is not known until read.
+    int flags = fcntl(fd.get(), F_GETFL);
+    if (flags < 0 || fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
+      return RespondHttpError(*s, 500, "fcntl " + *path);
+    }
+    s->BeginResponse(200, "application/octet-stream", std::nullopt);
+    return std::make_shared<Download>(s, std::move(fd), kMaxUnsizedDownload, true)->Start();
+  }
   s->BeginResponse(200, "application/octet-stream", static_cast<uint64_t>(st.st_size));
-  std::make_shared<Download>(s, std::move(fd), static_cast<uint64_t>(st.st_size))->Start();
+  std::make_shared<Download>(s, std::move(fd), static_cast<uint64_t>(st.st_size), false)->Start();
 }
 
 void HandleFilesPost(Agent& agent, std::shared_ptr<http::Conn> s) {

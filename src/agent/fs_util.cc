@@ -48,17 +48,28 @@ StatusOr<envd::EntryInfo> StatEntry(const std::string& path, const UserDb& users
   envd::EntryInfo e;
   e.name = BaseName(path);
   e.path = path;
+  e.mode = st.st_mode & 0777;
   if (S_ISDIR(st.st_mode)) {
     e.type = envd::FileType::kDirectory;
   } else if (S_ISLNK(st.st_mode)) {
-    e.type = envd::FileType::kSymlink;
+    // As envd (shared/pkg/filesystem GetEntryInfo): the resolved target, and
+    // the target's type and permission bits; a dangling or looping link is
+    // of no type, mode 0. FILE_TYPE_SYMLINK is never sent: SDKs before it
+    // existed fail to decode it.
     e.symlink_target = ResolveSymlinkTarget(path);
+    struct stat target;
+    if (stat(e.symlink_target->c_str(), &target) == 0) {
+      e.type = S_ISDIR(target.st_mode) ? envd::FileType::kDirectory : envd::FileType::kFile;
+      e.mode = target.st_mode & 0777;
+    } else {
+      e.type = envd::FileType::kUnspecified;
+      e.mode = 0;
+    }
   } else {
     // Regular files, and special files too, so that clients list them.
     e.type = envd::FileType::kFile;
   }
   e.size = st.st_size;
-  e.mode = st.st_mode & 0777;
   e.permissions = PermissionString(st.st_mode);
   e.owner = users.UserName(st.st_uid);
   e.group = users.GroupName(st.st_gid);

@@ -56,7 +56,8 @@ StatusOr<std::optional<int64_t>> CheckSignedFileQuery(std::string_view raw_query
   for (char ch : e) digits = digits && std::isdigit(static_cast<unsigned char>(ch));
   if (!digits) return Status(StatusCode::kUnauthenticated, "signature_expiration is not Unix seconds");
   const int64_t v = std::stoll(e);
-  if (v < now_s) return Status(StatusCode::kUnauthenticated, "the signed URL expired");
+  // envd's words, which E2B's SDK tests compare the answer's body with.
+  if (v < now_s) return Status(StatusCode::kUnauthenticated, "signature is already expired");
   if (v > now_s + kMaxSignedUrlLifetime.count() + kSignedUrlClockSkew.count()) {
     return Status(StatusCode::kUnauthenticated, "signature_expiration is more than " +
                                                     std::to_string(kMaxSignedUrlLifetime.count() / 3600) +

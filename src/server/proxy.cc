@@ -39,15 +39,18 @@ namespace {
 // Spec §4.2: "<path>:<read|write>:<user>:<token>[:<expiration>]", on a URL
 // that carries nothing its signature does not cover and expires within
 // kMaxSignedUrlLifetime, if at all (relay_guard.h).
-bool ValidFileSignature(const HttpConn& c, const std::string& token) {
-  if (!c.Query("signature")) return false;
-  // The precise clock: time(2) is the vDSO's last tick, which lags the
-  // client's clock by a tick or more on a loaded host and let a URL be
-  // used in the second after it expired.
+// Why a signed /files URL is refused for the sandbox with `token` (OK: it
+// is not). The precise clock: time(2) is the vDSO's last tick, which lags
+// the client's clock by a tick or more on a loaded host and let a URL be
+// used in the second after it expired.
+Status FileSignatureStatus(const HttpConn& c, const std::string& token) {
+  if (!c.Query("signature")) return Status(StatusCode::kUnauthenticated, "the URL carries no signature");
   const int64_t now_s =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  return CheckFileSignature(c, token, now_s).ok();
+  return CheckFileSignature(c, token, now_s);
 }
+
+bool ValidFileSignature(const HttpConn& c, const std::string& token) { return FileSignatureStatus(c, token).ok(); }
 
 }  // namespace
 
@@ -109,6 +112,9 @@ void DataPlane::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, u
     bool health = path == "/health" && (c->method() == http::Method::kGet || c->method() == http::Method::kHead);
     std::string got = c->Header("X-Access-Token");
     bool ok = health || (!got.empty() && SecureEqual(got, token)) || (path == "/files" && ValidFileSignature(*c, token));
+    if (!ok && got.empty() && path == "/files" && c->Query("signature")) {
+      return c->RespondError(401, FileSignatureStatus(*c, token).message());  // expired, or not this sandbox's
+    }
     if (!ok) return c->RespondError(401, got.empty() ? "missing X-Access-Token" : "invalid X-Access-Token");
     if (path == "/process.Process/Start" || path == "/process.Process/Connect") {
       AddLog(id, "info", "exec: " + path.substr(1));
@@ -162,6 +168,9 @@ void DataPlane::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, u
 
 std::optional<std::string> DataPlane::SandboxBySignature(const HttpConn& c) {
   if (c.path() != "/files" || !c.Query("signature")) return std::nullopt;
+  // The URL's own shape and expiry first: an expired or malformed URL is
+  // refused (Router) without a signature computed per sandbox.
+  if (!CheckSignedFileQuery(http::SplitTarget(c.target()).second, NowUnixMs() / 1000).ok()) return std::nullopt;
   std::vector<std::pair<std::string, std::string>> tokens;
   for (const auto& sb : manager_->VisibleList()) {
     if (!sb->access_token().empty()) tokens.emplace_back(sb->id(), sb->access_token());

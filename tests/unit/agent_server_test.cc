@@ -670,7 +670,8 @@ TEST(AgentFilesystem, StatListMakeMoveRemove) {
   EXPECT_FALSE(e.contains("symlinkTarget"));
   EXPECT_TRUE(envd::ParseTimestamp(e["modifiedTime"].get<std::string>()).ok());
   auto link = Ok(Rpc("filesystem.Filesystem/Stat", R"({"path":"fs/a/link"})"))["entry"];
-  EXPECT_EQ(link["type"], "FILE_TYPE_SYMLINK");
+  EXPECT_EQ(link["type"], "FILE_TYPE_FILE");  // envd follows the link: the target's type and mode
+  EXPECT_EQ(link["mode"], 0644);
   EXPECT_EQ(link["symlinkTarget"], base + "/a/file.txt");  // resolved, absolute (envd)
 
   auto l1 = Ok(Rpc("filesystem.Filesystem/ListDir", R"({"path":")" + base + R"(","depth":1})"));

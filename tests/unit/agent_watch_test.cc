@@ -185,7 +185,15 @@ TEST_F(DirWatcherTest, UploadTemporaryNamesAreHidden) {
   auto w = Open(false);
   ASSERT_TRUE(w);
   Sh("printf data > .up.txt.airlock-upload-00112233aabbccdd && mv .up.txt.airlock-upload-00112233aabbccdd up.txt");
-  EXPECT_EQ(WaitFor(*w, 2), (std::vector<Ev>{{"up.txt", EventType::kCreate}, {"up.txt", EventType::kWrite}}));
+  // As envd's upload (create, chown, write); an empty upload writes nothing.
+  EXPECT_EQ(WaitFor(*w, 3), (std::vector<Ev>{{"up.txt", EventType::kCreate},
+                                             {"up.txt", EventType::kChmod},
+                                             {"up.txt", EventType::kWrite}}));
+  got_.clear();
+  Sh(": > .e.txt.airlock-upload-00112233aabbccdd && mv .e.txt.airlock-upload-00112233aabbccdd e.txt && : > marker");
+  EXPECT_EQ(WaitFor(*w, 3), (std::vector<Ev>{{"e.txt", EventType::kCreate},
+                                             {"e.txt", EventType::kChmod},
+                                             {"marker", EventType::kCreate}}));
 }
 
 TEST_F(DirWatcherTest, RemovingTheWatchedDirectoryReportsDot) {
@@ -272,13 +280,20 @@ TEST(FsUtil, SymlinkTargetIsResolvedAbsolute) {
   ASSERT_EQ(symlink("nowhere", (d + "/dangling").c_str()), 0);
   ASSERT_EQ(symlink("loop", (d + "/loop").c_str()), 0);
   UserDb users;
+  ASSERT_EQ(chmod((d + "/real/f.txt").c_str(), 0640), 0);
   auto e = StatEntry(d + "/chain", users);
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->type, envd::FileType::kSymlink);
+  // envd follows the link for the type and mode, and keeps the link's path.
+  EXPECT_EQ(e->type, envd::FileType::kFile);
+  EXPECT_EQ(e->mode, 0640u);
+  EXPECT_EQ(e->path, d + "/chain");
   EXPECT_EQ(e->symlink_target, d + "/real/f.txt");
   EXPECT_EQ(StatEntry(d + "/dirlink", users)->symlink_target, d + "/real");
-  // Dangling or looping: envd falls back to the link's own path.
+  EXPECT_EQ(StatEntry(d + "/dirlink", users)->type, envd::FileType::kDirectory);
+  // Dangling or looping: envd falls back to the link's own path, no type, mode 0.
   EXPECT_EQ(StatEntry(d + "/dangling", users)->symlink_target, d + "/dangling");
+  EXPECT_EQ(StatEntry(d + "/dangling", users)->type, envd::FileType::kUnspecified);
+  EXPECT_EQ(StatEntry(d + "/dangling", users)->mode, 0u);
   EXPECT_EQ(StatEntry(d + "/loop", users)->symlink_target, d + "/loop");
   EXPECT_FALSE(StatEntry(d + "/real/f.txt", users)->symlink_target.has_value());
   (void)!system(("rm -rf '" + d + "'").c_str());

@@ -72,6 +72,11 @@ TEST(RelayGuardTest, SignedQueryCarriesOnlyWhatTheSdkSigns) {
   auto far = CheckSignedFileQuery("signature=v1_x&signature_expiration=" + std::to_string(now + cap + 1), now);
   EXPECT_EQ(far.status().code(), StatusCode::kUnauthenticated);
   EXPECT_NE(far.status().message().find("24 h"), std::string::npos) << far.status().message();
+  // envd's answer, word for word (E2B's SDK tests compare the body).
+  EXPECT_EQ(CheckSignedFileQuery("signature=v1_x&signature_expiration=" + std::to_string(now - 10000), now)
+                .status()
+                .message(),
+            "signature is already expired");
   for (std::string e : {std::to_string(now - 1), std::string(""), std::string("+1800000100"), std::string(" 1800000100"),
                         std::string("1e12"), std::string("99999999999999999999")}) {
     EXPECT_FALSE(CheckSignedFileQuery("signature=v1_x&signature_expiration=" + e, now).ok()) << e;
