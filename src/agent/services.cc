@@ -69,6 +69,12 @@ StatusOr<ServiceSpec> ParseServiceSpec(std::string_view text, std::string_view f
     if (!it->is_string()) return InvalidArgument("\"ready_cmd\" must be a string");
     s.ready_cmd = it->get<std::string>();
   }
+  if (auto it = j.find("restart"); it != j.end()) {
+    if (!it->is_string() || (*it != "always" && *it != "on-failure")) {
+      return InvalidArgument("\"restart\" must be \"always\" or \"on-failure\"");
+    }
+    s.restart_on_success = *it == "always";
+  }
   if (auto it = j.find("env"); it != j.end()) {
     if (!it->is_object()) return InvalidArgument("\"env\" must be an object of strings");
     for (const auto& [k, v] : it->items()) {
@@ -207,6 +213,13 @@ void ServiceSupervisor::OnFinished(const std::string& tag, const envd::EndEvent&
     Running& st = *state_[i];
     if (!st.running) return;
     st.running = false;
+    const bool succeeded = end.exited && end.exit_code == 0;
+    if (!specs_[i].restart_on_success && succeeded) {
+      // A start command that did its work (E2B runs it once): not restarted,
+      // and not a failure; its ready check goes on.
+      LogInfo("service %s finished (exit 0); not restarted", specs_[i].name.c_str());
+      return;
+    }
     if (!specs_[i].ready_cmd.empty() && !st.ready) Announce(ServiceFailedLine(specs_[i].name) + " " + end.status);
     bool young = std::chrono::steady_clock::now() - st.started < kYoung;
     st.quick_deaths = young ? st.quick_deaths + 1 : 1;

@@ -16,12 +16,12 @@
 // "ready_cmd", the agent runs `/bin/bash -l -c <ready_cmd>` as the service's
 // user, in its cwd and env, every kReadyPollInterval from the service's
 // start until it exits 0, then writes ServiceReadyLine(name) on the console
-// (once per boot). Each time the service ends before that, it writes
-// ServiceFailedLine(name) + " <status>". The host waits for either line
+// (once per boot). Each time the service ends before that (an "on-failure"
+// service: fails), it writes ServiceFailedLine(name) + " <status>". The host waits for either line
 // before it takes the template's memory snapshot (no TCP is needed to
 // know; docs/templates.md).
 //
-// Restart: after an exit, wait 1 s, doubling up to 30 s while it keeps dying
+// Restart: after an exit ("on-failure": after a failing one only), wait 1 s, doubling up to 30 s while it keeps dying
 // within 60 s of its start; a run longer than that resets the wait.
 // Errors: a declaration that does not parse is logged and skipped; the
 // agent never stops for a service.
@@ -63,6 +63,10 @@ struct ServiceSpec {
   std::string cwd = "/";
   std::map<std::string, std::string> env;
   std::string ready_cmd;  // "": no readiness line
+  // "restart": "always" (the default: a server such as the interpreter) or
+  // "on-failure" (a template's start command, which E2B runs once: an exit 0
+  // ends it for this boot and is no failure; its ready check goes on).
+  bool restart_on_success = true;
 };
 
 // Parses one declaration. InvalidArgument naming what is wrong.

@@ -465,6 +465,16 @@ void TemplateApi::AliasExists(std::shared_ptr<HttpConn> c, const Caller& caller,
   InTemplateWorker(c, [this, caller, ref]() -> TemplateAnswer {
     auto name = tpl::ParseName(ref);
     if (!name.ok()) return {400, nullptr, name.status().message()};
+    // A built-in template ("base", "code-interpreter-v1", "base-gvisor"):
+    // public, as E2B answers for its own (Template.exists('base') is true),
+    // once its image is built; its only tag is "default".
+    if (name->ns.empty() && IsBuiltInTemplateName(name->alias)) {
+      const TemplateRef on = ParseTemplateRuntime(name->alias, kDefaultRuntime);
+      const std::string image = image::CanonicalTemplateName(on.runtime_in_name ? on.image_template : name->alias);
+      if (!image::FindImage(config_.state_dir, image).ok() || (!name->tag.empty() && name->tag != "default"))
+        return {404, nullptr, "template '" + ref + "' not found"};
+      return {200, json{{"templateID", image}, {"public", true}}, ""};
+    }
     // The caller's team's namespace ("team/alias": that team's); another
     // team's private alias is not there (404, its existence not revealed).
     auto id = store_->FindAlias(name->ns.empty() ? caller.team : name->ns, name->alias);

@@ -750,7 +750,8 @@ Status Builder::Build(Job& job) {
                    {"user", ctx.user},
                    {"cwd", ctx.workdir.empty() ? HomeOf(ctx.user) : ctx.workdir},
                    {"env", StepEnv(ctx)},
-                   {"ready_cmd", effective_ready}}
+                   {"ready_cmd", effective_ready},
+                   {"restart", "on-failure"}}
                   .dump();
   }
   const std::string final_hash = HashKeys({prev, "FINALIZE", defaults.dump(), service});

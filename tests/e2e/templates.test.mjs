@@ -173,6 +173,14 @@ maybe('tags: app:v1 and app:v2 each create their own build; a tag moves', async 
   await assert.rejects(Sandbox.create('tagged-e2e:prod', opts))
   assert.equal(await Template.exists('tagged-e2e:v2', opts), true)
   assert.equal(await Template.exists('nothing-here-e2e', opts), false)
+  // Built-in templates exist, as E2B's own do: public, tag "default" only.
+  for (const builtin of ['base', 'code-interpreter-v1', 'base:default']) {
+    assert.equal(await Template.exists(builtin, opts), true, builtin)
+  }
+  assert.equal(await Template.exists('base:v9', opts), false)
+  const r = await fetch(`${d.url}/templates/aliases/base`, { headers: { 'X-API-KEY': opts.apiKey } })
+  assert.equal(r.status, 200)
+  assert.deepEqual(await r.json(), { templateID: 'base', public: true })
 })
 
 maybe('buildInBackground + getBuildStatus page the logs by offset; list and delete', async () => {
@@ -378,12 +386,16 @@ maybe('builds queue past --max-builds, deleting a template cancels its running b
 })
 
 maybe('fromDebianImage builds on the host mirror\'s bookworm (other suites are refused); minFreeDiskMb grows the disk', async () => {
+  // A start command that finishes (exit 0) before its ready command is no
+  // failure, as in E2B; it runs once, not again.
   const t = Template().fromDebianImage('bookworm').runCmd('cat /etc/debian_version > /home/user/debian_version')
+    .setStartCmd('echo ran >> /home/user/start_runs', 'sleep 2; test -s /home/user/start_runs')
   const r = await build(t, 'debian-e2e', { minFreeDiskMb: 3072 })
   assert.ok(r.logs.some((l) => l.includes('Growing the disk by 3072 MiB')), r.logs.join('\n'))
   const sb = await Sandbox.create('debian-e2e', opts)
   try {
     assert.match(await sh(sb, 'cat /home/user/debian_version'), /^12\./)
+    assert.equal(await sh(sb, 'cat /home/user/start_runs'), 'ran')
     const avail = Number(await sh(sb, "df -m --output=avail / | tail -1"))
     assert.ok(avail >= 3072, `free MiB: ${avail}`)
   } finally {

@@ -36,6 +36,15 @@ TEST(ServiceSpec, DefaultsAndFallbackName) {
   EXPECT_EQ(s->cwd, "/");
 }
 
+TEST(ServiceSpec, RestartPolicy) {
+  EXPECT_TRUE(ParseServiceSpec(R"({"argv":["/x"]})", "f")->restart_on_success);
+  EXPECT_TRUE(ParseServiceSpec(R"({"argv":["/x"],"restart":"always"})", "f")->restart_on_success);
+  EXPECT_FALSE(ParseServiceSpec(R"({"argv":["/x"],"restart":"on-failure"})", "f")->restart_on_success);
+  for (const char* bad : {R"({"argv":["/x"],"restart":"never"})", R"({"argv":["/x"],"restart":true})"}) {
+    EXPECT_EQ(ParseServiceSpec(bad, "f").status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(ServiceSpec, RefusesBadDeclarations) {
   for (const char* bad : {"", "[]", "{", R"({"argv":[]})", R"({"argv":"x"})", R"({"argv":["relative"]})",
                           R"({"argv":[1]})", R"({"argv":["/x"],"env":{"A=B":"c"}})",
@@ -91,6 +100,44 @@ TEST(ServiceSupervisor, AgentRestartsAServiceThatDies) {
   waitpid(agent, nullptr, 0);
   EXPECT_TRUE(restarted) << "runs: " << Slurp(out) << "\nagent log:\n" << Slurp(log);
   EXPECT_NE(Slurp(log).find("broken.json"), std::string::npos) << Slurp(log);
+}
+
+// "on-failure" (a template's start command): an exit 0 is the end of it, a
+// failing exit is restarted. Measured against an "always" service beside
+// them: by its third run (>= 3 s of backoff), the failing one has been
+// started again and the finished one has not.
+TEST(ServiceSupervisor, OnFailureServiceThatSucceedsRunsOnce) {
+  test_util::ScopedDir dir{test_util::MakeTempDir("airlock-services-test")};
+  ASSERT_FALSE(dir.path.empty());
+  std::string root = dir.path + "/root", services = dir.path + "/services";
+  ASSERT_EQ(system(("mkdir -p " + root + "/etc " + services).c_str()), 0);
+  std::ofstream(root + "/etc/passwd") << "root:x:0:0:root:/:/bin/sh\n";
+  std::ofstream(root + "/etc/group") << "root:x:0:\n";
+  auto declare = [&](const std::string& name, const std::string& exit_code, const std::string& restart) {
+    std::ofstream(services + "/" + name + ".json")
+        << R"({"argv":["/bin/sh","-c","echo run >> )" << dir.path << "/" << name << "; exit " << exit_code
+        << R"("],"restart":")" << restart << R"("})";
+  };
+  declare("done", "0", "on-failure");
+  declare("fails", "3", "on-failure");
+  declare("clock", "0", "always");
+  std::string log = dir.path + "/agent.log";
+  pid_t agent = fork();
+  if (agent == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    execl(AIRLOCK_AGENT_BINARY, "airlock-agent", "--listen", "127.0.0.1:0", "--root-prefix", root.c_str(),
+          "--services-dir", services.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  bool three = WaitFor([&] { return Slurp(dir.path + "/clock") == "run\nrun\nrun\n"; }, std::chrono::seconds(60));
+  std::string done = Slurp(dir.path + "/done"), fails = Slurp(dir.path + "/fails");
+  kill(agent, SIGTERM);
+  waitpid(agent, nullptr, 0);
+  ASSERT_TRUE(three) << Slurp(log);
+  EXPECT_EQ(done, "run\n") << Slurp(log);
+  EXPECT_GE(fails.size(), 8u) << fails;
+  EXPECT_NE(Slurp(log).find("service done finished (exit 0); not restarted"), std::string::npos) << Slurp(log);
 }
 
 }  // namespace
