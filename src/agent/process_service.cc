@@ -21,8 +21,13 @@ using Clock = std::chrono::steady_clock;
 // One live Start/Connect response stream subscribed to one process.
 class EventStream : public ProcessSubscriber, public std::enable_shared_from_this<EventStream> {
  public:
-  EventStream(std::shared_ptr<http::Conn> s, std::chrono::milliseconds keepalive)
-      : session_(std::move(s)), timer_(session_->executor()), keepalive_(keepalive) {}
+  // owns_deadline: the Start stream whose Connect-Timeout-Ms set the
+  // process's deadline; when that deadline ends the process, this stream
+  // ends as envd's does, with a Connect deadline_exceeded error and no end
+  // event (the Python SDK's commands.run(timeout=) relies on it). Other
+  // streams of the process see its end as usual.
+  EventStream(std::shared_ptr<http::Conn> s, std::chrono::milliseconds keepalive, bool owns_deadline = false)
+      : session_(std::move(s)), timer_(session_->executor()), keepalive_(keepalive), owns_deadline_(owns_deadline) {}
 
   void Begin(std::shared_ptr<Process> proc) {
     process_ = proc;
@@ -44,8 +49,15 @@ class EventStream : public ProcessSubscriber, public std::enable_shared_from_thi
 
   void OnEvent(const envd::ProcessEvent& e) override {
     if (done_) return;
+    const bool end = std::holds_alternative<envd::EndEvent>(e);
+    auto p = process_.lock();
+    if (end && owns_deadline_ && p && p->deadline_reached()) {
+      session_->Write(envd::EncodeEndStream(Status(StatusCode::kDeadlineExceeded, "context deadline exceeded")));
+      Finish();
+      return session_->EndResponse();
+    }
     Send(e);
-    if (std::holds_alternative<envd::EndEvent>(e)) {
+    if (end) {
       session_->Write(envd::EncodeEndStream(OkStatus()));
       Finish();
       session_->EndResponse();
@@ -91,6 +103,7 @@ class EventStream : public ProcessSubscriber, public std::enable_shared_from_thi
   std::chrono::milliseconds keepalive_;
   Clock::time_point last_ = Clock::now();
   std::weak_ptr<Process> process_;
+  bool owns_deadline_;
   bool done_ = false;
 };
 
@@ -125,11 +138,12 @@ void Start(Agent& agent, std::shared_ptr<http::Conn> s) {
       sp.cwd = (stat(user->home.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) ? user->home : "/";
     }
     sp.timeout = ConnectTimeout(*s);
+    const bool has_deadline = sp.timeout.has_value();
     sp.start = std::move(*req);
     auto proc = agent.processes().Spawn(std::move(sp));
     if (!proc.ok()) return RespondStreamStatus(*s, proc.status());
     LogDebug("started process %d: %s", (*proc)->pid(), (*proc)->config().cmd.c_str());
-    std::make_shared<EventStream>(s, KeepaliveInterval(*s))->Begin(*proc);
+    std::make_shared<EventStream>(s, KeepaliveInterval(*s), has_deadline)->Begin(*proc);
   });
 }
 

@@ -181,6 +181,7 @@ void Process::Attach(int out_fd, int err_fd, int pty_fd, int in_fd) {
     deadline_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (ec || self->wait_status_) return;
       LogInfo("process %d: deadline reached, killing its process tree", self->pid_);
+      self->deadline_reached_ = true;
       self->KillTree();
     });
   }

@@ -74,6 +74,8 @@ class Process : public std::enable_shared_from_this<Process> {
   const envd::ProcessConfig& config() const { return req_.start.process; }
   const std::optional<std::string>& tag() const { return req_.start.tag; }
   bool finished() const { return end_.has_value(); }
+  // Its Start's deadline (Connect-Timeout-Ms) passed and ended it.
+  bool deadline_reached() const { return deadline_reached_; }
 
   void Subscribe(std::shared_ptr<ProcessSubscriber> sub);
   void Unsubscribe(const ProcessSubscriber* sub);
@@ -122,6 +124,7 @@ class Process : public std::enable_shared_from_this<Process> {
   std::optional<int> wait_status_;
   std::optional<envd::EndEvent> end_;
   asio::steady_timer deadline_;
+  bool deadline_reached_ = false;
   asio::steady_timer grace_;
   bool read_since_grace_ = false;
   std::function<void(pid_t, const envd::EndEvent&)> on_finished_;

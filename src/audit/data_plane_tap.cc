@@ -215,7 +215,11 @@ void DataPlaneTap::OnResponsePayload(std::string_view data) {
   while (auto env = response_frames_.Next()) {
     if (env->end_stream()) {
       Status es = envd::ParseEndStream(env->payload);
-      if (!es.ok() && errors_.empty()) errors_ = "end of stream: " + es.ToString();
+      if (es.code() == StatusCode::kDeadlineExceeded) {
+        deadline_exceeded_ = true;
+      } else if (!es.ok() && errors_.empty()) {
+        errors_ = "end of stream: " + es.ToString();
+      }
       continue;
     }
     OnMessage(env->payload);
@@ -420,6 +424,10 @@ void DataPlaneTap::FinishImpl(const std::string& error) {
         r["exit_code"] = code;
       }
       r["outcome"] = "ended";
+    } else if (deadline_exceeded_) {
+      // The agent's word for it: the deadline passed, the group was killed.
+      r["signal"] = "killed";
+      r["outcome"] = "deadline exceeded";
     } else {
       r["outcome"] = "stream closed before the end";
     }

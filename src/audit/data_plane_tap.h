@@ -103,7 +103,9 @@ class DataPlaneTap {
   void Finish(const std::string& error = "");
   // An exec stream whose end has not been seen: worth reading to its end
   // after the client left, so the record gets the exit code or signal.
-  bool WantsDrain() const { return kind_ == Kind::kExec && !finished_ && status_ == 200 && !end_; }
+  bool WantsDrain() const {
+    return kind_ == Kind::kExec && !finished_ && status_ == 200 && !end_ && !deadline_exceeded_;
+  }
 
  private:
   enum class Kind { kExec, kFileWrite, kFileRead, kInterpreterExecute };
@@ -136,6 +138,9 @@ class DataPlaneTap {
   Sha256Stream out_hash_, err_hash_;
   std::optional<int64_t> pid_;
   std::optional<nlohmann::json> end_;
+  // The agent ended the exec stream with deadline_exceeded: its Start's
+  // Connect-Timeout-Ms passed and the agent killed the process group.
+  bool deadline_exceeded_ = false;
   // files
   Sha256Stream body_hash_;
   std::unique_ptr<envd::MultipartParser> multipart_;

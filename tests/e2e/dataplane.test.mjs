@@ -230,6 +230,39 @@ maybe('kill() ends the command streams in flight; a killed sandbox answers 502 a
   }
 })
 
+// The Python SDK's commands.run(timeout=N): only Connect-Timeout-Ms, and it
+// expects the stream to end as envd ends it, with deadline_exceeded (no end
+// event); the process group is killed and the audit record says so.
+maybe('a Start whose Connect-Timeout-Ms passes ends with deadline_exceeded and kills the command, as envd', async () => {
+  const sbx = await Sandbox.create({ ...d.opts })
+  try {
+    const info = await (await fetch(`${d.url}/sandboxes/${sbx.sandboxId}`, { headers: { 'X-API-Key': d.apiKey } })).json()
+    const t0 = Date.now()
+    const r = await fetch(`${d.url}/process.Process/Start`, {
+      method: 'POST',
+      headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': info.envdAccessToken,
+        'Content-Type': 'application/connect+json',
+        'Connect-Protocol-Version': '1', 'Connect-Timeout-Ms': '3000' },
+      body: envelope({ process: { cmd: '/bin/bash', args: ['-l', '-c', 'echo before; exec -a airlock-deadline sleep 600'] } }),
+    })
+    assert.equal(r.status, 200)
+    const evs = decodeEnvelopes(Buffer.from(await r.arrayBuffer()))
+    assert.ok(Date.now() - t0 < 60000)
+    assert.ok(evs[0].json.event.start.pid > 0)
+    const out = evs.map((e) => e.json?.event?.data?.stdout).filter(Boolean).map((b) => Buffer.from(b, 'base64').toString()).join('')
+    assert.equal(out, 'before\n')
+    assert.ok(!evs.some((e) => e.json?.event?.end), 'no end event before the error')
+    assert.equal(evs.at(-1).flags & 2, 2)
+    assert.equal(evs.at(-1).json.error.code, 'deadline_exceeded')
+    assert.equal((await sbx.commands.run("pgrep -c -f '^airlock-deadline' || true")).stdout, '0\n')
+    const audit = await (await fetch(`${d.url}/sandboxes/${sbx.sandboxId}/audit`, { headers: { 'X-API-Key': d.apiKey } })).json()
+    assert.ok(audit.some((a) => a.action === 'exec' && a.outcome === 'deadline exceeded' && a.signal === 'killed'),
+      JSON.stringify(audit).slice(0, 2000))
+  } finally {
+    await sbx.kill()
+  }
+})
+
 maybe('uploadUrl() and downloadUrl() work from a client with no headers', async () => {
   const sbx = await Sandbox.create({ ...d.opts, secure: true })
   try {

@@ -536,11 +536,23 @@ TEST(AgentProcess, SignalKill) {
   EXPECT_TRUE(res.status.ok());
 }
 
-TEST(AgentProcess, ConnectTimeoutKillsTheGroup) {
+// As envd: the Start stream's Connect-Timeout-Ms kills the process group and
+// ends that stream with a Connect deadline_exceeded error, no end event (the
+// Python SDK's commands.run(timeout=) waits for it); a Connect stream of the
+// same process sees the process end as usual.
+TEST(AgentProcess, ConnectTimeoutKillsTheGroupAndEndsTheStartStreamWithDeadlineExceeded) {
   auto t0 = std::chrono::steady_clock::now();
-  auto r = RunScript("sleep 30 & sleep 30; wait", {"Connect-Timeout-Ms: 500"});
-  ASSERT_TRUE(r.end);
-  EXPECT_EQ(r.end->status, "signal: killed");
+  Stream s("process.Process/Start", StartJson("echo before; sleep 30 & sleep 30; wait"), {"Connect-Timeout-Ms: 1500"});
+  uint32_t pid = ReadStartPid(s);
+  Stream c("process.Process/Connect", R"({"process":{"pid":)" + std::to_string(pid) + "}}");
+  auto r = Drain(s, false);
+  EXPECT_FALSE(r.end);
+  EXPECT_EQ(r.out, "before\n");
+  EXPECT_EQ(r.status.code(), StatusCode::kDeadlineExceeded) << r.status.ToString();
+  auto other = Drain(c);
+  ASSERT_TRUE(other.end);
+  EXPECT_EQ(other.end->status, "signal: killed");
+  EXPECT_TRUE(other.status.ok());
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
 }
 

@@ -358,6 +358,27 @@ TEST(DataPlaneTap, KilledProcessRecordsTheSignal) {
   EXPECT_FALSE(got[0].contains("exit_code"));
 }
 
+// The agent ends a Start stream whose Connect-Timeout-Ms passed with
+// deadline_exceeded and no end event (as envd): the record says so, and the
+// relay need not drain for an end that will not come.
+TEST(DataPlaneTap, DeadlineExceededRecordsTheKill) {
+  std::vector<json> got;
+  TapRequest req{"sb1", "", "POST", "/process.Process/Start", {}, "", "application/connect+json"};
+  auto tap = DataPlaneTap::Create(req, [&](const json& r) { got.push_back(r); });
+  tap->OnRequestBody(envd::EncodeEnvelope(R"({"process":{"cmd":"sleep","args":["100"]}})"));
+  tap->OnResponseHead(200, false);
+  tap->OnResponseBytes(envd::EncodeEnvelope(R"({"event":{"start":{"pid":7}}})"));
+  EXPECT_TRUE(tap->WantsDrain());
+  tap->OnResponseBytes(envd::EncodeEndStream(Status(StatusCode::kDeadlineExceeded, "context deadline exceeded")));
+  EXPECT_FALSE(tap->WantsDrain());
+  tap->Finish();
+  ASSERT_EQ(got.size(), 2u);  // exec.start, then exec
+  EXPECT_EQ(got[1]["action"], "exec");
+  EXPECT_EQ(got[1]["signal"], "killed");
+  EXPECT_EQ(got[1]["outcome"], "deadline exceeded");
+  EXPECT_FALSE(got[1].contains("error")) << got[1].dump();
+}
+
 TEST(DataPlaneTap, HostileStreamsBecomeErrorsNotCrashes) {
   std::vector<json> got;
   TapRequest req{"sb1", "", "POST", "/process.Process/Start", {}, "Basic !!!", ""};
