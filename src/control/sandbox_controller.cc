@@ -151,13 +151,17 @@ ConnectOutcome SandboxController::Connect(const std::string& id, int64_t ends_at
     if (!set.ok()) return {};
     return {d_.manager.Visible(id), false, OkStatus()};
   }
-  // The registry and the TTL (a resumed sandbox's starts anew) are the Manager's.
+  // Paused, or being paused: Resume waits for a pause in progress to finish
+  // (the sandbox's operation lock), then resumes, as E2B's connect does. The
+  // registry and the TTL (a resumed sandbox's starts anew, before its guest
+  // runs) are the Manager's.
   auto r = d_.manager.Resume(id, std::chrono::seconds(60), ends_at_ms);
   if (!r.ok()) {
     LOG_WARN("sandbox={} resume: {}", id, r.status().message());
     return {nullptr, false, r.status()};
   }
-  if (!r->resumed) (void)d_.manager.SetEndsAt(id, ends_at_ms);
+  // Not resumed: the pause had failed and it ran on; its TTL only extends.
+  if (!r->resumed) (void)d_.manager.SetEndsAt(id, ends_at_ms, /*extend_only=*/true);
   auto now = d_.manager.Visible(id);
   if (!now) return {};
   now->AddLog("info", r->resumed ? "resumed in " + std::to_string(static_cast<int>(r->total_ms)) + " ms" : "connected");

@@ -88,17 +88,21 @@ int Sandbox::disk_mib() const {
 }
 
 namespace {
-// Sandbox::api_state with mu_ held.
-std::string_view ApiStateOf(SandboxState state, bool snapshot_committed) {
-  if (state == SandboxState::kPaused || state == SandboxState::kResuming) return "paused";
-  if (state == SandboxState::kPausing && snapshot_committed) return "paused";
+// Sandbox::api_state with mu_ held. "paused" from the moment a pause starts,
+// as E2B answers (a connect then waits for the pause and resumes; a pause
+// that fails shows "running" again). The registry is written apart from
+// this (Manager::Persist names the state): "paused" there only once the
+// pause snapshot is committed.
+std::string_view ApiStateOf(SandboxState state) {
+  if (state == SandboxState::kPaused || state == SandboxState::kResuming || state == SandboxState::kPausing)
+    return "paused";
   return "running";
 }
 }  // namespace
 
 std::string_view Sandbox::api_state() const {
   std::lock_guard<std::mutex> l(mu_);
-  return ApiStateOf(state_, !snapshot_dir_.empty());
+  return ApiStateOf(state_);
 }
 
 bool Sandbox::visible() const {
@@ -113,7 +117,7 @@ SandboxRecord Sandbox::Record() const {
   r.id = id_;
   r.template_id = template_;
   r.runtime = runtime_;
-  r.state = std::string(ApiStateOf(state_, !snapshot_dir_.empty()));
+  r.state = std::string(ApiStateOf(state_));
   r.created_at_ms = created_at_ms_;
   r.ends_at_ms = ends_at_ms_;
   r.metadata = attrs_.metadata;

@@ -88,6 +88,35 @@ maybe('pause() then Sandbox.connect(): files, processes, memory and clock surviv
   await assert.rejects(Sandbox.connect(sbx.sandboxId, opts), (e) => e instanceof SandboxNotFoundError)
 })
 
+// As E2B: "paused" from the moment a pause starts, and a connect during the
+// pause waits for it, then resumes (201) with the new TTL in force.
+maybe('a sandbox being paused reads paused; connect during the pause waits and resumes', { timeout: 300000 }, async () => {
+  const sbx = await Sandbox.create('base', { ...opts, timeoutMs: 600000 })
+  try {
+    await sbx.files.write('/home/user/p.txt', 'before the pause')
+    const api = { 'X-API-Key': apiKey, 'Content-Type': 'application/json' }
+    const state = async () => (await (await fetch(`${url}/sandboxes/${sbx.sandboxId}`, { headers: api })).json()).state
+    let pauseAnswered = false
+    const pause = fetch(`${url}/sandboxes/${sbx.sandboxId}/pause`, { method: 'POST', headers: api })
+      .then((r) => { pauseAnswered = true; return r })
+    // The pause under way (its answer not yet sent): already "paused".
+    let seen
+    while (!pauseAnswered && (seen = await state()) !== 'paused') {}
+    assert.equal(seen, 'paused', 'GET answered running until the pause had ended')
+    const connected = fetch(`${url}/sandboxes/${sbx.sandboxId}/connect`, { method: 'POST', headers: api, body: '{"timeout":300}' })
+    assert.equal((await pause).status, 204)
+    const c = await connected
+    assert.equal(c.status, 201, await c.clone().text())
+    assert.equal(await state(), 'running')
+    // The data plane answers at once, and the TTL is the connect's.
+    assert.equal(await sbx.files.read('/home/user/p.txt'), 'before the pause')
+    const end = Date.parse((await (await fetch(`${url}/sandboxes/${sbx.sandboxId}`, { headers: api })).json()).endAt)
+    assert.ok(Math.abs(end - (Date.now() + 300000)) < 60000, `endAt ${new Date(end).toISOString()}`)
+  } finally {
+    await sbx.kill()
+  }
+})
+
 maybe('pause({keepMemory:false}) keeps the filesystem and reboots on connect', { timeout: 300000 }, async () => {
   const sbx = await Sandbox.create('base', { ...opts, envs: { KEEP: 'me' } })
   try {
