@@ -114,7 +114,14 @@ StatusOr<int> DaemonExec(const DaemonTarget& t, const DaemonSandbox& sb, const D
       RETURN_IF_ERROR(dec.Feed(std::string_view(chunk.data(), chunk.size() - p.get().body().size)));
       while (auto env = dec.Next()) {
         if (env->end_stream()) {
-          RETURN_IF_ERROR(envd::ParseEndStream(env->payload));
+          Status es = envd::ParseEndStream(env->payload);
+          // --timeout passed: the agent killed the process group and ended
+          // the stream as envd does, deadline_exceeded without an end event.
+          if (es.code() == StatusCode::kDeadlineExceeded && spec.timeout_s > 0 && !code) {
+            code = 128 + 9;
+            continue;
+          }
+          RETURN_IF_ERROR(es);
           continue;
         }
         ASSIGN_OR_RETURN(auto ev, envd::ParseEventResponse(env->payload));

@@ -360,7 +360,17 @@ StatusOr<ExecResult> EnvdClient::StreamProcess(std::string_view method_path, con
       RETURN_IF_ERROR(decoder.Feed(std::string_view(chunk, n)));
       while (auto msg = decoder.Next()) {
         if (msg->end_stream()) {
-          RETURN_IF_ERROR(envd::ParseEndStream(msg->payload));
+          Status es = envd::ParseEndStream(msg->payload);
+          // The timeout we sent passed: the agent killed the process group
+          // and ended the stream as envd does, deadline_exceeded without an
+          // end event (docs/agent.md). The process was killed.
+          if (es.code() == StatusCode::kDeadlineExceeded && timeout && result && !ended) {
+            result->exit_code = -1;
+            result->exited = false;
+            result->status = result->error = "signal: killed";
+            return *result;
+          }
+          RETURN_IF_ERROR(es);
           if (!result || !ended) return Unavailable("process exited without a result");
           return *result;
         }

@@ -117,9 +117,12 @@ class TestDaemon {
     int exit_code = -1;
     std::string signal;
     std::string out, err;
+    bool ended = false;  // an end event came
+    Status end_of_stream;  // the stream's end-of-stream error, if any
   };
   // process.Process/Start through the data plane; `timeout_ms` > 0 sets
-  // Connect-Timeout-Ms (the agent kills the process group when it elapses).
+  // Connect-Timeout-Ms (the agent kills the process group when it elapses
+  // and ends the stream with deadline_exceeded, no end event, as envd).
   StatusOr<Exec> Run(const std::string& id, const std::string& token, const std::string& script, int timeout_ms = 0,
                      const std::string& user = "") const {
     nlohmann::json req = {{"process", {{"cmd", "/bin/bash"}, {"args", {"-c", script}}}}, {"stdin", false}};
@@ -135,7 +138,10 @@ class TestDaemon {
     RETURN_IF_ERROR(dec.Feed(r.body));
     Exec e;
     while (auto env = dec.Next()) {
-      if (env->end_stream()) continue;
+      if (env->end_stream()) {
+        e.end_of_stream = envd::ParseEndStream(env->payload);
+        continue;
+      }
       auto j = nlohmann::json::parse(env->payload, nullptr, false);
       if (!j.is_object() || !j.contains("event")) continue;
       auto& ev = j["event"];
@@ -148,6 +154,7 @@ class TestDaemon {
         }
       }
       if (ev.contains("end")) {
+        e.ended = true;
         auto& end = ev["end"];
         std::string status = end.value("status", "");
         if (status.rfind("signal: ", 0) == 0) e.signal = status.substr(8);

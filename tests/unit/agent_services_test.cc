@@ -71,6 +71,19 @@ std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
+// The real agent binary on `root` with `services`, its stderr to `log`.
+pid_t StartAgent(const std::string& root, const std::string& services, const std::string& log) {
+  pid_t agent = fork();
+  if (agent == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    execl(AIRLOCK_AGENT_BINARY, "airlock-agent", "--listen", "127.0.0.1:0", "--root-prefix", root.c_str(),
+          "--services-dir", services.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  return agent;
+}
+
 // The real agent binary with a services dir: a service that exits at once is
 // started again (after the 1 s backoff), with its declared environment; a bad
 // declaration beside it is skipped without stopping the agent.
@@ -86,14 +99,7 @@ TEST(ServiceSupervisor, AgentRestartsAServiceThatDies) {
                                       << R"(","env":{"MARK":"run"}})";
   std::ofstream(services + "/broken.json") << "{not json";
   std::string log = dir.path + "/agent.log";
-  pid_t agent = fork();
-  if (agent == 0) {
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 2);
-    execl(AIRLOCK_AGENT_BINARY, "airlock-agent", "--listen", "127.0.0.1:0", "--root-prefix", root.c_str(),
-          "--services-dir", services.c_str(), (char*)nullptr);
-    _exit(127);
-  }
+  pid_t agent = StartAgent(root, services, log);
   bool restarted = WaitFor([&] { return Slurp(out) == "run\nrun\n" || Slurp(out).size() > 8; },
                            std::chrono::seconds(30));
   kill(agent, SIGTERM);
@@ -122,14 +128,7 @@ TEST(ServiceSupervisor, OnFailureServiceThatSucceedsRunsOnce) {
   declare("fails", "3", "on-failure");
   declare("clock", "0", "always");
   std::string log = dir.path + "/agent.log";
-  pid_t agent = fork();
-  if (agent == 0) {
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 2);
-    execl(AIRLOCK_AGENT_BINARY, "airlock-agent", "--listen", "127.0.0.1:0", "--root-prefix", root.c_str(),
-          "--services-dir", services.c_str(), (char*)nullptr);
-    _exit(127);
-  }
+  pid_t agent = StartAgent(root, services, log);
   bool three = WaitFor([&] { return Slurp(dir.path + "/clock") == "run\nrun\nrun\n"; }, std::chrono::seconds(60));
   std::string done = Slurp(dir.path + "/done"), fails = Slurp(dir.path + "/fails");
   kill(agent, SIGTERM);
