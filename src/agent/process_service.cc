@@ -49,19 +49,16 @@ class EventStream : public ProcessSubscriber, public std::enable_shared_from_thi
 
   void OnEvent(const envd::ProcessEvent& e) override {
     if (done_) return;
-    const bool end = std::holds_alternative<envd::EndEvent>(e);
+    if (!std::holds_alternative<envd::EndEvent>(e)) return Send(e);
+    // The end: as envd, a Start whose own deadline ended the process gets the
+    // deadline_exceeded error instead of the end event.
     auto p = process_.lock();
-    if (end && owns_deadline_ && p && p->deadline_reached()) {
-      session_->Write(envd::EncodeEndStream(Status(StatusCode::kDeadlineExceeded, "context deadline exceeded")));
-      Finish();
-      return session_->EndResponse();
-    }
-    Send(e);
-    if (end) {
-      session_->Write(envd::EncodeEndStream(OkStatus()));
-      Finish();
-      session_->EndResponse();
-    }
+    const bool deadline = owns_deadline_ && p && p->deadline_reached();
+    if (!deadline) Send(e);
+    session_->Write(envd::EncodeEndStream(
+        deadline ? Status(StatusCode::kDeadlineExceeded, "context deadline exceeded") : OkStatus()));
+    Finish();
+    session_->EndResponse();
   }
 
   size_t QueuedBytes() const override { return session_->pending_bytes(); }

@@ -44,9 +44,9 @@ StatusOr<ResolvedTemplate> TemplateCatalog::Resolve(const std::string& ref, cons
     }
   }
   // 2. A built-in template, in any form a create accepts.
+  // Without a runtime in it, image_template is `ref` as given.
   const TemplateRef parsed = ParseTemplateRuntime(ref, default_runtime_);
-  std::string name = parsed.runtime_in_name ? parsed.image_template : ref;
-  name = image::CanonicalTemplateName(name);
+  std::string name = image::CanonicalTemplateName(parsed.image_template);
   if (parsed.runtime_in_name) out.runtime_in_name = parsed.runtime;
   const auto& known = image::KnownTemplates();
   if (std::find(known.begin(), known.end(), name) == known.end()) {

@@ -40,14 +40,12 @@ namespace {
 // that carries nothing its signature does not cover and expires within
 // kMaxSignedUrlLifetime, if at all (relay_guard.h).
 // Why a signed /files URL is refused for the sandbox with `token` (OK: it
-// is not). The precise clock: time(2) is the vDSO's last tick, which lags
-// the client's clock by a tick or more on a loaded host and let a URL be
-// used in the second after it expired.
+// is not). The system clock itself (NowUnixMs), not time(2): that is the
+// vDSO's last tick, which lags the client's clock by a tick or more on a
+// loaded host and let a URL be used in the second after it expired.
 Status FileSignatureStatus(const HttpConn& c, const std::string& token) {
   if (!c.Query("signature")) return Status(StatusCode::kUnauthenticated, "the URL carries no signature");
-  const int64_t now_s =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  return CheckFileSignature(c, token, now_s);
+  return CheckFileSignature(c, token, NowUnixMs() / 1000);
 }
 
 bool ValidFileSignature(const HttpConn& c, const std::string& token) { return FileSignatureStatus(c, token).ok(); }
@@ -111,11 +109,14 @@ void DataPlane::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, u
   if (port == kAgentPort) {
     bool health = path == "/health" && (c->method() == http::Method::kGet || c->method() == http::Method::kHead);
     std::string got = c->Header("X-Access-Token");
-    bool ok = health || (!got.empty() && SecureEqual(got, token)) || (path == "/files" && ValidFileSignature(*c, token));
-    if (!ok && got.empty() && path == "/files" && c->Query("signature")) {
-      return c->RespondError(401, FileSignatureStatus(*c, token).message());  // expired, or not this sandbox's
+    if (!health && (got.empty() || !SecureEqual(got, token))) {
+      const std::string bad_token = got.empty() ? "missing X-Access-Token" : "invalid X-Access-Token";
+      if (path != "/files" || !c->Query("signature")) return c->RespondError(401, bad_token);
+      // A signed URL, checked once: without a token it is refused for its
+      // signature's reason (expired, or not this sandbox's).
+      Status signature = FileSignatureStatus(*c, token);
+      if (!signature.ok()) return c->RespondError(401, got.empty() ? signature.message() : bad_token);
     }
-    if (!ok) return c->RespondError(401, got.empty() ? "missing X-Access-Token" : "invalid X-Access-Token");
     if (path == "/process.Process/Start" || path == "/process.Process/Connect") {
       AddLog(id, "info", "exec: " + path.substr(1));
       if (path == "/process.Process/Start") metrics_.Exec();

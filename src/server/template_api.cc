@@ -469,8 +469,8 @@ void TemplateApi::AliasExists(std::shared_ptr<HttpConn> c, const Caller& caller,
     // public, as E2B answers for its own (Template.exists('base') is true),
     // once its image is built; its only tag is "default".
     if (name->ns.empty() && IsBuiltInTemplateName(name->alias)) {
-      const TemplateRef on = ParseTemplateRuntime(name->alias, kDefaultRuntime);
-      const std::string image = image::CanonicalTemplateName(on.runtime_in_name ? on.image_template : name->alias);
+      const std::string image =
+          image::CanonicalTemplateName(ParseTemplateRuntime(name->alias, kDefaultRuntime).image_template);
       if (!image::FindImage(config_.state_dir, image).ok() || (!name->tag.empty() && name->tag != "default"))
         return {404, nullptr, "template '" + ref + "' not found"};
       return {200, json{{"templateID", image}, {"public", true}}, ""};
