@@ -98,10 +98,11 @@ void PrintProgress(std::string_view step) {
 int SnapshotTemplates(const std::string& state_dir, const std::vector<std::string>& templates,
                       const std::string& agent_binary);
 
-// The gVisor runtime's root tree of each image (template -> rootfs.ext4),
-// made here once rather than by the first gVisor start (40-100 s each;
-// docs/runtime-gvisor.md "Root filesystem"), all at once (each is fuse2fs
-// and cp, about one core). Only where that runtime can run; a failure is a
+// The gVisor runtime's root tree of each image (template -> rootfs.ext4):
+// an image this build wrote has it already (its staged tree); one found
+// without it is extracted here once rather than by the first gVisor start
+// (40-110 s each; docs/runtime-gvisor.md "Root filesystem"), all at once
+// (each is fuse2fs and cp, about one core). Only where that runtime can run; a failure is a
 // warning, since the microVM runtime does not need the tree and a start
 // retries.
 void MakeGvisorTrees(const std::map<std::string, std::string>& rootfs_of) {

@@ -41,4 +41,12 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mo
 // SnapshotStore::ImageStamp. ErrnoError when the file cannot be read.
 StatusOr<std::string> ImageFileStamp(const std::string& path);
 
+// A template rootfs image as a directory tree, for a runtime that serves a
+// directory rather than a disk (gVisor's gofer): <image dir>/kRootTreeDir,
+// valid while <image dir>/kRootTreeStampFile holds the image's
+// ImageFileStamp. `airlock image build` writes it beside the images it makes
+// (image/rootfs_build.cc); gvisor::EnsureRootTree extracts it for any other.
+inline constexpr char kRootTreeDir[] = "gvisor-root";
+inline constexpr char kRootTreeStampFile[] = "gvisor-root.stamp";
+
 }  // namespace airlock

@@ -233,7 +233,7 @@ void CollectGarbageIn(const Layout& l) {
   // The current base layer of every built-in template, built or not yet
   // pointed at (EnsureBaseLayers makes them before any image of theirs).
   for (const auto& name : KnownTemplates()) {
-    if (auto packages = TemplatePackages(name); packages.ok()) base.insert(BaseLayerKey(name, kSuite, *packages));
+    if (auto key = TemplateBaseLayerKey(name); key.ok()) base.insert(*key);
   }
   PinnedByVmsAndSnapshots(l, boot, rootfs);
   auto sweep = [](const std::string& dir, const std::function<bool(const std::string&)>& keep) {
@@ -406,6 +406,20 @@ StatusOr<std::vector<std::string>> TemplatePackages(const std::string& template_
   return InvalidArgument("unknown template \"" + template_name + "\" (known: base, code-interpreter)");
 }
 
+std::string ParentTemplate(const std::string& template_name) {
+  return CanonicalTemplateName(template_name) == "code-interpreter" ? "base" : "";
+}
+
+StatusOr<std::string> TemplateBaseLayerKey(const std::string& template_name) {
+  const std::string name = CanonicalTemplateName(template_name);
+  ASSIGN_OR_RETURN(std::vector<std::string> packages, TemplatePackages(name));
+  std::string parent_key;
+  if (std::string parent = ParentTemplate(name); !parent.empty()) {
+    ASSIGN_OR_RETURN(parent_key, TemplateBaseLayerKey(parent));
+  }
+  return BaseLayerKey(name, kSuite, packages, parent_key);
+}
+
 void CollectGarbage(const std::string& state_dir) {
   auto abs = AbsolutePath(state_dir);
   Layout l = LayoutFor(abs.ok() ? *abs : state_dir);
@@ -563,18 +577,25 @@ StatusOr<std::string> EnsureBoot(const Layout& l, const KernelPackage& kernel, c
   return boot_key;
 }
 
-// The template's base layer (mmdebstrap; does not depend on the agent),
-// built unless present; returns its directory.
-StatusOr<std::string> EnsureBaseLayer(const Layout& l, const std::string& base_key,
-                                      const std::vector<std::string>& packages, bool force,
+// The template's base layer (mmdebstrap, or its parent template's layer
+// plus packages; does not depend on the agent), built unless present, its
+// parent's first; returns its directory. `force` rebuilds this layer, not
+// its parent's.
+StatusOr<std::string> EnsureBaseLayer(const Layout& l, const std::string& name, bool force,
                                       const Progress& progress) {
+  ASSIGN_OR_RETURN(std::vector<std::string> packages, TemplatePackages(name));
+  ASSIGN_OR_RETURN(std::string base_key, TemplateBaseLayerKey(name));
   // A base layer directory is complete once it exists (renamed into place).
   std::string base_dir = l.base(base_key);
   if (force || !Exists(base_dir + "/packages.txt")) {
+    BaseLayerInputs in{kSuite, packages, ""};
+    if (std::string parent = ParentTemplate(name); !parent.empty()) {
+      ASSIGN_OR_RETURN(std::string parent_dir, EnsureBaseLayer(l, parent, false, progress));
+      in.parent_root = parent_dir + "/root";
+    }
     // Base layers are unpacked root filesystems (device nodes, setuid
     // files, other users' files): root only.
     if (::chmod(l.base().c_str(), 0700) != 0) return ErrnoError("chmod " + l.base());
-    BaseLayerInputs in{kSuite, packages};
     RETURN_IF_ERROR(BuildInto(l, base_dir, [&](const std::string& w, const std::string& out) {
       return BuildBaseLayer(in, w, out, progress);
     }));
@@ -589,7 +610,7 @@ StatusOr<std::string> EnsureBaseLayer(const Layout& l, const std::string& base_k
 Status EnsureBaseLayers(const ImageOptions& options) {
   const std::string name = CanonicalTemplateName(options.template_name);
   RETURN_IF_ERROR(ValidTemplateName(name));
-  ASSIGN_OR_RETURN(std::vector<std::string> packages, TemplatePackages(name));
+  RETURN_IF_ERROR(TemplatePackages(name).status());
   std::string busybox = FindBusybox();
   if (busybox.empty()) return FailedPrecondition("no static busybox found (apt-get install busybox-static)");
   if (::geteuid() != 0) return PermissionDenied("building the guest image needs root (mmdebstrap, chroot)");
@@ -598,8 +619,7 @@ Status EnsureBaseLayers(const ImageOptions& options) {
   ASSIGN_OR_RETURN(std::string boot_local, BootLocalKey(busybox));
   ASSIGN_OR_RETURN(KernelPackage kernel, KernelFor(l, ReadPointer(l, name), options.refresh, options.progress));
   RETURN_IF_ERROR(EnsureBoot(l, kernel, busybox, boot_local, options.force, options.progress).status());
-  return EnsureBaseLayer(l, BaseLayerKey(name, kSuite, packages), packages, options.force, options.progress)
-      .status();
+  return EnsureBaseLayer(l, name, options.force, options.progress).status();
 }
 
 StatusOr<GuestImage> EnsureImage(const ImageOptions& options) {
@@ -607,7 +627,7 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& options) {
   o.template_name = CanonicalTemplateName(o.template_name);
   const Progress& progress = o.progress;
   RETURN_IF_ERROR(ValidTemplateName(o.template_name));
-  ASSIGN_OR_RETURN(std::vector<std::string> packages, TemplatePackages(o.template_name));
+  RETURN_IF_ERROR(TemplatePackages(o.template_name).status());
   if (o.state_dir.empty()) return InvalidArgument("state_dir is empty");
   if (o.agent_binary.empty()) return InvalidArgument("no agent binary given");
   struct stat ast;
@@ -659,7 +679,7 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& options) {
     ASSIGN_OR_RETURN(std::string sha, Sha256File(pip_conf));
     extras.push_back(StagedFile{pip_conf, "/etc/pip.conf", 0644, sha});
   }
-  std::string base_key = BaseLayerKey(o.template_name, kSuite, packages);
+  ASSIGN_OR_RETURN(std::string base_key, TemplateBaseLayerKey(o.template_name));
   std::string rootfs_key = TemplateRootfsKey(base_key, agent_sha, ExtraFilesDigest(extras));
 
   auto prev = ReadPointer(l, o.template_name);
@@ -676,8 +696,8 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(std::string boot_key, EnsureBoot(l, kernel, busybox, boot_local, o.force, progress));
   if (o.force || !Exists(l.rootfs(rootfs_key) + "/rootfs.ext4")) {
-    ASSIGN_OR_RETURN(std::string base_dir, EnsureBaseLayer(l, base_key, packages, o.force, progress));
-    TemplateInputs in{base_dir, guest_agent, agent_sha, rootfs_key, extras};
+    ASSIGN_OR_RETURN(std::string base_dir, EnsureBaseLayer(l, o.template_name, o.force, progress));
+    TemplateInputs in{base_dir, guest_agent, agent_sha, rootfs_key, extras, /*keep_tree=*/true};
     RETURN_IF_ERROR(
         BuildInto(l, l.rootfs(rootfs_key), [&](const std::string& w, const std::string& out) {
           return BuildTemplateRootfs(in, w, out, progress);

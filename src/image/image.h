@@ -100,6 +100,14 @@ void CollectGarbage(const std::string& state_dir);
 // (docs/code-interpreter.md).
 StatusOr<std::vector<std::string>> TemplatePackages(const std::string& template_name);
 
+// The built-in template whose base layer a template's is built on ("" for
+// none): code-interpreter's is base's plus its packages (builders.h
+// BaseLayerInputs::parent_root).
+std::string ParentTemplate(const std::string& template_name);
+// The key of a built-in template's base layer (BaseLayerKey, with its
+// parent's key). InvalidArgument for an unknown template.
+StatusOr<std::string> TemplateBaseLayerKey(const std::string& template_name);
+
 // The built-in templates, in build order: "base", "code-interpreter".
 const std::vector<std::string>& KnownTemplates();
 // The template an alias names ("code-interpreter-v1", what

@@ -1,7 +1,9 @@
 // Template root filesystem, in two layers (builders.h, docs/image.md):
 //   BuildBaseLayer      - mmdebstrap a Debian suite with the template's
 //                         packages, add user `user`, hostname, hosts, an empty
-//                         resolv.conf; kept unpacked.
+//                         resolv.conf; kept unpacked. Or, for a template
+//                         built on another's layer, a copy of that layer
+//                         plus the packages it lacks (apt-get in a chroot).
 //   BuildTemplateRootfs - hard-link copy of the base layer + the stripped
 //                         agent, exported as a sparse ext4 image with
 //                         mkfs.ext4 -d.
@@ -11,9 +13,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdint>
 #include <fstream>
 
+#include "common/file_util.h"
 #include "image/builders.h"
 #include "image/command.h"
 #include "image/fs_util.h"
@@ -48,6 +52,29 @@ constexpr char kResolvConf[] = "";
 // /etc/sudoers.d), mode 0440 as sudo requires, checked with visudo.
 constexpr char kSudoersPath[] = "/etc/sudoers.d/airlock-user";
 constexpr char kSudoers[] = "user ALL=(ALL:ALL) NOPASSWD: ALL\n";
+
+// Installs packages ($2...) in the base-layer tree $1 (ExtendBaseLayer), in
+// private PID and mount namespaces: /proc, /dev and the host's resolver are
+// mounted for apt and dpkg and vanish with the namespace. Part of the key
+// of a layer built this way. The cleanup is mmdebstrap 1.3's (run_cleanup).
+constexpr char kExtendScript[] = R"(set -eu
+r=$1; shift
+mount -t proc proc "$r/proc"
+mount --rbind /dev "$r/dev"
+mount --bind /etc/resolv.conf "$r/etc/resolv.conf"
+printf '#!/bin/sh\nexit 101\n' > "$r/usr/sbin/policy-rc.d"
+chmod 755 "$r/usr/sbin/policy-rc.d"
+chroot "$r" apt-get update -q
+chroot "$r" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"
+chroot "$r" apt-get -o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts=/dev/null update -q
+chroot "$r" apt-get clean
+rm -rf "$r/var/lib/apt/lists/auxfiles"
+rm -f "$r/usr/sbin/policy-rc.d" "$r/var/log/dpkg.log" "$r/var/log/apt/history.log" "$r/var/log/apt/term.log" \
+  "$r/var/log/alternatives.log" "$r/var/cache/ldconfig/aux-cache" "$r/var/log/apt/eipp.log.xz"
+umount "$r/etc/resolv.conf"
+find "$r/tmp" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system {} +
+find "$r/run" -mindepth 1 -maxdepth 1 ! -name lock -exec rm -rf --one-file-system {} +
+)";
 
 const std::vector<std::string>& GroupAdd() {
   static const std::vector<std::string> v = {"groupadd", "--gid", "1000", "user"};
@@ -130,14 +157,15 @@ std::string BaseLayerRecipe() {
 }
 
 std::string BaseLayerKey(std::string_view template_name, std::string_view suite,
-                         const std::vector<std::string>& packages) {
-  return KeyBuilder()
-      .Add("builder", kBuilderVersion)
+                         const std::vector<std::string>& packages, std::string_view parent_key) {
+  KeyBuilder k;
+  k.Add("builder", kBuilderVersion)
       .Add("template", template_name)
       .Add("suite", suite)
       .Add("packages", packages)
-      .Add("recipe", BaseLayerRecipe())
-      .ShortDigest();
+      .Add("recipe", BaseLayerRecipe());
+  if (!parent_key.empty()) k.Add("on", parent_key).Add("extend", kExtendScript);
+  return k.ShortDigest();
 }
 
 std::string TemplateRootfsKey(std::string_view base_key, std::string_view agent_sha256,
@@ -155,8 +183,77 @@ std::string ExtraFilesDigest(const std::vector<StagedFile>& files) {
   return k.Digest();
 }
 
+namespace {
+
+// The files every base layer ends with, whatever its packages wrote there
+// (through the same helper as a tenant's tree, tree_beneath.h: replaced,
+// never written through), then its package list.
+Status FinishBaseLayer(const std::string& root, const std::string& out_dir, bool sudo, const std::string& log) {
+  ASSIGN_OR_RETURN(UniqueFd root_fd, OpenTreeRoot(root));
+  if (sudo) {
+    RETURN_IF_ERROR(WriteFileInTree(root_fd.get(), kSudoersPath, kSudoers, 0440));
+    RETURN_IF_ERROR(Chroot(root, {"visudo", "--check", "--strict", "--file", kSudoersPath}, log));
+  }
+  RETURN_IF_ERROR(WriteFileInTree(root_fd.get(), "/etc/hostname", kHostname, 0644));
+  RETURN_IF_ERROR(WriteFileInTree(root_fd.get(), "/etc/hosts", kHosts, 0644));
+  RETURN_IF_ERROR(WriteFileInTree(root_fd.get(), "/etc/resolv.conf", kResolvConf, 0644));
+  return RunCommand({"chroot", root, "dpkg-query", "-W", "-f", "${Package} ${Version}\\n"},
+                    LogTo(out_dir + "/packages.txt"));
+}
+
+// The packages of `want` the tree at `root` does not have installed.
+StatusOr<std::vector<std::string>> LackingPackages(const std::string& root, const std::vector<std::string>& want,
+                                                   const std::string& log) {
+  RETURN_IF_ERROR(RunCommand({"chroot", root, "dpkg-query", "-W", "-f", "${Package}\\n"}, LogTo(log + ".have")));
+  ASSIGN_OR_RETURN(std::string have_text, ReadFile(log + ".have"));
+  std::vector<std::string> have;
+  for (size_t pos = 0; pos < have_text.size();) {
+    size_t nl = have_text.find('\n', pos);
+    if (nl == std::string::npos) nl = have_text.size();
+    have.push_back(have_text.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  std::vector<std::string> out;
+  for (const auto& p : want) {
+    if (std::find(have.begin(), have.end(), p) == have.end()) out.push_back(p);
+  }
+  return out;
+}
+
+// A copy of the parent layer (which has the user, sudoers and dpkg's path
+// excludes: mmdebstrap keeps --dpkgopt in /etc/dpkg/dpkg.cfg.d) plus the
+// packages it lacks, installed as mmdebstrap installs its --include list:
+// apt-get inside the chroot, no recommends (same package set and versions
+// as one mmdebstrap of the whole list, the same file list, checked when this was written), no
+// service started (policy-rc.d), the host's resolver for the download only,
+// then mmdebstrap's cleanup (apt lists and cache, logs, /tmp, /run).
+Status ExtendBaseLayer(const BaseLayerInputs& in, const std::string& work_dir, const std::string& out_dir,
+                       const Progress& progress) {
+  if (::chmod(out_dir.c_str(), 0700) != 0) return ErrnoError("chmod " + out_dir);
+  const std::string root = out_dir + "/root", log = work_dir + "/extend.log";
+  ReportProgress(progress, "copying the base layer " + in.parent_root);
+  // A real copy (apt-get rewrites files the parent shares otherwise).
+  RETURN_IF_ERROR(RunCommand({"cp", "-a", "--", in.parent_root, root}, LogTo(log)));
+  ASSIGN_OR_RETURN(std::vector<std::string> lacking, LackingPackages(root, in.packages, log));
+  ReportProgress(progress, "installing " + std::to_string(lacking.size()) +
+                    " packages on it (apt-get in a chroot; a minute or two; log: " + log + ")");
+  if (!lacking.empty()) {
+    // Its own PID and mount namespaces, as mmdebstrap's (BuildBaseLayer):
+    // the mounts and every process go with this one.
+    std::vector<std::string> argv = {"unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation",
+                                     "private", "sh", "-c", kExtendScript, "airlock-extend", root};
+    argv.insert(argv.end(), lacking.begin(), lacking.end());
+    RETURN_IF_ERROR(RunCommand(argv, LogTo(log)));
+  }
+  return FinishBaseLayer(root, out_dir,
+                         std::find(in.packages.begin(), in.packages.end(), "sudo") != in.packages.end(), log);
+}
+
+}  // namespace
+
 Status BuildBaseLayer(const BaseLayerInputs& in, const std::string& work_dir,
                       const std::string& out_dir, const Progress& progress) {
+  if (!in.parent_root.empty()) return ExtendBaseLayer(in, work_dir, out_dir, progress);
   // mmdebstrap runs as root and the tree holds device nodes and other
   // users' files: only root may enter it.
   if (::chmod(out_dir.c_str(), 0700) != 0) return ErrnoError("chmod " + out_dir);
@@ -197,18 +294,8 @@ Status BuildBaseLayer(const BaseLayerInputs& in, const std::string& work_dir,
     ReportProgress(progress, "configuring passwordless sudo for user");
     RETURN_IF_ERROR(Chroot(root, SudoGroup(), log));
   }
-  // Through the same helper as a tenant's tree (tree_beneath.h): whatever
-  // the packages left at these names is replaced, never written through.
-  ASSIGN_OR_RETURN(UniqueFd root_fd, OpenTreeRoot(root));
-  if (std::find(in.packages.begin(), in.packages.end(), "sudo") != in.packages.end()) {
-    RETURN_IF_ERROR(WriteFileInTree(root_fd.get(), kSudoersPath, kSudoers, 0440));
-    RETURN_IF_ERROR(Chroot(root, {"visudo", "--check", "--strict", "--file", kSudoersPath}, log));
-  }
-  RETURN_IF_ERROR(WriteFileInTree(root_fd.get(), "/etc/hostname", kHostname, 0644));
-  RETURN_IF_ERROR(WriteFileInTree(root_fd.get(), "/etc/hosts", kHosts, 0644));
-  RETURN_IF_ERROR(WriteFileInTree(root_fd.get(), "/etc/resolv.conf", kResolvConf, 0644));
-  return RunCommand({"chroot", root, "dpkg-query", "-W", "-f", "${Package} ${Version}\\n"},
-                    LogTo(out_dir + "/packages.txt"));
+  return FinishBaseLayer(root, out_dir,
+                         std::find(in.packages.begin(), in.packages.end(), "sudo") != in.packages.end(), log);
 }
 
 Status GuestAgentCopy(const std::string& agent, const std::string& dest, const std::string& log) {
@@ -284,8 +371,16 @@ Status BuildTemplateRootfs(const TemplateInputs& in, const std::string& work_dir
                               std::to_string(mib) + "M"},
                              LogTo(work_dir + "/mkfs.log")));
   if (::chmod(image.c_str(), 0444) != 0) return ErrnoError("chmod " + image);
-  // The staging tree (links only) goes with work_dir, which the caller
-  // removes after renaming out_dir into place.
+  if (in.keep_tree) {
+    // The very tree mkfs copied: what extracting the image would give back,
+    // less lost+found. The stamp goes last (a tree without one is remade).
+    ASSIGN_OR_RETURN(std::string stamp, ImageFileStamp(image));
+    const std::string tree = out_dir + "/" + kRootTreeDir;
+    if (::rename(stage.c_str(), tree.c_str()) != 0) return ErrnoError("rename " + stage + " to " + tree);
+    RETURN_IF_ERROR(WriteFileAtomic(out_dir + "/" + kRootTreeStampFile, stamp + "\n", 0644));
+  }
+  // Otherwise the staging tree (links only) goes with work_dir, which the
+  // caller removes after renaming out_dir into place.
   return OkStatus();
 }
 

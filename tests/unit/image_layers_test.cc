@@ -167,9 +167,9 @@ TEST_F(StageTest, CollectGarbageKeepsTheCurrentBaseLayers) {
   const std::string state = dir_ + "/state", img = state + "/images";
   std::vector<std::string> current;
   for (const auto& name : KnownTemplates()) {
-    auto packages = TemplatePackages(name);
-    ASSERT_TRUE(packages.ok()) << name;
-    current.push_back(BaseLayerKey(name, kSuite, *packages));
+    auto key = TemplateBaseLayerKey(name);
+    ASSERT_TRUE(key.ok()) << name;
+    current.push_back(*key);
   }
   for (const auto& k : current) ASSERT_TRUE(MakeDirs(img + "/base/" + k + "/root").ok());
   ASSERT_TRUE(MakeDirs(img + "/base/stale/root").ok());

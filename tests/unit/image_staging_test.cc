@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common/file_util.h"
+#include "common/subprocess.h"
 #include "image/builders.h"
 #include "image/fs_util.h"
 #include "image/hash.h"
@@ -270,6 +272,43 @@ TEST_F(StagingTest, OpenDirInTreeNeverFollowsALink) {
   auto made = OpenDirInTree(root->get(), "/a/c/d", true);
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   EXPECT_TRUE(IsDirectory(base_ + "/a/c/d"));
+  ExpectHostUntouched();
+}
+
+// `airlock image build` keeps the tree it wrote the image from as the
+// image's root tree for gVisor: the same files (hard links into the base
+// layer, never written), stamped with the image's UUID, no lost+found.
+TEST_F(StagingTest, BuildKeepsTheStagedTreeBesideTheImageWhenAsked) {
+  if (::geteuid() != 0 || !FindExecutable("mkfs.ext4").ok()) GTEST_SKIP() << "needs root and mkfs.ext4";
+  ASSERT_TRUE(WriteFile(dir_ + "/base/packages.txt", "busybox 1\n").ok());
+  ASSERT_TRUE(WriteFile(base_ + "/usr/local/bin/tool", "tool\n", 0755).ok());
+  std::string agent_sha = *Sha256File(agent_);
+  for (bool keep : {false, true}) {
+    SCOPED_TRACE(keep ? "keep_tree" : "no keep_tree");
+    const std::string work = dir_ + (keep ? "/work1" : "/work0"), out = dir_ + (keep ? "/out1" : "/out0");
+    ASSERT_TRUE(MakeDirs(work).ok());
+    ASSERT_TRUE(MakeDirs(out).ok());
+    TemplateInputs in{dir_ + "/base", agent_, agent_sha, "key123", {}, keep};
+    Status st = BuildTemplateRootfs(in, work, out, nullptr);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    auto stamp = ImageFileStamp(out + "/rootfs.ext4");
+    ASSERT_TRUE(stamp.ok());
+    const std::string tree = out + "/" + kRootTreeDir;
+    if (!keep) {
+      EXPECT_FALSE(fs::exists(tree));
+      EXPECT_FALSE(fs::exists(out + "/" + kRootTreeStampFile));
+      continue;
+    }
+    EXPECT_EQ(*ReadFile(out + "/" + kRootTreeStampFile), *stamp + "\n");
+    EXPECT_EQ(*ReadFile(tree + "/usr/sbin/airlock-agent"), "#!/bin/sh\necho agent\n");
+    EXPECT_EQ(*ReadFile(tree + "/etc/airlock/rootfs-id"), "key123\n");
+    EXPECT_FALSE(fs::exists(tree + "/lost+found"));
+    struct stat a {}, b {};
+    ASSERT_EQ(::stat((tree + "/usr/local/bin/tool").c_str(), &a), 0);
+    ASSERT_EQ(::stat((base_ + "/usr/local/bin/tool").c_str(), &b), 0);
+    EXPECT_EQ(a.st_ino, b.st_ino) << "a hard link into the base layer, not a copy";
+    EXPECT_FALSE(fs::exists(work + "/stage"));
+  }
   ExpectHostUntouched();
 }
 

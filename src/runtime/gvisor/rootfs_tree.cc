@@ -17,10 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The stamp the tree was made from (ImageFileStamp of the image): a rebuilt
-// image at the same path gets a new tree.
-constexpr char kStampFile[] = "gvisor-root.stamp";
-
 std::string ReadLine(const std::string& path) {
   std::ifstream f(path);
   std::string s;
@@ -33,15 +29,15 @@ std::string ReadLine(const std::string& path) {
 StatusOr<std::string> EnsureRootTree(const std::string& rootfs) {
   ASSIGN_OR_RETURN(std::string stamp, ImageFileStamp(rootfs));
   const std::string dir = fs::path(rootfs).parent_path().string();
-  const std::string tree = dir + "/gvisor-root";
-  if (ReadLine(dir + "/" + kStampFile) == stamp && fs::is_directory(tree)) return tree;
+  const std::string tree = dir + "/" + kRootTreeDir;
+  if (ReadLine(dir + "/" + kRootTreeStampFile) == stamp && fs::is_directory(tree)) return tree;
   if (!FindExecutable("fuse2fs").ok())
     return FailedPrecondition("fuse2fs is not installed (fix: apt-get install fuse2fs, or run scripts/setup)");
   // Blocking: a second start waits for the first one's extraction.
   const std::string lock_path = dir + "/gvisor-root.lock";
   UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   if (!lock || ::flock(lock.get(), LOCK_EX) != 0) return ErrnoError("lock " + lock_path);
-  if (ReadLine(dir + "/" + kStampFile) == stamp && fs::is_directory(tree)) return tree;
+  if (ReadLine(dir + "/" + kRootTreeStampFile) == stamp && fs::is_directory(tree)) return tree;
   LOG_INFO("gvisor: extracting {} into a root tree (once per image)", rootfs);
   const std::string tmp = dir + "/gvisor-root.tmp", mnt = dir + "/gvisor-root.mnt";
   std::error_code ec;
@@ -63,7 +59,7 @@ StatusOr<std::string> EnsureRootTree(const std::string& rootfs) {
   fs::remove_all(tree, ec);
   fs::rename(tmp, tree, ec);
   if (ec) return Internal("rename " + tmp + ": " + ec.message());
-  RETURN_IF_ERROR(WriteFileAtomic(dir + "/" + kStampFile, stamp + "\n", 0644));
+  RETURN_IF_ERROR(WriteFileAtomic(dir + "/" + kRootTreeStampFile, stamp + "\n", 0644));
   return tree;
 }
 
