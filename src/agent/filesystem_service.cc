@@ -45,7 +45,7 @@ Status ListInto(const std::string& dir, uint32_t depth, const UserDb& users, env
   return OkStatus();
 }
 
-StatusOr<envd::OJson> Stat(const UserDb& users, const User& user, const envd::Json& j) {
+StatusOr<envd::OJson> RpcStat(const UserDb& users, const User& user, const envd::Json& j) {
   ASSIGN_OR_RETURN(std::string raw, envd::PathRequestFromJson(j));
   ASSIGN_OR_RETURN(std::string path, ResolvePath(raw, user.home));
   auto e = StatEntry(path, users);
@@ -58,7 +58,7 @@ StatusOr<envd::OJson> Stat(const UserDb& users, const User& user, const envd::Js
   return out;
 }
 
-StatusOr<envd::OJson> ListDir(const UserDb& users, const User& user, const envd::Json& j) {
+StatusOr<envd::OJson> RpcListDir(const UserDb& users, const User& user, const envd::Json& j) {
   ASSIGN_OR_RETURN(auto req, envd::ListDirRequestFromJson(j));
   ASSIGN_OR_RETURN(std::string path, ResolvePath(req.path, user.home));
   struct stat st;
@@ -74,7 +74,7 @@ StatusOr<envd::OJson> ListDir(const UserDb& users, const User& user, const envd:
   return out;
 }
 
-StatusOr<envd::OJson> MakeDir(const UserDb& users, const User& user, const envd::Json& j) {
+StatusOr<envd::OJson> RpcMakeDir(const UserDb& users, const User& user, const envd::Json& j) {
   ASSIGN_OR_RETURN(std::string raw, envd::PathRequestFromJson(j));
   ASSIGN_OR_RETURN(std::string path, ResolvePath(raw, user.home));
   struct stat st;
@@ -89,14 +89,14 @@ StatusOr<envd::OJson> MakeDir(const UserDb& users, const User& user, const envd:
   return out;
 }
 
-StatusOr<envd::OJson> Remove(const UserDb&, const User& user, const envd::Json& j) {
+StatusOr<envd::OJson> RpcRemove(const UserDb&, const User& user, const envd::Json& j) {
   ASSIGN_OR_RETURN(std::string raw, envd::PathRequestFromJson(j));
   ASSIGN_OR_RETURN(std::string path, ResolvePath(raw, user.home));
   RETURN_IF_ERROR(RemoveAll(path));
   return envd::OJson::object();
 }
 
-StatusOr<envd::OJson> Move(const UserDb& users, const User& user, const envd::Json& j) {
+StatusOr<envd::OJson> RpcMove(const UserDb& users, const User& user, const envd::Json& j) {
   ASSIGN_OR_RETURN(auto req, envd::MoveRequestFromJson(j));
   ASSIGN_OR_RETURN(std::string src, ResolvePath(req.source, user.home));
   ASSIGN_OR_RETURN(std::string dst, ResolvePath(req.destination, user.home));
@@ -119,11 +119,11 @@ using FsFn = StatusOr<envd::OJson> (*)(const UserDb&, const User&, const envd::J
 
 void HandleFilesystemRpc(Agent& agent, std::shared_ptr<http::Conn> s, const std::string& method) {
   if (HandleWatchRpc(agent, s, method)) return;
-  FsFn fn = method == "Stat"      ? Stat
-            : method == "ListDir" ? ListDir
-            : method == "MakeDir" ? MakeDir
-            : method == "Remove"  ? Remove
-            : method == "Move"    ? Move
+  FsFn fn = method == "Stat"      ? RpcStat
+            : method == "ListDir" ? RpcListDir
+            : method == "MakeDir" ? RpcMakeDir
+            : method == "Remove"  ? RpcRemove
+            : method == "Move"    ? RpcMove
                                   : nullptr;
   if (!fn) {
     Status st = Unimplemented("filesystem.Filesystem/" + method + " is not implemented");

@@ -47,7 +47,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr char kUsage[] =
+constexpr char kTemplateUsage[] =
     "usage: airlock template ls [--json]\n"
     "       airlock template build NAME[:TAG] [-f Dockerfile] [--context DIR] [--cpu N] [--memory MiB]\n"
     "                              [--no-cache] [--start-cmd CMD [--ready-cmd CMD]] [--plain]\n"
@@ -104,7 +104,7 @@ std::optional<int> Parse(const std::string& verb, const std::vector<std::string>
     po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
     po::notify(vm);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "airlock template %s: %s\n%s", verb.c_str(), e.what(), kUsage);
+    std::fprintf(stderr, "airlock template %s: %s\n%s", verb.c_str(), e.what(), kTemplateUsage);
     return 2;
   }
   if (vm.count("help")) {
@@ -417,7 +417,7 @@ int Build(const DaemonTarget& t, const BuildOptions& o) {
 
 int CmdTemplate(const std::string& state_dir, const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    std::fputs(kTemplateUsage, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
   }
   const std::string verb = args[0];
@@ -450,7 +450,7 @@ int CmdTemplate(const std::string& state_dir, const std::vector<std::string>& ar
     pos.add("name", 1);
     if (auto code = Parse(verb, rest, desc, pos, vm)) return *code;
     if (o.name.empty()) {
-      std::fprintf(stderr, "airlock template build: a NAME is required\n%s", kUsage);
+      std::fprintf(stderr, "airlock template build: a NAME is required\n%s", kTemplateUsage);
       return 2;
     }
     if (vm.count("cpu")) o.cpu = cpu;
@@ -465,7 +465,7 @@ int CmdTemplate(const std::string& state_dir, const std::vector<std::string>& ar
     pos.add("name", 1);
     if (auto code = Parse(verb, rest, desc, pos, vm)) return *code;
     if (name.empty()) {
-      std::fprintf(stderr, "airlock template rm: a NAME is required\n%s", kUsage);
+      std::fprintf(stderr, "airlock template rm: a NAME is required\n%s", kTemplateUsage);
       return 2;
     }
     DaemonTarget t = common.Target(state_dir);
@@ -484,12 +484,12 @@ int CmdTemplate(const std::string& state_dir, const std::vector<std::string>& ar
     pos.add("name", 1);
     if (auto code = Parse(verb, rest, desc, pos, vm)) return *code;
     if (name.empty()) {
-      std::fprintf(stderr, "airlock template logs: a NAME is required\n%s", kUsage);
+      std::fprintf(stderr, "airlock template logs: a NAME is required\n%s", kTemplateUsage);
       return 2;
     }
     return Logs(common.Target(state_dir), name, build);
   }
-  std::fprintf(stderr, "airlock template: unknown verb '%s'\n%s", verb.c_str(), kUsage);
+  std::fprintf(stderr, "airlock template: unknown verb '%s'\n%s", verb.c_str(), kTemplateUsage);
   return 2;
 }
 
