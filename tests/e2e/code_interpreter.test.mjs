@@ -15,7 +15,7 @@ import { createHash } from 'node:crypto'
 import { request } from 'node:http'
 import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
-import { skipReason as baseSkip, startDaemon, waitFor, STATE_DIR } from './daemon.mjs'
+import { skipReason as baseSkip, startDaemon, waitFor, RUNTIME, STATE_DIR } from './daemon.mjs'
 
 let skipReason = baseSkip
 if (!skipReason && !existsSync(join(STATE_DIR, 'images', 'templates', 'code-interpreter.json'))) {
@@ -31,6 +31,13 @@ if (!skipReason) {
 }
 if (skipReason) console.log(`# SKIP code interpreter e2e: ${skipReason}`)
 const maybe = skipReason ? test.skip : test
+// Cases of the interpreter's own logic (its contexts and kernels; the guest
+// only runs the processes, as in every other case) run on the microVM only:
+// e2e_code_interpreter_gvisor runs the rest, what the runtime carries
+// (streams, port 49999, signals, large output, files, env at create).
+const interpreterOnly = skipReason ? test.skip : RUNTIME === 'gvisor'
+  ? (name, o, fn) => test(name, { ...o, skip: 'interpreter logic, the same over both runtimes: e2e_code_interpreter runs it' }, fn)
+  : test
 
 let d, opts, sbx
 const DOMAIN = 'airlock.test'
@@ -209,7 +216,7 @@ maybe('timeoutMs interrupts the execution, not the kernel: the context answers a
   assert.equal(r.text, '8')
 })
 
-maybe('three contexts run in parallel; restart clears state; delete then use is NotFoundError', { timeout: 300000 }, async () => {
+interpreterOnly('three contexts run in parallel; restart clears state; delete then use is NotFoundError', { timeout: 300000 }, async () => {
   const ctxs = await Promise.all([0, 1, 2].map(() => sbx.createCodeContext({ cwd: '/tmp' })))
   assert.equal(new Set(ctxs.map((c) => c.id)).size, 3)
   for (const c of ctxs) assert.deepEqual([c.language, c.cwd], ['python', '/tmp'])
@@ -224,7 +231,7 @@ maybe('three contexts run in parallel; restart clears state; delete then use is 
   await assert.rejects(sbx.runCode('1', { context: ctxs[2] }), (e) => e.name === 'NotFoundError')
 })
 
-maybe('JavaScript and TypeScript contexts keep state; top-level await works; bash runs', { timeout: 600000 }, async () => {
+interpreterOnly('JavaScript and TypeScript contexts keep state; top-level await works; bash runs', { timeout: 600000 }, async () => {
   const js = await sbx.createCodeContext({ language: 'js' })
   assert.equal(js.language, 'javascript')
   await sbx.runCode('const base = 40; let n = 1', { context: js })

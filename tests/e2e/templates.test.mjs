@@ -346,7 +346,10 @@ maybe('a daemon killed -9 mid-build: the build is failed on restart and nothing 
 })
 
 maybe('builds queue past --max-builds, deleting a template cancels its running build, --build-timeout ends a build', async () => {
-  const dq = await startDaemon(['--max-builds', '1', '--build-timeout', '60'])
+  // --build-timeout on a daemon of its own, short (the time the step waits
+  // out), started now so it is up when the queue's builds are done.
+  const [dq, dt] = await Promise.all([startDaemon(['--max-builds', '1']),
+    startDaemon(['--build-timeout', '20'])])
   try {
     const o = dq.opts
     const status = (b) => Template.getBuildStatus(b, { ...o, logsOffset: 0 })
@@ -370,10 +373,10 @@ maybe('builds queue past --max-builds, deleting a template cancels its running b
     assert.equal(sb.status, 'ready', JSON.stringify(sb))
     // Nothing of a's build is left running.
     assert.equal((await Sandbox.list(o).nextItems()).length, 0)
-    const c = await Template.buildInBackground(Template().fromBaseImage().runCmd('sleep 600'), 'queue-c', o)
+    const c = await Template.buildInBackground(Template().fromBaseImage().runCmd('sleep 600'), 'queue-c', dt.opts)
     let sc
     for (let i = 0; i < 1200; i++) {
-      sc = await status(c)
+      sc = await Template.getBuildStatus(c, { ...dt.opts, logsOffset: 0 })
       if (sc.status === 'ready' || sc.status === 'error') break
       await new Promise((r) => setTimeout(r, 500))
     }
@@ -381,7 +384,7 @@ maybe('builds queue past --max-builds, deleting a template cancels its running b
     assert.match(sc.reason.message, /timed out/)
     assert.equal(sc.reason.step, '1')
   } finally {
-    await dq.stop()
+    await Promise.all([dq.stop(), dt.stop()])
   }
 })
 

@@ -7,8 +7,9 @@
 #
 # Why two at a time pays: measured on a 2-core machine under TCG (one run at
 # -j 1, CPU sampled each second), a test uses 0.8 of the 2 cores on average;
-# e2e_dataplane waits out a 150 s idle at 0.2 cores, integration_gvisor runs
-# at 0.5. The numbers in COST and the CPU list come from that run.
+# integration_gvisor runs at 0.5. The numbers in COST and the CPU list come
+# from that run. (A test that mostly waits, like e2e_idle's 150 s idle, is
+# labelled "light" where it is defined and runs in a lane of its own: Makefile.)
 #
 # Sharing is safe by construction for the rest: every daemon has its own
 # registry and port, address leases and VMM uids are host-wide and locked,
@@ -25,7 +26,7 @@ set(airlock_run_alone
   LifecycleTest.GuestThatNeverBecomesReadyIsCleanedUp
   LifecycleTest.HostileProgramsDoNotHurtTheHost
   LifecycleTest.CtrlCOfAirlockRunDestroysTheSandbox
-  integration_gvisor  # the same binary, all its cases
+  integration_gvisor_alone  # gVisor runs of the four above and the fork bomb below (tests/CMakeLists.txt)
   CheckpointTest.Kill9DuringCheckpointOrRollbackLeavesNothingBehind
   CheckpointTest.Kill9AtEachMomentOfARollbackLosesNothing
   CheckpointTest.FailedRollbackLeavesTheSandboxOrSaysItIsLost
@@ -61,10 +62,11 @@ set(airlock_run_alone
 # parallel: 1.1 to 1.5 measured); two of them would starve each other's guests.
 set(airlock_lock_cpu
   e2e_code_interpreter e2e_files e2e_files_gvisor e2e_console
-  e2e_templates  # 0.7 core, but its builds hold 60 s deadlines
+  e2e_templates  # 0.7 core, but a build of it holds a 20 s deadline
   DataPlaneTest.GigabyteDownloadAndLargeUploadStreamWithBoundedMemory
   TemplatePackages.AptPipAndNpmThroughTheBuildAllowlistAndNothingElse
   RunTest.LargeOutputStreamsWithBoundedMemory
+  integration_gvisor  # RunTest.LargeOutputStreamsWithBoundedMemory on gVisor among its cases
   LimitsTest.MaximaPerKeyCapTimeoutTreeMetricsAndOtlp
 )
 # host-memory: their outcome depends on the host's MemAvailable (admission,
@@ -86,8 +88,8 @@ set(airlock_lock_team_names
 # first. Its own measurements (Testing/Temporary/CTestCostData.txt) replace
 # these after a run in the same build directory.
 set(airlock_costs
-  e2e_code_interpreter 234  e2e_templates 174  e2e_dataplane 170  e2e_files 164
-  e2e_code_interpreter_gvisor 161  integration_gvisor 121  runtime_conformance 88
+  e2e_code_interpreter 234  e2e_templates 174  e2e_dataplane 40  e2e_files 80
+  e2e_code_interpreter_gvisor 110  integration_gvisor 100  runtime_conformance 88
   e2e_template_oci 72  DataPlaneTest.GigabyteDownloadAndLargeUploadStreamWithBoundedMemory 72
   e2e_sdk_snapshots_gvisor 47  e2e_pool 44  SnapshotTest.FiftyPauseResumeCyclesKeepEveryByte 42
   e2e_sdk_snapshots 38  e2e_files_gvisor 35  TemplatePackages.AptPipAndNpmThroughTheBuildAllowlistAndNothingElse 34
