@@ -28,8 +28,10 @@ int CmdTemplate(const std::string& state_dir, const std::vector<std::string>& ar
 // returns the rest, in order.
 std::vector<std::string> TakeDbFlag(const std::vector<std::string>& args, std::string* db);
 
-// The daemon's address (--server, $AIRLOCK_SERVER, default 127.0.0.1:3000)
-// and API key ($AIRLOCK_API_KEY, else <state_dir>/cli.key).
+// The daemon's address (--server, $AIRLOCK_SERVER, $E2B_API_URL, default
+// 127.0.0.1:3000) and API key ($AIRLOCK_API_KEY; $E2B_API_KEY when the
+// address is $E2B_API_URL's; else <state_dir>/cli.key). An address that
+// cannot be used is reported on stderr and the default taken.
 struct DaemonTarget {
   std::string host;
   uint16_t port = 3000;

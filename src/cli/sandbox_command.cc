@@ -27,18 +27,38 @@ namespace asio = boost::asio;
 
 DaemonTarget ResolveDaemon(const std::string& state_dir, const std::string& server_flag) {
   DaemonTarget t{"127.0.0.1", 3000, ""};
-  std::string addr = server_flag;
-  if (addr.empty()) {
-    if (const char* env = std::getenv("AIRLOCK_SERVER"); env && *env) addr = env;
-  }
-  if (!addr.empty()) {
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v && *v ? v : "";
+  };
+  // The address: --server, else $AIRLOCK_SERVER, else $E2B_API_URL as the
+  // E2B SDKs read it (http://host:port: the daemon serves the API and the
+  // data plane on one port). One that cannot be used is said, not skipped
+  // quietly.
+  std::string addr = server_flag, from = "--server";
+  if (addr.empty()) addr = env((from = "AIRLOCK_SERVER").c_str());
+  if (addr.empty()) addr = env((from = "E2B_API_URL").c_str());
+  bool e2b_pair = false;
+  if (addr.rfind("https://", 0) == 0) {
+    std::fprintf(stderr, "airlock: %s=%s: this client speaks plain HTTP; using %s:%u\n", from.c_str(), addr.c_str(),
+                 t.host.c_str(), t.port);
+  } else if (!addr.empty()) {
     if (auto hp = ParseHostPort(addr); hp.ok()) {
       t.host = hp->first;
       t.port = hp->second;
+      e2b_pair = from == "E2B_API_URL";
+    } else {
+      std::fprintf(stderr, "airlock: %s: %s; using %s:%u\n", from.c_str(), hp.status().message().c_str(),
+                   t.host.c_str(), t.port);
     }
   }
-  if (const char* env = std::getenv("AIRLOCK_API_KEY"); env && *env) {
-    t.api_key = env;
+  // The key: $AIRLOCK_API_KEY; $E2B_API_KEY only with the $E2B_API_URL it
+  // belongs to (never an E2B key sent to some other daemon); else the admin
+  // key `airlock serve` wrote beside its database.
+  if (std::string k = env("AIRLOCK_API_KEY"); !k.empty()) {
+    t.api_key = k;
+  } else if (k = env("E2B_API_KEY"); e2b_pair && !k.empty()) {
+    t.api_key = k;
   } else if (std::ifstream f(state_dir + "/cli.key"); f) {
     std::getline(f, t.api_key);
   }

@@ -94,11 +94,13 @@ void SandboxApi::ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller
   if (!parsed.ok()) return c->RespondError(400, parsed.status().message());
   const gateway::ListSandboxesRequest& q = *parsed;
   std::vector<std::pair<SandboxRecord, int>> rows;
+  // X-Total-Running, as E2B's API sets it (packages/api handlers, GetV2Sandboxes):
+  // the running sandboxes that pass every filter, before the cursor and the
+  // limit; only when running ones were asked for.
   size_t total_running = 0;
   for (const auto& sb : manager_->VisibleList()) {
     SandboxRecord rec = sb->Record();
     if (!caller.admin && rec.owner != caller.team) continue;  // another team's
-    ++total_running;
     if (!(rec.state == "paused" ? q.want_paused : q.want_running)) continue;
     if (!q.template_id.empty() && rec.template_id != q.template_id && ShownTemplateId(rec) != q.template_id) continue;
     if (q.started_after_us && rec.created_at_ms * 1000 < *q.started_after_us) continue;
@@ -108,13 +110,16 @@ void SandboxApi::ListSandboxes(std::shared_ptr<HttpConn> c, const Caller& caller
       auto it = rec.metadata.find(k);
       if (it == rec.metadata.end() || it->second != v) match = false;
     }
-    if (match) rows.emplace_back(std::move(rec), sb->disk_mib());
+    if (!match) continue;
+    if (rec.state != "paused") ++total_running;
+    rows.emplace_back(std::move(rec), sb->disk_mib());
   }
   auto key = [](const SandboxRecord& r) { return std::make_pair(r.created_at_ms, r.id); };
   std::sort(rows.begin(), rows.end(),
             [&](auto& a, auto& b) { return q.ascending ? key(a.first) < key(b.first) : key(b.first) < key(a.first); });
   json arr = json::array();
-  HeaderList extra = {{"X-Total-Running", std::to_string(total_running)}};
+  HeaderList extra;
+  if (q.want_running) extra.push_back({"X-Total-Running", std::to_string(total_running)});
   int taken = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i].first;

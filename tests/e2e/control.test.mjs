@@ -9,7 +9,8 @@ import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { readdirSync, readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
-import { RUNTIME, e2b, skipReason, startDaemon } from './daemon.mjs'
+import { spawnSync } from 'node:child_process'
+import { BIN, RUNTIME, STATE_DIR, e2b, skipReason, startDaemon } from './daemon.mjs'
 
 const { Sandbox, Secret } = e2b
 
@@ -101,6 +102,28 @@ maybe('list: startedAfter (at or after), startedBefore (before), 400 naming a ba
         assert.equal(body.code, 400)
         assert.match(body.message, new RegExp(name), p)
       }
+    })
+
+    await t.test('X-Total-Running: the running ones that pass the filters, before the limit; absent for paused only', async () => {
+      const total = async (p) => (await fetch(`${d.url}/v2/sandboxes?${p}`, { headers: { 'X-API-Key': admin.apiKey } }))
+        .headers.get('x-total-running')
+      const mine = `metadata=${encodeURIComponent('suite=control')}`
+      assert.equal(await total(mine), '1')
+      assert.equal(await total(`${mine}&limit=1&state=running`), '1')
+      assert.equal(await total(`metadata=${encodeURIComponent('suite=none')}`), '0')
+      assert.equal(await total(`${mine}&state=paused`), null)
+    })
+
+    await t.test('the CLI takes the SDKs\' E2B_API_URL and E2B_API_KEY; https is said, not used', async () => {
+      const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(AIRLOCK|E2B)_/.test(k)))
+      const ls = (extra) => spawnSync(BIN, ['--state-dir', STATE_DIR, 'sandbox', 'ls'],
+        { env: { ...clean, ...extra }, encoding: 'utf8', timeout: 60000 })
+      const ok = ls({ E2B_API_URL: d.url, E2B_API_KEY: admin.apiKey })
+      assert.equal(ok.status, 0, ok.stderr)
+      assert.match(ok.stdout, new RegExp(sbx.sandboxId))
+      const tls = ls({ E2B_API_URL: 'https://api.example.invalid', E2B_API_KEY: admin.apiKey, AIRLOCK_SERVER: '' })
+      assert.match(tls.stderr, /E2B_API_URL=https:\/\/api\.example\.invalid: this client speaks plain HTTP/)
+      assert.doesNotMatch(tls.stdout, new RegExp(sbx.sandboxId))
     })
 
     await t.test('runtime (airlock extension): in GET and both lists; an unknown one is 400 naming the choices',
