@@ -142,6 +142,15 @@ Status SandboxController::SetTimeout(const std::string& id, int64_t ends_at_ms, 
   return OkStatus();
 }
 
+Status SandboxController::Refresh(const std::string& id, int64_t ends_at_ms, int64_t duration_s) {
+  auto sb = d_.manager.Visible(id);
+  if (!sb || sb->api_state() == "paused") return NotFound("sandbox " + id + " is not running");
+  auto set = d_.manager.SetEndsAt(id, ends_at_ms, /*extend_only=*/true);
+  if (!set.ok()) return set.status();
+  sb->AddLog("info", "refreshed for " + std::to_string(duration_s) + " s");
+  return OkStatus();
+}
+
 ConnectOutcome SandboxController::Connect(const std::string& id, int64_t ends_at_ms) {
   auto sb = d_.manager.Visible(id);
   if (!sb) return {};

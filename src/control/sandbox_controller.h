@@ -127,6 +127,10 @@ class SandboxController {
   void DestroyKilled(const std::string& id);
   // The sandbox's TTL now ends at `ends_at_ms`; NotFound when not shown.
   Status SetTimeout(const std::string& id, int64_t ends_at_ms, int64_t timeout_s);
+  // E2B's refresh: a running sandbox's TTL ends no earlier than
+  // `ends_at_ms` (never shortened); NotFound when not shown or paused (E2B
+  // refreshes only a running one).
+  Status Refresh(const std::string& id, int64_t ends_at_ms, int64_t duration_s);
   ConnectOutcome Connect(const std::string& id, int64_t ends_at_ms);
   // Pauses `id` (of `team`); ResourceExhausted when the team's disk budget
   // is spent, else the Manager's error (the sandbox keeps running).

@@ -108,6 +108,7 @@ void Router::RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller) {
     case R::kDeleteCheckpoint:
     case R::kRollback: return snapshot_api_->RouteCheckpoints(c, m.route->id, p);
     case R::kSetTimeout: return sandbox_api_->SetTimeout(c, p[0]);
+    case R::kRefresh: return sandbox_api_->Refresh(c, p[0]);
     case R::kConnect: return sandbox_api_->ConnectSandbox(c, p[0]);
     case R::kMetrics: return sandbox_api_->Metrics(c, p[0]);
     case R::kLogs: return sandbox_api_->Logs(c, p[0], false);

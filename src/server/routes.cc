@@ -57,6 +57,7 @@ constexpr std::array kRoutes = {
     Route{M::kPost, "/sandboxes/{id}/rollback", "sandbox.rollback", R::kRollback, true},
     Route{M::kPost, "/sandboxes/{id}/timeout", "sandbox.timeout", R::kSetTimeout, true},
     Route{M::kPost, "/v2/sandboxes/{id}/timeout", "sandbox.timeout", R::kSetTimeout, true},
+    Route{M::kPost, "/sandboxes/{id}/refreshes", "sandbox.refresh", R::kRefresh, true},
     Route{M::kPost, "/sandboxes/{id}/connect", "sandbox.connect", R::kConnect, true},
     Route{M::kPost, "/v2/sandboxes/{id}/connect", "sandbox.connect", R::kConnect, true},
     Route{M::kPost, "/sandboxes/{id}/resume", "sandbox.resume", R::kConnect, true},

@@ -55,6 +55,7 @@ enum class RouteId {
   kDeleteCheckpoint,
   kRollback,
   kSetTimeout,
+  kRefresh,
   kConnect,
   kMetrics,
   kLogs,

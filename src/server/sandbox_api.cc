@@ -176,6 +176,22 @@ void SandboxApi::SetTimeout(std::shared_ptr<HttpConn> c, const std::string& id) 
   });
 }
 
+void SandboxApi::Refresh(std::shared_ptr<HttpConn> c, const std::string& id) {
+  ReadJson(c, [this, c, id](json body) {
+    auto req = requests::ParseRefresh(body);
+    if (!req.ok()) return c->RespondError(400, req.status().message());
+    const int64_t ends = NowUnixMs() + int64_t{ClampTimeout(req->duration_s)} * 1000;
+    if (!Visible(id)) return RespondNoSandbox(c, id);
+    asio::post(*workers_, [this, c, id, ends, s = req->duration_s] {
+      Status st = sandboxes_->Refresh(id, ends, s);
+      asio::post(c->executor(), [this, c, id, st] {
+        if (!st.ok()) return RespondNoSandbox(c, id);
+        c->Respond(204, "", "");
+      });
+    });
+  });
+}
+
 void SandboxApi::ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id) {
   ReadJson(c, [this, c, id](json body) {
     auto req = requests::ParseConnect(body);

@@ -30,6 +30,8 @@ class SandboxApi : public ApiHandlers {
   void GetSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
   void KillSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
   void SetTimeout(std::shared_ptr<HttpConn> c, const std::string& id);
+  // POST /sandboxes/{id}/refreshes {"duration"?: s}: E2B's keep-alive.
+  void Refresh(std::shared_ptr<HttpConn> c, const std::string& id);
   void ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& id);
   void Logs(std::shared_ptr<HttpConn> c, const std::string& id, bool v2);
   void Metrics(std::shared_ptr<HttpConn> c, const std::string& id);

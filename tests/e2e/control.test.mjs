@@ -114,6 +114,23 @@ maybe('list: startedAfter (at or after), startedBefore (before), 400 naming a ba
       assert.equal(await total(`${mine}&state=paused`), null)
     })
 
+    await t.test('POST /sandboxes/{id}/refreshes extends a running sandbox\'s TTL, never shortens it, as E2B', async () => {
+      const refresh = (id, body) => fetch(`${d.url}/sandboxes/${id}/refreshes`, {
+        method: 'POST', headers: { 'X-API-Key': admin.apiKey, 'Content-Type': 'application/json' }, body })
+      const endAt = async () => new Date(JSON.parse((await api(`/sandboxes/${sbx.sandboxId}`)).text).endAt).getTime()
+      const t0 = Date.now()
+      assert.equal((await refresh(sbx.sandboxId, JSON.stringify({ duration: 3600 }))).status, 204)
+      const extended = await endAt()
+      assert.ok(extended >= t0 + 3599000 && extended <= Date.now() + 3601000, `endAt ${new Date(extended).toISOString()}`)
+      assert.equal((await refresh(sbx.sandboxId, JSON.stringify({ duration: 20 }))).status, 204)
+      assert.equal(await endAt(), extended, 'a shorter refresh leaves the end where it was')
+      assert.equal((await refresh(sbx.sandboxId, '')).status, 204, 'the body is optional')
+      const bad = await refresh(sbx.sandboxId, JSON.stringify({ duration: 3601 }))
+      assert.equal(bad.status, 400)
+      assert.match((await bad.json()).message, /duration must be at most 3600/)
+      assert.equal((await refresh('nosuchsandbox0000000', '{}')).status, 404)
+    })
+
     await t.test('the CLI takes the SDKs\' E2B_API_URL and E2B_API_KEY; https is said, not used', async () => {
       const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^(AIRLOCK|E2B)_/.test(k)))
       const ls = (extra) => spawnSync(BIN, ['--state-dir', STATE_DIR, 'sandbox', 'ls'],

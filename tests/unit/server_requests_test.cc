@@ -121,6 +121,13 @@ TEST(ServerRequestsTest, SmallBodies) {
   EXPECT_EQ(rq::ParseSetTimeout({{"timeout", -2}}).status().message(), "timeout must not be negative");
   EXPECT_FALSE(rq::ParseConnect(json::object())->timeout_s);
   EXPECT_EQ(*rq::ParseConnect({{"timeout", 5}})->timeout_s, 5);
+  // E2B's refresh: absent or under 15 s is 15 s (SandboxTimeoutDefault); at most 3600.
+  EXPECT_EQ(rq::ParseRefresh(json::object())->duration_s, 15);
+  EXPECT_EQ(rq::ParseRefresh({{"duration", 0}})->duration_s, 15);
+  EXPECT_EQ(rq::ParseRefresh({{"duration", 600}})->duration_s, 600);
+  EXPECT_EQ(rq::ParseRefresh({{"duration", 3600}})->duration_s, 3600);
+  EXPECT_EQ(rq::ParseRefresh({{"duration", 3601}}).status().message(), "duration must be at most 3600 seconds");
+  EXPECT_EQ(rq::ParseRefresh({{"duration", "60"}}).status().message(), "duration must be an integer number of seconds");
 
   EXPECT_TRUE(rq::ParsePause(json::object())->keep_memory);
   EXPECT_FALSE(rq::ParsePause({{"memory", false}})->keep_memory);

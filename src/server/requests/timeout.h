@@ -18,6 +18,14 @@ struct SetTimeoutRequest {
   int64_t timeout_s = 0;
 };
 StatusOr<SetTimeoutRequest> ParseSetTimeout(const nlohmann::json& body);
+// POST /sandboxes/{id}/refreshes {"duration"?: s} (E2B's keep-alive,
+// packages/api sandbox_refresh.go): 0..3600 seconds, absent or below 15
+// read as 15 (E2B's SandboxTimeoutDefault); past 3600 is 400 (its spec's
+// maximum).
+struct RefreshRequest {
+  int64_t duration_s = 15;
+};
+StatusOr<RefreshRequest> ParseRefresh(const nlohmann::json& body);
 struct ConnectRequest {
   std::optional<int64_t> timeout_s;
 };
