@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <fstream>
+#include <set>
 
 #include "common/file_util.h"
 #include "image/builders.h"
@@ -205,17 +206,13 @@ Status FinishBaseLayer(const std::string& root, const std::string& out_dir, bool
 StatusOr<std::vector<std::string>> LackingPackages(const std::string& root, const std::vector<std::string>& want,
                                                    const std::string& log) {
   RETURN_IF_ERROR(RunCommand({"chroot", root, "dpkg-query", "-W", "-f", "${Package}\\n"}, LogTo(log + ".have")));
-  ASSIGN_OR_RETURN(std::string have_text, ReadFile(log + ".have"));
-  std::vector<std::string> have;
-  for (size_t pos = 0; pos < have_text.size();) {
-    size_t nl = have_text.find('\n', pos);
-    if (nl == std::string::npos) nl = have_text.size();
-    have.push_back(have_text.substr(pos, nl - pos));
-    pos = nl + 1;
-  }
+  std::ifstream listed(log + ".have");
+  if (!listed) return ErrnoError("read " + log + ".have");
+  std::set<std::string> have;
+  for (std::string name; std::getline(listed, name);) have.insert(name);
   std::vector<std::string> out;
   for (const auto& p : want) {
-    if (std::find(have.begin(), have.end(), p) == have.end()) out.push_back(p);
+    if (!have.count(p)) out.push_back(p);
   }
   return out;
 }

@@ -21,7 +21,10 @@ int main(int argc, char** argv) {
   }
   const airlock::fuzz::SeedTarget* target = nullptr;
   for (const auto* t = kSeedTargets; t->name; ++t) {
-    if (std::strcmp(t->name, argv[1]) == 0) target = t;
+    if (std::strcmp(t->name, argv[1]) == 0) {
+      target = t;
+      break;
+    }
   }
   if (!target) {
     std::fprintf(stderr, "fuzz_seeds: no target named %s\n", argv[1]);

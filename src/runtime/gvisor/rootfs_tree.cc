@@ -34,12 +34,12 @@ StatusOr<std::string> EnsureRootTree(const std::string& rootfs) {
   if (!FindExecutable("fuse2fs").ok())
     return FailedPrecondition("fuse2fs is not installed (fix: apt-get install fuse2fs, or run scripts/setup)");
   // Blocking: a second start waits for the first one's extraction.
-  const std::string lock_path = dir + "/gvisor-root.lock";
+  const std::string lock_path = tree + ".lock";
   UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   if (!lock || ::flock(lock.get(), LOCK_EX) != 0) return ErrnoError("lock " + lock_path);
   if (ReadLine(dir + "/" + kRootTreeStampFile) == stamp && fs::is_directory(tree)) return tree;
   LOG_INFO("gvisor: extracting {} into a root tree (once per image)", rootfs);
-  const std::string tmp = dir + "/gvisor-root.tmp", mnt = dir + "/gvisor-root.mnt";
+  const std::string tmp = tree + ".tmp", mnt = tree + ".mnt";
   std::error_code ec;
   (void)Run({"umount", "-l", mnt});
   fs::remove_all(tmp, ec);
