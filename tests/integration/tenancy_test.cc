@@ -64,6 +64,7 @@ TEST(TenancyTest, KeysOfAnotherTeamReachNothing) {
       {"GET", "/sandboxes/" + id, ""},
       {"DELETE", "/sandboxes/" + id, ""},
       {"POST", "/sandboxes/" + id + "/timeout", R"({"timeout":60})"},
+      {"POST", "/sandboxes/" + id + "/refreshes", R"({"duration":3600})"},
       {"POST", "/sandboxes/" + id + "/connect", R"({"timeout":60})"},
       {"POST", "/sandboxes/" + id + "/resume", R"({"timeout":60})"},
       {"GET", "/sandboxes/" + id + "/metrics", ""},
