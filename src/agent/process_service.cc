@@ -151,15 +151,10 @@ void Connect(Agent& agent, std::shared_ptr<http::Conn> s) {
     if (auto proc = agent.processes().Find(*sel)) {
       return std::make_shared<EventStream>(s, KeepaliveInterval(*s))->Begin(proc);
     }
-    if (auto end = agent.processes().FindFinished(*sel); end && sel->pid) {
-      BeginStream(*s);
-      std::string out;
-      envd::AppendEnvelope(&out, envd::EventResponsePayload(envd::StartEvent{*sel->pid}));
-      envd::AppendEnvelope(&out, envd::EventResponsePayload(*end));
-      out += envd::EncodeEndStream(OkStatus());
-      s->Write(out);
-      return s->EndResponse();
-    }
+    // An ended process is not found, as envd (it forgets a process once it
+    // has been waited for): a client that re-attaches after the command's
+    // deadline (the SDK's default timeoutMs, 60 s, also for background
+    // commands) gets "process with pid N not found", not a silent handle.
     RespondStreamStatus(*s, NotFound("process with " +
                                      (sel->pid ? "pid " + std::to_string(*sel->pid) : "tag '" + *sel->tag + "'") +
                                      " not found"));

@@ -1,8 +1,8 @@
 // The agent's table of processes it started (spec §3.2).
 //
 // Ownership: ProcessTable owns every Process (shared_ptr) from spawn until its
-// end event has been delivered; afterwards only the end event is kept
-// (last kMaxFinished, for late Connects). A Process owns its pipe fds
+// end event has been delivered; afterwards it is forgotten, as envd does
+// (only the leaf cgroup of the last kMaxFinished is kept, for KillLeftovers). A Process owns its pipe fds
 // (asio descriptors) and its subscribers (the live streams). Everything runs
 // on the one io_context thread: no locks.
 //
@@ -148,8 +148,6 @@ class ProcessTable {
   StatusOr<std::shared_ptr<Process>> Spawn(SpawnRequest req);
   // Running (or still draining) process by pid or tag; nullptr if none.
   std::shared_ptr<Process> Find(const envd::ProcessSelector& sel) const;
-  // End event of a recently finished process.
-  std::optional<envd::EndEvent> FindFinished(const envd::ProcessSelector& sel) const;
   std::vector<std::shared_ptr<Process>> Running() const;
   // For a finished process whose leaf cgroup still has processes (children
   // it left behind, a fork bomb whose first shell exited): kills the leaf.
@@ -169,7 +167,6 @@ class ProcessTable {
   struct Finished {
     pid_t pid;
     std::optional<std::string> tag;
-    envd::EndEvent end;
     std::string cgroup;
   };
   static constexpr size_t kMaxFinished = 64;

@@ -93,8 +93,8 @@ class EnvdClient {
   // Starts a process and returns its pid as soon as the start event arrives,
   // dropping the stream; the process keeps running in the guest.
   StatusOr<uint32_t> StartBackground(const ExecRequest& request) const;
-  // process.Process/Connect: re-attach to a running (or recently ended)
-  // process; output from now on, then its end event.
+  // process.Process/Connect: re-attach to a running process
+  // (an ended one is NotFound, as envd); output from now on, then its end event.
   StatusOr<ExecResult> Attach(uint32_t pid, const ExecCallbacks& callbacks) const;
   Status SendStdin(uint32_t pid, std::string_view bytes) const;
   Status CloseStdin(uint32_t pid) const;

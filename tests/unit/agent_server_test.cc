@@ -578,12 +578,12 @@ TEST(AgentProcess, ConnectReattachesAfterDroppedStream) {
     ASSERT_TRUE(r->end);
     EXPECT_EQ(r->end->exit_code, 4);
   }
-  // A late Connect still gets start + end.
+  // A late Connect is not found, as envd (it forgets an ended process).
   Stream late("process.Process/Connect", R"({"process":{"pid":)" + std::to_string(pid) + "}}");
   auto r3 = Drain(late);
-  EXPECT_EQ(r3.pid, pid);
-  ASSERT_TRUE(r3.end);
-  EXPECT_EQ(r3.end->exit_code, 4);
+  EXPECT_FALSE(r3.end);
+  EXPECT_EQ(r3.status.code(), StatusCode::kNotFound) << r3.status.ToString();
+  EXPECT_EQ(r3.status.message(), "process with pid " + std::to_string(pid) + " not found");
 }
 
 TEST(AgentProcess, StdinInputAndClose) {

@@ -533,12 +533,18 @@ function openTerminal(sb, box, status) {
   window.addEventListener('resize', onWindowResize)
   const consume = async (resp) => {
     if (!resp.ok) throw new Error(`HTTP ${resp.status}`)
+    let events = 0
     for await (const { flags, msg } of envelopes(resp.body)) {
       if (flags & 2) {
-        if (msg.error) throw new Error(msg.error.message || msg.error.code)
+        if (msg.error) {
+          // Re-attached after the shell ended: the agent has forgotten it (as envd).
+          if (msg.error.code === 'not_found' && events === 0) { ended = true; status.textContent = '(the shell ended)'; return }
+          throw new Error(msg.error.message || msg.error.code)
+        }
         return
       }
       const ev = msg.event || {}
+      events++
       if (ev.start) {
         pid = ev.start.pid
         status.textContent = `(pid ${pid})`
