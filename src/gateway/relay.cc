@@ -135,17 +135,43 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
       // An exec whose client left (e.g. the SDK's timeoutMs): keep reading
       // the agent's stream, for the audit only, until its end (≤ kDrain).
       if (self->tap_ && self->tap_->WantsDrain()) return self->StartDrain();
+      self->timer_.cancel();  // no further dial
       self->CloseUpstream();
     });
+    Dial(asio::ip::tcp::endpoint(addr, port_), 1);
+  }
+
+ private:
+  // As E2B's proxy (shared/pkg/proxy/pool/client.go): a refused or
+  // unreachable dial is tried again, kDialAttempts in all, 100 ms × n apart
+  // (1 s in all), so a guest server that is just starting to listen, or a
+  // sandbox whose network is coming back from a resume, answers the first
+  // request instead of a 502. Each attempt has 10 s to connect.
+  static constexpr int kDialAttempts = 5;
+  static bool Redialable(const boost::system::error_code& ec) {
+    return ec == asio::error::connection_refused || ec == asio::error::host_unreachable ||
+           ec == asio::error::network_unreachable;
+  }
+
+  void Dial(const tcp::endpoint& to, int attempt) {
+    boost::system::error_code ec;
     timer_.expires_after(std::chrono::seconds(10));
     timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (!ec && !self->connected_) self->CloseUpstream();
     });
-    up_.open(addr.is_v4() ? tcp::v4() : tcp::v6(), ec);
+    up_.open(to.protocol(), ec);
     if (ec) return Fail(502, "socket: " + ec.message());
     SetCloexec(up_.native_handle());
-    up_.async_connect(tcp::endpoint(addr, port_), [self = shared_from_this()](boost::system::error_code ec) {
+    up_.async_connect(to, [self = shared_from_this(), to, attempt](boost::system::error_code ec) {
       self->timer_.cancel();
+      if (self->ended_) return;
+      if (ec && attempt < kDialAttempts && Redialable(ec)) {
+        self->CloseUpstream();
+        self->timer_.expires_after(std::chrono::milliseconds(100 * attempt));
+        return self->timer_.async_wait([self, to, attempt](boost::system::error_code ec) {
+          if (!ec && !self->ended_) self->Dial(to, attempt + 1);
+        });
+      }
       if (ec) {
         return self->Fail(502, (self->extras_.upstream_name.empty() ? "sandbox port " + std::to_string(self->port_)
                                                                      : self->extras_.upstream_name) +

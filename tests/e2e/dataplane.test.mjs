@@ -325,3 +325,42 @@ maybe('allowPublicTraffic:false needs the traffic token; maskRequestHost sets th
   // A mask that could smuggle a header is refused at create.
   await assert.rejects(Sandbox.create({ ...d.opts, network: { maskRequestHost: 'a\r\nX-Evil: 1' } }), /maskRequestHost/)
 })
+
+// Issue 34, item 6: a guest server answers the first request through the
+// data plane. (a) One that starts listening half a second after the request
+// was sent: the relay dials again on a refusal, 5 attempts 100 ms × n apart,
+// as E2B's proxy (before, the first dial's refusal was a 502). (b) One that
+// was listening before a pause answers the first request after the resume,
+// through an explicit connect() and through autoResume.
+maybe('a guest server answers the first request: listening within a second of it, and right after a resume', async () => {
+  const sbx = await Sandbox.create({ ...d.opts, lifecycle: { onTimeout: 'pause', autoResume: true } })
+  try {
+    const h = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8002' }
+    let armed
+    const isArmed = new Promise((r) => { armed = r })
+    await sbx.commands.run(
+      `python3 -c '
+import socket, sys, time
+print("armed", flush=True)
+time.sleep(0.5)
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 8002)); s.listen(8)
+while True:
+    c, _ = s.accept(); c.recv(65536)
+    c.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nConnection: close\\r\\n\\r\\nok"); c.close()'`,
+      { background: true, timeoutMs: 0, onStdout: (s) => { if (s.includes('armed')) armed() } })
+    await isArmed
+    const first = await fetch(`${d.url}/`, { headers: h })
+    assert.equal(first.status, 200, await first.text())
+    for (const resume of ['connect', 'autoResume']) {
+      await sbx.pause()
+      if (resume === 'connect') await sbx.connect()
+      const r = await fetch(`${d.url}/`, { headers: h })
+      assert.equal(r.status, 200, `${resume}: ${await r.text()}`)
+    }
+    // A port nobody listens on is still E2B's 502 once the attempts are spent.
+    const closed = await fetch(`${d.url}/`, { headers: { ...h, 'E2b-Sandbox-Port': '8003' } })
+    assert.equal(closed.status, 502)
+  } finally {
+    await sbx.kill()
+  }
+})
