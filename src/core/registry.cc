@@ -94,6 +94,13 @@ StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& path) {
               " checkpoint_id TEXT NOT NULL, phase TEXT NOT NULL, vmm_pid INTEGER NOT NULL,"
               " started_at INTEGER NOT NULL)",
               "create rollback_intents"));
+  // v8: idempotency keys (server/idempotency.h), per team.
+  RETURN_IF_ERROR(
+      r->Exec("CREATE TABLE IF NOT EXISTS idempotency_keys (team TEXT NOT NULL, key TEXT NOT NULL,"
+              " fingerprint TEXT NOT NULL, answered INTEGER NOT NULL, status INTEGER NOT NULL,"
+              " content_type TEXT NOT NULL, body BLOB NOT NULL, created_at INTEGER NOT NULL,"
+              " PRIMARY KEY (team, key))",
+              "create idempotency_keys"));
   return r;
 }
 
@@ -172,6 +179,69 @@ StatusOr<std::vector<RollbackIntent>> Registry::ListRollbackIntents() {
   }
   AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "list rollback intents");
   return out;
+}
+
+StatusOr<std::optional<IdempotentCall>> Registry::ClaimIdempotencyKey(const std::string& team, const std::string& key,
+                                                                      const std::string& fingerprint, int64_t now_ms,
+                                                                      int64_t window_ms, int64_t stale_ms) {
+  std::lock_guard<std::mutex> l(mu_);
+  AIRLOCK_SQL_CHECK(sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK, "begin claim");
+  auto result = [&]() -> StatusOr<std::optional<IdempotentCall>> {
+    Stmt purge(db_,
+               "DELETE FROM idempotency_keys WHERE team = ? AND (created_at < ? OR (answered = 0 AND created_at < ?))");
+    AIRLOCK_SQL_CHECK(purge.ok(), "prepare purge idempotency keys");
+    purge.Bind(1, team).Bind(2, now_ms - window_ms).Bind(3, now_ms - stale_ms);
+    AIRLOCK_SQL_CHECK(purge.Step() == SQLITE_DONE, "purge idempotency keys");
+    Stmt get(db_,
+             "SELECT fingerprint, answered, status, content_type, body, created_at FROM idempotency_keys"
+             " WHERE team = ? AND key = ?");
+    AIRLOCK_SQL_CHECK(get.ok(), "prepare get idempotency key");
+    get.Bind(1, team).Bind(2, key);
+    int rc = get.Step();
+    if (rc == SQLITE_ROW) {
+      return std::optional<IdempotentCall>(
+          IdempotentCall{get.Text(0), get.Int(1) != 0, static_cast<int>(get.Int(2)), get.Text(3), get.Text(4),
+                         get.Int(5)});
+    }
+    AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "get idempotency key");
+    Stmt put(db_,
+             "INSERT INTO idempotency_keys (team, key, fingerprint, answered, status, content_type, body, created_at)"
+             " VALUES (?,?,?,0,0,'','',?)");
+    AIRLOCK_SQL_CHECK(put.ok(), "prepare claim idempotency key");
+    put.Bind(1, team).Bind(2, key).Bind(3, fingerprint).Bind(4, now_ms);
+    AIRLOCK_SQL_CHECK(put.Step() == SQLITE_DONE, "claim idempotency key");
+    return std::optional<IdempotentCall>();
+  }();
+  const char* end = result.ok() ? "COMMIT" : "ROLLBACK";
+  if (sqlite3_exec(db_, end, nullptr, nullptr, nullptr) != SQLITE_OK && result.ok()) {
+    return Internal(std::string("sqlite commit claim: ") + sqlite3_errmsg(db_));
+  }
+  return result;
+}
+
+Status Registry::AnswerIdempotencyKey(const std::string& team, const std::string& key, int status,
+                                      const std::string& content_type, const std::string& body) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_,
+         "UPDATE idempotency_keys SET answered = 1, status = ?, content_type = ?, body = ? WHERE team = ? AND key = ?");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare answer idempotency key");
+  s.Bind(1, int64_t{status}).Bind(2, content_type).Bind(3, body).Bind(4, team).Bind(5, key);
+  AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "answer idempotency key");
+  return OkStatus();
+}
+
+Status Registry::ReleaseIdempotencyKey(const std::string& team, const std::string& key) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "DELETE FROM idempotency_keys WHERE team = ? AND key = ?");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare release idempotency key");
+  s.Bind(1, team).Bind(2, key);
+  AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "release idempotency key");
+  return OkStatus();
+}
+
+Status Registry::ReleaseUnansweredIdempotencyKeys() {
+  std::lock_guard<std::mutex> l(mu_);
+  return Exec("DELETE FROM idempotency_keys WHERE answered = 0", "release unanswered idempotency keys");
 }
 
 Status Registry::SetEndsAt(const std::string& id, int64_t ends_at_ms) {

@@ -94,6 +94,17 @@ struct ApiKeyRecord {
   bool admin = false;  // sees and acts on every team's sandboxes and secrets
 };
 
+// A call made with an Idempotency-Key (server/idempotency.h): the request's
+// fingerprint, and once it was answered, the answer.
+struct IdempotentCall {
+  std::string fingerprint;  // SHA-256 hex of method, path and body
+  bool answered = false;
+  int status = 0;
+  std::string content_type;
+  std::string body;
+  int64_t created_at_ms = 0;
+};
+
 // What the registry records ownership of.
 enum class OwnedKind { kSandbox, kSnapshot };
 
@@ -140,6 +151,21 @@ class Registry {
   // connection (another process such as `airlock apikey`, or another
   // connection of this one) commits to the database.
   StatusOr<int64_t> DataVersion();
+
+  // Idempotency keys, per team. Claim: drops the team's calls older than
+  // `window_ms` (and a call never answered older than `stale_ms`, its daemon
+  // gone), then either holds (team, key) for a call with `fingerprint`
+  // (nullopt) or returns the call that holds it. Answer: records the answer
+  // of a held key. Release: frees it (an answer not worth replaying).
+  // ReleaseUnanswered: frees every held key not answered (a daemon starting:
+  // the calls of the one before it ended with it).
+  StatusOr<std::optional<IdempotentCall>> ClaimIdempotencyKey(const std::string& team, const std::string& key,
+                                                              const std::string& fingerprint, int64_t now_ms,
+                                                              int64_t window_ms, int64_t stale_ms);
+  Status AnswerIdempotencyKey(const std::string& team, const std::string& key, int status,
+                              const std::string& content_type, const std::string& body);
+  Status ReleaseIdempotencyKey(const std::string& team, const std::string& key);
+  Status ReleaseUnansweredIdempotencyKeys();
 
   // Ownership (never removed with the sandbox: its audit stays its team's).
   Status SetOwner(OwnedKind kind, const std::string& id, const std::string& team);

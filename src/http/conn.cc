@@ -169,6 +169,11 @@ std::string Conn::Header(std::string_view name) const {
 }
 
 void Conn::ReadBodyChunk(ChunkFn fn) {
+  if (replay_body_) {
+    asio::post(socket_.get_executor(),
+               [fn = std::move(fn), body = std::exchange(replay_body_, std::nullopt)] { fn(OkStatus(), *body, true); });
+    return;
+  }
   if (closed_) {
     asio::post(socket_.get_executor(), [fn = std::move(fn)] { fn(Unavailable("connection closed"), {}, true); });
     return;
@@ -262,7 +267,9 @@ void Conn::ReadStringStep(std::shared_ptr<std::string> body, size_t limit,
 
 void Conn::Respond(int status, std::string_view content_type, std::string body, const HeaderList& extra) {
   if (limits_.redact) body = limits_.redact(body);
+  respond_body_ = &body;
   BeginResponse(status, content_type, body.size(), extra);
+  respond_body_ = nullptr;
   if (!body.empty()) Write(body);
   EndResponse();
 }
@@ -273,7 +280,9 @@ void Conn::RespondError(int status, const std::string& message, const HeaderList
 
 void Conn::BeginResponse(int status, std::string_view content_type, std::optional<uint64_t> length,
                          const HeaderList& extra) {
-  if (response_started_ || closed_) return;
+  if (response_started_) return;
+  if (on_response_) std::exchange(on_response_, nullptr)(status, content_type, respond_body_);
+  if (closed_) return;
   response_started_ = true;
   if (on_respond_) std::exchange(on_respond_, nullptr)(status);
   if (!body_done_) keep_alive_ = false;  // an unread body makes the connection unusable

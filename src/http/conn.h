@@ -112,6 +112,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // The whole body, bounded: resource_exhausted past `limit` bytes (the rest
   // is not read; the connection closes after the response).
   void ReadBodyToString(size_t limit, std::function<void(StatusOr<std::string>)> done);
+  // The body was read already (ReadBodyToString, by whoever looked at it
+  // first) and is handed back: the next body read gets `body` whole.
+  void ReplayBody(std::string body) { replay_body_ = std::move(body); }
 
   // ---- response ----
   void Respond(int status, std::string_view content_type, std::string body, const HeaderList& extra = {});
@@ -137,6 +140,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void SetOnClose(std::function<void()> fn) { on_close_ = std::move(fn); }
   // Once, with the status, when a response (not a raw one) begins (audit).
   void SetOnRespond(std::function<void(int)> fn) { on_respond_ = std::move(fn); }
+  // Once, when a response begins, also on a connection the client has left:
+  // its status, content type and, for Respond(), its body as sent (nullptr
+  // for a response streamed with BeginResponse/Write). For a handler that
+  // keeps what it answered (server/idempotency.h).
+  using ResponseFn = std::function<void(int status, std::string_view content_type, const std::string* body)>;
+  void SetOnResponse(ResponseFn fn) { on_response_ = std::move(fn); }
   // After the body is read: notice the peer hanging up during a long
   // response even when nothing is written (a pipelined request is left be).
   void WatchForDisconnect();
@@ -196,6 +205,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
   bool draining_ = false;             // DrainThenClose owns the socket's reads
   bool chunked_request_ = false;
   std::optional<uint64_t> content_length_;
+  std::optional<std::string> replay_body_;
+  ResponseFn on_response_;
+  const std::string* respond_body_ = nullptr;  // Respond()'s body while BeginResponse runs
 
   std::deque<std::string> out_;
   size_t pending_ = 0;

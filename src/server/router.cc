@@ -77,6 +77,14 @@ void Router::RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller) {
   // answered exactly as one that does not exist.
   if (on_sandbox && !control::CallerOwns(caller, OwnedKind::kSandbox, p[0], *manager_, *registry_))
     return c->RespondError(404, "sandbox " + p[0] + " not found");
+  if (Idempotency::Applies(m.route->id) && !c->Header("Idempotency-Key").empty()) {
+    return idempotency_->Run(c, caller, [this, c, caller, m] { Dispatch(c, caller, m); });
+  }
+  Dispatch(std::move(c), caller, m);
+}
+
+void Router::Dispatch(std::shared_ptr<HttpConn> c, const Caller& caller, const RouteMatch& m) {
+  const std::vector<std::string>& p = m.params;
   using R = RouteId;
   switch (m.route->id) {
     case R::kListSnapshots: return snapshot_api_->ListSnapshots(c, caller);
@@ -205,7 +213,11 @@ Router::Router(const Services& s, McpService* mcp, std::function<uint16_t()> con
       secrets_api_(std::make_unique<SecretsApi>(s)),
       audit_api_(std::make_unique<AuditApi>(s)),
       host_api_(std::make_unique<HostApi>(s)),
-      data_plane_(std::make_unique<DataPlane>(s)) {}
+      data_plane_(std::make_unique<DataPlane>(s)),
+      idempotency_(std::make_unique<Idempotency>(*s.registry, *s.lookups, s.config->max_json_body)) {
+  // The calls of the daemon before this one ended with it: their keys are free.
+  if (Status st = registry_->ReleaseUnansweredIdempotencyKeys(); !st.ok()) LOG_WARN("{}", st.ToString());
+}
 
 Router::~Router() = default;
 

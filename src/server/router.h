@@ -26,6 +26,7 @@
 #include "server/audit_api.h"
 #include "server/data_plane.h"
 #include "server/host_api.h"
+#include "server/idempotency.h"
 #include "server/sandbox_api.h"
 #include "server/secrets_api.h"
 #include "server/snapshot_api.h"
@@ -51,6 +52,7 @@ class Router : public ApiHandlers {
   void ConsoleElsewhere(std::shared_ptr<HttpConn> c);
   void HandleControl(std::shared_ptr<HttpConn> c);
   void RouteControl(std::shared_ptr<HttpConn> c, const Caller& caller);
+  void Dispatch(std::shared_ptr<HttpConn> c, const Caller& caller, const RouteMatch& m);
 
   McpService* mcp_;
   std::function<uint16_t()> console_port_;
@@ -60,6 +62,7 @@ class Router : public ApiHandlers {
   std::unique_ptr<AuditApi> audit_api_;
   std::unique_ptr<HostApi> host_api_;
   std::unique_ptr<DataPlane> data_plane_;
+  std::unique_ptr<Idempotency> idempotency_;
 };
 
 }  // namespace airlock::server

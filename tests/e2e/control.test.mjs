@@ -270,3 +270,55 @@ maybe('secrets API: team-owned, values never returned, usable as env, audited; d
     assert.ok(text.includes(created.secretId))
     assert.ok(!text.includes(value), 'the audit trail holds the value')
   })
+
+// Issue 34, idempotency: an Idempotency-Key on create (and connect, pause,
+// fork, snapshot, checkpoint, kill) returns the first call's answer to a
+// retry; a concurrent retry is a 409; another body under the key a 422;
+// keys are per team; a kill retried answers its first 204, not a 404.
+maybe('Idempotency-Key: a retried create makes one sandbox; 409 while running, 422 for another body; per team; kill', async () => {
+  const post = (key, body, apiKey = acme.apiKey) => fetch(`${d.url}/sandboxes`, {
+    method: 'POST', headers: { 'X-API-Key': apiKey, 'Content-Type': 'application/json', 'Idempotency-Key': key },
+    body: JSON.stringify(body) })
+  const body = { templateID: 'base', timeout: 120, metadata: { purpose: 'idempotency' } }
+  const key = `create-${Date.now()}`
+  // Two at once: one runs the create, the other finds it running.
+  const [a, b] = await Promise.all([post(key, body), post(key, body)])
+  assert.deepEqual([a.status, b.status].sort(), [201, 409], `${a.status} ${b.status}`)
+  const created = await (a.status === 201 ? a : b).json()
+  const busy = a.status === 409 ? a : b
+  assert.equal(busy.headers.get('retry-after'), '1')
+  assert.match((await busy.json()).message, /still in progress/)
+  const ids = []
+  try {
+    ids.push(created.sandboxID)
+    // The retry: the first answer, byte for byte, marked as a replay.
+    const again = await post(key, body)
+    assert.equal(again.status, 201)
+    assert.equal(again.headers.get('idempotent-replayed'), 'true')
+    assert.deepEqual(await again.json(), created)
+    const mine = JSON.parse((await api('/v2/sandboxes?metadata=purpose%3Didempotency', acme.apiKey)).text)
+    assert.deepEqual(mine.map((s) => s.sandboxID), [created.sandboxID], 'one sandbox for the key')
+    // The key with another body.
+    const other = await post(key, { ...body, timeout: 121 })
+    assert.equal(other.status, 422)
+    assert.match((await other.json()).message, /another request/)
+    // Another team's key of the same name is its own.
+    const theirs = await post(key, body, beta.apiKey)
+    assert.equal(theirs.status, 201)
+    const theirId = (await theirs.json()).sandboxID
+    ids.push(theirId)
+    assert.notEqual(theirId, created.sandboxID)
+    // A kill retried: its first answer, not a 404.
+    const kill = () => fetch(`${d.url}/sandboxes/${theirId}`, {
+      method: 'DELETE', headers: { 'X-API-Key': beta.apiKey, 'Idempotency-Key': `kill-${key}` } })
+    assert.equal((await kill()).status, 204)
+    const killAgain = await kill()
+    assert.equal(killAgain.status, 204)
+    assert.equal(killAgain.headers.get('idempotent-replayed'), 'true')
+    // A key that is no key.
+    assert.equal((await post('x'.repeat(256), body)).status, 400)
+    assert.equal((await post('has space', body)).status, 400)
+  } finally {
+    for (const id of ids) await fetch(`${d.url}/sandboxes/${id}`, { method: 'DELETE', headers: { 'X-API-Key': admin.apiKey } })
+  }
+})

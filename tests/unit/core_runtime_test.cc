@@ -276,6 +276,51 @@ TEST(RegistryMigrationTest, AnOldDatabaseSandboxRunsOnQemu) {
   for (const auto& r : *list) EXPECT_EQ(r.runtime, r.id == "new1" ? "gvisor" : "qemu") << r.id;
 }
 
+// Idempotency keys (registry v8, server/idempotency.h): per team; the first
+// claim holds the key, a later one sees the holder (fingerprint, answer);
+// an answer outlives the connection (a restarted daemon replays it); keys
+// older than the window go, and so does an unanswered one past `stale`;
+// a starting daemon frees the unanswered ones.
+TEST(RegistryIdempotencyTest, ClaimAnswerReplayAcrossReopenWindowAndRelease) {
+  test_util::ScopedDir dir{test_util::MakeTempDir("airlock-reg-idem")};
+  ASSERT_FALSE(dir.path.empty());
+  const std::string path = dir.path + "/airlock.db";
+  const int64_t window = 1000, stale = 100;
+  {
+    auto reg = Registry::Open(path);
+    ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+    auto first = (*reg)->ClaimIdempotencyKey("acme", "k1", "fp-a", 10, window, stale);
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    EXPECT_FALSE(first->has_value()) << "a free key is held by its first call";
+    auto again = (*reg)->ClaimIdempotencyKey("acme", "k1", "fp-a", 20, window, stale);
+    ASSERT_TRUE(again.ok() && again->has_value());
+    EXPECT_FALSE((*again)->answered) << "still running";
+    EXPECT_FALSE((*(*reg)->ClaimIdempotencyKey("beta", "k1", "fp-a", 20, window, stale)).has_value())
+        << "another team's key of the same name is another key";
+    ASSERT_TRUE((*reg)->AnswerIdempotencyKey("acme", "k1", 201, "application/json", R"({"sandboxID":"x"})").ok());
+  }
+  auto reg = Registry::Open(path);
+  ASSERT_TRUE(reg.ok()) << reg.status().ToString();
+  ASSERT_TRUE((*reg)->ReleaseUnansweredIdempotencyKeys().ok());
+  auto held = (*reg)->ClaimIdempotencyKey("acme", "k1", "fp-b", 30, window, stale);
+  ASSERT_TRUE(held.ok() && held->has_value());
+  EXPECT_EQ((*held)->fingerprint, "fp-a");
+  EXPECT_TRUE((*held)->answered);
+  EXPECT_EQ((*held)->status, 201);
+  EXPECT_EQ((*held)->content_type, "application/json");
+  EXPECT_EQ((*held)->body, R"({"sandboxID":"x"})");
+  EXPECT_FALSE((*(*reg)->ClaimIdempotencyKey("beta", "k1", "fp-a", 30, window, stale)).has_value())
+      << "beta's unanswered call was freed at the reopen";
+  EXPECT_TRUE((*(*reg)->ClaimIdempotencyKey("beta", "k1", "fp-a", 30 + stale - 1, window, stale)).has_value());
+  EXPECT_FALSE((*(*reg)->ClaimIdempotencyKey("beta", "k1", "fp-a", 30 + stale + 1, window, stale)).has_value())
+      << "an unanswered call past stale is taken for lost";
+  EXPECT_TRUE((*(*reg)->ClaimIdempotencyKey("acme", "k1", "fp-a", 10 + window - 1, window, stale)).has_value());
+  EXPECT_FALSE((*(*reg)->ClaimIdempotencyKey("acme", "k1", "fp-a", 10 + window + 1, window, stale)).has_value())
+      << "past the window the key is free again";
+  ASSERT_TRUE((*reg)->ReleaseIdempotencyKey("acme", "k1").ok());
+  EXPECT_FALSE((*(*reg)->ClaimIdempotencyKey("acme", "k1", "fp-c", 2000, window, stale)).has_value());
+}
+
 // The rollback journal (registry v7, core/checkpoints.cc): an intent outlives
 // the connection that wrote it (a daemon killed mid-rollback), is replaced
 // phase by phase, cleared, and goes with its sandbox's row.
