@@ -226,13 +226,14 @@ int CmdSandbox(const std::string& state_dir, const std::vector<std::string>& in)
   }
   if (verb == "cp" && args.size() == 3) return Copy(t, args[1], args[2]);
   if (verb == "log" && args.size() == 2) {
-    auto r = Api(t, "GET", "/v2/sandboxes/" + UrlEncodeComponent(args[1]) + "/logs?limit=10000");
+    // The newest 1000 (the API's page), printed oldest first.
+    auto r = Api(t, "GET", "/v2/sandboxes/" + UrlEncodeComponent(args[1]) + "/logs?direction=backward&limit=1000");
     if (!r.ok()) return Fail("log", r.status());
     auto j = json::parse(r->body, nullptr, false);
     if (!j.is_object() || !j.contains("logs") || !j["logs"].is_array()) return Fail("log", Internal("bad logs reply"));
-    for (const auto& e : j["logs"]) {
-      std::printf("%s %-5s %s\n", e.value("timestamp", "").c_str(), e.value("level", "").c_str(),
-                  e.value("message", "").c_str());
+    for (auto e = j["logs"].rbegin(); e != j["logs"].rend(); ++e) {
+      std::printf("%s %-5s %s\n", e->value("timestamp", "").c_str(), e->value("level", "").c_str(),
+                  e->value("message", "").c_str());
     }
     return 0;
   }

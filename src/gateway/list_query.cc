@@ -1,7 +1,9 @@
 #include "gateway/list_query.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <limits>
 
 #include "common/clock.h"
 #include "http/url.h"
@@ -92,6 +94,55 @@ StatusOr<ListSecretsRequest> ParseListSecrets(const QueryFn& query) {
   ListSecretsRequest r;
   ASSIGN_OR_RETURN(r.limit, PageLimit(query("limit"), kMaxPage, EmptyLimit::kInvalid));
   r.after = query("nextToken").value_or("");
+  return r;
+}
+
+std::optional<LogLevel> ParseLogLevel(std::string_view level) {
+  if (level == "debug") return LogLevel::kDebug;
+  if (level == "info") return LogLevel::kInfo;
+  if (level == "warn" || level == "warning") return LogLevel::kWarn;
+  if (level == "error") return LogLevel::kError;
+  return std::nullopt;
+}
+
+bool SandboxLogsRequest::Keeps(int64_t ts_ms, std::string_view level, std::string_view message) const {
+  if (cursor_ms && (backward ? ts_ms > *cursor_ms : ts_ms < *cursor_ms)) return false;
+  if (ParseLogLevel(level).value_or(LogLevel::kInfo) < min_level) return false;
+  return search.empty() || message.find(search) != std::string_view::npos;
+}
+
+StatusOr<SandboxLogsRequest> ParseSandboxLogs(const QueryFn& query, bool v2) {
+  SandboxLogsRequest r;
+  auto integer = [](const std::string& name, const std::string& v, int64_t max) -> StatusOr<int64_t> {
+    char* end = nullptr;
+    errno = 0;
+    long long n = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || errno == ERANGE || n < 0 || n > max)
+      return InvalidArgument(name + " must be an integer from 0 to " + std::to_string(max));
+    return static_cast<int64_t>(n);
+  };
+  if (auto v = query(v2 ? "cursor" : "start")) {
+    ASSIGN_OR_RETURN(r.cursor_ms, integer(v2 ? "cursor" : "start", *v, std::numeric_limits<int64_t>::max()));
+  }
+  if (auto v = query("limit")) {
+    ASSIGN_OR_RETURN(int64_t n, integer("limit", *v, kMaxLogEntries));
+    r.limit = static_cast<int>(n);
+  }
+  if (!v2) return r;
+  r.backward = true;
+  if (auto v = query("direction")) {
+    if (*v != "forward" && *v != "backward") return InvalidArgument("direction must be forward or backward");
+    r.backward = *v == "backward";
+  }
+  if (auto v = query("level")) {
+    auto level = ParseLogLevel(*v);
+    if (!level || *v == "warning") return InvalidArgument("level must be debug, info, warn or error");
+    r.min_level = *level;
+  }
+  if (auto v = query("search")) {
+    if (v->size() > kMaxLogSearch) return InvalidArgument("search must be at most 256 bytes");
+    r.search = *v;
+  }
   return r;
 }
 

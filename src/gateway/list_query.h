@@ -60,4 +60,29 @@ struct ListSecretsRequest {
 };
 StatusOr<ListSecretsRequest> ParseListSecrets(const QueryFn& query);
 
+// GET /v2/sandboxes/{id}/logs (E2B's spec and its handler, sandbox_logs.go
+// and clusters.LogQueryWindow): `cursor` (Unix ms, >= 0), `direction`
+// (`backward`, the default: the newest entries at or before the cursor,
+// newest first; `forward`: at or after it, oldest first), `limit` (0..1000,
+// default 1000), `level` (the lowest level kept: debug < info < warn <
+// error), `search` (a case-sensitive substring of the message, at most 256
+// bytes). GET /sandboxes/{id}/logs (v1): `start` (Unix ms) and `limit`,
+// oldest first. A bad value is InvalidArgument naming the parameter.
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
+// "debug", "info", "warn" (or "warning"), "error"; nullopt for anything else.
+std::optional<LogLevel> ParseLogLevel(std::string_view level);
+inline constexpr int kMaxLogEntries = 1000;
+inline constexpr size_t kMaxLogSearch = 256;
+struct SandboxLogsRequest {
+  std::optional<int64_t> cursor_ms;
+  bool backward = false;
+  int limit = kMaxLogEntries;
+  LogLevel min_level = LogLevel::kDebug;
+  std::string search;  // "" : any
+  // Does an entry at `ts_ms` with `level` and `message` pass every filter
+  // but the limit?
+  bool Keeps(int64_t ts_ms, std::string_view level, std::string_view message) const;
+};
+StatusOr<SandboxLogsRequest> ParseSandboxLogs(const QueryFn& query, bool v2);
+
 }  // namespace airlock::gateway

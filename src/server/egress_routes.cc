@@ -48,16 +48,13 @@ json EgressLogEntry(const json& r) {
           {"fields", fields}};
 }
 
-std::vector<json> SandboxApi::EgressLogEntries(const std::string& id, int64_t from_ms) {
-  std::vector<json> out;
+std::vector<std::pair<int64_t, json>> SandboxApi::EgressLogEntries(const std::string& id) {
+  std::vector<std::pair<int64_t, json>> out;
   auto* eg = manager_->egress();
   if (!eg) return out;
   auto recs = eg->Records(id);
   if (!recs.ok()) return out;
-  for (const auto& r : *recs) {
-    if (r.value("timestampMs", int64_t{0}) < from_ms) continue;
-    out.push_back(EgressLogEntry(r));
-  }
+  for (const auto& r : *recs) out.emplace_back(r.value("timestampMs", int64_t{0}), EgressLogEntry(r));
   return out;
 }
 

@@ -216,27 +216,30 @@ void SandboxApi::ConnectSandbox(std::shared_ptr<HttpConn> c, const std::string& 
 }
 
 void SandboxApi::Logs(std::shared_ptr<HttpConn> c, const std::string& id, bool v2) {
-  int64_t from = 0;
-  if (auto s = c->Query(v2 ? "cursor" : "start"); s && !s->empty()) from = std::strtoll(s->c_str(), nullptr, 10);
-  size_t limit = 1000;
-  if (auto s = c->Query("limit"); s && !s->empty()) limit = std::strtoul(s->c_str(), nullptr, 10);
-  json entries = json::array(), lines = json::array();
+  auto req = gateway::ParseSandboxLogs([&c](const std::string& name) { return c->Query(name); }, v2);
+  if (!req.ok()) return c->RespondError(400, req.status().message());
+  // Every entry (the sandbox's events, then its egress decisions), by time.
+  std::vector<std::pair<int64_t, json>> all;
   {
     auto sb = Visible(id);
     if (!sb) return RespondNoSandbox(c, id);
     for (const auto& e : sb->Logs()) {
-      if (e.ts_ms < from || entries.size() >= limit) continue;
-      entries.push_back({{"timestamp", FormatRfc3339Ms(e.ts_ms)},
-                         {"level", e.level},
-                         {"message", e.message},
-                         {"fields", json::object()}});
-      lines.push_back({{"timestamp", FormatRfc3339Ms(e.ts_ms)}, {"line", e.message}});
+      all.emplace_back(e.ts_ms, json{{"timestamp", FormatRfc3339Ms(e.ts_ms)},
+                                     {"level", e.level},
+                                     {"message", e.message},
+                                     {"fields", json::object()}});
     }
   }
-  for (auto& e : EgressLogEntries(id, from)) {
-    if (entries.size() >= limit) break;
-    lines.push_back({{"timestamp", e["timestamp"]}, {"line", e["message"]}});
-    entries.push_back(std::move(e));
+  for (auto& e : EgressLogEntries(id)) all.push_back(std::move(e));
+  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (req->backward) std::reverse(all.begin(), all.end());
+  json entries = json::array(), lines = json::array();
+  for (const auto& [ts, e] : all) {
+    if (entries.size() >= static_cast<size_t>(req->limit)) break;
+    const std::string& message = e["message"].get_ref<const std::string&>();
+    if (!req->Keeps(ts, e["level"].get_ref<const std::string&>(), message)) continue;
+    if (!v2) lines.push_back({{"timestamp", e["timestamp"]}, {"line", message}});
+    entries.push_back(e);
   }
   json out = v2 ? json{{"logs", entries}} : json{{"logs", lines}, {"logEntries", entries}};
   c->Respond(200, "application/json", out.dump());

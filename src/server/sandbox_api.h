@@ -43,7 +43,8 @@ class SandboxApi : public ApiHandlers {
   void CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& caller, const requests::CreateRequest& req,
                          const control::ResolvedTemplate& tmpl);
   // The egress records of a sandbox as log entries (v2 shape) from `from_ms`.
-  std::vector<nlohmann::json> EgressLogEntries(const std::string& id, int64_t from_ms);
+  // (Unix ms, SandboxLogEntry) of each egress decision, oldest first.
+  std::vector<std::pair<int64_t, nlohmann::json>> EgressLogEntries(const std::string& id);
 };
 
 }  // namespace airlock::server

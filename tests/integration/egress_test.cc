@@ -1497,6 +1497,32 @@ TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
     EXPECT_TRUE(e.contains("timestamp") && e.contains("level") && e["fields"].is_object()) << e;
   }
   EXPECT_TRUE(allow_http && deny_dns) << logs->body;
+  // E2B's v2 query: backward (newest first) by default, forward from a
+  // cursor, level as a floor, search as a substring, limit; 400 naming a bad one.
+  auto entries = [&](const std::string& query) {
+    auto r = api("GET", "/v2/sandboxes/" + id + "/logs?" + query);
+    EXPECT_TRUE(r.ok() && r->status == 200) << query;
+    return r.ok() ? nlohmann::json::parse(r->body, nullptr, false)["logs"] : nlohmann::json::array();
+  };
+  auto backward = entries("limit=1000"), forward = entries("direction=forward&cursor=0");
+  ASSERT_GE(backward.size(), 3u);
+  ASSERT_EQ(backward.size(), forward.size());
+  for (size_t i = 1; i < backward.size(); ++i) {
+    EXPECT_GE(backward[i - 1]["timestamp"].get<std::string>(), backward[i]["timestamp"].get<std::string>());
+    EXPECT_LE(forward[i - 1]["timestamp"].get<std::string>(), forward[i]["timestamp"].get<std::string>());
+  }
+  EXPECT_EQ(entries("limit=1"), nlohmann::json::array({backward[0]})) << "the newest";
+  auto warn = entries("level=warn");
+  ASSERT_FALSE(warn.empty());
+  for (const auto& e : warn) EXPECT_TRUE(e["level"] == "warn" || e["level"] == "error") << e;
+  auto found = entries("search=allowed.test&direction=forward");
+  ASSERT_FALSE(found.empty());
+  for (const auto& e : found) EXPECT_NE(e["message"].get<std::string>().find("allowed.test"), std::string::npos) << e;
+  EXPECT_TRUE(entries("search=ALLOWED.TEST").empty()) << "case-sensitive";
+  auto bad_level = api("GET", "/v2/sandboxes/" + id + "/logs?level=verbose");
+  ASSERT_TRUE(bad_level.ok());
+  EXPECT_EQ(bad_level->status, 400);
+  EXPECT_NE(bad_level->body.find("level"), std::string::npos) << bad_level->body;
   auto v1 = api("GET", "/sandboxes/" + id + "/logs");
   ASSERT_TRUE(v1.ok());
   auto v1j = nlohmann::json::parse(v1->body, nullptr, false);

@@ -153,6 +153,52 @@ TEST(ServerRequestsTest, Rollback) {
             airlock::StatusCode::kInvalidArgument);
 }
 
+// GET /v2/sandboxes/{id}/logs as E2B's spec and handler: backward from now by
+// default, cursor + direction, limit 0..1000, level as a floor, search as a
+// case-sensitive substring; v1 reads start and limit only, oldest first.
+TEST(ServerRequestsTest, SandboxLogsQuery) {
+  std::map<std::string, std::string> q;
+  gateway::QueryFn query = [&q](const std::string& n) -> std::optional<std::string> {
+    auto it = q.find(n);
+    return it == q.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+  auto d = gateway::ParseSandboxLogs(query, true);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->backward);
+  EXPECT_EQ(d->limit, 1000);
+  EXPECT_FALSE(d->cursor_ms);
+  EXPECT_TRUE(d->Keeps(5, "debug", "anything"));
+  q = {{"cursor", "100"}, {"direction", "forward"}, {"limit", "0"}, {"level", "warn"}, {"search", "Egress"}};
+  auto f = gateway::ParseSandboxLogs(query, true);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_FALSE(f->backward);
+  EXPECT_EQ(f->limit, 0);
+  EXPECT_TRUE(f->Keeps(100, "warn", "an Egress deny"));
+  EXPECT_TRUE(f->Keeps(101, "error", "Egress"));
+  EXPECT_FALSE(f->Keeps(99, "warn", "Egress")) << "before the cursor, forward";
+  EXPECT_FALSE(f->Keeps(100, "info", "Egress")) << "below the level";
+  EXPECT_FALSE(f->Keeps(100, "warn", "egress")) << "search is case-sensitive";
+  q = {{"cursor", "100"}};
+  auto b = gateway::ParseSandboxLogs(query, true);
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(b->Keeps(100, "info", "x"));
+  EXPECT_FALSE(b->Keeps(101, "info", "x")) << "after the cursor, backward";
+  for (auto [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"cursor", "-1"}, {"cursor", "x"}, {"limit", "1001"}, {"limit", ""}, {"direction", "up"},
+           {"level", "warning"}, {"level", "INFO"}, {"search", std::string(257, 'a')}}) {
+    q = {{name, value}};
+    auto bad = gateway::ParseSandboxLogs(query, true);
+    ASSERT_FALSE(bad.ok()) << name << "=" << value;
+    EXPECT_EQ(bad.status().code(), airlock::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find(name), std::string::npos) << bad.status().message();
+  }
+  q = {{"start", "7"}, {"direction", "up"}};
+  auto v1 = gateway::ParseSandboxLogs(query, false);
+  ASSERT_TRUE(v1.ok()) << "v1 has no direction";
+  EXPECT_FALSE(v1->backward);
+  EXPECT_EQ(*v1->cursor_ms, 7);
+}
+
 TEST(ServerRequestsTest, ListQueries) {
   std::map<std::string, std::string> q;
   gateway::QueryFn query = [&q](const std::string& n) -> std::optional<std::string> {
