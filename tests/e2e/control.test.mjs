@@ -322,3 +322,19 @@ maybe('Idempotency-Key: a retried create makes one sandbox; 409 while running, 4
     for (const id of ids) await fetch(`${d.url}/sandboxes/${id}`, { method: 'DELETE', headers: { 'X-API-Key': admin.apiKey } })
   }
 })
+
+// Issue 34: a create field the newest SDK sends is read or refused by name,
+// never dropped (volumes, HTTPS guest ports, an upstream proxy, MCP and IAM
+// are not built here: the SDK's error names the field).
+maybe('Sandbox.create with a field airlock has not built is a 400 naming it', async () => {
+  const cases = [
+    [{ volumeMounts: { '/mnt/data': 'vol' } }, /volumeMounts/],
+    [{ network: { httpsPorts: [3000] } }, /httpsPorts/],
+    [{ network: { egressProxy: { address: 'proxy.invalid:1080' } } }, /egressProxy/],
+    [{ mcp: { github: { githubPersonalAccessToken: 'x' } } }, /mcp/],
+  ]
+  for (const [extra, name] of cases) {
+    await assert.rejects(Sandbox.create({ ...acme, ...extra }), (e) => e instanceof e2b.SandboxError && e.statusCode === 400 && name.test(e.message),
+      JSON.stringify(extra))
+  }
+})

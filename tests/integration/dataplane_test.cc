@@ -258,12 +258,14 @@ TEST(DataPlaneTest, PortFloodIsCappedRateLimitedAndLeavesCreatesAlone) {
   ASSERT_EQ(VethDnatRules(id), 2u) << NftList(id, "chain inet airlock prerouting");
   EXPECT_EQ(ExposedElements(id), 1u) << NftList(id, "set inet airlock exposed_ports");
 
-  // The flood: N unauthenticated requests, each a new port, from 4 threads.
+  // The flood: N unauthenticated requests, each a new port, from 16 threads
+  // (an exposed port nobody listens on takes the relay's 1 s of redials
+  // before its 502, so fewer threads would not outrun the refill).
   constexpr int kFlood = 2000;
   std::atomic<int> next{0}, rate_limited{0}, capped{0}, other{0};
   t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
+  for (int t = 0; t < 16; ++t) {
     threads.emplace_back([&] {
       for (int i = next++; i < kFlood; i = next++) {
         auto r = ToPort(d, id, 10000 + i);

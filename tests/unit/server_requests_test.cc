@@ -199,6 +199,33 @@ TEST(ServerRequestsTest, SandboxLogsQuery) {
   EXPECT_EQ(*v1->cursor_ms, 7);
 }
 
+// Every field the newest SDK sends is read or refused by name; so is a
+// field nobody defined (issue 34: never silently dropped). Nulls are absent.
+TEST(ServerRequestsTest, CreateRefusesUnknownAndUnbuiltFieldsByName) {
+  rq::CreateLimits limits;
+  auto parse = [&](const std::string& text) { return rq::ParseCreateRequest(nlohmann::json::parse(text), limits); };
+  // What SDK 2.51 sends for a plain create, with its nulls, and a 1.x SDK's `secure`.
+  EXPECT_TRUE(parse(R"({"templateID":"base","metadata":null,"mcp":null,"envVars":null,"timeout":300,
+                        "allow_internet_access":null,"network":null,"iam":null,"autoPause":null,
+                        "autoPauseMemory":null,"autoResume":null,"secure":true,"volumeMounts":[]})").ok());
+  EXPECT_TRUE(parse(R"({"network":{"allowPublicTraffic":false,"httpsPorts":[],"egressProxy":null}})").ok());
+  for (auto [text, name] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"templateId":"base"})", "templateId"},
+           {R"({"network":{"allowout":[]}})", "network.allowout"},
+           {R"({"mcp":{"github":{}}})", "mcp"},
+           {R"({"iam":{"tokens":{"t":{"audience":"a","tokenType":"jwt"}}}})", "iam"},
+           {R"({"volumeMounts":[{"name":"v","path":"/mnt"}]})", "volumeMounts"},
+           {R"({"network":{"egressProxy":{"address":"p:1080"}}})", "network.egressProxy"},
+           {R"({"network":{"httpsPorts":[3000]}})", "network.httpsPorts"},
+           {R"({"secure":"yes"})", "secure"},
+           {R"({"network":[]})", "network"}}) {
+    auto r = parse(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), airlock::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(name), std::string::npos) << r.status().message();
+  }
+}
+
 TEST(ServerRequestsTest, ListQueries) {
   std::map<std::string, std::string> q;
   gateway::QueryFn query = [&q](const std::string& n) -> std::optional<std::string> {

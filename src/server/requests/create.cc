@@ -1,5 +1,7 @@
 #include "server/requests/create.h"
 
+#include <set>
+
 #include <cctype>
 
 #include "runtime/registry.h"
@@ -86,7 +88,51 @@ Status CheckResources(const CreateRequest& r, const CreateLimits& limits) {
 
 }  // namespace
 
+Status CheckCreateFields(const json& body) {
+  // E2B's NewSandbox as the newest SDK sends it (2.51: templateID, timeout,
+  // metadata, envVars, mcp, iam, allow_internet_access, network, autoPause,
+  // autoPauseMemory, autoResume, volumeMounts; `secure` from the 1.x SDKs),
+  // plus airlock's own; a null is an absent field, as the SDKs send it.
+  static const std::set<std::string, std::less<>> kTopLevel = {
+      "templateID", "timeout",   "metadata",  "envVars",         "allow_internet_access", "allowInternetAccess",
+      "network",    "autoPause", "autoResume", "autoPauseMemory", "secure",                "mcp",
+      "iam",        "volumeMounts", "runtime", "secrets",         "cpuCount",              "memoryMB",
+      "diskSizeMB"};
+  static const std::set<std::string, std::less<>> kNetwork = {"allowPublicTraffic", "allowOut",   "denyOut",
+                                                               "rules",              "maskRequestHost",
+                                                               "egressProxy",        "httpsPorts"};
+  auto set = [](const json& j, std::string_view name) {
+    auto it = j.find(name);
+    return it != j.end() && !it->is_null();
+  };
+  for (const auto& [key, value] : body.items()) {
+    if (!value.is_null() && !kTopLevel.count(key)) return InvalidArgument("unknown field '" + key + "'");
+  }
+  if (set(body, "secure") && !body["secure"].is_boolean()) return InvalidArgument("secure must be a boolean");
+  // Capabilities of E2B's API airlock has not built: refused by name, never dropped.
+  if (set(body, "mcp")) return InvalidArgument("mcp: an MCP gateway in the sandbox is not supported by airlock");
+  if (set(body, "iam")) return InvalidArgument("iam: workload identity tokens are not supported by airlock");
+  if (set(body, "volumeMounts") && !(body["volumeMounts"].is_array() && body["volumeMounts"].empty())) {
+    return InvalidArgument("volumeMounts: volumes are not supported by airlock yet");
+  }
+  if (set(body, "network")) {
+    const json& n = body["network"];
+    if (!n.is_object()) return InvalidArgument("network must be an object");
+    for (const auto& [key, value] : n.items()) {
+      if (!value.is_null() && !kNetwork.count(key)) return InvalidArgument("unknown field 'network." + key + "'");
+    }
+    if (set(n, "egressProxy")) {
+      return InvalidArgument("network.egressProxy: an upstream egress proxy is not supported by airlock yet");
+    }
+    if (set(n, "httpsPorts") && !(n["httpsPorts"].is_array() && n["httpsPorts"].empty())) {
+      return InvalidArgument("network.httpsPorts: HTTPS guest ports are not supported by airlock yet");
+    }
+  }
+  return OkStatus();
+}
+
 StatusOr<CreateRequest> ParseCreateRequest(const json& body, const CreateLimits& limits) {
+  RETURN_IF_ERROR(CheckCreateFields(body));
   CreateRequest r;
   if (auto it = body.find("templateID"); it != body.end() && !it->is_null()) {
     if (!it->is_string() || it->get<std::string>().empty()) return InvalidArgument("templateID must be a string");

@@ -20,6 +20,12 @@
 //   diskSizeMB <= max_disk_mib   (CreateLimits: the serve flags the
 //                                 message names)
 //   secrets      {NAME: {scope, hosts, env}}   (secrets/spec.h)
+//   secure       bool (read and ignored: every sandbox has an access token)
+//
+// Any other field, and any field airlock has not built (mcp, iam, a
+// non-empty volumeMounts, network.egressProxy, a non-empty
+// network.httpsPorts), is refused by name (CheckCreateFields): a field
+// silently dropped would be a feature silently missing. A null is absent.
 //
 // The request is immutable once parsed. What needs the host (the template's
 // disk size, who owns a named-snapshot template) is checked by the handler.
@@ -69,6 +75,8 @@ struct CreateLimits {
   int max_memory_mib = 4096;
   int max_disk_mib = 16384;
 };
+
+Status CheckCreateFields(const nlohmann::json& body);
 
 struct CreateRequest {
   std::optional<std::string> template_id;
