@@ -212,10 +212,11 @@ Status SandboxController::AdmitFork(const Sandbox& parent, int count) {
 }
 
 StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> SandboxController::Fork(const std::string& id, int count,
-                                                                                     int ttl_s,
+                                                                                     int ttl_s, bool memory,
                                                                                      const std::string& key_id) {
   ForkOptions fo;
   fo.timeout = std::chrono::seconds(ttl_s);
+  fo.keep_memory = memory;
   // Each child's last bring-up step: the parent's secrets (same
   // placeholders, already in the child's memory) with a CA of the
   // child's own, and its owners row (its parent's team).

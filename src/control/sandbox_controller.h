@@ -139,7 +139,7 @@ class SandboxController {
   // Unavailable with the numbers when refused (503).
   Status AdmitFork(const Sandbox& parent, int count);
   // `count` children of `id`, each living `ttl_s`, counted against `key_id`.
-  StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Fork(const std::string& id, int count, int ttl_s,
+  StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Fork(const std::string& id, int count, int ttl_s, bool memory,
                                                                    const std::string& key_id);
   StatusOr<CheckpointInfo> Checkpoint(const std::string& id);
   Status DeleteCheckpoint(const std::string& id, const std::string& checkpoint_id);

@@ -37,8 +37,9 @@ std::string TokenHeld(const BringUpPlan& plan) {
     case MachineSource::kDiskLayer:
       return "";
     case MachineSource::kNamedSnapshot:
-    case MachineSource::kForkSnapshot:
       return plan.source_token;
+    case MachineSource::kForkSnapshot:
+      return plan.snapshot_memory ? plan.source_token : "";  // a booted child's agent holds none
     case MachineSource::kPausedSandbox:
       return plan.snapshot_memory ? plan.access_token : "";
     case MachineSource::kCheckpoint:
@@ -60,6 +61,9 @@ AgentInitRequest InitRequest(const BringUpPlan& plan, const std::string& ip) {
       return {ip, "", plan.access_token, plan.env_vars, plan.id};
     case MachineSource::kNamedSnapshot:
     case MachineSource::kForkSnapshot: {
+      // A fork without memory boots: its agent is fresh, as a cold boot's.
+      if (plan.source == MachineSource::kForkSnapshot && !plan.snapshot_memory)
+        return {ip, "", plan.access_token, plan.env_vars, plan.id};
       std::optional<std::map<std::string, std::string>> envs;
       if (!plan.env_vars.empty()) envs = plan.env_vars;
       return {ip, plan.source_token, plan.access_token, envs, plan.id};
@@ -307,9 +311,15 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
         }
         break;
       case MachineSource::kNamedSnapshot:
-      case MachineSource::kForkSnapshot:
         v = runtime.Restore(req, plan.snapshot_dir, SnapshotDisk::kShared);
         from_snapshot = true;
+        break;
+      case MachineSource::kForkSnapshot:
+        // Without memory (ForkOptions::keep_memory false) the kernel boots
+        // on a new overlay of the fork's disk.
+        v = runtime.Restore(req, plan.snapshot_dir, SnapshotDisk::kShared, plan.snapshot_memory);
+        from_snapshot = plan.snapshot_memory;
+        booted = !plan.snapshot_memory;
         break;
       case MachineSource::kPausedSandbox:
         v = runtime.Restore(req, plan.snapshot_dir, SnapshotDisk::kPrivateCopy, plan.snapshot_memory);

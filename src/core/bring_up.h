@@ -105,8 +105,9 @@ struct BringUpPlan {
   // The token the restored agent holds until /init rotates it (named and
   // fork snapshots); empty: none.
   std::string source_token;
-  // kPausedSandbox: false when the pause kept the disk only (the guest boots
-  // on it, and a fresh agent gets the token and env in /init).
+  // kPausedSandbox, kForkSnapshot: false when the pause (or fork) kept the
+  // disk only (the guest boots on it, and a fresh agent gets the token and
+  // env in /init).
   bool snapshot_memory = true;
   // The snapshot the new sandbox's disk is layered on and shares with its
   // siblings (named and fork snapshots; Sandbox::shared_snapshot_).

@@ -65,13 +65,32 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
     // removes what it left at once instead of after the 10 minutes a fork of
     // a live daemon may take (SnapshotDirs::SweepForks).
     if (!config_.owner.empty()) WriteOwnerFile(ForkOwnerFile(dir), config_.owner);
+    const char* what = options.keep_memory ? "fork" : "fork without memory";
+    if (!options.keep_memory) {
+      // The filesystem only (as a pause without memory, snapshots.cc): the
+      // runtime must be able to drop the memory, and what the guest holds in
+      // its page cache must reach the virtual disk before the save.
+      auto runtime = RuntimeNamed(parent->runtime_);
+      Status can = runtime.ok() ? CheckDropsMemory(**runtime, dir + ".tmp") : runtime.status();
+      if (can.ok()) can = SyncGuestFilesystems(*parent);
+      if (!can.ok()) {
+        fs::remove(ForkOwnerFile(dir), ec);
+        return RuntimeOpStatus(can, parent->runtime_, what, "fork " + id);
+      }
+    }
     // The checkpoint: the parent is stopped for the save only and continues.
     // Its RAM becomes a file of the fork's own that every child maps
     // copy-on-write: the children share each page none of them writes.
     auto info = vm->SaveSnapshot(dir + ".tmp", /*keep_running=*/true, SnapshotMemory::kSharedByRestores);
+    if (info.ok() && !options.keep_memory) {
+      auto runtime = RuntimeNamed(parent->runtime_);
+      Status dropped = runtime.ok() ? (*runtime)->snapshots().DropMemory(dir + ".tmp") : runtime.status();
+      if (!dropped.ok()) info = dropped;
+    }
     if (!info.ok()) {
+      fs::remove_all(dir + ".tmp", ec);
       fs::remove(ForkOwnerFile(dir), ec);
-      return RuntimeOpStatus(info.status(), parent->runtime_, "fork", "fork " + id);
+      return RuntimeOpStatus(info.status(), parent->runtime_, what, "fork " + id);
     }
     if (::rename((dir + ".tmp").c_str(), dir.c_str()) != 0) {
       Status s = ErrnoError("rename " + dir + ".tmp");
@@ -97,6 +116,7 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
       plan.snapshot_dir = dir;
       plan.shared_snapshot = dir;
       plan.source_token = parent->access_token_;
+      plan.snapshot_memory = options.keep_memory;  // false: the child boots on the parent's disk
       plan.ready_timeout = std::chrono::seconds(60);
       plan.what = "fork child " + std::to_string(k) + " of " + parent->id_;
       // The parent's attributes, with a traffic token of its own.

@@ -186,6 +186,10 @@ struct AdoptRequest {
 // Fork (fork.cc).
 struct ForkOptions {
   std::chrono::milliseconds timeout{0};  // each child's TTL; 0: none
+  // false: the children get the parent's filesystem only (its guest
+  // filesystems synced first) and boot on it; a runtime that cannot drop a
+  // snapshot's memory refuses (Unimplemented, as a pause without memory).
+  bool keep_memory = true;
   // As CreateOptions::handover, for each child.
   std::function<Status(Sandbox&)> handover;
 };
@@ -348,6 +352,9 @@ class Manager : private WarmPoolHost {
   // Runtime `name` ("" = the default), opened on first use
   // (RuntimeSet::Named: an unknown name, or a runtime that cannot run here).
   StatusOr<Runtime*> RuntimeNamed(std::string_view name) const { return runtimes_->Named(name); }
+  // sync(1) as root in the guest (60 s): what its page cache holds reaches
+  // the virtual disk (before a snapshot that keeps the filesystem only).
+  static Status SyncGuestFilesystems(Sandbox& sb);
   // nullptr when egress is off.
   egress::EgressService* egress() { return egress_.get(); }
   // Replaces a sandbox's egress policy live (nft + resolver/proxy).

@@ -27,6 +27,18 @@
 
 namespace airlock {
 namespace fs = std::filesystem;
+
+Status Manager::SyncGuestFilesystems(Sandbox& sb) {
+  ExecRequest sync;
+  sync.cmd = "/bin/sync";
+  sync.user = "root";
+  sync.timeout = std::chrono::seconds(60);
+  auto synced = sb.agent_->Exec(sync, {});
+  if (!synced.ok()) return synced.status().WithContext("sync guest filesystems");
+  if (synced->exit_code != 0) return Internal("guest sync failed: " + synced->status);
+  return OkStatus();
+}
+
 StatusOr<PauseResult> Manager::Pause(const std::string& id, const PauseOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<Sandbox> sb = Get(id);
@@ -65,13 +77,7 @@ StatusOr<PauseResult> Manager::Pause(const std::string& id, const PauseOptions& 
     if (!can.ok()) return back_to_running(RuntimeOpStatus(can, sb->runtime_, what, "pause " + id));
     // Only the disk is kept: what the guest has in its page cache must reach
     // the virtual disk first, or the reboot would not see it.
-    ExecRequest sync;
-    sync.cmd = "/bin/sync";
-    sync.user = "root";
-    sync.timeout = std::chrono::seconds(60);
-    auto synced = sb->agent_->Exec(sync, {});
-    if (!synced.ok()) return back_to_running(synced.status().WithContext("sync guest filesystems"));
-    if (synced->exit_code != 0) return back_to_running(Internal("guest sync failed: " + synced->status));
+    if (Status synced = SyncGuestFilesystems(*sb); !synced.ok()) return back_to_running(synced);
   }
   // The save writes every file under a temporary name, the manifest last; the
   // directory is renamed into place only once it is complete.

@@ -32,8 +32,8 @@ void SnapshotApi::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id
     if (!parent) return RespondNoSandbox(c, id);
     if (Status st = sandboxes_->AdmitFork(*parent, count); !st.ok()) return c->RespondError(503, st.message());
     int ttl = ClampTimeout(req->timeout_s.value_or(config_.default_timeout_s));
-    asio::post(*workers_, [this, c, id, count, ttl, key_id = caller.key_id] {
-      auto children = sandboxes_->Fork(id, count, ttl, key_id);
+    asio::post(*workers_, [this, c, id, count, ttl, memory = req->memory, key_id = caller.key_id] {
+      auto children = sandboxes_->Fork(id, count, ttl, memory, key_id);
       if (!children.ok()) {
         Status st = children.status();
         int code = HttpStatusFor(st, HttpStatusContext::kDisk);

@@ -117,11 +117,38 @@ maybe('a sandbox being paused reads paused; connect during the pause waits and r
   }
 })
 
-maybe('pause({keepMemory:false}) keeps the filesystem and reboots on connect', { timeout: 300000 }, async () => {
+maybe('fork v2 {memory:false} and pause({keepMemory:false}) keep the filesystem and boot on it', { timeout: 300000 }, async () => {
   const sbx = await Sandbox.create('base', { ...opts, envs: { KEEP: 'me' } })
   try {
     await sbx.files.write('/home/user/fs-only.txt', 'still here')
     const bg = await sbx.commands.run('sleep 600', { background: true })
+    // Fork v2 without memory (issue 34): one child of the parent's
+    // filesystem (synced by the fork), booted on it; the parent runs on.
+    const forked = await fetch(`${url}/v2/sandboxes/${sbx.sandboxId}/fork`, {
+      method: 'POST', headers: { 'X-API-Key': apiKey, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ count: 1, memory: false, timeout: 120 }) })
+    if (RUNTIME === 'gvisor') {
+      assert.equal(forked.status, 501)
+      assert.match((await forked.json()).message, /gvisor/)
+    } else {
+      assert.equal(forked.status, 201)
+      const [result] = await forked.json()
+      assert.ok(result.sandbox, JSON.stringify(result))
+      const child = await Sandbox.connect(result.sandbox.sandboxID, opts)
+      try {
+        assert.equal(await child.files.read('/home/user/fs-only.txt'), 'still here')
+        assert.ok(!(await child.commands.list()).some((p) => p.cmd === 'sleep'), 'a booted child has no processes')
+        assert.equal((await child.commands.run('echo $KEEP')).stdout, 'me\n', 'the parent\'s env vars')
+        await child.files.write('/home/user/fs-only.txt', 'the child\'s')
+      } finally {
+        await child.kill()
+      }
+      assert.equal(await sbx.files.read('/home/user/fs-only.txt'), 'still here', 'the parent runs on, its disk its own')
+      assert.ok((await sbx.commands.list()).some((p) => p.pid === bg.pid), 'the parent keeps its processes')
+    }
+    const bad = await fetch(`${url}/v2/sandboxes/${sbx.sandboxId}/fork`, {
+      method: 'POST', headers: { 'X-API-Key': apiKey, 'Content-Type': 'application/json' }, body: '{"memory":"no"}' })
+    assert.equal(bad.status, 400)
     if (RUNTIME === 'gvisor') {
       // A gVisor sandbox's files live in its memory (docs/runtime-gvisor.md
       // "Snapshots"): the API says so, naming the runtime, and the sandbox runs on.

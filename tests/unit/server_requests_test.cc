@@ -135,6 +135,9 @@ TEST(ServerRequestsTest, SmallBodies) {
 
   EXPECT_EQ(rq::ParseFork(json::object())->count, 1);
   EXPECT_EQ(rq::ParseFork({{"count", 16}, {"timeout", 9}})->count, 16);
+  EXPECT_TRUE(rq::ParseFork(json::object())->memory);
+  EXPECT_FALSE(rq::ParseFork({{"memory", false}})->memory);
+  EXPECT_EQ(rq::ParseFork({{"memory", "no"}}).status().message(), "memory must be a boolean");
   for (json bad : {json(0), json(17), json(2.5), json("2"), json(18446744073709551615ull)}) {
     EXPECT_EQ(rq::ParseFork({{"count", bad}}).status().message(), "count must be an integer 1..16") << bad;
   }

@@ -16,6 +16,10 @@ StatusOr<ForkRequest> ParseFork(const json& body) {
     }
     r.count = static_cast<int>(it->get<int64_t>());
   }
+  if (auto it = body.find("memory"); it != body.end() && !it->is_null()) {
+    if (!it->is_boolean()) return InvalidArgument("memory must be a boolean");
+    r.memory = it->get<bool>();
+  }
   return r;
 }
 
