@@ -182,6 +182,10 @@ void Agent::Handle(std::shared_ptr<http::Conn> s) {
     }
     return s->Respond(204, "", "");
   }
+  if (path == "/files/compose") {
+    if (s->method() == http::Method::kPost) return HandleFilesCompose(*this, s);
+    return RespondHttpError(*s, 405, "method not allowed");
+  }
   if (path == "/files") {
     if (s->method() == http::Method::kGet) return HandleFilesGet(*this, s);
     if (s->method() == http::Method::kPost) return HandleFilesPost(*this, s);

@@ -140,6 +140,7 @@ void HandleProcessRpc(Agent& agent, std::shared_ptr<http::Conn> s, const std::st
 void HandleFilesystemRpc(Agent& agent, std::shared_ptr<http::Conn> s, const std::string& method);
 void HandleFilesGet(Agent& agent, std::shared_ptr<http::Conn> s);
 void HandleFilesPost(Agent& agent, std::shared_ptr<http::Conn> s);
+void HandleFilesCompose(Agent& agent, std::shared_ptr<http::Conn> s);
 std::string MetricsJson();
 
 // JSON error of the plain HTTP endpoints: {"code":<http status>,"message":...}.

@@ -12,6 +12,9 @@
 #include <cstring>
 #include <ctime>
 #include <set>
+#include <thread>
+
+#include <boost/asio/post.hpp>
 
 #include "agent/agent.h"
 #include "agent/as_user.h"
@@ -258,7 +261,107 @@ class Download : public std::enable_shared_from_this<Download> {
   std::shared_ptr<Download> keep_;
 };
 
+// POST /files/compose's copy, as the user: every source (a regular file,
+// opened with the user's rights) appended to a new file beside
+// `destination`, renamed onto it once complete, then the sources removed (as
+// envd's compose.go). Zero-copy (copy_file_range) where the kernel can.
+StatusOr<envd::OJson> Compose(const std::vector<std::string>& sources, const std::string& destination) {
+  std::vector<UniqueFd> in;
+  for (const auto& src : sources) {
+    UniqueFd fd(open(src.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd && errno == ENOENT) return NotFound("source file not found: " + src);
+    if (!fd) return ErrnoError("open " + src);
+    struct stat st;
+    if (fstat(fd.get(), &st) != 0) return ErrnoError("fstat " + src);
+    if (!S_ISREG(st.st_mode)) return InvalidArgument("source path is not a regular file: " + src);
+    in.push_back(std::move(fd));
+  }
+  struct stat dst;
+  if (lstat(destination.c_str(), &dst) == 0 && S_ISDIR(dst.st_mode))
+    return InvalidArgument("destination '" + destination + "' is a directory");
+  RETURN_IF_ERROR(MakeDirs(ParentPath(destination)));
+  const std::string tmp = TempUploadPath(destination);
+  UniqueFd out(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!out) return ErrnoError("create " + tmp);
+  auto fail = [&](Status st) {
+    out.Reset();
+    (void)unlink(tmp.c_str());
+    return st;
+  };
+  std::vector<char> buf;
+  for (size_t i = 0; i < in.size(); ++i) {
+    for (;;) {
+      ssize_t n = copy_file_range(in[i].get(), nullptr, out.get(), nullptr, 1 << 30, 0);
+      if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+        // A filesystem pair the kernel cannot copy between: read and write.
+        buf.resize(kDownloadChunk);
+        n = read(in[i].get(), buf.data(), buf.size());
+        for (ssize_t done = 0; n > 0 && done < n;) {
+          ssize_t w = write(out.get(), buf.data() + done, static_cast<size_t>(n - done));
+          if (w < 0 && errno == EINTR) continue;
+          if (w < 0) return fail(ErrnoError("write " + tmp));
+          done += w;
+        }
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return fail(ErrnoError("compose " + sources[i]));
+      if (n == 0) break;
+    }
+  }
+  if (close(out.Release()) != 0) return fail(ErrnoError("close " + tmp));
+  if (rename(tmp.c_str(), destination.c_str()) != 0) return fail(ErrnoError("rename " + tmp + " to " + destination));
+  for (const auto& src : sources) (void)unlink(src.c_str());
+  envd::OJson e = envd::OJson::object();
+  e["path"] = destination;
+  e["name"] = BaseName(destination);
+  e["type"] = "file";
+  return e;
+}
+
 }  // namespace
+
+// POST /files/compose (envd's files API, compose.go): {"source_paths":
+// [path...], "destination": path, "username"?: name}; relative paths are the
+// user's home's. 200 EntryInfo of the destination; 400 (no sources, no
+// destination, a source that is the destination or not a regular file), 401
+// (unknown user), 403, 404 (a source missing), 507 (disk full). The copy runs
+// on a thread of its own, with the user's rights (as_user.h), so a large
+// compose never holds the agent.
+void HandleFilesCompose(Agent& agent, std::shared_ptr<http::Conn> s) {
+  s->ReadBodyToString(kMaxRequestBody, [&agent, s](StatusOr<std::string> body) {
+    if (!body.ok()) return RespondHttpError(*s, 400, body.status().message());
+    envd::Json j = envd::Json::parse(*body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return RespondHttpError(*s, 400, "invalid request body: not a JSON object");
+    auto sources_it = j.find("source_paths");
+    if (sources_it == j.end() || !sources_it->is_array() || sources_it->empty())
+      return RespondHttpError(*s, 400, "source_paths must not be empty");
+    auto dest_it = j.find("destination");
+    if (dest_it == j.end() || !dest_it->is_string() || dest_it->get<std::string>().empty())
+      return RespondHttpError(*s, 400, "destination is required");
+    StatusOr<User> user = agent.UserFromAuthHeader(*s);
+    if (auto u = j.find("username"); u != j.end() && u->is_string() && !u->get<std::string>().empty())
+      user = agent.UserByName(u->get<std::string>());
+    if (!user.ok()) return RespondHttpError(*s, 401, user.status().message());
+    auto destination = ResolvePath(dest_it->get<std::string>(), user->home);
+    if (!destination.ok()) return RespondHttpError(*s, 400, destination.status().message());
+    std::vector<std::string> sources;
+    for (const auto& src : *sources_it) {
+      if (!src.is_string()) return RespondHttpError(*s, 400, "source_paths must be strings");
+      auto path = ResolvePath(src.get<std::string>(), user->home);
+      if (!path.ok()) return RespondHttpError(*s, 400, path.status().message());
+      if (*path == *destination)
+        return RespondHttpError(*s, 400, "source path \"" + src.get<std::string>() + "\" cannot be the same as destination");
+      sources.push_back(*path);
+    }
+    std::thread([&agent, s, user = *user, sources = std::move(sources), destination = *destination] {
+      auto entry = RunAsUser<envd::OJson>(user, agent.can_switch_user(), [&] { return Compose(sources, destination); });
+      asio::post(s->executor(), [s, entry = std::move(entry)] {
+        if (!entry.ok()) return RespondHttpError(*s, HttpStatusFor(entry.status()), entry.status().message());
+        s->Respond(200, "application/json", envd::Dump(*entry));
+      });
+    }).detach();
+  });
+}
 
 void HandleFilesGet(Agent& agent, std::shared_ptr<http::Conn> s) {
   auto user = FilesUser(agent, *s);

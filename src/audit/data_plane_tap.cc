@@ -116,6 +116,9 @@ std::unique_ptr<DataPlaneTap> DataPlaneTap::Create(const TapRequest& req, AuditS
   if (req.path == "/files" && req.method == "GET") {
     return std::unique_ptr<DataPlaneTap>(new DataPlaneTap(Kind::kFileRead, req, std::move(sink)));
   }
+  if (req.path == "/files/compose" && req.method == "POST") {
+    return std::unique_ptr<DataPlaneTap>(new DataPlaneTap(Kind::kFileCompose, req, std::move(sink)));
+  }
   return nullptr;
 }
 
@@ -161,8 +164,8 @@ void DataPlaneTap::OnRequestBody(std::string_view d) {
 }
 
 void DataPlaneTap::OnRequestBodyImpl(std::string_view d) {
-  if (kind_ == Kind::kExec || kind_ == Kind::kInterpreterExecute) {
-    size_t max = kind_ == Kind::kExec ? kMaxStartRequest : kMaxExecuteRequest;
+  if (kind_ == Kind::kExec || kind_ == Kind::kInterpreterExecute || kind_ == Kind::kFileCompose) {
+    size_t max = kind_ == Kind::kInterpreterExecute ? kMaxExecuteRequest : kMaxStartRequest;
     size_t room = max - std::min(max, start_body_.size());
     if (d.size() > room) start_truncated_ = true;
     start_body_.append(d.substr(0, room));
@@ -443,6 +446,22 @@ void DataPlaneTap::FinishImpl(const std::string& error) {
                                  {"size", body_hash_.bytes()},
                                  {"sha256", body_hash_.HexDigest()}}});
     }
+  } else if (kind_ == Kind::kFileCompose) {
+    // envd's POST /files/compose: the sources (removed) and the destination,
+    // as the request named them.
+    r["action"] = "file.compose";
+    json body = start_truncated_ ? json() : json::parse(start_body_, nullptr, false);
+    r["destination"] = body.is_object() && body.contains("destination") && body["destination"].is_string()
+                           ? body["destination"].get<std::string>().substr(0, 4096)
+                           : "";
+    json sources = json::array();
+    if (body.is_object() && body.contains("source_paths") && body["source_paths"].is_array()) {
+      for (const auto& s : body["source_paths"]) {
+        if (s.is_string() && sources.size() < 1000) sources.push_back(s.get<std::string>().substr(0, 4096));
+      }
+    }
+    r["sources"] = std::move(sources);
+    if (start_truncated_) r["sources_truncated"] = true;
   } else {
     r["action"] = "file.read";
     auto q = req_.query.find("path");

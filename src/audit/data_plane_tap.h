@@ -108,7 +108,7 @@ class DataPlaneTap {
   }
 
  private:
-  enum class Kind { kExec, kFileWrite, kFileRead, kInterpreterExecute };
+  enum class Kind { kExec, kFileWrite, kFileRead, kFileCompose, kInterpreterExecute };
   DataPlaneTap(Kind kind, TapRequest req, AuditSink sink);
   void OnRequestBodyImpl(std::string_view decoded);
   void OnResponseBytesImpl(std::string_view framed);

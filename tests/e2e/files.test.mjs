@@ -83,6 +83,30 @@ maybe('as envd: /proc files read to EOF, relative names resolve in the home, eve
   assert.equal((await sbx.files.write('r.txt', 'r', { user: 'root' })).path, '/root/r.txt')
 })
 
+// envd's POST /files/compose through the data plane (issue 34): parts
+// uploaded, concatenated in order into one file, the parts removed; the
+// sandbox's access token required; audited as file.compose.
+maybe('POST /files/compose concatenates uploaded parts, as envd', { timeout: 300000 }, async () => {
+  const parts = ['part one|', 'x'.repeat(200000), '|part three']
+  await sbx.files.write(parts.map((data, i) => ({ path: `parts/${i}`, data })))
+  const compose = (headers) => fetch(`${d.url}/files/compose`, {
+    method: 'POST',
+    headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'Content-Type': 'application/json', ...headers },
+    body: JSON.stringify({ source_paths: ['parts/0', 'parts/1', `${HOME}/parts/2`], destination: 'composed.txt' }) })
+  assert.equal((await compose({})).status, 401, 'no access token')
+  const r = await compose({ 'X-Access-Token': sbx.envdAccessToken })
+  assert.equal(r.status, 200)
+  assert.deepEqual(await r.json(), { path: `${HOME}/composed.txt`, name: 'composed.txt', type: 'file' })
+  assert.equal(await sbx.files.read('composed.txt'), parts.join(''))
+  assert.equal(await sbx.files.exists('parts/0'), false, 'the parts are removed')
+  const again = await compose({ 'X-Access-Token': sbx.envdAccessToken })
+  assert.equal(again.status, 404, 'the parts are gone')
+  const audit = await (await fetch(`${d.url}/audit?action=file.compose&sandbox=${sbx.sandboxId}`,
+    { headers: { 'X-API-Key': d.apiKey } })).json()
+  const records = Array.isArray(audit) ? audit : audit.records
+  assert.ok(records.some((rec) => rec.destination === 'composed.txt' && rec.status === 200), JSON.stringify(audit))
+})
+
 maybe('file metadata: write, writeFiles, getInfo, list, rename, setxattr in the guest, bad input', { timeout: 300000 }, async () => {
   const w = await sbx.files.write('meta/a.txt', 'A', { metadata: { Owner: 'alice', team: 'core infra' } })
   assert.deepEqual(w.metadata, { owner: 'alice', team: 'core infra' })

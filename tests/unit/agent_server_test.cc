@@ -787,6 +787,51 @@ TEST(AgentFiles, MultipartUploadAndDownload) {
   EXPECT_EQ(Http("GET", "/files?path=x&username=nobody").status, 401);
 }
 
+// POST /files/compose, as envd's compose.go: the sources concatenated in
+// order into the destination (relative paths are the user's home's), the
+// sources removed; 400 / 404 / 403 as envd, nothing left behind on failure.
+TEST(AgentFiles, ComposeConcatenatesAndRemovesTheSources) {
+  std::string big(300000, 'b');
+  auto up = Http("POST", "/files", Multipart({{"parts/1", "first,"}, {"parts/2", big}, {"parts/3", ",last"}}, "b"),
+                 "multipart/form-data; boundary=b");
+  ASSERT_EQ(up.status, 200) << up.body;
+  auto r = Http("POST", "/files/compose",
+                R"({"source_paths":["parts/1","parts/2",")" + g_home + R"(/parts/3"],"destination":"out/whole.txt"})",
+                "application/json");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto j = Json::parse(r.body);
+  EXPECT_EQ(j["path"], g_home + "/out/whole.txt");
+  EXPECT_EQ(j["name"], "whole.txt");
+  EXPECT_EQ(j["type"], "file");
+  EXPECT_EQ(ReadFileBytes(g_home + "/out/whole.txt"), "first," + big + ",last");
+  struct stat st;
+  for (const char* part : {"/parts/1", "/parts/2", "/parts/3"}) EXPECT_NE(stat((g_home + part).c_str(), &st), 0) << part;
+  ASSERT_EQ(stat((g_home + "/out/whole.txt").c_str(), &st), 0);
+  if (g_is_root) EXPECT_EQ(st.st_uid, 1000u) << "the user's file";
+  // Errors, as envd.
+  auto compose = [](const std::string& body) { return Http("POST", "/files/compose", body, "application/json"); };
+  EXPECT_EQ(compose(R"({"source_paths":[],"destination":"x"})").status, 400);
+  EXPECT_EQ(compose(R"({"source_paths":["a"]})").status, 400);
+  EXPECT_EQ(compose("not json").status, 400);
+  EXPECT_EQ(compose(R"({"source_paths":["out/whole.txt"],"destination":"out/whole.txt"})").status, 400);
+  auto missing = compose(R"({"source_paths":["no-such-part"],"destination":"y"})");
+  EXPECT_EQ(missing.status, 404) << missing.body;
+  EXPECT_EQ(compose(R"({"source_paths":["/tmp"],"destination":"y"})").status, 400) << "a directory is no source";
+  EXPECT_EQ(compose(R"({"source_paths":["out/whole.txt"],"destination":"z","username":"nobody"})").status, 401);
+  EXPECT_EQ(ReadFileBytes(g_home + "/out/whole.txt"), "first," + big + ",last") << "a failed compose leaves it be";
+  EXPECT_NE(stat((g_home + "/y").c_str(), &st), 0);
+  EXPECT_EQ(Http("GET", "/files/compose").status, 405);
+  if (g_is_root) {
+    std::string secret = g_root + "/compose-secret";  // root's, 0600
+    std::ofstream(secret) << "root-only";
+    ASSERT_EQ(chmod(secret.c_str(), 0600), 0);
+    auto denied = compose(R"({"source_paths":[")" + secret + R"("],"destination":"stolen"})");
+    EXPECT_EQ(denied.status, 403) << denied.body;
+    EXPECT_NE(stat((g_home + "/stolen").c_str(), &st), 0);
+    EXPECT_EQ(stat(secret.c_str(), &st), 0) << "a source the user cannot read is not removed";
+  }
+}
+
 // Item 15: every file operation runs with the requesting user's permissions.
 TEST(AgentFiles, ActAsTheRequestingUser) {
   if (!g_is_root) GTEST_SKIP() << "needs root (the agent must be able to switch users)";

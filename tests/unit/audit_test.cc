@@ -423,6 +423,19 @@ TEST(DataPlaneTap, FileWriteMultipartAndReadRecords) {
   EXPECT_EQ(got[1]["size"], 13);
   EXPECT_EQ(got[1]["sha256"], Sha256Hex("file contents"));
 
+  TapRequest c{"sb1", "", "POST", "/files/compose", {}, "Basic dXNlcjo=", "application/json"};
+  tap = DataPlaneTap::Create(c, [&](const json& rec) { got.push_back(rec); });
+  ASSERT_NE(tap, nullptr);
+  tap->OnRequestBody(R"({"source_paths":["p/1","p/2"],"destination":"whole.bin"})");
+  tap->OnResponseHead(200, false);
+  tap->OnResponseBytes(R"({"path":"/home/user/whole.bin","name":"whole.bin","type":"file"})");
+  tap->Finish();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[2]["action"], "file.compose");
+  EXPECT_EQ(got[2]["destination"], "whole.bin");
+  EXPECT_EQ(got[2]["sources"], json::array({"p/1", "p/2"}));
+  EXPECT_EQ(got[2]["status"], 200);
+
   EXPECT_EQ(DataPlaneTap::Create({"sb1", "", "GET", "/health", {}, "", ""}, [](const json&) {}), nullptr);
 }
 
