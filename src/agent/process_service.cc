@@ -151,10 +151,21 @@ void Connect(Agent& agent, std::shared_ptr<http::Conn> s) {
     if (auto proc = agent.processes().Find(*sel)) {
       return std::make_shared<EventStream>(s, KeepaliveInterval(*s))->Begin(proc);
     }
-    // An ended process is not found, as envd (it forgets a process once it
-    // has been waited for): a client that re-attaches after the command's
-    // deadline (the SDK's default timeoutMs, 60 s, also for background
-    // commands) gets "process with pid N not found", not a silent handle.
+    // An ended process, as envd (services/process/service.go): its start and
+    // end events for 30 s after it ended (kTerminatedRetention: a client that
+    // re-attaches just after the end still learns the exit code), then
+    // "process with pid N not found" (a client that re-attaches long after
+    // the command's deadline, the SDK's default timeoutMs of 60 s, also for
+    // background commands, learns it is gone instead of getting a silent handle).
+    if (auto ended = agent.processes().FindRecentlyFinished(*sel, std::chrono::steady_clock::now())) {
+      BeginStream(*s);
+      std::string out;
+      envd::AppendEnvelope(&out, envd::EventResponsePayload(envd::StartEvent{static_cast<uint32_t>(ended->first)}));
+      envd::AppendEnvelope(&out, envd::EventResponsePayload(ended->second));
+      out += envd::EncodeEndStream(OkStatus());
+      s->Write(out);
+      return s->EndResponse();
+    }
     RespondStreamStatus(*s, NotFound("process with " +
                                      (sel->pid ? "pid " + std::to_string(*sel->pid) : "tag '" + *sel->tag + "'") +
                                      " not found"));

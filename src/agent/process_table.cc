@@ -466,7 +466,7 @@ StatusOr<std::shared_ptr<Process>> ProcessTable::Spawn(SpawnRequest req) {
     if (it == procs_.end()) return;
     const std::string& leaf = it->second->cgroup_;
     if (cgroups_ && !leaf.empty()) cgroups_->Release(leaf);  // removed now, or once its leftovers end
-    finished_.push_back(Finished{p, it->second->tag(), leaf});
+    finished_.push_back(Finished{p, it->second->tag(), leaf, end, std::chrono::steady_clock::now()});
     while (finished_.size() > kMaxFinished) finished_.pop_front();
     // Destroy later: we are inside a member function of this Process.
     auto keep = std::move(it->second);
@@ -494,6 +494,17 @@ std::shared_ptr<Process> ProcessTable::Find(const envd::ProcessSelector& sel) co
     }
   }
   return nullptr;
+}
+
+std::optional<std::pair<pid_t, envd::EndEvent>> ProcessTable::FindRecentlyFinished(
+    const envd::ProcessSelector& sel, std::chrono::steady_clock::time_point now) const {
+  for (auto it = finished_.rbegin(); it != finished_.rend(); ++it) {
+    if (now - it->ended_at >= kTerminatedRetention) break;  // older ones too
+    if ((sel.pid && static_cast<uint32_t>(it->pid) == *sel.pid) || (!sel.pid && sel.tag && it->tag == sel.tag)) {
+      return std::make_pair(it->pid, it->end);
+    }
+  }
+  return std::nullopt;
 }
 
 std::vector<std::shared_ptr<Process>> ProcessTable::Running() const {

@@ -1,8 +1,9 @@
 // The agent's table of processes it started (spec §3.2).
 //
 // Ownership: ProcessTable owns every Process (shared_ptr) from spawn until its
-// end event has been delivered; afterwards it is forgotten, as envd does
-// (only the leaf cgroup of the last kMaxFinished is kept, for KillLeftovers). A Process owns its pipe fds
+// end event has been delivered; afterwards its end event is kept for late
+// Connects for kTerminatedRetention, as envd, and its leaf cgroup (the last
+// kMaxFinished) for KillLeftovers. A Process owns its pipe fds
 // (asio descriptors) and its subscribers (the live streams). Everything runs
 // on the one io_context thread: no locks.
 //
@@ -148,6 +149,14 @@ class ProcessTable {
   StatusOr<std::shared_ptr<Process>> Spawn(SpawnRequest req);
   // Running (or still draining) process by pid or tag; nullptr if none.
   std::shared_ptr<Process> Find(const envd::ProcessSelector& sel) const;
+  // envd's retention of a terminal event (services/process/service.go
+  // terminatedRetentionTTL): a late Connect gets start + end this long after
+  // the end, then not_found.
+  static constexpr std::chrono::seconds kTerminatedRetention{30};
+  // (pid, end event) of a process that ended less than kTerminatedRetention
+  // before `now`, by pid or tag, the newest first; nullopt otherwise.
+  std::optional<std::pair<pid_t, envd::EndEvent>> FindRecentlyFinished(const envd::ProcessSelector& sel,
+                                                                       std::chrono::steady_clock::time_point now) const;
   std::vector<std::shared_ptr<Process>> Running() const;
   // For a finished process whose leaf cgroup still has processes (children
   // it left behind, a fork bomb whose first shell exited): kills the leaf.
@@ -168,6 +177,8 @@ class ProcessTable {
     pid_t pid;
     std::optional<std::string> tag;
     std::string cgroup;
+    envd::EndEvent end;
+    std::chrono::steady_clock::time_point ended_at;
   };
   static constexpr size_t kMaxFinished = 64;
   asio::io_context& io_;

@@ -35,8 +35,9 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 //     and envd kills the process at that deadline (services/process/start.go:
 //     the process context has that timeout). So does airlock: the first
 //     handle's stream ends with a deadline error at 60 s, and connect()
-//     after the idle is envd's NotFound "process with pid N not found" (it
-//     used to answer a silent handle: no output ever came, the report).
+//     90 s after that end is envd's NotFound "process with pid N not found"
+//     (envd keeps an end event 30 s; airlock used to keep the last 64 for
+//     ever and answer a handle that never streamed: the report).
 maybe('background commands re-attached after a long idle: stream at once, or not found once their timeoutMs killed them', { timeout: 600000 }, async () => {
   const idleS = Number(process.env.AIRLOCK_E2E_IDLE_S || 150)
   const sbx = await Sandbox.create({ ...d.opts, timeoutMs: (idleS + 120) * 1000 })
