@@ -298,7 +298,11 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "disk-reserve", po::value(&cfg.disk_reserve_mib)->default_value(cfg.disk_reserve_mib),
       "MiB of free disk kept for the registry and audit trail; creates beyond it get 507")(
       "disk-per-create", po::value(&cfg.disk_per_create_mib)->default_value(cfg.disk_per_create_mib),
-      "MiB of free disk a create needs besides the reserve");
+      "MiB of free disk a create needs besides the reserve")(
+      "webhook-allow-private", po::bool_switch(&cfg.webhook_allow_private),
+      "lifecycle webhooks may be delivered to private, loopback and link-local addresses (off: public IPv4 only)")(
+      "webhook-retry-delay", po::value(&cfg.webhook_retry_delay_ms)->default_value(cfg.webhook_retry_delay_ms),
+      "milliseconds between a failed webhook delivery and its retry (3 retries)");
   // Custom template builds (docs/templates.md).
   desc.add_options()("build-allow", po::value(&cfg.build_allow)->multitoken(),
                      "what template build sandboxes may reach (domains, *.domain, CIDR[:port]; repeatable; default: "

@@ -101,6 +101,16 @@ StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& path) {
               " content_type TEXT NOT NULL, body BLOB NOT NULL, created_at INTEGER NOT NULL,"
               " PRIMARY KEY (team, key))",
               "create idempotency_keys"));
+  // v9: lifecycle events and webhooks (control/lifecycle_events.h), per team.
+  RETURN_IF_ERROR(
+      r->Exec("CREATE TABLE IF NOT EXISTS lifecycle_events (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+              " team TEXT NOT NULL, sandbox TEXT NOT NULL, type TEXT NOT NULL, event TEXT NOT NULL,"
+              " at INTEGER NOT NULL);"
+              "CREATE INDEX IF NOT EXISTS lifecycle_events_team ON lifecycle_events (team, seq);"
+              "CREATE TABLE IF NOT EXISTS webhooks (id TEXT PRIMARY KEY, team TEXT NOT NULL, name TEXT NOT NULL,"
+              " url TEXT NOT NULL, enabled INTEGER NOT NULL, events TEXT NOT NULL, secret TEXT NOT NULL,"
+              " created_at INTEGER NOT NULL)",
+              "create lifecycle_events, webhooks"));
   return r;
 }
 
@@ -242,6 +252,115 @@ Status Registry::ReleaseIdempotencyKey(const std::string& team, const std::strin
 Status Registry::ReleaseUnansweredIdempotencyKeys() {
   std::lock_guard<std::mutex> l(mu_);
   return Exec("DELETE FROM idempotency_keys WHERE answered = 0", "release unanswered idempotency keys");
+}
+
+Status Registry::AppendLifecycleEvent(const std::string& team, const std::string& sandbox, const std::string& type,
+                                      const std::string& event_json, int64_t at_ms, int keep) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "INSERT INTO lifecycle_events (team, sandbox, type, event, at) VALUES (?,?,?,?,?)");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare append lifecycle event");
+  s.Bind(1, team).Bind(2, sandbox).Bind(3, type).Bind(4, event_json).Bind(5, at_ms);
+  AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "append lifecycle event");
+  Stmt trim(db_,
+            "DELETE FROM lifecycle_events WHERE team = ? AND seq <= (SELECT seq FROM lifecycle_events WHERE team = ?"
+            " ORDER BY seq DESC LIMIT 1 OFFSET ?)");
+  AIRLOCK_SQL_CHECK(trim.ok(), "prepare trim lifecycle events");
+  trim.Bind(1, team).Bind(2, team).Bind(3, int64_t{keep});
+  AIRLOCK_SQL_CHECK(trim.Step() == SQLITE_DONE, "trim lifecycle events");
+  return OkStatus();
+}
+
+StatusOr<std::vector<std::string>> Registry::ListLifecycleEvents(const std::string& team, const std::string& sandbox,
+                                                                 const std::vector<std::string>& types, bool ascending,
+                                                                 int offset, int limit) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::string sql = "SELECT event FROM lifecycle_events WHERE team = ?";
+  if (!sandbox.empty()) sql += " AND sandbox = ?";
+  if (!types.empty()) {
+    sql += " AND type IN (";
+    for (size_t i = 0; i < types.size(); ++i) sql += i ? ",?" : "?";
+    sql += ")";
+  }
+  sql += ascending ? " ORDER BY seq ASC" : " ORDER BY seq DESC";
+  sql += " LIMIT ? OFFSET ?";
+  Stmt s(db_, sql.c_str());
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare list lifecycle events");
+  int i = 1;
+  s.Bind(i++, team);
+  if (!sandbox.empty()) s.Bind(i++, sandbox);
+  for (const auto& t : types) s.Bind(i++, t);
+  s.Bind(i++, int64_t{limit}).Bind(i++, int64_t{offset});
+  std::vector<std::string> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) out.push_back(s.Text(0));
+  AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "list lifecycle events");
+  return out;
+}
+
+namespace {
+std::string JoinEvents(const std::vector<std::string>& events) {
+  std::string out;
+  for (const auto& e : events) out += (out.empty() ? "" : ",") + e;
+  return out;
+}
+std::vector<std::string> SplitEvents(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < s.size()) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string::npos) comma = s.size();
+    if (comma > start) out.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+}  // namespace
+
+Status Registry::PutWebhook(const WebhookRecord& w) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_,
+         "INSERT OR REPLACE INTO webhooks (id, team, name, url, enabled, events, secret, created_at)"
+         " VALUES (?,?,?,?,?,?,?,?)");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare put webhook");
+  s.Bind(1, w.id).Bind(2, w.team).Bind(3, w.name).Bind(4, w.url).Bind(5, int64_t{w.enabled ? 1 : 0});
+  s.Bind(6, JoinEvents(w.events)).Bind(7, w.secret).Bind(8, w.created_at_ms);
+  AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "put webhook " + w.id);
+  return OkStatus();
+}
+
+StatusOr<std::vector<WebhookRecord>> Registry::ListWebhooks(const std::string& team) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_,
+         "SELECT id, team, name, url, enabled, events, secret, created_at FROM webhooks WHERE team = ?"
+         " ORDER BY created_at, id");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare list webhooks");
+  s.Bind(1, team);
+  std::vector<WebhookRecord> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Int(4) != 0, SplitEvents(s.Text(5)), s.Text(6),
+                   s.Int(7)});
+  }
+  AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "list webhooks");
+  return out;
+}
+
+StatusOr<WebhookRecord> Registry::GetWebhook(const std::string& team, const std::string& id) {
+  ASSIGN_OR_RETURN(auto all, ListWebhooks(team));
+  for (auto& w : all) {
+    if (w.id == id) return w;
+  }
+  return NotFound("webhook " + id + " not found");
+}
+
+Status Registry::DeleteWebhook(const std::string& team, const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "DELETE FROM webhooks WHERE team = ? AND id = ?");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare delete webhook");
+  s.Bind(1, team).Bind(2, id);
+  AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "delete webhook " + id);
+  if (sqlite3_changes(db_) == 0) return NotFound("webhook " + id + " not found");
+  return OkStatus();
 }
 
 Status Registry::SetEndsAt(const std::string& id, int64_t ends_at_ms) {

@@ -105,6 +105,18 @@ struct IdempotentCall {
   int64_t created_at_ms = 0;
 };
 
+// A webhook of E2B's events API (control/lifecycle_events.h), per team.
+struct WebhookRecord {
+  std::string id;
+  std::string team;
+  std::string name;
+  std::string url;
+  bool enabled = true;
+  std::vector<std::string> events;  // lifecycle event types it is sent
+  std::string secret;               // signs each delivery; never returned by the API
+  int64_t created_at_ms = 0;
+};
+
 // What the registry records ownership of.
 enum class OwnedKind { kSandbox, kSnapshot };
 
@@ -166,6 +178,22 @@ class Registry {
                               const std::string& content_type, const std::string& body);
   Status ReleaseIdempotencyKey(const std::string& team, const std::string& key);
   Status ReleaseUnansweredIdempotencyKeys();
+
+  // Lifecycle events (control/lifecycle_events.h), per team: the newest
+  // `keep` of a team are kept. List: the team's (one sandbox's when
+  // `sandbox` is set), of `types` when not empty, newest first unless
+  // `ascending`, after skipping `offset`, at most `limit`.
+  Status AppendLifecycleEvent(const std::string& team, const std::string& sandbox, const std::string& type,
+                              const std::string& event_json, int64_t at_ms, int keep);
+  StatusOr<std::vector<std::string>> ListLifecycleEvents(const std::string& team, const std::string& sandbox,
+                                                         const std::vector<std::string>& types, bool ascending,
+                                                         int offset, int limit);
+  // Webhooks: insert or replace; the team's; one by id (NotFound also for
+  // another team's); delete (NotFound when none of the team's matched).
+  Status PutWebhook(const WebhookRecord& w);
+  StatusOr<std::vector<WebhookRecord>> ListWebhooks(const std::string& team);
+  StatusOr<WebhookRecord> GetWebhook(const std::string& team, const std::string& id);
+  Status DeleteWebhook(const std::string& team, const std::string& id);
 
   // Ownership (never removed with the sandbox: its audit stays its team's).
   Status SetOwner(OwnedKind kind, const std::string& id, const std::string& team);

@@ -5,6 +5,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "server/http_status.h"
+#include "server/lifecycle_events.h"
 #include "server/template_api.h"
 
 namespace airlock::server {
@@ -71,10 +72,19 @@ ApiHandlers::ApiHandlers(const Services& s)
       templates_(s.templates),
       team_disk_(s.team_disk),
       streams_(*s.streams),
+      lifecycle_(s.lifecycle),
       api_keys_(s.api_keys),
       audit_(s.audit),
       otlp_(s.otlp),
       db_dir_(s.db_dir) {}
+
+void ApiHandlers::EmitLifecycle(std::string_view type, const std::string& id, json event_data) const {
+  if (auto sb = manager_->Get(id)) EmitLifecycle(type, *sb, std::move(event_data));
+}
+
+void ApiHandlers::EmitLifecycle(std::string_view type, const Sandbox& sb, json event_data) const {
+  if (lifecycle_) lifecycle_->Emit(type, sb.Record(), sb.attributes().owner_team, std::move(event_data));
+}
 
 std::string ApiHandlers::ShownTemplateId(const SandboxRecord& r) const { return templates_->ShownTemplateId(r); }
 

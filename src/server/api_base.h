@@ -40,6 +40,7 @@ namespace airlock::server {
 
 using control::Caller;
 class TemplateApi;
+class LifecycleEvents;
 
 struct Services {
   const ServerConfig* config = nullptr;
@@ -58,6 +59,7 @@ struct Services {
   TemplateApi* templates = nullptr;
   TeamDisk* team_disk = nullptr;  // null: no budget
   StreamTable* streams = nullptr;
+  LifecycleEvents* lifecycle = nullptr;  // events and webhooks (lifecycle_events.h)
   ApiKeyTable* api_keys = nullptr;
   std::shared_ptr<audit::AuditLog> audit;
   audit::OtlpExporter* otlp = nullptr;  // null: no OTLP export
@@ -99,6 +101,11 @@ class ApiHandlers {
     if (auto sb = manager_->Get(id)) sb->AddLog(std::move(level), std::move(message));
   }
   void Audit(nlohmann::json record) const { AppendAudit(audit_.get(), std::move(record)); }
+  // A lifecycle event of sandbox `id` (lifecycle_events.h), when it is still known.
+  void EmitLifecycle(std::string_view type, const std::string& id,
+                     nlohmann::json event_data = nlohmann::json::object()) const;
+  void EmitLifecycle(std::string_view type, const Sandbox& sb,
+                     nlohmann::json event_data = nlohmann::json::object()) const;
   audit::AuditSink AuditSinkFn() const { return AuditSinkOf(audit_); }
   int ClampTimeout(int64_t seconds) const { return server::ClampTimeout(config_, seconds); }
   image::MachineShape ClampedShape(const image::MachineShape& own) const { return server::ClampedShape(config_, own); }
@@ -123,6 +130,7 @@ class ApiHandlers {
   TemplateApi* templates_;
   TeamDisk* team_disk_;
   StreamTable& streams_;
+  LifecycleEvents* lifecycle_;
   ApiKeyTable* api_keys_;
   std::shared_ptr<audit::AuditLog> audit_;
   audit::OtlpExporter* otlp_;

@@ -60,6 +60,7 @@ void SnapshotApi::CreateCheckpoint(std::shared_ptr<HttpConn> c, const std::strin
       auto info = sandboxes_->Checkpoint(id);
       if (!info.ok()) return RespondStatus(c, info.status(), HttpStatusContext::kDisk);
       json out = CheckpointJson(*info);
+      EmitLifecycle("sandbox.lifecycle.checkpointed", id, {{"checkpoint_id", out["checkpointID"]}});
       out["saveMs"] = info->save_ms;
       std::string body = out.dump();
       asio::post(c->executor(), [c, body] { c->Respond(201, "application/json", body); });

@@ -133,6 +133,12 @@ class DaemonStart {
       };
       s->secrets_ = std::make_unique<SecretsService>(std::move(so), s->audit_.redactor, std::move(hooks));
     }
+    {
+      LifecycleEvents::Options lo;
+      lo.allow_private_targets = s->config_.webhook_allow_private;
+      lo.retry_delay = std::chrono::milliseconds(std::max<int64_t>(0, s->config_.webhook_retry_delay_ms));
+      s->lifecycle_ = std::make_unique<LifecycleEvents>(s->registry_.db(), AuditSinkOf(s->audit_.log), lo);
+    }
     return OkStatus();
   }
 
@@ -189,9 +195,15 @@ class DaemonStart {
     s->config_.manager.events.ending = [s](Sandbox& sb, const SandboxEnd& end) { s->OnSandboxEnding(sb, end); };
     s->config_.manager.events.ended = [s](const std::string& id, const SandboxEnd& end) { s->OnSandboxEnded(id, end); };
     // Its guest is stopping: no stream may wait on it.
-    s->config_.manager.events.paused = [s](Sandbox& sb) { s->fleet_.streams.Drop(sb.id()); };
+    s->config_.manager.events.paused = [s](Sandbox& sb) {
+      s->fleet_.streams.Drop(sb.id());
+      s->lifecycle_->Emit("sandbox.lifecycle.paused", sb.Record(), sb.attributes().owner_team);
+    };
     // Adopted while paused: its CA is minted now.
-    s->config_.manager.events.resumed = [s](Sandbox& sb) { s->secrets_->EnsureSandboxCa(sb.id()); };
+    s->config_.manager.events.resumed = [s](Sandbox& sb) {
+      s->secrets_->EnsureSandboxCa(sb.id());
+      s->lifecycle_->Emit("sandbox.lifecycle.resumed", sb.Record(), sb.attributes().owner_team);
+    };
     return OkStatus();
   }
 
@@ -433,6 +445,7 @@ class DaemonStart {
       sv.templates = s->templates_.api.get();
       sv.team_disk = s->team_disk_.get();
       sv.streams = &s->fleet_.streams;
+      sv.lifecycle = s->lifecycle_.get();
       sv.api_keys = s->front_.api_keys.get();
       sv.audit = s->audit_.log;
       sv.otlp = s->audit_.otlp.get();

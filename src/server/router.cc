@@ -126,6 +126,13 @@ void Router::Dispatch(std::shared_ptr<HttpConn> c, const Caller& caller, const R
     case R::kFork: return snapshot_api_->ForkSandbox(c, p[0], caller);
     case R::kSandboxAudit: return audit_api_->SandboxAudit(c, p[0]);
     case R::kCreateSnapshot: return snapshot_api_->CreateSnapshot(c, p[0]);
+    case R::kListEvents:
+    case R::kSandboxEvents:
+    case R::kListWebhooks:
+    case R::kCreateWebhook:
+    case R::kGetWebhook:
+    case R::kUpdateWebhook:
+    case R::kDeleteWebhook: return events_api_->Route(c, caller, m.route->id, p);
   }
 }
 
@@ -214,6 +221,7 @@ Router::Router(const Services& s, McpService* mcp, std::function<uint16_t()> con
       audit_api_(std::make_unique<AuditApi>(s)),
       host_api_(std::make_unique<HostApi>(s)),
       data_plane_(std::make_unique<DataPlane>(s)),
+      events_api_(std::make_unique<EventsApi>(s)),
       idempotency_(std::make_unique<Idempotency>(*s.registry, *s.lookups, s.config->max_json_body)) {
   // The calls of the daemon before this one ended with it: their keys are free.
   if (Status st = registry_->ReleaseUnansweredIdempotencyKeys(); !st.ok()) LOG_WARN("{}", st.ToString());

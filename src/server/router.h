@@ -25,6 +25,7 @@
 #include "server/api_base.h"
 #include "server/audit_api.h"
 #include "server/data_plane.h"
+#include "server/events_api.h"
 #include "server/host_api.h"
 #include "server/idempotency.h"
 #include "server/sandbox_api.h"
@@ -62,6 +63,7 @@ class Router : public ApiHandlers {
   std::unique_ptr<AuditApi> audit_api_;
   std::unique_ptr<HostApi> host_api_;
   std::unique_ptr<DataPlane> data_plane_;
+  std::unique_ptr<EventsApi> events_api_;
   std::unique_ptr<Idempotency> idempotency_;
 };
 

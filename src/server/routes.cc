@@ -44,6 +44,15 @@ constexpr std::array kRoutes = {
     Route{M::kPost, "/secrets/{name}", "secret.update", R::kSecrets},
     Route{M::kDelete, "/secrets/{name}", "secret.delete", R::kSecrets},
     // Sandboxes (sandbox_api.cc, snapshot_routes.cc, checkpoint_routes.cc).
+    // E2B's lifecycle events and webhooks (events_api.h); per team, so no
+    // sandbox ownership check: another team's sandbox has no events.
+    Route{M::kGet, "/events/sandboxes", "events.list", R::kListEvents},
+    Route{M::kGet, "/events/sandboxes/{id}", "events.sandbox", R::kSandboxEvents},
+    Route{M::kGet, "/events/webhooks", "webhook.list", R::kListWebhooks},
+    Route{M::kPost, "/events/webhooks", "webhook.create", R::kCreateWebhook},
+    Route{M::kGet, "/events/webhooks/{id}", "webhook.get", R::kGetWebhook},
+    Route{M::kPatch, "/events/webhooks/{id}", "webhook.update", R::kUpdateWebhook},
+    Route{M::kDelete, "/events/webhooks/{id}", "webhook.delete", R::kDeleteWebhook},
     Route{M::kPost, "/sandboxes", "sandbox.create", R::kCreateSandbox},
     Route{M::kPost, "/v2/sandboxes", "sandbox.create", R::kCreateSandbox},
     Route{M::kGet, "/sandboxes", "sandbox.list", R::kListSandboxes},

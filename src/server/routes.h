@@ -65,6 +65,13 @@ enum class RouteId {
   kFork,
   kSandboxAudit,
   kCreateSnapshot,
+  kListEvents,
+  kSandboxEvents,
+  kListWebhooks,
+  kCreateWebhook,
+  kGetWebhook,
+  kUpdateWebhook,
+  kDeleteWebhook,
 };
 
 struct Route {

@@ -81,6 +81,7 @@ void SandboxApi::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& ca
         return asio::post(c->executor(), [c, code, st = out.status, extra] { c->RespondError(code, st.message(), extra); });
       }
       const SandboxRecord rec = out.sandbox->Record();
+      EmitLifecycle("sandbox.lifecycle.created", *out.sandbox);
       json created = SandboxJson(rec, ShownTemplateId(rec));
       if (!display_id.empty()) created["templateID"] = display_id;
       if (!alias.empty()) created["alias"] = alias;
@@ -168,6 +169,7 @@ void SandboxApi::SetTimeout(std::shared_ptr<HttpConn> c, const std::string& id) 
     if (!Visible(id)) return RespondNoSandbox(c, id);
     asio::post(*workers_, [this, c, id, ends, timeout_s] {
       Status st = sandboxes_->SetTimeout(id, ends, timeout_s);
+      if (st.ok()) EmitLifecycle("sandbox.lifecycle.updated", id, {{"set_timeout", FormatRfc3339Ms(ends)}});
       asio::post(c->executor(), [this, c, id, st] {
         if (!st.ok()) return RespondNoSandbox(c, id);
         c->Respond(204, "", "");
@@ -184,6 +186,7 @@ void SandboxApi::Refresh(std::shared_ptr<HttpConn> c, const std::string& id) {
     if (!Visible(id)) return RespondNoSandbox(c, id);
     asio::post(*workers_, [this, c, id, ends, s = req->duration_s] {
       Status st = sandboxes_->Refresh(id, ends, s);
+      if (st.ok()) EmitLifecycle("sandbox.lifecycle.updated", id, {{"set_timeout", FormatRfc3339Ms(ends)}});
       asio::post(c->executor(), [this, c, id, st] {
         if (!st.ok()) return RespondNoSandbox(c, id);
         c->Respond(204, "", "");

@@ -83,6 +83,9 @@ void Server::OnSandboxEnding(Sandbox& sb, const SandboxEnd& end) {
   fleet_.streams.Drop(id);
   secrets_->Forget(id);
   if (end.outcome == SandboxOutcome::kCreateFailed) return;  // audited as sandbox.create_failed
+  // Every end is E2B's "killed" (a kill, the TTL, a death), with its run.
+  lifecycle_->Emit("sandbox.lifecycle.killed", sb.Record(), sb.attributes().owner_team,
+                   {{"outcome", SandboxOutcomeName(end.outcome)}});
   if (end.outcome == SandboxOutcome::kVmmExited) {
     sb.AddLog("warn", "sandbox died: " + end.Describe());
     audit_.Append({{"action", "sandbox.died"}, {"sandbox", id}, {"outcome", end.Describe()}});

@@ -36,6 +36,7 @@
 
 #include "audit/audit_log.h"
 #include "audit/otlp_exporter.h"
+#include "server/lifecycle_events.h"
 #include "common/agent_port.h"
 #include "common/clock.h"
 #include "common/state_lock.h"
@@ -143,6 +144,9 @@ class Server {
   // whose egress proxy asks its broker, and destroyed after it (an end
   // forgets the sandbox's secrets).
   std::unique_ptr<SecretsService> secrets_;
+  // Lifecycle events and webhooks (lifecycle_events.h): made before the
+  // Manager, whose pauses, resumes and ends it hears, and destroyed after it.
+  std::unique_ptr<LifecycleEvents> lifecycle_;
   // The io_context, the workers, the signal set, the lookups: after the
   // owners above (which its pending handlers may still touch when it goes)
   // and before every owner below, which posts to it or keeps io objects on

@@ -79,6 +79,12 @@ struct ServerConfig {
   bool kill_on_exit = false;
   // true: every create cold boots (no template snapshots are made or used).
   bool no_template_snapshot = false;
+  // Webhooks of lifecycle events (lifecycle_events.h): may they reach
+  // private, loopback and the host's addresses (serve
+  // --webhook-allow-private), and how long apart their retries are
+  // (--webhook-retry-delay, ms; E2B's 10 s).
+  bool webhook_allow_private = false;
+  int64_t webhook_retry_delay_ms = 10000;
   // The warm pool per template shape (serve --pool; core/warm_pool.h):
   // -1 sized to the host (PoolSizeForHost), 0 off.
   int pool_size = -1;

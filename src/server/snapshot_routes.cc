@@ -46,6 +46,7 @@ void SnapshotApi::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id
           continue;
         }
         SandboxRecord r = (*child)->Record();
+        EmitLifecycle("sandbox.lifecycle.created", **child);
         out.push_back({{"sandbox", SandboxJson(r, ShownTemplateId(r))}});
       }
       std::string text = out.dump();
@@ -90,6 +91,7 @@ void SnapshotApi::CreateSnapshot(std::shared_ptr<HttpConn> c, const std::string&
       }
       if (team_disk_) team_disk_->Invalidate();
       AddLog(id, "info", "snapshot " + snap->snapshot_id + " created");
+      EmitLifecycle("sandbox.lifecycle.checkpointed", id, {{"snapshot_id", snap->snapshot_id}});
       std::string out = json{{"snapshotID", snap->snapshot_id}, {"names", snap->names}}.dump();
       asio::post(c->executor(), [c, out] { c->Respond(201, "application/json", out); });
     });

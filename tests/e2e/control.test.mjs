@@ -338,3 +338,94 @@ maybe('Sandbox.create with a field airlock has not built is a 400 naming it', as
       JSON.stringify(extra))
   }
 })
+
+// Issue 34: E2B's lifecycle events and webhooks. A receiver in the test
+// verifies each delivery's e2b-signature; the first delivery of `created`
+// is refused (500) and retried; events are per team; a private target is
+// refused unless the operator allows it (a second daemon does).
+maybe('lifecycle events and webhooks: signed deliveries, a retry, per team, private targets refused', async () => {
+  const { createServer } = await import('node:http')
+  const { createHash } = await import('node:crypto')
+  const got = []
+  let refusedOnce = false
+  const receiver = createServer((req, res) => {
+    let body = ''
+    req.on('data', (c) => { body += c })
+    req.on('end', () => {
+      const ev = JSON.parse(body)
+      got.push({ headers: req.headers, body, ev })
+      if (ev.type === 'sandbox.lifecycle.created' && !refusedOnce) {
+        refusedOnce = true
+        res.writeHead(500).end()
+        return
+      }
+      res.writeHead(200).end()
+    })
+  })
+  await new Promise((r) => receiver.listen(0, '127.0.0.1', r))
+  const target = `http://127.0.0.1:${receiver.address().port}/hook`
+  const secret = 'whsec-e2e'
+  const hook = (daemon, key, method, path, body) => fetch(`${daemon.url}${path}`, {
+    method, headers: { 'X-API-Key': key, 'Content-Type': 'application/json' }, body: body && JSON.stringify(body) })
+  // The shared daemon refuses a loopback target.
+  const refused = await hook(d, acme.apiKey, 'POST', '/events/webhooks', { name: 'x', url: target, signatureSecret: secret })
+  assert.equal(refused.status, 400)
+  assert.match((await refused.json()).message, /webhook-allow-private/)
+  const d2 = await startDaemon(['--webhook-allow-private', '--webhook-retry-delay', '300'])
+  try {
+    const acme2 = d2.createKey('acme'), beta2 = d2.createKey('beta')
+    const events = ['sandbox.lifecycle.created', 'sandbox.lifecycle.updated', 'sandbox.lifecycle.killed']
+    const made = await hook(d2, acme2, 'POST', '/events/webhooks', { name: 'e2e', url: target, enabled: true, events, signatureSecret: secret })
+    assert.equal(made.status, 201)
+    const config = await made.json()
+    assert.deepEqual({ ...config, id: '', createdAt: '' },
+      { id: '', teamID: 'acme', name: 'e2e', createdAt: '', enabled: true, url: target, events })
+    assert.equal(config.signatureSecret, undefined, 'the secret is never returned')
+    assert.equal((await hook(d2, beta2, 'GET', `/events/webhooks/${config.id}`)).status, 404, 'another team\'s webhook')
+    assert.equal((await hook(d2, acme2, 'POST', '/events/webhooks', { url: target, events: ['sandbox.created'], signatureSecret: 's' })).status, 400)
+    // A sandbox's life: created, updated (a new timeout), killed.
+    const sbx = await Sandbox.create({ ...d2.opts, apiKey: acme2 })
+    await sbx.setTimeout(120000)
+    await sbx.kill()
+    await waitFor('the killed event delivered', () => got.some((g) => g.ev.type === 'sandbox.lifecycle.killed'), 30000)
+    await waitFor('the created event retried', () => got.filter((g) => g.ev.type === 'sandbox.lifecycle.created').length === 2, 30000)
+    for (const g of got) {
+      const expected = createHash('sha256').update(secret + g.body).digest('base64').replace(/=+$/, '')
+      assert.equal(g.headers['e2b-signature'], expected, 'signed as E2B signs')
+      assert.equal(g.headers['e2b-signature-version'], 'v1')
+      assert.equal(g.headers['e2b-webhook-id'], config.id)
+      assert.match(g.headers['e2b-delivery-id'], /^[0-9a-f-]{36}$/)
+      assert.equal(g.ev.sandboxId, sbx.sandboxId)
+      assert.equal(g.ev.sandboxTeamId, 'acme')
+      assert.equal(g.ev.version, 'v2')
+    }
+    const created = got.filter((g) => g.ev.type === 'sandbox.lifecycle.created')
+    assert.equal(created[0].ev.id, created[1].ev.id, 'a retry is the same event')
+    assert.notEqual(created[0].headers['e2b-delivery-id'], created[1].headers['e2b-delivery-id'])
+    const killed = got.find((g) => g.ev.type === 'sandbox.lifecycle.killed').ev
+    assert.equal(killed.eventData.execution.memory_mb, 512)
+    assert.ok(got.find((g) => g.ev.type === 'sandbox.lifecycle.updated').ev.eventData.set_timeout)
+    // The events API: newest first by default, per team, types, orderAsc.
+    const list = async (key, q) => (await hook(d2, key, 'GET', `/events/sandboxes/${sbx.sandboxId}${q}`)).json()
+    assert.deepEqual((await list(acme2, '')).map((e) => e.type),
+      ['sandbox.lifecycle.killed', 'sandbox.lifecycle.updated', 'sandbox.lifecycle.created'])
+    assert.deepEqual((await list(acme2, '?orderAsc=true&types=sandbox.lifecycle.killed&types=sandbox.lifecycle.created')).map((e) => e.type),
+      ['sandbox.lifecycle.created', 'sandbox.lifecycle.killed'])
+    assert.deepEqual(await list(beta2, ''), [], 'another team sees none of them')
+    assert.equal((await hook(d2, acme2, 'GET', '/events/sandboxes?limit=0')).status, 400)
+    // Every attempt is audited: the refused one and the retry.
+    const audit = await (await fetch(`${d2.url}/audit?action=webhook.delivery`, { headers: { 'X-API-Key': d2.apiKey } })).json()
+    const records = (Array.isArray(audit) ? audit : audit.records).filter((r) => r.type === 'sandbox.lifecycle.created')
+    assert.deepEqual(records.map((r) => [r.attempt, r.ok, r.status]), [[1, false, 500], [2, true, 200]])
+    // Update, list, delete.
+    const off = await hook(d2, acme2, 'PATCH', `/events/webhooks/${config.id}`, { enabled: false })
+    assert.equal(off.status, 200)
+    assert.equal((await off.json()).enabled, false)
+    assert.equal((await (await hook(d2, acme2, 'GET', '/events/webhooks')).json()).length, 1)
+    assert.equal((await hook(d2, acme2, 'DELETE', `/events/webhooks/${config.id}`)).status, 204)
+    assert.equal((await hook(d2, acme2, 'GET', `/events/webhooks/${config.id}`)).status, 404)
+  } finally {
+    await d2.stop()
+    receiver.close()
+  }
+})

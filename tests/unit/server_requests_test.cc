@@ -16,6 +16,7 @@
 #include "server/requests/create.h"
 #include "server/requests/fork.h"
 #include "gateway/list_query.h"
+#include "server/lifecycle_events.h"
 #include "server/requests/network.h"
 #include "server/requests/pause.h"
 #include "server/requests/secret.h"
@@ -226,6 +227,50 @@ TEST(ServerRequestsTest, CreateRefusesUnknownAndUnbuiltFieldsByName) {
     ASSERT_FALSE(r.ok()) << text;
     EXPECT_EQ(r.status().code(), airlock::StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find(name), std::string::npos) << r.status().message();
+  }
+}
+
+// Lifecycle webhooks (lifecycle_events.h): E2B's signature, the URL rules,
+// who a delivery may reach, the events query.
+TEST(LifecycleEventsTest, SignatureUrlTargetsAndQuery) {
+  // base64(SHA-256(secret + body)) without padding, as E2B's docs verify it.
+  EXPECT_EQ(WebhookSignature("whsec", R"({"a":1})"), "nCaxwnEyil+DXqxpp5W9U44/iV+lHRul7m1FghuMnhg");
+  auto u = ParseWebhookUrl("https://Hooks.Example.com:8443/in/e2b?x=1#frag");
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_TRUE(u->tls);
+  EXPECT_EQ(u->host, "hooks.example.com");
+  EXPECT_EQ(u->port, 8443);
+  EXPECT_EQ(u->target, "/in/e2b?x=1");
+  auto plain = ParseWebhookUrl("http://[2001:db8::1]/");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->host, "2001:db8::1");
+  EXPECT_EQ(plain->port, 80);
+  for (const char* bad : {"ftp://x/", "http://", "http://user:pw@x/", "http://x:0/", "http://x:99999/",
+                          "http://x y/", "https://[::1/"}) {
+    EXPECT_FALSE(ParseWebhookUrl(bad).ok()) << bad;
+  }
+  EXPECT_TRUE(WebhookTargetAllowed("93.184.216.34", false));
+  for (const char* ip : {"127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1",
+                         "198.18.0.1", "0.0.0.0", "224.0.0.1", "::1", "2001:db8::1", "fc00::1"}) {
+    EXPECT_FALSE(WebhookTargetAllowed(ip, false)) << ip;
+    EXPECT_TRUE(WebhookTargetAllowed(ip, true)) << ip;
+  }
+  auto q = ParseEventsQuery("offset=5&limit=20&orderAsc=true&types=sandbox.lifecycle.created&types="
+                            "sandbox.lifecycle.killed%2Csandbox.lifecycle.created");
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  EXPECT_EQ(q->offset, 5);
+  EXPECT_EQ(q->limit, 20);
+  EXPECT_TRUE(q->ascending);
+  EXPECT_EQ(q->types, (std::vector<std::string>{"sandbox.lifecycle.created", "sandbox.lifecycle.killed"}));
+  auto d = ParseEventsQuery("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->limit, 10);
+  EXPECT_FALSE(d->ascending);
+  for (const char* bad : {"limit=0", "limit=101", "offset=-1", "orderAsc=yes", "types=sandbox.created"}) {
+    auto r = ParseEventsQuery(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find(std::string(bad).substr(0, std::string(bad).find('='))), std::string::npos)
+        << r.status().message();
   }
 }
 
