@@ -186,6 +186,10 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
                                                  "ip:port to serve on (env AIRLOCK_LISTEN)")(
       "console-listen", po::value(&cfg.console_listen),
       "ip:port of the web console, its own origin apart from --listen's (default: no console; docs/console.md)")(
+      "tls-listen", po::value(&cfg.tls_listen),
+      "ip:port of a TLS listener in front of --listen (HTTP/1.1; needs --tls-cert and --tls-key)")(
+      "tls-cert", po::value(&cfg.tls_cert), "PEM certificate chain for --tls-listen (e.g. *.DOMAIN and api.DOMAIN)")(
+      "tls-key", po::value(&cfg.tls_key), "PEM private key of --tls-cert")(
       "db", po::value(&cfg.db_path), "registry database (default STATE_DIR/airlock.db; cli.key is written beside it)")(
       "default-timeout", po::value(&cfg.default_timeout_s)->default_value(300),
       "sandbox TTL when create gives none (s)")("max-timeout", po::value(&cfg.max_timeout_s)->default_value(86400),

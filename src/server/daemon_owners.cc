@@ -24,6 +24,7 @@ void Fleet::StopTimers() {
 void Front::Stop() {
   if (listener) listener->Stop();
   if (console_listener) console_listener->Stop();
+  if (tls) tls->Stop();
   if (api_keys) api_keys->StopRefresh();
 }
 

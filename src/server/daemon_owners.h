@@ -23,6 +23,7 @@
 
 #include "audit/audit_log.h"
 #include "audit/otlp_exporter.h"
+#include "gateway/tls_front.h"
 #include "common/state_lock.h"
 #include "common/status.h"
 #include "control/memory_governor.h"
@@ -152,6 +153,7 @@ struct Templates {
 struct Front {
   std::unique_ptr<HttpListener> listener;
   std::unique_ptr<HttpListener> console_listener;
+  std::unique_ptr<gateway::TlsFront> tls;  // serve --tls-listen; null without
   std::unique_ptr<ApiKeyTable> api_keys;
   std::unique_ptr<Router> router;
   uint16_t port() const { return listener->port(); }

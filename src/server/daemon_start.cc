@@ -349,6 +349,16 @@ class DaemonStart {
           s->loop_.io, [s](std::shared_ptr<HttpConn> c) { s->front_.router->HandleConsoleOrigin(std::move(c)); }, std::move(limits));
       RETURN_IF_ERROR(s->front_.console_listener->Listen(s->config_.console_listen).WithContext("--console-listen"));
     }
+    // TLS in front of the API listener (gateway/tls_front.h).
+    if (!s->config_.tls_listen.empty()) {
+      if (s->config_.tls_cert.empty() || s->config_.tls_key.empty())
+        return InvalidArgument("--tls-listen needs --tls-cert and --tls-key");
+      std::string host = s->config_.listen.substr(0, s->config_.listen.rfind(':'));
+      if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
+      s->front_.tls = std::make_unique<gateway::TlsFront>(s->loop_.io, host, s->port());
+      RETURN_IF_ERROR(s->front_.tls->Start(s->config_.tls_listen, s->config_.tls_cert, s->config_.tls_key));
+      LOG_WARN("airlock serve: TLS on {} (port {})", s->config_.tls_listen, s->front_.tls->port());
+    }
     // MCP tools reach this daemon's API (or --mcp-api's) with the caller's key.
     ASSIGN_OR_RETURN(s->mcp_, McpService::Create({.listen = s->config_.listen,
                                                .port = s->port(),

@@ -32,6 +32,12 @@ struct ServerConfig {
   // the agent's port by E2b-Sandbox-Id only, never a signed URL or a
   // host-routed guest port; `listen` serves no console (docs/console.md).
   std::string console_listen;
+  // TLS in front of `listen` (gateway/tls_front.h): "ip:port" (serve
+  // --tls-listen) with a PEM certificate chain and key (--tls-cert,
+  // --tls-key; a wildcard certificate for `domain` and api.<domain> lets
+  // E2B's SDKs reach https://api.<domain> and https://<port>-<id>.<domain>).
+  // Empty: no TLS.
+  std::string tls_listen, tls_cert, tls_key;
   ManagerConfig manager;
   // The registry; empty: <state_dir>/airlock.db. The CLI key file is
   // written beside it (cli.key, 0600). Tests point this at a temp dir so a

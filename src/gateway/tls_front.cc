@@ -1,0 +1,186 @@
+// TLS in front of the API listener (tls_front.h).
+#include "gateway/tls_front.h"
+
+#include <openssl/ssl.h>
+
+#include <array>
+#include <atomic>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "common/log.h"
+
+namespace airlock::gateway {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr auto kTlsHandshakeTimeout = std::chrono::seconds(10);
+
+// ALPN: http/1.1 when the client offers it; no protocol otherwise.
+int SelectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned int inlen,
+               void*) {
+  static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  unsigned char* selected = nullptr;
+  if (SSL_select_next_proto(&selected, outlen, kHttp11, sizeof kHttp11, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+    return SSL_TLSEXT_ERR_NOACK;
+  *out = selected;
+  return SSL_TLSEXT_ERR_OK;
+}
+
+// One client: TLS on one side, the API listener on the other.
+class TlsTunnel : public std::enable_shared_from_this<TlsTunnel> {
+ public:
+  TlsTunnel(tcp::socket client, asio::ssl::context& ctx, std::atomic<int>& open)
+      : tls_(std::move(client), ctx), backend_(tls_.get_executor()), timer_(tls_.get_executor()), open_(open) {
+    ++open_;
+  }
+  ~TlsTunnel() { --open_; }
+
+  void Start(const tcp::endpoint& backend) {
+    auto self = shared_from_this();
+    timer_.expires_after(kTlsHandshakeTimeout);
+    timer_.async_wait([self](boost::system::error_code ec) {
+      if (!ec) self->Close();
+    });
+    tls_.async_handshake(asio::ssl::stream_base::server, [self, backend](boost::system::error_code ec) {
+      if (ec) return self->Close();
+      self->backend_.async_connect(backend, [self](boost::system::error_code ec) {
+        self->timer_.cancel();
+        if (ec) {
+          LOG_WARN("tls: the API listener refused a connection: {}", ec.message());
+          return self->Close();
+        }
+        boost::system::error_code ignored;
+        self->backend_.set_option(tcp::no_delay(true), ignored);
+        self->ClientToBackend();
+        self->BackendToClient();
+      });
+    });
+  }
+
+ private:
+  void ClientToBackend() {
+    auto self = shared_from_this();
+    tls_.async_read_some(asio::buffer(up_), [self](boost::system::error_code ec, size_t n) {
+      if (ec) return self->HalfCloseBackend();
+      asio::async_write(self->backend_, asio::buffer(self->up_, n), [self](boost::system::error_code ec, size_t) {
+        if (ec) return self->Close();
+        self->ClientToBackend();
+      });
+    });
+  }
+  void BackendToClient() {
+    auto self = shared_from_this();
+    backend_.async_read_some(asio::buffer(down_), [self](boost::system::error_code ec, size_t n) {
+      if (ec) return self->Close();  // the API closed: so does the TLS side
+      asio::async_write(self->tls_, asio::buffer(self->down_, n), [self](boost::system::error_code ec, size_t) {
+        if (ec) return self->Close();
+        self->BackendToClient();
+      });
+    });
+  }
+  void HalfCloseBackend() {
+    boost::system::error_code ec;
+    backend_.shutdown(tcp::socket::shutdown_send, ec);  // the answer may still come back
+  }
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    boost::system::error_code ec;
+    timer_.cancel();
+    backend_.close(ec);
+    tls_.lowest_layer().close(ec);
+  }
+
+  asio::ssl::stream<tcp::socket> tls_;
+  tcp::socket backend_;
+  asio::steady_timer timer_;
+  std::atomic<int>& open_;
+  std::array<char, 64 * 1024> up_{}, down_{};
+  bool closed_ = false;
+};
+
+}  // namespace
+
+struct TlsFront::Impl : std::enable_shared_from_this<TlsFront::Impl> {
+  Impl(asio::io_context& io, tcp::endpoint backend)
+      : acceptor(io), ctx(asio::ssl::context::tls_server), backend(std::move(backend)) {}
+  void Accept() {
+    auto self = shared_from_this();
+    acceptor.async_accept([self](boost::system::error_code ec, tcp::socket socket) {
+      if (!self->acceptor.is_open()) return;
+      if (!ec) {
+        if (self->open.load() >= kMaxConnections) {
+          boost::system::error_code ignored;
+          socket.close(ignored);
+        } else {
+          std::make_shared<TlsTunnel>(std::move(socket), self->ctx, self->open)->Start(self->backend);
+        }
+      }
+      self->Accept();
+    });
+  }
+  tcp::acceptor acceptor;
+  asio::ssl::context ctx;
+  tcp::endpoint backend;
+  std::atomic<int> open{0};
+};
+
+TlsFront::TlsFront(asio::io_context& io, std::string backend_host, uint16_t backend_port) {
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(backend_host, ec);
+  if (ec || addr.is_unspecified()) addr = asio::ip::make_address("127.0.0.1");
+  impl_ = std::make_shared<Impl>(io, tcp::endpoint(addr, backend_port));
+}
+
+TlsFront::~TlsFront() { Stop(); }
+
+Status TlsFront::Start(const std::string& listen, const std::string& cert_file, const std::string& key_file) {
+  boost::system::error_code ec;
+  auto& ctx = impl_->ctx;
+  ctx.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                  asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
+  ctx.use_certificate_chain_file(cert_file, ec);
+  if (ec) return InvalidArgument("--tls-cert " + cert_file + ": " + ec.message());
+  ctx.use_private_key_file(key_file, asio::ssl::context::pem, ec);
+  if (ec) return InvalidArgument("--tls-key " + key_file + ": " + ec.message());
+  if (SSL_CTX_check_private_key(ctx.native_handle()) != 1)
+    return InvalidArgument("--tls-key " + key_file + " does not match --tls-cert " + cert_file);
+  SSL_CTX_set_alpn_select_cb(ctx.native_handle(), SelectAlpn, nullptr);
+  size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return InvalidArgument("--tls-listen '" + listen + "' is not ip:port");
+  std::string host = listen.substr(0, colon);
+  if (host.size() > 1 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  auto ip = asio::ip::make_address(host.empty() ? "127.0.0.1" : host, ec);
+  if (ec) return InvalidArgument("--tls-listen '" + listen + "': " + ec.message());
+  char* end = nullptr;
+  unsigned long port = std::strtoul(listen.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || port > 65535) return InvalidArgument("--tls-listen '" + listen + "': bad port");
+  tcp::endpoint ep(ip, static_cast<uint16_t>(port));
+  auto& a = impl_->acceptor;
+  a.open(ep.protocol(), ec);
+  if (!ec) a.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return Unavailable("--tls-listen " + listen + ": " + ec.message());
+  impl_->Accept();
+  return OkStatus();
+}
+
+uint16_t TlsFront::port() const {
+  boost::system::error_code ec;
+  return impl_->acceptor.local_endpoint(ec).port();
+}
+
+void TlsFront::Stop() {
+  boost::system::error_code ec;
+  if (impl_) impl_->acceptor.close(ec);
+}
+
+}  // namespace airlock::gateway

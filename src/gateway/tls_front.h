@@ -1,0 +1,48 @@
+// TLS for the daemon's API listener (serve --tls-listen, --tls-cert,
+// --tls-key): the address E2B's SDKs reach as https://api.<domain> and
+// https://<port>-<id>.<domain> (the 1.x and 2.0 SDKs know nothing else).
+//
+// Each accepted connection is a TLS server handshake (TLS 1.2 or 1.3, the
+// certificate chain and key read at start; ALPN: http/1.1, the only protocol
+// offered), then its plaintext is relayed both ways to the API listener
+// (`backend`, the daemon's own "ip:port"), so every route, the data plane
+// and WebSockets behave as on the plain listener. The API then sees the
+// connection coming from the daemon's own address: audit records of
+// requests over TLS name no client address.
+//
+// Bounds: a handshake must finish within 10 s; at most kMaxConnections at
+// once (more are closed at accept). Threads: the io_context it is given.
+// Errors: Start's InvalidArgument for unreadable or mismatched files,
+// Unavailable when the address cannot be bound.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace airlock::gateway {
+
+class TlsFront {
+ public:
+  static constexpr int kMaxConnections = 4096;
+  TlsFront(boost::asio::io_context& io, std::string backend_host, uint16_t backend_port);
+  ~TlsFront();
+  TlsFront(const TlsFront&) = delete;
+  TlsFront& operator=(const TlsFront&) = delete;
+  // "ip:port" (port 0: a free one, see port()).
+  Status Start(const std::string& listen, const std::string& cert_file, const std::string& key_file);
+  uint16_t port() const;
+  void Stop();
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace airlock::gateway
