@@ -266,19 +266,26 @@ class Download : public std::enable_shared_from_this<Download> {
 // `destination`, renamed onto it once complete, then the sources removed (as
 // envd's compose.go). Zero-copy (copy_file_range) where the kernel can.
 StatusOr<envd::OJson> Compose(const std::vector<std::string>& sources, const std::string& destination) {
+  struct stat dst;
+  const bool dst_exists = stat(destination.c_str(), &dst) == 0;
+  if (dst_exists && S_ISDIR(dst.st_mode)) return InvalidArgument("destination '" + destination + "' is a directory");
   std::vector<UniqueFd> in;
   for (const auto& src : sources) {
-    UniqueFd fd(open(src.c_str(), O_RDONLY | O_CLOEXEC));
+    // O_NONBLOCK: a FIFO named as a source must not hold the open.
+    UniqueFd fd(open(src.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (!fd && errno == ENOENT) return NotFound("source file not found: " + src);
     if (!fd) return ErrnoError("open " + src);
     struct stat st;
     if (fstat(fd.get(), &st) != 0) return ErrnoError("fstat " + src);
     if (!S_ISREG(st.st_mode)) return InvalidArgument("source path is not a regular file: " + src);
+    // The same file by another path (a link, a symlinked directory): its
+    // removal after the rename would remove the result.
+    if (dst_exists && st.st_dev == dst.st_dev && st.st_ino == dst.st_ino)
+      return InvalidArgument("source path \"" + src + "\" cannot be the same as destination");
+    int flags = fcntl(fd.get(), F_GETFL);
+    if (flags >= 0) (void)fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
     in.push_back(std::move(fd));
   }
-  struct stat dst;
-  if (lstat(destination.c_str(), &dst) == 0 && S_ISDIR(dst.st_mode))
-    return InvalidArgument("destination '" + destination + "' is a directory");
   RETURN_IF_ERROR(MakeDirs(ParentPath(destination)));
   const std::string tmp = TempUploadPath(destination);
   UniqueFd out(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));

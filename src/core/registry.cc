@@ -1,5 +1,8 @@
 #include "core/registry.h"
 
+#include <boost/algorithm/string/classification.hpp>
+#include <boost/algorithm/string/split.hpp>
+
 #include <sqlite3.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -305,13 +308,7 @@ std::string JoinEvents(const std::vector<std::string>& events) {
 }
 std::vector<std::string> SplitEvents(const std::string& s) {
   std::vector<std::string> out;
-  size_t start = 0;
-  while (start < s.size()) {
-    size_t comma = s.find(',', start);
-    if (comma == std::string::npos) comma = s.size();
-    if (comma > start) out.push_back(s.substr(start, comma - start));
-    start = comma + 1;
-  }
+  if (!s.empty()) boost::split(out, s, boost::is_any_of(","));
   return out;
 }
 }  // namespace

@@ -36,11 +36,11 @@ int SelectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const uns
 // One client: TLS on one side, the API listener on the other.
 class TlsTunnel : public std::enable_shared_from_this<TlsTunnel> {
  public:
-  TlsTunnel(tcp::socket client, asio::ssl::context& ctx, std::atomic<int>& open)
-      : tls_(std::move(client), ctx), backend_(tls_.get_executor()), timer_(tls_.get_executor()), open_(open) {
-    ++open_;
+  TlsTunnel(tcp::socket client, asio::ssl::context& ctx, std::shared_ptr<std::atomic<int>> open)
+      : tls_(std::move(client), ctx), backend_(tls_.get_executor()), timer_(tls_.get_executor()), open_(std::move(open)) {
+    ++*open_;
   }
-  ~TlsTunnel() { --open_; }
+  ~TlsTunnel() { --*open_; }
 
   void Start(const tcp::endpoint& backend) {
     auto self = shared_from_this();
@@ -78,7 +78,7 @@ class TlsTunnel : public std::enable_shared_from_this<TlsTunnel> {
   void BackendToClient() {
     auto self = shared_from_this();
     backend_.async_read_some(asio::buffer(down_), [self](boost::system::error_code ec, size_t n) {
-      if (ec) return self->Close();  // the API closed: so does the TLS side
+      if (ec) return self->CloseTls();  // the API closed: so does the TLS side, with close_notify
       asio::async_write(self->tls_, asio::buffer(self->down_, n), [self](boost::system::error_code ec, size_t) {
         if (ec) return self->Close();
         self->BackendToClient();
@@ -88,6 +88,16 @@ class TlsTunnel : public std::enable_shared_from_this<TlsTunnel> {
   void HalfCloseBackend() {
     boost::system::error_code ec;
     backend_.shutdown(tcp::socket::shutdown_send, ec);  // the answer may still come back
+  }
+  // close_notify, then the sockets (bounded by the timer).
+  void CloseTls() {
+    if (closed_) return;
+    auto self = shared_from_this();
+    timer_.expires_after(std::chrono::seconds(2));
+    timer_.async_wait([self](boost::system::error_code ec) {
+      if (!ec) self->Close();
+    });
+    tls_.async_shutdown([self](boost::system::error_code) { self->Close(); });
   }
   void Close() {
     if (closed_) return;
@@ -101,7 +111,7 @@ class TlsTunnel : public std::enable_shared_from_this<TlsTunnel> {
   asio::ssl::stream<tcp::socket> tls_;
   tcp::socket backend_;
   asio::steady_timer timer_;
-  std::atomic<int>& open_;
+  std::shared_ptr<std::atomic<int>> open_;  // shared with the front: a tunnel may outlive it
   std::array<char, 64 * 1024> up_{}, down_{};
   bool closed_ = false;
 };
@@ -116,7 +126,7 @@ struct TlsFront::Impl : std::enable_shared_from_this<TlsFront::Impl> {
     acceptor.async_accept([self](boost::system::error_code ec, tcp::socket socket) {
       if (!self->acceptor.is_open()) return;
       if (!ec) {
-        if (self->open.load() >= kMaxConnections) {
+        if (self->open->load() >= kMaxConnections) {
           boost::system::error_code ignored;
           socket.close(ignored);
         } else {
@@ -129,7 +139,7 @@ struct TlsFront::Impl : std::enable_shared_from_this<TlsFront::Impl> {
   tcp::acceptor acceptor;
   asio::ssl::context ctx;
   tcp::endpoint backend;
-  std::atomic<int> open{0};
+  std::shared_ptr<std::atomic<int>> open = std::make_shared<std::atomic<int>>(0);
 };
 
 TlsFront::TlsFront(asio::io_context& io, std::string backend_host, uint16_t backend_port) {

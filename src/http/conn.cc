@@ -105,6 +105,9 @@ void Conn::ReadHeader() {
   headers_.clear();
   on_drain_ = nullptr;
   on_close_ = nullptr;
+  on_response_ = nullptr;       // per request, as the body handed back:
+  replay_body_.reset();         // a handler that read no body leaves none to the next request
+  respond_body_ = nullptr;
   body_done_ = body_reading_ = chunked_request_ = false;
   content_length_.reset();
   response_started_ = response_ended_ = chunked_ = false;

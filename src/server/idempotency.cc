@@ -76,7 +76,9 @@ void Idempotency::Run(std::shared_ptr<HttpConn> c, const control::Caller& caller
         }
         // Held: run the call once and keep what it answers.
         c->SetOnResponse([this, team, key](int status, std::string_view content_type, const std::string* sent) {
-          const bool keep = sent && status < 500;
+          // Transient answers (a 5xx, 408, 425, 429: try again later) are
+          // not the call's answer: the key is freed for the retry.
+          const bool keep = sent && status < 500 && status != 408 && status != 425 && status != 429;
           boost::asio::post(lookups_, [this, team, key, keep, status, content_type = std::string(content_type),
                                        sent = keep ? *sent : std::string()] {
             Status st = keep ? registry_.AnswerIdempotencyKey(team, key, status, content_type, sent)
@@ -85,7 +87,11 @@ void Idempotency::Run(std::shared_ptr<HttpConn> c, const control::Caller& caller
           });
         });
         c->ReplayBody(std::move(body));
-        call();
+        try {
+          call();
+        } catch (const std::exception& e) {  // as the router's own handlers: never out of the io loop
+          c->RespondError(500, std::string("internal error: ") + e.what());
+        }
       });
     });
   });

@@ -8,8 +8,8 @@
 // (kWindow) in the registry (Registry::ClaimIdempotencyKey), so a retry
 // after a daemon restart still gets the first answer. Per key:
 //   - first call: runs; its answer (status, content type, body) is kept when
-//     it is a 2xx or 4xx answered with Respond() (a 5xx or a streamed answer
-//     frees the key: the retry runs the call again);
+//     it is a 2xx or 4xx answered with Respond() (a 5xx, 408, 425, 429 or a
+//     streamed answer frees the key: the retry runs the call again);
 //   - same method, path and body within the window: the kept answer, with
 //     "Idempotent-Replayed: true";
 //   - another method, path or body: 422 (the key was used for something else);

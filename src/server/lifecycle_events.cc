@@ -1,6 +1,8 @@
 // Lifecycle events and webhooks (lifecycle_events.h).
 #include "server/lifecycle_events.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <openssl/evp.h>
 #include <openssl/ssl.h>
@@ -8,6 +10,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include <boost/algorithm/string/classification.hpp>
+#include <boost/algorithm/string/split.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl.hpp>
@@ -134,10 +138,26 @@ StatusOr<WebhookUrl> ParseWebhookUrl(std::string_view url) {
   return u;
 }
 
+namespace {
+// Is `v4` (host byte order) an address of one of this host's interfaces
+// (its public address too: a service bound to 0.0.0.0 answers there)?
+bool IsHostAddress(uint32_t v4) {
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return true;  // unknown: refuse
+  bool found = false;
+  for (ifaddrs* a = all; a && !found; a = a->ifa_next) {
+    if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET)
+      found = ntohl(reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr) == v4;
+  }
+  freeifaddrs(all);
+  return found;
+}
+}  // namespace
+
 bool WebhookTargetAllowed(std::string_view address, bool allow_private) {
   if (allow_private) return true;
   auto v4 = egress::ParseIpv4(address);
-  return v4 && !egress::IsForbiddenAddress(*v4);
+  return v4 && !egress::IsForbiddenAddress(*v4) && !IsHostAddress(*v4);
 }
 
 StatusOr<EventsQuery> ParseEventsQuery(std::string_view raw_query) {
@@ -150,12 +170,10 @@ StatusOr<EventsQuery> ParseEventsQuery(std::string_view raw_query) {
     return static_cast<int>(n);
   };
   // Repeated parameters (types=a&types=b) are not a map: walk the pairs.
-  size_t start = 0;
-  while (start <= raw_query.size()) {
-    size_t amp = raw_query.find('&', start);
-    if (amp == std::string_view::npos) amp = raw_query.size();
-    std::string_view pair = raw_query.substr(start, amp - start);
-    start = amp + 1;
+  std::vector<std::string> pairs;
+  boost::split(pairs, raw_query, boost::is_any_of("&"));
+  for (const std::string& pair_text : pairs) {
+    std::string_view pair = pair_text;
     if (pair.empty()) continue;
     size_t eq = pair.find('=');
     std::string name = http::UrlDecode(pair.substr(0, eq), true);
@@ -168,12 +186,9 @@ StatusOr<EventsQuery> ParseEventsQuery(std::string_view raw_query) {
       if (value != "true" && value != "false") return InvalidArgument("orderAsc must be true or false");
       q.ascending = value == "true";
     } else if (name == "types") {
-      size_t s = 0;
-      while (s <= value.size()) {
-        size_t comma = value.find(',', s);
-        if (comma == std::string::npos) comma = value.size();
-        std::string t = value.substr(s, comma - s);
-        s = comma + 1;
+      std::vector<std::string> types;
+      boost::split(types, value, boost::is_any_of(","));
+      for (const std::string& t : types) {
         if (t.empty()) continue;
         if (!KnownType(t)) return InvalidArgument("types: unknown event type '" + t.substr(0, 64) + "'");
         if (std::find(q.types.begin(), q.types.end(), t) == q.types.end()) q.types.push_back(t);
@@ -190,10 +205,11 @@ LifecycleEvents::LifecycleEvents(Registry& registry, audit::AuditSink audit, Opt
 }
 
 LifecycleEvents::~LifecycleEvents() {
-  stopping_ = true;
+  // The events already emitted are stored (the killed events of a
+  // --kill-on-exit stop among them); deliveries not yet made are dropped.
   store_work_.reset();
-  store_io_.stop();
   if (store_thread_.joinable()) store_thread_.join();
+  stopping_ = true;
   deliveries_.stop();
   deliveries_.join();
 }
@@ -238,7 +254,17 @@ void LifecycleEvents::Dispatch(const std::string& team, const std::string& type,
   auto shared_body = std::make_shared<const std::string>(body);
   for (auto& w : *hooks) {
     if (!w.enabled || std::find(w.events.begin(), w.events.end(), type) == w.events.end()) continue;
+    // Bounded: receivers that hang cannot grow the queue without end.
+    if (queued_.load() >= kMaxQueued) {
+      if (audit_) {
+        audit_({{"action", "webhook.delivery"}, {"team", w.team}, {"webhook", w.id}, {"event", event_id},
+                {"type", type}, {"attempt", 0}, {"ok", false},
+                {"error", "dropped: " + std::to_string(kMaxQueued) + " deliveries are waiting"}});
+      }
+      continue;
+    }
     auto hook = std::make_shared<const WebhookRecord>(std::move(w));
+    ++queued_;
     asio::post(deliveries_, [this, hook, shared_body, event_id, type] { Attempt(hook, shared_body, event_id, type, 1); });
   }
 }
@@ -246,6 +272,10 @@ void LifecycleEvents::Dispatch(const std::string& team, const std::string& type,
 void LifecycleEvents::Attempt(std::shared_ptr<const WebhookRecord> w, std::shared_ptr<const std::string> body,
                               std::string event_id, std::string type, int attempt) {
   if (stopping_) return;
+  struct Dequeue {  // one queued delivery less when this attempt is over (a retry queues again)
+    std::atomic<int>& n;
+    ~Dequeue() { --n; }
+  } dequeue{queued_};
   const std::string delivery_id = Uuid4();
   auto status = Post(*w, *body, delivery_id);
   const bool ok = status.ok() && *status >= 200 && *status < 300;
@@ -255,9 +285,11 @@ void LifecycleEvents::Attempt(std::shared_ptr<const WebhookRecord> w, std::share
   if (!status.ok()) rec["error"] = status.status().message();
   if (audit_) audit_(rec);
   if (ok || attempt >= kAttempts || stopping_) return;
+  ++queued_;
   auto timer = std::make_shared<asio::steady_timer>(deliveries_.get_executor(), options_.retry_delay);
   timer->async_wait([this, timer, w, body, event_id, type, attempt](boost::system::error_code ec) {
-    if (!ec) Attempt(w, body, event_id, type, attempt + 1);
+    if (!ec) return Attempt(w, body, event_id, type, attempt + 1);
+    --queued_;
   });
 }
 
@@ -300,8 +332,7 @@ StatusOr<int> LifecycleEvents::Post(const WebhookRecord& w, const std::string& b
   req.prepare_payload();
   asio::io_context ioc;
   beast::flat_buffer buf;
-  bhttp::response_parser<bhttp::string_body> parser;
-  parser.body_limit(64 * 1024);
+  bhttp::response_parser<bhttp::empty_body> parser;  // the status decides; the body is not read
   beast::error_code result = asio::error::timed_out;
   auto exchange = [&](auto& stream, auto& lowest, auto&& handshake) {
     lowest.expires_after(options_.timeout);
@@ -311,7 +342,7 @@ StatusOr<int> LifecycleEvents::Post(const WebhookRecord& w, const std::string& b
         if (ec) return void(result = ec);
         bhttp::async_write(stream, req, [&](beast::error_code ec, size_t) {
           if (ec) return void(result = ec);
-          bhttp::async_read(stream, buf, parser, [&](beast::error_code ec, size_t) { result = ec; });
+          bhttp::async_read_header(stream, buf, parser, [&](beast::error_code ec, size_t) { result = ec; });
         });
       });
     });

@@ -23,7 +23,9 @@
 // own ranges: egress::IsForbiddenAddress; every IPv6 address) is refused,
 // at registration for an IP literal and at each delivery for a name (the
 // vetted address is the one connected to), unless the operator allows
-// private targets (serve --webhook-allow-private). The secret is never
+// private targets (serve --webhook-allow-private); so is an address of
+// one of the host's own interfaces. At most kMaxQueued deliveries wait at
+// once (past it one is dropped, audited). The secret is never
 // returned nor logged.
 //
 // Threads: Emit and the API calls from any thread; storing and delivering
@@ -31,6 +33,8 @@
 #pragma once
 
 #include <array>
+#include <atomic>
+#include <thread>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -84,6 +88,9 @@ class LifecycleEvents {
   static constexpr int kAttempts = 4;  // the first and 3 retries, as E2B
   static constexpr int kKeepPerTeam = 10000;
   static constexpr size_t kMaxWebhooksPerTeam = 32;
+  // Deliveries waiting (or being retried) at once, all teams; past it a
+  // delivery is dropped and audited as such.
+  static constexpr int kMaxQueued = 1000;
   struct Options {
     bool allow_private_targets = false;
     std::chrono::milliseconds retry_delay{std::chrono::seconds(10)};
@@ -127,6 +134,7 @@ class LifecycleEvents {
   std::thread store_thread_;
   boost::asio::thread_pool deliveries_{2};
   std::atomic<bool> stopping_{false};
+  std::atomic<int> queued_{0};
 };
 
 }  // namespace airlock::server

@@ -317,6 +317,23 @@ maybe('Idempotency-Key: a retried create makes one sandbox; 409 while running, 4
     assert.equal(killAgain.headers.get('idempotent-replayed'), 'true')
     // A key that is no key.
     assert.equal((await post('x'.repeat(256), body)).status, 400)
+    // On one kept-alive connection, an idempotent kill (no body read) leaves
+    // nothing to the next request: its own body is read (a 400 naming its
+    // field, not a default sandbox made of a stale empty body).
+    const { Client } = await import('undici')
+    const one = new Client(d.url, { pipelining: 0 })
+    try {
+      const k = await one.request({ method: 'DELETE', path: '/sandboxes/nosuchsandbox01',
+        headers: { 'X-API-Key': acme.apiKey, 'Idempotency-Key': `kill-none-${key}` } })
+      assert.equal(k.statusCode, 404)
+      await k.body.text()
+      const bad = await one.request({ method: 'POST', path: '/sandboxes',
+        headers: { 'X-API-Key': acme.apiKey, 'Content-Type': 'application/json' }, body: '{"templateID":5}' })
+      assert.equal(bad.statusCode, 400)
+      assert.match(await bad.body.text(), /templateID/)
+    } finally {
+      await one.close()
+    }
     assert.equal((await post('has space', body)).status, 400)
   } finally {
     for (const id of ids) await fetch(`${d.url}/sandboxes/${id}`, { method: 'DELETE', headers: { 'X-API-Key': admin.apiKey } })

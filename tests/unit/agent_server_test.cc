@@ -823,6 +823,13 @@ TEST(AgentFiles, ComposeConcatenatesAndRemovesTheSources) {
   EXPECT_EQ(ReadFileBytes(g_home + "/out/whole.txt"), "first," + big + ",last") << "a failed compose leaves it be";
   EXPECT_NE(stat((g_home + "/y").c_str(), &st), 0);
   EXPECT_EQ(Http("GET", "/files/compose").status, 405);
+  // A FIFO is no source (and does not hold the open); the destination by
+  // another path (a symlinked directory) is no source either, nothing removed.
+  ASSERT_EQ(mkfifo((g_home + "/fifo").c_str(), 0644), 0);
+  EXPECT_EQ(compose(R"({"source_paths":["fifo"],"destination":"f"})").status, 400);
+  ASSERT_EQ(symlink((g_home + "/out").c_str(), (g_home + "/out-link").c_str()), 0);
+  EXPECT_EQ(compose(R"({"source_paths":["out-link/whole.txt"],"destination":"out/whole.txt"})").status, 400);
+  EXPECT_EQ(ReadFileBytes(g_home + "/out/whole.txt"), "first," + big + ",last");
   if (g_is_root) {
     std::string secret = g_root + "/compose-secret";  // root's, 0600
     std::ofstream(secret) << "root-only";

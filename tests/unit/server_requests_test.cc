@@ -2,6 +2,8 @@
 // Status → HTTP mapping (server/http_status.h) and the in-memory API key
 // table (server/api_keys.h).
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -250,6 +252,16 @@ TEST(LifecycleEventsTest, SignatureUrlTargetsAndQuery) {
     EXPECT_FALSE(ParseWebhookUrl(bad).ok()) << bad;
   }
   EXPECT_TRUE(WebhookTargetAllowed("93.184.216.34", false));
+  // Every address of this host's own interfaces, whatever its range.
+  ifaddrs* all = nullptr;
+  ASSERT_EQ(getifaddrs(&all), 0);
+  for (ifaddrs* a = all; a; a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+    char ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, ip, sizeof ip);
+    EXPECT_FALSE(WebhookTargetAllowed(ip, false)) << ip;
+  }
+  freeifaddrs(all);
   for (const char* ip : {"127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1",
                          "198.18.0.1", "0.0.0.0", "224.0.0.1", "::1", "2001:db8::1", "fc00::1"}) {
     EXPECT_FALSE(WebhookTargetAllowed(ip, false)) << ip;
