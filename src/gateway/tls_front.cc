@@ -12,6 +12,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "common/log.h"
+#include "http/listener.h"
 
 namespace airlock::gateway {
 
@@ -163,22 +164,7 @@ Status TlsFront::Start(const std::string& listen, const std::string& cert_file, 
   if (SSL_CTX_check_private_key(ctx.native_handle()) != 1)
     return InvalidArgument("--tls-key " + key_file + " does not match --tls-cert " + cert_file);
   SSL_CTX_set_alpn_select_cb(ctx.native_handle(), SelectAlpn, nullptr);
-  size_t colon = listen.rfind(':');
-  if (colon == std::string::npos) return InvalidArgument("--tls-listen '" + listen + "' is not ip:port");
-  std::string host = listen.substr(0, colon);
-  if (host.size() > 1 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  auto ip = asio::ip::make_address(host.empty() ? "127.0.0.1" : host, ec);
-  if (ec) return InvalidArgument("--tls-listen '" + listen + "': " + ec.message());
-  char* end = nullptr;
-  unsigned long port = std::strtoul(listen.c_str() + colon + 1, &end, 10);
-  if (*end != '\0' || port > 65535) return InvalidArgument("--tls-listen '" + listen + "': bad port");
-  tcp::endpoint ep(ip, static_cast<uint16_t>(port));
-  auto& a = impl_->acceptor;
-  a.open(ep.protocol(), ec);
-  if (!ec) a.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) a.bind(ep, ec);
-  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return Unavailable("--tls-listen " + listen + ": " + ec.message());
+  RETURN_IF_ERROR(http::ListenOn(impl_->acceptor, listen).WithContext("--tls-listen"));
   impl_->Accept();
   return OkStatus();
 }

@@ -23,7 +23,7 @@ Listener::Listener(asio::io_context& io, Conn::Handler handler, Limits limits)
 
 Listener::~Listener() = default;
 
-Status Listener::Listen(const std::string& address, std::string_view empty_host) {
+Status ListenOn(tcp::acceptor& a, const std::string& address, std::string_view empty_host) {
   size_t colon = address.rfind(':');
   if (colon == std::string::npos) return InvalidArgument("listen address '" + address + "' is not ip:port");
   boost::system::error_code ec;
@@ -35,7 +35,6 @@ Status Listener::Listen(const std::string& address, std::string_view empty_host)
   unsigned long port = std::strtoul(address.c_str() + colon + 1, &end, 10);
   if (*end != '\0' || port > 65535) return InvalidArgument("listen address '" + address + "': bad port");
   tcp::endpoint ep(ip, static_cast<uint16_t>(port));
-  auto& a = acceptor_->acceptor;
   a.open(ep.protocol(), ec);
   // No socket of ours may leak into a spawned process (a leaked listener
   // would keep the port busy after a restart).
@@ -44,6 +43,11 @@ Status Listener::Listen(const std::string& address, std::string_view empty_host)
   if (!ec) a.bind(ep, ec);
   if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return Unavailable("listen on " + address + ": " + ec.message());
+  return OkStatus();
+}
+
+Status Listener::Listen(const std::string& address, std::string_view empty_host) {
+  RETURN_IF_ERROR(ListenOn(acceptor_->acceptor, address, empty_host));
   Accept();
   return OkStatus();
 }

@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include <boost/asio/ip/tcp.hpp>
+
 #include "common/status.h"
 #include "http/conn.h"
 
@@ -17,6 +19,13 @@ class io_context;
 }
 
 namespace airlock::http {
+
+// Opens, binds and listens `acceptor` on "ip:port" or "[v6]:port" (an empty
+// ip is `empty_host`), FD_CLOEXEC and SO_REUSEADDR: Listener::Listen's, also
+// for listeners that speak something else on top (gateway/tls_front.h).
+// Errors as Listen's.
+Status ListenOn(boost::asio::ip::tcp::acceptor& acceptor, const std::string& address,
+                std::string_view empty_host = "127.0.0.1");
 
 class Listener {
  public:

@@ -40,12 +40,17 @@ constexpr size_t kMaxUrl = 2048;
 constexpr size_t kMaxName = 256;
 constexpr size_t kMaxSecret = 512;
 
+// 16 bytes in the 8-4-4-4-12 hex form of a UUID.
+std::string UuidText(std::string_view bytes16) {
+  std::string h = HexEncode(bytes16.substr(0, 16));
+  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" + h.substr(20);
+}
+
 std::string Uuid4() {
   std::string b = RandomBytes(16);
   b[6] = static_cast<char>((b[6] & 0x0f) | 0x40);
   b[8] = static_cast<char>((b[8] & 0x3f) | 0x80);
-  std::string h = HexEncode(b);
-  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" + h.substr(20);
+  return UuidText(b);
 }
 
 // A UUID-shaped id of one run of a sandbox (its id and when it started):
@@ -55,8 +60,7 @@ std::string ExecutionId(const std::string& sandbox, int64_t started_ms) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   EVP_Digest(what.data(), what.size(), md, &n, EVP_sha256(), nullptr);
-  std::string h = HexEncode(md, 16);
-  return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" + h.substr(20);
+  return UuidText(std::string_view(reinterpret_cast<const char*>(md), n));
 }
 
 bool KnownType(std::string_view t) {
@@ -105,28 +109,20 @@ StatusOr<WebhookUrl> ParseWebhookUrl(std::string_view url) {
   }
   if (authority.find('@') != std::string_view::npos) return InvalidArgument("url must not carry credentials");
   u.port = u.tls ? 443 : 80;
-  std::string_view host = authority;
+  // The host ("[v6]" or a name/IPv4) and what follows it (":port" or nothing).
+  std::string_view host = authority, after;
   if (!authority.empty() && authority[0] == '[') {
     size_t close = authority.find(']');
     if (close == std::string_view::npos) return InvalidArgument("url has an unterminated IPv6 address");
     host = authority.substr(1, close - 1);
-    std::string_view after = authority.substr(close + 1);
-    if (!after.empty()) {
-      if (after[0] != ':') return InvalidArgument("url has a malformed host");
-      authority = after;  // ":port"
-    } else {
-      authority = {};
-    }
-    if (!authority.empty()) {
-      std::string port(authority.substr(1));
-      char* e = nullptr;
-      long p = std::strtol(port.c_str(), &e, 10);
-      if (port.empty() || *e || p < 1 || p > 65535) return InvalidArgument("url has an invalid port");
-      u.port = static_cast<uint16_t>(p);
-    }
+    after = authority.substr(close + 1);
+    if (!after.empty() && after[0] != ':') return InvalidArgument("url has a malformed host");
   } else if (size_t colon = authority.rfind(':'); colon != std::string_view::npos) {
     host = authority.substr(0, colon);
-    std::string port(authority.substr(colon + 1));
+    after = authority.substr(colon);
+  }
+  if (!after.empty()) {
+    std::string port(after.substr(1));
     char* e = nullptr;
     long p = std::strtol(port.c_str(), &e, 10);
     if (port.empty() || *e || p < 1 || p > 65535) return InvalidArgument("url has an invalid port");
