@@ -421,7 +421,9 @@ StatusOr<std::shared_ptr<Process>> ProcessTable::Spawn(SpawnRequest req) {
     out_w = std::move(o.second);
     err_r = std::move(e.first);
     err_w = std::move(e.second);
-    if (req.start.stdin.value_or(false)) {
+    // As envd (handler.go): open unless the request says `stdin: false`;
+    // the SDK before 2.x sends no `stdin` and writes to it with sendStdin.
+    if (req.start.stdin.value_or(true)) {
       ASSIGN_OR_RETURN(auto i, MakePipe());
       in_r = std::move(i.first);
       in_w = std::move(i.second);

@@ -136,6 +136,15 @@ void SandboxController::DestroyKilled(const std::string& id) {
 }
 
 Status SandboxController::SetTimeout(const std::string& id, int64_t ends_at_ms, int64_t timeout_s) {
+  // As E2B (orchestrator KeepAliveFor): only a running sandbox's timeout is
+  // set. Being paused: 409; paused: 404, which the SDK before 2.1 reads as
+  // "resume it" in Sandbox.connect (it sets the timeout first).
+  if (auto sb = d_.manager.Visible(id)) {
+    if (sb->state() == SandboxState::kPausing) {
+      return FailedPrecondition("sandbox " + id + " is being paused");
+    }
+    if (sb->api_state() == "paused") return NotFound("sandbox " + id + " is paused (connect resumes it)");
+  }
   auto set = d_.manager.SetEndsAt(id, ends_at_ms);  // and the registry
   if (!set.ok()) return set.status();
   if (auto sb = d_.manager.Get(id)) sb->AddLog("info", "timeout set to " + std::to_string(timeout_s) + " s");

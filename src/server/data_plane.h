@@ -20,6 +20,16 @@ class DataPlane : public ApiHandlers {
   // uploadUrl()/downloadUrl() carry no routing header (spec §4.2, §8): the
   // sandbox whose access token signs this GET/POST /files, if any.
   std::optional<std::string> SandboxBySignature(const HttpConn& c);
+  // The official SDK 2.10 and older, given E2B_SANDBOX_URL, send their envd
+  // HTTP calls (/files, /health, ...) to that URL with no E2b-Sandbox-Id:
+  // only the sandbox's X-Access-Token says which sandbox they are for. The
+  // sandbox whose token this is, if any. Only for a request to one of
+  // envd's own routes with an X-Access-Token (IsEnvdCallByToken; the API's
+  // routes never take one): one that matches no live sandbox is for a
+  // sandbox gone (502 "The sandbox was not found", as E2B's proxy; the
+  // SDK's isRunning() reads it so), never the daemon's own /health.
+  static bool IsEnvdCallByToken(const HttpConn& c);
+  std::optional<std::string> SandboxByAccessToken(const HttpConn& c);
 };
 
 }  // namespace airlock::server

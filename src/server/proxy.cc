@@ -182,4 +182,33 @@ std::optional<std::string> DataPlane::SandboxBySignature(const HttpConn& c) {
   return std::nullopt;
 }
 
+namespace {
+
+// envd's HTTP routes and Connect services (spec §4): what an SDK sends to
+// its sandbox URL.
+bool IsEnvdRoute(const std::string& path) {
+  for (const char* p : {"/files", "/health", "/init", "/envs", "/metrics"}) {
+    if (path == p) return true;
+  }
+  return path.rfind("/filesystem.Filesystem/", 0) == 0 || path.rfind("/process.Process/", 0) == 0;
+}
+
+}  // namespace
+
+bool DataPlane::IsEnvdCallByToken(const HttpConn& c) {
+  return !c.Header("X-Access-Token").empty() && IsEnvdRoute(c.path());
+}
+
+std::optional<std::string> DataPlane::SandboxByAccessToken(const HttpConn& c) {
+  if (!IsEnvdCallByToken(c)) return std::nullopt;
+  const std::string got = c.Header("X-Access-Token");
+  std::optional<std::string> found;
+  for (const auto& sb : manager_->VisibleList()) {
+    // Every token compared in full, in constant time each: how many
+    // sandboxes there are shows, not which token is near.
+    if (!sb->access_token().empty() && SecureEqual(got, sb->access_token()) && !found) found = sb->id();
+  }
+  return found;
+}
+
 }  // namespace airlock::server

@@ -151,6 +151,11 @@ void Router::Handle(std::shared_ptr<HttpConn> c) {
   // A signed URL names its sandbox through the signature alone.
   if (auto signed_id = data_plane_->SandboxBySignature(*c))
     return data_plane_->HandleData(std::move(c), *signed_id, kAgentPort);
+  if (DataPlane::IsEnvdCallByToken(*c)) {
+    if (auto token_id = data_plane_->SandboxByAccessToken(*c))
+      return data_plane_->HandleData(std::move(c), *token_id, kAgentPort);
+    return RespondSandboxNotFound(*c, "");
+  }
   if (c->path() == "/files" && c->Query("signature")) {
     const int64_t now_s = NowUnixMs() / 1000;
     auto shape = CheckSignedFileQuery(http::SplitTarget(c->target()).second, now_s);

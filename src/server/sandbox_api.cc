@@ -171,6 +171,8 @@ void SandboxApi::SetTimeout(std::shared_ptr<HttpConn> c, const std::string& id) 
       Status st = sandboxes_->SetTimeout(id, ends, timeout_s);
       if (st.ok()) EmitLifecycle("sandbox.lifecycle.updated", id, {{"set_timeout", FormatRfc3339Ms(ends)}});
       asio::post(c->executor(), [this, c, id, st] {
+        if (st.code() == StatusCode::kFailedPrecondition) return c->RespondError(409, st.message());
+        if (st.code() == StatusCode::kNotFound && Visible(id)) return c->RespondError(404, st.message());
         if (!st.ok()) return RespondNoSandbox(c, id);
         c->Respond(204, "", "");
       });

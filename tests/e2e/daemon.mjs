@@ -7,7 +7,7 @@
 // default qemu: the suites run once per runtime). `skipReason` says why a suite cannot run here
 // (not root, no guest image, no SDK); the suites skip with it.
 import { execFileSync, spawn } from 'node:child_process'
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -135,4 +135,27 @@ export async function startDaemon(extraArgs = [], reuse = null) {
       await exited
     },
   }
+}
+
+// A CA and a wildcard certificate for `domain` (and the domain itself), made
+// with openssl in a fresh temp dir, valid one day: what an operator gives
+// serve --tls-cert/--tls-key. Returns { dir, caPath, certPath, keyPath, ca }.
+export function makeDomainCert(domain) {
+  const dir = mkdtempSync(join(tmpdir(), 'airlock-tls-'))
+  const ssl = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' })
+  ssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1',
+    '-subj', '/CN=airlock e2e CA', '-keyout', 'ca.key', '-out', 'ca.pem')
+  ssl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', `/CN=${domain}`,
+    '-keyout', 'server.key', '-out', 'server.csr')
+  writeFileSync(join(dir, 'ext.cnf'), `subjectAltName=DNS:*.${domain},DNS:${domain}\n`)
+  ssl('x509', '-req', '-in', 'server.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '1',
+    '-extfile', 'ext.cnf', '-out', 'server.pem')
+  return { dir, caPath: join(dir, 'ca.pem'), certPath: join(dir, 'server.pem'), keyPath: join(dir, 'server.key'),
+    ca: readFileSync(join(dir, 'ca.pem')) }
+}
+
+// A loopback address of this process's own (127.83.x.y), so port 443 is
+// free on it for serve --tls-listen.
+export function tlsAddress() {
+  return `127.83.${1 + (process.pid % 250)}.${1 + Math.floor(Math.random() * 250)}`
 }

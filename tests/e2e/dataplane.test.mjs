@@ -240,7 +240,7 @@ maybe('a Start whose Connect-Timeout-Ms passes ends with deadline_exceeded and k
   }
 })
 
-maybe('uploadUrl() and downloadUrl() work from a client with no headers', async () => {
+maybe('uploadUrl() and downloadUrl() work from a client with no headers; X-Access-Token alone names the sandbox', async () => {
   const sbx = await Sandbox.create({ ...d.opts, secure: true })
   try {
     const up = await sbx.uploadUrl('/home/user/signed.txt', { useSignatureExpiration: 120 })
@@ -267,9 +267,28 @@ maybe('uploadUrl() and downloadUrl() work from a client with no headers', async 
       assert.equal(e.status, 401)
       assert.deepEqual(await e.json(), { code: 401, message: 'signature is already expired' })
     }
+    // The SDK 2.10 and older with E2B_SANDBOX_URL: envd's HTTP calls carry
+    // only X-Access-Token, which names the sandbox; a wrong one reaches no
+    // guest, and no daemon route either.
+    const token = sbx.envdAccessToken
+    assert.ok(token, 'a secured sandbox has an access token')
+    const byToken = await fetch(`${d.url}/files?path=/home/user/signed.txt&username=user`, { headers: { 'X-Access-Token': token } })
+    assert.equal(byToken.status, 200)
+    assert.equal(await byToken.text(), 'signed upload')
+    const health = await fetch(`${d.url}/health`, { headers: { 'X-Access-Token': token } })
+    assert.equal(health.status, 204, 'the agent answers /health (the daemon answers 200)')
+    for (const path of ['/files?path=/etc/hostname', '/health']) {
+      const wrong = await fetch(`${d.url}${path}`, { headers: { 'X-Access-Token': `${token}x` } })
+      assert.equal(wrong.status, 502)
+      assert.equal((await wrong.json()).message, 'The sandbox was not found')
+    }
+    assert.equal((await fetch(`${d.url}/health`)).status, 200, 'the daemon\'s /health without a token')
   } finally {
     await sbx.kill()
   }
+  // A killed sandbox's token: "not found", as E2B's proxy (isRunning() false).
+  const gone = await fetch(`${d.url}/health`, { headers: { 'X-Access-Token': sbx.envdAccessToken } })
+  assert.equal(gone.status, 502)
 })
 
 // A guest server that answers with the Host header it saw; ready when the
@@ -362,60 +381,5 @@ while True:
     assert.equal(closed.status, 502)
   } finally {
     await sbx.kill()
-  }
-})
-
-// Issue 34: TLS (serve --tls-listen/--tls-cert/--tls-key) with --domain, as
-// the oldest SDKs need it: the official SDK given only E2B_DOMAIN talks to
-// https://api.<domain> and https://<port>-<id>.<domain> on port 443. A CA
-// and a wildcard certificate made here; the SDK runs in a Node process of
-// its own (tls_client.mjs) with the CA in NODE_EXTRA_CA_CERTS and the
-// domain resolving to the daemon's TLS address, a loopback address of its
-// own on port 443. The SDK itself is unmodified and gets no URL.
-maybe('TLS with --domain: the SDK given only E2B_DOMAIN creates, runs, moves files over https', { timeout: 300000 }, async () => {
-  const { execFileSync, spawnSync } = await import('node:child_process')
-  const { mkdtempSync, readFileSync, writeFileSync } = await import('node:fs')
-  const { tmpdir } = await import('node:os')
-  const { dirname, join } = await import('node:path')
-  const { fileURLToPath } = await import('node:url')
-  const tls = await import('node:tls')
-  const dir = mkdtempSync(`${tmpdir()}/airlock-tls-`)
-  const domain = 'sandboxes.e2e.test'
-  const ssl = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' })
-  ssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1',
-    '-subj', '/CN=airlock e2e CA', '-keyout', 'ca.key', '-out', 'ca.pem')
-  ssl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', `/CN=${domain}`,
-    '-keyout', 'server.key', '-out', 'server.csr')
-  writeFileSync(join(dir, 'ext.cnf'), `subjectAltName=DNS:*.${domain},DNS:${domain}\n`)
-  ssl('x509', '-req', '-in', 'server.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '1',
-    '-extfile', 'ext.cnf', '-out', 'server.pem')
-  const ca = readFileSync(join(dir, 'ca.pem'))
-  // A loopback address of this test's own, so port 443 is free on it.
-  const addr = `127.83.${1 + (process.pid % 250)}.${1 + Math.floor(Math.random() * 250)}`
-  const dt = await startDaemon(['--domain', domain, '--tls-listen', `${addr}:443`,
-    '--tls-cert', join(dir, 'server.pem'), '--tls-key', join(dir, 'server.key')])
-  try {
-    // ALPN: HTTP/1.1 is what is offered, also to a client that asks for h2 first.
-    const probe = tls.connect({ host: addr, port: 443, servername: `api.${domain}`, ca, ALPNProtocols: ['h2', 'http/1.1'] })
-    await new Promise((r, j) => { probe.once('secureConnect', r); probe.once('error', j) })
-    assert.equal(probe.alpnProtocol, 'http/1.1')
-    probe.destroy()
-    // A client that does not trust the CA gets no connection.
-    const untrusted = tls.connect({ host: addr, port: 443, servername: `api.${domain}` })
-    await assert.rejects(new Promise((r, j) => { untrusted.once('secureConnect', r); untrusted.once('error', j) }))
-    const here = dirname(fileURLToPath(import.meta.url))
-    const env = { ...process.env, E2B_DOMAIN: domain, E2B_API_KEY: dt.apiKey, NODE_EXTRA_CA_CERTS: join(dir, 'ca.pem'),
-      AIRLOCK_TLS_ADDR: addr }
-    for (const k of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_DEBUG']) delete env[k]
-    const run = spawnSync(process.execPath, [join(here, 'tls_client.mjs')], { cwd: here, env, encoding: 'utf8', timeout: 240000 })
-    assert.equal(run.status, 0, run.stderr)
-    const out = JSON.parse(run.stdout.trim().split('\n').pop())
-    assert.equal(out.stdout, 'over-tls\n')
-    assert.equal(out.read, 'through https')
-    assert.match(out.url, new RegExp(`^https://49983-${out.sandboxId}\\.${domain.replace(/\./g, '\\.')}/files`))
-    assert.equal(out.download, 'through https')
-    assert.equal(out.listed, true)
-  } finally {
-    await dt.stop()
   }
 })

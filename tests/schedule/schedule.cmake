@@ -75,6 +75,7 @@ set(airlock_lock_memory
   LimitsTest.MemoryOvercommitIsRefusedAndSaysSo
   LimitsTest.MemoryPressureRefusesCreatesAndPausesTheIdleSandbox
   e2e_multinode e2e_code_interpreter e2e_code_interpreter_gvisor
+  e2e_sdk_matrix  # code-interpreter sandboxes (2 GiB each) among its own
 )
 # team-names: named snapshots and the team disk budget are per team name
 # across every daemon on the state dir, and these use the same team names.
@@ -88,7 +89,7 @@ set(airlock_lock_team_names
 # first. Its own measurements (Testing/Temporary/CTestCostData.txt) replace
 # these after a run in the same build directory.
 set(airlock_costs
-  e2e_code_interpreter 234  e2e_templates 174  e2e_dataplane 40  e2e_files 80
+  e2e_code_interpreter 234  e2e_templates 174  e2e_sdk_matrix 150  e2e_dataplane 40  e2e_files 80
   e2e_code_interpreter_gvisor 110  integration_gvisor 100  runtime_conformance 88
   e2e_template_oci 72  DataPlaneTest.GigabyteDownloadAndLargeUploadStreamWithBoundedMemory 72
   e2e_sdk_snapshots_gvisor 47  e2e_pool 44  SnapshotTest.FiftyPauseResumeCyclesKeepEveryByte 42

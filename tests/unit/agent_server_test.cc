@@ -610,6 +610,17 @@ TEST(AgentProcess, StdinInputAndClose) {
   EXPECT_EQ(Json::parse(bad.body)["code"], "failed_precondition");
   Rpc("process.Process/SendSignal", R"({"process":{"pid":)" + std::to_string(pid2) + R"(},"signal":9})");
   Drain(s2, false);
+  // No `stdin` field at all (the SDK before 2.x): stdin is open, as in envd.
+  envd::OJson old = {{"process", {{"cmd", "/bin/bash"}, {"args", {"-l", "-c", "head -n 1"}}}}};
+  Stream s3("process.Process/Start", envd::Dump(old));
+  uint32_t pid3 = ReadStartPid(s3);
+  auto fed = Rpc("process.Process/SendInput",
+                 R"({"process":{"pid":)" + std::to_string(pid3) + R"(},"input":{"stdin":"b2xkCg=="}})");
+  EXPECT_EQ(fed.status, 200) << fed.body;
+  auto old_end = Drain(s3, false);
+  EXPECT_EQ(old_end.out, "old\n");
+  ASSERT_TRUE(old_end.end);
+  EXPECT_EQ(old_end.end->exit_code, 0);
 }
 
 TEST(AgentProcess, PtyStart) {
