@@ -41,6 +41,7 @@ StatusOr<std::unique_ptr<egress::EgressService>> StartEgress(const EgressSetup& 
   cfg.default_limits = setup.limits;
   cfg.request_broker = setup.request_broker;
   cfg.upstream_ca_file = setup.upstream_ca_file;
+  cfg.proxy_allow_private = setup.proxy_allow_private;
   cfg.sandbox_pool = setup.pool_cidr;
   cfg.on_host_addresses_changed = setup.on_host_addresses_changed;
   ASSIGN_OR_RETURN(auto svc, egress::EgressService::Start(cfg));
@@ -61,6 +62,9 @@ std::vector<net::NftCidr> NftCidrsFor(const egress::EgressPolicy& policy) {
     if (r.kind != egress::Rule::Kind::kCidr) continue;
     out.push_back({"!" + egress::Ipv4ToString(r.net) + "/" + std::to_string(r.prefix), r.port, false, r.text});
   }
+  // With network.egressProxy nothing is forwarded around the proxy: names
+  // only (80/443, through it); the policy refuses CIDR allow rules then.
+  if (policy.upstream_proxy()) return out;
   for (const auto& r : policy.CidrAllowRules())
     out.push_back({egress::Ipv4ToString(r.net) + "/" + std::to_string(r.prefix), r.port, true, r.text});
   if (policy.internet()) out.push_back({"0.0.0.0/0", std::nullopt, false, "internet"});

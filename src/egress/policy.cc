@@ -307,6 +307,69 @@ const HostHeaderRules* EgressPolicy::HeaderRulesFor(std::string_view raw) const 
   return best;
 }
 
+StatusOr<UpstreamProxy> ParseUpstreamProxy(std::string_view address, std::string username, std::string password) {
+  UpstreamProxy p;
+  p.address = std::string(address);
+  std::string_view rest = address;
+  if (rest.rfind("socks5://", 0) == 0) {
+    rest.remove_prefix(9);
+  } else if (rest.rfind("http://", 0) == 0) {
+    rest.remove_prefix(7);
+    p.kind = UpstreamProxy::Kind::kHttpConnect;
+  } else if (rest.find("://") != std::string_view::npos) {
+    return InvalidArgument("network.egressProxy.address: the scheme is socks5:// (or none) or http://");
+  }
+  if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  size_t colon = rest.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || rest.front() == '[') {
+    return InvalidArgument("network.egressProxy.address must be host:port (an IPv4 address or a DNS name)");
+  }
+  std::string_view port = rest.substr(colon + 1);
+  unsigned long v = 0;
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos ||
+      (v = std::stoul(std::string(port))) == 0 || v > 65535) {
+    return InvalidArgument("network.egressProxy.address: the port must be 1..65535");
+  }
+  p.port = static_cast<uint16_t>(v);
+  std::string_view host = rest.substr(0, colon);
+  if (ParseIpv4(host)) {
+    p.host = std::string(host);
+  } else {
+    p.host = NormalizeName(host);
+    if (p.host.empty()) return InvalidArgument("network.egressProxy.address: '" + std::string(host) + "' is not a DNS name or IPv4 address");
+  }
+  if (username.size() > kMaxProxyCredentialBytes || password.size() > kMaxProxyCredentialBytes) {
+    return InvalidArgument("network.egressProxy: username and password are at most 255 bytes each");
+  }
+  if (username.empty() && !password.empty()) {
+    return InvalidArgument("network.egressProxy: a password needs a username");
+  }
+  for (const std::string* c : {&username, &password}) {
+    if (c->find_first_of(std::string_view("\0\r\n", 3)) != std::string::npos) {
+      return InvalidArgument("network.egressProxy: credentials may not contain NUL, CR or LF");
+    }
+  }
+  if (p.kind == UpstreamProxy::Kind::kHttpConnect && username.find(':') != std::string::npos) {
+    return InvalidArgument("network.egressProxy.username: no ':' in a Basic credential's user");
+  }
+  p.username = std::move(username);
+  p.password = std::move(password);
+  return p;
+}
+
+Status EgressPolicy::SetUpstreamProxy(std::optional<UpstreamProxy> proxy) {
+  if (proxy) {
+    for (const auto& r : allow_) {
+      if (r.kind == Rule::Kind::kCidr) {
+        return InvalidArgument("network.egressProxy with the allowOut address rule '" + r.text +
+                               "': address rules are forwarded around a proxy; allow names with an egressProxy");
+      }
+    }
+  }
+  upstream_proxy_ = std::move(proxy);
+  return OkStatus();
+}
+
 std::string EgressPolicy::ToJson(bool with_header_values) const {
   nlohmann::json j;
   j["allowInternetAccess"] = internet_;
@@ -326,6 +389,13 @@ std::string EgressPolicy::ToJson(bool with_header_values) const {
       rules[h.pattern] = list;
     }
     j["rules"] = rules;
+  }
+  if (upstream_proxy_) {
+    nlohmann::json p{{"address", upstream_proxy_->address}};
+    const std::string hidden = "[hidden]";
+    if (!upstream_proxy_->username.empty()) p["username"] = with_header_values ? upstream_proxy_->username : hidden;
+    if (!upstream_proxy_->password.empty()) p["password"] = with_header_values ? upstream_proxy_->password : hidden;
+    j["egressProxy"] = p;
   }
   return j.dump();
 }

@@ -80,6 +80,31 @@ inline constexpr size_t kMaxHeaderValueBytes = 8192;
 // value without CR, LF or NUL of at most kMaxHeaderValueBytes.
 Status ValidateRuleHeader(std::string_view name, std::string_view value);
 
+// E2B `network.egressProxy` (SandboxEgressProxyConfig): the customer's own
+// proxy, through which the sandbox's allowed egress leaves (docs/network.md
+// "Upstream proxy"). airlock's policy, brokering and audit apply first; the
+// proxy is given the destination's name (SOCKS5 ATYP=domain, the proxy
+// resolves it, as E2B) and port.
+//   address: "host:port" or "socks5://host:port" (SOCKS5, RFC 1928; E2B's
+//            only form), "http://host:port" (HTTP CONNECT, RFC 9110 §9.3.6;
+//            an airlock extension). host: a DNS name or an IPv4 literal.
+//   username, password: RFC 1929 (SOCKS5) or Basic Proxy-Authorization
+//            (HTTP), each at most 255 bytes; credentials: never logged nor
+//            returned ("[hidden]"), kept only in the run dir's policy file.
+// With a proxy, nothing is forwarded around it: CIDR allowOut rules are
+// refused, and allow_internet_access allows every public name (80/443,
+// through the proxy) but no address forwarding.
+struct UpstreamProxy {
+  enum class Kind { kSocks5, kHttpConnect };
+  Kind kind = Kind::kSocks5;
+  std::string address;  // as given
+  std::string host;     // lower-cased name or IPv4 literal
+  uint16_t port = 0;
+  std::string username, password;
+};
+inline constexpr size_t kMaxProxyCredentialBytes = 255;
+StatusOr<UpstreamProxy> ParseUpstreamProxy(std::string_view address, std::string username, std::string password);
+
 struct Decision {
   bool allowed = false;
   std::string rule;    // the matching rule's text, "internet", or "default-deny"
@@ -108,21 +133,27 @@ class EgressPolicy {
   // network.rules; InvalidArgument for a bad pattern, header or size.
   Status SetHeaderRules(std::vector<HostHeaderRules> rules);
   const std::vector<HostHeaderRules>& header_rules() const { return header_rules_; }
+  // network.egressProxy; InvalidArgument with CIDR allow rules (they would
+  // be forwarded around it).
+  Status SetUpstreamProxy(std::optional<UpstreamProxy> proxy);
+  const std::optional<UpstreamProxy>& upstream_proxy() const { return upstream_proxy_; }
   // The rules' host patterns (the names a sandbox CA must cover).
   std::vector<std::string> HeaderRulePatterns() const;
   // The rule set for `host` (port ignored); null when none matches.
   const HostHeaderRules* HeaderRulesFor(std::string_view host) const;
   // {"allowInternetAccess":bool,"allowOut":[...],"denyOut":[...],
-  //  "rules":{pattern:[{"transform":{"headers":{name:value}}}]}}
-  // Header values are credentials: without `with_header_values` each is
-  // written as "[hidden]" (logs, audit, API responses); the policy file in
-  // the run dir keeps them.
+  //  "rules":{pattern:[{"transform":{"headers":{name:value}}}]},
+  //  "egressProxy":{"address":...,"username":...,"password":...}}
+  // Header values and proxy credentials are credentials: without
+  // `with_header_values` each is written as "[hidden]" (logs, audit, API
+  // responses); the policy file in the run dir keeps them.
   std::string ToJson(bool with_header_values = false) const;
 
  private:
   bool internet_ = false;
   std::vector<Rule> allow_, deny_;
   std::vector<HostHeaderRules> header_rules_;
+  std::optional<UpstreamProxy> upstream_proxy_;
 };
 
 }  // namespace airlock::egress

@@ -48,6 +48,22 @@ StatusOr<std::vector<HostHeaderRules>> ParseHeaderRules(const nlohmann::json& j)
   return out;
 }
 
+// SandboxEgressProxyConfig: {"address": required, "username", "password"};
+// any other field is refused by name.
+StatusOr<UpstreamProxy> ParseEgressProxy(const nlohmann::json& j) {
+  if (!j.is_object()) return InvalidArgument("network.egressProxy must be an object");
+  std::string address, username, password;
+  for (const auto& [key, value] : j.items()) {
+    std::string* into = key == "address" ? &address : key == "username" ? &username : key == "password" ? &password : nullptr;
+    if (!into) return InvalidArgument("network.egressProxy: unknown field '" + key + "' (address, username, password)");
+    if (value.is_null()) continue;
+    if (!value.is_string()) return InvalidArgument("network.egressProxy." + key + " must be a string");
+    *into = value.get<std::string>();
+  }
+  if (address.empty()) return InvalidArgument("network.egressProxy.address is required");
+  return ParseUpstreamProxy(address, std::move(username), std::move(password));
+}
+
 std::vector<std::string> Texts(const std::vector<Rule>& rules) {
   std::vector<std::string> out;
   for (const auto& r : rules) out.push_back(r.text);
@@ -61,6 +77,7 @@ StatusOr<EgressPolicy> PolicyFromApi(const nlohmann::json* network, std::optiona
   std::vector<std::string> allow = Texts(base.allow()), deny = Texts(base.deny());
   bool inet = internet.value_or(base.internet());
   std::vector<HostHeaderRules> rules = base.header_rules();
+  std::optional<UpstreamProxy> proxy = base.upstream_proxy();
   if (network && !network->is_null()) {
     if (!network->is_object()) return InvalidArgument("network must be an object");
     if (auto it = network->find("allowOut"); it != network->end() && !it->is_null()) {
@@ -69,15 +86,16 @@ StatusOr<EgressPolicy> PolicyFromApi(const nlohmann::json* network, std::optiona
     if (auto it = network->find("denyOut"); it != network->end() && !it->is_null()) {
       ASSIGN_OR_RETURN(deny, StringList(*it, "denyOut"));
     }
-    if (auto it = network->find("egressProxy"); it != network->end() && !it->is_null())
-      return InvalidArgument(
-          "network.egressProxy is not supported by airlock (egress goes through airlock's own proxy)");
+    if (auto it = network->find("egressProxy"); it != network->end() && !it->is_null()) {
+      ASSIGN_OR_RETURN(proxy, ParseEgressProxy(*it));
+    }
     if (auto it = network->find("rules"); it != network->end() && !it->is_null()) {
       ASSIGN_OR_RETURN(rules, ParseHeaderRules(*it));
     }
   }
   ASSIGN_OR_RETURN(EgressPolicy p, EgressPolicy::Create(inet, allow, deny));
   RETURN_IF_ERROR(p.SetHeaderRules(std::move(rules)));
+  RETURN_IF_ERROR(p.SetUpstreamProxy(std::move(proxy)));
   return p;
 }
 

@@ -3,11 +3,10 @@
 // sandbox's run dir).
 //
 //   network: {"allowOut":[rule...], "denyOut":[rule...],
-//             "rules":{host:[{"transform":{"headers":{name:value}}}]}}   (E2B SandboxNetworkConfig)
+//             "rules":{host:[{"transform":{"headers":{name:value}}}]},
+//             "egressProxy":{"address","username","password"}}   (E2B SandboxNetworkConfig)
 //   internet: `allow_internet_access` (create / update; nullopt = keep `base`)
-// Unsupported E2B fields that would change what leaves the sandbox
-// (`egressProxy`) are refused with InvalidArgument
-// rather than ignored. `base` supplies values for fields that are absent.
+// `base` supplies values for fields that are absent.
 #pragma once
 
 #include <nlohmann/json.hpp>

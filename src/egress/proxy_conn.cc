@@ -1,5 +1,8 @@
 #include "egress/proxy_conn.h"
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+
 #include "egress/l7_parse.h"
 
 namespace airlock::egress {
@@ -76,7 +79,38 @@ void ProxyConn::Decide() {
     return;
   }
   ChooseMode();
+  if (sb_->policy->upstream_proxy()) {
+    ConnectViaProxy();
+    return;
+  }
   Connect(0);
+}
+
+void ProxyConn::ConnectViaProxy() {
+  // A copy: the policy may be replaced while the tunnel opens.
+  UpstreamProxy proxy = *sb_->policy->upstream_proxy();
+  via_ = std::string(proxy.kind == UpstreamProxy::Kind::kSocks5 ? "socks5 " : "http-connect ") + proxy.address;
+  timer_.expires_after(svc_.config.connect_timeout);  // resolve + connect + handshake
+  timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (!ec && !self->allowed_ && !self->finished_) self->Finish("the egress proxy did not open a tunnel in time");
+  });
+  asio::co_spawn(
+      svc_.io,
+      [self = shared_from_this(), proxy]() -> asio::awaitable<void> {
+        std::string why;
+        try {
+          why = co_await self->OpenProxyTunnel(proxy);
+        } catch (const std::exception& e) {
+          why = std::string("the egress proxy: ") + e.what();
+        }
+        if (self->finished_) co_return;
+        if (!why.empty()) {
+          self->Finish(why);
+          co_return;
+        }
+        self->OnUpstreamConnected();
+      },
+      asio::detached);
 }
 
 void ProxyConn::Connect(size_t index) {
@@ -111,25 +145,30 @@ void ProxyConn::Connect(size_t index) {
       self->Connect(index + 1);
       return;
     }
-    self->allowed_ = true;
-    self->timer_.cancel();
-    boost::system::error_code ignore;
-    self->upstream_.set_option(tcp::no_delay(true), ignore);
-    if (self->mode_ != Mode::kRaw) {
-      asio::co_spawn(self->svc_.io, [self]() { return self->RunHttp(); }, asio::detached);
+    self->OnUpstreamConnected();
+  });
+}
+
+void ProxyConn::OnUpstreamConnected() {
+  allowed_ = true;
+  timer_.cancel();
+  boost::system::error_code ignore;
+  upstream_.set_option(tcp::no_delay(true), ignore);
+  auto self = shared_from_this();
+  if (mode_ != Mode::kRaw) {
+    asio::co_spawn(svc_.io, [self]() { return self->RunHttp(); }, asio::detached);
+    return;
+  }
+  // Forward what was read to decide, then relay.
+  auto data = std::make_shared<std::vector<uint8_t>>(std::move(first_));
+  bytes_out_ += data->size();
+  asio::async_write(upstream_, asio::buffer(*data), [self, data](const boost::system::error_code& ec2, size_t) {
+    if (self->finished_) return;
+    if (ec2) {
+      self->Finish("upstream write failed");
       return;
     }
-    // Forward what was read to decide, then relay.
-    auto data = std::make_shared<std::vector<uint8_t>>(std::move(self->first_));
-    self->bytes_out_ += data->size();
-    asio::async_write(self->upstream_, asio::buffer(*data), [self, data](const boost::system::error_code& ec2, size_t) {
-      if (self->finished_) return;
-      if (ec2) {
-        self->Finish("upstream write failed");
-        return;
-      }
-      self->Relay();
-    });
+    self->Relay();
   });
 }
 
@@ -226,6 +265,7 @@ void ProxyConn::Finish(const std::string& reason) {
   if (!rules_applied_.empty()) r["headerRules"] = rules_applied_;
   if (!secrets_used_.empty()) r["secrets"] = secrets_used_;
   if (!note_.empty()) r["note"] = note_;
+  if (!via_.empty()) r["via"] = via_;  // destination.ip is then the proxy's
   svc_.Emit(*sb_, std::move(r));
   sb_->conns.erase(shared_from_this());
 }

@@ -13,7 +13,9 @@
 //                  substitution (request_broker.h); when the sandbox has
 //                  brokered values, responses are parsed too and every
 //                  form of a value is masked (stream_scrubber.h);
-//   → connect to a pinned address → relay (bandwidth shared per sandbox)
+//   → connect to a pinned address, or with network.egressProxy open a
+//     tunnel to the name through the customer's proxy (upstream_tunnel.cc)
+//   → relay (bandwidth shared per sandbox)
 //   → one audit record when it ends.
 // A request head naming another host, or one that does not parse, closes
 // the connection (responses may be in flight, so no 403 can be slotted in).
@@ -47,6 +49,12 @@ class ProxyConn : public std::enable_shared_from_this<ProxyConn> {
   void Decide();
   void Deny(const std::string& rule, const std::string& reason);
   void Connect(size_t index);
+  // Through network.egressProxy (upstream_tunnel.cc) instead of Connect.
+  void ConnectViaProxy();
+  asio::awaitable<std::string> OpenProxyTunnel(UpstreamProxy proxy);  // "" or why not
+  std::string ProxyAddressRefusal(uint32_t ip);
+  // upstream_ is connected (to the destination, or a tunnel to it): relay.
+  void OnUpstreamConnected();
   void Relay();
   struct Direction {
     tcp::socket* from;
@@ -108,6 +116,7 @@ class ProxyConn : public std::enable_shared_from_this<ProxyConn> {
   boost::beast::flat_buffer resp_buf_;
   std::array<char, 16384> resp_body_buf_;
   std::string rules_applied_;  // the network.rules pattern used, if any
+  std::string via_;            // "socks5 <address>" / "http-connect <address>" through network.egressProxy
 };
 
 }  // namespace airlock::egress

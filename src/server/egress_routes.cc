@@ -17,6 +17,7 @@ void AddEgressFields(egress::EgressService* egress, const std::string& id, json&
   detail["allowInternetAccess"] = j["allowInternetAccess"];
   detail["network"] = {{"allowOut", j["allowOut"]}, {"denyOut", j["denyOut"]}};
   if (j.contains("rules")) detail["network"]["rules"] = j["rules"];  // header values shown as "[hidden]"
+  if (j.contains("egressProxy")) detail["network"]["egressProxy"] = j["egressProxy"];  // credentials "[hidden]"
 }
 
 json EgressLogEntry(const json& r) {

@@ -42,6 +42,7 @@
 #include "tests/integration/daemon.h"
 #include "tests/integration/fake_guest.h"
 #include "tests/integration/fake_internet.h"
+#include "tests/integration/fake_proxy.h"
 #include "tests/unit/scoped_dir.h"
 #include "tests/wait_for.h"
 
@@ -539,6 +540,82 @@ TEST_F(EgressTest, AllowedNamesWorkAndBypassesFail) {
   }
   std::lock_guard<std::mutex> l(sink_mu_);
   EXPECT_GE(sink_.size(), recs.size());
+}
+
+// Issue 34: network.egressProxy. The sandbox's allowed egress leaves through
+// the customer's proxy (SOCKS5 with RFC 1929 credentials, then HTTP CONNECT
+// with Basic), written in the test and run in the fake internet; airlock's
+// policy decides first (a denied name never reaches the proxy), network.rules
+// still apply inside the tunnel, records say "via" and never the credentials,
+// a wrong password and a proxy at a private address are refused with why.
+TEST_F(EgressTest, UpstreamProxyCarriesAllowedEgressOnly) {
+  test_util::FakeProxy socks(test_util::FakeProxy::Kind::kSocks5, inet_->internet_ns(), "203.0.113.30", 1080,
+                             "u-proxy", "p-secret-1");
+  test_util::FakeProxy connect(test_util::FakeProxy::Kind::kHttpConnect, inet_->internet_ns(), "203.0.113.30", 3128,
+                               "u-proxy", "p-secret-2");
+  ASSERT_TRUE(socks.ok() && connect.ok());
+  auto b = NewBox("px", false, {"allowed.test"});
+  ASSERT_TRUE(b);
+  Guest& g = *b->guest;
+  const std::string ca = inet_->ca_file();
+  auto with_proxy = [](const std::string& address, const std::string& user, const std::string& pass,
+                       std::vector<HostHeaderRules> rules = {}) {
+    auto p = EgressPolicy::Create(false, {"allowed.test"}, {});
+    EXPECT_TRUE(p.ok());
+    EXPECT_TRUE(p->SetHeaderRules(std::move(rules)).ok());
+    auto up = ParseUpstreamProxy(address, user, pass);
+    EXPECT_TRUE(up.ok()) << up.status().ToString();
+    EXPECT_TRUE(p->SetUpstreamProxy(*up).ok());
+    return *p;
+  };
+  ASSERT_TRUE(svc_->UpdatePolicy(b->id, with_proxy("203.0.113.30:1080", "u-proxy", "p-secret-1",
+                                                   {{"allowed.test", {{{{"X-Rule", "set-in-tunnel"}}}}}}))
+                  .ok());
+  int direct80 = inet_->Accepted("203.0.113.10:80");
+  auto [rc, out] = g.Curl({"http://allowed.test/echo"});
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("X-Rule: set-in-tunnel"), std::string::npos) << out;  // rules apply inside the tunnel
+  std::tie(rc, out) = g.Curl({"--cacert", ca, "https://allowed.test/y"});
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("server=203.0.113.10 host=allowed.test sni=allowed.test"), std::string::npos) << out;
+  std::tie(rc, out) = g.Curl({"http://denied.test/"});
+  EXPECT_NE(rc, 0) << out;
+  std::vector<std::string> expect = {"socks5 allowed.test:80 auth=ok", "socks5 allowed.test:443 auth=ok"};
+  EXPECT_EQ(socks.Log(), expect);
+  // Both reached the origin through the proxy's connection (the origin counts
+  // accepts: as many as the proxy made), none straight from the daemon.
+  EXPECT_EQ(inet_->Accepted("203.0.113.10:80"), direct80 + 1);
+  EXPECT_TRUE(WaitForRecord(b->id, [](const nlohmann::json& j) {
+    return j.value("protocol", "") == "tls" && j.value("decision", "") == "allow" &&
+           j.value("via", "") == "socks5 203.0.113.30:1080" && j["destination"].value("ip", "") == "203.0.113.30";
+  }));
+  // HTTP CONNECT with Basic credentials.
+  ASSERT_TRUE(svc_->UpdatePolicy(b->id, with_proxy("http://203.0.113.30:3128", "u-proxy", "p-secret-2")).ok());
+  std::tie(rc, out) = g.Curl({"--cacert", ca, "https://allowed.test/z"});
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(connect.Log(), std::vector<std::string>{"http-connect allowed.test:443 auth=ok"});
+  // A wrong password: no tunnel, and the record says why.
+  ASSERT_TRUE(svc_->UpdatePolicy(b->id, with_proxy("203.0.113.30:1080", "u-proxy", "wrong")).ok());
+  std::tie(rc, out) = g.Curl({"http://allowed.test/"});
+  EXPECT_EQ(out.find("server="), std::string::npos) << out;
+  EXPECT_TRUE(WaitForRecord(b->id, [](const nlohmann::json& j) {
+    return j.value("reason", "").find("refused the username and password") != std::string::npos;
+  }));
+  // A proxy at a private or host address is never dialled (no operator
+  // override here), and the record says why.
+  for (const char* addr : {"10.9.8.7:1080", "127.0.0.1:1080", "192.0.2.2:1080"}) {
+    ASSERT_TRUE(svc_->UpdatePolicy(b->id, with_proxy(addr, "", "")).ok());
+    std::tie(rc, out) = g.Curl({"http://allowed.test/"});
+    EXPECT_EQ(out.find("server="), std::string::npos) << addr << ": " << out;
+    EXPECT_TRUE(WaitForRecord(b->id, [addr](const nlohmann::json& j) {
+      return j.value("reason", "").find(std::string("the egress proxy ") + addr + " is at") != std::string::npos;
+    })) << addr;
+  }
+  // No record, no sink entry, carries a credential.
+  for (const auto& j : RecordsOf(b->id)) {
+    EXPECT_EQ(j.dump().find("p-secret"), std::string::npos) << j;
+    EXPECT_EQ(j.dump().find("u-proxy"), std::string::npos) << j;
+  }
 }
 
 // Issue 6: brokered secrets and network.rules through TLS interception.
@@ -1608,6 +1685,37 @@ TEST_F(EgressTest, DaemonApiCreateUpdateAndLogs) {
   EXPECT_NE(r2.find("echo:frame-1"), std::string::npos) << r2;
   std::string r3 = ws("Host: 8765-" + id + ".elsewhere.test\r\n");  // not our --domain
   EXPECT_EQ(r3.find("101"), std::string::npos) << r3;
+  // network.egressProxy through the API (issue 34): a live update sends the
+  // allowed egress through the customer's SOCKS5 proxy; the sandbox's
+  // details show the address, never the credentials; an address rule beside
+  // a proxy is refused (it would be forwarded around it).
+  {
+    test_util::FakeProxy socks(test_util::FakeProxy::Kind::kSocks5, inet_->internet_ns(), "203.0.113.30", 1081,
+                               "u-daemon", "p-daemon-secret");
+    ASSERT_TRUE(socks.ok());
+    auto put = api("PUT", "/sandboxes/" + id + "/network",
+                   R"({"allowOut":["allowed.test"],"egressProxy":{"address":"203.0.113.30:1081",)"
+                   R"("username":"u-daemon","password":"p-daemon-secret"}})");
+    ASSERT_TRUE(put.ok());
+    EXPECT_EQ(put->status, 204) << put->body;
+    std::tie(rc, out) = exec("curl -sS --max-time 10 http://allowed.test/via");
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("server=203.0.113.10 host=allowed.test"), std::string::npos) << out;
+    EXPECT_EQ(socks.Log(), std::vector<std::string>{"socks5 allowed.test:80 auth=ok"});
+    auto shown = api("GET", "/sandboxes/" + id);
+    ASSERT_TRUE(shown.ok());
+    auto sj = nlohmann::json::parse(shown->body, nullptr, false);
+    EXPECT_EQ(sj["network"]["egressProxy"]["address"], "203.0.113.30:1081") << shown->body;
+    EXPECT_EQ(shown->body.find("p-daemon-secret"), std::string::npos) << shown->body;
+    EXPECT_EQ(shown->body.find("u-daemon"), std::string::npos) << shown->body;
+    auto cidr = api("PUT", "/sandboxes/" + id + "/network",
+                    R"({"allowOut":["203.0.113.0/24"],"egressProxy":{"address":"203.0.113.30:1081"}})");
+    ASSERT_TRUE(cidr.ok());
+    EXPECT_EQ(cidr->status, 400) << cidr->body;
+    auto logs_now = api("GET", "/v2/sandboxes/" + id + "/logs?search=p-daemon-secret");
+    ASSERT_TRUE(logs_now.ok());
+    EXPECT_EQ(logs_now->body.find("p-daemon-secret"), std::string::npos) << logs_now->body;
+  }
   auto kill = api("DELETE", "/sandboxes/" + id);
   ASSERT_TRUE(kill.ok());
   EXPECT_EQ(kill->status, 204);

@@ -254,6 +254,48 @@ TEST(EgressPolicy, HeaderRulesParseMatchAndHideValues) {
   EXPECT_TRUE(cleared->header_rules().empty());
 }
 
+// network.egressProxy (E2B SandboxEgressProxyConfig): SOCKS5 by default,
+// HTTP CONNECT with http://; credentials hidden and kept in the policy file;
+// nothing that would be forwarded around the proxy.
+TEST(EgressPolicy, UpstreamProxyParsesHidesAndRefuses) {
+  auto body = nlohmann::json::parse(R"({"allowOut": ["example.com"],
+    "egressProxy": {"address": "Proxy.Example.net:1080", "username": "u-secret", "password": "p-secret"}})");
+  auto p = PolicyFromApi(&body, false);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_TRUE(p->upstream_proxy());
+  EXPECT_EQ(p->upstream_proxy()->kind, UpstreamProxy::Kind::kSocks5);
+  EXPECT_EQ(p->upstream_proxy()->host, "proxy.example.net");
+  EXPECT_EQ(p->upstream_proxy()->port, 1080);
+  std::string shown = p->ToJson();
+  EXPECT_EQ(shown.find("u-secret"), std::string::npos) << shown;
+  EXPECT_EQ(shown.find("p-secret"), std::string::npos) << shown;
+  auto back = PolicyFromStoredJson(p->ToJson(true));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->upstream_proxy()->password, "p-secret");
+  EXPECT_EQ(back->ToJson(true), p->ToJson(true));
+  auto http = ParseUpstreamProxy("http://203.0.113.9:3128", "", "");
+  ASSERT_TRUE(http.ok());
+  EXPECT_EQ(http->kind, UpstreamProxy::Kind::kHttpConnect);
+  EXPECT_EQ(http->host, "203.0.113.9");
+  EXPECT_EQ(ParseUpstreamProxy("socks5://203.0.113.9:1080", "", "")->kind, UpstreamProxy::Kind::kSocks5);
+  for (const char* bad : {"proxy", "proxy:0", "proxy:65536", "proxy:x", ":1080", "[::1]:1080", "ftp://p:21",
+                          "bad_name!:1080"}) {
+    EXPECT_FALSE(ParseUpstreamProxy(bad, "", "").ok()) << bad;
+  }
+  EXPECT_FALSE(ParseUpstreamProxy("p:1", "", "pw").ok());                        // a password needs a user
+  EXPECT_FALSE(ParseUpstreamProxy("p:1", std::string(256, 'u'), "").ok());       // RFC 1929: 255 bytes
+  EXPECT_FALSE(ParseUpstreamProxy("p:1", "u", "a\r\nX-Injected: 1").ok());    // no header injection
+  EXPECT_FALSE(ParseUpstreamProxy("http://p:1", "a:b", "c").ok());               // Basic's user has no ':'
+  for (const char* text : {R"({"egressProxy": {"address": "p:1", "tls": {}}})", R"({"egressProxy": "p:1"})",
+                           R"({"egressProxy": {}})", R"({"egressProxy": {"address": 1080}})",
+                           R"({"allowOut": ["203.0.113.0/24"], "egressProxy": {"address": "p:1"}})"}) {
+    auto j = nlohmann::json::parse(text);
+    auto r = PolicyFromApi(&j, false);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find("egressProxy"), std::string::npos) << r.status().message();
+  }
+}
+
 TEST(EgressPolicy, HeaderRulesRefuseWhatCouldSmuggleOrReroute) {
   for (const char* bad : {
            R"({"rules": {"*": [{"transform": {"headers": {"A": "b"}}}]}})",

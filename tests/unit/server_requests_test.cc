@@ -221,7 +221,6 @@ TEST(ServerRequestsTest, CreateRefusesUnknownAndUnbuiltFieldsByName) {
            {R"({"mcp":{"github":{}}})", "mcp"},
            {R"({"iam":{"tokens":{"t":{"audience":"a","tokenType":"jwt"}}}})", "iam"},
            {R"({"volumeMounts":[{"name":"v","path":"/mnt"}]})", "volumeMounts"},
-           {R"({"network":{"egressProxy":{"address":"p:1080"}}})", "network.egressProxy"},
            {R"({"network":{"httpsPorts":[3000]}})", "network.httpsPorts"},
            {R"({"secure":"yes"})", "secure"},
            {R"({"network":[]})", "network"}}) {

@@ -121,9 +121,6 @@ Status CheckCreateFields(const json& body) {
     for (const auto& [key, value] : n.items()) {
       if (!value.is_null() && !kNetwork.count(key)) return InvalidArgument("unknown field 'network." + key + "'");
     }
-    if (set(n, "egressProxy")) {
-      return InvalidArgument("network.egressProxy: an upstream egress proxy is not supported by airlock yet");
-    }
     if (set(n, "httpsPorts") && !(n["httpsPorts"].is_array() && n["httpsPorts"].empty())) {
       return InvalidArgument("network.httpsPorts: HTTPS guest ports are not supported by airlock yet");
     }

@@ -23,8 +23,7 @@
 //   secure       bool (read and ignored: every sandbox has an access token)
 //
 // Any other field, and any field airlock has not built (mcp, iam, a
-// non-empty volumeMounts, network.egressProxy, a non-empty
-// network.httpsPorts), is refused by name (CheckCreateFields): a field
+// non-empty volumeMounts, a non-empty network.httpsPorts), is refused by name (CheckCreateFields): a field
 // silently dropped would be a feature silently missing. A null is absent.
 //
 // The request is immutable once parsed. What needs the host (the template's
