@@ -135,10 +135,10 @@ Status Registry::PutSandbox(const SandboxRecord& r) {
   s.Bind(6, MapToJson(r.metadata)).Bind(7, MapToJson(r.env_vars)).Bind(8, r.access_token);
   s.Bind(9, int64_t{r.vcpus}).Bind(10, int64_t{r.memory_mib}).Bind(11, r.netns_ip).Bind(12, int64_t{r.vmm_pid});
   s.Bind(13, r.run_dir);
-  s.Bind(14,
-         nlohmann::json{
-             {"autoPause", r.auto_pause}, {"autoPauseMemory", r.auto_pause_memory}, {"autoResume", r.auto_resume}}
-             .dump());
+  nlohmann::json lifecycle{
+      {"autoPause", r.auto_pause}, {"autoPauseMemory", r.auto_pause_memory}, {"autoResume", r.auto_resume}};
+  if (!r.https_ports.empty()) lifecycle["httpsPorts"] = r.https_ports;
+  s.Bind(14, lifecycle.dump());
   s.Bind(15, r.owner);
   s.Bind(16, r.traffic_token);
   s.Bind(17, r.mask_request_host);
@@ -399,6 +399,11 @@ StatusOr<std::vector<SandboxRecord>> Registry::ListSandboxes() {
       r.auto_pause = lc.value("autoPause", false);
       r.auto_pause_memory = lc.value("autoPauseMemory", true);
       r.auto_resume = lc.value("autoResume", false);
+      if (auto p = lc.find("httpsPorts"); p != lc.end() && p->is_array()) {
+        for (const auto& v : *p)
+          if (v.is_number_unsigned() && v.get<uint64_t>() > 0 && v.get<uint64_t>() <= 65535)
+            r.https_ports.push_back(static_cast<uint16_t>(v.get<uint64_t>()));
+      }
     }
     r.owner = s.Text(14);
     r.traffic_token = s.Text(15);

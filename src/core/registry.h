@@ -63,6 +63,7 @@ struct SandboxRecord {
   bool auto_pause = false;
   bool auto_pause_memory = true;
   bool auto_resume = false;
+  std::vector<uint16_t> https_ports;  // network.httpsPorts (kept in the lifecycle JSON)
   // The team that owns it ("" only for rows written before tenancy: admin only).
   std::string owner;
 };

@@ -133,6 +133,7 @@ SandboxRecord Sandbox::Record() const {
   r.auto_pause = attrs_.auto_pause;
   r.auto_pause_memory = attrs_.auto_pause_memory;
   r.auto_resume = attrs_.auto_resume;
+  r.https_ports = attrs_.https_ports;
   r.owner = attrs_.owner_team;
   return r;
 }

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace airlock {
 
@@ -18,6 +19,9 @@ struct SandboxAttributes {
   // E2B's trafficAccessToken and network.maskRequestHost (SandboxRecord).
   std::string traffic_token;
   std::string mask_request_host;
+  // E2B's network.httpsPorts: guest ports that serve TLS themselves; the
+  // data plane reaches them over TLS (not verified: self-signed works).
+  std::vector<uint16_t> https_ports;
   // The team that owns it (tenancy, docs/security.md).
   std::string owner_team;
   // Lifecycle (spec §1.5.1): at TTL pause instead of kill (keeping memory

@@ -37,6 +37,7 @@
 #include "common/secure_equal.h"
 #include "gateway/relay_guard.h"
 #include "gateway/stream_table.h"
+#include "gateway/upstream_tls.h"
 
 namespace airlock::gateway {
 
@@ -179,7 +180,13 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
       }
       self->connected_ = true;
       self->up_.set_option(tcp::no_delay(true), ec);
-      self->SendHead();
+      if (!self->extras_.upstream_tls) return self->SendHead();
+      BridgeToTls(std::move(self->up_), [self](StatusOr<tcp::socket> s) {
+        if (!s.ok()) return self->Fail(502, "sandbox port " + std::to_string(self->port_) + ": " + s.status().message());
+        self->up_ = std::move(*s);
+        if (self->ended_) return self->CloseUpstream();
+        self->SendHead();
+      });
     });
   }
 

@@ -34,6 +34,9 @@ struct ForwardExtras {
   // file reads and writes); both empty for any other upstream.
   std::string sandbox_id;
   std::shared_ptr<audit::DataPlaneTap> tap;
+  // The upstream serves TLS itself (network.httpsPorts): the relay speaks
+  // HTTP over a TLS client connection to it (upstream_tls.h; not verified).
+  bool upstream_tls = false;
 };
 // Relays the request on `c` to host:port (an IP literal; the Host header
 // sent is `host_header`, "" for host:port) and its answer back, streamed

@@ -15,9 +15,12 @@ void AddEgressFields(egress::EgressService* egress, const std::string& id, json&
   if (!p.ok()) return;
   json j = json::parse(p->ToJson());
   detail["allowInternetAccess"] = j["allowInternetAccess"];
-  detail["network"] = {{"allowOut", j["allowOut"]}, {"denyOut", j["denyOut"]}};
+  detail["network"]["allowOut"] = j["allowOut"];  // beside what the view put there (httpsPorts)
+  detail["network"]["denyOut"] = j["denyOut"];
   if (j.contains("rules")) detail["network"]["rules"] = j["rules"];  // header values shown as "[hidden]"
-  if (j.contains("egressProxy")) detail["network"]["egressProxy"] = j["egressProxy"];  // credentials "[hidden]"
+  // E2B's SandboxEgressProxyInfo has no password; the username is left out
+  // too: neither credential is ever returned.
+  if (j.contains("egressProxy")) detail["network"]["egressProxy"] = {{"address", j["egressProxy"]["address"]}};
 }
 
 json EgressLogEntry(const json& r) {

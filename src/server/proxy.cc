@@ -13,6 +13,7 @@
 // pauses (StreamTable::Drop), so no stream outlives its sandbox.
 #include <strings.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cmath>
@@ -139,10 +140,12 @@ void DataPlane::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, u
   std::string host_header = mask.empty() ? c->Header("Host") : FillMaskPort(mask, std::to_string(port));
   // The code interpreter's /execute is audited like a command (audit/data_plane_tap.h).
   audit::TapRequest tap{id, "", c->method_string(), path, {}, "", c->Header("Content-Type"), port};
-  asio::post(*workers_, [this, c, sb, id, ip, port, host_header, tap] {
+  // network.httpsPorts: the guest's server speaks TLS (upstream_tls.h).
+  const bool https = std::find(attrs.https_ports.begin(), attrs.https_ports.end(), port) != attrs.https_ports.end();
+  asio::post(*workers_, [this, c, sb, id, ip, port, host_header, tap, https] {
     double retry_after = 1;
     Status st = sb->ExposePort(port, &retry_after);
-    asio::post(c->executor(), [this, c, st, id, ip, port, retry_after, host_header, tap] {
+    asio::post(c->executor(), [this, c, st, id, ip, port, retry_after, host_header, tap, https] {
       if (st.code() == StatusCode::kResourceExhausted) {
         int secs = std::max(1, static_cast<int>(std::ceil(retry_after)));
         return c->RespondError(429, st.message(), {{"Retry-After", std::to_string(secs)}});
@@ -161,6 +164,7 @@ void DataPlane::HandleData(std::shared_ptr<HttpConn> c, const std::string& id, u
       ForwardExtras extras;
       extras.sandbox_id = id;
       extras.tap = audit::DataPlaneTap::Create(tap, AuditSinkFn());
+      extras.upstream_tls = https;
       ForwardRequest(c, ip, port, host_header, std::move(extras),
                      [this, id](auto w) { streams_.Track(id, std::move(w)); });
     });

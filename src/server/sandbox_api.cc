@@ -64,6 +64,7 @@ void SandboxApi::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& ca
     opts.attributes.metadata = req.metadata;
     if (!req.allow_public_traffic) opts.attributes.traffic_token = RandomHex(32);
     opts.attributes.mask_request_host = req.mask_request_host;
+    opts.attributes.https_ports = req.https_ports;
     opts.attributes.owner_team = caller.team;
     opts.attributes.auto_pause = req.lifecycle.auto_pause;
     opts.attributes.auto_pause_memory = req.lifecycle.auto_pause_memory;

@@ -40,6 +40,7 @@ json ListedSandboxJson(const SandboxRecord& r, int disk_mib, bool detail) {
     j["domain"] = nullptr;
     j["allowInternetAccess"] = false;
     j["lifecycle"] = {{"onTimeout", r.auto_pause ? "pause" : "kill"}, {"autoResume", r.auto_resume}};
+    if (!r.https_ports.empty()) j["network"]["httpsPorts"] = r.https_ports;
   }
   return j;
 }

@@ -341,13 +341,12 @@ maybe('Idempotency-Key: a retried create makes one sandbox; 409 while running, 4
 })
 
 // Issue 34: a create field the newest SDK sends is read or refused by name,
-// never dropped (volumes, HTTPS guest ports, MCP and IAM are not built
-// here: the SDK's error names the field; an upstream proxy's bad address
-// is named too).
+// never dropped (volumes, MCP and IAM are not built here: the SDK's error
+// names the field; a bad upstream proxy or HTTPS port is named too).
 maybe('Sandbox.create with a field airlock has not built is a 400 naming it', async () => {
   const cases = [
     [{ volumeMounts: { '/mnt/data': 'vol' } }, /volumeMounts/],
-    [{ network: { httpsPorts: [3000] } }, /httpsPorts/],
+    [{ network: { httpsPorts: [49983] } }, /httpsPorts/],
     [{ network: { egressProxy: { address: 'proxy.invalid' } } }, /egressProxy\.address/],
     [{ network: { allowOut: ['203.0.113.0/24'], egressProxy: { address: 'proxy.invalid:1080' } } }, /address rule/],
     [{ mcp: { github: { githubPersonalAccessToken: 'x' } } }, /mcp/],

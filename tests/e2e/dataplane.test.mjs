@@ -291,9 +291,16 @@ maybe('uploadUrl() and downloadUrl() work from a client with no headers; X-Acces
   assert.equal(gone.status, 502)
 })
 
-// A guest server that answers with the Host header it saw; ready when the
-// data plane reaches it (never a fixed sleep).
-async function startHostEcho(sbx, port) {
+// A guest server that answers with the Host header it saw (over TLS with
+// /tmp/c.pem and /tmp/k.pem when `tls`); ready when the data plane reaches
+// it (never a fixed sleep).
+async function startHostEcho(sbx, port, tls = false) {
+  const wrap = tls
+    ? `
+import ssl
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain("/tmp/c.pem", "/tmp/k.pem")
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)`
+    : ''
   await sbx.commands.run(
     `python3 -c '
 import http.server
@@ -302,7 +309,8 @@ class H(http.server.BaseHTTPRequestHandler):
         b = (self.headers.get("Host") or "").encode()
         self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)
     def log_message(self, *a): pass
-http.server.HTTPServer(("0.0.0.0", ${port}), H).serve_forever()' >/dev/null 2>&1`,
+srv = http.server.HTTPServer(("0.0.0.0", ${port}), H)${wrap}
+srv.serve_forever()' >/dev/null 2>&1`,
     { background: true, timeoutMs: 0 })
   for (let t0 = Date.now(); ; await sleep(200)) {
     const r = await sbx.commands.run(`python3 -c 'import socket; socket.create_connection(("127.0.0.1", ${port}), 1)' && echo up || true`)
@@ -311,9 +319,27 @@ http.server.HTTPServer(("0.0.0.0", ${port}), H).serve_forever()' >/dev/null 2>&1
   }
 }
 
-maybe('allowPublicTraffic:false needs the traffic token; maskRequestHost sets the Host the guest sees', async () => {
-  const sbx = await Sandbox.create({ ...d.opts, network: { allowPublicTraffic: false, maskRequestHost: 'localhost:${PORT}' } })
+maybe('allowPublicTraffic:false needs the traffic token; maskRequestHost sets the Host the guest sees; httpsPorts', async () => {
+  const sbx = await Sandbox.create({ ...d.opts,
+    network: { allowPublicTraffic: false, maskRequestHost: 'localhost:${PORT}', httpsPorts: [8443, 8444] } })
   try {
+    // network.httpsPorts (issue 34): a guest server with its own
+    // (self-signed) TLS is reached over TLS by the data plane; the client's
+    // side stays as it was. A port listed whose server is not TLS: 502.
+    const info = await (await fetch(`${d.url}/sandboxes/${sbx.sandboxId}`, { headers: { 'X-API-Key': d.apiKey } })).json()
+    assert.deepEqual(info.network.httpsPorts, [8443, 8444])
+    await startHostEcho(sbx, 8444)
+    await sbx.commands.run(`openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+      -subj /CN=guest -keyout /tmp/k.pem -out /tmp/c.pem 2>/dev/null`)
+    await startHostEcho(sbx, 8443, true)
+    const th = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2B-Traffic-Access-Token': sbx.trafficAccessToken }
+    const tlsOk = await fetch(`${d.url}/`, { headers: { ...th, 'E2b-Sandbox-Port': '8443' } })
+    assert.equal(tlsOk.status, 200)
+    assert.equal(await tlsOk.text(), 'localhost:8443')
+    const notTls = await fetch(`${d.url}/`, { headers: { ...th, 'E2b-Sandbox-Port': '8444' } })
+    assert.equal(notTls.status, 502)
+    assert.match((await notTls.json()).message, /TLS to the guest port failed/)
+    await assert.rejects(Sandbox.create({ ...d.opts, network: { httpsPorts: [49983] } }), /httpsPorts/)
     assert.match(sbx.trafficAccessToken ?? '', /^[0-9a-f]{64}$/)
     await startHostEcho(sbx, 8000)
     const h = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8000' }

@@ -215,13 +215,18 @@ TEST(ServerRequestsTest, CreateRefusesUnknownAndUnbuiltFieldsByName) {
                         "allow_internet_access":null,"network":null,"iam":null,"autoPause":null,
                         "autoPauseMemory":null,"autoResume":null,"secure":true,"volumeMounts":[]})").ok());
   EXPECT_TRUE(parse(R"({"network":{"allowPublicTraffic":false,"httpsPorts":[],"egressProxy":null}})").ok());
+  auto https = parse(R"({"network":{"httpsPorts":[8443,3000,8443]}})");
+  ASSERT_TRUE(https.ok()) << https.status().ToString();
+  EXPECT_EQ(https->https_ports, (std::vector<uint16_t>{8443, 3000}));
   for (auto [text, name] : std::vector<std::pair<std::string, std::string>>{
            {R"({"templateId":"base"})", "templateId"},
            {R"({"network":{"allowout":[]}})", "network.allowout"},
            {R"({"mcp":{"github":{}}})", "mcp"},
            {R"({"iam":{"tokens":{"t":{"audience":"a","tokenType":"jwt"}}}})", "iam"},
            {R"({"volumeMounts":[{"name":"v","path":"/mnt"}]})", "volumeMounts"},
-           {R"({"network":{"httpsPorts":[3000]}})", "network.httpsPorts"},
+           {R"({"network":{"httpsPorts":[49983]}})", "network.httpsPorts"},
+           {R"({"network":{"httpsPorts":[0]}})", "network.httpsPorts"},
+           {R"({"network":{"httpsPorts":"443"}})", "network.httpsPorts"},
            {R"({"secure":"yes"})", "secure"},
            {R"({"network":[]})", "network"}}) {
     auto r = parse(text);

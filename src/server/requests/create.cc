@@ -1,9 +1,11 @@
 #include "server/requests/create.h"
 
+#include <algorithm>
 #include <set>
 
 #include <cctype>
 
+#include "common/agent_port.h"
 #include "runtime/registry.h"
 #include "server/requests/fields.h"
 #include "server/requests/network.h"
@@ -66,6 +68,27 @@ StatusOr<std::string> ParseMaskRequestHost(const json& body) {
   return v;
 }
 
+StatusOr<std::vector<uint16_t>> ParseHttpsPorts(const json& body) {
+  std::vector<uint16_t> out;
+  auto n = body.find("network");
+  if (n == body.end() || !n->is_object()) return out;
+  auto p = n->find("httpsPorts");
+  if (p == n->end() || p->is_null()) return out;
+  if (!p->is_array()) return InvalidArgument("network.httpsPorts must be an array of ports");
+  if (p->size() > kMaxHttpsPorts) {
+    return InvalidArgument("network.httpsPorts: at most " + std::to_string(kMaxHttpsPorts) + " ports");
+  }
+  for (const auto& v : *p) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 65535) {
+      return InvalidArgument("network.httpsPorts: each port is an integer 1..65535");
+    }
+    auto port = static_cast<uint16_t>(v.get<int64_t>());
+    if (port == kAgentPort) return InvalidArgument("network.httpsPorts: the envd port (49983) cannot be listed");
+    if (std::find(out.begin(), out.end(), port) == out.end()) out.push_back(port);
+  }
+  return out;
+}
+
 namespace requests {
 
 namespace {
@@ -121,9 +144,6 @@ Status CheckCreateFields(const json& body) {
     for (const auto& [key, value] : n.items()) {
       if (!value.is_null() && !kNetwork.count(key)) return InvalidArgument("unknown field 'network." + key + "'");
     }
-    if (set(n, "httpsPorts") && !(n["httpsPorts"].is_array() && n["httpsPorts"].empty())) {
-      return InvalidArgument("network.httpsPorts: HTTPS guest ports are not supported by airlock yet");
-    }
   }
   return OkStatus();
 }
@@ -148,6 +168,7 @@ StatusOr<CreateRequest> ParseCreateRequest(const json& body, const CreateLimits&
   ASSIGN_OR_RETURN(r.lifecycle, ParseLifecycle(body));
   ASSIGN_OR_RETURN(r.allow_public_traffic, ParseAllowPublicTraffic(body));
   ASSIGN_OR_RETURN(r.mask_request_host, ParseMaskRequestHost(body));
+  ASSIGN_OR_RETURN(r.https_ports, ParseHttpsPorts(body));
   ASSIGN_OR_RETURN(r.vcpus, IntField(body, "cpuCount"));
   ASSIGN_OR_RETURN(r.memory_mib, IntField(body, "memoryMB"));
   ASSIGN_OR_RETURN(r.disk_mib, IntField(body, "diskSizeMB"));

@@ -23,7 +23,7 @@
 //   secure       bool (read and ignored: every sandbox has an access token)
 //
 // Any other field, and any field airlock has not built (mcp, iam, a
-// non-empty volumeMounts, a non-empty network.httpsPorts), is refused by name (CheckCreateFields): a field
+// non-empty volumeMounts), is refused by name (CheckCreateFields): a field
 // silently dropped would be a feature silently missing. A null is absent.
 //
 // The request is immutable once parsed. What needs the host (the template's
@@ -62,6 +62,10 @@ StatusOr<bool> ParseAllowPublicTraffic(const nlohmann::json& body);
 // E2B's network.maskRequestHost (default ""): a host[:port] with "${PORT}"
 // for the request's port; InvalidArgument for anything else.
 StatusOr<std::string> ParseMaskRequestHost(const nlohmann::json& body);
+// network.httpsPorts (E2B): guest ports reached over TLS; integers
+// 1..65535, not 49983, at most kMaxHttpsPorts, duplicates dropped.
+inline constexpr size_t kMaxHttpsPorts = 64;
+StatusOr<std::vector<uint16_t>> ParseHttpsPorts(const nlohmann::json& body);
 // The mask with every "${PORT}" replaced by `port`.
 std::string FillMaskPort(std::string mask, const std::string& port);
 
@@ -87,6 +91,7 @@ struct CreateRequest {
   Lifecycle lifecycle;
   bool allow_public_traffic = true;
   std::string mask_request_host;
+  std::vector<uint16_t> https_ports;
   std::optional<int> vcpus, memory_mib, disk_mib;
   std::vector<secrets::Binding> secrets;  // from "secrets" and the envVars placeholders
 };

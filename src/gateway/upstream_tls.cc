@@ -1,0 +1,115 @@
+#include "gateway/upstream_tls.h"
+
+#include <openssl/ssl.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <memory>
+
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+
+namespace airlock::gateway {
+
+namespace {
+
+namespace asio = boost::asio;
+namespace ssl = asio::ssl;
+using tcp = asio::ip::tcp;
+
+ssl::context& ClientContext() {
+  static ssl::context* ctx = [] {
+    auto* c = new ssl::context(ssl::context::tls_client);
+    c->set_verify_mode(ssl::verify_none);  // as E2B: a guest's self-signed certificate works
+    SSL_CTX_set_min_proto_version(c->native_handle(), TLS1_2_VERSION);
+    static const unsigned char kAlpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+    SSL_CTX_set_alpn_protos(c->native_handle(), kAlpn, sizeof(kAlpn));
+    return c;
+  }();
+  return *ctx;
+}
+
+struct Bridge : std::enable_shared_from_this<Bridge> {
+  Bridge(tcp::socket guest) : tls(std::move(guest), ClientContext()), inner(tls.get_executor()), timer(tls.get_executor()) {}
+  ssl::stream<tcp::socket> tls;
+  asio::local::stream_protocol::socket inner;
+  asio::steady_timer timer;
+  std::array<char, 16384> down{}, up{};
+  bool closed = false;
+
+  void Close() {
+    if (closed) return;
+    closed = true;
+    boost::system::error_code ig;
+    timer.cancel();
+    tls.next_layer().close(ig);
+    inner.close(ig);
+  }
+  // guest (TLS) → inner
+  void PumpDown() {
+    tls.async_read_some(asio::buffer(down), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+      if (self->closed) return;
+      if (ec) {
+        boost::system::error_code ig;
+        self->inner.shutdown(asio::socket_base::shutdown_send, ig);  // the relay reads to EOF
+        return;
+      }
+      asio::async_write(self->inner, asio::buffer(self->down.data(), n), [self](boost::system::error_code ec2, size_t) {
+        if (ec2) return self->Close();
+        self->PumpDown();
+      });
+    });
+  }
+  // inner → guest (TLS)
+  void PumpUp() {
+    inner.async_read_some(asio::buffer(up), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+      if (self->closed) return;
+      if (ec) return self->Close();  // the relay is done with it
+      asio::async_write(self->tls, asio::buffer(self->up.data(), n), [self](boost::system::error_code ec2, size_t) {
+        if (ec2) return self->Close();
+        self->PumpUp();
+      });
+    });
+  }
+};
+
+}  // namespace
+
+void BridgeToTls(tcp::socket guest, std::function<void(StatusOr<tcp::socket>)> done) {
+  auto b = std::make_shared<Bridge>(std::move(guest));
+  b->timer.expires_after(kHandshakeTimeout);
+  b->timer.async_wait([b](boost::system::error_code ec) {
+    if (!ec) {
+      boost::system::error_code ig;
+      b->tls.next_layer().close(ig);  // the handshake fails with operation_aborted
+    }
+  });
+  b->tls.async_handshake(ssl::stream_base::client, [b, done = std::move(done)](boost::system::error_code ec) {
+    b->timer.cancel();
+    if (ec) {
+      b->Close();
+      return done(Unavailable("TLS to the guest port failed (network.httpsPorts: does it serve TLS?): " + ec.message()));
+    }
+    int fds[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+      b->Close();
+      return done(Internal("socketpair for the TLS bridge failed"));
+    }
+    boost::system::error_code aec;
+    b->inner.assign(asio::local::stream_protocol(), fds[1], aec);
+    tcp::socket outer(b->tls.get_executor());
+    if (!aec) outer.assign(tcp::v4(), fds[0], aec);  // reads and writes only: the family is not checked
+    if (aec) {
+      ::close(fds[0]);
+      b->Close();
+      return done(Internal("TLS bridge: " + aec.message()));
+    }
+    b->PumpDown();
+    b->PumpUp();
+    done(std::move(outer));
+  });
+}
+
+}  // namespace airlock::gateway

@@ -1,0 +1,31 @@
+// TLS to a guest port that serves TLS itself (E2B's network.httpsPorts):
+// "traffic is still terminated at the proxy and re-encrypted on the hop to
+// the sandbox; the backend certificate is not verified, so self-signed
+// certificates work" (E2B's SDK docs). The relay (relay.cc) speaks plain
+// HTTP on the socket this returns; a bridge copies bytes between it and a
+// TLS client connection over `guest`.
+//
+// BridgeToTls: the TLS handshake over the connected `guest` socket first
+// (TLS >= 1.2, ALPN http/1.1 offered, no SNI, no verification), within
+// kHandshakeTimeout; then `done` gets one end of a socketpair (held as a
+// tcp::socket: reads and writes only) whose other end is bridged both ways
+// until either side closes, which closes the other. Errors: `done` gets
+// Unavailable naming the TLS failure (the relay answers 502). Called on the
+// socket's executor; `done` runs there.
+#pragma once
+
+#include <chrono>
+#include <functional>
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include "common/status.h"
+
+namespace airlock::gateway {
+
+inline constexpr std::chrono::seconds kHandshakeTimeout{10};
+
+void BridgeToTls(boost::asio::ip::tcp::socket guest,
+                 std::function<void(StatusOr<boost::asio::ip::tcp::socket>)> done);
+
+}  // namespace airlock::gateway
