@@ -1,4 +1,5 @@
 #include "cluster/front.h"
+#include "http/json_error.h"
 
 #include <poll.h>
 #include <strings.h>
@@ -311,10 +312,15 @@ void Front::Create(Conn c) {
       auto placed = registry_->Place(template_name, config_.best_of_k, config_.lapse);
       asio::post(c->executor(), [this, c, placed, text] {
         if (!placed.ok()) {
+          // E2B's error_code (its API's Error schema, as for a node's own refusal).
           if (placed.status().code() == StatusCode::kResourceExhausted) {
-            return c->RespondError(503, placed.status().message(), {{"Retry-After", "1"}});
+            return c->Respond(503, "application/json",
+                              http::JsonError(503, placed.status().message(), "sandbox_capacity_unavailable"),
+                              {{"Retry-After", "1"}});
           }
-          return c->RespondError(503, "the cluster registry is unreachable: " + placed.status().message());
+          return c->Respond(503, "application/json",
+                            http::JsonError(503, "the cluster registry is unreachable: " + placed.status().message(),
+                                            "internal_server_error"));
         }
         const Placement p = *placed;
         auto hp = http::ParseHostPort(p.address);
@@ -364,9 +370,12 @@ void Front::CreateAnswered(Conn c, const Placement& p, NodeReply reply) {
     case Outcome::kAnswered:
       return c->Respond(reply.status, reply.content_type, std::move(reply.body), reply.headers);
     case Outcome::kNotDelivered:
-      return c->RespondError(502, node + " unreachable: " + reply.error);
+      return c->Respond(502, "application/json",
+                        http::JsonError(502, node + " unreachable: " + reply.error, "sandbox_create_failed"));
     case Outcome::kNoAnswer:
-      return c->RespondError(502, node + " gave no answer to the create: " + reply.error);
+      return c->Respond(502, "application/json",
+                        http::JsonError(502, node + " gave no answer to the create: " + reply.error,
+                                        "sandbox_create_failed"));
   }
 }
 

@@ -45,6 +45,22 @@ void SandboxController::Record(const std::string& action, const std::string& id,
   }
 }
 
+std::string CreateErrorCode(const CreateOutcome& out, int http_status) {
+  if (http_status < 500) return "";
+  if (http_status == 503 || http_status == 507 || out.status.code() == StatusCode::kResourceExhausted)
+    return "sandbox_capacity_unavailable";
+  switch (out.status.code()) {
+    case StatusCode::kInternal:
+    case StatusCode::kUnknown:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kUnavailable:
+    case StatusCode::kAborted:
+      return "sandbox_create_failed";
+    default:
+      return "internal_server_error";
+  }
+}
+
 void SandboxController::Create(CreateAction action, std::function<void(CreateOutcome)> done) {
   if (Status disk = CheckDisk(); !disk.ok()) {
     d_.metrics.AdmissionRejected(507);

@@ -76,6 +76,14 @@ struct CreateOutcome {
   int http_status = 0;
   int retry_after_s = 0;
 };
+// E2B's machine-readable error_code of a failed create (its API's Error
+// schema; E2B's orchestrator placement_errors.go): the host has no room
+// (memory admission 503, the disk 507, a full address or uid pool) →
+// "sandbox_capacity_unavailable"; the sandbox did not come up (VMM, guest,
+// network) → "sandbox_create_failed"; any other 5xx →
+// "internal_server_error"; "" for the caller's own errors (4xx: a bad
+// template, a key's quota or rate, which E2B answers without one).
+std::string CreateErrorCode(const CreateOutcome& out, int http_status);
 
 // What a connect ended with. sandbox null and status OK: the sandbox is not
 // (or no longer) shown (answered like any unknown sandbox).

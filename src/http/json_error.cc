@@ -106,4 +106,10 @@ std::string JsonError(int status, std::string_view message) {
   return "{\"code\":" + std::to_string(status) + ",\"message\":" + JsonQuote(message) + "}";
 }
 
+std::string JsonError(int status, std::string_view message, std::string_view error_code) {
+  if (error_code.empty()) return JsonError(status, message);
+  return "{\"code\":" + std::to_string(status) + ",\"error_code\":" + JsonQuote(error_code) +
+         ",\"message\":" + JsonQuote(message) + "}";
+}
+
 }  // namespace airlock::http

@@ -14,5 +14,9 @@ namespace airlock::http {
 std::string JsonQuote(std::string_view s);
 
 std::string JsonError(int status, std::string_view message);
+// With E2B's machine-readable `error_code` (its API's Error schema: an open
+// set of snake_case strings, e.g. "sandbox_capacity_unavailable"), when
+// not empty: {"code":...,"error_code":"...","message":"..."}.
+std::string JsonError(int status, std::string_view message, std::string_view error_code);
 
 }  // namespace airlock::http

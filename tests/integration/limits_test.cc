@@ -170,6 +170,7 @@ TEST(LimitsTest, MemoryOvercommitIsRefusedAndSaysSo) {
   EXPECT_EQ(r->status, 503) << r->body;
   EXPECT_NE(r->body.find("overcommit host memory"), std::string::npos) << r->body;
   EXPECT_NE(r->body.find("512 MiB requested"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("\"error_code\":\"sandbox_capacity_unavailable\""), std::string::npos) << r->body;
   std::filesystem::remove_all(dir);
 }
 

@@ -696,6 +696,9 @@ TEST(JsonErrorTest, MatchesNlohmannOnAnyBytes) {
   }
   for (const auto& s : cases) ASSERT_EQ(JsonQuote(s), nl(s)) << "input bytes: " << ::testing::PrintToString(s);
   EXPECT_EQ(JsonError(404, "no \"x\""), nlohmann::json({{"code", 404}, {"message", "no \"x\""}}).dump());
+  EXPECT_EQ(JsonError(503, "full", "sandbox_capacity_unavailable"),
+            nlohmann::json({{"code", 503}, {"error_code", "sandbox_capacity_unavailable"}, {"message", "full"}}).dump());
+  EXPECT_EQ(JsonError(400, "bad", ""), JsonError(400, "bad"));
 }
 
 }  // namespace

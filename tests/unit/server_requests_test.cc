@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "control/sandbox_controller.h"
 #include "core/registry.h"
 #include "runtime/registry.h"
 #include "gateway/api_keys.h"
@@ -364,6 +365,19 @@ TEST(ServerRequestsTest, SecretBodies) {
   // Unknown airlock.* keys are refused when the policy is built (SecretsService::UpdateSecret).
   EXPECT_TRUE(rq::ParseUpdateSecret({{"value", "v2"}, {"metadata", {{"airlock.nope", "v"}}}}).ok());
   EXPECT_FALSE(PolicyFromSecretMetadata({{"airlock.nope", "v"}}, "t").ok());
+}
+
+// E2B's error_code of a failed create (control/sandbox_controller.h).
+TEST(HttpStatusTest, CreateErrorCodes) {
+  using airlock::control::CreateErrorCode;
+  using airlock::control::CreateOutcome;
+  EXPECT_EQ(CreateErrorCode({nullptr, ResourceExhausted("memory"), 503}, 503), "sandbox_capacity_unavailable");
+  EXPECT_EQ(CreateErrorCode({nullptr, ResourceExhausted("disk"), 507}, 507), "sandbox_capacity_unavailable");
+  EXPECT_EQ(CreateErrorCode({nullptr, Internal("vmm exited")}, 500), "sandbox_create_failed");
+  EXPECT_EQ(CreateErrorCode({nullptr, Status(StatusCode::kDeadlineExceeded, "agent")}, 504), "sandbox_create_failed");
+  EXPECT_EQ(CreateErrorCode({nullptr, Status(StatusCode::kUnimplemented, "x")}, 501), "internal_server_error");
+  EXPECT_EQ(CreateErrorCode({nullptr, ResourceExhausted("key quota"), 429}, 429), "");
+  EXPECT_EQ(CreateErrorCode({nullptr, NotFound("template")}, 404), "");
 }
 
 TEST(HttpStatusTest, OneTable) {
