@@ -78,6 +78,7 @@ StatusOr<int> DaemonExec(const DaemonTarget& t, const DaemonSandbox& sb, const D
   req.process.args.assign(spec.argv.begin() + 1, spec.argv.end());
   req.process.envs = spec.envs;
   if (!spec.cwd.empty()) req.process.cwd = spec.cwd;
+  req.stdin = false;  // no stdin is forwarded: /dev/null (an absent field opens a pipe, as envd)
   std::string body = envd::EncodeEnvelope(envd::Dump(envd::ToJson(req)));
   try {
     asio::io_context io;

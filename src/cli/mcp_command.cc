@@ -162,7 +162,8 @@ int CmdMcp(const std::string& state_dir, const std::vector<std::string>& args) {
       std::fputs(
           "usage: airlock mcp [--server HOST:PORT]\n"
           "MCP over stdio, bridged to a running daemon's /mcp. The daemon: --server, else AIRLOCK_SERVER, else\n"
-          "127.0.0.1:3000. The key: AIRLOCK_API_KEY, else <state dir>/cli.key. docs/mcp.md has client configs.\n",
+          "E2B_API_URL (as the E2B SDKs), else 127.0.0.1:3000. The key: AIRLOCK_API_KEY, else E2B_API_KEY with\n"
+          "E2B_API_URL, else <state dir>/cli.key. docs/mcp.md has client configs.\n",
           stdout);
       return 0;
     } else {

@@ -213,9 +213,9 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "egress-upstream-ca", po::value(&cfg.manager.egress_upstream_ca_file),
       "PEM bundle trusted (besides the system store) for upstream servers of intercepted HTTPS "
       "(hosts with brokered secrets or network.rules)")(
-      "egress-proxy-allow-private", po::bool_switch(&cfg.manager.egress_proxy_allow_private),
-      "a sandbox's network.egressProxy may be at a private, loopback or host address (off: public IPv4 only; "
-      "never the sandbox pool or 169.254/16)")(
+      "egress-proxy-allow", po::value(&cfg.manager.egress_proxy_allow)->composing(),
+      "IPv4 CIDR (repeatable) where a sandbox's network.egressProxy may be besides public addresses that are "
+      "not the host's: the operator's own proxies (never the sandbox pool or 169.254/16)")(
       "no-template-snapshot", po::bool_switch(&cfg.no_template_snapshot),
       "always cold boot (default: snapshot each template once, create sandboxes by restoring it)")(
       "template-ram-in-stream", po::bool_switch(&stream_templates),

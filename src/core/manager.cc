@@ -108,7 +108,7 @@ StatusOr<std::unique_ptr<Manager>> Manager::Open(ManagerConfig config, const std
     EgressSetup setup{m->config_.address_pool,           m->config_.upstream_dns,  m->config_.state_dir,
                       m->config_.egress_audit_sink,      m->config_.egress_limits, m->config_.egress_request_broker,
                       m->config_.egress_upstream_ca_file};
-    setup.proxy_allow_private = m->config_.egress_proxy_allow_private;
+    setup.proxy_allow = m->config_.egress_proxy_allow;
     // The host's addresses changed: every sandbox's netns set of them too.
     setup.on_host_addresses_changed = [raw = m.get()](const std::vector<uint32_t>& host) {
       raw->RefreshEgressHostAddresses(host);

@@ -88,7 +88,7 @@ struct ManagerConfig {
   egress::EgressLimits egress_limits;                            // default per-sandbox limits
   std::shared_ptr<egress::RequestBroker> egress_request_broker;  // brokered secrets; null: none
   std::string egress_upstream_ca_file;                           // extra trust for intercepted HTTPS upstreams
-  bool egress_proxy_allow_private = false;                       // network.egressProxy at private addresses
+  std::vector<std::string> egress_proxy_allow;                   // CIDRs a network.egressProxy may be in besides public ones
   // Create restores the template's snapshot when one exists for the image and
   // machine shape (TemplateSnapshots::Ensure makes it); else it cold boots.
   bool template_snapshots = false;

@@ -41,7 +41,7 @@ StatusOr<std::unique_ptr<egress::EgressService>> StartEgress(const EgressSetup& 
   cfg.default_limits = setup.limits;
   cfg.request_broker = setup.request_broker;
   cfg.upstream_ca_file = setup.upstream_ca_file;
-  cfg.proxy_allow_private = setup.proxy_allow_private;
+  cfg.proxy_allow = setup.proxy_allow;
   cfg.sandbox_pool = setup.pool_cidr;
   cfg.on_host_addresses_changed = setup.on_host_addresses_changed;
   ASSIGN_OR_RETURN(auto svc, egress::EgressService::Start(cfg));

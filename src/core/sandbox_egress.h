@@ -28,7 +28,7 @@ struct EgressSetup {
   egress::EgressLimits limits;
   std::shared_ptr<egress::RequestBroker> request_broker;
   std::string upstream_ca_file;
-  bool proxy_allow_private = false;  // egress::EgressConfig::proxy_allow_private
+  std::vector<std::string> proxy_allow;  // egress::EgressConfig::proxy_allow
   // egress::EgressConfig::on_host_addresses_changed.
   std::function<void(const std::vector<uint32_t>&)> on_host_addresses_changed;
 };

@@ -86,6 +86,10 @@ struct SandboxEgress {
   bool dns_limit_timer_armed = false;
   asio::steady_timer dns_limit_timer;
   std::shared_ptr<NflogReader> nflog;  // L3 decisions logged by the netns's nftables (nflog_reader.h)
+  // network.egressProxy's host name, resolved (upstream_tunnel.cc): answers
+  // kept kProxyDnsTtl, lookups in flight (at most kMaxProxyLookups).
+  std::map<std::string, std::pair<std::vector<uint32_t>, Clock::time_point>> proxy_dns;
+  int proxy_lookups = 0;
   // Records (guarded by EgressService::Impl::records_mu_).
   std::deque<nlohmann::json> records;
   int records_this_second = 0;
@@ -104,6 +108,8 @@ class EgressService::Impl {
   std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::thread thread;
   udp::endpoint upstream;
+  std::optional<Cidr> pool;            // config.sandbox_pool
+  std::vector<Cidr> proxy_allow;       // config.proxy_allow
   // TLS client side of intercepted connections (verify_peer; system store +
   // config.upstream_ca_file; TLS >= 1.2; ALPN http/1.1).
   std::unique_ptr<asio::ssl::context> tls_client;

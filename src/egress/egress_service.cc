@@ -468,11 +468,21 @@ void EgressService::Impl::EnforcePolicy(SandboxEgress& sb) {
     else
       ++it;
   }
+  // network.egressProxy: a connection runs on only while it goes the way
+  // the policy says now (through the same proxy, or directly when there is
+  // none): adding, changing or removing the proxy closes the others.
+  const std::string via_now = ViaOf(sb.policy->upstream_proxy());
   auto conns = sb.conns;
   for (auto& c : conns) {
     if (c->host().empty()) continue;
     bool ok = sb.policy->CheckNamePort(c->host(), c->port()).allowed;
-    if (ok && c->upstream_ip()) {
+    if (ok && c->decided() && c->via() != via_now) {
+      c->Abort("closed: the egress proxy changed");
+      continue;
+    }
+    // A direct connection's address must still be pinned; a tunnelled one's
+    // upstream is the proxy (the proxy resolved the name).
+    if (ok && c->upstream_ip() && c->via().empty()) {
       auto pinned = PinnedAddresses(sb, c->host(), c->port());
       ok = std::find(pinned.begin(), pinned.end(), c->upstream_ip()) != pinned.end();
     }
@@ -494,6 +504,13 @@ StatusOr<std::unique_ptr<EgressService>> EgressService::Start(EgressConfig confi
     if (!r.ok() || r->kind != Rule::Kind::kCidr || r->port)
       return InvalidArgument("egress: sandbox pool '" + impl->config.sandbox_pool + "' is not an IPv4 CIDR");
     extra.push_back({r->net, r->prefix});
+    impl->pool = Cidr{r->net, r->prefix};
+  }
+  for (const auto& text : impl->config.proxy_allow) {
+    auto r = ParseRule(text);
+    if (!r.ok() || r->kind != Rule::Kind::kCidr || r->port)
+      return InvalidArgument("egress: --egress-proxy-allow '" + text + "' is not an IPv4 CIDR");
+    impl->proxy_allow.push_back({r->net, r->prefix});
   }
   // The daemon's namespace: this thread's (the loop thread is born in it).
   auto host = HostAddresses::Open(std::move(extra));

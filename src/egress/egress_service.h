@@ -106,10 +106,11 @@ struct EgressConfig {
   std::string sandbox_pool;
   int max_dns_tcp_total = 512;                      // resolver TCP connections of all sandboxes together
   std::chrono::milliseconds dns_tcp_timeout{5000};  // a resolver TCP connection's whole life
-  // network.egressProxy (policy.h UpstreamProxy) at a private, loopback or
-  // other forbidden address, or one of the host's (serve
-  // --egress-proxy-allow-private); never the sandbox pool nor 169.254/16.
-  bool proxy_allow_private = false;
+  // Where a network.egressProxy (policy.h UpstreamProxy) may be besides a
+  // public address that is not the host's: these IPv4 CIDRs (serve
+  // --egress-proxy-allow, the operator's own proxies in its LAN or on the
+  // host), though never in the sandbox pool nor 169.254/16.
+  std::vector<std::string> proxy_allow;
   // Called (on a thread of the service's own, never concurrently) with the
   // host's interface addresses whenever they change.
   std::function<void(const std::vector<uint32_t>&)> on_host_addresses_changed;

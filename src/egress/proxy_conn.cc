@@ -7,6 +7,11 @@
 
 namespace airlock::egress {
 
+std::string ViaOf(const std::optional<UpstreamProxy>& proxy) {
+  if (!proxy) return "";
+  return std::string(proxy->kind == UpstreamProxy::Kind::kSocks5 ? "socks5 " : "http-connect ") + proxy->address;
+}
+
 ProxyConn::ProxyConn(EgressService::Impl& svc, std::shared_ptr<SandboxEgress> sb, tcp::socket client, bool tls)
     : svc_(svc),
       sb_(std::move(sb)),
@@ -79,6 +84,7 @@ void ProxyConn::Decide() {
     return;
   }
   ChooseMode();
+  decided_ = true;
   if (sb_->policy->upstream_proxy()) {
     ConnectViaProxy();
     return;
@@ -89,7 +95,7 @@ void ProxyConn::Decide() {
 void ProxyConn::ConnectViaProxy() {
   // A copy: the policy may be replaced while the tunnel opens.
   UpstreamProxy proxy = *sb_->policy->upstream_proxy();
-  via_ = std::string(proxy.kind == UpstreamProxy::Kind::kSocks5 ? "socks5 " : "http-connect ") + proxy.address;
+  via_ = ViaOf(proxy);
   timer_.expires_after(svc_.config.connect_timeout);  // resolve + connect + handshake
   timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
     if (!ec && !self->allowed_ && !self->finished_) self->Finish("the egress proxy did not open a tunnel in time");

@@ -34,6 +34,14 @@
 
 namespace airlock::egress {
 
+// "socks5 <address>" / "http-connect <address>" (audit records' "via"); ""
+// for none.
+std::string ViaOf(const std::optional<UpstreamProxy>& proxy);
+// The proxy's name (upstream_tunnel.cc): answers kept this long; lookups
+// of one sandbox in flight at once.
+inline constexpr std::chrono::seconds kProxyDnsTtl{60};
+inline constexpr int kMaxProxyLookups = 4;
+
 class ProxyConn : public std::enable_shared_from_this<ProxyConn> {
  public:
   ProxyConn(EgressService::Impl& svc, std::shared_ptr<SandboxEgress> sb, tcp::socket client, bool tls);
@@ -43,6 +51,9 @@ class ProxyConn : public std::enable_shared_from_this<ProxyConn> {
   const std::string& host() const { return host_; }
   uint16_t port() const { return port_; }
   uint32_t upstream_ip() const { return ip_; }
+  // Through network.egressProxy: ViaOf(its proxy); "" when direct.
+  const std::string& via() const { return via_; }
+  bool decided() const { return decided_; }  // past the policy decision (connecting or relaying)
 
  private:
   void ReadFirstBytes();
@@ -52,6 +63,8 @@ class ProxyConn : public std::enable_shared_from_this<ProxyConn> {
   // Through network.egressProxy (upstream_tunnel.cc) instead of Connect.
   void ConnectViaProxy();
   asio::awaitable<std::string> OpenProxyTunnel(UpstreamProxy proxy);  // "" or why not
+  // The proxy's name's A records from the upstream resolver into *out; why none.
+  asio::awaitable<std::string> ResolveProxyName(const std::string& name, std::vector<uint32_t>* out);
   std::string ProxyAddressRefusal(uint32_t ip);
   // upstream_ is connected (to the destination, or a tunnel to it): relay.
   void OnUpstreamConnected();
@@ -116,7 +129,8 @@ class ProxyConn : public std::enable_shared_from_this<ProxyConn> {
   boost::beast::flat_buffer resp_buf_;
   std::array<char, 16384> resp_body_buf_;
   std::string rules_applied_;  // the network.rules pattern used, if any
-  std::string via_;            // "socks5 <address>" / "http-connect <address>" through network.egressProxy
+  std::string via_;            // ViaOf(the proxy) for a connection through network.egressProxy
+  bool decided_ = false;
 };
 
 }  // namespace airlock::egress

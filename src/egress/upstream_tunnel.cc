@@ -15,14 +15,15 @@
 // sends bytes past it before the client spoke is refused.
 //
 // Where the proxy may be (an SSRF guard: the daemon dials it from the host's
-// namespace): a public IPv4 address that is not the host's, unless the
-// operator allows private ones (EgressConfig::proxy_allow_private); never
-// the sandbox pool nor 169.254/16 (cloud metadata). Credentials never
+// namespace): a public IPv4 address that is not the host's, or one in the
+// operator's CIDRs (EgressConfig::proxy_allow); never the sandbox pool nor
+// 169.254/16 (cloud metadata). Credentials never
 // appear in an error or a record. Loop thread only; the connect timer
 // (ProxyConn::ConnectViaProxy) bounds resolve + connect + handshake.
 #include "egress/proxy_conn.h"  // first: <utility> before Asio's awaitable.hpp (Boost 1.74)
 
 #include <openssl/evp.h>
+#include <openssl/rand.h>
 
 #include <boost/asio/read.hpp>
 #include <boost/asio/read_until.hpp>
@@ -30,6 +31,8 @@
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+
+#include "egress/dns_message.h"
 
 namespace airlock::egress {
 
@@ -66,11 +69,48 @@ bool InRange(uint32_t ip, uint32_t net, int prefix) { return (ip >> (32 - prefix
 // Why `ip` may not be dialled as the proxy ("" when it may).
 std::string ProxyConn::ProxyAddressRefusal(uint32_t ip) {
   if (InRange(ip, 0xA9FE0000u, 16)) return "a link-local address (169.254/16)";
-  if (InRange(ip, 0xC6120000u, 15)) return "an address of the sandbox pool (198.18/15)";
-  if (svc_.config.proxy_allow_private) return "";
-  if (IsForbiddenAddress(ip)) return "a private or reserved address (serve --egress-proxy-allow-private allows it)";
-  if (svc_.IsHostAddress(ip)) return "an address of this host (serve --egress-proxy-allow-private allows it)";
+  if (svc_.pool && svc_.pool->Contains(ip)) return "an address of the sandbox pool";
+  for (const auto& c : svc_.proxy_allow)
+    if (c.Contains(ip)) return "";  // the operator's
+  if (IsForbiddenAddress(ip)) return "a private or reserved address (serve --egress-proxy-allow CIDR allows it)";
+  if (svc_.IsHostAddress(ip)) return "an address of this host (serve --egress-proxy-allow CIDR allows it)";
   return "";
+}
+
+asio::awaitable<std::string> ProxyConn::ResolveProxyName(const std::string& name, std::vector<uint32_t>* out) {
+  auto self = shared_from_this();
+  boost::system::error_code ec;
+  udp::socket sock(svc_.io);
+  sock.open(udp::v4(), ec);
+  if (ec) co_return "socket: " + ec.message();
+  std::array<uint8_t, 2> rnd{};
+  RAND_bytes(rnd.data(), 2);
+  const uint16_t id = static_cast<uint16_t>(rnd[0] << 8 | rnd[1]);
+  std::vector<uint8_t> query = dns::BuildQuery(id, name, dns::kTypeA);
+  asio::steady_timer timer(svc_.io);
+  timer.expires_after(svc_.config.upstream_timeout);
+  bool timed_out = false;
+  timer.async_wait([&sock, &timed_out](const boost::system::error_code& e) {
+    if (e) return;
+    timed_out = true;
+    boost::system::error_code ig;
+    sock.close(ig);
+  });
+  co_await sock.async_send_to(asio::buffer(query), svc_.upstream, asio::redirect_error(use_awaitable, ec));
+  std::array<uint8_t, dns::kMaxMessage> buf{};
+  while (!ec) {
+    udp::endpoint from;
+    size_t n = co_await sock.async_receive_from(asio::buffer(buf), from, asio::redirect_error(use_awaitable, ec));
+    if (ec) break;
+    if (from != svc_.upstream) continue;  // not our resolver's
+    auto ans = dns::ParseResponse(buf.data(), n, id, name, dns::kTypeA);
+    if (!ans.ok()) continue;  // spoofed or malformed: keep waiting
+    timer.cancel();
+    for (const auto& a : ans->a) out->push_back(a.ip);
+    co_return out->empty() ? std::string(ans->rcode == dns::kRcodeNxDomain ? "no such name" : "no A record") : "";
+  }
+  timer.cancel();
+  co_return timed_out ? std::string("the resolver did not answer in time") : "upstream resolver: " + ec.message();
 }
 
 asio::awaitable<std::string> ProxyConn::OpenProxyTunnel(UpstreamProxy proxy) {
@@ -81,13 +121,20 @@ asio::awaitable<std::string> ProxyConn::OpenProxyTunnel(UpstreamProxy proxy) {
   std::vector<uint32_t> addrs;
   if (auto ip = ParseIpv4(proxy.host)) {
     addrs.push_back(*ip);
+  } else if (auto hit = sb_->proxy_dns.find(proxy.host);
+             hit != sb_->proxy_dns.end() && hit->second.second > Clock::now()) {
+    addrs = hit->second.first;
   } else {
-    tcp::resolver resolver(svc_.io);
-    auto results = co_await resolver.async_resolve(tcp::v4(), proxy.host, std::to_string(proxy.port),
-                                                   asio::redirect_error(use_awaitable, ec));
+    // Asked of the upstream resolver the guests' names go to (serve
+    // --dns-upstream), on the loop like theirs: never getaddrinfo, whose
+    // one Asio thread every sandbox would share.
+    if (sb_->proxy_lookups >= kMaxProxyLookups) co_return where + ": too many lookups of it in flight";
+    ++sb_->proxy_lookups;
+    std::string why = co_await ResolveProxyName(proxy.host, &addrs);
+    --sb_->proxy_lookups;
     if (finished_) co_return "";
-    if (ec) co_return where + ": cannot resolve " + proxy.host + ": " + ec.message();
-    for (const auto& r : results) addrs.push_back(r.endpoint().address().to_v4().to_uint());
+    if (addrs.empty()) co_return where + ": cannot resolve " + proxy.host + ": " + why;
+    sb_->proxy_dns[proxy.host] = {addrs, Clock::now() + kProxyDnsTtl};
   }
   std::string refused;
   bool connected = false;

@@ -67,8 +67,10 @@ bool HopByHop(std::string_view name) {
 
 // Bytes relayed both ways after a 101 until either side closes.
 struct Tunnel : DataPlaneStream, std::enable_shared_from_this<Tunnel> {
-  Tunnel(tcp::socket a, tcp::socket b) : client(std::move(a)), up(std::move(b)) {}
+  Tunnel(tcp::socket a, tcp::socket b, std::function<void()> close_bridge)
+      : client(std::move(a)), up(std::move(b)), close_bridge(std::move(close_bridge)) {}
   tcp::socket client, up;
+  std::function<void()> close_bridge;  // upstream_tls.h, for an httpsPorts port
   std::array<char, 16384> b1, b2;
   void Run(tcp::socket& from, tcp::socket& to, std::array<char, 16384>& buf) {
     from.async_read_some(asio::buffer(buf), [self = shared_from_this(), &from, &to, &buf](
@@ -90,6 +92,7 @@ struct Tunnel : DataPlaneStream, std::enable_shared_from_this<Tunnel> {
     boost::system::error_code ig;
     client.close(ig);
     up.close(ig);
+    if (close_bridge) std::exchange(close_bridge, nullptr)();
   }
   void Drop() override { CloseBoth(); }
 };
@@ -181,7 +184,7 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
       self->connected_ = true;
       self->up_.set_option(tcp::no_delay(true), ec);
       if (!self->extras_.upstream_tls) return self->SendHead();
-      BridgeToTls(std::move(self->up_), [self](StatusOr<tcp::socket> s) {
+      self->close_bridge_ = BridgeToTls(std::move(self->up_), [self](StatusOr<tcp::socket> s) {
         if (!s.ok()) return self->Fail(502, "sandbox port " + std::to_string(self->port_) + ": " + s.status().message());
         self->up_ = std::move(*s);
         if (self->ended_) return self->CloseUpstream();
@@ -220,6 +223,7 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
   void CloseUpstream() {
     boost::system::error_code ec;
     up_.close(ec);
+    if (close_bridge_) std::exchange(close_bridge_, nullptr)();
   }
 
   void SendHead() {
@@ -442,7 +446,7 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
       rbuf_.consume(rbuf_.size());
     }
     auto [client, extra] = c_->DetachSocket();
-    auto pipe = std::make_shared<Tunnel>(std::move(client), std::move(up_));
+    auto pipe = std::make_shared<Tunnel>(std::move(client), std::move(up_), std::move(close_bridge_));
     if (track_) track_(pipe);
     auto first_up = std::make_shared<std::string>(std::move(extra));
     auto first_down = std::make_shared<std::string>(std::move(head));
@@ -461,6 +465,7 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
   std::shared_ptr<HttpConn> c_;
   bool upgrade_ = false;
   tcp::socket up_;
+  std::function<void()> close_bridge_;  // an httpsPorts port's TLS bridge (upstream_tls.h)
   asio::steady_timer timer_;
   std::string host_;
   uint16_t port_;

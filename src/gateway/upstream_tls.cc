@@ -47,6 +47,7 @@ struct Bridge : std::enable_shared_from_this<Bridge> {
     tls.next_layer().close(ig);
     inner.close(ig);
   }
+  bool down_done = false, up_done = false;
   // guest (TLS) → inner
   void PumpDown() {
     tls.async_read_some(asio::buffer(down), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
@@ -54,6 +55,8 @@ struct Bridge : std::enable_shared_from_this<Bridge> {
       if (ec) {
         boost::system::error_code ig;
         self->inner.shutdown(asio::socket_base::shutdown_send, ig);  // the relay reads to EOF
+        self->down_done = true;
+        if (self->up_done) self->Close();
         return;
       }
       asio::async_write(self->inner, asio::buffer(self->down.data(), n), [self](boost::system::error_code ec2, size_t) {
@@ -66,7 +69,17 @@ struct Bridge : std::enable_shared_from_this<Bridge> {
   void PumpUp() {
     inner.async_read_some(asio::buffer(up), [self = shared_from_this()](boost::system::error_code ec, size_t n) {
       if (self->closed) return;
-      if (ec) return self->Close();  // the relay is done with it
+      if (ec != asio::error::eof && ec) return self->Close();
+      if (ec) {
+        // The relay is done sending (a WebSocket client's FIN): a TCP FIN to
+        // the guest (no close_notify: that would need the TLS stream the
+        // other pump reads), its answer still flows back.
+        boost::system::error_code ig;
+        self->tls.next_layer().shutdown(tcp::socket::shutdown_send, ig);
+        self->up_done = true;
+        if (self->down_done) self->Close();
+        return;
+      }
       asio::async_write(self->tls, asio::buffer(self->up.data(), n), [self](boost::system::error_code ec2, size_t) {
         if (ec2) return self->Close();
         self->PumpUp();
@@ -77,7 +90,7 @@ struct Bridge : std::enable_shared_from_this<Bridge> {
 
 }  // namespace
 
-void BridgeToTls(tcp::socket guest, std::function<void(StatusOr<tcp::socket>)> done) {
+std::function<void()> BridgeToTls(tcp::socket guest, std::function<void(StatusOr<tcp::socket>)> done) {
   auto b = std::make_shared<Bridge>(std::move(guest));
   b->timer.expires_after(kHandshakeTimeout);
   b->timer.async_wait([b](boost::system::error_code ec) {
@@ -97,12 +110,18 @@ void BridgeToTls(tcp::socket guest, std::function<void(StatusOr<tcp::socket>)> d
       b->Close();
       return done(Internal("socketpair for the TLS bridge failed"));
     }
+    if (b->closed) {  // closed by the relay during the handshake
+      ::close(fds[0]);
+      ::close(fds[1]);
+      return done(Unavailable("the relay ended during the TLS handshake"));
+    }
     boost::system::error_code aec;
     b->inner.assign(asio::local::stream_protocol(), fds[1], aec);
+    if (aec) ::close(fds[1]);
     tcp::socket outer(b->tls.get_executor());
     if (!aec) outer.assign(tcp::v4(), fds[0], aec);  // reads and writes only: the family is not checked
     if (aec) {
-      ::close(fds[0]);
+      if (!outer.is_open()) ::close(fds[0]);
       b->Close();
       return done(Internal("TLS bridge: " + aec.message()));
     }
@@ -110,6 +129,7 @@ void BridgeToTls(tcp::socket guest, std::function<void(StatusOr<tcp::socket>)> d
     b->PumpUp();
     done(std::move(outer));
   });
+  return [b] { b->Close(); };
 }
 
 }  // namespace airlock::gateway

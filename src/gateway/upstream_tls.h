@@ -8,10 +8,15 @@
 // BridgeToTls: the TLS handshake over the connected `guest` socket first
 // (TLS >= 1.2, ALPN http/1.1 offered, no SNI, no verification), within
 // kHandshakeTimeout; then `done` gets one end of a socketpair (held as a
-// tcp::socket: reads and writes only) whose other end is bridged both ways
-// until either side closes, which closes the other. Errors: `done` gets
-// Unavailable naming the TLS failure (the relay answers 502). Called on the
-// socket's executor; `done` runs there.
+// tcp::socket: reads and writes only) whose other end is bridged both ways.
+// The relay's half-close (EOF on its end) becomes a TCP half-close towards
+// the guest, whose answer still flows back; the guest's EOF (or TLS close)
+// becomes EOF on the relay's end; an error either way closes both. Errors:
+// `done` gets Unavailable naming the TLS failure (the relay answers 502).
+// Returns the closer: it ends the bridge at once (the guest connection,
+// the socketpair), during the handshake too; the relay calls it whenever
+// it closes its end, so a guest that stops reading holds nothing. Called
+// on the socket's executor; `done` and the closer run there.
 #pragma once
 
 #include <chrono>
@@ -25,7 +30,7 @@ namespace airlock::gateway {
 
 inline constexpr std::chrono::seconds kHandshakeTimeout{10};
 
-void BridgeToTls(boost::asio::ip::tcp::socket guest,
-                 std::function<void(StatusOr<boost::asio::ip::tcp::socket>)> done);
+std::function<void()> BridgeToTls(boost::asio::ip::tcp::socket guest,
+                                  std::function<void(StatusOr<boost::asio::ip::tcp::socket>)> done);
 
 }  // namespace airlock::gateway

@@ -589,6 +589,12 @@ TEST_F(EgressTest, UpstreamProxyCarriesAllowedEgressOnly) {
     return j.value("protocol", "") == "tls" && j.value("decision", "") == "allow" &&
            j.value("via", "") == "socks5 203.0.113.30:1080" && j["destination"].value("ip", "") == "203.0.113.30";
   }));
+  // The proxy by name, resolved by the resolver the guests' names go to
+  // (the fake internet's DNS: other.test is 203.0.113.30).
+  ASSERT_TRUE(svc_->UpdatePolicy(b->id, with_proxy("socks5://other.test:1080", "u-proxy", "p-secret-1")).ok());
+  std::tie(rc, out) = g.Curl({"http://allowed.test/by-name"});
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(socks.Log().size(), 3u);
   // HTTP CONNECT with Basic credentials.
   ASSERT_TRUE(svc_->UpdatePolicy(b->id, with_proxy("http://203.0.113.30:3128", "u-proxy", "p-secret-2")).ok());
   std::tie(rc, out) = g.Curl({"--cacert", ca, "https://allowed.test/z"});
@@ -601,8 +607,8 @@ TEST_F(EgressTest, UpstreamProxyCarriesAllowedEgressOnly) {
   EXPECT_TRUE(WaitForRecord(b->id, [](const nlohmann::json& j) {
     return j.value("reason", "").find("refused the username and password") != std::string::npos;
   }));
-  // A proxy at a private or host address is never dialled (no operator
-  // override here), and the record says why.
+  // A proxy at a private or host address is never dialled (the operator
+  // allowed no CIDR here), and the record says why.
   for (const char* addr : {"10.9.8.7:1080", "127.0.0.1:1080", "192.0.2.2:1080"}) {
     ASSERT_TRUE(svc_->UpdatePolicy(b->id, with_proxy(addr, "", "")).ok());
     std::tie(rc, out) = g.Curl({"http://allowed.test/"});

@@ -316,7 +316,8 @@ function renderSandboxRows(body, list, metrics, now) {
     }
     if (s.state === 'paused') btn('Resume', 'resume')
     else btn('Pause', 'pause')
-    btn('+5 min', 'extend')
+    // A paused sandbox has no timeout to extend (the API answers 404, as E2B).
+    if (s.state !== 'paused') btn('+5 min', 'extend')
     if (s.state !== 'paused') btn('Fork', 'fork')
     btn('Kill', 'kill', 'danger')
     frag.appendChild(row)
