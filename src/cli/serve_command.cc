@@ -1,4 +1,5 @@
 // `airlock serve` and `airlock apikey`.
+#include <csignal>
 #include <algorithm>
 #include <functional>
 #include <boost/program_options.hpp>
@@ -173,6 +174,9 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
 }  // namespace
 
 int CmdServe(const std::string& state_dir, const std::string& agent_binary, const std::vector<std::string>& args) {
+  // A log write to a closed stdout or stderr (its reader gone) is an EPIPE,
+  // never a silent death that would leave the sandboxes' VMMs behind.
+  ::signal(SIGPIPE, SIG_IGN);
   server::ServerConfig cfg;
   bool stream_templates = false;
   if (const char* env = std::getenv("AIRLOCK_LISTEN"); env && *env) cfg.listen = env;
