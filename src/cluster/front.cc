@@ -1,5 +1,4 @@
 #include "cluster/front.h"
-#include "http/json_error.h"
 
 #include <poll.h>
 #include <strings.h>
@@ -314,13 +313,11 @@ void Front::Create(Conn c) {
         if (!placed.ok()) {
           // E2B's error_code (its API's Error schema, as for a node's own refusal).
           if (placed.status().code() == StatusCode::kResourceExhausted) {
-            return c->Respond(503, "application/json",
-                              http::JsonError(503, placed.status().message(), "sandbox_capacity_unavailable"),
-                              {{"Retry-After", "1"}});
+            return c->RespondErrorWithCode(503, placed.status().message(), "sandbox_capacity_unavailable",
+                                           {{"Retry-After", "1"}});
           }
-          return c->Respond(503, "application/json",
-                            http::JsonError(503, "the cluster registry is unreachable: " + placed.status().message(),
-                                            "internal_server_error"));
+          return c->RespondErrorWithCode(503, "the cluster registry is unreachable: " + placed.status().message(),
+                                         "internal_server_error");
         }
         const Placement p = *placed;
         auto hp = http::ParseHostPort(p.address);
@@ -370,12 +367,10 @@ void Front::CreateAnswered(Conn c, const Placement& p, NodeReply reply) {
     case Outcome::kAnswered:
       return c->Respond(reply.status, reply.content_type, std::move(reply.body), reply.headers);
     case Outcome::kNotDelivered:
-      return c->Respond(502, "application/json",
-                        http::JsonError(502, node + " unreachable: " + reply.error, "sandbox_create_failed"));
+      return c->RespondErrorWithCode(502, node + " unreachable: " + reply.error, "sandbox_create_failed");
     case Outcome::kNoAnswer:
-      return c->Respond(502, "application/json",
-                        http::JsonError(502, node + " gave no answer to the create: " + reply.error,
-                                        "sandbox_create_failed"));
+      return c->RespondErrorWithCode(502, node + " gave no answer to the create: " + reply.error,
+                                     "sandbox_create_failed");
   }
 }
 

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "egress/dns_message.h"
 #include "egress/egress_service.h"
 #include "egress/host_addresses.h"
 
@@ -152,6 +153,14 @@ class EgressService::Impl {
   void StartDnsTcp(std::shared_ptr<SandboxEgress> sb);
   // Answers one query; `reply` is called (on the loop) with the bytes to send
   // (empty: send nothing).
+  // One A query of `name` to the upstream resolver (a fresh socket and id;
+  // answers from elsewhere, spoofed or malformed ones ignored; within
+  // config.upstream_timeout). `done` runs once, on the loop: the rcode
+  // (SERVFAIL on a timeout or a socket error), the A records, and why it
+  // failed ("" when answered). The guests' resolver and the egress proxy's
+  // name (upstream_tunnel.cc) both ask through it.
+  using UpstreamAnswer = std::function<void(uint8_t rcode, std::vector<dns::ARecord> a, const std::string& reason)>;
+  void AskUpstreamA(const std::string& name, UpstreamAnswer done);
   void HandleQuery(std::shared_ptr<SandboxEgress> sb, const uint8_t* data, size_t size, const char* transport,
                    std::function<void(std::vector<uint8_t>)> reply);
   // Proxy.

@@ -222,35 +222,10 @@ void EgressService::Impl::HandleQuery(std::shared_ptr<SandboxEgress> sb, const u
     return;
   }
   // Fresh upstream query: only the name crosses.
-  struct Pending {
-    Pending(asio::io_context& io) : sock(io), timer(io) {}
-    udp::socket sock;
-    asio::steady_timer timer;
-    std::array<uint8_t, dns::kMaxMessage> buf;
-    udp::endpoint from;
-    std::vector<uint8_t> query;
-    bool done = false;
-  };
-  auto p = std::make_shared<Pending>(io);
-  uint16_t id = RandomId();
-  p->query = dns::BuildQuery(id, q->name, dns::kTypeA);
-  boost::system::error_code ec;
-  p->sock.open(udp::v4(), ec);
-  if (ec) {
-    rec["reason"] = "upstream socket: " + ec.message();
-    Emit(*sb, rec);
-    reply(dns::BuildResponse(*q, dns::kRcodeServFail, {}));
-    return;
-  }
   ++sb->upstream_pending;
-  auto finish = [this, sb, p, q = *q, rec, reply](uint8_t rcode, std::vector<dns::ARecord> a,
-                                                  const std::string& reason) mutable {
-    if (p->done) return;
-    p->done = true;
+  AskUpstreamA(q->name, [this, sb, q = *q, rec, reply](uint8_t rcode, std::vector<dns::ARecord> a,
+                                                       const std::string& reason) mutable {
     --sb->upstream_pending;
-    boost::system::error_code ignore;
-    p->timer.cancel();
-    p->sock.close(ignore);
     if (sb->closed) return;
     std::vector<dns::ARecord> kept;
     nlohmann::json ips = nlohmann::json::array();
@@ -288,6 +263,33 @@ void EgressService::Impl::HandleQuery(std::shared_ptr<SandboxEgress> sb, const u
     if (!reason.empty()) rec["reason"] = reason;
     Emit(*sb, rec);
     reply(dns::BuildResponse(q, rcode, kept));
+  });
+}
+
+void EgressService::Impl::AskUpstreamA(const std::string& name, UpstreamAnswer done) {
+  struct Pending {
+    Pending(asio::io_context& io) : sock(io), timer(io) {}
+    udp::socket sock;
+    asio::steady_timer timer;
+    std::array<uint8_t, dns::kMaxMessage> buf;
+    udp::endpoint from;
+    std::vector<uint8_t> query;
+    bool done = false;
+  };
+  auto p = std::make_shared<Pending>(io);
+  uint16_t id = RandomId();
+  p->query = dns::BuildQuery(id, name, dns::kTypeA);
+  boost::system::error_code ec;
+  p->sock.open(udp::v4(), ec);
+  if (ec) return done(dns::kRcodeServFail, {}, "upstream socket: " + ec.message());
+  auto finish = [p, done = std::move(done)](uint8_t rcode, std::vector<dns::ARecord> a,
+                                            const std::string& reason) mutable {
+    if (p->done) return;
+    p->done = true;
+    boost::system::error_code ignore;
+    p->timer.cancel();
+    p->sock.close(ignore);
+    done(rcode, std::move(a), reason);
   };
   p->timer.expires_after(config.upstream_timeout);
   p->timer.async_wait([finish](const boost::system::error_code& e) mutable {
@@ -295,7 +297,7 @@ void EgressService::Impl::HandleQuery(std::shared_ptr<SandboxEgress> sb, const u
   });
   p->sock.async_send_to(
       asio::buffer(p->query), upstream,
-      [this, p, id, name = q->name, finish](const boost::system::error_code& e, size_t) mutable {
+      [this, p, id, name, finish](const boost::system::error_code& e, size_t) mutable {
         if (e) {
           finish(dns::kRcodeServFail, {}, "upstream send: " + e.message());
           return;

@@ -23,7 +23,6 @@
 #include "egress/proxy_conn.h"  // first: <utility> before Asio's awaitable.hpp (Boost 1.74)
 
 #include <openssl/evp.h>
-#include <openssl/rand.h>
 
 #include <boost/asio/read.hpp>
 #include <boost/asio/read_until.hpp>
@@ -62,13 +61,11 @@ const char* SocksReply(uint8_t rep) {
   }
 }
 
-bool InRange(uint32_t ip, uint32_t net, int prefix) { return (ip >> (32 - prefix)) == (net >> (32 - prefix)); }
-
 }  // namespace
 
 // Why `ip` may not be dialled as the proxy ("" when it may).
 std::string ProxyConn::ProxyAddressRefusal(uint32_t ip) {
-  if (InRange(ip, 0xA9FE0000u, 16)) return "a link-local address (169.254/16)";
+  if (Cidr{0xA9FE0000u, 16}.Contains(ip)) return "a link-local address (169.254/16)";
   if (svc_.pool && svc_.pool->Contains(ip)) return "an address of the sandbox pool";
   for (const auto& c : svc_.proxy_allow)
     if (c.Contains(ip)) return "";  // the operator's
@@ -79,38 +76,24 @@ std::string ProxyConn::ProxyAddressRefusal(uint32_t ip) {
 
 asio::awaitable<std::string> ProxyConn::ResolveProxyName(const std::string& name, std::vector<uint32_t>* out) {
   auto self = shared_from_this();
-  boost::system::error_code ec;
-  udp::socket sock(svc_.io);
-  sock.open(udp::v4(), ec);
-  if (ec) co_return "socket: " + ec.message();
-  std::array<uint8_t, 2> rnd{};
-  RAND_bytes(rnd.data(), 2);
-  const uint16_t id = static_cast<uint16_t>(rnd[0] << 8 | rnd[1]);
-  std::vector<uint8_t> query = dns::BuildQuery(id, name, dns::kTypeA);
-  asio::steady_timer timer(svc_.io);
-  timer.expires_after(svc_.config.upstream_timeout);
-  bool timed_out = false;
-  timer.async_wait([&sock, &timed_out](const boost::system::error_code& e) {
-    if (e) return;
-    timed_out = true;
-    boost::system::error_code ig;
-    sock.close(ig);
+  struct Answer {
+    uint8_t rcode = 0;
+    std::vector<dns::ARecord> a;
+    std::string reason;
+    bool answered = false;
+  };
+  auto answer = std::make_shared<Answer>();
+  auto wake = std::make_shared<asio::steady_timer>(svc_.io, asio::steady_timer::time_point::max());
+  svc_.AskUpstreamA(name, [answer, wake](uint8_t rcode, std::vector<dns::ARecord> a, const std::string& reason) {
+    *answer = {rcode, std::move(a), reason, true};
+    wake->cancel();
   });
-  co_await sock.async_send_to(asio::buffer(query), svc_.upstream, asio::redirect_error(use_awaitable, ec));
-  std::array<uint8_t, dns::kMaxMessage> buf{};
-  while (!ec) {
-    udp::endpoint from;
-    size_t n = co_await sock.async_receive_from(asio::buffer(buf), from, asio::redirect_error(use_awaitable, ec));
-    if (ec) break;
-    if (from != svc_.upstream) continue;  // not our resolver's
-    auto ans = dns::ParseResponse(buf.data(), n, id, name, dns::kTypeA);
-    if (!ans.ok()) continue;  // spoofed or malformed: keep waiting
-    timer.cancel();
-    for (const auto& a : ans->a) out->push_back(a.ip);
-    co_return out->empty() ? std::string(ans->rcode == dns::kRcodeNxDomain ? "no such name" : "no A record") : "";
-  }
-  timer.cancel();
-  co_return timed_out ? std::string("the resolver did not answer in time") : "upstream resolver: " + ec.message();
+  boost::system::error_code ec;
+  // Cancelled by the answer (which a socket error gives at once, before any wait).
+  if (!answer->answered) co_await wake->async_wait(asio::redirect_error(use_awaitable, ec));
+  for (const auto& r : answer->a) out->push_back(r.ip);
+  if (!answer->reason.empty()) co_return answer->reason;
+  co_return out->empty() ? std::string(answer->rcode == dns::kRcodeNxDomain ? "no such name" : "no A record") : "";
 }
 
 asio::awaitable<std::string> ProxyConn::OpenProxyTunnel(UpstreamProxy proxy) {

@@ -281,6 +281,11 @@ void Conn::RespondError(int status, const std::string& message, const HeaderList
   Respond(status, "application/json", JsonError(status, message), extra);
 }
 
+void Conn::RespondErrorWithCode(int status, const std::string& message, std::string_view error_code,
+                                const HeaderList& extra) {
+  Respond(status, "application/json", JsonError(status, message, error_code), extra);
+}
+
 void Conn::BeginResponse(int status, std::string_view content_type, std::optional<uint64_t> length,
                          const HeaderList& extra) {
   if (response_started_) return;

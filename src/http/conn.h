@@ -120,6 +120,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void Respond(int status, std::string_view content_type, std::string body, const HeaderList& extra = {});
   // JsonError(status, message) as application/json.
   void RespondError(int status, const std::string& message, const HeaderList& extra = {});
+  // JsonError(status, message, error_code): with E2B's machine-readable
+  // error_code when it is not empty.
+  void RespondErrorWithCode(int status, const std::string& message, std::string_view error_code,
+                            const HeaderList& extra = {});
   // content_length: fixed-length body; nullopt → chunked (none for 204/304).
   void BeginResponse(int status, std::string_view content_type, std::optional<uint64_t> content_length,
                      const HeaderList& extra = {});

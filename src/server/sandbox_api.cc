@@ -10,7 +10,6 @@
 #include "core/http_client.h"
 #include "image/image.h"
 #include "server/egress_routes.h"
-#include "http/json_error.h"
 #include "server/http_status.h"
 #include "server/mcp_service.h"
 #include "server/requests/create.h"
@@ -80,10 +79,8 @@ void SandboxApi::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& ca
         HeaderList extra;
         if (out.retry_after_s > 0) extra.push_back({"Retry-After", std::to_string(out.retry_after_s)});
         const int code = out.http_status ? out.http_status : HttpStatusFor(out.status);
-        std::string body = http::JsonError(code, out.status.message(), control::CreateErrorCode(out, code));
-        return asio::post(c->executor(), [c, code, body = std::move(body), extra] {
-          c->Respond(code, "application/json", body, extra);
-        });
+        return asio::post(c->executor(), [c, code, st = out.status, error_code = control::CreateErrorCode(out, code),
+                                          extra] { c->RespondErrorWithCode(code, st.message(), error_code, extra); });
       }
       const SandboxRecord rec = out.sandbox->Record();
       EmitLifecycle("sandbox.lifecycle.created", *out.sandbox);
