@@ -114,6 +114,22 @@ const std::vector<std::string>& ForbiddenCidrs() {
   return v;
 }
 
+namespace {
+
+// A port's digits (1 to 5 of them) as a number, unchecked against 65535;
+// -1 when it is not that. The callers say which range is theirs.
+int PortDigits(std::string_view p) {
+  if (p.empty() || p.size() > 5) return -1;
+  int port = 0;
+  for (char ch : p) {
+    if (ch < '0' || ch > '9') return -1;
+    port = port * 10 + (ch - '0');
+  }
+  return port;
+}
+
+}  // namespace
+
 StatusOr<Rule> ParseRule(std::string_view text) {
   if (text.empty() || text.size() > 300) return InvalidArgument("egress rule: empty or longer than 300 chars");
   Rule r;
@@ -121,13 +137,8 @@ StatusOr<Rule> ParseRule(std::string_view text) {
   // Port: after the last ':' (IPv6 literals have several colons: refused).
   if (auto c = text.rfind(':'); c != std::string_view::npos) {
     if (text.find(':') != c) return InvalidArgument("egress rule '" + std::string(text) + "': IPv6 is not supported");
-    std::string_view p = text.substr(c + 1);
-    if (p.empty() || p.size() > 5) return InvalidArgument("egress rule '" + std::string(text) + "': bad port");
-    uint32_t port = 0;
-    for (char ch : p) {
-      if (ch < '0' || ch > '9') return InvalidArgument("egress rule '" + std::string(text) + "': bad port");
-      port = port * 10 + (ch - '0');
-    }
+    const int port = PortDigits(text.substr(c + 1));
+    if (port < 0) return InvalidArgument("egress rule '" + std::string(text) + "': bad port");
     if (port == 0 || port > 65535) return InvalidArgument("egress rule '" + std::string(text) + "': port out of range");
     r.port = static_cast<uint16_t>(port);
     host = text.substr(0, c);
@@ -324,13 +335,9 @@ StatusOr<UpstreamProxy> ParseUpstreamProxy(std::string_view address, std::string
   if (colon == std::string_view::npos || colon == 0 || rest.front() == '[') {
     return InvalidArgument("network.egressProxy.address must be host:port (an IPv4 address or a DNS name)");
   }
-  std::string_view port = rest.substr(colon + 1);
-  unsigned long v = 0;
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos ||
-      (v = std::stoul(std::string(port))) == 0 || v > 65535) {
-    return InvalidArgument("network.egressProxy.address: the port must be 1..65535");
-  }
-  p.port = static_cast<uint16_t>(v);
+  const int port = PortDigits(rest.substr(colon + 1));
+  if (port < 1 || port > 65535) return InvalidArgument("network.egressProxy.address: the port must be 1..65535");
+  p.port = static_cast<uint16_t>(port);
   std::string_view host = rest.substr(0, colon);
   if (ParseIpv4(host)) {
     p.host = std::string(host);
