@@ -617,6 +617,22 @@ TEST_F(EgressTest, UpstreamProxyCarriesAllowedEgressOnly) {
       return j.value("reason", "").find(std::string("the egress proxy ") + addr + " is at") != std::string::npos;
     })) << addr;
   }
+  // A hostile proxy's answers (its bytes are the tenant's to choose): a
+  // SOCKS5 reply whose bound name is cut short, a CONNECT head past 16 KiB
+  // that never ends. The guest's connection ends, nothing reaches the
+  // origin, and the record says why.
+  test_util::FakeProxy hostile(test_util::FakeProxy::Kind::kHostile, inet_->internet_ns(), "203.0.113.30", 1082);
+  ASSERT_TRUE(hostile.ok());
+  for (const auto& [addr, why] : std::vector<std::pair<std::string, std::string>>{
+           {"203.0.113.30:1082", "truncated CONNECT reply"}, {"http://203.0.113.30:1082", "no CONNECT answer"}}) {
+    ASSERT_TRUE(svc_->UpdatePolicy(b->id, with_proxy(addr, "", "")).ok());
+    std::tie(rc, out) = g.Curl({"http://allowed.test/hostile"});
+    EXPECT_EQ(out.find("server="), std::string::npos) << addr << ": " << out;
+    EXPECT_TRUE(WaitForRecord(b->id, [why](const nlohmann::json& j) {
+      return j.value("reason", "").find(why) != std::string::npos;
+    })) << addr;
+  }
+  EXPECT_EQ(hostile.Log(), (std::vector<std::string>{"hostile socks5", "hostile http"}));
   // No record, no sink entry, carries a credential.
   for (const auto& j : RecordsOf(b->id)) {
     EXPECT_EQ(j.dump().find("p-secret"), std::string::npos) << j;

@@ -6,6 +6,10 @@
 // E2B asks of a SOCKS5 proxy), dials the target and relays bytes both ways.
 // Every tunnel asked for is logged as "<kind> <host>:<port> auth=<ok|bad|none>";
 // a refused one ends the connection with the protocol's refusal.
+// Kind::kHostile answers like neither: to a SOCKS5 greeting (first byte 5)
+// it accepts, then answers the CONNECT with a reply whose domain length
+// promises 255 bytes and closes after 3; to anything else, a 20 KiB HTTP
+// head that never ends. Logged as "hostile socks5" / "hostile http".
 #pragma once
 
 #include <arpa/inet.h>
@@ -29,7 +33,7 @@ namespace airlock::test_util {
 
 class FakeProxy {
  public:
-  enum class Kind { kSocks5, kHttpConnect };
+  enum class Kind { kSocks5, kHttpConnect, kHostile };
   // Starts listening in network namespace `netns` (a name under /run/netns).
   FakeProxy(Kind kind, const std::string& netns, const std::string& ip, int port, std::string user = "",
             std::string pass = "")
@@ -143,6 +147,27 @@ class FakeProxy {
   static void Serve(std::shared_ptr<State> st, int c) {
     std::string host, auth = "none";
     int port = 0, up = -1;
+    if (st->kind == Kind::kHostile) {
+      char first = 0;
+      if (::read(c, &first, 1) != 1) return (void)::close(c);
+      if (first == 5) {
+        char rest[8];
+        (void)::read(c, rest, sizeof rest);  // the methods
+        WriteAll(c, std::string("\x05\x00", 2));
+        char req[512];
+        (void)::read(c, req, sizeof req);  // the CONNECT
+        WriteAll(c, std::string("\x05\x00\x00\x03\xff" "abc", 8));
+        Note(st, "hostile socks5");
+      } else {
+        WriteAll(c, "HTTP/1.1 200 OK\r\nX-Long: " + std::string(20000, 'x'));
+        Note(st, "hostile http");
+      }
+      ::shutdown(c, SHUT_WR);
+      char drain[4096];
+      while (::read(c, drain, sizeof drain) > 0) {
+      }
+      return (void)::close(c);
+    }
     if (st->kind == Kind::kSocks5) {
       unsigned char g[2];
       if (!ReadN(c, g, 2) || g[0] != 5) return (void)::close(c);
