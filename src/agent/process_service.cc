@@ -29,10 +29,14 @@ class EventStream : public ProcessSubscriber, public std::enable_shared_from_thi
   EventStream(std::shared_ptr<http::Conn> s, std::chrono::milliseconds keepalive, bool owns_deadline = false)
       : session_(std::move(s)), timer_(session_->executor()), keepalive_(keepalive), owns_deadline_(owns_deadline) {}
 
-  void Begin(std::shared_ptr<Process> proc) {
+  // The start event says where this stream's output starts (`from`); the
+  // held output after it (`replay`) follows before the live output.
+  void Begin(std::shared_ptr<Process> proc, const envd::OutputOffsets& from,
+             const std::vector<envd::DataEvent>& replay = {}) {
     process_ = proc;
     BeginStream(*session_);
-    Send(envd::StartEvent{static_cast<uint32_t>(proc->pid())});
+    Send(envd::StartEvent{static_cast<uint32_t>(proc->pid()), from});
+    for (const auto& d : replay) Send(d);
     std::weak_ptr<EventStream> weak = shared_from_this();
     session_->SetOnDrain([weak] {
       if (auto self = weak.lock()) {
@@ -140,34 +144,55 @@ void Start(Agent& agent, std::shared_ptr<http::Conn> s) {
     auto proc = agent.processes().Spawn(std::move(sp));
     if (!proc.ok()) return RespondStreamStatus(*s, proc.status());
     LogDebug("started process %d: %s", (*proc)->pid(), (*proc)->config().cmd.c_str());
-    std::make_shared<EventStream>(s, KeepaliveInterval(*s), has_deadline)->Begin(*proc);
+    std::make_shared<EventStream>(s, KeepaliveInterval(*s), has_deadline)->Begin(*proc, envd::OutputOffsets{});
   });
 }
 
+// Connect: the live output from now on, or, with resumeFrom, the held output
+// after those offsets first (docs/agent.md "Resumable output"); out_of_range
+// when part of it is no longer held.
 void Connect(Agent& agent, std::shared_ptr<http::Conn> s) {
   ReadStreamRequest(s, [&agent, s](const envd::Json& j) {
-    auto sel = envd::SelectorRequestFromJson(j);
-    if (!sel.ok()) return RespondStreamStatus(*s, sel.status());
-    if (auto proc = agent.processes().Find(*sel)) {
-      return std::make_shared<EventStream>(s, KeepaliveInterval(*s))->Begin(proc);
+    auto req = envd::ConnectRequestFromJson(j);
+    if (!req.ok()) return RespondStreamStatus(*s, req.status());
+    const envd::ProcessSelector& sel = req->process;
+    if (auto proc = agent.processes().Find(sel)) {
+      std::vector<envd::DataEvent> replay;
+      if (req->resume_from) {
+        auto held = proc->output().Since(*req->resume_from);
+        if (!held.ok()) return RespondStreamStatus(*s, held.status());
+        replay = std::move(*held);
+      }
+      const envd::OutputOffsets from = req->resume_from.value_or(proc->output().End());
+      return std::make_shared<EventStream>(s, KeepaliveInterval(*s))->Begin(proc, from, replay);
     }
     // An ended process, as envd (services/process/service.go): its start and
     // end events for 30 s after it ended (kTerminatedRetention: a client that
     // re-attaches just after the end still learns the exit code), then
     // "process with pid N not found" (a client that re-attaches long after
     // the command's deadline, the SDK's default timeoutMs of 60 s, also for
-    // background commands, learns it is gone instead of getting a silent handle).
-    if (auto ended = agent.processes().FindRecentlyFinished(*sel, std::chrono::steady_clock::now())) {
+    // background commands, learns it is gone instead of getting a silent
+    // handle). With resumeFrom, the held output it wrote after those offsets
+    // comes between the two.
+    if (const auto* ended = agent.processes().FindRecentlyFinished(sel, std::chrono::steady_clock::now())) {
+      std::vector<envd::DataEvent> replay;
+      if (req->resume_from) {
+        auto held = ended->output.Since(*req->resume_from);
+        if (!held.ok()) return RespondStreamStatus(*s, held.status());
+        replay = std::move(*held);
+      }
       BeginStream(*s);
       std::string out;
-      envd::AppendEnvelope(&out, envd::EventResponsePayload(envd::StartEvent{static_cast<uint32_t>(ended->first)}));
-      envd::AppendEnvelope(&out, envd::EventResponsePayload(ended->second));
+      const envd::OutputOffsets from = req->resume_from.value_or(ended->output.End());
+      envd::AppendEnvelope(&out, envd::EventResponsePayload(envd::StartEvent{static_cast<uint32_t>(ended->pid), from}));
+      for (const auto& d : replay) envd::AppendEnvelope(&out, envd::EventResponsePayload(d));
+      envd::AppendEnvelope(&out, envd::EventResponsePayload(ended->end));
       out += envd::EncodeEndStream(OkStatus());
       s->Write(out);
       return s->EndResponse();
     }
     RespondStreamStatus(*s, NotFound("process with " +
-                                     (sel->pid ? "pid " + std::to_string(*sel->pid) : "tag '" + *sel->tag + "'") +
+                                     (sel.pid ? "pid " + std::to_string(*sel.pid) : "tag '" + *sel.tag + "'") +
                                      " not found"));
   });
 }
@@ -190,13 +215,16 @@ void HandleProcessRpc(Agent& agent, std::shared_ptr<http::Conn> s, const std::st
     return ServeUnary(s, [&agent](const envd::Json& j) -> StatusOr<envd::OJson> {
       ASSIGN_OR_RETURN(auto req, envd::SendSignalRequestFromJson(j));
       int sig = static_cast<int>(req.signal);
+      const bool group = req.scope != envd::SignalScope::kProcess;
       auto p = FindProcess(agent, req.process);
       // The leader exited but left processes in its cgroup (a fork bomb's
       // first shell returns at once): SIGKILL still ends them.
-      if (!p.ok() && sig == SIGKILL && agent.processes().KillLeftovers(req.process)) return envd::OJson::object();
+      if (!p.ok() && group && sig == SIGKILL && agent.processes().KillLeftovers(req.process)) {
+        return envd::OJson::object();
+      }
       if (!p.ok()) return p.status();
       if (sig <= 0 || sig >= 65) return Unimplemented("unsupported signal " + std::to_string(sig));
-      RETURN_IF_ERROR((*p)->Signal(sig));
+      RETURN_IF_ERROR((*p)->Signal(sig, group));
       return envd::OJson::object();
     });
   }

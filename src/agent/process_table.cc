@@ -14,6 +14,7 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <fstream>
@@ -205,7 +206,12 @@ void Process::StartRead(Pipe& p) {
     p.reading = false;
     if (n > 0) {
       self->read_since_grace_ = true;
-      self->Broadcast(envd::DataEvent{p.stream, std::string(p.buf.data(), n)});
+      std::string_view bytes(p.buf.data(), n);
+      const size_t before = self->output_.Held();
+      const uint64_t offset = self->output_.Append(p.stream, bytes);
+      self->output_.Trim(kOutputHeldPerProcess);
+      if (self->on_output_) self->on_output_(before, self->output_.Held());
+      self->Broadcast(envd::DataEvent{p.stream, std::string(bytes), offset});
     }
     if (ec) {  // EOF, or EIO on a PTY master once the slave side is gone
       if (p.fd) {
@@ -259,9 +265,13 @@ void Process::KillTree() {
   }
 }
 
-Status Process::Signal(int sig) {
-  if (sig == SIGKILL && !cgroup_.empty()) RETURN_IF_ERROR(CommandCgroups::Kill(cgroup_));
+Status Process::Signal(int sig, bool group) {
+  if (group && sig == SIGKILL && !cgroup_.empty()) RETURN_IF_ERROR(CommandCgroups::Kill(cgroup_));
   if (wait_status_) return OkStatus();  // already gone; the end event tells the rest
+  if (!group) {
+    if (kill(pid_, sig) != 0 && errno != ESRCH) return ErrnoError("kill " + std::to_string(pid_));
+    return OkStatus();
+  }
   if (kill(-pid_, sig) != 0 && kill(pid_, sig) != 0 && errno != ESRCH) {
     return ErrnoError("kill " + std::to_string(pid_));
   }
@@ -463,13 +473,28 @@ StatusOr<std::shared_ptr<Process>> ProcessTable::Spawn(SpawnRequest req) {
   devnull.Reset();
   auto proc = std::make_shared<Process>(io_, pid, std::move(req));
   if (cg) proc->cgroup_ = cg->path;
+  proc->on_output_ = [this](size_t before, size_t after) {
+    output_held_ = output_held_ - before + after;
+    if (output_held_ > kOutputHeldTotal) TrimOutput();
+  };
   proc->on_finished_ = [this](pid_t p, const envd::EndEvent& end) {
     auto it = procs_.find(p);
     if (it == procs_.end()) return;
     const std::string& leaf = it->second->cgroup_;
     if (cgroups_ && !leaf.empty()) cgroups_->Release(leaf);  // removed now, or once its leftovers end
-    finished_.push_back(Finished{p, it->second->tag(), leaf, end, std::chrono::steady_clock::now()});
-    while (finished_.size() > kMaxFinished) finished_.pop_front();
+    Finished f;
+    f.pid = p;
+    f.end = end;
+    f.output = std::move(it->second->output_);
+    f.tag = it->second->tag();
+    f.cgroup = leaf;
+    f.ended_at = std::chrono::steady_clock::now();
+    finished_.push_back(std::move(f));
+    while (finished_.size() > kMaxFinished) {
+      output_held_ -= finished_.front().output.Held();
+      finished_.pop_front();
+    }
+    TrimOutput();
     // Destroy later: we are inside a member function of this Process.
     auto keep = std::move(it->second);
     procs_.erase(it);
@@ -498,15 +523,35 @@ std::shared_ptr<Process> ProcessTable::Find(const envd::ProcessSelector& sel) co
   return nullptr;
 }
 
-std::optional<std::pair<pid_t, envd::EndEvent>> ProcessTable::FindRecentlyFinished(
-    const envd::ProcessSelector& sel, std::chrono::steady_clock::time_point now) const {
+const ProcessTable::Ended* ProcessTable::FindRecentlyFinished(const envd::ProcessSelector& sel,
+                                                              std::chrono::steady_clock::time_point now) const {
   for (auto it = finished_.rbegin(); it != finished_.rend(); ++it) {
     if (now - it->ended_at >= kTerminatedRetention) break;  // older ones too
     if ((sel.pid && static_cast<uint32_t>(it->pid) == *sel.pid) || (!sel.pid && sel.tag && it->tag == sel.tag)) {
-      return std::make_pair(it->pid, it->end);
+      return &*it;
     }
   }
-  return std::nullopt;
+  return nullptr;
+}
+
+void ProcessTable::TrimOutput() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& f : finished_) {  // the oldest first
+    if (output_held_ <= kOutputHeldTotal && now - f.ended_at < kTerminatedRetention) continue;
+    const size_t keep = now - f.ended_at >= kTerminatedRetention
+                            ? 0
+                            : f.output.Held() - std::min(f.output.Held(), output_held_ - kOutputHeldTotal);
+    output_held_ -= f.output.Trim(keep);
+  }
+  while (output_held_ > kOutputHeldTotal) {
+    Process* largest = nullptr;
+    for (const auto& [pid, p] : procs_) {
+      if (!largest || p->output_.Held() > largest->output_.Held()) largest = p.get();
+    }
+    if (!largest || largest->output_.Held() == 0) break;
+    const size_t excess = output_held_ - kOutputHeldTotal;
+    output_held_ -= largest->output_.Trim(largest->output_.Held() - std::min(largest->output_.Held(), excess));
+  }
 }
 
 std::vector<std::shared_ptr<Process>> ProcessTable::Running() const {

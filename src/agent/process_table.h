@@ -11,7 +11,13 @@
 // subscriber as a DataEvent. Backpressure: while any subscriber has more
 // than kHighWatermark bytes queued on its socket, the pipes are not read
 // (the child blocks on write); the subscriber calls Resume() when drained.
-// With no subscribers, output is read and dropped.
+// With no subscribers, output is still read.
+//
+// Held output: every process keeps what it wrote in an OutputLog (the last
+// kOutputHeldPerProcess bytes), also for kTerminatedRetention after its end,
+// so that Connect can resume a dropped stream from its offsets; all logs
+// together hold at most kOutputHeldTotal (ended processes' logs are trimmed
+// first, the oldest first, then the largest running one's).
 //
 // End: the end event is sent once the child has been reaped AND its pipes
 // reached EOF (or stayed idle for kExitGrace after exit, for when a
@@ -38,6 +44,7 @@
 #include <vector>
 
 #include "agent/cgroups.h"
+#include "agent/output_log.h"
 #include "agent/users.h"
 #include "common/status.h"
 #include "envd/messages.h"
@@ -49,6 +56,8 @@ namespace asio = boost::asio;
 inline constexpr size_t kHighWatermark = 1 << 20;  // per-subscriber queued bytes
 inline constexpr size_t kReadChunk = 32 * 1024;
 inline constexpr size_t kPtyReadChunk = 16 * 1024;
+inline constexpr size_t kOutputHeldPerProcess = 1 << 20;
+inline constexpr size_t kOutputHeldTotal = 16 << 20;
 
 class ProcessSubscriber {
  public:
@@ -75,6 +84,7 @@ class Process : public std::enable_shared_from_this<Process> {
   const envd::ProcessConfig& config() const { return req_.start.process; }
   const std::optional<std::string>& tag() const { return req_.start.tag; }
   bool finished() const { return end_.has_value(); }
+  const OutputLog& output() const { return output_; }
   // Its Start's deadline (Connect-Timeout-Ms) passed and ended it.
   bool deadline_reached() const { return deadline_reached_; }
 
@@ -87,8 +97,10 @@ class Process : public std::enable_shared_from_this<Process> {
   // found by ppid (including ones that called setsid()); used when the
   // deadline passes.
   void KillTree();
-  // Signal the whole process group; SIGKILL also ends the leaf cgroup.
-  Status Signal(int sig);
+  // Signal the whole process group, and with SIGKILL also end the leaf
+  // cgroup (every process the command started); or, with group false, the
+  // process alone.
+  Status Signal(int sig, bool group = true);
   // Queue bytes for stdin (or the PTY master). failed_precondition when
   // stdin is closed or was not requested.
   Status WriteInput(std::string data, bool pty);
@@ -129,6 +141,9 @@ class Process : public std::enable_shared_from_this<Process> {
   asio::steady_timer grace_;
   bool read_since_grace_ = false;
   std::function<void(pid_t, const envd::EndEvent&)> on_finished_;
+  OutputLog output_;
+  // (held before, held after) each read: the table's total.
+  std::function<void(size_t, size_t)> on_output_;
 };
 
 class ProcessTable {
@@ -153,10 +168,17 @@ class ProcessTable {
   // terminatedRetentionTTL): a late Connect gets start + end this long after
   // the end, then not_found.
   static constexpr std::chrono::seconds kTerminatedRetention{30};
-  // (pid, end event) of a process that ended less than kTerminatedRetention
-  // before `now`, by pid or tag, the newest first; nullopt otherwise.
-  std::optional<std::pair<pid_t, envd::EndEvent>> FindRecentlyFinished(const envd::ProcessSelector& sel,
-                                                                       std::chrono::steady_clock::time_point now) const;
+  // A process that ended less than kTerminatedRetention before `now`, by pid
+  // or tag, the newest first; nullptr otherwise. Valid until the table
+  // changes (the next event on the io thread).
+  struct Ended {
+    pid_t pid;
+    envd::EndEvent end;
+    OutputLog output;  // what it wrote, as far as still held
+  };
+  const Ended* FindRecentlyFinished(const envd::ProcessSelector& sel, std::chrono::steady_clock::time_point now) const;
+  // Bytes held by every output log, running and ended.
+  size_t OutputHeld() const { return output_held_; }
   std::vector<std::shared_ptr<Process>> Running() const;
   // For a finished process whose leaf cgroup still has processes (children
   // it left behind, a fork bomb whose first shell exited): kills the leaf.
@@ -173,19 +195,21 @@ class ProcessTable {
   void SetOnFinished(FinishedFn fn) { on_finished_ = std::move(fn); }
 
  private:
-  struct Finished {
-    pid_t pid;
+  struct Finished : Ended {
     std::optional<std::string> tag;
     std::string cgroup;
-    envd::EndEvent end;
     std::chrono::steady_clock::time_point ended_at;
   };
+  // Brings the logs' total back under kOutputHeldTotal; drops the logs of
+  // ended processes past their retention.
+  void TrimOutput();
   static constexpr size_t kMaxFinished = 64;
   asio::io_context& io_;
   std::unique_ptr<CommandCgroups> cgroups_;
   bool reset_oom_score_ = false;
   std::map<pid_t, std::shared_ptr<Process>> procs_;
   std::deque<Finished> finished_;
+  size_t output_held_ = 0;
   FinishedFn on_finished_;
 };
 

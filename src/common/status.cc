@@ -47,6 +47,7 @@ Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, 
 Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
 Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 
 Status ErrnoError(std::string_view what, int err) {
   StatusCode code = StatusCode::kInternal;

@@ -66,6 +66,7 @@ Status DeadlineExceeded(std::string message);
 Status Unimplemented(std::string message);
 Status PermissionDenied(std::string message);
 Status ResourceExhausted(std::string message);
+Status OutOfRange(std::string message);
 
 // "what: strerror(err)", with the code derived from errno (ENOENT → not_found,
 // EEXIST → already_exists, EACCES/EPERM → permission_denied, ENOSPC →

@@ -79,6 +79,9 @@ StatusOr<std::optional<PtySize>> GetPty(const Json& j) {
   return std::optional<PtySize>(size);
 }
 
+// The JSON names of DataEvent::Stream, by its value.
+constexpr const char* kStreamNames[] = {"stdout", "stderr", "pty"};
+
 StatusOr<ProcessSelector> GetSelector(const Json& j) {
   ASSIGN_OR_RETURN(const Json* p, GetObject(j, "process"));
   if (!p) return InvalidArgument("missing process selector");
@@ -177,11 +180,62 @@ StatusOr<StartRequest> StartRequestFromJson(const Json& j) {
 
 StatusOr<ProcessSelector> SelectorRequestFromJson(const Json& j) { return GetSelector(j); }
 
+OJson ToJson(const OutputOffsets& o) {
+  OJson j = OJson::object();
+  for (size_t i = 0; i < o.size(); ++i) {
+    if (o[i]) j[kStreamNames[i]] = Int64ToJson(static_cast<int64_t>(o[i]));
+  }
+  return j;
+}
+
+StatusOr<OutputOffsets> OutputOffsetsFromJson(const Json& j) {
+  if (!j.is_object()) return InvalidArgument("output offsets must be an object");
+  OutputOffsets o{};
+  for (size_t i = 0; i < o.size(); ++i) {
+    const Json* f = Field(j, kStreamNames[i]);
+    if (!f) continue;
+    auto v = Uint64FromJson(*f);
+    if (!v.ok()) return TypeError(kStreamNames[i], "a uint64");
+    o[i] = *v;
+  }
+  return o;
+}
+
+StatusOr<ConnectRequest> ConnectRequestFromJson(const Json& j) {
+  ConnectRequest r;
+  ASSIGN_OR_RETURN(r.process, GetSelector(j));
+  ASSIGN_OR_RETURN(const Json* from, GetObject(j, "resumeFrom", "resume_from"));
+  if (from) {
+    ASSIGN_OR_RETURN(auto o, OutputOffsetsFromJson(*from));
+    r.resume_from = o;
+  }
+  return r;
+}
+
 StatusOr<SendSignalRequest> SendSignalRequestFromJson(const Json& j) {
   SendSignalRequest r;
   ASSIGN_OR_RETURN(r.process, GetSelector(j));
   if (const Json* s = Field(j, "signal")) {
     ASSIGN_OR_RETURN(r.signal, SignalFromJson(*s));
+  }
+  if (const Json* s = Field(j, "scope")) {
+    static constexpr std::pair<const char*, SignalScope> kNames[] = {
+        {"SIGNAL_SCOPE_UNSPECIFIED", SignalScope::kUnspecified}, {"SIGNAL_SCOPE_PROCESS", SignalScope::kProcess},
+        {"SIGNAL_SCOPE_GROUP", SignalScope::kGroup},             {"process", SignalScope::kProcess},
+        {"group", SignalScope::kGroup}};
+    bool known = false;
+    if (s->is_string()) {
+      for (const auto& [name, v] : kNames) {
+        if (*s == name) {
+          r.scope = v;
+          known = true;
+        }
+      }
+    } else if (auto n = Uint32FromJson(*s); n.ok() && *n <= 2) {
+      r.scope = static_cast<SignalScope>(*n);
+      known = true;
+    }
+    if (!known) return InvalidArgument("field 'scope' must be SIGNAL_SCOPE_PROCESS or SIGNAL_SCOPE_GROUP");
   }
   return r;
 }
@@ -235,12 +289,12 @@ OJson ToJson(const ProcessEvent& ev) {
   if (auto* s = std::get_if<StartEvent>(&ev)) {
     OJson b = OJson::object();
     if (s->pid) b["pid"] = s->pid;
+    if (s->offsets) b["offsets"] = ToJson(*s->offsets);
     j["start"] = std::move(b);
   } else if (auto* d = std::get_if<DataEvent>(&ev)) {
-    const char* k = d->stream == DataEvent::Stream::kStdout   ? "stdout"
-                    : d->stream == DataEvent::Stream::kStderr ? "stderr"
-                                                              : "pty";
-    j["data"] = {{k, Base64Encode(d->data)}};
+    OJson b = {{kStreamNames[static_cast<size_t>(d->stream)], Base64Encode(d->data)}};
+    if (d->offset) b["offset"] = Int64ToJson(static_cast<int64_t>(d->offset));
+    j["data"] = std::move(b);
   } else if (auto* e = std::get_if<EndEvent>(&ev)) {
     OJson b = OJson::object();
     if (e->exit_code != 0) b["exitCode"] = e->exit_code;
@@ -260,6 +314,11 @@ StatusOr<ProcessEvent> ProcessEventFromJson(const Json& j) {
   if (s) {
     StartEvent e;
     ASSIGN_OR_RETURN(e.pid, GetUint32(*s, "pid"));
+    ASSIGN_OR_RETURN(const Json* o, GetObject(*s, "offsets"));
+    if (o) {
+      ASSIGN_OR_RETURN(auto offsets, OutputOffsetsFromJson(*o));
+      e.offsets = offsets;
+    }
     return ProcessEvent(e);
   }
   ASSIGN_OR_RETURN(const Json* d, GetObject(j, "data"));
@@ -273,6 +332,11 @@ StatusOr<ProcessEvent> ProcessEventFromJson(const Json& j) {
       ASSIGN_OR_RETURN(e.data, GetBytes(*d, "pty"));
     } else {
       ASSIGN_OR_RETURN(e.data, GetBytes(*d, "stdout"));
+    }
+    if (const Json* o = Field(*d, "offset")) {
+      auto v = Uint64FromJson(*o);
+      if (!v.ok()) return TypeError("offset", "a uint64");
+      e.offset = *v;
     }
     return ProcessEvent(std::move(e));
   }
@@ -297,14 +361,13 @@ StatusOr<ProcessEvent> ProcessEventFromJson(const Json& j) {
 
 std::string EventResponsePayload(const ProcessEvent& e) {
   if (auto* d = std::get_if<DataEvent>(&e)) {
-    const char* k = d->stream == DataEvent::Stream::kStdout   ? "stdout"
-                    : d->stream == DataEvent::Stream::kStderr ? "stderr"
-                                                              : "pty";
     std::string out = "{\"event\":{\"data\":{\"";
-    out += k;
+    out += kStreamNames[static_cast<size_t>(d->stream)];
     out += "\":\"";
     out += Base64Encode(d->data);
-    out += "\"}}}";
+    out += '"';
+    if (d->offset) out += ",\"offset\":\"" + std::to_string(d->offset) + '"';
+    out += "}}}";
     return out;
   }
   OJson j = OJson::object();

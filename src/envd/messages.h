@@ -7,6 +7,7 @@
 // never throw.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -65,9 +66,32 @@ StatusOr<StartRequest> StartRequestFromJson(const Json& j);
 // {"process":{...}} for Connect, CloseStdin.
 StatusOr<ProcessSelector> SelectorRequestFromJson(const Json& j);
 
+// Byte counts into a process's output streams, indexed by
+// DataEvent::Stream (stdout, stderr, pty): how much of each the process has
+// written since it started. Resumable output (docs/agent.md "Resumable
+// output"): the JSON message {"stdout":"N","stderr":"N","pty":"N"}, uint64
+// as strings, zeros omitted.
+using OutputOffsets = std::array<uint64_t, 3>;
+OJson ToJson(const OutputOffsets& o);
+StatusOr<OutputOffsets> OutputOffsetsFromJson(const Json& j);
+
+// ConnectRequest: {"process":{...}, "resumeFrom":{...}}. With resumeFrom
+// the stream replays the held output after those offsets before the live
+// output; without it, only what the process writes from now on.
+struct ConnectRequest {
+  ProcessSelector process;
+  std::optional<OutputOffsets> resume_from;
+};
+StatusOr<ConnectRequest> ConnectRequestFromJson(const Json& j);
+
+// Whom SendSignal reaches (the JSON enum SignalScope; names
+// SIGNAL_SCOPE_PROCESS / SIGNAL_SCOPE_GROUP, or "process" / "group", or
+// 1 / 2). Unspecified is the group.
+enum class SignalScope { kUnspecified = 0, kProcess = 1, kGroup = 2 };
 struct SendSignalRequest {
   ProcessSelector process;
   Signal signal = Signal::kUnspecified;
+  SignalScope scope = SignalScope::kUnspecified;
 };
 StatusOr<SendSignalRequest> SendSignalRequestFromJson(const Json& j);
 
@@ -89,10 +113,14 @@ StatusOr<UpdateRequest> UpdateRequestFromJson(const Json& j);
 
 struct StartEvent {
   uint32_t pid = 0;
+  // Where the stream's output starts in each of the process's streams
+  // (zeros for a Start; the resume point or the current ends for a Connect).
+  std::optional<OutputOffsets> offsets;
 };
 struct DataEvent {
   enum class Stream { kStdout, kStderr, kPty } stream = Stream::kStdout;
   std::string data;  // raw bytes; base64 on the wire
+  uint64_t offset = 0;  // of data's first byte within its stream ("offset", omitted when 0)
 };
 // Filled from an exit the way Go's os.ProcessState is (spec §3.2).
 struct EndEvent {

@@ -240,6 +240,107 @@ maybe('a Start whose Connect-Timeout-Ms passes ends with deadline_exceeded and k
   }
 })
 
+// Resumable command output (docs/agent.md "Resumable output"), through the
+// daemon's data plane to a real guest: a client drops its stream mid-output
+// and reconnects with resumeFrom; it gets every byte it missed, once, in
+// order, with offsets; output no longer held is out_of_range.
+maybe('a dropped command stream resumes from its offsets, byte for byte; dropped output is out_of_range', async () => {
+  const sbx = await Sandbox.create({ ...d.opts })
+  try {
+    const info = await (await fetch(`${d.url}/sandboxes/${sbx.sandboxId}`, { headers: { 'X-API-Key': d.apiKey } })).json()
+    const headers = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': info.envdAccessToken,
+      'Content-Type': 'application/connect+json', 'Connect-Protocol-Version': '1' }
+    const rpc = (method, msg, signal) => fetch(`${d.url}/process.Process/${method}`, { method: 'POST', headers, body: envelope(msg), signal })
+    let wantOut = ''
+    let wantErr = ''
+    for (let i = 1; i <= 4000; i++) {
+      wantOut += `out ${i}\n`
+      wantErr += `err ${i}\n`
+    }
+    const got = { stdout: Buffer.alloc(0), stderr: Buffer.alloc(0) }
+    const take = (ev) => {
+      for (const k of ['stdout', 'stderr']) {
+        const b64 = ev?.data?.[k]
+        if (b64 === undefined) continue
+        assert.equal(Number(ev.data.offset ?? 0), got[k].length, `the offset of a ${k} event is the bytes before it`)
+        got[k] = Buffer.concat([got[k], Buffer.from(b64, 'base64')])
+      }
+    }
+    // Start, read until some output arrived, then drop the stream.
+    const ac = new AbortController()
+    const r = await rpc('Start', { process: { cmd: '/bin/bash', args: ['-c',
+      'for i in $(seq 1 2000); do echo out $i; echo err $i >&2; done; sleep 2; ' +
+      'for i in $(seq 2001 4000); do echo out $i; echo err $i >&2; done; exit 5'] }, stdin: false }, ac.signal)
+    assert.equal(r.status, 200)
+    const reader = r.body.getReader()
+    let buf = Buffer.alloc(0)
+    let pid = 0
+    while (got.stdout.length < 200) {
+      const { value, done } = await reader.read()
+      assert.ok(!done, 'the stream ended before any output')
+      buf = Buffer.concat([buf, Buffer.from(value)])
+      while (buf.length >= 5 && buf.length >= 5 + buf.readUInt32BE(1)) {
+        const len = buf.readUInt32BE(1)
+        const msg = JSON.parse(buf.subarray(5, 5 + len).toString())
+        buf = buf.subarray(5 + len)
+        if (msg.event?.start) pid = msg.event.start.pid
+        take(msg.event)
+      }
+    }
+    ac.abort()
+    await reader.cancel().catch(() => {})
+    assert.ok(pid > 0)
+    const from = { stdout: String(got.stdout.length), stderr: String(got.stderr.length) }
+    const c = await rpc('Connect', { process: { pid }, resumeFrom: from })
+    assert.equal(c.status, 200)
+    const evs = decodeEnvelopes(Buffer.from(await c.arrayBuffer()))
+    const nonzero = Object.fromEntries(Object.entries(from).filter(([, v]) => v !== '0'))  // proto3 JSON omits zeros
+    assert.deepEqual(evs[0].json.event.start, { pid, offsets: nonzero })
+    for (const e of evs) take(e.json.event)
+    assert.equal(evs.at(-2).json.event.end.exitCode, 5)
+    assert.equal(evs.at(-1).flags & 2, 2)
+    assert.equal(evs.at(-1).json.error, undefined)
+    assert.equal(got.stdout.toString(), wantOut)
+    assert.equal(got.stderr.toString(), wantErr)
+    console.log(`# dropped after ${from.stdout}+${from.stderr} bytes, resumed ${evs.length - 3} data events`)
+
+    // 3 MB with nobody reading: the guest's agent holds the last 1 MiB.
+    const big = 3_000_000
+    const s = await rpc('Start', { process: { cmd: '/bin/bash', args: ['-c', `head -c ${big} /dev/zero | tr '\\0' a; sleep 120`] }, stdin: false })
+    const sr = s.body.getReader()
+    let head = Buffer.alloc(0)
+    while (head.length < 5 || head.length < 5 + head.readUInt32BE(1)) head = Buffer.concat([head, Buffer.from((await sr.read()).value)])
+    const bigPid = JSON.parse(head.subarray(5, 5 + head.readUInt32BE(1)).toString()).event.start.pid
+    await sr.cancel()
+    const resume = async (n) => {
+      const ac2 = new AbortController()
+      const res = await rpc('Connect', { process: { pid: bigPid }, resumeFrom: { stdout: String(n) } }, ac2.signal)
+      const rd = res.body.getReader()
+      let b = Buffer.alloc(0)
+      while (b.length < 5 || b.length < 5 + b.readUInt32BE(1)) {
+        const { value, done } = await rd.read()
+        if (done) break
+        b = Buffer.concat([b, Buffer.from(value)])
+      }
+      ac2.abort()
+      await rd.cancel().catch(() => {})
+      return { flags: b[0], json: JSON.parse(b.subarray(5, 5 + b.readUInt32BE(1)).toString()) }
+    }
+    for (let t0 = Date.now(); ; await sleep(200)) {  // until all of it was written
+      if ((await resume(big)).json.event?.start) break
+      assert.ok(Date.now() - t0 < 60000, 'the 3 MB were never written')
+    }
+    const gone = await resume(0)
+    assert.equal(gone.flags & 2, 2)
+    assert.equal(gone.json.error.code, 'out_of_range')
+    assert.match(gone.json.error.message, /stdout before byte \d+ is no longer held/)
+    assert.equal((await resume(big + 1)).json.error.code, 'out_of_range')
+    assert.deepEqual((await resume(big - 1000)).json.event.start, { pid: bigPid, offsets: { stdout: String(big - 1000) } })
+  } finally {
+    await sbx.kill()
+  }
+})
+
 maybe('uploadUrl() and downloadUrl() work from a client with no headers; X-Access-Token alone names the sandbox', async () => {
   const sbx = await Sandbox.create({ ...d.opts, secure: true })
   try {

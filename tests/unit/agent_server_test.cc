@@ -23,6 +23,7 @@
 
 #include "envd/envelope.h"
 #include "envd/messages.h"
+#include "../wait_for.h"
 
 namespace airlock::agent {
 namespace {
@@ -586,6 +587,147 @@ TEST(AgentProcess, ConnectReattachesAfterDroppedStream) {
   ASSERT_TRUE(r3.end);
   EXPECT_EQ(r3.end->exit_code, 4);
   EXPECT_TRUE(r3.status.ok()) << r3.status.ToString();
+}
+
+// Resumable output (docs/agent.md "Resumable output"): offsets on every
+// data event count the bytes of its stream; a client whose stream dropped
+// mid-output reconnects with resumeFrom and gets every byte it missed,
+// written while it was away or later, once and in order.
+TEST(AgentProcess, ConnectResumesADroppedStreamFromItsOffsets) {
+  std::string want_out, want_err;
+  for (int i = 1; i <= 600; ++i) {
+    want_out += "line " + std::to_string(i) + "\n";
+    want_err += "err " + std::to_string(i) + "\n";
+  }
+  Stream s("process.Process/Start",
+           StartJson("for i in $(seq 1 300); do echo line $i; echo err $i >&2; done; sleep 1; "
+                     "for i in $(seq 301 600); do echo line $i; echo err $i >&2; done; exit 3"));
+  auto first = s.Next();
+  ASSERT_TRUE(first && std::holds_alternative<envd::StartEvent>(*first));
+  const auto& start = std::get<envd::StartEvent>(*first);
+  ASSERT_TRUE(start.offsets);
+  EXPECT_EQ(*start.offsets, (envd::OutputOffsets{0, 0, 0}));
+  const uint32_t pid = start.pid;
+  std::string got_out, got_err;
+  while (got_out.size() < 100) {  // some of the output, then the client goes away
+    auto ev = s.Next();
+    ASSERT_TRUE(ev);
+    auto* d = std::get_if<envd::DataEvent>(&*ev);
+    ASSERT_TRUE(d);
+    std::string& got = d->stream == envd::DataEvent::Stream::kStderr ? got_err : got_out;
+    EXPECT_EQ(d->offset, got.size()) << "the offset of a data event is the bytes of its stream before it";
+    got += d->data;
+  }
+  s.conn.Close();
+  // Resume from what arrived: the rest, byte for byte, then the end.
+  envd::OJson req = {{"process", {{"pid", pid}}},
+                     {"resumeFrom", {{"stdout", std::to_string(got_out.size())}, {"stderr", got_err.size()}}}};
+  Stream c("process.Process/Connect", envd::Dump(req));
+  auto cs = c.Next();
+  ASSERT_TRUE(cs && std::holds_alternative<envd::StartEvent>(*cs));
+  EXPECT_EQ(std::get<envd::StartEvent>(*cs).pid, pid);
+  EXPECT_EQ(*std::get<envd::StartEvent>(*cs).offsets, (envd::OutputOffsets{got_out.size(), got_err.size(), 0}));
+  while (auto ev = c.Next()) {
+    if (auto* d = std::get_if<envd::DataEvent>(&*ev)) {
+      std::string& got = d->stream == envd::DataEvent::Stream::kStderr ? got_err : got_out;
+      ASSERT_EQ(d->offset, got.size());
+      got += d->data;
+    }
+    if (auto* e = std::get_if<envd::EndEvent>(&*ev)) EXPECT_EQ(e->exit_code, 3);
+  }
+  EXPECT_TRUE(c.end_status.ok()) << c.end_status.ToString();
+  EXPECT_EQ(got_out, want_out);
+  EXPECT_EQ(got_err, want_err);
+  // After the end, within the retention: the held output is still there.
+  req["resumeFrom"] = {{"stdout", std::to_string(want_out.size() - 9)}};
+  Stream late("process.Process/Connect", envd::Dump(req));
+  auto r = Drain(late);
+  EXPECT_EQ(r.out, "line 600\n");
+  EXPECT_EQ(r.err, want_err);  // stderr from 0
+  ASSERT_TRUE(r.end);
+  EXPECT_EQ(r.end->exit_code, 3);
+  // A plain Connect says where its (empty) output starts: the ends.
+  Stream plain("process.Process/Connect", R"({"process":{"pid":)" + std::to_string(pid) + "}}");
+  auto ps = plain.Next();
+  ASSERT_TRUE(ps && std::holds_alternative<envd::StartEvent>(*ps));
+  EXPECT_EQ(*std::get<envd::StartEvent>(*ps).offsets, (envd::OutputOffsets{want_out.size(), want_err.size(), 0}));
+  Drain(plain, false);
+}
+
+// Past the per-process budget the oldest output is dropped: a resume from
+// before it ends with out_of_range and says from where output is held; a
+// resume past the end is out_of_range too; a resume within the held range
+// gets exactly those bytes.
+TEST(AgentProcess, ResumeFromDroppedOutputIsOutOfRange) {
+  constexpr size_t kBytes = 3'000'000;
+  uint32_t pid;
+  {
+    Stream s("process.Process/Start", StartJson("head -c " + std::to_string(kBytes) + " /dev/zero | tr '\\0' a; sleep 30"));
+    pid = ReadStartPid(s);
+  }  // no reader: the agent reads and holds the last kOutputHeldPerProcess
+  const std::string sel = R"({"process":{"pid":)" + std::to_string(pid) + "}";
+  auto resume = [&](uint64_t from) {
+    return std::make_unique<Stream>("process.Process/Connect",
+                                    sel + R"(,"resumeFrom":{"stdout":")" + std::to_string(from) + R"("}})");
+  };
+  // Wait until all of it was written (before, a resume from the end is past it).
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto c = resume(kBytes);
+        auto ev = c->Next();
+        return ev && std::holds_alternative<envd::StartEvent>(*ev);
+      },
+      std::chrono::seconds(30)));
+  auto gone = resume(0);
+  EXPECT_FALSE(gone->Next());
+  EXPECT_EQ(gone->end_status.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(gone->end_status.message().find("is no longer held"), std::string::npos) << gone->end_status.message();
+  auto past = resume(kBytes + 1);
+  EXPECT_FALSE(past->Next());
+  EXPECT_EQ(past->end_status.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(past->end_status.message().find("is past the 3000000 bytes"), std::string::npos)
+      << past->end_status.message();
+  auto tail = resume(kBytes - 512 * 1024);
+  ReadStartPid(*tail);
+  std::string got;
+  while (got.size() < 512 * 1024) {
+    auto ev = tail->Next();
+    ASSERT_TRUE(ev);
+    if (auto* d = std::get_if<envd::DataEvent>(&*ev)) got += d->data;
+  }
+  EXPECT_EQ(got, std::string(512 * 1024, 'a'));
+  EXPECT_EQ(Rpc("process.Process/SendSignal", sel + R"(,"signal":"SIGNAL_SIGKILL"})").status, 200);
+  Drain(*tail, false);
+}
+
+// SendSignal's scope: the process alone, or (the default) its process group.
+TEST(AgentProcess, SignalScopeProcessSparesItsChildren) {
+  auto alive = [](pid_t p) {
+    std::ifstream f("/proc/" + std::to_string(p) + "/stat");
+    std::string stat;
+    std::getline(f, stat);
+    size_t rp = stat.rfind(')');
+    return rp != std::string::npos && rp + 2 < stat.size() && stat[rp + 2] != 'Z';
+  };
+  for (const char* scope : {"SIGNAL_SCOPE_PROCESS", "SIGNAL_SCOPE_GROUP"}) {
+    Stream s("process.Process/Start", StartJson("sleep 300 & echo $!; wait"));
+    uint32_t pid = ReadStartPid(s);
+    auto ev = s.Next();
+    ASSERT_TRUE(ev && std::holds_alternative<envd::DataEvent>(*ev));
+    const pid_t child = std::atoi(std::get<envd::DataEvent>(*ev).data.c_str());
+    ASSERT_GT(child, 0);
+    auto r = Rpc("process.Process/SendSignal", R"({"process":{"pid":)" + std::to_string(pid) +
+                                                   R"(},"signal":"SIGNAL_SIGKILL","scope":")" + scope + "\"}");
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_TRUE(WaitFor([&] { return !alive(static_cast<pid_t>(pid)); }, std::chrono::seconds(10)));
+    if (std::string(scope) == "SIGNAL_SCOPE_PROCESS") {
+      EXPECT_TRUE(alive(child)) << "the process scope ended a child";
+      kill(child, SIGKILL);
+    } else {
+      EXPECT_TRUE(WaitFor([&] { return !alive(child); }, std::chrono::seconds(10))) << "the group scope spared a child";
+    }
+    Drain(s, false);
+  }
 }
 
 TEST(AgentProcess, StdinInputAndClose) {

@@ -33,7 +33,11 @@ TEST(Vectors, StartResponses) {
     ProcessEvent ev;
     const char* json;
   } vs[] = {
-      {StartEvent{1234}, R"({"event":{"start":{"pid":1234}}})"},
+      {StartEvent{1234, std::nullopt}, R"({"event":{"start":{"pid":1234}}})"},
+      {StartEvent{1234, OutputOffsets{}}, R"({"event":{"start":{"pid":1234,"offsets":{}}}})"},
+      {StartEvent{7, OutputOffsets{12, 0, 5}}, R"({"event":{"start":{"pid":7,"offsets":{"stdout":"12","pty":"5"}}}})"},
+      {DataEvent{DataEvent::Stream::kStderr, "err\n", 4096},
+       R"({"event":{"data":{"stderr":"ZXJyCg==","offset":"4096"}}})"},
       {DataEvent{DataEvent::Stream::kStdout, "hi\n"}, R"({"event":{"data":{"stdout":"aGkK"}}})"},
       {DataEvent{DataEvent::Stream::kStderr, "err\n"}, R"({"event":{"data":{"stderr":"ZXJyCg=="}}})"},
       {EndEventFromExit(0, std::nullopt), R"({"event":{"end":{"exited":true,"status":"exit status 0"}}})"},
@@ -64,6 +68,29 @@ TEST(Vectors, UnaryRequests) {
   ASSERT_TRUE(in.ok());
   EXPECT_EQ(in->input.data, "abc\n");
   EXPECT_EQ(in->input.kind, ProcessInput::Kind::kStdin);
+  EXPECT_EQ(sig->scope, SignalScope::kUnspecified);
+  for (const char* scope : {R"("SIGNAL_SCOPE_PROCESS")", R"("process")", "1"}) {
+    auto s = SendSignalRequestFromJson(P(std::string(R"({"process":{"pid":1},"signal":9,"scope":)") + scope + "}"));
+    ASSERT_TRUE(s.ok()) << scope;
+    EXPECT_EQ(s->scope, SignalScope::kProcess);
+  }
+  auto grp = SendSignalRequestFromJson(P(R"({"process":{"pid":1},"signal":9,"scope":"SIGNAL_SCOPE_GROUP"})"));
+  ASSERT_TRUE(grp.ok());
+  EXPECT_EQ(grp->scope, SignalScope::kGroup);
+  for (const char* bad : {R"("SIGNAL_SCOPE_TREE")", "7", "true"}) {
+    auto s = SendSignalRequestFromJson(P(std::string(R"({"process":{"pid":1},"signal":9,"scope":)") + bad + "}"));
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  auto con = ConnectRequestFromJson(P(R"({"process":{"tag":"t"},"resumeFrom":{"stdout":"10","stderr":3}})"));
+  ASSERT_TRUE(con.ok());
+  EXPECT_EQ(*con->process.tag, "t");
+  ASSERT_TRUE(con->resume_from);
+  EXPECT_EQ(*con->resume_from, (OutputOffsets{10, 3, 0}));
+  auto plain = ConnectRequestFromJson(P(R"({"process":{"pid":5}})"));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->resume_from);
+  EXPECT_FALSE(ConnectRequestFromJson(P(R"({"process":{"pid":5},"resumeFrom":{"stdout":-1}})")).ok());
+  EXPECT_FALSE(ConnectRequestFromJson(P(R"({"process":{"pid":5},"resumeFrom":[1]})")).ok());
   auto sel = SelectorRequestFromJson(P(R"({"process":{"pid":1234}})"));
   ASSERT_TRUE(sel.ok());
   EXPECT_EQ(*sel->pid, 1234u);

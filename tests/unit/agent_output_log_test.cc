@@ -1,0 +1,95 @@
+// OutputLog (agent/output_log.h): offsets, interleaving, trimming and the
+// out_of_range answers of a resume.
+#include "agent/output_log.h"
+
+#include <gtest/gtest.h>
+
+namespace airlock::agent {
+namespace {
+
+using Out = envd::DataEvent::Stream;
+
+std::string Joined(const std::vector<envd::DataEvent>& evs, Out s) {
+  std::string out;
+  for (const auto& e : evs) {
+    if (e.stream == s) out += e.data;
+  }
+  return out;
+}
+
+TEST(OutputLog, OffsetsCountEveryByteOfEachStream) {
+  OutputLog log;
+  EXPECT_EQ(log.Append(Out::kStdout, "abc"), 0u);
+  EXPECT_EQ(log.Append(Out::kStderr, "E1"), 0u);
+  EXPECT_EQ(log.Append(Out::kStdout, "def"), 3u);
+  EXPECT_EQ(log.Append(Out::kStdout, ""), 6u);
+  EXPECT_EQ(log.End(), (envd::OutputOffsets{6, 2, 0}));
+  EXPECT_EQ(log.HeldFrom(), (envd::OutputOffsets{0, 0, 0}));
+}
+
+TEST(OutputLog, SinceReplaysInReadOrderFromEachStreamsOffset) {
+  OutputLog log;
+  log.Append(Out::kStdout, "out1\n");
+  log.Append(Out::kStderr, "err1\n");
+  log.Append(Out::kStdout, "out2\n");
+  auto all = log.Since({0, 0, 0});
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 3u);  // the order they were read in
+  EXPECT_EQ((*all)[0].data, "out1\n");
+  EXPECT_EQ((*all)[1].stream, Out::kStderr);
+  EXPECT_EQ((*all)[2].offset, 5u);
+  // From the middle of a piece: cut, with the offset of its first byte.
+  auto mid = log.Since({6, 5, 0});
+  ASSERT_TRUE(mid.ok());
+  ASSERT_EQ(mid->size(), 1u);
+  EXPECT_EQ((*mid)[0].data, "ut2\n");
+  EXPECT_EQ((*mid)[0].offset, 6u);
+  auto end = log.Since(log.End());
+  ASSERT_TRUE(end.ok());
+  EXPECT_TRUE(end->empty());
+  auto past = log.Since({11, 0, 0});
+  EXPECT_EQ(past.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(past.status().message().find("past the 10 bytes"), std::string::npos) << past.status().message();
+}
+
+TEST(OutputLog, TrimDropsTheOldestAndThenRefusesToResumeBeforeIt) {
+  OutputLog log;
+  const std::string piece(OutputLog::kCoalesce, 'x');
+  for (int i = 0; i < 10; ++i) log.Append(i % 2 ? Out::kStderr : Out::kStdout, piece);
+  const size_t held = log.Held();
+  EXPECT_EQ(held, 10 * (piece.size() + OutputLog::kPieceOverhead));
+  const size_t released = log.Trim(held - 1);  // one piece must go
+  EXPECT_EQ(released, piece.size() + OutputLog::kPieceOverhead);
+  EXPECT_EQ(log.HeldFrom(), (envd::OutputOffsets{piece.size(), 0, 0}));
+  auto gone = log.Since({0, 0, 0});
+  EXPECT_EQ(gone.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(gone.status().message().find("stdout before byte 32768 is no longer held"), std::string::npos)
+      << gone.status().message();
+  auto rest = log.Since(log.HeldFrom());
+  ASSERT_TRUE(rest.ok());
+  EXPECT_EQ(Joined(*rest, Out::kStdout).size(), 4 * piece.size());
+  EXPECT_EQ(Joined(*rest, Out::kStderr).size(), 5 * piece.size());
+  // Trimmed to nothing: every stream's held range starts at its end, and
+  // output appended afterwards is held from there.
+  log.Trim(0);
+  EXPECT_EQ(log.Held(), 0u);
+  EXPECT_EQ(log.HeldFrom(), log.End());
+  EXPECT_EQ(log.Append(Out::kStdout, "later"), 5 * piece.size());
+  auto later = log.Since(log.HeldFrom());
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(Joined(*later, Out::kStdout), "later");
+}
+
+TEST(OutputLog, OneByteWritesCoalesceAndCountTheirOverhead) {
+  OutputLog log;
+  for (int i = 0; i < 100000; ++i) log.Append(Out::kStdout, "x");
+  // Pieces of kCoalesce bytes: 4 of them, not 100,000 one-byte strings.
+  EXPECT_EQ(log.Held(), 100000 + 4 * OutputLog::kPieceOverhead);
+  // Alternating streams cannot coalesce: each piece pays its overhead.
+  OutputLog alt;
+  for (int i = 0; i < 1000; ++i) alt.Append(i % 2 ? Out::kStderr : Out::kStdout, "y");
+  EXPECT_EQ(alt.Held(), 1000 * (1 + OutputLog::kPieceOverhead));
+}
+
+}  // namespace
+}  // namespace airlock::agent
