@@ -29,40 +29,39 @@ class EventStream : public ProcessSubscriber, public std::enable_shared_from_thi
   EventStream(std::shared_ptr<http::Conn> s, std::chrono::milliseconds keepalive, bool owns_deadline = false)
       : session_(std::move(s)), timer_(session_->executor()), keepalive_(keepalive), owns_deadline_(owns_deadline) {}
 
-  // The start event says where this stream's output starts (`from`); the
-  // held output after it (`replay`) follows before the live output.
-  void Begin(std::shared_ptr<Process> proc, const envd::OutputOffsets& from,
-             const std::vector<envd::DataEvent>& replay = {}) {
+  // The start event says where this stream's output starts (`from`). With
+  // `replay`, the held output after `from` comes first, one piece at a time
+  // as the client takes it (at most kReplayQueued queued, and no copy of
+  // the log), and the stream subscribes to the live output once it
+  // has caught up: on the one io thread nothing is lost or sent twice in
+  // between. A client slower than the process may fall behind what is held:
+  // the stream then ends with out_of_range.
+  void Begin(std::shared_ptr<Process> proc, const envd::OutputOffsets& from, bool replay = false) {
     process_ = proc;
-    BeginStream(*session_);
-    Send(envd::StartEvent{static_cast<uint32_t>(proc->pid()), from});
-    for (const auto& d : replay) Send(d);
-    std::weak_ptr<EventStream> weak = shared_from_this();
-    session_->SetOnDrain([weak] {
-      if (auto self = weak.lock()) {
-        if (auto p = self->process_.lock()) p->Resume();
-      }
-    });
-    session_->SetOnClose([weak] {
-      if (auto self = weak.lock()) self->Detach();
-    });
-    session_->WatchForDisconnect();
-    ArmKeepalive();
-    proc->Subscribe(shared_from_this());
+    Open(static_cast<uint32_t>(proc->pid()), from);
+    if (!replay) return proc->Subscribe(shared_from_this());
+    replaying_ = proc;
+    log_ = proc->output();
+    cursor_.from = from;
+    Pump();
+  }
+
+  // A process that ended within its retention: start, the held output after
+  // `from` with `replay`, then its end.
+  void BeginEnded(uint32_t pid, std::shared_ptr<OutputLog> log, const envd::EndEvent& end,
+                  const envd::OutputOffsets& from, bool replay) {
+    ended_ = end;
+    Open(pid, from);
+    if (!replay) return End(end);
+    log_ = std::move(log);
+    cursor_.from = from;
+    Pump();
   }
 
   void OnEvent(const envd::ProcessEvent& e) override {
     if (done_) return;
-    if (!std::holds_alternative<envd::EndEvent>(e)) return Send(e);
-    // The end: as envd, a Start whose own deadline ended the process gets the
-    // deadline_exceeded error instead of the end event.
-    auto p = process_.lock();
-    const bool deadline = owns_deadline_ && p && p->deadline_reached();
-    if (!deadline) Send(e);
-    session_->Write(envd::EncodeEndStream(
-        deadline ? Status(StatusCode::kDeadlineExceeded, "context deadline exceeded") : OkStatus()));
-    Finish();
-    session_->EndResponse();
+    if (auto* end = std::get_if<envd::EndEvent>(&e)) return End(*end);
+    Send(e);
   }
 
   size_t QueuedBytes() const override { return session_->pending_bytes(); }
@@ -73,6 +72,60 @@ class EventStream : public ProcessSubscriber, public std::enable_shared_from_thi
     std::string frame;
     envd::AppendEnvelope(&frame, envd::EventResponsePayload(e));
     session_->Write(frame);
+  }
+
+  void Open(uint32_t pid, const envd::OutputOffsets& from) {
+    BeginStream(*session_);
+    Send(envd::StartEvent{pid, from});
+    // The session holds the stream (a replaying stream is nobody's
+    // subscriber yet) until it ends or closes, which drops this callback.
+    session_->SetOnDrain([self = shared_from_this()] {
+      if (self->log_) return self->Pump();
+      if (auto p = self->process_.lock()) p->Resume();
+    });
+    std::weak_ptr<EventStream> weak = shared_from_this();
+    session_->SetOnClose([weak] {
+      if (auto self = weak.lock()) self->Detach();
+    });
+    session_->WatchForDisconnect();
+    ArmKeepalive();
+  }
+
+  // A replaying stream keeps at most this much queued (plus one piece):
+  // many resuming clients that never read hold little of the agent's memory.
+  static constexpr size_t kReplayQueued = 64 * 1024;
+
+  void Pump() {
+    while (log_ && !done_ && session_->pending_bytes() < kReplayQueued) {
+      auto next = log_->Next(&cursor_);
+      if (!next.ok()) {  // the process wrote faster than the client read
+        session_->Write(envd::EncodeEndStream(next.status()));
+        Finish();
+        return session_->EndResponse();
+      }
+      if (*next) {
+        Send(**next);
+        continue;
+      }
+      // Caught up with everything written so far.
+      log_.reset();
+      auto p = std::move(replaying_);
+      if (ended_) return End(*ended_);
+      if (p && p->finished()) return End(*p->end());
+      if (p) p->Subscribe(shared_from_this());
+    }
+  }
+
+  // The end: as envd, a Start whose own deadline ended the process gets the
+  // deadline_exceeded error instead of the end event.
+  void End(const envd::EndEvent& e) {
+    auto p = process_.lock();
+    const bool deadline = owns_deadline_ && p && p->deadline_reached();
+    if (!deadline) Send(e);
+    session_->Write(envd::EncodeEndStream(
+        deadline ? Status(StatusCode::kDeadlineExceeded, "context deadline exceeded") : OkStatus()));
+    Finish();
+    session_->EndResponse();
   }
 
   void ArmKeepalive() {
@@ -90,6 +143,8 @@ class EventStream : public ProcessSubscriber, public std::enable_shared_from_thi
   void Finish() {
     done_ = true;
     timer_.cancel();
+    log_.reset();
+    replaying_.reset();
   }
 
   // The client went away: the process keeps running.
@@ -104,6 +159,12 @@ class EventStream : public ProcessSubscriber, public std::enable_shared_from_thi
   std::chrono::milliseconds keepalive_;
   Clock::time_point last_ = Clock::now();
   std::weak_ptr<Process> process_;
+  // While replaying: the log, the reader's place in it, and (for a running
+  // process) the process, to subscribe to once caught up.
+  std::shared_ptr<OutputLog> log_;
+  OutputLog::Cursor cursor_;
+  std::shared_ptr<Process> replaying_;
+  std::optional<envd::EndEvent> ended_;  // BeginEnded's process's end
   bool owns_deadline_;
   bool done_ = false;
 };
@@ -157,14 +218,13 @@ void Connect(Agent& agent, std::shared_ptr<http::Conn> s) {
     if (!req.ok()) return RespondStreamStatus(*s, req.status());
     const envd::ProcessSelector& sel = req->process;
     if (auto proc = agent.processes().Find(sel)) {
-      std::vector<envd::DataEvent> replay;
       if (req->resume_from) {
-        auto held = proc->output().Since(*req->resume_from);
-        if (!held.ok()) return RespondStreamStatus(*s, held.status());
-        replay = std::move(*held);
+        Status held = proc->output()->Check(*req->resume_from);
+        if (!held.ok()) return RespondStreamStatus(*s, held);
       }
-      const envd::OutputOffsets from = req->resume_from.value_or(proc->output().End());
-      return std::make_shared<EventStream>(s, KeepaliveInterval(*s))->Begin(proc, from, replay);
+      const envd::OutputOffsets from = req->resume_from.value_or(proc->output()->End());
+      return std::make_shared<EventStream>(s, KeepaliveInterval(*s))
+          ->Begin(proc, from, req->resume_from.has_value());
     }
     // An ended process, as envd (services/process/service.go): its start and
     // end events for 30 s after it ended (kTerminatedRetention: a client that
@@ -175,21 +235,14 @@ void Connect(Agent& agent, std::shared_ptr<http::Conn> s) {
     // handle). With resumeFrom, the held output it wrote after those offsets
     // comes between the two.
     if (const auto* ended = agent.processes().FindRecentlyFinished(sel, std::chrono::steady_clock::now())) {
-      std::vector<envd::DataEvent> replay;
       if (req->resume_from) {
-        auto held = ended->output.Since(*req->resume_from);
-        if (!held.ok()) return RespondStreamStatus(*s, held.status());
-        replay = std::move(*held);
+        Status held = ended->output->Check(*req->resume_from);
+        if (!held.ok()) return RespondStreamStatus(*s, held);
       }
-      BeginStream(*s);
-      std::string out;
-      const envd::OutputOffsets from = req->resume_from.value_or(ended->output.End());
-      envd::AppendEnvelope(&out, envd::EventResponsePayload(envd::StartEvent{static_cast<uint32_t>(ended->pid), from}));
-      for (const auto& d : replay) envd::AppendEnvelope(&out, envd::EventResponsePayload(d));
-      envd::AppendEnvelope(&out, envd::EventResponsePayload(ended->end));
-      out += envd::EncodeEndStream(OkStatus());
-      s->Write(out);
-      return s->EndResponse();
+      const envd::OutputOffsets from = req->resume_from.value_or(ended->output->End());
+      return std::make_shared<EventStream>(s, KeepaliveInterval(*s))
+          ->BeginEnded(static_cast<uint32_t>(ended->pid), ended->output, ended->end, from,
+                       req->resume_from.has_value());
     }
     RespondStreamStatus(*s, NotFound("process with " +
                                      (sel.pid ? "pid " + std::to_string(*sel.pid) : "tag '" + *sel.tag + "'") +

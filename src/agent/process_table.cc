@@ -204,13 +204,17 @@ void Process::StartRead(Pipe& p) {
     if (ec == asio::error::operation_aborted) return;
     Pipe& p = self->pipes_[idx];
     p.reading = false;
+    // A read that completed just before the exit grace closed the pipes:
+    // the end is out and the log has its final size.
+    if (self->end_) return;
     if (n > 0) {
       self->read_since_grace_ = true;
       std::string_view bytes(p.buf.data(), n);
-      const size_t before = self->output_.Held();
-      const uint64_t offset = self->output_.Append(p.stream, bytes);
-      self->output_.Trim(kOutputHeldPerProcess);
-      if (self->on_output_) self->on_output_(before, self->output_.Held());
+      OutputLog& log = *self->output_;
+      const size_t before = log.Held();
+      const uint64_t offset = log.Append(p.stream, bytes);
+      log.Trim(kOutputHeldPerProcess);
+      if (self->on_output_) self->on_output_(before, log.Held());
       self->Broadcast(envd::DataEvent{p.stream, std::string(bytes), offset});
     }
     if (ec) {  // EOF, or EIO on a PTY master once the slave side is gone
@@ -477,21 +481,29 @@ StatusOr<std::shared_ptr<Process>> ProcessTable::Spawn(SpawnRequest req) {
     output_held_ = output_held_ - before + after;
     if (output_held_ > kOutputHeldTotal) TrimOutput();
   };
-  proc->on_finished_ = [this](pid_t p, const envd::EndEvent& end) {
+  proc->on_finished_ = [this, raw = proc.get()](pid_t p, const envd::EndEvent& end) {
+    raw->on_output_ = nullptr;
     auto it = procs_.find(p);
-    if (it == procs_.end()) return;
+    if (it == procs_.end() || it->second.get() != raw) {
+      // Its pid was taken by a newer process while it drained (a reaped
+      // leader whose grandchild held the pipes): the table has the newer
+      // one; only its log and its leaf are left to account for.
+      output_held_ -= raw->output_->Held();
+      if (cgroups_ && !raw->cgroup_.empty()) cgroups_->Release(raw->cgroup_);
+      return;
+    }
     const std::string& leaf = it->second->cgroup_;
     if (cgroups_ && !leaf.empty()) cgroups_->Release(leaf);  // removed now, or once its leftovers end
     Finished f;
     f.pid = p;
     f.end = end;
-    f.output = std::move(it->second->output_);
+    f.output = it->second->output_;
     f.tag = it->second->tag();
     f.cgroup = leaf;
     f.ended_at = std::chrono::steady_clock::now();
     finished_.push_back(std::move(f));
     while (finished_.size() > kMaxFinished) {
-      output_held_ -= finished_.front().output.Held();
+      output_held_ -= finished_.front().output->Held();
       finished_.pop_front();
     }
     TrimOutput();
@@ -524,7 +536,8 @@ std::shared_ptr<Process> ProcessTable::Find(const envd::ProcessSelector& sel) co
 }
 
 const ProcessTable::Ended* ProcessTable::FindRecentlyFinished(const envd::ProcessSelector& sel,
-                                                              std::chrono::steady_clock::time_point now) const {
+                                                              std::chrono::steady_clock::time_point now) {
+  TrimOutput();
   for (auto it = finished_.rbegin(); it != finished_.rend(); ++it) {
     if (now - it->ended_at >= kTerminatedRetention) break;  // older ones too
     if ((sel.pid && static_cast<uint32_t>(it->pid) == *sel.pid) || (!sel.pid && sel.tag && it->tag == sel.tag)) {
@@ -538,19 +551,21 @@ void ProcessTable::TrimOutput() {
   const auto now = std::chrono::steady_clock::now();
   for (auto& f : finished_) {  // the oldest first
     if (output_held_ <= kOutputHeldTotal && now - f.ended_at < kTerminatedRetention) continue;
-    const size_t keep = now - f.ended_at >= kTerminatedRetention
-                            ? 0
-                            : f.output.Held() - std::min(f.output.Held(), output_held_ - kOutputHeldTotal);
-    output_held_ -= f.output.Trim(keep);
+    OutputLog& log = *f.output;
+    const size_t excess = output_held_ > kOutputHeldTotal ? output_held_ - kOutputHeldTotal : 0;
+    const size_t keep = now - f.ended_at >= kTerminatedRetention ? 0 : log.Held() - std::min(log.Held(), excess);
+    output_held_ -= log.Trim(keep);
   }
   while (output_held_ > kOutputHeldTotal) {
-    Process* largest = nullptr;
+    OutputLog* largest = nullptr;
     for (const auto& [pid, p] : procs_) {
-      if (!largest || p->output_.Held() > largest->output_.Held()) largest = p.get();
+      if (!p->end_ && (!largest || p->output_->Held() > largest->Held())) largest = p->output_.get();
     }
-    if (!largest || largest->output_.Held() == 0) break;
+    if (!largest) break;
     const size_t excess = output_held_ - kOutputHeldTotal;
-    output_held_ -= largest->output_.Trim(largest->output_.Held() - std::min(largest->output_.Held(), excess));
+    const size_t released = largest->Trim(largest->Held() - std::min(largest->Held(), excess));
+    if (released == 0) break;  // nothing left to drop (cannot happen while the total is right)
+    output_held_ -= released;
   }
 }
 

@@ -84,7 +84,10 @@ class Process : public std::enable_shared_from_this<Process> {
   const envd::ProcessConfig& config() const { return req_.start.process; }
   const std::optional<std::string>& tag() const { return req_.start.tag; }
   bool finished() const { return end_.has_value(); }
-  const OutputLog& output() const { return output_; }
+  const std::optional<envd::EndEvent>& end() const { return end_; }
+  // What it wrote, as far as still held; shared with the table's record of
+  // it once it ended and with a stream replaying it.
+  const std::shared_ptr<OutputLog>& output() const { return output_; }
   // Its Start's deadline (Connect-Timeout-Ms) passed and ended it.
   bool deadline_reached() const { return deadline_reached_; }
 
@@ -141,7 +144,7 @@ class Process : public std::enable_shared_from_this<Process> {
   asio::steady_timer grace_;
   bool read_since_grace_ = false;
   std::function<void(pid_t, const envd::EndEvent&)> on_finished_;
-  OutputLog output_;
+  std::shared_ptr<OutputLog> output_ = std::make_shared<OutputLog>();
   // (held before, held after) each read: the table's total.
   std::function<void(size_t, size_t)> on_output_;
 };
@@ -171,12 +174,13 @@ class ProcessTable {
   // A process that ended less than kTerminatedRetention before `now`, by pid
   // or tag, the newest first; nullptr otherwise. Valid until the table
   // changes (the next event on the io thread).
+  // Also drops the logs of processes past their retention.
   struct Ended {
     pid_t pid;
     envd::EndEvent end;
-    OutputLog output;  // what it wrote, as far as still held
+    std::shared_ptr<OutputLog> output;  // what it wrote, as far as still held
   };
-  const Ended* FindRecentlyFinished(const envd::ProcessSelector& sel, std::chrono::steady_clock::time_point now) const;
+  const Ended* FindRecentlyFinished(const envd::ProcessSelector& sel, std::chrono::steady_clock::time_point now);
   // Bytes held by every output log, running and ended.
   size_t OutputHeld() const { return output_held_; }
   std::vector<std::shared_ptr<Process>> Running() const;

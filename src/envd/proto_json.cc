@@ -40,8 +40,10 @@ StatusOr<T> IntFromJson(const nlohmann::json& j, std::string_view what) {
   }
   if (j.is_number_float()) {
     double d = j.get<double>();
-    if (std::trunc(d) != d || d < static_cast<double>(std::numeric_limits<T>::min()) ||
-        d > static_cast<double>(std::numeric_limits<T>::max())) {
+    // max() itself is not a double for 64-bit types (it rounds up to 2^64 or
+    // 2^63, whose cast back is undefined): compare against 2^digits instead.
+    const double limit = std::ldexp(1.0, std::numeric_limits<T>::digits);
+    if (std::trunc(d) != d || d < static_cast<double>(std::numeric_limits<T>::min()) || d >= limit) {
       return InvalidArgument(std::string(what) + " is not an integer in range");
     }
     return static_cast<T>(d);

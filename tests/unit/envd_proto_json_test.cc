@@ -43,6 +43,11 @@ TEST(Int64, StringsAndNumbers) {
   EXPECT_FALSE(Uint32FromJson(nlohmann::json(4294967296LL)).ok());
   EXPECT_EQ(*Uint32FromJson(nlohmann::json("1234")), 1234u);
   EXPECT_EQ(*Uint64FromJson(nlohmann::json("18446744073709551615")), UINT64_MAX);
+  // 2^64 and 2^63 as floats (what max() rounds to): out of range, not a cast
+  // with undefined behaviour.
+  EXPECT_FALSE(Uint64FromJson(nlohmann::json::parse("18446744073709551616")).ok());
+  EXPECT_FALSE(Int64FromJson(nlohmann::json(9223372036854775808.0)).ok());
+  EXPECT_EQ(*Uint64FromJson(nlohmann::json(9007199254740992.0)), 9007199254740992u);
 }
 
 TEST(Timestamp, FormatAndParse) {
