@@ -100,14 +100,16 @@ bool DropsRelayedHeader(RelayGuard guard, std::string_view name) {
   if (guard == RelayGuard::kNone) return false;
   if (NameIs(name, "service-worker-allowed") || NameIs(name, "x-content-type-options")) return true;
   if (guard != RelayGuard::kGuestFile) return false;
-  return NameIs(name, "content-type") || NameIs(name, "content-disposition") ||
+  return NameIs(name, "content-type") || NameIs(name, "content-disposition") || NameIs(name, "cache-control") ||
          NameIs(name, "content-security-policy") || NameIs(name, "content-security-policy-report-only");
 }
 
 http::HeaderList GuardHeaders(RelayGuard guard, http::Method method, std::string_view guest_content_type) {
   if (guard == RelayGuard::kNone) return {};
-  http::HeaderList out = {{"X-Content-Type-Options", "nosniff"}};
+  http::HeaderList out = {{"X-Content-Type-Options", "nosniff"},
+                          {"Vary", "E2b-Sandbox-Id, E2b-Sandbox-Port, X-Access-Token"}};
   if (guard != RelayGuard::kGuestFile) return out;
+  out.push_back({"Cache-Control", "no-store"});
   std::string_view type = guest_content_type.substr(0, guest_content_type.find(';'));
   while (!type.empty() && type.back() == ' ') type.remove_suffix(1);
   const bool json = method != http::Method::kGet && method != http::Method::kHead && NameIs(type, "application/json");

@@ -21,6 +21,12 @@
 //     upload's result), Content-Disposition: attachment and
 //     Content-Security-Policy: sandbox; default-src 'none'. The guest's own
 //     values of those headers are dropped.
+//   - One origin serves every sandbox, chosen by request headers
+//     (E2b-Sandbox-Id and -Port, or X-Access-Token alone): every guest answer
+//     gets Vary on those three, so no shared or browser cache hands one
+//     sandbox's answer to a request for another; an agent /files answer
+//     (private bytes) also gets Cache-Control: no-store, replacing the
+//     guest's.
 #pragma once
 
 #include <chrono>

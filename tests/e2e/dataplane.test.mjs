@@ -376,6 +376,10 @@ maybe('uploadUrl() and downloadUrl() work from a client with no headers; X-Acces
     const byToken = await fetch(`${d.url}/files?path=/home/user/signed.txt&username=user`, { headers: { 'X-Access-Token': token } })
     assert.equal(byToken.status, 200)
     assert.equal(await byToken.text(), 'signed upload')
+    // One origin for every sandbox, chosen by headers: no cache may serve one
+    // sandbox's answer to another's request, nor keep a file's bytes.
+    assert.equal(byToken.headers.get('vary'), 'E2b-Sandbox-Id, E2b-Sandbox-Port, X-Access-Token')
+    assert.equal(byToken.headers.get('cache-control'), 'no-store')
     const health = await fetch(`${d.url}/health`, { headers: { 'X-Access-Token': token } })
     assert.equal(health.status, 204, 'the agent answers /health (the daemon answers 200)')
     for (const path of ['/files?path=/etc/hostname', '/health']) {

@@ -99,6 +99,17 @@ TEST(RelayGuardTest, HeadersOfAGuestsAnswer) {
   EXPECT_EQ(std::count(download.begin(), download.end(),
                        std::pair<std::string, std::string>{"Content-Type", "application/octet-stream"}),
             1);
+  // One origin for every sandbox, chosen by headers: caches must key on them;
+  // a file's bytes are never stored (the guest's Cache-Control is dropped).
+  const std::pair<std::string, std::string> vary{"Vary", "E2b-Sandbox-Id, E2b-Sandbox-Port, X-Access-Token"};
+  for (auto g : {RelayGuard::kGuest, RelayGuard::kGuestFile}) {
+    auto h = GuardHeaders(g, http::Method::kGet, "");
+    EXPECT_EQ(std::count(h.begin(), h.end(), vary), 1);
+  }
+  EXPECT_EQ(std::count(download.begin(), download.end(), std::pair<std::string, std::string>{"Cache-Control", "no-store"}),
+            1);
+  EXPECT_TRUE(DropsRelayedHeader(RelayGuard::kGuestFile, "Cache-Control"));
+  EXPECT_FALSE(DropsRelayedHeader(RelayGuard::kGuest, "Cache-Control"));
 }
 
 // A hostile agent: every connection gets `answer` (whatever was asked).
