@@ -1,6 +1,7 @@
 #include "tests/integration/harness.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/inotify.h>
@@ -104,7 +105,22 @@ CliResult RunCli(const std::vector<std::string>& args, const std::string& stdin_
       if (dst.size() < max_output) dst.append(buf, std::min<size_t>(got, max_output - dst.size()));
     }
     if (in_fd >= 0 && (p[n - 1].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      // A child that exits without reading its stdin (a refused command
+      // line) makes this write EPIPE: take that as "fed", not as a SIGPIPE
+      // that ends the test process (the signal is blocked around the write
+      // and a pending one consumed).
+      sigset_t pipe_sig, old_mask;
+      sigemptyset(&pipe_sig);
+      sigaddset(&pipe_sig, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &pipe_sig, &old_mask);
       ssize_t w = ::write(in_fd, stdin_bytes.data() + fed, stdin_bytes.size() - fed);
+      const int write_errno = errno;
+      if (w < 0 && write_errno == EPIPE) {
+        timespec now{};
+        sigtimedwait(&pipe_sig, nullptr, &now);
+      }
+      pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+      errno = write_errno;
       if (w > 0) fed += w;
       if (w < 0 && errno != EAGAIN) fed = stdin_bytes.size();
       if (fed == stdin_bytes.size()) {
