@@ -3,8 +3,8 @@
 namespace airlock::agent {
 
 namespace {
-constexpr const char* kNames[] = {"stdout", "stderr", "pty"};
-}
+const char* Name(size_t stream) { return envd::StreamName(static_cast<envd::DataEvent::Stream>(stream)); }
+}  // namespace
 
 uint64_t OutputLog::Append(envd::DataEvent::Stream stream, std::string_view data) {
   const size_t s = static_cast<size_t>(stream);
@@ -45,12 +45,12 @@ size_t OutputLog::Trim(size_t budget) {
 Status OutputLog::Check(const envd::OutputOffsets& from) const {
   for (size_t s = 0; s < from.size(); ++s) {
     if (from[s] > end_[s]) {
-      return OutOfRange(std::string("resumeFrom.") + kNames[s] + " " + std::to_string(from[s]) + " is past the " +
-                        std::to_string(end_[s]) + " bytes the process has written to " + kNames[s]);
+      return OutOfRange(std::string("resumeFrom.") + Name(s) + " " + std::to_string(from[s]) + " is past the " +
+                        std::to_string(end_[s]) + " bytes the process has written to " + Name(s));
     }
     if (from[s] < held_from_[s]) {
-      return OutOfRange(std::string("the output of ") + kNames[s] + " before byte " +
-                        std::to_string(held_from_[s]) + " is no longer held (resumeFrom." + kNames[s] + " " +
+      return OutOfRange(std::string("the output of ") + Name(s) + " before byte " +
+                        std::to_string(held_from_[s]) + " is no longer held (resumeFrom." + Name(s) + " " +
                         std::to_string(from[s]) + ")");
     }
   }

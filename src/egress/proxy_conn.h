@@ -66,6 +66,12 @@ class ProxyConn : public std::enable_shared_from_this<ProxyConn> {
   // The proxy's name's A records from the upstream resolver into *out; why none.
   asio::awaitable<std::string> ResolveProxyName(const std::string& name, std::vector<uint32_t>* out);
   std::string ProxyAddressRefusal(uint32_t ip);
+  // One SOCKS5 step on upstream_: writes `out` (none when empty), then reads
+  // exactly `in`. "" when both went through or the connection was finished
+  // meanwhile (the caller checks finished_), else why not: a failed write,
+  // or `where` + `no_answer` for a failed read.
+  asio::awaitable<std::string> ProxyExchange(asio::const_buffer out, asio::mutable_buffer in, const std::string& where,
+                                             const char* no_answer);
   // upstream_ is connected (to the destination, or a tunnel to it): relay.
   void OnUpstreamConnected();
   void Relay();

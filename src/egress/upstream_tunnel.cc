@@ -166,26 +166,18 @@ asio::awaitable<std::string> ProxyConn::OpenProxyTunnel(UpstreamProxy proxy) {
   // SOCKS5.
   std::vector<uint8_t> greet = {5, 1, 0};
   if (!proxy.username.empty()) greet = {5, 2, 0, 2};
-  co_await asio::async_write(upstream_, asio::buffer(greet), asio::redirect_error(use_awaitable, ec));
-  if (finished_) co_return "";
-  if (ec) co_return where + ": write failed: " + ec.message();
   std::array<uint8_t, 2> choice{};
-  co_await asio::async_read(upstream_, asio::buffer(choice), asio::redirect_error(use_awaitable, ec));
-  if (finished_) co_return "";
-  if (ec) co_return where + ": no SOCKS5 greeting answer: " + ec.message();
+  std::string why = co_await ProxyExchange(asio::buffer(greet), asio::buffer(choice), where, ": no SOCKS5 greeting answer");
+  if (finished_ || !why.empty()) co_return why;
   if (choice[0] != 5) co_return where + " is not a SOCKS5 server";
   if (choice[1] == 2 && !proxy.username.empty()) {
     std::vector<uint8_t> auth = {1, static_cast<uint8_t>(proxy.username.size())};
     auth.insert(auth.end(), proxy.username.begin(), proxy.username.end());
     auth.push_back(static_cast<uint8_t>(proxy.password.size()));
     auth.insert(auth.end(), proxy.password.begin(), proxy.password.end());
-    co_await asio::async_write(upstream_, asio::buffer(auth), asio::redirect_error(use_awaitable, ec));
-    if (finished_) co_return "";
-    if (ec) co_return where + ": write failed: " + ec.message();
     std::array<uint8_t, 2> status{};
-    co_await asio::async_read(upstream_, asio::buffer(status), asio::redirect_error(use_awaitable, ec));
-    if (finished_) co_return "";
-    if (ec) co_return where + ": no authentication answer: " + ec.message();
+    why = co_await ProxyExchange(asio::buffer(auth), asio::buffer(status), where, ": no authentication answer");
+    if (finished_ || !why.empty()) co_return why;
     if (status[1] != 0) co_return where + " refused the username and password";
   } else if (choice[1] != 0) {
     co_return where + (choice[1] == 0xFF ? " accepts none of the offered methods (does it need a username?)"
@@ -195,21 +187,28 @@ asio::awaitable<std::string> ProxyConn::OpenProxyTunnel(UpstreamProxy proxy) {
   connect.insert(connect.end(), host_.begin(), host_.end());
   connect.push_back(static_cast<uint8_t>(port_ >> 8));
   connect.push_back(static_cast<uint8_t>(port_ & 0xFF));
-  co_await asio::async_write(upstream_, asio::buffer(connect), asio::redirect_error(use_awaitable, ec));
-  if (finished_) co_return "";
-  if (ec) co_return where + ": write failed: " + ec.message();
   std::array<uint8_t, 5> reply{};  // VER REP RSV ATYP + the first byte of the bound address
-  co_await asio::async_read(upstream_, asio::buffer(reply), asio::redirect_error(use_awaitable, ec));
-  if (finished_) co_return "";
-  if (ec) co_return where + ": no CONNECT reply: " + ec.message();
+  why = co_await ProxyExchange(asio::buffer(connect), asio::buffer(reply), where, ": no CONNECT reply");
+  if (finished_ || !why.empty()) co_return why;
   if (reply[0] != 5) co_return where + " sent a malformed SOCKS5 reply";
   if (reply[1] != 0) co_return where + ": " + SocksReply(reply[1]) + " (SOCKS5 reply " + std::to_string(reply[1]) + ")";
   size_t rest = reply[3] == 1 ? 3 + 2 : reply[3] == 4 ? 15 + 2 : reply[3] == 3 ? size_t{reply[4]} + 2 : 0;
   if (rest == 0) co_return where + " sent a malformed SOCKS5 reply";
   std::vector<uint8_t> bound(rest);
-  co_await asio::async_read(upstream_, asio::buffer(bound), asio::redirect_error(use_awaitable, ec));
+  co_return co_await ProxyExchange({}, asio::buffer(bound), where, ": truncated CONNECT reply");
+}
+
+asio::awaitable<std::string> ProxyConn::ProxyExchange(asio::const_buffer out, asio::mutable_buffer in,
+                                                      const std::string& where, const char* no_answer) {
+  boost::system::error_code ec;
+  if (out.size() > 0) {
+    co_await asio::async_write(upstream_, out, asio::redirect_error(use_awaitable, ec));
+    if (finished_) co_return "";
+    if (ec) co_return where + ": write failed: " + ec.message();
+  }
+  co_await asio::async_read(upstream_, in, asio::redirect_error(use_awaitable, ec));
   if (finished_) co_return "";
-  if (ec) co_return where + ": truncated CONNECT reply: " + ec.message();
+  if (ec) co_return where + no_answer + ": " + ec.message();
   co_return "";
 }
 

@@ -79,9 +79,6 @@ StatusOr<std::optional<PtySize>> GetPty(const Json& j) {
   return std::optional<PtySize>(size);
 }
 
-// The JSON names of DataEvent::Stream, by its value.
-constexpr const char* kStreamNames[] = {"stdout", "stderr", "pty"};
-
 StatusOr<ProcessSelector> GetSelector(const Json& j) {
   ASSIGN_OR_RETURN(const Json* p, GetObject(j, "process"));
   if (!p) return InvalidArgument("missing process selector");
@@ -180,10 +177,15 @@ StatusOr<StartRequest> StartRequestFromJson(const Json& j) {
 
 StatusOr<ProcessSelector> SelectorRequestFromJson(const Json& j) { return GetSelector(j); }
 
+const char* StreamName(DataEvent::Stream s) {
+  static constexpr const char* kNames[] = {"stdout", "stderr", "pty"};
+  return kNames[static_cast<size_t>(s)];
+}
+
 OJson ToJson(const OutputOffsets& o) {
   OJson j = OJson::object();
   for (size_t i = 0; i < o.size(); ++i) {
-    if (o[i]) j[kStreamNames[i]] = Int64ToJson(static_cast<int64_t>(o[i]));
+    if (o[i]) j[StreamName(DataEvent::Stream(i))] = Int64ToJson(static_cast<int64_t>(o[i]));
   }
   return j;
 }
@@ -192,10 +194,11 @@ StatusOr<OutputOffsets> OutputOffsetsFromJson(const Json& j) {
   if (!j.is_object()) return InvalidArgument("output offsets must be an object");
   OutputOffsets o{};
   for (size_t i = 0; i < o.size(); ++i) {
-    const Json* f = Field(j, kStreamNames[i]);
+    const char* name = StreamName(DataEvent::Stream(i));
+    const Json* f = Field(j, name);
     if (!f) continue;
     auto v = Uint64FromJson(*f);
-    if (!v.ok()) return TypeError(kStreamNames[i], "a uint64");
+    if (!v.ok()) return TypeError(name, "a uint64");
     o[i] = *v;
   }
   return o;
@@ -292,7 +295,7 @@ OJson ToJson(const ProcessEvent& ev) {
     if (s->offsets) b["offsets"] = ToJson(*s->offsets);
     j["start"] = std::move(b);
   } else if (auto* d = std::get_if<DataEvent>(&ev)) {
-    OJson b = {{kStreamNames[static_cast<size_t>(d->stream)], Base64Encode(d->data)}};
+    OJson b = {{StreamName(d->stream), Base64Encode(d->data)}};
     if (d->offset) b["offset"] = Int64ToJson(static_cast<int64_t>(d->offset));
     j["data"] = std::move(b);
   } else if (auto* e = std::get_if<EndEvent>(&ev)) {
@@ -362,7 +365,7 @@ StatusOr<ProcessEvent> ProcessEventFromJson(const Json& j) {
 std::string EventResponsePayload(const ProcessEvent& e) {
   if (auto* d = std::get_if<DataEvent>(&e)) {
     std::string out = "{\"event\":{\"data\":{\"";
-    out += kStreamNames[static_cast<size_t>(d->stream)];
+    out += StreamName(d->stream);
     out += "\":\"";
     out += Base64Encode(d->data);
     out += '"';

@@ -129,6 +129,8 @@ struct EndEvent {
   std::string status;
   std::optional<std::string> error;
 };
+// The JSON name of a stream ("stdout", "stderr", "pty").
+const char* StreamName(DataEvent::Stream s);
 struct KeepAliveEvent {};
 using ProcessEvent = std::variant<StartEvent, DataEvent, EndEvent, KeepAliveEvent>;
 
