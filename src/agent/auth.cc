@@ -8,11 +8,15 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
+
+#include <boost/asio/post.hpp>
 
 #include "agent/agent.h"
 #include "agent/entropy.h"
 #include "agent/init.h"
 #include "agent/log.h"
+#include "agent/volume_mounts.h"
 #include "common/file_util.h"
 #include "envd/proto_json.h"
 #include "http/conn.h"
@@ -165,9 +169,22 @@ void HandleInit(Agent& agent, std::shared_ptr<http::Conn> s) {
         return RespondHttpError(*s, 500, "could not hand the access token to the code interpreter: " + st.message());
       }
     }
+    // Volumes (airlock extension, agent/volume_mounts.h): mounted before
+    // the answer, off the io thread (the kernel's MOUNT call can wait on
+    // its server).
+    const bool has_mounts = j.contains("volumeMounts");
+    auto mounts = ParseNfsMounts(has_mounts ? j["volumeMounts"] : envd::Json());
+    if (!mounts.ok()) return RespondHttpError(*s, 400, mounts.status().message());
     agent.MergeEnvVars(envs);
     if (user) agent.SetDefaultUser(*user);
-    s->Respond(204, "", "", {{"X-Envd-Version", "0.6.13"}});
+    if (!has_mounts || ::getpid() != 1) return s->Respond(204, "", "", {{"X-Envd-Version", "0.6.13"}});
+    std::thread([s, mounts = std::move(mounts).value()] {
+      Status st = MountNfs(mounts);
+      boost::asio::post(s->executor(), [s, st] {
+        if (!st.ok()) return RespondHttpError(*s, 500, st.message());
+        s->Respond(204, "", "", {{"X-Envd-Version", "0.6.13"}});
+      });
+    }).detach();
   });
 }
 

@@ -330,6 +330,10 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "team-disk-budget", po::value(&cfg.team_disk_budget_mib)->default_value(cfg.team_disk_budget_mib),
       "MiB of disk one team may hold: uploads, template layers and images, checkpoints, paused and named "
       "snapshots; writing more is 507 (-1: a quarter of the state dir's filesystem; 0: off)")(
+      "volume-size-mib", po::value(&cfg.volume_size_mib)->default_value(cfg.volume_size_mib),
+      "size of a volume whose create names no sizeMB (MiB; its filesystem's size, so its limit)")(
+      "team-volume-budget-mib", po::value(&cfg.team_volume_budget_mib)->default_value(cfg.team_volume_budget_mib),
+      "the sum of the sizes of one team's volumes; a create over it is 507 (MiB; 0: no budget)")(
       "max-image-unpack", po::value(&cfg.max_image_unpack_mib)->default_value(cfg.max_image_unpack_mib),
       "the most a fromImage base's layers may expand to on this host (MiB), checked before unpacking")(
       "public-url", po::value(&cfg.public_url),

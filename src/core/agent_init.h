@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "core/sandbox_attributes.h"
 
 namespace airlock {
 
@@ -19,6 +20,9 @@ struct AgentInitRequest {
   std::optional<std::string> access_token;  // the token it must want from now on
   std::optional<std::map<std::string, std::string>> env_vars;  // sandbox-wide env of new processes
   std::string hostname;                                        // empty: unchanged
+  // The NFS volume mounts the guest must have, exactly (agent
+  // volume_mounts.h; others it has are detached); nullopt: leave them.
+  std::optional<std::vector<SandboxVolumeMount>> volume_mounts;
 };
 
 // Sends the request plus the host's wall clock (milliseconds; the agent steps

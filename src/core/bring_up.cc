@@ -19,6 +19,7 @@
 #include "core/manager.h"
 #include "core/registry.h"
 #include "core/sandbox_egress.h"
+#include "core/volumes.h"
 #include "image/image.h"
 #include "net/address_pool.h"
 #include "net/sandbox_network.h"
@@ -285,9 +286,31 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
     sb.AttachEgress(egress_.get());
     return OkStatus();
   };
+  // Volumes (core/volumes.h): a guest that mounts them over NFS (a tap
+  // runtime, qemu) gets its NFS server in its netns before its VMM runs, so
+  // a restored guest's mounts find it; a gVisor guest gets bind mounts.
+  const std::vector<SandboxVolumeMount> volume_mounts = sb.attributes().volume_mounts;
+  const bool nfs_volumes = runtime.guest_link() == GuestLink::kTap;
+  auto volumes = [&]() -> Status {
+    if (volume_mounts.empty() || !nfs_volumes) return OkStatus();
+    std::vector<VolumeExport> exports;
+    for (const auto& m : volume_mounts) {
+      std::string dir = VolumeMountDir(config_.state_dir, m.volume_id);
+      if (!IsVolumeMounted(dir)) return FailedPrecondition("volume " + m.name + " is not mounted on the host");
+      exports.push_back({m.volume_id, dir});
+    }
+    // A rollback's guest comes back with its TCP state of the checkpoint,
+    // which the running server's connection has moved past (the two would
+    // never agree again): a new server resets it, and the guest reconnects.
+    if (rollback) RETURN_IF_ERROR(StopVolumeServer(sb.run_dir_, sb.network_->netns_fd()));
+    return StartVolumeServer(sb.run_dir_, sb.network_->netns_fd(), exports);
+  };
   auto vmm = [&]() -> Status {
     VmStartRequest req =
         VmStartRequestFor(plan.id, sb.run_dir_, plan.vcpus, plan.memory_mib, *sb.network_, plan.detach);
+    if (!nfs_volumes) {
+      for (const auto& m : volume_mounts) req.host_mounts.push_back({VolumeMountDir(config_.state_dir, m.volume_id), m.path});
+    }
     if (plan.source == MachineSource::kColdBoot || plan.source == MachineSource::kTemplateSnapshot) {
       req.kernel = plan.image.kernel;
       req.initrd = plan.image.initrd;
@@ -381,7 +404,11 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
   // From /init on, the agent wants the sandbox's token.
   auto agent_init = [&]() -> Status {
     const std::string ip = sb.network_->netns_ip();
-    RETURN_IF_ERROR(PostAgentInit(InitRequest(plan, ip)));
+    AgentInitRequest init = InitRequest(plan, ip);
+    // Every /init of an NFS guest names its whole set of mounts (none
+    // included: a snapshot may carry another sandbox's).
+    if (nfs_volumes) init.volume_mounts = volume_mounts;
+    RETURN_IF_ERROR(PostAgentInit(init));
     sb.AttachAgent(std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, plan.access_token));
     return OkStatus();
   };
@@ -407,6 +434,7 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
     Status st = [&]() -> Status {
       if (!sb.vm_ || !sb.vm_->alive()) return Unavailable("the parked VMM is gone");
       if (egress_ && sb.egress_) RETURN_IF_ERROR(step(kStepEgress, parked_egress, nullptr));
+      RETURN_IF_ERROR(step(kStepVolumes, volumes, [&sb] { return StopVolumeServer(sb.run_dir_); }));
       RETURN_IF_ERROR(step(kStepAgentInit, agent_init, nullptr));
       if (plan.handover)
         RETURN_IF_ERROR(step(
@@ -439,6 +467,10 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
         return OkStatus();
       }));
     }
+    // A rollback keeps the server of the sandbox's network (it runs on).
+    RETURN_IF_ERROR(step(kStepVolumes, volumes, rollback ? Checklist::Step() : Checklist::Step([&sb] {
+      return StopVolumeServer(sb.run_dir_);
+    })));
     RETURN_IF_ERROR(step(kStepVmm, vmm, [&sb] { return sb.DestroyVm(); }));
     RETURN_IF_ERROR(step(kStepLease, lease, nullptr));
     // Undo: whoever waits on the agent is woken before the netns goes.

@@ -3,12 +3,14 @@
 // resume of a paused sandbox) is a BringUpPlan run by Manager::BringUp as the
 // same named steps, each with its undo (common/checklist.h):
 //
-//   run dir ─▶ network ─▶ egress ─▶ vmm ─▶ lease ─▶ agent ready ─▶ agent init ─▶ [handover] ─▶ running
+//   run dir ─▶ network ─▶ egress ─▶ volumes ─▶ vmm ─▶ lease ─▶ agent ready ─▶ agent init ─▶ [handover] ─▶ running
 //
 //   run dir      <state_dir>/run/<id> (0700) and its owner file; a paused
 //                sandbox keeps its run dir (only its old vm/ goes)
 //   network      netns, veth, tap, nftables, address lease (net::SandboxNetwork)
 //   egress       the policy on nft + resolver/proxy (skipped when egress is off)
+//   volumes      the NFS server of its volumes in its netns (qemu; none
+//                without volumes; core/volumes.h)
 //   vmm          the VMM started (cold boot) or restored (a snapshot)
 //   lease        the address lease handed to the VMM's pid (it outlives a daemon)
 //   agent ready  the agent answers /health (within ready_timeout)
@@ -47,6 +49,7 @@ class Sandbox;
 inline constexpr char kStepRunDir[] = "run dir";
 inline constexpr char kStepNetwork[] = "network";
 inline constexpr char kStepEgress[] = "egress";
+inline constexpr char kStepVolumes[] = "volumes";  // the NFS server of its volumes (core/volumes.h)
 inline constexpr char kStepVmm[] = "vmm";
 inline constexpr char kStepLease[] = "lease";
 inline constexpr char kStepAgentReady[] = "agent ready";

@@ -212,7 +212,10 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
     }
   }
   // A parked sandbox of the warm pool when there is one (core/warm_pool.h).
-  if (plan.source == MachineSource::kTemplateSnapshot && options.detach && warm_pool_->enabled()) {
+  // (Not for volumes on a runtime that mounts them at its start, gVisor:
+  // a parked guest has none.)
+  const bool mounts_at_start = !options.attributes.volume_mounts.empty() && rt->guest_link() != GuestLink::kTap;
+  if (plan.source == MachineSource::kTemplateSnapshot && options.detach && warm_pool_->enabled() && !mounts_at_start) {
     warm_pool_->Warm(template_name, options.vcpus, options.memory_mib, runtime);
     if (auto parked = warm_pool_->Take(plan.snapshot_dir)) {
       BringUpPlan handout = plan;

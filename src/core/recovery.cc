@@ -152,6 +152,7 @@ std::shared_ptr<Sandbox> Recovery::AdoptedSandbox(const AdoptRequest& r) {
   plan.attributes.auto_pause_memory = rec.auto_pause_memory;
   plan.attributes.auto_resume = rec.auto_resume;
   plan.attributes.https_ports = rec.https_ports;
+  plan.attributes.volume_mounts = rec.volume_mounts;
   plan.attributes.recorded_env_vars = rec.env_vars;
   std::shared_ptr<Sandbox> sb = m_.SandboxFor(plan);
   sb->SetAdopted(rec.created_at_ms, rec.ends_at_ms);

@@ -114,6 +114,11 @@ StatusOr<std::unique_ptr<Registry>> Registry::Open(const std::string& path) {
               " url TEXT NOT NULL, enabled INTEGER NOT NULL, events TEXT NOT NULL, secret TEXT NOT NULL,"
               " created_at INTEGER NOT NULL)",
               "create lifecycle_events, webhooks"));
+  // v10: volumes (core/volumes.h), per team.
+  RETURN_IF_ERROR(
+      r->Exec("CREATE TABLE IF NOT EXISTS volumes (id TEXT PRIMARY KEY, team TEXT NOT NULL, name TEXT NOT NULL,"
+              " token TEXT NOT NULL, size_mib INTEGER NOT NULL, created_at INTEGER NOT NULL, UNIQUE (team, name))",
+              "create volumes"));
   return r;
 }
 
@@ -138,6 +143,11 @@ Status Registry::PutSandbox(const SandboxRecord& r) {
   nlohmann::json lifecycle{
       {"autoPause", r.auto_pause}, {"autoPauseMemory", r.auto_pause_memory}, {"autoResume", r.auto_resume}};
   if (!r.https_ports.empty()) lifecycle["httpsPorts"] = r.https_ports;
+  if (!r.volume_mounts.empty()) {
+    nlohmann::json mounts = nlohmann::json::array();
+    for (const auto& m : r.volume_mounts) mounts.push_back({{"name", m.name}, {"path", m.path}, {"id", m.volume_id}});
+    lifecycle["volumeMounts"] = mounts;
+  }
   s.Bind(14, lifecycle.dump());
   s.Bind(15, r.owner);
   s.Bind(16, r.traffic_token);
@@ -360,6 +370,41 @@ Status Registry::DeleteWebhook(const std::string& team, const std::string& id) {
   return OkStatus();
 }
 
+Status Registry::InsertVolume(const VolumeRecord& v) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "INSERT INTO volumes (id, team, name, token, size_mib, created_at) VALUES (?,?,?,?,?,?)");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare insert volume");
+  s.Bind(1, v.id).Bind(2, v.team).Bind(3, v.name).Bind(4, v.token).Bind(5, v.size_mib).Bind(6, v.created_at_ms);
+  int rc = s.Step();
+  if (rc == SQLITE_CONSTRAINT) return AlreadyExists("a volume named '" + v.name + "' exists");
+  AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "insert volume " + v.id);
+  return OkStatus();
+}
+
+StatusOr<std::vector<VolumeRecord>> Registry::ListVolumes(const std::string& team) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, team.empty() ? "SELECT id, team, name, token, size_mib, created_at FROM volumes ORDER BY created_at, id"
+                           : "SELECT id, team, name, token, size_mib, created_at FROM volumes WHERE team = ?"
+                             " ORDER BY created_at, id");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare list volumes");
+  if (!team.empty()) s.Bind(1, team);
+  std::vector<VolumeRecord> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Int(4), s.Int(5)});
+  AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "list volumes");
+  return out;
+}
+
+Status Registry::DeleteVolume(const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "DELETE FROM volumes WHERE id = ?");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare delete volume");
+  s.Bind(1, id);
+  AIRLOCK_SQL_CHECK(s.Step() == SQLITE_DONE, "delete volume " + id);
+  if (sqlite3_changes(db_) == 0) return NotFound("volume " + id + " not found");
+  return OkStatus();
+}
+
 Status Registry::SetEndsAt(const std::string& id, int64_t ends_at_ms) {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_, "UPDATE sandboxes SET ends_at = ? WHERE id = ?");
@@ -403,6 +448,11 @@ StatusOr<std::vector<SandboxRecord>> Registry::ListSandboxes() {
         for (const auto& v : *p)
           if (v.is_number_unsigned() && v.get<uint64_t>() > 0 && v.get<uint64_t>() <= 65535)
             r.https_ports.push_back(static_cast<uint16_t>(v.get<uint64_t>()));
+      }
+      if (auto p = lc.find("volumeMounts"); p != lc.end() && p->is_array()) {
+        for (const auto& v : *p) {
+          if (v.is_object()) r.volume_mounts.push_back({v.value("name", ""), v.value("path", ""), v.value("id", "")});
+        }
       }
     }
     r.owner = s.Text(14);

@@ -27,6 +27,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "core/sandbox_attributes.h"
 
 struct sqlite3;
 
@@ -64,6 +65,7 @@ struct SandboxRecord {
   bool auto_pause_memory = true;
   bool auto_resume = false;
   std::vector<uint16_t> https_ports;  // network.httpsPorts (kept in the lifecycle JSON)
+  std::vector<SandboxVolumeMount> volume_mounts;  // kept in the lifecycle JSON
   // The team that owns it ("" only for rows written before tenancy: admin only).
   std::string owner;
 };
@@ -115,6 +117,17 @@ struct WebhookRecord {
   bool enabled = true;
   std::vector<std::string> events;  // lifecycle event types it is sent
   std::string secret;               // signs each delivery; never returned by the API
+  int64_t created_at_ms = 0;
+};
+
+// A volume (core/volumes.h, docs/volumes.md), per team: its name is unique
+// within the team; its token authenticates the content API.
+struct VolumeRecord {
+  std::string id;
+  std::string team;
+  std::string name;
+  std::string token;
+  int64_t size_mib = 0;
   int64_t created_at_ms = 0;
 };
 
@@ -195,6 +208,12 @@ class Registry {
   StatusOr<std::vector<WebhookRecord>> ListWebhooks(const std::string& team);
   StatusOr<WebhookRecord> GetWebhook(const std::string& team, const std::string& id);
   Status DeleteWebhook(const std::string& team, const std::string& id);
+
+  // Volumes: insert (AlreadyExists when the team has one of that name);
+  // every team's (team empty) or one team's, by creation; delete by id.
+  Status InsertVolume(const VolumeRecord& v);
+  StatusOr<std::vector<VolumeRecord>> ListVolumes(const std::string& team);
+  Status DeleteVolume(const std::string& id);
 
   // Ownership (never removed with the sandbox: its audit stays its team's).
   Status SetOwner(OwnedKind kind, const std::string& id, const std::string& team);

@@ -1,3 +1,4 @@
+#include "core/volumes.h"
 #include "core/sandbox.h"
 
 #include <filesystem>
@@ -134,6 +135,7 @@ SandboxRecord Sandbox::Record() const {
   r.auto_pause_memory = attrs_.auto_pause_memory;
   r.auto_resume = attrs_.auto_resume;
   r.https_ports = attrs_.https_ports;
+  r.volume_mounts = attrs_.volume_mounts;
   r.owner = attrs_.owner_team;
   return r;
 }
@@ -204,6 +206,8 @@ Status Sandbox::DestroyNetwork() {
     network = std::move(network_);
     exposed_ports_.clear();
   }
+  // The volumes' NFS server listens in the netns (core/volumes.h): it goes first.
+  if (network && !run_dir_.empty()) (void)StopVolumeServer(run_dir_);
   return network ? network->Destroy().WithContext("destroy network") : OkStatus();
 }
 

@@ -11,6 +11,14 @@
 
 namespace airlock {
 
+// A volume mounted into a sandbox (E2B's SandboxVolumeMount, docs/volumes.md).
+struct SandboxVolumeMount {
+  std::string name;       // the volume's name, as the create named it
+  std::string path;       // absolute guest path
+  std::string volume_id;  // core/volumes.h
+  bool operator==(const SandboxVolumeMount&) const = default;
+};
+
 // What a sandbox carries for the API besides its machine: kept by the
 // Sandbox, persisted in its registry row (SandboxRecord), shown by
 // GET /sandboxes/{id}.
@@ -29,6 +37,9 @@ struct SandboxAttributes {
   bool auto_pause = false;
   bool auto_pause_memory = true;
   bool auto_resume = false;
+  // Volumes mounted into it (create's volumeMounts); kept by pauses,
+  // resumes and rollbacks, inherited by fork children.
+  std::vector<SandboxVolumeMount> volume_mounts;
   // Its env vars as the registry keeps them (brokered secrets' values are
   // left out); nullopt: CreateOptions::env_vars.
   std::optional<std::map<std::string, std::string>> recorded_env_vars;

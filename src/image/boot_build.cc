@@ -78,6 +78,9 @@ const std::vector<std::string>& InitramfsModules() {
   static const std::vector<std::string> kModules = {
       "virtio_ring",  "virtio",     "virtio_mmio", "virtio_blk", "failover",
       "net_failover", "virtio_net", "virtio_rng",  "ext4",
+      // The NFSv3 client (and sunrpc, lockd, grace, nfs_acl): volumes are
+      // NFS exports the agent mounts (docs/volumes.md).
+      "nfsv3",
   };
   return kModules;
 }

@@ -180,6 +180,10 @@ std::string NftRuleset(const std::string& netns_ip, const std::optional<NftEgres
   r += "    iifname \"lo\" accept\n";
   r += "    ct state established,related accept\n";
   r += "    iifname " + eth + " icmp type echo-request accept\n";
+  // The sandbox's own volume server (core/volumes.h), NFS and MOUNT on the
+  // gateway address: from the guest only.
+  r += "    iifname " + tap + " ip daddr " + kGatewayIp + " tcp dport { " + std::to_string(kVolumeNfsPort) + ", " +
+       std::to_string(kVolumeMountPort) + " } accept\n";
   if (egress) {
     r += LogRules("    ", "iifname " + tap, "deny", "gateway");
     r += "    iifname " + tap + " drop\n";

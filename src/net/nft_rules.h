@@ -9,7 +9,9 @@
 //                       (the guest has no default route; replies stay on-link)
 //   forward: policy drop; only connections that were DNAT'd (ct status dnat)
 //            pass, both directions; nothing the guest opens is forwarded
-//   input:   policy drop; lo, established/related, ICMP echo from eth0
+//   input:   policy drop; lo, established/related, ICMP echo from eth0, and
+//            tap0 → 169.254.0.22 TCP 2049 and 20048 (the sandbox's own
+//            volume NFS server, core/volumes.h; nothing listens without one)
 // IPv6 is dropped by the same inet chains (and disabled by sysctl).
 //
 // With egress (NftEgress given), guest-opened traffic is redirected to the
@@ -56,6 +58,8 @@ inline constexpr size_t kNftLogPrefixMax = 63;
 inline constexpr char kNftHostSet[] = "host_addrs";
 inline constexpr char kNftExposedSet[] = "exposed_ports";
 inline constexpr int kDefaultMaxExposedPorts = 32;
+// The volume NFS server's ports (core/volumes.h kVolumeNfsPort, kVolumeMountPort).
+inline constexpr uint16_t kVolumeNfsPort = 2049, kVolumeMountPort = 20048;
 
 struct NftEgress {
   std::string host_ip;

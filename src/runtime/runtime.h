@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -29,6 +30,13 @@ enum class GuestLink {
   kVethNetns,  // a netns holding only eth0 (the guest address), the other
                // end of a veth named tap0: for a user-space network stack
                // that takes over a host interface (gVisor's netstack)
+};
+
+// A host directory bind-mounted read-write into the guest (a volume on a
+// runtime that shares host directories itself, gVisor; docs/volumes.md).
+struct HostMount {
+  std::string source;       // host directory
+  std::string destination;  // absolute guest path
 };
 
 // Everything a runtime needs to start one microVM.
@@ -58,6 +66,9 @@ struct VmStartRequest {
   std::string guest_cidr;
   std::string guest_gateway;
   std::string kernel_cmdline_extra;
+  // Volumes for a runtime that mounts host directories itself (gvisor);
+  // ignored by qemu, whose guests mount volumes over NFS (core/volumes.h).
+  std::vector<HostMount> host_mounts;
   // true: the VMM survives this process (a daemon re-adopts it after a
   // restart); false: it dies with the thread that started it.
   bool detach = false;

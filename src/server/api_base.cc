@@ -71,6 +71,7 @@ ApiHandlers::ApiHandlers(const Services& s)
       metrics_(*s.metrics),
       templates_(s.templates),
       team_disk_(s.team_disk),
+      volumes_(s.volumes),
       streams_(*s.streams),
       lifecycle_(s.lifecycle),
       api_keys_(s.api_keys),

@@ -30,6 +30,7 @@
 #include "control/template_catalog.h"
 #include "core/manager.h"
 #include "core/registry.h"
+#include "core/volumes.h"
 #include "gateway/api_keys.h"
 #include "server/http_conn.h"
 #include "server/server_config.h"
@@ -58,6 +59,7 @@ struct Services {
   control::DaemonMetrics* metrics = nullptr;
   TemplateApi* templates = nullptr;
   TeamDisk* team_disk = nullptr;  // null: no budget
+  VolumeStore* volumes = nullptr;  // volumes (core/volumes.h)
   StreamTable* streams = nullptr;
   LifecycleEvents* lifecycle = nullptr;  // events and webhooks (lifecycle_events.h)
   ApiKeyTable* api_keys = nullptr;
@@ -129,6 +131,7 @@ class ApiHandlers {
   control::DaemonMetrics& metrics_;
   TemplateApi* templates_;
   TeamDisk* team_disk_;
+  VolumeStore* volumes_;
   StreamTable& streams_;
   LifecycleEvents* lifecycle_;
   ApiKeyTable* api_keys_;

@@ -236,6 +236,21 @@ class DaemonStart {
     o.list = [s] { return DiskHoldingsOf(*s->fleet_.manager, s->templates_.api.get()); };
     s->team_disk_ = std::make_unique<TeamDisk>(std::move(o));
     if (s->team_disk_->enabled()) LOG_INFO("disk budget per team: {} MiB", s->team_disk_->budget_mib());
+    // Volumes (core/volumes.h): each one mounted on the host (after a
+    // reboot they are not), leftovers of a cut-short create removed.
+    VolumeStore::Options vo;
+    vo.state_dir = state_dir;
+    vo.default_size_mib = s->config_.volume_size_mib;
+    vo.team_budget_mib = s->config_.team_volume_budget_mib;
+    s->volumes_ = std::make_unique<VolumeStore>(&s->registry_.db(), vo);
+    s->volumes_->RemoveOrphans();
+    if (auto all = s->volumes_->List(""); all.ok()) {
+      for (const auto& v : *all) {
+        if (auto root = s->volumes_->MountedRoot(v); !root.ok()) {
+          LOG_WARN("volume {}: {}", v.id, root.status().message());
+        }
+      }
+    }
     return OkStatus();
   }
 
@@ -454,6 +469,7 @@ class DaemonStart {
       sv.metrics = &s->metrics_;
       sv.templates = s->templates_.api.get();
       sv.team_disk = s->team_disk_.get();
+      sv.volumes = s->volumes_.get();
       sv.streams = &s->fleet_.streams;
       sv.lifecycle = s->lifecycle_.get();
       sv.api_keys = s->front_.api_keys.get();

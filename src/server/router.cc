@@ -34,6 +34,8 @@ void Router::HandleControl(std::shared_ptr<HttpConn> c) {
   if (path == "/metrics" && verb == http::Method::kGet) return host_api_->ServeMetrics(c);
   // COPY archives of template builds: the signed URL is the credential.
   if (path.rfind("/upload/", 0) == 0) return templates_->HandleUpload(c);
+  // A volume's content: its token is the credential (volumes_api.h).
+  if (path.rfind("/volumecontent/", 0) == 0) return volumes_api_->HandleContent(c);
   // The web console lives on its own origin (serve --console-listen,
   // HandleConsoleOrigin), never beside the data plane's signed URLs.
   if (path == "/console" || path.rfind("/console/", 0) == 0) return ConsoleElsewhere(c);
@@ -106,6 +108,7 @@ void Router::Dispatch(std::shared_ptr<HttpConn> c, const Caller& caller, const R
     case R::kHostView: return host_api_->HostView(c, caller);
     case R::kLatestMetrics: return host_api_->LatestMetrics(c, caller);
     case R::kSecrets: return secrets_api_->HandleSecrets(c, caller, p.empty() ? "" : p[0]);
+    case R::kVolumes: return volumes_api_->HandleVolumes(c, caller, p);
     case R::kCreateSandbox: return sandbox_api_->CreateSandbox(c, caller);
     case R::kListSandboxes: return sandbox_api_->ListSandboxes(c, caller, false);
     case R::kListSandboxesV2: return sandbox_api_->ListSandboxes(c, caller, true);
@@ -223,6 +226,7 @@ Router::Router(const Services& s, McpService* mcp, std::function<uint16_t()> con
       sandbox_api_(std::make_unique<SandboxApi>(s)),
       snapshot_api_(std::make_unique<SnapshotApi>(s)),
       secrets_api_(std::make_unique<SecretsApi>(s)),
+      volumes_api_(std::make_unique<VolumesApi>(s)),
       audit_api_(std::make_unique<AuditApi>(s)),
       host_api_(std::make_unique<HostApi>(s)),
       data_plane_(std::make_unique<DataPlane>(s)),

@@ -31,6 +31,7 @@
 #include "server/sandbox_api.h"
 #include "server/secrets_api.h"
 #include "server/snapshot_api.h"
+#include "server/volumes_api.h"
 
 namespace airlock::server {
 
@@ -60,6 +61,7 @@ class Router : public ApiHandlers {
   std::unique_ptr<SandboxApi> sandbox_api_;
   std::unique_ptr<SnapshotApi> snapshot_api_;
   std::unique_ptr<SecretsApi> secrets_api_;
+  std::unique_ptr<VolumesApi> volumes_api_;
   std::unique_ptr<AuditApi> audit_api_;
   std::unique_ptr<HostApi> host_api_;
   std::unique_ptr<DataPlane> data_plane_;

@@ -43,6 +43,11 @@ constexpr std::array kRoutes = {
     Route{M::kGet, "/secrets/{name}", "secret.get", R::kSecrets},
     Route{M::kPost, "/secrets/{name}", "secret.update", R::kSecrets},
     Route{M::kDelete, "/secrets/{name}", "secret.delete", R::kSecrets},
+    // Volumes (volumes_api.cc); their content API is /volumecontent/ (router.cc).
+    Route{M::kGet, "/volumes", "volume.list", R::kVolumes},
+    Route{M::kPost, "/volumes", "volume.create", R::kVolumes},
+    Route{M::kGet, "/volumes/{id}", "volume.get", R::kVolumes},
+    Route{M::kDelete, "/volumes/{id}", "volume.delete", R::kVolumes},
     // Sandboxes (sandbox_api.cc, snapshot_routes.cc, checkpoint_routes.cc).
     // E2B's lifecycle events and webhooks (events_api.h); per team, so no
     // sandbox ownership check: another team's sandbox has no events.

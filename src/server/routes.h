@@ -45,6 +45,7 @@ enum class RouteId {
   kHostView,
   kLatestMetrics,
   kSecrets,
+  kVolumes,
   kCreateSandbox,
   kListSandboxes,
   kListSandboxesV2,

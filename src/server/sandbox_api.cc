@@ -30,8 +30,27 @@ void SandboxApi::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller
     // The template, resolved once for the caller's team (control/template_catalog.h),
     // off the event loop (it reads the template store, named snapshots and
     // image files) and never behind a bring-up (lookups_).
-    asio::post(*lookups_, [this, c, caller, req = *std::move(parsed)] {
+    asio::post(*lookups_, [this, c, caller, req = *std::move(parsed)]() mutable {
       auto resolved = catalog_->Resolve(req.template_id.value_or("base"), caller.team, caller.admin);
+      // Volumes by name, in the caller's team, mounted on the host.
+      Status volumes = OkStatus();
+      for (auto& m : req.volume_mounts) {
+        if (!volumes_) {
+          volumes = Unimplemented("volumes are not enabled on this server");
+          break;
+        }
+        auto v = volumes_->Find(caller.team, m.name);
+        if (!v.ok()) {
+          volumes = NotFound("volumeMounts: volume '" + m.name + "' not found");
+          break;
+        }
+        if (auto root = volumes_->MountedRoot(*v); !root.ok()) {
+          volumes = root.status();
+          break;
+        }
+        m.volume_id = v->id;
+      }
+      if (resolved.ok() && !volumes.ok()) resolved = volumes;
       asio::post(c->executor(), [this, c, caller, req, resolved = std::move(resolved)] {
         if (!resolved.ok()) return c->RespondError(HttpStatusFor(resolved.status()), resolved.status().message());
         CreateSandboxFrom(c, caller, req, *resolved);
@@ -65,6 +84,7 @@ void SandboxApi::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& ca
     if (!req.allow_public_traffic) opts.attributes.traffic_token = RandomHex(32);
     opts.attributes.mask_request_host = req.mask_request_host;
     opts.attributes.https_ports = req.https_ports;
+    opts.attributes.volume_mounts = req.volume_mounts;
     opts.attributes.owner_team = caller.team;
     opts.attributes.auto_pause = req.lifecycle.auto_pause;
     opts.attributes.auto_pause_memory = req.lifecycle.auto_pause_memory;

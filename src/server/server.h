@@ -50,6 +50,7 @@
 #include "image/image.h"
 #include "gateway/relay_guard.h"
 #include "core/registry.h"
+#include "core/volumes.h"
 #include "secrets/broker.h"
 #include "secrets/redactor.h"
 #include "control/admission.h"
@@ -156,6 +157,7 @@ class Server {
   // TemplateApi's (SweepEvery). The controller's and the templates' disk
   // checks read it: both declared after it, gone first.
   std::unique_ptr<TeamDisk> team_disk_;
+  std::unique_ptr<VolumeStore> volumes_;
   // The Manager and what acts on its sandboxes (reaper, controller, memory
   // governor, metrics sampler, live streams).
   Fleet fleet_{loop_.io};

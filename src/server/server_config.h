@@ -118,6 +118,11 @@ struct ServerConfig {
   // paused and named snapshots (serve --team-disk-budget; team_disk.h).
   // Writing more is 507. -1: a quarter of the state dir's filesystem; 0: off.
   int64_t team_disk_budget_mib = -1;
+  // Volumes (core/volumes.h): the size of one when its create names none
+  // (serve --volume-size-mib), and the sum of sizes one team may have
+  // (serve --team-volume-budget-mib; 0: none).
+  int64_t volume_size_mib = 1024;
+  int64_t team_volume_budget_mib = 0;
   // The most an OCI base's layers may expand to on the host (serve
   // --max-image-unpack; image/layer_size.h).
   int64_t max_image_unpack_mib = 16384;

@@ -21,6 +21,15 @@ json SandboxJson(const SandboxRecord& r, const std::string& template_id) {
               {"domain", nullptr}};
 }
 
+namespace {
+// E2B's SandboxVolumeMount: [{name, path}].
+json VolumeMountsJson(const SandboxRecord& r) {
+  json out = json::array();
+  for (const auto& m : r.volume_mounts) out.push_back({{"name", m.name}, {"path", m.path}});
+  return out;
+}
+}  // namespace
+
 json ListedSandboxJson(const SandboxRecord& r, int disk_mib, bool detail) {
   json j{{"sandboxID", r.id},
          {"templateID", r.template_id},
@@ -34,7 +43,7 @@ json ListedSandboxJson(const SandboxRecord& r, int disk_mib, bool detail) {
          {"diskSizeMB", disk_mib},
          {"envdVersion", kEnvdVersion},
          {"metadata", r.metadata},
-         {"volumeMounts", json::array()}};
+         {"volumeMounts", VolumeMountsJson(r)}};
   if (detail) {
     j["envdAccessToken"] = r.access_token;
     j["domain"] = nullptr;

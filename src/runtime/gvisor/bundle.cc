@@ -59,6 +59,14 @@ std::string BundleConfigJson(const BundleSpec& s) {
           {"cpu", {{"quota", int64_t{s.vcpus} * 100000}, {"period", 100000}}},
           {"pids", {{"limit", kPidsLimit}}}}}}},
   };
+  // Volumes: the gofer serves each host directory; no dev, suid or exec
+  // from it, as on the host.
+  for (const auto& [source, destination] : s.binds) {
+    config["mounts"].push_back({{"destination", destination},
+                                {"type", "bind"},
+                                {"source", source},
+                                {"options", {"rbind", "rw", "nosuid", "nodev"}}});
+  }
   return config.dump(1);
 }
 

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -18,6 +20,8 @@ struct BundleSpec {
   std::string cgroup;       // linux.cgroupsPath, e.g. "/airlock-gvisor/<container>"
   int vcpus = 1;
   int memory_mib = 512;
+  // Read-write bind mounts (volumes): {host source, guest destination}.
+  std::vector<std::pair<std::string, std::string>> binds;
 };
 
 // What the host's memory cgroup allows beyond the guest's memory: the

@@ -302,6 +302,7 @@ StatusOr<std::unique_ptr<VmInstance>> GvisorRuntime::Launch(const VmStartRequest
   b.cgroup = "/airlock-gvisor/" + s.container;
   b.vcpus = r.vcpus;
   b.memory_mib = r.memory_mib;
+  for (const auto& m : r.host_mounts) b.binds.emplace_back(m.source, m.destination);
   auto fail = [&](Status st) -> Status {
     std::string tail = ReadTail(r.run_dir + "/" + kConsoleFile, 4096);
     Teardown(s);

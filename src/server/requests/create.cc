@@ -109,6 +109,48 @@ Status CheckResources(const CreateRequest& r, const CreateLimits& limits) {
   return OkStatus();
 }
 
+// volumeMounts: [{name, path}], at most kMaxVolumeMounts; each path
+// absolute and plain (no "." or "..", no trailing '/'), not "/" nor under
+// /proc, /sys or /dev, none inside another.
+constexpr size_t kMaxVolumeMounts = 8;
+StatusOr<std::vector<SandboxVolumeMount>> ParseVolumeMounts(const json& body) {
+  std::vector<SandboxVolumeMount> out;
+  auto it = body.find("volumeMounts");
+  if (it == body.end() || it->is_null()) return out;
+  if (!it->is_array()) return InvalidArgument("volumeMounts must be an array of {name, path}");
+  if (it->size() > kMaxVolumeMounts) {
+    return InvalidArgument("volumeMounts: at most " + std::to_string(kMaxVolumeMounts) + " mounts");
+  }
+  for (const auto& m : *it) {
+    if (!m.is_object() || !m.contains("name") || !m["name"].is_string() || !m.contains("path") ||
+        !m["path"].is_string()) {
+      return InvalidArgument("volumeMounts: each mount is {name, path} (strings)");
+    }
+    std::string name = m["name"].get<std::string>(), path = m["path"].get<std::string>();
+    bool ok = path.size() >= 2 && path.size() <= 255 && path[0] == '/' && path.back() != '/' &&
+              path.find('\0') == std::string::npos;
+    for (size_t i = 1, start = 1; ok && i <= path.size(); ++i) {
+      if (i == path.size() || path[i] == '/') {
+        std::string part = path.substr(start, i - start);
+        ok = !part.empty() && part != "." && part != "..";
+        start = i + 1;
+      }
+    }
+    for (const char* sys : {"/proc", "/sys", "/dev"}) {
+      const std::string s = sys;
+      if (path == s || path.rfind(s + "/", 0) == 0) ok = false;
+    }
+    if (!ok) return InvalidArgument("volumeMounts: path '" + path + "' must be an absolute, plain path outside /proc, /sys and /dev");
+    for (const auto& o : out) {
+      if (o.path == path || path.rfind(o.path + "/", 0) == 0 || o.path.rfind(path + "/", 0) == 0) {
+        return InvalidArgument("volumeMounts: " + path + " and " + o.path + " overlap");
+      }
+    }
+    out.push_back({name, path, ""});
+  }
+  return out;
+}
+
 }  // namespace
 
 Status CheckCreateFields(const json& body) {
@@ -135,9 +177,6 @@ Status CheckCreateFields(const json& body) {
   // Capabilities of E2B's API airlock has not built: refused by name, never dropped.
   if (set(body, "mcp")) return InvalidArgument("mcp: an MCP gateway in the sandbox is not supported by airlock");
   if (set(body, "iam")) return InvalidArgument("iam: workload identity tokens are not supported by airlock");
-  if (set(body, "volumeMounts") && !(body["volumeMounts"].is_array() && body["volumeMounts"].empty())) {
-    return InvalidArgument("volumeMounts: volumes are not supported by airlock yet");
-  }
   if (set(body, "network")) {
     const json& n = body["network"];
     if (!n.is_object()) return InvalidArgument("network must be an object");
@@ -169,6 +208,7 @@ StatusOr<CreateRequest> ParseCreateRequest(const json& body, const CreateLimits&
   ASSIGN_OR_RETURN(r.allow_public_traffic, ParseAllowPublicTraffic(body));
   ASSIGN_OR_RETURN(r.mask_request_host, ParseMaskRequestHost(body));
   ASSIGN_OR_RETURN(r.https_ports, ParseHttpsPorts(body));
+  ASSIGN_OR_RETURN(r.volume_mounts, ParseVolumeMounts(body));
   ASSIGN_OR_RETURN(r.vcpus, IntField(body, "cpuCount"));
   ASSIGN_OR_RETURN(r.memory_mib, IntField(body, "memoryMB"));
   ASSIGN_OR_RETURN(r.disk_mib, IntField(body, "diskSizeMB"));

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "core/sandbox_attributes.h"
 #include "common/status.h"
 #include "egress/policy.h"
 #include "secrets/secret_store.h"
@@ -92,6 +93,9 @@ struct CreateRequest {
   bool allow_public_traffic = true;
   std::string mask_request_host;
   std::vector<uint16_t> https_ports;
+  // volumeMounts [{name, path}]: volume_id empty until the server resolves
+  // the name in the caller's team (docs/volumes.md).
+  std::vector<SandboxVolumeMount> volume_mounts;
   std::optional<int> vcpus, memory_mib, disk_mib;
   std::vector<secrets::Binding> secrets;  // from "secrets" and the envVars placeholders
 };

@@ -1,0 +1,323 @@
+#include "core/volumes.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/secure_equal.h"
+#include "common/subprocess.h"
+
+namespace airlock {
+
+namespace fs = std::filesystem;
+
+bool ValidVolumeName(const std::string& name) {
+  if (name.empty() || name.size() > 63 || !std::isalnum(static_cast<unsigned char>(name[0]))) return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+namespace {
+
+// Whether `dir` is a mount point (its st_dev differs from its parent's).
+bool IsMountPoint(const std::string& dir) {
+  struct stat a {}, b {};
+  if (::lstat(dir.c_str(), &a) != 0 || ::lstat((dir + "/..").c_str(), &b) != 0) return false;
+  return a.st_dev != b.st_dev;
+}
+
+Status MountImage(const std::string& image, const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Internal("create " + dir + ": " + ec.message());
+  if (IsMountPoint(dir)) return OkStatus();
+  auto r = RunChecked({"mount", "-t", "ext4", "-o", "loop,nodev,nosuid,noexec", image, dir});
+  if (!r.ok()) return Internal("mount volume: " + r.status().message());
+  return OkStatus();
+}
+
+}  // namespace
+
+VolumeStore::VolumeStore(Registry* registry, Options o) : registry_(registry), o_(std::move(o)) {}
+
+std::string VolumeStore::VolumeDir(const std::string& id) const { return o_.state_dir + "/volumes/" + id; }
+
+std::string VolumeMountDir(const std::string& state_dir, const std::string& volume_id) {
+  return state_dir + "/volumes/" + volume_id + "/fs";
+}
+
+bool IsVolumeMounted(const std::string& dir) { return IsMountPoint(dir); }
+
+StatusOr<VolumeRecord> VolumeStore::Create(const std::string& team, const std::string& name, int64_t size_mib) {
+  if (!ValidVolumeName(name)) {
+    return InvalidArgument("volume name must be 1..63 of [A-Za-z0-9._-], starting with a letter or digit");
+  }
+  if (size_mib == 0) size_mib = o_.default_size_mib;
+  if (size_mib < 16 || size_mib > o_.max_size_mib) {
+    return InvalidArgument("sizeMB must be 16.." + std::to_string(o_.max_size_mib));
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  ASSIGN_OR_RETURN(auto mine, registry_->ListVolumes(team));
+  int64_t used = 0;
+  for (const auto& v : mine) {
+    if (v.name == name) return AlreadyExists("a volume named '" + name + "' exists");
+    used += v.size_mib;
+  }
+  if (o_.team_budget_mib > 0 && used + size_mib > o_.team_budget_mib) {
+    return ResourceExhausted("team " + team + " has " + std::to_string(used) + " MiB of volumes; " +
+                             std::to_string(size_mib) + " MiB more is over its budget of " +
+                             std::to_string(o_.team_budget_mib) + " MiB (serve --team-volume-budget-mib)");
+  }
+  VolumeRecord v;
+  v.id = "vol-" + RandomHex(10);
+  v.team = team;
+  v.name = name;
+  v.token = "vt_" + RandomHex(24);
+  v.size_mib = size_mib;
+  v.created_at_ms = NowUnixMs();
+  const std::string dir = VolumeDir(v.id);
+  auto undo = [&dir] {
+    std::error_code ec;
+    if (IsMountPoint(dir + "/fs")) (void)Run({"umount", "-l", dir + "/fs"});
+    fs::remove_all(dir, ec);
+  };
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Internal("create " + dir + ": " + ec.message());
+  ::chmod(dir.c_str(), 0700);
+  const std::string image = dir + "/disk.ext4";
+  // Sparse: the host holds what the volume holds. -m 0: no blocks reserved
+  // for root (the guest's root is no one's administrator here).
+  Status st = [&]() -> Status {
+    {
+      std::ofstream f(image);
+      if (!f) return Internal("create " + image);
+    }
+    if (::truncate(image.c_str(), size_mib * 1024 * 1024) != 0) return ErrnoError("truncate " + image);
+    auto r = RunChecked({"mkfs.ext4", "-q", "-F", "-m", "0", "-E",
+                         "root_owner=" + std::to_string(kVolumeDefaultUid) + ":" + std::to_string(kVolumeDefaultGid),
+                         "-L", "airlock-vol", image});
+    if (!r.ok()) return Internal("mkfs.ext4: " + r.status().message());
+    RETURN_IF_ERROR(MountImage(image, dir + "/fs"));
+    ::rmdir((dir + "/fs/lost+found").c_str());
+    return registry_->InsertVolume(v);
+  }();
+  if (!st.ok()) {
+    undo();
+    return st;
+  }
+  return v;
+}
+
+StatusOr<std::vector<VolumeRecord>> VolumeStore::List(const std::string& team) { return registry_->ListVolumes(team); }
+
+StatusOr<VolumeRecord> VolumeStore::Find(const std::string& team, const std::string& id_or_name) {
+  ASSIGN_OR_RETURN(auto all, registry_->ListVolumes(team));
+  for (auto& v : all) {
+    if (v.id == id_or_name) return v;
+  }
+  for (auto& v : all) {
+    if (v.name == id_or_name) return v;
+  }
+  return NotFound("volume " + id_or_name + " not found");
+}
+
+StatusOr<VolumeRecord> VolumeStore::Authenticate(const std::string& id, const std::string& token) {
+  ASSIGN_OR_RETURN(auto all, registry_->ListVolumes(""));
+  for (auto& v : all) {
+    if (v.id == id && !token.empty() && SecureEqual(token, v.token)) return v;
+  }
+  return NotFound("volume " + id + " not found");
+}
+
+Status VolumeStore::Delete(const VolumeRecord& v) {
+  std::lock_guard<std::mutex> l(mu_);
+  RETURN_IF_ERROR(registry_->DeleteVolume(v.id));
+  const std::string dir = VolumeDir(v.id);
+  if (IsMountPoint(dir + "/fs")) {
+    auto r = Run({"umount", dir + "/fs"});
+    if (!r.ok() || !r->status.success()) (void)Run({"umount", "-l", dir + "/fs"});
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) LOG_WARN("volume {}: remove {}: {}", v.id, dir, ec.message());
+  return OkStatus();
+}
+
+StatusOr<std::string> VolumeStore::MountedRoot(const VolumeRecord& v) {
+  std::lock_guard<std::mutex> l(mu_);
+  const std::string dir = VolumeDir(v.id);
+  RETURN_IF_ERROR(MountImage(dir + "/disk.ext4", dir + "/fs"));
+  return dir + "/fs";
+}
+
+void VolumeStore::RemoveOrphans() {
+  auto all = registry_->ListVolumes("");
+  if (!all.ok()) return;
+  std::set<std::string> known;
+  for (auto& v : *all) known.insert(v.id);
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(o_.state_dir + "/volumes", ec)) {
+    std::string id = e.path().filename();
+    if (known.count(id)) continue;
+    LOG_INFO("volume {}: no record (a create or delete was cut short); removing its files", id);
+    if (IsMountPoint(e.path().string() + "/fs")) (void)Run({"umount", "-l", e.path().string() + "/fs"});
+    fs::remove_all(e.path(), ec);
+  }
+}
+
+// ---- the per-sandbox NFS server ----
+
+std::string GaneshaConfig(const std::vector<VolumeExport>& exports, const std::string& run_dir) {
+  std::ostringstream c;
+  c << "# Written by airlock (core/volumes.h): the NFS server of one sandbox.\n"
+    << "NFS_CORE_PARAM {\n"
+    << "  Protocols = 3;\n  Bind_addr = " << kVolumeServerAddress << ";\n"
+    << "  NFS_Port = " << kVolumeNfsPort << ";\n  MNT_Port = " << kVolumeMountPort << ";\n"
+    << "  Enable_NLM = false;\n  Enable_RQUOTA = false;\n  Enable_UDP = false;\n"
+    // MOUNT names exports by their pseudo path "/<volume id>", not the host's.
+    << "  Mount_Path_Pseudo = true;\n"
+    << "}\n"
+    << "NFSV4 { Graceless = true; }\n"
+    // Writes through the content API and other sandboxes' servers reach the
+    // same filesystem behind this server's back: cache no attributes and no
+    // directory contents.
+    << "MDCACHE { Dir_Chunk = 0; }\n"
+    << "LOG { Default_Log_Level = EVENT; }\n";
+  int n = 1;
+  for (const auto& e : exports) {
+    c << "EXPORT {\n  Export_Id = " << n++ << ";\n  Path = \"" << e.host_dir << "\";\n  Pseudo = \"/"
+      << e.volume_id << "\";\n  Protocols = 3;\n  Transports = TCP;\n  Access_Type = RW;\n"
+      << "  Squash = No_Root_Squash;\n  SecType = sys;\n  Attr_Expiration_Time = 0;\n"
+      << "  FSAL { Name = VFS; }\n}\n";
+  }
+  (void)run_dir;
+  return c.str();
+}
+
+namespace {
+
+std::string NfsDir(const std::string& run_dir) { return run_dir + "/nfs"; }
+
+// The recorded server's pid when it still runs (same start time), else 0.
+pid_t RecordedServer(const std::string& run_dir) {
+  std::ifstream in(NfsDir(run_dir) + "/server.pid");
+  pid_t pid = 0;
+  unsigned long long ticks = 0;
+  if (!(in >> pid >> ticks) || pid <= 1) return 0;
+  if (ProcessStartTicks(pid) != ticks || ticks == 0) return 0;
+  return pid;
+}
+
+// Whether the netns of `pid` has a TCP listener on `port` (/proc/<pid>/net/tcp{,6}).
+bool Listens(pid_t pid, uint16_t port) {
+  char want[8];
+  std::snprintf(want, sizeof want, ":%04X", port);
+  for (const char* f : {"/net/tcp", "/net/tcp6"}) {
+    std::ifstream in("/proc/" + std::to_string(pid) + f);
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream s(line);
+      std::string sl, local, remote, st;
+      s >> sl >> local >> remote >> st;
+      if (st == "0A" && local.size() > 5 && local.compare(local.size() - 5, 5, want) == 0) return true;
+    }
+  }
+  return false;
+}
+
+std::string LogTail(const std::string& path) {
+  std::ifstream in(path);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (all.size() > 600) all = all.substr(all.size() - 600);
+  return all;
+}
+
+}  // namespace
+
+bool VolumeServerRunning(const std::string& run_dir) { return RecordedServer(run_dir) != 0; }
+
+Status StartVolumeServer(const std::string& run_dir, int netns_fd, const std::vector<VolumeExport>& exports) {
+  if (VolumeServerRunning(run_dir)) return OkStatus();
+  const std::string dir = NfsDir(run_dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Internal("create " + dir + ": " + ec.message());
+  RETURN_IF_ERROR(WriteFileAtomic(dir + "/ganesha.conf", GaneshaConfig(exports, run_dir), 0600));
+  const std::string log = dir + "/ganesha.log";
+  ::unlink(log.c_str());
+  // In its own mount namespace: /run (rpcbind's socket, which ganesha
+  // registers with) and /var/lib/nfs (NFSv4 recovery state) are its own.
+  // Then only the capabilities serving files needs.
+  std::string script =
+      "set -e; mount -t tmpfs -o size=1m,mode=755 tmpfs /run; mkdir -p /run/rpcbind;"
+      " if [ -d /var/lib/nfs ]; then mount -t tmpfs -o size=1m tmpfs /var/lib/nfs; fi;"
+      " rpcbind -f -w & i=0; while [ ! -S /run/rpcbind.sock ] && [ $i -lt 200 ]; do i=$((i+1)); sleep 0.05; done;"
+      " exec setpriv --bounding-set=-all,+chown,+dac_override,+dac_read_search,+fowner,+fsetid,+setuid,+setgid,"
+      "+sys_resource ganesha.nfsd -F -f \"$1\" -L \"$2\" -p /run/ganesha.pid -N NIV_EVENT";
+  SpawnOptions o;
+  o.argv = {"unshare", "-m", "--propagation", "private", "/bin/sh", "-c", script, "ganesha",
+            dir + "/ganesha.conf", log};
+  o.netns_fd = netns_fd;
+  o.new_session = true;
+  o.die_with_parent = false;
+  o.stdout_to_devnull = true;
+  o.stderr_fd = -1;
+  ASSIGN_OR_RETURN(Child child, Spawn(o));
+  const pid_t pid = child.pid();
+  RETURN_IF_ERROR(WriteFileAtomic(dir + "/server.pid",
+                                  std::to_string(pid) + " " + std::to_string(ProcessStartTicks(pid)) + "\n", 0600));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (auto done = child.Poll()) {
+      return Unavailable("the volume NFS server exited (" + done->ToString() + "): " + LogTail(log));
+    }
+    if (Listens(pid, kVolumeNfsPort) && Listens(pid, kVolumeMountPort)) {
+      child.Release();
+      return OkStatus();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(-pid, SIGKILL);
+  return DeadlineExceeded("the volume NFS server did not listen within 20 s: " + LogTail(log));
+}
+
+Status StopVolumeServer(const std::string& run_dir, int netns_fd) {
+  pid_t pid = RecordedServer(run_dir);
+  if (pid != 0) {
+    ::kill(-pid, SIGKILL);
+    ::kill(pid, SIGKILL);
+    // Ours to reap when this daemon started it; a predecessor's is init's.
+    for (int i = 0; i < 100; ++i) {
+      int ws = 0;
+      pid_t r = ::waitpid(pid, &ws, WNOHANG);
+      if (r == pid || (r < 0 && errno == ECHILD)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ::unlink((NfsDir(run_dir) + "/server.pid").c_str());
+  if (netns_fd >= 0) {
+    auto r = RunChecked({"ss", "-K", "-t", "-n", "state", "all", "( sport = :" + std::to_string(kVolumeNfsPort) +
+                                                                      " or sport = :" +
+                                                                      std::to_string(kVolumeMountPort) + " )"},
+                        netns_fd);
+    if (!r.ok()) return Internal("reset the volume server's connections: " + r.status().message());
+  }
+  return OkStatus();
+}
+
+}  // namespace airlock
