@@ -219,12 +219,26 @@ TEST(ServerRequestsTest, CreateRefusesUnknownAndUnbuiltFieldsByName) {
   auto https = parse(R"({"network":{"httpsPorts":[8443,3000,8443]}})");
   ASSERT_TRUE(https.ok()) << https.status().ToString();
   EXPECT_EQ(https->https_ports, (std::vector<uint16_t>{8443, 3000}));
+  // Volumes by name at plain absolute paths (docs/volumes.md); the id is the server's to fill.
+  auto mounts = parse(R"({"volumeMounts":[{"name":"data","path":"/mnt/data"},{"name":"w","path":"/home/user/w"}]})");
+  ASSERT_TRUE(mounts.ok()) << mounts.status().ToString();
+  ASSERT_EQ(mounts->volume_mounts.size(), 2u);
+  EXPECT_EQ(mounts->volume_mounts[0].name, "data");
+  EXPECT_EQ(mounts->volume_mounts[1].path, "/home/user/w");
+  EXPECT_TRUE(mounts->volume_mounts[0].volume_id.empty());
   for (auto [text, name] : std::vector<std::pair<std::string, std::string>>{
            {R"({"templateId":"base"})", "templateId"},
            {R"({"network":{"allowout":[]}})", "network.allowout"},
            {R"({"mcp":{"github":{}}})", "mcp"},
            {R"({"iam":{"tokens":{"t":{"audience":"a","tokenType":"jwt"}}}})", "iam"},
-           {R"({"volumeMounts":[{"name":"v","path":"/mnt"}]})", "volumeMounts"},
+           {R"({"volumeMounts":[{"name":"v","path":"/"}]})", "volumeMounts"},
+           {R"({"volumeMounts":[{"name":"v","path":"/mnt/../etc"}]})", "volumeMounts"},
+           {R"({"volumeMounts":[{"name":"v","path":"/proc/x"}]})", "volumeMounts"},
+           {R"({"volumeMounts":[{"name":"v","path":"mnt"}]})", "volumeMounts"},
+           {R"({"volumeMounts":[{"name":"v","path":"/mnt/"}]})", "volumeMounts"},
+           {R"({"volumeMounts":[{"name":"v","path":"/mnt"},{"name":"w","path":"/mnt/x"}]})", "volumeMounts"},
+           {R"({"volumeMounts":[{"name":"v"}]})", "volumeMounts"},
+           {R"({"volumeMounts":{"/mnt":"v"}})", "volumeMounts"},
            {R"({"network":{"httpsPorts":[49983]}})", "network.httpsPorts"},
            {R"({"network":{"httpsPorts":[0]}})", "network.httpsPorts"},
            {R"({"network":{"httpsPorts":"443"}})", "network.httpsPorts"},

@@ -211,7 +211,8 @@ class GvisorRuntime final : public Runtime {
                                                const std::string& checkpoint) const;
   // runsc run (or restore of `checkpoint`) of an instance's container in its
   // run_dir (bundle written).
-  Status RunContainer(const std::string& run_dir, const InstanceState& s, const std::string& checkpoint) const;
+  Status RunContainer(const std::string& run_dir, const InstanceState& s, const std::string& checkpoint,
+                      const std::vector<HostMount>& mounts) const;
   // runsc pause/resume/state of a container.
   Status Pause(const InstanceState& s) const;
   Status Resume(const InstanceState& s) const;
@@ -229,7 +230,7 @@ class GvisorRuntime final : public Runtime {
 };
 
 Status GvisorRuntime::RunContainer(const std::string& run_dir, const InstanceState& s,
-                                   const std::string& checkpoint) const {
+                                   const std::string& checkpoint, const std::vector<HostMount>& mounts) const {
   std::error_code ec;
   fs::create_directories(run_dir + "/rootfs", ec);
   fs::create_directories(run_dir + "/procsys", ec);
@@ -240,6 +241,11 @@ Status GvisorRuntime::RunContainer(const std::string& run_dir, const InstanceSta
   call.tree = s.tree;
   call.rootfs_mount = run_dir + "/rootfs";
   call.scratch = run_dir + "/procsys";
+  if (!mounts.empty()) {
+    call.mount_upper = run_dir + "/mountpoints";
+    fs::create_directories(call.mount_upper, ec);
+    for (const auto& m : mounts) call.mount_points.push_back(m.destination);
+  }
   call.output_fd = console.get();
   call.eth0_address = s.guest_cidr;
   call.eth0_gateway = s.guest_gateway;
@@ -310,7 +316,7 @@ StatusOr<std::unique_ptr<VmInstance>> GvisorRuntime::Launch(const VmStartRequest
     return Status(st.code(), st.message() + (tail.empty() ? "" : "; runsc and guest said:\n" + tail));
   };
   if (Status st = WriteBundle(r.run_dir + "/bundle", b); !st.ok()) return fail(st);
-  if (Status st = RunContainer(r.run_dir, s, checkpoint); !st.ok()) return fail(st);
+  if (Status st = RunContainer(r.run_dir, s, checkpoint, r.host_mounts); !st.ok()) return fail(st);
   auto inst = std::make_unique<GvisorInstance>(this, r.run_dir, s);
   if (Status st = inst->RecordPids(); !st.ok()) {
     inst->Release();

@@ -14,11 +14,12 @@ namespace airlock::gvisor {
 namespace {
 
 // $1 scratch, $2 tree, $3 rootfs mount, $4 eth0's address and $5 its
-// gateway ("": leave eth0 alone), then runsc's argv. Runs under
-// `unshare -m --propagation private`, in the guest netns.
+// gateway ("": leave eth0 alone), $6 the mount points to make (":"-joined
+// guest paths; "": none) and $7 the tmpfs directory for them, then runsc's
+// argv. Runs under `unshare -m --propagation private`, in the guest netns.
 constexpr char kWrapper[] = R"(set -e
-s=$1 t=$2 r=$3 a=$4 g=$5
-shift 5
+s=$1 t=$2 r=$3 a=$4 g=$5 m=$6 u=$7
+shift 7
 if [ -n "$a" ]; then
   ip addr replace "$a" dev eth0
   ip link set eth0 up
@@ -32,8 +33,18 @@ for d in /proc/sys/*; do
   mount --bind "$d" "$s/$n"
 done
 mount --move "$s" /proc/sys
-mount --bind "$t" "$r"
-mount -o remount,bind,ro "$r"
+if [ -n "$m" ]; then
+  mount -t tmpfs -o size=1m,mode=0755 airlock-mountpoints "$u"
+  mkdir "$u/up" "$u/work"
+  mount -t overlay -o "lowerdir=$t,upperdir=$u/up,workdir=$u/work" airlock-root "$r"
+  IFS=:
+  for p in $m; do mkdir -p "$r$p"; done
+  unset IFS
+  mount -o remount,ro "$r"
+else
+  mount --bind "$t" "$r"
+  mount -o remount,bind,ro "$r"
+fi
 exec "$@"
 )";
 
@@ -68,7 +79,8 @@ Status RunscStartCall(const RunscConfig& config, const RunscStart& call) {
   ASSIGN_OR_RETURN(UniqueFd ns, OpenNetns(call.guest_netns));
   std::vector<std::string> argv = {"unshare", "-m", "--propagation", "private", "sh", "-c", kWrapper, "airlock-runsc",
                                    call.scratch, call.tree, call.rootfs_mount, call.eth0_address,
-                                   call.eth0_gateway, config.binary};
+                                   call.eth0_gateway, "", call.mount_upper, config.binary};
+  for (const auto& p : call.mount_points) argv[13] += (argv[13].empty() ? "" : ":") + p;  // $6
   for (auto& f : RunscGlobalFlags(config)) argv.push_back(f);
   for (auto& a : call.args) argv.push_back(a);
   SpawnOptions o;

@@ -45,6 +45,13 @@ struct RunscStart {
   // the same netns (a rollback) would find none to copy. "": left alone.
   std::string eth0_address;
   std::string eth0_gateway;
+  // Guest paths of the bundle's bind mounts (volumes; absolute, of
+  // [A-Za-z0-9._/-]). runsc's gofer makes each mount point in the root it
+  // serves, so with any the root is an overlay of the tree under a tmpfs
+  // (mount_upper, an empty directory) holding only those directories,
+  // still read-only to the gofer; the tree is never written.
+  std::vector<std::string> mount_points;
+  std::string mount_upper;
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
 };
 

@@ -110,7 +110,8 @@ Status CheckResources(const CreateRequest& r, const CreateLimits& limits) {
 }
 
 // volumeMounts: [{name, path}], at most kMaxVolumeMounts; each path
-// absolute and plain (no "." or "..", no trailing '/'), not "/" nor under
+// absolute and plain (components of [A-Za-z0-9._-], no "." or "..", no
+// trailing '/'), not "/" nor under
 // /proc, /sys or /dev, none inside another.
 constexpr size_t kMaxVolumeMounts = 8;
 StatusOr<std::vector<SandboxVolumeMount>> ParseVolumeMounts(const json& body) {
@@ -128,7 +129,8 @@ StatusOr<std::vector<SandboxVolumeMount>> ParseVolumeMounts(const json& body) {
     }
     std::string name = m["name"].get<std::string>(), path = m["path"].get<std::string>();
     bool ok = path.size() >= 2 && path.size() <= 255 && path[0] == '/' && path.back() != '/' &&
-              path.find('\0') == std::string::npos;
+              path.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-/") ==
+                  std::string::npos;
     for (size_t i = 1, start = 1; ok && i <= path.size(); ++i) {
       if (i == path.size() || path[i] == '/') {
         std::string part = path.substr(start, i - start);
@@ -140,7 +142,11 @@ StatusOr<std::vector<SandboxVolumeMount>> ParseVolumeMounts(const json& body) {
       const std::string s = sys;
       if (path == s || path.rfind(s + "/", 0) == 0) ok = false;
     }
-    if (!ok) return InvalidArgument("volumeMounts: path '" + path + "' must be an absolute, plain path outside /proc, /sys and /dev");
+    if (!ok) {
+      return InvalidArgument("volumeMounts: path '" + path +
+                             "' must be an absolute, plain path of [A-Za-z0-9._-] components outside /proc, /sys "
+                             "and /dev");
+    }
     for (const auto& o : out) {
       if (o.path == path || path.rfind(o.path + "/", 0) == 0 || o.path.rfind(path + "/", 0) == 0) {
         return InvalidArgument("volumeMounts: " + path + " and " + o.path + " overlap");
