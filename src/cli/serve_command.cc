@@ -330,6 +330,9 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "team-disk-budget", po::value(&cfg.team_disk_budget_mib)->default_value(cfg.team_disk_budget_mib),
       "MiB of disk one team may hold: uploads, template layers and images, checkpoints, paused and named "
       "snapshots; writing more is 507 (-1: a quarter of the state dir's filesystem; 0: off)")(
+      "idle-timeout", po::value(&cfg.idle_timeout_s)->default_value(cfg.idle_timeout_s),
+      "pause a sandbox (memory kept) after this many seconds without a data-plane request or open stream, "
+      "unless its create says otherwise (lifecycle.idleTimeout); its next request wakes it (0: never)")(
       "volume-size-mib", po::value(&cfg.volume_size_mib)->default_value(cfg.volume_size_mib),
       "size of a volume whose create names no sizeMB (MiB; its filesystem's size, so its limit)")(
       "team-volume-budget-mib", po::value(&cfg.team_volume_budget_mib)->default_value(cfg.team_volume_budget_mib),
@@ -407,7 +410,7 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
     return 2;
   }
   cfg.default_timeout_s = std::min(cfg.default_timeout_s, cfg.max_timeout_s);
-  if (cfg.upload_ttl_s < 0 || cfg.team_disk_budget_mib < -1) {
+  if (cfg.upload_ttl_s < 0 || cfg.team_disk_budget_mib < -1 || cfg.idle_timeout_s < 0) {
     std::fprintf(stderr, "airlock serve: --upload-ttl must be >= 0 and --team-disk-budget >= -1\n");
     return 2;
   }

@@ -29,6 +29,12 @@ void MemoryGovernor::NoteActivity(const std::string& id) {
   last_active_ms_[id] = NowUnixMs();
 }
 
+int64_t MemoryGovernor::LastActive(const std::string& id) {
+  std::lock_guard<std::mutex> l(activity_mu_);
+  auto it = last_active_ms_.find(id);
+  return it == last_active_ms_.end() ? 0 : it->second;
+}
+
 void MemoryGovernor::Schedule() {
   timer_.expires_after(config_.interval);
   timer_.async_wait([this](boost::system::error_code ec) {

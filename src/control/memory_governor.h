@@ -66,6 +66,8 @@ class MemoryGovernor {
   // A data-plane request reached sandbox `id` (the pressure policy pauses
   // the longest idle first).
   void NoteActivity(const std::string& id);
+  // When `id` last had one (Unix ms; 0: never since this daemon started).
+  int64_t LastActive(const std::string& id);
   // The last reading's verdict: short of memory (creates refused, pool shrinks).
   bool under() const { return under_.load(); }
   // What the parked VMMs held at the last reading, MiB.

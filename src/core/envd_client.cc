@@ -509,6 +509,11 @@ StatusOr<envd::EntryInfo> EnvdClient::Stat(const std::string& guest_path, const 
   return envd::EntryInfoFromJson(j["entry"]);
 }
 
+StatusOr<size_t> EnvdClient::CountProcesses() const {
+  ASSIGN_OR_RETURN(auto j, Call("process.Process/List", nlohmann::json::object(), ""));
+  return j.contains("processes") && j["processes"].is_array() ? j["processes"].size() : 0;
+}
+
 StatusOr<std::vector<envd::EntryInfo>> EnvdClient::ListDir(const std::string& guest_path, uint32_t depth,
                                                             const std::string& user) const {
   ASSIGN_OR_RETURN(auto j, Call("filesystem.Filesystem/ListDir", {{"path", guest_path}, {"depth", depth}}, user));

@@ -115,6 +115,8 @@ class EnvdClient {
   Status Download(const std::string& guest_path, const std::string& local_path,
                   uint64_t max_bytes = kDefaultMaxDownload) const;
   StatusOr<envd::EntryInfo> Stat(const std::string& guest_path, const std::string& user = "") const;
+  // process.Process/List: how many processes started through the API run.
+  StatusOr<size_t> CountProcesses() const;
   StatusOr<std::vector<envd::EntryInfo>> ListDir(const std::string& guest_path, uint32_t depth,
                                              const std::string& user = "") const;
   Status MakeDir(const std::string& guest_path, const std::string& user = "") const;

@@ -1,6 +1,9 @@
 // The reaper (core/reaper.h).
 #include "core/reaper.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "common/clock.h"
 #include "common/log.h"
 #include "core/manager.h"
@@ -76,6 +79,34 @@ void Reaper::AutoPause(const std::shared_ptr<Shared>& s, const std::string& id, 
   });
 }
 
+void Reaper::IdlePause(const std::shared_ptr<Shared>& s, const std::string& id, int64_t idle_ms, bool processes) {
+  RunBlocking(s, [s, id, idle_ms, processes] {
+    auto done = [&](std::optional<int64_t> retry_at) {
+      std::lock_guard<std::mutex> l(s->mu);
+      s->idle_checking.erase(id);
+      if (retry_at) {
+        s->idle_retry_at_ms[id] = *retry_at;
+      } else {
+        s->idle_retry_at_ms.erase(id);
+      }
+    };
+    // Asked here, off the reaper's thread: with `processes` it asks the guest.
+    if (s->config.kept_awake(id, processes)) return done(std::nullopt);
+    LOG_INFO("sandbox={} idle for {} s: pausing (idle sleep)", id, idle_ms / 1000);
+    PauseOptions opts;
+    opts.keep_memory = true;
+    auto r = s->manager->Pause(id, opts);
+    if (r.ok()) {
+      if (auto sb = s->manager->Get(id)) {
+        sb->AddLog("info", "paused after " + std::to_string(idle_ms / 1000) + " s idle (idle sleep)");
+      }
+      return done(std::nullopt);
+    }
+    LOG_WARN("sandbox={} idle sleep: pause failed, it keeps running: {}", id, r.status().message());
+    done(NowUnixMs() + std::max<int64_t>(s->config.interval.count(), 1000) * 10);
+  });
+}
+
 void Reaper::ReapOnce() {
   const std::shared_ptr<Shared>& s = shared_;
   const int64_t now = NowUnixMs();
@@ -97,6 +128,15 @@ void Reaper::ReapOnce() {
       due.push_back({sb->id(), SandboxOutcome::kTtlExpired, c.auto_pause, c.auto_pause_memory});
     } else if (max_lifetime_s > 0 && c.created_at_ms > 0 && now >= c.created_at_ms + int64_t{max_lifetime_s} * 1000) {
       due.push_back({sb->id(), SandboxOutcome::kLifetimeCap});
+    } else if (c.idle_timeout_ms > 0 && s->config.last_active_ms && s->config.kept_awake) {
+      const int64_t since = std::max(s->config.last_active_ms(sb->id()), c.running_since_ms);
+      if (since > 0 && now - since >= c.idle_timeout_ms) {
+        std::lock_guard<std::mutex> l(s->mu);
+        auto retry = s->idle_retry_at_ms.find(sb->id());
+        if ((retry == s->idle_retry_at_ms.end() || now >= retry->second) && s->idle_checking.insert(sb->id()).second) {
+          IdlePause(s, sb->id(), now - since, c.idle_keeps_processes);
+        }
+      }
     }
   }
   for (auto& d : due) {

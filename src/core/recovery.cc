@@ -153,6 +153,8 @@ std::shared_ptr<Sandbox> Recovery::AdoptedSandbox(const AdoptRequest& r) {
   plan.attributes.auto_resume = rec.auto_resume;
   plan.attributes.https_ports = rec.https_ports;
   plan.attributes.volume_mounts = rec.volume_mounts;
+  plan.attributes.idle_timeout_s = rec.idle_timeout_s;
+  plan.attributes.idle_keeps_processes = rec.idle_keeps_processes;
   plan.attributes.recorded_env_vars = rec.env_vars;
   std::shared_ptr<Sandbox> sb = m_.SandboxFor(plan);
   sb->SetAdopted(rec.created_at_ms, rec.ends_at_ms);

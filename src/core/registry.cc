@@ -143,6 +143,10 @@ Status Registry::PutSandbox(const SandboxRecord& r) {
   nlohmann::json lifecycle{
       {"autoPause", r.auto_pause}, {"autoPauseMemory", r.auto_pause_memory}, {"autoResume", r.auto_resume}};
   if (!r.https_ports.empty()) lifecycle["httpsPorts"] = r.https_ports;
+  if (r.idle_timeout_s > 0) {
+    lifecycle["idleTimeout"] = r.idle_timeout_s;
+    lifecycle["idleKeepsProcesses"] = r.idle_keeps_processes;
+  }
   if (!r.volume_mounts.empty()) {
     nlohmann::json mounts = nlohmann::json::array();
     for (const auto& m : r.volume_mounts) mounts.push_back({{"name", m.name}, {"path", m.path}, {"id", m.volume_id}});
@@ -449,6 +453,8 @@ StatusOr<std::vector<SandboxRecord>> Registry::ListSandboxes() {
           if (v.is_number_unsigned() && v.get<uint64_t>() > 0 && v.get<uint64_t>() <= 65535)
             r.https_ports.push_back(static_cast<uint16_t>(v.get<uint64_t>()));
       }
+      if (auto p = lc.find("idleTimeout"); p != lc.end() && p->is_number_integer()) r.idle_timeout_s = p->get<int>();
+      r.idle_keeps_processes = lc.value("idleKeepsProcesses", false);
       if (auto p = lc.find("volumeMounts"); p != lc.end() && p->is_array()) {
         for (const auto& v : *p) {
           if (v.is_object()) r.volume_mounts.push_back({v.value("name", ""), v.value("path", ""), v.value("id", "")});

@@ -66,6 +66,8 @@ struct SandboxRecord {
   bool auto_resume = false;
   std::vector<uint16_t> https_ports;  // network.httpsPorts (kept in the lifecycle JSON)
   std::vector<SandboxVolumeMount> volume_mounts;  // kept in the lifecycle JSON
+  int idle_timeout_s = 0;                         // kept in the lifecycle JSON
+  bool idle_keeps_processes = false;
   // The team that owns it ("" only for rows written before tenancy: admin only).
   std::string owner;
 };

@@ -136,6 +136,8 @@ SandboxRecord Sandbox::Record() const {
   r.auto_resume = attrs_.auto_resume;
   r.https_ports = attrs_.https_ports;
   r.volume_mounts = attrs_.volume_mounts;
+  r.idle_timeout_s = attrs_.idle_timeout_s;
+  r.idle_keeps_processes = attrs_.idle_keeps_processes;
   r.owner = attrs_.owner_team;
   return r;
 }
@@ -168,7 +170,14 @@ pid_t Sandbox::vmm_pid() const {
 
 Sandbox::Clock Sandbox::clock() const {
   std::lock_guard<std::mutex> l(mu_);
-  return {state_, created_at_ms_, ends_at_ms_, attrs_.auto_pause, attrs_.auto_pause_memory};
+  return {state_,
+          created_at_ms_,
+          ends_at_ms_,
+          attrs_.auto_pause,
+          attrs_.auto_pause_memory,
+          int64_t{attrs_.idle_timeout_s} * 1000,
+          attrs_.idle_keeps_processes,
+          running_since_ms_};
 }
 
 bool Sandbox::vmm_alive() const {
@@ -181,6 +190,7 @@ Status Sandbox::Transition(SandboxState to) {
   RETURN_IF_ERROR(CheckTransition(state_, to));
   LOG_DEBUG("sandbox={} state {} -> {}", id_, SandboxStateName(state_), SandboxStateName(to));
   state_ = to;
+  if (to == SandboxState::kRunning) running_since_ms_ = NowUnixMs();
   return OkStatus();
 }
 
@@ -316,6 +326,7 @@ void Sandbox::SetAdopted(int64_t created_at_ms, int64_t ends_at_ms) {
   std::lock_guard<std::mutex> l(mu_);
   created_at_ms_ = created_at_ms;
   ends_at_ms_ = ends_at_ms;
+  running_since_ms_ = NowUnixMs();  // its idle interval counts from the adoption
 }
 
 void Sandbox::SetStateForAdoption(SandboxState state) {

@@ -103,6 +103,9 @@ class Sandbox {
     int64_t ends_at_ms = 0;     // 0: no TTL
     bool auto_pause = false;    // pause at TTL instead of ending
     bool auto_pause_memory = true;
+    int64_t idle_timeout_ms = 0;   // 0: no idle sleep
+    bool idle_keeps_processes = false;
+    int64_t running_since_ms = 0;  // Unix ms it last became running (create, resume, rollback)
   };
   Clock clock() const;
   int64_t created_at_ms() const;  // Unix ms it first ran (0 while creating)
@@ -207,6 +210,7 @@ class Sandbox {
   SandboxAttributes attrs_;
   std::map<std::string, std::string> recorded_env_;
   int64_t created_at_ms_ = 0;
+  int64_t running_since_ms_ = 0;  // Clock::running_since_ms
   int64_t ends_at_ms_ = 0;
   int64_t timeout_ms_ = 0;  // the create's TTL, applied when it first runs
   int disk_mib_ = 0;

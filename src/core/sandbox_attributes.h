@@ -37,6 +37,13 @@ struct SandboxAttributes {
   bool auto_pause = false;
   bool auto_pause_memory = true;
   bool auto_resume = false;
+  // Idle sleep (airlock's lifecycle.idleTimeout, serve --idle-timeout;
+  // docs/snapshots.md "Sleep when idle"): paused with its memory after this
+  // many seconds without a data-plane request or open stream (0: never);
+  // idle_keeps_processes: a process started through the API that still
+  // runs keeps it awake too.
+  int idle_timeout_s = 0;
+  bool idle_keeps_processes = false;
   // Volumes mounted into it (create's volumeMounts); kept by pauses,
   // resumes and rollbacks, inherited by fork children.
   std::vector<SandboxVolumeMount> volume_mounts;

@@ -214,9 +214,21 @@ class DaemonStart {
     for (const auto& r : records) adopt.push_back({r, r.env_vars});
     s->secrets_->AddSecretEnvToAdopt(&adopt);
     ASSIGN_OR_RETURN(s->fleet_.manager, Manager::Open(s->config_.manager, adopt));
-    s->fleet_.reaper = std::make_unique<Reaper>(
-        *s->fleet_.manager, ReaperConfig{s->config_.reaper_interval, s->config_.max_lifetime_s,
-                                [s](std::function<void()> work) { asio::post(*s->loop_.workers, std::move(work)); }});
+    ReaperConfig reaper{s->config_.reaper_interval, s->config_.max_lifetime_s,
+                        [s](std::function<void()> work) { asio::post(*s->loop_.workers, std::move(work)); }};
+    // Idle sleep: the data plane's last request and open streams say who is idle.
+    reaper.last_active_ms = [s](const std::string& id) -> int64_t {
+      return s->fleet_.memory ? s->fleet_.memory->LastActive(id) : 0;
+    };
+    reaper.kept_awake = [s](const std::string& id, bool processes) {
+      if (s->fleet_.streams.Live().count(id)) return true;
+      if (!processes) return false;
+      auto sb = s->fleet_.manager->Get(id);
+      if (!sb) return false;
+      auto n = sb->agent().CountProcesses();
+      return !n.ok() || *n > 0;  // an agent that does not answer is not idle
+    };
+    s->fleet_.reaper = std::make_unique<Reaper>(*s->fleet_.manager, std::move(reaper));
     for (const auto& sb : s->fleet_.manager->List()) {
       s->admission_->Adopt(sb->id(), "", sb->memory_mib());
       adopted.push_back(sb->id());

@@ -89,6 +89,11 @@ void SandboxApi::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& ca
     opts.attributes.auto_pause = req.lifecycle.auto_pause;
     opts.attributes.auto_pause_memory = req.lifecycle.auto_pause_memory;
     opts.attributes.auto_resume = req.lifecycle.auto_resume;
+    // Idle sleep: the create's interval, else the server's; a sleeping
+    // sandbox wakes on its next request, so it resumes on traffic.
+    opts.attributes.idle_timeout_s = req.lifecycle.idle_timeout_s.value_or(config_.idle_timeout_s);
+    opts.attributes.idle_keeps_processes = req.lifecycle.idle_keeps_processes;
+    if (opts.attributes.idle_timeout_s > 0) opts.attributes.auto_resume = true;
     opts.attributes.recorded_env_vars = req.env_vars;  // brokered secrets' values are never persisted
     // A front that placed this create holds its slot in the cluster registry.
     const std::string& secret = config_.cluster.reservation_secret;

@@ -122,6 +122,9 @@ struct ServerConfig {
   // (serve --volume-size-mib), and the sum of sizes one team may have
   // (serve --team-volume-budget-mib; 0: none).
   int64_t volume_size_mib = 1024;
+  // Idle sleep for sandboxes whose create names no lifecycle.idleTimeout
+  // (serve --idle-timeout, seconds; 0: none).
+  int idle_timeout_s = 0;
   int64_t team_volume_budget_mib = 0;
   // The most an OCI base's layers may expand to on the host (serve
   // --max-image-unpack; image/layer_size.h).

@@ -49,6 +49,10 @@ json ListedSandboxJson(const SandboxRecord& r, int disk_mib, bool detail) {
     j["domain"] = nullptr;
     j["allowInternetAccess"] = false;
     j["lifecycle"] = {{"onTimeout", r.auto_pause ? "pause" : "kill"}, {"autoResume", r.auto_resume}};
+    if (r.idle_timeout_s > 0) {
+      j["lifecycle"]["idleTimeout"] = r.idle_timeout_s;
+      j["lifecycle"]["idleKeepsProcesses"] = r.idle_keeps_processes;
+    }
     if (!r.https_ports.empty()) j["network"]["httpsPorts"] = r.https_ports;
   }
   return j;

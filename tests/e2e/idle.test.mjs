@@ -5,11 +5,14 @@
 // agent) has sat idle that long too. Its own suite (e2e_idle) because it is
 // mostly waiting: the test schedule runs it beside two others
 // (tests/schedule/schedule.cmake, "light").
+// Also idle sleep (docs/snapshots.md "Sleep when idle"): a sandbox created
+// with lifecycle.idleTimeout pauses when nothing reaches it for that long and
+// wakes on the next request; an open stream keeps it awake.
 // Env: AIRLOCK_BIN, AIRLOCK_STATE_DIR (see daemon.mjs); AIRLOCK_E2E_IDLE_S
 // (default 150) for the long idle.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { e2b, skipReason, startDaemon } from './daemon.mjs'
+import { e2b, skipReason, startDaemon, waitFor } from './daemon.mjs'
 
 const { Sandbox } = e2b
 const maybe = skipReason ? test.skip : test
@@ -25,6 +28,61 @@ after(async () => {
 })
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+// A create with airlock's lifecycle.idleTimeout (the SDK sends no such
+// field: plain HTTP, then the SDK connects), and its state as the control
+// plane tells it (which is no data-plane traffic: it does not wake it).
+async function createIdle(idleTimeout) {
+  const r = await fetch(`${d.url}/v2/sandboxes`, { method: 'POST', headers: { 'X-API-Key': d.apiKey, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ templateID: 'base', timeout: 600, lifecycle: { idleTimeout } }) })
+  const body = await r.json()
+  assert.equal(r.status, 201, JSON.stringify(body))
+  return Sandbox.connect(body.sandboxID, d.opts)
+}
+async function stateOf(id) {
+  const r = await fetch(`${d.url}/sandboxes/${id}`, { headers: { 'X-API-Key': d.apiKey } })
+  const body = await r.json()
+  return { state: body.state, lifecycle: body.lifecycle }
+}
+
+maybe('idle sleep: idle past its interval it is paused with its memory, and the next commands.run wakes it with everything intact', { timeout: 300000 }, async () => {
+  const sbx = await createIdle(4)
+  try {
+    assert.deepEqual((await stateOf(sbx.sandboxId)).lifecycle, { onTimeout: 'kill', autoResume: true, idleTimeout: 4, idleKeepsProcesses: false })
+    // State on disk and in memory: a file, and a process that holds a secret only in its memory.
+    await sbx.files.write('/home/user/state.txt', 'kept on disk\n')
+    const bg = await sbx.commands.run('secret=$RANDOM$RANDOM; echo $secret > /tmp/secret; exec sleep 100000', { background: true, timeoutMs: 0 })
+    await bg.disconnect()
+    const secret = (await sbx.commands.run('cat /tmp/secret')).stdout.trim()
+    assert.ok(await waitFor(async () => (await stateOf(sbx.sandboxId)).state === 'paused', 120000, 500), 'paused when idle')
+    // The next data-plane request wakes it: the SDK sees only a slower call.
+    const t0 = Date.now()
+    const r = await sbx.commands.run(`cat /home/user/state.txt; kill -0 ${bg.pid} && echo alive; cat /tmp/secret`)
+    console.log(`# woke and answered in ${Date.now() - t0} ms`)
+    assert.equal(r.stdout, `kept on disk\nalive\n${secret}\n`)
+    assert.equal((await stateOf(sbx.sandboxId)).state, 'running')
+    const logs = await (await fetch(`${d.url}/v2/sandboxes/${sbx.sandboxId}/logs`, { headers: { 'X-API-Key': d.apiKey } })).json()
+    assert.ok(JSON.stringify(logs).includes('idle sleep'), 'its log says why it paused')
+  } finally {
+    await sbx.kill()
+  }
+})
+
+maybe('idle sleep: an open stream keeps it awake (a command that runs longer than the interval)', { timeout: 300000 }, async () => {
+  const sbx = await createIdle(3)
+  try {
+    // One command, its output streamed for 4 intervals, nothing else meanwhile.
+    const r = await sbx.commands.run('for i in 1 2 3 4 5 6; do sleep 2; echo $i; done', { timeoutMs: 0 })
+    assert.equal(r.stdout, '1\n2\n3\n4\n5\n6\n')
+    assert.equal((await stateOf(sbx.sandboxId)).state, 'running', 'never paused while streaming')
+    const logs = await (await fetch(`${d.url}/v2/sandboxes/${sbx.sandboxId}/logs`, { headers: { 'X-API-Key': d.apiKey } })).json()
+    assert.ok(!JSON.stringify(logs).includes('idle sleep'), JSON.stringify(logs))
+    // Then, left alone, it sleeps.
+    assert.ok(await waitFor(async () => (await stateOf(sbx.sandboxId)).state === 'paused', 120000, 500), 'paused once idle')
+  } finally {
+    await sbx.kill()
+  }
+})
 
 // Issue 34, item 5, as E2B users report it: three background commands in one
 // sandbox, then a long idle, then commands.connect() to each.

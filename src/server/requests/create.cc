@@ -30,6 +30,25 @@ StatusOr<Lifecycle> ParseLifecycle(const json& body) {
   if (l.auto_resume && (!l.auto_pause || !l.auto_pause_memory)) {
     return InvalidArgument("autoResume needs autoPause with memory kept");
   }
+  if (auto it = body.find("lifecycle"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) return InvalidArgument("lifecycle must be an object");
+    for (const auto& [key, value] : it->items()) {
+      if (key != "idleTimeout" && key != "idleKeepsProcesses" && !value.is_null()) {
+        return InvalidArgument("unknown field 'lifecycle." + key + "'");
+      }
+    }
+    if (auto t = it->find("idleTimeout"); t != it->end() && !t->is_null()) {
+      if (!t->is_number_integer() || t->get<int64_t>() < 0 || t->get<int64_t>() > kMaxIdleTimeoutS) {
+        return InvalidArgument("lifecycle.idleTimeout must be 0.." + std::to_string(kMaxIdleTimeoutS) +
+                               " seconds (0: never sleep)");
+      }
+      l.idle_timeout_s = static_cast<int>(t->get<int64_t>());
+    }
+    if (auto k = it->find("idleKeepsProcesses"); k != it->end() && !k->is_null()) {
+      if (!k->is_boolean()) return InvalidArgument("lifecycle.idleKeepsProcesses must be a boolean");
+      l.idle_keeps_processes = k->get<bool>();
+    }
+  }
   return l;
 }
 
@@ -168,7 +187,7 @@ Status CheckCreateFields(const json& body) {
       "templateID", "timeout",   "metadata",  "envVars",         "allow_internet_access", "allowInternetAccess",
       "network",    "autoPause", "autoResume", "autoPauseMemory", "secure",                "mcp",
       "iam",        "volumeMounts", "runtime", "secrets",         "cpuCount",              "memoryMB",
-      "diskSizeMB"};
+      "diskSizeMB", "lifecycle"};
   static const std::set<std::string, std::less<>> kNetwork = {"allowPublicTraffic", "allowOut",   "denyOut",
                                                                "rules",              "maskRequestHost",
                                                                "egressProxy",        "httpsPorts"};

@@ -55,7 +55,13 @@ struct Lifecycle {
   bool auto_pause = false;
   bool auto_pause_memory = true;
   bool auto_resume = false;
+  // airlock's "lifecycle": {"idleTimeout": s, "idleKeepsProcesses": bool}
+  // (docs/snapshots.md "Sleep when idle"); nullopt: the server's default.
+  std::optional<int> idle_timeout_s;
+  bool idle_keeps_processes = false;
 };
+// The longest idle interval a create may ask for (a week).
+inline constexpr int kMaxIdleTimeoutS = 7 * 24 * 3600;
 StatusOr<Lifecycle> ParseLifecycle(const nlohmann::json& body);
 // E2B's network.allowPublicTraffic of a create body (default true);
 // InvalidArgument when it is not a boolean.
