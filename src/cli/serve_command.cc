@@ -336,7 +336,10 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "volume-size-mib", po::value(&cfg.volume_size_mib)->default_value(cfg.volume_size_mib),
       "size of a volume whose create names no sizeMB (MiB; its filesystem's size, so its limit)")(
       "team-volume-budget-mib", po::value(&cfg.team_volume_budget_mib)->default_value(cfg.team_volume_budget_mib),
-      "the sum of the sizes of one team's volumes; a create over it is 507 (MiB; 0: no budget)")(
+      "the sum of the sizes of one team's volumes; a create over it is 507 (MiB; -1: a quarter of the state "
+      "dir's filesystem; 0: no budget)")(
+      "max-volumes-per-team", po::value(&cfg.max_volumes_per_team)->default_value(cfg.max_volumes_per_team),
+      "how many volumes one team may have; one more is 507 (0: no cap)")(
       "max-image-unpack", po::value(&cfg.max_image_unpack_mib)->default_value(cfg.max_image_unpack_mib),
       "the most a fromImage base's layers may expand to on this host (MiB), checked before unpacking")(
       "public-url", po::value(&cfg.public_url),

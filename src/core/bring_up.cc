@@ -295,9 +295,8 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
     if (volume_mounts.empty() || !nfs_volumes) return OkStatus();
     std::vector<VolumeExport> exports;
     for (const auto& m : volume_mounts) {
-      std::string dir = VolumeMountDir(config_.state_dir, m.volume_id);
-      if (!IsVolumeMounted(dir)) return FailedPrecondition("volume " + m.name + " is not mounted on the host");
-      exports.push_back({m.volume_id, dir});
+      if (!IsVolumeMounted(m.host_dir)) return FailedPrecondition("volume " + m.name + " is not mounted on the host");
+      exports.push_back({m.volume_id, m.host_dir});
     }
     // A rollback's guest comes back with its TCP state of the checkpoint,
     // which the running server's connection has moved past (the two would
@@ -309,7 +308,10 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
     VmStartRequest req =
         VmStartRequestFor(plan.id, sb.run_dir_, plan.vcpus, plan.memory_mib, *sb.network_, plan.detach);
     if (!nfs_volumes) {
-      for (const auto& m : volume_mounts) req.host_mounts.push_back({VolumeMountDir(config_.state_dir, m.volume_id), m.path});
+      for (const auto& m : volume_mounts) {
+        if (!IsVolumeMounted(m.host_dir)) return FailedPrecondition("volume " + m.name + " is not mounted on the host");
+        req.host_mounts.push_back({m.host_dir, m.path});
+      }
     }
     if (plan.source == MachineSource::kColdBoot || plan.source == MachineSource::kTemplateSnapshot) {
       req.kernel = plan.image.kernel;

@@ -149,7 +149,9 @@ Status Registry::PutSandbox(const SandboxRecord& r) {
   }
   if (!r.volume_mounts.empty()) {
     nlohmann::json mounts = nlohmann::json::array();
-    for (const auto& m : r.volume_mounts) mounts.push_back({{"name", m.name}, {"path", m.path}, {"id", m.volume_id}});
+    for (const auto& m : r.volume_mounts) {
+      mounts.push_back({{"name", m.name}, {"path", m.path}, {"id", m.volume_id}, {"dir", m.host_dir}});
+    }
     lifecycle["volumeMounts"] = mounts;
   }
   s.Bind(14, lifecycle.dump());
@@ -457,7 +459,9 @@ StatusOr<std::vector<SandboxRecord>> Registry::ListSandboxes() {
       r.idle_keeps_processes = lc.value("idleKeepsProcesses", false);
       if (auto p = lc.find("volumeMounts"); p != lc.end() && p->is_array()) {
         for (const auto& v : *p) {
-          if (v.is_object()) r.volume_mounts.push_back({v.value("name", ""), v.value("path", ""), v.value("id", "")});
+          if (v.is_object()) {
+            r.volume_mounts.push_back({v.value("name", ""), v.value("path", ""), v.value("id", ""), v.value("dir", "")});
+          }
         }
       }
     }

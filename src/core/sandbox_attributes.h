@@ -16,6 +16,7 @@ struct SandboxVolumeMount {
   std::string name;       // the volume's name, as the create named it
   std::string path;       // absolute guest path
   std::string volume_id;  // core/volumes.h
+  std::string host_dir;   // where the volume is mounted on the host (VolumeStore::MountedRoot)
   bool operator==(const SandboxVolumeMount&) const = default;
 };
 

@@ -328,6 +328,10 @@ StatusOr<std::vector<VolumeEntry>> VolumeFs::List(std::string_view path, int dep
     }
     VolumeEntry e = FromStat(st, name, entry_path);
     if (S_ISLNK(st.st_mode)) e.target = ReadLink(f.fd.get(), name);
+    if (out.size() == kMaxListEntries) {
+      return InvalidArgument("more than " + std::to_string(kMaxListEntries) + " entries under '" + p.Shown() +
+                             "'; list it with a smaller depth");
+    }
     out.push_back(std::move(e));
     if (!S_ISDIR(st.st_mode) || st.st_dev != dev_ || static_cast<int>(stack.size()) >= depth) continue;
     // Replaced by a link or removed since the stat: listed, not entered.

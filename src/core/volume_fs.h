@@ -84,6 +84,8 @@ class VolumeFs {
   };
 
   static constexpr int kMaxListDepth = 10;
+  // The most entries one List answers (a bound on the daemon's memory).
+  static constexpr size_t kMaxListEntries = 10000;
   static constexpr int kMaxRemoveDepth = 4096;
 
   // The volume whose root directory is `root_dir` (a host path of the

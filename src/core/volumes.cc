@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <filesystem>
@@ -40,10 +41,25 @@ bool IsMountPoint(const std::string& dir) {
   return a.st_dev != b.st_dev;
 }
 
+// Whether /proc/self/mountinfo lists a mount at `dir` (a bind of a
+// directory onto itself has its parent's st_dev).
+bool ListedAsMount(const std::string& dir) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string id, parent, dev, root, point;
+    f >> id >> parent >> dev >> root >> point;
+    if (point == dir) return true;
+  }
+  return false;
+}
+
+// Mounts `image` at `dir`, which must exist already (made by Create): a
+// volume deleted meanwhile never comes back as a plain directory.
 Status MountImage(const std::string& image, const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return Internal("create " + dir + ": " + ec.message());
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return NotFound("the volume's directory is gone");
   if (IsMountPoint(dir)) return OkStatus();
   auto r = RunChecked({"mount", "-t", "ext4", "-o", "loop,nodev,nosuid,noexec", image, dir});
   if (!r.ok()) return Internal("mount volume: " + r.status().message());
@@ -55,10 +71,6 @@ Status MountImage(const std::string& image, const std::string& dir) {
 VolumeStore::VolumeStore(Registry* registry, Options o) : registry_(registry), o_(std::move(o)) {}
 
 std::string VolumeStore::VolumeDir(const std::string& id) const { return o_.state_dir + "/volumes/" + id; }
-
-std::string VolumeMountDir(const std::string& state_dir, const std::string& volume_id) {
-  return state_dir + "/volumes/" + volume_id + "/fs";
-}
 
 bool IsVolumeMounted(const std::string& dir) { return IsMountPoint(dir); }
 
@@ -72,6 +84,10 @@ StatusOr<VolumeRecord> VolumeStore::Create(const std::string& team, const std::s
   }
   std::lock_guard<std::mutex> l(mu_);
   ASSIGN_OR_RETURN(auto mine, registry_->ListVolumes(team));
+  if (o_.max_per_team > 0 && static_cast<int64_t>(mine.size()) >= o_.max_per_team) {
+    return ResourceExhausted("team " + team + " has " + std::to_string(mine.size()) +
+                             " volumes, its most (serve --max-volumes-per-team)");
+  }
   int64_t used = 0;
   for (const auto& v : mine) {
     if (v.name == name) return AlreadyExists("a volume named '" + name + "' exists");
@@ -96,7 +112,7 @@ StatusOr<VolumeRecord> VolumeStore::Create(const std::string& team, const std::s
     fs::remove_all(dir, ec);
   };
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  fs::create_directories(dir + "/fs", ec);
   if (ec) return Internal("create " + dir + ": " + ec.message());
   ::chmod(dir.c_str(), 0700);
   const std::string image = dir + "/disk.ext4";
@@ -160,9 +176,40 @@ Status VolumeStore::Delete(const VolumeRecord& v) {
 
 StatusOr<std::string> VolumeStore::MountedRoot(const VolumeRecord& v) {
   std::lock_guard<std::mutex> l(mu_);
+  // Still a volume (Delete removes the row first, under this lock).
+  ASSIGN_OR_RETURN(auto all, registry_->ListVolumes(v.team));
+  if (std::none_of(all.begin(), all.end(), [&v](const VolumeRecord& r) { return r.id == v.id; })) {
+    return NotFound("volume " + v.id + " not found");
+  }
   const std::string dir = VolumeDir(v.id);
   RETURN_IF_ERROR(MountImage(dir + "/disk.ext4", dir + "/fs"));
   return dir + "/fs";
+}
+
+Status VolumeStore::ShareMounts() {
+  const std::string dir = o_.state_dir + "/volumes";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Internal("create " + dir + ": " + ec.message());
+  ::chmod(dir.c_str(), 0700);
+  if (!ListedAsMount(dir)) {
+    auto r = RunChecked({"mount", "--bind", dir, dir});
+    if (!r.ok()) return Internal("bind " + dir + ": " + r.status().message());
+  }
+  auto r = RunChecked({"mount", "--make-shared", dir});
+  if (!r.ok()) return Internal("make " + dir + " shared: " + r.status().message());
+  return OkStatus();
+}
+
+void VolumeStore::UnmountAll() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(o_.state_dir + "/volumes", ec)) {
+    const std::string dir = e.path().string() + "/fs";
+    if (IsMountPoint(dir)) (void)Run({"umount", "-l", dir});
+  }
+  const std::string root = o_.state_dir + "/volumes";
+  if (ListedAsMount(root)) (void)Run({"umount", "-l", root});
 }
 
 void VolumeStore::RemoveOrphans() {
@@ -191,13 +238,17 @@ std::string GaneshaConfig(const std::vector<VolumeExport>& exports, const std::s
     << "  Enable_NLM = false;\n  Enable_RQUOTA = false;\n  Enable_UDP = false;\n"
     // MOUNT names exports by their pseudo path "/<volume id>", not the host's.
     << "  Mount_Path_Pseudo = true;\n"
+    << "  RPC_Max_Connections = 64;\n"
     << "}\n"
     << "NFSV4 { Graceless = true; }\n"
     // Writes through the content API and other sandboxes' servers reach the
     // same filesystem behind this server's back: cache no attributes and no
     // directory contents.
-    << "MDCACHE { Dir_Chunk = 0; }\n"
-    << "LOG { Default_Log_Level = EVENT; }\n";
+    // Bounded: the entries it caches, the connections it takes (one guest
+    // needs a few), and what it logs (warnings and worse; what a guest
+    // does is not logged).
+    << "MDCACHE { Dir_Chunk = 0; Entries_HWMark = 2000; }\n"
+    << "LOG { Default_Log_Level = WARN; }\n";
   int n = 1;
   for (const auto& e : exports) {
     c << "EXPORT {\n  Export_Id = " << n++ << ";\n  Path = \"" << e.host_dir << "\";\n  Pseudo = \"/"
@@ -262,15 +313,19 @@ Status StartVolumeServer(const std::string& run_dir, int netns_fd, const std::ve
   ::unlink(log.c_str());
   // In its own mount namespace: /run (rpcbind's socket, which ganesha
   // registers with) and /var/lib/nfs (NFSv4 recovery state) are its own.
-  // Then only the capabilities serving files needs.
+  // rpcbind dies with the shell that becomes ganesha (--pdeathsig), so a
+  // server that exits leaves nothing behind. Then only the capabilities
+  // serving files needs.
   std::string script =
       "set -e; mount -t tmpfs -o size=1m,mode=755 tmpfs /run; mkdir -p /run/rpcbind;"
       " if [ -d /var/lib/nfs ]; then mount -t tmpfs -o size=1m tmpfs /var/lib/nfs; fi;"
-      " rpcbind -f -w & i=0; while [ ! -S /run/rpcbind.sock ] && [ $i -lt 200 ]; do i=$((i+1)); sleep 0.05; done;"
+      " setpriv --pdeathsig KILL rpcbind -f -w & i=0; while [ ! -S /run/rpcbind.sock ] && [ $i -lt 200 ]; do i=$((i+1)); sleep 0.05; done;"
       " exec setpriv --bounding-set=-all,+chown,+dac_override,+dac_read_search,+fowner,+fsetid,+setuid,+setgid,"
       "+sys_resource ganesha.nfsd -F -f \"$1\" -L \"$2\" -p /run/ganesha.pid -N NIV_EVENT";
   SpawnOptions o;
-  o.argv = {"unshare", "-m", "--propagation", "private", "/bin/sh", "-c", script, "ganesha",
+  // Slave propagation: a volume the host unmounts (deleted) goes from this
+  // namespace too, instead of staying pinned there.
+  o.argv = {"unshare", "-m", "--propagation", "slave", "/bin/sh", "-c", script, "ganesha",
             dir + "/ganesha.conf", log};
   o.netns_fd = netns_fd;
   o.new_session = true;

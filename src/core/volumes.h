@@ -2,8 +2,10 @@
 // outlives its sandboxes, mounted into any number of them at once.
 //
 // On the host each volume is its own ext4 filesystem: a sparse image of its
-// size limit, <state_dir>/volumes/<id>/disk.ext4, loop-mounted nodev,
-// nosuid, noexec at <state_dir>/volumes/<id>/fs (root owned by the guest's
+// size limit, <dir>/volumes/<id>/disk.ext4, loop-mounted nodev, nosuid,
+// noexec at <dir>/volumes/<id>/fs, where <dir> is the registry's directory
+// (the state dir, unless serve --db puts the registry elsewhere: volumes
+// belong to the registry that names them) (root owned by the guest's
 // `user`, 1000:1000). Being its own filesystem bounds it (ENOSPC in the
 // guest, 507 on the content API), keeps hard links inside it, and confines
 // the NFS server's file handles to it. The daemon touches its tree only
@@ -46,10 +48,11 @@ inline constexpr uint32_t kVolumeDefaultUid = 1000, kVolumeDefaultGid = 1000;
 class VolumeStore {
  public:
   struct Options {
-    std::string state_dir;           // volumes live in <state_dir>/volumes
+    std::string state_dir;           // volumes live in <state_dir>/volumes (the registry's directory)
     int64_t default_size_mib = 1024;  // serve --volume-size-mib
     int64_t max_size_mib = 65536;     // the largest a create may ask for
     int64_t team_budget_mib = 0;      // serve --team-volume-budget-mib: sum of sizes; 0: none
+    int64_t max_per_team = 64;        // serve --max-volumes-per-team; 0: none
   };
   VolumeStore(Registry* registry, Options o);
 
@@ -73,6 +76,14 @@ class VolumeStore {
   // Deletes volume directories without a row (a create or delete cut short
   // by a kill): called once at start.
   void RemoveOrphans();
+  // Makes <state_dir>/volumes a shared mount (a bind of itself), once at
+  // start: the VMM jails and NFS servers copy the host's mounts into
+  // namespaces of their own as slaves, and a volume the host unmounts
+  // (deleted) then leaves those copies too instead of staying pinned.
+  Status ShareMounts();
+  // Unmounts every volume (lazily when busy): serve --kill-on-exit, once
+  // its sandboxes are gone. The next start mounts them again.
+  void UnmountAll();
 
   std::string VolumeDir(const std::string& id) const;
 
@@ -105,8 +116,6 @@ Status StartVolumeServer(const std::string& run_dir, int netns_fd, const std::ve
 Status StopVolumeServer(const std::string& run_dir, int netns_fd = -1);
 bool VolumeServerRunning(const std::string& run_dir);
 
-// <state_dir>/volumes/<id>/fs: where a volume is mounted on the host.
-std::string VolumeMountDir(const std::string& state_dir, const std::string& volume_id);
 // Whether `dir` is a mount point (the volume's filesystem is mounted there).
 bool IsVolumeMounted(const std::string& dir);
 

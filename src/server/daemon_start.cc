@@ -251,10 +251,14 @@ class DaemonStart {
     // Volumes (core/volumes.h): each one mounted on the host (after a
     // reboot they are not), leftovers of a cut-short create removed.
     VolumeStore::Options vo;
-    vo.state_dir = state_dir;
+    vo.state_dir = std::filesystem::absolute(s->registry_.db_dir()).lexically_normal().string();
+    while (vo.state_dir.size() > 1 && vo.state_dir.back() == '/') vo.state_dir.pop_back();
     vo.default_size_mib = s->config_.volume_size_mib;
-    vo.team_budget_mib = s->config_.team_volume_budget_mib;
+    vo.team_budget_mib = s->config_.team_volume_budget_mib < 0 ? DefaultTeamDiskBudgetMib(state_dir)
+                                                               : s->config_.team_volume_budget_mib;
+    vo.max_per_team = s->config_.max_volumes_per_team;
     s->volumes_ = std::make_unique<VolumeStore>(&s->registry_.db(), vo);
+    if (Status st = s->volumes_->ShareMounts(); !st.ok()) LOG_WARN("volumes: {}", st.message());
     s->volumes_->RemoveOrphans();
     if (auto all = s->volumes_->List(""); all.ok()) {
       for (const auto& v : *all) {

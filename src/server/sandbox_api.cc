@@ -44,11 +44,13 @@ void SandboxApi::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller
           volumes = NotFound("volumeMounts: volume '" + m.name + "' not found");
           break;
         }
-        if (auto root = volumes_->MountedRoot(*v); !root.ok()) {
+        auto root = volumes_->MountedRoot(*v);
+        if (!root.ok()) {
           volumes = root.status();
           break;
         }
         m.volume_id = v->id;
+        m.host_dir = *root;
       }
       if (resolved.ok() && !volumes.ok()) resolved = volumes;
       asio::post(c->executor(), [this, c, caller, req, resolved = std::move(resolved)] {

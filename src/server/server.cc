@@ -48,6 +48,7 @@ Server::~Server() {
   if (fleet_.manager) {
     if (config_.kill_on_exit) {
       fleet_.manager->DestroyAll();  // each end forgets the sandbox's secrets (OnSandboxEnding)
+      if (volumes_) volumes_->UnmountAll();  // nothing mounts them any more
     } else {
       fleet_.manager->ReleaseAll();
     }

@@ -119,13 +119,16 @@ struct ServerConfig {
   // Writing more is 507. -1: a quarter of the state dir's filesystem; 0: off.
   int64_t team_disk_budget_mib = -1;
   // Volumes (core/volumes.h): the size of one when its create names none
-  // (serve --volume-size-mib), and the sum of sizes one team may have
-  // (serve --team-volume-budget-mib; 0: none).
+  // (serve --volume-size-mib), the sum of sizes one team may have
+  // (serve --team-volume-budget-mib; -1: a quarter of the state dir's
+  // filesystem; 0: none), and how many one team may have
+  // (serve --max-volumes-per-team; 0: no cap).
   int64_t volume_size_mib = 1024;
+  int64_t team_volume_budget_mib = -1;
+  int64_t max_volumes_per_team = 64;
   // Idle sleep for sandboxes whose create names no lifecycle.idleTimeout
   // (serve --idle-timeout, seconds; 0: none).
   int idle_timeout_s = 0;
-  int64_t team_volume_budget_mib = 0;
   // The most an OCI base's layers may expand to on the host (serve
   // --max-image-unpack; image/layer_size.h).
   int64_t max_image_unpack_mib = 16384;

@@ -76,6 +76,13 @@ bool QueryTrue(const HttpConn& c, const std::string& name) {
 
 int StatusFor(const Status& st) { return HttpStatusFor(st, HttpStatusContext::kDisk); }
 
+// The volume's filesystem at `root`, only while it is mounted there (a
+// volume deleted meanwhile is never written as a plain host directory).
+StatusOr<VolumeFs> OpenVolume(const std::string& root) {
+  if (!IsVolumeMounted(root)) return NotFound("the volume is gone");
+  return VolumeFs::Open(root);
+}
+
 }  // namespace
 
 void VolumesApi::HandleVolumes(std::shared_ptr<HttpConn> c, const Caller& caller,
@@ -161,16 +168,27 @@ void VolumesApi::HandleContent(std::shared_ptr<HttpConn> c) {
   asio::post(*lookups_, [this, c, id = seg[1], kind = seg[2], token = auth.substr(prefix.size())] {
     auto v = volumes_->Authenticate(id, token);
     StatusOr<std::string> root = v.ok() ? volumes_->MountedRoot(*v) : StatusOr<std::string>(v.status());
-    asio::post(c->executor(), [this, c, kind, root] {
+    asio::post(c->executor(), [this, c, kind, root, v] {
       if (!root.ok()) return c->RespondError(StatusFor(root.status()), root.status().message());
-      Content(c, kind, *root);
+      Content(c, kind, *v, *root);
     });
   });
 }
 
-void VolumesApi::Content(std::shared_ptr<HttpConn> c, const std::string& kind, const std::string& root) {
+void VolumesApi::Content(std::shared_ptr<HttpConn> c, const std::string& kind, const VolumeRecord& v,
+                         const std::string& root) {
   const auto verb = c->method();
   const std::string path = c->Query("path").value_or("");
+  // Every change is audited: the volume, its team, what, where.
+  auto audited = [this, team = v.team, id = v.id](const char* action, std::function<void(StatusOr<json>)> done) {
+    return [this, team, id, action, done](StatusOr<json> out) {
+      if (out.ok()) {
+        Audit({{"action", action}, {"team", team}, {"volume", id},
+               {"path", out->is_object() ? out->value("path", "") : ""}});
+      }
+      done(std::move(out));
+    };
+  };
   auto answer = [c](StatusOr<json> out, int ok_code) {
     asio::post(c->executor(), [c, out = std::move(out), ok_code] {
       if (!out.ok()) return c->RespondError(StatusFor(out.status()), out.status().message());
@@ -181,7 +199,7 @@ void VolumesApi::Content(std::shared_ptr<HttpConn> c, const std::string& kind, c
   auto on_fs = [this, root](std::function<StatusOr<json>(const VolumeFs&)> fn,
                             std::function<void(StatusOr<json>)> done) {
     asio::post(*workers_, [root, fn = std::move(fn), done = std::move(done)] {
-      auto fs = VolumeFs::Open(root);
+      auto fs = OpenVolume(root);
       if (!fs.ok()) return done(fs.status());
       done(fn(*fs));
     });
@@ -213,7 +231,7 @@ void VolumesApi::Content(std::shared_ptr<HttpConn> c, const std::string& kind, c
           ASSIGN_OR_RETURN(auto e, fs.MakeDir(path, o, force));
           return VolumeEntryJson(e);
         },
-        [answer](StatusOr<json> out) { answer(std::move(out), 201); });
+        audited("volume.dir.created", [answer](StatusOr<json> out) { answer(std::move(out), 201); }));
   }
   if (kind == "path" && verb == http::Method::kGet) {
     return on_fs(
@@ -227,12 +245,12 @@ void VolumesApi::Content(std::shared_ptr<HttpConn> c, const std::string& kind, c
     return on_fs(
         [path](const VolumeFs& fs) -> StatusOr<json> {
           RETURN_IF_ERROR(fs.Remove(path));
-          return json();
+          return json{{"path", path}};
         },
-        [answer](StatusOr<json> out) { answer(std::move(out), 204); });
+        audited("volume.path.removed", [answer](StatusOr<json> out) { answer(std::move(out), 204); }));
   }
   if (kind == "path" && verb == http::Method::kPatch) {
-    return ReadJson(c, [c, path, on_fs, answer](json body) {
+    return ReadJson(c, [c, path, on_fs, answer, audited](json body) {
       std::optional<uint32_t> uid, gid, mode;
       for (auto [key, out] : {std::pair{"uid", &uid}, std::pair{"gid", &gid}, std::pair{"mode", &mode}}) {
         if (!body.is_object() || !body.contains(key) || body[key].is_null()) continue;
@@ -246,24 +264,25 @@ void VolumesApi::Content(std::shared_ptr<HttpConn> c, const std::string& kind, c
             ASSIGN_OR_RETURN(auto e, fs.Update(path, uid, gid, mode));
             return VolumeEntryJson(e);
           },
-          [answer](StatusOr<json> out) { answer(std::move(out), 200); });
+          audited("volume.path.updated", [answer](StatusOr<json> out) { answer(std::move(out), 200); }));
     });
   }
   if (kind == "file" && verb == http::Method::kGet) return ReadFile(c, root, path);
-  if (kind == "file" && verb == http::Method::kPut) return WriteFile(c, root, path);
+  if (kind == "file" && verb == http::Method::kPut) return WriteFile(c, v, root, path);
   c->RespondError(405, "method not allowed");
 }
 
-void VolumesApi::WriteFile(std::shared_ptr<HttpConn> c, const std::string& root, const std::string& path) {
+void VolumesApi::WriteFile(std::shared_ptr<HttpConn> c, const VolumeRecord& v, const std::string& root,
+                           const std::string& path) {
   auto owner = OwnerFrom(*c);
   if (!owner.ok()) return c->RespondError(400, owner.status().message());
   const bool force = QueryTrue(*c, "force");
-  asio::post(*workers_, [this, c, root, path, o = *owner, force] {
-    auto fs = VolumeFs::Open(root);
+  asio::post(*workers_, [this, c, root, path, o = *owner, force, team = v.team, id = v.id] {
+    auto fs = OpenVolume(root);
     StatusOr<UniqueFd> fd = fs.ok() ? fs->CreateFile(path, o, force) : StatusOr<UniqueFd>(fs.status());
     auto file = std::make_shared<UniqueFd>(fd.ok() ? std::move(fd).value() : UniqueFd());
     Status opened = fd.ok() ? OkStatus() : fd.status();
-    asio::post(c->executor(), [this, c, root, path, file, opened] {
+    asio::post(c->executor(), [this, c, root, path, file, opened, team, id] {
       if (!opened.ok()) return c->RespondError(StatusFor(opened), opened.message());
       auto bytes = std::make_shared<uint64_t>(0);
       c->ReadBody(
@@ -275,19 +294,22 @@ void VolumesApi::WriteFile(std::shared_ptr<HttpConn> c, const std::string& root,
             }
             return OkStatus();
           },
-          [this, c, root, path, file, bytes](Status st) {
+          [this, c, root, path, file, bytes, team, id](Status st) {
             if (!st.ok()) {
               // Nothing half-written is left (a full volume, a client gone).
               asio::post(*workers_, [root, path] {
-                if (auto fs = VolumeFs::Open(root); fs.ok()) (void)fs->Remove(path);
+                if (auto fs = OpenVolume(root); fs.ok()) (void)fs->Remove(path);
               });
               if (st.code() == StatusCode::kUnavailable) return;  // the client went away
               return c->RespondError(StatusFor(st), st.message());
             }
-            asio::post(*workers_, [this, c, root, path, file, bytes] {
-              auto fs = VolumeFs::Open(root);
+            asio::post(*workers_, [this, c, root, path, file, bytes, team, id] {
+              auto fs = OpenVolume(root);
               StatusOr<VolumeEntry> e = fs.ok() ? fs->FinishFile(path, file->get()) : StatusOr<VolumeEntry>(fs.status());
-              if (e.ok()) Audit({{"action", "volume.file.written"}, {"root", root}, {"path", e->path}, {"bytes", *bytes}});
+              if (e.ok()) {
+                Audit({{"action", "volume.file.written"}, {"team", team}, {"volume", id}, {"path", e->path},
+                       {"bytes", *bytes}});
+              }
               asio::post(c->executor(), [c, e] {
                 if (!e.ok()) return c->RespondError(StatusFor(e.status()), e.status().message());
                 c->Respond(200, "application/json", VolumeEntryJson(*e).dump(), {{"Cache-Control", "no-store"}});
@@ -300,7 +322,7 @@ void VolumesApi::WriteFile(std::shared_ptr<HttpConn> c, const std::string& root,
 
 void VolumesApi::ReadFile(std::shared_ptr<HttpConn> c, const std::string& root, const std::string& path) {
   asio::post(*workers_, [this, c, root, path] {
-    auto fs = VolumeFs::Open(root);
+    auto fs = OpenVolume(root);
     StatusOr<UniqueFd> fd = fs.ok() ? fs->OpenRead(path) : StatusOr<UniqueFd>(fs.status());
     struct stat st {};
     if (fd.ok() && ::fstat(fd->get(), &st) != 0) fd = ErrnoError("stat");

@@ -34,8 +34,8 @@ class VolumesApi : public ApiHandlers {
   void HandleContent(std::shared_ptr<HttpConn> c);
 
  private:
-  void Content(std::shared_ptr<HttpConn> c, const std::string& kind, const std::string& root);
-  void WriteFile(std::shared_ptr<HttpConn> c, const std::string& root, const std::string& path);
+  void Content(std::shared_ptr<HttpConn> c, const std::string& kind, const VolumeRecord& v, const std::string& root);
+  void WriteFile(std::shared_ptr<HttpConn> c, const VolumeRecord& v, const std::string& root, const std::string& path);
   void ReadFile(std::shared_ptr<HttpConn> c, const std::string& root, const std::string& path);
 };
 
