@@ -12,7 +12,7 @@ VM_JOBS ?= 2
 # make build BUILD_TYPE=RelWithDebInfo BUILD=build-release
 BUILD_TYPE ?= Test
 
-.PHONY: all setup build image demo test unit-test bench bench-multinode bench-tti bench-egress bench-snapshot bench-density bench-interpreter bench-templates bench-runtimes bench-console clean format
+.PHONY: all setup build image demo test unit-test bench bench-workspaces bench-multinode bench-tti bench-egress bench-snapshot bench-density bench-interpreter bench-templates bench-runtimes bench-console clean format
 
 all: build
 
@@ -116,6 +116,11 @@ bench-templates: image
 # pause/resume; N iterations each (N_SLOW, default min(N, 5), for the CPU, untar and pause rows).
 bench-runtimes: image
 	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) N_SLOW=$(N_SLOW) node bench/runtimes.mjs $(or $(N),10)
+
+# Volumes and idle sleep: volume vs guest-disk throughput (MB MiB), wake on request vs a pool hit,
+# disk per sleeping sandbox (docs/volumes.md, docs/performance.md).
+bench-workspaces: image
+	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/workspaces.mjs $(or $(N),10) $(or $(MB),1024)
 
 # The console's sandbox list at 500 sandboxes in chromium, beside a plain DOM table (docs/performance.md).
 bench-console: build
