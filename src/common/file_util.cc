@@ -1,9 +1,12 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 
 #include "common/fd.h"
@@ -80,6 +83,29 @@ StatusOr<std::string> ImageFileStamp(const std::string& path) {
   if (::fstat(fd.get(), &st) != 0) return ErrnoError("stat " + path);
   uint64_t ns = uint64_t(st.st_mtim.tv_sec) * 1000000000ull + uint64_t(st.st_mtim.tv_nsec);
   return std::to_string(st.st_size) + ":" + std::to_string(ns);
+}
+
+int OpenComponentBeneath(int dir_fd, const std::string& name, int flags, uint64_t resolve, mode_t mode) {
+  static std::atomic<bool> no_openat2{false};
+  flags |= O_NOFOLLOW | O_CLOEXEC;
+  if (!no_openat2.load(std::memory_order_relaxed)) {
+    struct open_how how {};
+    how.flags = static_cast<uint64_t>(flags);
+    how.mode = (flags & O_CREAT) ? mode : 0;
+    how.resolve = resolve;
+    long fd;
+    int tries = 0;  // EAGAIN: a rename elsewhere on the system raced the lookup
+    do {
+      fd = ::syscall(SYS_openat2, dir_fd, name.c_str(), &how, sizeof how);
+    } while (fd < 0 && (errno == EINTR || (errno == EAGAIN && ++tries < 64)));
+    if (fd >= 0 || errno != ENOSYS) return static_cast<int>(fd);
+    no_openat2.store(true, std::memory_order_relaxed);
+  }
+  int fd;
+  do {
+    fd = ::openat(dir_fd, name.c_str(), flags, mode);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
 }
 
 }  // namespace airlock

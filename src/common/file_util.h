@@ -35,6 +35,14 @@ Status FsyncDir(const std::string& dir);
 // `path` is unchanged (unless only the final directory fsync failed).
 Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode = 0644);
 
+// One path component `name` beneath the directory `dir_fd`, following no
+// symlink: openat2(`flags` | O_NOFOLLOW | O_CLOEXEC) with `resolve`
+// (RESOLVE_* flags; EAGAIN from a rename racing the lookup is retried),
+// or openat(O_NOFOLLOW) where the kernel (or a seccomp filter) has no
+// openat2: `name` is a single component, so that follows no link either,
+// but `resolve` beyond that is the caller's to check. -1 and errno on failure.
+int OpenComponentBeneath(int dir_fd, const std::string& name, int flags, uint64_t resolve, mode_t mode = 0);
+
 // Which build of a template rootfs a file is: "ext4-uuid:<32 hex>" for an
 // ext4 image (mkfs.ext4 picks a random UUID per build; it survives copies,
 // `touch`, rename), else "<size>:<mtime in ns>". Every runtime's

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "common/clock.h"
+#include "common/file_util.h"
 
 namespace airlock {
 namespace {
@@ -34,25 +35,7 @@ constexpr uint64_t kMaxRemoveScans = uint64_t{1} << 24;
 // -1 and errno on failure (ELOOP or ENOTDIR for a symlink, EXDEV for a
 // mount point).
 int OpenAt(int dir_fd, const std::string& name, int flags, dev_t dev, mode_t mode = 0) {
-  static std::atomic<bool> no_openat2{false};
-  flags |= O_NOFOLLOW | O_CLOEXEC;
-  if (!no_openat2.load(std::memory_order_relaxed)) {
-    struct open_how how {};
-    how.flags = static_cast<uint64_t>(flags);
-    how.mode = (flags & O_CREAT) ? mode : 0;
-    how.resolve = kResolve;
-    long fd;
-    int tries = 0;  // EAGAIN: a rename elsewhere raced the lookup
-    do {
-      fd = ::syscall(SYS_openat2, dir_fd, name.c_str(), &how, sizeof how);
-    } while (fd < 0 && (errno == EINTR || (errno == EAGAIN && ++tries < 64)));
-    if (fd >= 0 || errno != ENOSYS) return static_cast<int>(fd);
-    no_openat2.store(true, std::memory_order_relaxed);
-  }
-  int fd;
-  do {
-    fd = ::openat(dir_fd, name.c_str(), flags, mode);
-  } while (fd < 0 && errno == EINTR);
+  int fd = OpenComponentBeneath(dir_fd, name, flags, kResolve, mode);
   struct stat st {};
   if (fd >= 0 && (::fstat(fd, &st) != 0 || st.st_dev != dev)) {
     ::close(fd);

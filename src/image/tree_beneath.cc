@@ -18,31 +18,9 @@ namespace {
 
 constexpr uint64_t kResolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
 
-// openat2 beneath `dir_fd` with kResolve; openat with O_NOFOLLOW where the
-// kernel has no openat2 (`name` is always one component here, so that
-// follows no link either). -1 and errno on failure.
+// openat2 beneath `dir_fd` with kResolve (common/file_util.h). -1 and errno on failure.
 int OpenAt(int dir_fd, const std::string& name, int flags, mode_t mode = 0) {
-  static std::atomic<bool> no_openat2{false};
-  flags |= O_NOFOLLOW | O_CLOEXEC;
-  if (!no_openat2.load(std::memory_order_relaxed)) {
-    struct open_how how {};
-    how.flags = static_cast<uint64_t>(flags);
-    how.mode = (flags & O_CREAT) ? mode : 0;
-    how.resolve = kResolve;
-    long fd;
-    // EAGAIN: a rename elsewhere on the system raced the lookup.
-    int tries = 0;
-    do {
-      fd = ::syscall(SYS_openat2, dir_fd, name.c_str(), &how, sizeof how);
-    } while (fd < 0 && (errno == EINTR || (errno == EAGAIN && ++tries < 64)));
-    if (fd >= 0 || errno != ENOSYS) return static_cast<int>(fd);
-    no_openat2.store(true, std::memory_order_relaxed);
-  }
-  int fd;
-  do {
-    fd = ::openat(dir_fd, name.c_str(), flags, mode);
-  } while (fd < 0 && errno == EINTR);
-  return fd;
+  return OpenComponentBeneath(dir_fd, name, flags, kResolve, mode);
 }
 
 // `path` split into components; "." and ".." refused.
