@@ -128,6 +128,7 @@ StatusOr<VolumeRecord> VolumeStore::Create(const std::string& team, const std::s
                          "root_owner=" + std::to_string(kVolumeDefaultUid) + ":" + std::to_string(kVolumeDefaultGid),
                          "-L", "airlock-vol", image});
     if (!r.ok()) return Internal("mkfs.ext4: " + r.status().message());
+    RETURN_IF_ERROR(ShareMountsLocked());
     RETURN_IF_ERROR(MountImage(image, dir + "/fs"));
     ::rmdir((dir + "/fs/lost+found").c_str());
     return registry_->InsertVolume(v);
@@ -182,11 +183,13 @@ StatusOr<std::string> VolumeStore::MountedRoot(const VolumeRecord& v) {
     return NotFound("volume " + v.id + " not found");
   }
   const std::string dir = VolumeDir(v.id);
+  if (!IsMountPoint(dir + "/fs")) RETURN_IF_ERROR(ShareMountsLocked());
   RETURN_IF_ERROR(MountImage(dir + "/disk.ext4", dir + "/fs"));
   return dir + "/fs";
 }
 
-Status VolumeStore::ShareMounts() {
+Status VolumeStore::ShareMountsLocked() {
+  if (shared_) return OkStatus();
   const std::string dir = o_.state_dir + "/volumes";
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -198,6 +201,7 @@ Status VolumeStore::ShareMounts() {
   }
   auto r = RunChecked({"mount", "--make-shared", dir});
   if (!r.ok()) return Internal("make " + dir + " shared: " + r.status().message());
+  shared_ = true;
   return OkStatus();
 }
 
@@ -210,6 +214,7 @@ void VolumeStore::UnmountAll() {
   }
   const std::string root = o_.state_dir + "/volumes";
   if (ListedAsMount(root)) (void)Run({"umount", "-l", root});
+  shared_ = false;
 }
 
 void VolumeStore::RemoveOrphans() {

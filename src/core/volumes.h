@@ -76,11 +76,12 @@ class VolumeStore {
   // Deletes volume directories without a row (a create or delete cut short
   // by a kill): called once at start.
   void RemoveOrphans();
-  // Makes <state_dir>/volumes a shared mount (a bind of itself), once at
-  // start: the VMM jails and NFS servers copy the host's mounts into
-  // namespaces of their own as slaves, and a volume the host unmounts
+  // Makes <state_dir>/volumes a shared mount (a bind of itself) before the
+  // first volume is mounted there (so a daemon without volumes leaves no
+  // mount behind): the VMM jails and NFS servers copy the host's mounts
+  // into namespaces of their own as slaves, and a volume the host unmounts
   // (deleted) then leaves those copies too instead of staying pinned.
-  Status ShareMounts();
+  Status ShareMountsLocked();
   // Unmounts every volume (lazily when busy): serve --kill-on-exit, once
   // its sandboxes are gone. The next start mounts them again.
   void UnmountAll();
@@ -91,6 +92,7 @@ class VolumeStore {
   Registry* registry_;
   Options o_;
   std::mutex mu_;
+  bool shared_ = false;  // ShareMountsLocked done (guarded by mu_)
 };
 
 // One export of a VolumeServer.

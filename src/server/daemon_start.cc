@@ -258,7 +258,6 @@ class DaemonStart {
                                                                : s->config_.team_volume_budget_mib;
     vo.max_per_team = s->config_.max_volumes_per_team;
     s->volumes_ = std::make_unique<VolumeStore>(&s->registry_.db(), vo);
-    if (Status st = s->volumes_->ShareMounts(); !st.ok()) LOG_WARN("volumes: {}", st.message());
     s->volumes_->RemoveOrphans();
     if (auto all = s->volumes_->List(""); all.ok()) {
       for (const auto& v : *all) {

@@ -345,7 +345,6 @@ maybe('Idempotency-Key: a retried create makes one sandbox; 409 while running, 4
 // names the field; a bad upstream proxy or HTTPS port is named too).
 maybe('Sandbox.create with a field airlock has not built is a 400 naming it', async () => {
   const cases = [
-    [{ volumeMounts: { '/mnt/data': 'vol' } }, /volumeMounts/],
     [{ network: { httpsPorts: [49983] } }, /httpsPorts/],
     [{ network: { egressProxy: { address: 'proxy.invalid' } } }, /egressProxy\.address/],
     [{ network: { allowOut: ['203.0.113.0/24'], egressProxy: { address: 'proxy.invalid:1080' } } }, /address rule/],
