@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "agent/fs_util.h"
 #include "agent/log.h"
 #include "common/file_util.h"
 
@@ -52,14 +53,9 @@ std::map<std::string, std::string> NfsMounts() {
   return out;
 }
 
+// mkdir -p, then a directory of its own at `path` (not a link to one).
 Status MakeMountPoint(const std::string& path) {
-  std::string at;
-  std::stringstream ss(path.substr(1));
-  std::string part;
-  while (std::getline(ss, part, '/')) {
-    at += "/" + part;
-    if (::mkdir(at.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoError("mkdir " + at);
-  }
+  RETURN_IF_ERROR(MakeDirs(path));
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return ErrnoError("stat " + path);
   if (!S_ISDIR(st.st_mode)) return FailedPrecondition(path + " is not a directory");

@@ -292,12 +292,13 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
   const std::vector<SandboxVolumeMount> volume_mounts = sb.attributes().volume_mounts;
   const bool nfs_volumes = runtime.guest_link() == GuestLink::kTap;
   auto volumes = [&]() -> Status {
-    if (volume_mounts.empty() || !nfs_volumes) return OkStatus();
-    std::vector<VolumeExport> exports;
+    // Never a plain host directory in a volume's place (one deleted meanwhile).
     for (const auto& m : volume_mounts) {
       if (!IsVolumeMounted(m.host_dir)) return FailedPrecondition("volume " + m.name + " is not mounted on the host");
-      exports.push_back({m.volume_id, m.host_dir});
     }
+    if (volume_mounts.empty() || !nfs_volumes) return OkStatus();
+    std::vector<VolumeExport> exports;
+    for (const auto& m : volume_mounts) exports.push_back({m.volume_id, m.host_dir});
     // A rollback's guest comes back with its TCP state of the checkpoint,
     // which the running server's connection has moved past (the two would
     // never agree again): a new server resets it, and the guest reconnects.
@@ -308,10 +309,7 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
     VmStartRequest req =
         VmStartRequestFor(plan.id, sb.run_dir_, plan.vcpus, plan.memory_mib, *sb.network_, plan.detach);
     if (!nfs_volumes) {
-      for (const auto& m : volume_mounts) {
-        if (!IsVolumeMounted(m.host_dir)) return FailedPrecondition("volume " + m.name + " is not mounted on the host");
-        req.host_mounts.push_back({m.host_dir, m.path});
-      }
+      for (const auto& m : volume_mounts) req.host_mounts.push_back({m.host_dir, m.path});  // checked by "volumes"
     }
     if (plan.source == MachineSource::kColdBoot || plan.source == MachineSource::kTemplateSnapshot) {
       req.kernel = plan.image.kernel;

@@ -401,6 +401,17 @@ StatusOr<std::vector<VolumeRecord>> Registry::ListVolumes(const std::string& tea
   return out;
 }
 
+StatusOr<VolumeRecord> Registry::GetVolume(const std::string& id) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "SELECT id, team, name, token, size_mib, created_at FROM volumes WHERE id = ?");
+  AIRLOCK_SQL_CHECK(s.ok(), "prepare get volume");
+  s.Bind(1, id);
+  int rc = s.Step();
+  if (rc == SQLITE_ROW) return VolumeRecord{s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Int(4), s.Int(5)};
+  AIRLOCK_SQL_CHECK(rc == SQLITE_DONE, "get volume " + id);
+  return NotFound("volume " + id + " not found");
+}
+
 Status Registry::DeleteVolume(const std::string& id) {
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_, "DELETE FROM volumes WHERE id = ?");

@@ -215,6 +215,8 @@ class Registry {
   // every team's (team empty) or one team's, by creation; delete by id.
   Status InsertVolume(const VolumeRecord& v);
   StatusOr<std::vector<VolumeRecord>> ListVolumes(const std::string& team);
+  // One volume by id, any team's; NotFound when there is none.
+  StatusOr<VolumeRecord> GetVolume(const std::string& id);
   Status DeleteVolume(const std::string& id);
 
   // Ownership (never removed with the sandbox: its audit stays its team's).

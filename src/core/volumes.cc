@@ -5,7 +5,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <filesystem>
@@ -154,10 +153,9 @@ StatusOr<VolumeRecord> VolumeStore::Find(const std::string& team, const std::str
 }
 
 StatusOr<VolumeRecord> VolumeStore::Authenticate(const std::string& id, const std::string& token) {
-  ASSIGN_OR_RETURN(auto all, registry_->ListVolumes(""));
-  for (auto& v : all) {
-    if (v.id == id && !token.empty() && SecureEqual(token, v.token)) return v;
-  }
+  auto v = registry_->GetVolume(id);
+  if (v.ok() && !token.empty() && SecureEqual(token, v->token)) return v;
+  if (!v.ok() && v.status().code() != StatusCode::kNotFound) return v.status();
   return NotFound("volume " + id + " not found");
 }
 
@@ -178,10 +176,7 @@ Status VolumeStore::Delete(const VolumeRecord& v) {
 StatusOr<std::string> VolumeStore::MountedRoot(const VolumeRecord& v) {
   std::lock_guard<std::mutex> l(mu_);
   // Still a volume (Delete removes the row first, under this lock).
-  ASSIGN_OR_RETURN(auto all, registry_->ListVolumes(v.team));
-  if (std::none_of(all.begin(), all.end(), [&v](const VolumeRecord& r) { return r.id == v.id; })) {
-    return NotFound("volume " + v.id + " not found");
-  }
+  RETURN_IF_ERROR(registry_->GetVolume(v.id).status());
   const std::string dir = VolumeDir(v.id);
   if (!IsMountPoint(dir + "/fs")) RETURN_IF_ERROR(ShareMountsLocked());
   RETURN_IF_ERROR(MountImage(dir + "/disk.ext4", dir + "/fs"));
@@ -234,7 +229,7 @@ void VolumeStore::RemoveOrphans() {
 
 // ---- the per-sandbox NFS server ----
 
-std::string GaneshaConfig(const std::vector<VolumeExport>& exports, const std::string& run_dir) {
+std::string GaneshaConfig(const std::vector<VolumeExport>& exports) {
   std::ostringstream c;
   c << "# Written by airlock (core/volumes.h): the NFS server of one sandbox.\n"
     << "NFS_CORE_PARAM {\n"
@@ -243,16 +238,15 @@ std::string GaneshaConfig(const std::vector<VolumeExport>& exports, const std::s
     << "  Enable_NLM = false;\n  Enable_RQUOTA = false;\n  Enable_UDP = false;\n"
     // MOUNT names exports by their pseudo path "/<volume id>", not the host's.
     << "  Mount_Path_Pseudo = true;\n"
-    << "  RPC_Max_Connections = 64;\n"
+    << "  RPC_Max_Connections = 64;\n"  // one guest needs a few
     << "}\n"
     << "NFSV4 { Graceless = true; }\n"
     // Writes through the content API and other sandboxes' servers reach the
-    // same filesystem behind this server's back: cache no attributes and no
-    // directory contents.
-    // Bounded: the entries it caches, the connections it takes (one guest
-    // needs a few), and what it logs (warnings and worse; what a guest
-    // does is not logged).
+    // same filesystem behind this server's back: no directory contents
+    // cached (nor attributes: Attr_Expiration_Time below), and a bound on
+    // the entries it keeps.
     << "MDCACHE { Dir_Chunk = 0; Entries_HWMark = 2000; }\n"
+    // Warnings and worse: what a guest does is not logged.
     << "LOG { Default_Log_Level = WARN; }\n";
   int n = 1;
   for (const auto& e : exports) {
@@ -261,7 +255,6 @@ std::string GaneshaConfig(const std::vector<VolumeExport>& exports, const std::s
       << "  Squash = No_Root_Squash;\n  SecType = sys;\n  Attr_Expiration_Time = 0;\n"
       << "  FSAL { Name = VFS; }\n}\n";
   }
-  (void)run_dir;
   return c.str();
 }
 
@@ -313,7 +306,7 @@ Status StartVolumeServer(const std::string& run_dir, int netns_fd, const std::ve
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Internal("create " + dir + ": " + ec.message());
-  RETURN_IF_ERROR(WriteFileAtomic(dir + "/ganesha.conf", GaneshaConfig(exports, run_dir), 0600));
+  RETURN_IF_ERROR(WriteFileAtomic(dir + "/ganesha.conf", GaneshaConfig(exports), 0600));
   const std::string log = dir + "/ganesha.log";
   ::unlink(log.c_str());
   // In its own mount namespace: /run (rpcbind's socket, which ganesha
@@ -326,7 +319,7 @@ Status StartVolumeServer(const std::string& run_dir, int netns_fd, const std::ve
       " if [ -d /var/lib/nfs ]; then mount -t tmpfs -o size=1m tmpfs /var/lib/nfs; fi;"
       " setpriv --pdeathsig KILL rpcbind -f -w & i=0; while [ ! -S /run/rpcbind.sock ] && [ $i -lt 200 ]; do i=$((i+1)); sleep 0.05; done;"
       " exec setpriv --bounding-set=-all,+chown,+dac_override,+dac_read_search,+fowner,+fsetid,+setuid,+setgid,"
-      "+sys_resource ganesha.nfsd -F -f \"$1\" -L \"$2\" -p /run/ganesha.pid -N NIV_EVENT";
+      "+sys_resource ganesha.nfsd -F -f \"$1\" -L \"$2\" -p /run/ganesha.pid -N NIV_WARN";
   SpawnOptions o;
   // Slave propagation: a volume the host unmounts (deleted) goes from this
   // namespace too, instead of staying pinned there.

@@ -107,7 +107,7 @@ using net::kVolumeMountPort;  // 20048
 using net::kVolumeNfsPort;    // 2049
 inline constexpr char kVolumeServerAddress[] = "169.254.0.22";
 // ganesha.conf's text.
-std::string GaneshaConfig(const std::vector<VolumeExport>& exports, const std::string& run_dir);
+std::string GaneshaConfig(const std::vector<VolumeExport>& exports);
 // Starts the server in the netns `netns_fd` unless one recorded in run_dir
 // still runs; returns when it listens (within 20 s) or with its log's tail.
 Status StartVolumeServer(const std::string& run_dir, int netns_fd, const std::vector<VolumeExport>& exports);

@@ -199,6 +199,14 @@ maybe('content API: the bearer token is per volume, none is 401, an API key is n
   await assert.rejects(new Volume(vol.volumeId, vol.name).list('/'), AuthenticationError)
   const bare = await fetch(`${d.url}/volumecontent/${vol.volumeId}/file?path=/docs/a.txt`)
   assert.equal(bare.status, 401)
+  // A tenant's HTML read back on our origin is a download, never a page.
+  await vol.writeFile('/page.html', '<html><script>alert(document.cookie)</script></html>')
+  const page = await fetch(`${d.url}/volumecontent/${vol.volumeId}/file?path=/page.html`, { headers: { Authorization: `Bearer ${vol.token}` } })
+  assert.equal(page.status, 200)
+  assert.deepEqual([page.headers.get('content-type'), page.headers.get('content-disposition'), page.headers.get('x-content-type-options')],
+    ['application/octet-stream', 'attachment', 'nosniff'])
+  assert.equal(await page.text(), '<html><script>alert(document.cookie)</script></html>')
+  await vol.remove('/page.html')
   const byKey = await fetch(`${d.url}/volumecontent/${vol.volumeId}/file?path=/docs/a.txt`, { headers: { 'X-API-Key': opts.apiKey } })
   assert.equal(byKey.status, 401)  // TODO(verify): only the volume's token opens its content
   await rejectsWith(vol.readFile('/../etc/passwd'), 400)
