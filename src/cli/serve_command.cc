@@ -247,6 +247,7 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
   bool no_memory_admission = false;
   int memory_sample_ms = static_cast<int>(cfg.memory_sample_interval.count());
   int pause_min_idle_s = static_cast<int>(cfg.pressure.min_idle_ms / 1000);
+  std::vector<std::string> team_max_lifetime;
   desc.add_options()("audit-dir", po::value(&cfg.audit_dir),
                      "audit trail directory (default: beside the database, audit/)")(
       "otlp-endpoint", po::value(&cfg.otlp.endpoint),
@@ -256,8 +257,11 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "largest memoryMB a create may ask for")("max-disk",
                                                po::value(&cfg.max_disk_mib)->default_value(cfg.max_disk_mib),
                                                "largest diskSizeMB a create may ask for")(
-      "max-lifetime", po::value(&cfg.max_lifetime_s)->default_value(0),
-      "kill sandboxes this many seconds after create, whatever their TTL (0: off)")(
+      "max-lifetime", po::value(&cfg.lifetime.default_s)->default_value(0),
+      "kill sandboxes this many seconds after create, whatever their TTL or its extensions (0: off)")(
+      "team-max-lifetime", po::value(&team_max_lifetime)->composing(),
+      "TEAM=SECONDS (repeatable): --max-lifetime for the sandboxes of that team (the team of the API key that "
+      "created them; `airlock apikey ls`), shorter or longer than the default; 0: no cap for that team")(
       "max-sandboxes", po::value(&ad.max_sandboxes)->default_value(ad.max_sandboxes),
       "live sandboxes, all keys (0: no cap)")(
       "max-sandboxes-per-key", po::value(&ad.max_sandboxes_per_key)->default_value(ad.max_sandboxes_per_key),
@@ -415,6 +419,16 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
   cfg.default_timeout_s = std::min(cfg.default_timeout_s, cfg.max_timeout_s);
   if (cfg.upload_ttl_s < 0 || cfg.team_disk_budget_mib < -1 || cfg.idle_timeout_s < 0) {
     std::fprintf(stderr, "airlock serve: --upload-ttl must be >= 0 and --team-disk-budget >= -1\n");
+    return 2;
+  }
+  if (cfg.lifetime.default_s < 0) {
+    std::fprintf(stderr, "airlock serve: --max-lifetime must be >= 0\n");
+    return 2;
+  }
+  if (auto caps = server::ParseTeamMaxLifetimes(team_max_lifetime); caps.ok()) {
+    cfg.lifetime.per_team = std::move(*caps);
+  } else {
+    std::fprintf(stderr, "airlock serve: %s\n", caps.status().message().c_str());
     return 2;
   }
   if (cfg.disk_reserve_mib < 0 || cfg.disk_per_create_mib < 0) {

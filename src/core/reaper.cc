@@ -10,6 +10,39 @@
 
 namespace airlock {
 
+int LifetimeCaps::For(std::string_view team) const {
+  auto it = per_team.find(team);
+  return it != per_team.end() ? it->second : default_s;
+}
+
+int LifetimeCaps::Longest() const {
+  int longest = default_s;
+  if (longest <= 0) return 0;
+  for (const auto& [team, s] : per_team) {
+    if (s <= 0) return 0;
+    longest = std::max(longest, s);
+  }
+  return longest;
+}
+
+int64_t LifetimeCaps::EndMs(std::string_view team, int64_t created_at_ms) const {
+  const int cap_s = For(team);
+  if (cap_s <= 0 || created_at_ms <= 0) return 0;
+  return created_at_ms + int64_t{cap_s} * 1000;
+}
+
+TimeVerdict DecideByTime(const Sandbox::Clock& c, const LifetimeCaps& caps, int64_t now_ms) {
+  if (c.state != SandboxState::kRunning) return TimeVerdict::kKeep;
+  const int64_t cap_at = caps.EndMs(c.owner_team, c.created_at_ms);
+  const bool ttl_due = c.ends_at_ms > 0 && c.ends_at_ms <= now_ms;
+  const bool cap_due = cap_at > 0 && cap_at <= now_ms;
+  // Both passed between two ticks: the one that came first decides (a TTL
+  // first still pauses an autoPause sandbox).
+  if (ttl_due && (!cap_due || c.ends_at_ms <= cap_at)) return TimeVerdict::kTtlExpired;
+  if (cap_due) return TimeVerdict::kLifetimeCap;
+  return TimeVerdict::kKeep;
+}
+
 Reaper::Reaper(Manager& manager, ReaperConfig config) : shared_(std::make_shared<Shared>()) {
   shared_->manager = &manager;
   shared_->config = std::move(config);
@@ -110,7 +143,6 @@ void Reaper::IdlePause(const std::shared_ptr<Shared>& s, const std::string& id, 
 void Reaper::ReapOnce() {
   const std::shared_ptr<Shared>& s = shared_;
   const int64_t now = NowUnixMs();
-  const int max_lifetime_s = s->config.max_lifetime_s;
   struct Due {
     std::string id;
     SandboxOutcome outcome;
@@ -118,15 +150,17 @@ void Reaper::ReapOnce() {
     bool keep_memory = true;
   };
   std::vector<Due> due;
-  for (const auto& sb : s->manager->VisibleList()) {
+  const auto visible = s->manager->VisibleList();
+  for (const auto& sb : visible) {
     const Sandbox::Clock c = sb->clock();
     // Only a running sandbox's clock runs: a paused one has no TTL until
     // resumed, and one pausing, resuming or rolling back is decided on the
     // next tick, after its operation (a resume sets the new TTL first).
     if (c.state != SandboxState::kRunning) continue;
-    if (c.ends_at_ms > 0 && c.ends_at_ms <= now) {
+    const TimeVerdict verdict = DecideByTime(c, s->config.lifetime, now);
+    if (verdict == TimeVerdict::kTtlExpired) {
       due.push_back({sb->id(), SandboxOutcome::kTtlExpired, c.auto_pause, c.auto_pause_memory});
-    } else if (max_lifetime_s > 0 && c.created_at_ms > 0 && now >= c.created_at_ms + int64_t{max_lifetime_s} * 1000) {
+    } else if (verdict == TimeVerdict::kLifetimeCap) {
       due.push_back({sb->id(), SandboxOutcome::kLifetimeCap});
     } else if (c.idle_timeout_ms > 0 && s->config.last_active_ms && s->config.kept_awake) {
       const int64_t since = std::max(s->config.last_active_ms(sb->id()), c.running_since_ms);
@@ -137,6 +171,16 @@ void Reaper::ReapOnce() {
           IdlePause(s, sb->id(), now - since, c.idle_keeps_processes);
         }
       }
+    }
+  }
+  // A failed idle pause's retry time outlives no sandbox: without this, the
+  // map would keep one entry per such sandbox for the daemon's life.
+  {
+    std::lock_guard<std::mutex> l(s->mu);
+    if (!s->idle_retry_at_ms.empty()) {
+      std::set<std::string_view> ids;
+      for (const auto& sb : visible) ids.insert(sb->id());
+      std::erase_if(s->idle_retry_at_ms, [&](const auto& kv) { return !ids.count(kv.first); });
     }
   }
   for (auto& d : due) {

@@ -6,10 +6,11 @@
 // again an interval later (the sandbox keeps running).
 // Every `interval` it ends running sandboxes whose TTL passed (kTtlExpired;
 // with autoPause on it pauses them instead, kAutoPauseFailed when that
-// fails), that reached max_lifetime_s (kLifetimeCap), or whose VMM died
-// (kVmmExited, with the console's last line). Paused sandboxes have no TTL
-// until resumed, and one pausing, resuming or rolling back is decided on the
-// next tick, after its operation.
+// fails), that reached their lifetime cap (LifetimeCaps: serve
+// --max-lifetime, or --team-max-lifetime for their team; kLifetimeCap), or
+// whose VMM died (kVmmExited, with the console's last line). Paused
+// sandboxes have no TTL and meet no cap until resumed, and one pausing,
+// resuming or rolling back is decided on the next tick, after its operation.
 //
 // The decisions are taken here, in core, through the Manager's public
 // operations (VisibleList, End, Destroy, Pause, DeadSandboxes); the blocking
@@ -28,17 +29,47 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 
+#include "core/sandbox.h"
 #include "core/sandbox_state.h"
 
 namespace airlock {
 
 class Manager;
 
+// How long after its create a sandbox may run, whatever its TTL (serve
+// --max-lifetime, --team-max-lifetime; docs/limits.md). The cap is the
+// reaper's alone: a TTL set or extended (POST /sandboxes/{id}/timeout,
+// /refreshes, a connect) is clamped by --max-timeout only, and the reaper
+// ends the sandbox at whichever of its TTL and its cap comes first, so no
+// extension carries it past its cap.
+struct LifetimeCaps {
+  int default_s = 0;  // --max-lifetime, seconds; 0: no cap
+  // --team-max-lifetime TEAM=S: replaces default_s for the sandboxes whose
+  // owner_team is TEAM, shorter or longer; 0: no cap for them.
+  std::map<std::string, int, std::less<>> per_team;
+
+  // The cap of a sandbox of `team`, seconds; 0: none.
+  int For(std::string_view team) const;
+  // The longest any sandbox may run, seconds; 0: some may run without end.
+  int Longest() const;
+  // Unix ms at which a sandbox of `team` created at `created_at_ms`
+  // reaches its cap; 0: never (no cap, or not created yet).
+  int64_t EndMs(std::string_view team, int64_t created_at_ms) const;
+};
+
+// What the clock alone says of a running sandbox at `now_ms` (idle sleep
+// and dead VMMs are decided apart): kTtlExpired when its TTL passed first
+// (its autoPause applies), kLifetimeCap when its cap did, kKeep otherwise
+// (and for a sandbox that is not running).
+enum class TimeVerdict { kKeep, kTtlExpired, kLifetimeCap };
+TimeVerdict DecideByTime(const Sandbox::Clock& c, const LifetimeCaps& caps, int64_t now_ms);
+
 struct ReaperConfig {
   std::chrono::milliseconds interval{1000};  // <= 0: Start does nothing
-  int max_lifetime_s = 0;                    // serve --max-lifetime: seconds after create; 0: no cap
+  LifetimeCaps lifetime;                     // no caps by default
   // Where blocking work runs; empty: a detached thread each.
   std::function<void(std::function<void()>)> run_blocking;
   // Idle sleep (Sandbox::Clock::idle_timeout_ms): when sandbox `id` last had

@@ -177,7 +177,8 @@ Sandbox::Clock Sandbox::clock() const {
           attrs_.auto_pause_memory,
           int64_t{attrs_.idle_timeout_s} * 1000,
           attrs_.idle_keeps_processes,
-          running_since_ms_};
+          running_since_ms_,
+          attrs_.owner_team};
 }
 
 bool Sandbox::vmm_alive() const {

@@ -106,6 +106,7 @@ class Sandbox {
     int64_t idle_timeout_ms = 0;   // 0: no idle sleep
     bool idle_keeps_processes = false;
     int64_t running_since_ms = 0;  // Unix ms it last became running (create, resume, rollback)
+    std::string owner_team;        // whose lifetime cap applies (serve --team-max-lifetime)
   };
   Clock clock() const;
   int64_t created_at_ms() const;  // Unix ms it first ran (0 while creating)

@@ -38,6 +38,22 @@ struct Resolved {
   Clock::time_point expiry;
 };
 
+// The names one sandbox's resolver answered (SandboxEgress::resolved), kept
+// to pin its connections to those answers (PinnedAddresses). An entry is
+// remembered 11..15 min past its answer, but erased only when it is looked
+// up again, so a guest resolving ever new names (a wildcard DNS record
+// suffices) would grow the map for as long as it lives. At most
+// kMaxResolvedNames are kept: 8192 names answered within a quarter of an
+// hour is far past what one sandbox's own clients connect to (a crawler
+// included), and costs at most a few MiB per sandbox.
+inline constexpr size_t kMaxResolvedNames = 8192;
+// Makes room in a full `resolved` (size >= max) before an insert: drops
+// the expired entries, then, while more than 3/4 of `max` remain, the
+// entries nearest their expiry. A connection to a name dropped unexpired is
+// denied until the guest resolves it again. Leaving a quarter free keeps the
+// cost amortised: the next prune is at least max/4 inserts away.
+void PruneResolved(std::map<std::string, Resolved>& resolved, Clock::time_point now, size_t max = kMaxResolvedNames);
+
 // Shared bandwidth budget of one sandbox (token bucket, 1 s burst).
 class TokenBucket {
  public:

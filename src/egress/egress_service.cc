@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
 #include <fstream>
 #include <future>
@@ -108,6 +109,20 @@ void EgressService::Impl::Emit(SandboxEgress& sb, nlohmann::json record) {
     while (sb.records.size() > config.records_per_sandbox) sb.records.pop_front();
   }
   if (config.audit_sink) config.audit_sink(record);
+}
+
+void PruneResolved(std::map<std::string, Resolved>& resolved, Clock::time_point now, size_t max) {
+  if (resolved.size() < max) return;
+  std::erase_if(resolved, [now](const auto& kv) { return kv.second.expiry < now; });
+  const size_t keep = max - max / 4;
+  if (resolved.size() <= keep) return;
+  std::vector<std::map<std::string, Resolved>::iterator> by_expiry;
+  by_expiry.reserve(resolved.size());
+  for (auto it = resolved.begin(); it != resolved.end(); ++it) by_expiry.push_back(it);
+  const size_t drop = resolved.size() - keep;
+  std::nth_element(by_expiry.begin(), by_expiry.begin() + static_cast<std::ptrdiff_t>(drop), by_expiry.end(),
+                   [](const auto& a, const auto& b) { return a->second.expiry < b->second.expiry; });
+  for (size_t i = 0; i < drop; ++i) resolved.erase(by_expiry[i]);
 }
 
 std::vector<uint32_t> EgressService::Impl::PinnedAddresses(SandboxEgress& sb, const std::string& name, uint16_t port,
@@ -242,6 +257,8 @@ void EgressService::Impl::HandleQuery(std::shared_ptr<SandboxEgress> sb, const u
       ttl = std::min(ttl, r.ttl);
     }
     if (!kept.empty()) {
+      if (sb->resolved.size() >= kMaxResolvedNames && !sb->resolved.count(q.name))
+        PruneResolved(sb->resolved, Clock::now());
       Resolved& res = sb->resolved[q.name];
       res.ips.clear();
       for (const auto& k : kept) res.ips.push_back(k.ip);

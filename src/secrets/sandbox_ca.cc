@@ -156,8 +156,18 @@ StatusOr<CertAndKey> SandboxCa::LeafFor(const std::string& host_in) {
   }
   CertAndKey out{Pem(x), KeyPem(key)};
   cleanup();
+  if (leaves_.size() >= kMaxCachedLeaves && !leaf_order_.empty()) {
+    leaves_.erase(leaf_order_.front());
+    leaf_order_.pop_front();
+  }
   leaves_[host] = out;
+  leaf_order_.push_back(host);
   return out;
+}
+
+size_t SandboxCa::cached_leaves() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return leaves_.size();
 }
 
 }  // namespace airlock::secrets

@@ -9,12 +9,15 @@
 // a critical nameConstraints extension permitting only the secret's hosts
 // ("*.x.com" → "x.com"), so even a leaked CA key cannot impersonate any other
 // site to a client that honours name constraints. Leaves: SAN DNS:<host>,
-// serverAuth, valid as long as the CA, cached per host.
+// serverAuth, valid as long as the CA, cached per host (the newest
+// kMaxCachedLeaves hosts: a wildcard host lets a guest ask for ever new
+// names for as long as it lives; a host dropped is minted again).
 // Thread-safe. Errors: internal (OpenSSL, with its message), permission_denied
 // for a leaf outside the permitted hosts.
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -43,6 +46,10 @@ class SandboxCa {
   const std::vector<std::string>& hosts() const { return hosts_; }
   // A leaf certificate for `host` (port ignored), minted once and cached.
   StatusOr<CertAndKey> LeafFor(const std::string& host);
+  // Leaves kept at most (about 1 KiB each): more than the distinct hosts
+  // a sandbox's clients talk to through its brokered secrets at once.
+  static constexpr size_t kMaxCachedLeaves = 1024;
+  size_t cached_leaves() const;
 
  private:
   SandboxCa() = default;
@@ -51,8 +58,9 @@ class SandboxCa {
   X509* cert_ = nullptr;
   std::string cert_pem_;
   std::chrono::seconds validity_{0};
-  std::mutex mu_;
-  std::map<std::string, CertAndKey> leaves_;
+  mutable std::mutex mu_;
+  std::map<std::string, CertAndKey> leaves_;  // guarded by mu_
+  std::deque<std::string> leaf_order_;        // leaves_'s hosts, oldest first; guarded by mu_
 };
 
 }  // namespace airlock::secrets

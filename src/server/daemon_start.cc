@@ -117,7 +117,11 @@ class DaemonStart {
       SecretsService::Options so;
       so.db_path = s->registry_.db_path();
       so.db_dir = s->registry_.db_dir();
-      int64_t life_s = s->config_.max_lifetime_s > 0 ? s->config_.max_lifetime_s : s->config_.max_timeout_s;
+      // Long enough for the longest lifetime cap of any team; with a team
+      // uncapped, one --max-timeout (a sandbox whose TTL is extended past
+      // it outlives its CA's certificate; not yet handled).
+      const int longest_s = s->config_.lifetime.Longest();
+      int64_t life_s = longest_s > 0 ? longest_s : s->config_.max_timeout_s;
       so.ca_lifetime = std::chrono::seconds(life_s + 86400);
       SecretsService::Hooks hooks;
       hooks.audit = [s](json r) { s->audit_.Append(std::move(r)); };
@@ -214,7 +218,7 @@ class DaemonStart {
     for (const auto& r : records) adopt.push_back({r, r.env_vars});
     s->secrets_->AddSecretEnvToAdopt(&adopt);
     ASSIGN_OR_RETURN(s->fleet_.manager, Manager::Open(s->config_.manager, adopt));
-    ReaperConfig reaper{s->config_.reaper_interval, s->config_.max_lifetime_s,
+    ReaperConfig reaper{s->config_.reaper_interval, s->config_.lifetime,
                         [s](std::function<void()> work) { asio::post(*s->loop_.workers, std::move(work)); }};
     // Idle sleep: the data plane's last request and open streams say who is idle.
     reaper.last_active_ms = [s](const std::string& id) -> int64_t {

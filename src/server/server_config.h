@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "control/admission.h"
 #include "control/memory_pressure.h"
 #include "core/manager.h"
+#include "core/reaper.h"
 #include "image/image.h"
 #include "gateway/api_keys.h"
 #include "server/http_conn.h"
@@ -65,7 +67,10 @@ struct ServerConfig {
   int max_vcpus = 4;
   int max_memory_mib = 4096;
   int max_disk_mib = 16384;
-  int max_lifetime_s = 0;  // 0: none; else sandboxes die this long after create, whatever their TTL
+  // How long after create a sandbox may run, whatever its TTL: serve
+  // --max-lifetime (lifetime.default_s; 0: no cap) and, per team,
+  // --team-max-lifetime TEAM=S (lifetime.per_team; ParseTeamMaxLifetimes).
+  LifetimeCaps lifetime;
   control::AdmissionConfig admission;
   // Disk admission (docs/limits.md): a create is refused (507) unless the
   // filesystems of the state dir and of the registry each keep
@@ -165,5 +170,11 @@ image::MachineShape ClampedShape(const ServerConfig& config, const image::Machin
 // template's own (image::DefaultShapeOf) within serve's maxima, else
 // serve's defaults.
 image::MachineShape DefaultShapeFor(const ServerConfig& config, const std::string& template_name);
+// The values of serve --team-max-lifetime, each "TEAM=SECONDS": TEAM as
+// `airlock apikey create --team` takes it (1..64 of [A-Za-z0-9_.-]),
+// SECONDS a decimal integer 0..2147483647 (0: no cap for that team).
+// InvalidArgument quoting the value when one is malformed or names a team
+// a second time.
+StatusOr<std::map<std::string, int, std::less<>>> ParseTeamMaxLifetimes(const std::vector<std::string>& values);
 
 }  // namespace airlock::server

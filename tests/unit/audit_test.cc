@@ -288,6 +288,35 @@ TEST(AuditLog, QueryFiltersBySandboxAndTime) {
   EXPECT_FALSE(ParseSince("yesterday", 0).ok());
 }
 
+// Query reads a line at a time: a torn last line is no record, a record
+// that only mentions a sandbox id in another field is not that sandbox's,
+// and an id JSON escapes is still found.
+TEST(AuditLog, QueryMatchesTheSandboxFieldLineByLine) {
+  ScopedDir d{MakeTempDir("audit")};
+  {
+    auto log = AuditLog::Open(d.path);
+    ASSERT_TRUE(log.ok()) << log.status().ToString();
+    ASSERT_TRUE((*log)->Append({{"action", "a"}, {"sandbox", "sbA"}}).ok());
+    ASSERT_TRUE((*log)->Append({{"action", "b"}, {"sandbox", "sbB"}, {"checkpoint", "sbA-ckpt-1"}}).ok());
+    ASSERT_TRUE((*log)->Append({{"action", "c"}, {"sandbox", "odd\"id"}}).ok());
+    ASSERT_TRUE((*log)->Append({{"action", "d"}, {"sandbox", "sbA"}}).ok());
+  }
+  const std::string file = DayFile(d.path);
+  Spit(file, Slurp(file) + R"({"action":"torn","sandbox":"sbA")");  // no '\n'
+  auto a = Query(d.path, {"sbA", 0, 1000});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_EQ(a->size(), 2u);
+  EXPECT_EQ((*a)[0]["action"], "a");
+  EXPECT_EQ((*a)[1]["action"], "d");
+  auto odd = Query(d.path, {"odd\"id", 0, 1000});
+  ASSERT_TRUE(odd.ok());
+  ASSERT_EQ(odd->size(), 1u);
+  EXPECT_EQ((*odd)[0]["action"], "c");
+  auto all = Query(d.path, {"", 0, 1000});
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 4u);
+}
+
 // ---- data-plane tap ----
 
 std::string Chunked(const std::string& body) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "egress/dns_message.h"
+#include "egress/egress_internal.h"
 #include "egress/host_addresses.h"
 #include "egress/l7_parse.h"
 #include "egress/policy.h"
@@ -386,4 +387,37 @@ TEST(EgressStreamScrubber, HoldsBackOnlyWhatCouldStartAValue) {
   EXPECT_EQ(s.Feed("UE1 tail"), "[REDACTED]** tail");
   EXPECT_EQ(s.Feed("SEC"), "");
   EXPECT_EQ(s.Flush(), "SEC");  // the end of the body releases the rest
+}
+
+// A guest resolving ever new names keeps at most kMaxResolvedNames pinned
+// answers (egress_internal.h): expired ones go first, then those nearest
+// their expiry, leaving a quarter free.
+TEST(EgressResolvedNames, APrunedMapKeepsTheFreshestAnswers) {
+  using airlock::egress::Clock;
+  using airlock::egress::PruneResolved;
+  using airlock::egress::Resolved;
+  const auto now = Clock::now();
+  std::map<std::string, Resolved> m;
+  auto put = [&](int i, Clock::duration left) { m["n" + std::to_string(i) + ".example.com"] = {{1u}, now + left}; };
+  for (int i = 0; i < 100; ++i) put(i, std::chrono::seconds(i < 10 ? -1 : 60 + i));  // 10 expired
+  // Not full: nothing goes.
+  PruneResolved(m, now, 200);
+  EXPECT_EQ(m.size(), 100u);
+  PruneResolved(m, now, 100);  // full: the 10 expired, then down to 75, nearest expiry first
+  EXPECT_EQ(m.size(), 75u);
+  for (int i = 0; i < 25; ++i) EXPECT_EQ(m.count("n" + std::to_string(i) + ".example.com"), 0u) << i;
+  for (int i = 25; i < 100; ++i) EXPECT_EQ(m.count("n" + std::to_string(i) + ".example.com"), 1u) << i;
+  // Only expired entries over a full map: they are enough.
+  m.clear();
+  for (int i = 0; i < 100; ++i) put(i, std::chrono::seconds(i < 50 ? -1 : 600));
+  PruneResolved(m, now, 100);
+  EXPECT_EQ(m.size(), 50u);
+  // Many inserts stay bounded.
+  m.clear();
+  for (int i = 0; i < 100000; ++i) {
+    if (m.size() >= 1000) PruneResolved(m, now, 1000);
+    put(i, std::chrono::seconds(600));
+    ASSERT_LE(m.size(), 1000u);
+  }
+  EXPECT_GE(airlock::egress::kMaxResolvedNames, 1024u);
 }

@@ -14,6 +14,7 @@
 #include "control/host_memory.h"
 #include "control/memory_pressure.h"
 #include "control/metrics.h"
+#include "server/server_config.h"
 #include "server/team_disk.h"
 
 namespace airlock::server {
@@ -478,6 +479,34 @@ TEST(TeamDisk, CountsAllocatedBlocksPerTeamAndRefusesATeamAtItsBudget) {
   TeamDisk none(off);
   EXPECT_TRUE(none.Check("a").ok());
   std::filesystem::remove_all(dir);
+}
+
+// serve --team-max-lifetime TEAM=SECONDS (repeatable; core/reaper.h LifetimeCaps).
+TEST(TeamMaxLifetime, ParsesRepeatedTeamEqualsSeconds) {
+  auto caps = ParseTeamMaxLifetimes({"team-a=86400", "b.c_d=60", "free=0"});
+  ASSERT_TRUE(caps.ok()) << caps.status().message();
+  ASSERT_EQ(caps->size(), 3u);
+  EXPECT_EQ(caps->at("team-a"), 86400);
+  EXPECT_EQ(caps->at("b.c_d"), 60);
+  EXPECT_EQ(caps->at("free"), 0);
+  EXPECT_TRUE(ParseTeamMaxLifetimes({}).ok());
+  EXPECT_EQ(ParseTeamMaxLifetimes({"t=2147483647"})->at("t"), 2147483647);
+}
+
+TEST(TeamMaxLifetime, MalformedValuesAreRefusedNamingTheValue) {
+  for (const char* bad : {"team-a", "=60", "team-a=", "team-a=-1", "team-a=+5", "team-a=1h", "team-a=1.5", "team-a= 60",
+                          "team a=60", "team/a=60", "t=2147483648", "t=99999999999999999999"}) {
+    auto caps = ParseTeamMaxLifetimes({bad});
+    ASSERT_FALSE(caps.ok()) << bad;
+    EXPECT_EQ(caps.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(caps.status().message().find(std::string("'") + bad + "'"), std::string::npos) << caps.status().message();
+    EXPECT_NE(caps.status().message().find("TEAM=SECONDS"), std::string::npos) << caps.status().message();
+  }
+  EXPECT_FALSE(ParseTeamMaxLifetimes({std::string(65, 'a') + "=60"}).ok());
+  EXPECT_TRUE(ParseTeamMaxLifetimes({std::string(64, 'a') + "=60"}).ok());
+  auto twice = ParseTeamMaxLifetimes({"t=60", "u=1", "t=120"});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("given twice"), std::string::npos) << twice.status().message();
 }
 
 }  // namespace

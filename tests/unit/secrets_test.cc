@@ -276,5 +276,29 @@ TEST(SandboxCa, MintsLeavesOnlyForBrokeredHostsThatVerify) {
   EXPECT_FALSE(Verifies((*other)->cert_pem(), leaf->cert_pem, "api.example.test"));
 }
 
+// A wildcard host lets a guest ask for ever new names: the cache keeps the
+// newest kMaxCachedLeaves and mints a dropped host again.
+TEST(SandboxCa, LeafCacheIsBoundedAndDropsTheOldestHost) {
+  auto ca = SandboxCa::Generate("sb1", {"*.corp.test"}, std::chrono::hours(24));
+  ASSERT_TRUE(ca.ok()) << ca.status().ToString();
+  auto first = (*ca)->LeafFor("h0.corp.test");
+  ASSERT_TRUE(first.ok());
+  const size_t n = SandboxCa::kMaxCachedLeaves + 10;
+  std::string newest_pem;
+  for (size_t i = 1; i < n; ++i) {
+    auto leaf = (*ca)->LeafFor("h" + std::to_string(i) + ".corp.test");
+    ASSERT_TRUE(leaf.ok()) << i;
+    newest_pem = leaf->cert_pem;
+  }
+  EXPECT_EQ((*ca)->cached_leaves(), SandboxCa::kMaxCachedLeaves);
+  // The newest is still cached; the oldest was dropped and is minted anew (and verifies).
+  EXPECT_EQ((*ca)->LeafFor("h" + std::to_string(n - 1) + ".corp.test")->cert_pem, newest_pem);
+  auto again = (*ca)->LeafFor("h0.corp.test");
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(again->cert_pem, first->cert_pem);
+  EXPECT_TRUE(Verifies((*ca)->cert_pem(), again->cert_pem, "h0.corp.test"));
+  EXPECT_EQ((*ca)->cached_leaves(), SandboxCa::kMaxCachedLeaves);
+}
+
 }  // namespace
 }  // namespace airlock::secrets
