@@ -182,6 +182,7 @@ void Agent::Handle(std::shared_ptr<http::Conn> s) {
     }
     return s->Respond(204, "", "");
   }
+  if (path == "/airlock/root-changes") return HandleRootChanges(*this, s);
   if (path == "/files/compose") {
     if (s->method() == http::Method::kPost) return HandleFilesCompose(*this, s);
     return RespondHttpError(*s, 405, "method not allowed");

@@ -141,6 +141,7 @@ void HandleFilesystemRpc(Agent& agent, std::shared_ptr<http::Conn> s, const std:
 void HandleFilesGet(Agent& agent, std::shared_ptr<http::Conn> s);
 void HandleFilesPost(Agent& agent, std::shared_ptr<http::Conn> s);
 void HandleFilesCompose(Agent& agent, std::shared_ptr<http::Conn> s);
+void HandleRootChanges(Agent& agent, std::shared_ptr<http::Conn> s);
 std::string MetricsJson();
 
 // JSON error of the plain HTTP endpoints: {"code":<http status>,"message":...}.

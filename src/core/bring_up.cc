@@ -410,6 +410,12 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
     if (nfs_volumes) init.volume_mounts = volume_mounts;
     RETURN_IF_ERROR(PostAgentInit(init));
     sb.AttachAgent(std::make_unique<EnvdClient>(AgentEndpoint{ip, kAgentPort}, plan.access_token));
+    // A guest whose files live in its memory, booted from a disk-only
+    // snapshot (a pause or fork without memory): the files it exported then
+    // go back before the sandbox is anyone's.
+    const bool disk_only = booted && !plan.snapshot_memory &&
+                           (plan.source == MachineSource::kPausedSandbox || plan.source == MachineSource::kForkSnapshot);
+    if (disk_only && runtime.guest_files_in_memory()) RETURN_IF_ERROR(ImportGuestRoot(sb, plan.snapshot_dir));
     return OkStatus();
   };
   auto running = [&]() -> Status {

@@ -419,13 +419,17 @@ Status EnvdClient::SendSignal(uint32_t pid, std::string_view signal_name) const 
 
 Status EnvdClient::UploadFile(const std::string& local_path, const std::string& guest_path,
                               const std::string& user) const {
-  std::string what = "upload " + local_path + " to " + guest_path;
+  return SendFile(
+      "POST",
+      "/files?path=" + UrlEncodeComponent(guest_path) + (user.empty() ? "" : "&username=" + UrlEncodeComponent(user)),
+      local_path, "upload " + local_path + " to " + guest_path, nullptr);
+}
+
+Status EnvdClient::SendFile(const std::string& method, const std::string& target, const std::string& local_path,
+                            const std::string& what, std::string* reply) const {
   Connection c(registry_);
   try {
-    bhttp::request<bhttp::file_body> req{
-        bhttp::verb::post,
-        "/files?path=" + UrlEncodeComponent(guest_path) + (user.empty() ? "" : "&username=" + UrlEncodeComponent(user)),
-        11};
+    bhttp::request<bhttp::file_body> req{method == "PUT" ? bhttp::verb::put : bhttp::verb::post, target, 11};
     beast::error_code ec;
     req.body().open(local_path.c_str(), beast::file_mode::scan, ec);
     if (ec) return Status(StatusCode::kNotFound, "open " + local_path + ": " + ec.message());
@@ -440,6 +444,7 @@ Status EnvdClient::UploadFile(const std::string& local_path, const std::string& 
     parser.body_limit(kMaxUnaryResponse);
     bhttp::read(c.io(), buf, parser);
     if (parser.get().result_int() != 200) return ErrorFromBody(parser.get().result_int(), parser.get().body(), what);
+    if (reply) *reply = parser.get().body();
     return OkStatus();
   } catch (const std::exception& e) {
     return ExchangeError(c, what, e.what(), idle_timeout_);
@@ -448,16 +453,31 @@ Status EnvdClient::UploadFile(const std::string& local_path, const std::string& 
 
 Status EnvdClient::DownloadFile(const std::string& guest_path, const std::string& local_path,
                                 uint64_t max_bytes, const std::string& user) const {
-  std::string what = "download " + guest_path;
+  return GetToFile(
+      "/files?path=" + UrlEncodeComponent(guest_path) + (user.empty() ? "" : "&username=" + UrlEncodeComponent(user)),
+      local_path, max_bytes, "download " + guest_path);
+}
+
+Status EnvdClient::ExportRootChanges(const std::string& local_path, uint64_t max_bytes) const {
+  return GetToFile("/airlock/root-changes", local_path, max_bytes, "export the guest's root changes");
+}
+
+StatusOr<nlohmann::json> EnvdClient::ImportRootChanges(const std::string& local_path) const {
+  std::string reply;
+  RETURN_IF_ERROR(SendFile("PUT", "/airlock/root-changes", local_path, "import the guest's root changes", &reply));
+  auto j = nlohmann::json::parse(reply, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Internal("import the guest's root changes: unreadable answer");
+  return j;
+}
+
+Status EnvdClient::GetToFile(const std::string& target, const std::string& local_path, uint64_t max_bytes,
+                             const std::string& what) const {
   std::string tmp = local_path + ".airlock-part";
   Connection c(registry_);
   try {
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
     c.Watch(idle_timeout_);
-    bhttp::request<bhttp::empty_body> req{
-        bhttp::verb::get,
-        "/files?path=" + UrlEncodeComponent(guest_path) + (user.empty() ? "" : "&username=" + UrlEncodeComponent(user)),
-        11};
+    bhttp::request<bhttp::empty_body> req{bhttp::verb::get, target, 11};
     AddCommonHeaders(req, endpoint_, access_token_, route_sandbox_);
     req.set(bhttp::field::accept_encoding, "identity");
     bhttp::write(c.io(), req);

@@ -114,6 +114,13 @@ class EnvdClient {
   // Copies a guest file or directory tree to local_path. Symlinks are skipped.
   Status Download(const std::string& guest_path, const std::string& local_path,
                   uint64_t max_bytes = kDefaultMaxDownload) const;
+  // GET /airlock/root-changes into local_path: a gVisor guest's tar of what
+  // its root holds that its template does not (agent/root_changes.h), never
+  // parsed here. A cut or oversized answer is an error and leaves no file.
+  Status ExportRootChanges(const std::string& local_path, uint64_t max_bytes) const;
+  // PUT it back to a fresh guest; its answer ({"entries", "deleted", "bytes",
+  // "skipped", "firstError"}).
+  StatusOr<nlohmann::json> ImportRootChanges(const std::string& local_path) const;
   StatusOr<envd::EntryInfo> Stat(const std::string& guest_path, const std::string& user = "") const;
   // process.Process/List: how many processes started through the API run.
   StatusOr<size_t> CountProcesses() const;
@@ -135,6 +142,13 @@ class EnvdClient {
   void set_idle_timeout(std::chrono::milliseconds idle) { idle_timeout_ = idle; }
 
  private:
+  // GET `target` into local_path (via a temporary beside it, renamed when
+  // whole; at most max_bytes).
+  Status GetToFile(const std::string& target, const std::string& local_path, uint64_t max_bytes,
+                   const std::string& what) const;
+  // POST or PUT `target` with local_path as the body; the 200's body in `reply`.
+  Status SendFile(const std::string& method, const std::string& target, const std::string& local_path,
+                  const std::string& what, std::string* reply) const;
   StatusOr<ExecResult> StreamProcess(std::string_view method_path, const std::string& body,
                                      const std::string& user, std::optional<std::chrono::milliseconds> timeout,
                                      const ExecCallbacks& callbacks, bool stop_after_start) const;

@@ -66,14 +66,23 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
     // a live daemon may take (SnapshotDirs::SweepForks).
     if (!config_.owner.empty()) WriteOwnerFile(ForkOwnerFile(dir), config_.owner);
     const char* what = options.keep_memory ? "fork" : "fork without memory";
+    // A guest whose files are in its memory (gVisor) exports them instead.
+    bool exported = false;
     if (!options.keep_memory) {
-      // The filesystem only (as a pause without memory, snapshots.cc): the
-      // runtime must be able to drop the memory, and what the guest holds in
-      // its page cache must reach the virtual disk before the save.
       auto runtime = RuntimeNamed(parent->runtime_);
-      Status can = runtime.ok() ? CheckDropsMemory(**runtime, dir + ".tmp") : runtime.status();
-      if (can.ok()) can = SyncGuestFilesystems(*parent);
+      Status can;
+      if (runtime.ok() && (*runtime)->guest_files_in_memory()) {
+        can = ExportGuestRoot(*parent, dir + ".tmp");
+        exported = can.ok();
+      } else {
+        // The filesystem only (as a pause without memory, snapshots.cc): the
+        // runtime must be able to drop the memory, and what the guest holds
+        // in its page cache must reach the virtual disk before the save.
+        can = runtime.ok() ? CheckDropsMemory(**runtime, dir + ".tmp") : runtime.status();
+        if (can.ok()) can = SyncGuestFilesystems(*parent);
+      }
       if (!can.ok()) {
+        fs::remove_all(dir + ".tmp", ec);
         fs::remove(ForkOwnerFile(dir), ec);
         return RuntimeOpStatus(can, parent->runtime_, what, "fork " + id);
       }
@@ -81,8 +90,9 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
     // The checkpoint: the parent is stopped for the save only and continues.
     // Its RAM becomes a file of the fork's own that every child maps
     // copy-on-write: the children share each page none of them writes.
-    auto info = vm->SaveSnapshot(dir + ".tmp", /*keep_running=*/true, SnapshotMemory::kSharedByRestores);
-    if (info.ok() && !options.keep_memory) {
+    auto info = vm->SaveSnapshot(dir + ".tmp", /*keep_running=*/true,
+                                 exported ? SnapshotMemory::kNone : SnapshotMemory::kSharedByRestores);
+    if (info.ok() && !options.keep_memory && !exported) {
       auto runtime = RuntimeNamed(parent->runtime_);
       Status dropped = runtime.ok() ? (*runtime)->snapshots().DropMemory(dir + ".tmp") : runtime.status();
       if (!dropped.ok()) info = dropped;

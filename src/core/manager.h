@@ -356,6 +356,13 @@ class Manager : private WarmPoolHost {
   // sync(1) as root in the guest (60 s): what its page cache holds reaches
   // the virtual disk (before a snapshot that keeps the filesystem only).
   static Status SyncGuestFilesystems(Sandbox& sb);
+  // A guest whose files live in its memory (Runtime::guest_files_in_memory):
+  // its agent's export of its root's changes into <dir>/kGuestRootChanges
+  // (dir made, 0700), capped at what the guest could have written.
+  static Status ExportGuestRoot(Sandbox& sb, const std::string& dir);
+  // And back, to a guest booted from such a snapshot (`dir`), before anyone
+  // else talks to it. A guest that cannot take it is the error.
+  static Status ImportGuestRoot(Sandbox& sb, const std::string& dir);
   // nullptr when egress is off.
   egress::EgressService* egress() { return egress_.get(); }
   // Replaces a sandbox's egress policy live (nft + resolver/proxy).

@@ -32,8 +32,9 @@ int64_t LifetimeCaps::EndMs(std::string_view team, int64_t created_at_ms) const 
 }
 
 TimeVerdict DecideByTime(const Sandbox::Clock& c, const LifetimeCaps& caps, int64_t now_ms) {
-  if (c.state != SandboxState::kRunning) return TimeVerdict::kKeep;
   const int64_t cap_at = caps.EndMs(c.owner_team, c.created_at_ms);
+  if (c.state == SandboxState::kPaused) return cap_at > 0 && cap_at <= now_ms ? TimeVerdict::kLifetimeCap : TimeVerdict::kKeep;
+  if (c.state != SandboxState::kRunning) return TimeVerdict::kKeep;
   const bool ttl_due = c.ends_at_ms > 0 && c.ends_at_ms <= now_ms;
   const bool cap_due = cap_at > 0 && cap_at <= now_ms;
   // Both passed between two ticks: the one that came first decides (a TTL
@@ -156,8 +157,13 @@ void Reaper::ReapOnce() {
     // Only a running sandbox's clock runs: a paused one has no TTL until
     // resumed, and one pausing, resuming or rolling back is decided on the
     // next tick, after its operation (a resume sets the new TTL first).
-    if (c.state != SandboxState::kRunning) continue;
+    // A paused one only meets its lifetime cap.
+    if (c.state != SandboxState::kRunning && c.state != SandboxState::kPaused) continue;
     const TimeVerdict verdict = DecideByTime(c, s->config.lifetime, now);
+    if (c.state == SandboxState::kPaused) {
+      if (verdict == TimeVerdict::kLifetimeCap) due.push_back({sb->id(), SandboxOutcome::kLifetimeCap});
+      continue;
+    }
     if (verdict == TimeVerdict::kTtlExpired) {
       due.push_back({sb->id(), SandboxOutcome::kTtlExpired, c.auto_pause, c.auto_pause_memory});
     } else if (verdict == TimeVerdict::kLifetimeCap) {

@@ -60,10 +60,12 @@ struct LifetimeCaps {
   int64_t EndMs(std::string_view team, int64_t created_at_ms) const;
 };
 
-// What the clock alone says of a running sandbox at `now_ms` (idle sleep
-// and dead VMMs are decided apart): kTtlExpired when its TTL passed first
-// (its autoPause applies), kLifetimeCap when its cap did, kKeep otherwise
-// (and for a sandbox that is not running).
+// What the clock alone says of a sandbox at `now_ms` (idle sleep and dead
+// VMMs are decided apart): for a running one, kTtlExpired when its TTL
+// passed first (its autoPause applies), kLifetimeCap when its cap did; a
+// paused one has no TTL running but its cap still counts from its create
+// (kLifetimeCap: a sandbox asleep for ever would keep its snapshot for
+// ever); kKeep otherwise, and for a sandbox in mid-operation.
 enum class TimeVerdict { kKeep, kTtlExpired, kLifetimeCap };
 TimeVerdict DecideByTime(const Sandbox::Clock& c, const LifetimeCaps& caps, int64_t now_ms);
 

@@ -28,6 +28,40 @@
 namespace airlock {
 namespace fs = std::filesystem;
 
+Status Manager::ExportGuestRoot(Sandbox& sb, const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Internal("mkdir " + dir + ": " + ec.message());
+  if (::chmod(dir.c_str(), 0700) != 0) return ErrnoError("chmod " + dir);
+  // What a guest can have written: its memory (gVisor's overlay is in it),
+  // its template's disk, and the archive's headers (1 KiB an entry).
+  const uint64_t cap = (uint64_t(sb.memory_mib()) + uint64_t(std::max(sb.disk_mib(), 0)) + 256) << 20;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string tar = dir + "/" + kGuestRootChanges;
+  Status st = sb.agent_->ExportRootChanges(tar, cap);
+  if (!st.ok()) {
+    fs::remove(tar, ec);
+    return st;
+  }
+  LOG_INFO("sandbox={} exported its root's changes: {} bytes in {:.0f} ms", sb.id_, fs::file_size(tar, ec), MsSince(t0));
+  return OkStatus();
+}
+
+Status Manager::ImportGuestRoot(Sandbox& sb, const std::string& dir) {
+  const std::string tar = dir + "/" + kGuestRootChanges;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(nlohmann::json r, sb.agent_->ImportRootChanges(tar));
+  const uint64_t skipped = r.value("skipped", uint64_t{0});
+  LOG_INFO("sandbox={} imported its root's changes: {} entries, {} removed, {} bytes, {} skipped in {:.0f} ms", sb.id_,
+           r.value("entries", uint64_t{0}), r.value("deleted", uint64_t{0}), r.value("bytes", uint64_t{0}), skipped,
+           MsSince(t0));
+  if (skipped > 0) {
+    sb.AddLog("warning", "resume: " + std::to_string(skipped) + " saved entries could not be restored (first: " +
+                             r.value("firstError", std::string()) + ")");
+  }
+  return OkStatus();
+}
+
 Status Manager::SyncGuestFilesystems(Sandbox& sb) {
   ExecRequest sync;
   sync.cmd = "/bin/sync";
@@ -69,21 +103,28 @@ StatusOr<PauseResult> Manager::Pause(const std::string& id, const PauseOptions& 
   fs::remove_all(dir, ec);  // a stale, never-registered pause of this sandbox
   // What the sandbox's runtime cannot do is named in the error (HTTP 501).
   const char* what = options.keep_memory ? "pause" : "pause without memory";
+  // A guest whose files are in its memory (gVisor) exports them instead.
+  bool exported = false;
   if (!options.keep_memory) {
-    // A runtime that cannot drop a snapshot's memory says so before anything
-    // is saved (its save would stop the guest for nothing).
     auto runtime = RuntimeNamed(sb->runtime_);
-    Status can = runtime.ok() ? CheckDropsMemory(**runtime, tmp) : runtime.status();
-    if (!can.ok()) return back_to_running(RuntimeOpStatus(can, sb->runtime_, what, "pause " + id));
-    // Only the disk is kept: what the guest has in its page cache must reach
-    // the virtual disk first, or the reboot would not see it.
-    if (Status synced = SyncGuestFilesystems(*sb); !synced.ok()) return back_to_running(synced);
+    if (runtime.ok() && (*runtime)->guest_files_in_memory()) {
+      if (Status st = ExportGuestRoot(*sb, tmp); !st.ok()) return back_to_running(st.WithContext("pause " + id));
+      exported = true;
+    } else {
+      // A runtime that cannot drop a snapshot's memory says so before
+      // anything is saved (its save would stop the guest for nothing).
+      Status can = runtime.ok() ? CheckDropsMemory(**runtime, tmp) : runtime.status();
+      if (!can.ok()) return back_to_running(RuntimeOpStatus(can, sb->runtime_, what, "pause " + id));
+      // Only the disk is kept: what the guest has in its page cache must
+      // reach the virtual disk first, or the reboot would not see it.
+      if (Status synced = SyncGuestFilesystems(*sb); !synced.ok()) return back_to_running(synced);
+    }
   }
   // The save writes every file under a temporary name, the manifest last; the
   // directory is renamed into place only once it is complete.
-  auto info = vm->SaveSnapshot(tmp, /*keep_running=*/false);
+  auto info = vm->SaveSnapshot(tmp, /*keep_running=*/false, exported ? SnapshotMemory::kNone : SnapshotMemory::kDefault);
   if (!info.ok()) return back_to_running(RuntimeOpStatus(info.status(), sb->runtime_, what, "pause " + id));
-  if (!options.keep_memory) {
+  if (!options.keep_memory && !exported) {
     // The filesystem only: the memory image is dropped before the commit
     // (resume boots the kernel on the saved disk). A new save: the store of
     // the sandbox's runtime.

@@ -102,7 +102,18 @@ enum class SnapshotMemory {
   // writes. Where the runtime cannot (qemu: a VM whose RAM is no memory
   // backend, i.e. a cold boot), as kDefault.
   kSharedByRestores,
+  // A disk-only snapshot of a runtime whose guest keeps its files in memory
+  // (Runtime::guest_files_in_memory): no memory is written; the caller has
+  // put the guest's export of its root (kGuestRootChanges) in the snapshot
+  // directory, and the runtime stops the guest (keep_running=false) and
+  // commits it. Unimplemented elsewhere.
+  kNone,
 };
+
+// The file of a kNone snapshot: the tar the guest's agent answers to GET
+// /airlock/root-changes (agent/root_changes.h), what its root holds that its
+// template does not. The daemon stores and relays it, never parses it.
+inline constexpr char kGuestRootChanges[] = "root-changes.tar";
 
 // How a VM restored from a snapshot gets its disk.
 enum class SnapshotDisk {
@@ -229,6 +240,13 @@ class Runtime {
   // warm kernel) starts from its snapshot on every runtime: its cold start
   // waits for them (gvisor: 7.5 s cold, 2.8 s restored).
   virtual bool plain_template_restores_sooner() const { return true; }
+  // Whether the guest keeps the files it wrote in its own memory (gVisor's
+  // overlay), so that no disk can be kept without that memory. A disk-only
+  // snapshot of such a guest is its export (SnapshotMemory::kNone), and a
+  // Restore with memory=false boots a fresh guest on the template, to which
+  // the caller hands the export back (agent PUT /airlock/root-changes)
+  // before anyone else talks to it.
+  virtual bool guest_files_in_memory() const { return false; }
   // Boots a VM; it runs when this returns (its guest may still be booting).
   // On failure nothing is left running and run_dir is removed; the error
   // carries the tail of what the VMM and the guest printed.
@@ -260,7 +278,8 @@ class Runtime {
   // failure nothing is left running and run_dir is removed. The guest runs
   // when this returns. memory=false: a cold boot (the snapshot's
   // memory is ignored; a disk-only snapshot needs it) on a private copy of
-  // the snapshot's disk, whatever `disk` says.
+  // the snapshot's disk, whatever `disk` says; where guest_files_in_memory(),
+  // on the template, the export in the snapshot left for the caller.
   virtual StatusOr<std::unique_ptr<VmInstance>> Restore(const VmStartRequest& request, const std::string& snapshot_dir,
                                                         SnapshotDisk disk, bool memory = true) {
     (void)request, (void)snapshot_dir, (void)disk, (void)memory;

@@ -117,55 +117,62 @@ maybe('a sandbox being paused reads paused; connect during the pause waits and r
   }
 })
 
+// What a disk-only snapshot must bring back byte for byte: every file under
+// /home/user with its mode, owner, mtime and link target, and a 3 MiB file's
+// digest.
+const FS_DIGEST = "cd /home/user && find . -xdev -printf '%p %y %m %U %T@ %l\\n' | sort | sha256sum && sha256sum big.bin"
+
 maybe('fork v2 {memory:false} and pause({keepMemory:false}) keep the filesystem and boot on it', { timeout: 300000 }, async () => {
   const sbx = await Sandbox.create('base', { ...opts, envs: { KEEP: 'me' } })
   try {
     await sbx.files.write('/home/user/fs-only.txt', 'still here')
+    await sbx.commands.run('head -c 3145728 /dev/urandom > big.bin && chmod 640 big.bin && ln -s big.bin big.link && ' +
+      'mkdir -p d/e && echo deep > d/e/f && mkfifo d/fifo && touch -d @1000000000 d/e/f', { cwd: '/home/user' })
+    // A template file removed, one replaced, as root.
+    const gone = (await sbx.commands.run('find /etc -maxdepth 1 -type f ! -name hostname ! -name hosts ! -name resolv.conf | sort | head -1', { user: 'root' })).stdout.trim()
+    assert.ok(gone, 'the template has a file in /etc')
+    await sbx.commands.run(`rm ${gone} && echo mine > /usr/local/bin/tool && chmod 4755 /usr/local/bin/tool`, { user: 'root' })
+    const digest = (await sbx.commands.run(FS_DIGEST)).stdout
     const bg = await sbx.commands.run('sleep 600', { background: true })
     // Fork v2 without memory (issue 34): one child of the parent's
-    // filesystem (synced by the fork), booted on it; the parent runs on.
+    // filesystem (synced by the fork, or on gVisor exported by its agent),
+    // booted on it; the parent runs on.
     const forked = await fetch(`${url}/v2/sandboxes/${sbx.sandboxId}/fork`, {
       method: 'POST', headers: { 'X-API-Key': apiKey, 'Content-Type': 'application/json' },
       body: JSON.stringify({ count: 1, memory: false, timeout: 120 }) })
-    if (RUNTIME === 'gvisor') {
-      assert.equal(forked.status, 501)
-      assert.match((await forked.json()).message, /gvisor/)
-    } else {
-      assert.equal(forked.status, 201)
-      const [result] = await forked.json()
-      assert.ok(result.sandbox, JSON.stringify(result))
-      const child = await Sandbox.connect(result.sandbox.sandboxID, opts)
-      try {
-        assert.equal(await child.files.read('/home/user/fs-only.txt'), 'still here')
-        assert.ok(!(await child.commands.list()).some((p) => p.cmd === 'sleep'), 'a booted child has no processes')
-        assert.equal((await child.commands.run('echo $KEEP')).stdout, 'me\n', 'the parent\'s env vars')
-        await child.files.write('/home/user/fs-only.txt', 'the child\'s')
-      } finally {
-        await child.kill()
-      }
-      assert.equal(await sbx.files.read('/home/user/fs-only.txt'), 'still here', 'the parent runs on, its disk its own')
-      assert.ok((await sbx.commands.list()).some((p) => p.pid === bg.pid), 'the parent keeps its processes')
+    assert.equal(forked.status, 201, await forked.clone().text())
+    const [result] = await forked.json()
+    assert.ok(result.sandbox, JSON.stringify(result))
+    const child = await Sandbox.connect(result.sandbox.sandboxID, opts)
+    try {
+      assert.equal(await child.files.read('/home/user/fs-only.txt'), 'still here')
+      assert.equal((await child.commands.run(FS_DIGEST)).stdout, digest, 'the child has the parent\'s files, exactly')
+      assert.ok(!(await child.commands.list()).some((p) => p.cmd === 'sleep'), 'a booted child has no processes')
+      assert.equal((await child.commands.run('echo $KEEP')).stdout, 'me\n', 'the parent\'s env vars')
+      await child.files.write('/home/user/fs-only.txt', 'the child\'s')
+    } finally {
+      await child.kill()
     }
+    assert.equal(await sbx.files.read('/home/user/fs-only.txt'), 'still here', 'the parent runs on, its disk its own')
+    assert.ok((await sbx.commands.list()).some((p) => p.pid === bg.pid), 'the parent keeps its processes')
     const bad = await fetch(`${url}/v2/sandboxes/${sbx.sandboxId}/fork`, {
       method: 'POST', headers: { 'X-API-Key': apiKey, 'Content-Type': 'application/json' }, body: '{"memory":"no"}' })
     assert.equal(bad.status, 400)
-    if (RUNTIME === 'gvisor') {
-      // A gVisor sandbox's files live in its memory (docs/runtime-gvisor.md
-      // "Snapshots"): the API says so, naming the runtime, and the sandbox runs on.
-      await assert.rejects(sbx.pause({ keepMemory: false }), (e) => {
-        assert.match(String(e.message), /not supported by the gvisor runtime.*files it wrote in its memory/)
-        return true
-      })
-      assert.equal(await sbx.isRunning(), true)
-      assert.equal(await sbx.files.read('/home/user/fs-only.txt'), 'still here')
-      return
-    }
     assert.equal(await sbx.pause({ keepMemory: false }), true)
     const again = await Sandbox.connect(sbx.sandboxId, opts)
     assert.equal(await again.files.read('/home/user/fs-only.txt'), 'still here')
+    assert.equal((await again.commands.run(FS_DIGEST)).stdout, digest, 'the files, byte for byte, after the reboot')
+    const checks = await again.commands.run(`test ! -e ${gone} && stat -c '%a %s' /usr/local/bin/tool`, { user: 'root' })
+    assert.equal(checks.stdout, '4755 5\n', 'a removed template file stays removed; a setuid file keeps its mode')
     const procs = await again.commands.list()
     assert.ok(!procs.some((p) => p.pid === bg.pid && p.cmd === 'sleep'), 'a reboot does not keep processes')
     assert.equal((await again.commands.run('echo $KEEP')).stdout, 'me\n', 'sandbox env vars survive a reboot')
+    // And again: a second pause exports what the first resume brought back.
+    await again.files.write('/home/user/second.txt', 'second')
+    assert.equal(await again.pause({ keepMemory: false }), true)
+    const third = await Sandbox.connect(sbx.sandboxId, opts)
+    assert.equal(await third.files.read('/home/user/second.txt'), 'second')
+    assert.equal((await third.commands.run('sha256sum big.bin', { cwd: '/home/user' })).stdout, digest.split('\n').slice(1).join('\n'))
   } finally {
     await sbx.kill()
   }

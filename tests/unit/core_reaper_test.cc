@@ -90,12 +90,19 @@ TEST(ReaperDecisionTest, AnExtendedTtlNeverOutlivesTheCap) {
 TEST(ReaperDecisionTest, OnlyARunningSandboxsClockRuns) {
   const LifetimeCaps caps = Caps();
   const int64_t late = kCreated + 30 * 24 * kHour;
-  for (SandboxState s : {SandboxState::kCreating, SandboxState::kPausing, SandboxState::kPaused,
-                         SandboxState::kResuming, SandboxState::kRollingBack, SandboxState::kKilling}) {
+  for (SandboxState s : {SandboxState::kCreating, SandboxState::kPausing, SandboxState::kResuming,
+                         SandboxState::kRollingBack, SandboxState::kKilling}) {
     Sandbox::Clock c = Running("short", kCreated + 1000);
     c.state = s;
     EXPECT_EQ(DecideByTime(c, caps, late), TimeVerdict::kKeep) << SandboxStateName(s);
   }
+  // Paused: no TTL, but the lifetime cap still counts from the create.
+  Sandbox::Clock paused = Running("short", kCreated + 1000);
+  paused.state = SandboxState::kPaused;
+  EXPECT_EQ(DecideByTime(paused, caps, kCreated + 2000), TimeVerdict::kKeep);
+  EXPECT_EQ(DecideByTime(paused, caps, late), TimeVerdict::kLifetimeCap);
+  paused.owner_team = "free";
+  EXPECT_EQ(DecideByTime(paused, caps, late), TimeVerdict::kKeep);
   // No cap and no TTL: kept for ever.
   EXPECT_EQ(DecideByTime(Running("x", 0), LifetimeCaps{}, late), TimeVerdict::kKeep);
 }

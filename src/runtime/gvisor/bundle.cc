@@ -59,6 +59,13 @@ std::string BundleConfigJson(const BundleSpec& s) {
           {"cpu", {{"quota", int64_t{s.vcpus} * 100000}, {"period", 100000}}},
           {"pids", {{"limit", kPidsLimit}}}}}}},
   };
+  // The template's tree, as the root's lower layer shows it: read-only.
+  if (!s.template_tree.empty()) {
+    config["mounts"].push_back({{"destination", kTemplateTreeMount},
+                                {"type", "bind"},
+                                {"source", s.template_tree},
+                                {"options", {"rbind", "ro", "nosuid", "nodev", "noexec"}}});
+  }
   // Volumes: the gofer serves each host directory; no dev, suid or exec
   // from it, as on the host.
   for (const auto& [source, destination] : s.binds) {

@@ -22,7 +22,14 @@ struct BundleSpec {
   int memory_mib = 512;
   // Read-write bind mounts (volumes): {host source, guest destination}.
   std::vector<std::pair<std::string, std::string>> binds;
+  // The template's tree, bound read-only at kTemplateTreeMount.
+  std::string template_tree;
 };
+
+// Where every guest sees its template's tree, read-only: what its agent
+// compares the root with when it exports the root's changes (a pause
+// without memory; agent/root_changes.h kRootBaseMount, the same path).
+inline constexpr char kTemplateTreeMount[] = "/.airlock-base";
 
 // What the host's memory cgroup allows beyond the guest's memory: the
 // Sentry's and gofer's own Go heaps and stacks (measured ~60 MiB idle with

@@ -167,6 +167,9 @@ class GvisorInstance final : public VmInstance {
   }
   StatusOr<VmSnapshotInfo> SaveSnapshot(const std::string& dir, bool keep_running, SnapshotMemory memory) override;
   Status ContinueGuest() override;
+  // SnapshotMemory::kNone: `dir` holds the guest's export; the guest is
+  // stopped (runsc pause) unless keep_running, and the record committed.
+  StatusOr<VmSnapshotInfo> SaveDiskOnly(const std::string& dir, bool keep_running);
 
   std::string console() const { return run_dir_ + "/" + kConsoleFile; }
   Status RecordPids();
@@ -189,6 +192,7 @@ class GvisorRuntime final : public Runtime {
   std::string accelerator() const override { return "runsc " + platform_.platform + " (" + platform_.reason + ")"; }
   GuestLink guest_link() const override { return GuestLink::kVethNetns; }
   bool plain_template_restores_sooner() const override { return false; }
+  bool guest_files_in_memory() const override { return true; }
   const SnapshotStore& snapshots() const override { return store_; }
 
   StatusOr<std::unique_ptr<VmInstance>> Start(const VmStartRequest& r) override { return Launch(r, r.rootfs, ""); }
@@ -241,11 +245,10 @@ Status GvisorRuntime::RunContainer(const std::string& run_dir, const InstanceSta
   call.tree = s.tree;
   call.rootfs_mount = run_dir + "/rootfs";
   call.scratch = run_dir + "/procsys";
-  if (!mounts.empty()) {
-    call.mount_upper = run_dir + "/mountpoints";
-    fs::create_directories(call.mount_upper, ec);
-    for (const auto& m : mounts) call.mount_points.push_back(m.destination);
-  }
+  call.mount_upper = run_dir + "/mountpoints";
+  fs::create_directories(call.mount_upper, ec);
+  call.mount_points.push_back(kTemplateTreeMount);
+  for (const auto& m : mounts) call.mount_points.push_back(m.destination);
   call.output_fd = console.get();
   call.eth0_address = s.guest_cidr;
   call.eth0_gateway = s.guest_gateway;
@@ -309,6 +312,7 @@ StatusOr<std::unique_ptr<VmInstance>> GvisorRuntime::Launch(const VmStartRequest
   b.vcpus = r.vcpus;
   b.memory_mib = r.memory_mib;
   for (const auto& m : r.host_mounts) b.binds.emplace_back(m.source, m.destination);
+  b.template_tree = tree;
   auto fail = [&](Status st) -> Status {
     std::string tail = ReadTail(r.run_dir + "/" + kConsoleFile, 4096);
     Teardown(s);
@@ -374,9 +378,10 @@ StatusOr<std::string> GvisorRuntime::ContainerStatus(const InstanceState& s) con
 // sandbox, and a daemon killed then would find no process to adopt.)
 StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bool keep_running,
                                                       SnapshotMemory memory) {
-  (void)memory;  // every restore reads the checkpoint into memory of its own
   if (released_ || destroyed_) return FailedPrecondition("gvisor sandbox " + s_.container + " is not held");
   if (dir.empty() || dir[0] != '/') return InvalidArgument("snapshot dir must be absolute: '" + dir + "'");
+  // Otherwise every restore reads the checkpoint into memory of its own.
+  if (memory == SnapshotMemory::kNone) return SaveDiskOnly(dir, keep_running);
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) return InvalidArgument("snapshot dir " + dir + " is not empty");
   fs::create_directories(dir, ec);
@@ -472,6 +477,42 @@ StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bo
   return info;
 }
 
+StatusOr<VmSnapshotInfo> GvisorInstance::SaveDiskOnly(const std::string& dir, bool keep_running) {
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
+  if (ec) return Internal("list " + dir + ": " + ec.message());
+  if (names != std::vector<std::string>{kGuestRootChanges})
+    return InvalidArgument("a disk-only snapshot dir holds the guest's " + std::string(kGuestRootChanges) + " only: " + dir);
+  auto t0 = Clock::now();
+  const bool was_paused = paused_;
+  if (!keep_running && !paused_) {
+    RETURN_IF_ERROR(rt_->Pause(s_));
+    paused_ = true;
+  }
+  auto undo = [&](Status st) -> Status {
+    if (!was_paused && paused_) {
+      if (Status r = rt_->Resume(s_); r.ok()) paused_ = false;
+    }
+    return st;
+  };
+  SnapshotRecord rec;
+  rec.vcpus = s_.vcpus;
+  rec.memory_mib = s_.memory_mib;
+  rec.rootfs = s_.rootfs;
+  rec.memory = false;
+  auto stamp = ImageFileStamp(s_.rootfs);
+  if (!stamp.ok()) return undo(stamp.status().WithContext("stamp of " + s_.rootfs));
+  rec.rootfs_stamp = *stamp;
+  rec.save_ms = MsSince(t0);
+  auto committed = CommitSnapshot(dir, rec);
+  if (!committed.ok()) return undo(committed.status());
+  VmSnapshotInfo info;
+  info.disk_bytes = committed->bytes();
+  info.save_ms = committed->save_ms;
+  return info;
+}
+
 Status GvisorInstance::ContinueGuest() {
   if (!paused_) return OkStatus();  // never stopped
   RETURN_IF_ERROR(rt_->Resume(s_).WithContext("continue gvisor sandbox " + s_.container));
@@ -484,8 +525,16 @@ StatusOr<std::unique_ptr<VmInstance>> GvisorRuntime::Restore(const VmStartReques
   // The files are in the checkpoint: every restore reads its own copy into
   // its own memory, and the snapshot may go once runsc restore returns.
   (void)disk;
-  if (!memory) return Unimplemented(kNoDiskOnlySnapshots);
   ASSIGN_OR_RETURN(SnapshotRecord rec, ReadSnapshotRecord(dir));
+  if (memory && !rec.memory) return FailedPrecondition("snapshot " + dir + " has no memory: restore it without");
+  if (!memory) {
+    // A fresh guest on the template; the caller hands it the export.
+    if (rec.memory) return FailedPrecondition("snapshot " + dir + " is a checkpoint: it has no disk to boot on");
+    if (!r.rootfs.empty() && r.rootfs != rec.rootfs)
+      return FailedPrecondition("snapshot " + dir + " is of template image " + rec.rootfs + ", not " + r.rootfs);
+    RETURN_IF_ERROR(VerifySnapshotFiles(dir, rec));
+    return Launch(r, rec.rootfs, "");
+  }
   if (r.vcpus != rec.vcpus || r.memory_mib != rec.memory_mib) {
     return FailedPrecondition("snapshot " + dir + " is of a " + std::to_string(rec.vcpus) + " vCPU, " +
                               std::to_string(rec.memory_mib) + " MiB sandbox; asked for " + std::to_string(r.vcpus) +

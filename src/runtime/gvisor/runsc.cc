@@ -15,8 +15,7 @@ namespace {
 
 // $1 scratch, $2 tree, $3 rootfs mount, $4 eth0's address and $5 its
 // gateway ("": leave eth0 alone), $6 the mount points to make (":"-joined
-// guest paths; "": none) and $7 the tmpfs directory for them, then runsc's
-// argv. Runs under `unshare -m --propagation slave`, in the guest netns.
+// guest paths) and $7 the tmpfs directory for them, then runsc's argv. Runs under `unshare -m --propagation slave`, in the guest netns.
 constexpr char kWrapper[] = R"(set -e
 s=$1 t=$2 r=$3 a=$4 g=$5 m=$6 u=$7
 shift 7
@@ -33,20 +32,15 @@ for d in /proc/sys/*; do
   mount --bind "$d" "$s/$n"
 done
 mount --move "$s" /proc/sys
-if [ -n "$m" ]; then
-  mount -t tmpfs -o size=1m,mode=0755 airlock-mountpoints "$u"
-  mkdir "$u/up" "$u/work"
-  # In the upper layer, a tmpfs with no links: a directory there hides
-  # whatever the tree (a tenant's) has at that name, a symlink included.
-  IFS=:
-  for p in $m; do mkdir -p "$u/up$p"; done
-  unset IFS
-  mount -t overlay -o "lowerdir=$t,upperdir=$u/up,workdir=$u/work" airlock-root "$r"
-  mount -o remount,ro "$r"
-else
-  mount --bind "$t" "$r"
-  mount -o remount,bind,ro "$r"
-fi
+mount -t tmpfs -o size=1m,mode=0755 airlock-mountpoints "$u"
+mkdir "$u/up" "$u/work"
+# In the upper layer, a tmpfs with no links: a directory there hides
+# whatever the tree (a tenant's) has at that name, a symlink included.
+IFS=:
+for p in $m; do mkdir -p "$u/up$p"; done
+unset IFS
+mount -t overlay -o "lowerdir=$t,upperdir=$u/up,workdir=$u/work" airlock-root "$r"
+mount -o remount,ro "$r"
 exec "$@"
 )";
 
@@ -78,6 +72,8 @@ std::vector<std::string> RunscGlobalFlags(const RunscConfig& c) {
 }
 
 Status RunscStartCall(const RunscConfig& config, const RunscStart& call) {
+  if (call.mount_points.empty() || call.mount_upper.empty())
+    return InvalidArgument("runsc start: no mount points, or no directory for them");
   ASSIGN_OR_RETURN(UniqueFd ns, OpenNetns(call.guest_netns));
   // Slave: what the host unmounts later (a deleted volume) leaves this
   // namespace too; what the wrapper mounts stays in it.

@@ -9,10 +9,11 @@
 //     in the host's root netns when /proc/sys/net/core/rmem_default exists,
 //     which on kernels >= 5.x (that sysctl became per-netns) is every netns,
 //     and then refuses --network=sandbox;
-//   - the template's root tree is bind-mounted read-only at the bundle's
-//     rootfs: the gofer serves it, writes land in the Sentry's in-memory
-//     overlay (--overlay2=root:memory), and even a gofer told to write
-//     cannot. The mounts go away with the sandbox's last process.
+//   - the bundle's rootfs is a read-only overlay of the template's root
+//     tree under a small tmpfs holding the bind mounts' mount points: the
+//     gofer serves it, writes land in the Sentry's in-memory overlay
+//     (--overlay2=root:memory), and even a gofer told to write cannot. The
+//     mounts go away with the sandbox's last process.
 #pragma once
 
 #include <chrono>
@@ -45,11 +46,11 @@ struct RunscStart {
   // the same netns (a rollback) would find none to copy. "": left alone.
   std::string eth0_address;
   std::string eth0_gateway;
-  // Guest paths of the bundle's bind mounts (volumes; absolute, of
-  // [A-Za-z0-9._/-]). runsc's gofer makes each mount point in the root it
-  // serves, so with any the root is an overlay of the tree under a tmpfs
-  // (mount_upper, an empty directory) holding only those directories,
-  // still read-only to the gofer; the tree is never written.
+  // Guest paths of the bundle's bind mounts (the template tree's, volumes;
+  // absolute, of [A-Za-z0-9._/-]; at least one). runsc's gofer makes each
+  // mount point in the root it serves, so the root is an overlay of the tree
+  // under a tmpfs (mount_upper, an empty directory) holding only those
+  // directories, still read-only to the gofer; the tree is never written.
   std::vector<std::string> mount_points;
   std::string mount_upper;
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};

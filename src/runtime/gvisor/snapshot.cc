@@ -43,8 +43,9 @@ StatusOr<uint32_t> FileCrc32(const std::string& path, bool sync) {
 }  // namespace
 
 const char kNoDiskOnlySnapshots[] =
-    "a gvisor sandbox keeps the files it wrote in its memory (runsc --overlay2=root:memory), so its snapshots have no "
-    "disk to keep without that memory: pause keeping the memory, or use the qemu runtime";
+    "a gvisor checkpoint keeps the sandbox's files in its memory image (runsc --overlay2=root:memory), so it has no "
+    "disk to keep without that memory; a gvisor sandbox pauses or forks without memory by exporting its files, which "
+    "a template build's disk layers cannot use: build the template on the qemu runtime";
 
 uint64_t SnapshotRecord::bytes() const {
   uint64_t n = 0;
@@ -68,12 +69,13 @@ StatusOr<SnapshotRecord> CommitSnapshot(const std::string& dir, SnapshotRecord r
     r.files[name] = f;
   }
   if (ec) return Internal("list " + dir + ": " + ec.message());
-  if (!r.files.count(kCheckpointImage)) return Internal(std::string("runsc wrote no ") + kCheckpointImage + " into " + dir);
+  const char* needed = r.memory ? kCheckpointImage : kGuestRootChanges;
+  if (!r.files.count(needed)) return Internal(std::string("no ") + needed + " in " + dir);
   nlohmann::json files = nlohmann::json::object();
   for (const auto& [n, f] : r.files) files[n] = {{"bytes", f.bytes}, {"crc32", f.crc32}};
   nlohmann::json j = {{"format", kSnapshotFormat}, {"runtime", "gvisor"},   {"vcpus", r.vcpus},
                       {"memory_mib", r.memory_mib}, {"rootfs", r.rootfs},    {"rootfs_stamp", r.rootfs_stamp},
-                      {"files", files},             {"save_ms", r.save_ms}};
+                      {"files", files},             {"save_ms", r.save_ms},    {"memory", r.memory}};
   RETURN_IF_ERROR(FsyncDir(dir));
   RETURN_IF_ERROR(WriteFileAtomic(dir + "/" + kSnapshotRecord, j.dump(1) + "\n", 0644));
   return r;
@@ -98,6 +100,7 @@ StatusOr<SnapshotRecord> ReadSnapshotRecord(const std::string& dir) {
     r.rootfs = j.at("rootfs").get<std::string>();
     r.rootfs_stamp = j.at("rootfs_stamp").get<std::string>();
     r.save_ms = j.value("save_ms", uint64_t{0});
+    r.memory = j.value("memory", true);
     for (const auto& [n, v] : j.at("files").items()) {
       SnapshotFile sf;
       sf.bytes = v.at("bytes").get<uint64_t>();
@@ -109,7 +112,8 @@ StatusOr<SnapshotRecord> ReadSnapshotRecord(const std::string& dir) {
   }
   if (r.vcpus <= 0 || r.memory_mib <= 0 || r.rootfs.empty() || r.rootfs[0] != '/')
     return InvalidArgument(path + ": bad machine shape or rootfs");
-  if (!r.files.count(kCheckpointImage)) return InvalidArgument(path + std::string(": names no ") + kCheckpointImage);
+  const char* needed = r.memory ? kCheckpointImage : kGuestRootChanges;
+  if (!r.files.count(needed)) return InvalidArgument(path + std::string(": names no ") + needed);
   for (const auto& [n, sf] : r.files) {
     if (n.empty() || n.find('/') != std::string::npos || n == "." || n == "..")
       return InvalidArgument(path + ": bad file name " + n);
@@ -146,8 +150,10 @@ StatusOr<SnapshotShape> GvisorSnapshotStore::Read(const std::string& dir) const 
   SnapshotShape s;
   s.vcpus = r.vcpus;
   s.memory_mib = r.memory_mib;
-  s.memory_bytes = r.bytes();
-  s.disk_bytes = 0;  // the guest's writes are in the memory image
+  // A checkpoint holds the guest's writes in its memory image; a disk-only
+  // snapshot, in the export.
+  s.memory_bytes = r.memory ? r.bytes() : 0;
+  s.disk_bytes = r.memory ? 0 : r.bytes();
   s.disk_backing = r.rootfs;
   return s;
 }
