@@ -303,7 +303,7 @@ Status Manager::BringUp(Sandbox& sb, const BringUpPlan& plan, CreateTimings* tim
     // which the running server's connection has moved past (the two would
     // never agree again): a new server resets it, and the guest reconnects.
     if (rollback) RETURN_IF_ERROR(StopVolumeServer(sb.run_dir_, sb.network_->netns_fd()));
-    return StartVolumeServer(sb.run_dir_, sb.network_->netns_fd(), exports);
+    return StartVolumeServer(sb.run_dir_, sb.network_->netns_fd(), exports, config_.state_dir + "/nfs-programs");
   };
   auto vmm = [&]() -> Status {
     VmStartRequest req =

@@ -422,11 +422,12 @@ Status EnvdClient::UploadFile(const std::string& local_path, const std::string& 
   return SendFile(
       "POST",
       "/files?path=" + UrlEncodeComponent(guest_path) + (user.empty() ? "" : "&username=" + UrlEncodeComponent(user)),
-      local_path, "upload " + local_path + " to " + guest_path, nullptr);
+      local_path, "upload " + local_path + " to " + guest_path, nullptr, std::nullopt);
 }
 
 Status EnvdClient::SendFile(const std::string& method, const std::string& target, const std::string& local_path,
-                            const std::string& what, std::string* reply) const {
+                            const std::string& what, std::string* reply,
+                            std::optional<std::chrono::milliseconds> total) const {
   Connection c(registry_);
   try {
     bhttp::request<bhttp::file_body> req{method == "PUT" ? bhttp::verb::put : bhttp::verb::post, target, 11};
@@ -437,7 +438,7 @@ Status EnvdClient::SendFile(const std::string& method, const std::string& target
     req.set(bhttp::field::content_type, "application/octet-stream");
     req.prepare_payload();
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
-    c.Watch(idle_timeout_);
+    c.Watch(idle_timeout_, total);
     bhttp::write(c.io(), req);
     beast::flat_buffer buf;
     bhttp::response_parser<bhttp::string_body> parser;
@@ -455,28 +456,29 @@ Status EnvdClient::DownloadFile(const std::string& guest_path, const std::string
                                 uint64_t max_bytes, const std::string& user) const {
   return GetToFile(
       "/files?path=" + UrlEncodeComponent(guest_path) + (user.empty() ? "" : "&username=" + UrlEncodeComponent(user)),
-      local_path, max_bytes, "download " + guest_path);
+      local_path, max_bytes, "download " + guest_path, std::nullopt);
 }
 
 Status EnvdClient::ExportRootChanges(const std::string& local_path, uint64_t max_bytes) const {
-  return GetToFile("/airlock/root-changes", local_path, max_bytes, "export the guest's root changes");
+  return GetToFile("/airlock/root-changes", local_path, max_bytes, "export the guest's root changes", kRootChangesLimit);
 }
 
 StatusOr<nlohmann::json> EnvdClient::ImportRootChanges(const std::string& local_path) const {
   std::string reply;
-  RETURN_IF_ERROR(SendFile("PUT", "/airlock/root-changes", local_path, "import the guest's root changes", &reply));
+  RETURN_IF_ERROR(
+      SendFile("PUT", "/airlock/root-changes", local_path, "import the guest's root changes", &reply, kRootChangesLimit));
   auto j = nlohmann::json::parse(reply, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Internal("import the guest's root changes: unreadable answer");
   return j;
 }
 
 Status EnvdClient::GetToFile(const std::string& target, const std::string& local_path, uint64_t max_bytes,
-                             const std::string& what) const {
+                             const std::string& what, std::optional<std::chrono::milliseconds> total) const {
   std::string tmp = local_path + ".airlock-part";
   Connection c(registry_);
   try {
     RETURN_IF_ERROR(c.Open(endpoint_, std::chrono::seconds(10)));
-    c.Watch(idle_timeout_);
+    c.Watch(idle_timeout_, total);
     bhttp::request<bhttp::empty_body> req{bhttp::verb::get, target, 11};
     AddCommonHeaders(req, endpoint_, access_token_, route_sandbox_);
     req.set(bhttp::field::accept_encoding, "identity");

@@ -116,7 +116,10 @@ class EnvdClient {
                   uint64_t max_bytes = kDefaultMaxDownload) const;
   // GET /airlock/root-changes into local_path: a gVisor guest's tar of what
   // its root holds that its template does not (agent/root_changes.h), never
-  // parsed here. A cut or oversized answer is an error and leaves no file.
+  // parsed here. A cut or oversized answer is an error and leaves no file;
+  // so is one that takes longer than kRootChangesLimit (a guest trickling
+  // bytes would otherwise hold the pause, and a reaper thread, for ever).
+  static constexpr std::chrono::milliseconds kRootChangesLimit{std::chrono::minutes(10)};
   Status ExportRootChanges(const std::string& local_path, uint64_t max_bytes) const;
   // PUT it back to a fresh guest; its answer ({"entries", "deleted", "bytes",
   // "skipped", "firstError"}).
@@ -144,11 +147,12 @@ class EnvdClient {
  private:
   // GET `target` into local_path (via a temporary beside it, renamed when
   // whole; at most max_bytes).
+  // `total`: the whole exchange's limit, beside the idle one.
   Status GetToFile(const std::string& target, const std::string& local_path, uint64_t max_bytes,
-                   const std::string& what) const;
+                   const std::string& what, std::optional<std::chrono::milliseconds> total) const;
   // POST or PUT `target` with local_path as the body; the 200's body in `reply`.
   Status SendFile(const std::string& method, const std::string& target, const std::string& local_path,
-                  const std::string& what, std::string* reply) const;
+                  const std::string& what, std::string* reply, std::optional<std::chrono::milliseconds> total) const;
   StatusOr<ExecResult> StreamProcess(std::string_view method_path, const std::string& body,
                                      const std::string& user, std::optional<std::chrono::milliseconds> timeout,
                                      const ExecCallbacks& callbacks, bool stop_after_start) const;

@@ -240,7 +240,9 @@ std::string GaneshaConfig(const std::vector<VolumeExport>& exports) {
     << "  Mount_Path_Pseudo = true;\n"
     << "  RPC_Max_Connections = 64;\n"  // one guest needs a few
     << "}\n"
-    << "NFSV4 { Graceless = true; }\n"
+    // UseGetpwnam: no libnfsidmap (and its plugins, /etc/idmapd.conf) in
+    // the server's root; NFSv3 names no owners anyway.
+    << "NFSV4 { Graceless = true; UseGetpwnam = true; }\n"
     // Writes through the content API and other sandboxes' servers reach the
     // same filesystem behind this server's back: no directory contents
     // cached (nor attributes: Attr_Expiration_Time below), and a bound on
@@ -250,7 +252,7 @@ std::string GaneshaConfig(const std::vector<VolumeExport>& exports) {
     << "LOG { Default_Log_Level = WARN; }\n";
   int n = 1;
   for (const auto& e : exports) {
-    c << "EXPORT {\n  Export_Id = " << n++ << ";\n  Path = \"" << e.host_dir << "\";\n  Pseudo = \"/"
+    c << "EXPORT {\n  Export_Id = " << n++ << ";\n  Path = \"/exports/" << e.volume_id << "\";\n  Pseudo = \"/"
       << e.volume_id << "\";\n  Protocols = 3;\n  Transports = TCP;\n  Access_Type = RW;\n"
       << "  Squash = No_Root_Squash;\n  SecType = sys;\n  Attr_Expiration_Time = 0;\n"
       << "  FSAL { Name = VFS; }\n}\n";
@@ -296,40 +298,145 @@ std::string LogTail(const std::string& path) {
   return all;
 }
 
+// What the server said: its setup's stderr, then ganesha's log in its own
+// root, through the pid namespace's init (unshare's child) while it lives.
+std::string ServerLogTail(const std::string& dir, pid_t unshare_pid) {
+  std::string out = LogTail(dir + "/setup.log");
+  std::ifstream children("/proc/" + std::to_string(unshare_pid) + "/task/" + std::to_string(unshare_pid) + "/children");
+  pid_t init = 0;
+  if (children >> init && init > 0) {
+    std::string log = LogTail("/proc/" + std::to_string(init) + "/root/run/ganesha.log");
+    if (!log.empty()) out += (out.empty() ? "" : "\n") + log;
+  }
+  return out;
+}
+
+// Builds the sealed root (EnsureVolumeServerRoot): $1 the directory, $2 the
+// stamp, then the programs. ldd names each library as the loader finds it
+// (/lib/x86_64-linux-gnu/libc.so.6, a soname link): each is copied, links
+// followed, under its directory's real path, so usr/ holds everything and
+// bin, sbin, lib, lib64 are links into it as on the host.
+constexpr char kSealRoot[] = R"SH(set -e
+d=$1 stamp=$2
+shift 2
+if mountpoint -q "$d"; then umount -l "$d"; fi
+mkdir -p "$d"
+mount -t tmpfs -o size=256m,mode=755 airlock-nfs-programs "$d"
+for l in bin sbin lib lib64; do ln -s "usr/$l" "$d/$l"; done
+for f in "$@" $(for p in "$@"; do ldd "$p" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'; done | sort -u); do
+  t=$(readlink -f "$(dirname "$f")")/$(basename "$f")
+  mkdir -p "$d$(dirname "$t")"
+  cp -L "$f" "$d$t"
+done
+mkdir -p "$d/etc"
+cp /etc/netconfig "$d/etc/netconfig"
+grep -E '^(root|_rpc):' /etc/passwd > "$d/etc/passwd"
+grep -E '^(root|nogroup):' /etc/group > "$d/etc/group"
+printf '%s
+' "$stamp" > "$d/.stamp"
+mount -o remount,ro "$d"
+)SH";
+
+std::mutex seal_mu;
+
 }  // namespace
 
 bool VolumeServerRunning(const std::string& run_dir) { return RecordedServer(run_dir) != 0; }
 
-Status StartVolumeServer(const std::string& run_dir, int netns_fd, const std::vector<VolumeExport>& exports) {
+Status EnsureVolumeServerRoot(const std::string& dir) {
+  std::vector<std::string> programs;
+  std::string stamp = "1";
+  for (const char* name : {"ganesha.nfsd", "rpcbind", "dash", "setpriv", "umount", "sleep"}) {
+    auto p = FindExecutable(name);
+    if (!p.ok()) return FailedPrecondition(std::string(name) + " is not installed (fix: run scripts/setup)");
+    programs.push_back(fs::canonical(*p).string());
+  }
+  // The FSAL ganesha loads (its plugin directory, as Debian installs it).
+  const std::string fsal = "/usr/lib/x86_64-linux-gnu/ganesha/libfsalvfs.so";
+  std::error_code ec;
+  if (!fs::exists(fsal, ec)) return FailedPrecondition(fsal + " is missing (fix: apt-get install nfs-ganesha-vfs)");
+  programs.push_back(fs::canonical(fsal).string());
+  for (const auto& p : programs) {
+    struct stat st;
+    if (::stat(p.c_str(), &st) != 0) return ErrnoError("stat " + p);
+    stamp += " " + p + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtime);
+  }
+  std::lock_guard<std::mutex> l(seal_mu);
+  {
+    std::ifstream in(dir + "/.stamp");
+    std::string have;
+    std::getline(in, have);
+    if (have == stamp && IsVolumeMounted(dir)) return OkStatus();
+  }
+  std::vector<std::string> argv = {"/bin/sh", "-c", kSealRoot, "seal", dir, stamp};
+  for (auto& p : programs) argv.push_back(p);
+  auto r = RunChecked(argv);
+  if (!r.ok()) return r.status().WithContext("make the NFS server's root " + dir);
+  return OkStatus();
+}
+
+Status StartVolumeServer(const std::string& run_dir, int netns_fd, const std::vector<VolumeExport>& exports,
+                         const std::string& server_root) {
   if (VolumeServerRunning(run_dir)) return OkStatus();
   const std::string dir = NfsDir(run_dir);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Internal("create " + dir + ": " + ec.message());
   RETURN_IF_ERROR(WriteFileAtomic(dir + "/ganesha.conf", GaneshaConfig(exports), 0600));
-  const std::string log = dir + "/ganesha.log";
-  ::unlink(log.c_str());
-  // In its own mount namespace: /run (rpcbind's socket, which ganesha
-  // registers with) and /var/lib/nfs (NFSv4 recovery state) are its own.
-  // rpcbind dies with the shell that becomes ganesha (--pdeathsig), so a
-  // server that exits leaves nothing behind. Then only the capabilities
-  // serving files needs.
-  std::string script =
-      "set -e; mount -t tmpfs -o size=1m,mode=755 tmpfs /run; mkdir -p /run/rpcbind;"
-      " if [ -d /var/lib/nfs ]; then mount -t tmpfs -o size=1m tmpfs /var/lib/nfs; fi;"
-      " setpriv --pdeathsig KILL rpcbind -f -w & i=0; while [ ! -S /run/rpcbind.sock ] && [ $i -lt 200 ]; do i=$((i+1)); sleep 0.05; done;"
-      " exec setpriv --bounding-set=-all,+chown,+dac_override,+dac_read_search,+fowner,+fsetid,+setuid,+setgid,"
-      "+sys_resource ganesha.nfsd -F -f \"$1\" -L \"$2\" -p /run/ganesha.pid -N NIV_WARN";
+  RETURN_IF_ERROR(EnsureVolumeServerRoot(server_root));
+  const std::string setup_log = dir + "/setup.log";
+  UniqueFd setup_err(::open(setup_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!setup_err) return ErrnoError("open " + setup_log);
+  // A mount namespace and a pid namespace of its own (unshare -f: the shell
+  // is its pid 1), a root of its own (volumes.h), then rpcbind, which dies
+  // with the shell that becomes ganesha (--pdeathsig), and ganesha with only
+  // the capabilities serving files needs. Until the pivot the shell's
+  // stderr is setup.log; from then on nothing of the host's is open.
+  std::string script = R"SH(set -e
+n=$1 s=$2
+shift 2
+r=$n/root
+mkdir -p "$r"
+mount -t tmpfs -o size=8m,mode=755 airlock-nfs "$r"
+mkdir -p "$r/usr" "$r/etc" "$r/run/rpcbind" "$r/var/lib/nfs/ganesha" "$r/tmp" "$r/dev" "$r/proc" "$r/exports"
+ln -s ../run "$r/var/run"
+mount --bind "$s/usr" "$r/usr"
+mount -o remount,bind,ro "$r/usr"
+for l in bin sbin lib lib64; do ln -s "usr/$l" "$r/$l"; done
+cp "$s/etc/netconfig" "$s/etc/passwd" "$s/etc/group" "$r/etc/"
+ln -s ../proc/self/mounts "$r/etc/mtab"
+cp "$n/ganesha.conf" "$r/etc/ganesha.conf"
+mknod -m 666 "$r/dev/null" c 1 3
+mknod -m 666 "$r/dev/zero" c 1 5
+mknod -m 666 "$r/dev/random" c 1 8
+mknod -m 666 "$r/dev/urandom" c 1 9
+for e in "$@"; do
+  mkdir "$r/exports/${e%%:*}"
+  mount --bind "${e#*:}" "$r/exports/${e%%:*}"
+done
+mount -t proc -o nosuid,nodev,noexec proc "$r/proc"
+cd "$r"
+mkdir .old
+pivot_root . .old
+cd /
+umount -l /.old
+exec </dev/null >/dev/null 2>&1
+setpriv --pdeathsig KILL rpcbind -f -w &
+i=0
+while [ ! -S /run/rpcbind.sock ] && [ $i -lt 200 ]; do i=$((i+1)); sleep 0.05; done
+exec setpriv --bounding-set=-all,+chown,+dac_override,+dac_read_search,+fowner,+fsetid,+setuid,+setgid,+sys_resource ganesha.nfsd -F -f /etc/ganesha.conf -L /run/ganesha.log -p /run/ganesha.pid -N NIV_WARN
+)SH";
   SpawnOptions o;
   // Slave propagation: a volume the host unmounts (deleted) goes from this
   // namespace too, instead of staying pinned there.
-  o.argv = {"unshare", "-m", "--propagation", "slave", "/bin/sh", "-c", script, "ganesha",
-            dir + "/ganesha.conf", log};
+  o.argv = {"unshare", "-m", "-p", "-f", "--propagation", "slave", "/bin/sh", "-c", script, "ganesha", dir,
+            server_root};
+  for (const auto& e : exports) o.argv.push_back(e.volume_id + ":" + e.host_dir);
   o.netns_fd = netns_fd;
   o.new_session = true;
   o.die_with_parent = false;
   o.stdout_to_devnull = true;
-  o.stderr_fd = -1;
+  o.stderr_fd = setup_err.get();
   ASSIGN_OR_RETURN(Child child, Spawn(o));
   const pid_t pid = child.pid();
   RETURN_IF_ERROR(WriteFileAtomic(dir + "/server.pid",
@@ -337,7 +444,7 @@ Status StartVolumeServer(const std::string& run_dir, int netns_fd, const std::ve
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {
     if (auto done = child.Poll()) {
-      return Unavailable("the volume NFS server exited (" + done->ToString() + "): " + LogTail(log));
+      return Unavailable("the volume NFS server exited (" + done->ToString() + "): " + ServerLogTail(dir, pid));
     }
     if (Listens(pid, kVolumeNfsPort) && Listens(pid, kVolumeMountPort)) {
       child.Release();
@@ -345,8 +452,9 @@ Status StartVolumeServer(const std::string& run_dir, int netns_fd, const std::ve
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  std::string said = ServerLogTail(dir, pid);
   ::kill(-pid, SIGKILL);
-  return DeadlineExceeded("the volume NFS server did not listen within 20 s: " + LogTail(log));
+  return DeadlineExceeded("the volume NFS server did not listen within 20 s: " + said);
 }
 
 Status StopVolumeServer(const std::string& run_dir, int netns_fd) {

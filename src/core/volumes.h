@@ -102,15 +102,34 @@ struct VolumeExport {
 };
 
 // The per-sandbox NFS server (see above). Its files: <run_dir>/nfs/
-// {ganesha.conf, ganesha.log, server.pid ("<pid> <start ticks>")}.
+// {ganesha.conf, setup.log, server.pid ("<pid> <start ticks>")}; its log is
+// in its own root (/run/ganesha.log, read through /proc/<pid>/root).
+//
+// Its root (docs/volumes.md "The NFS server's root"): ganesha keeps
+// CAP_DAC_READ_SEARCH (FSAL_VFS opens files by handle), and
+// open_by_handle_at(2) opens any inode of a file system it holds any fd or
+// mount of. So its mount namespace holds no mount of the host's file
+// systems: a tmpfs root, the sealed tmpfs of its programs
+// (EnsureVolumeServerRoot) bound read-only at /usr, a tmpfs /dev with four
+// character devices, its own /proc (a pid namespace of its own), and each
+// exported volume's own ext4 at /exports/<volume id>. Its fds 0-2 are that
+// root's /dev/null.
 using net::kVolumeMountPort;  // 20048
 using net::kVolumeNfsPort;    // 2049
 inline constexpr char kVolumeServerAddress[] = "169.254.0.22";
-// ganesha.conf's text.
+// ganesha.conf's text (export paths as the server sees them: /exports/<id>).
 std::string GaneshaConfig(const std::vector<VolumeExport>& exports);
+// The servers' programs: ganesha.nfsd, its FSAL, rpcbind, dash, setpriv,
+// umount, sleep and the libraries they load (ldd), /etc/{netconfig,passwd,
+// group} (root and _rpc only), copied into a tmpfs mounted at `dir` and
+// made read-only; kept while its stamp (the programs' sizes and mtimes)
+// holds. Made once per host and shared by every server.
+Status EnsureVolumeServerRoot(const std::string& dir);
 // Starts the server in the netns `netns_fd` unless one recorded in run_dir
-// still runs; returns when it listens (within 20 s) or with its log's tail.
-Status StartVolumeServer(const std::string& run_dir, int netns_fd, const std::vector<VolumeExport>& exports);
+// still runs, with EnsureVolumeServerRoot(server_root); returns when it
+// listens (within 20 s) or with its log's tail.
+Status StartVolumeServer(const std::string& run_dir, int netns_fd, const std::vector<VolumeExport>& exports,
+                         const std::string& server_root);
 // Ends the recorded server (its process group), if any. Idempotent. With
 // `netns_fd` (a netns that lives on, a rollback's), its TCP sockets there
 // are destroyed too (`ss -K`): an orphan left closing would answer the

@@ -47,6 +47,42 @@ async function guestSees(s, cmd, expected, what) {
   assert.ok(ok, `${what}: ${JSON.stringify(last)}, expected ${JSON.stringify(expected)}`)
 }
 
+// Every NFS server on this host (ours: this suite's, or another's running
+// beside it) holds nothing of the host's file systems (core/volumes.h): no
+// mount and no open fd on the device of the host's root or of /dev, so
+// open_by_handle_at (it keeps CAP_DAC_READ_SEARCH) reaches no host file;
+// fds 0-2 are its own /dev/null; its bounding set is file serving's; it is
+// pid 1's child in a pid namespace of its own.
+function assertNfsServersConfined() {
+  const devOf = (p) => { const st = statSync(p); return `${Math.floor(st.dev / 256)}:${st.dev % 256}` }
+  const hostDevs = new Set(['/', '/dev', '/proc', '/tmp', '/run', '/var/lib'].map(devOf))
+  const pids = readdirSync('/proc').filter((p) => /^\d+$/.test(p)).filter((p) => {
+    try { return readFileSync(`/proc/${p}/comm`, 'utf8').trim() === 'ganesha.nfsd' } catch { return false }
+  })
+  assert.ok(pids.length >= 1, 'an NFS server runs for the sandboxes with volumes')
+  for (const pid of pids) {
+    // mountinfo: id parent major:minor root mountpoint options [optional...] - fstype source ...
+    const mounts = readFileSync(`/proc/${pid}/mountinfo`, 'utf8').trim().split('\n').map((l) => {
+      const f = l.split(' ')
+      return { dev: f[2], point: f[4], type: f[f.indexOf('-') + 1], line: l }
+    })
+    for (const m of mounts) assert.ok(!hostDevs.has(m.dev), `server ${pid} holds a host mount: ${m.line}`)
+    assert.deepEqual(mounts.filter((m) => m.point === '/').map((m) => m.type), ['tmpfs'], 'its root is a tmpfs')
+    for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+      let st
+      try { st = statSync(`/proc/${pid}/fd/${fd}`) } catch { continue }  // closed meanwhile
+      const dev = `${Math.floor(st.dev / 256)}:${st.dev % 256}`
+      if (st.isFile() || st.isDirectory() || st.isCharacterDevice()) assert.ok(!hostDevs.has(dev), `server ${pid} fd ${fd} is on a host file system`)
+    }
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8')
+    // At most chown 0, dac_override 1, dac_read_search 2, fowner 3, fsetid 4,
+    // setgid 6, setuid 7, sys_resource 24 (ganesha drops the last itself).
+    const bnd = BigInt('0x' + /^CapBnd:\s+([0-9a-f]+)$/m.exec(status)[1])
+    assert.equal(bnd & ~0x10000dfn, 0n, `its bounding set is file serving's: ${bnd.toString(16)}`)
+    assert.match(status, /^NSpid:\s+\d+\s+\d+$/m, 'it is in a pid namespace of its own')
+  }
+}
+
 async function api(method, path, body, key = opts.apiKey, headers = {}) {
   const r = await fetch(`${d.url}${path}`, { method, headers: { 'X-API-Key': key, 'Content-Type': 'application/json', ...headers },
     body: body === undefined ? undefined : JSON.stringify(body) })
@@ -277,6 +313,7 @@ maybe('mounts: both forms, read-write for `user`; two sandboxes and the content 
     for (const o of ['nodev', 'nosuid', 'noexec']) assert.ok(hm[3].split(',').includes(o), `${o} in ${hm.join(' ')}`)
   }
   assert.equal(nfsListeners(), nfsBefore, 'no NFS listener added to the host netns')
+  if (RUNTIME === 'qemu') assertNfsServersConfined()
   // Mounted: the delete is refused, and the volume is whole.
   await rejectsWith(Volume.destroy(vol.volumeId, opts), 409)
   assert.equal((await api('DELETE', `/volumes/${small.volumeId}`)).status, 409)
