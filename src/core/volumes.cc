@@ -319,6 +319,8 @@ std::string ServerLogTail(const std::string& dir, pid_t unshare_pid) {
 constexpr char kSealRoot[] = R"SH(set -e
 d=$1 stamp=$2
 shift 2
+# Under flock: another daemon may have made it meanwhile.
+if mountpoint -q "$d" && [ "$(cat "$d/.stamp" 2>/dev/null)" = "$stamp" ]; then exit 0; fi
 if mountpoint -q "$d"; then umount -l "$d"; fi
 mkdir -p "$d"
 mount -t tmpfs -o size=256m,mode=755 airlock-nfs-programs "$d"
@@ -368,7 +370,8 @@ Status EnsureVolumeServerRoot(const std::string& dir) {
     std::getline(in, have);
     if (have == stamp && IsVolumeMounted(dir)) return OkStatus();
   }
-  std::vector<std::string> argv = {"/bin/sh", "-c", kSealRoot, "seal", dir, stamp};
+  // Daemons sharing a state dir make it one at a time.
+  std::vector<std::string> argv = {"flock", dir + ".lock", "/bin/sh", "-c", kSealRoot, "seal", dir, stamp};
   for (auto& p : programs) argv.push_back(p);
   auto r = RunChecked(argv);
   if (!r.ok()) return r.status().WithContext("make the NFS server's root " + dir);
