@@ -59,6 +59,11 @@ struct VmStartRequest {
   // proxy's from it). A runtime whose save cannot keep TCP connections
   // (gVisor) resets those by it first.
   std::string netns_ip;
+  // The sandbox's netns as a path ("/run/netns/al-<id>"), for a runtime that
+  // acts in it after Start: the daemon's own connections to the guest made
+  // from inside it (the data plane's, from the gateway 169.254.0.22) are
+  // reset there too before a gVisor save.
+  std::string sandbox_netns;
   // GuestLink::kVethNetns: eth0's address ("169.254.0.21/30") and gateway
   // in guest_netns. A runtime that takes them off eth0 when it starts a
   // guest (runsc) puts them back before the next guest starts in that netns

@@ -39,7 +39,7 @@ constexpr size_t kConsoleSearched = 256 * 1024;
 
 // What one sandbox's run_dir records (kStateFile).
 struct InstanceState {
-  std::string sandbox_id, container, guest_netns, netns_ip, guest_cidr, guest_gateway, rootfs, tree;
+  std::string sandbox_id, container, guest_netns, netns_ip, guest_cidr, guest_gateway, rootfs, tree, sandbox_netns;
   int vcpus = 1, memory_mib = 512;
   pid_t sandbox_pid = -1, gofer_pid = -1;
   unsigned long long sandbox_ticks = 0, gofer_ticks = 0;
@@ -67,6 +67,7 @@ struct InstanceState {
     s.guest_gateway = j.value("guest_gateway", "");
     s.rootfs = j.value("rootfs", "");
     s.tree = j.value("tree", "");
+    s.sandbox_netns = j.value("sandbox_netns", "");
     s.vcpus = j.value("vcpus", 1);
     s.memory_mib = j.value("memory_mib", 512);
     s.sandbox_pid = j.value("sandbox_pid", -1);
@@ -130,13 +131,24 @@ constexpr char kConnectedRefusal[] = "cannot be saved in connected state";
 // it is; the kernel sends the guest a RST for each, and its netstack moves
 // the endpoint to an error state it can save. The host's side sees
 // ECONNABORTED.
-Status ResetGuestConnections(const std::string& netns_ip) {
-  if (netns_ip.empty()) return OkStatus();  // a sandbox started before netns_ip was recorded
-  ASSIGN_OR_RETURN(RunResult r, Run({"ss", "-K", "-t", "-n", "dst", netns_ip}, -1, 1 << 16));
-  if (!r.status.success()) return Internal("ss -K dst " + netns_ip + ": " + r.err.substr(0, 300));
-  // ss lists what it destroyed, one socket a line after its header.
-  const size_t lines = static_cast<size_t>(std::count(r.out.begin(), r.out.end(), '\n'));
-  LOG_DEBUG("reset {} TCP connection(s) to the guest behind {}", lines > 0 ? lines - 1 : 0, netns_ip);
+// The same inside the sandbox's netns (`sandbox_netns`, a path; "": a
+// sandbox started before it was recorded): connections to the guest's
+// address from the gateway side, the data plane's.
+Status ResetGuestConnections(const std::string& netns_ip, const std::string& sandbox_netns,
+                             const std::string& guest_cidr) {
+  if (!netns_ip.empty()) {  // else a sandbox started before netns_ip was recorded
+    ASSIGN_OR_RETURN(RunResult r, Run({"ss", "-K", "-t", "-n", "dst", netns_ip}, -1, 1 << 16));
+    if (!r.status.success()) return Internal("ss -K dst " + netns_ip + ": " + r.err.substr(0, 300));
+    // ss lists what it destroyed, one socket a line after its header.
+    const size_t lines = static_cast<size_t>(std::count(r.out.begin(), r.out.end(), '\n'));
+    LOG_DEBUG("reset {} TCP connection(s) to the guest behind {}", lines > 0 ? lines - 1 : 0, netns_ip);
+  }
+  const std::string guest = guest_cidr.substr(0, guest_cidr.find('/'));
+  if (sandbox_netns.empty() || guest.empty()) return OkStatus();
+  UniqueFd ns(::open(sandbox_netns.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!ns) return OkStatus();  // its network is gone: nothing connects from there
+  ASSIGN_OR_RETURN(RunResult r, Run({"ss", "-K", "-t", "-n", "dst", guest}, ns.get(), 1 << 16));
+  if (!r.status.success()) return Internal("ss -K dst " + guest + " in " + sandbox_netns + ": " + r.err.substr(0, 300));
   return OkStatus();
 }
 
@@ -298,6 +310,7 @@ StatusOr<std::unique_ptr<VmInstance>> GvisorRuntime::Launch(const VmStartRequest
   s.container = NewContainerId(r.sandbox_id);
   s.guest_netns = r.guest_netns;
   s.netns_ip = r.netns_ip;
+  s.sandbox_netns = r.sandbox_netns;
   s.guest_cidr = r.guest_cidr;
   s.guest_gateway = r.guest_gateway;
   s.rootfs = rootfs;
@@ -418,7 +431,7 @@ StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bo
   auto t0 = Clock::now();  // when the guest stopped
   for (int attempt = 1;; ++attempt) {
     if (!paused_) {
-      if (Status cut = ResetGuestConnections(s_.netns_ip); !cut.ok()) return undo(cut);
+      if (Status cut = ResetGuestConnections(s_.netns_ip, s_.sandbox_netns, s_.guest_cidr); !cut.ok()) return undo(cut);
       // The RSTs cross the veth to the netstack's dispatcher: a moment, more
       // for each retry.
       std::this_thread::sleep_for(std::chrono::milliseconds(attempt == 1 ? 2 : std::min(800, 25 * (attempt - 1) * (attempt - 1))));
