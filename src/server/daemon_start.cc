@@ -117,12 +117,14 @@ class DaemonStart {
       SecretsService::Options so;
       so.db_path = s->registry_.db_path();
       so.db_dir = s->registry_.db_dir();
-      // Long enough for the longest lifetime cap of any team; with a team
-      // uncapped, one --max-timeout (a sandbox whose TTL is extended past
-      // it outlives its CA's certificate; not yet handled).
+      // The CA's validity covers the sandbox's life: the longest lifetime
+      // cap of any team, a day more; with a team uncapped, whose sandboxes
+      // may live for ever on TTL extensions, ten years. Each CA is trusted
+      // by one guest only and signs only its sandbox's brokered hosts, so a
+      // long validity gives nothing to anyone else.
       const int longest_s = s->config_.lifetime.Longest();
-      int64_t life_s = longest_s > 0 ? longest_s : s->config_.max_timeout_s;
-      so.ca_lifetime = std::chrono::seconds(life_s + 86400);
+      const int64_t life_s = longest_s > 0 ? int64_t{longest_s} + 86400 : int64_t{3650} * 86400;
+      so.ca_lifetime = std::chrono::seconds(life_s);
       SecretsService::Hooks hooks;
       hooks.audit = [s](json r) { s->audit_.Append(std::move(r)); };
       hooks.sandbox_log = [s](const std::string& id, std::string level, std::string message) {

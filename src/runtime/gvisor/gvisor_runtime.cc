@@ -182,6 +182,8 @@ class GvisorInstance final : public VmInstance {
   // SnapshotMemory::kNone: `dir` holds the guest's export; the guest is
   // stopped (runsc pause) unless keep_running, and the record committed.
   StatusOr<VmSnapshotInfo> SaveDiskOnly(const std::string& dir, bool keep_running);
+  // The record of what is in `dir`, for this sandbox's shape and template.
+  StatusOr<SnapshotRecord> Commit(const std::string& dir, bool memory, uint64_t save_ms) const;
 
   std::string console() const { return run_dir_ + "/" + kConsoleFile; }
   Status RecordPids();
@@ -473,21 +475,26 @@ StatusOr<VmSnapshotInfo> GvisorInstance::SaveSnapshot(const std::string& dir, bo
       return c.WithContext("gvisor: run the guest again after its checkpoint");
     }
   }
-  SnapshotRecord rec;
-  rec.vcpus = s_.vcpus;
-  rec.memory_mib = s_.memory_mib;
-  rec.rootfs = s_.rootfs;
-  rec.save_ms = stopped_ms;
-  auto stamp = ImageFileStamp(s_.rootfs);
-  if (!stamp.ok()) return undo(stamp.status().WithContext("stamp of " + s_.rootfs));
-  rec.rootfs_stamp = *stamp;
-  auto committed = CommitSnapshot(dir, rec);
+  auto committed = Commit(dir, /*memory=*/true, stopped_ms);
   if (!committed.ok()) return undo(committed.status());
   VmSnapshotInfo info;
   info.memory_bytes = committed->bytes();
   info.disk_bytes = 0;  // the guest's files are in the memory image
   info.save_ms = committed->save_ms;
   return info;
+}
+
+StatusOr<SnapshotRecord> GvisorInstance::Commit(const std::string& dir, bool memory, uint64_t save_ms) const {
+  SnapshotRecord rec;
+  rec.vcpus = s_.vcpus;
+  rec.memory_mib = s_.memory_mib;
+  rec.rootfs = s_.rootfs;
+  rec.memory = memory;
+  rec.save_ms = save_ms;
+  auto stamp = ImageFileStamp(s_.rootfs);
+  if (!stamp.ok()) return stamp.status().WithContext("stamp of " + s_.rootfs);
+  rec.rootfs_stamp = *stamp;
+  return CommitSnapshot(dir, rec);
 }
 
 StatusOr<VmSnapshotInfo> GvisorInstance::SaveDiskOnly(const std::string& dir, bool keep_running) {
@@ -509,16 +516,7 @@ StatusOr<VmSnapshotInfo> GvisorInstance::SaveDiskOnly(const std::string& dir, bo
     }
     return st;
   };
-  SnapshotRecord rec;
-  rec.vcpus = s_.vcpus;
-  rec.memory_mib = s_.memory_mib;
-  rec.rootfs = s_.rootfs;
-  rec.memory = false;
-  auto stamp = ImageFileStamp(s_.rootfs);
-  if (!stamp.ok()) return undo(stamp.status().WithContext("stamp of " + s_.rootfs));
-  rec.rootfs_stamp = *stamp;
-  rec.save_ms = MsSince(t0);
-  auto committed = CommitSnapshot(dir, rec);
+  auto committed = Commit(dir, /*memory=*/false, MsSince(t0));
   if (!committed.ok()) return undo(committed.status());
   VmSnapshotInfo info;
   info.disk_bytes = committed->bytes();
