@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "common/fd.h"
+#include "common/file_util.h"
 
 namespace airlock::agent {
 namespace {
@@ -23,6 +24,11 @@ namespace {
 constexpr size_t kBlock = 512;
 constexpr uint64_t kMaxPaxHeader = 1 << 20;  // our own records are a path or two long
 constexpr char kDeletedKey[] = "AIRLOCK.deleted";
+// Directories deep: the walk and a removal recurse once a level (and the walk
+// holds two fds a level), so a guest's deeper tree is refused, never a stack
+// or fd table run out in PID 1. A shell's `mkdir -p` stops at PATH_MAX
+// (4096 bytes), so no tree made by path names alone gets near it.
+constexpr int kMaxDepth = 4096;
 
 // ---------------------------------------------------------------- writing
 
@@ -81,13 +87,7 @@ class TarWriter {
     return Flush();
   }
   Status Flush() {
-    size_t off = 0;
-    while (off < buf_.size()) {
-      ssize_t n = ::write(fd_, buf_.data() + off, buf_.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return ErrnoError("write the archive");
-      off += static_cast<size_t>(n);
-    }
+    RETURN_IF_ERROR(airlock::WriteAll(fd_, buf_, "the archive"));
     buf_.clear();
     return OkStatus();
   }
@@ -174,19 +174,26 @@ class Walker {
 
   // `rel`: "" for the root, else "a/b/". `same_mtime`: the directory's mtime
   // is its base's.
-  Status Dir(int rfd, int bfd, const std::string& rel, bool same_mtime = false) {
+  Status Dir(int rfd, int bfd, const std::string& rel, bool same_mtime = false, int depth = 0) {
+    if (depth > kMaxDepth) {
+      return FailedPrecondition("/" + rel + " is more than " + std::to_string(kMaxDepth) +
+                                " directories deep: the root cannot be exported");
+    }
     auto names = Names(rfd);
-    if (!names.ok()) return Skip(rel, names.status());
+    if (!names.ok()) {
+      Skip(rel, names.status());
+      return OkStatus();
+    }
     std::set<std::string> present(names->begin(), names->end());
     for (const auto& name : *names) {
       const std::string path = rel + name;
       if (skip_.count(path)) continue;
       struct stat r;
       if (::fstatat(rfd, name.c_str(), &r, AT_SYMLINK_NOFOLLOW) != 0) {
-        if (errno != ENOENT) RETURN_IF_ERROR(Skip(path, ErrnoError("lstat")));
+        if (errno != ENOENT) Skip(path, ErrnoError("lstat"));
         continue;
       }
-      if (!S_ISDIR(r.st_mode) && dev_trick_ && r.st_dev == lower_dev_) continue;  // see below
+      if (!S_ISDIR(r.st_mode) && dev_trick_ && r.st_dev == lower_dev_) continue;  // ProbeUpperDevice
       struct stat b;
       const bool has_base = bfd >= 0 && ::fstatat(bfd, name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0;
       if (S_ISDIR(r.st_mode)) {
@@ -203,14 +210,16 @@ class Walker {
         RETURN_IF_ERROR(Emit(path, '5', r, "", 0, false));
         UniqueFd child(::openat(rfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         if (!child) {
-          RETURN_IF_ERROR(Skip(path, ErrnoError("open")));
+          // Out of fds is the walk's end, not a directory quietly left out.
+          if (errno == EMFILE || errno == ENFILE) return ErrnoError("open /" + path);
+          Skip(path, ErrnoError("open"));
           continue;
         }
         UniqueFd bchild;
         if (has_base && S_ISDIR(b.st_mode))
           bchild.Reset(::openat(bfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         RETURN_IF_ERROR(Dir(child.get(), bchild ? bchild.get() : -1, path + "/",
-                            has_base && S_ISDIR(b.st_mode) && SameTime(r.st_mtim, b.st_mtim)));
+                            has_base && S_ISDIR(b.st_mode) && SameTime(r.st_mtim, b.st_mtim), depth + 1));
         continue;
       }
       if (S_ISSOCK(r.st_mode)) continue;
@@ -218,7 +227,7 @@ class Walker {
       if (S_ISLNK(r.st_mode)) {
         auto t = ReadLink(rfd, name);
         if (!t.ok()) {
-          RETURN_IF_ERROR(Skip(path, t.status()));
+          Skip(path, t.status());
           continue;
         }
         target = *t;
@@ -251,7 +260,10 @@ class Walker {
     // overlay's copy-up keeps the mtime; a removal moves it): not listed.
     if (bfd >= 0 && !same_mtime) {
       auto base_names = Names(bfd);
-      if (!base_names.ok()) return Skip(rel, base_names.status());
+      if (!base_names.ok()) {
+        Skip(rel, base_names.status());
+        return OkStatus();
+      }
       for (const auto& name : *base_names) {
         const std::string path = rel + name;
         if (present.count(name) || skip_.count(path)) continue;
@@ -282,10 +294,9 @@ class Walker {
 
   // A write error is the walk's end (the reader is gone); anything else in
   // the guest's tree is skipped and counted.
-  Status Skip(const std::string& path, const Status& why) {
+  void Skip(const std::string& path, const Status& why) {
     ++stats_.skipped;
     if (stats_.first_error.empty()) stats_.first_error = "/" + path + ": " + why.message();
-    return OkStatus();
   }
 
   Status File(int rfd, const std::string& name, const std::string& path, const struct stat& listed) {
@@ -299,7 +310,8 @@ class Walker {
     UniqueFd fd(::openat(rfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     struct stat st;
     if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-      return Skip(path, fd ? InvalidArgument("no longer a regular file") : ErrnoError("open"));
+      Skip(path, fd ? InvalidArgument("no longer a regular file") : ErrnoError("open"));
+      return OkStatus();
     }
     const uint64_t size = static_cast<uint64_t>(st.st_size);
     RETURN_IF_ERROR(Emit(path, '0', st, "", size, false));
@@ -312,7 +324,7 @@ class Walker {
       ssize_t n = short_read ? 0 : ::read(fd.get(), buf.data(), std::min<uint64_t>(buf.size(), left));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
-        if (!short_read) RETURN_IF_ERROR(Skip(path, n < 0 ? ErrnoError("read") : Status(StatusCode::kDataLoss, "shrank while read")));
+        if (!short_read) Skip(path, n < 0 ? ErrnoError("read") : Status(StatusCode::kDataLoss, "shrank while read"));
         short_read = true;
         std::fill(buf.begin(), buf.end(), '\0');
         n = static_cast<ssize_t>(std::min<uint64_t>(buf.size(), left));
@@ -393,13 +405,14 @@ StatusOr<std::vector<std::string>> Components(const std::string& path) {
 
 // Removes `name` in `dirfd`, a directory with everything in it; no link
 // followed. Gone already is fine.
-Status RemoveAt(int dirfd, const std::string& name) {
+Status RemoveAt(int dirfd, const std::string& name, int depth = 0) {
   if (::unlinkat(dirfd, name.c_str(), 0) == 0 || errno == ENOENT) return OkStatus();
   if (errno != EISDIR && errno != EPERM) return ErrnoError("unlink " + name);
+  if (depth >= kMaxDepth) return FailedPrecondition(name + ": more than " + std::to_string(kMaxDepth) + " directories deep");
   UniqueFd d(::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!d) return ErrnoError("open " + name);
   ASSIGN_OR_RETURN(auto names, Names(d.get()));
-  for (const auto& n : names) RETURN_IF_ERROR(RemoveAt(d.get(), n));
+  for (const auto& n : names) RETURN_IF_ERROR(RemoveAt(d.get(), n, depth + 1));
   if (::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) return ErrnoError("rmdir " + name);
   return OkStatus();
 }
@@ -653,15 +666,9 @@ Status RootChangesImporter::Feed(std::string_view bytes) {
       if (s.type == 'x' || s.type == 'g') {
         s.pax.append(d);
       } else if (s.file) {
-        while (!d.empty()) {
-          ssize_t w = ::write(s.file.get(), d.data(), d.size());
-          if (w < 0 && errno == EINTR) continue;
-          if (w < 0) {
-            s.Note("(a file)", ErrnoError("write"));
-            s.file.Reset();
-            break;
-          }
-          d.remove_prefix(static_cast<size_t>(w));
+        if (Status w = airlock::WriteAll(s.file.get(), d, "a file"); !w.ok()) {
+          s.Note("(a file)", w);
+          s.file.Reset();
         }
         s.stats.bytes += n;
       }

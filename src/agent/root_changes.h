@@ -67,9 +67,9 @@ struct RootChangesStats {
 // from the tree at `base` (both absolute directories), then the end of the
 // archive. `skip`: paths as `root` shows them ("/proc") that are not walked,
 // nor counted as removed. An entry that vanishes or cannot be read while
-// walking is skipped (stats); a write error (the reader went away) or an
-// unreadable `root`/`base` is the error, and then no end of archive is
-// written.
+// walking is skipped (stats); a write error (the reader went away), an
+// unreadable `root`/`base`, or a tree more than 4096 directories deep
+// (FailedPrecondition) is the error, and then no end of archive is written.
 Status WriteRootChanges(const std::string& root, const std::string& base, const std::vector<std::string>& skip,
                         int out, RootChangesStats* stats);
 

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -239,6 +240,36 @@ TEST_F(RootChangesTest, OnAnOverlayOnlyWhatWasCopiedUpIsWalkedAndAllComesBack) {
   EXPECT_EQ(Describe(target_), Describe(root_));
   EXPECT_EQ(Read(target_ / "usr/share/doc/b/README"), "docs b\nappended\n");
   EXPECT_FALSE(fs::exists(target_ / "etc/shells"));
+}
+
+// A guest's tree deeper than the walk goes is refused whole (the pause then
+// fails and the sandbox runs on), never a stack or fd table run out.
+TEST_F(RootChangesTest, ATreeTooDeepIsRefusedNotCut) {
+  // The walk holds a directory fd a level (two with a base), as the agent
+  // may (runsc gives it 20000).
+  struct rlimit nofile;
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &nofile), 0);
+  if (nofile.rlim_max < 9000) GTEST_SKIP() << "RLIMIT_NOFILE hard limit " << nofile.rlim_max << " < 9000";
+  nofile.rlim_cur = nofile.rlim_max;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &nofile), 0);
+  int fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  for (int i = 0; i < 4100; ++i) {  // past PATH_MAX: made one level at a time
+    ASSERT_EQ(::mkdirat(fd, "d", 0755), 0);
+    int next = ::openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ::close(fd);
+    ASSERT_GE(next, 0);
+    fd = next;
+  }
+  ::close(fd);
+  int out = ::open((dir_ / "deep.tar").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(out, 0);
+  Status st = WriteRootChanges(root_.string(), base_.string(), {}, out, nullptr);
+  ::close(out);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("directories deep"), std::string::npos) << st.ToString();
+  // TearDown's remove_all names paths, which stop at PATH_MAX; GNU rm walks by fd.
+  ASSERT_EQ(std::system(("rm -rf " + (root_ / "d").string()).c_str()), 0);
 }
 
 TEST_F(RootChangesTest, GarbageAndCutArchivesAreErrors) {
