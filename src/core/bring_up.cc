@@ -148,7 +148,7 @@ VmStartRequest VmStartRequestFor(const std::string& id, const std::string& run_d
   req.tap = network.tap_name();
   req.guest_netns = network.guest_netns_path();  // GuestLink::kVethNetns only
   req.netns_ip = network.netns_ip();
-  req.sandbox_netns = "/run/netns/" + network.netns_name();
+  req.sandbox_netns = network.netns_path();
   req.guest_cidr = net::SandboxNetwork::guest_cidr();
   req.guest_gateway = net::SandboxNetwork::gateway_ip();
   req.detach = detach;

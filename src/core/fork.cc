@@ -66,26 +66,16 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> Manager::Fork(const st
     // a live daemon may take (SnapshotDirs::SweepForks).
     if (!config_.owner.empty()) WriteOwnerFile(ForkOwnerFile(dir), config_.owner);
     const char* what = options.keep_memory ? "fork" : "fork without memory";
-    // A guest whose files are in its memory (gVisor) exports them instead.
+    // The filesystem only, as a pause without memory (snapshots.cc).
     bool exported = false;
     if (!options.keep_memory) {
-      auto runtime = RuntimeNamed(parent->runtime_);
-      Status can;
-      if (runtime.ok() && (*runtime)->guest_files_in_memory()) {
-        can = ExportGuestRoot(*parent, dir + ".tmp");
-        exported = can.ok();
-      } else {
-        // The filesystem only (as a pause without memory, snapshots.cc): the
-        // runtime must be able to drop the memory, and what the guest holds
-        // in its page cache must reach the virtual disk before the save.
-        can = runtime.ok() ? CheckDropsMemory(**runtime, dir + ".tmp") : runtime.status();
-        if (can.ok()) can = SyncGuestFilesystems(*parent);
-      }
-      if (!can.ok()) {
+      auto prepared = PrepareSaveWithoutMemory(*parent, dir + ".tmp");
+      if (!prepared.ok()) {
         fs::remove_all(dir + ".tmp", ec);
         fs::remove(ForkOwnerFile(dir), ec);
-        return RuntimeOpStatus(can, parent->runtime_, what, "fork " + id);
+        return RuntimeOpStatus(prepared.status(), parent->runtime_, what, "fork " + id);
       }
+      exported = *prepared;
     }
     // The checkpoint: the parent is stopped for the save only and continues.
     // Its RAM becomes a file of the fork's own that every child maps

@@ -356,6 +356,11 @@ class Manager : private WarmPoolHost {
   // sync(1) as root in the guest (60 s): what its page cache holds reaches
   // the virtual disk (before a snapshot that keeps the filesystem only).
   static Status SyncGuestFilesystems(Sandbox& sb);
+  // Before a save that keeps no memory (a pause or fork without it): a
+  // guest whose files live in its memory exports them into `dir` (true: save
+  // with SnapshotMemory::kNone); any other is synced once its runtime is
+  // known to drop a snapshot's memory (false: save, then DropMemory).
+  StatusOr<bool> PrepareSaveWithoutMemory(Sandbox& sb, const std::string& dir);
   // A guest whose files live in its memory (Runtime::guest_files_in_memory):
   // its agent's export of its root's changes into <dir>/kGuestRootChanges
   // (dir made, 0700), capped at what the guest could have written.

@@ -486,13 +486,16 @@ StatusOr<std::vector<SandboxRecord>> Registry::ListSandboxes() {
   return out;
 }
 
+bool IsTeamName(std::string_view team) {
+  return !team.empty() && team.size() <= 64 &&
+         team.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") ==
+             std::string_view::npos;
+}
+
 StatusOr<std::pair<ApiKeyRecord, std::string>> NewApiKey(const std::string& name, const std::string& team,
                                                          bool admin) {
   if (name.empty() || name.size() > 128) return InvalidArgument("API key name must be 1..128 characters");
-  if (team.size() > 64 || team.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
-                              std::string::npos) {
-    return InvalidArgument("team must be 1..64 characters of [A-Za-z0-9_.-]");
-  }
+  if (!team.empty() && !IsTeamName(team)) return InvalidArgument("team must be 1..64 characters of [A-Za-z0-9_.-]");
   std::string key = kApiKeyPrefix + RandomHex(kApiKeyRandomBytes);
   ApiKeyRecord rec{RandomHex(4), name, key.substr(0, 9), NowUnixMs(), team, admin};
   if (rec.team.empty()) rec.team = rec.id;

@@ -231,6 +231,10 @@ class Registry {
   std::mutex mu_;
 };
 
+// A team's name: 1..64 characters of [A-Za-z0-9_.-] (an API key's team,
+// serve --team-max-lifetime's).
+bool IsTeamName(std::string_view team);
+
 // API keys as E2B issues them ("e2b_" + 40 lower-case hex digits), which the
 // E2B SDKs' newest sources check before sending (`^e2b_[0-9a-f]+$`).
 inline constexpr char kApiKeyPrefix[] = "e2b_";

@@ -47,6 +47,21 @@ Status Manager::ExportGuestRoot(Sandbox& sb, const std::string& dir) {
   return OkStatus();
 }
 
+StatusOr<bool> Manager::PrepareSaveWithoutMemory(Sandbox& sb, const std::string& dir) {
+  ASSIGN_OR_RETURN(Runtime * runtime, RuntimeNamed(sb.runtime_));
+  if (runtime->guest_files_in_memory()) {
+    RETURN_IF_ERROR(ExportGuestRoot(sb, dir));
+    return true;
+  }
+  // A runtime that cannot drop a snapshot's memory says so before anything
+  // is saved (its save would stop the guest for nothing).
+  RETURN_IF_ERROR(CheckDropsMemory(*runtime, dir));
+  // Only the disk is kept: what the guest has in its page cache must reach
+  // the virtual disk first, or the reboot would not see it.
+  RETURN_IF_ERROR(SyncGuestFilesystems(sb));
+  return false;
+}
+
 Status Manager::ImportGuestRoot(Sandbox& sb, const std::string& dir) {
   const std::string tar = dir + "/" + kGuestRootChanges;
   const auto t0 = std::chrono::steady_clock::now();
@@ -103,22 +118,11 @@ StatusOr<PauseResult> Manager::Pause(const std::string& id, const PauseOptions& 
   fs::remove_all(dir, ec);  // a stale, never-registered pause of this sandbox
   // What the sandbox's runtime cannot do is named in the error (HTTP 501).
   const char* what = options.keep_memory ? "pause" : "pause without memory";
-  // A guest whose files are in its memory (gVisor) exports them instead.
   bool exported = false;
   if (!options.keep_memory) {
-    auto runtime = RuntimeNamed(sb->runtime_);
-    if (runtime.ok() && (*runtime)->guest_files_in_memory()) {
-      if (Status st = ExportGuestRoot(*sb, tmp); !st.ok()) return back_to_running(st.WithContext("pause " + id));
-      exported = true;
-    } else {
-      // A runtime that cannot drop a snapshot's memory says so before
-      // anything is saved (its save would stop the guest for nothing).
-      Status can = runtime.ok() ? CheckDropsMemory(**runtime, tmp) : runtime.status();
-      if (!can.ok()) return back_to_running(RuntimeOpStatus(can, sb->runtime_, what, "pause " + id));
-      // Only the disk is kept: what the guest has in its page cache must
-      // reach the virtual disk first, or the reboot would not see it.
-      if (Status synced = SyncGuestFilesystems(*sb); !synced.ok()) return back_to_running(synced);
-    }
+    auto prepared = PrepareSaveWithoutMemory(*sb, tmp);
+    if (!prepared.ok()) return back_to_running(RuntimeOpStatus(prepared.status(), sb->runtime_, what, "pause " + id));
+    exported = *prepared;
   }
   // The save writes every file under a temporary name, the manifest last; the
   // directory is renamed into place only once it is complete.

@@ -248,7 +248,7 @@ StatusOr<std::unique_ptr<SandboxNetwork>> SandboxNetwork::Adopt(const std::strin
   n->lease_ = *lease;
   n->adopted_ = true;
   if (NetnsExists(GuestNetnsName(sandbox_id))) n->guest_netns_path_ = "/run/netns/" + GuestNetnsName(sandbox_id);
-  std::string p = "/run/netns/" + n->netns_;
+  std::string p = n->netns_path();
   n->netns_fd_.Reset(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
   if (!n->netns_fd_) return ErrnoError("open " + p);
   RETURN_IF_ERROR(pool.Adopt(*lease));

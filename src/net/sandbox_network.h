@@ -63,6 +63,7 @@ class SandboxNetwork {
 
   const std::string& sandbox_id() const { return id_; }
   const std::string& netns_name() const { return netns_; }
+  std::string netns_path() const { return "/run/netns/" + netns_; }
   // fd of /run/netns/al-<id> (O_RDONLY|O_CLOEXEC), for setns(CLONE_NEWNET)
   // before exec'ing the VMM. Valid until Destroy().
   int netns_fd() const { return netns_fd_.get(); }

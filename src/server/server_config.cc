@@ -4,6 +4,8 @@
 #include <charconv>
 #include <limits>
 
+#include "core/registry.h"
+
 namespace airlock::server {
 
 int ClampTimeout(const ServerConfig& config, int64_t seconds) {
@@ -21,7 +23,6 @@ image::MachineShape DefaultShapeFor(const ServerConfig& config, const std::strin
 }
 
 StatusOr<std::map<std::string, int, std::less<>>> ParseTeamMaxLifetimes(const std::vector<std::string>& values) {
-  static constexpr std::string_view kTeamChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-";
   std::map<std::string, int, std::less<>> out;
   for (const std::string& v : values) {
     auto bad = [&](const std::string& why) {
@@ -31,8 +32,7 @@ StatusOr<std::map<std::string, int, std::less<>>> ParseTeamMaxLifetimes(const st
     if (eq == std::string::npos) return bad("no '='");
     const std::string team = v.substr(0, eq);
     const std::string_view secs = std::string_view(v).substr(eq + 1);
-    if (team.empty() || team.size() > 64 || team.find_first_not_of(kTeamChars) != std::string::npos)
-      return bad("the team must be 1..64 characters of [A-Za-z0-9_.-]");
+    if (!IsTeamName(team)) return bad("the team must be 1..64 characters of [A-Za-z0-9_.-]");
     int n = 0;
     auto [end, ec] = std::from_chars(secs.data(), secs.data() + secs.size(), n);
     if (secs.empty() || secs.find_first_not_of("0123456789") != std::string_view::npos || ec != std::errc() ||
