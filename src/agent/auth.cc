@@ -163,12 +163,6 @@ void HandleInit(Agent& agent, std::shared_ptr<http::Conn> s) {
         if (Status st = SetHostname(h); !st.ok()) return RespondHttpError(*s, 500, st.message());
       }
     }
-    if (auto it = j.find("accessToken"); it != j.end() && it->is_string()) {
-      if (Status st = agent.SetAccessToken(it->get<std::string>()); !st.ok()) {
-        LogError("access token: %s", st.ToString().c_str());
-        return RespondHttpError(*s, 500, "could not hand the access token to the code interpreter: " + st.message());
-      }
-    }
     // Volumes (airlock extension, agent/volume_mounts.h): mounted before
     // the answer, off the io thread (the kernel's MOUNT call can wait on
     // its server).
@@ -177,6 +171,14 @@ void HandleInit(Agent& agent, std::shared_ptr<http::Conn> s) {
     if (!mounts.ok()) return RespondHttpError(*s, 400, mounts.status().message());
     agent.MergeEnvVars(envs);
     if (user) agent.SetDefaultUser(*user);
+    // The token last: the code interpreter takes a new one as the sandbox's
+    // new identity and fetches its env vars at once (interpreter.h).
+    if (auto it = j.find("accessToken"); it != j.end() && it->is_string()) {
+      if (Status st = agent.SetAccessToken(it->get<std::string>()); !st.ok()) {
+        LogError("access token: %s", st.ToString().c_str());
+        return RespondHttpError(*s, 500, "could not hand the access token to the code interpreter: " + st.message());
+      }
+    }
     if (!has_mounts || ::getpid() != 1) return s->Respond(204, "", "", {{"X-Envd-Version", "0.6.13"}});
     std::thread([s, mounts = std::move(mounts).value()] {
       Status st = MountNfs(mounts);

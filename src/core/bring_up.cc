@@ -561,6 +561,26 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Park(const PoolShape& shape, const P
   warm.timeout = std::chrono::seconds(30);
   if (auto r = sb->agent_->Exec(warm, {}); !r.ok() || r->exit_code != 0)
     LOG_WARN("warm pool: sandbox={} warm-up command: {}", sb->id(), r.ok() ? r->status : r.status().message());
+  // The same for a first runCode: the code interpreter's kernel runs one
+  // silent execution (POST /airlock/warm-up, src/interpreter), leaving nothing
+  // in the user's namespace; the claim's /init then gives it the sandbox's
+  // env vars and seeds on a translated path.
+  if (image::TemplateHasInterpreter(shape.template_name)) {
+    Status st = sb->ExposePort(image::kInterpreterPort);
+    if (st.ok()) {
+      HttpCall call;
+      call.host = sb->netns_ip();
+      call.port = image::kInterpreterPort;
+      call.method = "POST";
+      call.target = "/airlock/warm-up";
+      call.timeout = std::chrono::seconds(60);
+      call.max_body = 4096;
+      auto r = HttpDo(call);
+      if (!r.ok()) st = r.status();
+      else if (r->status != 204) st = Internal("HTTP " + std::to_string(r->status) + ": " + r->body);
+    }
+    if (!st.ok()) LOG_WARN("warm pool: sandbox={} code interpreter warm-up: {}", sb->id(), st.message());
+  }
   sb->SetTimings(timings);
   return sb;
 }

@@ -56,7 +56,7 @@ Status Context::Spawn() {
   kernel_ = s_.register_kernel(weak_from_this());
   s_.hub.Add(kernel_, conn_, proc_.DupPidfd());
   session_ = NewUuid();
-  info_reply_ = iopub_seen_ = setup_done_ = false;
+  info_reply_ = iopub_seen_ = setup_done_ = internal_ = false;
   state_ = State::kStarting;
   start_deadline_ = std::chrono::steady_clock::now() + s_.options.start_timeout;
   uint64_t k = kernel_;
@@ -317,6 +317,56 @@ void Context::RunCode(const std::string& code, const char* what, std::function<v
   current_ = std::move(r);
 }
 
+void Context::RunInternal(const std::string& code, const char* what, std::function<void(bool ok)> done) {
+  internal_ = true;
+  std::weak_ptr<Context> weak = weak_from_this();
+  RunCode(code, what, [weak, done = std::move(done)](bool ok) {
+    auto self = weak.lock();
+    if (!self) return;
+    self->internal_ = false;
+    if (done) done(ok);
+    // Not ok: the kernel went away; its successor's BecomeReady pumps.
+    if (ok) self->Pump();
+  });
+}
+
+void Context::Reinit(const std::string& token) {
+  ++identity_;
+  setup_done_ = false;
+  // Busy: the next execution's StepSetup does it.
+  if (state_ != State::kReady || running_ || internal_) return;
+  internal_ = true;  // from the fetch on: an execution arriving now waits
+  std::weak_ptr<Context> weak = weak_from_this();
+  const uint64_t k = kernel_, identity = identity_;
+  s_.fetch_envs(token, [weak, k, identity](EnvVars envs) {
+    auto self = weak.lock();
+    if (!self || self->kernel_ != k) return;  // a new kernel: Spawn reset both flags
+    self->internal_ = false;
+    if (self->state_ != State::kReady) return;  // stopping: BecomeReady pumps
+    auto done = [weak, identity](bool ok) {
+      auto self = weak.lock();
+      // A Reinit since: its identity's set-up is still to do.
+      if (self && ok && self->identity_ == identity) self->setup_done_ = true;
+    };
+    std::string code = SetEnvSnippet(self->language_, envs, false) + ReseedSnippet(self->language_);
+    if (code.empty()) {
+      done(true);
+      self->Pump();
+      return;
+    }
+    self->RunInternal(code, "env setup", done);
+  });
+}
+
+void Context::WarmUp(std::function<void()> done) {
+  std::string code = WarmUpSnippet(language_);
+  if (code.empty() || state_ != State::kReady || running_ || internal_) {
+    done();
+    return;
+  }
+  RunInternal(code, "warm-up", [done = std::move(done)](bool) { done(); });
+}
+
 void Context::Complete() {
   auto r = std::move(current_);
   interrupt_timer_.cancel();
@@ -368,7 +418,7 @@ void Context::Enqueue(std::shared_ptr<Execution> e) {
 }
 
 void Context::Pump() {
-  if (running_ || state_ != State::kReady) return;
+  if (running_ || internal_ || state_ != State::kReady) return;
   while (!queue_.empty() && !running_) {
     auto e = std::move(queue_.front());
     queue_.pop_front();

@@ -20,7 +20,11 @@
 // the sandbox's create-time env vars from envd GET /envs, plus the PRNG
 // re-seed for python] → [set env_vars, saving the old values] → the code →
 // end_of_execution → [restore env_vars] → the next one. The extra steps are
-// silent executions (env_snippet.h). Interrupt is SIGINT to the kernel's pid
+// silent executions (env_snippet.h). The first step is done again for the
+// next execution after the sandbox's identity changes (Reinit: a create
+// from the template snapshot, a warm-pool claim, a fork child), and at once
+// when the kernel is idle then, so that execution does not wait for it.
+// Interrupt is SIGINT to the kernel's pid
 // while it is busy with the user's code, repeated every `reinterrupt` until
 // that execution ends (the client went away, or the output limit was hit).
 #pragma once
@@ -84,12 +88,26 @@ class Context : public std::enable_shared_from_this<Context> {
   // The same without the new kernel; `done` once the process is gone.
   void Delete(std::function<void()> done);
   void OnMessage(uint64_t kernel, Channel channel, const KernelMessage& m);
+  // The sandbox has a new identity (a new access token at /init, `token`):
+  // the next execution fetches the env vars with it and re-seeds the PRNGs
+  // (a snapshot's children must not share a random sequence). Done at once
+  // while the kernel is ready and idle: an execution that arrives meanwhile
+  // waits for it instead of doing it (one kernel round trip fewer on the
+  // create's first execution). A resume of the same sandbox keeps its token
+  // and never calls this: a seeded sequence carries on across a pause.
+  void Reinit(const std::string& token);
+  // One silent execution that takes the kernel's execute path and its
+  // display formatters once (IPython's lazy set-up), leaving nothing in the
+  // user's namespace or history; `done` after it, or at once when the kernel
+  // is not ready and idle. For the server to call before the template
+  // snapshot is taken, so every sandbox restored from it has it done.
+  void WarmUp(std::function<void()> done);
 
  private:
   struct Request {
     std::string msg_id;
     bool user = false;
-    const char* what = "";  // for the log: "env setup", "env_vars", "code", "env restore"
+    const char* what = "";  // for the log: "env setup", "env_vars", "code", "env restore", "warm-up"
     bool started = false, reply = false, idle = false;
     std::function<void(bool ok)> done;  // ok false: the kernel went away
   };
@@ -106,6 +124,9 @@ class Context : public std::enable_shared_from_this<Context> {
   void CallReadyWaiters(const Status& st);
   std::string Send(Channel channel, std::string_view msg_type, nlohmann::json content);
   void RunCode(const std::string& code, const char* what, std::function<void(bool ok)> done);
+  // An execution of the server's own between user executions (Reinit's
+  // set-up, WarmUp): Pump holds the queue until `done` ran.
+  void RunInternal(const std::string& code, const char* what, std::function<void(bool ok)> done);
   void Complete();
 
   void Pump();
@@ -134,6 +155,9 @@ class Context : public std::enable_shared_from_this<Context> {
   std::string session_;
   std::string connection_file_;
   bool info_reply_ = false, iopub_seen_ = false, setup_done_ = false;
+  // An internal execution (RunInternal) is in flight or about to be.
+  bool internal_ = false;
+  uint64_t identity_ = 0;  // Reinit calls so far
   int start_retries_ = 0;
   std::chrono::steady_clock::time_point start_deadline_;
   boost::asio::steady_timer nudge_timer_, kill_timer_, interrupt_timer_;

@@ -123,4 +123,9 @@ std::string ReseedSnippet(std::string_view language) {
          "(lambda m: m['numpy'].random.seed() if 'numpy' in m else None)(__import__('sys').modules)\n";
 }
 
+std::string WarmUpSnippet(std::string_view language) {
+  if (language != "python") return "";
+  return ReseedSnippet(language) + "__import__('IPython').get_ipython().display_formatter.format(1 + 1)\n";
+}
+
 }  // namespace airlock::interpreter

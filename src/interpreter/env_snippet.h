@@ -28,6 +28,14 @@ std::string RestoreEnvSnippet(std::string_view language, const EnvVars& vars);
 // RNG (a sandbox restored from a snapshot shares its parent's PRNG state).
 std::string ReseedSnippet(std::string_view language);
 
+// Python only: re-seeds (ReseedSnippet) and formats a value through the
+// kernel's display formatters (airlock's e2b/chart and e2b/data among them)
+// in a silent execution, so
+// IPython's lazy set-up of its execute and display paths is done before the
+// template snapshot (Context::WarmUp). It binds no name in the user's
+// namespace ('_' included) and adds nothing to the history.
+std::string WarmUpSnippet(std::string_view language);
+
 // Standard base64 (with padding).
 std::string Base64Encode(std::string_view bytes);
 // A bash single-quoted word holding exactly `s`.

@@ -1,6 +1,8 @@
 #include "interpreter/interpreter.h"
 
 #include <fcntl.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
@@ -98,13 +100,15 @@ Interpreter::Interpreter(boost::asio::io_context& io, Options options, KernelTab
                   FetchEnvs(token, std::move(done));
                 }},
       retry_timer_(io),
-      listener_(io, [this](std::shared_ptr<http::Conn> c) { Handle(std::move(c)); }, ServerLimits()) {}
+      listener_(io, [this](std::shared_ptr<http::Conn> c) { Handle(std::move(c)); }, ServerLimits()),
+      token_watch_(io) {}
 
 Interpreter::~Interpreter() { Shutdown(); }
 
 Status Interpreter::Start() {
   RETURN_IF_ERROR(listener_.Listen(options_.listen));
   RETURN_IF_ERROR(hub_->Start());
+  RETURN_IF_ERROR(WatchAccessToken());
   StartDefaultPython();
   return OkStatus();
 }
@@ -112,6 +116,8 @@ Status Interpreter::Start() {
 void Interpreter::Shutdown() {
   listener_.Stop();
   retry_timer_.cancel();
+  boost::system::error_code ignored;
+  token_watch_.close(ignored);
   contexts_.clear();  // each kills its kernel
   defaults_.clear();
   if (hub_) hub_->Stop();
@@ -126,7 +132,15 @@ void Interpreter::StartDefaultPython() {
   ctx->Start([this, alive = std::weak_ptr<bool>(alive_)](Status st) {
     if (alive.expired()) return;
     if (st.ok()) {
-      if (!python_ready_) AnnounceReady();
+      if (!python_ready_) {
+        // The ready line is the host's cue for the template snapshot: the
+        // warm-up comes first, so every sandbox made from it has it done.
+        if (auto ctx = DefaultContext("python")) {
+          ctx->WarmUp([this, alive] {
+            if (!alive.expired()) AnnounceReady();
+          });
+        }
+      }
       python_ready_ = true;
       retry_delay_ = std::chrono::seconds(1);
       return;
@@ -213,6 +227,73 @@ void Interpreter::FetchEnvs(const std::string& token, std::function<void(EnvVars
   }).detach();
 }
 
+// ---- the sandbox's identity: the access token the agent writes at /init ----
+
+Status Interpreter::WatchAccessToken() {
+  const std::string& file = options_.access_token_file;
+  if (file.empty()) return OkStatus();
+  size_t slash = file.find_last_of('/');
+  token_dir_ = slash == std::string::npos ? "." : slash == 0 ? "/" : file.substr(0, slash);
+  token_name_ = slash == std::string::npos ? file : file.substr(slash + 1);
+  size_t dslash = token_dir_.find_last_of('/');
+  std::string parent = dslash == std::string::npos ? "." : dslash == 0 ? "/" : token_dir_.substr(0, dslash);
+  token_dir_name_ = dslash == std::string::npos ? token_dir_ : token_dir_.substr(dslash + 1);
+  int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (fd < 0) return ErrnoError("inotify_init1");
+  token_watch_.assign(fd);
+  // The token is only ever renamed over (WriteFileAtomic) or removed; a
+  // close after writing is watched too, for a writer that writes in place.
+  constexpr uint32_t kTokenEvents = IN_MOVED_TO | IN_CLOSE_WRITE | IN_ONLYDIR;
+  token_dir_wd_ = ::inotify_add_watch(fd, token_dir_.c_str(), kTokenEvents);
+  if (token_dir_wd_ < 0) {
+    if (errno != ENOENT) return ErrnoError("inotify_add_watch " + token_dir_);
+    // Not made yet (the agent makes it at the first /init with a token).
+    token_parent_wd_ = ::inotify_add_watch(fd, parent.c_str(), IN_CREATE | IN_MOVED_TO | IN_ONLYDIR);
+    if (token_parent_wd_ < 0) return ErrnoError("inotify_add_watch " + parent);
+    token_dir_wd_ = ::inotify_add_watch(fd, token_dir_.c_str(), kTokenEvents);  // made meanwhile?
+  }
+  if (auto t = ReadAccessToken(file); t.ok()) token_seen_ = *t;
+  ReadTokenEvents();
+  return OkStatus();
+}
+
+void Interpreter::ReadTokenEvents() {
+  token_watch_.async_read_some(
+      boost::asio::buffer(token_events_),
+      [this, alive = std::weak_ptr<bool>(alive_)](const boost::system::error_code& ec, size_t n) {
+        if (ec || alive.expired()) return;
+        bool written = false;
+        for (size_t off = 0; off + sizeof(inotify_event) <= n;) {
+          const auto* ev = reinterpret_cast<const inotify_event*>(token_events_.data() + off);
+          std::string name = ev->len ? std::string(ev->name) : std::string();
+          if (ev->wd == token_parent_wd_ && name == token_dir_name_ && token_dir_wd_ < 0) {
+            token_dir_wd_ = ::inotify_add_watch(token_watch_.native_handle(), token_dir_.c_str(),
+                                                IN_MOVED_TO | IN_CLOSE_WRITE | IN_ONLYDIR);
+            if (token_dir_wd_ < 0) LogError("inotify_add_watch %s: %s", token_dir_.c_str(), std::strerror(errno));
+            written = true;  // the token may be in it already
+          } else if (ev->wd == token_dir_wd_ && name == token_name_) {
+            written = true;
+          }
+          off += sizeof(inotify_event) + ev->len;
+        }
+        if (written) OnTokenWritten();
+        ReadTokenEvents();
+      });
+}
+
+void Interpreter::OnTokenWritten() {
+  auto token = ReadAccessToken(options_.access_token_file);
+  if (!token.ok()) {
+    LogError("access token: %s", token.status().ToString().c_str());
+    return;
+  }
+  // The same token again is the same sandbox (a resume): nothing changes.
+  if (token->empty() || *token == token_seen_) return;
+  token_seen_ = *token;
+  LogInfo("a new access token: the contexts take the sandbox's env vars and new PRNG seeds");
+  for (auto& [id, ctx] : contexts_) ctx->Reinit(*token);
+}
+
 // ---- HTTP ----
 
 void Interpreter::Handle(std::shared_ptr<http::Conn> c) {
@@ -243,6 +324,16 @@ void Interpreter::Handle(std::shared_ptr<http::Conn> c) {
     if (m != http::Method::kGet && m != http::Method::kHead) return c->Respond(405, kText, "Method not allowed");
     if (python_ready_) return c->Respond(200, kJson, "\"OK\"");
     return c->Respond(503, kText, "The default python kernel is not ready yet");
+  }
+  if (path == "/airlock/warm-up") {
+    // The warm pool's (core/bring_up.cc Manager::Park): a parked sandbox's
+    // kernel runs WarmUp once, so under TCG the execute path is translated
+    // before a claim's first execution. Leaves nothing the user sees.
+    if (m != http::Method::kPost) return c->Respond(405, kText, "Method not allowed");
+    auto ctx = python_ready_ ? DefaultContext("python") : nullptr;
+    if (!ctx) return c->Respond(503, kText, "The default python kernel is not ready yet");
+    ctx->WarmUp([c] { c->Respond(204, kText, ""); });
+    return;
   }
   if (path == "/execute") {
     if (m != http::Method::kPost) return c->Respond(405, kText, "Method not allowed");

@@ -8,6 +8,9 @@
 //   GET  /contexts              → 200 [every context, defaults included]
 //   POST /contexts/{id}/restart → 200 null once the new kernel answers; 404
 //   DELETE /contexts/{id}       → 200 null once the kernel is gone; 404
+//   POST /airlock/warm-up       → 204 once the default python kernel ran
+//                                 Context::WarmUp (the warm pool's, at park);
+//                                 503 before it is ready
 //   GET  /health                → 503 until the default python kernel has
 //                                 answered kernel_info, then 200 "OK"
 // The python default context is created at Start(); other languages' on
@@ -17,10 +20,18 @@
 // route but /health and the /contexts routes) needs it in X-Access-Token:
 // 401 {"code":401,"message":"missing|invalid X-Access-Token"}; a token file
 // that cannot be read → 503.
+// A token other than the last one seen (inotify on its directory: the agent
+// renames a new file over it) re-inits every context (Context::Reinit): a
+// new sandbox made from the template snapshot, a warm-pool claim or a fork
+// child gets its own env vars and PRNG seeds before its first execution.
+// Before the ready line (the template snapshot's cue) the default python
+// kernel runs one warm-up execution (Context::WarmUp).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -64,6 +75,11 @@ class Interpreter {
   // The first time the default python kernel is ready: the line on --console.
   void AnnounceReady();
   void FetchEnvs(const std::string& token, std::function<void(EnvVars)> done);
+  // inotify on the token's directory (on its parent until the agent makes
+  // it); OnTokenWritten on each write or rename of the token file.
+  Status WatchAccessToken();
+  void ReadTokenEvents();
+  void OnTokenWritten();
 
   boost::asio::io_context& io_;
   // Expires with the server: callbacks posted from other threads check it.
@@ -82,6 +98,11 @@ class Interpreter {
   boost::asio::steady_timer retry_timer_;
   std::chrono::milliseconds retry_delay_{std::chrono::seconds(1)};
   http::Listener listener_;
+  boost::asio::posix::stream_descriptor token_watch_;
+  int token_dir_wd_ = -1, token_parent_wd_ = -1;
+  std::string token_dir_, token_dir_name_, token_name_;
+  std::string token_seen_;  // the last token the contexts were re-inited for
+  alignas(8) std::array<char, 4096> token_events_{};
 };
 
 }  // namespace airlock::interpreter

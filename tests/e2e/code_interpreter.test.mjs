@@ -41,6 +41,12 @@ const interpreterOnly = skipReason ? test.skip : RUNTIME === 'gvisor'
 
 let d, opts, sbx
 const DOMAIN = 'airlock.test'
+// A context is a kernel of its own, and starting one costs seconds under
+// TCG: cases that only need "a context that is not the default one" share
+// these instead of each starting another.
+let other  // python, made by the first case
+let jsContext = null
+const sharedJsContext = async () => (jsContext ??= await sbx.createCodeContext({ language: 'js' }))
 
 before(async () => {
   if (skipReason) return
@@ -73,7 +79,7 @@ maybe('the default template is code-interpreter-v1 and state persists within a c
   r = await sbx.runCode('x + 1')
   assert.equal(r.text, '42')
   assert.equal(typeof r.executionCount, 'number')
-  const other = await sbx.createCodeContext()
+  other = await sbx.createCodeContext()
   r = await sbx.runCode('x', { context: other })
   assert.equal(r.error?.name, 'NameError')
 })
@@ -205,7 +211,8 @@ maybe('an exception gives execution.error with a traceback; the context works af
 })
 
 maybe('timeoutMs interrupts the execution, not the kernel: the context answers afterwards', { timeout: 300000 }, async () => {
-  const ctx = await sbx.createCodeContext()
+  // The first case's context (its own kernel, not the default one).
+  const ctx = other ?? await sbx.createCodeContext()
   await sbx.runCode('kept = 7', { context: ctx })
   await assert.rejects(sbx.runCode('while True: pass', { context: ctx, timeoutMs: 3000 }), (e) => {
     assert.equal(e.name, 'TimeoutError', e.message)
@@ -232,7 +239,7 @@ interpreterOnly('three contexts run in parallel; restart clears state; delete th
 })
 
 interpreterOnly('JavaScript and TypeScript contexts keep state; top-level await works; bash runs', { timeout: 600000 }, async () => {
-  const js = await sbx.createCodeContext({ language: 'js' })
+  const js = await sharedJsContext()
   assert.equal(js.language, 'javascript')
   await sbx.runCode('const base = 40; let n = 1', { context: js })
   let r = await sbx.runCode('n += 1; await new Promise((r) => setTimeout(r, 10)); base + n', { context: js })
@@ -269,7 +276,8 @@ maybe('create-time envs and per-call envs are visible in the kernel; per-call on
   assert.equal(r.text, `('it\\'s "quoted"\\n$(x)', 'from-create')`)
   r = await sbx.runCode("import os\nos.environ.get('CALL_VAR', 'gone')")
   assert.equal(r.text, 'gone')
-  const js = await sbx.createCodeContext({ language: 'javascript' })
+  // The JavaScript/TypeScript case's context where it ran (not on gVisor).
+  const js = await sharedJsContext()
   r = await sbx.runCode('process.env.CREATE_VAR + "/" + process.env.JS_VAR', { context: js, envs: { JS_VAR: 'j' } })
   assert.equal(r.text, 'from-create/j')
 })
@@ -313,4 +321,41 @@ maybe('every execution is an audit record: the code hash and size, language, out
   assert.equal(rec.stdout_bytes, 'audited\n'.length)
   assert.equal(rec.results, 1)
   assert.ok(!JSON.stringify(rec).includes('audited\\n6'), 'the code itself is in the record')
+})
+
+// A sandbox from the warm pool (its kernel ran a warm-up when the template
+// snapshot was taken and again when it was parked; the claim's /init then
+// re-inits it): the first runCode sees the create's env vars, a PRNG seeded
+// for this sandbox alone, and nothing of either warm-up (no cached output,
+// '_' unbound, execution count 1).
+interpreterOnly('from the warm pool: the first runCode has the sandbox\'s own env vars and seed, and no trace of the warm-ups', { timeout: 600000 }, async () => {
+  const p = await startDaemon(['--pool', '1'])
+  const metric = async (name) => {
+    const text = await (await fetch(`${p.url}/metrics`, { headers: { 'X-API-Key': p.apiKey } })).text()
+    return Number(new RegExp(`^${name} (\\d+)`, 'm').exec(text)?.[1] ?? 0)
+  }
+  try {
+    await (await ci.Sandbox.create({ ...p.opts, timeoutMs: 600000 })).kill()  // the pool learns the shape
+    const draws = []
+    for (const v of ['one', 'two']) {
+      // base's, which the daemon parks at its start, and code-interpreter's.
+      assert.ok(await waitFor(async () => (await metric('airlock_pool_parked')) >= 2, 300000, 250),
+        'the warm pool did not park a code-interpreter sandbox')
+      const hits = await metric('airlock_pool_hits_total')
+      const sb = await ci.Sandbox.create({ ...p.opts, timeoutMs: 600000, envs: { POOL_VAR: v } })
+      assert.equal(await metric('airlock_pool_hits_total'), hits + 1, 'the create did not take the parked sandbox')
+      try {
+        const r = await sb.runCode("import os, random\nprint(os.environ.get('POOL_VAR'), len(Out), repr(_))\nrandom.random()")
+        assert.equal(r.error, undefined)
+        assert.equal(r.logs.stdout.join(''), `${v} 0 ''\n`)
+        assert.equal(r.executionCount, 1)
+        draws.push(r.text)
+      } finally {
+        await sb.kill()
+      }
+    }
+    assert.notEqual(draws[0], draws[1], 'two sandboxes of one template snapshot drew the same number')
+  } finally {
+    await p.stop()
+  }
 })

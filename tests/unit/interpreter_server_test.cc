@@ -208,6 +208,10 @@ class FakeEnvd {
     std::lock_guard<std::mutex> l(mu_);
     return tokens_;
   }
+  void set_body(std::string body) {
+    std::lock_guard<std::mutex> l(mu_);
+    body_ = std::move(body);
+  }
 
  private:
   void Run() {
@@ -224,11 +228,12 @@ class FakeEnvd {
       std::string lower = req;
       for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
       size_t t = lower.find("x-access-token: ");
+      std::string body;
       {
         std::lock_guard<std::mutex> l(mu_);
         if (t != std::string::npos) tokens_ += req.substr(t + 16, req.find("\r\n", t) - t - 16) + ";";
+        body = body_;
       }
-      std::string body = R"({"SBX_VAR":"from envd \u00e9"})";
       std::string resp = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
                          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
       SendAll(c, resp);
@@ -241,6 +246,7 @@ class FakeEnvd {
   std::thread thread_;
   std::mutex mu_;
   std::string tokens_;
+  std::string body_ = R"({"SBX_VAR":"from envd \u00e9"})";
 };
 
 // ---- the server under test ----
@@ -311,6 +317,13 @@ std::string MakeTempDir() {
   return d;
 }
 
+std::string NewContextIn(int port) {
+  Reply r = Call(port, "POST", "/contexts", R"({"language":"python"})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body, nullptr, false);
+  return j.is_object() ? j.value("id", "") : "";
+}
+
 class InterpreterServer : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -334,12 +347,7 @@ class InterpreterServer : public ::testing::Test {
     ASSERT_TRUE(server_->WaitHealthy()) << server_->Log();
   }
   int port() const { return server_->port(); }
-  std::string NewContext() {
-    Reply r = Call(port(), "POST", "/contexts", R"({"language":"python"})");
-    EXPECT_EQ(r.status, 200) << r.body;
-    json j = json::parse(r.body, nullptr, false);
-    return j.is_object() ? j.value("id", "") : "";
-  }
+  std::string NewContext() { return NewContextIn(port()); }
   static std::string* dir_;
   static FakeEnvd* envd_;
   static Server* server_;
@@ -776,6 +784,82 @@ TEST(InterpreterAccess, TokenFileGuardsExecuteAndFollowsRotation) {
   // Cleared (the agent removes the file): open again, as the agent.
   ASSERT_EQ(rmdir(file.c_str()), 0);
   EXPECT_EQ(Execute(port, nope).status, 500);
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// A new token is a new sandbox (a create from the template snapshot, a
+// warm-pool claim, a fork child): the server fetches its env vars and
+// re-seeds the PRNGs at once, before any execution asks; the same token
+// written again (a resume) changes nothing, so a seeded sequence carries on.
+// Before the ready line, one warm-up execution leaves no trace the user sees.
+TEST(InterpreterIdentity, ANewTokenRefetchesEnvsAndReseedsAtOnce) {
+  if (!HaveIpykernel()) GTEST_SKIP() << kPython << " has no ipykernel (Debian: python3-ipykernel)";
+  std::string dir = MakeTempDir();
+  std::string file = dir + "/airlock/access-token";  // the directory is made later, as by the agent
+  auto write_token = [&](const std::string& t) {
+    mkdir((dir + "/airlock").c_str(), 0700);
+    std::ofstream(file + ".tmp") << t;
+    ASSERT_EQ(rename((file + ".tmp").c_str(), file.c_str()), 0);
+  };
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+    return n;
+  };
+  FakeEnvd envd;
+  std::ofstream(dir + "/console").flush();
+  Server server(dir, "--access-token-file " + file + " --console " + dir + "/console", envd.port());
+  ASSERT_GT(server.port(), 0) << server.Log();
+  ASSERT_TRUE(server.WaitHealthy()) << server.Log();
+  ASSERT_TRUE(WaitFor([&] {
+    std::ifstream f(dir + "/console");
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()) ==
+           "airlock-interpreter: ready\n";
+  }, 60s)) << server.Log();
+  const int port = server.port();
+  // The warm pool's warm-up (before /init: no token yet) runs the same.
+  EXPECT_EQ(Call(port, "POST", "/airlock/warm-up").status, 204);
+  EXPECT_EQ(Call(port, "GET", "/airlock/warm-up").status, 405);
+  // The warm-ups left nothing: no output cached, '_' unbound, the first count.
+  Reply r = Execute(port, {{"code", "import random\nrandom.seed(7)\nprint(len(Out), repr(_), get_ipython().execution_count)"}});
+  ExpectWellFormed(r);
+  EXPECT_EQ(Stdout(r), "0 '' 1\n") << r.body;
+
+  write_token("t1");
+  ASSERT_TRUE(WaitFor([&] { return envd.tokens().find("t1;") != std::string::npos; }, 60s))
+      << "no /envs fetch for the new token: " << envd.tokens() << server.Log();
+  r = Execute(port,
+              {{"code", "import os\nx = random.Random(7)\nx.random()\n"
+                        "print(os.environ.get('SBX_VAR'), random.random() != x.random())"}},
+              "X-Access-Token: t1\r\n");
+  ExpectWellFormed(r);
+  EXPECT_EQ(Stdout(r), "from envd \xc3\xa9 True\n") << r.body;
+
+  // The same token again (a resume): no fetch, no re-seed.
+  ExpectWellFormed(Execute(port, {{"code", "random.seed(9)"}}, "X-Access-Token: t1\r\n"));
+  write_token("t1");
+  r = Execute(port, {{"code", "print(random.random() == random.Random(9).random())"}}, "X-Access-Token: t1\r\n");
+  ExpectWellFormed(r);
+  EXPECT_EQ(Stdout(r), "True\n") << r.body;
+  EXPECT_EQ(count(envd.tokens(), "t1;"), 1u) << envd.tokens();
+  EXPECT_EQ(Call(port, "POST", "/airlock/warm-up").status, 401);  // past /init: the token, as /execute
+  EXPECT_EQ(Call(port, "POST", "/airlock/warm-up", "", "X-Access-Token: t1\r\n").status, 204);
+
+  // A fork child: a new token, its own env vars, in every context.
+  std::string other = NewContextIn(port);
+  ExpectWellFormed(Execute(port, {{"code", "1"}, {"context_id", other}}, "X-Access-Token: t1\r\n"));
+  envd.set_body(R"({"SBX_VAR":"second"})");
+  write_token("t2");
+  ASSERT_TRUE(WaitFor([&] { return count(envd.tokens(), "t2;") >= 2; }, 60s)) << envd.tokens() << server.Log();
+  for (const std::string& ctx : {std::string(), other}) {
+    json req = {{"code", "import os\nprint(os.environ.get('SBX_VAR'))"}};
+    if (!ctx.empty()) req["context_id"] = ctx;
+    r = Execute(port, req, "X-Access-Token: t2\r\n");
+    ExpectWellFormed(r);
+    EXPECT_EQ(Stdout(r), "second\n") << r.body;
+  }
+  EXPECT_EQ(count(envd.tokens(), "t2;"), 2u) << envd.tokens();
+  EXPECT_EQ(server.Log().find("execution failed in the kernel"), std::string::npos) << server.Log();
   std::system(("rm -rf " + dir).c_str());
 }
 
