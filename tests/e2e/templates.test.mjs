@@ -21,12 +21,22 @@ import { e2b, skipReason, startDaemon } from './daemon.mjs'
 const { Sandbox, Template, waitForPort, BuildError } = e2b
 
 let d, opts, url, ctxDir
+// --build-timeout: a daemon of its own and a build that outlives it, started
+// here so its wait runs beside the other cases (checked in the queue case).
+// The deadline counts from the build's start and covers the build VM's boot,
+// so it is generous: a loaded host (the schedule runs this suite beside
+// others) must still reach step 1 before it ends.
+const BUILD_TIMEOUT_S = 60
+let dt, timedOut
 const maybe = skipReason ? test.skip : test
 
 before(async () => {
   if (skipReason) return
-  d = await startDaemon(['--max-upload', '1'])
+  ;[d, dt] = await Promise.all([startDaemon(['--max-upload', '1']),
+    startDaemon(['--build-timeout', String(BUILD_TIMEOUT_S)])])
   ;({ opts, url } = d)
+  const t0 = Date.now()
+  timedOut = { t0, build: await Template.buildInBackground(Template().fromBaseImage().runCmd('sleep 600'), 'timeout-e2e', dt.opts) }
   ctxDir = mkdtempSync(join(tmpdir(), 'airlock-tpl-ctx-'))
   mkdirSync(join(ctxDir, 'app/sub/deeper'), { recursive: true })
   writeFileSync(join(ctxDir, 'app/main.py'), 'print("hello from main")\n')
@@ -40,6 +50,7 @@ before(async () => {
 
 after(async () => {
   if (d) await d.stop()
+  if (dt) await dt.stop()
   if (ctxDir) rmSync(ctxDir, { recursive: true, force: true })
 })
 
@@ -346,10 +357,7 @@ maybe('a daemon killed -9 mid-build: the build is failed on restart and nothing 
 })
 
 maybe('builds queue past --max-builds, deleting a template cancels its running build, --build-timeout ends a build', async () => {
-  // --build-timeout on a daemon of its own, short (the time the step waits
-  // out), started now so it is up when the queue's builds are done.
-  const [dq, dt] = await Promise.all([startDaemon(['--max-builds', '1']),
-    startDaemon(['--build-timeout', '20'])])
+  const dq = await startDaemon(['--max-builds', '1'])
   try {
     const o = dq.opts
     const status = (b) => Template.getBuildStatus(b, { ...o, logsOffset: 0 })
@@ -373,18 +381,20 @@ maybe('builds queue past --max-builds, deleting a template cancels its running b
     assert.equal(sb.status, 'ready', JSON.stringify(sb))
     // Nothing of a's build is left running.
     assert.equal((await Sandbox.list(o).nextItems()).length, 0)
-    const c = await Template.buildInBackground(Template().fromBaseImage().runCmd('sleep 600'), 'queue-c', dt.opts)
+    // The build before() started on the --build-timeout daemon: its step
+    // sleeps 600 s, the deadline ends it (by now, or soon).
     let sc
     for (let i = 0; i < 1200; i++) {
-      sc = await Template.getBuildStatus(c, { ...dt.opts, logsOffset: 0 })
+      sc = await Template.getBuildStatus(timedOut.build, { ...dt.opts, logsOffset: 0 })
       if (sc.status === 'ready' || sc.status === 'error') break
       await new Promise((r) => setTimeout(r, 500))
     }
     assert.equal(sc.status, 'error', JSON.stringify(sc))
     assert.match(sc.reason.message, /timed out/)
     assert.equal(sc.reason.step, '1')
+    assert.ok(Date.now() - timedOut.t0 >= BUILD_TIMEOUT_S * 1000, 'it ended before its deadline')
   } finally {
-    await Promise.all([dq.stop(), dt.stop()])
+    await dq.stop()
   }
 })
 

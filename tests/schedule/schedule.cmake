@@ -60,9 +60,12 @@ set(airlock_run_alone
 # One at a time among themselves (RESOURCE_LOCK), beside anything else.
 # cpu: more than one core each on average (guest plus host work in
 # parallel: 1.1 to 1.5 measured); two of them would starve each other's guests.
+# (Not e2e_templates: 0.7 core, and its --build-timeout build has a 60 s
+# deadline that runs beside its other cases, so it holds no tight deadline.
+# Out of this lock it runs beside e2e_code_interpreter, not after it: the
+# two costliest tests no longer queue one behind the other.)
 set(airlock_lock_cpu
   e2e_code_interpreter e2e_files e2e_files_gvisor e2e_console
-  e2e_templates  # 0.7 core, but a build of it holds a 20 s deadline
   DataPlaneTest.GigabyteDownloadAndLargeUploadStreamWithBoundedMemory
   TemplatePackages.AptPipAndNpmThroughTheBuildAllowlistAndNothingElse
   RunTest.LargeOutputStreamsWithBoundedMemory
