@@ -666,7 +666,11 @@ Status EgressService::UpdatePolicy(const std::string& id, EgressPolicy policy) {
   return impl_->OnLoop([&]() -> Status {
     auto it = impl_->sandboxes.find(id);
     if (it == impl_->sandboxes.end()) return NotFound("egress: no sandbox " + id);
-    it->second->policy = std::make_shared<const EgressPolicy>(std::move(policy));
+    {
+      // Policy() reads it from other threads under records_mu.
+      std::lock_guard<std::mutex> lock(impl_->records_mu);
+      it->second->policy = std::make_shared<const EgressPolicy>(std::move(policy));
+    }
     impl_->EnforcePolicy(*it->second);
     impl_->Emit(*it->second, {{"protocol", "policy"},
                               {"decision", "allow"},
@@ -677,11 +681,18 @@ Status EgressService::UpdatePolicy(const std::string& id, EgressPolicy policy) {
 }
 
 StatusOr<EgressPolicy> EgressService::Policy(const std::string& id) {
-  return impl_->OnLoop([&]() -> StatusOr<EgressPolicy> {
-    auto it = impl_->sandboxes.find(id);
-    if (it == impl_->sandboxes.end()) return NotFound("egress: no sandbox " + id);
-    return *it->second->policy;
-  });
+  // Not through the loop: the API's event loop asks this for every GET of a
+  // sandbox, and the loop thread may be busy for tens of ms (a burst of
+  // creates adding their proxies). The policy is immutable once made; the
+  // pointer is replaced under records_mu (UpdatePolicy).
+  std::shared_ptr<const EgressPolicy> policy;
+  {
+    std::lock_guard<std::mutex> lock(impl_->records_mu);
+    auto it = impl_->by_id.find(id);
+    if (it == impl_->by_id.end()) return NotFound("egress: no sandbox " + id);
+    policy = it->second->policy;
+  }
+  return *policy;
 }
 
 Status EgressService::SetLimits(const std::string& id, EgressLimits limits) {
