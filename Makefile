@@ -12,7 +12,7 @@ VM_JOBS ?= 2
 # make build BUILD_TYPE=RelWithDebInfo BUILD=build-release
 BUILD_TYPE ?= Test
 
-.PHONY: all setup build image demo test unit-test bench bench-workspaces bench-multinode bench-tti bench-egress bench-snapshot bench-density bench-interpreter bench-templates bench-runtimes bench-console clean format
+.PHONY: all setup build image demo test unit-test bench bench-burst bench-workspaces bench-multinode bench-tti bench-egress bench-snapshot bench-density bench-interpreter bench-templates bench-runtimes bench-console clean format
 
 all: build
 
@@ -72,8 +72,8 @@ unit-test: build
 	cd $(BUILD) && ctest --output-on-failure -L unit
 
 # Benchmarks measure optimised code: their own RelWithDebInfo build.
-bench bench-tti bench-egress bench-snapshot bench-density bench-runtimes bench-multinode: BUILD = build-release
-bench bench-tti bench-egress bench-snapshot bench-density bench-runtimes bench-multinode: BUILD_TYPE = RelWithDebInfo
+bench bench-tti bench-burst bench-egress bench-snapshot bench-density bench-runtimes bench-multinode: BUILD = build-release
+bench bench-tti bench-burst bench-egress bench-snapshot bench-density bench-runtimes bench-multinode: BUILD_TYPE = RelWithDebInfo
 
 bench: image
 	$(BUILD)/bench/airlock-bench --state-dir $(STATE_DIR)
@@ -83,6 +83,11 @@ bench-tti: image
 	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/tti.mjs $(or $(N),100)
 
 # Egress proxy throughput and added latency (hermetic fake internet; root).
+# Bursts of B creates at once beside the pool-empty TTI alone, and GET /sandboxes/{id}
+# and the list while they run (issue 36; docs/performance.md).
+bench-burst: image
+	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/burst.mjs $(or $(B),16,32)
+
 bench-egress: build
 	$(BUILD)/bench/egress-bench --mb 100 --n 20
 
