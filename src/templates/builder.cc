@@ -544,6 +544,16 @@ Status Builder::Build(Job& job) {
     o.ready_timeout = std::chrono::seconds(300);
     o.attributes.metadata = {{"airlock.template.build", job.row.id}};
     o.env_vars = {};
+    // On a built-in image, the build sandbox is restored from that image's
+    // template snapshot at the build's shape, made by the first build of
+    // that shape (E2B's default 2 vCPU / 1024 MiB is not base's own), instead
+    // of a cold boot per build. On a layer it boots: a snapshot's memory
+    // would not match the layer's disk.
+    if (layer.empty() && !builtin.empty()) {
+      if (Status st = manager_.template_snapshots().Ensure(base_template, o.vcpus, o.memory_mib, kBuildRuntime);
+          !st.ok())
+        Log(job, "info", "[base] no template snapshot for the build sandbox (it boots): " + st.message(), "base");
+    }
     auto sb = layer.empty() ? manager_.Create(o) : manager_.CreateOnDiskLayer(layer, o);
     if (!sb.ok()) return sb.status().WithContext("start the build sandbox");
     std::lock_guard<std::mutex> l(job.mu);
