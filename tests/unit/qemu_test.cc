@@ -485,6 +485,13 @@ TEST(QemuVmTest, StartQmpDestroy) {
     pid_t in = 0;
     procs >> in;
     EXPECT_EQ(in, pid);
+    // The VMMs together weigh less than one host task (cgroup.h).
+    if (fs::exists("/sys/fs/cgroup/cpu/airlock/" + s.sandbox_id)) {
+      std::ifstream shares("/sys/fs/cgroup/cpu/airlock/cpu.shares");
+      int v = 0;
+      shares >> v;
+      EXPECT_EQ(v, kGuestGroupCpuShares);
+    }
   }
   if (im.scratch) {
     Status b = (*vm)->WaitForConsole("AIRLOCK-TEST-READY", 60s);

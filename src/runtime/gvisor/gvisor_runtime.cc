@@ -24,6 +24,7 @@
 #include "runtime/gvisor/platform_probe.h"
 #include "runtime/gvisor/rootfs_tree.h"
 #include "runtime/gvisor/runsc.h"
+#include "runtime/guest_cpu.h"
 #include "runtime/gvisor/snapshot.h"
 
 namespace airlock::gvisor {
@@ -267,6 +268,7 @@ Status GvisorRuntime::RunContainer(const std::string& run_dir, const InstanceSta
   call.eth0_address = s.guest_cidr;
   call.eth0_gateway = s.guest_gateway;
   const std::string bundle = run_dir + "/bundle";
+  SetGuestGroupCpuWeight("airlock-gvisor");  // runsc makes each sandbox's group under it
   if (checkpoint.empty())
     call.args = {"run", "--bundle", bundle, "--detach", s.container};
   else

@@ -45,6 +45,7 @@ StatusOr<VmCgroup> VmCgroup::Create(const std::string& id, const CgroupLimits& l
   VmCgroup cg;
   cg.version_ = DetectCgroupVersion(root);
   Status st;
+  if (limits.cpus > 0) SetGuestGroupCpuWeight("airlock", root);
   if (cg.version_ == CgroupVersion::kV2) {
     std::string parent = root + "/airlock";
     RETURN_IF_ERROR(MkdirIfMissing(parent));

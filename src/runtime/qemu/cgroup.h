@@ -3,7 +3,8 @@
 // with memory.max + pids.max + cpu.max "<cpus × 100000> 100000"; v1 (hybrid)
 // → /sys/fs/cgroup/{memory,pids,cpu}/airlock/<id> with memory.limit_in_bytes
 // + pids.max + cpu.cfs_quota_us = cpus × cpu.cfs_period_us (100000 µs), so
-// a VMM never uses more than `cpus` host cores' worth of time. Best effort: when the
+// a VMM never uses more than `cpus` host cores' worth of time; the parent
+// (airlock) weighs kGuestGroupCpuShares (runtime/guest_cpu.h). Best effort: when the
 // hierarchy is missing or not writable, Create() returns an error the caller
 // logs and the VMM runs without one (docs/runtime-qemu.md).
 #pragma once
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "runtime/guest_cpu.h"
 
 namespace airlock::qemu {
 
