@@ -35,9 +35,11 @@ export async function startDaemon(extra) {
   return {
     url,
     opts: { apiKey, apiUrl: url, sandboxUrl: url, requestTimeoutMs: 300000 },
-    async parked() {
+    async parked() { return this.metric('airlock_pool_parked') },
+    // A counter or gauge of GET /metrics (0 when absent).
+    async metric(name) {
       const text = await (await fetch(`${url}/metrics`, { headers: { 'X-API-Key': apiKey } })).text()
-      return Number(/^airlock_pool_parked (\d+)/m.exec(text)?.[1] ?? 0)
+      return Number(new RegExp(`^${name} (\\d+)`, 'm').exec(text)?.[1] ?? 0)
     },
     async stop() {
       daemon.kill('SIGTERM')
