@@ -12,7 +12,7 @@ VM_JOBS ?= 2
 # make build BUILD_TYPE=RelWithDebInfo BUILD=build-release
 BUILD_TYPE ?= Test
 
-.PHONY: all setup build image demo test unit-test bench bench-burst bench-workspaces bench-multinode bench-tti bench-egress bench-snapshot bench-density bench-interpreter bench-templates bench-runtimes bench-console clean format
+.PHONY: all setup build image demo test unit-test bench bench-burst bench-loops bench-workspaces bench-multinode bench-tti bench-egress bench-snapshot bench-density bench-interpreter bench-templates bench-runtimes bench-console clean format
 
 all: build
 
@@ -72,8 +72,8 @@ unit-test: build
 	cd $(BUILD) && ctest --output-on-failure -L unit
 
 # Benchmarks measure optimised code: their own RelWithDebInfo build.
-bench bench-tti bench-burst bench-egress bench-snapshot bench-density bench-runtimes bench-multinode: BUILD = build-release
-bench bench-tti bench-burst bench-egress bench-snapshot bench-density bench-runtimes bench-multinode: BUILD_TYPE = RelWithDebInfo
+bench bench-tti bench-burst bench-loops bench-egress bench-snapshot bench-density bench-runtimes bench-multinode: BUILD = build-release
+bench bench-tti bench-burst bench-loops bench-egress bench-snapshot bench-density bench-runtimes bench-multinode: BUILD_TYPE = RelWithDebInfo
 
 bench: image
 	$(BUILD)/bench/airlock-bench --state-dir $(STATE_DIR)
@@ -87,6 +87,11 @@ bench-tti: image
 # and the list while they run (issue 36; docs/performance.md).
 bench-burst: image
 	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/burst.mjs $(or $(B),16,32)
+
+# Agent loops (create, write, run python, read the artefact, kill) at 1, 4, 8 and 32
+# clients: loops/s against 1 client, failures, the daemon's RSS (issue 36).
+bench-loops: image
+	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/loops.mjs $(or $(C),1,4,8,32) $(LOOPS)
 
 bench-egress: build
 	$(BUILD)/bench/egress-bench --mb 100 --n 20
