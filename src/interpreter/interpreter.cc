@@ -266,7 +266,9 @@ void Interpreter::ReadTokenEvents() {
         for (size_t off = 0; off + sizeof(inotify_event) <= n;) {
           const auto* ev = reinterpret_cast<const inotify_event*>(token_events_.data() + off);
           std::string name = ev->len ? std::string(ev->name) : std::string();
-          if (ev->wd == token_parent_wd_ && name == token_dir_name_ && token_dir_wd_ < 0) {
+          if (ev->mask & IN_Q_OVERFLOW) {
+            written = true;  // events were lost: look at the file itself
+          } else if (ev->wd == token_parent_wd_ && name == token_dir_name_ && token_dir_wd_ < 0) {
             token_dir_wd_ = ::inotify_add_watch(token_watch_.native_handle(), token_dir_.c_str(),
                                                 IN_MOVED_TO | IN_CLOSE_WRITE | IN_ONLYDIR);
             if (token_dir_wd_ < 0) LogError("inotify_add_watch %s: %s", token_dir_.c_str(), std::strerror(errno));
