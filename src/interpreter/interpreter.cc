@@ -2,12 +2,12 @@
 
 #include <fcntl.h>
 #include <sys/inotify.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "common/fd.h"
@@ -38,6 +38,11 @@ http::Limits ServerLimits() {
 // The token the agent wrote (common/interpreter_access.h); "" while it has
 // none (no file). Read on every request, so a rotation at /init applies at
 // once. Any other failure is an error: the caller refuses the request.
+// What the token's directory is watched for. The token is only ever renamed
+// over (WriteFileAtomic) or removed; a close after writing is watched too,
+// for a writer that writes in place.
+constexpr uint32_t kTokenEvents = IN_MOVED_TO | IN_CLOSE_WRITE | IN_ONLYDIR;
+
 StatusOr<std::string> ReadAccessToken(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!fd) {
@@ -230,20 +235,15 @@ void Interpreter::FetchEnvs(const std::string& token, std::function<void(EnvVars
 // ---- the sandbox's identity: the access token the agent writes at /init ----
 
 Status Interpreter::WatchAccessToken() {
-  const std::string& file = options_.access_token_file;
-  if (file.empty()) return OkStatus();
-  size_t slash = file.find_last_of('/');
-  token_dir_ = slash == std::string::npos ? "." : slash == 0 ? "/" : file.substr(0, slash);
-  token_name_ = slash == std::string::npos ? file : file.substr(slash + 1);
-  size_t dslash = token_dir_.find_last_of('/');
-  std::string parent = dslash == std::string::npos ? "." : dslash == 0 ? "/" : token_dir_.substr(0, dslash);
-  token_dir_name_ = dslash == std::string::npos ? token_dir_ : token_dir_.substr(dslash + 1);
+  if (options_.access_token_file.empty()) return OkStatus();
+  const std::filesystem::path file = std::filesystem::absolute(options_.access_token_file);
+  token_dir_ = file.parent_path().string();
+  token_name_ = file.filename().string();
+  token_dir_name_ = file.parent_path().filename().string();
+  const std::string parent = file.parent_path().parent_path().string();
   int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (fd < 0) return ErrnoError("inotify_init1");
   token_watch_.assign(fd);
-  // The token is only ever renamed over (WriteFileAtomic) or removed; a
-  // close after writing is watched too, for a writer that writes in place.
-  constexpr uint32_t kTokenEvents = IN_MOVED_TO | IN_CLOSE_WRITE | IN_ONLYDIR;
   token_dir_wd_ = ::inotify_add_watch(fd, token_dir_.c_str(), kTokenEvents);
   if (token_dir_wd_ < 0) {
     if (errno != ENOENT) return ErrnoError("inotify_add_watch " + token_dir_);
@@ -269,8 +269,7 @@ void Interpreter::ReadTokenEvents() {
           if (ev->mask & IN_Q_OVERFLOW) {
             written = true;  // events were lost: look at the file itself
           } else if (ev->wd == token_parent_wd_ && name == token_dir_name_ && token_dir_wd_ < 0) {
-            token_dir_wd_ = ::inotify_add_watch(token_watch_.native_handle(), token_dir_.c_str(),
-                                                IN_MOVED_TO | IN_CLOSE_WRITE | IN_ONLYDIR);
+            token_dir_wd_ = ::inotify_add_watch(token_watch_.native_handle(), token_dir_.c_str(), kTokenEvents);
             if (token_dir_wd_ < 0) LogError("inotify_add_watch %s: %s", token_dir_.c_str(), std::strerror(errno));
             written = true;  // the token may be in it already
           } else if (ev->wd == token_dir_wd_ && name == token_name_) {

@@ -14,6 +14,8 @@
 // SetGuestGroupCpuWeight is best effort (a host without the cpu controller,
 // or one not delegated to us, keeps the default weight): it makes the parent
 // if missing and writes its weight, idempotently, before each guest starts.
+// On v2 the parent has cpu.weight only once the cpu controller is enabled
+// for it: call it after that.
 #pragma once
 
 #include <sys/stat.h>
@@ -28,11 +30,9 @@ inline constexpr int kGuestGroupCpuWeight = 25;
 
 inline void SetGuestGroupCpuWeight(const std::string& parent_name, const std::string& root = "/sys/fs/cgroup") {
   struct stat st;
-  std::string file;
   if (::stat((root + "/cgroup.controllers").c_str(), &st) == 0) {  // v2
     ::mkdir((root + "/" + parent_name).c_str(), 0755);
-    file = root + "/" + parent_name + "/cpu.weight";
-    std::ofstream(file) << kGuestGroupCpuWeight;
+    std::ofstream(root + "/" + parent_name + "/cpu.weight") << kGuestGroupCpuWeight;
   } else if (::stat((root + "/cpu/tasks").c_str(), &st) == 0) {  // v1
     ::mkdir((root + "/cpu/" + parent_name).c_str(), 0755);
     std::ofstream(root + "/cpu/" + parent_name + "/cpu.shares") << kGuestGroupCpuShares;

@@ -45,7 +45,6 @@ StatusOr<VmCgroup> VmCgroup::Create(const std::string& id, const CgroupLimits& l
   VmCgroup cg;
   cg.version_ = DetectCgroupVersion(root);
   Status st;
-  if (limits.cpus > 0) SetGuestGroupCpuWeight("airlock", root);
   if (cg.version_ == CgroupVersion::kV2) {
     std::string parent = root + "/airlock";
     RETURN_IF_ERROR(MkdirIfMissing(parent));
@@ -94,6 +93,8 @@ StatusOr<VmCgroup> VmCgroup::Create(const std::string& id, const CgroupLimits& l
     (void)cg.Remove();
     return st;
   }
+  // After the parent's controllers are enabled (v2 has no cpu.weight before).
+  if (limits.cpus > 0) SetGuestGroupCpuWeight("airlock", root);
   return cg;
 }
 
