@@ -30,6 +30,12 @@ const std::vector<std::string>& InitramfsModules();
 // The /init script (src/image/initramfs_init.sh, embedded at build time).
 std::string_view InitramfsInitScript();
 
+// The desktop template's guest scripts (src/image/desktop/{session,xvfb,
+// startxfce4}.sh, embedded at build time by embed_text.cmake).
+extern const char kDesktopSessionText[];
+extern const char kDesktopXvfbText[];
+extern const char kDesktopStartXfce4Text[];
+
 struct KernelPackage {
   std::string name;     // linux-image-6.1.0-57-cloud-amd64
   std::string version;  // 6.1.192-3
@@ -78,11 +84,15 @@ std::string TemplateRootfsKey(std::string_view base_key, std::string_view agent_
 // interpreter's server, kernels and service declaration): `source` on the
 // host (already as the guest gets it) installed as a new file at `dest`
 // (absolute, inside the tree) with `mode`, owned by root.
+// With `link_target` set, a symlink at `dest` to it instead (no source,
+// mode or hash; the target is what the key covers): the desktop's
+// /opt/noVNC -> /usr/share/novnc.
 struct StagedFile {
   std::string source;
   std::string dest;
   unsigned mode = 0644;
   std::string sha256;  // of source: what the key covers
+  std::string link_target;
 };
 // Digest over every file's dest, mode and SHA-256, in order ("" for none).
 std::string ExtraFilesDigest(const std::vector<StagedFile>& files);

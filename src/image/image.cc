@@ -290,10 +290,25 @@ const std::vector<std::string>& InterpreterPackages() {
       "node-typescript"};
   return v;
 }
+
+// What @e2b/desktop runs in the guest (its dist/: Xvfb, startxfce4,
+// xdpyinfo, xrandr, xdotool, scrot --pointer, x11vnc, /opt/noVNC's
+// novnc_proxy with websockify, netstat for its port check, xdg-open,
+// gtk-launch), the session bus XFCE wants, and what a computer-use agent
+// opens: a text editor, a terminal, a browser. LibreOffice is not in it
+// (~600 MB; the package needs none of it): a template built from this one
+// adds it.
+const std::vector<std::string>& DesktopPackages() {
+  static const std::vector<std::string> v = {
+      "xvfb",       "xauth",      "x11-utils", "x11-xserver-utils", "dbus-x11",       "xfce4",
+      "xfce4-terminal", "mousepad", "xdotool", "scrot",             "x11vnc",         "novnc",
+      "python3-websockify", "net-tools", "xdg-utils", "libgtk-3-bin", "firefox-esr", "fonts-dejavu-core"};
+  return v;
+}
 }  // namespace
 
 const std::vector<std::string>& KnownTemplates() {
-  static const std::vector<std::string> v = {"base", "code-interpreter"};
+  static const std::vector<std::string> v = {"base", "code-interpreter", "desktop"};
   return v;
 }
 
@@ -305,6 +320,8 @@ std::string CanonicalTemplateName(const std::string& name) {
 bool TemplateHasInterpreter(const std::string& template_name) {
   return CanonicalTemplateName(template_name) == "code-interpreter";
 }
+
+bool TemplateHasDesktop(const std::string& template_name) { return CanonicalTemplateName(template_name) == "desktop"; }
 
 namespace {
 // The pointer of a template that is not built in (nullopt for built-ins and
@@ -322,12 +339,13 @@ std::optional<Pointer> CustomPointer(const std::string& template_name, const std
 
 TemplateReadiness ReadinessOf(const std::string& template_name, const std::string& state_dir) {
   if (TemplateHasInterpreter(template_name)) return {kInterpreterReadyMarker, ""};
+  if (TemplateHasDesktop(template_name)) return {kDesktopReadyMarker, kDesktopFailedMarker};
   if (auto p = CustomPointer(template_name, state_dir)) return {p->console_marker, p->console_failure};
   return {};
 }
 
 std::optional<MachineShape> DefaultShapeOf(const std::string& template_name, const std::string& state_dir) {
-  if (TemplateHasInterpreter(template_name)) return MachineShape{2, 2048};
+  if (TemplateHasInterpreter(template_name) || TemplateHasDesktop(template_name)) return MachineShape{2, 2048};
   if (auto p = CustomPointer(template_name, state_dir); p && p->vcpus > 0 && p->memory_mib > 0)
     return MachineShape{p->vcpus, p->memory_mib};
   return std::nullopt;
@@ -398,16 +416,18 @@ Status RemoveTemplateImage(const std::string& state_dir, const std::string& name
 StatusOr<std::vector<std::string>> TemplatePackages(const std::string& template_name) {
   std::string name = CanonicalTemplateName(template_name);
   if (name == "base") return BasePackages();
-  if (name == "code-interpreter") {
+  if (name == "code-interpreter" || name == "desktop") {
     std::vector<std::string> v = BasePackages();
-    v.insert(v.end(), InterpreterPackages().begin(), InterpreterPackages().end());
+    const auto& more = name == "desktop" ? DesktopPackages() : InterpreterPackages();
+    v.insert(v.end(), more.begin(), more.end());
     return v;
   }
-  return InvalidArgument("unknown template \"" + template_name + "\" (known: base, code-interpreter)");
+  return InvalidArgument("unknown template \"" + template_name + "\" (known: base, code-interpreter, desktop)");
 }
 
 std::string ParentTemplate(const std::string& template_name) {
-  return CanonicalTemplateName(template_name) == "code-interpreter" ? "base" : "";
+  const std::string name = CanonicalTemplateName(template_name);
+  return name == "code-interpreter" || name == "desktop" ? "base" : "";
 }
 
 StatusOr<std::string> TemplateBaseLayerKey(const std::string& template_name) {
@@ -464,7 +484,7 @@ StatusOr<std::vector<StagedFile>> InterpreterFiles(const ImageOptions& o, const 
   std::vector<StagedFile> out;
   auto add = [&](const std::string& source, const std::string& dest, unsigned mode) -> Status {
     ASSIGN_OR_RETURN(std::string sha, Sha256File(source));
-    out.push_back(StagedFile{source, dest, mode, sha});
+    out.push_back(StagedFile{source, dest, mode, sha, ""});
     return OkStatus();
   };
   std::string server = dir + "/airlock-interpreter";
@@ -498,6 +518,40 @@ StatusOr<std::vector<StagedFile>> InterpreterFiles(const ImageOptions& o, const 
     if (!f) return ErrnoError("write " + service_file);
   }
   RETURN_IF_ERROR(add(service_file, "/etc/airlock/services/interpreter.json", 0644));
+  return out;
+}
+
+// The desktop's files as the guest gets them, written into `dir` first (so
+// what is hashed is what is installed): the session script and the two
+// wrappers that adopt what it started (src/image/desktop/), the service
+// declaration that makes the agent run the session once per boot as `user`
+// and say "service desktop ready" (kDesktopReadyMarker) once XFCE's
+// session, window manager, desktop and panel run, and /opt/noVNC, where
+// @e2b/desktop runs noVNC from, as a link to Debian's noVNC.
+StatusOr<std::vector<StagedFile>> DesktopFiles(const std::string& dir) {
+  std::vector<StagedFile> out;
+  auto add = [&](const std::string& name, std::string_view text, const std::string& dest, unsigned mode) -> Status {
+    const std::string source = dir + "/" + name;
+    RETURN_IF_ERROR(WriteFile(source, text));
+    ASSIGN_OR_RETURN(std::string sha, Sha256File(source));
+    out.push_back(StagedFile{source, dest, mode, sha, ""});
+    return OkStatus();
+  };
+  RETURN_IF_ERROR(add("desktop-session", kDesktopSessionText, kDesktopSessionPath, 0755));
+  RETURN_IF_ERROR(add("desktop-xvfb", kDesktopXvfbText, "/usr/local/bin/Xvfb", 0755));
+  RETURN_IF_ERROR(add("desktop-startxfce4", kDesktopStartXfce4Text, "/usr/local/bin/startxfce4", 0755));
+  json service = {
+      {"name", "desktop"},
+      {"argv", {kDesktopSessionPath}},
+      {"user", "user"},
+      {"cwd", "/home/user"},
+      {"env", {{"DISPLAY", ":0"}}},
+      {"restart", "on-failure"},
+      {"ready_cmd",
+       "pgrep -x xfce4-session >/dev/null && pgrep -x xfwm4 >/dev/null && pgrep -x xfdesktop >/dev/null && "
+       "pgrep -x xfce4-panel >/dev/null"}};
+  RETURN_IF_ERROR(add("desktop.json", service.dump(2) + "\n", "/etc/airlock/services/desktop.json", 0644));
+  out.push_back(StagedFile{"", "/opt/noVNC", 0, "", "/usr/share/novnc"});
   return out;
 }
 
@@ -670,6 +724,9 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& options) {
   if (TemplateHasInterpreter(o.template_name)) {
     ASSIGN_OR_RETURN(extras, InterpreterFiles(o, agent_dir));
   }
+  if (TemplateHasDesktop(o.template_name)) {
+    ASSIGN_OR_RETURN(extras, DesktopFiles(agent_dir));
+  }
   {
     // pip installs system-wide as root, as in E2B's images (a template's
     // pipInstall is `pip install ...` as root); Debian's pip refuses that
@@ -677,7 +734,7 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& options) {
     const std::string pip_conf = agent_dir + "/pip.conf";
     RETURN_IF_ERROR(WriteFile(pip_conf, "[global]\nbreak-system-packages = true\n"));
     ASSIGN_OR_RETURN(std::string sha, Sha256File(pip_conf));
-    extras.push_back(StagedFile{pip_conf, "/etc/pip.conf", 0644, sha});
+    extras.push_back(StagedFile{pip_conf, "/etc/pip.conf", 0644, sha, ""});
   }
   ASSIGN_OR_RETURN(std::string base_key, TemplateBaseLayerKey(o.template_name));
   std::string rootfs_key = TemplateRootfsKey(base_key, agent_sha, ExtraFilesDigest(extras));

@@ -108,7 +108,8 @@ std::string ParentTemplate(const std::string& template_name);
 // parent's key). InvalidArgument for an unknown template.
 StatusOr<std::string> TemplateBaseLayerKey(const std::string& template_name);
 
-// The built-in templates, in build order: "base", "code-interpreter".
+// The built-in templates, in build order: "base", "code-interpreter",
+// "desktop".
 const std::vector<std::string>& KnownTemplates();
 // The template an alias names ("code-interpreter-v1", what
 // @e2b/code-interpreter's Sandbox.create() asks for, is "code-interpreter");
@@ -117,6 +118,16 @@ std::string CanonicalTemplateName(const std::string& name);
 // Whether the template carries the code interpreter (server, kernels, the
 // service declaration that makes the agent start it).
 bool TemplateHasInterpreter(const std::string& template_name);
+
+// Whether the template is the desktop (docs/desktop.md): Xvfb, XFCE,
+// x11vnc and noVNC, with its session started by the agent's service
+// "desktop" before the template snapshot.
+bool TemplateHasDesktop(const std::string& template_name);
+inline constexpr char kDesktopSessionPath[] = "/usr/local/lib/airlock/desktop/session";
+// The agent's lines for that service (agent/services.h ServiceReadyLine,
+// ServiceFailedLine; a unit test holds them equal).
+inline constexpr char kDesktopReadyMarker[] = "airlock-agent: service desktop ready";
+inline constexpr char kDesktopFailedMarker[] = "airlock-agent: service desktop ended before ready:";
 
 inline constexpr char kInterpreterPath[] = "/usr/local/bin/airlock-interpreter";
 inline constexpr char kInterpreterKernelsDir[] = "/usr/local/lib/airlock/interpreter";
@@ -145,7 +156,7 @@ TemplateReadiness ReadinessOf(const std::string& template_name, const std::strin
 
 // The machine a create of the template gets when it names none (E2B's create
 // carries no cpuCount/memoryMB: a template brings its own). `code-interpreter`
-// is 2 vCPUs and 2048 MiB, the shape E2B builds its code-interpreter
+// (and `desktop`: Xvfb, XFCE and a browser) is 2 vCPUs and 2048 MiB, the shape E2B builds its code-interpreter
 // template with (its template/build_prod.py): a few kernels of ~110 MiB each
 // (numpy, pandas and matplotlib loaded) and a Node child of ~100 MiB do not
 // fit in 512. nullopt: the server's default (serve --cpus/--memory).

@@ -238,7 +238,7 @@ StatusOr<StagedFile> Staged(const std::string& dir, const std::string& name, std
   const std::string path = dir + "/" + name;
   RETURN_IF_ERROR(WriteFile(path, text, 0644));
   ASSIGN_OR_RETURN(std::string sha, Sha256File(path));
-  return StagedFile{path, dest, 0644, sha};
+  return StagedFile{path, dest, 0644, sha, ""};
 }
 
 std::string JsonUnescape(std::string_view s) {

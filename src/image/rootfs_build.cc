@@ -180,7 +180,13 @@ std::string TemplateRootfsKey(std::string_view base_key, std::string_view agent_
 std::string ExtraFilesDigest(const std::vector<StagedFile>& files) {
   if (files.empty()) return "";
   KeyBuilder k;
-  for (const auto& f : files) k.Add("dest", f.dest).Add("mode", std::to_string(f.mode)).Add("sha256", f.sha256);
+  for (const auto& f : files) {
+    if (!f.link_target.empty()) {
+      k.Add("dest", f.dest).Add("link", f.link_target);
+      continue;
+    }
+    k.Add("dest", f.dest).Add("mode", std::to_string(f.mode)).Add("sha256", f.sha256);
+  }
   return k.Digest();
 }
 
@@ -327,7 +333,10 @@ Status StageTemplateTree(const std::string& base_root, const std::string& stage,
     RETURN_IF_ERROR(CopyFileInTree(sbin.get(), "airlock-agent", agent, 0755).WithContext("installing the agent"));
   }
   RETURN_IF_ERROR(WriteFileInTree(root.get(), "/etc/airlock/rootfs-id", rootfs_id + "\n", 0644));
-  for (const auto& f : extras) RETURN_IF_ERROR(CopyFileInTree(root.get(), f.dest, f.source, f.mode));
+  for (const auto& f : extras) {
+    RETURN_IF_ERROR(f.link_target.empty() ? CopyFileInTree(root.get(), f.dest, f.source, f.mode)
+                                          : SymlinkInTree(root.get(), f.dest, f.link_target));
+  }
   return OkStatus();
 }
 
@@ -346,6 +355,7 @@ Status BuildTemplateRootfs(const TemplateInputs& in, const std::string& work_dir
   std::string stage = work_dir + "/stage";
   ReportProgress(progress, "staging the template (hard links to the base layer + stripped agent)");
   for (const auto& f : in.extras) {
+    if (!f.link_target.empty()) continue;
     ASSIGN_OR_RETURN(std::string sha, Sha256File(f.source));
     if (sha != f.sha256) {
       return Status(StatusCode::kAborted, "template file " + f.source + " changed during the build; run it again");

@@ -64,21 +64,37 @@ Status Refusal(int dir_fd, const std::string& name, const std::string& shown, co
   return ErrnoError(what + " '" + shown + "' in the image", err);
 }
 
-Status ReplaceIn(int root_fd, std::string_view path, mode_t mode, const std::function<Status(int, const std::string&)>& fill) {
+// The directory that is to hold `path`'s last component (made when
+// missing), with that component's name and its path as the image shows it,
+// once the old entry of that name is gone: a symlink is removed itself, a
+// hard link into the base layer loses one name.
+struct FreedName {
+  UniqueFd dir;
+  std::string name;
+  std::string shown;
+};
+StatusOr<FreedName> FreeName(int root_fd, std::string_view path) {
   ASSIGN_OR_RETURN(std::vector<std::string> parts, Components(path));
   if (parts.empty()) return InvalidArgument("no file name in '" + std::string(path) + "'");
-  const std::string name = parts.back();
-  const std::string shown = Shown(parts, parts.size());
+  FreedName out;
+  out.name = parts.back();
+  out.shown = Shown(parts, parts.size());
   std::string parent_path;
   for (size_t i = 0; i + 1 < parts.size(); ++i) parent_path += "/" + parts[i];
-  ASSIGN_OR_RETURN(UniqueFd dir, OpenDirInTree(root_fd, parent_path, /*create=*/true));
-  // The old entry goes, relative to its directory's fd: a symlink is
-  // removed itself, a hard link into the base layer loses one name.
-  if (::unlinkat(dir.get(), name.c_str(), 0) != 0 && errno != ENOENT) {
+  ASSIGN_OR_RETURN(out.dir, OpenDirInTree(root_fd, parent_path, /*create=*/true));
+  if (::unlinkat(out.dir.get(), out.name.c_str(), 0) != 0 && errno != ENOENT) {
     int err = errno;
-    if (err == EISDIR) return FailedPrecondition("the image's '" + shown + "' is a directory");
-    return ErrnoError("unlink '" + shown + "' in the image", err);
+    if (err == EISDIR) return FailedPrecondition("the image's '" + out.shown + "' is a directory");
+    return ErrnoError("unlink '" + out.shown + "' in the image", err);
   }
+  return out;
+}
+
+Status ReplaceIn(int root_fd, std::string_view path, mode_t mode, const std::function<Status(int, const std::string&)>& fill) {
+  ASSIGN_OR_RETURN(FreedName freed, FreeName(root_fd, path));
+  const UniqueFd& dir = freed.dir;
+  const std::string& name = freed.name;
+  const std::string& shown = freed.shown;
   UniqueFd fd(OpenAt(dir.get(), name, O_WRONLY | O_CREAT | O_EXCL, mode));
   if (!fd) return Refusal(dir.get(), name, shown, "create", errno);
   RETURN_IF_ERROR(fill(fd.get(), shown));
@@ -132,6 +148,16 @@ Status CopyFileInTree(int root_fd, std::string_view path, const std::string& fro
       RETURN_IF_ERROR(WriteAll(fd, std::string_view(buf, static_cast<size_t>(r)), "'" + shown + "' in the image"));
     }
   });
+}
+
+Status SymlinkInTree(int root_fd, std::string_view path, const std::string& target) {
+  if (target.empty()) return InvalidArgument("empty symlink target for '" + std::string(path) + "'");
+  ASSIGN_OR_RETURN(FreedName freed, FreeName(root_fd, path));
+  if (::symlinkat(target.c_str(), freed.dir.get(), freed.name.c_str()) != 0)
+    return ErrnoError("symlink '" + freed.shown + "' in the image");
+  if (::geteuid() == 0 && ::fchownat(freed.dir.get(), freed.name.c_str(), 0, 0, AT_SYMLINK_NOFOLLOW) != 0)
+    return ErrnoError("chown '" + freed.shown + "' in the image");
+  return OkStatus();
 }
 
 }  // namespace airlock::image

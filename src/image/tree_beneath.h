@@ -48,5 +48,9 @@ StatusOr<UniqueFd> OpenDirInTree(int root_fd, std::string_view path, bool create
 // (a directory excepted), is unlinked first.
 Status WriteFileInTree(int root_fd, std::string_view path, std::string_view data, mode_t mode);
 Status CopyFileInTree(int root_fd, std::string_view path, const std::string& from, mode_t mode);
+// A new symlink at `path` in the tree pointing at `target` (stored as
+// given, never resolved on the host: the guest follows it), owned by root
+// when running as root. The parents and the old entry as WriteFileInTree.
+Status SymlinkInTree(int root_fd, std::string_view path, const std::string& target);
 
 }  // namespace airlock::image

@@ -83,7 +83,7 @@ class StagingTest : public ::testing::Test {
   Status Stage(std::vector<StagedFile> extras = {}) {
     if (extras.empty()) {
       for (const char* d : {"/etc/hostname", "/etc/hosts", "/etc/resolv.conf"})
-        extras.push_back(StagedFile{extra_, d, 0644, *Sha256File(extra_)});
+        extras.push_back(StagedFile{extra_, d, 0644, *Sha256File(extra_), ""});
     }
     std::error_code ec;
     fs::remove_all(dir_ + "/stage", ec);  // each call stages afresh
@@ -212,13 +212,13 @@ TEST_F(StagingTest, LinksInARealSbinAndLinksToDirectoriesAreReplaced) {
 
 TEST_F(StagingTest, ExtraFileParentLinkIsRefused) {
   Link(host_, "usr/local/bin");
-  ExpectRefused(Stage({StagedFile{extra_, "/usr/local/bin/tool", 0755, *Sha256File(extra_)}}), "/usr/local/bin");
+  ExpectRefused(Stage({StagedFile{extra_, "/usr/local/bin/tool", 0755, *Sha256File(extra_), ""}}), "/usr/local/bin");
   Link("../../host", "usr/local");
-  ExpectRefused(Stage({StagedFile{extra_, "/usr/local/bin/tool", 0755, *Sha256File(extra_)}}), "/usr/local");
+  ExpectRefused(Stage({StagedFile{extra_, "/usr/local/bin/tool", 0755, *Sha256File(extra_), ""}}), "/usr/local");
 }
 
 TEST_F(StagingTest, ExtraFileParentMadeWhenMissing) {
-  Status st = Stage({StagedFile{extra_, "/opt/x/y/tool", 0750, *Sha256File(extra_)}});
+  Status st = Stage({StagedFile{extra_, "/opt/x/y/tool", 0750, *Sha256File(extra_), ""}});
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(Staged("opt/x/y/tool"), "extra\n");
   struct stat s {};
@@ -227,9 +227,38 @@ TEST_F(StagingTest, ExtraFileParentMadeWhenMissing) {
   ExpectHostUntouched();
 }
 
+// A link a template adds (the desktop's /opt/noVNC) is made as a link,
+// its target stored as given and never resolved on the host: whatever had
+// its name (here a planted link into the host) is replaced, and a planted
+// link at its parent is refused as for a file.
+TEST_F(StagingTest, ExtraLinkIsMadeAsALinkAndReplacesWhatHadItsName) {
+  ASSERT_TRUE(MakeDirs(base_ + "/opt").ok());
+  Link(host_, "opt/noVNC");
+  Status st = Stage({StagedFile{"", "/opt/noVNC", 0, "", "/usr/share/novnc"}});
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  char target[256] = {};
+  ssize_t n = ::readlink((dir_ + "/stage/opt/noVNC").c_str(), target, sizeof target - 1);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(std::string(target, static_cast<size_t>(n)), "/usr/share/novnc");
+  ExpectHostUntouched();
+  ASSERT_TRUE(RemoveTree(dir_ + "/stage").ok());
+  ASSERT_TRUE(RemoveTree(base_ + "/opt").ok());
+  Link(host_, "opt");
+  ExpectRefused(Stage({StagedFile{"", "/opt/noVNC", 0, "", "/usr/share/novnc"}}), "/opt");
+  ExpectHostUntouched();
+}
+
+// The key covers a link's target: another target is another image.
+TEST(ExtraFilesDigestTest, CoversALinksTarget) {
+  std::string a = ExtraFilesDigest({StagedFile{"", "/opt/noVNC", 0, "", "/usr/share/novnc"}});
+  std::string b = ExtraFilesDigest({StagedFile{"", "/opt/noVNC", 0, "", "/usr/share/other"}});
+  EXPECT_FALSE(a.empty());
+  EXPECT_NE(a, b);
+}
+
 TEST_F(StagingTest, ExtraFileDestMustBeClean) {
   for (const char* bad : {"etc/x", "/etc/../x", "/etc/./x", "/etc/", "/..", "/etc/x/.."}) {
-    Status st = Stage({StagedFile{extra_, bad, 0644, *Sha256File(extra_)}});
+    Status st = Stage({StagedFile{extra_, bad, 0644, *Sha256File(extra_), ""}});
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad << ": " << st.ToString();
   }
   ExpectHostUntouched();

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "agent/services.h"
+#include "image/image.h"
 #include "templates/build_spec.h"
 #include "templates/builder.h"
 #include "templates/template_store.h"
@@ -120,6 +121,10 @@ TEST(BuildSpec, ReadyLinesAgreeWithTheAgent) {
   // builder.cc's copies of the agent's readiness lines.
   EXPECT_EQ(agent::ServiceReadyLine("start"), "airlock-agent: service start ready");
   EXPECT_EQ(agent::ServiceFailedLine("start"), "airlock-agent: service start ended before ready:");
+  // image.h's, for the desktop template's service.
+  EXPECT_EQ(agent::ServiceReadyLine("desktop"), image::kDesktopReadyMarker);
+  EXPECT_EQ(agent::ServiceFailedLine("desktop"), image::kDesktopFailedMarker);
+  EXPECT_EQ(image::ReadinessOf("desktop").console_marker, image::kDesktopReadyMarker);
 }
 
 TEST(BuilderMessages, HideHostPathsUnderTheStateDir) {
