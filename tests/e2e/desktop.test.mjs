@@ -11,9 +11,12 @@
 // Prints `# measure:` lines: create (the SDK's, desktop already up in the
 // template snapshot) and the first screenshot beside a `base` create and
 // its first command in the same run, and the screenshot round trip.
-// Env: AIRLOCK_BIN, AIRLOCK_STATE_DIR (see daemon.mjs); CHROMIUM.
+// Env: AIRLOCK_BIN, AIRLOCK_STATE_DIR (see daemon.mjs); CHROMIUM;
+// AIRLOCK_DESKTOP_SCREENSHOTS=DIR also saves, there, the sandbox's screen
+// with the editor (editor.png) and the browser's live view (live-view.png):
+// docs/desktop.md's and the README's pictures.
 import assert from 'node:assert/strict'
-import { existsSync } from 'node:fs'
+import { existsSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { after, before, test } from 'node:test'
 import { inflateSync } from 'node:zlib'
@@ -21,6 +24,7 @@ import { inflateSync } from 'node:zlib'
 import { e2b, makeDomainCert, STATE_DIR, skipReason as daemonSkip, startDaemon, tlsAddress, waitFor } from './daemon.mjs'
 
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium'
+const SHOTS = process.env.AIRLOCK_DESKTOP_SCREENSHOTS || ''
 let skipReason = daemonSkip
 if (!skipReason && !existsSync(join(STATE_DIR, 'images', 'templates', 'desktop.json')))
   skipReason = `no desktop template in ${STATE_DIR} (make image builds it; or airlock image build --template desktop)`
@@ -192,6 +196,7 @@ maybe('open a file in the editor, type into it, save it: the file holds what was
     return text.includes('42!') ? text : ''
   }, 30_000, 500)
   assert.equal(saved.trim(), 'typed by an agent, 42!')
+  if (SHOTS) writeFileSync(join(SHOTS, 'editor.png'), await sb.screenshot())
   await sb.press(['ctrl', 'q'])
   assert.ok(await waitFor(async () => (await windowsOf('mousepad')) === null, 30_000, 500), 'the editor closed')
 })
@@ -282,6 +287,7 @@ maybeBrowser('the live view: stream.getUrl() opens in a browser, shows the scree
     return Math.abs(p.x - 333) <= 2 && Math.abs(p.y - 222) <= 2 ? p : null
   }, 30_000, 500)
   assert.ok(at, 'the pointer followed the viewer')
+  if (SHOTS) await page.screenshot({ path: join(SHOTS, 'live-view.png') })
   await page.close()
   await sb.stream.stop()
   assert.equal((await sh('pgrep -x x11vnc || true')).trim(), '', 'stop ended x11vnc')
