@@ -175,6 +175,10 @@ StatusOr<std::shared_ptr<Sandbox>> Manager::Create(const CreateOptions& options)
   const std::string template_name = ref.image_template;
   const std::string runtime = options.runtime.empty() ? ref.runtime : options.runtime;
   ASSIGN_OR_RETURN(Runtime * rt, RuntimeNamed(runtime));
+  if (std::string doc = image::QemuOnlyTemplate(template_name); !doc.empty() && runtime != "qemu") {
+    return InvalidArgument("template " + template_name + " runs on the qemu runtime only, not " + runtime + " (" + doc +
+                           ")");
+  }
   // The image: found, or built on first use.
   auto img = image::FindImage(config_.state_dir, template_name);
   if (!img.ok() && img.status().code() == StatusCode::kNotFound && config_.build_image_if_missing &&

@@ -104,17 +104,38 @@ StatusOr<KernelPackage> ResolveKernelPackage(bool update, const std::string& wor
   return k;
 }
 
-Status BuildBoot(const BootInputs& in, const std::string& work_dir, const std::string& out_dir,
-                 const Progress& progress) {
-  const KernelPackage& k = in.kernel;
-  RETURN_IF_ERROR(MakeDirs(in.deb_cache_dir));
-  std::string deb = in.deb_cache_dir + "/" + DebFileName(k);
+namespace {
+// The kernel package's .deb in `deb_cache_dir`, fetched (apt-get download,
+// which checks it against the signed index) when it is not there.
+StatusOr<std::string> FetchKernelDeb(const KernelPackage& k, const std::string& deb_cache_dir,
+                                     const std::string& work_dir, const Progress& progress) {
+  RETURN_IF_ERROR(MakeDirs(deb_cache_dir));
+  std::string deb = deb_cache_dir + "/" + DebFileName(k);
   if (!Exists(deb)) {
     ReportProgress(progress, "fetching kernel package " + k.name + " " + k.version);
     RETURN_IF_ERROR(RunCommand({"apt-get", "download", k.name + "=" + k.version},
-                               LogTo(work_dir + "/apt.log", in.deb_cache_dir)));
+                               LogTo(work_dir + "/apt.log", deb_cache_dir)));
     if (!Exists(deb)) return Internal("apt-get download did not produce " + deb);
   }
+  return deb;
+}
+}  // namespace
+
+StatusOr<std::string> UnpackKernelModules(const KernelPackage& k, const std::string& deb_cache_dir,
+                                          const std::string& work_dir, const Progress& progress) {
+  ASSIGN_OR_RETURN(std::string deb, FetchKernelDeb(k, deb_cache_dir, work_dir, progress));
+  std::string pkg = work_dir + "/kernel-modules";
+  RETURN_IF_ERROR(RunCommand({"dpkg-deb", "-x", deb, pkg}, LogTo(work_dir + "/dpkg.log")));
+  RETURN_IF_ERROR(RunCommand({"depmod", "-b", pkg, k.release}, LogTo(work_dir + "/depmod.log")));
+  std::string moddir = pkg + "/lib/modules/" + k.release;
+  if (!Exists(moddir + "/modules.dep")) return Internal("depmod made no " + moddir + "/modules.dep");
+  return moddir;
+}
+
+Status BuildBoot(const BootInputs& in, const std::string& work_dir, const std::string& out_dir,
+                 const Progress& progress) {
+  const KernelPackage& k = in.kernel;
+  ASSIGN_OR_RETURN(std::string deb, FetchKernelDeb(k, in.deb_cache_dir, work_dir, progress));
   ReportProgress(progress, "unpacking " + DebFileName(k));
   std::string pkg = work_dir + "/pkg";
   RETURN_IF_ERROR(RunCommand({"dpkg-deb", "-x", deb, pkg}, LogTo(work_dir + "/dpkg.log")));

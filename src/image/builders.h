@@ -35,6 +35,8 @@ std::string_view InitramfsInitScript();
 extern const char kDesktopSessionText[];
 extern const char kDesktopXvfbText[];
 extern const char kDesktopStartXfce4Text[];
+// The docker template's (src/image/docker/dockerd.sh).
+extern const char kDockerDaemonText[];
 
 struct KernelPackage {
   std::string name;     // linux-image-6.1.0-57-cloud-amd64
@@ -51,6 +53,13 @@ struct BootInputs {
   std::string busybox_path;   // a static busybox
   std::string deb_cache_dir;  // where kernel .debs are kept between builds
 };
+// The kernel package's module tree, unpacked under work_dir and indexed by
+// depmod: returns its lib/modules/<release> directory (the docker
+// template installs it, so the guest's modprobe finds overlay, bridge,
+// netfilter...). The .deb is fetched into deb_cache_dir when missing.
+StatusOr<std::string> UnpackKernelModules(const KernelPackage& k, const std::string& deb_cache_dir,
+                                          const std::string& work_dir, const Progress& progress);
+
 // Writes out_dir/{vmlinux,initrd.cpio.gz,modules.txt}.
 Status BuildBoot(const BootInputs& in, const std::string& work_dir, const std::string& out_dir,
                  const Progress& progress);
@@ -71,8 +80,12 @@ std::string BaseLayerRecipe();
 // BaseLayerRecipe(), and for a layer built on another (BaseLayerInputs::
 // parent_root) that layer's key and the script that extends it. Does not
 // depend on the agent.
+// `post_install` (a layer built on a parent's only): a shell command run in
+// the layer's chroot after its packages are installed, part of the key when
+// not empty (docker's `usermod --append --groups docker user`).
 std::string BaseLayerKey(std::string_view template_name, std::string_view suite,
-                         const std::vector<std::string>& packages, std::string_view parent_key = "");
+                         const std::vector<std::string>& packages, std::string_view parent_key = "",
+                         std::string_view post_install = "");
 // Key of the template rootfs: builder version, base-layer key, agent SHA-256,
 // and (when not empty) the digest of the template's extra files
 // (ExtraFilesDigest); an empty digest leaves the key as it was before extra
@@ -106,6 +119,8 @@ struct BaseLayerInputs {
   // would (about a third of a second mmdebstrap's time), not a new
   // mmdebstrap. The parent's user, sudoers and dpkg path excludes carry over.
   std::string parent_root;
+  // With parent_root: run in the chroot after the packages (BaseLayerKey).
+  std::string post_install;
 };
 // Writes out_dir/root (the unpacked tree) and out_dir/packages.txt; makes
 // out_dir mode 0700.

@@ -305,10 +305,21 @@ const std::vector<std::string>& DesktopPackages() {
       "python3-websockify", "net-tools", "xdg-utils", "libgtk-3-bin", "firefox-esr", "fonts-dejavu-core"};
   return v;
 }
+
+// Docker Engine from Debian (dockerd, containerd, runc, iptables), modprobe
+// for the modules the template carries, and a static busybox to make tiny
+// images from (`docker import`) without a registry.
+const std::vector<std::string>& DockerPackages() {
+  static const std::vector<std::string> v = {"docker.io", "kmod", "busybox-static"};
+  return v;
+}
+// `user` may use the daemon's socket, as on a workstation (docker.io made
+// the group).
+constexpr char kDockerPostInstall[] = "usermod --append --groups docker user";
 }  // namespace
 
 const std::vector<std::string>& KnownTemplates() {
-  static const std::vector<std::string> v = {"base", "code-interpreter", "desktop"};
+  static const std::vector<std::string> v = {"base", "code-interpreter", "desktop", "docker"};
   return v;
 }
 
@@ -322,6 +333,13 @@ bool TemplateHasInterpreter(const std::string& template_name) {
 }
 
 bool TemplateHasDesktop(const std::string& template_name) { return CanonicalTemplateName(template_name) == "desktop"; }
+bool TemplateHasDocker(const std::string& template_name) { return CanonicalTemplateName(template_name) == "docker"; }
+
+std::string QemuOnlyTemplate(const std::string& template_name) {
+  if (TemplateHasDesktop(template_name)) return "docs/desktop.md";
+  if (TemplateHasDocker(template_name)) return "docs/docker.md";
+  return "";
+}
 
 namespace {
 // The pointer of a template that is not built in (nullopt for built-ins and
@@ -340,12 +358,14 @@ std::optional<Pointer> CustomPointer(const std::string& template_name, const std
 TemplateReadiness ReadinessOf(const std::string& template_name, const std::string& state_dir) {
   if (TemplateHasInterpreter(template_name)) return {kInterpreterReadyMarker, ""};
   if (TemplateHasDesktop(template_name)) return {kDesktopReadyMarker, kDesktopFailedMarker};
+  if (TemplateHasDocker(template_name)) return {kDockerReadyMarker, kDockerFailedMarker};
   if (auto p = CustomPointer(template_name, state_dir)) return {p->console_marker, p->console_failure};
   return {};
 }
 
 std::optional<MachineShape> DefaultShapeOf(const std::string& template_name, const std::string& state_dir) {
-  if (TemplateHasInterpreter(template_name) || TemplateHasDesktop(template_name)) return MachineShape{2, 2048};
+  if (TemplateHasInterpreter(template_name) || TemplateHasDesktop(template_name) || TemplateHasDocker(template_name))
+    return MachineShape{2, 2048};
   if (auto p = CustomPointer(template_name, state_dir); p && p->vcpus > 0 && p->memory_mib > 0)
     return MachineShape{p->vcpus, p->memory_mib};
   return std::nullopt;
@@ -416,19 +436,27 @@ Status RemoveTemplateImage(const std::string& state_dir, const std::string& name
 StatusOr<std::vector<std::string>> TemplatePackages(const std::string& template_name) {
   std::string name = CanonicalTemplateName(template_name);
   if (name == "base") return BasePackages();
-  if (name == "code-interpreter" || name == "desktop") {
+  if (name == "code-interpreter" || name == "desktop" || name == "docker") {
     std::vector<std::string> v = BasePackages();
-    const auto& more = name == "desktop" ? DesktopPackages() : InterpreterPackages();
+    const auto& more = name == "desktop"  ? DesktopPackages()
+                       : name == "docker" ? DockerPackages()
+                                          : InterpreterPackages();
     v.insert(v.end(), more.begin(), more.end());
     return v;
   }
-  return InvalidArgument("unknown template \"" + template_name + "\" (known: base, code-interpreter, desktop)");
+  return InvalidArgument("unknown template \"" + template_name + "\" (known: base, code-interpreter, desktop, docker)");
 }
 
 std::string ParentTemplate(const std::string& template_name) {
   const std::string name = CanonicalTemplateName(template_name);
-  return name == "code-interpreter" || name == "desktop" ? "base" : "";
+  return name == "code-interpreter" || name == "desktop" || name == "docker" ? "base" : "";
 }
+
+namespace {
+std::string TemplatePostInstall(const std::string& template_name) {
+  return TemplateHasDocker(template_name) ? kDockerPostInstall : "";
+}
+}  // namespace
 
 StatusOr<std::string> TemplateBaseLayerKey(const std::string& template_name) {
   const std::string name = CanonicalTemplateName(template_name);
@@ -437,7 +465,7 @@ StatusOr<std::string> TemplateBaseLayerKey(const std::string& template_name) {
   if (std::string parent = ParentTemplate(name); !parent.empty()) {
     ASSIGN_OR_RETURN(parent_key, TemplateBaseLayerKey(parent));
   }
-  return BaseLayerKey(name, kSuite, packages, parent_key);
+  return BaseLayerKey(name, kSuite, packages, parent_key, TemplatePostInstall(name));
 }
 
 void CollectGarbage(const std::string& state_dir) {
@@ -555,6 +583,52 @@ StatusOr<std::vector<StagedFile>> DesktopFiles(const std::string& dir) {
   return out;
 }
 
+// The docker template's files: the daemon's start script, the service
+// declaration that makes the agent run it as root from boot (restarted when
+// it dies) and say "service docker ready" (kDockerReadyMarker) once `docker
+// info` answers, and the boot kernel's modules (`moddir`, an unpacked
+// lib/modules/<release> with depmod's index) at /usr/lib/modules/<release>,
+// for the guest's modprobe.
+StatusOr<std::vector<StagedFile>> DockerFiles(const std::string& dir, const std::string& moddir,
+                                              const std::string& release) {
+  std::vector<StagedFile> out;
+  const std::string script = dir + "/docker-dockerd";
+  RETURN_IF_ERROR(WriteFile(script, kDockerDaemonText));
+  ASSIGN_OR_RETURN(std::string sha, Sha256File(script));
+  out.push_back(StagedFile{script, kDockerDaemonPath, 0755, sha, ""});
+  json service = {{"name", "docker"},
+                  {"argv", {kDockerDaemonPath}},
+                  {"user", "root"},
+                  {"cwd", "/"},
+                  {"ready_cmd", "docker info >/dev/null 2>&1"}};
+  const std::string decl = dir + "/docker.json";
+  RETURN_IF_ERROR(WriteFile(decl, service.dump(2) + "\n"));
+  ASSIGN_OR_RETURN(sha, Sha256File(decl));
+  out.push_back(StagedFile{decl, "/etc/airlock/services/docker.json", 0644, sha, ""});
+  std::vector<std::string> rels;
+  std::function<Status(const std::string&)> walk = [&](const std::string& rel) -> Status {
+    ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(moddir + rel));
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) {
+      struct stat st;
+      const std::string r = rel + "/" + n;
+      if (::lstat((moddir + r).c_str(), &st) != 0) return ErrnoError("stat " + moddir + r);
+      if (S_ISDIR(st.st_mode)) {
+        RETURN_IF_ERROR(walk(r));
+      } else if (S_ISREG(st.st_mode)) {
+        rels.push_back(r);  // the package's build/source links point at headers it does not hold
+      }
+    }
+    return OkStatus();
+  };
+  RETURN_IF_ERROR(walk(""));
+  for (const auto& r : rels) {
+    ASSIGN_OR_RETURN(sha, Sha256File(moddir + r));
+    out.push_back(StagedFile{moddir + r, "/usr/lib/modules/" + release + r, 0644, sha, ""});
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace {
@@ -642,7 +716,7 @@ StatusOr<std::string> EnsureBaseLayer(const Layout& l, const std::string& name, 
   // A base layer directory is complete once it exists (renamed into place).
   std::string base_dir = l.base(base_key);
   if (force || !Exists(base_dir + "/packages.txt")) {
-    BaseLayerInputs in{kSuite, packages, ""};
+    BaseLayerInputs in{kSuite, packages, "", TemplatePostInstall(name)};
     if (std::string parent = ParentTemplate(name); !parent.empty()) {
       ASSIGN_OR_RETURN(std::string parent_dir, EnsureBaseLayer(l, parent, false, progress));
       in.parent_root = parent_dir + "/root";
@@ -727,6 +801,15 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& options) {
   if (TemplateHasDesktop(o.template_name)) {
     ASSIGN_OR_RETURN(extras, DesktopFiles(agent_dir));
   }
+  auto prev = ReadPointer(l, o.template_name);
+  std::optional<KernelPackage> kernel_early;
+  if (TemplateHasDocker(o.template_name)) {
+    // Its modules must be the boot kernel's, so the kernel is known first.
+    ASSIGN_OR_RETURN(KernelPackage k, KernelFor(l, prev, o.refresh, progress));
+    ASSIGN_OR_RETURN(std::string moddir, UnpackKernelModules(k, l.debs(), agent_dir, progress));
+    ASSIGN_OR_RETURN(extras, DockerFiles(agent_dir, moddir, k.release));
+    kernel_early = k;
+  }
   {
     // pip installs system-wide as root, as in E2B's images (a template's
     // pipInstall is `pip install ...` as root); Debian's pip refuses that
@@ -739,7 +822,6 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& options) {
   ASSIGN_OR_RETURN(std::string base_key, TemplateBaseLayerKey(o.template_name));
   std::string rootfs_key = TemplateRootfsKey(base_key, agent_sha, ExtraFilesDigest(extras));
 
-  auto prev = ReadPointer(l, o.template_name);
   if (!o.force && !o.refresh && prev.ok() && prev->boot_local == boot_local &&
       prev->rootfs_key == rootfs_key) {
     if (auto img = ImageFrom(l, o.template_name, *prev); img.ok()) return img;
@@ -749,7 +831,12 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& options) {
     return PermissionDenied("building the guest image needs root (mmdebstrap, chroot)");
   }
 
-  ASSIGN_OR_RETURN(KernelPackage kernel, KernelFor(l, prev, o.refresh, progress));
+  KernelPackage kernel;
+  if (kernel_early) {
+    kernel = *kernel_early;
+  } else {
+    ASSIGN_OR_RETURN(kernel, KernelFor(l, prev, o.refresh, progress));
+  }
   auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(std::string boot_key, EnsureBoot(l, kernel, busybox, boot_local, o.force, progress));
   if (o.force || !Exists(l.rootfs(rootfs_key) + "/rootfs.ext4")) {

@@ -109,7 +109,7 @@ std::string ParentTemplate(const std::string& template_name);
 StatusOr<std::string> TemplateBaseLayerKey(const std::string& template_name);
 
 // The built-in templates, in build order: "base", "code-interpreter",
-// "desktop".
+// "desktop", "docker".
 const std::vector<std::string>& KnownTemplates();
 // The template an alias names ("code-interpreter-v1", what
 // @e2b/code-interpreter's Sandbox.create() asks for, is "code-interpreter");
@@ -128,6 +128,17 @@ inline constexpr char kDesktopSessionPath[] = "/usr/local/lib/airlock/desktop/se
 // ServiceFailedLine; a unit test holds them equal).
 inline constexpr char kDesktopReadyMarker[] = "airlock-agent: service desktop ready";
 inline constexpr char kDesktopFailedMarker[] = "airlock-agent: service desktop ended before ready:";
+
+// Whether the template is docker (docs/docker.md): Docker Engine, started
+// by the agent's service "docker" before the template snapshot, and the boot
+// kernel's modules.
+bool TemplateHasDocker(const std::string& template_name);
+inline constexpr char kDockerDaemonPath[] = "/usr/local/lib/airlock/docker/dockerd";
+inline constexpr char kDockerReadyMarker[] = "airlock-agent: service docker ready";
+inline constexpr char kDockerFailedMarker[] = "airlock-agent: service docker ended before ready:";
+// The doc that says why a built-in template runs on QEMU only (desktop,
+// docker), or "" for one that runs on every runtime.
+std::string QemuOnlyTemplate(const std::string& template_name);
 
 inline constexpr char kInterpreterPath[] = "/usr/local/bin/airlock-interpreter";
 inline constexpr char kInterpreterKernelsDir[] = "/usr/local/lib/airlock/interpreter";

@@ -158,7 +158,8 @@ std::string BaseLayerRecipe() {
 }
 
 std::string BaseLayerKey(std::string_view template_name, std::string_view suite,
-                         const std::vector<std::string>& packages, std::string_view parent_key) {
+                         const std::vector<std::string>& packages, std::string_view parent_key,
+                         std::string_view post_install) {
   KeyBuilder k;
   k.Add("builder", kBuilderVersion)
       .Add("template", template_name)
@@ -166,6 +167,7 @@ std::string BaseLayerKey(std::string_view template_name, std::string_view suite,
       .Add("packages", packages)
       .Add("recipe", BaseLayerRecipe());
   if (!parent_key.empty()) k.Add("on", parent_key).Add("extend", kExtendScript);
+  if (!post_install.empty()) k.Add("post-install", post_install);
   return k.ShortDigest();
 }
 
@@ -247,6 +249,10 @@ Status ExtendBaseLayer(const BaseLayerInputs& in, const std::string& work_dir, c
                                      "private", "sh", "-c", kExtendScript, "airlock-extend", root};
     argv.insert(argv.end(), lacking.begin(), lacking.end());
     RETURN_IF_ERROR(RunCommand(argv, LogTo(log)));
+  }
+  if (!in.post_install.empty()) {
+    ReportProgress(progress, "in the layer: " + in.post_install);
+    RETURN_IF_ERROR(RunCommand({"chroot", root, "/bin/sh", "-c", in.post_install}, LogTo(log)));
   }
   return FinishBaseLayer(root, out_dir,
                          std::find(in.packages.begin(), in.packages.end(), "sudo") != in.packages.end(), log);

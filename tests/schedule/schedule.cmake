@@ -94,7 +94,7 @@ set(airlock_lock_team_names
 set(airlock_costs
   e2e_code_interpreter 234  e2e_templates 174  e2e_sdk_matrix 150  e2e_dataplane 40  e2e_files 80
   e2e_code_interpreter_gvisor 110  integration_gvisor 100  runtime_conformance 88
-  e2e_template_oci 72  e2e_desktop 85  DataPlaneTest.GigabyteDownloadAndLargeUploadStreamWithBoundedMemory 72
+  e2e_template_oci 72  e2e_desktop 85  e2e_docker 60  DataPlaneTest.GigabyteDownloadAndLargeUploadStreamWithBoundedMemory 72
   e2e_sdk_snapshots_gvisor 47  e2e_pool 44  SnapshotTest.FiftyPauseResumeCyclesKeepEveryByte 42
   e2e_sdk_snapshots 38  e2e_files_gvisor 35  TemplatePackages.AptPipAndNpmThroughTheBuildAllowlistAndNothingElse 34
   EgressTest.RealSandboxesOnGvisor 29  e2e_multinode 27  RunTest.LargeOutputStreamsWithBoundedMemory 26

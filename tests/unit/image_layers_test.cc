@@ -38,7 +38,9 @@ TEST(LayersTest, BaseInputsChangeBothKeys) {
   for (const std::string& other :
        {BaseLayerKey("base", "trixie", kPackages), BaseLayerKey("other", "bookworm", kPackages),
         BaseLayerKey("base", "bookworm", {"bash", "git", "curl"}),
-        BaseLayerKey("base", "bookworm", {"git", "bash"})}) {
+        BaseLayerKey("base", "bookworm", {"git", "bash"}),
+        // A layer's post-install command (docker's group) is one of its inputs.
+        BaseLayerKey("base", "bookworm", kPackages, "", "usermod --append --groups docker user")}) {
     EXPECT_NE(other, base);
     EXPECT_NE(TemplateRootfsKey(other, agent), TemplateRootfsKey(base, agent));
   }

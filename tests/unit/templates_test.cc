@@ -125,6 +125,9 @@ TEST(BuildSpec, ReadyLinesAgreeWithTheAgent) {
   EXPECT_EQ(agent::ServiceReadyLine("desktop"), image::kDesktopReadyMarker);
   EXPECT_EQ(agent::ServiceFailedLine("desktop"), image::kDesktopFailedMarker);
   EXPECT_EQ(image::ReadinessOf("desktop").console_marker, image::kDesktopReadyMarker);
+  EXPECT_EQ(agent::ServiceReadyLine("docker"), image::kDockerReadyMarker);
+  EXPECT_EQ(agent::ServiceFailedLine("docker"), image::kDockerFailedMarker);
+  EXPECT_EQ(image::ReadinessOf("docker").console_failure, image::kDockerFailedMarker);
 }
 
 TEST(BuilderMessages, HideHostPathsUnderTheStateDir) {
