@@ -12,7 +12,7 @@ VM_JOBS ?= 2
 # make build BUILD_TYPE=RelWithDebInfo BUILD=build-release
 BUILD_TYPE ?= Test
 
-.PHONY: all setup build image demo test unit-test bench bench-burst bench-loops bench-workspaces bench-multinode bench-tti bench-egress bench-snapshot bench-density bench-interpreter bench-templates bench-runtimes bench-console clean format
+.PHONY: all setup build image demo test unit-test bench bench-desktop bench-burst bench-loops bench-workspaces bench-multinode bench-tti bench-egress bench-snapshot bench-density bench-interpreter bench-templates bench-runtimes bench-console clean format
 
 all: build
 
@@ -117,6 +117,11 @@ bench-density: image
 # code-interpreter image and snapshot are made for it.
 bench-interpreter: image
 	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/code_interpreter.mjs $(or $(N),20)
+
+# Computer use and containers: @e2b/desktop create -> first screenshot beside a base create, the
+# screenshot round trip beside commands.run, docker run first and second (docs/desktop.md, docs/docker.md).
+bench-desktop: image
+	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/desktop.mjs $(or $(N),5)
 
 bench-templates: image
 	AIRLOCK_BIN=$(BUILD)/airlock AIRLOCK_STATE_DIR=$(STATE_DIR) node bench/templates.mjs $(or $(N),20)

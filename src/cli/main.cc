@@ -170,6 +170,7 @@ int CmdImage(const std::string& state_dir, const std::vector<std::string>& args)
         interpreter.empty() ? BesideSelf("airlock-interpreter", "/usr/lib/airlock/airlock-interpreter") : interpreter;
     opts.interpreter_kernels_dir =
         kernels.empty() ? BesideSelf("interpreter-kernels", "/usr/lib/airlock/interpreter-kernels") : kernels;
+    opts.close_range_lib = BesideSelf("libairlock-close-range.so", "/usr/lib/airlock/libairlock-close-range.so");
     opts.force = force;
     opts.refresh = refresh;
     opts.progress = PrintProgress;

@@ -336,7 +336,6 @@ bool TemplateHasDesktop(const std::string& template_name) { return CanonicalTemp
 bool TemplateHasDocker(const std::string& template_name) { return CanonicalTemplateName(template_name) == "docker"; }
 
 std::string QemuOnlyTemplate(const std::string& template_name) {
-  if (TemplateHasDesktop(template_name)) return "docs/desktop.md";
   if (TemplateHasDocker(template_name)) return "docs/docker.md";
   return "";
 }
@@ -555,9 +554,21 @@ StatusOr<std::vector<StagedFile>> InterpreterFiles(const ImageOptions& o, const 
 // declaration that makes the agent run the session once per boot as `user`
 // and say "service desktop ready" (kDesktopReadyMarker) once XFCE's
 // session, window manager, desktop and panel run, and /opt/noVNC, where
-// @e2b/desktop runs noVNC from, as a link to Debian's noVNC.
-StatusOr<std::vector<StagedFile>> DesktopFiles(const std::string& dir) {
+// @e2b/desktop runs noVNC from, as a link to Debian's noVNC; and the
+// close_range clamp (`close_range_lib`) listed in /etc/ld.so.preload, without
+// which no GLib program can start another under gVisor (close_range.c).
+StatusOr<std::vector<StagedFile>> DesktopFiles(const std::string& dir, const std::string& close_range_lib) {
+  if (close_range_lib.empty() || !Exists(close_range_lib)) {
+    return InvalidArgument("template desktop needs libairlock-close-range.so (built beside airlock; not found at '" +
+                           close_range_lib + "')");
+  }
   std::vector<StagedFile> out;
+  {
+    const std::string lib = dir + "/libairlock-close-range.so";
+    RETURN_IF_ERROR(CopyFile(close_range_lib, lib, 0644));
+    ASSIGN_OR_RETURN(std::string sha, Sha256File(lib));
+    out.push_back(StagedFile{lib, kDesktopCloseRangeLib, 0644, sha, ""});
+  }
   auto add = [&](const std::string& name, std::string_view text, const std::string& dest, unsigned mode) -> Status {
     const std::string source = dir + "/" + name;
     RETURN_IF_ERROR(WriteFile(source, text));
@@ -580,6 +591,7 @@ StatusOr<std::vector<StagedFile>> DesktopFiles(const std::string& dir) {
        "pgrep -x xfce4-panel >/dev/null"}};
   RETURN_IF_ERROR(add("desktop.json", service.dump(2) + "\n", "/etc/airlock/services/desktop.json", 0644));
   out.push_back(StagedFile{"", "/opt/noVNC", 0, "", "/usr/share/novnc"});
+  RETURN_IF_ERROR(add("ld.so.preload", std::string(kDesktopCloseRangeLib) + "\n", "/etc/ld.so.preload", 0644));
   return out;
 }
 
@@ -799,7 +811,7 @@ StatusOr<GuestImage> EnsureImage(const ImageOptions& options) {
     ASSIGN_OR_RETURN(extras, InterpreterFiles(o, agent_dir));
   }
   if (TemplateHasDesktop(o.template_name)) {
-    ASSIGN_OR_RETURN(extras, DesktopFiles(agent_dir));
+    ASSIGN_OR_RETURN(extras, DesktopFiles(agent_dir, o.close_range_lib));
   }
   auto prev = ReadPointer(l, o.template_name);
   std::optional<KernelPackage> kernel_early;

@@ -46,6 +46,9 @@ struct ImageOptions {
   // kInterpreterKernelsDir). Ignored by other templates.
   std::string interpreter_binary;
   std::string interpreter_kernels_dir;
+  // desktop only: the close_range clamp preloaded in the guest
+  // (libairlock-close-range.so, src/image/desktop/close_range.c).
+  std::string close_range_lib;
   // Rebuild everything even when a cached build matches.
   bool force = false;
   // Ask apt again which kernel package linux-image-cloud-amd64 points to
@@ -124,6 +127,7 @@ bool TemplateHasInterpreter(const std::string& template_name);
 // "desktop" before the template snapshot.
 bool TemplateHasDesktop(const std::string& template_name);
 inline constexpr char kDesktopSessionPath[] = "/usr/local/lib/airlock/desktop/session";
+inline constexpr char kDesktopCloseRangeLib[] = "/usr/local/lib/airlock/libairlock-close-range.so";
 // The agent's lines for that service (agent/services.h ServiceReadyLine,
 // ServiceFailedLine; a unit test holds them equal).
 inline constexpr char kDesktopReadyMarker[] = "airlock-agent: service desktop ready";
@@ -136,8 +140,8 @@ bool TemplateHasDocker(const std::string& template_name);
 inline constexpr char kDockerDaemonPath[] = "/usr/local/lib/airlock/docker/dockerd";
 inline constexpr char kDockerReadyMarker[] = "airlock-agent: service docker ready";
 inline constexpr char kDockerFailedMarker[] = "airlock-agent: service docker ended before ready:";
-// The doc that says why a built-in template runs on QEMU only (desktop,
-// docker), or "" for one that runs on every runtime.
+// The doc that says why a built-in template runs on QEMU only (docker), or
+// "" for one that runs on every runtime.
 std::string QemuOnlyTemplate(const std::string& template_name);
 
 inline constexpr char kInterpreterPath[] = "/usr/local/bin/airlock-interpreter";
