@@ -308,7 +308,7 @@ async function liveView(page) {
   const shown = await waitFor(async () => {
     const s = await canvasState(page)
     return s && s.width === 1024 && s.height === 768 && s.colours > 3 ? s : null
-  }, 60_000, 500)
+  }, 120_000, 500)
   assert.ok(shown, `the viewer shows the 1024×768 screen; ${await viewerNotes(page)}`)
   // The person moves the mouse in the viewer; the sandbox's pointer follows.
   await page.mouse.move(shown.left + 333 * shown.scale, shown.top + 222 * shown.scale)
@@ -335,7 +335,7 @@ async function liveViewWithKey() {
   assert.match(key, /^[A-Za-z0-9]{16}$/)
   const locked = await openViewer(sb.stream.getUrl())
   const asked = await waitFor(() => locked.evaluate(() =>
-    document.getElementById('noVNC_credentials_dlg')?.classList.contains('noVNC_open')), 60_000, 500)
+    document.getElementById('noVNC_credentials_dlg')?.classList.contains('noVNC_open')), 120_000, 500)
   assert.ok(asked, `the viewer asks for the password; ${await viewerNotes(locked)}`)
   const blank = await canvasState(locked)
   assert.ok(!blank || blank.colours <= 1, `no screen before the password: ${JSON.stringify(blank)}`)
@@ -344,7 +344,7 @@ async function liveViewWithKey() {
   const shown = await waitFor(async () => {
     const s = await canvasState(open)
     return s && s.width === 1024 && s.colours > 3 ? s : null
-  }, 60_000, 500)
+  }, 120_000, 500)
   assert.ok(shown, `with the key the screen shows; ${await viewerNotes(open)}`)
   await open.close()
 }
