@@ -6,8 +6,8 @@
 #     adopted and this exits 0 (the SDK runs Xvfb in the background and
 #     then polls xdpyinfo, which answers);
 #   - asked for that display with other arguments (another resolution or
-#     DPI): that server and its XFCE session are stopped, then the real Xvfb
-#     runs with what was asked (this process becomes it);
+#     DPI): that server is killed at once and its XFCE session stopped, then
+#     the real Xvfb runs with what was asked (this process becomes it);
 #   - anything else (another display, no pre-started server): the real Xvfb.
 # While a replacement is under way, /tmp/.airlock-desktop/<display>.replacing
 # exists, until the new server answers: the SDK's xdpyinfo poll may still
@@ -30,23 +30,27 @@ if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
   fi
   marker=$dir.replacing
   : >"$marker"
-  # From here nothing adopts the old session.
+  # From here nothing adopts the old session, and the old server answers no
+  # more: the SDK polls xdpyinfo right after starting this in the
+  # background, and must only ever reach the new server.
   rm -f "$dir/args"
+  kill -KILL "$pid" 2>/dev/null || true
   session=$(cat "$dir/session.pid" 2>/dev/null || true)
   if [ -n "$session" ]; then kill -TERM -- "-$session" 2>/dev/null || true; fi
-  kill -TERM "$pid" 2>/dev/null || true
+  # The old server gone, and the old session's programs too (the SDK's
+  # pgrep for xfce4-session, xfwm4 and xfdesktop must only see the new one).
   tries=0
-  while kill -0 "$pid" 2>/dev/null; do
+  while kill -0 "$pid" 2>/dev/null || { [ -n "$session" ] && pgrep -s "$session" >/dev/null; }; do
     tries=$((tries + 1))
-    if [ "$tries" -eq 50 ]; then kill -KILL "$pid" 2>/dev/null || true; fi
+    if [ "$tries" -eq 50 ] && [ -n "$session" ]; then kill -KILL -- "-$session" 2>/dev/null || true; fi
     if [ "$tries" -gt 100 ]; then
       rm -f "$marker"
-      echo "airlock desktop: the pre-started X server on $display (pid $pid) did not stop" >&2
+      echo "airlock desktop: the pre-started desktop on $display (pid $pid, session $session) did not stop" >&2
       exit 1
     fi
     sleep 0.1
   done
-  # A killed server leaves its lock behind; a stopped one removed it.
+  # A killed server leaves its lock behind.
   rm -f "/tmp/.X${display#:}-lock"
   rm -rf "$dir"
   # The marker goes once the new server answers (at most 60 s).
