@@ -5,7 +5,7 @@ import assert from 'node:assert/strict'
 import { request } from 'node:http'
 import { after, before, describe, test } from 'node:test'
 
-import { BIN, STATE_DIR, skipReason, startDaemon, waitFor } from './daemon.mjs'
+import { BIN, STATE_DIR, e2b, skipReason, startDaemon, waitFor } from './daemon.mjs'
 
 let Client, StdioClientTransport, StreamableHTTPClientTransport
 if (!skipReason) {
@@ -211,27 +211,46 @@ describe('MCP server', { skip: skipReason || false }, () => {
     assert.equal(parse.status, 400)
     assert.equal((await parse.json()).error.code, -32700)
     // One team cannot hold every tool thread: past 7 calls in flight (below
-    // half of the 16 threads), the next is refused at once. Each call sleeps
-    // long enough (8 s) that all 7 are still in flight while the eighth is
-    // tried, even when the guest is slow to start them (TCG, a busy host).
-    const sb = await (await fetch(`${d.url}/v2/sandboxes`, { method: 'POST', body: JSON.stringify({ templateID: 'base' }),
-      headers: { 'X-API-Key': d.apiKey, 'Content-Type': 'application/json' } })).json()
+    // half of the 16 threads), the next is refused at once. Each of the 7
+    // waits in the guest until the test opens its gate (a file it writes
+    // through the SDK), so all 7 are in flight for as long as the checks
+    // take, however slow the guest is to start them (TCG, a busy host), and
+    // no guest clock decides when they end.
+    const sbx = await e2b.Sandbox.create('base', d.opts)
+    const gate = '/tmp/mcp-gate'
+    const ended = []
     const slow = Array.from({ length: 7 }, (_, i) => post({ jsonrpc: '2.0', id: 100 + i, method: 'tools/call',
-      params: { name: 'run_command', arguments: { sandbox_id: sb.sandboxID, command: 'sleep 8' } } }, { 'Mcp-Session-Id': sid }))
+      params: { name: 'run_command', arguments: { sandbox_id: sbx.sandboxId, timeout_seconds: 300,
+        command: `until [ -e ${gate} ]; do sleep 0.1; done` } } }, { 'Mcp-Session-Id': sid })
+      .then(async (r) => {
+        const body = await r.text()
+        ended.push(`call ${i}: HTTP ${r.status} ${body.slice(0, 300)}`)
+        return { status: r.status, body }
+      }))
+    const answered = {}
     const refused = await waitFor(async () => {
       const r = await post({ jsonrpc: '2.0', id: 99, method: 'ping' }, { 'Mcp-Session-Id': sid })
-      return r.status === 429 ? r : null
-    }, 8000, 50)
-    assert.ok(refused, 'an eighth call in flight is refused')
+      if (r.status === 429) return r
+      answered[r.status] = (answered[r.status] || 0) + 1
+      await r.arrayBuffer()
+      return null
+    }, 60000, 50)
+    assert.ok(refused, `an eighth call in flight is refused: pings answered ${JSON.stringify(answered)}; ` +
+      `calls ended meanwhile: ${ended.join('; ') || 'none'}`)
     assert.match((await refused.json()).error.message, /too many MCP calls in flight/)
     // Meanwhile another team is served at once.
     const theirs = await post(init, { Authorization: `Bearer ${other}` })
     assert.equal(theirs.status, 200)
     assert.equal((await post({ jsonrpc: '2.0', id: 5, method: 'ping' },
       { Authorization: `Bearer ${other}`, 'Mcp-Session-Id': theirs.headers.get('mcp-session-id') })).status, 200)
-    for (const r of await Promise.all(slow)) assert.equal((await r.json()).result.structuredContent.exit_code, 0)
+    assert.deepEqual(ended, [], 'no call ended before the gate opened')
+    await sbx.files.write(gate, '')
+    for (const r of await Promise.all(slow)) {
+      assert.equal(r.status, 200, r.body)
+      assert.equal(JSON.parse(r.body).result.structuredContent.exit_code, 0, r.body)
+    }
     assert.equal((await post({ jsonrpc: '2.0', id: 98, method: 'ping' }, { 'Mcp-Session-Id': sid })).status, 200)
-    await fetch(`${d.url}/sandboxes/${sb.sandboxID}`, { method: 'DELETE', headers: { 'X-API-Key': d.apiKey } })
+    await sbx.kill()
     assert.equal((await fetch(`${d.url}/mcp`, { method: 'DELETE', headers: { 'X-API-Key': d.apiKey, 'Mcp-Session-Id': sid } })).status, 204)
     assert.equal((await post({ jsonrpc: '2.0', id: 4, method: 'ping' }, { 'Mcp-Session-Id': sid })).status, 404)
   })
