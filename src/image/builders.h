@@ -35,6 +35,7 @@ std::string_view InitramfsInitScript();
 extern const char kDesktopSessionText[];
 extern const char kDesktopXvfbText[];
 extern const char kDesktopStartXfce4Text[];
+extern const char kDesktopKeyboardsText[];
 // The docker template's (src/image/docker/dockerd.sh).
 extern const char kDockerDaemonText[];
 

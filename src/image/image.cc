@@ -556,7 +556,8 @@ StatusOr<std::vector<StagedFile>> InterpreterFiles(const ImageOptions& o, const 
 // session, window manager, desktop and panel run, and /opt/noVNC, where
 // @e2b/desktop runs noVNC from, as a link to Debian's noVNC; and the
 // close_range clamp (`close_range_lib`) listed in /etc/ld.so.preload, without
-// which no GLib program can start another under gVisor (close_range.c).
+// which no GLib program can start another under gVisor (close_range.c); and
+// XFCE's keyboard default, key autorepeat off (keyboards.xml says why).
 StatusOr<std::vector<StagedFile>> DesktopFiles(const std::string& dir, const std::string& close_range_lib) {
   if (close_range_lib.empty() || !Exists(close_range_lib)) {
     return InvalidArgument("template desktop needs libairlock-close-range.so (built beside airlock; not found at '" +
@@ -579,6 +580,8 @@ StatusOr<std::vector<StagedFile>> DesktopFiles(const std::string& dir, const std
   RETURN_IF_ERROR(add("desktop-session", kDesktopSessionText, kDesktopSessionPath, 0755));
   RETURN_IF_ERROR(add("desktop-xvfb", kDesktopXvfbText, "/usr/local/bin/Xvfb", 0755));
   RETURN_IF_ERROR(add("desktop-startxfce4", kDesktopStartXfce4Text, "/usr/local/bin/startxfce4", 0755));
+  RETURN_IF_ERROR(add("desktop-keyboards.xml", kDesktopKeyboardsText,
+                      "/etc/xdg/xfce4/xfconf/xfce-perchannel-xml/keyboards.xml", 0644));
   json service = {
       {"name", "desktop"},
       {"argv", {kDesktopSessionPath}},

@@ -164,6 +164,9 @@ maybe('create from the desktop template: its screen, a PNG screenshot of that si
   // started no second one.
   assert.equal((await sh('pgrep -c -x Xvfb')).trim(), '1')
   assert.equal((await sh('pgrep -c -x xfce4-session')).trim(), '1')
+  // Key autorepeat is off (src/image/desktop/keyboards.xml): a key's release
+  // that a busy host delivers late repeats nothing.
+  assert.match(await sh('xset -display :0 q'), /auto repeat:\s+off/)
   await sb.moveMouse(200, 300)
   assert.deepEqual(await sb.getCursorPosition(), { x: 200, y: 300 })
   const rt = []
@@ -397,5 +400,8 @@ maybe('a create that asks for another screen size gets it (the template\'s sessi
   assert.equal(out.length, 2, out.join('\n'))
   assert.match(out[0], /Xvfb :0 -ac -screen 0 800x600x24 -retro -dpi 120 /)
   assert.equal(out[1], '1')
+  // The new session's settings daemon turns key autorepeat off too.
+  const repeat = async () => (await small.commands.run('xset -display :0 q')).stdout
+  assert.ok(await waitFor(async () => /auto repeat:\s+off/.test(await repeat()), 60_000, 500), await repeat())
   await small.kill()
 })
