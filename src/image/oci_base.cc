@@ -57,6 +57,14 @@ bool IsSha256Digest(std::string_view d) { return d.size() == 71 && d.substr(0, 7
 
 std::string OciDir(const std::string& state_dir) { return state_dir + "/images/oci"; }
 
+StatusOr<UniqueFd> OpenOciBasesLock(const std::string& state_dir) {
+  RETURN_IF_ERROR(MakeDirs(state_dir + "/images"));
+  const std::string path = state_dir + "/images/oci-bases.lock";
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!fd) return ErrnoError("open " + path);
+  return fd;
+}
+
 // skopeo and its global options: a bound on the command, and the default
 // signature policy when the host has none (Debian's containers-common ships
 // one that accepts anything; without the file skopeo refuses to copy).
@@ -450,6 +458,21 @@ StatusOr<std::string> OciBaseVersion(const std::string& state_dir, const std::st
       .Add("builder", kBuilderVersion)
       .Add("agent", sha)
       .ShortDigest();
+}
+
+StatusOr<UniqueFd> OciBasesHold(const std::string& state_dir) {
+  ASSIGN_OR_RETURN(UniqueFd fd, oci::OpenOciBasesLock(state_dir));
+  while (::flock(fd.get(), LOCK_SH) != 0) {
+    if (errno != EINTR) return ErrnoError("flock " + state_dir + "/images/oci-bases.lock");
+  }
+  return fd;
+}
+
+StatusOr<UniqueFd> TryOciBasesSweep(const std::string& state_dir) {
+  ASSIGN_OR_RETURN(UniqueFd fd, oci::OpenOciBasesLock(state_dir));
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) return fd;
+  if (errno == EWOULDBLOCK) return FailedPrecondition("a build from an OCI image is running on this state dir");
+  return ErrnoError("flock " + state_dir + "/images/oci-bases.lock");
 }
 
 StatusOr<OciBase> EnsureOciBase(const OciPullOptions& o) {

@@ -27,7 +27,9 @@
 // version, the manifest digest and the SHA-256 of the agent as installed: the
 // same image and agent reuse the installed image, by any daemon on the state
 // dir. Images are never removed by this module (template layers are backed
-// by their rootfs).
+// by their rootfs); templates::Builder::CollectGarbage removes an "oci-*"
+// image no layer is built on, and only while no build from an OCI image
+// holds OciBasesHold (below).
 //
 // Network (issue 32 item 6; pull_proxy.h): skopeo runs on the host in a
 // network namespace of its own that holds only a proxy of ours, which
@@ -69,6 +71,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/fd.h"
 #include "common/status.h"
 
 namespace airlock::image {
@@ -111,6 +114,18 @@ struct OciBase {
 };
 
 StatusOr<OciBase> EnsureOciBase(const OciPullOptions& options);
+
+// Between a pull and the first layer built on it, nothing on disk says an
+// "oci-*" image is wanted, and the sweep of unused OCI bases (a daemon's
+// start, a template's deletion: any daemon on the state dir) would remove it
+// under a build that is about to start its sandbox on it (seen in CI: another
+// suite's daemon started 3 s after a pull). So a build from an OCI image holds
+// a shared flock on <state_dir>/images/oci-bases.lock from before its pull
+// until it ends (OciBasesHold: waits while a sweep runs), and the sweep runs
+// only under an exclusive one it can take at once (TryOciBasesSweep:
+// FailedPrecondition while a build holds it; the next sweep does the work).
+StatusOr<UniqueFd> OciBasesHold(const std::string& state_dir);
+StatusOr<UniqueFd> TryOciBasesSweep(const std::string& state_dir);
 
 // A digest of what makes an OCI base's tree besides the image itself
 // (kOciFormatVersion, the image builder's version, the SHA-256 of the agent

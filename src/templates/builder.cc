@@ -426,6 +426,7 @@ Status Builder::Build(Job& job) {
   std::string base_template = "base";  // the image a build sandbox on no layer boots
   std::string oci_user_hash;  // an OCI base's user phase (its layer's hash)
   bool oci_cached = false;    // ... found in the layer index
+  UniqueFd oci_hold;          // a shared hold on the OCI bases while this build runs (oci_base.h)
 
   // ---- base
   job.step = "base";
@@ -497,6 +498,8 @@ Status Builder::Build(Job& job) {
       layer = row->dir;
       ctx = BuildContext::FromJson(row->context);
     } else {
+      // Until the build ends, no sweep removes the base it pulls (oci_base.h).
+      ASSIGN_OR_RETURN(oci_hold, image::OciBasesHold(config_.state_dir));
       image::OciPullOptions po;
       po.state_dir = config_.state_dir;
       po.ref = ref;
@@ -896,6 +899,13 @@ void Builder::CollectGarbage() {
     for (auto& l : fs::directory_iterator(owner.path(), ec2)) {
       if (auto shape = manager_.snapshot_dirs().ReadDiskLayer(l.path().string()); shape.ok()) backings.insert(shape->disk_backing);
     }
+  }
+  // Only while no build from an OCI image runs on this state dir (in any
+  // daemon): one may have pulled a base it has not layered on yet.
+  auto sweep = image::TryOciBasesSweep(config_.state_dir);
+  if (!sweep.ok()) {
+    LOG_DEBUG("template images: OCI bases not swept: {}", sweep.status().message());
+    return;
   }
   bool removed = false;
   for (const auto& [name, owner] : image::CustomImages(config_.state_dir)) {

@@ -4,6 +4,10 @@
 
 #include "image/oci_base.h"
 
+#include <stdlib.h>
+
+#include <filesystem>
+
 namespace airlock::image {
 namespace {
 
@@ -66,6 +70,31 @@ TEST(OciRefTest, SkopeoErrorIsTheFatalMessageTrimmed) {
   EXPECT_EQ(SkopeoError(""), "");
   const std::string big = "time=\"t\" level=fatal msg=\"" + std::string(5000, 'e') + "\"";
   EXPECT_LE(SkopeoError(big).size(), 603u);
+}
+
+// A build from an OCI image holds the bases (shared, several at once); the
+// sweep of unused bases runs only when no build holds them, one at a time.
+TEST(OciBasesHoldTest, BuildsShareTheHoldAndTheSweepRunsOnlyWithoutOne) {
+  char tmpl[] = "/tmp/airlock-oci-hold-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    auto first = OciBasesHold(dir);
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    auto second = OciBasesHold(dir);
+    ASSERT_TRUE(second.ok()) << second.status().ToString();
+    auto sweep = TryOciBasesSweep(dir);
+    ASSERT_FALSE(sweep.ok());
+    EXPECT_EQ(sweep.status().code(), StatusCode::kFailedPrecondition);
+    *first = UniqueFd();
+    EXPECT_FALSE(TryOciBasesSweep(dir).ok()) << "one build still holds them";
+  }
+  auto sweep = TryOciBasesSweep(dir);
+  ASSERT_TRUE(sweep.ok()) << sweep.status().ToString();
+  EXPECT_FALSE(TryOciBasesSweep(dir).ok()) << "one sweep at a time";
+  *sweep = UniqueFd();
+  EXPECT_TRUE(OciBasesHold(dir).ok()) << "a build after the sweep";
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
