@@ -19,6 +19,9 @@ int CmdSandbox(const std::string& state_dir, const std::vector<std::string>& arg
 int CmdAudit(const std::string& state_dir, const std::vector<std::string>& args);
 // airlock secret set NAME (value on stdin) | ls | rm NAME (local store, root).
 int CmdSecret(const std::string& state_dir, const std::vector<std::string>& args);
+// airlock cluster certs --out DIR [--node N[,IP...]]... [--front N]... [--both N[,IP...]]... [--days N]
+// (cluster_command.cc): a dev CA and certificates for the cluster's mutual TLS.
+int CmdCluster(const std::string& state_dir, const std::vector<std::string>& args);
 // airlock template ls | build NAME -f Dockerfile | rm NAME | logs NAME
 // (template_command.cc; a client of a running daemon).
 // `airlock mcp`: MCP over stdio, bridged to a daemon's /mcp (mcp_command.cc).

@@ -55,6 +55,7 @@ constexpr const char* kUsage =
     "                                  custom templates, built by a running daemon (--server, --db)\n"
     "  audit [verify] [--sandbox ID] [--since T]   print or verify the audit trail\n"
     "  secret set NAME | ls | rm NAME  manage secrets (value read from stdin, encrypted at rest)\n"
+    "  cluster certs --out DIR --node N[,IP] --front N   a dev CA and certificates for fronts and nodes (mTLS)\n"
     "  mcp [--server HOST:PORT]        MCP server over stdio (sandboxes as tools), bridged to a running daemon\n"
     "  version                         print the version\n"
     "\n"
@@ -406,6 +407,7 @@ int main(int argc, char** argv) {
   if (cmd == "sandbox") return CmdSandbox(state_dir, rest);
   if (cmd == "audit") return CmdAudit(state_dir, rest);
   if (cmd == "secret") return CmdSecret(state_dir, rest);
+  if (cmd == "cluster") return CmdCluster(state_dir, rest);
   if (cmd == "template") return CmdTemplate(state_dir, rest);
   if (cmd == "mcp") return CmdMcp(state_dir, rest);
   if (cmd == "version" || cmd == "--version") {

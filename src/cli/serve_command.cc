@@ -15,6 +15,7 @@
 #include "runtime/registry.h"
 #include "server/server.h"
 #include "cluster/cluster_registry.h"
+#include "cluster/cluster_tls.h"
 #include "cluster/front.h"
 #include "cluster/membership.h"
 #include "http/client.h"
@@ -31,6 +32,8 @@ namespace {
 struct ClusterFlags {
   std::string role, database, node_name, advertise, node_listen;
   int capacity = 0, best_of_k = 3, lapse_ms = 5000;
+  cluster::ClusterTlsFiles tls;  // --cluster-ca, --cluster-cert, --cluster-key
+  bool insecure = false;         // --insecure-cluster
 };
 
 bool WildcardOrLoopback(const std::string& address) {
@@ -51,6 +54,29 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
   if (cl.database.empty()) return fail("--role " + cl.role + " needs --database postgres://...");
   if (cl.best_of_k < 1 || cl.lapse_ms < 1000) return fail("--best-of >= 1, --heartbeat-lapse >= 1000");
   const bool node_role = cl.role != "front", front_role = cl.role != "node";
+  // Fronts and nodes authenticate each other (cluster/cluster_tls.h), unless
+  // the operator says in so many words that the network between them is
+  // trusted.
+  std::shared_ptr<const cluster::ClusterTls> tls;
+  if (cl.insecure && cl.tls.any()) return fail("--insecure-cluster and --cluster-ca/--cluster-cert/--cluster-key exclude each other");
+  if (!cl.insecure) {
+    if (!cl.tls.any()) {
+      return fail("--role " + cl.role +
+                  " needs the cluster's mutual TLS: --cluster-ca, --cluster-cert and --cluster-key (a dev set: airlock "
+                  "cluster certs; docs/multinode.md), or --insecure-cluster for plain HTTP between fronts and nodes");
+    }
+    auto loaded = cluster::ClusterTls::Load(cl.tls, front_role, node_role);
+    if (!loaded.ok()) return fail(loaded.status().message());
+    tls = std::move(*loaded);
+  }
+  if (node_role && !cfg.tls_listen.empty())
+    return fail("--tls-listen is for a single daemon: a node's --listen serves the cluster's TLS to fronts");
+  std::string node_name = cl.node_name;
+  if (tls) {
+    if (node_name.empty()) node_name = tls->identity().name;
+    if (node_role && node_name != tls->identity().name)
+      return fail("--node-name " + node_name + ", but --cluster-cert is " + tls->identity().name + "'s");
+  }
   server::ServerConfig ncfg = cfg;
   if (cl.role == "both") {
     if (cl.node_listen.empty()) return fail("--role both needs --node-listen ip:port for the node's own API");
@@ -60,6 +86,15 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
   if (node_role && advertise.empty()) {
     if (WildcardOrLoopback(ncfg.listen)) return fail("--advertise ip:port is needed when the node listens on " + ncfg.listen);
     advertise = ncfg.listen;
+  }
+  if (node_role && tls) {
+    // Fronts reach the node's API only through its TLS listener on --listen;
+    // the API itself listens on loopback, behind it.
+    ncfg.tls_listen = ncfg.listen;
+    ncfg.tls_cert = cl.tls.cert;
+    ncfg.tls_key = cl.tls.key;
+    ncfg.tls_client_auth = tls->FromFronts();
+    ncfg.listen = "127.0.0.1:0";
   }
   if (node_role) {
     auto hp = http::ParseHostPort(advertise);
@@ -99,7 +134,7 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
     cluster::MembershipConfig mc;
     char host[256] = {0};
     ::gethostname(host, sizeof host - 1);
-    mc.node.name = cl.node_name.empty() ? host : cl.node_name;
+    mc.node.name = node_name.empty() ? host : node_name;
     mc.node.address = advertise;
     int capacity = cl.capacity;
     if (capacity <= 0) {
@@ -133,8 +168,9 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
     }
     member = std::move(*m);
     member_ptr->store(member.get());
-    std::fprintf(stderr, "airlock serve: node %s on port %u, advertised as %s (capacity %d)\n", member->name().c_str(),
-                 node->port(), advertise.c_str(), capacity);
+    std::fprintf(stderr, "airlock serve: node %s on %s%s, advertised as %s (capacity %d)\n", member->name().c_str(),
+                 (tls ? ncfg.tls_listen : ncfg.listen).c_str(), tls ? " (cluster TLS)" : " (plain HTTP: --insecure-cluster)",
+                 advertise.c_str(), capacity);
   }
   std::unique_ptr<cluster::Front> front;
   if (front_role) {
@@ -145,6 +181,7 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
     fc.limits = cfg.limits;
     fc.best_of_k = cl.best_of_k;
     fc.lapse = std::chrono::milliseconds(cl.lapse_ms);
+    fc.tls = tls;
     auto f = cluster::Front::Open(fc, registry);
     if (!f.ok()) {
       std::fprintf(stderr, "airlock serve: front: %s\n", f.status().message().c_str());
@@ -374,7 +411,14 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "--mcp-threads; never half or more)")(
       "best-of", po::value(&cl.best_of_k)->default_value(3), "front: candidates sampled per placement (best-of-K)")(
       "heartbeat-lapse", po::value(&cl.lapse_ms)->default_value(5000),
-      "front: ms without a node heartbeat before it gets no new sandbox and is marked lost");
+      "front: ms without a node heartbeat before it gets no new sandbox and is marked lost")(
+      "cluster-ca", po::value(&cl.tls.ca),
+      "PEM: the cluster CA, the only one fronts and nodes trust each other's certificates from")(
+      "cluster-cert", po::value(&cl.tls.cert),
+      "PEM: this member's certificate, naming its roles and name (airlock cluster certs; the node name comes from "
+      "it)")("cluster-key", po::value(&cl.tls.key), "PEM: the private key of --cluster-cert")(
+      "insecure-cluster", po::bool_switch(&cl.insecure),
+      "plain HTTP between fronts and nodes, no certificates (a network nobody else can reach or read)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);

@@ -54,6 +54,17 @@ std::string CreateRequest(const gateway::HttpConn& c, const std::string& body, c
   return head + body;
 }
 
+// A header of a node's answer by its lower-case name ("" when absent).
+std::string HeaderOf(const NodeReply& r, std::string_view lower_name) {
+  for (const auto& [k, v] : r.headers) {
+    if (k.size() == lower_name.size() && strncasecmp(k.data(), lower_name.data(), k.size()) == 0) return v;
+  }
+  return "";
+}
+
+// The most a node's answer to a fanned-out list may hold.
+constexpr size_t kMaxFanOutBody = 16u << 20;
+
 // Merges node answers of one list route: arrays are concatenated, objects
 // merged key by key (their arrays and objects merged the same way).
 void Merge(json& into, const json& from) {
@@ -260,6 +271,7 @@ void Front::Forward(Conn c, const std::string& address, const std::string& node,
   auto hp = http::ParseHostPort(address);
   if (!hp.ok()) return c->RespondError(502, "node " + node + " has an invalid address " + address);
   extras.upstream_name = "node " + node + " (" + address + ")";
+  if (config_.tls) extras.upstream_verified = config_.tls->ToNode(node);
   extras.headers.emplace_back("X-Forwarded-For", c->peer().substr(0, c->peer().rfind(':')));
   gateway::ForwardRequest(c, hp->first, hp->second, c->Header("Host"), std::move(extras));
 }
@@ -331,7 +343,8 @@ void Front::Create(Conn c) {
         // what becomes of the slot, even when the client has gone.
         CallNode(c->executor(), hp->first, hp->second, CreateRequest(*c, text, reservation_secret_),
                  config_.create_timeout, config_.max_json_body,
-                 [this, c, p](NodeReply reply) { CreateAnswered(c, p, std::move(reply)); });
+                 [this, c, p](NodeReply reply) { CreateAnswered(c, p, std::move(reply)); },
+                 config_.tls ? config_.tls->ToNode(p.node) : nullptr);
         c->WatchForDisconnect();
       });
     });
@@ -411,32 +424,45 @@ void Front::FanOut(Conn c) {
     } else {
       std::optional<json> merged;
       std::vector<std::string> missing;
-      std::optional<http::HttpReply> refusal;
+      std::optional<NodeReply> refusal;
       bool more = false;
       int64_t total_running = 0;
       // Every live node at once: the answer waits for the slowest, not the sum.
-      std::vector<std::pair<std::string, std::future<StatusOr<http::HttpReply>>>> asked;
+      // Each is a NodeCall on the io thread (over the cluster's TLS), waited
+      // for here.
+      std::vector<std::pair<std::string, std::future<NodeReply>>> asked;
       for (const auto& n : *nodes) {
         if (!n.live) continue;
         auto hp = http::ParseHostPort(n.address);
         if (!hp.ok()) continue;
-        http::HttpCall call{hp->first, hp->second, "GET", target, headers};
-        call.timeout = std::chrono::seconds(10);
-        asked.emplace_back(n.name, std::async(std::launch::async, [call] { return http::HttpDo(call); }));
+        std::string request = "GET " + target + " HTTP/1.1\r\nHost: " + n.address + "\r\n";
+        for (const auto& [k, v] : headers) request += k + ": " + v + "\r\n";
+        request += "Connection: close\r\n\r\n";
+        auto answer = std::make_shared<std::promise<NodeReply>>();
+        asked.emplace_back(n.name, answer->get_future());
+        CallNode(io_.get_executor(), hp->first, hp->second, std::move(request), std::chrono::seconds(10),
+                 kMaxFanOutBody, [answer](NodeReply r) { answer->set_value(std::move(r)); },
+                 config_.tls ? config_.tls->ToNode(n.name) : nullptr);
       }
       for (auto& [name, answer] : asked) {
-        auto r = answer.get();
-        if (!r.ok()) {
+        // The call ends itself in 10 s; the io thread may stop first (the front is going).
+        if (answer.wait_for(std::chrono::seconds(15)) != std::future_status::ready) {
           missing.push_back(name);
           continue;
         }
-        if (r->status != 200) {
-          refusal = *r;  // the same key and query everywhere: one node's refusal is everyone's
+        NodeReply r = answer.get();
+        if (r.outcome != NodeReply::Outcome::kAnswered) {
+          if (!r.error.empty()) LOG_WARN("front: node {} did not answer a list: {}", name, r.error);
+          missing.push_back(name);
+          continue;
+        }
+        if (r.status != 200) {
+          refusal = r;  // the same key and query everywhere: one node's refusal is everyone's
           break;
         }
-        if (!r->Header("x-next-token").empty()) more = true;
-        if (std::string t = r->Header("x-total-running"); !t.empty()) total_running += std::atoll(t.c_str());
-        json j = json::parse(r->body, nullptr, false);
+        if (!HeaderOf(r, "x-next-token").empty()) more = true;
+        if (std::string t = HeaderOf(r, "x-total-running"); !t.empty()) total_running += std::atoll(t.c_str());
+        json j = json::parse(r.body, nullptr, false);
         if (j.is_discarded()) {
           missing.push_back(name);
           continue;

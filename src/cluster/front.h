@@ -39,6 +39,7 @@
 #include <thread>
 
 #include "cluster/cluster_registry.h"
+#include "cluster/cluster_tls.h"
 #include "cluster/node_call.h"
 #include "gateway/api_keys.h"
 #include "gateway/http_conn.h"
@@ -61,6 +62,9 @@ struct FrontConfig {
   // queue and bring-up), whether or not its client is still there. Shorter
   // than kReservationTtl: a reservation outlives the front's wait.
   std::chrono::milliseconds create_timeout{std::chrono::minutes(2)};
+  // Mutual TLS to the nodes (cluster_tls.h); null: plain HTTP, only with
+  // serve --insecure-cluster.
+  std::shared_ptr<const ClusterTls> tls;
 };
 
 class Front {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 
+#include "gateway/upstream_tls.h"
 #include "http/socket_options.h"
 
 namespace airlock::cluster {
@@ -23,7 +24,7 @@ using tcp = asio::ip::tcp;
 
 // Framing and per-hop headers: the front frames its own answer.
 bool PerHop(std::string_view name) {
-  static const char* kNames[] = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-type",
+  static const char* kNames[] = {"connection", "keep-alive", "transfer-encoding", "content-length",  "content-type",
                                  "te",         "trailer",    "upgrade",           "proxy-connection"};
   for (const char* n : kNames) {
     if (name.size() == std::strlen(n) && strncasecmp(name.data(), n, name.size()) == 0) return true;
@@ -33,8 +34,9 @@ bool PerHop(std::string_view name) {
 
 class NodeCall : public std::enable_shared_from_this<NodeCall> {
  public:
-  NodeCall(asio::any_io_executor ex, std::string request, size_t max_body, std::function<void(NodeReply)> done)
-      : sock_(ex), timer_(ex), request_(std::move(request)), done_(std::move(done)) {
+  NodeCall(asio::any_io_executor ex, std::string request, size_t max_body, std::function<void(NodeReply)> done,
+           std::shared_ptr<const gateway::UpstreamTls> tls)
+      : sock_(ex), timer_(ex), request_(std::move(request)), done_(std::move(done)), tls_(std::move(tls)) {
     parser_.emplace();
     parser_->header_limit(64 * 1024);
     parser_->body_limit(max_body);
@@ -53,6 +55,7 @@ class NodeCall : public std::enable_shared_from_this<NodeCall> {
       self->timed_out_ = true;
       boost::system::error_code ignored;
       self->sock_.close(ignored);
+      if (self->close_tls_) self->close_tls_();
     });
     sock_.async_connect(tcp::endpoint(addr, port), [self = shared_from_this()](boost::system::error_code ec) {
       if (ec) {
@@ -61,7 +64,18 @@ class NodeCall : public std::enable_shared_from_this<NodeCall> {
       }
       boost::system::error_code ignored;
       self->sock_.set_option(tcp::no_delay(true), ignored);
-      self->Send();
+      if (!self->tls_) return self->Send();
+      // Mutual TLS first: a failed handshake or a peer that is not this
+      // node sent nothing, so the create was not delivered.
+      self->close_tls_ = gateway::BridgeToTls(
+          std::move(self->sock_),
+          [self](StatusOr<tcp::socket> s) {
+            if (!s.ok()) return self->Finish(NodeReply::Outcome::kNotDelivered, s.status().message());
+            self->sock_ = std::move(*s);
+            if (!self->done_) return;  // timed out meanwhile
+            self->Send();
+          },
+          self->tls_);
     });
   }
 
@@ -106,6 +120,7 @@ class NodeCall : public std::enable_shared_from_this<NodeCall> {
     timer_.cancel();
     boost::system::error_code ignored;
     sock_.close(ignored);
+    if (close_tls_) close_tls_();
     asio::post(timer_.get_executor(), [done = std::move(done_), r = std::move(r)]() mutable { done(std::move(r)); });
     done_ = nullptr;
   }
@@ -117,13 +132,16 @@ class NodeCall : public std::enable_shared_from_this<NodeCall> {
   boost::beast::flat_buffer buf_;
   std::optional<bhttp::response_parser<bhttp::string_body>> parser_;
   bool timed_out_ = false;
+  std::shared_ptr<const gateway::UpstreamTls> tls_;
+  std::function<void()> close_tls_;  // the TLS bridge's closer, once started
 };
 
 }  // namespace
 
 void CallNode(asio::any_io_executor ex, const std::string& host, uint16_t port, std::string request,
-              std::chrono::milliseconds timeout, size_t max_body, std::function<void(NodeReply)> done) {
-  auto call = std::make_shared<NodeCall>(ex, std::move(request), max_body, std::move(done));
+              std::chrono::milliseconds timeout, size_t max_body, std::function<void(NodeReply)> done,
+              std::shared_ptr<const gateway::UpstreamTls> tls) {
+  auto call = std::make_shared<NodeCall>(ex, std::move(request), max_body, std::move(done), std::move(tls));
   call->Start(host, port, timeout);
 }
 

@@ -19,9 +19,14 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace airlock::gateway {
+struct UpstreamTls;
+}
 
 namespace airlock::cluster {
 
@@ -35,7 +40,11 @@ struct NodeReply {
   std::string error;  // why, when not answered
 };
 
+// `tls`: the front's mutual TLS to this node (cluster_tls.h); null: plain
+// HTTP (serve --insecure-cluster). A handshake or identity failure is
+// kNotDelivered.
 void CallNode(boost::asio::any_io_executor ex, const std::string& host, uint16_t port, std::string request,
-              std::chrono::milliseconds timeout, size_t max_body, std::function<void(NodeReply)> done);
+              std::chrono::milliseconds timeout, size_t max_body, std::function<void(NodeReply)> done,
+              std::shared_ptr<const gateway::UpstreamTls> tls = nullptr);
 
 }  // namespace airlock::cluster

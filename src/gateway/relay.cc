@@ -183,13 +183,21 @@ class ProxyCall : public DataPlaneStream, public std::enable_shared_from_this<Pr
       }
       self->connected_ = true;
       self->up_.set_option(tcp::no_delay(true), ec);
-      if (!self->extras_.upstream_tls) return self->SendHead();
-      self->close_bridge_ = BridgeToTls(std::move(self->up_), [self](StatusOr<tcp::socket> s) {
-        if (!s.ok()) return self->Fail(502, "sandbox port " + std::to_string(self->port_) + ": " + s.status().message());
-        self->up_ = std::move(*s);
-        if (self->ended_) return self->CloseUpstream();
-        self->SendHead();
-      });
+      if (!self->extras_.upstream_tls && !self->extras_.upstream_verified) return self->SendHead();
+      self->close_bridge_ = BridgeToTls(
+          std::move(self->up_),
+          [self](StatusOr<tcp::socket> s) {
+            if (!s.ok()) {
+              return self->Fail(502, (self->extras_.upstream_name.empty()
+                                          ? "sandbox port " + std::to_string(self->port_)
+                                          : self->extras_.upstream_name) +
+                                         ": " + s.status().message());
+            }
+            self->up_ = std::move(*s);
+            if (self->ended_) return self->CloseUpstream();
+            self->SendHead();
+          },
+          self->extras_.upstream_verified);
     });
   }
 

@@ -17,6 +17,8 @@
 
 namespace airlock::gateway {
 
+struct UpstreamTls;
+
 // What a caller of ForwardRequest adds to a plain relay (a cluster's front,
 // cluster/front.h).
 struct ForwardExtras {
@@ -37,6 +39,10 @@ struct ForwardExtras {
   // The upstream serves TLS itself (network.httpsPorts): the relay speaks
   // HTTP over a TLS client connection to it (upstream_tls.h; not verified).
   bool upstream_tls = false;
+  // The upstream is a cluster node: the relay speaks HTTP over a verified
+  // mutual-TLS connection to it (upstream_tls.h's `verified`); a handshake
+  // or identity failure is a 502 naming upstream_name.
+  std::shared_ptr<const UpstreamTls> upstream_verified;
 };
 // Relays the request on `c` to host:port (an IP literal; the Host header
 // sent is `host_header`, "" for host:port) and its answer back, streamed

@@ -5,7 +5,6 @@
 
 #include <array>
 #include <atomic>
-
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
@@ -37,8 +36,13 @@ int SelectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const uns
 // One client: TLS on one side, the API listener on the other.
 class TlsTunnel : public std::enable_shared_from_this<TlsTunnel> {
  public:
-  TlsTunnel(tcp::socket client, asio::ssl::context& ctx, std::shared_ptr<std::atomic<int>> open)
-      : tls_(std::move(client), ctx), backend_(tls_.get_executor()), timer_(tls_.get_executor()), open_(std::move(open)) {
+  TlsTunnel(tcp::socket client, asio::ssl::context& ctx, std::shared_ptr<std::atomic<int>> open,
+            std::shared_ptr<const TlsClientAuth> client_auth)
+      : tls_(std::move(client), ctx),
+        backend_(tls_.get_executor()),
+        timer_(tls_.get_executor()),
+        open_(std::move(open)),
+        client_auth_(std::move(client_auth)) {
     ++*open_;
   }
   ~TlsTunnel() { --*open_; }
@@ -50,7 +54,21 @@ class TlsTunnel : public std::enable_shared_from_this<TlsTunnel> {
       if (!ec) self->Close();
     });
     tls_.async_handshake(asio::ssl::stream_base::server, [self, backend](boost::system::error_code ec) {
-      if (ec) return self->Close();
+      if (ec) {
+        if (self->client_auth_) LOG_WARN("tls: a client's handshake failed: {}", ec.message());
+        return self->Close();
+      }
+      if (self->client_auth_) {
+        Status st = SSL_get_verify_result(self->tls_.native_handle()) == X509_V_OK
+                        ? self->client_auth_->check(self->tls_.native_handle())
+                        : PermissionDenied("its certificate chain was not verified");
+        if (!st.ok()) {
+          boost::system::error_code ignored;
+          auto peer = self->tls_.lowest_layer().remote_endpoint(ignored);
+          LOG_WARN("tls: refused a client from {}: {}", peer.address().to_string(), st.message());
+          return self->Close();
+        }
+      }
       self->backend_.async_connect(backend, [self](boost::system::error_code ec) {
         self->timer_.cancel();
         if (ec) {
@@ -113,6 +131,7 @@ class TlsTunnel : public std::enable_shared_from_this<TlsTunnel> {
   tcp::socket backend_;
   asio::steady_timer timer_;
   std::shared_ptr<std::atomic<int>> open_;  // shared with the front: a tunnel may outlive it
+  std::shared_ptr<const TlsClientAuth> client_auth_;
   std::array<char, 64 * 1024> up_{}, down_{};
   bool closed_ = false;
 };
@@ -131,7 +150,8 @@ struct TlsFront::Impl : std::enable_shared_from_this<TlsFront::Impl> {
           boost::system::error_code ignored;
           socket.close(ignored);
         } else {
-          std::make_shared<TlsTunnel>(std::move(socket), self->ctx, self->open)->Start(self->backend);
+          std::make_shared<TlsTunnel>(std::move(socket), self->ctx, self->open, self->client_auth)
+              ->Start(self->backend);
         }
       }
       self->Accept();
@@ -141,6 +161,7 @@ struct TlsFront::Impl : std::enable_shared_from_this<TlsFront::Impl> {
   asio::ssl::context ctx;
   tcp::endpoint backend;
   std::shared_ptr<std::atomic<int>> open = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<const TlsClientAuth> client_auth;
 };
 
 TlsFront::TlsFront(asio::io_context& io, std::string backend_host, uint16_t backend_port) {
@@ -152,19 +173,29 @@ TlsFront::TlsFront(asio::io_context& io, std::string backend_host, uint16_t back
 
 TlsFront::~TlsFront() { Stop(); }
 
-Status TlsFront::Start(const std::string& listen, const std::string& cert_file, const std::string& key_file) {
+Status TlsFront::Start(const std::string& listen, const std::string& cert_file, const std::string& key_file,
+                       std::shared_ptr<const TlsClientAuth> client_auth) {
   boost::system::error_code ec;
   auto& ctx = impl_->ctx;
   ctx.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
                   asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
   ctx.use_certificate_chain_file(cert_file, ec);
-  if (ec) return InvalidArgument("--tls-cert " + cert_file + ": " + ec.message());
+  if (ec) return InvalidArgument("certificate " + cert_file + ": " + ec.message());
   ctx.use_private_key_file(key_file, asio::ssl::context::pem, ec);
-  if (ec) return InvalidArgument("--tls-key " + key_file + ": " + ec.message());
+  if (ec) return InvalidArgument("key " + key_file + ": " + ec.message());
   if (SSL_CTX_check_private_key(ctx.native_handle()) != 1)
-    return InvalidArgument("--tls-key " + key_file + " does not match --tls-cert " + cert_file);
+    return InvalidArgument("key " + key_file + " does not match certificate " + cert_file);
   SSL_CTX_set_alpn_select_cb(ctx.native_handle(), SelectAlpn, nullptr);
-  RETURN_IF_ERROR(http::ListenOn(impl_->acceptor, listen).WithContext("--tls-listen"));
+  if (client_auth) {
+    if (!client_auth->check) return InvalidArgument("a client-certificate listener needs a check");
+    ctx.load_verify_file(client_auth->ca_file, ec);
+    if (ec) return InvalidArgument("--cluster-ca " + client_auth->ca_file + ": " + ec.message());
+    ctx.set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
+    SSL_CTX_set_session_cache_mode(ctx.native_handle(), SSL_SESS_CACHE_OFF);
+    SSL_CTX_set_options(ctx.native_handle(), SSL_OP_NO_TICKET);
+    impl_->client_auth = std::move(client_auth);
+  }
+  RETURN_IF_ERROR(http::ListenOn(impl_->acceptor, listen));
   impl_->Accept();
   return OkStatus();
 }

@@ -10,6 +10,13 @@
 // connection coming from the daemon's own address: audit records of
 // requests over TLS name no client address.
 //
+// With a TlsClientAuth (a cluster node's listener, cluster/cluster_tls.h)
+// the client must present a certificate that chains to `ca_file` (verified
+// for TLS client use) and that `check` accepts (a front's): otherwise the
+// handshake fails or the connection is closed at once, nothing reaches the
+// API, and the refusal is logged. No session is resumed (no cache, no
+// tickets), so every connection is checked with its certificate.
+//
 // Bounds: a handshake must finish within 10 s; at most kMaxConnections at
 // once (more are closed at accept). Threads: the io_context it is given.
 // Errors: Start's InvalidArgument for unreadable or mismatched files,
@@ -17,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,7 +34,14 @@ namespace boost::asio {
 class io_context;
 }
 
+struct ssl_st;
+
 namespace airlock::gateway {
+
+struct TlsClientAuth {
+  std::string ca_file;                       // PEM: the only CA a client certificate may chain to
+  std::function<Status(ssl_st* ssl)> check;  // after the handshake; required
+};
 
 class TlsFront {
  public:
@@ -36,7 +51,8 @@ class TlsFront {
   TlsFront(const TlsFront&) = delete;
   TlsFront& operator=(const TlsFront&) = delete;
   // "ip:port" (port 0: a free one, see port()).
-  Status Start(const std::string& listen, const std::string& cert_file, const std::string& key_file);
+  Status Start(const std::string& listen, const std::string& cert_file, const std::string& key_file,
+               std::shared_ptr<const TlsClientAuth> client_auth = nullptr);
   uint16_t port() const;
   void Stop();
 

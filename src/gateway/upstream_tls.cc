@@ -4,12 +4,11 @@
 #include <sys/socket.h>
 
 #include <array>
-#include <memory>
-
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
+#include <memory>
 
 namespace airlock::gateway {
 
@@ -32,7 +31,12 @@ ssl::context& ClientContext() {
 }
 
 struct Bridge : std::enable_shared_from_this<Bridge> {
-  Bridge(tcp::socket guest) : tls(std::move(guest), ClientContext()), inner(tls.get_executor()), timer(tls.get_executor()) {}
+  Bridge(tcp::socket guest, std::shared_ptr<const UpstreamTls> v)
+      : verified(std::move(v)),
+        tls(std::move(guest), verified ? *verified->ctx : ClientContext()),
+        inner(tls.get_executor()),
+        timer(tls.get_executor()) {}
+  std::shared_ptr<const UpstreamTls> verified;  // before tls: its context outlives the stream
   ssl::stream<tcp::socket> tls;
   asio::local::stream_protocol::socket inner;
   asio::steady_timer timer;
@@ -90,8 +94,9 @@ struct Bridge : std::enable_shared_from_this<Bridge> {
 
 }  // namespace
 
-std::function<void()> BridgeToTls(tcp::socket guest, std::function<void(StatusOr<tcp::socket>)> done) {
-  auto b = std::make_shared<Bridge>(std::move(guest));
+std::function<void()> BridgeToTls(tcp::socket guest, std::function<void(StatusOr<tcp::socket>)> done,
+                                  std::shared_ptr<const UpstreamTls> verified) {
+  auto b = std::make_shared<Bridge>(std::move(guest), std::move(verified));
   b->timer.expires_after(kHandshakeTimeout);
   b->timer.async_wait([b](boost::system::error_code ec) {
     if (!ec) {
@@ -103,7 +108,18 @@ std::function<void()> BridgeToTls(tcp::socket guest, std::function<void(StatusOr
     b->timer.cancel();
     if (ec) {
       b->Close();
-      return done(Unavailable("TLS to the guest port failed (network.httpsPorts: does it serve TLS?): " + ec.message()));
+      if (b->verified) return done(Unavailable(b->verified->what + " handshake failed: " + ec.message()));
+      return done(
+          Unavailable("TLS to the guest port failed (network.httpsPorts: does it serve TLS?): " + ec.message()));
+    }
+    if (b->verified) {
+      Status st = SSL_get_verify_result(b->tls.native_handle()) == X509_V_OK
+                      ? b->verified->check(b->tls.native_handle())
+                      : PermissionDenied("the peer's certificate chain was not verified");
+      if (!st.ok()) {
+        b->Close();
+        return done(Unavailable(b->verified->what + ": " + st.message()));
+      }
     }
     int fds[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {

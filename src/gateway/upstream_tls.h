@@ -17,20 +17,41 @@
 // the socketpair), during the handshake too; the relay calls it whenever
 // it closes its end, so a guest that stops reading holds nothing. Called
 // on the socket's executor; `done` and the closer run there.
+//
+// With `verified` (a cluster's front to its nodes, cluster/cluster_tls.h)
+// the handshake is made with its context instead (the front's client
+// certificate, the cluster CA as the only trust, the peer's chain
+// verified) and `verified->check` then decides on the peer's certificate
+// (is it the node the registry names at that address?): a failure is
+// Unavailable naming it, and nothing was sent.
 #pragma once
 
+#include <boost/asio/ip/tcp.hpp>
 #include <chrono>
 #include <functional>
-
-#include <boost/asio/ip/tcp.hpp>
+#include <memory>
+#include <string>
 
 #include "common/status.h"
+
+struct ssl_st;
+
+namespace boost::asio::ssl {
+class context;
+}
 
 namespace airlock::gateway {
 
 inline constexpr std::chrono::seconds kHandshakeTimeout{10};
 
+struct UpstreamTls {
+  std::shared_ptr<boost::asio::ssl::context> ctx;  // verify_peer, a client certificate
+  std::function<Status(ssl_st* ssl)> check;        // after the handshake; required
+  std::string what = "TLS";                        // names the hop in errors
+};
+
 std::function<void()> BridgeToTls(boost::asio::ip::tcp::socket guest,
-                                  std::function<void(StatusOr<boost::asio::ip::tcp::socket>)> done);
+                                  std::function<void(StatusOr<boost::asio::ip::tcp::socket>)> done,
+                                  std::shared_ptr<const UpstreamTls> verified = nullptr);
 
 }  // namespace airlock::gateway

@@ -392,7 +392,10 @@ class DaemonStart {
       std::string host = s->config_.listen.substr(0, s->config_.listen.rfind(':'));
       if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
       s->front_.tls = std::make_unique<gateway::TlsFront>(s->loop_.io, host, s->port());
-      RETURN_IF_ERROR(s->front_.tls->Start(s->config_.tls_listen, s->config_.tls_cert, s->config_.tls_key));
+      RETURN_IF_ERROR(s->front_.tls
+                          ->Start(s->config_.tls_listen, s->config_.tls_cert, s->config_.tls_key,
+                                  s->config_.tls_client_auth)
+                          .WithContext(s->config_.tls_client_auth ? "cluster TLS" : "--tls-listen"));
       LOG_WARN("airlock serve: TLS on {} (port {})", s->config_.tls_listen, s->front_.tls->port());
     }
     // MCP tools reach this daemon's API (or --mcp-api's) with the caller's key.

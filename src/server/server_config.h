@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "core/reaper.h"
 #include "image/image.h"
 #include "gateway/api_keys.h"
+#include "gateway/tls_front.h"
 #include "server/http_conn.h"
 
 namespace airlock::server {
@@ -40,6 +42,10 @@ struct ServerConfig {
   // E2B's SDKs reach https://api.<domain> and https://<port>-<id>.<domain>).
   // Empty: no TLS.
   std::string tls_listen, tls_cert, tls_key;
+  // A cluster node's listener (cluster/cluster_tls.h): --tls-listen takes
+  // only clients with a certificate this accepts (a front's); set by
+  // serve --role node with --cluster-ca, never by a flag of its own.
+  std::shared_ptr<const gateway::TlsClientAuth> tls_client_auth;
   ManagerConfig manager;
   // The registry; empty: <state_dir>/airlock.db. The CLI key file is
   // written beside it (cli.key, 0600). Tests point this at a temp dir so a

@@ -4,8 +4,13 @@
 // joined by a bridge in another. The suite itself runs in the client
 // namespace in_netns.sh made (AIRLOCK_MN_CLIENT_NS), so every packet stays
 // inside namespaces this run created: the subnet 10.99.0.0/24 exists only there.
+// Fronts and nodes authenticate each other with the cluster's mutual TLS
+// (certificates from `airlock cluster certs`, made per run); the suite
+// reaches a node's own API as a front would (nodeFetch, with a front's
+// certificate).
 import { execFileSync, spawn } from 'node:child_process'
-import { appendFileSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { appendFileSync, chownSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { request as httpsRequest } from 'node:https'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { BIN, STATE_DIR, RUNTIME, waitFor } from './daemon.mjs'
@@ -57,12 +62,47 @@ function spawnIn(ns, argv, logName) {
   return child
 }
 
-async function healthy(url, ms, child) {
+// The cluster's certificates of this run (airlock cluster certs), made or
+// added to in `dir` (ca.pem, <member>.pem, <member>.key).
+function makeCerts(dir, args) {
+  execFileSync(BIN, ['cluster', 'certs', '--out', dir, ...args], { stdio: ['ignore', 'ignore', 'pipe'] })
+}
+
+// An HTTPS request to a node as a client holding `member`'s certificate
+// (a front's, unless the test says otherwise: null for none), trusting
+// `ca` (default: the cluster's). Resolves { status, text, headers };
+// rejects when TLS fails or the node closes the connection.
+export function tlsRequest(url, { method = 'GET', headers = {}, body, certs, member, ca, timeoutMs = 10000 } = {}) {
+  const u = new URL(url)
+  const opts = {
+    host: u.hostname, port: u.port, path: u.pathname + u.search, method, headers,
+    ca: readFileSync(ca ?? join(certs, 'ca.pem')), timeout: timeoutMs,
+  }
+  if (member) {
+    opts.cert = readFileSync(join(member.dir ?? certs, `${member.name}.pem`))
+    opts.key = readFileSync(join(member.dir ?? certs, `${member.name}.key`))
+  }
+  return new Promise((resolve, reject) => {
+    const r = httpsRequest(opts, (res) => {
+      let text = ''
+      res.setEncoding('utf8')
+      res.on('data', (d) => { text += d })
+      res.on('end', () => resolve({ status: res.statusCode, text, headers: res.headers }))
+      res.on('error', reject)
+    })
+    r.on('timeout', () => r.destroy(new Error('timed out')))
+    r.on('error', reject)
+    r.end(body)
+  })
+}
+
+async function healthy(url, ms, child, tls) {
   let gone = false
   child?.exited.then(() => { gone = true })
   return waitFor(async () => {
     if (gone) throw new Error(`exited early (log ${child.log})`)
     try {
+      if (tls) return (await tlsRequest(`${url}/health`, { ...tls, timeoutMs: 2000 })).status === 200
       return (await fetch(`${url}/health`, { signal: AbortSignal.timeout(2000) })).status === 200
     } catch {
       return false
@@ -93,7 +133,7 @@ export class Cluster {
       attach(ns, name, addr)
       // A directory per node: its registry, audit trail and keys are its own.
       execFileSync('mkdir', ['-p', join(tmp, name)])
-      this.nodes.set(name, { ns, addr, url: `http://${addr}:3000`, capacity, db: join(tmp, name, 'airlock.db') })
+      this.nodes.set(name, { ns, addr, url: `https://${addr}:3000`, capacity, db: join(tmp, name, 'airlock.db') })
     }
     i = 0
     for (const name of fronts) {
@@ -103,6 +143,11 @@ export class Cluster {
       attach(ns, name, addr)
       this.fronts.set(name, { ns, addr, url: `http://${addr}:3000` })
     }
+    // The cluster CA and a certificate per member; the suite acts as a
+    // front of its own ("suite") when it asks a node directly.
+    this.certs = join(tmp, 'certs')
+    makeCerts(this.certs, [...[...this.nodes].flatMap(([name, n]) => ['--node', `${name},${n.addr}`]),
+      ...[...this.fronts.keys(), 'suite'].flatMap((name) => ['--front', name])])
     // The schema first (by the first daemon to start), then the admin key.
     await Promise.all([...this.nodes.keys()].map((n) => this.startNode(n)))
     await Promise.all([...this.fronts.keys()].map((f) => this.startFront(f)))
@@ -138,14 +183,15 @@ export class Cluster {
     const n = this.nodes.get(name)
     n.child = spawnIn(n.ns, [BIN, '--state-dir', STATE_DIR, 'serve', '--role', 'node', '--database', this.db,
       '--listen', `${n.addr}:3000`, '--node-name', name, '--capacity', String(n.capacity), '--db', n.db,
-      '--runtime', RUNTIME, '--pool', '0', '--kill-on-exit', '--mcp-api', `10.99.0.21:3000`, ...extra], name)
-    if (!(await healthy(n.url, 30000, n.child))) throw new Error(`node ${name} did not start (log ${n.child.log})`)
+      '--runtime', RUNTIME, '--pool', '0', '--kill-on-exit', '--mcp-api', `10.99.0.21:3000`, ...this.tlsFlags(name),
+      ...extra], name)
+    if (!(await healthy(n.url, 30000, n.child, this.asFront()))) throw new Error(`node ${name} did not start (log ${n.child.log})`)
   }
 
   async startFront(name) {
     const f = this.fronts.get(name)
     f.child = spawnIn(f.ns, [BIN, '--state-dir', STATE_DIR, 'serve', '--role', 'front', '--database', this.db,
-      '--listen', `${f.addr}:3000`, '--heartbeat-lapse', '5000'], name)
+      '--listen', `${f.addr}:3000`, '--heartbeat-lapse', '5000', ...this.tlsFlags(name)], name)
     if (!(await healthy(f.url, 30000, f.child))) throw new Error(`front ${name} did not start (log ${f.child.log})`)
   }
 
@@ -157,14 +203,33 @@ export class Cluster {
     makeNs(ns)
     attach(ns, name, addr)
     execFileSync('mkdir', ['-p', join(tmp, name)])
+    makeCerts(this.certs, ['--both', `${name},${addr}`])
     const child = spawnIn(ns, [BIN, '--state-dir', STATE_DIR, 'serve', '--role', 'both', '--database', this.db,
       '--listen', `${addr}:3000`, '--node-listen', `${addr}:3001`, '--node-name', name, '--capacity', String(capacity),
-      '--db', join(tmp, name, 'airlock.db'), '--runtime', RUNTIME, '--pool', '0', '--kill-on-exit'], name)
-    this.nodes.set(name, { ns, addr, url: `http://${addr}:3001`, capacity, child })
+      '--db', join(tmp, name, 'airlock.db'), '--runtime', RUNTIME, '--pool', '0', '--kill-on-exit',
+      ...this.tlsFlags(name)], name)
+    this.nodes.set(name, { ns, addr, url: `https://${addr}:3001`, capacity, child })
     this.fronts.set(name, { ns, addr, url: `http://${addr}:3000`, child })
-    if (!(await healthy(`http://${addr}:3000`, 30000, child)) || !(await healthy(`http://${addr}:3001`, 30000, child)))
+    if (!(await healthy(`http://${addr}:3000`, 30000, child)) ||
+        !(await healthy(`https://${addr}:3001`, 30000, child, this.asFront())))
       throw new Error(`${name} did not start (log ${child.log})`)
     return child
+  }
+
+  // serve's flags for member `name`'s certificate.
+  tlsFlags(name) {
+    return ['--cluster-ca', join(this.certs, 'ca.pem'), '--cluster-cert', join(this.certs, `${name}.pem`),
+      '--cluster-key', join(this.certs, `${name}.key`)]
+  }
+
+  // tlsRequest's options for the suite acting as a front.
+  asFront() {
+    return { certs: this.certs, member: { name: 'suite' } }
+  }
+
+  // A request to node `name`'s own API, as a front (tlsRequest).
+  nodeFetch(name, path, opts = {}) {
+    return tlsRequest(`${this.nodes.get(name).url}${path}`, { ...this.asFront(), ...opts })
   }
 
   createKey(name, admin = false, team = '') {
@@ -199,9 +264,9 @@ export class Cluster {
 
   // The sandboxes a node's own API lists (asked of the node, not a front).
   async nodeSandboxes(name) {
-    const r = await fetch(`${this.nodes.get(name).url}/v2/sandboxes?state=running,paused`, { headers: { 'X-API-Key': this.apiKey } })
-    if (r.status !== 200) throw new Error(`node ${name}: ${r.status} ${await r.text()}`)
-    return (await r.json()).map((s) => s.sandboxID)
+    const r = await this.nodeFetch(name, '/v2/sandboxes?state=running,paused', { headers: { 'X-API-Key': this.apiKey } })
+    if (r.status !== 200) throw new Error(`node ${name}: ${r.status} ${r.text}`)
+    return JSON.parse(r.text).map((s) => s.sandboxID)
   }
 
   async kill9(child) {

@@ -4,10 +4,12 @@
 // official e2b SDK and plain HTTP. Run by in_netns.sh (CTest does).
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
+import { execFileSync, spawn, spawnSync } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { connect } from 'node:net'
-import { e2b, waitFor } from './daemon.mjs'
-import { Cluster, skipReason } from './cluster.mjs'
+import { join } from 'node:path'
+import { BIN, STATE_DIR, e2b, waitFor } from './daemon.mjs'
+import { Cluster, skipReason, tlsRequest } from './cluster.mjs'
 
 const { Sandbox } = e2b
 const maybe = skipReason ? test.skip : test
@@ -138,6 +140,48 @@ maybe('a sandbox made through front 1 is reachable through front 2: commands, fi
   const noKey = await fetch(`${cl.fronts.get('f1').url}/v2/sandboxes`)
   assert.equal(noKey.status, 401)
   await killAll()
+})
+
+maybe('fronts and nodes authenticate each other: a node serves fronts of its cluster only; a front talks only to the node the registry names', { timeout: 120000 }, async () => {
+  const n2 = cl.nodes.get('n2')
+  const url = `${n2.url}/health`
+  assert.equal((await cl.nodeFetch('n2', '/health')).status, 200, 'a front of this cluster is served')
+  await assert.rejects(tlsRequest(url, { certs: cl.certs }), 'no certificate: refused')
+  await assert.rejects(tlsRequest(url, { certs: cl.certs, member: { name: 'n1' } }), 'a node\'s certificate: refused')
+  // A front's certificate of another CA, with the same name.
+  const other = join(cl.logs(), 'other-ca')
+  execFileSync(BIN, ['cluster', 'certs', '--out', other, '--front', 'f1'], { stdio: 'ignore' })
+  await assert.rejects(tlsRequest(url, { certs: cl.certs, member: { name: 'f1', dir: other } }), 'another CA: refused')
+  // The node's own CA from the other side: the suite does not trust a stranger either.
+  await assert.rejects(cl.nodeFetch('n2', '/health', { ca: join(other, 'ca.pem') }), 'the node is not the other CA\'s')
+  await assert.rejects(fetch(`http://${n2.addr}:3000/health`, { signal: AbortSignal.timeout(5000) }), 'plain HTTP: nothing')
+  assert.ok(await waitFor(() => /refused a client from .*not a front's/.test(readFileSync(n2.child.log, 'utf8')), 5000),
+    'the node logs why')
+
+  // The registry says n1 is at n2's address: fronts do not take n2 for n1.
+  const n1addr = cl.sql("SELECT address FROM nodes WHERE name = 'n1'")
+  cl.sql(`UPDATE nodes SET address = '${n2.addr}:3000' WHERE name = 'n1'`)
+  try {
+    const r = await cl.api('f1', 'GET', '/v2/sandboxes')
+    assert.equal(r.status, 200, r.text)
+    assert.equal(r.headers.get('x-airlock-unreachable-nodes'), 'n1')
+    assert.match(readFileSync(cl.fronts.get('f1').child.log, 'utf8'), /the certificate there is node n2's, not node n1's/)
+  } finally {
+    cl.sql(`UPDATE nodes SET address = '${n1addr}' WHERE name = 'n1'`)
+  }
+  assert.equal((await cl.api('f1', 'GET', '/v2/sandboxes')).headers.get('x-airlock-unreachable-nodes'), null)
+
+  // A cluster role without certificates is refused unless the operator says the network is trusted.
+  const serve = (...args) => spawnSync(BIN, ['--state-dir', STATE_DIR, 'serve', '--database', cl.db, ...args], { encoding: 'utf8' })
+  let r = serve('--role', 'front', '--listen', '127.0.0.1:0')
+  assert.equal(r.status, 2, r.stderr)
+  assert.match(r.stderr, /needs the cluster's mutual TLS: --cluster-ca, --cluster-cert and --cluster-key/)
+  r = serve('--role', 'node', '--listen', '10.99.0.99:3000', '--node-name', 'n9', ...cl.tlsFlags('n1'))
+  assert.equal(r.status, 2, r.stderr)
+  assert.match(r.stderr, /--node-name n9, but --cluster-cert is n1's/)
+  r = serve('--role', 'node', '--listen', '10.99.0.99:3000', ...cl.tlsFlags('f1'))
+  assert.equal(r.status, 2, r.stderr)
+  assert.match(r.stderr, /is front f1's, not a node's/)
 })
 
 maybe('capacities 1, 2, 3: six concurrent creates through both fronts fill them exactly; the 7th is refused; a draining node gets none', { timeout: 300000 }, async () => {
