@@ -4,11 +4,15 @@
 //   2. placements per second of two fronts against one PostgreSQL, creates
 //      stubbed out (bench/placement_bench.cc), beside a SELECT 1 round trip.
 // PostgreSQL (Debian's) runs in a temp directory on a Unix socket only; the
-// daemons listen on loopback. Needs root and the guest image.
+// daemons listen on loopback. Fronts and the node authenticate each other
+// with the cluster's mutual TLS (`airlock cluster certs` into the temp
+// directory); the bench reaches the node's own API as a front would, over
+// HTTPS with a front's certificate. Needs root and the guest image.
 //
 // usage: node bench/multinode.mjs [N]   (N creates each way, default 20)
 import { execFileSync, spawn } from 'node:child_process'
-import { chownSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { chownSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs'
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -35,9 +39,31 @@ function run(argv, name) {
   return p
 }
 
+// The cluster's certificates (made in the try below) and the bench's
+// keep-alive HTTPS agent to the node as a front.
+const certs = join(tmp, 'certs')
+const tlsFlags = (member) => ['--cluster-ca', join(certs, 'ca.pem'), '--cluster-cert', join(certs, `${member}.pem`),
+  '--cluster-key', join(certs, `${member}.key`)]
+let asFront = null
+// GET `url` (https://, the node) as a front: { ok, status, text }.
+function nodeGet(url, headers = {}) {
+  return new Promise((resolve, reject) => {
+    const r = httpsRequest(url, { agent: asFront, headers, timeout: 10000 }, (res) => {
+      let text = ''
+      res.setEncoding('utf8')
+      res.on('data', (d) => { text += d })
+      res.on('end', () => resolve({ ok: res.statusCode >= 200 && res.statusCode < 300, status: res.statusCode, text }))
+      res.on('error', reject)
+    })
+    r.on('timeout', () => r.destroy(new Error(`timeout: ${url}`)))
+    r.on('error', reject)
+    r.end()
+  })
+}
+
 async function healthy(url, p) {
   for (let i = 0; i < 300; i++) {
-    try { if ((await fetch(`${url}/health`)).ok) return } catch {}
+    try { if ((url.startsWith('https:') ? await nodeGet(`${url}/health`) : await fetch(`${url}/health`)).ok) return } catch {}
     if (p.exitCode !== null) throw new Error(p.tail())
     await new Promise((r) => setTimeout(r, 100))
   }
@@ -45,6 +71,15 @@ async function healthy(url, p) {
 }
 
 try {
+  // The cluster's CA and certificates (airlock cluster certs): the node's
+  // (named for 127.0.0.1, where it is reached), the front's, and `bench`, a
+  // front's the bench itself uses to reach the node directly (fetch, to the
+  // front, keeps its connections alive; so does this agent).
+  execFileSync(BIN, ['cluster', 'certs', '--out', certs, '--node', 'bench-node,127.0.0.1', '--front', 'bench-front', '--front', 'bench'],
+    { stdio: ['ignore', 'ignore', 'inherit'] })
+  asFront = new HttpsAgent({ keepAlive: true, ca: readFileSync(join(certs, 'ca.pem')),
+    cert: readFileSync(join(certs, 'bench.pem')), key: readFileSync(join(certs, 'bench.key')) })
+
   // PostgreSQL on a Unix socket in tmp.
   const data = join(tmp, 'pg'), sock = join(tmp, 'sock')
   mkdirSync(data)
@@ -68,10 +103,12 @@ try {
   mkdirSync(join(tmp, 'node'))
   const node = run([BIN, '--state-dir', STATE_DIR, 'serve', '--role', 'node', '--database', db,
     '--listen', `127.0.0.1:${nodePort}`, '--advertise', `127.0.0.1:${nodePort}`, '--node-name', 'bench-node',
-    '--capacity', '100', '--db', join(tmp, 'node', 'airlock.db'), '--kill-on-exit', '--pool', '0'], 'node')
-  const front = run([BIN, 'serve', '--role', 'front', '--database', db, '--listen', `127.0.0.1:${frontPort}`], 'front')
+    '--capacity', '100', '--db', join(tmp, 'node', 'airlock.db'), '--kill-on-exit', '--pool', '0', ...tlsFlags('bench-node')], 'node')
+  const front = run([BIN, 'serve', '--role', 'front', '--database', db, '--listen', `127.0.0.1:${frontPort}`,
+    ...tlsFlags('bench-front')], 'front')
   const frontUrl = `http://127.0.0.1:${frontPort}`
-  await healthy(`http://127.0.0.1:${nodePort}`, node)
+  const nodeUrl = `https://127.0.0.1:${nodePort}`
+  await healthy(nodeUrl, node)
   await healthy(frontUrl, front)
   const key = execFileSync(BIN, ['apikey', '--db', db, 'create', '--name', 'bench', '--admin'], { encoding: 'utf8' }).split('\n')[0].trim()
   const viaFront = { apiKey: key, apiUrl: frontUrl, sandboxUrl: frontUrl, requestTimeoutMs: 300000 }
@@ -102,19 +139,22 @@ try {
     hop.push(performance.now() - t0)
   }
   // The relay itself: GET /sandboxes/{id} of a live sandbox through the
-  // front, against the same call made to its node directly, interleaved.
+  // front, against the same call made to its node directly (over the
+  // cluster's TLS, as the front makes it), interleaved.
   const live = await Sandbox.create('base', viaFront)
   const getVia = async (base) => {
     const t0 = performance.now()
-    const r = await fetch(`${base}/sandboxes/${live.sandboxId}`, { headers: { 'X-API-Key': key } })
-    await r.text()
-    if (r.status !== 200) throw new Error(`GET through ${base}: ${r.status}`)
+    const url = `${base}/sandboxes/${live.sandboxId}`, headers = { 'X-API-Key': key }
+    let status
+    if (base.startsWith('https:')) status = (await nodeGet(url, headers)).status
+    else { const r = await fetch(url, { headers }); await r.text(); status = r.status }
+    if (status !== 200) throw new Error(`GET through ${base}: ${status}`)
     return performance.now() - t0
   }
   const relayed = [], atNode = []
   for (let i = 0; i < 200; i++) {
     relayed.push(await getVia(frontUrl))
-    atNode.push(await getVia(`http://127.0.0.1:${nodePort}`))
+    atNode.push(await getVia(nodeUrl))
   }
   await live.kill()
 
@@ -126,7 +166,7 @@ try {
   console.log(row('create alone, single-node daemon', direct.map((x) => x.create)))
   console.log(row('create alone, through a front', fronted.map((x) => x.create)))
   console.log(`| front lookup of an unknown id (registry query + 404), no VM | ${pct(hop, 50).toFixed(2)} | ${pct(hop, 99).toFixed(2)} |`)
-  console.log(`| GET /sandboxes/{id} at the node (raw primitive of the hop) | ${pct(atNode, 50).toFixed(2)} | ${pct(atNode, 99).toFixed(2)} |`)
+  console.log(`| GET /sandboxes/{id} at the node, HTTPS as a front (raw primitive of the hop) | ${pct(atNode, 50).toFixed(2)} | ${pct(atNode, 99).toFixed(2)} |`)
   console.log(`| GET /sandboxes/{id} through the front (cached route + relay) | ${pct(relayed, 50).toFixed(2)} | ${pct(relayed, 99).toFixed(2)} |`)
   const ratio = pct(fronted.map((x) => x.total), 50) / pct(direct.map((x) => x.total), 50)
   const added = pct(fronted.map((x) => x.total), 50) - pct(direct.map((x) => x.total), 50)
@@ -138,6 +178,7 @@ try {
   console.log('\n## Placements per second, two fronts, one PostgreSQL (creates stubbed out)')
   console.log(execFileSync(PLACEMENT_BENCH, ['--database', db, '--seconds', '10', '--fronts', '2', '--nodes', '10'], { encoding: 'utf8' }))
 } finally {
+  asFront?.destroy()
   for (const p of procs) if (p.exitCode === null) p.kill('SIGTERM')
   await Promise.all(procs.map((p) => p.exited))
   rmSync(tmp, { recursive: true, force: true })

@@ -8,6 +8,25 @@
 # image in /var/lib/airlock (`airlock image build`, or `make image`), and the
 # raw_exec driver enabled. The registry's URL and the fronts' domain are the
 # Nomad variable nomad/jobs/airlock-node (keys database_url, domain).
+#
+# Fronts and nodes authenticate each other with mutual TLS (docs/multinode.md).
+# The certificates are the Nomad variable nomad/jobs/airlock-node/node (the
+# group's path, which this job's tasks may read without an extra ACL policy):
+# key ca (the cluster CA), and per client <node name>_cert and <node name>_key,
+# <node name> being the client's node.unique.name (the --node-name, which must
+# equal the name in its certificate), with the IP fronts reach it at
+# (attr.unique.network.ip-address). From `airlock cluster certs`:
+#
+#   airlock cluster certs --out certs --front front \
+#     --node host-a,10.0.0.11 --node host-b,10.0.0.12
+#   cd certs && nomad var put -force nomad/jobs/airlock-node/node ca=@ca.pem \
+#     host-a_cert=@host-a.pem host-a_key=@host-a.key \
+#     host-b_cert=@host-b.pem host-b_key=@host-b.key
+#
+# (`var put` replaces all the items: list every node each time). Keep
+# certs/ca.key out of Nomad: it is only needed to make more certificates.
+# The task renders its three files into its secrets dir; a client with no
+# entry gets an empty certificate and its node refuses to start.
 job "airlock-node" {
   type      = "system"
   datacenters = ["*"]
@@ -38,6 +57,9 @@ job "airlock-node" {
           "--listen", "0.0.0.0:3000",
           "--advertise", "${attr.unique.network.ip-address}:3000",
           "--node-name", "${node.unique.name}",
+          "--cluster-ca", "${NOMAD_SECRETS_DIR}/cluster-ca.pem",
+          "--cluster-cert", "${NOMAD_SECRETS_DIR}/cluster.pem",
+          "--cluster-key", "${NOMAD_SECRETS_DIR}/cluster.key",
           "--mcp-api", "${FRONT_ADDRESS}",
           # The fronts relay "<port>-<id>.<domain>" hosts as they came: the
           # node routes them only for its own --domain (docs/server.md).
@@ -55,6 +77,33 @@ job "airlock-node" {
         EOT
       }
 
+      # The cluster's mutual TLS (see the top): this client's certificate and
+      # key by its node.unique.name. A changed variable restarts the task
+      # (the sandboxes it runs are adopted by the restarted daemon).
+      template {
+        destination = "secrets/cluster-ca.pem"
+        perms       = "0400"
+        data        = <<-EOT
+          {{ with nomadVar "nomad/jobs/airlock-node/node" }}{{ .ca }}{{ end }}
+        EOT
+      }
+
+      template {
+        destination = "secrets/cluster.pem"
+        perms       = "0400"
+        data        = <<-EOT
+          {{ with nomadVar "nomad/jobs/airlock-node/node" }}{{ index . (printf "%s_cert" (env "node.unique.name")) }}{{ end }}
+        EOT
+      }
+
+      template {
+        destination = "secrets/cluster.key"
+        perms       = "0400"
+        data        = <<-EOT
+          {{ with nomadVar "nomad/jobs/airlock-node/node" }}{{ index . (printf "%s_key" (env "node.unique.name")) }}{{ end }}
+        EOT
+      }
+
       kill_signal  = "SIGTERM"
       kill_timeout = "60s"
 
@@ -62,9 +111,11 @@ job "airlock-node" {
         name     = "airlock-node"
         port     = "api"
         provider = "nomad"
+        # A TCP check: the node's port speaks TLS and completes a handshake
+        # only with a front's client certificate, which Nomad's HTTP check
+        # does not present, so an http /health check would always fail.
         check {
-          type     = "http"
-          path     = "/health"
+          type     = "tcp"
           interval = "10s"
           timeout  = "2s"
         }
