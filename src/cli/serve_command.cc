@@ -112,15 +112,20 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
   std::unique_ptr<cluster::NodeMembership> member;
   auto member_ptr = std::make_shared<std::atomic<cluster::NodeMembership*>>(nullptr);
   if (node_role) {
-    auto secret = registry->ReservationSecret();
-    if (!secret.ok()) return fail("cluster registry: " + secret.status().message());
     cluster::ClusterRegistry* reg = registry.get();
+    if (node_name.empty()) {
+      char host[256] = {0};
+      ::gethostname(host, sizeof host - 1);
+      node_name = host;
+    }
     ncfg.write_cli_key = false;  // keys live in the cluster registry (airlock apikey --db postgres://...)
     ncfg.cluster.keys = server::ApiKeySource{[reg] { return reg->KeyVersion(); }, [reg] { return reg->ApiKeysByHash(); }};
-    ncfg.cluster.reservation_secret = *secret;
-    ncfg.cluster.sandbox_added = [member_ptr](const std::string& id, bool front_reserved) -> Status {
+    ncfg.cluster.claim_reservation = [reg, node_name](const std::string& token, const std::string& digest) {
+      return reg->ClaimReservation(node_name, token, digest);
+    };
+    ncfg.cluster.sandbox_added = [member_ptr](const std::string& id, int64_t reservation) -> Status {
       auto* m = member_ptr->load();
-      return m ? m->SandboxAdded(id, front_reserved) : OkStatus();  // before registration: the sync records it
+      return m ? m->SandboxAdded(id, reservation) : OkStatus();  // before registration: the sync records it
     };
     ncfg.cluster.sandbox_removed = [member_ptr](const std::string& id) {
       if (auto* m = member_ptr->load()) m->SandboxRemoved(id);
@@ -132,9 +137,7 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
     }
     node = std::move(*srv);
     cluster::MembershipConfig mc;
-    char host[256] = {0};
-    ::gethostname(host, sizeof host - 1);
-    mc.node.name = node_name.empty() ? host : node_name;
+    mc.node.name = node_name;
     mc.node.address = advertise;
     int capacity = cl.capacity;
     if (capacity <= 0) {

@@ -75,6 +75,15 @@ CREATE INDEX reservations_node ON reservations (node, made_at);
 CREATE INDEX reservations_unused ON reservations (node, id) WHERE used_at IS NULL;
 -- Slots reserved by fronts of schema 1 have no row: recounted at the next heartbeat.
 )sql",
+    // 3: a reservation is bound to its create (issue 38 item 4): the front
+    // gives the node a random token, not a shared secret; the node claims
+    // it once, for its own name, for the body it was made for, within the
+    // TTL (ClaimReservation), and marks that very row used.
+    R"sql(
+ALTER TABLE reservations ADD COLUMN token text, ADD COLUMN body_sha256 text, ADD COLUMN claimed_at timestamptz;
+CREATE UNIQUE INDEX reservations_token ON reservations (token);
+DELETE FROM cluster_meta WHERE key = 'reservation_secret';
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion);
 
@@ -279,7 +288,8 @@ StatusOr<std::vector<std::string>> ClusterRegistry::MarkLapsed(std::chrono::mill
   return out;
 }
 
-StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int k, std::chrono::milliseconds lapse) {
+StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int k, std::chrono::milliseconds lapse,
+                                           const std::string& body_sha256) {
   ASSIGN_OR_RETURN(
       auto r, pool_.Exec(WithLapse(std::string("SELECT name, capacity - reserved FROM nodes n WHERE live AND NOT "
                                                "draining AND ") +
@@ -305,7 +315,8 @@ StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int
                             "live AND NOT draining AND ") +
                     kFresh +
                     " AND reserved + 1 <= capacity RETURNING name, address), "
-                    "r AS (INSERT INTO reservations (node) SELECT name FROM n RETURNING id) "
+                    "r AS (INSERT INTO reservations (node, token, body_sha256) SELECT name, $3::text, $4::text FROM n "
+                    "RETURNING id) "
                     "SELECT n.address, r.id FROM n, r",
                 "$2");
   int tried = 0;
@@ -315,8 +326,10 @@ StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int
     std::stable_sort(all.begin() + static_cast<long>(start), all.begin() + static_cast<long>(end),
                      [](const Candidate& a, const Candidate& b) { return a.free > b.free; });
     for (size_t i = start; i < end; ++i) {
-      ASSIGN_OR_RETURN(auto u, pool_.Exec(reserve, {all[i].name, Ms(lapse)}));
-      if (!u.empty()) return Placement{all[i].name, u.Text(0, 0), tried, std::stoll(u.Text(0, 1))};
+      const std::string token = RandomHex(16);  // 16 bytes, 32 hex digits
+      if (token.size() != 32) return Internal("no randomness for a reservation token");
+      ASSIGN_OR_RETURN(auto u, pool_.Exec(reserve, {all[i].name, Ms(lapse), token, body_sha256}));
+      if (!u.empty()) return Placement{all[i].name, u.Text(0, 0), tried, std::stoll(u.Text(0, 1)), token};
       ++tried;
     }
   }
@@ -343,8 +356,28 @@ Status ClusterRegistry::Release(const std::string& node, int64_t reservation) {
   });
 }
 
-Status ClusterRegistry::AddSandbox(const std::string& id, const std::string& node, bool front_reserved) {
-  if (!front_reserved) {
+StatusOr<int64_t> ClusterRegistry::ClaimReservation(const std::string& node, const std::string& token,
+                                                    const std::string& body_sha256, std::chrono::milliseconds ttl) {
+  if (token.empty() || token.size() > 128) return PermissionDenied("the create's reservation is not one this cluster made");
+  ASSIGN_OR_RETURN(auto r, pool_.Exec("UPDATE reservations SET claimed_at = now() WHERE token = $1 AND node = $2 AND "
+                                      "claimed_at IS NULL AND used_at IS NULL AND body_sha256 = $3 AND "
+                                      "made_at > now() - $4 * interval '1 millisecond' RETURNING id",
+                                      {token, node, body_sha256, Ms(ttl)}));
+  if (!r.empty()) return std::stoll(r.Text(0, 0));
+  // Why not, for the refusal (the token is the front's secret: never echoed).
+  ASSIGN_OR_RETURN(auto w, pool_.Exec("SELECT node, claimed_at IS NOT NULL OR used_at IS NOT NULL, body_sha256 = $2, "
+                                      "made_at > now() - $3 * interval '1 millisecond' FROM reservations WHERE "
+                                      "token = $1",
+                                      {token, body_sha256, Ms(ttl)}));
+  if (w.empty()) return PermissionDenied("the create's reservation is not one this cluster holds (unknown, released or dropped)");
+  if (w.Text(0, 0) != node) return PermissionDenied("the create's reservation is for node " + w.Text(0, 0) + ", not " + node);
+  if (w.Text(0, 1) == "t") return PermissionDenied("the create's reservation was already used");
+  if (w.Text(0, 2) != "t") return PermissionDenied("the create's reservation was made for another create");
+  return PermissionDenied("the create's reservation expired");
+}
+
+Status ClusterRegistry::AddSandbox(const std::string& id, const std::string& node, int64_t reservation) {
+  if (reservation == 0) {
     // A fork child or the sync's: counted when inserted, once.
     return pool_
         .Exec("WITH ins AS (INSERT INTO sandboxes (id, node) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING RETURNING 1) "
@@ -352,18 +385,19 @@ Status ClusterRegistry::AddSandbox(const std::string& id, const std::string& nod
               {id, node})
         .status();
   }
-  // A front holds its slot: the row replaces the oldest unused reservation
-  // in the count (+1 inserted, -1 used). Already there (the sync counted it
-  // first): the reservation's slot is freed. No reservation left: counted.
+  // A front holds its slot: the row replaces the create's own reservation
+  // (claimed by ClaimReservation) in the count (+1 inserted, -1 used).
+  // Already there (the sync counted it first): the reservation's slot is
+  // freed. The reservation gone meanwhile (dropped): counted.
   return InTx(pool_, [&](PgPool::Lease& c) -> Status {
     RETURN_IF_ERROR(LockNode(c, node));
     return c
         ->Exec("WITH ins AS (INSERT INTO sandboxes (id, node) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING RETURNING 1), "
-               "used AS (UPDATE reservations SET used_at = now() WHERE id = (SELECT id FROM reservations WHERE "
-               "node = $2 AND used_at IS NULL ORDER BY id LIMIT 1) RETURNING 1) "
+               "used AS (UPDATE reservations SET used_at = now() WHERE id = $3 AND node = $2 AND used_at IS NULL "
+               "RETURNING 1) "
                "UPDATE nodes SET reserved = greatest(0, reserved + (SELECT count(*) FROM ins) - "
                "(SELECT count(*) FROM used)) WHERE name = $2",
-               {id, node})
+               {id, node, std::to_string(reservation)})
         .status();
   });
 }
@@ -429,17 +463,6 @@ StatusOr<std::vector<std::pair<std::string, ApiKeyRecord>>> ClusterRegistry::Api
 StatusOr<int64_t> ClusterRegistry::KeyVersion() {
   ASSIGN_OR_RETURN(auto r, pool_.Exec("SELECT last_value * 2 + is_called::int FROM api_keys_version"));
   return std::stoll(r.Text(0, 0));
-}
-
-StatusOr<std::string> ClusterRegistry::ReservationSecret() {
-  RETURN_IF_ERROR(pool_
-                      .Exec("INSERT INTO cluster_meta (key, value) VALUES ('reservation_secret', $1) "
-                            "ON CONFLICT (key) DO NOTHING",
-                            {RandomHex(32)})
-                      .status());
-  ASSIGN_OR_RETURN(auto r, pool_.Exec("SELECT value FROM cluster_meta WHERE key = 'reservation_secret'"));
-  if (r.empty()) return Internal("cluster_meta has no reservation_secret");
-  return r.Text(0, 0);
 }
 
 }  // namespace airlock::cluster

@@ -10,11 +10,13 @@
 //                                           sandboxes (running or paused)
 //   node_templates(node, template)         what a node can start
 //   sandboxes(id, node, created_at, lost_at)  which node owns a sandbox
-//   reservations(id, node, made_at, used_at)  a front's slot for a create
-//                                           in flight (schema 2)
+//   reservations(id, node, made_at, used_at, token, body_sha256,
+//         claimed_at)                      a front's slot for a create in
+//                                           flight (schema 2), bound to it
+//                                           (schema 3)
 //   api_keys(id, name, prefix, hash, created_at_ms, team, admin)  as the
 //         single-node registry: SHA-256 hex of the key, never the key
-//   cluster_meta(key, value)               the fronts' reservation secret
+//   cluster_meta(key, value)               (empty since schema 3)
 //
 // Capacity accounting. The rule: a node's `reserved` is its sandboxes not
 // lost plus its reservations not used yet (and younger than the TTL).
@@ -23,10 +25,10 @@
 // - a front reserves one slot with one conditional UPDATE (reserved + 1 <=
 //   capacity, live, not draining, heartbeat fresh) that also inserts a
 //   reservation row with its time, so two fronts never over-commit a node;
-// - the node records the sandbox (front_reserved): the oldest unused
-//   reservation of that node is marked used, and the slot is not counted
-//   twice; reservations of one node are interchangeable, since the node
-//   cannot tell which front's create it serves;
+// - the create carries the reservation's random token (never a shared
+//   secret); the node claims it (ClaimReservation: its own, unused, for
+//   this very body, within the TTL; once) before it starts anything, and
+//   its record marks that row used, so the slot is not counted twice;
 // - the front releases its reservation only when the node refused the
 //   create (its 4xx/5xx) or never got it (connect failure); a client that
 //   hangs up frees nothing (the node may still be making the sandbox);
@@ -56,7 +58,7 @@
 
 namespace airlock::cluster {
 
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 // A reservation with no record from its node after this long is dropped
 // (the heartbeat's reconciliation). Longer than a front waits for a node's
@@ -89,6 +91,7 @@ struct Placement {
   std::string address;
   int tried = 0;            // candidates that refused before it
   int64_t reservation = 0;  // its reservation row (Release)
+  std::string token;        // 32 hex digits, random: the create carries it to the node (X-Airlock-Reservation)
 };
 
 // What a heartbeat found (and corrected).
@@ -130,8 +133,10 @@ class ClusterRegistry {
   // Best-of-K: K random candidates among the live, fresh, not draining nodes
   // that have `template_name` (or, when no node lists it, all of them),
   // tried in order of most free slots; each try is one conditional UPDATE.
-  // ResourceExhausted ("no capacity") when every candidate refused.
-  StatusOr<Placement> Place(const std::string& template_name, int k, std::chrono::milliseconds lapse);
+  // ResourceExhausted ("no capacity") when every candidate refused. The
+  // reservation is bound to the create whose body digest is `body_sha256`.
+  StatusOr<Placement> Place(const std::string& template_name, int k, std::chrono::milliseconds lapse,
+                            const std::string& body_sha256 = "");
   // Gives a placement's slot back: only for a create the node refused or
   // never got. Its reservation goes; when the node already marked it used
   // (for another create of the same node, recorded first), an unused one of
@@ -140,11 +145,20 @@ class ClusterRegistry {
   Status Release(const std::string& node, int64_t reservation);
 
   // ---- sandboxes ----
-  // Records `id` on `node`. front_reserved: a front already holds its slot:
-  // the node's oldest unused reservation is marked used instead of counting
-  // the sandbox again (with none left, e.g. dropped by the TTL, it is
-  // counted); a row already there (the sync's) frees that reservation's slot.
-  Status AddSandbox(const std::string& id, const std::string& node, bool front_reserved);
+  // Records `id` on `node`. `reservation` (non-zero: the create's, claimed
+  // with ClaimReservation): a front already holds its slot, so that row is
+  // marked used instead of counting the sandbox again (gone meanwhile, e.g.
+  // dropped by the TTL: counted); a row already there (the sync's) frees
+  // that reservation's slot. 0: a sandbox the node made itself (a fork
+  // child, the sync's), counted once.
+  Status AddSandbox(const std::string& id, const std::string& node, int64_t reservation);
+  // A node's check of a create's X-Airlock-Reservation: the row with
+  // `token`, made for `node`, for a create whose body digest is
+  // `body_sha256` (gateway/reservation.h), not claimed or used, younger than
+  // `ttl`, is marked claimed and its id returned; otherwise PermissionDenied
+  // saying which of those failed (never echoing the token).
+  StatusOr<int64_t> ClaimReservation(const std::string& node, const std::string& token, const std::string& body_sha256,
+                                     std::chrono::milliseconds ttl = kReservationTtl);
   // Removes `id` from `node` and frees its slot (nothing when not there).
   Status RemoveSandbox(const std::string& id, const std::string& node);
   StatusOr<std::optional<SandboxLocation>> Locate(const std::string& id);
@@ -160,7 +174,6 @@ class ClusterRegistry {
 
   // A random secret made once per cluster: fronts send it with a create
   // whose slot they reserved, nodes check it (constant time).
-  StatusOr<std::string> ReservationSecret();
 
   PgPool& pool() { return pool_; }
   const std::string& url() const { return pool_.url(); }

@@ -16,6 +16,7 @@
 #include "gateway/e2b_routing.h"
 #include "image/hash.h"
 #include "gateway/list_query.h"
+#include "gateway/reservation.h"
 
 namespace airlock::cluster {
 
@@ -36,7 +37,7 @@ std::vector<std::pair<std::string, std::string>> CredentialHeaders(const gateway
 // The create as its node gets it: the client's end-to-end headers, then
 // the front's own (its reservation, X-Forwarded-For), and the body the
 // front already read.
-std::string CreateRequest(const gateway::HttpConn& c, const std::string& body, const std::string& reservation_secret) {
+std::string CreateRequest(const gateway::HttpConn& c, const std::string& body, const std::string& reservation_token) {
   static const char* kDropped[] = {"connection", "keep-alive",          "transfer-encoding", "content-length",
                                    "te",         "trailer",             "upgrade",           "proxy-connection",
                                    "host",       "proxy-authorization", "expect",            "x-forwarded-for",
@@ -48,7 +49,7 @@ std::string CreateRequest(const gateway::HttpConn& c, const std::string& body, c
     for (const char* d : kDropped) dropped = dropped || strcasecmp(name.c_str(), d) == 0;
     if (!dropped) head += name + ": " + value + "\r\n";
   }
-  head += "X-Airlock-Reservation: " + reservation_secret + "\r\n";
+  head += std::string(gateway::kReservationHeader) + ": " + reservation_token + "\r\n";
   head += "X-Forwarded-For: " + c.peer().substr(0, c.peer().rfind(':')) + "\r\n";
   head += "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
   return head + body;
@@ -87,7 +88,6 @@ StatusOr<std::unique_ptr<Front>> Front::Open(FrontConfig config, std::shared_ptr
 }
 
 Status Front::Init() {
-  ASSIGN_OR_RETURN(reservation_secret_, registry_->ReservationSecret());
   ClusterRegistry* reg = registry_.get();
   keys_ = std::make_unique<gateway::ApiKeyTable>(
       gateway::ApiKeySource{[reg] { return reg->KeyVersion(); }, [reg] { return reg->ApiKeysByHash(); }});
@@ -211,8 +211,8 @@ StatusOr<std::optional<SandboxLocation>> Front::Locate(const std::string& id) {
 void Front::Handle(Conn c) {
   // Only a front may say it holds a slot: a client's own copy of the header
   // would shadow the front's (the node reads the first).
-  if (!c->Header("X-Airlock-Reservation").empty()) {
-    return c->RespondError(400, "X-Airlock-Reservation is set by fronts only");
+  if (!c->Header(gateway::kReservationHeader).empty()) {
+    return c->RespondError(400, std::string(gateway::kReservationHeader) + " is set by fronts only");
   }
   uint16_t port = 0;
   if (auto id = gateway::DataPlaneSandbox(*c, config_.domain, &port)) return ToSandboxNode(std::move(c), *id, true);
@@ -313,14 +313,14 @@ void Front::Create(Conn c) {
     if (!body.ok()) return c->RespondError(body.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
                                            body.status().message());
     std::string template_name = "base";
-    if (!body->empty()) {
-      json j = json::parse(*body, nullptr, false);
-      if (j.is_discarded() || !j.is_object()) return c->RespondError(400, "the request body is not a JSON object");
-      if (auto t = j.find("templateID"); t != j.end() && t->is_string()) template_name = t->get<std::string>();
-    }
+    json j = body->empty() ? json::object() : json::parse(*body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return c->RespondError(400, "the request body is not a JSON object");
+    if (auto t = j.find("templateID"); t != j.end() && t->is_string()) template_name = t->get<std::string>();
+    // The reservation is bound to this create (gateway/reservation.h).
+    std::string digest = gateway::CreateDigest(j);
     std::string text = std::move(*body);
-    asio::post(*workers_, [this, c, template_name, text] {
-      auto placed = registry_->Place(template_name, config_.best_of_k, config_.lapse);
+    asio::post(*workers_, [this, c, template_name, text, digest] {
+      auto placed = registry_->Place(template_name, config_.best_of_k, config_.lapse, digest);
       asio::post(c->executor(), [this, c, placed, text] {
         if (!placed.ok()) {
           // E2B's error_code (its API's Error schema, as for a node's own refusal).
@@ -341,7 +341,7 @@ void Front::Create(Conn c) {
                  p.reservation);
         // Not tied to the client's connection: the node's answer decides
         // what becomes of the slot, even when the client has gone.
-        CallNode(c->executor(), hp->first, hp->second, CreateRequest(*c, text, reservation_secret_),
+        CallNode(c->executor(), hp->first, hp->second, CreateRequest(*c, text, p.token),
                  config_.create_timeout, config_.max_json_body,
                  [this, c, p](NodeReply reply) { CreateAnswered(c, p, std::move(reply)); },
                  config_.tls ? config_.tls->ToNode(p.node) : nullptr);

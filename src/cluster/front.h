@@ -102,7 +102,6 @@ class Front {
 
   FrontConfig config_;
   std::shared_ptr<ClusterRegistry> registry_;
-  std::string reservation_secret_;
   boost::asio::io_context io_;
   std::unique_ptr<boost::asio::thread_pool> workers_;
   std::unique_ptr<gateway::HttpListener> listener_;

@@ -48,8 +48,8 @@ Status NodeMembership::Register() {
   return OkStatus();
 }
 
-Status NodeMembership::SandboxAdded(const std::string& id, bool front_reserved) {
-  RETURN_IF_ERROR(registry_->AddSandbox(id, config_.node.name, front_reserved));
+Status NodeMembership::SandboxAdded(const std::string& id, int64_t reservation) {
+  RETURN_IF_ERROR(registry_->AddSandbox(id, config_.node.name, reservation));
   std::lock_guard<std::mutex> l(mu_);
   known_.insert(id);
   return OkStatus();
@@ -72,7 +72,7 @@ void NodeMembership::Sync(bool templates) {
     known = known_;
   }
   for (const auto& id : now) {
-    if (!known.count(id)) (void)SandboxAdded(id, /*front_reserved=*/false);
+    if (!known.count(id)) (void)SandboxAdded(id, /*reservation=*/0);
   }
   for (const auto& id : known) {
     if (!now.count(id)) SandboxRemoved(id);

@@ -51,7 +51,7 @@ class NodeMembership {
   // The daemon is stopping: the beat ends and the registry stops placing
   // here at once (ClusterRegistry::Leave) instead of after the lapse.
   void Leave();
-  Status SandboxAdded(const std::string& id, bool front_reserved);
+  Status SandboxAdded(const std::string& id, int64_t reservation);
   void SandboxRemoved(const std::string& id);
   const std::string& name() const { return config_.node.name; }
   const std::string& boot_id() const { return config_.node.boot_id; }

@@ -89,6 +89,18 @@ void SandboxController::Create(CreateAction action, std::function<void(CreateOut
 CreateOutcome SandboxController::CreateAdmitted(const CreateAction& action, uint64_t ticket) {
   const auto t0 = std::chrono::steady_clock::now();
   const CreateOptions& opts = action.options;
+  // A front's reservation: this node's, unused, for this very create.
+  int64_t reservation = 0;
+  if (!action.reservation_token.empty() && hooks_.claim_reservation) {
+    auto claimed = hooks_.claim_reservation(action.reservation_token, action.reservation_digest);
+    if (!claimed.ok()) {
+      AdmissionDone(ticket, "", 0);
+      LOG_WARN("create refused: {}", claimed.status().message());
+      Record("sandbox.create_failed", "", {{"error", claimed.status().message()}});
+      return {nullptr, claimed.status(), claimed.status().code() == StatusCode::kPermissionDenied ? 403 : 503, 0};
+    }
+    reservation = *claimed;
+  }
   CreateOptions run_opts = opts;  // + secret env vars, never persisted
   auto attached = d_.secrets.Attach(action.secrets, action.caller, &run_opts);
   if (!attached.ok()) {
@@ -97,12 +109,11 @@ CreateOutcome SandboxController::CreateAdmitted(const CreateAction& action, uint
   }
   // The bring-up's last step: the sandbox's CA (when it has secrets to
   // broker) and its owners row; without them it is not handed out.
-  run_opts.handover = [this, &attached, egress = run_opts.egress_policy,
-                       reserved = action.front_reserved](Sandbox& sb) -> Status {
+  run_opts.handover = [this, &attached, egress = run_opts.egress_policy, reservation](Sandbox& sb) -> Status {
     RETURN_IF_ERROR(d_.secrets.InstallSandboxCa(sb, egress, &attached.value()));
     RETURN_IF_ERROR(d_.registry.SetOwner(OwnedKind::kSandbox, sb.id(), sb.attributes().owner_team));
     if (!hooks_.record_in_cluster) return OkStatus();
-    return hooks_.record_in_cluster(sb.id(), reserved).WithContext("cluster registry");
+    return hooks_.record_in_cluster(sb.id(), reservation).WithContext("cluster registry");
   };
   auto sb = d_.manager.Create(run_opts);
   if (!sb.ok()) {
@@ -250,7 +261,7 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> SandboxController::For
     RETURN_IF_ERROR(d_.registry.SetOwner(OwnedKind::kSandbox, child.id(), child.attributes().owner_team)
                         .WithContext("fork child owner"));
     if (!hooks_.record_in_cluster) return OkStatus();
-    return hooks_.record_in_cluster(child.id(), /*front_reserved=*/false).WithContext("cluster registry");
+    return hooks_.record_in_cluster(child.id(), /*reservation=*/0).WithContext("cluster registry");
   };
   ASSIGN_OR_RETURN(auto children, d_.manager.Fork(id, count, fo));
   for (auto& child : children) {

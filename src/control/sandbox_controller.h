@@ -64,7 +64,9 @@ struct CreateAction {
   CreateOptions options;
   std::vector<secrets::Binding> secrets;
   std::string template_id;
-  bool front_reserved = false;  // a cluster front holds this create's slot
+  // A cluster front holds this create's slot: the token its header carried
+  // and the digest of its body (gateway/reservation.h); empty token: none.
+  std::string reservation_token, reservation_digest;
 };
 
 // What a create ended with: the sandbox, or why not. A refusal by
@@ -114,8 +116,12 @@ class SandboxController {
     // Appends one record to the audit trail.
     std::function<void(nlohmann::json)> audit;
     // The handover's last step on a cluster node (the registry learns the
-    // sandbox); null on a single node.
-    std::function<Status(const std::string& id, bool front_reserved)> record_in_cluster;
+    // sandbox; `reservation`: the claimed one, 0: none); null on a single node.
+    std::function<Status(const std::string& id, int64_t reservation)> record_in_cluster;
+    // A cluster node's check of a create's reservation before anything is
+    // started (ClusterRegistry::ClaimReservation): its row id, or
+    // PermissionDenied (the create is refused with 403); null on a single node.
+    std::function<StatusOr<int64_t>(const std::string& token, const std::string& digest)> claim_reservation;
     // OK when `team` may write more to disk; else ResourceExhausted (507).
     std::function<Status(const std::string& team)> check_team_disk;
     // Something a team holds on disk was written or removed.

@@ -14,6 +14,7 @@
 #include "server/mcp_service.h"
 #include "server/requests/create.h"
 #include "gateway/list_query.h"
+#include "gateway/reservation.h"
 #include "server/requests/timeout.h"
 #include "server/routes.h"
 #include "server/sandbox_api.h"
@@ -27,6 +28,9 @@ void SandboxApi::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller
   ReadJson(c, [this, c, caller](json body) {
     auto parsed = requests::ParseCreateRequest(body, {config_.max_vcpus, config_.max_memory_mib, config_.max_disk_mib});
     if (!parsed.ok()) return c->RespondError(400, parsed.status().message());
+    // A cluster front's reservation is bound to this very body.
+    if (config_.cluster.claim_reservation && !c->Header(gateway::kReservationHeader).empty())
+      parsed->reservation_digest = gateway::CreateDigest(body);
     // The template, resolved once for the caller's team (control/template_catalog.h),
     // off the event loop (it reads the template store, named snapshots and
     // image files) and never behind a bring-up (lookups_).
@@ -97,10 +101,13 @@ void SandboxApi::CreateSandboxFrom(std::shared_ptr<HttpConn> c, const Caller& ca
     opts.attributes.idle_keeps_processes = req.lifecycle.idle_keeps_processes;
     if (opts.attributes.idle_timeout_s > 0) opts.attributes.auto_resume = true;
     opts.attributes.recorded_env_vars = req.env_vars;  // brokered secrets' values are never persisted
-    // A front that placed this create holds its slot in the cluster registry.
-    const std::string& secret = config_.cluster.reservation_secret;
-    control::CreateAction action{caller, std::move(opts), req.secrets, display_id,
-                                 !secret.empty() && SecureEqual(c->Header("X-Airlock-Reservation"), secret)};
+    // A front that placed this create holds its slot in the cluster
+    // registry; the controller claims it before starting anything.
+    control::CreateAction action{caller, std::move(opts), req.secrets, display_id};
+    if (config_.cluster.claim_reservation) {
+      action.reservation_token = c->Header(gateway::kReservationHeader);
+      action.reservation_digest = req.reservation_digest;
+    }
     sandboxes_->Create(std::move(action), [this, c, display_id, alias](control::CreateOutcome out) {
       if (!out.sandbox) {
         HeaderList extra;

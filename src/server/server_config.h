@@ -159,12 +159,14 @@ struct ServerConfig {
     // API keys from the cluster registry instead of this daemon's registry.
     std::optional<ApiKeySource> keys;
     // A sandbox is about to be handed out (a create or a fork child), on a
-    // worker: an error fails its bring-up. front_reserved: the create carried
-    // X-Airlock-Reservation equal to reservation_secret (a front holds its slot).
-    std::function<Status(const std::string& id, bool front_reserved)> sandbox_added;
+    // worker: an error fails its bring-up. `reservation`: the front's
+    // reservation the create claimed (claim_reservation), 0: none.
+    std::function<Status(const std::string& id, int64_t reservation)> sandbox_added;
+    // A create carrying X-Airlock-Reservation (gateway/reservation.h):
+    // ClusterRegistry::ClaimReservation for this node.
+    std::function<StatusOr<int64_t>(const std::string& token, const std::string& digest)> claim_reservation;
     // A sandbox ended (on a worker).
     std::function<void(const std::string& id)> sandbox_removed;
-    std::string reservation_secret;
   } cluster;
 };
 

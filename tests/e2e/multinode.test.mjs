@@ -5,6 +5,7 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
+import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
@@ -142,7 +143,7 @@ maybe('a sandbox made through front 1 is reachable through front 2: commands, fi
   await killAll()
 })
 
-maybe('fronts and nodes authenticate each other: a node serves fronts of its cluster only; a front talks only to the node the registry names', { timeout: 120000 }, async () => {
+maybe('fronts and nodes authenticate each other: a node serves fronts of its cluster only; a front talks only to the node the registry names; a reservation works once, on its node, for its create', { timeout: 240000 }, async () => {
   const n2 = cl.nodes.get('n2')
   const url = `${n2.url}/health`
   assert.equal((await cl.nodeFetch('n2', '/health')).status, 200, 'a front of this cluster is served')
@@ -170,6 +171,30 @@ maybe('fronts and nodes authenticate each other: a node serves fronts of its clu
     cl.sql(`UPDATE nodes SET address = '${n1addr}' WHERE name = 'n1'`)
   }
   assert.equal((await cl.api('f1', 'GET', '/v2/sandboxes')).headers.get('x-airlock-unreachable-nodes'), null)
+
+  // A reservation is bound to its create: its token works once, on its node, for its body.
+  const created = await Sandbox.create('base', { ...cl.opts('f1'), timeoutMs: 120000 })
+  const used = cl.sql('SELECT node || \' \' || token FROM reservations WHERE used_at IS NOT NULL ORDER BY id DESC LIMIT 1').split(' ')
+  const asNode = (node, token, body) => cl.nodeFetch(node, '/sandboxes', { method: 'POST', body: JSON.stringify(body),
+    headers: { 'X-API-Key': cl.apiKey, 'Content-Type': 'application/json', 'X-Airlock-Reservation': token } })
+  let a = await asNode(used[0], used[1], { templateID: 'base' })
+  assert.equal(a.status, 403, a.text)
+  assert.match(a.text, /already used/)
+  // One made as a front makes it, for {"templateID":"base"} on n3 (gateway/reservation.h's digest).
+  const token = 'ab'.repeat(16)
+  const digest = createHash('sha256').update('{"templateID":"base"}').digest('hex')
+  cl.sql(`INSERT INTO reservations (node, token, body_sha256) VALUES ('n3', '${token}', '${digest}')`)
+  a = await asNode('n2', token, { templateID: 'base' })
+  assert.equal(a.status, 403, a.text)
+  assert.match(a.text, /for node n3, not n2/)
+  a = await asNode('n3', token, { templateID: 'base', timeout: 60 })
+  assert.equal(a.status, 403, a.text)
+  assert.match(a.text, /made for another create/)
+  assert.ok(!a.text.includes(token), 'the refusal does not echo the token')
+  a = await asNode('n3', token, { templateID: 'base' })
+  assert.equal(a.status, 201, a.text)
+  assert.equal(cl.sql(`SELECT used_at IS NOT NULL FROM reservations WHERE token = '${token}'`), 't')
+  await Promise.all([created.kill(), cl.api('f1', 'DELETE', `/sandboxes/${JSON.parse(a.text).sandboxID}`)])
 
   // A cluster role without certificates is refused unless the operator says the network is trusted.
   const serve = (...args) => spawnSync(BIN, ['--state-dir', STATE_DIR, 'serve', '--database', cl.db, ...args], { encoding: 'utf8' })

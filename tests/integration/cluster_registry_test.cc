@@ -30,6 +30,12 @@ std::string PgBin() {
 
 class ClusterRegistryTest : public ::testing::Test {
  protected:
+  // The node's claim of a placement's reservation (as a create carrying its token does).
+  int64_t Claim(const Placement& p) {
+    auto c = reg_->ClaimReservation(p.node, p.token, "");
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return c.ok() ? *c : 0;
+  }
   static void SetUpTestSuite() {
     bin_ = PgBin();
     passwd* pw = ::getpwnam("postgres");
@@ -159,17 +165,19 @@ TEST_F(ClusterRegistryTest, PlacementSkipsDrainingStaleAndTemplateLessNodes) {
 TEST_F(ClusterRegistryTest, SlotsAreCountedOnceWhateverTheOrderOfFrontAndNode) {
   ASSERT_TRUE(reg_->RegisterNode(Node("a", 10), {}).ok());
   // A front's create: reserve, then the node records it without counting again.
-  ASSERT_TRUE(reg_->Place("base", 1, std::chrono::seconds(60)).ok());
-  ASSERT_TRUE(reg_->AddSandbox("s1", "a", /*front_reserved=*/true).ok());
+  auto p1 = reg_->Place("base", 1, std::chrono::seconds(60));
+  ASSERT_TRUE(p1.ok());
+  ASSERT_TRUE(reg_->AddSandbox("s1", "a", Claim(*p1)).ok());
   EXPECT_EQ(Reserved("a"), 1);
   // The node's sync got there first (and counted it): the front's slot is freed.
-  ASSERT_TRUE(reg_->Place("base", 1, std::chrono::seconds(60)).ok());
-  ASSERT_TRUE(reg_->AddSandbox("s2", "a", false).ok());
-  ASSERT_TRUE(reg_->AddSandbox("s2", "a", true).ok());
+  auto p2 = reg_->Place("base", 1, std::chrono::seconds(60));
+  ASSERT_TRUE(p2.ok());
+  ASSERT_TRUE(reg_->AddSandbox("s2", "a", 0).ok());
+  ASSERT_TRUE(reg_->AddSandbox("s2", "a", Claim(*p2)).ok());
   EXPECT_EQ(Reserved("a"), 2);
   // A fork child: counted when recorded; recorded twice, counted once.
-  ASSERT_TRUE(reg_->AddSandbox("s3", "a", false).ok());
-  ASSERT_TRUE(reg_->AddSandbox("s3", "a", false).ok());
+  ASSERT_TRUE(reg_->AddSandbox("s3", "a", 0).ok());
+  ASSERT_TRUE(reg_->AddSandbox("s3", "a", 0).ok());
   EXPECT_EQ(Reserved("a"), 3);
   // A refused create's slot goes back.
   auto refused = reg_->Place("base", 1, std::chrono::seconds(60));
@@ -190,7 +198,8 @@ TEST_F(ClusterRegistryTest, SlotsAreCountedOnceWhateverTheOrderOfFrontAndNode) {
 TEST_F(ClusterRegistryTest, EveryHeartbeatReconcilesReservedWithWhatTheNodeRuns) {
   NodeInfo a = Node("a", 5);
   ASSERT_TRUE(reg_->RegisterNode(a, {"x", "y"}).ok());
-  ASSERT_TRUE(reg_->Place("base", 1, std::chrono::seconds(60)).ok());  // a create in flight
+  auto in_flight = reg_->Place("base", 1, std::chrono::seconds(60));  // a create in flight
+  ASSERT_TRUE(in_flight.ok());
   EXPECT_EQ(Reserved("a"), 3);
   for (int drift : {0, 5}) {
     ASSERT_TRUE(reg_->pool().Exec("UPDATE nodes SET reserved = $1 WHERE name = 'a'", {std::to_string(drift)}).ok());
@@ -207,7 +216,7 @@ TEST_F(ClusterRegistryTest, EveryHeartbeatReconcilesReservedWithWhatTheNodeRuns)
   ASSERT_TRUE(reg_->Heartbeat("a", a.boot_id).ok());
   EXPECT_EQ(Reserved("a"), 2);
   // Its node records the sandbox after all: counted, as no reservation holds its slot.
-  ASSERT_TRUE(reg_->AddSandbox("z", "a", /*front_reserved=*/true).ok());
+  ASSERT_TRUE(reg_->AddSandbox("z", "a", in_flight->reservation).ok());
   EXPECT_EQ(Reserved("a"), 3);
   ASSERT_TRUE(reg_->Heartbeat("a", a.boot_id).ok());
   EXPECT_EQ(Reserved("a"), 3);
@@ -215,9 +224,8 @@ TEST_F(ClusterRegistryTest, EveryHeartbeatReconcilesReservedWithWhatTheNodeRuns)
 
 // Issue 32, item 9: a create's slot is freed only once, and only for a
 // create its node refused, whatever order the node records the others in.
-// A node cannot tell which front's reservation a create carries, so its
-// record uses the oldest; a refusal then frees the slot that still stands
-// for a create in flight.
+// Each create carries its own reservation (schema 3), so a record uses
+// that one and a refusal frees its own.
 TEST_F(ClusterRegistryTest, AReservationIsFreedOnceByItsRefusalAndNeverTwice) {
   NodeInfo a = Node("a", 2);
   ASSERT_TRUE(reg_->RegisterNode(a, {}).ok());
@@ -228,8 +236,8 @@ TEST_F(ClusterRegistryTest, AReservationIsFreedOnceByItsRefusalAndNeverTwice) {
   EXPECT_EQ(Reserved("a"), 2);
   // Both in flight (their clients may have hung up): no third create fits.
   EXPECT_EQ(reg_->Place("base", 1, std::chrono::seconds(60)).status().code(), StatusCode::kResourceExhausted);
-  // The second is made and recorded first (it uses the first's reservation), then the first is refused.
-  ASSERT_TRUE(reg_->AddSandbox("s2", "a", /*front_reserved=*/true).ok());
+  // The second is made and recorded first, then the first is refused.
+  ASSERT_TRUE(reg_->AddSandbox("s2", "a", Claim(*second)).ok());
   EXPECT_EQ(Reserved("a"), 2);
   ASSERT_TRUE(reg_->Release("a", first->reservation).ok());
   EXPECT_EQ(Reserved("a"), 1);
@@ -243,9 +251,9 @@ TEST_F(ClusterRegistryTest, AReservationIsFreedOnceByItsRefusalAndNeverTwice) {
   auto third = reg_->Place("base", 1, std::chrono::seconds(60));
   ASSERT_TRUE(third.ok());
   EXPECT_EQ(Reserved("a"), 2);
-  ASSERT_TRUE(reg_->AddSandbox("s3", "a", /*front_reserved=*/false).ok());  // the sync
+  ASSERT_TRUE(reg_->AddSandbox("s3", "a", 0).ok());  // the sync
   EXPECT_EQ(Reserved("a"), 3);
-  ASSERT_TRUE(reg_->AddSandbox("s3", "a", /*front_reserved=*/true).ok());  // the create's record
+  ASSERT_TRUE(reg_->AddSandbox("s3", "a", Claim(*third)).ok());  // the create's record
   EXPECT_EQ(Reserved("a"), 2);
   hb = reg_->Heartbeat("a", a.boot_id);
   ASSERT_TRUE(hb.ok());
@@ -258,7 +266,7 @@ TEST_F(ClusterRegistryTest, AReservationIsFreedOnceByItsRefusalAndNeverTwice) {
   auto on_a = reg_->Place("base", 1, std::chrono::seconds(60));
   ASSERT_TRUE(on_a.ok());
   ASSERT_EQ(on_a->node, "a");
-  ASSERT_TRUE(reg_->AddSandbox("t1", "b", /*front_reserved=*/true).ok());  // no reservation on b: counted
+  ASSERT_TRUE(reg_->AddSandbox("t1", "b", on_a->reservation).ok());  // a's reservation on b: none, counted
   EXPECT_EQ(Reserved("b"), 1);
   EXPECT_EQ(Reserved("a"), 2);
   ASSERT_TRUE(reg_->Release("a", on_a->reservation).ok());
@@ -271,7 +279,7 @@ TEST_F(ClusterRegistryTest, ALapsedNodeLosesItsSandboxesAndGetsThemBackOnRegiste
   EXPECT_EQ(Reserved("a"), 2);
   auto in_flight = reg_->Place("base", 1, std::chrono::seconds(60));  // a create in flight when it lapses
   ASSERT_TRUE(in_flight.ok());
-  ASSERT_TRUE(reg_->AddSandbox("x", "a", /*front_reserved=*/false).ok());
+  ASSERT_TRUE(reg_->AddSandbox("x", "a", 0).ok());
   EXPECT_EQ(Reserved("a"), 3);
   auto hb = reg_->Heartbeat("a", a.boot_id);
   ASSERT_TRUE(hb.ok());
@@ -359,10 +367,47 @@ TEST_F(ClusterRegistryTest, ApiKeysAndTheirVersion) {
   EXPECT_EQ(reg_->CreateApiKey("x", "bad team!", false).status().code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(reg_->RemoveApiKey("agents").ok());
   EXPECT_EQ(reg_->RemoveApiKey("agents").code(), StatusCode::kNotFound);
-  auto secret1 = reg_->ReservationSecret(), secret2 = reg_->ReservationSecret();
-  ASSERT_TRUE(secret1.ok() && secret2.ok());
-  EXPECT_EQ(*secret1, *secret2);
-  EXPECT_EQ(secret1->size(), 64u);
+}
+
+// Issue 38 item 4: a reservation is bound to its create. The node claims it
+// by the token the front's create carried: only its own node's, for the
+// body it was made for, once, within the TTL.
+TEST_F(ClusterRegistryTest, AReservationIsClaimedOnceByItsNodeForItsCreate) {
+  NodeInfo a = Node("a", 5);
+  ASSERT_TRUE(reg_->RegisterNode(a, {}).ok());
+  ASSERT_TRUE(reg_->RegisterNode(Node("b", 5), {}).ok());
+  ASSERT_TRUE(reg_->SetDraining("b", true).ok());
+  auto p = reg_->Place("base", 1, std::chrono::seconds(60), "digest-of-create-1");
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->node, "a");
+  EXPECT_EQ(p->token.size(), 32u);
+  auto other = reg_->Place("base", 1, std::chrono::seconds(60), "digest-of-create-1");
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(p->token, other->token);
+  auto refused = [&](const std::string& node, const std::string& token, const std::string& digest) {
+    auto c = reg_->ClaimReservation(node, token, digest);
+    EXPECT_EQ(c.status().code(), StatusCode::kPermissionDenied);
+    return c.status().message();
+  };
+  EXPECT_NE(refused("a", "0123456789abcdef0123456789abcdef", "digest-of-create-1").find("not one this cluster holds"),
+            std::string::npos);
+  EXPECT_NE(refused("b", p->token, "digest-of-create-1").find("for node a, not b"), std::string::npos);
+  EXPECT_NE(refused("a", p->token, "digest-of-create-2").find("for another create"), std::string::npos);
+  auto claimed = reg_->ClaimReservation("a", p->token, "digest-of-create-1");
+  ASSERT_TRUE(claimed.ok()) << claimed.status().message();
+  EXPECT_EQ(*claimed, p->reservation);
+  EXPECT_NE(refused("a", p->token, "digest-of-create-1").find("already used"), std::string::npos);
+  // A refusal message never carries the token.
+  EXPECT_EQ(refused("a", p->token, "digest-of-create-1").find(p->token), std::string::npos);
+  ASSERT_TRUE(reg_->pool().Exec("UPDATE reservations SET made_at = now() - interval '1 hour' WHERE id = $1",
+                                {std::to_string(other->reservation)}).ok());
+  EXPECT_NE(refused("a", other->token, "digest-of-create-1").find("expired"), std::string::npos);
+  // The claimed one is used by the record; the count holds the sandbox once.
+  ASSERT_TRUE(reg_->AddSandbox("s1", "a", *claimed).ok());
+  EXPECT_EQ(Reserved("a"), 2);  // s1 and the expired one (dropped at the next heartbeat)
+  auto hb = reg_->Heartbeat("a", a.boot_id);
+  ASSERT_TRUE(hb.ok());
+  EXPECT_EQ(hb->reserved, 1);
 }
 
 TEST_F(ClusterRegistryTest, AnUnreachableDatabaseIsAClearError) {

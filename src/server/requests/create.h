@@ -89,6 +89,9 @@ struct CreateLimits {
 Status CheckCreateFields(const nlohmann::json& body);
 
 struct CreateRequest {
+  // Not a field of the body: set by the route on a cluster node when a
+  // front's reservation came with it (gateway::CreateDigest of the body).
+  std::string reservation_digest;
   std::optional<std::string> template_id;
   std::optional<std::string> runtime;  // checked by CheckRuntimeName
   std::optional<int64_t> timeout_s;
