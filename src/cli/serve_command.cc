@@ -123,6 +123,11 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
     ncfg.cluster.claim_reservation = [reg, node_name](const std::string& token, const std::string& digest) {
       return reg->ClaimReservation(node_name, token, digest);
     };
+    ncfg.cluster.release_reservation = [reg, node_name](int64_t reservation) {
+      if (Status st = reg->Release(node_name, reservation); !st.ok())
+        LOG_WARN("cluster: releasing reservation {} of a failed create: {} (the heartbeat drops it after the TTL)",
+                 reservation, st.message());
+    };
     ncfg.cluster.sandbox_added = [member_ptr](const std::string& id, int64_t reservation) -> Status {
       auto* m = member_ptr->load();
       return m ? m->SandboxAdded(id, reservation) : OkStatus();  // before registration: the sync records it
@@ -164,6 +169,7 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
       names.erase(std::unique(names.begin(), names.end()), names.end());
       return names;
     };
+    mc.on_beat = [s](const cluster::Beat& b) { s->metrics().ClusterReconciled(b.reserved_was, b.reserved, b.dropped); };
     auto m = cluster::NodeMembership::Start(registry.get(), std::move(mc));
     if (!m.ok()) {
       std::fprintf(stderr, "airlock serve: cluster registration: %s\n", m.status().message().c_str());

@@ -78,9 +78,12 @@ CREATE INDEX reservations_unused ON reservations (node, id) WHERE used_at IS NUL
     // 3: a reservation is bound to its create (issue 38 item 4): the front
     // gives the node a random token, not a shared secret; the node claims
     // it once, for its own name, for the body it was made for, within the
-    // TTL (ClaimReservation), and marks that very row used.
+    // TTL (ClaimReservation), and marks that very row used. Until the node
+    // claims it, the front that made it renews its lease (lease_until): a
+    // front that dies lets its slots go within kReservationLease.
     R"sql(
-ALTER TABLE reservations ADD COLUMN token text, ADD COLUMN body_sha256 text, ADD COLUMN claimed_at timestamptz;
+ALTER TABLE reservations ADD COLUMN token text, ADD COLUMN body_sha256 text, ADD COLUMN claimed_at timestamptz,
+  ADD COLUMN lease_until timestamptz;
 CREATE UNIQUE INDEX reservations_token ON reservations (token);
 DELETE FROM cluster_meta WHERE key = 'reservation_secret';
 )sql",
@@ -210,15 +213,27 @@ StatusOr<Beat> ClusterRegistry::Heartbeat(const std::string& name, const std::st
     if (b.empty()) return OkStatus();
     beat.registered = true;
     beat.reserved_was = std::stoi(b.Text(0, 0));
+    // A reservation still holds its slot while unused and younger than the
+    // TTL, and, until the node claims it, while its front renews its lease;
+    // the rest are dropped (a front that died mid-create) and counted.
     ASSIGN_OR_RETURN(
         auto r,
-        c->Exec("WITH old AS (DELETE FROM reservations WHERE node = $1 AND "
-                "made_at < now() - make_interval(secs => $2::float8 / 1000)) "
+        c->Exec("WITH old AS (DELETE FROM reservations WHERE node = $1 AND used_at IS NULL AND "
+                "(made_at < now() - make_interval(secs => $2::float8 / 1000) OR "
+                "(claimed_at IS NULL AND lease_until IS NOT NULL AND lease_until <= now())) RETURNING 1) "
                 "UPDATE nodes SET reserved = (SELECT count(*) FROM sandboxes WHERE node = $1 AND lost_at IS NULL) + "
                 "(SELECT count(*) FROM reservations WHERE node = $1 AND used_at IS NULL AND "
-                "made_at >= now() - make_interval(secs => $2::float8 / 1000)) WHERE name = $1 RETURNING reserved",
+                "made_at >= now() - make_interval(secs => $2::float8 / 1000) AND "
+                "(claimed_at IS NOT NULL OR lease_until IS NULL OR lease_until > now())) WHERE name = $1 "
+                "RETURNING reserved, (SELECT count(*) FROM old)",
                 {name, Ms(reservation_ttl)}));
     beat.reserved = r.empty() ? 0 : std::stoi(r.Text(0, 0));
+    beat.dropped = r.empty() ? 0 : std::stoi(r.Text(0, 1));
+    // Used reservations are history once their sandbox is recorded.
+    RETURN_IF_ERROR(c->Exec("DELETE FROM reservations WHERE node = $1 AND used_at < now() - "
+                            "make_interval(secs => $2::float8 / 1000)",
+                            {name, Ms(reservation_ttl)})
+                        .status());
     return OkStatus();
   }));
   return beat;
@@ -315,8 +330,8 @@ StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int
                             "live AND NOT draining AND ") +
                     kFresh +
                     " AND reserved + 1 <= capacity RETURNING name, address), "
-                    "r AS (INSERT INTO reservations (node, token, body_sha256) SELECT name, $3::text, $4::text FROM n "
-                    "RETURNING id) "
+                    "r AS (INSERT INTO reservations (node, token, body_sha256, lease_until) SELECT name, $3::text, "
+                    "$4::text, now() + $5 * interval '1 millisecond' FROM n RETURNING id) "
                     "SELECT n.address, r.id FROM n, r",
                 "$2");
   int tried = 0;
@@ -328,7 +343,7 @@ StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int
     for (size_t i = start; i < end; ++i) {
       const std::string token = RandomHex(16);  // 16 bytes, 32 hex digits
       if (token.size() != 32) return Internal("no randomness for a reservation token");
-      ASSIGN_OR_RETURN(auto u, pool_.Exec(reserve, {all[i].name, Ms(lapse), token, body_sha256}));
+      ASSIGN_OR_RETURN(auto u, pool_.Exec(reserve, {all[i].name, Ms(lapse), token, body_sha256, Ms(kReservationLease)}));
       if (!u.empty()) return Placement{all[i].name, u.Text(0, 0), tried, std::stoll(u.Text(0, 1)), token};
       ++tried;
     }
@@ -339,21 +354,29 @@ StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int
 }
 
 Status ClusterRegistry::Release(const std::string& node, int64_t reservation) {
-  // Its own row when unused; when the node used it for another create
-  // (reservations of a node are interchangeable), the oldest unused one
-  // stands for this create instead. Gone: nothing (never freed twice).
+  // Its own row, while unused. Gone (dropped by its lease, the TTL or a
+  // lapse; released already, by the node or the front) or used: nothing,
+  // so a slot is never freed twice.
   return InTx(pool_, [&](PgPool::Lease& c) -> Status {
     RETURN_IF_ERROR(LockNode(c, node));
     return c
-        ->Exec("WITH own AS (DELETE FROM reservations WHERE id = $2 AND node = $1 RETURNING used_at IS NOT NULL AS used), "
-               "other AS (DELETE FROM reservations WHERE id = (SELECT id FROM reservations WHERE node = $1 AND "
-               "used_at IS NULL AND id <> $2 ORDER BY id LIMIT 1) AND EXISTS (SELECT 1 FROM own WHERE used) "
-               "RETURNING 1) "
-               "UPDATE nodes SET reserved = greatest(0, reserved - (SELECT count(*) FROM own WHERE NOT used) - "
-               "(SELECT count(*) FROM other)) WHERE name = $1",
+        ->Exec("WITH own AS (DELETE FROM reservations WHERE id = $2 AND node = $1 AND used_at IS NULL RETURNING 1) "
+               "UPDATE nodes SET reserved = greatest(0, reserved - (SELECT count(*) FROM own)) WHERE name = $1",
                {node, std::to_string(reservation)})
         .status();
   });
+}
+
+Status ClusterRegistry::RenewLeases(const std::vector<int64_t>& reservations, std::chrono::milliseconds lease) {
+  if (reservations.empty()) return OkStatus();
+  std::string ids = "{";
+  for (size_t i = 0; i < reservations.size(); ++i) ids += (i ? "," : "") + std::to_string(reservations[i]);
+  ids += "}";
+  return pool_
+      .Exec("UPDATE reservations SET lease_until = now() + $2 * interval '1 millisecond' WHERE id = ANY($1::bigint[]) "
+            "AND claimed_at IS NULL AND used_at IS NULL",
+            {ids, Ms(lease)})
+      .status();
 }
 
 StatusOr<int64_t> ClusterRegistry::ClaimReservation(const std::string& node, const std::string& token,
@@ -361,19 +384,21 @@ StatusOr<int64_t> ClusterRegistry::ClaimReservation(const std::string& node, con
   if (token.empty() || token.size() > 128) return PermissionDenied("the create's reservation is not one this cluster made");
   ASSIGN_OR_RETURN(auto r, pool_.Exec("UPDATE reservations SET claimed_at = now() WHERE token = $1 AND node = $2 AND "
                                       "claimed_at IS NULL AND used_at IS NULL AND body_sha256 = $3 AND "
-                                      "made_at > now() - $4 * interval '1 millisecond' RETURNING id",
+                                      "made_at > now() - $4 * interval '1 millisecond' AND "
+                                      "(lease_until IS NULL OR lease_until > now()) RETURNING id",
                                       {token, node, body_sha256, Ms(ttl)}));
   if (!r.empty()) return std::stoll(r.Text(0, 0));
   // Why not, for the refusal (the token is the front's secret: never echoed).
   ASSIGN_OR_RETURN(auto w, pool_.Exec("SELECT node, claimed_at IS NOT NULL OR used_at IS NOT NULL, body_sha256 = $2, "
-                                      "made_at > now() - $3 * interval '1 millisecond' FROM reservations WHERE "
+                                      "made_at > now() - $3 * interval '1 millisecond' AND "
+                                      "(lease_until IS NULL OR lease_until > now()) FROM reservations WHERE "
                                       "token = $1",
                                       {token, body_sha256, Ms(ttl)}));
   if (w.empty()) return PermissionDenied("the create's reservation is not one this cluster holds (unknown, released or dropped)");
   if (w.Text(0, 0) != node) return PermissionDenied("the create's reservation is for node " + w.Text(0, 0) + ", not " + node);
   if (w.Text(0, 1) == "t") return PermissionDenied("the create's reservation was already used");
   if (w.Text(0, 2) != "t") return PermissionDenied("the create's reservation was made for another create");
-  return PermissionDenied("the create's reservation expired");
+  return PermissionDenied("the create's reservation expired (its front stopped renewing it, or it is older than the TTL)");
 }
 
 Status ClusterRegistry::AddSandbox(const std::string& id, const std::string& node, int64_t reservation) {

@@ -64,6 +64,11 @@ inline constexpr int kSchemaVersion = 3;
 // (the heartbeat's reconciliation). Longer than a front waits for a node's
 // answer to a create (FrontConfig::create_timeout).
 inline constexpr std::chrono::milliseconds kReservationTtl{std::chrono::minutes(3)};
+// How long a reservation the node has not claimed yet holds its slot without
+// its front renewing it (Front renews every second while it waits): a front
+// that dies between a placement and its create's delivery lets the slot go
+// at the node's next heartbeat after this.
+inline constexpr std::chrono::milliseconds kReservationLease{std::chrono::seconds(5)};
 
 struct NodeInfo {
   std::string name;
@@ -99,6 +104,7 @@ struct Beat {
   bool registered = false;  // false: the row is gone, another boot's, or lapsed: register again
   int reserved_was = 0;     // `reserved` before the reconciliation
   int reserved = 0;         // after: sandboxes not lost + reservations in flight
+  int dropped = 0;          // reservations dropped: their lease or the TTL ran out with no record
 };
 
 class ClusterRegistry {
@@ -137,12 +143,15 @@ class ClusterRegistry {
   // reservation is bound to the create whose body digest is `body_sha256`.
   StatusOr<Placement> Place(const std::string& template_name, int k, std::chrono::milliseconds lapse,
                             const std::string& body_sha256 = "");
-  // Gives a placement's slot back: only for a create the node refused or
-  // never got. Its reservation goes; when the node already marked it used
-  // (for another create of the same node, recorded first), an unused one of
-  // that node goes instead. Nothing when it is gone (dropped by the TTL or a
-  // lapse), so a slot is never freed twice.
+  // Gives a placement's slot back: for a create the node refused or never
+  // got (the front), or one it failed after claiming (the node). Its
+  // reservation goes while unused; nothing when it is gone (released
+  // already, dropped by its lease, the TTL or a lapse) or used, so a slot
+  // is never freed twice.
   Status Release(const std::string& node, int64_t reservation);
+  // A front still waits for these creates' nodes: their unclaimed
+  // reservations hold their slots `lease` longer.
+  Status RenewLeases(const std::vector<int64_t>& reservations, std::chrono::milliseconds lease = kReservationLease);
 
   // ---- sandboxes ----
   // Records `id` on `node`. `reservation` (non-zero: the create's, claimed

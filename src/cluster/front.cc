@@ -183,6 +183,14 @@ void Front::WatchRegistry() {
     }
     if (std::chrono::steady_clock::now() - last_sweep >= config_.sweep_interval) {
       last_sweep = std::chrono::steady_clock::now();
+      // The creates this front still waits for keep their slots.
+      std::vector<int64_t> waiting;
+      {
+        std::lock_guard<std::mutex> l(in_flight_mu_);
+        waiting.assign(in_flight_.begin(), in_flight_.end());
+      }
+      if (Status st = registry_->RenewLeases(waiting); !st.ok())
+        LOG_WARN("front: renewing {} reservation lease(s): {}", waiting.size(), st.message());
       auto lapsed = registry_->MarkLapsed(config_.lapse);
       if (lapsed.ok()) {
         for (const auto& name : *lapsed)
@@ -334,11 +342,15 @@ void Front::Create(Conn c) {
         const Placement p = *placed;
         auto hp = http::ParseHostPort(p.address);
         if (!hp.ok()) {
-          ReleaseSlot(p, "its address is invalid");
+          ReleaseSlot(p, "its address is invalid");  // never in flight
           return c->RespondError(502, "node " + p.node + " has an invalid address " + p.address);
         }
         LOG_INFO("front: create placed on node {} ({} refused first, reservation {})", p.node, p.tried,
                  p.reservation);
+        {
+          std::lock_guard<std::mutex> l(in_flight_mu_);
+          in_flight_.insert(p.reservation);
+        }
         // Not tied to the client's connection: the node's answer decides
         // what becomes of the slot, even when the client has gone.
         CallNode(c->executor(), hp->first, hp->second, CreateRequest(*c, text, p.token),
@@ -353,6 +365,10 @@ void Front::Create(Conn c) {
 
 void Front::CreateAnswered(Conn c, const Placement& p, NodeReply reply) {
   using Outcome = NodeReply::Outcome;
+  {
+    std::lock_guard<std::mutex> l(in_flight_mu_);
+    in_flight_.erase(p.reservation);
+  }
   const std::string node = "node " + p.node + " (" + p.address + ")";
   switch (reply.outcome) {
     case Outcome::kAnswered:
@@ -365,10 +381,12 @@ void Front::CreateAnswered(Conn c, const Placement& p, NodeReply reply) {
       break;
     case Outcome::kNoAnswer:
       // The node may be making the sandbox: its record uses the slot, or
-      // the reservation is dropped after kReservationTtl.
+      // the reservation is dropped: unclaimed, when its lease (no longer
+      // renewed) runs out; claimed, after kReservationTtl.
       LOG_WARN("front: a create on {} got no answer ({}): its slot stays reserved until the node records the "
-               "sandbox or {} s pass",
-               node, reply.error, std::chrono::duration_cast<std::chrono::seconds>(kReservationTtl).count());
+               "sandbox, or {} s pass if the node never claimed it ({} s if it did)",
+               node, reply.error, std::chrono::duration_cast<std::chrono::seconds>(kReservationLease).count(),
+               std::chrono::duration_cast<std::chrono::seconds>(kReservationTtl).count());
       break;
   }
   if (c->closed()) {

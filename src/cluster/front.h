@@ -35,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -111,6 +112,10 @@ class Front {
   std::mutex cache_mu_;
   std::map<std::string, SandboxLocation> cache_;  // guarded by cache_mu_
   bool cache_valid_ = false;                      // guarded by cache_mu_: the LISTEN connection is up
+  // Reservations of creates this front waits for (their leases are renewed
+  // every sweep: ClusterRegistry::RenewLeases).
+  std::mutex in_flight_mu_;
+  std::set<int64_t> in_flight_;  // guarded by in_flight_mu_
   std::atomic<bool> stopping_{false};
   std::thread watcher_;
 };

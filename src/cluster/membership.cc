@@ -107,9 +107,15 @@ void NodeMembership::Loop() {
         // sandboxes; register again with what it really has.
         LOG_WARN("cluster: node {} was dropped by the registry; registering again", config_.node.name);
         registered = Register().ok();
-      } else if (hb->reserved != hb->reserved_was) {
-        LOG_WARN("cluster: node {}: reserved was {}, corrected to {} (its sandboxes plus the creates in flight)",
-                 config_.node.name, hb->reserved_was, hb->reserved);
+      } else {
+        if (hb->dropped > 0)
+          LOG_WARN("cluster: node {}: {} reservation(s) dropped: their front stopped renewing them before this node "
+                   "got their create (a front that died), or their TTL ran out",
+                   config_.node.name, hb->dropped);
+        if (hb->reserved != hb->reserved_was)
+          LOG_WARN("cluster: node {}: reserved was {}, corrected to {} (its sandboxes plus the creates in flight)",
+                   config_.node.name, hb->reserved_was, hb->reserved);
+        if (config_.on_beat) config_.on_beat(*hb);
       }
     }
     l.lock();

@@ -40,6 +40,9 @@ struct MembershipConfig {
   // The node's live sandboxes and the templates it can start, read each sync.
   std::function<std::vector<std::string>()> sandboxes;
   std::function<std::vector<std::string>()> templates;
+  // Each heartbeat's recount (Beat: reserved before and after, reservations
+  // dropped), for the node's metrics; may be null.
+  std::function<void(const Beat&)> on_beat;
 };
 
 class NodeMembership {

@@ -119,6 +119,17 @@ std::string DaemonMetrics::Render(const Gauges& g) const {
        "# TYPE airlock_rollbacks_total counter\n";
   line("airlock_rollbacks_total{result=\"ok\"} %llu\n", u(rollbacks_));
   line("airlock_rollbacks_total{result=\"lost\"} %llu\n", u(rollbacks_lost_));
+  o += "# HELP airlock_cluster_reserved_corrections_total Heartbeats of this cluster node whose recount changed its "
+       "reserved slots (drift of any cause).\n"
+       "# TYPE airlock_cluster_reserved_corrections_total counter\n";
+  line("airlock_cluster_reserved_corrections_total %llu\n", u(cluster_corrections_));
+  o += "# HELP airlock_cluster_reserved_drift_slots_total Slots those recounts moved, added up.\n"
+       "# TYPE airlock_cluster_reserved_drift_slots_total counter\n";
+  line("airlock_cluster_reserved_drift_slots_total %llu\n", u(cluster_drift_slots_));
+  o += "# HELP airlock_cluster_reservations_dropped_total Reservations on this node dropped because their front "
+       "stopped renewing them or their TTL ran out with no record.\n"
+       "# TYPE airlock_cluster_reservations_dropped_total counter\n";
+  line("airlock_cluster_reservations_dropped_total %llu\n", u(cluster_dropped_reservations_));
   o += "# HELP airlock_otlp_exported_records_total Audit records delivered to the OTLP collector.\n"
        "# TYPE airlock_otlp_exported_records_total counter\n";
   line("airlock_otlp_exported_records_total %llu\n", static_cast<unsigned long long>(g.otlp_exported));

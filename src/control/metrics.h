@@ -49,6 +49,16 @@ class DaemonMetrics {
   void Checkpointed() { checkpoints_.fetch_add(1); }
   void RolledBack() { rollbacks_.fetch_add(1); }
   void RollbackLost() { rollbacks_lost_.fetch_add(1); }
+  // A cluster node's heartbeat recount (cluster/membership.h): `reserved`
+  // corrected from `was` to `now`; `dropped` reservations whose lease or TTL
+  // ran out with no record (a front that died mid-create).
+  void ClusterReconciled(int was, int now, int dropped) {
+    if (was != now) {
+      cluster_corrections_.fetch_add(1);
+      cluster_drift_slots_.fetch_add(static_cast<uint64_t>(was > now ? was - now : now - was));
+    }
+    if (dropped > 0) cluster_dropped_reservations_.fetch_add(static_cast<uint64_t>(dropped));
+  }
 
   struct Gauges {
     int running = 0, paused = 0, creating = 0, queued = 0;
@@ -76,6 +86,7 @@ class DaemonMetrics {
   std::atomic<uint64_t> audit_records_{0};
   std::atomic<uint64_t> sandbox_deaths_{0};
   std::atomic<uint64_t> checkpoints_{0}, rollbacks_{0}, rollbacks_lost_{0};
+  std::atomic<uint64_t> cluster_corrections_{0}, cluster_drift_slots_{0}, cluster_dropped_reservations_{0};
   std::array<std::atomic<uint64_t>, kCreateBuckets.size()> create_buckets_{};
   std::atomic<uint64_t> create_count_{0};
   std::atomic<uint64_t> create_sum_us_{0};

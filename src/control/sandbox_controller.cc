@@ -101,10 +101,14 @@ CreateOutcome SandboxController::CreateAdmitted(const CreateAction& action, uint
     }
     reservation = *claimed;
   }
+  auto release = [&] {
+    if (reservation && hooks_.release_reservation) hooks_.release_reservation(reservation);
+  };
   CreateOptions run_opts = opts;  // + secret env vars, never persisted
   auto attached = d_.secrets.Attach(action.secrets, action.caller, &run_opts);
   if (!attached.ok()) {
     AdmissionDone(ticket, "", 0);
+    release();
     return {nullptr, attached.status()};
   }
   // The bring-up's last step: the sandbox's CA (when it has secrets to
@@ -120,6 +124,7 @@ CreateOutcome SandboxController::CreateAdmitted(const CreateAction& action, uint
     LOG_WARN("create failed: {}", sb.status().message());
     Record("sandbox.create_failed", "", {{"error", sb.status().message()}});
     AdmissionDone(ticket, "", 0);
+    release();
     return {nullptr, sb.status()};
   }
   const std::string id = (*sb)->id();

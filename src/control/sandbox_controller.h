@@ -122,6 +122,9 @@ class SandboxController {
     // started (ClusterRegistry::ClaimReservation): its row id, or
     // PermissionDenied (the create is refused with 403); null on a single node.
     std::function<StatusOr<int64_t>(const std::string& token, const std::string& digest)> claim_reservation;
+    // A claimed reservation whose create failed here: its slot goes back at
+    // once (ClusterRegistry::Release), whether or not its front is there.
+    std::function<void(int64_t reservation)> release_reservation;
     // OK when `team` may write more to disk; else ResourceExhausted (507).
     std::function<Status(const std::string& team)> check_team_disk;
     // Something a team holds on disk was written or removed.

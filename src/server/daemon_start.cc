@@ -325,6 +325,7 @@ class DaemonStart {
       hooks.audit = [s](json r) { s->audit_.Append(std::move(r)); };
       if (s->config_.cluster.sandbox_added) hooks.record_in_cluster = s->config_.cluster.sandbox_added;
       if (s->config_.cluster.claim_reservation) hooks.claim_reservation = s->config_.cluster.claim_reservation;
+      if (s->config_.cluster.release_reservation) hooks.release_reservation = s->config_.cluster.release_reservation;
       hooks.check_team_disk = [s](const std::string& team) { return CheckTeamDisk(s->team_disk_.get(), team); };
       hooks.disk_changed = [s] {
         if (s->team_disk_) s->team_disk_->Invalidate();

@@ -104,6 +104,7 @@ class Server {
   void Run();
   void Stop();  // thread-safe
   Manager& manager() { return *fleet_.manager; }
+  DaemonMetrics& metrics() { return metrics_; }
   // The ids and aliases of every custom template this daemon holds (a
   // cluster node lists them in the registry, so placement sends their
   // creates here). Blocks on the template store.

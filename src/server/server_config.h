@@ -165,6 +165,8 @@ struct ServerConfig {
     // A create carrying X-Airlock-Reservation (gateway/reservation.h):
     // ClusterRegistry::ClaimReservation for this node.
     std::function<StatusOr<int64_t>(const std::string& token, const std::string& digest)> claim_reservation;
+    // A claimed reservation's create failed here: its slot goes back.
+    std::function<void(int64_t reservation)> release_reservation;
     // A sandbox ended (on a worker).
     std::function<void(const std::string& id)> sandbox_removed;
   } cluster;

@@ -410,6 +410,47 @@ TEST_F(ClusterRegistryTest, AReservationIsClaimedOnceByItsNodeForItsCreate) {
   EXPECT_EQ(hb->reserved, 1);
 }
 
+// Issue 38 item 5: a front that dies between a placement and its create's
+// delivery stops renewing the reservation's lease; the node's next
+// heartbeat after the lease drops it and frees its slot. A renewed lease, or
+// a reservation the node claimed, holds. A create that fails after its
+// claim gives the slot back at once (the node's Release), and the front's
+// own Release afterwards frees nothing more.
+TEST_F(ClusterRegistryTest, AReservationWhoseFrontStopsRenewingItIsDroppedAtTheNextBeat) {
+  NodeInfo a = Node("a", 5);
+  ASSERT_TRUE(reg_->RegisterNode(a, {}).ok());
+  auto dead = reg_->Place("base", 1, std::chrono::seconds(60));   // its front died: never renewed
+  auto alive = reg_->Place("base", 1, std::chrono::seconds(60));  // its front waits and renews
+  auto claimed = reg_->Place("base", 1, std::chrono::seconds(60));
+  ASSERT_TRUE(dead.ok() && alive.ok() && claimed.ok());
+  ASSERT_TRUE(reg_->ClaimReservation("a", claimed->token, "").ok());
+  EXPECT_EQ(Reserved("a"), 3);
+  // Every lease has run out...
+  ASSERT_TRUE(reg_->pool().Exec("UPDATE reservations SET lease_until = now() - interval '1 second'").ok());
+  // ... and the living front renews its own.
+  ASSERT_TRUE(reg_->RenewLeases({alive->reservation}).ok());
+  auto hb = reg_->Heartbeat("a", a.boot_id);
+  ASSERT_TRUE(hb.ok());
+  EXPECT_EQ(hb->dropped, 1);
+  EXPECT_EQ(hb->reserved_was, 3);
+  EXPECT_EQ(hb->reserved, 2);
+  EXPECT_EQ(reg_->ClaimReservation("a", dead->token, "").status().code(), StatusCode::kPermissionDenied);
+  ASSERT_TRUE(reg_->ClaimReservation("a", alive->token, "").ok());
+  // The claimed create fails on the node: its slot goes back, once.
+  ASSERT_TRUE(reg_->Release("a", claimed->reservation).ok());
+  EXPECT_EQ(Reserved("a"), 1);
+  ASSERT_TRUE(reg_->Release("a", claimed->reservation).ok());  // the front's, after the node's 5xx
+  EXPECT_EQ(Reserved("a"), 1);
+  // The other is made: used, not freed by a late release.
+  ASSERT_TRUE(reg_->AddSandbox("s1", "a", alive->reservation).ok());
+  ASSERT_TRUE(reg_->Release("a", alive->reservation).ok());
+  EXPECT_EQ(Reserved("a"), 1);
+  hb = reg_->Heartbeat("a", a.boot_id);
+  ASSERT_TRUE(hb.ok());
+  EXPECT_EQ(hb->reserved, 1);
+  EXPECT_EQ(hb->dropped, 0);
+}
+
 TEST_F(ClusterRegistryTest, AnUnreachableDatabaseIsAClearError) {
   auto r = ClusterRegistry::Open("postgresql:///postgres?host=/nonexistent-dir&user=postgres", 1);
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
