@@ -32,8 +32,12 @@
 // - the front releases its reservation only when the node refused the
 //   create (its 4xx/5xx) or never got it (connect failure); a client that
 //   hangs up frees nothing (the node may still be making the sandbox);
-// - a reservation older than the TTL with no record from the node is
-//   dropped at the next heartbeat (a front that died mid-create);
+// - until the node claims it, a reservation holds its slot only while its
+//   front renews its lease (kReservationLease): a front that died before
+//   the create reached the node loses it at the node's next heartbeat; a
+//   claimed one older than the TTL with no record (a node that died
+//   mid-create) is dropped too; a create that fails after its claim is
+//   released by the node itself;
 // - sandboxes a node makes by itself (forks) are counted when recorded; an
 //   end removes its row and frees its slot in one statement;
 // - a node whose heartbeat lapses is marked not live, its reservations are
