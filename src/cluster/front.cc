@@ -4,6 +4,8 @@
 #include <strings.h>
 
 #include <future>
+#include <set>
+#include <tuple>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -226,6 +228,8 @@ void Front::Handle(Conn c) {
   if (auto id = gateway::DataPlaneSandbox(*c, config_.domain, &port)) return ToSandboxNode(std::move(c), *id, true);
   const std::string& path = c->path();
   if (path == "/health") return c->Respond(200, "application/json", "{\"status\":\"ok\"}");
+  // As on a node: Prometheus scrapes without a key.
+  if (path == "/metrics" && c->method() == http::Method::kGet) return MetricsRoute(std::move(c));
   if (path == "/console" || path.rfind("/console/", 0) == 0) return ServeConsole(std::move(c));
   if (path == "/files" && c->Query("signature")) {
     return c->RespondError(400, "a signed file URL reaches its sandbox through a front only in the "
@@ -268,7 +272,11 @@ void Front::Route(Conn c, const ApiKeyRecord& key, const std::string& presented)
     if (rest.size() == 2 && rest[1] == "metrics" && verb == http::Method::kGet) return FanOut(std::move(c));
     if (rest.size() >= 2) return ToSandboxNode(std::move(c), rest[1], false);
   }
-  if (rest[0] == "secrets" || rest[0] == "audit" || rest[0] == "host" || rest[0] == "metrics") {
+  if (seg.size() == 1 && seg[0] == "host" && verb == http::Method::kGet) return HostRoute(std::move(c));
+  if (seg.size() == 1 && seg[0] == "audit" && verb == http::Method::kGet) return AuditRoute(std::move(c));
+  if (seg.size() == 2 && seg[0] == "audit" && seg[1] == "verify" && verb == http::Method::kGet)
+    return AuditVerifyRoute(std::move(c));
+  if (rest[0] == "secrets") {
     return c->RespondError(501, "/" + rest[0] + " is served by each node, not through a front yet "
                                 "(docs/multinode.md \"What a front does not do yet\")");
   }
@@ -414,6 +422,45 @@ void Front::ReleaseSlot(const Placement& p, const std::string& why) {
   });
 }
 
+std::vector<std::pair<std::string, NodeReply>> Front::AskLiveNodes(const std::vector<NodeInfo>& nodes,
+                                                                  const std::string& target,
+                                                                  const std::vector<std::pair<std::string, std::string>>& headers,
+                                                                  std::vector<std::string>* missing) {
+  // Every live node at once: the answer waits for the slowest, not the sum.
+  // Each is a NodeCall on the io thread (over the cluster's TLS), waited
+  // for here.
+  std::vector<std::pair<std::string, std::future<NodeReply>>> asked;
+  for (const auto& n : nodes) {
+    if (!n.live) continue;
+    auto hp = http::ParseHostPort(n.address);
+    if (!hp.ok()) continue;
+    std::string request = "GET " + target + " HTTP/1.1\r\nHost: " + n.address + "\r\n";
+    for (const auto& [k, v] : headers) request += k + ": " + v + "\r\n";
+    request += "Connection: close\r\n\r\n";
+    auto answer = std::make_shared<std::promise<NodeReply>>();
+    asked.emplace_back(n.name, answer->get_future());
+    CallNode(io_.get_executor(), hp->first, hp->second, std::move(request), std::chrono::seconds(10), kMaxFanOutBody,
+             [answer](NodeReply r) { answer->set_value(std::move(r)); },
+             config_.tls ? config_.tls->ToNode(n.name) : nullptr);
+  }
+  std::vector<std::pair<std::string, NodeReply>> out;
+  for (auto& [name, answer] : asked) {
+    // The call ends itself in 10 s; the io thread may stop first (the front is going).
+    if (answer.wait_for(std::chrono::seconds(15)) != std::future_status::ready) {
+      missing->push_back(name);
+      continue;
+    }
+    NodeReply r = answer.get();
+    if (r.outcome != NodeReply::Outcome::kAnswered) {
+      if (!r.error.empty()) LOG_WARN("front: node {} did not answer GET {}: {}", name, target, r.error);
+      missing->push_back(name);
+      continue;
+    }
+    out.emplace_back(name, std::move(r));
+  }
+  return out;
+}
+
 void Front::FanOut(Conn c) {
   std::string target = c->target();
   auto headers = CredentialHeaders(*c);
@@ -445,35 +492,7 @@ void Front::FanOut(Conn c) {
       std::optional<NodeReply> refusal;
       bool more = false;
       int64_t total_running = 0;
-      // Every live node at once: the answer waits for the slowest, not the sum.
-      // Each is a NodeCall on the io thread (over the cluster's TLS), waited
-      // for here.
-      std::vector<std::pair<std::string, std::future<NodeReply>>> asked;
-      for (const auto& n : *nodes) {
-        if (!n.live) continue;
-        auto hp = http::ParseHostPort(n.address);
-        if (!hp.ok()) continue;
-        std::string request = "GET " + target + " HTTP/1.1\r\nHost: " + n.address + "\r\n";
-        for (const auto& [k, v] : headers) request += k + ": " + v + "\r\n";
-        request += "Connection: close\r\n\r\n";
-        auto answer = std::make_shared<std::promise<NodeReply>>();
-        asked.emplace_back(n.name, answer->get_future());
-        CallNode(io_.get_executor(), hp->first, hp->second, std::move(request), std::chrono::seconds(10),
-                 kMaxFanOutBody, [answer](NodeReply r) { answer->set_value(std::move(r)); },
-                 config_.tls ? config_.tls->ToNode(n.name) : nullptr);
-      }
-      for (auto& [name, answer] : asked) {
-        // The call ends itself in 10 s; the io thread may stop first (the front is going).
-        if (answer.wait_for(std::chrono::seconds(15)) != std::future_status::ready) {
-          missing.push_back(name);
-          continue;
-        }
-        NodeReply r = answer.get();
-        if (r.outcome != NodeReply::Outcome::kAnswered) {
-          if (!r.error.empty()) LOG_WARN("front: node {} did not answer a list: {}", name, r.error);
-          missing.push_back(name);
-          continue;
-        }
+      for (auto& [name, r] : AskLiveNodes(*nodes, target, headers, &missing)) {
         if (r.status != 200) {
           refusal = r;  // the same key and query everywhere: one node's refusal is everyone's
           break;
@@ -611,5 +630,184 @@ void Front::NodesRoute(Conn c, const ApiKeyRecord& key, const std::vector<std::s
 }
 
 void Front::ServeConsole(Conn c) { gateway::ServeConsoleAsset(*c); }
+
+// ---- every node's own views, gathered (GET /host, /metrics, /audit, /audit/verify)
+
+void Front::Gather(Conn c, bool with_credentials,
+                   std::function<std::string(std::vector<std::pair<std::string, NodeReply>>&,
+                                             const std::vector<std::string>& missing)>
+                       combine,
+                   std::string content_type) {
+  std::string target = c->target();
+  auto headers = with_credentials ? CredentialHeaders(*c) : std::vector<std::pair<std::string, std::string>>{};
+  asio::post(*workers_, [this, c, target, headers, combine = std::move(combine), content_type] {
+    auto nodes = registry_->Nodes();
+    if (!nodes.ok()) {
+      return asio::post(c->executor(), [c, st = nodes.status()] {
+        c->RespondError(503, "the cluster registry is unreachable: " + st.message());
+      });
+    }
+    std::vector<std::string> missing;
+    auto answers = AskLiveNodes(*nodes, target, headers, &missing);
+    for (const auto& [name, r] : answers) {
+      // The same key and query everywhere: one node's refusal is everyone's.
+      if (r.status != 200) {
+        return asio::post(c->executor(), [c, r = r] { c->Respond(r.status, "application/json", r.body); });
+      }
+    }
+    std::string out = combine(answers, missing);
+    std::string unreachable;
+    for (const auto& m : missing) unreachable += (unreachable.empty() ? "" : ",") + m;
+    asio::post(c->executor(), [c, out = std::move(out), unreachable, content_type] {
+      gateway::HeaderList extra;
+      if (!unreachable.empty()) extra.emplace_back("X-Airlock-Unreachable-Nodes", unreachable);
+      c->Respond(200, content_type, out, extra);
+    });
+  });
+}
+
+namespace {
+
+// The numbers of a node's host view added into `total`: counts and sizes
+// add up; a level or a per-node setting keeps the highest.
+void AddHostView(json& total, const json& from) {
+  static const std::set<std::string> kHighest = {"pressure", "maxPerKey", "sizePerTemplate"};
+  if (!from.is_object()) return;
+  for (const auto& [k, v] : from.items()) {
+    if (v.is_object()) {
+      if (!total.contains(k) || !total[k].is_object()) total[k] = json::object();
+      AddHostView(total[k], v);
+    } else if (v.is_number_integer()) {
+      const int64_t have = total.contains(k) && total[k].is_number_integer() ? total[k].get<int64_t>() : 0;
+      total[k] = kHighest.count(k) ? std::max(have, v.get<int64_t>()) : have + v.get<int64_t>();
+    } else if (v.is_number()) {
+      const double have = total.contains(k) && total[k].is_number() ? total[k].get<double>() : 0;
+      total[k] = kHighest.count(k) ? std::max(have, v.get<double>()) : have + v.get<double>();
+    }
+  }
+}
+
+// `line` (one sample of the Prometheus text format) with node="<name>" as
+// its first label.
+std::string WithNodeLabel(const std::string& line, const std::string& node) {
+  const size_t brace = line.find('{'), space = line.find(' ');
+  if (space == std::string::npos) return "";
+  if (brace != std::string::npos && brace < space) {
+    const bool empty = brace + 1 < line.size() && line[brace + 1] == '}';
+    return line.substr(0, brace + 1) + "node=\"" + node + "\"" + (empty ? "" : ",") + line.substr(brace + 1);
+  }
+  return line.substr(0, space) + "{node=\"" + node + "\"}" + line.substr(space);
+}
+
+}  // namespace
+
+void Front::HostRoute(Conn c) {
+  Gather(c, true, [](std::vector<std::pair<std::string, NodeReply>>& answers, const std::vector<std::string>& missing) {
+    json nodes = json::object(), total = json::object();
+    for (const auto& [name, r] : answers) {
+      json j = json::parse(r.body, nullptr, false);
+      if (j.is_discarded()) continue;
+      AddHostView(total, j);
+      nodes[name] = std::move(j);
+    }
+    return json{{"nodes", nodes}, {"total", total}, {"unreachable", missing}}.dump();
+  });
+}
+
+void Front::MetricsRoute(Conn c) {
+  // Each node's exposition with node="<name>" on every sample, its families
+  // merged: one HELP and TYPE per family, then every node's samples (the
+  // text format wants a family's samples together). Sums are the query's
+  // (sum without (node) (...)).
+  Gather(
+      c, false,
+      [](std::vector<std::pair<std::string, NodeReply>>& answers, const std::vector<std::string>& missing) {
+        std::vector<std::string> order;
+        std::map<std::string, std::pair<std::string, std::vector<std::string>>> families;  // name -> (head, samples)
+        for (const auto& [name, r] : answers) {
+          std::string family;
+          size_t p = 0;
+          while (p < r.body.size()) {
+            size_t e = r.body.find('\n', p);
+            if (e == std::string::npos) e = r.body.size();
+            std::string line = r.body.substr(p, e - p);
+            p = e + 1;
+            if (line.empty()) continue;
+            if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) {
+              std::string rest = line.substr(7);
+              family = rest.substr(0, rest.find(' '));
+              auto [it, added] = families.try_emplace(family);
+              if (added) order.push_back(family);
+              // The first node's HELP and TYPE stand for all.
+              if (it->second.first.find(line.substr(0, 7)) == std::string::npos) it->second.first += line + "\n";
+              continue;
+            }
+            if (line[0] == '#') continue;
+            if (family.empty()) {
+              family = line.substr(0, std::min(line.find('{'), line.find(' ')));
+              if (families.try_emplace(family).second) order.push_back(family);
+            }
+            if (std::string labelled = WithNodeLabel(line, name); !labelled.empty())
+              families[family].second.push_back(std::move(labelled));
+          }
+        }
+        std::string out;
+        for (const auto& f : order) {
+          out += families[f].first;
+          for (const auto& sample : families[f].second) out += sample + "\n";
+        }
+        out += "# HELP airlock_front_nodes_unreachable Live nodes that did not answer this scrape.\n"
+               "# TYPE airlock_front_nodes_unreachable gauge\n"
+               "airlock_front_nodes_unreachable " +
+               std::to_string(missing.size()) + "\n";
+        return out;
+      },
+      "text/plain; version=0.0.4");
+}
+
+void Front::AuditRoute(Conn c) {
+  size_t limit = 500;
+  if (auto l = c->Query("limit")) limit = static_cast<size_t>(std::clamp<long long>(std::atoll(l->c_str()), 1, 10000));
+  Gather(c, true, [limit](std::vector<std::pair<std::string, NodeReply>>& answers, const std::vector<std::string>&) {
+    // Each node's newest matches (its own filter and tenancy), tagged with
+    // the node, merged oldest first; the newest `limit` of them.
+    std::vector<json> all;
+    for (const auto& [name, r] : answers) {
+      json j = json::parse(r.body, nullptr, false);
+      if (!j.is_array()) continue;
+      for (auto& rec : j) {
+        if (!rec.is_object()) continue;
+        rec["node"] = name;
+        all.push_back(std::move(rec));
+      }
+    }
+    std::stable_sort(all.begin(), all.end(), [](const json& a, const json& b) {
+      return std::make_tuple(a.value("ts", ""), a.value("node", ""), a.value("seq", int64_t{0})) <
+             std::make_tuple(b.value("ts", ""), b.value("node", ""), b.value("seq", int64_t{0}));
+    });
+    if (all.size() > limit) all.erase(all.begin(), all.end() - static_cast<std::ptrdiff_t>(limit));
+    return json(std::move(all)).dump(-1, ' ', false, json::error_handler_t::replace);
+  });
+}
+
+void Front::AuditVerifyRoute(Conn c) {
+  Gather(c, true, [](std::vector<std::pair<std::string, NodeReply>>& answers, const std::vector<std::string>& missing) {
+    // Each node's hash chain is its own, verified by that node; the cluster
+    // is ok when every live node answered ok.
+    json nodes = json::object();
+    bool ok = missing.empty(), tampered = false;
+    for (const auto& [name, r] : answers) {
+      json j = json::parse(r.body, nullptr, false);
+      if (!j.is_object()) {
+        ok = false;
+        continue;
+      }
+      ok = ok && j.value("ok", false);
+      tampered = tampered || j.value("tampered", false);
+      nodes[name] = std::move(j);
+    }
+    return json{{"ok", ok}, {"tampered", tampered}, {"nodes", nodes}, {"unreachable", missing}}.dump();
+  });
+}
 
 }  // namespace airlock::cluster

@@ -93,6 +93,22 @@ class Front {
   void ToMcpNode(Conn c, const std::string& presented);
   void NodesRoute(Conn c, const ApiKeyRecord& key, const std::vector<std::string>& seg);
   void ServeConsole(Conn c);
+  // GET target of every live node (on a worker thread): their answers, and
+  // the names of those that did not answer in `missing`.
+  std::vector<std::pair<std::string, NodeReply>> AskLiveNodes(
+      const std::vector<NodeInfo>& nodes, const std::string& target,
+      const std::vector<std::pair<std::string, std::string>>& headers, std::vector<std::string>* missing);
+  // The request's GET of every live node, combined into one 200 (any node's
+  // refusal is passed on; X-Airlock-Unreachable-Nodes names the silent).
+  void Gather(Conn c, bool with_credentials,
+              std::function<std::string(std::vector<std::pair<std::string, NodeReply>>&,
+                                        const std::vector<std::string>& missing)>
+                  combine,
+              std::string content_type = "application/json");
+  void HostRoute(Conn c);         // {"nodes": {name: host view}, "total": summed, "unreachable": [...]}
+  void MetricsRoute(Conn c);      // every node's samples with node="<name>"
+  void AuditRoute(Conn c);        // every node's records with "node", merged by time
+  void AuditVerifyRoute(Conn c);  // every node's verification of its own chain
   // Live and its heartbeat within the lapse: what placement, the template
   // node and MCP may use.
   bool Fresh(const NodeInfo& n) const;

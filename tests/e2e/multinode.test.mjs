@@ -209,6 +209,54 @@ maybe('fronts and nodes authenticate each other: a node serves fronts of its clu
   assert.match(r.stderr, /is front f1's, not a node's/)
 })
 
+maybe('every node\'s own views through either front: /host per node and summed, /metrics labelled by node, /audit merged, /audit/verify per node', { timeout: 240000 }, async () => {
+  const made = []
+  for (let i = 0; i < 3; i++) made.push(await Sandbox.create('base', { ...cl.opts('f1'), timeoutMs: 120000 }))
+  const nodes = ['n1', 'n2', 'n3']
+  for (const f of ['f1', 'f2']) {
+    const host = await cl.api(f, 'GET', '/host')
+    assert.equal(host.status, 200, host.text)
+    assert.deepEqual(Object.keys(host.json.nodes).sort(), nodes)
+    let running = 0
+    for (const n of nodes) running += host.json.nodes[n].sandboxes.running
+    assert.equal(running, 3)
+    assert.equal(host.json.total.sandboxes.running, 3)
+    assert.equal(host.json.total.memory.budgetMiB, nodes.reduce((a, n) => a + host.json.nodes[n].memory.budgetMiB, 0))
+    assert.deepEqual(host.json.unreachable, [])
+
+    const m = await fetch(`${cl.fronts.get(f).url}/metrics`)
+    assert.equal(m.status, 200)
+    const text = await m.text()
+    for (const n of nodes) assert.match(text, new RegExp(`^airlock_sandboxes\\{node="${n}",state="running"\\} \\d+$`, 'm'))
+    // One HELP and one TYPE per family, its samples together after them.
+    assert.equal(text.match(/^# TYPE airlock_sandboxes gauge$/gm).length, 1)
+    const lines = text.split('\n')
+    const typeAt = lines.indexOf('# TYPE airlock_sandboxes gauge')
+    assert.ok(lines.slice(typeAt + 1, typeAt + 13).every((l) => l.startsWith('airlock_sandboxes{node=')), 'samples follow their TYPE')
+    let sum = 0
+    for (const [, v] of text.matchAll(/^airlock_sandboxes\{node="n\d",state="running"\} (\d+)$/gm)) sum += Number(v)
+    assert.equal(sum, 3)
+
+    const audit = await cl.api(f, 'GET', '/audit?action=sandbox.created&limit=1000')
+    assert.equal(audit.status, 200, audit.text)
+    const mine = audit.json.filter((r) => made.some((s) => s.sandboxId === r.sandbox))
+    assert.equal(mine.length, 3)
+    for (const r of mine) assert.equal(r.node, await nodeOf(r.sandbox))
+    const ts = audit.json.map((r) => r.ts)
+    assert.deepEqual(ts, [...ts].sort(), 'merged oldest first')
+
+    const verify = await cl.api(f, 'GET', '/audit/verify')
+    assert.equal(verify.status, 200, verify.text)
+    assert.equal(verify.json.ok, true, verify.text)
+    assert.deepEqual(Object.keys(verify.json.nodes).sort(), nodes)
+  }
+  // A key without admin rights: the nodes' refusal, passed on.
+  const plain = cl.createKey('plain-views', false, 'views')
+  const r = await fetch(`${cl.fronts.get('f1').url}/host`, { headers: { 'X-API-Key': plain } })
+  assert.equal(r.status, 403)
+  await Promise.all(made.map((s) => s.kill()))
+})
+
 maybe('capacities 1, 2, 3: six concurrent creates through both fronts fill them exactly; the 7th is refused; a draining node gets none', { timeout: 300000 }, async () => {
   const creates = Array.from({ length: 6 }, (_, i) =>
     cl.api(i % 2 ? 'f2' : 'f1', 'POST', '/sandboxes', { templateID: 'base', timeout: 600 }))
