@@ -69,6 +69,8 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
     if (!loaded.ok()) return fail(loaded.status().message());
     tls = std::move(*loaded);
   }
+  if (!cfg.console_listen.empty())
+    return fail("--console-listen is for a single daemon: a cluster's console is on its fronts (/console/)");
   if (node_role && !cfg.tls_listen.empty())
     return fail("--tls-listen is for a single daemon: a node's --listen serves the cluster's TLS to fronts");
   std::string node_name = cl.node_name;
@@ -81,6 +83,8 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
   if (cl.role == "both") {
     if (cl.node_listen.empty()) return fail("--role both needs --node-listen ip:port for the node's own API");
     ncfg.listen = cl.node_listen;
+    // The MCP tools act through this process's own front.
+    if (ncfg.mcp_api.empty()) ncfg.mcp_api = cfg.listen;
   }
   std::string advertise = cl.advertise;
   if (node_role && advertise.empty()) {

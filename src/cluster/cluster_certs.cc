@@ -107,8 +107,13 @@ Status EnsureDir(const std::string& dir) {
   }
   if (errno != EEXIST) return ErrnoError("mkdir " + dir);
   struct stat st;
-  if (::stat(dir.c_str(), &st) != 0) return ErrnoError("stat " + dir);
+  if (::lstat(dir.c_str(), &st) != 0) return ErrnoError("stat " + dir);
   if (!S_ISDIR(st.st_mode)) return InvalidArgument(dir + " is not a directory");
+  // Keys are written here and a CA found here is signed with: nobody else
+  // may have put it there or be able to swap it.
+  if (st.st_uid != ::geteuid() || (st.st_mode & 022) != 0)
+    return FailedPrecondition(dir + " must be a directory of this user's that nobody else can write (it holds "
+                                    "the CA's key)");
   return OkStatus();
 }
 
@@ -350,6 +355,14 @@ StatusOr<std::vector<std::string>> MakeClusterCerts(const CertsOptions& o) {
   std::vector<std::string> written;
   Ca ca;
   if (has_pem) {
+    struct stat st;
+    for (const std::string& f : {ca_pem, ca_key}) {
+      if (::lstat(f.c_str(), &st) != 0) return ErrnoError("stat " + f);
+      if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022) != 0)
+        return FailedPrecondition(f + " must be a plain file of this user's that nobody else can write");
+    }
+    if (::lstat(ca_key.c_str(), &st) == 0 && (st.st_mode & 077) != 0)
+      return FailedPrecondition(ca_key + " is readable by others (chmod 600 it, and make a new CA if it leaked)");
     ASSIGN_OR_RETURN(ca, LoadCa(ca_pem, ca_key));
   } else {
     ASSIGN_OR_RETURN(ca, MakeCa());

@@ -221,7 +221,10 @@ StatusOr<std::optional<SandboxLocation>> Front::Locate(const std::string& id) {
 void Front::Handle(Conn c) {
   // Only a front may say it holds a slot: a client's own copy of the header
   // would shadow the front's (the node reads the first).
-  if (!c->Header(gateway::kReservationHeader).empty()) {
+  bool reservation_header = false;
+  for (const auto& [name, value] : c->Headers())
+    reservation_header = reservation_header || strcasecmp(name.c_str(), gateway::kReservationHeader) == 0;
+  if (reservation_header) {
     return c->RespondError(400, std::string(gateway::kReservationHeader) + " is set by fronts only");
   }
   uint16_t port = 0;
@@ -381,8 +384,10 @@ void Front::CreateAnswered(Conn c, const Placement& p, NodeReply reply) {
   switch (reply.outcome) {
     case Outcome::kAnswered:
       // A refusal frees the slot; a sandbox made keeps it (the node's record
-      // used the reservation).
+      // used the reservation). An Idempotency-Key's replay made nothing: the
+      // node answered from its first call and never claimed this reservation.
       if (reply.status >= 400) ReleaseSlot(p, "the node answered " + std::to_string(reply.status));
+      else if (HeaderOf(reply, "idempotent-replayed") == "true") ReleaseSlot(p, "the node replayed an earlier answer");
       break;
     case Outcome::kNotDelivered:
       ReleaseSlot(p, "the node never got the create: " + reply.error);

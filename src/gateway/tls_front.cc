@@ -9,6 +9,10 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "common/log.h"
 #include "http/listener.h"
@@ -18,9 +22,47 @@ namespace airlock::gateway {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
+// Failed handshakes and refused clients: the first 10 of every 10 s are
+// logged, the rest counted and reported with the next line (a flood must not
+// become a flood of log lines).
+class RefusalLog {
+ public:
+  void Note(const std::string& what) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto now = std::chrono::steady_clock::now();
+    if (now - window_ >= std::chrono::seconds(10)) {
+      window_ = now;
+      logged_ = 0;
+    }
+    if (logged_ >= 10) {
+      ++suppressed_;
+      return;
+    }
+    ++logged_;
+    if (suppressed_ > 0) {
+      LOG_WARN("tls: {} (and {} more refused before it, not logged)", what, suppressed_);
+      suppressed_ = 0;
+    } else {
+      LOG_WARN("tls: {}", what);
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point window_{};
+  int logged_ = 0;
+  uint64_t suppressed_ = 0;
+};
+
 namespace {
 
 constexpr auto kTlsHandshakeTimeout = std::chrono::seconds(10);
+
+// Connections one address may have in their handshake at once (a cluster
+// node's listener): more are closed at accept, so idle connections from one
+// host cannot take every slot from the fronts (a front opens one per relay:
+// a burst of creates stays well below this).
+constexpr int kMaxHandshakesPerAddress = 128;
 
 // ALPN: http/1.1 when the client offers it; no protocol otherwise.
 int SelectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned int inlen,
@@ -37,15 +79,21 @@ int SelectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const uns
 class TlsTunnel : public std::enable_shared_from_this<TlsTunnel> {
  public:
   TlsTunnel(tcp::socket client, asio::ssl::context& ctx, std::shared_ptr<std::atomic<int>> open,
-            std::shared_ptr<const TlsClientAuth> client_auth)
+            std::shared_ptr<const TlsClientAuth> client_auth, std::shared_ptr<RefusalLog> refusals,
+            std::function<void()> handshake_over)
       : tls_(std::move(client), ctx),
         backend_(tls_.get_executor()),
         timer_(tls_.get_executor()),
         open_(std::move(open)),
-        client_auth_(std::move(client_auth)) {
+        client_auth_(std::move(client_auth)),
+        refusals_(std::move(refusals)),
+        handshake_over_(std::move(handshake_over)) {
     ++*open_;
   }
-  ~TlsTunnel() { --*open_; }
+  ~TlsTunnel() {
+    --*open_;
+    if (handshake_over_) handshake_over_();
+  }
 
   void Start(const tcp::endpoint& backend) {
     auto self = shared_from_this();
@@ -54,8 +102,9 @@ class TlsTunnel : public std::enable_shared_from_this<TlsTunnel> {
       if (!ec) self->Close();
     });
     tls_.async_handshake(asio::ssl::stream_base::server, [self, backend](boost::system::error_code ec) {
+      if (self->handshake_over_) std::exchange(self->handshake_over_, nullptr)();
       if (ec) {
-        if (self->client_auth_) LOG_WARN("tls: a client's handshake failed: {}", ec.message());
+        if (self->client_auth_) self->refusals_->Note("a handshake failed: " + ec.message());
         return self->Close();
       }
       if (self->client_auth_) {
@@ -65,7 +114,7 @@ class TlsTunnel : public std::enable_shared_from_this<TlsTunnel> {
         if (!st.ok()) {
           boost::system::error_code ignored;
           auto peer = self->tls_.lowest_layer().remote_endpoint(ignored);
-          LOG_WARN("tls: refused a client from {}: {}", peer.address().to_string(), st.message());
+          self->refusals_->Note("refused a client from " + peer.address().to_string() + ": " + st.message());
           return self->Close();
         }
       }
@@ -132,6 +181,8 @@ class TlsTunnel : public std::enable_shared_from_this<TlsTunnel> {
   asio::steady_timer timer_;
   std::shared_ptr<std::atomic<int>> open_;  // shared with the front: a tunnel may outlive it
   std::shared_ptr<const TlsClientAuth> client_auth_;
+  std::shared_ptr<RefusalLog> refusals_;
+  std::function<void()> handshake_over_;  // once: the handshake ended (or never will)
   std::array<char, 64 * 1024> up_{}, down_{};
   bool closed_ = false;
 };
@@ -146,13 +197,43 @@ struct TlsFront::Impl : std::enable_shared_from_this<TlsFront::Impl> {
     acceptor.async_accept([self](boost::system::error_code ec, tcp::socket socket) {
       if (!self->acceptor.is_open()) return;
       if (!ec) {
-        if (self->open->load() >= kMaxConnections) {
+        boost::system::error_code pec;
+        const auto addr = socket.remote_endpoint(pec).address();
+        bool refuse = pec || self->open->load() >= kMaxConnections;
+        std::function<void()> over;
+        if (!refuse && self->client_auth) {
+          std::lock_guard<std::mutex> l(self->mu);
+          int& n = self->handshaking[addr];
+          refuse = n >= kMaxHandshakesPerAddress;
+          if (refuse) {
+            if (n == 0) self->handshaking.erase(addr);
+          } else {
+            ++n;
+            over = [impl = std::weak_ptr<Impl>(self), addr] {
+              if (auto i = impl.lock()) {
+                std::lock_guard<std::mutex> l(i->mu);
+                if (auto it = i->handshaking.find(addr); it != i->handshaking.end() && --it->second <= 0)
+                  i->handshaking.erase(it);
+              }
+            };
+          }
+          if (refuse) self->refusals->Note("too many handshakes at once from " + addr.to_string());
+        }
+        if (refuse) {
           boost::system::error_code ignored;
           socket.close(ignored);
         } else {
-          std::make_shared<TlsTunnel>(std::move(socket), self->ctx, self->open, self->client_auth)
+          std::make_shared<TlsTunnel>(std::move(socket), self->ctx, self->open, self->client_auth, self->refusals,
+                                      std::move(over))
               ->Start(self->backend);
         }
+      } else if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+                 ec == asio::error::no_memory) {
+        // Out of descriptors: accepting again at once would spin; the
+        // connections wait in the backlog meanwhile.
+        LOG_WARN("tls: accept: {} (retrying in 100 ms)", ec.message());
+        auto t = std::make_shared<asio::steady_timer>(self->acceptor.get_executor(), std::chrono::milliseconds(100));
+        return t->async_wait([self, t](boost::system::error_code) { self->Accept(); });
       }
       self->Accept();
     });
@@ -162,6 +243,9 @@ struct TlsFront::Impl : std::enable_shared_from_this<TlsFront::Impl> {
   tcp::endpoint backend;
   std::shared_ptr<std::atomic<int>> open = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<const TlsClientAuth> client_auth;
+  std::shared_ptr<RefusalLog> refusals = std::make_shared<RefusalLog>();
+  std::mutex mu;
+  std::map<asio::ip::address, int> handshaking;  // guarded by mu: per address, client-auth listeners only
 };
 
 TlsFront::TlsFront(asio::io_context& io, std::string backend_host, uint16_t backend_port) {

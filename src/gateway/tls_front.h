@@ -18,7 +18,10 @@
 // tickets), so every connection is checked with its certificate.
 //
 // Bounds: a handshake must finish within 10 s; at most kMaxConnections at
-// once (more are closed at accept). Threads: the io_context it is given.
+// once (more are closed at accept); with a TlsClientAuth, at most 128 in
+// their handshake from one address (more are closed at accept), and
+// refusals logged 10 per 10 s at most. Out of descriptors, accepting pauses
+// 100 ms. Threads: the io_context it is given.
 // Errors: Start's InvalidArgument for unreadable or mismatched files,
 // Unavailable when the address cannot be bound.
 #pragma once

@@ -28,9 +28,15 @@ void SandboxApi::CreateSandbox(std::shared_ptr<HttpConn> c, const Caller& caller
   ReadJson(c, [this, c, caller](json body) {
     auto parsed = requests::ParseCreateRequest(body, {config_.max_vcpus, config_.max_memory_mib, config_.max_disk_mib});
     if (!parsed.ok()) return c->RespondError(400, parsed.status().message());
-    // A cluster front's reservation is bound to this very body.
-    if (config_.cluster.claim_reservation && !c->Header(gateway::kReservationHeader).empty())
+    // A cluster node takes creates from its fronts only: a front's
+    // reservation is bound to this very body. (A local process that reaches
+    // the node's API on loopback cannot create past the cluster's slots.)
+    if (config_.cluster.claim_reservation) {
+      if (c->Header(gateway::kReservationHeader).empty())
+        return c->RespondError(403, "a cluster node takes creates from its fronts only: create through a front "
+                                    "(serve --mcp-api names one for the MCP tools)");
       parsed->reservation_digest = gateway::CreateDigest(body);
+    }
     // The template, resolved once for the caller's team (control/template_catalog.h),
     // off the event loop (it reads the template store, named snapshots and
     // image files) and never behind a bring-up (lookups_).

@@ -158,6 +158,32 @@ maybe('fronts and nodes authenticate each other: a node serves fronts of its clu
   await assert.rejects(fetch(`http://${n2.addr}:3000/health`, { signal: AbortSignal.timeout(5000) }), 'plain HTTP: nothing')
   assert.ok(await waitFor(() => /refused a client from .*not a front's/.test(readFileSync(n2.child.log, 'utf8')), 5000),
     'the node logs why')
+  // 200 connections that never start their handshake, from the suite's
+  // address: refused past 128, and the fronts still reach the node.
+  const idle = []
+  for (let i = 0; i < 200; i++) {
+    const sock = connect(3000, n2.addr)
+    sock.on('error', () => {})
+    idle.push(sock)
+  }
+  try {
+    assert.ok(await waitFor(() => /too many handshakes at once from 10\.99\.0\.2/.test(readFileSync(n2.child.log, 'utf8')),
+      10000), 'the node refuses past 128 handshakes from one address')
+    const listed = await cl.api('f1', 'GET', '/v2/sandboxes')
+    assert.equal(listed.status, 200, listed.text)
+    assert.equal(listed.headers.get('x-airlock-unreachable-nodes'), null, 'the fronts still reach n2')
+  } finally {
+    for (const sock of idle) sock.destroy()
+  }
+  // A create straight at a node, without a front's reservation: refused.
+  const direct = await cl.nodeFetch('n2', '/sandboxes', { method: 'POST', body: '{"templateID":"base"}',
+    headers: { 'X-API-Key': cl.apiKey, 'Content-Type': 'application/json' } })
+  assert.equal(direct.status, 403, direct.text)
+  assert.match(direct.text, /takes creates from its fronts only/)
+  // A client's own copy of the header, even empty, is refused at the front.
+  const own = await fetch(`${cl.fronts.get('f1').url}/sandboxes`, { method: 'POST', body: '{}',
+    headers: { 'X-API-Key': cl.apiKey, 'X-Airlock-Reservation': '' } })
+  assert.equal(own.status, 400)
 
   // The registry says n1 is at n2's address: fronts do not take n2 for n1.
   const n1addr = cl.sql("SELECT address FROM nodes WHERE name = 'n1'")
@@ -195,6 +221,19 @@ maybe('fronts and nodes authenticate each other: a node serves fronts of its clu
   assert.equal(a.status, 201, a.text)
   assert.equal(cl.sql(`SELECT used_at IS NOT NULL FROM reservations WHERE token = '${token}'`), 't')
   await Promise.all([created.kill(), cl.api('f1', 'DELETE', `/sandboxes/${JSON.parse(a.text).sandboxID}`)])
+
+  // An Idempotency-Key's replay made nothing: the front gives its slot back.
+  const once = () => fetch(`${cl.fronts.get('f1').url}/sandboxes`, { method: 'POST', body: '{"templateID":"base"}',
+    headers: { 'X-API-Key': cl.apiKey, 'Content-Type': 'application/json', 'Idempotency-Key': 'mn-replay-1' } })
+  const first = await once()
+  assert.equal(first.status, 201, await first.text())
+  const again = await once()
+  assert.equal(again.status, 201)
+  assert.equal(again.headers.get('idempotent-replayed'), 'true')
+  const slots = () => Number(cl.sql('SELECT sum(reserved) FROM nodes'))
+  const running = () => Number(cl.sql('SELECT count(*) FROM sandboxes WHERE lost_at IS NULL'))
+  assert.ok(await waitFor(() => slots() === running(), 2000, 100), `slots ${slots()} for ${running()} sandbox(es)`)
+  await cl.api('f1', 'DELETE', `/sandboxes/${(await again.json()).sandboxID}`)
 
   // A cluster role without certificates is refused unless the operator says the network is trusted.
   const serve = (...args) => spawnSync(BIN, ['--state-dir', STATE_DIR, 'serve', '--database', cl.db, ...args], { encoding: 'utf8' })

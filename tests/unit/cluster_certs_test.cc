@@ -278,6 +278,25 @@ TEST_F(ClusterCertsTest, RefusesBadNamesIpsAndDays) {
   EXPECT_TRUE(MakeClusterCerts(o).ok());
 }
 
+// The directory holds the CA's key and a CA found there is signed with: one
+// that others can write, or a CA key others can read, is refused.
+TEST_F(ClusterCertsTest, RefusesADirectoryOrCaKeyOthersCanReach) {
+  CertsOptions o;
+  o.dir = dir_;
+  o.members.push_back(Member("n1", false, true));
+  ASSERT_TRUE(MakeClusterCerts(o).ok());
+  ASSERT_EQ(::chmod(dir_.c_str(), 0777), 0);
+  auto st = MakeClusterCerts(o).status();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  ASSERT_EQ(::chmod(dir_.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod((dir_ + "/ca.key").c_str(), 0644), 0);
+  st = MakeClusterCerts(o).status();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("readable by others"), std::string::npos) << st.ToString();
+  ASSERT_EQ(::chmod((dir_ + "/ca.key").c_str(), 0600), 0);
+  EXPECT_TRUE(MakeClusterCerts(o).ok());
+}
+
 TEST_F(ClusterCertsTest, RefusesACaWithoutItsKey) {
   CertsOptions o;
   o.dir = dir_;
