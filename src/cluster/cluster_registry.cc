@@ -86,6 +86,16 @@ ALTER TABLE reservations ADD COLUMN token text, ADD COLUMN body_sha256 text, ADD
   ADD COLUMN lease_until timestamptz;
 CREATE UNIQUE INDEX reservations_token ON reservations (token);
 DELETE FROM cluster_meta WHERE key = 'reservation_secret';
+-- The node a create with an Idempotency-Key went to (24 h): a retry
+-- through any front goes there, where the key is remembered.
+CREATE TABLE idempotency_routes (
+  team    text NOT NULL,
+  key     text NOT NULL,
+  node    text NOT NULL REFERENCES nodes(name) ON DELETE CASCADE,
+  made_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (team, key)
+);
+CREATE INDEX idempotency_routes_made_at ON idempotency_routes (made_at);
 )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion);
@@ -304,16 +314,19 @@ StatusOr<std::vector<std::string>> ClusterRegistry::MarkLapsed(std::chrono::mill
 }
 
 StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int k, std::chrono::milliseconds lapse,
-                                           const std::string& body_sha256) {
+                                           const std::string& body_sha256, const std::string& only_node) {
+  // only_node (a retry of an Idempotency-Key's create): that node, draining
+  // or not (its answer is the first call's), and its templates are its own.
   ASSIGN_OR_RETURN(
-      auto r, pool_.Exec(WithLapse(std::string("SELECT name, capacity - reserved FROM nodes n WHERE live AND NOT "
-                                               "draining AND ") +
+      auto r, pool_.Exec(WithLapse(std::string("SELECT name, capacity - reserved FROM nodes n WHERE live AND "
+                                               "(NOT draining OR n.name = $3::text) AND ") +
                                        kFresh +
-                                       " AND reserved < capacity AND (NOT EXISTS (SELECT 1 FROM node_templates "
+                                       " AND reserved < capacity AND ($3::text = '' OR n.name = $3::text) AND "
+                                       "($3::text <> '' OR NOT EXISTS (SELECT 1 FROM node_templates "
                                        "WHERE template = $1) OR EXISTS (SELECT 1 FROM node_templates t WHERE "
                                        "t.node = n.name AND t.template = $1))",
                                    "$2"),
-                         {template_name, Ms(lapse)}));
+                         {template_name, Ms(lapse), only_node}));
   struct Candidate {
     std::string name;
     int free;
@@ -327,7 +340,7 @@ StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int
   // The slot and its reservation row (with its time) in one statement.
   const std::string reserve =
       WithLapse(std::string("WITH n AS (UPDATE nodes SET reserved = reserved + 1 WHERE name = $1 AND "
-                            "live AND NOT draining AND ") +
+                            "live AND (NOT draining OR name = $6::text) AND ") +
                     kFresh +
                     " AND reserved + 1 <= capacity RETURNING name, address), "
                     "r AS (INSERT INTO reservations (node, token, body_sha256, lease_until) SELECT name, $3::text, "
@@ -343,7 +356,8 @@ StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int
     for (size_t i = start; i < end; ++i) {
       const std::string token = RandomHex(16);  // 16 bytes, 32 hex digits
       if (token.size() != 32) return Internal("no randomness for a reservation token");
-      ASSIGN_OR_RETURN(auto u, pool_.Exec(reserve, {all[i].name, Ms(lapse), token, body_sha256, Ms(kReservationLease)}));
+      ASSIGN_OR_RETURN(auto u, pool_.Exec(reserve, {all[i].name, Ms(lapse), token, body_sha256, Ms(kReservationLease),
+                                                    only_node}));
       if (!u.empty()) return Placement{all[i].name, u.Text(0, 0), tried, std::stoll(u.Text(0, 1)), token};
       ++tried;
     }
@@ -351,6 +365,33 @@ StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int
   return ResourceExhausted(all.empty() ? "no live node has free capacity" + std::string(template_name.empty() ? "" : " for template " + template_name)
                                        : "no capacity: " + std::to_string(tried) +
                                              " candidate node(s) filled up while placing");
+}
+
+StatusOr<std::string> ClusterRegistry::IdempotencyNode(const std::string& team, const std::string& key) {
+  ASSIGN_OR_RETURN(auto r, pool_.Exec("SELECT i.node FROM idempotency_routes i JOIN nodes n ON n.name = i.node WHERE "
+                                      "i.team = $1 AND i.key = $2 AND i.made_at > now() - interval '24 hours' AND "
+                                      "n.live",
+                                      {team, key}));
+  return r.empty() ? std::string() : r.Text(0, 0);
+}
+
+StatusOr<std::string> ClusterRegistry::RecordIdempotencyNode(const std::string& team, const std::string& key,
+                                                             const std::string& node) {
+  // A row of a node that is gone or lost, or older than the window, is
+  // replaced; a live one (a concurrent create through another front) wins.
+  ASSIGN_OR_RETURN(auto r, pool_.Exec("INSERT INTO idempotency_routes (team, key, node) VALUES ($1, $2, $3) "
+                                      "ON CONFLICT (team, key) DO UPDATE SET node = EXCLUDED.node, made_at = now() "
+                                      "WHERE idempotency_routes.made_at <= now() - interval '24 hours' OR NOT EXISTS "
+                                      "(SELECT 1 FROM nodes WHERE name = idempotency_routes.node AND live) "
+                                      "RETURNING node",
+                                      {team, key, node}));
+  if (!r.empty()) return r.Text(0, 0);
+  ASSIGN_OR_RETURN(auto w, pool_.Exec("SELECT node FROM idempotency_routes WHERE team = $1 AND key = $2", {team, key}));
+  return w.empty() ? node : w.Text(0, 0);
+}
+
+Status ClusterRegistry::ForgetOldIdempotencyRoutes() {
+  return pool_.Exec("DELETE FROM idempotency_routes WHERE made_at < now() - interval '24 hours'").status();
 }
 
 Status ClusterRegistry::Release(const std::string& node, int64_t reservation) {

@@ -17,6 +17,8 @@
 //   api_keys(id, name, prefix, hash, created_at_ms, team, admin)  as the
 //         single-node registry: SHA-256 hex of the key, never the key
 //   cluster_meta(key, value)               (empty since schema 3)
+//   idempotency_routes(team, key, node, made_at)  where a create with an
+//                                           Idempotency-Key went (schema 3)
 //
 // Capacity accounting. The rule: a node's `reserved` is its sandboxes not
 // lost plus its reservations not used yet (and younger than the TTL).
@@ -145,8 +147,18 @@ class ClusterRegistry {
   // tried in order of most free slots; each try is one conditional UPDATE.
   // ResourceExhausted ("no capacity") when every candidate refused. The
   // reservation is bound to the create whose body digest is `body_sha256`.
+  // `only_node`: that node only, draining or not (a retry of an
+  // Idempotency-Key's create goes where the key is remembered).
   StatusOr<Placement> Place(const std::string& template_name, int k, std::chrono::milliseconds lapse,
-                            const std::string& body_sha256 = "");
+                            const std::string& body_sha256 = "", const std::string& only_node = "");
+  // ---- Idempotency-Key routes (a node remembers its keys; fronts send a
+  // retry to the node of the first call, table idempotency_routes, 24 h) ----
+  // The live node team's `key` went to; "" when none.
+  StatusOr<std::string> IdempotencyNode(const std::string& team, const std::string& key);
+  // Records `node` for team's `key` and returns the node recorded: `node`,
+  // or the live one a concurrent create recorded first.
+  StatusOr<std::string> RecordIdempotencyNode(const std::string& team, const std::string& key, const std::string& node);
+  Status ForgetOldIdempotencyRoutes();
   // Gives a placement's slot back: for a create the node refused or never
   // got (the front), or one it failed after claiming (the node). Its
   // reservation goes while unused; nothing when it is gone (released

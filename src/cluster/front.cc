@@ -156,6 +156,7 @@ void Front::ScheduleKeyRefresh() {
 void Front::WatchRegistry() {
   std::unique_ptr<PgConn> listen;
   auto last_sweep = std::chrono::steady_clock::now() - config_.sweep_interval;
+  uint64_t sweeps = 0;
   while (!stopping_) {
     if (!listen) {
       auto c = PgConn::Connect(registry_->url());
@@ -185,6 +186,7 @@ void Front::WatchRegistry() {
     }
     if (std::chrono::steady_clock::now() - last_sweep >= config_.sweep_interval) {
       last_sweep = std::chrono::steady_clock::now();
+      if (++sweeps % 60 == 0) (void)registry_->ForgetOldIdempotencyRoutes();
       // The creates this front still waits for keep their slots.
       std::vector<int64_t> waiting;
       {
@@ -270,7 +272,7 @@ void Front::Route(Conn c, const ApiKeyRecord& key, const std::string& presented)
   if (rest[0] == "templates" || rest[0] == "builds") return ToTemplateNode(std::move(c));
   if (rest[0] == "snapshots" && verb == http::Method::kGet) return FanOut(std::move(c));
   if (rest[0] == "sandboxes") {
-    if (rest.size() == 1 && verb == http::Method::kPost) return Create(std::move(c));
+    if (rest.size() == 1 && verb == http::Method::kPost) return Create(std::move(c), key.team);
     if (rest.size() == 1 && verb == http::Method::kGet) return FanOut(std::move(c));
     if (rest.size() == 2 && rest[1] == "metrics" && verb == http::Method::kGet) return FanOut(std::move(c));
     if (rest.size() >= 2) return ToSandboxNode(std::move(c), rest[1], false);
@@ -327,8 +329,13 @@ void Front::ToSandboxNode(Conn c, const std::string& id, bool data_plane) {
   });
 }
 
-void Front::Create(Conn c) {
-  c->ReadBodyToString(config_.max_json_body, [this, c](StatusOr<std::string> body) {
+void Front::Create(Conn c, const std::string& team) {
+  // A create with an Idempotency-Key goes to the node its first call went
+  // to, where the key is remembered (server/idempotency.h; a node's own
+  // check of the key's form answers a malformed one).
+  std::string idem = c->Header("Idempotency-Key");
+  if (idem.size() > 255) idem.clear();
+  c->ReadBodyToString(config_.max_json_body, [this, c, team, idem](StatusOr<std::string> body) {
     if (!body.ok()) return c->RespondError(body.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
                                            body.status().message());
     std::string template_name = "base";
@@ -338,8 +345,27 @@ void Front::Create(Conn c) {
     // The reservation is bound to this create (gateway/reservation.h).
     std::string digest = gateway::CreateDigest(j);
     std::string text = std::move(*body);
-    asio::post(*workers_, [this, c, template_name, text, digest] {
-      auto placed = registry_->Place(template_name, config_.best_of_k, config_.lapse, digest);
+    asio::post(*workers_, [this, c, template_name, text, digest, team, idem] {
+      std::string first_node;
+      if (!idem.empty()) {
+        auto n = registry_->IdempotencyNode(team, idem);
+        if (!n.ok()) {
+          return asio::post(c->executor(), [c, st = n.status()] {
+            c->RespondErrorWithCode(503, "the cluster registry is unreachable: " + st.message(), "internal_server_error");
+          });
+        }
+        first_node = *n;
+      }
+      auto placed = registry_->Place(template_name, config_.best_of_k, config_.lapse, digest, first_node);
+      if (placed.ok() && !idem.empty() && first_node.empty()) {
+        // The first call with this key: its node is where retries go. A
+        // concurrent one through another front that recorded first wins.
+        auto recorded = registry_->RecordIdempotencyNode(team, idem, placed->node);
+        if (recorded.ok() && *recorded != placed->node) {
+          (void)registry_->Release(placed->node, placed->reservation);
+          placed = registry_->Place(template_name, config_.best_of_k, config_.lapse, digest, *recorded);
+        }
+      }
       asio::post(c->executor(), [this, c, placed, text] {
         if (!placed.ok()) {
           // E2B's error_code (its API's Error schema, as for a node's own refusal).

@@ -2,7 +2,9 @@
 // agents use. It keeps no state of its own: everything it knows is in the
 // cluster registry (PostgreSQL) or in a cache the registry invalidates.
 //
-//   POST /sandboxes            placement (best-of-K, ClusterRegistry::Place),
+//   POST /sandboxes            placement (best-of-K, ClusterRegistry::Place; a
+//                              create with an Idempotency-Key: the node of
+//                              its first call),
 //                              then the create goes to that node with
 //                              X-Airlock-Reservation (node_call.h); the slot is
 //                              freed only when the node refused the create or
@@ -85,7 +87,7 @@ class Front {
   void Authenticated(Conn c, const ApiKeyRecord& key, const std::string& presented);
   void Route(Conn c, const ApiKeyRecord& key, const std::string& presented);
   void ToSandboxNode(Conn c, const std::string& id, bool data_plane);
-  void Create(Conn c);
+  void Create(Conn c, const std::string& team);
   void CreateAnswered(Conn c, const Placement& p, NodeReply reply);
   void ReleaseSlot(const Placement& p, const std::string& why);
   void FanOut(Conn c);

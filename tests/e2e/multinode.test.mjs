@@ -222,18 +222,27 @@ maybe('fronts and nodes authenticate each other: a node serves fronts of its clu
   assert.equal(cl.sql(`SELECT used_at IS NOT NULL FROM reservations WHERE token = '${token}'`), 't')
   await Promise.all([created.kill(), cl.api('f1', 'DELETE', `/sandboxes/${JSON.parse(a.text).sandboxID}`)])
 
-  // An Idempotency-Key's replay made nothing: the front gives its slot back.
-  const once = () => fetch(`${cl.fronts.get('f1').url}/sandboxes`, { method: 'POST', body: '{"templateID":"base"}',
+  // An Idempotency-Key's retries, through either front, go to the node of
+  // its first call and get its answer; the replay made nothing, so the
+  // front gives its slot back.
+  const once = (f) => fetch(`${cl.fronts.get(f).url}/sandboxes`, { method: 'POST', body: '{"templateID":"base"}',
     headers: { 'X-API-Key': cl.apiKey, 'Content-Type': 'application/json', 'Idempotency-Key': 'mn-replay-1' } })
-  const first = await once()
-  assert.equal(first.status, 201, await first.text())
-  const again = await once()
-  assert.equal(again.status, 201)
-  assert.equal(again.headers.get('idempotent-replayed'), 'true')
+  const first = await once('f1')
+  const firstText = await first.text()
+  assert.equal(first.status, 201, firstText)
+  const id = JSON.parse(firstText).sandboxID
   const slots = () => Number(cl.sql('SELECT sum(reserved) FROM nodes'))
   const running = () => Number(cl.sql('SELECT count(*) FROM sandboxes WHERE lost_at IS NULL'))
+  const count = running()
+  for (const f of ['f2', 'f1', 'f2', 'f1', 'f2']) {
+    const again = await once(f)
+    assert.equal(again.status, 201)
+    assert.equal(again.headers.get('idempotent-replayed'), 'true')
+    assert.equal((await again.json()).sandboxID, id)
+  }
+  assert.equal(running(), count, 'no retry made a sandbox')
   assert.ok(await waitFor(() => slots() === running(), 2000, 100), `slots ${slots()} for ${running()} sandbox(es)`)
-  await cl.api('f1', 'DELETE', `/sandboxes/${(await again.json()).sandboxID}`)
+  await cl.api('f1', 'DELETE', `/sandboxes/${id}`)
 
   // A cluster role without certificates is refused unless the operator says the network is trusted.
   const serve = (...args) => spawnSync(BIN, ['--state-dir', STATE_DIR, 'serve', '--database', cl.db, ...args], { encoding: 'utf8' })

@@ -451,6 +451,40 @@ TEST_F(ClusterRegistryTest, AReservationWhoseFrontStopsRenewingItIsDroppedAtTheN
   EXPECT_EQ(hb->dropped, 0);
 }
 
+// A create with an Idempotency-Key: its first node is recorded per team,
+// a retry is placed there only (draining or not), a concurrent first call
+// through another front finds the recorded one, and a node that is no
+// longer live gives its keys up.
+TEST_F(ClusterRegistryTest, AnIdempotencyKeysRetriesGoToItsFirstNode) {
+  NodeInfo a = Node("a", 5), b = Node("b", 5);
+  ASSERT_TRUE(reg_->RegisterNode(a, {}).ok());
+  ASSERT_TRUE(reg_->RegisterNode(b, {}).ok());
+  auto none = reg_->IdempotencyNode("team-1", "k1");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, "");
+  auto first = reg_->RecordIdempotencyNode("team-1", "k1", "b");
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(*first, "b");
+  auto racing = reg_->RecordIdempotencyNode("team-1", "k1", "a");  // another front's, a moment later
+  ASSERT_TRUE(racing.ok());
+  EXPECT_EQ(*racing, "b");
+  EXPECT_EQ(*reg_->IdempotencyNode("team-1", "k1"), "b");
+  EXPECT_EQ(*reg_->IdempotencyNode("team-2", "k1"), "") << "keys are per team";
+  ASSERT_TRUE(reg_->SetDraining("b", true).ok());
+  for (int i = 0; i < 5; ++i) {
+    auto p = reg_->Place("base", 3, std::chrono::seconds(60), "", "b");
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    EXPECT_EQ(p->node, "b");
+    ASSERT_TRUE(reg_->Release("b", p->reservation).ok());
+  }
+  auto normal = reg_->Place("base", 3, std::chrono::seconds(60));
+  ASSERT_TRUE(normal.ok());
+  EXPECT_EQ(normal->node, "a") << "a draining node still gets no new create";
+  ASSERT_TRUE(reg_->Leave("b", b.boot_id).ok());
+  EXPECT_EQ(*reg_->IdempotencyNode("team-1", "k1"), "") << "a node that left keeps no key";
+  EXPECT_EQ(*reg_->RecordIdempotencyNode("team-1", "k1", "a"), "a");
+}
+
 TEST_F(ClusterRegistryTest, AnUnreachableDatabaseIsAClearError) {
   auto r = ClusterRegistry::Open("postgresql:///postgres?host=/nonexistent-dir&user=postgres", 1);
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
