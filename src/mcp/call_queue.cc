@@ -18,6 +18,10 @@ StatusOr<std::shared_ptr<FairCallQueue>> FairCallQueue::Create(size_t threads, s
 }
 
 Status FairCallQueue::Submit(const std::string& team, Task task) {
+  return Submit(team, FinishingTask([task = std::move(task)](const std::function<void()>&) { task(); }));
+}
+
+Status FairCallQueue::Submit(const std::string& team, FinishingTask task) {
   {
     std::lock_guard<std::mutex> l(mu_);
     Team& t = teams_[team];
@@ -38,20 +42,25 @@ Status FairCallQueue::Submit(const std::string& team, Task task) {
   return OkStatus();
 }
 
-FairCallQueue::Task FairCallQueue::Wrap(const std::string& team, Task task) {
+FairCallQueue::Task FairCallQueue::Wrap(const std::string& team, FinishingTask task) {
   return [self = shared_from_this(), team, task = std::move(task)] {
+    bool finished = false;  // this thread only
+    std::function<void()> finish = [&] {
+      if (finished) return;
+      finished = true;
+      self->Finished(team);
+    };
     struct Done {
-      FairCallQueue* q;
-      const std::string& team;
-      ~Done() { q->Finished(team); }
-    } done{self.get(), team};
-    task();
+      const std::function<void()>& finish;
+      ~Done() { finish(); }
+    } done{finish};
+    task(finish);
   };
 }
 
 void FairCallQueue::Finished(const std::string& team) {
   std::string next;
-  Task task;
+  FinishingTask task;
   {
     std::lock_guard<std::mutex> l(mu_);
     --running_;

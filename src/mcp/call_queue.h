@@ -32,6 +32,11 @@ class FairCallQueue : public std::enable_shared_from_this<FairCallQueue> {
  public:
   using Task = std::function<void()>;
   using Launch = std::function<void(Task)>;
+  // A call that may give its place back before it returns: `finish` (once;
+  // later calls do nothing) frees it at once, e.g. right before its answer
+  // is sent, so that a client's next call, sent the moment it has the
+  // answer, never finds this one still counted. Not called: freed on return.
+  using FinishingTask = std::function<void(const std::function<void()>& finish)>;
 
   // The default cap for a pool of `threads`: the largest number below half.
   static size_t DefaultPerTeam(size_t threads) { return threads > 2 ? (threads - 1) / 2 : 1; }
@@ -44,6 +49,7 @@ class FairCallQueue : public std::enable_shared_from_this<FairCallQueue> {
   // Runs `task` now (a thread is free) or when its team's turn comes;
   // ResourceExhausted when `team` already holds per_team() calls.
   Status Submit(const std::string& team, Task task);
+  Status Submit(const std::string& team, FinishingTask task);
 
   size_t threads() const { return threads_; }
   size_t per_team() const { return per_team_; }
@@ -54,12 +60,12 @@ class FairCallQueue : public std::enable_shared_from_this<FairCallQueue> {
   FairCallQueue(size_t threads, size_t per_team, Launch launch)
       : threads_(threads), per_team_(per_team), launch_(std::move(launch)) {}
   // The task wrapped so that its end frees its thread for the next turn.
-  Task Wrap(const std::string& team, Task task);
+  Task Wrap(const std::string& team, FinishingTask task);
   void Finished(const std::string& team);
 
   struct Team {
     size_t running = 0;
-    std::deque<Task> waiting;
+    std::deque<FinishingTask> waiting;
   };
   const size_t threads_, per_team_;
   const Launch launch_;

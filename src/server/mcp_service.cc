@@ -178,15 +178,18 @@ void McpService::Dispatch(std::shared_ptr<HttpConn> c, const Caller& caller, con
   job.access.api_key = key;
   // One team cannot hold every tool thread: past per_team() calls running
   // or waiting, more are refused at once (429) instead of queued.
-  Status admitted = calls_->Submit(caller.team, [this, life = life_, job = std::move(job)]() mutable {
-    RunCalls(this, life, std::move(job));
-  });
+  Status admitted = calls_->Submit(
+      caller.team, mcp::FairCallQueue::FinishingTask(
+                       [this, life = life_, job = std::move(job)](const std::function<void()>& finish) mutable {
+                         RunCalls(this, life, std::move(job), finish);
+                       }));
   if (!admitted.ok())
     c->Respond(429, "application/json", mcp::ErrorResponse(first_id, -32000, admitted.message()).dump(),
                {{"Retry-After", "1"}, {"Mcp-Session-Id", sid}});
 }
 
-void McpService::RunCalls(McpService* self, const std::shared_ptr<Life>& life, CallJob job) {
+void McpService::RunCalls(McpService* self, const std::shared_ptr<Life>& life, CallJob job,
+                          const std::function<void()>& finish) {
   // After Shutdown (the daemon is going) the connection's io_context may be
   // gone: its socket must never be destroyed, so it is let go with the thread.
   auto abandon = [&] { new std::shared_ptr<HttpConn>(std::move(job.c)); };
@@ -242,6 +245,9 @@ void McpService::RunCalls(McpService* self, const std::shared_ptr<Life>& life, C
   std::lock_guard<std::mutex> life_lock(life->mu);
   if (!life->alive) return abandon();
   auto c = job.c;
+  // Its place goes back before the answer does: the client's next call,
+  // sent the moment it has this answer, must not find this one counted.
+  finish();
   if (responses.empty()) {
     return asio::post(c->executor(), [c, sid] { c->Respond(202, "", "", {{"Mcp-Session-Id", sid}}); });
   }

@@ -137,7 +137,8 @@ class McpService {
   // tool call and initialize audited, the answers posted to the connection.
   // Static: `self` is touched only under life->mu while life->alive (the
   // pool may outlive the service, Shutdown).
-  static void RunCalls(McpService* self, const std::shared_ptr<Life>& life, CallJob job);
+  static void RunCalls(McpService* self, const std::shared_ptr<Life>& life, CallJob job,
+                       const std::function<void()>& finish);
 
   const mcp::ApiAccess api_;           // where the tools call (its api_key set per call)
   const mcp::AllowedOrigins origins_;  // browser origins /mcp accepts

@@ -136,6 +136,30 @@ struct ManualPool {
   }
 };
 
+// A call that gives its place back before its answer goes out: the
+// client's next call, sent the moment it has the answer, is admitted even
+// while the first call's thread has not returned yet (CI saw the 7th of 7
+// calls refused because an earlier call was still counted).
+TEST(McpCallQueueTest, ACallThatFinishesEarlyFreesItsPlaceBeforeItReturns) {
+  ManualPool p(16, 2);
+  ASSERT_TRUE(p.q);
+  Status inside = Internal("not run");
+  ASSERT_TRUE(p.q->Submit("A", FairCallQueue::FinishingTask([&](const std::function<void()>& finish) {
+                  finish();
+                  finish();  // once only
+                  // The answer is out; the next call comes before this returns.
+                  inside = p.Submit("A", "next");
+                })).ok());
+  ASSERT_TRUE(p.Submit("A", "second").ok());
+  EXPECT_EQ(p.Submit("A", "third").code(), StatusCode::kResourceExhausted);
+  p.RunOldest();
+  EXPECT_TRUE(inside.ok()) << inside.ToString();
+  EXPECT_EQ(p.q->running(), 2u);  // "second" and "next": the first counted once, not twice
+  p.RunOldest();
+  p.RunOldest();
+  EXPECT_EQ(p.q->running(), 0u);
+}
+
 TEST(McpCallQueueTest, OneTeamHoldsLessThanHalfThePoolAndIsRefusedAtOnce) {
   EXPECT_EQ(FairCallQueue::DefaultPerTeam(16), 7u);
   EXPECT_FALSE(FairCallQueue::Create(16, 8, [](FairCallQueue::Task) {}).ok());  // half: refused
