@@ -56,10 +56,13 @@ std::string Describe(const ClusterIdentity& id) {
   return roles + " " + id.name;
 }
 
-// The peer of a verified handshake, as a cluster member.
+// The peer of a handshake, as a cluster member: its chain verified against
+// the cluster CA (verify_peer fails the handshake otherwise; checked here
+// once more, for both sides), then its role URIs.
 StatusOr<ClusterIdentity> PeerOf(ssl_st* s) {
   X509* peer = SSL_get0_peer_certificate(s);
   if (!peer) return PermissionDenied("no certificate");
+  if (SSL_get_verify_result(s) != X509_V_OK) return PermissionDenied("its certificate chain was not verified");
   return IdentityOf(peer);
 }
 

@@ -16,6 +16,7 @@
 #include "http/client.h"
 #include "gateway/console_files.h"
 #include "gateway/e2b_routing.h"
+#include "gateway/idempotency_key.h"
 #include "image/hash.h"
 #include "gateway/list_query.h"
 #include "gateway/reservation.h"
@@ -331,10 +332,10 @@ void Front::ToSandboxNode(Conn c, const std::string& id, bool data_plane) {
 
 void Front::Create(Conn c, const std::string& team) {
   // A create with an Idempotency-Key goes to the node its first call went
-  // to, where the key is remembered (server/idempotency.h; a node's own
-  // check of the key's form answers a malformed one).
+  // to, where the key is remembered (server/idempotency.h). A malformed key
+  // is placed like any create; its node answers it with 400.
   std::string idem = c->Header("Idempotency-Key");
-  if (idem.size() > 255) idem.clear();
+  if (!gateway::ValidIdempotencyKey(idem)) idem.clear();
   c->ReadBodyToString(config_.max_json_body, [this, c, team, idem](StatusOr<std::string> body) {
     if (!body.ok()) return c->RespondError(body.status().code() == StatusCode::kResourceExhausted ? 413 : 400,
                                            body.status().message());
@@ -493,8 +494,6 @@ std::vector<std::pair<std::string, NodeReply>> Front::AskLiveNodes(const std::ve
 }
 
 void Front::FanOut(Conn c) {
-  std::string target = c->target();
-  auto headers = CredentialHeaders(*c);
   // A sandbox list pages by E2B's keyset token (<created_ms>_<id>, the same
   // on every node): each node gets the caller's limit and token, and the
   // merge keeps the first `limit` in the nodes' order, with the token of
@@ -509,79 +508,48 @@ void Front::FanOut(Conn c) {
       paging = *q;
     }
   }
-  asio::post(*workers_, [this, c, target, headers, paging] {
-    auto nodes = registry_->Nodes();
-    int status = 200;
-    std::string out, error;
-    gateway::HeaderList out_headers;
-    if (!nodes.ok()) {
-      status = 503;
-      error = "the cluster registry is unreachable: " + nodes.status().message();
-    } else {
-      std::optional<json> merged;
-      std::vector<std::string> missing;
-      std::optional<NodeReply> refusal;
-      bool more = false;
-      int64_t total_running = 0;
-      for (auto& [name, r] : AskLiveNodes(*nodes, target, headers, &missing)) {
-        if (r.status != 200) {
-          refusal = r;  // the same key and query everywhere: one node's refusal is everyone's
-          break;
-        }
-        if (!HeaderOf(r, "x-next-token").empty()) more = true;
-        if (std::string t = HeaderOf(r, "x-total-running"); !t.empty()) total_running += std::atoll(t.c_str());
-        json j = json::parse(r.body, nullptr, false);
-        if (j.is_discarded()) {
-          missing.push_back(name);
-          continue;
-        }
-        if (!merged) merged = std::move(j);
-        else Merge(*merged, j);
+  const bool metrics = c->path().find("metrics") != std::string::npos;
+  Gather(c, true, [paging, metrics](std::vector<std::pair<std::string, NodeReply>>& answers,
+                                    std::vector<std::string>& missing, gateway::HeaderList& headers) {
+    std::optional<json> merged;
+    bool more = false;
+    int64_t total_running = 0;
+    for (auto& [name, r] : answers) {
+      if (!HeaderOf(r, "x-next-token").empty()) more = true;
+      if (std::string t = HeaderOf(r, "x-total-running"); !t.empty()) total_running += std::atoll(t.c_str());
+      json j = json::parse(r.body, nullptr, false);
+      if (j.is_discarded()) {
+        missing.push_back(name);
+        continue;
       }
-      if (refusal) {
-        asio::post(c->executor(), [c, refusal] {
-          c->Respond(refusal->status, "application/json", refusal->body);
-        });
-        return;
-      }
-      if (!merged) merged = c->path().find("metrics") != std::string::npos ? json::object() : json::array();
-      std::string next_token;
-      if (paging && merged->is_array()) {
-        auto key = [](const json& s) {
-          auto us = ParseRfc3339Us(s.value("startedAt", ""));
-          return std::make_pair(us.ok() ? *us / 1000 : int64_t{0}, s.value("sandboxID", ""));
-        };
-        std::vector<json> rows(merged->begin(), merged->end());
-        std::stable_sort(rows.begin(), rows.end(), [&](const json& a, const json& b) {
-          return paging->ascending ? key(a) < key(b) : key(b) < key(a);
-        });
-        const size_t limit = static_cast<size_t>(paging->limit);
-        if (rows.size() > limit) {
-          rows.resize(limit);
-          more = true;
-        }
-        if (more && !rows.empty()) {
-          auto k = key(rows.back());
-          next_token = std::to_string(k.first) + "_" + k.second;
-        }
-        merged = json(rows);
-      }
-      out = merged->dump();
-      if (!next_token.empty()) out_headers.emplace_back("X-Next-Token", next_token);
-      if (paging) out_headers.emplace_back("X-Total-Running", std::to_string(total_running));
-      if (!missing.empty()) {
-        std::string names;
-        for (const auto& m : missing) names += (names.empty() ? "" : ",") + m;
-        error = names;
-      }
+      if (!merged) merged = std::move(j);
+      else Merge(*merged, j);
     }
-    asio::post(c->executor(), [c, status, out, error, out_headers] {
-      if (status != 200) return c->RespondError(status, error);
-      gateway::HeaderList extra = out_headers;
-      // Nodes that did not answer: the list lacks their sandboxes.
-      if (!error.empty()) extra.emplace_back("X-Airlock-Unreachable-Nodes", error);
-      c->Respond(200, "application/json", out, extra);
-    });
+    if (!merged) merged = metrics ? json::object() : json::array();
+    std::string next_token;
+    if (paging && merged->is_array()) {
+      auto key = [](const json& s) {
+        auto us = ParseRfc3339Us(s.value("startedAt", ""));
+        return std::make_pair(us.ok() ? *us / 1000 : int64_t{0}, s.value("sandboxID", ""));
+      };
+      std::vector<json> rows(merged->begin(), merged->end());
+      std::stable_sort(rows.begin(), rows.end(), [&](const json& a, const json& b) {
+        return paging->ascending ? key(a) < key(b) : key(b) < key(a);
+      });
+      const size_t limit = static_cast<size_t>(paging->limit);
+      if (rows.size() > limit) {
+        rows.resize(limit);
+        more = true;
+      }
+      if (more && !rows.empty()) {
+        auto k = key(rows.back());
+        next_token = std::to_string(k.first) + "_" + k.second;
+      }
+      merged = json(rows);
+    }
+    if (!next_token.empty()) headers.emplace_back("X-Next-Token", next_token);
+    if (paging) headers.emplace_back("X-Total-Running", std::to_string(total_running));
+    return merged->dump();
   });
 }
 
@@ -664,11 +632,7 @@ void Front::ServeConsole(Conn c) { gateway::ServeConsoleAsset(*c); }
 
 // ---- every node's own views, gathered (GET /host, /metrics, /audit, /audit/verify)
 
-void Front::Gather(Conn c, bool with_credentials,
-                   std::function<std::string(std::vector<std::pair<std::string, NodeReply>>&,
-                                             const std::vector<std::string>& missing)>
-                       combine,
-                   std::string content_type) {
+void Front::Gather(Conn c, bool with_credentials, Combine combine, std::string content_type) {
   std::string target = c->target();
   auto headers = with_credentials ? CredentialHeaders(*c) : std::vector<std::pair<std::string, std::string>>{};
   asio::post(*workers_, [this, c, target, headers, combine = std::move(combine), content_type] {
@@ -686,11 +650,12 @@ void Front::Gather(Conn c, bool with_credentials,
         return asio::post(c->executor(), [c, r = r] { c->Respond(r.status, "application/json", r.body); });
       }
     }
-    std::string out = combine(answers, missing);
+    gateway::HeaderList extra;
+    std::string out = combine(answers, missing, extra);
     std::string unreachable;
     for (const auto& m : missing) unreachable += (unreachable.empty() ? "" : ",") + m;
-    asio::post(c->executor(), [c, out = std::move(out), unreachable, content_type] {
-      gateway::HeaderList extra;
+    asio::post(c->executor(), [c, out = std::move(out), extra = std::move(extra), unreachable, content_type]() mutable {
+      // Nodes that did not answer: the answer lacks what they hold.
       if (!unreachable.empty()) extra.emplace_back("X-Airlock-Unreachable-Nodes", unreachable);
       c->Respond(200, content_type, out, extra);
     });
@@ -733,7 +698,8 @@ std::string WithNodeLabel(const std::string& line, const std::string& node) {
 }  // namespace
 
 void Front::HostRoute(Conn c) {
-  Gather(c, true, [](std::vector<std::pair<std::string, NodeReply>>& answers, const std::vector<std::string>& missing) {
+  Gather(c, true, [](std::vector<std::pair<std::string, NodeReply>>& answers, std::vector<std::string>& missing,
+         gateway::HeaderList&) {
     json nodes = json::object(), total = json::object();
     for (const auto& [name, r] : answers) {
       json j = json::parse(r.body, nullptr, false);
@@ -752,7 +718,8 @@ void Front::MetricsRoute(Conn c) {
   // (sum without (node) (...)).
   Gather(
       c, false,
-      [](std::vector<std::pair<std::string, NodeReply>>& answers, const std::vector<std::string>& missing) {
+      [](std::vector<std::pair<std::string, NodeReply>>& answers, std::vector<std::string>& missing,
+         gateway::HeaderList&) {
         std::vector<std::string> order;
         std::map<std::string, std::pair<std::string, std::vector<std::string>>> families;  // name -> (head, samples)
         for (const auto& [name, r] : answers) {
@@ -799,7 +766,8 @@ void Front::MetricsRoute(Conn c) {
 void Front::AuditRoute(Conn c) {
   size_t limit = 500;
   if (auto l = c->Query("limit")) limit = static_cast<size_t>(std::clamp<long long>(std::atoll(l->c_str()), 1, 10000));
-  Gather(c, true, [limit](std::vector<std::pair<std::string, NodeReply>>& answers, const std::vector<std::string>&) {
+  Gather(c, true, [limit](std::vector<std::pair<std::string, NodeReply>>& answers, std::vector<std::string>&,
+                          gateway::HeaderList&) {
     // Each node's newest matches (its own filter and tenancy), tagged with
     // the node, merged oldest first; the newest `limit` of them.
     std::vector<json> all;
@@ -822,7 +790,8 @@ void Front::AuditRoute(Conn c) {
 }
 
 void Front::AuditVerifyRoute(Conn c) {
-  Gather(c, true, [](std::vector<std::pair<std::string, NodeReply>>& answers, const std::vector<std::string>& missing) {
+  Gather(c, true, [](std::vector<std::pair<std::string, NodeReply>>& answers, std::vector<std::string>& missing,
+         gateway::HeaderList&) {
     // Each node's hash chain is its own, verified by that node; the cluster
     // is ok when every live node answered ok.
     json nodes = json::object();

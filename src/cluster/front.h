@@ -102,11 +102,11 @@ class Front {
       const std::vector<std::pair<std::string, std::string>>& headers, std::vector<std::string>* missing);
   // The request's GET of every live node, combined into one 200 (any node's
   // refusal is passed on; X-Airlock-Unreachable-Nodes names the silent).
-  void Gather(Conn c, bool with_credentials,
-              std::function<std::string(std::vector<std::pair<std::string, NodeReply>>&,
-                                        const std::vector<std::string>& missing)>
-                  combine,
-              std::string content_type = "application/json");
+  // `combine` answers the body; it may name more nodes missing (an answer
+  // it could not read) and add headers.
+  using Combine = std::function<std::string(std::vector<std::pair<std::string, NodeReply>>& answers,
+                                            std::vector<std::string>& missing, gateway::HeaderList& headers)>;
+  void Gather(Conn c, bool with_credentials, Combine combine, std::string content_type = "application/json");
   void HostRoute(Conn c);         // {"nodes": {name: host view}, "total": summed, "unreachable": [...]}
   void MetricsRoute(Conn c);      // every node's samples with node="<name>"
   void AuditRoute(Conn c);        // every node's records with "node", merged by time

@@ -108,9 +108,7 @@ class TlsTunnel : public std::enable_shared_from_this<TlsTunnel> {
         return self->Close();
       }
       if (self->client_auth_) {
-        Status st = SSL_get_verify_result(self->tls_.native_handle()) == X509_V_OK
-                        ? self->client_auth_->check(self->tls_.native_handle())
-                        : PermissionDenied("its certificate chain was not verified");
+        Status st = self->client_auth_->check(self->tls_.native_handle());
         if (!st.ok()) {
           boost::system::error_code ignored;
           auto peer = self->tls_.lowest_layer().remote_endpoint(ignored);

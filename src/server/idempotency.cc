@@ -24,15 +24,9 @@ std::string Fingerprint(const HttpConn& c, const std::string& body) {
   return HexEncode(std::string(reinterpret_cast<const char*>(md), n));
 }
 
-bool ValidKey(const std::string& key) {
-  if (key.empty() || key.size() > Idempotency::kMaxKey) return false;
-  for (unsigned char ch : key) {
-    if (ch < 0x21 || ch > 0x7e) return false;
-  }
-  return true;
-}
-
 }  // namespace
+
+
 
 bool Idempotency::Applies(RouteId id) {
   switch (id) {
@@ -49,7 +43,7 @@ bool Idempotency::Applies(RouteId id) {
 
 void Idempotency::Run(std::shared_ptr<HttpConn> c, const control::Caller& caller, std::function<void()> call) {
   std::string key = c->Header("Idempotency-Key");
-  if (!ValidKey(key)) return c->RespondError(400, "Idempotency-Key must be 1 to 255 visible ASCII characters");
+  if (!gateway::ValidIdempotencyKey(key)) return c->RespondError(400, "Idempotency-Key must be 1 to 255 visible ASCII characters");
   c->ReadBodyToString(max_body_, [this, c, team = caller.team, key, call = std::move(call)](
                                      StatusOr<std::string> body) mutable {
     if (!body.ok())

@@ -26,6 +26,7 @@
 #include <string>
 
 #include "control/caller.h"
+#include "gateway/idempotency_key.h"
 #include "server/http_conn.h"
 #include "server/routes.h"
 
@@ -44,7 +45,7 @@ class Idempotency {
   static constexpr std::chrono::hours kWindow{24};
   // A call unanswered this long is taken for lost (its key is freed).
   static constexpr std::chrono::minutes kStale{15};
-  static constexpr size_t kMaxKey = 255;
+  static constexpr size_t kMaxKey = gateway::kMaxIdempotencyKey;
 
   Idempotency(Registry& registry, boost::asio::thread_pool& lookups, size_t max_body)
       : registry_(registry), lookups_(lookups), max_body_(max_body) {}
