@@ -241,6 +241,11 @@ maybe('fronts and nodes authenticate each other: a node serves fronts of its clu
     assert.equal((await again.json()).sandboxID, id)
   }
   assert.equal(running(), count, 'no retry made a sandbox')
+  // A malformed key (the node's rule: visible ASCII) is the node's 400, and no route is kept for it.
+  const malformed = await fetch(`${cl.fronts.get('f1').url}/sandboxes`, { method: 'POST', body: '{"templateID":"base"}',
+    headers: { 'X-API-Key': cl.apiKey, 'Content-Type': 'application/json', 'Idempotency-Key': 'has space' } })
+  assert.equal(malformed.status, 400, await malformed.text())
+  assert.equal(cl.sql("SELECT count(*) FROM idempotency_routes WHERE key = 'has space'"), '0')
   assert.ok(await waitFor(() => slots() === running(), 2000, 100), `slots ${slots()} for ${running()} sandbox(es)`)
   await cl.api('f1', 'DELETE', `/sandboxes/${id}`)
 
