@@ -18,6 +18,12 @@
 #include "cluster/cluster_tls.h"
 #include "cluster/front.h"
 #include "cluster/membership.h"
+#include "cluster/artefacts.h"
+#include "cluster/template_replica.h"
+#include "templates/template_store.h"
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <mutex>
 #include "http/client.h"
 #include "image/image.h"
 #include <unistd.h>
@@ -91,13 +97,52 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
     if (WildcardOrLoopback(ncfg.listen)) return fail("--advertise ip:port is needed when the node listens on " + ncfg.listen);
     advertise = ncfg.listen;
   }
+  // The node's custom templates shared with the cluster (template_replica.h):
+  // made once the node's template store is open; its artefact server serves
+  // the images it holds to other nodes (behind the TLS listener).
+  struct ReplicaHold {
+    std::mutex mu;
+    std::shared_ptr<cluster::TemplateReplica> replica;
+    std::shared_ptr<cluster::TemplateReplica> get() {
+      std::lock_guard<std::mutex> l(mu);
+      return replica;
+    }
+  };
+  auto replica_hold = std::make_shared<ReplicaHold>();
+  boost::asio::io_context artefact_io;
+  auto artefact_work = boost::asio::make_work_guard(artefact_io);
+  std::unique_ptr<cluster::ArtefactServer> artefacts;
+  std::thread artefact_thread;
+  struct JoinArtefacts {
+    boost::asio::io_context& io;
+    std::thread& t;
+    ~JoinArtefacts() {
+      io.stop();
+      if (t.joinable()) t.join();
+    }
+  } join_artefacts{artefact_io, artefact_thread};
+  std::shared_ptr<cluster::ClusterRegistry> registry;
   if (node_role && tls) {
     // Fronts reach the node's API only through its TLS listener on --listen;
-    // the API itself listens on loopback, behind it.
+    // the API itself listens on loopback, behind it. Other nodes reach only
+    // the artefact server, on loopback behind the same listener.
+    artefacts = std::make_unique<cluster::ArtefactServer>(
+        artefact_io,
+        [replica_hold](const std::string& digest) -> StatusOr<std::string> {
+          auto r = replica_hold->get();
+          if (!r) return Unavailable("the node is starting");
+          return r->PathOf(digest);
+        },
+        [&registry, node_name](const std::string& token, const std::string& digest) -> Status {
+          if (!registry) return Unavailable("the node is starting");
+          return registry->CheckArtefactGrant(node_name, token, digest);
+        });
+    if (Status st = artefacts->Start("127.0.0.1:0"); !st.ok()) return fail("artefact server: " + st.message());
+    artefact_thread = std::thread([&artefact_io] { artefact_io.run(); });
     ncfg.tls_listen = ncfg.listen;
     ncfg.tls_cert = cl.tls.cert;
     ncfg.tls_key = cl.tls.key;
-    ncfg.tls_client_auth = tls->FromFronts();
+    ncfg.tls_client_auth = tls->FromFrontsAndPeers(artefacts->port());
     ncfg.listen = "127.0.0.1:0";
   }
   if (node_role) {
@@ -111,7 +156,7 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
     std::fprintf(stderr, "airlock serve: cluster registry: %s\n", opened.status().message().c_str());
     return 1;
   }
-  std::shared_ptr<cluster::ClusterRegistry> registry = std::move(*opened);
+  registry = std::move(*opened);
   std::unique_ptr<server::Server> node;
   std::unique_ptr<cluster::NodeMembership> member;
   auto member_ptr = std::make_shared<std::atomic<cluster::NodeMembership*>>(nullptr);
@@ -139,12 +184,49 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
     ncfg.cluster.sandbox_removed = [member_ptr](const std::string& id) {
       if (auto* m = member_ptr->load()) m->SandboxRemoved(id);
     };
+    ncfg.cluster.template_image_installed = [replica_hold](const std::string& image) {
+      if (auto r = replica_hold->get()) r->Warm(image);
+    };
+    ncfg.cluster.templates = [replica_hold, reg, node_name, tls, &ncfg,
+                              lapse = std::chrono::milliseconds(cl.lapse_ms)](templates::TemplateStore& store,
+                                                                                   const std::string& owner) {
+      cluster::TemplateReplicaConfig rc;
+      rc.node = node_name;
+      rc.state_dir = ncfg.manager.state_dir;
+      rc.owner = owner;
+      rc.lapse = lapse;
+      rc.tls = tls;
+      auto replica = std::make_shared<cluster::TemplateReplica>(*reg, store, std::move(rc));
+      std::weak_ptr<cluster::TemplateReplica> weak = replica;
+      store.SetOnChange([weak](const std::string& id) {
+        if (auto r = weak.lock()) r->Changed(id);
+      });
+      {
+        std::lock_guard<std::mutex> l(replica_hold->mu);
+        replica_hold->replica = replica;
+      }
+      control::TemplateCatalog::ClusterSource src;
+      src.refresh = [weak](const std::string& ref) -> Status {
+        auto r = weak.lock();
+        return r ? r->Refresh(ref) : OkStatus();
+      };
+      src.ensure_image = [weak](const std::string& id, const std::string& image) -> Status {
+        auto r = weak.lock();
+        return r ? r->EnsureImage(id, image) : Unavailable("the node is stopping");
+      };
+      return src;
+    };
     auto srv = server::Server::Open(ncfg);
     if (!srv.ok()) {
       std::fprintf(stderr, "airlock serve: %s\n", srv.status().message().c_str());
       return 1;
     }
     node = std::move(*srv);
+    if (auto r = replica_hold->get()) {
+      server::Server* sp = node.get();
+      r->SetOnFetch([sp](const std::string& outcome, int64_t bytes) { sp->metrics().ClusterArtefactFetched(outcome, bytes); });
+      r->Changed("");  // publish what this node's store holds (PublishAll, on the replica's thread)
+    }
     cluster::MembershipConfig mc;
     mc.node.name = node_name;
     mc.node.address = advertise;
@@ -217,6 +299,10 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
   if (member) member->Leave();
   member.reset();
   front.reset();
+  {
+    std::lock_guard<std::mutex> l(replica_hold->mu);
+    replica_hold->replica.reset();  // its thread ends before the template store goes with the node
+  }
   node.reset();
   return 0;
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "common/clock.h"
 #include "image/hash.h"
 
@@ -97,6 +99,40 @@ CREATE TABLE idempotency_routes (
 );
 CREATE INDEX idempotency_routes_made_at ON idempotency_routes (made_at);
 )sql",
+    // 4: custom templates on every node (issue 38 item 1): the node that
+    // builds a template publishes its bundle (bundle NULL: deleted), every
+    // node records the content-addressed files (images) it holds, and a
+    // node fetching one from another carries a short-lived grant.
+    R"sql(
+CREATE TABLE template_bundles (
+  template_id text PRIMARY KEY,
+  team        text NOT NULL,
+  names       text[] NOT NULL,
+  publisher   text NOT NULL,
+  bundle      text,
+  updated_at  timestamptz NOT NULL DEFAULT now()
+);
+-- names @> ARRAY[$1]: a lookup by any alias.
+CREATE INDEX template_bundles_names ON template_bundles USING gin (names);
+-- No reference to nodes: a node's files outlive its row's changes.
+CREATE TABLE node_artefacts (
+  node    text NOT NULL,
+  digest  text NOT NULL,
+  size    bigint NOT NULL CHECK (size >= 0),
+  made_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (node, digest)
+);
+CREATE INDEX node_artefacts_digest ON node_artefacts (digest);
+CREATE TABLE artefact_grants (
+  id        bigserial PRIMARY KEY,
+  token     text NOT NULL UNIQUE,
+  digest    text NOT NULL,
+  holder    text NOT NULL,
+  requester text NOT NULL,
+  made_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX artefact_grants_made_at ON artefact_grants (made_at);
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion);
 
@@ -152,6 +188,47 @@ Status LockNode(PgPool::Lease& c, const std::string& node) {
 std::string WithLapse(std::string sql, const std::string& param) {
   for (size_t p; (p = sql.find("$LAPSE")) != std::string::npos;) sql.replace(p, 6, param);
   return sql;
+}
+
+// The columns ReadNodeRows reads, of `nodes n`.
+constexpr const char* kNodeColumns =
+    "n.name, n.address, n.boot_id, n.capacity, n.reserved, n.draining, n.live, "
+    "(extract(epoch FROM now() - n.heartbeat) * 1000)::bigint, n.version, "
+    "array_to_string(array(SELECT template FROM node_templates t WHERE t.node = n.name ORDER BY 1), ',')";
+
+std::vector<NodeInfo> ReadNodeRows(const PgRows& r) {
+  std::vector<NodeInfo> out;
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    NodeInfo n;
+    n.name = r.Text(i, 0);
+    n.address = r.Text(i, 1);
+    n.boot_id = r.Text(i, 2);
+    n.capacity = std::stoi(r.Text(i, 3));
+    n.reserved = std::stoi(r.Text(i, 4));
+    n.draining = r.Text(i, 5) == "t";
+    n.live = r.Text(i, 6) == "t";
+    n.heartbeat_age_ms = std::stoll(r.Text(i, 7));
+    n.version = r.Text(i, 8);
+    std::string t = r.Text(i, 9);
+    for (size_t p = 0; !t.empty() && p <= t.size();) {
+      size_t q = t.find(',', p);
+      if (q == std::string::npos) q = t.size();
+      n.templates.push_back(t.substr(p, q - p));
+      p = q + 1;
+    }
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+bool LowerHexOfSize(const std::string& s, size_t size) {
+  return s.size() == size && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+Status CheckArtefactDigest(const std::string& digest) {
+  if (LowerHexOfSize(digest, 64)) return OkStatus();
+  return InvalidArgument("an artefact digest is 64 lower-case hex digits (SHA-256), got " +
+                         std::to_string(digest.size()) + " characters");
 }
 
 }  // namespace
@@ -261,33 +338,8 @@ Status ClusterRegistry::SetDraining(const std::string& name, bool draining) {
 }
 
 StatusOr<std::vector<NodeInfo>> ClusterRegistry::Nodes() {
-  ASSIGN_OR_RETURN(auto r, pool_.Exec(
-                               "SELECT name, address, boot_id, capacity, reserved, draining, live, "
-                               "(extract(epoch FROM now() - heartbeat) * 1000)::bigint, version, "
-                               "array_to_string(array(SELECT template FROM node_templates t WHERE t.node = n.name "
-                               "ORDER BY 1), ',') FROM nodes n ORDER BY name"));
-  std::vector<NodeInfo> out;
-  for (size_t i = 0; i < r.rows.size(); ++i) {
-    NodeInfo n;
-    n.name = r.Text(i, 0);
-    n.address = r.Text(i, 1);
-    n.boot_id = r.Text(i, 2);
-    n.capacity = std::stoi(r.Text(i, 3));
-    n.reserved = std::stoi(r.Text(i, 4));
-    n.draining = r.Text(i, 5) == "t";
-    n.live = r.Text(i, 6) == "t";
-    n.heartbeat_age_ms = std::stoll(r.Text(i, 7));
-    n.version = r.Text(i, 8);
-    std::string t = r.Text(i, 9);
-    for (size_t p = 0; !t.empty() && p <= t.size();) {
-      size_t q = t.find(',', p);
-      if (q == std::string::npos) q = t.size();
-      n.templates.push_back(t.substr(p, q - p));
-      p = q + 1;
-    }
-    out.push_back(std::move(n));
-  }
-  return out;
+  ASSIGN_OR_RETURN(auto r, pool_.Exec(std::string("SELECT ") + kNodeColumns + " FROM nodes n ORDER BY name"));
+  return ReadNodeRows(r);
 }
 
 Status ClusterRegistry::Leave(const std::string& name, const std::string& boot_id) {
@@ -314,7 +366,8 @@ StatusOr<std::vector<std::string>> ClusterRegistry::MarkLapsed(std::chrono::mill
 }
 
 StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int k, std::chrono::milliseconds lapse,
-                                           const std::string& body_sha256, const std::string& only_node) {
+                                           const std::string& body_sha256, const std::string& only_node,
+                                           bool any_node_fallback) {
   // only_node (a retry of an Idempotency-Key's create): that node, draining
   // or not (its answer is the first call's), and its templates are its own.
   ASSIGN_OR_RETURN(
@@ -331,12 +384,14 @@ StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int
     std::string name;
     int free;
   };
-  std::vector<Candidate> all;
-  for (size_t i = 0; i < r.rows.size(); ++i) all.push_back({r.Text(i, 0), std::stoi(r.Text(i, 1))});
-  {
+  auto candidates = [this](const PgRows& rows) {
+    std::vector<Candidate> out;
+    for (size_t i = 0; i < rows.rows.size(); ++i) out.push_back({rows.Text(i, 0), std::stoi(rows.Text(i, 1))});
     std::lock_guard<std::mutex> l(rng_mu_);
-    std::shuffle(all.begin(), all.end(), rng_);
-  }
+    std::shuffle(out.begin(), out.end(), rng_);
+    return out;
+  };
+  std::vector<Candidate> all = candidates(r);
   // The slot and its reservation row (with its time) in one statement.
   const std::string reserve =
       WithLapse(std::string("WITH n AS (UPDATE nodes SET reserved = reserved + 1 WHERE name = $1 AND "
@@ -348,23 +403,49 @@ StatusOr<Placement> ClusterRegistry::Place(const std::string& template_name, int
                     "SELECT n.address, r.id FROM n, r",
                 "$2");
   int tried = 0;
-  for (size_t start = 0; start < all.size(); start += static_cast<size_t>(std::max(k, 1))) {
-    size_t end = std::min(all.size(), start + static_cast<size_t>(std::max(k, 1)));
-    // Of the K sampled, the one with the most free slots first.
-    std::stable_sort(all.begin() + static_cast<long>(start), all.begin() + static_cast<long>(end),
-                     [](const Candidate& a, const Candidate& b) { return a.free > b.free; });
-    for (size_t i = start; i < end; ++i) {
-      const std::string token = RandomHex(16);  // 16 bytes, 32 hex digits
-      if (token.size() != 32) return Internal("no randomness for a reservation token");
-      ASSIGN_OR_RETURN(auto u, pool_.Exec(reserve, {all[i].name, Ms(lapse), token, body_sha256, Ms(kReservationLease),
-                                                    only_node}));
-      if (!u.empty()) return Placement{all[i].name, u.Text(0, 0), tried, std::stoll(u.Text(0, 1)), token};
-      ++tried;
+  // Tries `set` K at a time; nullopt when every one refused.
+  auto try_in_turn = [&](std::vector<Candidate>& set) -> StatusOr<std::optional<Placement>> {
+    for (size_t start = 0; start < set.size(); start += static_cast<size_t>(std::max(k, 1))) {
+      size_t end = std::min(set.size(), start + static_cast<size_t>(std::max(k, 1)));
+      // Of the K sampled, the one with the most free slots first.
+      std::stable_sort(set.begin() + static_cast<long>(start), set.begin() + static_cast<long>(end),
+                       [](const Candidate& a, const Candidate& b) { return a.free > b.free; });
+      for (size_t i = start; i < end; ++i) {
+        const std::string token = RandomHex(16);  // 16 bytes, 32 hex digits
+        if (token.size() != 32) return Internal("no randomness for a reservation token");
+        ASSIGN_OR_RETURN(auto u, pool_.Exec(reserve, {set[i].name, Ms(lapse), token, body_sha256,
+                                                      Ms(kReservationLease), only_node}));
+        if (!u.empty()) {
+          return std::optional<Placement>(Placement{set[i].name, u.Text(0, 0), tried, std::stoll(u.Text(0, 1)), token});
+        }
+        ++tried;
+      }
     }
+    return std::optional<Placement>();
+  };
+  ASSIGN_OR_RETURN(auto placed, try_in_turn(all));
+  if (placed) return *std::move(placed);
+  size_t seen = all.size();
+  if (any_node_fallback && only_node.empty()) {
+    // The nodes that do not list the template (they fetch it), those
+    // already tried excepted.
+    std::vector<std::string> names;
+    for (const auto& c : all) names.push_back(c.name);
+    ASSIGN_OR_RETURN(auto o, pool_.Exec(WithLapse(std::string("SELECT name, capacity - reserved FROM nodes n WHERE "
+                                                              "live AND NOT draining AND ") +
+                                                      kFresh +
+                                                      " AND reserved < capacity AND NOT (n.name = ANY($2::text[]))",
+                                                  "$1"),
+                                        {Ms(lapse), ArrayLiteral(names)}));
+    std::vector<Candidate> rest = candidates(o);
+    seen += rest.size();
+    ASSIGN_OR_RETURN(placed, try_in_turn(rest));
+    if (placed) return *std::move(placed);
   }
-  return ResourceExhausted(all.empty() ? "no live node has free capacity" + std::string(template_name.empty() ? "" : " for template " + template_name)
-                                       : "no capacity: " + std::to_string(tried) +
-                                             " candidate node(s) filled up while placing");
+  return ResourceExhausted(seen == 0 ? "no live node has free capacity" +
+                                           std::string(template_name.empty() ? "" : " for template " + template_name)
+                                     : "no capacity: " + std::to_string(tried) +
+                                           " candidate node(s) filled up while placing");
 }
 
 StatusOr<std::string> ClusterRegistry::IdempotencyNode(const std::string& team, const std::string& key) {
@@ -485,6 +566,119 @@ StatusOr<std::optional<SandboxLocation>> ClusterRegistry::Locate(const std::stri
   if (r.empty()) return std::optional<SandboxLocation>();
   SandboxLocation l{r.Text(0, 0), r.Text(0, 1), r.Text(0, 2) == "t", std::stoll(r.Text(0, 3))};
   return std::optional<SandboxLocation>(std::move(l));
+}
+
+Status ClusterRegistry::PublishTemplate(const std::string& template_id, const std::string& team,
+                                        const std::vector<std::string>& names, const std::string& publisher,
+                                        const std::string& bundle) {
+  if (template_id.empty() || team.empty() || publisher.empty())
+    return InvalidArgument("a published template needs its id, team and publisher");
+  std::vector<std::string> all = names;
+  if (std::find(all.begin(), all.end(), template_id) == all.end()) all.insert(all.begin(), template_id);
+  return pool_
+      .Exec("INSERT INTO template_bundles (template_id, team, names, publisher, bundle, updated_at) "
+            "VALUES ($1, $2, $3::text[], $4, $5, now()) ON CONFLICT (template_id) DO UPDATE SET "
+            "team = EXCLUDED.team, names = EXCLUDED.names, publisher = EXCLUDED.publisher, "
+            "bundle = EXCLUDED.bundle, updated_at = now()",
+            {template_id, team, ArrayLiteral(all), publisher, bundle.empty() ? PgParam() : PgParam(bundle)})
+      .status();
+}
+
+StatusOr<std::vector<TemplateBundle>> ClusterRegistry::TemplateBundlesNamed(const std::string& name) {
+  return TemplateBundlesWhere("template_id = $1 OR names @> ARRAY[$1::text]", name);
+}
+
+StatusOr<std::vector<TemplateBundle>> ClusterRegistry::TemplateBundlesSince(int64_t since_ms) {
+  return TemplateBundlesWhere("updated_at >= to_timestamp($1::float8 / 1000)", std::to_string(since_ms));
+}
+
+StatusOr<std::vector<TemplateBundle>> ClusterRegistry::TemplateBundlesWhere(const std::string& where,
+                                                                           const std::string& arg) {
+  // array_to_json: the names without text[]'s quoting rules.
+  ASSIGN_OR_RETURN(auto r, pool_.Exec("SELECT template_id, team, publisher, array_to_json(names)::text, bundle, "
+                                      "(extract(epoch FROM updated_at) * 1000)::bigint FROM template_bundles "
+                                      "WHERE " + where + " ORDER BY updated_at, template_id",
+                                      {arg}));
+  std::vector<TemplateBundle> out;
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    TemplateBundle b;
+    b.template_id = r.Text(i, 0);
+    b.team = r.Text(i, 1);
+    b.publisher = r.Text(i, 2);
+    auto names = nlohmann::json::parse(r.Text(i, 3), nullptr, false);
+    if (names.is_array()) {
+      for (const auto& n : names) {
+        if (n.is_string()) b.names.push_back(n.get<std::string>());
+      }
+    }
+    b.bundle = r.Text(i, 4);  // NULL: ""
+    b.updated_ms = std::stoll(r.Text(i, 5));
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+Status ClusterRegistry::RecordArtefact(const std::string& node, const std::string& digest, int64_t size) {
+  RETURN_IF_ERROR(CheckArtefactDigest(digest));
+  if (node.empty() || size < 0) return InvalidArgument("an artefact record needs its node and a size >= 0");
+  return pool_
+      .Exec("INSERT INTO node_artefacts (node, digest, size) VALUES ($1, $2, $3) ON CONFLICT (node, digest) "
+            "DO UPDATE SET size = EXCLUDED.size, made_at = now()",
+            {node, digest, std::to_string(size)})
+      .status();
+}
+
+Status ClusterRegistry::ForgetArtefact(const std::string& node, const std::string& digest) {
+  RETURN_IF_ERROR(CheckArtefactDigest(digest));
+  return pool_.Exec("DELETE FROM node_artefacts WHERE node = $1 AND digest = $2", {node, digest}).status();
+}
+
+StatusOr<std::vector<NodeInfo>> ClusterRegistry::ArtefactHolders(const std::string& digest,
+                                                                 std::chrono::milliseconds lapse) {
+  RETURN_IF_ERROR(CheckArtefactDigest(digest));
+  ASSIGN_OR_RETURN(auto r, pool_.Exec(WithLapse(std::string("SELECT ") + kNodeColumns +
+                                                    " FROM nodes n JOIN node_artefacts a ON a.node = n.name "
+                                                    "WHERE a.digest = $1 AND n.live AND n." +
+                                                    kFresh,
+                                                "$2"),
+                                      {digest, Ms(lapse)}));
+  std::vector<NodeInfo> out = ReadNodeRows(r);
+  std::lock_guard<std::mutex> l(rng_mu_);
+  std::shuffle(out.begin(), out.end(), rng_);
+  return out;
+}
+
+StatusOr<std::string> ClusterRegistry::GrantArtefact(const std::string& requester, const std::string& holder,
+                                                     const std::string& digest) {
+  RETURN_IF_ERROR(CheckArtefactDigest(digest));
+  if (requester.empty() || holder.empty()) return InvalidArgument("an artefact grant needs its requester and holder");
+  const std::string token = RandomHex(16);  // 16 bytes, 32 hex digits
+  if (!LowerHexOfSize(token, 32)) return Internal("no randomness for an artefact grant");
+  // The old grants go on the way (twice the TTL: a check racing the
+  // expiry still finds its row and says "expired").
+  RETURN_IF_ERROR(pool_
+                      .Exec("WITH old AS (DELETE FROM artefact_grants WHERE made_at < now() - "
+                            "$5::float8 * 2 * interval '1 millisecond') "
+                            "INSERT INTO artefact_grants (token, digest, holder, requester) VALUES ($1, $2, $3, $4)",
+                            {token, digest, holder, requester, Ms(kArtefactGrantTtl)})
+                      .status());
+  return token;
+}
+
+Status ClusterRegistry::CheckArtefactGrant(const std::string& holder, const std::string& token,
+                                           const std::string& digest) {
+  if (!LowerHexOfSize(token, 32)) return InvalidArgument("an artefact grant is 32 lower-case hex digits");
+  RETURN_IF_ERROR(CheckArtefactDigest(digest));
+  ASSIGN_OR_RETURN(auto r, pool_.Exec("SELECT holder, digest = $2, made_at > now() - $3 * interval '1 millisecond' "
+                                      "FROM artefact_grants WHERE token = $1",
+                                      {token, digest, Ms(kArtefactGrantTtl)}));
+  // Why not, for the refusal (the token is the requester's secret: never echoed).
+  if (r.empty()) return PermissionDenied("the artefact grant is not a grant this cluster holds (unknown or expired long ago)");
+  if (r.Text(0, 0) != holder)
+    return PermissionDenied("the artefact grant is for node " + r.Text(0, 0) + ", not " + holder);
+  if (r.Text(0, 1) != "t") return PermissionDenied("the artefact grant is for another artefact");
+  if (r.Text(0, 2) != "t") return PermissionDenied("the artefact grant expired");
+  return OkStatus();
 }
 
 StatusOr<std::pair<ApiKeyRecord, std::string>> ClusterRegistry::CreateApiKey(const std::string& name,

@@ -19,6 +19,18 @@
 //   cluster_meta(key, value)               (empty since schema 3)
 //   idempotency_routes(team, key, node, made_at)  where a create with an
 //                                           Idempotency-Key went (schema 3)
+//   template_bundles(template_id, team, names[], publisher, bundle,
+//         updated_at)                      a custom template as its building
+//                                           node exported it (TemplateStore::
+//                                           ExportTemplate), for every node;
+//                                           bundle NULL: deleted (schema 4)
+//   node_artefacts(node, digest, size, made_at)  which node holds which
+//                                           content-addressed file (a
+//                                           template's image) (schema 4)
+//   artefact_grants(id, token, digest, holder, requester, made_at)  a
+//                                           node's short-lived permission to
+//                                           fetch one artefact from one
+//                                           holder (schema 4)
 //
 // Capacity accounting. The rule: a node's `reserved` is its sandboxes not
 // lost plus its reservations not used yet (and younger than the TTL).
@@ -64,7 +76,7 @@
 
 namespace airlock::cluster {
 
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 // A reservation with no record from its node after this long is dropped
 // (the heartbeat's reconciliation). Longer than a front waits for a node's
@@ -75,6 +87,11 @@ inline constexpr std::chrono::milliseconds kReservationTtl{std::chrono::minutes(
 // that dies between a placement and its create's delivery lets the slot go
 // at the node's next heartbeat after this.
 inline constexpr std::chrono::milliseconds kReservationLease{std::chrono::seconds(5)};
+
+// How long an artefact grant (GrantArtefact) lets its requester read the
+// artefact from its holder: any number of range requests (a resumed fetch)
+// within it. Grants older than twice this are deleted.
+inline constexpr std::chrono::milliseconds kArtefactGrantTtl{std::chrono::minutes(10)};
 
 struct NodeInfo {
   std::string name;
@@ -103,6 +120,14 @@ struct Placement {
   int tried = 0;            // candidates that refused before it
   int64_t reservation = 0;  // its reservation row (Release)
   std::string token;        // 32 hex digits, random: the create carries it to the node (X-Airlock-Reservation)
+};
+
+// A custom template as the registry holds it (template_bundles).
+struct TemplateBundle {
+  std::string template_id, team, publisher;  // publisher: the node that published it last
+  std::vector<std::string> names;            // the id and every alias (of `team`'s namespace)
+  std::string bundle;                        // TemplateStore::ExportTemplate's JSON text; "" = a tombstone
+  int64_t updated_ms = 0;                    // Unix ms of the last publish
 };
 
 // What a heartbeat found (and corrected).
@@ -149,8 +174,14 @@ class ClusterRegistry {
   // reservation is bound to the create whose body digest is `body_sha256`.
   // `only_node`: that node only, draining or not (a retry of an
   // Idempotency-Key's create goes where the key is remembered).
+  // `any_node_fallback` (a template any node can fetch, e.g. a custom one
+  // in template_bundles): the nodes that list it are preferred; when every
+  // one of them refused (or none was eligible), the other live, fresh, not
+  // draining nodes with room are tried the same best-of-K way before
+  // ResourceExhausted. Ignored with `only_node`.
   StatusOr<Placement> Place(const std::string& template_name, int k, std::chrono::milliseconds lapse,
-                            const std::string& body_sha256 = "", const std::string& only_node = "");
+                            const std::string& body_sha256 = "", const std::string& only_node = "",
+                            bool any_node_fallback = false);
   // ---- Idempotency-Key routes (a node remembers its keys; fronts send a
   // retry to the node of the first call, table idempotency_routes, 24 h) ----
   // The live node team's `key` went to; "" when none.
@@ -188,6 +219,52 @@ class ClusterRegistry {
   Status RemoveSandbox(const std::string& id, const std::string& node);
   StatusOr<std::optional<SandboxLocation>> Locate(const std::string& id);
 
+  // ---- custom templates across the cluster (template_bundles) ----
+  // Upserts the row of `template_id` (its team, names, publisher, bundle,
+  // updated_at = now). `names`: the id and every alias (the id is added
+  // when missing). `bundle` "" writes a tombstone (bundle NULL: the
+  // template was deleted), so a node that still has it deletes it too.
+  // InvalidArgument for an empty template_id, team or publisher.
+  Status PublishTemplate(const std::string& template_id, const std::string& team,
+                         const std::vector<std::string>& names, const std::string& publisher,
+                         const std::string& bundle);
+  // Every row (tombstones included) whose template_id is `name` or whose
+  // names hold it: of every team (another team's "app" is another
+  // template: the caller picks by team). Oldest update first; empty when none.
+  StatusOr<std::vector<TemplateBundle>> TemplateBundlesNamed(const std::string& name);
+  // Every row (tombstones included) updated at or after `since_ms` (Unix
+  // ms), oldest first: a node's periodic import of the cluster's templates
+  // (template_replica.h), so that any node can serve the template routes.
+  StatusOr<std::vector<TemplateBundle>> TemplateBundlesSince(int64_t since_ms);
+
+  // ---- artefacts: content-addressed files a node holds (node_artefacts) ----
+  // `digest` is the file's SHA-256, 64 lower-case hex digits (otherwise
+  // InvalidArgument). The rows of a node stay across its restarts (its
+  // disk keeps the files); a node forgets its own with ForgetArtefact.
+  // `node` holds `digest`, `size` bytes (an upsert; made_at = now).
+  Status RecordArtefact(const std::string& node, const std::string& digest, int64_t size);
+  // OK when there was no such row.
+  Status ForgetArtefact(const std::string& node, const std::string& digest);
+  // The live nodes whose heartbeat is younger than `lapse` (draining ones
+  // included: they still serve reads) that hold `digest`, in random order
+  // (spreads fetches). `templates` is filled as by Nodes().
+  StatusOr<std::vector<NodeInfo>> ArtefactHolders(const std::string& digest, std::chrono::milliseconds lapse);
+  // A permission for `requester` to read `digest` from `holder`, for that
+  // artefact and that holder only: a random 128-bit token (32 lower-case
+  // hex digits) the requester sends with its reads (never logged). Valid
+  // kArtefactGrantTtl for any number of range requests. Deletes the grants
+  // older than twice the TTL on the way. InvalidArgument for a bad digest
+  // or an empty requester or holder.
+  StatusOr<std::string> GrantArtefact(const std::string& requester, const std::string& holder,
+                                      const std::string& digest);
+  // The holder's check of a read: OK when a grant with `token` exists for
+  // `holder` and `digest` and is younger than kArtefactGrantTtl;
+  // otherwise PermissionDenied saying which check failed (not a grant this
+  // cluster holds; for node n1, not n2; for another artefact; expired),
+  // never echoing the token. InvalidArgument for a token that is not 32
+  // lower-case hex digits or a bad digest.
+  Status CheckArtefactGrant(const std::string& holder, const std::string& token, const std::string& digest);
+
   // ---- API keys (the same records and key format as core/registry.h) ----
   StatusOr<std::pair<ApiKeyRecord, std::string>> CreateApiKey(const std::string& name, const std::string& team,
                                                               bool admin);
@@ -205,6 +282,7 @@ class ClusterRegistry {
 
  private:
   ClusterRegistry(const std::string& url, size_t pool) : pool_(url, pool) {}
+  StatusOr<std::vector<TemplateBundle>> TemplateBundlesWhere(const std::string& where, const std::string& arg);
   Status Migrate();
   PgPool pool_;
   std::mutex rng_mu_;

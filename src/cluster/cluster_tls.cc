@@ -84,7 +84,8 @@ StatusOr<std::shared_ptr<const ClusterTls>> ClusterTls::Load(const ClusterTlsFil
   if (front || node) RETURN_IF_ERROR(VerifyFor(cert.get(), files.ca, X509_PURPOSE_SSL_CLIENT, "connecting"));
   if (node) RETURN_IF_ERROR(VerifyFor(cert.get(), files.ca, X509_PURPOSE_SSL_SERVER, "serving"));
 
-  // The client side (a front's): only the cluster CA is trusted.
+  // The client side (a front's to nodes, a node's to its peers): only the
+  // cluster CA is trusted.
   auto ctx = std::make_shared<ssl::context>(ssl::context::tls_client);
   SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
   boost::system::error_code ec;
@@ -103,16 +104,20 @@ StatusOr<std::shared_ptr<const ClusterTls>> ClusterTls::Load(const ClusterTlsFil
   return std::shared_ptr<const ClusterTls>(std::move(t));
 }
 
-std::shared_ptr<const gateway::UpstreamTls> ClusterTls::ToNode(const std::string& name) const {
-  auto u = std::make_shared<gateway::UpstreamTls>();
-  u->ctx = client_;
-  u->what = "cluster TLS to node " + name;
-  u->check = [name](ssl_st* s) -> Status {
+std::function<Status(ssl_st*)> ClusterTls::PeerIsNode(const std::string& name) {
+  return [name](ssl_st* s) -> Status {
     ASSIGN_OR_RETURN(ClusterIdentity peer, PeerOf(s));
     if (!peer.node || peer.name != name)
       return PermissionDenied("the certificate there is " + Describe(peer) + "'s, not node " + name + "'s");
     return OkStatus();
   };
+}
+
+std::shared_ptr<const gateway::UpstreamTls> ClusterTls::ToNode(const std::string& name) const {
+  auto u = std::make_shared<gateway::UpstreamTls>();
+  u->ctx = client_;
+  u->what = "cluster TLS to node " + name;
+  u->check = PeerIsNode(name);
   return u;
 }
 
@@ -124,6 +129,18 @@ std::shared_ptr<const gateway::TlsClientAuth> ClusterTls::FromFronts() const {
     if (!peer.front) return PermissionDenied("its certificate is " + Describe(peer) + "'s, not a front's");
     return OkStatus();
   };
+  return a;
+}
+
+std::shared_ptr<const gateway::TlsClientAuth> ClusterTls::FromFrontsAndPeers(uint16_t artefact_port) const {
+  auto a = std::make_shared<gateway::TlsClientAuth>(*FromFronts());
+  a->peer_check = [](ssl_st* s) -> Status {
+    ASSIGN_OR_RETURN(ClusterIdentity peer, PeerOf(s));
+    if (!peer.node) return PermissionDenied("its certificate is " + Describe(peer) + "'s, not a node's");
+    return OkStatus();
+  };
+  a->peer_backend_port = artefact_port;
+  a->peer_alpn = kArtefactAlpn;
   return a;
 }
 

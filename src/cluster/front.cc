@@ -1,5 +1,7 @@
 #include "cluster/front.h"
 
+#include "core/template_runtime.h"
+
 #include <poll.h>
 #include <strings.h>
 
@@ -343,10 +345,18 @@ void Front::Create(Conn c, const std::string& team) {
     json j = body->empty() ? json::object() : json::parse(*body, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return c->RespondError(400, "the request body is not a JSON object");
     if (auto t = j.find("templateID"); t != j.end() && t->is_string()) template_name = t->get<std::string>();
+    // Placement prefers the nodes that list the template (they hold it); a
+    // custom template may go to any other node, which fetches its image
+    // (template_replica.h). Nodes list a custom template's id and aliases.
+    const bool custom = !IsBuiltInTemplateName(template_name);
+    if (custom) {
+      if (auto slash = template_name.find('/'); slash != std::string::npos) template_name.erase(0, slash + 1);
+      if (auto colon = template_name.find(':'); colon != std::string::npos) template_name.erase(colon);
+    }
     // The reservation is bound to this create (gateway/reservation.h).
     std::string digest = gateway::CreateDigest(j);
     std::string text = std::move(*body);
-    asio::post(*workers_, [this, c, template_name, text, digest, team, idem] {
+    asio::post(*workers_, [this, c, template_name, custom, text, digest, team, idem] {
       std::string first_node;
       if (!idem.empty()) {
         auto n = registry_->IdempotencyNode(team, idem);
@@ -357,14 +367,14 @@ void Front::Create(Conn c, const std::string& team) {
         }
         first_node = *n;
       }
-      auto placed = registry_->Place(template_name, config_.best_of_k, config_.lapse, digest, first_node);
+      auto placed = registry_->Place(template_name, config_.best_of_k, config_.lapse, digest, first_node, custom);
       if (placed.ok() && !idem.empty() && first_node.empty()) {
         // The first call with this key: its node is where retries go. A
         // concurrent one through another front that recorded first wins.
         auto recorded = registry_->RecordIdempotencyNode(team, idem, placed->node);
         if (recorded.ok() && *recorded != placed->node) {
           (void)registry_->Release(placed->node, placed->reservation);
-          placed = registry_->Place(template_name, config_.best_of_k, config_.lapse, digest, *recorded);
+          placed = registry_->Place(template_name, config_.best_of_k, config_.lapse, digest, *recorded, custom);
         }
       }
       asio::post(c->executor(), [this, c, placed, text] {

@@ -130,6 +130,16 @@ std::string DaemonMetrics::Render(const Gauges& g) const {
        "stopped renewing them or their TTL ran out with no record.\n"
        "# TYPE airlock_cluster_reservations_dropped_total counter\n";
   line("airlock_cluster_reservations_dropped_total %llu\n", u(cluster_dropped_reservations_));
+  o += "# HELP airlock_cluster_artefact_fetches_total Template images this node fetched from another node, by "
+       "outcome (corrupt: the copy's SHA-256 differed and it was refused).\n"
+       "# TYPE airlock_cluster_artefact_fetches_total counter\n";
+  line("airlock_cluster_artefact_fetches_total{outcome=\"ok\"} %llu\n", u(artefact_fetches_ok_));
+  line("airlock_cluster_artefact_fetches_total{outcome=\"corrupt\"} %llu\n", u(artefact_fetches_corrupt_));
+  line("airlock_cluster_artefact_fetches_total{outcome=\"failed\"} %llu\n", u(artefact_fetches_failed_));
+  o += "# HELP airlock_cluster_artefact_bytes_received_total Bytes of template images this node received from other "
+       "nodes.\n"
+       "# TYPE airlock_cluster_artefact_bytes_received_total counter\n";
+  line("airlock_cluster_artefact_bytes_received_total %llu\n", u(artefact_bytes_));
   o += "# HELP airlock_otlp_exported_records_total Audit records delivered to the OTLP collector.\n"
        "# TYPE airlock_otlp_exported_records_total counter\n";
   line("airlock_otlp_exported_records_total %llu\n", static_cast<unsigned long long>(g.otlp_exported));

@@ -59,6 +59,14 @@ class DaemonMetrics {
     }
     if (dropped > 0) cluster_dropped_reservations_.fetch_add(static_cast<uint64_t>(dropped));
   }
+  // A cluster node fetched a template's image from another node
+  // (cluster/template_replica.h): `outcome` "ok", "corrupt" (its digest
+  // differed: refused) or "failed"; `bytes` received.
+  void ClusterArtefactFetched(const std::string& outcome, int64_t bytes) {
+    (outcome == "ok" ? artefact_fetches_ok_ : outcome == "corrupt" ? artefact_fetches_corrupt_ : artefact_fetches_failed_)
+        .fetch_add(1);
+    if (bytes > 0) artefact_bytes_.fetch_add(static_cast<uint64_t>(bytes));
+  }
 
   struct Gauges {
     int running = 0, paused = 0, creating = 0, queued = 0;
@@ -87,6 +95,8 @@ class DaemonMetrics {
   std::atomic<uint64_t> sandbox_deaths_{0};
   std::atomic<uint64_t> checkpoints_{0}, rollbacks_{0}, rollbacks_lost_{0};
   std::atomic<uint64_t> cluster_corrections_{0}, cluster_drift_slots_{0}, cluster_dropped_reservations_{0};
+  std::atomic<uint64_t> artefact_fetches_ok_{0}, artefact_fetches_corrupt_{0}, artefact_fetches_failed_{0},
+      artefact_bytes_{0};
   std::array<std::atomic<uint64_t>, kCreateBuckets.size()> create_buckets_{};
   std::atomic<uint64_t> create_count_{0};
   std::atomic<uint64_t> create_sum_us_{0};

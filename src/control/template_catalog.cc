@@ -51,7 +51,13 @@ StatusOr<ResolvedTemplate> TemplateCatalog::Resolve(const std::string& ref, cons
   const auto& known = image::KnownTemplates();
   if (std::find(known.begin(), known.end(), name) == known.end()) {
     // 3. A custom template of the team's: its ready build's image.
+    if (cluster_.refresh) {
+      if (Status st = cluster_.refresh(ref); !st.ok())
+        LOG_WARN("template {}: the cluster's copy was not read ({}): resolved from this node's", ref, st.message());
+    }
     ASSIGN_OR_RETURN(templates::Resolved r, templates::ResolveBuild(store_, ref, team, admin));
+    if (cluster_.ensure_image && !image::FindImage(state_dir_, r.build.image).ok())
+      RETURN_IF_ERROR(cluster_.ensure_image(r.tmpl.id, r.build.image));
     name = r.build.image;
     out.template_id = r.tmpl.id;
     out.alias = r.alias;

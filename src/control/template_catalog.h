@@ -14,6 +14,7 @@
 // (its existence is not revealed).
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "common/status.h"
@@ -60,12 +61,25 @@ class TemplateCatalog {
   // Blocks on file reads.
   std::string NamedSnapshotDir(const std::string& ref, const std::string& team, bool admin = false) const;
 
+  // A cluster node's templates (cluster/template_replica.h), set once
+  // before use: `refresh` imports the registry's copy of what `ref` names
+  // before a custom template is resolved (its error is logged and the
+  // local copy used); `ensure_image` makes the resolved build's image
+  // present here (fetched from a node that holds it) and its error fails
+  // the resolution.
+  struct ClusterSource {
+    std::function<Status(const std::string& ref)> refresh;
+    std::function<Status(const std::string& template_id, const std::string& image)> ensure_image;
+  };
+  void SetClusterSource(ClusterSource source) { cluster_ = std::move(source); }
+
  private:
   Manager& manager_;
   Registry& registry_;
   templates::TemplateStore& store_;
   const std::string state_dir_;
   const std::string default_runtime_;
+  ClusterSource cluster_;
 };
 
 }  // namespace airlock::control

@@ -12,6 +12,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "common/log.h"
@@ -64,12 +66,14 @@ constexpr auto kTlsHandshakeTimeout = std::chrono::seconds(10);
 // a burst of creates stays well below this).
 constexpr int kMaxHandshakesPerAddress = 128;
 
-// ALPN: http/1.1 when the client offers it; no protocol otherwise.
+// ALPN: the first of `arg`'s protocols (wire format: the peers' protocol,
+// when set, then http/1.1) that the client offers; no protocol otherwise.
 int SelectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned int inlen,
-               void*) {
-  static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+               void* arg) {
+  const auto* ours = static_cast<const std::string*>(arg);
   unsigned char* selected = nullptr;
-  if (SSL_select_next_proto(&selected, outlen, kHttp11, sizeof kHttp11, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+  if (SSL_select_next_proto(&selected, outlen, reinterpret_cast<const unsigned char*>(ours->data()),
+                            static_cast<unsigned>(ours->size()), in, inlen) != OPENSSL_NPN_NEGOTIATED)
     return SSL_TLSEXT_ERR_NOACK;
   *out = selected;
   return SSL_TLSEXT_ERR_OK;
@@ -95,20 +99,22 @@ class TlsTunnel : public std::enable_shared_from_this<TlsTunnel> {
     if (handshake_over_) handshake_over_();
   }
 
-  void Start(const tcp::endpoint& backend) {
+  // `peers`: where TlsClientAuth's peers go (unused without peer_check).
+  void Start(const tcp::endpoint& backend, const tcp::endpoint& peers) {
     auto self = shared_from_this();
     timer_.expires_after(kTlsHandshakeTimeout);
     timer_.async_wait([self](boost::system::error_code ec) {
       if (!ec) self->Close();
     });
-    tls_.async_handshake(asio::ssl::stream_base::server, [self, backend](boost::system::error_code ec) {
+    tls_.async_handshake(asio::ssl::stream_base::server, [self, backend, peers](boost::system::error_code ec) {
       if (self->handshake_over_) std::exchange(self->handshake_over_, nullptr)();
       if (ec) {
         if (self->client_auth_) self->refusals_->Note("a handshake failed: " + ec.message());
         return self->Close();
       }
+      auto to = backend;
       if (self->client_auth_) {
-        Status st = self->client_auth_->check(self->tls_.native_handle());
+        Status st = self->Route(backend, peers, to);
         if (!st.ok()) {
           boost::system::error_code ignored;
           auto peer = self->tls_.lowest_layer().remote_endpoint(ignored);
@@ -116,10 +122,10 @@ class TlsTunnel : public std::enable_shared_from_this<TlsTunnel> {
           return self->Close();
         }
       }
-      self->backend_.async_connect(backend, [self](boost::system::error_code ec) {
+      self->backend_.async_connect(to, [self, to](boost::system::error_code ec) {
         self->timer_.cancel();
         if (ec) {
-          LOG_WARN("tls: the API listener refused a connection: {}", ec.message());
+          LOG_WARN("tls: the backend on port {} refused a connection: {}", to.port(), ec.message());
           return self->Close();
         }
         boost::system::error_code ignored;
@@ -131,6 +137,28 @@ class TlsTunnel : public std::enable_shared_from_this<TlsTunnel> {
   }
 
  private:
+  // Which backend a client with a certificate reaches (tls_front.h).
+  Status Route(const tcp::endpoint& backend, const tcp::endpoint& peers, tcp::endpoint& to) {
+    const TlsClientAuth& a = *client_auth_;
+    SSL* ssl = tls_.native_handle();
+    if (a.peer_check && !a.peer_alpn.empty()) {
+      const unsigned char* alpn = nullptr;
+      unsigned len = 0;
+      SSL_get0_alpn_selected(ssl, &alpn, &len);
+      if (alpn && std::string_view(reinterpret_cast<const char*>(alpn), len) == a.peer_alpn) {
+        RETURN_IF_ERROR(a.peer_check(ssl));
+        to = peers;
+        return OkStatus();
+      }
+    }
+    Status st = a.check(ssl);
+    if (st.ok() || !a.peer_check) return st;
+    Status peer = a.peer_check(ssl);
+    if (!peer.ok()) return PermissionDenied(st.message() + "; as a peer: " + peer.message());
+    to = peers;
+    return OkStatus();
+  }
+
   void ClientToBackend() {
     auto self = shared_from_this();
     tls_.async_read_some(asio::buffer(up_), [self](boost::system::error_code ec, size_t n) {
@@ -223,7 +251,7 @@ struct TlsFront::Impl : std::enable_shared_from_this<TlsFront::Impl> {
         } else {
           std::make_shared<TlsTunnel>(std::move(socket), self->ctx, self->open, self->client_auth, self->refusals,
                                       std::move(over))
-              ->Start(self->backend);
+              ->Start(self->backend, self->peers);
         }
       } else if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
                  ec == asio::error::no_memory) {
@@ -239,6 +267,8 @@ struct TlsFront::Impl : std::enable_shared_from_this<TlsFront::Impl> {
   tcp::acceptor acceptor;
   asio::ssl::context ctx;
   tcp::endpoint backend;
+  tcp::endpoint peers;  // TlsClientAuth::peer_backend_port on loopback
+  std::string alpn;     // SelectAlpn's protocols, wire format
   std::shared_ptr<std::atomic<int>> open = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<const TlsClientAuth> client_auth;
   std::shared_ptr<RefusalLog> refusals = std::make_shared<RefusalLog>();
@@ -267,7 +297,19 @@ Status TlsFront::Start(const std::string& listen, const std::string& cert_file, 
   if (ec) return InvalidArgument("key " + key_file + ": " + ec.message());
   if (SSL_CTX_check_private_key(ctx.native_handle()) != 1)
     return InvalidArgument("key " + key_file + " does not match certificate " + cert_file);
-  SSL_CTX_set_alpn_select_cb(ctx.native_handle(), SelectAlpn, nullptr);
+  static const char kHttp11[] = "\x08http/1.1";
+  impl_->alpn.clear();
+  if (client_auth && client_auth->peer_check) {
+    if (client_auth->peer_backend_port == 0) return InvalidArgument("a peer route needs peer_backend_port");
+    if (client_auth->peer_alpn.size() > 255) return InvalidArgument("peer_alpn is over 255 bytes");
+    impl_->peers = tcp::endpoint(asio::ip::make_address("127.0.0.1"), client_auth->peer_backend_port);
+    if (!client_auth->peer_alpn.empty()) {
+      impl_->alpn.push_back(static_cast<char>(client_auth->peer_alpn.size()));
+      impl_->alpn += client_auth->peer_alpn;
+    }
+  }
+  impl_->alpn += kHttp11;
+  SSL_CTX_set_alpn_select_cb(ctx.native_handle(), SelectAlpn, &impl_->alpn);
   if (client_auth) {
     if (!client_auth->check) return InvalidArgument("a client-certificate listener needs a check");
     ctx.load_verify_file(client_auth->ca_file, ec);

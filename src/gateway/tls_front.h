@@ -17,6 +17,16 @@
 // API, and the refusal is logged. No session is resumed (no cache, no
 // tickets), so every connection is checked with its certificate.
 //
+// A second class of clients (a cluster's other nodes, fetching artefacts:
+// cluster/artefacts.h) may be routed to another backend on loopback,
+// 127.0.0.1:peer_backend_port, when `peer_check` is set:
+//   - a client that negotiated the ALPN protocol `peer_alpn` (when not
+//     empty) goes there if peer_check accepts it, and nowhere otherwise
+//     (a member with both roles names which side it wants);
+//   - any other client goes to `backend` if `check` accepts it, else
+//     there if peer_check accepts it, else is refused.
+// ALPN offers peer_alpn (when set) besides http/1.1.
+//
 // Bounds: a handshake must finish within 10 s; at most kMaxConnections at
 // once (more are closed at accept); with a TlsClientAuth, at most 128 in
 // their handshake from one address (more are closed at accept), and
@@ -43,7 +53,11 @@ namespace airlock::gateway {
 
 struct TlsClientAuth {
   std::string ca_file;                       // PEM: the only CA a client certificate may chain to
-  std::function<Status(ssl_st* ssl)> check;  // after the handshake; required
+  std::function<Status(ssl_st* ssl)> check;  // after the handshake; required: → backend
+  // Optional: the peers' backend (see above); peer_backend_port required with it.
+  std::function<Status(ssl_st* ssl)> peer_check;
+  uint16_t peer_backend_port = 0;
+  std::string peer_alpn;  // 1..255 bytes, or empty
 };
 
 class TlsFront {

@@ -309,6 +309,7 @@ class DaemonStart {
                                     const Caller& caller) { s->front_.router->snapshots().DeleteSnapshot(std::move(c), ref, caller); },
           .named_snapshot = [s](const std::string& ref, const std::string& team,
                                    bool admin) { return s->templates_.catalog->NamedSnapshotDir(ref, team, admin); },
+          .image_installed = s->config_.cluster.template_image_installed,
       };
       ASSIGN_OR_RETURN(s->templates_.api, TemplateApi::Open(std::move(tc), std::move(deps)));
     }
@@ -319,6 +320,8 @@ class DaemonStart {
     Server* const s = server_;
     s->templates_.catalog = std::make_unique<control::TemplateCatalog>(*s->fleet_.manager, s->registry_.db(), s->templates_.api->store(),
                                                           s->config_.manager.state_dir, s->fleet_.manager->config().runtime);
+    if (s->config_.cluster.templates)
+      s->templates_.catalog->SetClusterSource(s->config_.cluster.templates(s->templates_.api->store(), s->config_.manager.owner));
     {
       control::SandboxController::Hooks hooks;
       hooks.run_blocking = [s](std::function<void()> work) { asio::post(*s->loop_.workers, std::move(work)); };

@@ -105,7 +105,7 @@ class Server {
   void Stop();  // thread-safe
   Manager& manager() { return *fleet_.manager; }
   DaemonMetrics& metrics() { return metrics_; }
-  // The ids and aliases of every custom template this daemon holds (a
+  // The ids and aliases of every custom template whose image is here (a
   // cluster node lists them in the registry, so placement sends their
   // creates here). Blocks on the template store.
   std::vector<std::string> CustomTemplateNames();

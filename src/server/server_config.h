@@ -17,12 +17,17 @@
 #include "common/status.h"
 #include "control/admission.h"
 #include "control/memory_pressure.h"
+#include "control/template_catalog.h"
 #include "core/manager.h"
 #include "core/reaper.h"
 #include "image/image.h"
 #include "gateway/api_keys.h"
 #include "gateway/tls_front.h"
 #include "server/http_conn.h"
+
+namespace airlock::templates {
+class TemplateStore;
+}
 
 namespace airlock::server {
 
@@ -169,6 +174,17 @@ struct ServerConfig {
     std::function<void(int64_t reservation)> release_reservation;
     // A sandbox ended (on a worker).
     std::function<void(const std::string& id)> sandbox_removed;
+    // The node's share of the cluster's custom templates
+    // (cluster/template_replica.h): called once the template store is open,
+    // on the starting thread; returns what the template catalog asks
+    // before it resolves a custom template. `owner`: ManagerConfig::owner
+    // (the images' owner). What it keeps of `store` must be let go before
+    // the Server is destroyed.
+    std::function<control::TemplateCatalog::ClusterSource(templates::TemplateStore& store, const std::string& owner)>
+        templates;
+    // A build's image was installed, before the build is ready (on the
+    // build's thread): what sharing it needs is done now (its digest).
+    std::function<void(const std::string& image)> template_image_installed;
   } cluster;
 };
 

@@ -118,6 +118,7 @@ Status TemplateApi::Init() {
   bc.registry_allow = config_.registry_allow;
   bc.max_image_unpack_bytes = config_.max_image_unpack_mib > 0 ? static_cast<uint64_t>(config_.max_image_unpack_mib) << 20 : 0;
   bc.audit = [this](const json& r) { deps_.audit(r); };
+  bc.image_installed = deps_.image_installed;
   builder_ = std::make_unique<tpl::Builder>(deps_.manager, *store_, std::move(bc));
   builder_->Start();
   if (auto ready = store_->BuildsWithStatus(tpl::kReady); ready.ok()) {
@@ -627,6 +628,15 @@ std::vector<std::string> TemplateApi::CustomTemplateNames() {
   auto rows = store_->ListTemplates("", /*all_teams=*/true);
   if (!rows.ok()) return out;
   for (const auto& t : *rows) {
+    // Only what this node can start without a fetch: a ready build whose
+    // image is here (a cluster's other templates are imported, not held).
+    auto builds = store_->BuildsOf(t.id);
+    if (!builds.ok()) continue;
+    bool here = false;
+    for (const auto& b : *builds) {
+      here = here || (b.status == tpl::kReady && !b.image.empty() && image::FindImage(config_.state_dir, b.image).ok());
+    }
+    if (!here) continue;
     out.push_back(t.id);
     out.insert(out.end(), t.aliases.begin(), t.aliases.end());
   }

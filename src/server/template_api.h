@@ -101,6 +101,8 @@ class TemplateApi {
     // The named snapshot `ref` of `team` (any team's for admin), "" for
     // none (control::TemplateCatalog::NamedSnapshotDir); blocks.
     std::function<std::string(const std::string& ref, const std::string& team, bool admin)> named_snapshot;
+    // A build's image was installed (templates::BuilderConfig::image_installed); may be empty.
+    std::function<void(const std::string& image)> image_installed;
   };
 
   // Opens the template store, starts the Builder (a previous daemon's

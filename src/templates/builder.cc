@@ -826,6 +826,7 @@ Status Builder::Build(Job& job) {
     return installed.status();
   }
   job.image = bi.name;
+  if (config_.image_installed) config_.image_installed(bi.name);
   if (!start_cmd.empty()) Log(job, "info", "Running start command: " + start_cmd, "finalize");
   if (!effective_ready.empty()) Log(job, "info", "Waiting for template to be ready: " + effective_ready, "finalize");
   // On the build runtime too: this boot is the build's check of the start

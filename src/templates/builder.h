@@ -84,6 +84,10 @@ struct BuilderConfig {
   uint64_t max_image_unpack_bytes = 16ull << 30;
   // Every build's decision and outcome (audit). May be empty.
   std::function<void(const nlohmann::json&)> audit;
+  // A build's image is installed and its template snapshot comes next, then
+  // "ready" (a cluster node computes what sharing the image needs here, so
+  // the build is shareable the moment it is ready). May be empty.
+  std::function<void(const std::string& image)> image_installed;
 };
 
 // The image name of a build ("b" + the build id's 32 hex digits).

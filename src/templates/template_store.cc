@@ -116,7 +116,7 @@ StatusOr<RequestedBuild> TemplateStore::RequestBuild(const std::string& team, co
                                                      const std::vector<std::string>& tags, int cpu_count,
                                                      int memory_mb, int disk_mb,
                                                      const std::string& new_template_id) {
-  std::lock_guard<std::mutex> l(mu_);
+  std::unique_lock<std::mutex> l(mu_);
   RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", "begin"));
   auto body = [&]() -> StatusOr<RequestedBuild> {
     RequestedBuild out;
@@ -179,6 +179,8 @@ StatusOr<RequestedBuild> TemplateStore::RequestBuild(const std::string& team, co
     return r.status();
   }
   RETURN_IF_ERROR(Exec("COMMIT", "commit"));
+  l.unlock();
+  Changed(r->template_id);
   return r;
 }
 
@@ -227,10 +229,14 @@ StatusOr<std::vector<TemplateRow>> TemplateStore::ListTemplates(const std::strin
 }
 
 Status TemplateStore::SetPublic(const std::string& id, bool is_public) {
-  std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_, "UPDATE templates SET public = ?, updated_at = ? WHERE id = ?");
-  s.Bind(1, int64_t{is_public ? 1 : 0}).Bind(2, NowUnixMs()).Bind(3, id);
-  if (s.Step() != SQLITE_DONE) return Err("set public");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    Stmt s(db_, "UPDATE templates SET public = ?, updated_at = ? WHERE id = ?");
+    s.Bind(1, int64_t{is_public ? 1 : 0}).Bind(2, NowUnixMs()).Bind(3, id);
+    if (s.Step() != SQLITE_DONE) return Err("set public");
+    if (sqlite3_changes(db_) == 0) return OkStatus();
+  }
+  Changed(id);
   return OkStatus();
 }
 
@@ -245,9 +251,10 @@ Status TemplateStore::CountSpawn(const std::string& id) {
 StatusOr<std::vector<BuildRow>> TemplateStore::DeleteTemplate(const std::string& id) {
   auto builds = BuildsOf(id);
   if (!builds.ok()) return builds.status();
-  std::lock_guard<std::mutex> l(mu_);
+  std::unique_lock<std::mutex> l(mu_);
   RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", "begin"));
   Status st;
+  bool was_there = false;
   for (const char* sql :
        {"DELETE FROM template_build_logs WHERE build_id IN (SELECT id FROM template_builds WHERE template_id = ?)",
         "DELETE FROM template_builds WHERE template_id = ?", "DELETE FROM template_tags WHERE template_id = ?",
@@ -258,12 +265,15 @@ StatusOr<std::vector<BuildRow>> TemplateStore::DeleteTemplate(const std::string&
       st = Err("delete template");
       break;
     }
+    was_there = sqlite3_changes(db_) > 0;  // the last: the template's own row
   }
   if (!st.ok()) {
     (void)Exec("ROLLBACK", "rollback");
     return st;
   }
   RETURN_IF_ERROR(Exec("COMMIT", "commit"));
+  l.unlock();
+  if (was_there) Changed(id);
   return builds;
 }
 
@@ -299,33 +309,56 @@ StatusOr<std::vector<BuildRow>> TemplateStore::BuildsWithStatus(const std::strin
   return out;
 }
 
+std::string TemplateStore::TemplateOfLocked(const std::string& build_id) {
+  Stmt s(db_, "SELECT template_id FROM template_builds WHERE id = ?");
+  s.Bind(1, build_id);
+  return s.Step() == SQLITE_ROW ? s.Text(0) : std::string();
+}
+
 Status TemplateStore::StartBuild(const std::string& build_id, const json& spec) {
-  std::lock_guard<std::mutex> l(mu_);
-  ASSIGN_OR_RETURN(BuildRow b, GetBuildLocked(build_id));
-  if (b.started || b.status != kWaiting) return FailedPrecondition("build is not in waiting state");
-  Stmt s(db_, "UPDATE template_builds SET started = 1, spec = ?, updated_at = ? WHERE id = ? AND started = 0");
-  s.Bind(1, spec.dump()).Bind(2, NowUnixMs()).Bind(3, build_id);
-  if (s.Step() != SQLITE_DONE) return Err("start build");
+  std::string template_id;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    ASSIGN_OR_RETURN(BuildRow b, GetBuildLocked(build_id));
+    if (b.started || b.status != kWaiting) return FailedPrecondition("build is not in waiting state");
+    Stmt s(db_, "UPDATE template_builds SET started = 1, spec = ?, updated_at = ? WHERE id = ? AND started = 0");
+    s.Bind(1, spec.dump()).Bind(2, NowUnixMs()).Bind(3, build_id);
+    if (s.Step() != SQLITE_DONE) return Err("start build");
+    template_id = b.template_id;
+  }
+  Changed(template_id);
   return OkStatus();
 }
 
 Status TemplateStore::SetStatus(const std::string& build_id, const std::string& status) {
-  std::lock_guard<std::mutex> l(mu_);
-  Stmt s(db_, "UPDATE template_builds SET status = ?, updated_at = ? WHERE id = ?");
-  s.Bind(1, status).Bind(2, NowUnixMs()).Bind(3, build_id);
-  if (s.Step() != SQLITE_DONE) return Err("set build status");
+  std::string template_id;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    Stmt s(db_, "UPDATE template_builds SET status = ?, updated_at = ? WHERE id = ?");
+    s.Bind(1, status).Bind(2, NowUnixMs()).Bind(3, build_id);
+    if (s.Step() != SQLITE_DONE) return Err("set build status");
+    if (sqlite3_changes(db_) == 0) return OkStatus();
+    template_id = TemplateOfLocked(build_id);
+  }
+  if (!template_id.empty()) Changed(template_id);
   return OkStatus();
 }
 
 Status TemplateStore::FinishBuild(const BuildRow& b) {
-  std::lock_guard<std::mutex> l(mu_);
-  const int64_t now = NowUnixMs();
-  Stmt s(db_, "UPDATE template_builds SET status = ?, reason = ?, image = ?, final_layer = ?, final_context = ?,"
-              " updated_at = ?, finished_at = ? WHERE id = ?");
-  s.Bind(1, b.status).Bind(2, b.reason.is_null() ? std::string() : b.reason.dump()).Bind(3, b.image);
-  s.Bind(4, b.final_layer).Bind(5, b.final_context.is_null() ? std::string() : b.final_context.dump());
-  s.Bind(6, now).Bind(7, now).Bind(8, b.id);
-  if (s.Step() != SQLITE_DONE) return Err("finish build");
+  std::string template_id;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const int64_t now = NowUnixMs();
+    Stmt s(db_, "UPDATE template_builds SET status = ?, reason = ?, image = ?, final_layer = ?, final_context = ?,"
+                " updated_at = ?, finished_at = ? WHERE id = ?");
+    s.Bind(1, b.status).Bind(2, b.reason.is_null() ? std::string() : b.reason.dump()).Bind(3, b.image);
+    s.Bind(4, b.final_layer).Bind(5, b.final_context.is_null() ? std::string() : b.final_context.dump());
+    s.Bind(6, now).Bind(7, now).Bind(8, b.id);
+    if (s.Step() != SQLITE_DONE) return Err("finish build");
+    if (sqlite3_changes(db_) == 0) return OkStatus();
+    template_id = TemplateOfLocked(b.id);
+  }
+  if (!template_id.empty()) Changed(template_id);
   return OkStatus();
 }
 
@@ -350,13 +383,23 @@ StatusOr<std::vector<LogEntry>> TemplateStore::Logs(const std::string& build_id,
 
 Status TemplateStore::AssignTags(const std::string& template_id, const std::string& build_id,
                                  const std::vector<std::string>& tags) {
-  std::lock_guard<std::mutex> l(mu_);
-  const int64_t now = NowUnixMs();
-  for (const auto& tag : tags) {
-    Stmt t(db_, "INSERT INTO template_tags (template_id, tag, build_id, created_at) VALUES (?, ?, ?, ?)");
-    t.Bind(1, template_id).Bind(2, tag).Bind(3, build_id).Bind(4, now);
-    if (t.Step() != SQLITE_DONE) return Err("assign tag");
+  if (tags.empty()) return OkStatus();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const int64_t now = NowUnixMs();
+    RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", "begin"));
+    for (const auto& tag : tags) {
+      Stmt t(db_, "INSERT INTO template_tags (template_id, tag, build_id, created_at) VALUES (?, ?, ?, ?)");
+      t.Bind(1, template_id).Bind(2, tag).Bind(3, build_id).Bind(4, now);
+      if (t.Step() != SQLITE_DONE) {
+        Status st = Err("assign tag");
+        (void)Exec("ROLLBACK", "rollback");
+        return st;
+      }
+    }
+    RETURN_IF_ERROR(Exec("COMMIT", "commit"));
   }
+  Changed(template_id);
   return OkStatus();
 }
 

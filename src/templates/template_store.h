@@ -3,7 +3,10 @@
 // templates and their aliases, builds with their ordered logs, the history
 // of tag assignments, uploaded COPY archives per team, and the layer index
 // per team (step hash -> layer directory). Layout and semantics follow
-// shared/spec/e2b-templates.md §A.3, §A.7, §A.8; docs/templates.md.
+// shared/spec/e2b-templates.md §A.3, §A.7, §A.8; docs/templates.md. In a
+// cluster, ExportTemplate/ImportTemplate (template_bundle.cc) carry a
+// template to the other nodes and an observer hears of every change
+// (docs/multinode.md).
 //
 // Thread-safe (one connection behind a mutex). Times are Unix ms. Errors:
 // NotFound for missing rows, AlreadyExists/PermissionDenied where the E2B
@@ -11,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -154,13 +158,62 @@ class TemplateStore {
   StatusOr<std::vector<LayerRow>> AllLayers();
   Status DeleteLayer(const std::string& team, const std::string& hash);
 
+  // ---- a template across a cluster's nodes (template_bundle.cc;
+  // docs/multinode.md) ----
+  // A template as another node needs it to start it:
+  //   {"version":1,
+  //    "template":{"id","team","public","createdAt","updatedAt","aliases":[..]},
+  //    "builds":[every ready build with an image, oldest first: {"id",
+  //      "cpuCount","memoryMB","diskMB","createdAt","updatedAt","finishedAt",
+  //      "image","finalContext"}],
+  //    "tags":[{"tag","buildID","createdAt"}, by tag: for each tag, the
+  //      assignment ResolveTag answers with (the newest whose build is
+  //      ready; none after a removal)]}
+  // Times are Unix ms; finalContext is BuildRow::final_context (null when
+  // none). NotFound when the template is gone.
+  StatusOr<nlohmann::json> ExportTemplate(const std::string& template_id);
+  // Makes this store hold the bundle's template as exported, so ResolveBuild
+  // and ResolveTag answer as on the node that exported it:
+  // - the template row (team, public, created/updated times; its spawn
+  //   counts stay this node's);
+  // - its aliases become the bundle's, in its team's namespace (an alias
+  //   held by ANOTHER local template of that team is taken from it);
+  // - its builds are upserted by id as ready and started (counts, times,
+  //   image, finalContext); builds of the template not in the bundle are
+  //   left alone (a local build in progress);
+  // - its tag assignments are replaced by the bundle's (in createdAt order),
+  //   except those of a local build still waiting or building, kept after
+  //   them (it takes its tags when it is ready, as it would have).
+  // Validates every shape first: version 1; ids as the store makes them
+  // (a template id [a-z0-9]{1,64}, build ids lower-case UUIDs, unique);
+  // the team as API keys have it; aliases [a-z0-9_-]{1,128} and tags as
+  // RequestBuild allows them (not UUIDs); every tag's build in "builds";
+  // images [a-z0-9_-]{1,64}; non-negative integer counts and times;
+  // finalContext an object or null; unknown fields are ignored.
+  // InvalidArgument for a malformed bundle, FailedPrecondition when one of
+  // its build ids is another local template's: nothing written then. One
+  // transaction. Does not call the observer (SetOnChange).
+  Status ImportTemplate(const nlohmann::json& bundle);
+  // The observer: called after each committed change to a template
+  // (RequestBuild, SetPublic, DeleteTemplate of a template that was there,
+  // StartBuild, SetStatus, FinishBuild, AssignTags, RemoveTags) with its
+  // template id, on the caller's thread, outside the store's lock (it may
+  // call the store). One observer; set it before the store is used.
+  void SetOnChange(std::function<void(const std::string& template_id)> fn);
+
  private:
   TemplateStore() = default;
+  void Changed(const std::string& template_id) {
+    if (on_change_) on_change_(template_id);
+  }
+  // The template of a build ("" when none), under mu_.
+  std::string TemplateOfLocked(const std::string& build_id);
   Status Exec(const std::string& sql, const char* what);
   Status Err(const char* what);
   StatusOr<BuildRow> GetBuildLocked(const std::string& build_id);
   sqlite3* db_ = nullptr;
   std::mutex mu_;
+  std::function<void(const std::string&)> on_change_;
 };
 
 }  // namespace airlock::templates

@@ -181,7 +181,7 @@ export class Cluster {
   async startNode(name, extra = []) {
     this.killed?.delete(name)
     const n = this.nodes.get(name)
-    n.child = spawnIn(n.ns, [BIN, '--state-dir', STATE_DIR, 'serve', '--role', 'node', '--database', this.db,
+    n.child = spawnIn(n.ns, [BIN, '--state-dir', n.state ?? STATE_DIR, 'serve', '--role', 'node', '--database', this.db,
       '--listen', `${n.addr}:3000`, '--node-name', name, '--capacity', String(n.capacity), '--db', n.db,
       '--runtime', RUNTIME, '--pool', '0', '--kill-on-exit', '--mcp-api', `10.99.0.21:3000`, ...this.tlsFlags(name),
       ...extra], name)
@@ -214,6 +214,29 @@ export class Cluster {
         !(await healthy(`https://${addr}:3001`, 30000, child, this.asFront())))
       throw new Error(`${name} did not start (log ${child.log})`)
     return child
+  }
+
+  // A node that joins later, with a state directory of its own holding only
+  // the boot files of the built-in images (no template's root filesystem):
+  // what it starts, it must fetch from the other nodes (issue 38 item 1).
+  async addBareNode(name, capacity) {
+    const ns = `${PREFIX}-${name}`
+    const addr = `10.99.0.${11 + this.nodes.size}`
+    makeNs(ns)
+    attach(ns, name, addr)
+    const state = join(tmp, name, 'state')
+    execFileSync('mkdir', ['-p', join(state, 'images', 'templates')])
+    execFileSync('cp', [join(STATE_DIR, 'images', 'templates', 'base.json'), join(state, 'images', 'templates')])
+    // Hard links (read-only files, one filesystem); a copy where that fails.
+    try {
+      execFileSync('cp', ['-al', join(STATE_DIR, 'images', 'boot'), join(state, 'images')])
+    } catch {
+      execFileSync('cp', ['-a', join(STATE_DIR, 'images', 'boot'), join(state, 'images')])
+    }
+    makeCerts(this.certs, ['--node', `${name},${addr}`])
+    this.nodes.set(name, { ns, addr, url: `https://${addr}:3000`, capacity, db: join(tmp, name, 'airlock.db'), state })
+    await this.startNode(name)
+    return this.nodes.get(name)
   }
 
   // serve's flags for member `name`'s certificate.

@@ -6,7 +6,7 @@ import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { readFileSync } from 'node:fs'
+import { closeSync, existsSync, openSync, readFileSync, readSync, readdirSync, statSync, utimesSync, writeSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
 import { BIN, STATE_DIR, e2b, waitFor } from './daemon.mjs'
@@ -488,6 +488,94 @@ maybe('kill -9 of a front between a reservation and its create\'s delivery: the 
     for (const n of ['n2', 'n3']) await cl.api('f1', 'DELETE', `/nodes/${n}/drain`)
     if (killed) await cl.startFront('f2')
   }
+})
+
+maybe('a template built through front 1 starts on a node that never saw it: its image is fetched once, hash-checked (a corrupt copy is refused), and byte-exact', { timeout: 600000 }, async () => {
+  const { Template } = e2b
+  const opts = cl.opts('f1')
+  // Random bytes in the image, read back through each node that starts it.
+  const t0 = Date.now()
+  await Template.build(Template().fromBaseImage()
+    .runCmd('head -c 3000 /dev/urandom | base64 > /home/user/moved.txt && sha256sum /home/user/moved.txt > /home/user/moved.sum'),
+  'moved-e2e', opts)
+  console.log(`# measure: template built through f1 in ${Date.now() - t0} ms`)
+  const published = cl.sql("SELECT publisher FROM template_bundles WHERE 'moved-e2e' = ANY(names) AND bundle IS NOT NULL")
+  assert.equal(published, 'n1', 'the template node published it')
+  const digest = cl.sql("SELECT digest FROM node_artefacts WHERE node = 'n1'")
+  assert.match(digest, /^[0-9a-f]{64}$/m)
+  const first = await Sandbox.create('moved-e2e', { ...opts, timeoutMs: 300000 })
+  const want = (await first.commands.run('cat /home/user/moved.txt')).stdout
+  assert.ok(want.length > 3000)
+  await first.kill()
+
+  const n4 = await cl.addBareNode('n4', 2)
+  const metrics = async () => {
+    const m = (await cl.nodeFetch('n4', '/metrics')).text
+    const num = (re) => Number(re.exec(m)?.[1] ?? NaN)
+    return { ok: num(/^airlock_cluster_artefact_fetches_total\{outcome="ok"\} (\d+)$/m),
+      corrupt: num(/^airlock_cluster_artefact_fetches_total\{outcome="corrupt"\} (\d+)$/m),
+      bytes: num(/^airlock_cluster_artefact_bytes_received_total (\d+)$/m) }
+  }
+  const pointer = join(n4.state, 'images', 'templates')
+  for (const n of ['n1', 'n2', 'n3']) assert.equal((await cl.api('f1', 'POST', `/nodes/${n}/drain`)).status, 200)
+  try {
+    // n4 lists no template: placement falls back to it, and it fetches the image.
+    const t1 = Date.now()
+    const a = await Sandbox.create('moved-e2e', { ...cl.opts('f2'), timeoutMs: 300000 })
+    console.log(`# measure: first create of the template on a node that never saw it: ${Date.now() - t1} ms`)
+    assert.equal(await nodeOf(a.sandboxId), 'n4')
+    assert.equal((await a.commands.run('cat /home/user/moved.txt')).stdout, want)
+    assert.equal((await a.commands.run('sha256sum -c /home/user/moved.sum')).exitCode, 0)
+    const m1 = await metrics()
+    assert.equal(m1.ok, 1)
+    assert.ok(m1.bytes > 0)
+    console.log(`# measure: bytes moved to n4: ${m1.bytes}`)
+    assert.equal(cl.sql(`SELECT count(*) FROM node_artefacts WHERE node = 'n4' AND digest = '${digest.split('\n')[0]}'`), '1')
+    // Once per node: the second create on n4 fetches nothing.
+    const t2 = Date.now()
+    const b = await Sandbox.create('moved-e2e', { ...cl.opts('f1'), timeoutMs: 300000 })
+    console.log(`# measure: a later create of it on n4: ${Date.now() - t2} ms`)
+    assert.equal(await nodeOf(b.sandboxId), 'n4')
+    assert.deepEqual(await metrics(), m1)
+    await a.kill()
+    await b.kill()
+
+    // A corrupt copy: n4 forgets the image; one byte of n1's file changes
+    // while its cached digest still names the old bytes (mtime kept).
+    await cl.kill9Node('n4')
+    const img = readdirSync(pointer).find((f) => /^b[0-9a-f]{32}\.json$/.test(f))
+    const rootfs = JSON.parse(readFileSync(join(STATE_DIR, 'images', 'templates', img), 'utf8')).rootfs_key
+    execFileSync('rm', ['-rf', join(pointer, img), join(n4.state, 'images', 'rootfs', rootfs)])
+    cl.sql("DELETE FROM node_artefacts WHERE node = 'n4'")
+    await cl.startNode('n4')
+    const src = join(STATE_DIR, 'images', 'rootfs', rootfs, 'rootfs.ext4')
+    const flip = (fd, at) => { const x = Buffer.alloc(1); readSync(fd, x, 0, 1, at); x[0] ^= 0xff; writeSync(fd, x, 0, 1, at) }
+    const st = statSync(src)
+    const fd = openSync(src, 'r+')
+    try {
+      flip(fd, 1104)  // inside the ext4 superblock's UUID
+      utimesSync(src, st.atime, st.mtime)
+      const bad = await cl.api('f2', 'POST', '/sandboxes', { templateID: 'moved-e2e' })
+      assert.equal(bad.status, 500, bad.text)
+      assert.match(bad.json.message, /does not match its digest/)
+      assert.equal((await metrics()).corrupt, 1)
+      assert.ok(!existsSync(join(pointer, img)), 'nothing was installed')
+    } finally {
+      flip(fd, 1104)
+      closeSync(fd)
+      utimesSync(src, st.atime, st.mtime)
+    }
+    const c = await Sandbox.create('moved-e2e', { ...cl.opts('f2'), timeoutMs: 300000 })
+    assert.equal(await nodeOf(c.sandboxId), 'n4')
+    assert.equal((await c.commands.run('cat /home/user/moved.txt')).stdout, want)
+    await c.kill()
+  } finally {
+    for (const n of ['n1', 'n2', 'n3']) await cl.api('f1', 'DELETE', `/nodes/${n}/drain`)
+  }
+  await killAll()
+  // n4 leaves (its namespace goes with the cluster's at the end).
+  n4.child.kill('SIGTERM')
+  await n4.child.exited
 })
 
 maybe('the official SDK suite (sdk.test.mjs) passes against a front', { timeout: 600000 }, async () => {

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "cluster/cluster_registry.h"
@@ -80,7 +81,10 @@ class ClusterRegistryTest : public ::testing::Test {
     ASSERT_TRUE(r.ok()) << r.status().message();
     reg_ = std::move(*r);
     // Each test starts from an empty registry (the schema stays).
-    ASSERT_TRUE(reg_->pool().Exec("TRUNCATE nodes, node_templates, sandboxes, api_keys CASCADE").ok());
+    ASSERT_TRUE(reg_->pool()
+                    .Exec("TRUNCATE nodes, node_templates, sandboxes, api_keys, template_bundles, node_artefacts, "
+                          "artefact_grants CASCADE")
+                    .ok());
   }
   NodeInfo Node(const std::string& name, int capacity) {
     NodeInfo n;
@@ -483,6 +487,202 @@ TEST_F(ClusterRegistryTest, AnIdempotencyKeysRetriesGoToItsFirstNode) {
   ASSERT_TRUE(reg_->Leave("b", b.boot_id).ok());
   EXPECT_EQ(*reg_->IdempotencyNode("team-1", "k1"), "") << "a node that left keeps no key";
   EXPECT_EQ(*reg_->RecordIdempotencyNode("team-1", "k1", "a"), "a");
+}
+
+// A registry of schema 3 (before templates on every node) gains the
+// tables of schema 4 when a newer daemon opens it, its rows kept.
+TEST_F(ClusterRegistryTest, ASchema3RegistryMigratesTo4) {
+  ASSERT_TRUE(reg_->RegisterNode(Node("a", 2), {"sbx-1"}).ok());
+  ASSERT_TRUE(reg_->pool().Exec("DROP TABLE template_bundles, node_artefacts, artefact_grants").ok());
+  ASSERT_TRUE(reg_->pool().Exec("DELETE FROM schema_migrations WHERE version = 4").ok());
+  reg_.reset();
+  auto r = ClusterRegistry::Open(url_, 2);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  reg_ = std::move(*r);
+  auto v = reg_->pool().Exec("SELECT max(version) FROM schema_migrations");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->Text(0, 0), "4");
+  auto where = reg_->Locate("sbx-1");
+  ASSERT_TRUE(where.ok() && where->has_value());
+  EXPECT_EQ((*where)->node, "a");
+  ASSERT_TRUE(reg_->PublishTemplate("tpl1", "team-a", {"app"}, "a", "{}").ok());
+  ASSERT_TRUE(reg_->RecordArtefact("a", std::string(64, 'a'), 1).ok());
+  EXPECT_TRUE(reg_->GrantArtefact("b", "a", std::string(64, 'a')).ok());
+}
+
+TEST_F(ClusterRegistryTest, TemplateBundlesArePublishedReplacedTombstonedAndFoundByAnyName) {
+  ASSERT_TRUE(reg_->PublishTemplate("tpla", "team-a", {"tpla", "app", "web"}, "n1", R"({"v":1})").ok());
+  auto got = reg_->TemplateBundlesNamed("app");
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].template_id, "tpla");
+  EXPECT_EQ((*got)[0].team, "team-a");
+  EXPECT_EQ((*got)[0].publisher, "n1");
+  EXPECT_EQ((*got)[0].names, (std::vector<std::string>{"tpla", "app", "web"}));
+  EXPECT_EQ((*got)[0].bundle, R"({"v":1})");
+  EXPECT_GT((*got)[0].updated_ms, 0);
+  EXPECT_EQ(reg_->TemplateBundlesNamed("tpla")->size(), 1u);
+  EXPECT_EQ(reg_->TemplateBundlesNamed("web")->size(), 1u);
+  EXPECT_TRUE(reg_->TemplateBundlesNamed("nope")->empty());
+  EXPECT_TRUE(reg_->TemplateBundlesNamed("")->empty());
+  // Another team's "app" is another template: both rows, the caller picks.
+  // The id joins the names when the publisher left it out.
+  ASSERT_TRUE(reg_->PublishTemplate("tplb", "team-b", {"app"}, "n2", "b").ok());
+  got = reg_->TemplateBundlesNamed("app");
+  ASSERT_EQ(got->size(), 2u);
+  EXPECT_EQ(reg_->TemplateBundlesNamed("tplb")->at(0).names, (std::vector<std::string>{"tplb", "app"}));
+  // A new publish replaces the row: names, publisher, bundle.
+  ASSERT_TRUE(reg_->PublishTemplate("tpla", "team-a", {"tpla", "app2"}, "n3", R"({"v":2})").ok());
+  EXPECT_TRUE(reg_->TemplateBundlesNamed("web")->empty());
+  got = reg_->TemplateBundlesNamed("app2");
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].publisher, "n3");
+  EXPECT_EQ((*got)[0].bundle, R"({"v":2})");
+  got = reg_->TemplateBundlesNamed("app");
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].template_id, "tplb");
+  // A delete leaves a tombstone, found by id and names alike.
+  ASSERT_TRUE(reg_->PublishTemplate("tpla", "team-a", {"tpla", "app2"}, "n3", "").ok());
+  for (const char* name : {"tpla", "app2"}) {
+    got = reg_->TemplateBundlesNamed(name);
+    ASSERT_EQ(got->size(), 1u) << name;
+    EXPECT_EQ((*got)[0].bundle, "") << name;
+  }
+  auto null = reg_->pool().Exec("SELECT bundle IS NULL FROM template_bundles WHERE template_id = 'tpla'");
+  ASSERT_TRUE(null.ok());
+  EXPECT_EQ(null->Text(0, 0), "t");
+  // And a template published again after its tombstone is back.
+  ASSERT_TRUE(reg_->PublishTemplate("tpla", "team-a", {"tpla", "app2"}, "n1", "{}").ok());
+  EXPECT_EQ(reg_->TemplateBundlesNamed("app2")->at(0).bundle, "{}");
+  EXPECT_EQ(reg_->PublishTemplate("", "team-a", {"x"}, "n1", "{}").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reg_->PublishTemplate("tplc", "team-a", {"x"}, "", "{}").code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ClusterRegistryTest, AnArtefactsHoldersAreItsLiveFreshNodesDrainingOnesIncluded) {
+  const std::string d(64, 'd'), e(64, 'e');
+  NodeInfo a = Node("a", 2), b = Node("b", 2), c = Node("c", 2), n = Node("n", 2);
+  for (auto* x : {&a, &b, &c, &n}) ASSERT_TRUE(reg_->RegisterNode(*x, {}).ok());
+  for (const char* x : {"a", "b", "c", "n", "ghost"}) ASSERT_TRUE(reg_->RecordArtefact(x, d, 100).ok()) << x;
+  ASSERT_TRUE(reg_->RecordArtefact("a", e, 5).ok());
+  ASSERT_TRUE(reg_->SetDraining("c", true).ok());  // still serves reads
+  ASSERT_TRUE(reg_->pool().Exec("UPDATE nodes SET heartbeat = now() - interval '1 minute' WHERE name = 'b'").ok());
+  ASSERT_TRUE(reg_->Leave("n", n.boot_id).ok());  // not live
+  auto names = [&](const std::string& digest) {
+    std::set<std::string> out;
+    auto h = reg_->ArtefactHolders(digest, std::chrono::seconds(5));
+    EXPECT_TRUE(h.ok()) << h.status().message();
+    if (h.ok()) {
+      for (const auto& x : *h) out.insert(x.name);
+    }
+    return out;
+  };
+  EXPECT_EQ(names(d), (std::set<std::string>{"a", "c"}));
+  EXPECT_EQ(names(e), (std::set<std::string>{"a"}));
+  EXPECT_TRUE(names(std::string(64, 'f')).empty());
+  auto h = reg_->ArtefactHolders(e, std::chrono::seconds(5));
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ((*h)[0].address, a.address);
+  // A node that registers again still holds its files (its disk kept them).
+  n.boot_id = RandomHex(8);
+  ASSERT_TRUE(reg_->RegisterNode(n, {}).ok());
+  EXPECT_EQ(names(d), (std::set<std::string>{"a", "c", "n"}));
+  // An upsert, then a node forgets its own row (twice: no error).
+  ASSERT_TRUE(reg_->RecordArtefact("a", d, 200).ok());
+  auto size = reg_->pool().Exec("SELECT size FROM node_artefacts WHERE node = 'a' AND digest = $1", {d});
+  ASSERT_TRUE(size.ok() && !size->empty());
+  EXPECT_EQ(size->Text(0, 0), "200");
+  ASSERT_TRUE(reg_->ForgetArtefact("a", d).ok());
+  ASSERT_TRUE(reg_->ForgetArtefact("a", d).ok());
+  EXPECT_EQ(names(d), (std::set<std::string>{"c", "n"}));
+  EXPECT_EQ(names(e), (std::set<std::string>{"a"}));
+  // Digests are SHA-256 hex, lower case.
+  for (const std::string& bad : {std::string(63, 'a'), std::string(64, 'A'), std::string(64, 'g'), std::string()}) {
+    EXPECT_EQ(reg_->RecordArtefact("a", bad, 1).code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(reg_->ForgetArtefact("a", bad).code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(reg_->ArtefactHolders(bad, std::chrono::seconds(5)).status().code(), StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(reg_->RecordArtefact("a", d, -1).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ClusterRegistryTest, AnArtefactGrantIsForOneHolderAndOneArtefactUntilItExpires) {
+  const std::string d(64, 'd'), e(64, 'e');
+  auto token = reg_->GrantArtefact("req", "h1", d);
+  ASSERT_TRUE(token.ok()) << token.status().message();
+  ASSERT_EQ(token->size(), 32u);
+  EXPECT_EQ(token->find_first_not_of("0123456789abcdef"), std::string::npos);
+  // Any number of reads (a resumed fetch's range requests).
+  EXPECT_TRUE(reg_->CheckArtefactGrant("h1", *token, d).ok());
+  EXPECT_TRUE(reg_->CheckArtefactGrant("h1", *token, d).ok());
+  auto refused = [&](const std::string& holder, const std::string& tok, const std::string& digest,
+                     const std::string& why) {
+    Status st = reg_->CheckArtefactGrant(holder, tok, digest);
+    EXPECT_EQ(st.code(), StatusCode::kPermissionDenied) << why;
+    EXPECT_NE(st.message().find(why), std::string::npos) << st.message();
+    EXPECT_EQ(st.message().find(tok), std::string::npos) << "the token is never echoed: " << st.message();
+  };
+  refused("h2", *token, d, "for node h1, not h2");
+  refused("h1", *token, e, "for another artefact");
+  refused("h1", RandomHex(16), d, "not a grant this cluster holds");
+  auto other = reg_->GrantArtefact("req", "h1", d);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(*other, *token);
+  ASSERT_TRUE(reg_->pool()
+                  .Exec("UPDATE artefact_grants SET made_at = now() - interval '11 minutes' WHERE token = $1", {*token})
+                  .ok());
+  refused("h1", *token, d, "expired");
+  EXPECT_TRUE(reg_->CheckArtefactGrant("h1", *other, d).ok());
+  // Grants older than twice the TTL go with the next grant.
+  ASSERT_TRUE(reg_->pool()
+                  .Exec("UPDATE artefact_grants SET made_at = now() - interval '21 minutes' WHERE token = $1", {*token})
+                  .ok());
+  ASSERT_TRUE(reg_->GrantArtefact("req", "h1", e).ok());
+  auto left = reg_->pool().Exec("SELECT count(*) FROM artefact_grants WHERE token = $1", {*token});
+  ASSERT_TRUE(left.ok());
+  EXPECT_EQ(left->Text(0, 0), "0");
+  refused("h1", *token, d, "not a grant this cluster holds");
+  // Shapes.
+  for (const std::string& bad : {std::string("xyz"), std::string(32, 'A'), std::string(33, 'a'), std::string()}) {
+    EXPECT_EQ(reg_->CheckArtefactGrant("h1", bad, d).code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(reg_->CheckArtefactGrant("h1", *other, "abc").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reg_->GrantArtefact("req", "h1", std::string(64, 'G')).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reg_->GrantArtefact("", "h1", d).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reg_->GrantArtefact("req", "", d).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ClusterRegistryTest, PlacementFallsBackToNodesWithoutTheTemplateOnlyWhenAsked) {
+  NodeInfo a = Node("a", 1), b = Node("b", 2);
+  a.templates = {"custom"};
+  ASSERT_TRUE(reg_->RegisterNode(a, {}).ok());
+  ASSERT_TRUE(reg_->RegisterNode(b, {}).ok());
+  const auto lapse = std::chrono::seconds(60);
+  // Preferred: the node that lists it, with or without the flag.
+  auto first = reg_->Place("custom", 2, lapse, "", "", true);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  EXPECT_EQ(first->node, "a");
+  // a is full: only the flag lets b take it.
+  EXPECT_EQ(reg_->Place("custom", 2, lapse).status().code(), StatusCode::kResourceExhausted);
+  auto fell = reg_->Place("custom", 2, lapse, "", "", true);
+  ASSERT_TRUE(fell.ok()) << fell.status().message();
+  EXPECT_EQ(fell->node, "b");
+  ASSERT_TRUE(reg_->Release("b", fell->reservation).ok());
+  // a has room again but drains: the same.
+  ASSERT_TRUE(reg_->Release("a", first->reservation).ok());
+  ASSERT_TRUE(reg_->SetDraining("a", true).ok());
+  EXPECT_EQ(reg_->Place("custom", 2, lapse).status().code(), StatusCode::kResourceExhausted);
+  fell = reg_->Place("custom", 2, lapse, "", "", true);
+  ASSERT_TRUE(fell.ok()) << fell.status().message();
+  EXPECT_EQ(fell->node, "b");
+  EXPECT_EQ(Reserved("a"), 0);
+  // only_node is that node only, flag or not.
+  EXPECT_EQ(reg_->Place("custom", 2, lapse, "", "b", true)->node, "b");
+  EXPECT_EQ(Reserved("b"), 2);
+  auto none = reg_->Place("custom", 2, lapse, "", "", true);
+  EXPECT_EQ(none.status().code(), StatusCode::kResourceExhausted) << "every node full or draining";
+  ASSERT_TRUE(reg_->SetDraining("a", false).ok());
+  auto back = reg_->Place("custom", 2, lapse, "", "", true);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->node, "a");
 }
 
 TEST_F(ClusterRegistryTest, AnUnreachableDatabaseIsAClearError) {

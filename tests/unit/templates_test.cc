@@ -4,7 +4,9 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include "agent/services.h"
@@ -308,6 +310,265 @@ TEST_F(StoreTest, UploadsExpireAfterTheTtlUnlessABuildInFlightUsesThem) {
   std::filesystem::remove(p4);
   EXPECT_EQ(store_->FindFile("t", h1).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(CollectExpiredUploads(*store_, created + 100 * ttl, 0).removed, 0);
+}
+
+// ---- a template across a cluster's nodes: ExportTemplate/ImportTemplate ----
+
+// Starts `r`'s build and finishes it ready with `image`.
+void MakeReady(TemplateStore& store, const RequestedBuild& r, const std::string& image) {
+  ASSERT_TRUE(store.StartBuild(r.build_id, json::object()).ok());
+  BuildRow b = *store.GetBuild(r.build_id);
+  b.status = kReady;
+  b.image = image;
+  b.final_context = {{"context", {{"user", "root"}, {"workdir", "/app"}}}, {"startCmd", "serve"}, {"readyCmd", ""}};
+  ASSERT_TRUE(store.FinishBuild(b).ok());
+}
+
+class BundleTest : public StoreTest {
+ protected:
+  void SetUp() override {
+    StoreTest::SetUp();
+    auto s = TemplateStore::Open((dir_ / "other.db").string());
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    other_ = std::move(*s);
+  }
+  void TearDown() override {
+    other_.reset();
+    StoreTest::TearDown();
+  }
+  // What `ref` resolves to for `team` in `store`: "image@build", or the error code.
+  static std::string Resolves(TemplateStore& store, const std::string& ref, const std::string& team = "team-a") {
+    auto r = ResolveBuild(store, ref, team, false);
+    if (!r.ok()) return "error " + std::to_string(static_cast<int>(r.status().code()));
+    return r->build.image + "@" + r->build.id;
+  }
+  std::unique_ptr<TemplateStore> other_;  // another node's store
+};
+
+TEST_F(BundleTest, AnExportedTemplateResolvesTheSameInAnotherStore) {
+  const std::string id = "tpl00000000000000001";
+  auto b1 = store_->RequestBuild("team-a", "app", {"v1", "default"}, 2, 1024, 0, id);
+  ASSERT_TRUE(b1.ok());
+  MakeReady(*store_, *b1, "img-1");
+  auto b2 = store_->RequestBuild("team-a", "app", {}, 4, 2048, 512, "unused");
+  ASSERT_TRUE(b2.ok());
+  MakeReady(*store_, *b2, "img-2");
+  ASSERT_TRUE(store_->AssignTags(id, b1->build_id, {"prod"}).ok());
+  ASSERT_TRUE(store_->SetPublic(id, true).ok());
+  // In progress here: v1 still serves b1 (and the bundle says so).
+  auto b3 = store_->RequestBuild("team-a", "app", {"v1"}, 2, 1024, 0, "unused");
+  ASSERT_TRUE(b3.ok());
+
+  auto bundle = store_->ExportTemplate(id);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().message();
+  EXPECT_EQ((*bundle)["version"], 1);
+  EXPECT_EQ((*bundle)["template"]["id"], id);
+  EXPECT_EQ((*bundle)["template"]["team"], "team-a");
+  EXPECT_EQ((*bundle)["template"]["public"], true);
+  EXPECT_EQ((*bundle)["template"]["aliases"], json::array({"app"}));
+  ASSERT_EQ((*bundle)["builds"].size(), 2u) << bundle->dump();
+  EXPECT_EQ((*bundle)["builds"][1]["id"], b2->build_id);
+  EXPECT_EQ((*bundle)["builds"][1]["cpuCount"], 4);
+  EXPECT_EQ((*bundle)["builds"][1]["memoryMB"], 2048);
+  EXPECT_EQ((*bundle)["builds"][1]["diskMB"], 512);
+  EXPECT_EQ((*bundle)["builds"][1]["image"], "img-2");
+  EXPECT_EQ((*bundle)["builds"][1]["finalContext"]["startCmd"], "serve");
+  json tags = json::array();
+  for (const auto& t : (*bundle)["tags"]) tags.push_back({t["tag"], t["buildID"]});
+  EXPECT_EQ(tags, json::parse("[[\"default\",\"" + b2->build_id + "\"],[\"prod\",\"" + b1->build_id +
+                              "\"],[\"v1\",\"" + b1->build_id + "\"]]"));
+
+  ASSERT_TRUE(other_->ImportTemplate(*bundle).ok());
+  for (const std::string& ref : {std::string("app"), std::string("app:v1"), std::string("app:prod"),
+                                 std::string("app:default"), id, id + ":prod", "app:" + b1->build_id,
+                                 std::string("team-a/app:v1"), std::string("app:nope"), "app:" + b3->build_id}) {
+    EXPECT_EQ(Resolves(*other_, ref), Resolves(*store_, ref)) << ref;
+  }
+  EXPECT_EQ(Resolves(*other_, "app"), "img-2@" + b2->build_id);
+  EXPECT_EQ(Resolves(*other_, "app:v1"), "img-1@" + b1->build_id);
+  // Public: another team by the owner's namespace or the id.
+  EXPECT_EQ(Resolves(*other_, "team-a/app:prod", "team-b"), "img-1@" + b1->build_id);
+  EXPECT_EQ(Resolves(*other_, id, "team-b"), "img-2@" + b2->build_id);
+  auto t = other_->GetTemplate(id);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->team, "team-a");
+  EXPECT_TRUE(t->is_public);
+  EXPECT_EQ(t->created_at_ms, store_->GetTemplate(id)->created_at_ms);
+  EXPECT_EQ(t->aliases, std::vector<std::string>{"app"});
+  auto imported = other_->GetBuild(b2->build_id);
+  ASSERT_TRUE(imported.ok());
+  EXPECT_EQ(imported->status, kReady);
+  EXPECT_TRUE(imported->started);
+  EXPECT_EQ(imported->final_context["startCmd"], "serve");
+  EXPECT_EQ(imported->finished_at_ms, store_->GetBuild(b2->build_id)->finished_at_ms);
+  EXPECT_EQ(other_->GetBuild(b3->build_id).status().code(), StatusCode::kNotFound) << "not ready: not shared";
+  // The copy exports the same bundle (a node that imported it can publish it).
+  EXPECT_EQ(*other_->ExportTemplate(id), *bundle);
+  // Importing again changes nothing.
+  ASSERT_TRUE(other_->ImportTemplate(*bundle).ok());
+  EXPECT_EQ(*other_->ExportTemplate(id), *bundle);
+  EXPECT_EQ(store_->ExportTemplate("tplnosuchtemplate000").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(BundleTest, AReimportFollowsAMovedTagAndKeepsALocalBuildInProgress) {
+  const std::string id = "tpl00000000000000001";
+  auto b1 = store_->RequestBuild("team-a", "app", {"default", "v1"}, 2, 1024, 0, id);
+  ASSERT_TRUE(b1.ok());
+  MakeReady(*store_, *b1, "img-1");
+  ASSERT_TRUE(other_->ImportTemplate(*store_->ExportTemplate(id)).ok());
+  EXPECT_EQ(Resolves(*other_, "app:v1"), "img-1@" + b1->build_id);
+  // A build of the same template started on the other node.
+  auto local = other_->RequestBuild("team-a", "app", {"beta"}, 2, 1024, 0, "unused");
+  ASSERT_TRUE(local.ok());
+  EXPECT_EQ(local->template_id, id);
+  // Here: a new default, v1 removed.
+  auto b2 = store_->RequestBuild("team-a", "app", {}, 2, 1024, 0, "unused");
+  ASSERT_TRUE(b2.ok());
+  MakeReady(*store_, *b2, "img-2");
+  ASSERT_TRUE(store_->RemoveTags(id, {"v1"}).ok());
+  ASSERT_TRUE(other_->ImportTemplate(*store_->ExportTemplate(id)).ok());
+  EXPECT_EQ(Resolves(*other_, "app"), "img-2@" + b2->build_id);
+  EXPECT_EQ(Resolves(*other_, "app:v1"), Resolves(*store_, "app:v1"));
+  EXPECT_EQ(Resolves(*other_, "app:" + b1->build_id), "img-1@" + b1->build_id) << "its builds stay";
+  // The local build is left alone and takes its tag when it is ready.
+  EXPECT_EQ(other_->GetBuild(local->build_id)->status, kWaiting);
+  MakeReady(*other_, *local, "img-local");
+  EXPECT_EQ(Resolves(*other_, "app:beta"), "img-local@" + local->build_id);
+  EXPECT_EQ(Resolves(*other_, "app"), "img-2@" + b2->build_id);
+}
+
+TEST_F(BundleTest, AnImportTakesItsAliasFromAnotherLocalTemplateOfItsTeam) {
+  const std::string id = "tpl00000000000000001";
+  auto b1 = store_->RequestBuild("team-a", "app", {}, 2, 1024, 0, id);
+  ASSERT_TRUE(b1.ok());
+  MakeReady(*store_, *b1, "img-1");
+  // The other node made its own "app" meanwhile (and team-b has one).
+  auto mine = other_->RequestBuild("team-a", "app", {}, 2, 1024, 0, "tplzzzzzzzzzzzzzzzzz");
+  auto theirs = other_->RequestBuild("team-b", "app", {}, 2, 1024, 0, "tplbbbbbbbbbbbbbbbb1");
+  ASSERT_TRUE(mine.ok() && theirs.ok());
+  json bundle = *store_->ExportTemplate(id);
+  bundle["template"]["aliases"] = {"app", "web"};
+  ASSERT_TRUE(other_->ImportTemplate(bundle).ok());
+  EXPECT_EQ(*other_->FindAlias("team-a", "app"), id);
+  EXPECT_EQ(*other_->FindAlias("team-a", "web"), id);
+  EXPECT_EQ(*other_->FindAlias("team-b", "app"), "tplbbbbbbbbbbbbbbbb1");
+  EXPECT_TRUE(other_->GetTemplate("tplzzzzzzzzzzzzzzzzz")->aliases.empty());
+  EXPECT_EQ(Resolves(*other_, "web"), "img-1@" + b1->build_id);
+  // An alias the bundle no longer has goes.
+  bundle["template"]["aliases"] = {"web"};
+  ASSERT_TRUE(other_->ImportTemplate(bundle).ok());
+  EXPECT_EQ(other_->FindAlias("team-a", "app").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(other_->GetTemplate(id)->aliases, std::vector<std::string>{"web"});
+}
+
+TEST_F(BundleTest, AMalformedBundleIsRefusedWithNothingWritten) {
+  const std::string id = "tpl00000000000000001";
+  auto b1 = store_->RequestBuild("team-a", "app", {"v1"}, 2, 1024, 0, id);
+  ASSERT_TRUE(b1.ok());
+  MakeReady(*store_, *b1, "img-1");
+  const json good = *store_->ExportTemplate(id);
+  ASSERT_EQ(good["tags"].size(), 1u);
+  using Edit = std::function<void(json&)>;
+  const std::vector<std::pair<const char*, Edit>> bad = {
+      {"not an object", [](json& j) { j = json::array(); }},
+      {"version", [](json& j) { j["version"] = 2; }},
+      {"no version", [](json& j) { j.erase("version"); }},
+      {"no template", [](json& j) { j.erase("template"); }},
+      {"id upper case", [](json& j) { j["template"]["id"] = "TPL1"; }},
+      {"id with a slash", [](json& j) { j["template"]["id"] = "../x"; }},
+      {"id empty", [](json& j) { j["template"]["id"] = ""; }},
+      {"team", [](json& j) { j["template"]["team"] = "a team"; }},
+      {"public", [](json& j) { j["template"]["public"] = "yes"; }},
+      {"createdAt", [](json& j) { j["template"]["createdAt"] = -1; }},
+      {"updatedAt", [](json& j) { j["template"]["updatedAt"] = 1.5; }},
+      {"aliases", [](json& j) { j["template"]["aliases"] = "app"; }},
+      {"alias chars", [](json& j) { j["template"]["aliases"] = {"a b"}; }},
+      {"alias case", [](json& j) { j["template"]["aliases"] = {"App"}; }},
+      {"alias length", [](json& j) { j["template"]["aliases"] = {std::string(129, 'a')}; }},
+      {"builds", [](json& j) { j["builds"] = json::object(); }},
+      {"build id", [](json& j) { j["builds"][0]["id"] = "not-a-uuid"; }},
+      {"build id upper", [&](json& j) {
+         std::string u = b1->build_id;
+         for (char& c : u) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+         j["builds"][0]["id"] = u;
+       }},
+      {"build twice", [](json& j) { j["builds"].push_back(j["builds"][0]); }},
+      {"image path", [](json& j) { j["builds"][0]["image"] = "../etc"; }},
+      {"image empty", [](json& j) { j["builds"][0]["image"] = ""; }},
+      {"image long", [](json& j) { j["builds"][0]["image"] = std::string(65, 'a'); }},
+      {"cpuCount", [](json& j) { j["builds"][0]["cpuCount"] = "2"; }},
+      {"memoryMB", [](json& j) { j["builds"][0]["memoryMB"] = int64_t{1} << 40; }},
+      {"finishedAt", [](json& j) { j["builds"][0].erase("finishedAt"); }},
+      {"finalContext", [](json& j) { j["builds"][0]["finalContext"] = "ctx"; }},
+      {"tags", [](json& j) { j["tags"] = nullptr; }},
+      {"tag uuid", [&](json& j) { j["tags"][0]["tag"] = b1->build_id; }},
+      {"tag chars", [](json& j) { j["tags"][0]["tag"] = "t@g"; }},
+      {"tag empty", [](json& j) { j["tags"][0]["tag"] = ""; }},
+      {"tag twice", [](json& j) { j["tags"].push_back(j["tags"][0]); }},
+      {"tag of no build", [](json& j) { j["tags"][0]["buildID"] = "0b5c3c2e-52c0-4d4b-9a3e-1f2a3b4c5d6e"; }},
+      {"tag createdAt", [](json& j) { j["tags"][0]["createdAt"] = "now"; }},
+  };
+  for (const auto& [what, edit] : bad) {
+    json j = good;
+    edit(j);
+    Status st = other_->ImportTemplate(j);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << what << ": " << st.message();
+  }
+  EXPECT_TRUE(other_->ListTemplates("", true)->empty());
+  EXPECT_FALSE(other_->GetBuild(b1->build_id).ok());
+  // A build id that is another local template's: refused, nothing written.
+  auto local = other_->RequestBuild("team-a", "other", {}, 2, 1024, 0, "tplzzzzzzzzzzzzzzzzz");
+  ASSERT_TRUE(local.ok());
+  json clash = good;
+  clash["builds"][0]["id"] = local->build_id;
+  clash["tags"][0]["buildID"] = local->build_id;
+  EXPECT_EQ(other_->ImportTemplate(clash).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(other_->GetTemplate(id).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(other_->GetBuild(local->build_id)->template_id, "tplzzzzzzzzzzzzzzzzz");
+  // Unknown fields (another node's extras) are ignored.
+  json extra = good;
+  extra["builds"][0]["artefact"] = {{"digest", std::string(64, 'a')}};
+  extra["more"] = 1;
+  EXPECT_TRUE(other_->ImportTemplate(extra).ok());
+}
+
+TEST_F(BundleTest, TheObserverSeesEveryCommittedChangeButNotAnImport) {
+  std::vector<std::string> seen;
+  auto observe = [&](TemplateStore& store) {
+    store.SetOnChange([&seen, &store](const std::string& id) {
+      seen.push_back(id);
+      (void)store.GetTemplate(id);  // outside the store's lock: no deadlock
+    });
+  };
+  observe(*store_);
+  observe(*other_);
+  const std::string id = "tpl00000000000000001";
+  auto b1 = store_->RequestBuild("team-a", "app", {}, 2, 1024, 0, id);
+  ASSERT_TRUE(b1.ok());
+  EXPECT_EQ(seen, std::vector<std::string>{id});
+  ASSERT_TRUE(store_->StartBuild(b1->build_id, json::object()).ok());
+  ASSERT_TRUE(store_->SetStatus(b1->build_id, kBuilding).ok());
+  BuildRow done = *store_->GetBuild(b1->build_id);
+  done.status = kReady;
+  done.image = "img-1";
+  done.template_id.clear();  // the store knows its template
+  ASSERT_TRUE(store_->FinishBuild(done).ok());
+  ASSERT_TRUE(store_->AssignTags(id, b1->build_id, {"prod"}).ok());
+  ASSERT_TRUE(store_->RemoveTags(id, {"prod"}).ok());
+  ASSERT_TRUE(store_->SetPublic(id, true).ok());
+  EXPECT_EQ(seen, std::vector<std::string>(7, id));
+  // No change, no call: a refused start, an unknown template or build.
+  EXPECT_FALSE(store_->StartBuild(b1->build_id, json::object()).ok());
+  ASSERT_TRUE(store_->SetPublic("tplnosuchtemplate000", true).ok());
+  ASSERT_TRUE(store_->SetStatus("0b5c3c2e-52c0-4d4b-9a3e-1f2a3b4c5d6e", kError).ok());
+  EXPECT_EQ(seen.size(), 7u);
+  // An import is another node's change: never announced.
+  ASSERT_TRUE(other_->ImportTemplate(*store_->ExportTemplate(id)).ok());
+  EXPECT_EQ(seen.size(), 7u);
+  ASSERT_TRUE(store_->DeleteTemplate(id).ok());
+  EXPECT_EQ(seen.size(), 8u);
+  ASSERT_TRUE(store_->DeleteTemplate(id).ok());  // gone already
+  EXPECT_EQ(seen.size(), 8u);
 }
 
 }  // namespace
