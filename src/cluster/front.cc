@@ -347,8 +347,10 @@ void Front::Create(Conn c, const std::string& team) {
     if (auto t = j.find("templateID"); t != j.end() && t->is_string()) template_name = t->get<std::string>();
     // Placement prefers the nodes that list the template (they hold it); a
     // custom template may go to any other node, which fetches its image
-    // (template_replica.h). Nodes list a custom template's id and aliases.
-    const bool custom = !IsBuiltInTemplateName(template_name);
+    // (template_replica.h), over the cluster's mutual TLS (an
+    // --insecure-cluster has none: there a custom template starts only where
+    // it is). Nodes list a custom template's id and aliases.
+    const bool custom = !IsBuiltInTemplateName(template_name) && config_.tls != nullptr;
     if (custom) {
       if (auto slash = template_name.find('/'); slash != std::string::npos) template_name.erase(0, slash + 1);
       if (auto colon = template_name.find(':'); colon != std::string::npos) template_name.erase(colon);

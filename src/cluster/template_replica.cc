@@ -284,6 +284,10 @@ Status TemplateReplica::EnsureImage(const std::string& template_id, const std::s
     auto installed = image::InstallBuiltImage(config_.state_dir, bi);
     if (installed.ok()) return registry_.RecordArtefact(config_.node, digest, d->size);
   }
+  if (!config_.tls)
+    return FailedPrecondition("the image of template " + template_id +
+                              " is on another node: nodes fetch images only over the cluster's mutual TLS "
+                              "(--insecure-cluster has none)");
   ASSIGN_OR_RETURN(auto holders, registry_.ArtefactHolders(digest, config_.lapse));
   const std::string tmp = config_.state_dir + "/images/tmp";
   std::error_code ec;

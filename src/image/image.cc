@@ -389,6 +389,7 @@ StatusOr<GuestImage> InstallBuiltImage(const std::string& state_dir, const Built
     if (!b.rootfs.empty()) ::unlink(b.rootfs.c_str());
   } else {
     if (b.rootfs.empty()) return NotFound("no rootfs for built image " + b.id);
+    RETURN_IF_ERROR(MakeDirs(l.rootfs()));  // a state dir with no rootfs of its own yet (a cluster node's fetch)
     RETURN_IF_ERROR(BuildInto(l, dest, [&](const std::string&, const std::string& out) -> Status {
       if (::rename(b.rootfs.c_str(), (out + "/rootfs.ext4").c_str()) != 0) return ErrnoError("rename " + b.rootfs);
       return OkStatus();

@@ -6,7 +6,7 @@ import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { closeSync, existsSync, openSync, readFileSync, readSync, readdirSync, statSync, utimesSync, writeSync } from 'node:fs'
+import { closeSync, existsSync, openSync, readFileSync, readSync, readdirSync, writeSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
 import { BIN, STATE_DIR, e2b, waitFor } from './daemon.mjs'
@@ -550,11 +550,13 @@ maybe('a template built through front 1 starts on a node that never saw it: its 
     await cl.startNode('n4')
     const src = join(STATE_DIR, 'images', 'rootfs', rootfs, 'rootfs.ext4')
     const flip = (fd, at) => { const x = Buffer.alloc(1); readSync(fd, x, 0, 1, at); x[0] ^= 0xff; writeSync(fd, x, 0, 1, at) }
-    const st = statSync(src)
+    // The modification time to the nanosecond (what the digest's sidecar checks).
+    const mtime = execFileSync('stat', ['-c', '%.9Y', src], { encoding: 'utf8' }).trim()
+    const keepMtime = () => execFileSync('touch', ['-m', '-d', `@${mtime}`, src])
     const fd = openSync(src, 'r+')
     try {
       flip(fd, 1104)  // inside the ext4 superblock's UUID
-      utimesSync(src, st.atime, st.mtime)
+      keepMtime()
       const bad = await cl.api('f2', 'POST', '/sandboxes', { templateID: 'moved-e2e' })
       assert.equal(bad.status, 500, bad.text)
       assert.match(bad.json.message, /does not match its digest/)
@@ -563,7 +565,7 @@ maybe('a template built through front 1 starts on a node that never saw it: its 
     } finally {
       flip(fd, 1104)
       closeSync(fd)
-      utimesSync(src, st.atime, st.mtime)
+      keepMtime()
     }
     const c = await Sandbox.create('moved-e2e', { ...cl.opts('f2'), timeoutMs: 300000 })
     assert.equal(await nodeOf(c.sandboxId), 'n4')
