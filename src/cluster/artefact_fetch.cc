@@ -1,7 +1,8 @@
 // Fetching an artefact from the node that holds it (artefacts.h
 // FetchArtefact): one blocking call, a private io_context per connection
 // (each operation bounded by run_for), the part file written sparsely and
-// hashed as it grows.
+// hashed as it grows. The body is plain bytes (Content-Length) or, when the
+// holder answers kExtentsType, extent records (chunked, or Content-Length).
 #include <fcntl.h>
 #include <openssl/ssl.h>
 #include <sys/file.h>
@@ -31,16 +32,18 @@ namespace {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+using artefact_internal::AllZero;
+using artefact_internal::ChunkedDecoder;
+using artefact_internal::ExtentReader;
 using artefact_internal::Sha256;
 
-constexpr int64_t kHoleBlock = 64 * 1024;
+constexpr int64_t kHoleBlock = artefact_internal::kZeroBlock;
 constexpr size_t kMaxHead = 16 * 1024;
 constexpr size_t kMaxErrorBody = 64 * 1024;
 
-bool AllZero(const char* p, size_t n) { return n == 0 || (p[0] == 0 && std::memcmp(p, p + 1, n - 1) == 0); }
-
 // The part file: bytes arrive in order from `off()`; each 64 KiB-aligned
-// block is written when whole, or left a hole when all zeros. Settle()
+// block is written when whole, or left a hole when all zeros (AddZeros
+// passes over whole blocks without a write). Settle()
 // writes a partial block and sets the file's size to off(), so the part's
 // size is always where a later call resumes.
 class PartWriter {
@@ -57,6 +60,24 @@ class PartWriter {
       off_ += static_cast<int64_t>(take);
       if (start_ + static_cast<int64_t>(block_.size()) == boundary) RETURN_IF_ERROR(WriteBlock());
     }
+    return OkStatus();
+  }
+  Status AddZeros(int64_t n) {
+    if (n > 0 && (!block_.empty() || off_ % kHoleBlock != 0)) {  // the rest of the block begun
+      const int64_t boundary = (off_ / kHoleBlock + 1) * kHoleBlock;
+      const int64_t k = std::min(n, boundary - off_);
+      block_.append(static_cast<size_t>(k), '\0');
+      off_ += k;
+      n -= k;
+      if (off_ == boundary) RETURN_IF_ERROR(WriteBlock());
+    }
+    if (n == 0) return OkStatus();
+    // Whole blocks need no write: past the part's size they read as zeros.
+    const int64_t skip = n / kHoleBlock * kHoleBlock;
+    start_ += skip;
+    off_ += skip;
+    block_.append(static_cast<size_t>(n - skip), '\0');
+    off_ += n - skip;
     return OkStatus();
   }
   Status Settle() {
@@ -257,6 +278,74 @@ struct FetchState {
   bool resumed = false;
 };
 
+std::string LowerCase(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// The body of a 200/206 into the part: its framing (chunked or
+// Content-Length) undone, then plain bytes or extent records. A body that
+// ends early or is malformed is a cut (Unavailable): the part keeps what
+// came before, and the next attempt resumes after it.
+Status ReadBody(FetchState& a, FetchConn& w, ReplyHead h, const std::string& what) {
+  const FetchRequest& r = a.r;
+  const bool extents = LowerCase(h.headers["content-type"]) == artefact_internal::kExtentsType;
+  const std::string te = LowerCase(h.headers["transfer-encoding"]);
+  if (!te.empty() && te != "chunked") return Unavailable(what + ": Transfer-Encoding \"" + te.substr(0, 40) + "\"");
+  const bool chunked = !te.empty();
+  int64_t left = 0;  // Content-Length's bytes to come
+  if (!chunked) {
+    ASSIGN_OR_RETURN(left, ContentLength(h, r.holder_node));
+    if (!extents && left != r.size - a.part.off()) {
+      return Status(StatusCode::kDataLoss, what + ": " + std::to_string(left) + " bytes offered from byte " +
+                                               std::to_string(a.part.off()) + ", but it has " + std::to_string(r.size));
+    }
+  }
+  ExtentReader records(a.part.off(), r.size);
+  const ExtentReader::Sinks sinks{[&](std::string_view bytes) {
+                                    a.hash.Update(bytes);
+                                    return a.part.Add(bytes);
+                                  },
+                                  [&](int64_t n) {
+                                    a.hash.UpdateZeros(n);
+                                    return a.part.AddZeros(n);
+                                  }};
+  // Decoded body bytes: what bytes_received counts.
+  const ChunkedDecoder::Out body = [&](std::string_view bytes) -> Status {
+    a.received += static_cast<int64_t>(bytes.size());
+    if (extents) return records.Feed(bytes, sinks);
+    if (static_cast<int64_t>(bytes.size()) > r.size - a.part.off()) {
+      return Unavailable("more bytes than the artefact has");
+    }
+    return sinks.data(bytes);
+  };
+  ChunkedDecoder decoder;
+  auto feed = [&](std::string_view wire) -> Status {
+    Status s;
+    if (chunked) {
+      s = decoder.Feed(wire, body);
+    } else {
+      wire = wire.substr(0, static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(wire.size()))));
+      left -= static_cast<int64_t>(wire.size());
+      s = body(wire);
+    }
+    if (s.code() == StatusCode::kUnavailable) return Unavailable(what + ": " + s.message());
+    return s;
+  };
+  RETURN_IF_ERROR(feed(h.rest));
+  std::string buf(256 * 1024, '\0');
+  while (chunked ? !decoder.done() : left > 0) {
+    ASSIGN_OR_RETURN(size_t n, w.ReadSome(buf.data(), buf.size()));
+    if (n == 0) return Unavailable(what + ": cut after byte " + std::to_string(a.part.off()));
+    RETURN_IF_ERROR(feed(std::string_view(buf.data(), n)));
+  }
+  if (extents ? !records.done() : a.part.off() != r.size) {
+    return Unavailable(what + ": the answer ended at byte " + std::to_string(a.part.off()) + " of " +
+                       std::to_string(r.size));
+  }
+  return OkStatus();
+}
+
 // One connection: the request, the head, the body into the part.
 Status OneAttempt(FetchState& a) {
   const FetchRequest& r = a.r;
@@ -267,6 +356,7 @@ Status OneAttempt(FetchState& a) {
   std::string req = "GET " + std::string(kArtefactPathPrefix) + r.digest + " HTTP/1.1\r\nHost: " + host + ":" +
                     std::to_string(r.port) + "\r\n" + kArtefactGrantHeader + ": " + r.grant +
                     "\r\nConnection: close\r\n";
+  if (r.extents) req += "Accept: " + std::string(artefact_internal::kExtentsType) + "\r\n";
   if (from > 0) req += "Range: bytes=" + std::to_string(from) + "-\r\n";
   req += "\r\n";
   RETURN_IF_ERROR(w.WriteAll(req));
@@ -308,27 +398,7 @@ Status OneAttempt(FetchState& a) {
       return Internal("node " + r.holder_node + " answered " + std::to_string(h.status) + " for artefact " + r.digest +
                       ": " + ErrorMessage(w, std::move(h), r.holder_node));
   }
-  ASSIGN_OR_RETURN(int64_t len, ContentLength(h, r.holder_node));
-  if (len != r.size - a.part.off()) {
-    return Status(StatusCode::kDataLoss, what + ": " + std::to_string(len) + " bytes offered from byte " +
-                                             std::to_string(a.part.off()) + ", but it has " + std::to_string(r.size));
-  }
-  int64_t left = len;
-  auto take = [&](std::string_view bytes) -> Status {
-    bytes = bytes.substr(0, static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(bytes.size()))));
-    a.received += static_cast<int64_t>(bytes.size());
-    left -= static_cast<int64_t>(bytes.size());
-    a.hash.Update(bytes);
-    return a.part.Add(bytes);
-  };
-  RETURN_IF_ERROR(take(h.rest));
-  std::string buf(256 * 1024, '\0');
-  while (left > 0) {
-    ASSIGN_OR_RETURN(size_t n, w.ReadSome(buf.data(), buf.size()));
-    if (n == 0) return Unavailable(what + ": cut after byte " + std::to_string(a.part.off()));
-    RETURN_IF_ERROR(take(std::string_view(buf.data(), n)));
-  }
-  return OkStatus();
+  return ReadBody(a, w, std::move(h), what);
 }
 
 Status CheckRequest(const FetchRequest& r) {
@@ -383,6 +453,10 @@ StatusOr<FetchResult> FetchIntoPart(const FetchRequest& r, int part, const std::
     RETURN_IF_ERROR(writer.Settle());
     if (s.ok()) continue;
     const bool again = s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+    if (again && writer.off() == r.size) {  // a cut after the last byte: the digest decides
+      LOG_INFO("artefacts: fetching {} from node {}: {} (after the last byte)", r.digest, r.holder_node, s.message());
+      continue;
+    }
     if (!again || cuts >= r.retries) return s;
     ++cuts;
     std::this_thread::sleep_for(std::chrono::milliseconds(100) * cuts);  // a busy or restarting holder

@@ -1,4 +1,5 @@
-// Artefact digests, their sidecars and the Range form served (artefacts.h).
+// Artefact digests, their sidecars, the Range form served, and the pieces
+// of the extent encoding (artefacts.h "Wire"; artefact_hash.h).
 #include "cluster/artefacts.h"
 
 #include <fcntl.h>
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -74,6 +76,162 @@ Status HashPrefix(int fd, int64_t len, Sha256& h, const std::string& path) {
       if (n == 0) return OutOfRange(path + " ended at byte " + std::to_string(off) + " while hashed");
       h.Update(std::string_view(buf.data(), static_cast<size_t>(n)));
       off += n;
+    }
+  }
+  return OkStatus();
+}
+
+void AppendExtentHeader(std::string& out, char kind, int64_t offset, int64_t length) {
+  char h[kExtentHeaderSize];
+  h[0] = kind;
+  for (int i = 0; i < 8; ++i) h[1 + i] = static_cast<char>(static_cast<uint64_t>(offset) >> (56 - 8 * i));
+  for (int i = 0; i < 4; ++i) h[9 + i] = static_cast<char>(static_cast<uint64_t>(length) >> (24 - 8 * i));
+  out.append(h, sizeof h);
+}
+
+namespace {
+
+std::string_view Trim(std::string_view v) {
+  const size_t b = v.find_first_not_of(" \t");
+  if (b == std::string_view::npos) return {};
+  return v.substr(b, v.find_last_not_of(" \t") - b + 1);
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+}  // namespace
+
+bool AcceptsExtents(std::string_view accept) {
+  while (!accept.empty()) {
+    const size_t comma = accept.find(',');
+    std::string_view item = accept.substr(0, comma);
+    accept = comma == std::string_view::npos ? std::string_view() : accept.substr(comma + 1);
+    size_t semi = item.find(';');
+    if (!EqualsIgnoreCase(Trim(item.substr(0, semi)), kExtentsType)) continue;
+    bool refused = false;
+    while (semi != std::string_view::npos) {
+      item.remove_prefix(semi + 1);
+      semi = item.find(';');
+      const std::string_view param = Trim(item.substr(0, semi));
+      if (param.size() > 2 && EqualsIgnoreCase(param.substr(0, 2), "q=")) {
+        const std::string_view q = param.substr(2);
+        refused = q[0] == '0' && q.find_first_not_of("0.") == std::string_view::npos;
+      }
+    }
+    if (!refused) return true;
+  }
+  return false;
+}
+
+StatusOr<bool> ChunkedDecoder::TakeLine(std::string_view& in, size_t limit) {
+  const size_t nl = in.find('\n');
+  const size_t take = nl == std::string_view::npos ? in.size() : nl + 1;
+  if (line_.size() + take > limit)
+    return Unavailable("chunked framing: a line over " + std::to_string(limit) + " bytes");
+  line_.append(in.substr(0, take));
+  in.remove_prefix(take);
+  if (nl == std::string_view::npos) return false;
+  if (line_.size() < 2 || line_[line_.size() - 2] != '\r') return Unavailable("chunked framing: a line without CRLF");
+  line_.resize(line_.size() - 2);
+  return true;
+}
+
+Status ChunkedDecoder::Feed(std::string_view in, const Out& out) {
+  constexpr size_t kMaxSizeLine = 1024, kMaxTrailers = 16 * 1024;
+  while (!in.empty()) {
+    switch (state_) {
+      case State::kSize: {
+        ASSIGN_OR_RETURN(bool whole, TakeLine(in, kMaxSizeLine));
+        if (!whole) break;
+        const std::string_view digits = std::string_view(line_).substr(0, line_.find(';'));
+        uint64_t n = 0;
+        auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n, 16);
+        if (digits.empty() || digits.size() > 15 || ec != std::errc() || end != digits.data() + digits.size()) {
+          return Unavailable("chunked framing: a bad chunk size \"" + line_.substr(0, 40) + "\"");
+        }
+        line_.clear();
+        left_ = n;
+        state_ = n > 0 ? State::kData : State::kTrailer;
+        break;
+      }
+      case State::kData: {
+        const auto k = static_cast<size_t>(std::min<uint64_t>(left_, in.size()));
+        RETURN_IF_ERROR(out(in.substr(0, k)));
+        in.remove_prefix(k);
+        left_ -= k;
+        if (left_ == 0) state_ = State::kDataEnd;
+        break;
+      }
+      case State::kDataEnd: {  // CRLF; line_ holds the CR once seen
+        if (in[0] != (line_.empty() ? '\r' : '\n')) return Unavailable("chunked framing: a chunk longer than its size");
+        in.remove_prefix(1);
+        if (line_.empty()) {
+          line_ = "\r";
+        } else {
+          line_.clear();
+          state_ = State::kSize;
+        }
+        break;
+      }
+      case State::kTrailer: {
+        const size_t before = in.size();
+        ASSIGN_OR_RETURN(bool whole, TakeLine(in, kMaxTrailers));
+        trailer_ += before - in.size();
+        if (trailer_ > kMaxTrailers) return Unavailable("chunked framing: trailers over 16 KiB");
+        if (!whole) break;
+        if (line_.empty()) state_ = State::kDone;
+        line_.clear();
+        break;
+      }
+      case State::kDone:
+        return Unavailable("chunked framing: bytes after the last chunk");
+    }
+  }
+  return OkStatus();
+}
+
+Status ExtentReader::Feed(std::string_view body, const Sinks& sinks) {
+  while (!body.empty()) {
+    if (data_left_ > 0) {
+      const auto k = static_cast<size_t>(std::min<int64_t>(data_left_, static_cast<int64_t>(body.size())));
+      RETURN_IF_ERROR(sinks.data(body.substr(0, k)));
+      body.remove_prefix(k);
+      data_left_ -= static_cast<int64_t>(k);
+      off_ += static_cast<int64_t>(k);
+      continue;
+    }
+    const std::string at = "extent record at byte " + std::to_string(off_) + ": ";
+    if (off_ == size_) return Unavailable(at + "bytes past the end of the artefact");
+    const size_t take = std::min(kExtentHeaderSize - header_.size(), body.size());
+    header_.append(body.substr(0, take));
+    body.remove_prefix(take);
+    if (header_.size() < kExtentHeaderSize) break;
+    const auto* h = reinterpret_cast<const unsigned char*>(header_.data());
+    uint64_t offset = 0, length = 0;
+    for (int i = 0; i < 8; ++i) offset = offset << 8 | h[1 + i];
+    for (int i = 0; i < 4; ++i) length = length << 8 | h[9 + i];
+    const char kind = header_[0];
+    header_.clear();
+    if (kind != kExtentData && kind != kExtentZeros) {
+      return Unavailable(at + "unknown kind 0x" + HexEncode(&kind, 1));
+    }
+    if (offset != static_cast<uint64_t>(off_)) {
+      return Unavailable(at + "it says byte " + std::to_string(offset) +
+                         (offset < static_cast<uint64_t>(off_) ? " (an overlap)" : " (a gap)"));
+    }
+    if (length == 0 || length > static_cast<uint64_t>(size_ - off_)) {
+      return Unavailable(at + "length " + std::to_string(length) + " with " + std::to_string(size_ - off_) +
+                         " bytes left");
+    }
+    if (kind == kExtentZeros) {
+      RETURN_IF_ERROR(sinks.zeros(static_cast<int64_t>(length)));
+      off_ += static_cast<int64_t>(length);
+    } else {
+      data_left_ = static_cast<int64_t>(length);
     }
   }
   return OkStatus();

@@ -15,8 +15,24 @@
 //   GET /artefacts/<64 lowercase hex>
 //     X-Airlock-Grant: <token>   (required; the registry's grant)
 //     Range: bytes=N-            (optional; the only form served)
-//   200 (Content-Length: size) or 206 (Content-Range: bytes N-<size-1>/<size>)
-//   with the file's bytes, application/octet-stream, X-Airlock-Digest.
+//     Accept: application/x-airlock-extents   (optional: extent records)
+//   200, or 206 with Content-Range: bytes N-<size-1>/<size> (N: logical
+//   offset, whichever body), with X-Airlock-Digest and Vary: Accept; body:
+//   - plain (no Accept listing the type, case-insensitive; ";q=0" is no):
+//     application/octet-stream, Content-Length: size - N, the file's bytes
+//     from N, holes as zeros;
+//   - extents: application/x-airlock-extents, Transfer-Encoding: chunked
+//     (the length is not known before), a sequence of records that covers
+//     [N, size) exactly, in order, each beginning where the last ended:
+//       u8 kind ('D' data, 'Z' zeros), u64 BE offset, u32 BE length (>0),
+//       then `length` bytes for 'D', none for 'Z'.
+//     The server sends holes (SEEK_DATA/SEEK_HOLE) and 64 KiB-aligned
+//     all-zero pieces of what it reads (allocated zeros) as 'Z' (at most
+//     1 GiB each), the rest as 'D' (at most one read, read_chunk bytes);
+//     record and HTTP chunk boundaries are unrelated. A read that fails
+//     cuts the connection (no last chunk): the peer resumes.
+//   Measured (loopback, tests' throwaway run): 2.94 GB logical with 560 MiB
+//   of data and 140 MiB of allocated zeros crossed as 587 MB.
 //   Errors, JSON {"code","message"} (http/json_error.h):
 //     400 a malformed digest or Range (anything but "bytes=N-")
 //     403 no grant, or the grant was refused (check_grant's PermissionDenied
@@ -37,8 +53,9 @@
 // grant, or its TLS identity is not holder_node), NotFound (the holder
 // lacks it), DataLoss (the bytes received do not hash to the digest: the
 // part is deleted; or the holder's own copy is corrupt), Unavailable /
-// DeadlineExceeded (the connection failed after its retries: the part is
-// kept, a later call resumes), ErrnoError for the local file system.
+// DeadlineExceeded (the connection failed, or the body was malformed, after
+// its retries: the part is kept, a later call resumes), ErrnoError for the
+// local file system.
 #pragma once
 
 #include <chrono>
@@ -151,21 +168,35 @@ struct FetchRequest {
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(10)};  // connect + TLS handshake
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(30)};     // no byte for this long: cut
   int retries = 3;                                                      // cut connections resumed within one call
+  // Ask for extent records (Accept: application/x-airlock-extents): holes
+  // and zero blocks do not cross the wire. A holder that answers plain
+  // bytes is served as before. false: ask for plain bytes.
+  bool extents = true;
 };
 
 struct FetchResult {
-  int64_t bytes_received = 0;  // body bytes on the wire in this call
-  bool resumed = false;        // a part from an earlier call was used
+  // Body bytes on the wire in this call (for extents: record headers and
+  // data; chunked framing not counted).
+  int64_t bytes_received = 0;
+  bool resumed = false;  // a part from an earlier call was used
 };
 
 // Blocking; call it on a worker. Serialised per digest by an flock on
 // <tmp_dir>/fetch-<digest>.lock (across processes too): a second caller
 // waits, then finds dest and returns {0, false}. Resumes a part with
 // "Range: bytes=<part size>-" after re-hashing the part (an answer of 200
-// instead of 206 starts over). Writes sparsely: a 64 KiB-aligned block of
-// zeros becomes a hole. Over TLS it names ALPN kArtefactAlpn
-// (cluster_tls.h), so the holder's listener sends it to its artefact
-// server. A retry waits 100 ms times its number first. On success: the
+// instead of 206 starts over). Asks for extent records (r.extents) and
+// reads whichever body comes by its Content-Type: records framed chunked
+// or by Content-Length, plain bytes by Content-Length. Strict: malformed
+// chunked framing, a record of another kind, out of order (a gap or an
+// overlap), of length 0 or past size, bytes after the last record, a body
+// that ends early: Unavailable, handled as a cut connection (the part
+// keeps what came before; resumed within the retries, else kept for a
+// later call). A cut after the last byte loses nothing: the digest
+// decides. The logical bytes are hashed in order ('Z' as zeros). Writes
+// sparsely: a 64 KiB-aligned block of zeros (sent or 'Z') becomes a hole.
+// Over TLS it names ALPN kArtefactAlpn (cluster_tls.h), so the holder's
+// listener sends it to its artefact server. A retry waits 100 ms times its number first. On success: the
 // SHA-256 and size verified, fsync, chmod 0444, rename to dest (its
 // DigestOf sidecar written too). A dest of another size is AlreadyExists;
 // a failed call leaves no empty part. Errors as the file comment says.

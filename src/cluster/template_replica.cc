@@ -219,7 +219,12 @@ Status TemplateReplica::Apply(const TemplateBundle& row) {
     if (!store_.GetTemplate(row.template_id).ok()) return OkStatus();
     ASSIGN_OR_RETURN(auto builds, store_.DeleteTemplate(row.template_id));
     for (const auto& b : builds) {
-      if (!b.image.empty()) (void)image::RemoveTemplateImage(config_.state_dir, b.image);
+      if (b.image.empty()) continue;
+      // No longer a holder of its image (the next image sweep removes the file).
+      if (auto img = image::FindImage(config_.state_dir, b.image); img.ok()) {
+        if (auto d = DigestOf(img->rootfs); d.ok()) (void)registry_.ForgetArtefact(config_.node, d->sha256);
+      }
+      (void)image::RemoveTemplateImage(config_.state_dir, b.image);
     }
     LOG_INFO("cluster templates: template {} was deleted on node {}: removed here", row.template_id, row.publisher);
     return OkStatus();

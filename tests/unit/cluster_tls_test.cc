@@ -207,8 +207,9 @@ TEST_F(ClusterTlsTest, ToNodeChecksThePeerIsThatNode) {
 TEST_F(ClusterTlsTest, ANodeFetchesAnArtefactThroughItsPeersListener) {
   // n1 holds the file; its listener sends its peers to its artefact server.
   const std::string file = root_.path + "/rootfs.ext4";
+  // Its first MiB is data; the rest zeros, written: they stay off the wire.
   std::string content(3 * 1024 * 1024 + 5, '\0');
-  for (size_t i = 0; i < content.size(); i += 4093) content[i] = static_cast<char>(i % 251 + 1);
+  for (size_t i = 0; i < 1024 * 1024; i += 4093) content[i] = static_cast<char>(i % 251 + 1);
   std::ofstream(file, std::ios::binary).write(content.data(), static_cast<std::streamsize>(content.size()));
   auto d = DigestOf(file);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
@@ -245,7 +246,8 @@ TEST_F(ClusterTlsTest, ANodeFetchesAnArtefactThroughItsPeersListener) {
   };
   auto got = fetch("n2", "n1", "copy-n2");
   ASSERT_TRUE(got.ok()) << got.status().ToString();
-  EXPECT_EQ(got->bytes_received, d->size);
+  EXPECT_GT(got->bytes_received, 1000 * 1024);
+  EXPECT_LT(got->bytes_received, 1100 * 1024);
   EXPECT_EQ(read("copy-n2"), content);
   // A member with both roles asks for the artefacts by ALPN: not the API.
   got = fetch("b1", "n1", "copy-b1");
