@@ -20,9 +20,12 @@
 #   airlock cluster certs --out certs --front front \
 #     --node host-a,10.0.0.11 --node host-b,10.0.0.12
 #   cd certs && nomad var put -force nomad/jobs/airlock-node/node ca=@ca.pem \
+#     secrets_key="$(base64 -w0 < secrets.key)" \
 #     host-a_cert=@host-a.pem host-a_key=@host-a.key \
 #     host-b_cert=@host-b.pem host-b_key=@host-b.key
 #
+# secrets_key is the key every node seals and opens the cluster's secrets
+# with (docs/multinode.md "Secrets on every node"; 32 bytes, in base64 here).
 # (`var put` replaces all the items: list every node each time). Keep
 # certs/ca.key out of Nomad: it is only needed to make more certificates.
 # The task renders its three files into its secrets dir; a client with no
@@ -60,6 +63,7 @@ job "airlock-node" {
           "--cluster-ca", "${NOMAD_SECRETS_DIR}/cluster-ca.pem",
           "--cluster-cert", "${NOMAD_SECRETS_DIR}/cluster.pem",
           "--cluster-key", "${NOMAD_SECRETS_DIR}/cluster.key",
+          "--cluster-secrets-key", "${NOMAD_SECRETS_DIR}/cluster-secrets.key",
           "--mcp-api", "${FRONT_ADDRESS}",
           # The fronts relay "<port>-<id>.<domain>" hosts as they came: the
           # node routes them only for its own --domain (docs/server.md).
@@ -102,6 +106,13 @@ job "airlock-node" {
         data        = <<-EOT
           {{ with nomadVar "nomad/jobs/airlock-node/node" }}{{ index . (printf "%s_key" (env "node.unique.name")) }}{{ end }}
         EOT
+      }
+
+      # Exactly the key's 32 bytes (no newline after them).
+      template {
+        destination = "secrets/cluster-secrets.key"
+        perms       = "0400"
+        data        = "{{ with nomadVar \"nomad/jobs/airlock-node/node\" }}{{ .secrets_key | base64Decode }}{{ end }}"
       }
 
       kill_signal  = "SIGTERM"

@@ -15,11 +15,15 @@
 #include "runtime/registry.h"
 #include "server/server.h"
 #include "cluster/cluster_registry.h"
+#include "control/sandbox_controller.h"
 #include "cluster/cluster_tls.h"
 #include "cluster/front.h"
 #include "cluster/membership.h"
 #include "cluster/artefacts.h"
 #include "cluster/template_replica.h"
+#include "cluster/secret_replica.h"
+#include "secrets/sealed.h"
+#include "secrets/secret_store.h"
 #include "templates/template_store.h"
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -33,6 +37,9 @@ namespace po = boost::program_options;
 
 namespace airlock::cli {
 
+static_assert(control::SandboxController::kForkChild == cluster::kWithinCapacity,
+              "a fork child's record asks the cluster registry for a free slot");
+
 namespace {
 
 struct ClusterFlags {
@@ -40,6 +47,7 @@ struct ClusterFlags {
   int capacity = 0, best_of_k = 3, lapse_ms = 5000;
   cluster::ClusterTlsFiles tls;  // --cluster-ca, --cluster-cert, --cluster-key
   bool insecure = false;         // --insecure-cluster
+  std::string secrets_key;       // --cluster-secrets-key
 };
 
 bool WildcardOrLoopback(const std::string& address) {
@@ -77,6 +85,16 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
   }
   if (!cfg.console_listen.empty())
     return fail("--console-listen is for a single daemon: a cluster's console is on its fronts (/console/)");
+  std::string secrets_key;
+  if (!cl.secrets_key.empty()) {
+    if (!node_role) return fail("--cluster-secrets-key is a node's: a front never holds the secrets' key");
+    auto key = secrets::LoadKeyFile(cl.secrets_key);
+    if (!key.ok()) return fail("--cluster-secrets-key: " + key.status().message());
+    secrets_key = std::move(*key);
+  } else if (node_role) {
+    LOG_WARN("airlock serve: no --cluster-secrets-key: this node's secrets stay its own, and secrets made on "
+             "other nodes are not usable here (docs/multinode.md \"Secrets on every node\")");
+  }
   if (node_role && !cfg.tls_listen.empty())
     return fail("--tls-listen is for a single daemon: a node's --listen serves the cluster's TLS to fronts");
   std::string node_name = cl.node_name;
@@ -109,6 +127,11 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
     }
   };
   auto replica_hold = std::make_shared<ReplicaHold>();
+  struct SecretHold {
+    std::mutex mu;
+    std::shared_ptr<cluster::SecretReplica> replica;
+  };
+  auto secret_hold = std::make_shared<SecretHold>();
   boost::asio::io_context artefact_io;
   auto artefact_work = boost::asio::make_work_guard(artefact_io);
   std::unique_ptr<cluster::ArtefactServer> artefacts;
@@ -184,6 +207,33 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
     ncfg.cluster.sandbox_removed = [member_ptr](const std::string& id) {
       if (auto* m = member_ptr->load()) m->SandboxRemoved(id);
     };
+    if (!secrets_key.empty()) {
+      ncfg.cluster.secrets = [secret_hold, reg, node_name, secrets_key](control::SecretsService& svc) {
+        cluster::SecretReplicaConfig sc;
+        sc.node = node_name;
+        sc.key = secrets_key;
+        auto replica = std::make_shared<cluster::SecretReplica>(
+            *reg, [&svc]() { return svc.OpenStore(); }, std::move(sc),
+            [&svc](const std::string& name, const std::string& value) { svc.Redact(name, value); });
+        std::weak_ptr<cluster::SecretReplica> weak = replica;
+        {
+          std::lock_guard<std::mutex> l(secret_hold->mu);
+          secret_hold->replica = replica;
+        }
+        control::SecretsService::ClusterSource src;
+        src.store_opened = [weak](secrets::SecretStore& store) {
+          store.SetOnChange([weak](const std::string& name) {
+            if (auto r = weak.lock()) r->Changed(name);
+          });
+          if (auto r = weak.lock()) r->Changed("");  // what this node has (set while it was down, or by the CLI)
+        };
+        src.refresh = [weak](const std::vector<std::string>& names) -> Status {
+          auto r = weak.lock();
+          return r ? r->Refresh(names) : OkStatus();
+        };
+        return src;
+      };
+    }
     ncfg.cluster.template_image_installed = [replica_hold](const std::string& image) {
       if (auto r = replica_hold->get()) r->Warm(image);
     };
@@ -302,6 +352,10 @@ int ServeCluster(server::ServerConfig cfg, const ClusterFlags& cl) {
   {
     std::lock_guard<std::mutex> l(replica_hold->mu);
     replica_hold->replica.reset();  // its thread ends before the template store goes with the node
+  }
+  {
+    std::lock_guard<std::mutex> l(secret_hold->mu);
+    secret_hold->replica.reset();  // and before the secrets service does
   }
   node.reset();
   return 0;
@@ -517,7 +571,10 @@ int CmdServe(const std::string& state_dir, const std::string& agent_binary, cons
       "PEM: this member's certificate, naming its roles and name (airlock cluster certs; the node name comes from "
       "it)")("cluster-key", po::value(&cl.tls.key), "PEM: the private key of --cluster-cert")(
       "insecure-cluster", po::bool_switch(&cl.insecure),
-      "plain HTTP between fronts and nodes, no certificates (a network nobody else can reach or read)");
+      "plain HTTP between fronts and nodes, no certificates (a network nobody else can reach or read)")(
+      "cluster-secrets-key", po::value(&cl.secrets_key),
+      "node: the file of the key (32 bytes, mode 0600) every node seals and opens the cluster's secrets with "
+      "(airlock cluster certs writes secrets.key); without it a node's secrets stay its own");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);

@@ -18,6 +18,7 @@
 
 #include "common/fd.h"
 #include "common/file_util.h"
+#include "secrets/sealed.h"
 
 namespace airlock::cluster {
 namespace {
@@ -78,6 +79,7 @@ Status Validate(const CertsOptions& o) {
     if (!IsValidMemberName(m.name))
       return InvalidArgument("member name '" + m.name + "' is not [a-z0-9][a-z0-9.-]{0,62}");
     if (m.name == "ca") return InvalidArgument("member name 'ca' is the CA's file name");
+    if (m.name == "secrets") return InvalidArgument("member name 'secrets' is the cluster key's file name");
     if (!seen.insert(m.name).second)
       return InvalidArgument("member '" + m.name + "' given twice (one member can be a front and a node)");
     if (!m.front && !m.node) return InvalidArgument("member '" + m.name + "' is neither a front nor a node");
@@ -374,6 +376,17 @@ StatusOr<std::vector<std::string>> MakeClusterCerts(const CertsOptions& o) {
     RETURN_IF_ERROR(WriteReplacing(ca_pem, cert_pem, 0644));
     written.push_back(ca_pem);
     written.push_back(ca_key);
+  }
+  // The cluster key (every node's --cluster-secrets-key): made once, like
+  // the CA; one found here must pass the key file rules.
+  const std::string secrets_key = o.dir + "/" + kClusterSecretsKeyFile;
+  ASSIGN_OR_RETURN(bool made_key, secrets::CreateKeyFile(secrets_key));
+  if (made_key) {
+    written.push_back(secrets_key);
+  } else {
+    auto key = secrets::LoadKeyFile(secrets_key);
+    if (!key.ok()) return FailedPrecondition(key.status().message());
+    secrets::Wipe(*key);
   }
   for (const auto& m : o.members) {
     ASSIGN_OR_RETURN(PkeyPtr key, NewKey());

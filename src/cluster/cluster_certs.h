@@ -8,6 +8,12 @@
 //     basicConstraints critical CA:TRUE pathlen:0, keyUsage critical
 //     keyCertSign,cRLSign, subjectKeyIdentifier. Made once, then reused, so
 //     members can be added later.
+//   secrets.key (0600): the cluster key, 32 random bytes, that sealing
+//     secrets in the registry uses (secrets/sealed.h; every node is given it
+//     with `serve --cluster-secrets-key`, fronts never need it). Made once
+//     with O_EXCL (a temporary sibling linked into place), then kept; one
+//     that breaks the key file rules (size, mode, owner) is
+//     FailedPrecondition naming the path and the rule.
 //   <name>.pem (0644), <name>.key (0600) per member: EC P-256, signed by the CA
 //     with SHA-256, CN=<name>, a random 128-bit serial, valid from now-5min
 //     for `days` days; basicConstraints critical CA:FALSE, keyUsage critical
@@ -20,11 +26,12 @@
 // renamed into place: a reader sees the old file or the whole new one.
 //
 // Errors: InvalidArgument for a bad name (not [a-z0-9][a-z0-9.-]{0,62}, "ca",
-// or given twice), a member with no role, an IP that is not an IPv4/IPv6
+// "secrets", or given twice), a member with no role, an IP that is not an IPv4/IPv6
 // literal, days outside 1..3650; FailedPrecondition for ca.pem without
-// ca.key (or the reverse), a CA key that does not match ca.pem, or a ca.pem
-// that is not a CA; ErrnoError (path named) for the file system; Internal
-// with OpenSSL's reason for the crypto.
+// ca.key (or the reverse), a CA key that does not match ca.pem, a ca.pem
+// that is not a CA, or a secrets.key that breaks the key file rules;
+// ErrnoError (path named) for the file system; Internal with OpenSSL's
+// reason for the crypto.
 #pragma once
 
 #include <openssl/x509.h>
@@ -57,9 +64,13 @@ struct CertsOptions {
 // True for a valid member name: [a-z0-9][a-z0-9.-]{0,62}.
 bool IsValidMemberName(const std::string& name);
 
-// Makes (or reuses) the CA in o.dir and one certificate and key per member,
-// as the file comment says. Returns the paths written, in order (ca.pem,
-// ca.key when made now; then <name>.pem, <name>.key per member).
+// The cluster key's file name in the output directory.
+inline constexpr char kClusterSecretsKeyFile[] = "secrets.key";
+
+// Makes (or reuses) the CA and the cluster key in o.dir and one certificate
+// and key per member, as the file comment says. Returns the paths written,
+// in order (ca.pem, ca.key when made now; secrets.key when made now; then
+// <name>.pem, <name>.key per member).
 StatusOr<std::vector<std::string>> MakeClusterCerts(const CertsOptions& o);
 
 // The cluster identity in a peer certificate: the name and roles of its role

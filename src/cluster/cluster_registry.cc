@@ -102,7 +102,9 @@ CREATE INDEX idempotency_routes_made_at ON idempotency_routes (made_at);
     // 4: custom templates on every node (issue 38 item 1): the node that
     // builds a template publishes its bundle (bundle NULL: deleted), every
     // node records the content-addressed files (images) it holds, and a
-    // node fetching one from another carries a short-lived grant.
+    // node fetching one from another carries a short-lived grant. Secrets
+    // on every node (issue 38 item 3): each node publishes its secrets
+    // sealed with the cluster key.
     R"sql(
 CREATE TABLE template_bundles (
   template_id text PRIMARY KEY,
@@ -132,6 +134,18 @@ CREATE TABLE artefact_grants (
   made_at   timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX artefact_grants_made_at ON artefact_grants (made_at);
+-- Secrets on every node (issue 38 item 3): each value sealed with the
+-- cluster key (AES-256-GCM, nonce|ciphertext|tag in base64; never in
+-- clear); sealed NULL: deleted. info: its policy, API attributes, size and
+-- times (JSON).
+CREATE TABLE cluster_secrets (
+  name       text PRIMARY KEY,
+  sealed     text,
+  info       text NOT NULL,
+  publisher  text NOT NULL,
+  updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX cluster_secrets_updated_at ON cluster_secrets (updated_at);
 )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kSchemaVersion);
@@ -524,6 +538,26 @@ StatusOr<int64_t> ClusterRegistry::ClaimReservation(const std::string& node, con
 }
 
 Status ClusterRegistry::AddSandbox(const std::string& id, const std::string& node, int64_t reservation) {
+  if (reservation == kWithinCapacity) {
+    // A fork child: counted only while the node has a free slot (no front
+    // reserved one for it), so a fork never takes a node past its capacity.
+    return InTx(pool_, [&](PgPool::Lease& c) -> Status {
+      RETURN_IF_ERROR(LockNode(c, node));
+      ASSIGN_OR_RETURN(auto r, c->Exec("SELECT reserved, capacity, EXISTS (SELECT 1 FROM sandboxes WHERE id = $1) "
+                                       "FROM nodes WHERE name = $2",
+                                       {id, node}));
+      if (r.empty()) return NotFound("node " + node + " is not in the cluster registry");
+      if (r.Text(0, 2) == "t") return OkStatus();  // counted already (the sync's)
+      if (std::stoll(r.Text(0, 0)) + 1 > std::stoll(r.Text(0, 1)))
+        return ResourceExhausted("node " + node + " is at its capacity (" + r.Text(0, 1) +
+                                 " sandboxes): no room for a fork child");
+      return c
+          ->Exec("WITH ins AS (INSERT INTO sandboxes (id, node) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING "
+                 "RETURNING 1) UPDATE nodes SET reserved = reserved + (SELECT count(*) FROM ins) WHERE name = $2",
+                 {id, node})
+          .status();
+    });
+  }
   if (reservation == 0) {
     // A fork child or the sync's: counted when inserted, once.
     return pool_

@@ -31,6 +31,13 @@
 //                                           node's short-lived permission to
 //                                           fetch one artefact from one
 //                                           holder (schema 4)
+//   cluster_secrets(name, sealed, info, publisher, updated_at)  a secret
+//                                           as the node that stored it last
+//                                           published it: its value sealed
+//                                           with the cluster key (base64 of
+//                                           nonce|ciphertext|tag, never in
+//                                           clear; NULL: deleted), its
+//                                           policy and attributes (schema 4)
 //
 // Capacity accounting. The rule: a node's `reserved` is its sandboxes not
 // lost plus its reservations not used yet (and younger than the TTL).
@@ -77,6 +84,9 @@
 namespace airlock::cluster {
 
 inline constexpr int kSchemaVersion = 4;
+// AddSandbox's `reservation` for a sandbox the node makes by itself (a fork
+// child): no front reserved its slot, so it needs a free one.
+inline constexpr int64_t kWithinCapacity = -1;
 
 // A reservation with no record from its node after this long is dropped
 // (the heartbeat's reconciliation). Longer than a front waits for a node's
@@ -128,6 +138,15 @@ struct TemplateBundle {
   std::vector<std::string> names;            // the id and every alias (of `team`'s namespace)
   std::string bundle;                        // TemplateStore::ExportTemplate's JSON text; "" = a tombstone
   int64_t updated_ms = 0;                    // Unix ms of the last publish
+};
+
+// A secret as the registry holds it (cluster_secrets; cluster/secret_replica.h).
+struct ClusterSecretRow {
+  std::string name;
+  std::string sealed;      // base64 of nonce(12)|ciphertext|tag(16) under the cluster key; "" = a tombstone
+  std::string info;        // JSON: policy, api, size, createdAtMs, updatedAtMs (the publisher's store)
+  std::string publisher;   // the node that published it last
+  int64_t updated_ms = 0;  // Unix ms of the last publish (the registry's clock)
 };
 
 // What a heartbeat found (and corrected).
@@ -205,8 +224,9 @@ class ClusterRegistry {
   // with ClaimReservation): a front already holds its slot, so that row is
   // marked used instead of counting the sandbox again (gone meanwhile, e.g.
   // dropped by the TTL: counted); a row already there (the sync's) frees
-  // that reservation's slot. 0: a sandbox the node made itself (a fork
-  // child, the sync's), counted once.
+  // that reservation's slot. 0: a sandbox the node already runs (the
+  // sync's), counted once. kWithinCapacity: a fork child, counted only when
+  // the node has a free slot (ResourceExhausted otherwise, nothing written).
   Status AddSandbox(const std::string& id, const std::string& node, int64_t reservation);
   // A node's check of a create's X-Airlock-Reservation: the row with
   // `token`, made for `node`, for a create whose body digest is
@@ -265,6 +285,22 @@ class ClusterRegistry {
   // lower-case hex digits or a bad digest.
   Status CheckArtefactGrant(const std::string& holder, const std::string& token, const std::string& digest);
 
+  // ---- secrets across the cluster (cluster_secrets; every call in
+  // cluster_registry_secrets.cc) ----
+  // Upserts the row of `name` (publisher, updated_at = now). `sealed`: the
+  // value sealed with the cluster key, as base64 text; "" writes a
+  // tombstone (sealed NULL: deleted on `publisher`), so every node deletes
+  // its copy. `info` "" is stored as "{}". InvalidArgument for a name that
+  // is no secret name (secrets::ValidateSecretName) or an empty publisher.
+  Status PublishSecret(const std::string& name, const std::string& sealed, const std::string& info,
+                       const std::string& publisher);
+  // Every row (tombstones included) updated at or after `since_ms` (Unix
+  // ms), oldest first: a node's periodic import.
+  StatusOr<std::vector<ClusterSecretRow>> SecretsSince(int64_t since_ms);
+  // The rows of these names (tombstones included), oldest first; names
+  // with no row are left out.
+  StatusOr<std::vector<ClusterSecretRow>> SecretsNamed(const std::vector<std::string>& names);
+
   // ---- API keys (the same records and key format as core/registry.h) ----
   StatusOr<std::pair<ApiKeyRecord, std::string>> CreateApiKey(const std::string& name, const std::string& team,
                                                               bool admin);
@@ -283,6 +319,7 @@ class ClusterRegistry {
  private:
   ClusterRegistry(const std::string& url, size_t pool) : pool_(url, pool) {}
   StatusOr<std::vector<TemplateBundle>> TemplateBundlesWhere(const std::string& where, const std::string& arg);
+  StatusOr<std::vector<ClusterSecretRow>> SecretsWhere(const std::string& where, const std::string& arg);
   Status Migrate();
   PgPool pool_;
   std::mutex rng_mu_;

@@ -272,7 +272,9 @@ void Front::Route(Conn c, const ApiKeyRecord& key, const std::string& presented)
   std::vector<std::string> rest = seg;
   if (rest[0] == "v1" || rest[0] == "v2" || rest[0] == "v3") rest.erase(rest.begin());
   if (rest.empty()) return c->RespondError(404, "no such route");
-  if (rest[0] == "templates" || rest[0] == "builds") return ToTemplateNode(std::move(c));
+  // The template node serves the template and secret routes; every node
+  // has the same templates and secrets (template_replica.h, secret_replica.h).
+  if (rest[0] == "templates" || rest[0] == "builds" || rest[0] == "secrets") return ToTemplateNode(std::move(c));
   if (rest[0] == "snapshots" && verb == http::Method::kGet) return FanOut(std::move(c));
   if (rest[0] == "sandboxes") {
     if (rest.size() == 1 && verb == http::Method::kPost) return Create(std::move(c), key.team);
@@ -284,10 +286,6 @@ void Front::Route(Conn c, const ApiKeyRecord& key, const std::string& presented)
   if (seg.size() == 1 && seg[0] == "audit" && verb == http::Method::kGet) return AuditRoute(std::move(c));
   if (seg.size() == 2 && seg[0] == "audit" && seg[1] == "verify" && verb == http::Method::kGet)
     return AuditVerifyRoute(std::move(c));
-  if (rest[0] == "secrets") {
-    return c->RespondError(501, "/" + rest[0] + " is served by each node, not through a front yet "
-                                "(docs/multinode.md \"What a front does not do yet\")");
-  }
   c->RespondError(404, "no such route");
 }
 
@@ -575,7 +573,7 @@ void Front::ToTemplateNode(Conn c) {
       for (const auto& n : *nodes) {
         if (Fresh(n)) return Forward(c, n.address, n.name);
       }
-      c->RespondError(503, "no live node to build or serve templates");
+      c->RespondError(503, "no live node to serve templates or secrets");
     });
   });
 }

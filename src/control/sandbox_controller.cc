@@ -266,7 +266,7 @@ StatusOr<std::vector<StatusOr<std::shared_ptr<Sandbox>>>> SandboxController::For
     RETURN_IF_ERROR(d_.registry.SetOwner(OwnedKind::kSandbox, child.id(), child.attributes().owner_team)
                         .WithContext("fork child owner"));
     if (!hooks_.record_in_cluster) return OkStatus();
-    return hooks_.record_in_cluster(child.id(), /*reservation=*/0).WithContext("cluster registry");
+    return hooks_.record_in_cluster(child.id(), kForkChild).WithContext("cluster registry");
   };
   ASSIGN_OR_RETURN(auto children, d_.manager.Fork(id, count, fo));
   for (auto& child : children) {

@@ -110,13 +110,17 @@ class SandboxController {
     int64_t disk_per_create_mib = 256;  // a create's overlay and snapshots (serve --disk-per-create)
     bool template_snapshots = true;  // false: every create cold boots (serve --no-template-snapshot)
   };
+  // record_in_cluster's `reservation` for a fork child (the cluster
+  // registry's kWithinCapacity: no front reserved its slot).
+  static constexpr int64_t kForkChild = -1;
   struct Hooks {
     // Runs blocking work on a worker thread.
     std::function<void(std::function<void()>)> run_blocking;
     // Appends one record to the audit trail.
     std::function<void(nlohmann::json)> audit;
     // The handover's last step on a cluster node (the registry learns the
-    // sandbox; `reservation`: the claimed one, 0: none); null on a single node.
+    // sandbox; `reservation`: the claimed one, 0: none, kForkChild: a fork
+    // child, which needs a free slot of the node's); null on a single node.
     std::function<Status(const std::string& id, int64_t reservation)> record_in_cluster;
     // A cluster node's check of a create's reservation before anything is
     // started (ClusterRegistry::ClaimReservation): its row id, or

@@ -38,6 +38,7 @@ StatusOr<secrets::SecretStore*> SecretsService::Store() {
   std::lock_guard<std::mutex> l(mu_);
   if (!store_) {
     ASSIGN_OR_RETURN(store_, secrets::SecretStore::Open(options_.db_path, options_.db_dir + "/secrets.key"));
+    if (cluster_.store_opened) cluster_.store_opened(*store_);
   }
   return store_.get();
 }
@@ -79,6 +80,13 @@ StatusOr<SecretAttachment> SecretsService::Attach(const std::vector<secrets::Bin
     for (const auto& [k, v] : CaEnvVars()) opts->env_vars.emplace(k, v);
   }
   if (att.bindings.empty()) return att;
+  if (cluster_.refresh) {
+    // What the other nodes know of these names (a secret made through a front a moment ago).
+    std::vector<std::string> names;
+    for (const auto& b : att.bindings) names.push_back(b.name);
+    if (Status st = cluster_.refresh(names); !st.ok())
+      LOG_WARN("secrets: the cluster's copy was not read ({}): this node's is used", st.message());
+  }
   ASSIGN_OR_RETURN(auto* store, Store());
   for (auto& b : att.bindings) {
     // Existence is an admin's business: another team learns only that it may not use the name.

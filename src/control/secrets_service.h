@@ -137,6 +137,21 @@ class SecretsService {
   // The API secrets `caller` may see, ordered by name.
   StatusOr<std::vector<secrets::SecretInfo>> VisibleSecrets(const Caller& caller);
 
+  // A cluster node's share of the cluster's secrets (cluster/secret_replica.h),
+  // set once before use: `store_opened` is called once the store is open
+  // (the replica observes its changes); `refresh` imports the registry's
+  // copy of the secrets a create names before Attach reads them (its error
+  // is logged and the local copy used).
+  struct ClusterSource {
+    std::function<void(secrets::SecretStore& store)> store_opened;
+    std::function<Status(const std::vector<std::string>& names)> refresh;
+  };
+  void SetClusterSource(ClusterSource source) { cluster_ = std::move(source); }
+  // The store, opened on first use (the cluster replica imports into it).
+  StatusOr<secrets::SecretStore*> OpenStore() { return Store(); }
+  // A value imported from another node: redacted from every log from now on.
+  void Redact(const std::string& name, const std::string& value) { (void)redactor_->Add(name, value); }
+
  private:
   StatusOr<secrets::SecretStore*> Store();  // opened on first use
   Status RefreshRedactor();
@@ -160,6 +175,7 @@ class SecretsService {
   std::unique_ptr<secrets::SecretStore> store_;  // guarded by mu_
   std::set<std::string> ca_installing_;          // guarded by mu_
   std::mutex api_mu_;                            // read-modify-write of a secret's version
+  ClusterSource cluster_;
 };
 
 }  // namespace airlock::control

@@ -1,71 +1,23 @@
 #include "secrets/secret_store.h"
 
-#include <fcntl.h>
-#include <openssl/evp.h>
 #include <sqlite3.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "common/clock.h"
-#include "common/fd.h"
 #include "secrets/redactor.h"
+#include "secrets/sealed.h"
 
 namespace airlock::secrets {
 namespace {
 
-constexpr size_t kKeyBytes = 32, kNonceBytes = 12, kTagBytes = 16;
-
-Status Random(unsigned char* out, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = ::getrandom(out + got, n - got, 0);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("getrandom");
-    }
-    got += static_cast<size_t>(r);
-  }
-  return OkStatus();
-}
-
-// Reads the key file, creating it (O_EXCL, 0600) when absent.
+// Reads the key file (sealed.h's rules), creating it first when absent.
 StatusOr<std::string> LoadKey(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd && errno == ENOENT) {
-    unsigned char key[kKeyBytes];
-    RETURN_IF_ERROR(Random(key, sizeof key));
-    UniqueFd w(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
-    if (!w) {
-      if (errno != EEXIST) return ErrnoError("create " + path);
-    } else {
-      if (::fchmod(w.get(), 0600) != 0) return ErrnoError("fchmod " + path);
-      if (::write(w.get(), key, sizeof key) != static_cast<ssize_t>(sizeof key) || ::fsync(w.get()) != 0) {
-        ::unlink(path.c_str());
-        return ErrnoError("write " + path);
-      }
-    }
-    fd.Reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  }
-  if (!fd) return ErrnoError("open " + path);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoError("fstat " + path);
-  if (!S_ISREG(st.st_mode)) return FailedPrecondition(path + " is not a regular file");
-  if ((st.st_mode & 077) != 0) {
-    return PermissionDenied(path + " is readable by group or others (mode " + std::to_string(st.st_mode & 0777) +
-                            " octal-decimal); chmod 600 it");
-  }
-  if (st.st_uid != ::geteuid()) return PermissionDenied(path + " is not owned by this user");
-  std::string key(kKeyBytes, '\0');
-  if (st.st_size != static_cast<off_t>(kKeyBytes) ||
-      ::read(fd.get(), key.data(), kKeyBytes) != static_cast<ssize_t>(kKeyBytes)) {
-    return Status(StatusCode::kDataLoss, path + " must hold exactly 32 bytes");
-  }
-  return key;
+  RETURN_IF_ERROR(CreateKeyFile(path).status());
+  return LoadKeyFile(path);
 }
 
 std::string Aad(const std::string& name) { return "airlock-secret-v1:" + name; }
@@ -154,66 +106,82 @@ StatusOr<std::unique_ptr<SecretStore>> SecretStore::Open(const std::string& db_p
   return s;
 }
 
-SecretStore::~SecretStore() { sqlite3_close_v2(db_); }
+SecretStore::~SecretStore() {
+  sqlite3_close_v2(db_);
+  Wipe(key_);
+}
 
 Status SecretStore::Set(const std::string& name, const std::string& value, const SecretPolicy& policy,
                         const ApiAttributes* api) {
-  return Write(name, value, policy, api, /*create=*/false);
+  RETURN_IF_ERROR(Write(name, value, policy, api, Mode::kSet, 0, 0));
+  Notify(name);
+  return OkStatus();
 }
 
 Status SecretStore::Create(const std::string& name, const std::string& value, const SecretPolicy& policy,
                            const ApiAttributes& api) {
-  return Write(name, value, policy, &api, /*create=*/true);
+  RETURN_IF_ERROR(Write(name, value, policy, &api, Mode::kCreate, 0, 0));
+  Notify(name);
+  return OkStatus();
+}
+
+Status SecretStore::ImportSecret(const std::string& name, const std::string& value, const SecretPolicy& policy,
+                                 const ApiAttributes& api, int64_t created_ms, int64_t updated_ms) {
+  return Write(name, value, policy, &api, Mode::kImport, created_ms, updated_ms);
+}
+
+void SecretStore::SetOnChange(std::function<void(const std::string& name)> fn) {
+  std::lock_guard<std::mutex> l(on_change_mu_);
+  on_change_ = std::move(fn);
+}
+
+void SecretStore::Notify(const std::string& name) {
+  std::function<void(const std::string&)> fn;
+  {
+    std::lock_guard<std::mutex> l(on_change_mu_);
+    fn = on_change_;
+  }
+  if (fn) fn(name);
 }
 
 Status SecretStore::Write(const std::string& name, const std::string& value, const SecretPolicy& policy,
-                          const ApiAttributes* api, bool create) {
+                          const ApiAttributes* api, Mode mode, int64_t created_ms, int64_t updated_ms) {
   RETURN_IF_ERROR(ValidateSecretName(name));
   if (value.size() < kMinSecretBytes || value.size() > kMaxSecretBytes) {
     return InvalidArgument("secret value must be " + std::to_string(kMinSecretBytes) + " bytes to 64 KiB (got " +
                            std::to_string(value.size()) + ")");
   }
-  unsigned char nonce[kNonceBytes], tag[kTagBytes];
-  RETURN_IF_ERROR(Random(nonce, sizeof nonce));
-  std::string ct(value.size(), '\0');
-  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
-  int n = 0, m = 0;
-  std::string aad = Aad(name);
-  bool ok =
-      ctx && EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, nullptr, nullptr) == 1 &&
-      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, kNonceBytes, nullptr) == 1 &&
-      EVP_EncryptInit_ex(ctx, nullptr, nullptr, reinterpret_cast<const unsigned char*>(key_.data()), nonce) == 1 &&
-      EVP_EncryptUpdate(ctx, nullptr, &n, reinterpret_cast<const unsigned char*>(aad.data()),
-                        static_cast<int>(aad.size())) == 1 &&
-      EVP_EncryptUpdate(ctx, reinterpret_cast<unsigned char*>(ct.data()), &n,
-                        reinterpret_cast<const unsigned char*>(value.data()), static_cast<int>(value.size())) == 1 &&
-      EVP_EncryptFinal_ex(ctx, reinterpret_cast<unsigned char*>(ct.data()) + n, &m) == 1 &&
-      EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, kTagBytes, tag) == 1;
-  EVP_CIPHER_CTX_free(ctx);
-  if (!ok) return Internal("AES-256-GCM encryption failed");
-  int64_t now = NowUnixMs();
+  // nonce | ciphertext | tag, kept in three columns.
+  ASSIGN_OR_RETURN(std::string sealed, Seal(key_, Aad(name), value));
+  const std::string nonce = sealed.substr(0, kSealNonceBytes);
+  const std::string ct = sealed.substr(kSealNonceBytes, value.size());
+  const std::string tag = sealed.substr(kSealNonceBytes + value.size());
+  const int64_t now = NowUnixMs();
+  if (mode != Mode::kImport) created_ms = updated_ms = now;
   std::lock_guard<std::mutex> l(mu_);
   std::string sql =
       "INSERT INTO secrets (name, nonce, ciphertext, tag, size, created_at, updated_at, policy, api)"
       " VALUES (?,?,?,?,?,?,?,?,?)";
-  if (!create) {
+  if (mode != Mode::kCreate) {
     sql += " ON CONFLICT(name) DO UPDATE SET nonce=excluded.nonce, ciphertext=excluded.ciphertext, tag=excluded.tag,"
            " size=excluded.size, updated_at=excluded.updated_at, policy=excluded.policy";
     if (api) sql += ", api=excluded.api";
+    if (mode == Mode::kImport) sql += ", created_at=excluded.created_at";
   }
   Stmt s(db_, sql.c_str());
   if (!s.ok) return SqlError(db_, "prepare set");
   s.Text(1, name);
-  s.Blob(2, std::string(reinterpret_cast<char*>(nonce), sizeof nonce));
+  s.Blob(2, nonce);
   s.Blob(3, ct);
-  s.Blob(4, std::string(reinterpret_cast<char*>(tag), sizeof tag));
+  s.Blob(4, tag);
   s.Int(5, static_cast<int64_t>(value.size()));
-  s.Int(6, now);
-  s.Int(7, now);
+  s.Int(6, created_ms);
+  s.Int(7, updated_ms);
   s.Text(8, policy.ToJson());
   s.Text(9, api ? api->ToJson() : std::string());
   int rc = sqlite3_step(s.s);
-  if (create && (rc == SQLITE_CONSTRAINT || sqlite3_extended_errcode(db_) == SQLITE_CONSTRAINT_PRIMARYKEY)) {
+  if (mode == Mode::kCreate &&
+      (rc == SQLITE_CONSTRAINT || sqlite3_extended_errcode(db_) == SQLITE_CONSTRAINT_PRIMARYKEY)) {
     return Status(StatusCode::kAlreadyExists, "secret " + name + " already exists");
   }
   if (rc != SQLITE_DONE) return SqlError(db_, "set " + name);
@@ -222,7 +190,7 @@ Status SecretStore::Write(const std::string& name, const std::string& value, con
 
 StatusOr<std::string> SecretStore::Get(const std::string& name) {
   RETURN_IF_ERROR(ValidateSecretName(name));
-  std::string nonce, ct, tag;
+  std::string sealed;
   {
     std::lock_guard<std::mutex> l(mu_);
     Stmt s(db_, "SELECT nonce, ciphertext, tag FROM secrets WHERE name = ?");
@@ -231,28 +199,13 @@ StatusOr<std::string> SecretStore::Get(const std::string& name) {
     int rc = sqlite3_step(s.s);
     if (rc == SQLITE_DONE) return NotFound("secret " + name + " does not exist (airlock secret set " + name + ")");
     if (rc != SQLITE_ROW) return SqlError(db_, "get " + name);
-    nonce = s.Col(0);
-    ct = s.Col(1);
-    tag = s.Col(2);
+    const std::string nonce = s.Col(0), tag = s.Col(2);
+    if (nonce.size() != kSealNonceBytes || tag.size() != kSealTagBytes)
+      return Status(StatusCode::kDataLoss, "secret " + name + ": malformed row");
+    sealed = nonce + s.Col(1) + tag;
   }
-  if (nonce.size() != kNonceBytes || tag.size() != kTagBytes)
-    return Status(StatusCode::kDataLoss, "secret " + name + ": malformed row");
-  std::string pt(ct.size(), '\0');
-  std::string aad = Aad(name);
-  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
-  int n = 0, m = 0;
-  bool ok = ctx && EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, nullptr, nullptr) == 1 &&
-            EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, kNonceBytes, nullptr) == 1 &&
-            EVP_DecryptInit_ex(ctx, nullptr, nullptr, reinterpret_cast<const unsigned char*>(key_.data()),
-                               reinterpret_cast<const unsigned char*>(nonce.data())) == 1 &&
-            EVP_DecryptUpdate(ctx, nullptr, &n, reinterpret_cast<const unsigned char*>(aad.data()),
-                              static_cast<int>(aad.size())) == 1 &&
-            EVP_DecryptUpdate(ctx, reinterpret_cast<unsigned char*>(pt.data()), &n,
-                              reinterpret_cast<const unsigned char*>(ct.data()), static_cast<int>(ct.size())) == 1 &&
-            EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, kTagBytes, tag.data()) == 1 &&
-            EVP_DecryptFinal_ex(ctx, reinterpret_cast<unsigned char*>(pt.data()) + n, &m) == 1;
-  EVP_CIPHER_CTX_free(ctx);
-  if (!ok)
+  auto pt = Unseal(key_, Aad(name), sealed);
+  if (!pt.ok() && pt.status().code() == StatusCode::kDataLoss)
     return Status(StatusCode::kDataLoss, "secret " + name + ": decryption failed (wrong key file or tampered row)");
   return pt;
 }
@@ -297,6 +250,12 @@ StatusOr<std::vector<SecretInfo>> SecretStore::List() {
 }
 
 Status SecretStore::Remove(const std::string& name) {
+  RETURN_IF_ERROR(RemoveRow(name));
+  Notify(name);
+  return OkStatus();
+}
+
+Status SecretStore::RemoveRow(const std::string& name) {
   RETURN_IF_ERROR(ValidateSecretName(name));
   std::lock_guard<std::mutex> l(mu_);
   Stmt s(db_, "DELETE FROM secrets WHERE name = ?");
@@ -305,6 +264,11 @@ Status SecretStore::Remove(const std::string& name) {
   if (sqlite3_step(s.s) != SQLITE_DONE) return SqlError(db_, "remove " + name);
   if (sqlite3_changes(db_) == 0) return NotFound("secret " + name + " does not exist");
   return OkStatus();
+}
+
+Status SecretStore::RemoveImported(const std::string& name) {
+  Status st = RemoveRow(name);
+  return st.code() == StatusCode::kNotFound ? OkStatus() : st;
 }
 
 Status SecretStore::PutBindings(const std::vector<Binding>& bindings) {

@@ -1,10 +1,17 @@
 // SecretStore: named secrets encrypted at rest in SQLite (table `secrets`
-// of the daemon's database), with AES-256-GCM under a key kept in a separate
-// file (<state dir>/secrets.key: 32 random bytes, mode 0600, created on first
-// use with O_EXCL; refused when its mode lets group/others read it or its
-// size is wrong). Each row holds a fresh 12-byte nonce, the ciphertext and
-// the 16-byte tag; the additional data is "airlock-secret-v1:<name>", so a
-// ciphertext moved to another name fails to decrypt.
+// of the daemon's database), with AES-256-GCM (secrets/sealed.h) under a key
+// kept in a separate file (<state dir>/secrets.key: 32 random bytes, mode
+// 0600, created on first use with O_EXCL; refused when its mode lets
+// group/others read it, another user owns it or its size is wrong). Each row
+// holds a fresh 12-byte nonce, the ciphertext and the 16-byte tag; the
+// additional data is "airlock-secret-v1:<name>", so a ciphertext moved to
+// another name fails to decrypt.
+//
+// In a cluster (docs/multinode.md) every node's store holds every secret:
+// the store's observer (SetOnChange) hears each committed Set, Create and
+// Remove, which the node's secret replica (cluster/secret_replica.h)
+// publishes; what other nodes published comes in through ImportSecret and
+// RemoveImported, which the observer does not hear.
 //
 // It also remembers which sandbox references which secret (bindings), so a
 // restarted daemon can rebuild the broker table for adopted sandboxes.
@@ -23,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -113,7 +121,21 @@ class SecretStore {
   StatusOr<SecretPolicy> PolicyOf(const std::string& name);  // NotFound
   StatusOr<std::string> Get(const std::string& name);
   StatusOr<std::vector<SecretInfo>> List();
-  Status Remove(const std::string& name);
+  Status Remove(const std::string& name);  // NotFound
+
+  // Called with the secret's name after each Set, Create and Remove that
+  // committed (not after one that failed), on the caller's thread, outside
+  // the store's lock (it may call the store). Replaces the previous one;
+  // null: none.
+  void SetOnChange(std::function<void(const std::string& name)> fn);
+  // A secret another node published (the observer is not called): stored
+  // under `name` with its value, policy and API attributes (all replaced
+  // when the name exists) and the given creation and update times (Unix ms,
+  // the publisher's). The name and value rules of Set apply.
+  Status ImportSecret(const std::string& name, const std::string& value, const SecretPolicy& policy,
+                      const ApiAttributes& api, int64_t created_ms, int64_t updated_ms);
+  // A secret another node deleted (the observer is not called): OK when absent.
+  Status RemoveImported(const std::string& name);
 
   Status PutBindings(const std::vector<Binding>& bindings);
   StatusOr<std::vector<Binding>> BindingsOf(const std::string& sandbox);
@@ -123,12 +145,17 @@ class SecretStore {
   StatusOr<std::vector<std::string>> BoundSandboxes();
 
  private:
+  enum class Mode { kSet, kCreate, kImport };
   SecretStore() = default;
   Status Write(const std::string& name, const std::string& value, const SecretPolicy& policy, const ApiAttributes* api,
-               bool create);
+               Mode mode, int64_t created_ms, int64_t updated_ms);
+  Status RemoveRow(const std::string& name);
+  void Notify(const std::string& name);
   sqlite3* db_ = nullptr;
   std::string key_;  // 32 bytes
   std::mutex mu_;
+  std::mutex on_change_mu_;
+  std::function<void(const std::string&)> on_change_;
 };
 
 Status ValidateSecretName(const std::string& name);

@@ -138,6 +138,7 @@ class DaemonStart {
         });
       };
       s->secrets_ = std::make_unique<SecretsService>(std::move(so), s->audit_.redactor, std::move(hooks));
+      if (s->config_.cluster.secrets) s->secrets_->SetClusterSource(s->config_.cluster.secrets(*s->secrets_));
     }
     {
       LifecycleEvents::Options lo;

@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "control/admission.h"
 #include "control/memory_pressure.h"
+#include "control/secrets_service.h"
 #include "control/template_catalog.h"
 #include "core/manager.h"
 #include "core/reaper.h"
@@ -185,6 +186,11 @@ struct ServerConfig {
     // A build's image was installed, before the build is ready (on the
     // build's thread): what sharing it needs is done now (its digest).
     std::function<void(const std::string& image)> template_image_installed;
+    // The node's share of the cluster's secrets (cluster/secret_replica.h):
+    // called once the secrets service exists, on the starting thread;
+    // returns what it asks of the cluster. What it keeps of `service` must
+    // be let go before the Server is destroyed.
+    std::function<control::SecretsService::ClusterSource(control::SecretsService& service)> secrets;
   } cluster;
 };
 

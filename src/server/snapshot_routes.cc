@@ -42,7 +42,8 @@ void SnapshotApi::ForkSandbox(std::shared_ptr<HttpConn> c, const std::string& id
       json out = json::array();
       for (auto& child : *children) {
         if (!child.ok()) {
-          out.push_back({{"error", {{"code", 500}, {"message", child.status().message()}}}});
+          // A node at its cluster capacity: 503, as a create placed nowhere.
+          out.push_back({{"error", {{"code", HttpStatusFor(child.status())}, {"message", child.status().message()}}}});
           continue;
         }
         SandboxRecord r = (*child)->Record();

@@ -70,14 +70,16 @@ function makeCerts(dir, args) {
 
 // An HTTPS request to a node as a client holding `member`'s certificate
 // (a front's, unless the test says otherwise: null for none), trusting
-// `ca` (default: the cluster's). Resolves { status, text, headers };
+// `ca` (default: the cluster's), offering the ALPN protocols `alpn` if
+// given. Resolves { status, text, headers };
 // rejects when TLS fails or the node closes the connection.
-export function tlsRequest(url, { method = 'GET', headers = {}, body, certs, member, ca, timeoutMs = 10000 } = {}) {
+export function tlsRequest(url, { method = 'GET', headers = {}, body, certs, member, ca, alpn, timeoutMs = 10000 } = {}) {
   const u = new URL(url)
   const opts = {
     host: u.hostname, port: u.port, path: u.pathname + u.search, method, headers,
-    ca: readFileSync(ca ?? join(certs, 'ca.pem')), timeout: timeoutMs,
+    ca: readFileSync(ca ?? join(certs, 'ca.pem')), timeout: timeoutMs, agent: false,
   }
+  if (alpn) opts.ALPNProtocols = alpn
   if (member) {
     opts.cert = readFileSync(join(member.dir ?? certs, `${member.name}.pem`))
     opts.key = readFileSync(join(member.dir ?? certs, `${member.name}.key`))
@@ -184,7 +186,7 @@ export class Cluster {
     n.child = spawnIn(n.ns, [BIN, '--state-dir', n.state ?? STATE_DIR, 'serve', '--role', 'node', '--database', this.db,
       '--listen', `${n.addr}:3000`, '--node-name', name, '--capacity', String(n.capacity), '--db', n.db,
       '--runtime', RUNTIME, '--pool', '0', '--kill-on-exit', '--mcp-api', `10.99.0.21:3000`, ...this.tlsFlags(name),
-      ...extra], name)
+      '--cluster-secrets-key', join(this.certs, 'secrets.key'), ...extra], name)
     if (!(await healthy(n.url, 30000, n.child, this.asFront()))) throw new Error(`node ${name} did not start (log ${n.child.log})`)
   }
 
@@ -207,7 +209,7 @@ export class Cluster {
     const child = spawnIn(ns, [BIN, '--state-dir', STATE_DIR, 'serve', '--role', 'both', '--database', this.db,
       '--listen', `${addr}:3000`, '--node-listen', `${addr}:3001`, '--node-name', name, '--capacity', String(capacity),
       '--db', join(tmp, name, 'airlock.db'), '--runtime', RUNTIME, '--pool', '0', '--kill-on-exit',
-      ...this.tlsFlags(name)], name)
+      ...this.tlsFlags(name), '--cluster-secrets-key', join(this.certs, 'secrets.key')], name)
     this.nodes.set(name, { ns, addr, url: `https://${addr}:3001`, capacity, child })
     this.fronts.set(name, { ns, addr, url: `http://${addr}:3000`, child })
     if (!(await healthy(`http://${addr}:3000`, 30000, child)) ||

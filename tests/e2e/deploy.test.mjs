@@ -92,6 +92,8 @@ maybe('deploy/k8s: kustomize renders it and every object is valid Kubernetes', (
   assert.equal(flag(node.args, 'cluster-ca'), `${DIR}/ca.pem`)
   assert.equal(flag(node.args, 'cluster-cert'), `${DIR}/$(NODE_NAME).pem`)
   assert.equal(flag(node.args, 'cluster-key'), `${DIR}/$(NODE_NAME).key`)
+  // The nodes' key for the cluster's secrets: nodes only.
+  assert.equal(flag(node.args, 'cluster-secrets-key'), `${DIR}/secrets.key`)
   assert.equal(node.env.find((e) => e.name === 'NODE_NAME')?.valueFrom?.fieldRef?.fieldPath, 'spec.nodeName')
   const nodeName = node.args.filter((a) => a.startsWith('--node-name'))
   assert.ok(nodeName.every((a) => a === '--node-name=$(NODE_NAME)'), 'a --node-name is the certificate\'s name')
@@ -105,6 +107,8 @@ maybe('deploy/k8s: kustomize renders it and every object is valid Kubernetes', (
     assert.ok(f.startsWith(`${DIR}/`), `${f} is in ${DIR}`)
     if (fsec.items) assert.ok(fsec.items.some((it) => `${DIR}/${it.path}` === f), `${f} is projected into the front`)
   }
+  assert.ok(!fc.args.some((a) => a.startsWith('--cluster-secrets-key')), 'a front holds no secrets key')
+  assert.ok(fsec.items && !fsec.items.some((it) => it.key === 'secrets.key'), 'the secrets key is not projected into a front')
   // The front runs non-root: its key must be readable by its group.
   const uid = fc.securityContext.runAsUser
   assert.notEqual(uid, 0)
@@ -146,6 +150,17 @@ maybe('deploy/nomad: the job files parse; nodes are a system job, fronts a servi
       assert.equal(tpl.env ?? false, false, `${who}: secrets/${m[1]} is a file, not environment`)
       if (name === 'cluster-key') assert.match(tpl.perms ?? '', /^0?[46]00$/, `${who}: its key is readable by its owner only`)
     }
+  }
+  // The nodes' key for the cluster's secrets: rendered for nodes only, readable by its owner.
+  {
+    const t = task(n, 'node'), args = t.config[0].args
+    const i = args.indexOf('--cluster-secrets-key')
+    assert.ok(i >= 0, 'the node passes --cluster-secrets-key')
+    const m = /^\$\{NOMAD_SECRETS_DIR\}\/(.+)$/.exec(args[i + 1])
+    const tpl = m && t.template.find((x) => x.destination === `secrets/${m[1]}`)
+    assert.ok(tpl, 'the node renders its secrets key')
+    assert.match(tpl.perms ?? '', /^0?[46]00$/)
+    assert.ok(!task(f, 'front').config[0].args.includes('--cluster-secrets-key'), 'a front holds no secrets key')
   }
   // A node's certificate and key are its own, by the client's name, the
   // same name as its --node-name.

@@ -148,7 +148,15 @@ maybe('fronts and nodes authenticate each other: a node serves fronts of its clu
   const url = `${n2.url}/health`
   assert.equal((await cl.nodeFetch('n2', '/health')).status, 200, 'a front of this cluster is served')
   await assert.rejects(tlsRequest(url, { certs: cl.certs }), 'no certificate: refused')
-  await assert.rejects(tlsRequest(url, { certs: cl.certs, member: { name: 'n1' } }), 'a node\'s certificate: refused')
+  // A node's certificate reaches only the node's artefact server (other
+  // nodes fetch template images there), never its API.
+  for (const path of ['/health', '/v2/sandboxes']) {
+    const asNode = await tlsRequest(`${n2.url}${path}`, { certs: cl.certs, member: { name: 'n1' },
+      headers: { 'X-API-Key': cl.apiKey } })
+    assert.equal(asNode.status, 404, `a node's certificate on ${path}: ${asNode.status} ${asNode.text}`)
+  }
+  await assert.rejects(tlsRequest(url, { certs: cl.certs, member: { name: 'suite' }, alpn: ['airlock-artefacts/1'] }),
+    'a front asking for the artefact server: refused')
   // A front's certificate of another CA, with the same name.
   const other = join(cl.logs(), 'other-ca')
   execFileSync(BIN, ['cluster', 'certs', '--out', other, '--front', 'f1'], { stdio: 'ignore' })
@@ -156,7 +164,7 @@ maybe('fronts and nodes authenticate each other: a node serves fronts of its clu
   // The node's own CA from the other side: the suite does not trust a stranger either.
   await assert.rejects(cl.nodeFetch('n2', '/health', { ca: join(other, 'ca.pem') }), 'the node is not the other CA\'s')
   await assert.rejects(fetch(`http://${n2.addr}:3000/health`, { signal: AbortSignal.timeout(5000) }), 'plain HTTP: nothing')
-  assert.ok(await waitFor(() => /refused a client from .*not a front's/.test(readFileSync(n2.child.log, 'utf8')), 5000),
+  assert.ok(await waitFor(() => /refused a client from .*not a node's/.test(readFileSync(n2.child.log, 'utf8')), 5000),
     'the node logs why')
   // 200 connections that never start their handshake, from the suite's
   // address: refused past 128, and the fronts still reach the node.
@@ -323,6 +331,14 @@ maybe('capacities 1, 2, 3: six concurrent creates through both fronts fill them 
   assert.match(seventh.json.message, /capacity/)
   const nodes = (await cl.api('f1', 'GET', '/nodes')).json
   assert.deepEqual(nodes.map((n) => [n.name, n.reserved, n.capacity]), [['n1', 1, 1], ['n2', 2, 2], ['n3', 3, 3]])
+  // A fork on a full node is refused too: its child needs a free slot there.
+  const [onN1] = await cl.nodeSandboxes('n1')
+  const fork = await cl.api('f2', 'POST', `/v2/sandboxes/${onN1}/fork`, { count: 1, memory: false, timeout: 60 })
+  assert.equal(fork.status, 201, fork.text)
+  assert.equal(fork.json[0].error?.code, 503, fork.text)
+  assert.match(fork.json[0].error.message, /capacity/)
+  assert.deepEqual(await cl.nodeSandboxes('n1'), [onN1])
+  assert.equal((await cl.api('f1', 'GET', '/nodes')).json.find((n) => n.name === 'n1').reserved, 1)
   // Free n3, drain it: nothing lands there.
   const onN3 = await cl.nodeSandboxes('n3')
   for (const id of onN3) assert.equal((await cl.api('f1', 'DELETE', `/sandboxes/${id}`)).status, 204)
@@ -503,7 +519,9 @@ maybe('a template built through front 1 starts on a node that never saw it: its 
   assert.equal(published, 'n1', 'the template node published it')
   const digest = cl.sql("SELECT digest FROM node_artefacts WHERE node = 'n1'")
   assert.match(digest, /^[0-9a-f]{64}$/m)
+  const tFirst = Date.now()
   const first = await Sandbox.create('moved-e2e', { ...opts, timeoutMs: 300000 })
+  console.log(`# measure: first create of the template on a node that holds it (${await nodeOf(first.sandboxId)}): ${Date.now() - tFirst} ms`)
   const want = (await first.commands.run('cat /home/user/moved.txt')).stdout
   assert.ok(want.length > 3000)
   await first.kill()
@@ -578,6 +596,53 @@ maybe('a template built through front 1 starts on a node that never saw it: its 
   // n4 leaves (its namespace goes with the cluster's at the end).
   n4.child.kill('SIGTERM')
   await n4.child.exited
+})
+
+maybe('secrets through either front: made on the template node, sealed in the registry, used by creates on other nodes; an update and a delete reach them', { timeout: 300000 }, async () => {
+  const value = `mn-${createHash('sha256').update(String(Math.random())).digest('hex').slice(0, 24)}`
+  const made = await cl.api('f1', 'POST', '/secrets', { name: 'mn_token', value })
+  assert.equal(made.status, 201, made.text)
+  assert.equal(made.json.value, undefined)
+  // Sealed with the cluster key: the registry never holds the value in clear.
+  assert.ok(await waitFor(() => cl.sql("SELECT count(*) FROM cluster_secrets WHERE name = 'mn_token' AND sealed IS NOT NULL") === '1', 10000))
+  assert.equal(cl.sql(`SELECT count(*) FROM cluster_secrets WHERE sealed LIKE '%${value}%' OR info LIKE '%${value}%'`), '0')
+  for (const f of ['f1', 'f2']) {
+    const listed = await cl.api(f, 'GET', '/secrets')
+    assert.equal(listed.status, 200, listed.text)
+    assert.ok(listed.json.some((x) => x.name === 'mn_token'), `${f} lists it`)
+  }
+  const digest = (v) => createHash('sha256').update(v).digest('hex')
+  // n1 (the template node, where the secret was made) takes no creates.
+  assert.equal((await cl.api('f1', 'POST', '/nodes/n1/drain')).status, 200)
+  try {
+    const use = async (front) => {
+      const r = await cl.api(front, 'POST', '/sandboxes', { templateID: 'base', secrets: { mn_token: { scope: 'env', env: 'MN_TOKEN' } } })
+      if (r.status !== 201) return { status: r.status, text: r.text }
+      const sbx = await Sandbox.connect(r.json.sandboxID, cl.opts(front))
+      const got = (await sbx.commands.run('printf %s "$MN_TOKEN" | sha256sum | cut -d" " -f1')).stdout.trim()
+      const node = await nodeOf(r.json.sandboxID)
+      await sbx.kill()
+      return { status: 201, got, node }
+    }
+    const first = await use('f2')
+    assert.equal(first.status, 201, first.text)
+    assert.notEqual(first.node, 'n1')
+    assert.equal(first.got, digest(value), 'the value made on n1, in a sandbox on another node')
+    const updated = await cl.api('f2', 'POST', '/secrets/mn_token', { value: `${value}-2` })
+    assert.equal(updated.status, 200, updated.text)
+    assert.equal(updated.json.currentVersion, 2)
+    const second = await use('f1')
+    assert.equal(second.got, digest(`${value}-2`), `the update reaches node ${second.node}`)
+    assert.equal((await cl.api('f1', 'DELETE', '/secrets/mn_token')).status, 204)
+    // (an admin key is told it does not exist: 400; another team's key gets 403 either way)
+    const third = await use('f2')
+    assert.equal(third.status, 400, `a deleted secret: ${third.status} ${third.text ?? ''}`)
+    assert.match(third.text, /mn_token does not exist/)
+    assert.equal((await cl.api('f2', 'GET', '/secrets/mn_token')).status, 404)
+  } finally {
+    await cl.api('f1', 'DELETE', '/nodes/n1/drain')
+  }
+  await killAll()
 })
 
 maybe('the official SDK suite (sdk.test.mjs) passes against a front', { timeout: 600000 }, async () => {

@@ -12,7 +12,11 @@
 #include <thread>
 
 #include "cluster/cluster_registry.h"
+#include "cluster/secret_replica.h"
 #include "common/subprocess.h"
+#include "secrets/sealed.h"
+#include "secrets/secret_store.h"
+#include "tests/unit/scoped_dir.h"
 #include "tests/wait_for.h"
 
 namespace airlock::cluster {
@@ -83,7 +87,7 @@ class ClusterRegistryTest : public ::testing::Test {
     // Each test starts from an empty registry (the schema stays).
     ASSERT_TRUE(reg_->pool()
                     .Exec("TRUNCATE nodes, node_templates, sandboxes, api_keys, template_bundles, node_artefacts, "
-                          "artefact_grants CASCADE")
+                          "artefact_grants, cluster_secrets CASCADE")
                     .ok());
   }
   NodeInfo Node(const std::string& name, int capacity) {
@@ -193,6 +197,29 @@ TEST_F(ClusterRegistryTest, SlotsAreCountedOnceWhateverTheOrderOfFrontAndNode) {
   auto gone = reg_->Locate("s1");
   ASSERT_TRUE(gone.ok());
   EXPECT_FALSE(gone->has_value());
+}
+
+// A fork child needs a free slot of its node (no front reserved one): a
+// node at its capacity refuses it and counts nothing; one with room counts
+// it once, however often it is recorded.
+TEST_F(ClusterRegistryTest, AForkChildIsCountedOnlyWithinItsNodesCapacity) {
+  ASSERT_TRUE(reg_->RegisterNode(Node("a", 2), {"s1"}).ok());
+  ASSERT_TRUE(reg_->AddSandbox("c1", "a", kWithinCapacity).ok());
+  ASSERT_TRUE(reg_->AddSandbox("c1", "a", kWithinCapacity).ok());
+  EXPECT_EQ(Reserved("a"), 2);
+  Status full = reg_->AddSandbox("c2", "a", kWithinCapacity);
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted) << full.message();
+  EXPECT_NE(full.message().find("capacity"), std::string::npos) << full.message();
+  EXPECT_EQ(Reserved("a"), 2);
+  auto c2 = reg_->Locate("c2");
+  ASSERT_TRUE(c2.ok());
+  EXPECT_FALSE(c2->has_value());
+  // A front's reservation in flight holds its slot against forks too.
+  ASSERT_TRUE(reg_->RemoveSandbox("c1", "a").ok());
+  auto p = reg_->Place("base", 1, std::chrono::seconds(60));
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(reg_->AddSandbox("c3", "a", kWithinCapacity).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(reg_->AddSandbox("c3", "x", kWithinCapacity).code(), StatusCode::kNotFound);
 }
 
 // Issue 32, item 9: drift in `reserved` (a slot freed twice, an edit by
@@ -493,7 +520,7 @@ TEST_F(ClusterRegistryTest, AnIdempotencyKeysRetriesGoToItsFirstNode) {
 // tables of schema 4 when a newer daemon opens it, its rows kept.
 TEST_F(ClusterRegistryTest, ASchema3RegistryMigratesTo4) {
   ASSERT_TRUE(reg_->RegisterNode(Node("a", 2), {"sbx-1"}).ok());
-  ASSERT_TRUE(reg_->pool().Exec("DROP TABLE template_bundles, node_artefacts, artefact_grants").ok());
+  ASSERT_TRUE(reg_->pool().Exec("DROP TABLE template_bundles, node_artefacts, artefact_grants, cluster_secrets").ok());
   ASSERT_TRUE(reg_->pool().Exec("DELETE FROM schema_migrations WHERE version = 4").ok());
   reg_.reset();
   auto r = ClusterRegistry::Open(url_, 2);
@@ -508,6 +535,7 @@ TEST_F(ClusterRegistryTest, ASchema3RegistryMigratesTo4) {
   ASSERT_TRUE(reg_->PublishTemplate("tpl1", "team-a", {"app"}, "a", "{}").ok());
   ASSERT_TRUE(reg_->RecordArtefact("a", std::string(64, 'a'), 1).ok());
   EXPECT_TRUE(reg_->GrantArtefact("b", "a", std::string(64, 'a')).ok());
+  EXPECT_TRUE(reg_->PublishSecret("TOKEN", "c2VhbGVk", "{}", "a").ok());
 }
 
 TEST_F(ClusterRegistryTest, TemplateBundlesArePublishedReplacedTombstonedAndFoundByAnyName) {
@@ -683,6 +711,267 @@ TEST_F(ClusterRegistryTest, PlacementFallsBackToNodesWithoutTheTemplateOnlyWhenA
   auto back = reg_->Place("custom", 2, lapse, "", "", true);
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->node, "a");
+}
+
+TEST_F(ClusterRegistryTest, ClusterSecretsArePublishedReplacedTombstonedAndFoundByNameOrTime) {
+  ASSERT_TRUE(reg_->PublishSecret("TOKEN", "c2VhbGVk", R"({"size":8})", "n1").ok());
+  ASSERT_TRUE(reg_->PublishSecret("db-password", "b3RoZXI=", "", "n2").ok());
+  auto got = reg_->SecretsNamed({"TOKEN", "missing", "bad name", "db-password"});
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ASSERT_EQ(got->size(), 2u);  // oldest first
+  EXPECT_EQ((*got)[0].name, "TOKEN");
+  EXPECT_EQ((*got)[0].sealed, "c2VhbGVk");
+  EXPECT_EQ((*got)[0].info, R"({"size":8})");
+  EXPECT_EQ((*got)[0].publisher, "n1");
+  EXPECT_GT((*got)[0].updated_ms, 0);
+  EXPECT_EQ((*got)[1].name, "db-password");
+  EXPECT_EQ((*got)[1].info, "{}");  // "" is stored as {}
+  EXPECT_TRUE(reg_->SecretsNamed({})->empty());
+  EXPECT_TRUE(reg_->SecretsNamed({"nope"})->empty());
+  // SecretsSince: rows updated at or after the time, the row's own ms included.
+  const int64_t first_ms = (*got)[0].updated_ms;
+  auto since = reg_->SecretsSince(first_ms);
+  ASSERT_TRUE(since.ok());
+  ASSERT_GE(since->size(), 1u);
+  EXPECT_EQ(since->front().name, "TOKEN");
+  EXPECT_EQ(reg_->SecretsSince(0)->size(), 2u);
+  EXPECT_TRUE(reg_->SecretsSince((*got)[1].updated_ms + 1)->empty());
+  // A new publish replaces the row (another publisher, value, info) and moves it last.
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(reg_->PublishSecret("TOKEN", "bmV3", R"({"size":3})", "n3").ok());
+  auto all = reg_->SecretsSince(0);
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ(all->back().name, "TOKEN");
+  EXPECT_EQ(all->back().publisher, "n3");
+  EXPECT_EQ(all->back().sealed, "bmV3");
+  EXPECT_GT(all->back().updated_ms, first_ms);
+  EXPECT_TRUE(reg_->SecretsSince(all->back().updated_ms + 1)->empty());
+  // A delete is a tombstone (sealed NULL), found like any row.
+  ASSERT_TRUE(reg_->PublishSecret("TOKEN", "", R"({"updatedAtMs":1})", "n1").ok());
+  got = reg_->SecretsNamed({"TOKEN"});
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].sealed, "");
+  EXPECT_EQ((*got)[0].publisher, "n1");
+  auto null = reg_->pool().Exec("SELECT sealed IS NULL FROM cluster_secrets WHERE name = 'TOKEN'");
+  ASSERT_TRUE(null.ok());
+  EXPECT_EQ(null->Text(0, 0), "t");
+  EXPECT_EQ(reg_->PublishSecret("bad name", "x", "{}", "n1").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reg_->PublishSecret("TOKEN", "x", "{}", "").code(), StatusCode::kInvalidArgument);
+}
+
+// Two nodes' secret stores (two SQLite databases with their own
+// secrets.key) and their replicas over this registry, sharing one cluster key.
+class SecretReplicaTest : public ClusterRegistryTest {
+ protected:
+  struct Node {
+    std::unique_ptr<secrets::SecretStore> store;
+    std::unique_ptr<SecretReplica> replica;
+    std::vector<std::pair<std::string, std::string>> imported;  // what on_imported heard
+    std::mutex mu;
+  };
+  void SetUp() override {
+    ClusterRegistryTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    dir_.path = test_util::MakeTempDir("secret-replica");
+    ASSERT_FALSE(dir_.path.empty());
+    key_ = *secrets::NewSealKey();
+  }
+  void TearDown() override {
+    for (auto& n : nodes_) n->replica.reset();  // before their stores
+  }
+  // A node `name`; `observe`: the store's changes go to its replica (a daemon's wiring).
+  Node& Start(const std::string& name, const std::string& key, bool observe = true) {
+    auto n = std::make_unique<Node>();
+    const std::string d = dir_.path + "/" + name;
+    std::filesystem::create_directories(d);
+    auto s = secrets::SecretStore::Open(d + "/airlock.db", d + "/secrets.key");
+    EXPECT_TRUE(s.ok()) << s.status().message();
+    n->store = std::move(*s);
+    Node* raw = n.get();
+    SecretReplicaConfig c{name, key, std::chrono::milliseconds(50)};
+    n->replica = std::make_unique<SecretReplica>(
+        *reg_, [raw]() -> StatusOr<secrets::SecretStore*> { return raw->store.get(); }, c,
+        [raw](const std::string& secret, const std::string& value) {
+          std::lock_guard<std::mutex> l(raw->mu);
+          raw->imported.emplace_back(secret, value);
+        });
+    if (observe) n->store->SetOnChange([raw](const std::string& secret) { raw->replica->Changed(secret); });
+    nodes_.push_back(std::move(n));
+    return *nodes_.back();
+  }
+  static std::string ValueOf(secrets::SecretStore& s, const std::string& name) {
+    auto v = s.Get(name);
+    return v.ok() ? *v : "";
+  }
+  test_util::ScopedDir dir_;
+  std::string key_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+};
+
+TEST_F(SecretReplicaTest, ASecretStoredOnOneNodeIsUsableOnAnotherAndItsDeleteToo) {
+  Node& a = Start("a", key_);
+  Node& b = Start("b", key_);
+  const std::string canary = "replica-canary-0d1f4e";
+  secrets::SecretPolicy policy;
+  policy.scope = secrets::Scope::kBrokered;
+  policy.hosts = {"api.example.com", "*.corp.test"};
+  policy.teams = {"acme"};
+  secrets::ApiAttributes api{"sec_0abcdefghijklmnopqrstuvwxy", "acme", 1, {{"description", "gh"}}};
+  ASSERT_TRUE(a.store->Create("github_token", canary, policy, api).ok());
+  a.replica->Flush();
+  // In the registry: sealed, never in clear (nor as plain base64 of the value).
+  auto rows = reg_->SecretsNamed({"github_token"});
+  ASSERT_TRUE(rows.ok() && rows->size() == 1u);
+  const ClusterSecretRow row = rows->front();
+  EXPECT_EQ(row.publisher, "a");
+  EXPECT_EQ(row.sealed.find(canary), std::string::npos);
+  EXPECT_EQ(row.sealed.find(secrets::EncodeBase64(canary)), std::string::npos);
+  EXPECT_EQ(row.info.find(canary), std::string::npos);
+  auto raw = reg_->pool().Exec("SELECT sealed || info FROM cluster_secrets");
+  ASSERT_TRUE(raw.ok());
+  EXPECT_EQ(raw->Text(0, 0).find(canary), std::string::npos);
+  auto opened = secrets::Unseal(key_, secrets::ClusterSecretAad("github_token"), *secrets::DecodeBase64(row.sealed));
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  EXPECT_EQ(*opened, canary);
+
+  // Before a create on b uses it: imported with its value, policy, attributes and times.
+  ASSERT_TRUE(b.replica->Refresh({"github_token"}).ok());
+  auto got = b.store->Get("github_token");
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(*got, canary);
+  auto ia = a.store->Info("github_token"), ib = b.store->Info("github_token");
+  ASSERT_TRUE(ia.ok() && ib.ok());
+  EXPECT_EQ(ib->policy.scope, secrets::Scope::kBrokered);
+  EXPECT_EQ(ib->policy.hosts, policy.hosts);
+  EXPECT_EQ(ib->policy.teams, policy.teams);
+  EXPECT_EQ(ib->api.id, api.id);
+  EXPECT_EQ(ib->api.owner, "acme");
+  EXPECT_EQ(ib->api.version, 1);
+  EXPECT_EQ(ib->api.metadata, api.metadata);
+  EXPECT_EQ(ib->created_at_ms, ia->created_at_ms);
+  EXPECT_EQ(ib->updated_at_ms, ia->updated_at_ms);
+  {
+    std::lock_guard<std::mutex> l(b.mu);
+    ASSERT_EQ(b.imported.size(), 1u);  // the redactor learns the value
+    EXPECT_EQ(b.imported[0], std::make_pair(std::string("github_token"), canary));
+  }
+  // b did not publish it back: the row is still a's.
+  b.replica->Flush();
+  EXPECT_EQ(reg_->SecretsNamed({"github_token"})->front().publisher, "a");
+  // Refreshing again imports nothing new.
+  ASSERT_TRUE(b.replica->Refresh({"github_token", "missing"}).ok());
+  {
+    std::lock_guard<std::mutex> l(b.mu);
+    EXPECT_EQ(b.imported.size(), 1u);
+  }
+
+  // An update on b (it serves /secrets now) reaches a by the periodic import.
+  api.version = 2;
+  ASSERT_TRUE(b.store->Set("github_token", canary + "-v2", policy, &api).ok());
+  b.replica->Flush();
+  EXPECT_EQ(reg_->SecretsNamed({"github_token"})->front().publisher, "b");
+  EXPECT_TRUE(WaitFor([&] { return ValueOf(*a.store, "github_token") == canary + "-v2"; }, std::chrono::seconds(10)));
+  EXPECT_EQ(a.store->Info("github_token")->api.version, 2);
+
+  // A delete on a: a tombstone, and b's copy goes (periodic import).
+  ASSERT_TRUE(a.store->Remove("github_token").ok());
+  a.replica->Flush();
+  rows = reg_->SecretsNamed({"github_token"});
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ(rows->front().sealed, "");
+  EXPECT_TRUE(WaitFor([&] { return b.store->Info("github_token").status().code() == StatusCode::kNotFound; },
+                      std::chrono::seconds(10)));
+  // The tombstone is not published back by b, and a stays without it.
+  b.replica->Flush();
+  EXPECT_EQ(reg_->SecretsNamed({"github_token"})->front().publisher, "a");
+  EXPECT_EQ(a.store->Info("github_token").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(SecretReplicaTest, ARowSealedWithAnotherClusterKeyIsSkipped) {
+  Node& a = Start("a", key_);
+  Node& c = Start("c", *secrets::NewSealKey());  // given another --cluster-secrets-key
+  ASSERT_TRUE(a.store->Set("TOKEN", "value-of-a-123").ok());
+  a.replica->Flush();
+  ASSERT_TRUE(c.replica->Refresh({"TOKEN"}).ok());  // skipped with a warning, not an error
+  EXPECT_EQ(c.store->Info("TOKEN").status().code(), StatusCode::kNotFound);
+  {
+    std::lock_guard<std::mutex> l(c.mu);
+    EXPECT_TRUE(c.imported.empty());
+  }
+  // A row changed in the registry does not unseal either (the tag).
+  auto rows = reg_->SecretsNamed({"TOKEN"});
+  ASSERT_EQ(rows->size(), 1u);
+  std::string sealed = *secrets::DecodeBase64(rows->front().sealed);
+  sealed[20] ^= 1;
+  ASSERT_TRUE(reg_->PublishSecret("TOKEN", secrets::EncodeBase64(sealed), rows->front().info, "x").ok());
+  Node& b = Start("b", key_);
+  ASSERT_TRUE(b.replica->Refresh({"TOKEN"}).ok());
+  EXPECT_EQ(b.store->Info("TOKEN").status().code(), StatusCode::kNotFound);
+  // Nor does a value moved onto another name (the additional data).
+  ASSERT_TRUE(a.store->Set("OTHER", "value-other-123").ok());
+  a.replica->Flush();
+  ASSERT_TRUE(reg_->PublishSecret("MOVED", reg_->SecretsNamed({"OTHER"})->front().sealed, "{}", "x").ok());
+  ASSERT_TRUE(b.replica->Refresh({"MOVED", "OTHER"}).ok());
+  EXPECT_EQ(b.store->Info("MOVED").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*b.store->Get("OTHER"), "value-other-123");
+}
+
+// At start (Changed("")): secrets stored while the node was outside the
+// cluster (or the registry unreachable) are published, unless another
+// node's row is as new; this node's rows of secrets deleted meanwhile are
+// tombstoned; other nodes' secrets are imported.
+TEST_F(SecretReplicaTest, AtStartANodePublishesWhatItHasAndImportsTheRest) {
+  Node& a = Start("a", key_);
+  ASSERT_TRUE(a.store->Set("FROM_A", "value-from-a-1").ok());
+  ASSERT_TRUE(a.store->Set("SHARED", "shared-from-a-1").ok());
+  ASSERT_TRUE(a.store->Set("GONE_LATER", "value-gone-123").ok());
+  a.replica->Flush();
+  // b's store, filled before it joined (later than a's: another ms); its replica is made after.
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const std::string d = dir_.path + "/b";
+  std::filesystem::create_directories(d);
+  {
+    auto s = secrets::SecretStore::Open(d + "/airlock.db", d + "/secrets.key");
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE((*s)->Set("FROM_B", "value-from-b-1").ok());
+    ASSERT_TRUE((*s)->Set("SHARED", "shared-from-b-1").ok());  // newer than a's
+  }
+  Node& b = Start("b", key_);
+  b.replica->Changed("");
+  b.replica->Flush();
+  auto row = [&](const std::string& name) { return reg_->SecretsNamed({name})->front(); };
+  EXPECT_EQ(row("FROM_B").publisher, "b");
+  EXPECT_EQ(row("SHARED").publisher, "b");
+  EXPECT_EQ(row("FROM_A").publisher, "a");
+  EXPECT_TRUE(WaitFor([&] { return ValueOf(*b.store, "FROM_A") == "value-from-a-1"; }, std::chrono::seconds(10)));
+  EXPECT_EQ(*b.store->Get("SHARED"), "shared-from-b-1");
+  EXPECT_TRUE(WaitFor([&] { return ValueOf(*a.store, "SHARED") == "shared-from-b-1"; }, std::chrono::seconds(10)));
+  EXPECT_TRUE(WaitFor([&] { return ValueOf(*a.store, "FROM_B") == "value-from-b-1"; }, std::chrono::seconds(10)));
+  // A restart of a with nothing changed publishes nothing.
+  const int64_t shared_ms = row("SHARED").updated_ms, from_a_ms = row("FROM_A").updated_ms;
+  a.replica.reset();
+  a.store->SetOnChange(nullptr);
+  // Deleted while a's daemon was down (no observer): tombstoned at its start.
+  ASSERT_TRUE(a.store->Remove("GONE_LATER").ok());
+  a.replica = std::make_unique<SecretReplica>(
+      *reg_, [&a]() -> StatusOr<secrets::SecretStore*> { return a.store.get(); },
+      SecretReplicaConfig{"a", key_, std::chrono::milliseconds(50)}, nullptr);
+  a.replica->Changed("");
+  a.replica->Flush();
+  EXPECT_EQ(row("GONE_LATER").sealed, "");
+  EXPECT_EQ(row("SHARED").updated_ms, shared_ms);
+  EXPECT_EQ(row("SHARED").publisher, "b");
+  EXPECT_EQ(row("FROM_A").updated_ms, from_a_ms);
+  EXPECT_TRUE(WaitFor([&] { return b.store->Info("GONE_LATER").status().code() == StatusCode::kNotFound; },
+                      std::chrono::seconds(10)));
+}
+
+TEST_F(SecretReplicaTest, AReplicaWithAKeyOfTheWrongSizeDoesNothing) {
+  Node& a = Start("a", "short");
+  ASSERT_TRUE(a.store->Set("TOKEN", "value-of-a-123").ok());
+  a.replica->Flush();
+  EXPECT_TRUE(reg_->SecretsNamed({"TOKEN"})->empty());
+  EXPECT_EQ(a.replica->Refresh({"TOKEN"}).code(), StatusCode::kFailedPrecondition);
 }
 
 TEST_F(ClusterRegistryTest, AnUnreachableDatabaseIsAClearError) {

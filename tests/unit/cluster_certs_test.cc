@@ -9,6 +9,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -108,11 +109,15 @@ class ClusterCertsTest : public ::testing::Test {
 TEST_F(ClusterCertsTest, MakesACaAndMembersThatChainToIt) {
   auto paths = MakeClusterCerts(ThreeMembers(dir_));
   ASSERT_TRUE(paths.ok()) << paths.status().ToString();
-  EXPECT_EQ(paths->size(), 8u);
+  EXPECT_EQ(paths->size(), 9u);
   EXPECT_EQ(paths->front(), dir_ + "/ca.pem");
+  EXPECT_EQ((*paths)[2], dir_ + "/secrets.key");
   EXPECT_EQ(ModeOf(dir_), 0700u);
   EXPECT_EQ(ModeOf(dir_ + "/ca.key"), 0600u);
   EXPECT_EQ(ModeOf(dir_ + "/ca.pem"), 0644u);
+  // The cluster key every node is given (serve --cluster-secrets-key).
+  EXPECT_EQ(ModeOf(dir_ + "/secrets.key"), 0600u);
+  EXPECT_EQ(ReadFile(dir_ + "/secrets.key").size(), 32u);
 
   X509Ptr ca = LoadCert(dir_ + "/ca.pem");
   ASSERT_TRUE(ca);
@@ -156,7 +161,7 @@ TEST_F(ClusterCertsTest, MakesACaAndMembersThatChainToIt) {
     EXPECT_NE(e.path().filename().string()[0], '.') << e.path();
     ++files;
   }
-  EXPECT_EQ(files, 8);
+  EXPECT_EQ(files, 9);
 }
 
 TEST_F(ClusterCertsTest, ASecondCallReusesTheCa) {
@@ -165,12 +170,14 @@ TEST_F(ClusterCertsTest, ASecondCallReusesTheCa) {
   o.members.push_back(Member("n1", false, true));
   ASSERT_TRUE(MakeClusterCerts(o).ok());
   const std::string ca_before = ReadFile(dir_ + "/ca.pem"), key_before = ReadFile(dir_ + "/ca.key");
+  const std::string cluster_key_before = ReadFile(dir_ + "/secrets.key");
   o.members = {Member("n2", false, true, {"192.168.1.2"})};
   auto paths = MakeClusterCerts(o);
   ASSERT_TRUE(paths.ok()) << paths.status().ToString();
   EXPECT_EQ(*paths, (std::vector<std::string>{dir_ + "/n2.pem", dir_ + "/n2.key"}));
   EXPECT_EQ(ReadFile(dir_ + "/ca.pem"), ca_before);
   EXPECT_EQ(ReadFile(dir_ + "/ca.key"), key_before);
+  EXPECT_EQ(ReadFile(dir_ + "/secrets.key"), cluster_key_before);  // kept: every node must share it
   for (const char* name : {"n1", "n2"}) {
     X509Ptr cert = LoadCert(dir_ + "/" + name + ".pem");
     EXPECT_TRUE(Verifies(dir_ + "/ca.pem", cert.get(), X509_PURPOSE_SSL_SERVER)) << name;
@@ -295,6 +302,39 @@ TEST_F(ClusterCertsTest, RefusesADirectoryOrCaKeyOthersCanReach) {
   EXPECT_NE(st.message().find("readable by others"), std::string::npos) << st.ToString();
   ASSERT_EQ(::chmod((dir_ + "/ca.key").c_str(), 0600), 0);
   EXPECT_TRUE(MakeClusterCerts(o).ok());
+}
+
+// The cluster key is made once and kept; one found here must pass the key
+// file rules (an existing file is never replaced, not even a bad one), and
+// no member may take its file name.
+TEST_F(ClusterCertsTest, TheClusterKeyIsMadeOnceAndCheckedWhenKept) {
+  CertsOptions o;
+  o.dir = dir_;
+  o.members.push_back(Member("n1", false, true));
+  ASSERT_TRUE(MakeClusterCerts(o).ok());
+  const std::string key = dir_ + "/secrets.key";
+  const std::string before = ReadFile(key);
+  ASSERT_EQ(::chmod(key.c_str(), 0644), 0);
+  auto st = MakeClusterCerts(o).status();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find(key), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("readable by group or others"), std::string::npos) << st.ToString();
+  ASSERT_EQ(::chmod(key.c_str(), 0600), 0);
+  ASSERT_EQ(::truncate(key.c_str(), 16), 0);
+  st = MakeClusterCerts(o).status();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("exactly 32 bytes"), std::string::npos) << st.ToString();
+  EXPECT_EQ(ReadFile(key).size(), 16u);  // not replaced
+  // Removed: a new one is made (and said so).
+  ASSERT_EQ(::unlink(key.c_str()), 0);
+  auto paths = MakeClusterCerts(o);
+  ASSERT_TRUE(paths.ok()) << paths.status().ToString();
+  EXPECT_EQ(*paths, (std::vector<std::string>{key, dir_ + "/n1.pem", dir_ + "/n1.key"}));
+  EXPECT_EQ(ReadFile(key).size(), 32u);
+  EXPECT_NE(ReadFile(key), before);
+  EXPECT_EQ(ModeOf(key), 0600u);
+  o.members = {Member("secrets", false, true)};
+  EXPECT_EQ(MakeClusterCerts(o).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(ClusterCertsTest, RefusesACaWithoutItsKey) {

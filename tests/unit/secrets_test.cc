@@ -189,6 +189,67 @@ TEST(SecretStore, BindingsRoundTrip) {
   EXPECT_EQ(*(*s)->BoundSandboxes(), std::vector<std::string>{"sb2"});
 }
 
+// The store's observer hears each committed Set, Create and Remove (and
+// nothing that failed); imports from other nodes are stored with their own
+// times and are not heard, so a cluster node never publishes them back.
+TEST(SecretStore, ObserverHearsLocalChangesButNotImports) {
+  ScopedDir d{MakeTempDir("secrets")};
+  auto s = SecretStore::Open(d.path + "/a.db", d.path + "/secrets.key");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<std::string> heard;
+  (*s)->SetOnChange([&](const std::string& name) {
+    heard.push_back(name);
+    EXPECT_TRUE((*s)->Info(name).ok() || name == "GONE");  // outside the lock: the store is usable
+  });
+  ASSERT_TRUE((*s)->Set("ONE", "value-one-123").ok());
+  ApiAttributes api{"sec_0abc", "acme", 1, {{"k", "v"}}};
+  ASSERT_TRUE((*s)->Create("two", "value-two-123", {}, api).ok());
+  EXPECT_FALSE((*s)->Create("two", "value-two-456", {}, api).ok());  // taken: not heard
+  EXPECT_FALSE((*s)->Set("SHORT", "x").ok());                         // refused: not heard
+  EXPECT_EQ((*s)->Remove("MISSING").code(), StatusCode::kNotFound);   // nothing removed: not heard
+  ASSERT_TRUE((*s)->Set("GONE", "value-gone-123").ok());
+  ASSERT_TRUE((*s)->Remove("GONE").ok());
+  EXPECT_EQ(heard, (std::vector<std::string>{"ONE", "two", "GONE", "GONE"}));
+
+  heard.clear();
+  SecretPolicy policy;
+  policy.scope = Scope::kBrokered;
+  policy.hosts = {"api.example.com"};
+  policy.teams = {"acme"};
+  ASSERT_TRUE((*s)->ImportSecret("IMPORTED", "imported-value-1", policy, api, 1000, 2000).ok());
+  auto info = (*s)->Info("IMPORTED");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->created_at_ms, 1000);
+  EXPECT_EQ(info->updated_at_ms, 2000);
+  EXPECT_EQ(info->size, 16u);
+  EXPECT_EQ(info->policy.hosts, policy.hosts);
+  EXPECT_EQ(info->policy.teams, policy.teams);
+  EXPECT_EQ(info->policy.scope, Scope::kBrokered);
+  EXPECT_EQ(info->api.id, "sec_0abc");
+  EXPECT_EQ(info->api.metadata.at("k"), "v");
+  EXPECT_EQ(*(*s)->Get("IMPORTED"), "imported-value-1");
+  // An import over an existing secret replaces everything, its times included.
+  ASSERT_TRUE((*s)->ImportSecret("ONE", "value-one-new", {}, ApiAttributes{}, 5, 6).ok());
+  EXPECT_EQ(*(*s)->Get("ONE"), "value-one-new");
+  EXPECT_EQ((*s)->Info("ONE")->created_at_ms, 5);
+  EXPECT_EQ((*s)->Info("ONE")->updated_at_ms, 6);
+  ASSERT_TRUE((*s)->ImportSecret("two", "value-two-new", {}, ApiAttributes{}, 7, 8).ok());
+  EXPECT_TRUE((*s)->Info("two")->api.id.empty());  // the publisher's attributes: none
+  // The store's rules still apply.
+  EXPECT_EQ((*s)->ImportSecret("bad name", "imported-value-1", {}, {}, 1, 2).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*s)->ImportSecret("SHORT", "x", {}, {}, 1, 2).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*s)->RemoveImported("IMPORTED").ok());
+  EXPECT_EQ((*s)->Info("IMPORTED").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE((*s)->RemoveImported("IMPORTED").ok());  // absent: OK
+  EXPECT_TRUE(heard.empty()) << heard.size();
+  // The value is in no file in clear.
+  EXPECT_EQ(Slurp(d.path + "/a.db").find("imported-value-1"), std::string::npos);
+  EXPECT_EQ(Slurp(d.path + "/a.db-wal").find("imported-value-1"), std::string::npos);
+  (*s)->SetOnChange(nullptr);
+  EXPECT_TRUE((*s)->Set("ONE", "value-one-again").ok());
+  EXPECT_TRUE(heard.empty());
+}
+
 TEST(Broker, SubstitutesOnlyForListedHosts) {
   Broker b;
   std::string ph = Broker::NewPlaceholder();
