@@ -48,7 +48,10 @@ constexpr size_t kMaxErrorBody = 64 * 1024;
 // size is always where a later call resumes.
 class PartWriter {
  public:
-  PartWriter(int fd, std::string path, int64_t off) : fd_(fd), path_(std::move(path)), off_(off), start_(off) {}
+  // `reserve`: free bytes the file system must keep; checked every
+  // kReserveEvery bytes written (the holder's `allocated` is its word only).
+  PartWriter(int fd, std::string path, int64_t off, int64_t reserve = 0)
+      : fd_(fd), path_(std::move(path)), off_(off), start_(off), reserve_(reserve) {}
   int64_t off() const { return off_; }
   Status Add(std::string_view data) {
     while (!data.empty()) {
@@ -105,17 +108,27 @@ class PartWriter {
         if (n < 0) return ErrnoError("write " + path_);
         done += static_cast<size_t>(n);
       }
+      written_ += static_cast<int64_t>(block_.size());
+      if (reserve_ > 0 && written_ >= next_check_) {
+        next_check_ = written_ + kReserveEvery;
+        struct statvfs fs {};
+        if (::fstatvfs(fd_, &fs) == 0 && static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize) < reserve_)
+          return ResourceExhausted("the copy into " + path_ + " stopped: the file system must keep " +
+                                   std::to_string(reserve_) + " bytes free");
+      }
     }
     start_ += static_cast<int64_t>(block_.size());
     block_.clear();
     return OkStatus();
   }
 
+  static constexpr int64_t kReserveEvery = int64_t{64} << 20;
   int fd_;
   std::string path_;
   int64_t off_;    // bytes taken
   int64_t start_;  // where block_ begins
   std::string block_;
+  int64_t reserve_ = 0, written_ = 0, next_check_ = 0;
 };
 
 // One connection to the holder, TCP or mutual TLS; every operation bounded.
@@ -445,7 +458,7 @@ StatusOr<FetchResult> FetchIntoPart(const FetchRequest& r, int part, const std::
   }
   Sha256 hash;
   if (have > 0) RETURN_IF_ERROR(artefact_internal::HashPrefix(part, have, hash, part_path));
-  PartWriter writer(part, part_path, have);
+  PartWriter writer(part, part_path, have, r.reserve_bytes);
   FetchState a{r, writer, hash};
   a.resumed = have > 0;
   for (int cuts = 0; writer.off() < r.size;) {

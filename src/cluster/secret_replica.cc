@@ -31,6 +31,12 @@ json InfoJson(const secrets::SecretInfo& info) {
 }
 
 // The publisher's update time in a row's info (a tombstone's: when it was deleted); 0 when absent.
+// A row's info says the secret was deleted (the row is a tombstone).
+bool IsTombstone(const std::string& info) {
+  const json j = json::parse(info, nullptr, false);
+  return j.is_object() && j.contains("deleted") && j["deleted"] == true;
+}
+
 int64_t UpdatedMsOf(const std::string& info) {
   json j = json::parse(info, nullptr, false);
   if (!j.is_object() || !j.contains("updatedAtMs") || !j["updatedAtMs"].is_number_integer()) return 0;
@@ -136,7 +142,7 @@ Status SecretReplica::QueueAll() {
   }
   // This node's rows of secrets deleted here while the registry was not told.
   for (const auto& row : rows) {
-    if (row.publisher == config_.node && !row.sealed.empty() && !here.count(row.name) &&
+    if (row.publisher == config_.node && !IsTombstone(row.info) && !here.count(row.name) &&
         std::find(queue_.begin(), queue_.end(), row.name) == queue_.end())
       QueueLocked("?" + row.name);
   }
@@ -150,9 +156,12 @@ Status SecretReplica::Publish(const std::string& name, bool only_own) {
   auto info = store->Info(name);
   if (!info.ok() && info.status().code() == StatusCode::kNotFound) {
     // Deleted here: a tombstone, so every node drops its copy.
-    if (!row || row->sealed.empty()) return OkStatus();
+    if (!row || IsTombstone(row->info)) return OkStatus();
     if (only_own && row->publisher != config_.node) return OkStatus();
-    RETURN_IF_ERROR(registry_.PublishSecret(name, "", json{{"updatedAtMs", NowUnixMs()}}.dump(), config_.node));
+    // Sealed too (an empty value under its info): only a node with the key deletes.
+    const std::string text = json{{"deleted", true}, {"updatedAtMs", NowUnixMs()}}.dump();
+    ASSIGN_OR_RETURN(std::string tomb, secrets::Seal(config_.key, secrets::ClusterSecretAad(name, text), ""));
+    RETURN_IF_ERROR(registry_.PublishSecret(name, secrets::EncodeBase64(tomb), text, config_.node));
     LOG_INFO("cluster secrets: published the delete of secret {}", name);
     return OkStatus();
   }
@@ -160,17 +169,19 @@ Status SecretReplica::Publish(const std::string& name, bool only_own) {
   if (only_own && row) {
     const int64_t row_ms = UpdatedMsOf(row->info);
     if (row->publisher == config_.node) {
-      if (!row->sealed.empty() && row_ms == info->updated_at_ms) return OkStatus();  // unchanged
+      if (!IsTombstone(row->info) && row_ms == info->updated_at_ms) return OkStatus();  // unchanged
     } else if (info->updated_at_ms <= row_ms) {
       return OkStatus();  // another node's row is as new: the import brings it here
     }
   }
   ASSIGN_OR_RETURN(std::string value, store->Get(name));
-  auto sealed = secrets::Seal(config_.key, secrets::ClusterSecretAad(name), value);
+  // The value and its info (policy, owner, times) sealed together.
+  const std::string info_text = InfoJson(*info).dump();
+  auto sealed = secrets::Seal(config_.key, secrets::ClusterSecretAad(name, info_text), value);
   secrets::Wipe(value);
   if (!sealed.ok()) return sealed.status();
   const std::string text = secrets::EncodeBase64(*sealed);
-  RETURN_IF_ERROR(registry_.PublishSecret(name, text, InfoJson(*info).dump(), config_.node));
+  RETURN_IF_ERROR(registry_.PublishSecret(name, text, info_text, config_.node));
   LOG_INFO("cluster secrets: published secret {} ({} bytes)", name, info->size);
   return OkStatus();
 }
@@ -190,22 +201,18 @@ Status SecretReplica::Apply(const ClusterSecretRow& row, bool* deferred) {
   if (auto it = applied_.find(row.name); it != applied_.end() && row.updated_ms <= it->second) return OkStatus();
   ASSIGN_OR_RETURN(secrets::SecretStore * store, store_());
   if (pending()) return OkStatus();  // opening the store may have queued Changed("")
-  if (row.sealed.empty()) {
-    const bool had = store->Info(row.name).ok();
-    RETURN_IF_ERROR(store->RemoveImported(row.name).WithContext("removing secret " + row.name));
-    if (had) LOG_INFO("cluster secrets: secret {} was deleted on node {}: removed here", row.name, row.publisher);
-    applied_[row.name] = row.updated_ms;
-    return OkStatus();
-  }
   // Skipped for good (until the row changes): a row this node cannot read.
   auto skip = [&](const std::string& why) {
     LOG_WARN("cluster secrets: secret {} published by node {} {}: not imported", row.name, row.publisher, why);
     applied_[row.name] = row.updated_ms;
     return OkStatus();
   };
+  // Every row is sealed under its name and info (a tombstone too): one that
+  // is not, or does not open, was not written by a node with the key.
+  if (row.sealed.empty()) return skip("is not sealed");
   auto sealed = secrets::DecodeBase64(row.sealed);
   if (!sealed.ok()) return skip("is not base64 in the registry");
-  auto value = secrets::Unseal(config_.key, secrets::ClusterSecretAad(row.name), *sealed);
+  auto value = secrets::Unseal(config_.key, secrets::ClusterSecretAad(row.name, row.info), *sealed);
   if (!value.ok()) {
     if (value.status().code() == StatusCode::kDataLoss)
       return skip(
@@ -217,6 +224,22 @@ Status SecretReplica::Apply(const ClusterSecretRow& row, bool* deferred) {
   if (!info.is_object()) {
     secrets::Wipe(*value);
     return skip("has no readable info (not a JSON object)");
+  }
+  // Never older than this node's copy (a row replayed from before an update).
+  const int64_t row_updated = UpdatedMsOf(row.info);
+  if (auto local = store->Info(row.name); local.ok() && row_updated <= local->updated_at_ms && !IsTombstone(row.info)) {
+    secrets::Wipe(*value);
+    applied_[row.name] = row.updated_ms;
+    return OkStatus();
+  }
+  if (IsTombstone(row.info)) {
+    secrets::Wipe(*value);
+    auto local = store->Info(row.name);
+    if (local.ok() && local->updated_at_ms > row_updated) return skip("was deleted before this node's copy was made");
+    RETURN_IF_ERROR(store->RemoveImported(row.name).WithContext("removing secret " + row.name));
+    if (local.ok()) LOG_INFO("cluster secrets: secret {} was deleted on node {}: removed here", row.name, row.publisher);
+    applied_[row.name] = row.updated_ms;
+    return OkStatus();
   }
   const auto policy = secrets::SecretPolicy::FromJson(info.contains("policy") ? info["policy"].dump() : "");
   const auto api = secrets::ApiAttributes::FromJson(info.contains("api") ? info["api"].dump() : "");

@@ -28,6 +28,52 @@ bool HexDigest(const std::string& s) {
   return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
+// The largest image a node fetches (a template's disk is at most serve's
+// --max-disk, 16 GiB by default, on top of its base).
+constexpr int64_t kMaxImageBytes = int64_t{64} << 30;
+
+// A build's artefact as the registry holds it (written by another node:
+// every field checked, a wrong type is DataLoss, never an exception).
+struct Artefact {
+  std::string digest;
+  int64_t size = 0, allocated = 0;
+  image::TemplateReadiness readiness;
+  image::MachineShape shape;
+};
+
+StatusOr<Artefact> ParseArtefact(const json& a, const std::string& template_id) {
+  auto bad = [&](const std::string& why) {
+    return Status(StatusCode::kDataLoss, "the registry's record of template " + template_id + "'s image: " + why);
+  };
+  if (!a.is_object()) return bad("not an object");
+  auto str = [&](const char* k, size_t max, std::string* out) -> bool {
+    auto it = a.find(k);
+    if (it == a.end()) return true;
+    if (!it->is_string() || it->get_ref<const std::string&>().size() > max) return false;
+    *out = it->get<std::string>();
+    return true;
+  };
+  auto num = [&](const char* k, int64_t lo, int64_t hi, int64_t* out) -> bool {
+    auto it = a.find(k);
+    if (it == a.end()) return true;
+    if (!it->is_number_integer()) return false;
+    int64_t v = it->get<int64_t>();
+    if (v < lo || v > hi) return false;
+    *out = v;
+    return true;
+  };
+  Artefact r;
+  int64_t vcpus = 0, mem = 0;
+  if (!str("digest", 64, &r.digest) || !HexDigest(r.digest)) return bad("its digest is not 64 hex digits");
+  if (!num("size", 1, kMaxImageBytes, &r.size) || r.size == 0) return bad("its size is not 1 byte to 64 GiB");
+  if (!num("allocated", 0, r.size + (int64_t{1} << 20), &r.allocated)) return bad("its allocated size is out of range");
+  if (!str("consoleMarker", 256, &r.readiness.console_marker) || !str("consoleFailure", 256, &r.readiness.console_failure))
+    return bad("its readiness lines are not strings of at most 256 bytes");
+  if (!num("vcpus", 0, 64, &vcpus) || !num("memoryMiB", 0, 1 << 20, &mem)) return bad("its shape is out of range");
+  r.shape = {static_cast<int>(vcpus), static_cast<int>(mem)};
+  return r;
+}
+
 }  // namespace
 
 TemplateReplica::TemplateReplica(ClusterRegistry& registry, templates::TemplateStore& store,
@@ -153,7 +199,8 @@ StatusOr<json> TemplateReplica::ArtefactOf(const std::string& template_id, const
     json b = json::parse(row.bundle, nullptr, false);
     if (!b.is_object() || !b.contains("builds") || !b["builds"].is_array()) continue;
     for (const auto& build : b["builds"]) {
-      if (build.is_object() && build.value("id", "") == build_id && build.contains("artefact") &&
+      if (build.is_object() && build.contains("id") && build["id"].is_string() && build["id"] == build_id &&
+          build.contains("artefact") &&
           build["artefact"].is_object())
         return build["artefact"];
     }
@@ -272,29 +319,37 @@ Status TemplateReplica::EnsureImage(const std::string& template_id, const std::s
     return "";
   };
   const std::string build_id = build_id_of();
-  ASSIGN_OR_RETURN(json a, ArtefactOf(template_id, build_id, image));
-  const std::string digest = a.value("digest", "");
-  const std::string key = a.value("rootfsKey", "");
-  if (!HexDigest(digest) || key.size() != 20 || key.find_first_not_of("0123456789abcdef") != std::string::npos)
-    return Status(StatusCode::kDataLoss, "the registry's record of template " + template_id + "'s image is malformed");
+  ASSIGN_OR_RETURN(json record, ArtefactOf(template_id, build_id, image));
+  ASSIGN_OR_RETURN(Artefact a, ParseArtefact(record, template_id));
+  const std::string& digest = a.digest;
+  // A fetched image's rootfs is keyed by its digest (never by the
+  // publisher's key: another build's rootfs here may have that one).
+  const std::string key = digest.substr(0, 20);
   image::BuiltImage bi;
   bi.owner = config_.owner;
   bi.name = image;
   bi.id = key;
-  bi.readiness = {a.value("consoleMarker", ""), a.value("consoleFailure", "")};
-  bi.shape = {a.value("vcpus", 0), a.value("memoryMiB", 0)};
-  // The same bytes under the same key already here (another template's
-  // build, or a pointer removed by hand): installed without a fetch.
-  if (auto d = DigestOf(config_.state_dir + "/images/rootfs/" + key + "/rootfs.ext4"); d.ok() && d->sha256 == digest) {
-    auto installed = image::InstallBuiltImage(config_.state_dir, bi);
-    if (installed.ok()) return registry_.RecordArtefact(config_.node, digest, d->size);
+  bi.readiness = a.readiness;
+  bi.shape = a.shape;
+  const std::string held = config_.state_dir + "/images/rootfs/" + key + "/rootfs.ext4";
+  // The same bytes fetched before (the pointer removed by hand, another
+  // template of the same bytes): installed without a fetch.
+  if (std::error_code ec; fs::exists(held, ec)) {
+    auto d = DigestOf(held);
+    if (!d.ok() || d->sha256 != digest)
+      return Status(StatusCode::kDataLoss, "another file holds the key of template " + template_id + "'s image here (" +
+                                               held + "): remove it");
+    ASSIGN_OR_RETURN(auto installed, image::InstallBuiltImage(config_.state_dir, bi));
+    (void)installed;
+    return registry_.RecordArtefact(config_.node, digest, d->size);
   }
   if (!config_.tls)
     return FailedPrecondition("the image of template " + template_id +
                               " is on another node: nodes fetch images only over the cluster's mutual TLS "
                               "(--insecure-cluster has none)");
   ASSIGN_OR_RETURN(auto holders, registry_.ArtefactHolders(digest, config_.lapse));
-  const std::string tmp = config_.state_dir + "/images/tmp";
+  // Not images/tmp: an image build empties that directory.
+  const std::string tmp = config_.state_dir + "/cluster-fetch";
   std::error_code ec;
   fs::create_directories(tmp, ec);
   Status last = Unavailable("no live node holds the image of template " + template_id + " (artefact " +
@@ -310,8 +365,8 @@ Status TemplateReplica::EnsureImage(const std::string& template_id, const std::s
     r.port = hp->second;
     r.holder_node = h.name;
     r.digest = digest;
-    r.size = a.value("size", int64_t{0});
-    r.allocated = a.value("allocated", int64_t{0});
+    r.size = a.size;
+    r.allocated = a.allocated;
     r.grant = *grant;
     r.dest = tmp + "/fetched-" + digest + ".ext4";
     r.tmp_dir = tmp;
@@ -339,6 +394,11 @@ Status TemplateReplica::EnsureImage(const std::string& template_id, const std::s
       ::unlink(r.dest.c_str());
       return installed.status().WithContext("installing the fetched image of template " + template_id);
     }
+    // The digest, verified by the fetch, beside the installed file (the
+    // fetch wrote it beside the file's old name).
+    ::unlink((r.dest + ".sha256").c_str());
+    if (Status st = WriteDigestSidecar(installed->rootfs, digest); !st.ok())
+      LOG_WARN("cluster templates: {}", st.message());
     if (Status st = registry_.RecordArtefact(config_.node, digest, r.size); !st.ok())
       LOG_WARN("cluster templates: recording {} as held here: {}", digest.substr(0, 12), st.message());
     LOG_INFO("cluster templates: the image of template {} came from node {} ({} bytes received{})", template_id,

@@ -378,6 +378,8 @@ bool HasBuiltRootfs(const std::string& state_dir, const std::string& id) {
 
 StatusOr<GuestImage> InstallBuiltImage(const std::string& state_dir, const BuiltImage& b) {
   RETURN_IF_ERROR(ValidTemplateName(b.name));
+  if (std::find(KnownTemplates().begin(), KnownTemplates().end(), CanonicalTemplateName(b.name)) != KnownTemplates().end())
+    return InvalidArgument("a built image may not take the built-in template name " + b.name);
   if (b.id.size() != 20 || b.id.find_first_not_of("0123456789abcdef") != std::string::npos)
     return InvalidArgument("built image id must be 20 hex digits");
   auto abs = AbsolutePath(state_dir);
@@ -389,7 +391,9 @@ StatusOr<GuestImage> InstallBuiltImage(const std::string& state_dir, const Built
     if (!b.rootfs.empty()) ::unlink(b.rootfs.c_str());
   } else {
     if (b.rootfs.empty()) return NotFound("no rootfs for built image " + b.id);
-    RETURN_IF_ERROR(MakeDirs(l.rootfs()));  // a state dir with no rootfs of its own yet (a cluster node's fetch)
+    // A state dir with no rootfs of its own yet (a cluster node's fetch).
+    RETURN_IF_ERROR(MakeDirs(l.rootfs()));
+    RETURN_IF_ERROR(MakeDirs(l.tmp()));
     RETURN_IF_ERROR(BuildInto(l, dest, [&](const std::string&, const std::string& out) -> Status {
       if (::rename(b.rootfs.c_str(), (out + "/rootfs.ext4").c_str()) != 0) return ErrnoError("rename " + b.rootfs);
       return OkStatus();

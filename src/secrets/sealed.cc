@@ -84,7 +84,9 @@ StatusOr<std::string> Unseal(const std::string& key32, const std::string& aad, c
   return pt;
 }
 
-std::string ClusterSecretAad(const std::string& name) { return "airlock-cluster-secret-v1:" + name; }
+std::string ClusterSecretAad(const std::string& name, const std::string& info) {
+  return "airlock-cluster-secret-v2:" + name + "\n" + info;
+}
 
 StatusOr<std::string> NewSealKey() {
   std::string key(kSealKeyBytes, '\0');

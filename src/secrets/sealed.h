@@ -37,7 +37,11 @@ StatusOr<std::string> Seal(const std::string& key32, const std::string& aad, con
 StatusOr<std::string> Unseal(const std::string& key32, const std::string& aad, const std::string& sealed);
 
 // The additional data of a cluster secret's sealed value in the registry.
-std::string ClusterSecretAad(const std::string& name);
+// The additional data a cluster secret's row is sealed under: its name and
+// its info text exactly as the registry holds it (policy, API attributes,
+// times; a tombstone's), so neither can be changed or moved without the
+// key: "airlock-cluster-secret-v2:<name>\n<info>".
+std::string ClusterSecretAad(const std::string& name, const std::string& info);
 
 // 32 random bytes (a new key).
 StatusOr<std::string> NewSealKey();

@@ -14,6 +14,7 @@
 #include "core/sqlite_stmt.h"
 #include "templates/build_spec.h"
 #include "templates/template_store.h"
+#include "templates/builder.h"
 
 namespace airlock::templates {
 
@@ -112,6 +113,9 @@ StatusOr<Bundle> ParseBundle(const json& j) {
     if (!build_ids.insert(bb.id).second) return Malformed("build " + bb.id + " is listed twice");
     bb.image = Str(x, "image");
     if (!CharsIn(bb.image, 64, "-_")) return Malformed("the image of build " + bb.id + " is not [a-z0-9_-]{1,64}");
+    // A build's image is named by its id, never another template's (a
+    // built-in's, another build's): what an import or a delete touches.
+    if (bb.image != ImageNameOf(bb.id)) return Malformed("the image of build " + bb.id + " is not its own");
     auto cpu = Count(x, "cpuCount", INT_MAX), mem = Count(x, "memoryMB", INT_MAX), disk = Count(x, "diskMB", INT_MAX);
     auto c = Count(x, "createdAt"), u = Count(x, "updatedAt"), f = Count(x, "finishedAt");
     if (!cpu || !mem || !disk || !c || !u || !f)

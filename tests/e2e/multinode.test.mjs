@@ -563,7 +563,10 @@ maybe('a template built through front 1 starts on a node that never saw it: its 
     await cl.kill9Node('n4')
     const img = readdirSync(pointer).find((f) => /^b[0-9a-f]{32}\.json$/.test(f))
     const rootfs = JSON.parse(readFileSync(join(STATE_DIR, 'images', 'templates', img), 'utf8')).rootfs_key
-    execFileSync('rm', ['-rf', join(pointer, img), join(n4.state, 'images', 'rootfs', rootfs)])
+    // n4 keys its copy by the image's digest (its own pointer says which).
+    const ownKey = JSON.parse(readFileSync(join(pointer, img), 'utf8')).rootfs_key
+    assert.equal(ownKey, digest.split('\n')[0].slice(0, 20))
+    execFileSync('rm', ['-rf', join(pointer, img), join(n4.state, 'images', 'rootfs', ownKey)])
     cl.sql("DELETE FROM node_artefacts WHERE node = 'n4'")
     await cl.startNode('n4')
     const src = join(STATE_DIR, 'images', 'rootfs', rootfs, 'rootfs.ext4')

@@ -830,7 +830,7 @@ TEST_F(SecretReplicaTest, ASecretStoredOnOneNodeIsUsableOnAnotherAndItsDeleteToo
   auto raw = reg_->pool().Exec("SELECT sealed || info FROM cluster_secrets");
   ASSERT_TRUE(raw.ok());
   EXPECT_EQ(raw->Text(0, 0).find(canary), std::string::npos);
-  auto opened = secrets::Unseal(key_, secrets::ClusterSecretAad("github_token"), *secrets::DecodeBase64(row.sealed));
+  auto opened = secrets::Unseal(key_, secrets::ClusterSecretAad("github_token", row.info), *secrets::DecodeBase64(row.sealed));
   ASSERT_TRUE(opened.ok()) << opened.status().message();
   EXPECT_EQ(*opened, canary);
 
@@ -878,7 +878,8 @@ TEST_F(SecretReplicaTest, ASecretStoredOnOneNodeIsUsableOnAnotherAndItsDeleteToo
   a.replica->Flush();
   rows = reg_->SecretsNamed({"github_token"});
   ASSERT_EQ(rows->size(), 1u);
-  EXPECT_EQ(rows->front().sealed, "");
+  EXPECT_NE(rows->front().info.find("\"deleted\":true"), std::string::npos) << rows->front().info;
+  EXPECT_FALSE(rows->front().sealed.empty()) << "a tombstone is sealed too";
   EXPECT_TRUE(WaitFor([&] { return b.store->Info("github_token").status().code() == StatusCode::kNotFound; },
                       std::chrono::seconds(10)));
   // The tombstone is not published back by b, and a stays without it.
@@ -913,6 +914,16 @@ TEST_F(SecretReplicaTest, ARowSealedWithAnotherClusterKeyIsSkipped) {
   ASSERT_TRUE(reg_->PublishSecret("MOVED", reg_->SecretsNamed({"OTHER"})->front().sealed, "{}", "x").ok());
   ASSERT_TRUE(b.replica->Refresh({"MOVED", "OTHER"}).ok());
   EXPECT_EQ(b.store->Info("MOVED").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*b.store->Get("OTHER"), "value-other-123");
+  // A registry writer without the key can neither give it another policy
+  // (the info is sealed with the value) nor delete it (a tombstone is sealed too).
+  auto other = reg_->SecretsNamed({"OTHER"})->front();
+  const std::string loosened = R"({"policy":{"scope":"env","teams":["evil"]},"updatedAtMs":99999999999999})";
+  ASSERT_TRUE(reg_->PublishSecret("OTHER", other.sealed, loosened, "x").ok());
+  ASSERT_TRUE(b.replica->Refresh({"OTHER"}).ok());
+  EXPECT_TRUE(b.store->PolicyOf("OTHER")->teams.empty());
+  ASSERT_TRUE(reg_->PublishSecret("OTHER", "", R"({"deleted":true,"updatedAtMs":99999999999999})", "x").ok());
+  ASSERT_TRUE(b.replica->Refresh({"OTHER"}).ok());
   EXPECT_EQ(*b.store->Get("OTHER"), "value-other-123");
 }
 
@@ -958,7 +969,7 @@ TEST_F(SecretReplicaTest, AtStartANodePublishesWhatItHasAndImportsTheRest) {
       SecretReplicaConfig{"a", key_, std::chrono::milliseconds(50)}, nullptr);
   a.replica->Changed("");
   a.replica->Flush();
-  EXPECT_EQ(row("GONE_LATER").sealed, "");
+  EXPECT_NE(row("GONE_LATER").info.find("\"deleted\":true"), std::string::npos);
   EXPECT_EQ(row("SHARED").updated_ms, shared_ms);
   EXPECT_EQ(row("SHARED").publisher, "b");
   EXPECT_EQ(row("FROM_A").updated_ms, from_a_ms);

@@ -22,29 +22,34 @@ void WriteFile(const std::string& path, const std::string& data, mode_t mode) {
   ASSERT_EQ(::chmod(path.c_str(), mode), 0);
 }
 
-TEST(Sealed, RoundTripsAndRefusesAnotherKeyNameOrByte) {
+constexpr char kInfo[] = R"({"policy":{"scope":"brokered","hosts":["api.x.com"]},"updatedAtMs":1})";
+
+TEST(Sealed, RoundTripsAndRefusesAnotherKeyNameInfoOrByte) {
   const std::string key = *NewSealKey(), other = *NewSealKey();
   ASSERT_EQ(key.size(), 32u);
   EXPECT_NE(key, other);
   const std::string value = "sealed-canary-value";
-  auto sealed = Seal(key, ClusterSecretAad("TOKEN"), value);
+  auto sealed = Seal(key, ClusterSecretAad("TOKEN", kInfo), value);
   ASSERT_TRUE(sealed.ok()) << sealed.status().ToString();
   EXPECT_EQ(sealed->size(), 12 + value.size() + 16);
   EXPECT_EQ(sealed->find(value), std::string::npos);
-  EXPECT_NE(*Seal(key, ClusterSecretAad("TOKEN"), value), *sealed);  // a fresh nonce each time
-  EXPECT_EQ(*Unseal(key, ClusterSecretAad("TOKEN"), *sealed), value);
-  EXPECT_EQ(ClusterSecretAad("TOKEN"), "airlock-cluster-secret-v1:TOKEN");
+  EXPECT_NE(*Seal(key, ClusterSecretAad("TOKEN", kInfo), value), *sealed);  // a fresh nonce each time
+  EXPECT_EQ(*Unseal(key, ClusterSecretAad("TOKEN", kInfo), *sealed), value);
+  EXPECT_EQ(ClusterSecretAad("TOKEN", kInfo), std::string("airlock-cluster-secret-v2:TOKEN\n") + kInfo);
+  // Another policy (the info the registry holds beside it) does not open it.
+  EXPECT_EQ(Unseal(key, ClusterSecretAad("TOKEN", R"({"policy":{"scope":"env","teams":["a"]}})"), *sealed).status().code(),
+            StatusCode::kDataLoss);
 
-  EXPECT_EQ(Unseal(other, ClusterSecretAad("TOKEN"), *sealed).status().code(), StatusCode::kDataLoss);
-  EXPECT_EQ(Unseal(key, ClusterSecretAad("OTHER"), *sealed).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(Unseal(other, ClusterSecretAad("TOKEN", kInfo), *sealed).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(Unseal(key, ClusterSecretAad("OTHER", kInfo), *sealed).status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(Unseal(key, "airlock-secret-v1:TOKEN", *sealed).status().code(), StatusCode::kDataLoss);
   for (size_t i : {size_t{0}, size_t{12}, sealed->size() - 1}) {
     std::string bad = *sealed;
     bad[i] ^= 1;
-    EXPECT_EQ(Unseal(key, ClusterSecretAad("TOKEN"), bad).status().code(), StatusCode::kDataLoss) << i;
+    EXPECT_EQ(Unseal(key, ClusterSecretAad("TOKEN", kInfo), bad).status().code(), StatusCode::kDataLoss) << i;
   }
-  EXPECT_EQ(Unseal(key, ClusterSecretAad("TOKEN"), sealed->substr(0, 27)).status().code(), StatusCode::kDataLoss);
-  EXPECT_EQ(Unseal(key, ClusterSecretAad("TOKEN"), "").status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(Unseal(key, ClusterSecretAad("TOKEN", kInfo), sealed->substr(0, 27)).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(Unseal(key, ClusterSecretAad("TOKEN", kInfo), "").status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(Seal("short", "", value).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Unseal("short", "", *sealed).status().code(), StatusCode::kInvalidArgument);
   // The empty value seals too (nonce and tag only).

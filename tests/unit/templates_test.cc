@@ -314,12 +314,24 @@ TEST_F(StoreTest, UploadsExpireAfterTheTtlUnlessABuildInFlightUsesThem) {
 
 // ---- a template across a cluster's nodes: ExportTemplate/ImportTemplate ----
 
-// Starts `r`'s build and finishes it ready with `image`.
-void MakeReady(TemplateStore& store, const RequestedBuild& r, const std::string& image) {
+// A build's image is named by its id (ImageNameOf); the tests call it by a
+// label ("img-1"), which Label() gives back.
+std::map<std::string, std::string>& ImageLabels() {
+  static std::map<std::string, std::string> labels;
+  return labels;
+}
+std::string Label(const std::string& image) {
+  auto it = ImageLabels().find(image);
+  return it == ImageLabels().end() ? image : it->second;
+}
+
+// Starts `r`'s build and finishes it ready with its image, labelled `label`.
+void MakeReady(TemplateStore& store, const RequestedBuild& r, const std::string& label) {
   ASSERT_TRUE(store.StartBuild(r.build_id, json::object()).ok());
   BuildRow b = *store.GetBuild(r.build_id);
   b.status = kReady;
-  b.image = image;
+  b.image = ImageNameOf(r.build_id);
+  ImageLabels()[b.image] = label;
   b.final_context = {{"context", {{"user", "root"}, {"workdir", "/app"}}}, {"startCmd", "serve"}, {"readyCmd", ""}};
   ASSERT_TRUE(store.FinishBuild(b).ok());
 }
@@ -340,7 +352,7 @@ class BundleTest : public StoreTest {
   static std::string Resolves(TemplateStore& store, const std::string& ref, const std::string& team = "team-a") {
     auto r = ResolveBuild(store, ref, team, false);
     if (!r.ok()) return "error " + std::to_string(static_cast<int>(r.status().code()));
-    return r->build.image + "@" + r->build.id;
+    return Label(r->build.image) + "@" + r->build.id;
   }
   std::unique_ptr<TemplateStore> other_;  // another node's store
 };
@@ -371,7 +383,7 @@ TEST_F(BundleTest, AnExportedTemplateResolvesTheSameInAnotherStore) {
   EXPECT_EQ((*bundle)["builds"][1]["cpuCount"], 4);
   EXPECT_EQ((*bundle)["builds"][1]["memoryMB"], 2048);
   EXPECT_EQ((*bundle)["builds"][1]["diskMB"], 512);
-  EXPECT_EQ((*bundle)["builds"][1]["image"], "img-2");
+  EXPECT_EQ((*bundle)["builds"][1]["image"], ImageNameOf(b2->build_id));
   EXPECT_EQ((*bundle)["builds"][1]["finalContext"]["startCmd"], "serve");
   json tags = json::array();
   for (const auto& t : (*bundle)["tags"]) tags.push_back({t["tag"], t["buildID"]});
@@ -514,6 +526,12 @@ TEST_F(BundleTest, AMalformedBundleIsRefusedWithNothingWritten) {
     Status st = other_->ImportTemplate(j);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << what << ": " << st.message();
   }
+  // A build's image must be its own (never a built-in's, nor another build's).
+  for (const std::string bad : {"base", "desktop", "b00000000000000000000000000000000"}) {
+    json j = good;
+    j["builds"][0]["image"] = bad;
+    EXPECT_EQ(other_->ImportTemplate(j).code(), StatusCode::kInvalidArgument) << bad;
+  }
   EXPECT_TRUE(other_->ListTemplates("", true)->empty());
   EXPECT_FALSE(other_->GetBuild(b1->build_id).ok());
   // A build id that is another local template's: refused, nothing written.
@@ -521,6 +539,7 @@ TEST_F(BundleTest, AMalformedBundleIsRefusedWithNothingWritten) {
   ASSERT_TRUE(local.ok());
   json clash = good;
   clash["builds"][0]["id"] = local->build_id;
+  clash["builds"][0]["image"] = ImageNameOf(local->build_id);
   clash["tags"][0]["buildID"] = local->build_id;
   EXPECT_EQ(other_->ImportTemplate(clash).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(other_->GetTemplate(id).status().code(), StatusCode::kNotFound);
@@ -550,7 +569,7 @@ TEST_F(BundleTest, TheObserverSeesEveryCommittedChangeButNotAnImport) {
   ASSERT_TRUE(store_->SetStatus(b1->build_id, kBuilding).ok());
   BuildRow done = *store_->GetBuild(b1->build_id);
   done.status = kReady;
-  done.image = "img-1";
+  done.image = ImageNameOf(b1->build_id);
   done.template_id.clear();  // the store knows its template
   ASSERT_TRUE(store_->FinishBuild(done).ok());
   ASSERT_TRUE(store_->AssignTags(id, b1->build_id, {"prod"}).ok());
