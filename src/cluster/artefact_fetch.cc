@@ -132,9 +132,17 @@ class PartWriter {
 };
 
 // One connection to the holder, TCP or mutual TLS; every operation bounded.
+// The whole fetch ran past FetchRequest::deadline (a holder that sends
+// slowly): the part is kept, a later call resumes.
+Status FetchDeadline(const FetchRequest& r) {
+  return DeadlineExceeded("the fetch of artefact " + r.digest + " from node " + r.holder_node + " ran past its " +
+                          std::to_string(r.deadline.count() / 1000) + " s deadline");
+}
+
 class FetchConn {
  public:
-  explicit FetchConn(const FetchRequest& r) : r_(r), sock_(io_) {}
+  // `end`: the whole fetch's deadline (FetchRequest::deadline from its start).
+  FetchConn(const FetchRequest& r, std::chrono::steady_clock::time_point end) : r_(r), end_(end), sock_(io_) {}
 
   Status Connect() {
     boost::system::error_code ec;
@@ -163,25 +171,29 @@ class FetchConn {
   }
 
   Status WriteAll(const std::string& data) {
+    RETURN_IF_ERROR(Left().status());
     auto [ec, n] = Run(
         [&](auto h) {
           if (tls_) return asio::async_write(*tls_, asio::buffer(data), h);
           asio::async_write(sock_, asio::buffer(data), h);
         },
-        r_.idle_timeout);
+        *Left());
+    if (ec == asio::error::timed_out && !Left().ok()) return Left().status();
     if (ec) return Unavailable("sending to node " + r_.holder_node + ": " + ec.message());
     return OkStatus();
   }
 
   // 0: the peer closed.
   StatusOr<size_t> ReadSome(char* buf, size_t len) {
+    ASSIGN_OR_RETURN(auto wait, Left());
     auto [ec, n] = Run(
         [&](auto h) {
           if (tls_) return tls_->async_read_some(asio::buffer(buf, len), h);
           sock_.async_read_some(asio::buffer(buf, len), h);
         },
-        r_.idle_timeout);
+        wait);
     if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated) return size_t{0};
+    if (ec == asio::error::timed_out && !Left().ok()) return Left().status();
     if (ec == asio::error::timed_out) {
       return DeadlineExceeded("node " + r_.holder_node + " sent nothing for " +
                               std::to_string(r_.idle_timeout.count()) + " ms");
@@ -192,6 +204,14 @@ class FetchConn {
 
  private:
   std::string Where() const { return r_.host + ":" + std::to_string(r_.port); }
+  // How long the next read or write may wait: the idle timeout, or less
+  // when the whole fetch's deadline comes first; kDeadlineExceededWhole past it.
+  StatusOr<std::chrono::milliseconds> Left() const {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(end_ - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return FetchDeadline(r_);
+    return std::min(left, r_.idle_timeout);
+  }
 
   template <class Init>
   std::pair<boost::system::error_code, size_t> Run(Init init, std::chrono::milliseconds timeout) {
@@ -213,6 +233,7 @@ class FetchConn {
   }
 
   const FetchRequest& r_;
+  const std::chrono::steady_clock::time_point end_;
   asio::io_context io_;
   tcp::socket sock_;
   std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;
@@ -287,6 +308,7 @@ struct FetchState {
   const FetchRequest& r;
   PartWriter& part;
   Sha256& hash;
+  std::chrono::steady_clock::time_point end;  // the whole fetch's deadline
   int64_t received = 0;
   bool resumed = false;
 };
@@ -362,7 +384,7 @@ Status ReadBody(FetchState& a, FetchConn& w, ReplyHead h, const std::string& wha
 // One connection: the request, the head, the body into the part.
 Status OneAttempt(FetchState& a) {
   const FetchRequest& r = a.r;
-  FetchConn w(r);
+  FetchConn w(r, a.end);
   RETURN_IF_ERROR(w.Connect());
   const int64_t from = a.part.off();
   const std::string host = r.host.find(':') == std::string::npos ? r.host : "[" + r.host + "]";
@@ -439,6 +461,7 @@ Status SyncDir(const std::string& file) {
 
 // FetchArtefact under the lock, dest absent: the part is open.
 StatusOr<FetchResult> FetchIntoPart(const FetchRequest& r, int part, const std::string& part_path) {
+  const auto start = std::chrono::steady_clock::now();
   struct stat st {};
   if (::fstat(part, &st) != 0) return ErrnoError("fstat " + part_path);
   int64_t have = st.st_size;
@@ -459,7 +482,7 @@ StatusOr<FetchResult> FetchIntoPart(const FetchRequest& r, int part, const std::
   Sha256 hash;
   if (have > 0) RETURN_IF_ERROR(artefact_internal::HashPrefix(part, have, hash, part_path));
   PartWriter writer(part, part_path, have, r.reserve_bytes);
-  FetchState a{r, writer, hash};
+  FetchState a{r, writer, hash, start + r.deadline};
   a.resumed = have > 0;
   for (int cuts = 0; writer.off() < r.size;) {
     Status s = OneAttempt(a);
@@ -470,7 +493,7 @@ StatusOr<FetchResult> FetchIntoPart(const FetchRequest& r, int part, const std::
       LOG_INFO("artefacts: fetching {} from node {}: {} (after the last byte)", r.digest, r.holder_node, s.message());
       continue;
     }
-    if (!again || cuts >= r.retries) return s;
+    if (!again || cuts >= r.retries || std::chrono::steady_clock::now() >= a.end) return s;
     ++cuts;
     std::this_thread::sleep_for(std::chrono::milliseconds(100) * cuts);  // a busy or restarting holder
     LOG_INFO("artefacts: fetching {} from node {}: {} (resuming at byte {}, try {} of {})", r.digest, r.holder_node,

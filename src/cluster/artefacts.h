@@ -168,6 +168,10 @@ struct FetchRequest {
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(10)};  // connect + TLS handshake
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(30)};     // no byte for this long: cut
   int retries = 3;                                                      // cut connections resumed within one call
+  // The whole call, retries included: a holder that sends slowly (a byte
+  // now and then, within idle_timeout) is cut at this (DeadlineExceeded;
+  // the part is kept, a later call resumes).
+  std::chrono::milliseconds deadline{std::chrono::minutes(30)};
   // Ask for extent records (Accept: application/x-airlock-extents): holes
   // and zero blocks do not cross the wire. A holder that answers plain
   // bytes is served as before. false: ask for plain bytes.

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -537,6 +538,38 @@ TEST_F(ArtefactsTest, BytesAfterTheLastRecordAreACutThatLosesNothing) {
   auto got = FetchArtefact(r);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(ReadAll(r.dest), content_);
+}
+
+// A holder that sends a byte now and then (within the idle timeout) is cut
+// at the whole fetch's deadline; what came is kept for a later call.
+TEST_F(ArtefactsTest, AHolderThatTricklesIsCutAtTheDeadline) {
+  FakeHolder holder([&](std::shared_ptr<http::Conn> conn) {
+    conn->BeginResponse(200, kExtentsType, std::nullopt);
+    auto timer = std::make_shared<boost::asio::steady_timer>(conn->executor());
+    auto off = std::make_shared<int64_t>(0);
+    auto step = std::make_shared<std::function<void()>>();
+    *step = [this, conn, timer, off, step] {
+      if (conn->closed()) return;
+      conn->Write(Record('D', *off, 1, std::string_view(content_).substr(static_cast<size_t>(*off), 1)));
+      ++*off;
+      timer->expires_after(std::chrono::milliseconds(100));
+      timer->async_wait([step](boost::system::error_code ec) {
+        if (!ec) (*step)();
+      });
+    };
+    (*step)();
+  });
+  FetchRequest r = Request();
+  r.port = holder.port();
+  r.deadline = std::chrono::seconds(1);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto got = FetchArtefact(r);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_EQ(got.status().code(), StatusCode::kDeadlineExceeded) << got.status().ToString();
+  EXPECT_NE(got.status().message().find("deadline"), std::string::npos) << got.status().message();
+  EXPECT_LT(took, std::chrono::seconds(4));
+  EXPECT_FALSE(Exists(r.dest));
+  EXPECT_TRUE(Exists(Part(r))) << "the bytes that came are kept for a later call";
 }
 
 TEST_F(ArtefactsTest, WellFormedRecordsOfOtherBytesAreDataLoss) {
