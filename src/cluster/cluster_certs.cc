@@ -123,21 +123,9 @@ Status EnsureDir(const std::string& dir) {
 // `mode` (never wider, whatever the umask: fchmod only adds back bits the
 // umask took), then renames it into place.
 Status WriteReplacing(const std::string& path, std::string_view data, mode_t mode) {
-  auto slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  std::string tmp;
-  UniqueFd fd;
-  for (int attempt = 0; attempt < 8 && !fd; ++attempt) {
-    unsigned char r[8];
-    if (RAND_bytes(r, sizeof r) != 1) return SslError("RAND_bytes");
-    char hex[sizeof r * 2 + 1];
-    for (size_t i = 0; i < sizeof r; ++i) std::snprintf(hex + 2 * i, 3, "%02x", r[i]);
-    tmp = dir + "/." + base + ".tmp." + hex;
-    fd.Reset(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
-    if (!fd && errno != EEXIST) return ErrnoError("open " + tmp);
-  }
-  if (!fd) return ErrnoError("open " + tmp, EEXIST);
+  ASSIGN_OR_RETURN(TempSibling t, CreateTempSibling(path, mode));
+  UniqueFd fd = std::move(t.fd);
+  const std::string tmp = std::move(t.path);
   Status st = WriteAll(fd.get(), data, tmp);
   if (st.ok() && ::fchmod(fd.get(), mode) != 0) st = ErrnoError("fchmod " + tmp);
   if (st.ok() && ::fsync(fd.get()) != 0) st = ErrnoError("fsync " + tmp);

@@ -1,5 +1,9 @@
 #include "common/file_util.h"
 
+#include <cstdio>
+
+#include <sys/random.h>
+
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
@@ -63,6 +67,30 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mo
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   return FsyncDir(dir);
+}
+
+StatusOr<TempSibling> CreateTempSibling(const std::string& path, mode_t mode) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  TempSibling t;
+  for (int attempt = 0; attempt < 8 && !t.fd; ++attempt) {
+    unsigned char r[8];
+    size_t got = 0;
+    while (got < sizeof r) {
+      ssize_t n = ::getrandom(r + got, sizeof r - got, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoError("getrandom");
+      got += static_cast<size_t>(n);
+    }
+    char hex[sizeof r * 2 + 1];
+    for (size_t i = 0; i < sizeof r; ++i) std::snprintf(hex + 2 * i, 3, "%02x", r[i]);
+    t.path = dir + "/." + base + ".tmp." + hex;
+    t.fd.Reset(::open(t.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+    if (!t.fd && errno != EEXIST) return ErrnoError("create " + t.path);
+  }
+  if (!t.fd) return ErrnoError("create " + t.path, EEXIST);
+  return t;
 }
 
 }  // namespace airlock

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/fd.h"
 #include "common/status.h"
 
 namespace airlock {
@@ -34,6 +35,16 @@ Status FsyncDir(const std::string& dir);
 // fsyncs the parent directory. On failure the temporary file is removed and
 // `path` is unchanged (unless only the final directory fsync failed).
 Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode = 0644);
+// A new temporary sibling of `path`, "<dir>/.<base>.tmp.<16 random hex>",
+// opened for writing with O_CREAT | O_EXCL | O_NOFOLLOW and `mode` (the umask
+// may narrow it): never an existing file or a link someone planted in the
+// directory (a name taken is tried again, 8 times). Returns it and its path;
+// the caller writes, then renames or links it into place and unlinks it.
+struct TempSibling {
+  UniqueFd fd;
+  std::string path;
+};
+StatusOr<TempSibling> CreateTempSibling(const std::string& path, mode_t mode);
 
 // One path component `name` beneath the directory `dir_fd`, following no
 // symlink: openat2(`flags` | O_NOFOLLOW | O_CLOEXEC) with `resolve`

@@ -129,25 +129,14 @@ StatusOr<bool> CreateKeyFile(const std::string& path) {
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0) return false;
   if (errno != ENOENT) return ErrnoError("stat " + path);
-  auto slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
   ASSIGN_OR_RETURN(std::string key, NewSealKey());
-  std::string tmp;
-  UniqueFd fd;
-  for (int attempt = 0; attempt < 8 && !fd; ++attempt) {
-    unsigned char r[8];
-    if (RAND_bytes(r, sizeof r) != 1) return Internal("RAND_bytes failed");
-    char hex[sizeof r * 2 + 1];
-    for (size_t i = 0; i < sizeof r; ++i) std::snprintf(hex + 2 * i, 3, "%02x", r[i]);
-    tmp = dir + "/." + base + ".tmp." + hex;
-    fd.Reset(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!fd && errno != EEXIST) {
-      Wipe(key);
-      return ErrnoError("create " + tmp);
-    }
+  auto t = CreateTempSibling(path, 0600);
+  if (!t.ok()) {
+    Wipe(key);
+    return t.status();
   }
-  if (!fd) return ErrnoError("create " + tmp, EEXIST);
+  UniqueFd fd = std::move(t->fd);
+  const std::string tmp = std::move(t->path);
   Status s = WriteAll(fd.get(), key, tmp);
   Wipe(key);
   if (s.ok() && ::fchmod(fd.get(), 0600) != 0) s = ErrnoError("fchmod " + tmp);
@@ -164,7 +153,10 @@ StatusOr<bool> CreateKeyFile(const std::string& path) {
   }
   ::unlink(tmp.c_str());
   RETURN_IF_ERROR(s);
-  if (made) RETURN_IF_ERROR(FsyncDir(dir));
+  if (made) {
+    const size_t slash = path.rfind('/');
+    RETURN_IF_ERROR(FsyncDir(slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash)));
+  }
   return made;
 }
 
